@@ -1,0 +1,40 @@
+# aifactory developer entry points. A fresh Debian/Ubuntu machine needs only Python 3.11, make and apt.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STACK ?= dev
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup synth test bench lint promtool clean
+
+# The stamp depends on pyproject.toml so a changed pin reinstalls.
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $@
+
+setup: $(VENV)/.installed ## .venv with the kit (editable) and its test tools
+
+synth: setup ## render the dev stack offline into build/dev (STACK=... for another)
+	$(BIN)/aifactory synth $(STACK)
+
+# promtool/prometheus come from Debian's package; installed only when missing.
+promtool:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
+
+test: setup promtool ## the whole suite (unit, artifacts with real tools, node suite replays)
+	$(BIN)/python -m pytest -q
+
+bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
+	$(BIN)/python -m tests.bench
+
+lint: setup
+	$(BIN)/ruff check infra components dashboards policies telemetry tests
+	$(BIN)/mypy infra components
+
+clean:
+	rm -rf build .pytest_cache

@@ -1,0 +1,1 @@
+"""AWS components: network, EKS cluster, GPU node pools with EFA; the instance catalog."""

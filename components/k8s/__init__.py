@@ -1,0 +1,1 @@
+"""components/k8s"""

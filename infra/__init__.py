@@ -1,0 +1,1 @@
+"""aifactory's Pulumi program, typed stack config, offline synth and CLI."""

@@ -1,0 +1,1106 @@
+"""PlatformConfig: the typed model of one environment (one Pulumi stack).
+
+Stack files (`stacks/Pulumi.<env>.yaml`) hold structured objects under the `aifactory:` namespace,
+exactly as the Pulumi CLI passes them to a program. `load()` reads them through `pulumi.Config`;
+`parse()` is the pure function behind it that tests and `aifactory synth` also use.
+
+Validation collects every problem before it raises: each `Problem` names the key path
+(`nodePools.gpu-a.fabric`), the value received and what is allowed. Every optional field below
+documents its default next to it.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+from components.aws import catalog
+
+__all__ = [
+    "NAMESPACE",
+    "TOP_LEVEL_KEYS",
+    "DEFAULT_KUBERNETES_VERSION",
+    "SUPPORTED_KUBERNETES_VERSIONS",
+    "ConfigError",
+    "Problem",
+    "PlatformConfig",
+    "Target",
+    "ClusterSettings",
+    "SystemPool",
+    "NetworkSettings",
+    "NodePool",
+    "Capacity",
+    "Taint",
+    "NodeCheck",
+    "InfinibandSettings",
+    "Tenant",
+    "RateLimit",
+    "Model",
+    "Replicas",
+    "ModelSlo",
+    "Speculative",
+    "GatewaySettings",
+    "Retries",
+    "OutlierDetection",
+    "CircuitBreakers",
+    "ObservabilitySettings",
+    "WorkflowSlo",
+    "parse",
+    "load",
+    "POOL_LABEL",
+    "GPU_TAINT_KEY",
+]
+
+NAMESPACE = "aifactory"
+DEFAULT_KUBERNETES_VERSION = "1.34"
+SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
+POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
+GPU_TAINT_KEY = "nvidia.com/gpu"
+DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
+DEFAULT_EFA_HUGEPAGES_MIB = 5120
+DEFAULT_GPU_ROOT_VOLUME_GIB = 500
+DEFAULT_CPU_ROOT_VOLUME_GIB = 100
+DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
+# Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
+MIG_LAYOUTS = (
+    "all-1g.10gb",
+    "all-1g.20gb",
+    "all-2g.20gb",
+    "all-3g.40gb",
+    "all-4g.40gb",
+    "all-7g.80gb",
+    "all-balanced",
+)
+MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+SYSTEM_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
+     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
+)
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
+RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
+ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
+
+# The keys a stack may set under `aifactory:`; anything else is a typo and is reported.
+TOP_LEVEL_KEYS = (
+    "target",
+    "kubernetesVersion",
+    "cluster",
+    "network",
+    "nodePools",
+    "infiniband",
+    "tenants",
+    "models",
+    "gateway",
+    "observability",
+)
+
+
+# --------------------------------------------------------------------------------------------
+# errors
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Every problem found in one stack's config, each with its key path."""
+
+    def __init__(self, problems: list[Problem], *, source: str = "") -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s){where}:\n{lines}")
+
+
+# --------------------------------------------------------------------------------------------
+# model
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    provider: Literal["aws", "existing"]
+    region: str | None = None  # aws: required
+    availability_zones: tuple[str, ...] = ()  # aws: required, 2-6 zones of `region`
+    kubeconfig: str | None = None  # existing: required, path to a kubeconfig file
+    context: str | None = None  # existing: default: the kubeconfig's current-context
+    hosts_have_drivers: bool = False  # existing: default false (the GPU operator installs driver + toolkit)
+
+    @property
+    def is_aws(self) -> bool:
+        return self.provider == "aws"
+
+
+@dataclass(frozen=True, slots=True)
+class SystemPool:
+    instance_type: str = DEFAULT_SYSTEM_INSTANCE_TYPE  # default: m7i.2xlarge
+    min_size: int = 2  # default: 2
+    max_size: int = 6  # default: 6
+    desired_size: int = 3  # default: 3
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSettings:
+    name: str  # default: aifactory-<stack>
+    public_access_cidrs: tuple[str, ...] = ()  # default: none (private API endpoint only)
+    admin_role_arns: tuple[str, ...] = ()  # default: none (only the creator has access)
+    system_pool: SystemPool = field(default_factory=SystemPool)
+
+
+@dataclass(frozen=True, slots=True)
+class NetworkSettings:
+    vpc_cidr: str = "10.0.0.0/16"  # default: 10.0.0.0/16
+    nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
+    flow_log_retention_days: int = 30  # default: 30
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
+    reservation_id: str | None = None  # required for odcr and capacity-block
+
+    @property
+    def reserved(self) -> bool:
+        return self.type != "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str = ""  # default: empty
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    driver_min_version: str = DEFAULT_DRIVER_MIN_VERSION  # default: 550.54.15
+    min_tflops_fraction: float = 0.7  # default: 0.7 of the catalog's dense BF16 peak
+    min_bandwidth_fraction: float = 0.7  # default: 0.7 of the catalog's memory bandwidth
+    burn_in_seconds: int = 10  # default: 10
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    name: str
+    instance_type: str
+    min_size: int = 1  # default: 1
+    max_size: int = 1  # default: max(minSize, desiredSize)
+    desired_size: int = 1  # default: minSize
+    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
+    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
+    capacity: Capacity = field(default_factory=Capacity)
+    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
+    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
+    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
+    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
+    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
+    mig: str | None = None  # default: no MIG layout
+    node_check: NodeCheck = field(default_factory=NodeCheck)
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def gpu(self) -> bool:
+        return self.instance.has_gpu
+
+
+@dataclass(frozen=True, slots=True)
+class InfinibandSettings:
+    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
+    interfaces: tuple[str, ...] = ("ib0",)  # default: [ib0] (IPoIB parent / SR-IOV PF names)
+    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
+    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
+    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
+    rdma_hca_max: int = 63  # default: 63
+    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    requests_per_second: int = 50  # default: 50
+    burst: int = 100  # default: 100
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    namespace: str  # default: the tenant's name
+    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
+    cpu_quota: str = "64"  # default: 64 cores
+    memory_quota: str = "512Gi"  # default: 512Gi
+    rate_limit: RateLimit = field(default_factory=RateLimit)
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    min: int = 1  # default: 1
+    max: int = 1  # default: min
+    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
+    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max > self.min
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSlo:
+    ttft_seconds: float = 0.5  # default: p95 time to first token 0.5 s
+    inter_token_seconds: float = 0.05  # default: p95 inter-token latency 50 ms
+    e2e_seconds: float = 20.0  # default: p95 end-to-end request latency 20 s
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    draft_model: str
+    num_speculative_tokens: int = 5  # default: 5
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    engine: Literal["vllm", "triton"]
+    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
+    tenant: str
+    pool: str
+    uri: str  # default: hf://<model>
+    tensor_parallel: int = 1  # default: 1
+    pipeline_parallel: int = 1  # default: 1
+    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
+    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
+    quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
+    max_model_length: int | None = None  # default: the engine's (the model's own context length)
+    prefix_caching: bool = True  # default: true
+    speculative: Speculative | None = None  # default: none (vLLM only)
+    replicas: Replicas = field(default_factory=Replicas)
+    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
+    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
+    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
+    slo: ModelSlo = field(default_factory=ModelSlo)
+    callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
+    cache_gib: int = 200  # default: 200 GiB model cache PVC
+
+    @property
+    def multi_node(self) -> bool:
+        return self.mig_profile is None and self.gpus_per_replica > self.gpus_per_node_hint
+
+    # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
+    gpus_per_node_hint: int = 8
+
+    @property
+    def nodes_per_replica(self) -> int:
+        return max(1, self.gpus_per_replica // self.gpus_per_node_hint) if self.multi_node else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Retries:
+    attempts: int = 2  # default: 2 retries on connect-failure, reset and 503
+    budget_percent: float = 20.0  # default: retries may add at most 20% to active requests
+
+
+@dataclass(frozen=True, slots=True)
+class OutlierDetection:
+    consecutive_5xx: int = 3  # default: eject a backend after 3 consecutive 5xx
+    interval_seconds: float = 2.0  # default: 2 s between ejection sweeps
+    base_ejection_seconds: float = 30.0  # default: 30 s
+    max_ejection_percent: int = 50  # default: 50
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakers:
+    max_connections: int = 4096  # default: 4096
+    max_pending_requests: int = 2048  # default: 2048
+    max_requests: int = 4096  # default: 4096
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    namespace: str = "aifactory-gateway"  # default: aifactory-gateway
+    min_replicas: int = 2  # default: 2
+    max_replicas: int = 6  # default: 6
+    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"  # default: LoadBalancer
+    connect_timeout_seconds: float = 2.0  # default: 2 s
+    retries: Retries = field(default_factory=Retries)
+    outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
+    circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSlo:
+    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
+    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
+    availability_target: float = 0.995  # default: 99.5% of workflows succeed
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilitySettings:
+    namespace: str = "monitoring"  # default: monitoring
+    retention: str = "15d"  # default: 15d Prometheus retention
+    loki_mode: Literal["single-binary", "simple-scalable"] = "single-binary"  # default: single-binary
+    trace_sample_ratio: float = 1.0  # default: 1.0 (every trace)
+    idle_gpu_utilization_percent: float = 10.0  # default: GPUs under 10% utilisation count as idle
+    prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
+    default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
+    workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
+
+
+@dataclass(frozen=True, slots=True)
+class PlatformConfig:
+    stack: str
+    target: Target
+    kubernetes_version: str
+    cluster: ClusterSettings | None
+    network: NetworkSettings | None
+    node_pools: Mapping[str, NodePool]
+    infiniband: InfinibandSettings | None
+    tenants: Mapping[str, Tenant]
+    models: Mapping[str, Model]
+    gateway: GatewaySettings
+    observability: ObservabilitySettings
+
+    @property
+    def is_aws(self) -> bool:
+        return self.target.is_aws
+
+    @property
+    def gpu_pools(self) -> list[NodePool]:
+        return [p for p in self.node_pools.values() if p.gpu]
+
+    @property
+    def efa_pools(self) -> list[NodePool]:
+        return [p for p in self.node_pools.values() if p.fabric == "efa"]
+
+    @property
+    def infiniband_pools(self) -> list[NodePool]:
+        return [p for p in self.node_pools.values() if p.fabric == "infiniband"]
+
+    def price_per_hour(self, instance_type: str) -> float:
+        """$/hour of one node: the stack's override, else the catalog's on-demand price."""
+        if instance_type in self.observability.prices:
+            return self.observability.prices[instance_type]
+        price = catalog.get(instance_type).on_demand_usd_per_hour
+        if price is None:  # parse() guarantees an override exists for every type in use
+            raise KeyError(f"no price for {instance_type}")
+        return price
+
+    def pool_of(self, model: Model) -> NodePool:
+        return self.node_pools[model.pool]
+
+    def tenant_of(self, model: Model) -> Tenant:
+        return self.tenants[model.tenant]
+
+    def workflow_slo(self, workflow: str) -> WorkflowSlo:
+        return self.observability.workflows.get(workflow, self.observability.default_workflow_slo)
+
+
+# --------------------------------------------------------------------------------------------
+# reading
+
+
+T = TypeVar("T")
+_REQUIRED: Any = object()
+
+
+def _show(value: Any) -> str:
+    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _kind(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+class _Reader:
+    """Walks raw config, collecting problems instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(Problem(path, message))
+
+    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
+        if not isinstance(raw, dict):
+            self.fail(path, f"expected a mapping, got {_kind(raw)} {_show(raw)}")
+            return None
+        good: dict[str, Any] = {}
+        for key, value in raw.items():
+            if not isinstance(key, str):
+                self.fail(path, f"key {_show(key)} is not a string")
+            elif allowed is not None and key not in allowed:
+                self.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
+            else:
+                good[key] = value
+        return good
+
+    def value(
+        self,
+        d: Mapping[str, Any] | None,
+        key: str,
+        path: str,
+        kind: type | tuple[type, ...],
+        default: Any = _REQUIRED,
+        *,
+        choices: tuple[Any, ...] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        check: Callable[[Any], str | None] | None = None,
+    ) -> Any:
+        full = f"{path}.{key}" if path else key
+        if d is None or key not in d or d[key] is None:
+            if default is _REQUIRED:
+                if d is not None:
+                    self.fail(full, "is required")
+                return None
+            return default
+        value = d[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
+            self.fail(full, f"expected {want}, got {_kind(value)} {_show(value)}")
+            return default if default is not _REQUIRED else None
+        if choices is not None and value not in choices:
+            self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
+            return default if default is not _REQUIRED else None
+        if minimum is not None and value < minimum:
+            self.fail(full, f"{_show(value)} is below the minimum {minimum:g}")
+            return default if default is not _REQUIRED else None
+        if maximum is not None and value > maximum:
+            self.fail(full, f"{_show(value)} is above the maximum {maximum:g}")
+            return default if default is not _REQUIRED else None
+        if check is not None and (msg := check(value)) is not None:
+            self.fail(full, f"{_show(value)} {msg}")
+            return default if default is not _REQUIRED else None
+        return value
+
+    def strings(
+        self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
+        check: Callable[[str], str | None] | None = None,
+    ) -> tuple[str, ...]:
+        raw = self.value(d, key, path, list, None)
+        if raw is None:
+            return default
+        out: list[str] = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, str):
+                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_kind(item)} {_show(item)}")
+            elif check is not None and (msg := check(item)) is not None:
+                self.fail(f"{path}.{key}[{i}]", f"{_show(item)} {msg}")
+            else:
+                out.append(item)
+        return tuple(out)
+
+    def string_map(self, d: Mapping[str, Any] | None, key: str, path: str) -> dict[str, str]:
+        raw = self.value(d, key, path, dict, None)
+        if raw is None:
+            return {}
+        out: dict[str, str] = {}
+        for k, v in raw.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_kind(v)} {_show(v)}")
+            else:
+                out[k] = v
+        return out
+
+    def named(self, raw: Any, path: str) -> dict[str, Any]:
+        """A mapping of DNS-label names to objects (pools, tenants, models)."""
+        d = self.mapping(raw, path, None)
+        if d is None:
+            return {}
+        out = {}
+        for name, body in d.items():
+            if not DNS_LABEL.match(name):
+                self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits, '-')")
+            elif (m := self.mapping(body, f"{path}.{name}", None)) is not None:
+                out[name] = m
+        return out
+
+
+def _dns_label(value: str) -> str | None:
+    return None if DNS_LABEL.match(value) else "is not a DNS label (lowercase letters, digits, '-')"
+
+
+def _cidr(value: str) -> str | None:
+    try:
+        ipaddress.ip_network(value, strict=True)
+    except ValueError:
+        return "is not a CIDR block such as 10.0.0.0/16"
+    return None
+
+
+def _known_type(value: str) -> str | None:
+    if value in catalog.CATALOG:
+        return None
+    return f"is not a known instance type; known: {', '.join(catalog.known_types())}"
+
+
+# --------------------------------------------------------------------------------------------
+# sections
+
+
+def _target(r: _Reader, raw: Any) -> Target | None:
+    d = r.mapping(raw, "target", ("provider", "region", "availabilityZones", "kubeconfig", "context",
+                                  "hostsHaveDrivers"))
+    if d is None:
+        return None
+    provider = r.value(d, "provider", "target", str, choices=("aws", "existing"))
+    if provider == "aws":
+        for key in ("kubeconfig", "context", "hostsHaveDrivers"):
+            if key in d:
+                r.fail(f"target.{key}", "only applies to provider 'existing'")
+        region = r.value(d, "region", "target", str,
+                         check=lambda v: None if re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", v) else
+                         "is not an AWS region such as us-east-1")
+        azs = r.strings(d, "availabilityZones", "target")
+        if "availabilityZones" not in d:
+            r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
+        elif not 2 <= len(azs) <= 6:
+            r.fail("target.availabilityZones", f"{_show(list(azs))} must list 2 to 6 zones (EKS needs two)")
+        if region:
+            for i, az in enumerate(azs):
+                if not (az.startswith(region) and len(az) == len(region) + 1):
+                    r.fail(f"target.availabilityZones[{i}]", f"{az!r} is not a zone of region {region!r}")
+        if len(set(azs)) != len(azs):
+            r.fail("target.availabilityZones", f"{_show(list(azs))} lists a zone twice")
+        return Target("aws", region=region, availability_zones=azs)
+    if provider == "existing":
+        for key in ("region", "availabilityZones"):
+            if key in d:
+                r.fail(f"target.{key}", "only applies to provider 'aws'")
+        return Target(
+            "existing",
+            kubeconfig=r.value(d, "kubeconfig", "target", str),
+            context=r.value(d, "context", "target", str, None),
+            hosts_have_drivers=r.value(d, "hostsHaveDrivers", "target", bool, False),
+        )
+    return None
+
+
+def _system_pool(r: _Reader, raw: Any, path: str) -> SystemPool:
+    if raw is None:
+        return SystemPool()
+    d = r.mapping(raw, path, ("instanceType", "minSize", "maxSize", "desiredSize"))
+    itype = r.value(d, "instanceType", path, str, DEFAULT_SYSTEM_INSTANCE_TYPE, check=_known_type)
+    if itype in catalog.CATALOG and (catalog.get(itype).has_gpu or catalog.get(itype).onprem):
+        r.fail(f"{path}.instanceType", f"{itype!r} is not an AWS CPU type; use e.g. m7i.2xlarge")
+    lo = r.value(d, "minSize", path, int, 2, minimum=1)
+    hi = r.value(d, "maxSize", path, int, max(lo, 6), minimum=1)
+    want = r.value(d, "desiredSize", path, int, min(max(lo, 3), hi), minimum=1)
+    _sizes(r, path, lo, hi, want)
+    return SystemPool(itype, lo, hi, want)
+
+
+def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
+    if lo > hi:
+        r.fail(f"{path}.minSize", f"{lo} is greater than maxSize {hi}")
+    elif not lo <= want <= hi:
+        r.fail(f"{path}.desiredSize", f"{want} is outside minSize..maxSize ({lo}..{hi})")
+
+
+def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
+    d = r.mapping(raw if raw is not None else {}, "cluster",
+                  ("name", "publicAccessCidrs", "adminRoleArns", "systemPool"))
+
+    def _public(v: str) -> str | None:
+        if (msg := _cidr(v)) is not None:
+            return msg
+        if ipaddress.ip_network(v).prefixlen == 0:
+            return "opens the API endpoint to the whole internet; list your own networks instead"
+        return None
+
+    return ClusterSettings(
+        name=r.value(d, "name", "cluster", str, f"aifactory-{stack}",
+                     check=lambda v: None if re.match(r"^[A-Za-z][A-Za-z0-9-]{0,99}$", v) else
+                     "is not a valid EKS cluster name"),
+        public_access_cidrs=r.strings(d, "publicAccessCidrs", "cluster", check=_public),
+        admin_role_arns=r.strings(d, "adminRoleArns", "cluster",
+                                  check=lambda v: None if ROLE_ARN.match(v) else "is not an IAM role ARN"),
+        system_pool=_system_pool(r, (d or {}).get("systemPool"), "cluster.systemPool"),
+    )
+
+
+def _network(r: _Reader, raw: Any) -> NetworkSettings:
+    d = r.mapping(raw if raw is not None else {}, "network", ("vpcCidr", "natGateways", "flowLogRetentionDays"))
+    return NetworkSettings(
+        vpc_cidr=r.value(d, "vpcCidr", "network", str, "10.0.0.0/16", check=lambda v: _cidr(v) or (
+            None if 16 <= ipaddress.ip_network(v).prefixlen <= 20 else "must be a /16 to /20 block")),
+        nat_gateways=r.value(d, "natGateways", "network", str, "one-per-az", choices=("one-per-az", "single")),
+        flow_log_retention_days=r.value(d, "flowLogRetentionDays", "network", int, 30,
+                                        choices=(1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545,
+                                                 731, 1827, 3653)),
+    )
+
+
+_POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "availabilityZones", "capacity",
+              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodeCheck")
+
+
+def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
+    path = f"nodePools.{name}"
+    for key in d:
+        if key not in _POOL_KEYS:
+            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(_POOL_KEYS)}")
+    itype = r.value(d, "instanceType", path, str, check=_known_type)
+    if itype is None:
+        return None
+    inst = catalog.get(itype)
+    aws = target is not None and target.is_aws
+    if target is not None and inst.onprem == aws:
+        kinds = [n for n, t in catalog.CATALOG.items() if t.onprem != aws]
+        r.fail(f"{path}.instanceType", f"{itype!r} is not available for provider {target.provider!r}; "
+                                       f"choose one of: {', '.join(sorted(kinds))}")
+    lo = r.value(d, "minSize", path, int, 1, minimum=0)
+    want = r.value(d, "desiredSize", path, int, lo, minimum=0)
+    hi = r.value(d, "maxSize", path, int, max(lo, want), minimum=0)
+    _sizes(r, path, lo, hi, want)
+
+    fabric = r.value(d, "fabric", path, str, "none", choices=("efa", "infiniband", "none"))
+    if fabric == "efa":
+        if not inst.supports_efa:
+            r.fail(f"{path}.fabric", f"'efa' is not available on {itype}; EFA types: {', '.join(catalog.efa_types())}")
+        if target is not None and not aws:
+            r.fail(f"{path}.fabric", "'efa' needs provider 'aws'; existing clusters use 'infiniband'")
+    if fabric == "infiniband":
+        if inst.ib_ports == 0:
+            ib = sorted(n for n, t in catalog.CATALOG.items() if t.ib_ports)
+            r.fail(f"{path}.fabric", f"'infiniband' is not available on {itype}; InfiniBand types: {', '.join(ib)}")
+        if aws:
+            r.fail(f"{path}.fabric", "'infiniband' needs provider 'existing'; AWS pools use 'efa'")
+    if fabric != "none" and not inst.has_gpu:
+        r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
+
+    target_azs = target.availability_zones if target is not None else ()
+    azs = r.strings(d, "availabilityZones", path)
+    if "availabilityZones" in d:
+        if not aws:
+            r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
+        for i, az in enumerate(azs):
+            if target_azs and az not in target_azs:
+                r.fail(f"{path}.availabilityZones[{i}]", f"{az!r} is not one of target.availabilityZones "
+                                                         f"({', '.join(target_azs)})")
+        if not azs:
+            r.fail(f"{path}.availabilityZones", "must list at least one zone")
+    elif aws:
+        azs = target_azs[:1] if fabric == "efa" else target_azs
+    if fabric == "efa" and len(azs) > 1:
+        r.fail(f"{path}.availabilityZones", f"{_show(list(azs))}: an EFA pool must be in exactly one zone "
+                                            "(EFA traffic does not cross zones)")
+
+    cap_raw = d.get("capacity")
+    capacity = Capacity()
+    if cap_raw is not None:
+        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId"))
+        ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
+                        choices=("on-demand", "odcr", "capacity-block"))
+        rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
+                      check=lambda v: None if RESERVATION_ID.match(v) else "is not a reservation id (cr-...)")
+        if ctype != "on-demand" and rid is None and cd is not None and "reservationId" not in cd:
+            r.fail(f"{path}.capacity.reservationId", f"is required for capacity type {ctype!r}")
+        if ctype == "on-demand" and cd is not None and "reservationId" in cd:
+            r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
+        if not aws and target is not None:
+            r.fail(f"{path}.capacity", "only applies to provider 'aws'")
+        capacity = Capacity(ctype, rid)
+        if ctype == "capacity-block" and not (lo == hi == want):
+            r.fail(f"{path}.desiredSize", f"a capacity block fixes the node count: set minSize, maxSize and "
+                                          f"desiredSize equal (got {lo}, {hi}, {want})")
+    pg_default = fabric == "efa" and not capacity.reserved
+    pg = r.value(d, "placementGroup", path, bool, pg_default)
+    if pg and capacity.reserved:
+        r.fail(f"{path}.placementGroup", f"true conflicts with capacity type {capacity.type!r}: the reservation "
+                                         "fixes placement itself; remove placementGroup")
+    if pg and not aws and target is not None:
+        r.fail(f"{path}.placementGroup", "only applies to provider 'aws'")
+
+    root = r.value(d, "rootVolumeGiB", path, int,
+                   DEFAULT_GPU_ROOT_VOLUME_GIB if inst.has_gpu else DEFAULT_CPU_ROOT_VOLUME_GIB,
+                   minimum=20, maximum=16384)
+    huge = r.value(d, "hugepagesMiB", path, int, DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0,
+                   minimum=0, check=lambda v: None if v % 2 == 0 else "must be a multiple of 2 (2 MiB pages)")
+    labels = r.string_map(d, "labels", path)
+    for key in labels:
+        if key == POOL_LABEL or key.startswith("nvidia.com/"):
+            r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
+
+    taints: list[Taint] = []
+    if "taints" in d:
+        raw_t = r.value(d, "taints", path, list, [])
+        for i, t in enumerate(raw_t):
+            tp = f"{path}.taints[{i}]"
+            td = r.mapping(t, tp, ("key", "value", "effect"))
+            key = r.value(td, "key", tp, str)
+            eff = r.value(td, "effect", tp, str, choices=("NoSchedule", "PreferNoSchedule", "NoExecute"))
+            val = r.value(td, "value", tp, str, "")
+            if key and eff:
+                taints.append(Taint(key, eff, val))
+    elif inst.has_gpu:
+        taints.append(Taint(GPU_TAINT_KEY, "NoSchedule", "true"))
+
+    mig = r.value(d, "mig", path, str, None, choices=MIG_LAYOUTS)
+    if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
+        r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: "
+                              f"{', '.join(n for n in catalog.gpu_types() if catalog.get(n).gpu.mig_capable)}")
+
+    nc_path = f"{path}.nodeCheck"
+    ncd = r.mapping(d.get("nodeCheck") or {}, nc_path,
+                    ("driverMinVersion", "minTflopsFraction", "minBandwidthFraction", "burnInSeconds"))
+    node_check = NodeCheck(
+        driver_min_version=r.value(ncd, "driverMinVersion", nc_path, str, DEFAULT_DRIVER_MIN_VERSION,
+                                   check=lambda v: None if re.match(r"^\d+(\.\d+){0,2}$", v) else
+                                   "is not a driver version such as 550.54.15"),
+        min_tflops_fraction=r.value(ncd, "minTflopsFraction", nc_path, float, 0.7, minimum=0, maximum=1),
+        min_bandwidth_fraction=r.value(ncd, "minBandwidthFraction", nc_path, float, 0.7, minimum=0, maximum=1),
+        burn_in_seconds=r.value(ncd, "burnInSeconds", nc_path, int, 10, minimum=1, maximum=3600),
+    )
+    return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
+                    tuple(taints), mig, node_check)
+
+
+def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
+    path = "infiniband"
+    d = r.mapping(raw if raw is not None else {}, path, ("network", "interfaces", "ipRange", "hcaDeviceIds",
+                                                         "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed"))
+    return InfinibandSettings(
+        network=r.value(d, "network", path, str, "ipoib", choices=("ipoib", "sriov")),
+        interfaces=r.strings(d, "interfaces", path, ("ib0",)),
+        ip_range=r.value(d, "ipRange", path, str, "192.168.100.0/22", check=_cidr),
+        hca_device_ids=r.strings(d, "hcaDeviceIds", path, ("101b",),
+                                 check=lambda v: None if re.match(r"^[0-9a-f]{4}$", v) else
+                                 "is not a PCI device id such as 101b"),
+        rdma_resource_name=r.value(d, "rdmaResourceName", path, str, "rdma_shared_device_a",
+                                   check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
+                                   "may hold only lowercase letters, digits and '_'"),
+        rdma_hca_max=r.value(d, "rdmaHcaMax", path, int, 63, minimum=1, maximum=1000),
+        hosts_have_ofed=r.value(d, "hostsHaveOfed", path, bool, False),
+    )
+
+
+def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
+    path = f"tenants.{name}"
+    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "rateLimit")
+    for key in d:
+        if key not in allowed:
+            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
+    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or (
+        f"is reserved for the platform ({', '.join(sorted(SYSTEM_NAMESPACES))})" if v in SYSTEM_NAMESPACES
+        else None))
+    quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
+    rl_path = f"{path}.rateLimit"
+    rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst"))
+    rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
+    return Tenant(
+        name=name,
+        namespace=ns if ns not in SYSTEM_NAMESPACES else name,
+        gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
+        cpu_quota=r.value(d, "cpuQuota", path, str, "64",
+                          check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
+        memory_quota=r.value(d, "memoryQuota", path, str, "512Gi",
+                             check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
+        rate_limit=RateLimit(rps, r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)),
+    )
+
+
+_MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
+               "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
+               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB")
+
+
+def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
+           tenants: Mapping[str, Tenant]) -> Model | None:
+    path = f"models.{name}"
+    for key in d:
+        if key not in _MODEL_KEYS:
+            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(_MODEL_KEYS)}")
+    engine = r.value(d, "engine", path, str, choices=("vllm", "triton"))
+    model_id = r.value(d, "model", path, str)
+    tenant = r.value(d, "tenant", path, str)
+    if tenant is not None and tenant not in tenants:
+        r.fail(f"{path}.tenant", f"{tenant!r} is not a tenant; tenants: {', '.join(sorted(tenants)) or '(none)'}")
+    pool_name = r.value(d, "pool", path, str)
+    pool = pools.get(pool_name) if pool_name else None
+    if pool_name is not None and pool is None:
+        r.fail(f"{path}.pool", f"{pool_name!r} is not a node pool; pools: {', '.join(sorted(pools)) or '(none)'}")
+    elif pool is not None and not pool.gpu:
+        r.fail(f"{path}.pool", f"{pool_name!r} has no GPUs ({pool.instance_type}); "
+                               f"GPU pools: {', '.join(p.name for p in pools.values() if p.gpu) or '(none)'}")
+    tp = r.value(d, "tensorParallel", path, int, 1, minimum=1, maximum=64)
+    pp = r.value(d, "pipelineParallel", path, int, 1, minimum=1, maximum=64)
+    mig = r.value(d, "migProfile", path, str, None,
+                  check=lambda v: None if MIG_PROFILE_RE.match(v) else "is not a MIG profile such as 1g.10gb")
+    gpus = r.value(d, "gpusPerReplica", path, int, tp * pp, minimum=1)
+    if mig is None and gpus != tp * pp:
+        r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
+    per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
+    if pool is not None and pool.gpu:
+        if mig is not None:
+            if pool.mig is None:
+                r.fail(f"{path}.migProfile", f"pool {pool.name!r} has no MIG layout; set nodePools.{pool.name}.mig")
+            if tp * pp != 1:
+                r.fail(f"{path}.migProfile", "a MIG slice serves one shard: tensorParallel and pipelineParallel must be 1")
+        elif gpus > per_node and gpus % per_node:
+            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
+                                             f"a multi-node replica needs a multiple of {per_node}")
+        elif gpus > per_node and pool.fabric == "none":
+            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
+                                             f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
+    quant = r.value(d, "quantization", path, str, "none", choices=("none", "fp8", "awq", "gptq", "int8"))
+    if engine == "triton" and quant == "gptq":
+        r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
+                                       "choose one of: none, fp8, awq, int8")
+    spec = None
+    if d.get("speculative") is not None:
+        sp = f"{path}.speculative"
+        sd = r.mapping(d["speculative"], sp, ("draftModel", "numSpeculativeTokens"))
+        draft = r.value(sd, "draftModel", sp, str)
+        spec = Speculative(draft or "", r.value(sd, "numSpeculativeTokens", sp, int, 5, minimum=1, maximum=16))
+        if engine == "triton":
+            r.fail(sp, "speculative decoding is configured for vLLM only; remove it or use engine 'vllm'")
+    rp = f"{path}.replicas"
+    rd = r.mapping(d.get("replicas") or {}, rp, ("min", "max", "targetQueueDepth", "targetQueueTimeMs"))
+    rmin = r.value(rd, "min", rp, int, 1, minimum=0)
+    rmax = r.value(rd, "max", rp, int, max(rmin, 1), minimum=1)
+    if rmin > rmax:
+        r.fail(f"{rp}.min", f"{rmin} is greater than max {rmax}")
+    replicas = Replicas(rmin, rmax, r.value(rd, "targetQueueDepth", rp, int, 5, minimum=1),
+                        r.value(rd, "targetQueueTimeMs", rp, int, 100, minimum=1))
+    sp_ = f"{path}.slo"
+    sd_ = r.mapping(d.get("slo") or {}, sp_, ("ttftSeconds", "interTokenSeconds", "e2eSeconds"))
+    slo = ModelSlo(r.value(sd_, "ttftSeconds", sp_, float, 0.5, minimum=0.001),
+                   r.value(sd_, "interTokenSeconds", sp_, float, 0.05, minimum=0.001),
+                   r.value(sd_, "e2eSeconds", sp_, float, 20.0, minimum=0.01))
+    if None in (engine, model_id, tenant, pool_name):
+        return None
+    return Model(
+        name=name, engine=engine, model=model_id, tenant=tenant, pool=pool_name,
+        uri=r.value(d, "uri", path, str, f"hf://{model_id}",
+                    check=lambda v: None if re.match(r"^(hf|s3|pvc)://.+", v) else
+                    "is not a model URI; use hf://ORG/NAME, s3://BUCKET/PATH or pvc://CLAIM/PATH"),
+        tensor_parallel=tp, pipeline_parallel=pp, gpus_per_replica=gpus, mig_profile=mig, quantization=quant,
+        max_model_length=r.value(d, "maxModelLength", path, int, None, minimum=256),
+        prefix_caching=r.value(d, "prefixCaching", path, bool, True),
+        speculative=spec, replicas=replicas,
+        workload=r.value(d, "workload", path, str, name, check=_dns_label),
+        priority=r.value(d, "priority", path, str, "interactive", choices=("interactive", "batch")),
+        timeout_seconds=r.value(d, "timeoutSeconds", path, float, 60.0, minimum=0.1, maximum=3600),
+        slo=slo,
+        callers=r.strings(d, "callers", path),
+        cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
+        gpus_per_node_hint=per_node,
+    )
+
+
+def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
+    p = "gateway"
+    d = r.mapping(raw if raw is not None else {}, p, ("namespace", "minReplicas", "maxReplicas", "serviceType",
+                                                      "connectTimeoutSeconds", "retries", "outlierDetection",
+                                                      "circuitBreakers"))
+    lo = r.value(d, "minReplicas", p, int, 2, minimum=1)
+    hi = r.value(d, "maxReplicas", p, int, max(lo, 6), minimum=1)
+    if lo > hi:
+        r.fail(f"{p}.minReplicas", f"{lo} is greater than maxReplicas {hi}")
+    rd = r.mapping((d or {}).get("retries") or {}, f"{p}.retries", ("attempts", "budgetPercent"))
+    od = r.mapping((d or {}).get("outlierDetection") or {}, f"{p}.outlierDetection",
+                   ("consecutive5xx", "intervalSeconds", "baseEjectionSeconds", "maxEjectionPercent"))
+    cd = r.mapping((d or {}).get("circuitBreakers") or {}, f"{p}.circuitBreakers",
+                   ("maxConnections", "maxPendingRequests", "maxRequests"))
+    return GatewaySettings(
+        namespace=r.value(d, "namespace", p, str, "aifactory-gateway", check=_dns_label),
+        min_replicas=lo, max_replicas=hi,
+        service_type=r.value(d, "serviceType", p, str, "LoadBalancer",
+                             choices=("LoadBalancer", "NodePort", "ClusterIP")),
+        connect_timeout_seconds=r.value(d, "connectTimeoutSeconds", p, float, 2.0, minimum=0.01, maximum=60),
+        retries=Retries(r.value(rd, "attempts", f"{p}.retries", int, 2, minimum=0, maximum=10),
+                        r.value(rd, "budgetPercent", f"{p}.retries", float, 20.0, minimum=0, maximum=100)),
+        outlier_detection=OutlierDetection(
+            r.value(od, "consecutive5xx", f"{p}.outlierDetection", int, 3, minimum=1),
+            r.value(od, "intervalSeconds", f"{p}.outlierDetection", float, 2.0, minimum=0.1),
+            r.value(od, "baseEjectionSeconds", f"{p}.outlierDetection", float, 30.0, minimum=0.1),
+            r.value(od, "maxEjectionPercent", f"{p}.outlierDetection", int, 50, minimum=1, maximum=100)),
+        circuit_breakers=CircuitBreakers(
+            r.value(cd, "maxConnections", f"{p}.circuitBreakers", int, 4096, minimum=1),
+            r.value(cd, "maxPendingRequests", f"{p}.circuitBreakers", int, 2048, minimum=1),
+            r.value(cd, "maxRequests", f"{p}.circuitBreakers", int, 4096, minimum=1)),
+    )
+
+
+def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> WorkflowSlo:
+    d = r.mapping(raw if raw is not None else {}, path, ("latencySeconds", "latencyTarget", "availabilityTarget"))
+    return WorkflowSlo(
+        r.value(d, "latencySeconds", path, float, base.latency_seconds, minimum=0.001),
+        r.value(d, "latencyTarget", path, float, base.latency_target, minimum=0.5, maximum=0.99999),
+        r.value(d, "availabilityTarget", path, float, base.availability_target, minimum=0.5, maximum=0.99999),
+    )
+
+
+def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
+    p = "observability"
+    d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
+                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows"))
+    prices: dict[str, float] = {}
+    for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
+        if _known_type(str(itype)) is not None:
+            r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
+        elif isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+            r.fail(f"{p}.prices.{itype}", f"expected a price in $/hour (a number >= 0), got {_show(price)}")
+        else:
+            prices[itype] = float(price)
+    if d is not None and "prices" in d and not isinstance(d["prices"], dict):
+        r.fail(f"{p}.prices", f"expected a mapping of instance type to $/hour, got {_kind(d['prices'])}")
+    base = _workflow_slo(r, (d or {}).get("slo"), f"{p}.slo", WorkflowSlo())
+    workflows = {}
+    for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():
+        workflows[wname] = _workflow_slo(r, body, f"{p}.workflows.{wname}", base)
+    return ObservabilitySettings(
+        namespace=r.value(d, "namespace", p, str, "monitoring", check=_dns_label),
+        retention=r.value(d, "retention", p, str, "15d",
+                          check=lambda v: None if DURATION.match(v) else "is not a retention such as 15d or 720h"),
+        loki_mode=r.value(d, "lokiMode", p, str, "single-binary", choices=("single-binary", "simple-scalable")),
+        trace_sample_ratio=r.value(d, "traceSampleRatio", p, float, 1.0, minimum=0, maximum=1),
+        idle_gpu_utilization_percent=r.value(d, "idleGpuUtilizationPercent", p, float, 10.0, minimum=0,
+                                             maximum=100),
+        prices=prices,
+        default_workflow_slo=base,
+        workflows=workflows,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# entry points
+
+
+def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
+    """Validate raw `aifactory:*` values (structured, key without namespace) into a PlatformConfig.
+
+    Raises ConfigError listing every problem found, each with its key path.
+    """
+    r = _Reader()
+    if not isinstance(raw, Mapping):
+        raise ConfigError([Problem("config", f"expected a mapping, got {_kind(raw)}")])
+    for key in raw:
+        if key not in TOP_LEVEL_KEYS:
+            r.fail(str(key), f"unknown key; allowed keys under '{NAMESPACE}:': {', '.join(TOP_LEVEL_KEYS)}")
+    if "target" not in raw:
+        r.fail("target", "is required (provider: aws with region and availabilityZones, or provider: existing "
+                         "with kubeconfig)")
+    target = _target(r, raw["target"]) if "target" in raw else None
+    aws = target is not None and target.is_aws
+    k8s = r.value(raw, "kubernetesVersion", "", str, DEFAULT_KUBERNETES_VERSION,
+                  choices=SUPPORTED_KUBERNETES_VERSIONS)
+    cluster = network = None
+    if aws:
+        cluster = _cluster(r, raw.get("cluster"), stack)
+        network = _network(r, raw.get("network"))
+    elif target is not None:
+        for key in ("cluster", "network"):
+            if key in raw:
+                r.fail(key, "only applies to provider 'aws'")
+
+    pools: dict[str, NodePool] = {}
+    if "nodePools" not in raw:
+        r.fail("nodePools", "is required: at least one GPU pool")
+    for name, body in r.named(raw.get("nodePools", {}), "nodePools").items():
+        if (pool := _node_pool(r, name, body, target)) is not None:
+            pools[name] = pool
+    if "nodePools" in raw and isinstance(raw["nodePools"], dict) and not any(p.gpu for p in pools.values()):
+        if not r.problems:
+            r.fail("nodePools", "needs at least one GPU pool")
+
+    infiniband = None
+    if any(p.fabric == "infiniband" for p in pools.values()) or "infiniband" in raw:
+        infiniband = _infiniband(r, raw.get("infiniband"))
+        if aws and "infiniband" in raw:
+            r.fail("infiniband", "only applies to provider 'existing'")
+
+    tenants = {n: _tenant(r, n, b) for n, b in r.named(raw.get("tenants", {}), "tenants").items()}
+    seen_ns: dict[str, str] = {}
+    for t in tenants.values():
+        if t.namespace in seen_ns:
+            r.fail(f"tenants.{t.name}.namespace", f"{t.namespace!r} is already tenant {seen_ns[t.namespace]!r}'s")
+        seen_ns[t.namespace] = t.name
+
+    models: dict[str, Model] = {}
+    for name, body in r.named(raw.get("models", {}), "models").items():
+        if (m := _model(r, name, body, pools, tenants)) is not None:
+            models[name] = m
+    _cross_model_checks(r, models, tenants)
+
+    gateway = _gateway(r, raw.get("gateway"))
+    observability = _observability(r, raw.get("observability"))
+    for pool in pools.values():
+        if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \
+                pool.instance_type not in observability.prices:
+            r.fail(f"observability.prices.{pool.instance_type}",
+                   f"is required: {pool.instance_type} (pool {pool.name!r}) has no on-demand price; "
+                   "give its amortised $/hour")
+    if gateway.namespace in seen_ns or observability.namespace in seen_ns:
+        r.fail("tenants", "a tenant namespace collides with the gateway or observability namespace")
+
+    if r.problems or target is None:
+        raise ConfigError(r.problems or [Problem("target", "is required")])
+    return PlatformConfig(stack, target, k8s, cluster, network, pools, infiniband, tenants, models, gateway,
+                          observability)
+
+
+def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant]) -> None:
+    by_workload: dict[tuple[str, str], list[Model]] = {}
+    for m in models.values():
+        by_workload.setdefault((m.workload, m.priority), []).append(m)
+        for i, caller in enumerate(m.callers):
+            if caller not in models:
+                r.fail(f"models.{m.name}.callers[{i}]", f"{caller!r} is not a model; models: {', '.join(sorted(models))}")
+    for (workload, priority), ms in by_workload.items():
+        if len(ms) > 1:
+            names = ", ".join(sorted(x.name for x in ms))
+            r.fail(f"models.{ms[1].name}.workload", f"{workload!r} already has a {priority} model ({names}); "
+                                                   "a workload has at most one interactive and one batch model")
+    for t in tenants.values():
+        need = sum(m.replicas.max * (m.gpus_per_replica if m.mig_profile is None else 0)
+                   for m in models.values() if m.tenant == t.name)
+        if need > t.gpu_quota:
+            r.fail(f"tenants.{t.name}.gpuQuota", f"{t.gpu_quota} is less than the {need} GPUs its models can scale "
+                                                 f"to (replicas.max x gpusPerReplica); raise it to at least {need}")
+
+
+def raw_from_pulumi() -> dict[str, Any]:
+    """The `aifactory:*` stack config as the Pulumi CLI passed it, structured values decoded."""
+    import pulumi
+    from pulumi.runtime import config as runtime_config
+
+    keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
+    cfg = pulumi.Config(NAMESPACE)
+    raw: dict[str, Any] = {}
+    for full in sorted(keys):
+        ns, _, key = full.partition(":")
+        if ns != NAMESPACE:
+            continue
+        text = cfg.get(key)
+        if text is None:
+            continue
+        # The CLI passes structured values (objects, lists) as JSON text and scalars as plain text:
+        # decode only the former, so kubernetesVersion "1.34" stays a string.
+        raw[key] = cfg.get_object(key) if text.lstrip()[:1] in ("{", "[") else text
+    return raw
+
+
+def load() -> PlatformConfig:
+    """The current stack's PlatformConfig, read through pulumi.Config."""
+    import pulumi
+
+    return parse(raw_from_pulumi(), stack=pulumi.get_stack())

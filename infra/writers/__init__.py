@@ -1,0 +1,1 @@
+"""Artifact writers: every module here registers one or more writers with `@artifact`."""

@@ -1,0 +1,213 @@
+"""Metric and label names: the one module that telemetry/, dashboards/, the rules and the tests use.
+
+Two groups:
+- what the kit's own instrumentation emits (OTel instrument names and the Prometheus names the OTel
+  Prometheus exporter / the Collector's prometheus exporter turn them into: dots become underscores,
+  the unit word is appended, `_total` is added to monotonic sums, units in braces are dropped);
+- what the exporters on the platform emit (DCGM exporter, vLLM, Triton, Istio, Envoy, kube-state-metrics,
+  the Collector's spanmetrics connector), exactly as shared/reference/FACTS.md records them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "STEP_KINDS",
+    "StepKind",
+    "Metric",
+    "WORKFLOW_DURATION",
+    "STEP_DURATION",
+    "CRITICAL_PATH",
+    "WORKFLOW_STEPS",
+    "STEP_ERRORS",
+    "GENAI_TOKEN_USAGE",
+    "GENAI_OPERATION_DURATION",
+    "KIT_METRICS",
+    "L_WORKFLOW",
+    "L_TENANT",
+    "L_STATUS",
+    "L_STEP_KIND",
+    "L_STEP_NAME",
+    "L_ERROR_TYPE",
+    "L_TOKEN_TYPE",
+    "L_REQUEST_MODEL",
+    "WORKFLOW_BUCKETS_S",
+    "STEP_BUCKETS_S",
+    "STEPS_BUCKETS",
+    "TOKEN_BUCKETS",
+    "DCGM",
+    "VLLM",
+    "TRITON",
+    "ISTIO",
+    "ENVOY",
+    "KSM",
+    "SPANMETRICS",
+]
+
+# --- step kinds ---------------------------------------------------------------------------------
+StepKind = str
+# Kinds the dashboards break compound latency into; instrumentation may add its own (extensible).
+STEP_KINDS: tuple[StepKind, ...] = ("llm", "tool", "retrieval", "planning", "network", "other")
+
+# --- labels (metric attributes) -----------------------------------------------------------------
+L_WORKFLOW = "workflow"
+L_TENANT = "tenant"
+L_STATUS = "status"  # ok | error
+L_STEP_KIND = "step_kind"
+L_STEP_NAME = "step_name"
+L_ERROR_TYPE = "error_type"
+L_TOKEN_TYPE = "gen_ai_token_type"  # OTel attribute gen_ai.token.type
+L_REQUEST_MODEL = "gen_ai_request_model"  # OTel attribute gen_ai.request.model
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    otel: str  # instrument name
+    prom: str  # Prometheus base name (histograms add _bucket/_sum/_count)
+    unit: str  # UCUM unit of the instrument
+    kind: str  # histogram | counter | gauge
+    description: str
+
+
+# Bucket boundaries (seconds). Agent workflows run from about a second to many minutes; single steps
+# from milliseconds (tool calls, retrieval) to a minute (long generations). Boundaries are dense where
+# SLO thresholds usually sit (1-60 s) so histogram_quantile stays within a few percent there.
+WORKFLOW_BUCKETS_S = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 120, 180, 300, 600, 1200)
+STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300)
+STEPS_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89)
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel GenAI semconv advice
+
+WORKFLOW_DURATION = Metric("aifactory.workflow.duration", "aifactory_workflow_duration_seconds", "s", "histogram",
+                           "Wall time of one agent workflow (task), from start to end.")
+STEP_DURATION = Metric("aifactory.step.duration", "aifactory_step_duration_seconds", "s", "histogram",
+                       "Wall time of one workflow step (LLM call, tool call, retrieval, planning...).")
+CRITICAL_PATH = Metric("aifactory.workflow.critical_path", "aifactory_workflow_critical_path_seconds_total", "s",
+                       "counter",
+                       "Seconds of workflow wall time each step kind is responsible for; overlapping parallel "
+                       "steps split the overlap, so per workflow the kinds add up to its duration.")
+WORKFLOW_STEPS = Metric("aifactory.workflow.steps", "aifactory_workflow_steps", "{step}", "histogram",
+                        "Steps executed per workflow.")
+STEP_ERRORS = Metric("aifactory.step.errors", "aifactory_step_errors_total", "{error}", "counter",
+                     "Failed steps, by kind and error type.")
+GENAI_TOKEN_USAGE = Metric("gen_ai.client.token.usage", "gen_ai_client_token_usage", "{token}", "histogram",
+                           "Tokens used per LLM call (gen_ai.token.type input|output).")
+GENAI_OPERATION_DURATION = Metric("gen_ai.client.operation.duration", "gen_ai_client_operation_duration_seconds",
+                                  "s", "histogram", "Duration of GenAI client operations (OTel GenAI semconv).")
+KIT_METRICS = (WORKFLOW_DURATION, STEP_DURATION, CRITICAL_PATH, WORKFLOW_STEPS, STEP_ERRORS, GENAI_TOKEN_USAGE,
+               GENAI_OPERATION_DURATION)
+
+
+class DCGM:
+    """DCGM exporter (port 9400). Gauges unless noted; labels gpu, UUID, pci_bus_id, device, modelName,
+    Hostname (newer exporters: hostname), and in Kubernetes mode pod, namespace, container."""
+
+    PORT = 9400
+    GPU_UTIL = "DCGM_FI_DEV_GPU_UTIL"  # %
+    FB_USED = "DCGM_FI_DEV_FB_USED"  # MiB
+    FB_FREE = "DCGM_FI_DEV_FB_FREE"  # MiB
+    POWER = "DCGM_FI_DEV_POWER_USAGE"  # W
+    GPU_TEMP = "DCGM_FI_DEV_GPU_TEMP"  # C
+    MEMORY_TEMP = "DCGM_FI_DEV_MEMORY_TEMP"
+    SM_CLOCK = "DCGM_FI_DEV_SM_CLOCK"  # MHz
+    MEM_CLOCK = "DCGM_FI_DEV_MEM_CLOCK"
+    XID = "DCGM_FI_DEV_XID_ERRORS"  # value of the last XID
+    GR_ENGINE_ACTIVE = "DCGM_FI_PROF_GR_ENGINE_ACTIVE"  # ratio 0-1
+    TENSOR_ACTIVE = "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"
+    DRAM_ACTIVE = "DCGM_FI_PROF_DRAM_ACTIVE"
+    PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
+    PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
+    ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ
+    NVLINK_BW = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"  # counter
+    PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"  # counter
+    # Not in the default counters: the kit's custom CSV adds them.
+    SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
+    ECC_DBE_VOLATILE = "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"
+    ECC_SBE_VOLATILE = "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL"
+    ROW_REMAP_FAILURE = "DCGM_FI_DEV_ROW_REMAP_FAILURE"
+    ROW_REMAP_PENDING = "DCGM_FI_DEV_ROW_REMAP_PENDING"
+    UNCORRECTABLE_REMAPPED_ROWS = "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS"
+    CLOCK_THROTTLE_REASONS = "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"
+    HOSTNAME_LABELS = ("Hostname", "hostname")
+
+
+class VLLM:
+    """vLLM V1 (labels model_name, engine)."""
+
+    TTFT = "vllm:time_to_first_token_seconds"  # histogram
+    ITL = "vllm:inter_token_latency_seconds"  # histogram (was time_per_output_token_seconds before 0.11)
+    TPOT = "vllm:request_time_per_output_token_seconds"
+    E2E = "vllm:e2e_request_latency_seconds"
+    QUEUE = "vllm:request_queue_time_seconds"
+    PREFILL = "vllm:request_prefill_time_seconds"
+    DECODE = "vllm:request_decode_time_seconds"
+    RUNNING = "vllm:num_requests_running"  # gauge
+    WAITING = "vllm:num_requests_waiting"  # gauge
+    KV_CACHE = "vllm:kv_cache_usage_perc"  # gauge 0-1
+    PROMPT_TOKENS = "vllm:prompt_tokens_total"  # counter
+    GENERATION_TOKENS = "vllm:generation_tokens_total"
+    PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+    PREFIX_HITS = "vllm:prefix_cache_hits_total"
+    REQUEST_SUCCESS = "vllm:request_success_total"  # {finished_reason}
+    PREEMPTIONS = "vllm:num_preemptions_total"
+    SPEC_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+    SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
+    SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
+    L_MODEL = "model_name"
+    TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+                    160, 640, 2560)
+    REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
+
+
+class TRITON:
+    """Triton (port 8002; labels model, version). Counters carry no _total suffix."""
+
+    REQUEST_SUCCESS = "nv_inference_request_success"
+    REQUEST_FAILURE = "nv_inference_request_failure"  # {reason}
+    INFERENCE_COUNT = "nv_inference_count"
+    EXEC_COUNT = "nv_inference_exec_count"
+    REQUEST_DURATION_US = "nv_inference_request_duration_us"  # cumulative microseconds
+    QUEUE_DURATION_US = "nv_inference_queue_duration_us"
+    COMPUTE_INPUT_US = "nv_inference_compute_input_duration_us"
+    COMPUTE_INFER_US = "nv_inference_compute_infer_duration_us"
+    COMPUTE_OUTPUT_US = "nv_inference_compute_output_duration_us"
+    PENDING = "nv_inference_pending_request_count"  # gauge
+    GPU_UTILIZATION = "nv_gpu_utilization"  # 0-1
+    GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
+    ENERGY = "nv_energy_consumption"
+    L_MODEL = "model"
+
+
+class ISTIO:
+    REQUESTS = "istio_requests_total"
+    DURATION = "istio_request_duration_milliseconds"  # histogram
+    MTLS_LABEL = "connection_security_policy"  # mutual_tls on the destination side
+
+
+class ENVOY:
+    """Envoy admin /stats/prometheus (cluster = one per model backend)."""
+
+    RQ_TOTAL = "envoy_cluster_upstream_rq_total"
+    RQ_XX = "envoy_cluster_upstream_rq_xx"  # {envoy_response_code_class}
+    RQ_TIME = "envoy_cluster_upstream_rq_time"  # histogram, ms
+    RQ_RETRY = "envoy_cluster_upstream_rq_retry"
+    EJECTIONS = "envoy_cluster_outlier_detection_ejections_active"
+    DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
+    RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
+    L_CLUSTER = "envoy_cluster_name"
+
+
+class KSM:
+    """kube-state-metrics."""
+
+    NODE_LABELS = "kube_node_labels"
+    POD_REQUESTS = "kube_pod_container_resource_requests"  # {resource="nvidia_com_gpu"}
+    NODE_INFO = "kube_node_info"
+    DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
+
+
+class SPANMETRICS:
+    """OTel Collector spanmetrics connector (labels service_name, span_name, span_kind, status_code)."""
+
+    CALLS = "traces_span_metrics_calls_total"
+    DURATION = "traces_span_metrics_duration_milliseconds"  # histogram, ms
