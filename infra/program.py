@@ -26,8 +26,17 @@ def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
 
 
 def program(cfg: PlatformConfig) -> None:
-    # --- cluster ---------------------------------------------------------------------------
-    provider = existing_cluster_provider(cfg) if not cfg.is_aws else None
+    # --- cluster (AWS layer: components.aws) ----------------------------------------------
+    if cfg.is_aws:
+        provider = k8s.Provider("eks-cluster", kubeconfig="{}", enable_server_side_apply=True)  # replaced by GpuCluster.provider
+    else:
+        provider = existing_cluster_provider(cfg)
+
+    # --- platform (components.k8s: GpuStack, Fabric, Mesh, Tenancy, Observability, autoscaler) --
+
+    # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
+
+    # --- dashboards and rules (dashboards/) -------------------------------------------------
 
     # --- exports ---------------------------------------------------------------------------
     pulumi.export("stack", cfg.stack)
