@@ -64,7 +64,8 @@ def _cmd_node_check(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="aifactory", description="GPU clusters for compound AI: synth, policy, node checks.")
+    p = argparse.ArgumentParser(prog="aifactory",
+                                description="GPU clusters for compound AI: synth, policy, node checks.")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

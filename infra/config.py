@@ -853,7 +853,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             if pool.mig is None:
                 r.fail(f"{path}.migProfile", f"pool {pool.name!r} has no MIG layout; set nodePools.{pool.name}.mig")
             if tp * pp != 1:
-                r.fail(f"{path}.migProfile", "a MIG slice serves one shard: tensorParallel and pipelineParallel must be 1")
+                r.fail(f"{path}.migProfile",
+                       "a MIG slice serves one shard: tensorParallel and pipelineParallel must be 1")
         elif gpus > per_node and gpus % per_node:
             r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
                                              f"a multi-node replica needs a multiple of {per_node}")
@@ -1064,7 +1065,8 @@ def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mappin
         by_workload.setdefault((m.workload, m.priority), []).append(m)
         for i, caller in enumerate(m.callers):
             if caller not in models:
-                r.fail(f"models.{m.name}.callers[{i}]", f"{caller!r} is not a model; models: {', '.join(sorted(models))}")
+                r.fail(f"models.{m.name}.callers[{i}]",
+                       f"{caller!r} is not a model; models: {', '.join(sorted(models))}")
     for (workload, priority), ms in by_workload.items():
         if len(ms) > 1:
             names = ", ".join(sorted(x.name for x in ms))

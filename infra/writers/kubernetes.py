@@ -11,7 +11,8 @@ __all__ = ["HELM_RELEASE", "kubernetes_objects", "helm_releases", "manifest_path
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Types that are not objects in the cluster: providers, Helm releases (written to helm/), component wrappers.
-_NOT_OBJECTS = ("pulumi:providers:", HELM_RELEASE, "kubernetes:yaml:", "kubernetes:kustomize:", "kubernetes:helm.sh/v4:")
+_NOT_OBJECTS = ("pulumi:providers:", HELM_RELEASE, "kubernetes:yaml:", "kubernetes:kustomize:",
+                "kubernetes:helm.sh/v4:")
 
 
 def kubernetes_objects(resources: list[Any]) -> list[dict[str, Any]]:

@@ -1,0 +1,26 @@
+"""Shared fixtures: each shipped stack is synthesized once per test session and reused read-only."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from infra.synth import DEFAULT_STACKS_DIR, SynthSummary, synth
+
+SHIPPED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
+@pytest.fixture(scope="session")
+def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """`synthesized("prod")` -> build directory of that stack (synth runs once per session per stack)."""
+    root = tmp_path_factory.mktemp("synth")
+    done: dict[str, SynthSummary] = {}
+
+    def get(stack: str) -> Path:
+        if stack not in done:
+            done[stack] = synth(stack, root / stack, progress=None)
+        return done[stack].out
+
+    return get

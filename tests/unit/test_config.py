@@ -1,0 +1,263 @@
+"""PlatformConfig: shipped stacks load; every kind of bad input is reported with its key path."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infra.config import ConfigError, PlatformConfig, parse
+from infra.synth import DEFAULT_STACKS_DIR, _raw_for_validation, read_stack_config
+
+STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+
+BASE: dict[str, Any] = {
+    "target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+    "nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2}},
+    "tenants": {"t1": {"gpuQuota": 16}},
+    "models": {"m1": {"engine": "vllm", "model": "org/model", "tenant": "t1", "pool": "gpu-a",
+                      "tensorParallel": 8}},
+}
+
+
+def raw_of(stack: str) -> dict[str, Any]:
+    return _raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / f"Pulumi.{stack}.yaml"))
+
+
+def problems(raw: dict[str, Any]) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="t")
+    return [str(p) for p in err.value.problems]
+
+
+def with_(path: str, value: Any, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """BASE with the dotted `path` set to `value` (value DELETE removes the key)."""
+    raw = copy.deepcopy(base or BASE)
+    node = raw
+    *parents, last = path.split(".")
+    for key in parents:
+        node = node.setdefault(key, {})
+    if value is DELETE:
+        node.pop(last, None)
+    else:
+        node[last] = value
+    return raw
+
+
+DELETE = object()
+
+
+def test_stacks_are_the_four_environments() -> None:
+    assert STACKS == ["dev", "onprem", "prod", "staging"]
+
+
+@pytest.mark.parametrize("stack", STACKS)
+def test_shipped_stack_validates(stack: str) -> None:
+    cfg = parse(raw_of(stack), stack=stack)
+    assert isinstance(cfg, PlatformConfig)
+    assert cfg.gpu_pools, "every stack has a GPU pool"
+    assert cfg.models
+
+
+def test_dev_defaults_are_documented_values() -> None:
+    cfg = parse(raw_of("dev"), stack="dev")
+    pool = cfg.node_pools["gpu-small"]
+    assert (pool.instance_type, pool.fabric, pool.min_size, pool.desired_size, pool.max_size) == \
+        ("g6e.xlarge", "none", 1, 1, 2)
+    assert pool.availability_zones == ("us-east-1a", "us-east-1b")  # non-EFA pools span every zone
+    assert pool.placement_group is False and pool.hugepages_mib == 0
+    assert [(t.key, t.value, t.effect) for t in pool.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
+    assert cfg.cluster is not None and cfg.cluster.name == "aifactory-dev"
+    assert cfg.cluster.public_access_cidrs == ()  # private endpoint by default
+    assert cfg.network is not None and cfg.network.nat_gateways == "single"
+    chat = cfg.models["chat"]
+    assert (chat.gpus_per_replica, chat.workload, chat.priority, chat.uri) == \
+        (1, "chat", "interactive", "hf://Qwen/Qwen2.5-7B-Instruct")
+    assert cfg.price_per_hour("g6e.xlarge") == 1.861
+
+
+def test_efa_pool_defaults_to_one_zone_placement_group_and_hugepages() -> None:
+    cfg = parse(BASE, stack="t")
+    pool = cfg.node_pools["gpu-a"]
+    assert pool.availability_zones == ("us-east-1a",)
+    assert pool.placement_group is True
+    assert pool.hugepages_mib == 5120
+
+
+def test_prod_capacity_block_pool_has_no_placement_group_and_price_override() -> None:
+    cfg = parse(raw_of("prod"), stack="prod")
+    block = cfg.node_pools["h100-block"]
+    assert block.capacity.type == "capacity-block" and block.capacity.reservation_id == "cr-0a1b2c3d4e5f60718"
+    assert block.placement_group is False
+    assert (block.min_size, block.desired_size, block.max_size) == (4, 4, 4)
+    assert cfg.price_per_hour("p5.48xlarge") == 31.46  # stack override beats the catalog
+    assert cfg.price_per_hour("p5en.48xlarge") == 63.30
+    deep = cfg.models["deep-research"]
+    assert (deep.gpus_per_replica, deep.multi_node, deep.nodes_per_replica) == (16, True, 2)
+
+
+def test_onprem_is_existing_cluster_with_infiniband() -> None:
+    cfg = parse(raw_of("onprem"), stack="onprem")
+    assert cfg.target.provider == "existing" and cfg.cluster is None and cfg.network is None
+    assert [p.name for p in cfg.infiniband_pools] == ["h100-ib"]
+    assert cfg.infiniband is not None and cfg.infiniband.hca_device_ids == ("101b", "1021")
+    assert cfg.tenants["analytics"].namespace == "analytics-ai"
+    assert cfg.models["classifier"].mig_profile == "1g.10gb"
+
+
+# Each bad config: (id, raw, the exact problem line expected among those reported)
+BAD: list[tuple[str, dict[str, Any], str]] = [
+    ("wrong type", with_("nodePools.gpu-a.minSize", "two"),
+     "nodePools.gpu-a.minSize: expected an integer, got a string 'two'"),
+    ("bool is not int", with_("nodePools.gpu-a.maxSize", True),
+     "nodePools.gpu-a.maxSize: expected an integer, got a boolean true"),
+    ("unknown top-level key", with_("nodepools", {}),
+     "nodepools: unknown key; allowed keys under 'aifactory:': target, kubernetesVersion, cluster, network, "
+     "nodePools, infiniband, tenants, models, gateway, observability"),
+    ("unknown pool key", with_("nodePools.gpu-a.instancetype", "p5.48xlarge"),
+     "nodePools.gpu-a.instancetype: unknown key; allowed keys: instanceType, minSize, maxSize, desiredSize, "
+     "fabric, availabilityZones, capacity, placementGroup, rootVolumeGiB, hugepagesMiB, labels, taints, mig, "
+     "nodeCheck"),
+    ("unknown instance type", with_("nodePools.gpu-a.instanceType", "p9.mega"),
+     "nodePools.gpu-a.instanceType: 'p9.mega' is not a known instance type; known: "),
+    ("efa on a type without efa", with_("nodePools.gpu-a.instanceType", "g6e.xlarge"),
+     "nodePools.gpu-a.fabric: 'efa' is not available on g6e.xlarge; EFA types: g5.48xlarge, g6.48xlarge, "
+     "g6e.48xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"),
+    ("efa across zones", with_("nodePools.gpu-a.availabilityZones", ["us-east-1a", "us-east-1b"]),
+     "nodePools.gpu-a.availabilityZones: [\"us-east-1a\", \"us-east-1b\"]: an EFA pool must be in exactly one "
+     "zone (EFA traffic does not cross zones)"),
+    ("capacity block with placement group",
+     with_("nodePools.gpu-a", {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 2, "maxSize": 2,
+                               "placementGroup": True,
+                               "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}}),
+     "nodePools.gpu-a.placementGroup: true conflicts with capacity type 'capacity-block': the reservation fixes "
+     "placement itself; remove placementGroup"),
+    ("capacity block sizes differ",
+     with_("nodePools.gpu-a", {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2,
+                               "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}}),
+     "nodePools.gpu-a.desiredSize: a capacity block fixes the node count: set minSize, maxSize and desiredSize "
+     "equal (got 1, 2, 1)"),
+    ("reservation id missing", with_("nodePools.gpu-a.capacity", {"type": "odcr"}),
+     "nodePools.gpu-a.capacity.reservationId: is required for capacity type 'odcr'"),
+    ("min greater than max", with_("nodePools.gpu-a.minSize", 3),
+     "nodePools.gpu-a.minSize: 3 is greater than maxSize 2"),
+    ("desired outside", with_("nodePools.gpu-a.desiredSize", 5),
+     "nodePools.gpu-a.desiredSize: 5 is outside minSize..maxSize (1..2)"),
+    ("negative size", with_("nodePools.gpu-a.minSize", -1),
+     "nodePools.gpu-a.minSize: -1 is below the minimum 0"),
+    ("missing target", with_("target", DELETE),
+     "target: is required (provider: aws with region and availabilityZones, or provider: existing with kubeconfig)"),
+    ("missing region", with_("target.region", DELETE), "target.region: is required"),
+    ("zone of another region", with_("target.availabilityZones", ["us-east-1a", "eu-west-1b"]),
+     "target.availabilityZones[1]: 'eu-west-1b' is not a zone of region 'us-east-1'"),
+    ("missing model field", with_("models.m1.engine", DELETE), "models.m1.engine: is required"),
+    ("bad engine", with_("models.m1.engine", "tgi"),
+     "models.m1.engine: 'tgi' is not allowed; choose one of: vllm, triton"),
+    ("model on unknown pool", with_("models.m1.pool", "nope"),
+     "models.m1.pool: 'nope' is not a node pool; pools: gpu-a"),
+    ("tp does not fit", with_("models.m1.tensorParallel", 12),
+     "models.m1.gpusPerReplica: 12 GPUs span nodes of 8 GPUs (p5.48xlarge); a multi-node replica needs a "
+     "multiple of 8"),
+    ("quota too small", with_("tenants.t1.gpuQuota", 4),
+     "tenants.t1.gpuQuota: 4 is less than the 8 GPUs its models can scale to (replicas.max x gpusPerReplica); "
+     "raise it to at least 8"),
+    ("public endpoint to the internet", with_("cluster", {"publicAccessCidrs": ["0.0.0.0/0"]}),
+     "cluster.publicAccessCidrs[0]: '0.0.0.0/0' opens the API endpoint to the whole internet; list your own "
+     "networks instead"),
+    ("unsupported kubernetes version", with_("kubernetesVersion", "1.20"),
+     "kubernetesVersion: '1.20' is not allowed; choose one of: 1.31, 1.32, 1.33, 1.34, 1.35, 1.36"),
+    ("section is not a mapping", with_("nodePools", ["gpu-a"]),
+     "nodePools: expected a mapping, got a list [\"gpu-a\"]"),
+    ("infiniband on aws", with_("nodePools.gpu-a.fabric", "infiniband"),
+     "nodePools.gpu-a.fabric: 'infiniband' needs provider 'existing'; AWS pools use 'efa'"),
+    ("tenant namespace reserved", with_("tenants.t1.namespace", "kube-system"),
+     "tenants.t1.namespace: 'kube-system' is reserved for the platform"),
+]
+
+
+@pytest.mark.parametrize(("raw", "expected"), [(raw, exp) for _, raw, exp in BAD], ids=[i for i, _, _ in BAD])
+def test_bad_config_reports_key_path(raw: dict[str, Any], expected: str) -> None:
+    found = problems(raw)
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_all_problems_are_reported_at_once() -> None:
+    raw = with_("nodePools.gpu-a.minSize", "x", with_("models.m1.engine", "tgi", with_("kubernetesVersion", "9")))
+    found = problems(raw)
+    paths = [p.split(":")[0] for p in found]
+    assert {"nodePools.gpu-a.minSize", "models.m1.engine", "kubernetesVersion"} <= set(paths)
+
+
+def test_onprem_type_needs_a_price() -> None:
+    raw = raw_of("onprem")
+    del raw["observability"]["prices"]["dgx-h100"]
+    assert "observability.prices.dgx-h100: is required: dgx-h100 (pool 'h100-ib') has no on-demand price; " \
+           "give its amortised $/hour" in problems(raw)
+
+
+# --- hypothesis: garbage never escapes as anything but ConfigError -----------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    max_leaves=12,
+)
+KEYS = ["target", "kubernetesVersion", "cluster", "network", "nodePools", "infiniband", "tenants", "models",
+        "gateway", "observability", "bogus"]
+
+
+def _leaf_paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(obj, dict):
+        for k, v in obj.items():
+            out += _leaf_paths(v, (*prefix, k))
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            out += _leaf_paths(v, (*prefix, i))
+    return out
+
+
+def _parse_or_config_error(raw: Any) -> None:
+    try:
+        parse(raw, stack="h")
+    except ConfigError as err:
+        assert err.problems, "a ConfigError always names at least one problem"
+        for p in err.problems:
+            assert p.path and p.message
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(KEYS), json_values, max_size=6))
+def test_garbage_top_level_never_tracebacks(raw: dict[str, Any]) -> None:
+    _parse_or_config_error(raw)
+
+
+PROD = raw_of("prod")
+PROD_PATHS = _leaf_paths(PROD)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(PROD_PATHS), json_values)
+def test_garbage_anywhere_in_a_real_stack_never_tracebacks(path: tuple[Any, ...], value: Any) -> None:
+    raw = copy.deepcopy(PROD)
+    node: Any = raw
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    _parse_or_config_error(raw)
+
+
+def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None:
+    f = tmp_path / "Pulumi.x.yaml"
+    f.write_text(yaml.safe_dump({"config": {"aifactory:kubernetesVersion": "1.34", "aws:region": "us-east-1",
+                                            "aifactory:nodePools": {"a": {"instanceType": "g6.xlarge"}}}}))
+    values = read_stack_config(f)
+    assert values["aifactory:kubernetesVersion"] == "1.34"  # scalars stay text
+    assert json.loads(values["aifactory:nodePools"]) == {"a": {"instanceType": "g6.xlarge"}}  # objects as JSON
+    assert values["aws:region"] == "us-east-1"
