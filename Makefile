@@ -10,7 +10,9 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The stamp depends on pyproject.toml so a changed pin reinstalls.
 $(VENV)/.installed: pyproject.toml
-	$(PYTHON) -m venv $(VENV)
+	@# Debian's python3 needs python3-venv for `-m venv`; install it only when venv creation fails.
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e '.[test]'
 	touch $@
