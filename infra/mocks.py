@@ -53,28 +53,29 @@ class PlatformMocks(pmocks.Mocks):
         self.region = region
 
     # --- invokes -----------------------------------------------------------------------------
-    def call(self, args: pmocks.MockCallArgs) -> tuple[dict, list[tuple[str, str]] | None]:
+    def call(self, args: pmocks.MockCallArgs) -> dict:
+        # A plain dict: the SDK's MockMonitor iterates the failures of a tuple, so (result, None) breaks it.
         tok = args.token
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/synth",
-                    "userId": "AIDASYNTH", "id": ACCOUNT_ID}, None
+                    "userId": "AIDASYNTH", "id": ACCOUNT_ID}
         if tok == "aws:index/getPartition:getPartition":
-            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}, None
+            return {"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws"}
         if tok == "aws:index/getRegion:getRegion":
-            return {"name": self.region, "region": self.region, "id": self.region}, None
+            return {"name": self.region, "region": self.region, "id": self.region}
         if tok == "aws:index/getAvailabilityZones:getAvailabilityZones":
             names = [f"{self.region}{c}" for c in "abcdef"]
             return {"names": names, "zoneIds": [f"use1-az{i + 1}" for i in range(len(names))],
-                    "id": self.region}, None
+                    "id": self.region}
         if tok == "aws:ssm/getParameter:getParameter":
             return {"name": args.args.get("name"), "value": "ami-0123456789abcdef0", "type": "String",
-                    "id": args.args.get("name")}, None
+                    "id": args.args.get("name")}
         if tok == "aws:iam/getPolicyDocument:getPolicyDocument":
-            return {"json": json.dumps(args.args, sort_keys=True), "id": "policy"}, None
+            return {"json": json.dumps(args.args, sort_keys=True), "id": "policy"}
         if tok == "aws:eks/getAddonVersion:getAddonVersion":
             return {"version": "v1.0.0-eksbuild.1", "addonName": args.args.get("addonName"),
-                    "id": args.args.get("addonName")}, None
-        return {}, None
+                    "id": args.args.get("addonName")}
+        return {}
 
     # --- resources ---------------------------------------------------------------------------
     def new_resource(self, args: pmocks.MockResourceArgs) -> tuple[str | None, dict]:
@@ -163,10 +164,17 @@ class PlatformMocks(pmocks.Mocks):
             out.update(publicIp=f"198.51.100.{int(_digest(name, n=2), 16) % 250 + 1}")
         elif kind == "AccessEntry":
             out.update(id=f"{inputs.get('clusterName')}#{inputs.get('principalArn')}")
+        if kind in _AUTONAMED and not inputs.get("name"):
+            # The engine auto-names these (name + random suffix); a digest keeps synth deterministic.
+            out["name"] = f"{name}-{_digest(typ, name, n=7)}"
         if "arn" not in out:
             out["arn"] = f"arn:aws:{svc}:{region}:{acct}:{kind.lower()}/{out.get('id', rid)}"
         out.setdefault("id", rid)
         return out
+
+
+# AWS types whose `name` the engine generates when the program gives none.
+_AUTONAMED = frozenset({"PlacementGroup", "SecurityGroup", "LaunchTemplate"})
 
 
 def _uuid(*parts: str) -> str:

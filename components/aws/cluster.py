@@ -1,0 +1,236 @@
+"""GpuCluster: the EKS control plane, its identity plumbing, add-ons and the system node group.
+
+Private API endpoint (public only with an explicit CIDR allow-list), secrets envelope-encrypted with
+a KMS key of its own, every control-plane log type on, an OIDC provider for IRSA, access entries for
+the admin roles, the four core add-ons, and a kubeconfig plus a Kubernetes provider for the layers
+above. GPU pools are separate GpuNodePool components.
+"""
+
+import ipaddress
+import json
+from typing import NotRequired, TypedDict
+
+import pulumi
+import pulumi_aws as aws
+import pulumi_kubernetes as k8s
+
+from components.aws import catalog, iam
+from components.aws.errors import Problems
+from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
+
+__all__ = [
+    "TYPE",
+    "CONTROL_PLANE_LOG_TYPES",
+    "ADDONS",
+    "ADMIN_POLICY_ARN",
+    "DEFAULT_SYSTEM_INSTANCE_TYPE",
+    "DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS",
+    "SystemPoolArgs",
+    "GpuClusterArgs",
+    "GpuCluster",
+    "vpc_config",
+    "kubeconfig",
+    "system_pool_spec",
+]
+
+TYPE = "aifactory:index:GpuCluster"
+CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager", "scheduler")
+# Installed in this order; coredns and the EBS CSI driver need nodes, so they wait for the system pool.
+ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
+ADDONS_NEEDING_NODES = frozenset({"coredns", "aws-ebs-csi-driver"})
+EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
+ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
+DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
+DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 100
+DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS = 90
+SYSTEM_POOL = "system"
+
+
+class SystemPoolArgs(TypedDict):
+    """The CPU node group for cluster add-ons and the platform's own pods."""
+
+    instance_type: NotRequired[str]
+    """Default: m7i.2xlarge."""
+    min_size: NotRequired[int]
+    """Default: 2."""
+    max_size: NotRequired[int]
+    """Default: 6."""
+    desired_size: NotRequired[int]
+    """Default: 3."""
+
+
+class GpuClusterArgs(TypedDict):
+    """Arguments of a GpuCluster."""
+
+    kubernetes_version: str
+    """EKS Kubernetes version, e.g. 1.34."""
+    vpc_id: pulumi.Input[str]
+    """The cluster's VPC."""
+    subnet_ids: list[pulumi.Input[str]]
+    """Private subnets (two or more zones) for control-plane interfaces and the system pool."""
+    cluster_name: NotRequired[str]
+    """EKS cluster name. Default: the component's name."""
+    public_access_cidrs: NotRequired[list[str]]
+    """Networks allowed to reach the public API endpoint. Default: none (private endpoint only)."""
+    admin_role_arns: NotRequired[list[str]]
+    """IAM roles granted cluster admin through access entries. Default: none (only the creator)."""
+    system_pool: NotRequired[SystemPoolArgs]
+    """Default: m7i.2xlarge, 2 to 6 nodes, 3 desired."""
+    log_retention_days: NotRequired[int]
+    """Retention of the control-plane log group. Default: 90."""
+
+
+def vpc_config(subnet_ids: list[pulumi.Input[str]], public_access_cidrs: list[str]) -> dict:
+    """Private endpoint always; the public one only with an allow-list."""
+    config: dict = {"subnet_ids": subnet_ids, "endpoint_private_access": True,
+                    "endpoint_public_access": bool(public_access_cidrs)}
+    if public_access_cidrs:
+        config["public_access_cidrs"] = list(public_access_cidrs)
+    return config
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
+    """A kubeconfig (JSON) that authenticates with `aws eks get-token`: no long-lived secret in state."""
+    return json.dumps({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
+        "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
+        "current-context": cluster_name,
+        "users": [{"name": cluster_name, "user": {"exec": {
+            "apiVersion": "client.authentication.k8s.io/v1beta1",
+            "command": "aws",
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--output", "json"],
+            "interactiveMode": "Never",
+        }}}],
+    }, sort_keys=True)
+
+
+def system_pool_spec(args: SystemPoolArgs) -> NodeGroupSpec:
+    lo = args.get("min_size", 2)
+    hi = args.get("max_size", max(lo, 6))
+    return NodeGroupSpec(
+        pool=SYSTEM_POOL,
+        instance_type=args.get("instance_type", DEFAULT_SYSTEM_INSTANCE_TYPE),
+        ami_type=AMI_TYPE_CPU,
+        min_size=lo, max_size=hi, desired_size=args.get("desired_size", min(max(lo, 3), hi)),
+        root_volume_gib=DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
+    )
+
+
+def _validate(name: str, args: GpuClusterArgs) -> None:
+    problems = Problems("GpuCluster", name)
+    if len(args["subnet_ids"]) < 2:
+        problems.add("subnetIds", "EKS needs subnets in at least two zones")
+    for i, cidr in enumerate(args.get("public_access_cidrs") or []):
+        try:
+            if ipaddress.ip_network(cidr).prefixlen == 0:
+                problems.add(f"publicAccessCidrs[{i}]", f"{cidr!r} opens the API endpoint to the whole internet; "
+                                                        "list your own networks instead")
+        except ValueError:
+            problems.add(f"publicAccessCidrs[{i}]", f"{cidr!r} is not a CIDR block")
+    sp = args.get("system_pool") or {}
+    itype = sp.get("instance_type", DEFAULT_SYSTEM_INSTANCE_TYPE)
+    inst = catalog.CATALOG.get(itype)
+    if inst is None or inst.has_gpu or inst.onprem:
+        problems.add("systemPool.instanceType", f"{itype!r} is not an AWS CPU instance type of the catalog")
+    spec = system_pool_spec(sp)
+    if spec.min_size > spec.max_size:
+        problems.add("systemPool.minSize", f"{spec.min_size} is greater than maxSize {spec.max_size}")
+    elif not spec.min_size <= spec.desired_size <= spec.max_size:
+        problems.add("systemPool.desiredSize", f"{spec.desired_size} is outside minSize..maxSize "
+                                               f"({spec.min_size}..{spec.max_size})")
+    problems.raise_any()
+
+
+class GpuCluster(pulumi.ComponentResource):
+    """An EKS cluster for GPU node pools: private endpoint, KMS secrets, logging, IRSA, add-ons, system pool."""
+
+    cluster_name: pulumi.Output[str]
+    """The EKS cluster's name."""
+    kubeconfig: pulumi.Output[str]
+    """Kubeconfig (JSON) using `aws eks get-token`."""
+    oidc_provider_arn: pulumi.Output[str]
+    """The IAM OIDC provider for IRSA roles."""
+    oidc_issuer: pulumi.Output[str]
+    """The OIDC issuer host/path, without https:// (the prefix of IRSA trust conditions)."""
+    node_security_group_id: pulumi.Output[str]
+    """The cluster security group EKS attaches to control-plane interfaces and nodes."""
+
+    def __init__(self, name: str, args: GpuClusterArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(TYPE, name, None, opts)
+        _validate(name, args)
+        cluster_name = args.get("cluster_name", name)
+        child = pulumi.ResourceOptions(parent=self)
+
+        role = iam.role(f"{name}-cluster", assume_role_policy=iam.service_trust_policy("eks.amazonaws.com"),
+                        managed_policy_arns=iam.CLUSTER_POLICIES, opts=child)
+        key = aws.kms.Key(f"{name}-secrets", description=f"EKS secrets envelope encryption for {cluster_name}",
+                          enable_key_rotation=True, deletion_window_in_days=30, opts=child)
+        logs = aws.cloudwatch.LogGroup(
+            f"{name}-control-plane", name=f"/aws/eks/{cluster_name}/cluster",
+            retention_in_days=args.get("log_retention_days", DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS), opts=child)
+        self.eks = aws.eks.Cluster(
+            f"{name}-eks",
+            name=cluster_name,
+            version=args["kubernetes_version"],
+            role_arn=role.arn,
+            vpc_config=vpc_config(args["subnet_ids"], list(args.get("public_access_cidrs") or [])),
+            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
+            enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, role]),
+        )
+        self.cluster_name = self.eks.name
+        issuer_url = self.eks.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
+        oidc = aws.iam.OpenIdConnectProvider(f"{name}-oidc", url=issuer_url, client_id_lists=[iam.STS_AUDIENCE],
+                                             opts=child)
+        self.oidc_provider_arn = oidc.arn
+        self.oidc_issuer = issuer_url.apply(lambda url: url.removeprefix("https://"))
+        self.node_security_group_id = self.eks.vpc_config.cluster_security_group_id
+        self._admins(name, list(args.get("admin_role_arns") or []))
+
+        system = node_group(
+            f"{name}-{SYSTEM_POOL}", system_pool_spec(args.get("system_pool") or {}),
+            cluster_name=self.eks.name, kubernetes_version=args["kubernetes_version"],
+            node_role_arn=iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child).arn,
+            subnet_ids=args["subnet_ids"], network_interfaces=None, placement_group=None, opts=child)[1]
+        self._addons(name, system)
+
+        self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data) \
+            .apply(lambda a: kubeconfig(a[0], a[1], a[2]))
+        self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
+                                     opts=child)
+        self.register_outputs({
+            "clusterName": self.cluster_name,
+            "kubeconfig": self.kubeconfig,
+            "oidcProviderArn": self.oidc_provider_arn,
+            "oidcIssuer": self.oidc_issuer,
+            "nodeSecurityGroupId": self.node_security_group_id,
+        })
+
+    def _admins(self, name: str, role_arns: list[str]) -> None:
+        for arn in role_arns:
+            role_name = arn.rsplit("/", 1)[-1]
+            entry = aws.eks.AccessEntry(f"{name}-admin-{role_name}", cluster_name=self.eks.name, principal_arn=arn,
+                                        type="STANDARD", opts=pulumi.ResourceOptions(parent=self))
+            aws.eks.AccessPolicyAssociation(f"{name}-admin-{role_name}", cluster_name=self.eks.name,
+                                            principal_arn=entry.principal_arn, policy_arn=ADMIN_POLICY_ARN,
+                                            access_scope={"type": "cluster"},
+                                            opts=pulumi.ResourceOptions(parent=self))
+
+    def _addons(self, name: str, system: aws.eks.NodeGroup) -> None:
+        ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
+                                 service_account=EBS_CSI_SERVICE_ACCOUNT[1],
+                                 managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
+        for addon in ADDONS:
+            aws.eks.Addon(
+                f"{name}-{addon}",
+                cluster_name=self.eks.name,
+                addon_name=addon,
+                resolve_conflicts_on_create="OVERWRITE",
+                resolve_conflicts_on_update="OVERWRITE",
+                service_account_role_arn=ebs_role.arn if addon == "aws-ebs-csi-driver" else None,
+                opts=pulumi.ResourceOptions(parent=self,
+                                            depends_on=[system] if addon in ADDONS_NEEDING_NODES else None),
+            )

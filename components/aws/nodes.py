@@ -1,0 +1,264 @@
+"""Managed node groups with their own launch templates: the pieces GPU pools and the system pool share.
+
+Everything that decides a property is a small pure function (tests call them directly); `node_group`
+turns a `NodeGroupSpec` into the two resources. Interface layout for EFA follows the AWS EC2 guide
+("efa-acc-inst-types"): network card 0 carries the primary interface, type `efa` (ENA + EFA), in the
+control-plane security group and the pool's EFA group; every other card carries one `efa-only`
+interface at device index 0 in the EFA group only, so the data-plane fabric never carries IP.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws import catalog
+from components.k8s.naming import LABEL_POOL
+
+__all__ = [
+    "AMI_TYPE_GPU",
+    "AMI_TYPE_CPU",
+    "ROOT_DEVICE_NAME",
+    "DEFAULT_IMDS_HOP_LIMIT",
+    "DEFAULT_KUBELET_CONFIG",
+    "LABEL_INSTANCE_TYPE",
+    "LABEL_FABRIC",
+    "LABEL_GPU_PRODUCT",
+    "GPU_RESOURCE",
+    "EFA_RESOURCE",
+    "MIME_BOUNDARY",
+    "Taint",
+    "NodeGroupSpec",
+    "efa_network_interfaces",
+    "metadata_options",
+    "root_volume",
+    "user_data",
+    "node_labels",
+    "eks_taints",
+    "autoscaler_tags",
+    "capacity_options",
+    "efa_security_group",
+    "node_group",
+]
+
+AMI_TYPE_GPU = "AL2023_x86_64_NVIDIA"  # drivers and container toolkit preinstalled
+AMI_TYPE_CPU = "AL2023_x86_64_STANDARD"
+ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 root device
+DEFAULT_IMDS_HOP_LIMIT = 2  # 2: pods behind the node's network namespace can still reach IMDSv2
+DEFAULT_ROOT_VOLUME_TYPE = "gp3"
+# Kubelet settings every pool gets: graceful node shutdown lets serving pods drain their requests,
+# parallel pulls keep multi-GB inference images from queueing behind each other.
+DEFAULT_KUBELET_CONFIG: Mapping[str, object] = {
+    "shutdownGracePeriod": "90s",
+    "shutdownGracePeriodCriticalPods": "30s",
+    "serializeImagePulls": False,
+}
+LABEL_INSTANCE_TYPE = "aifactory.io/instance-type"
+LABEL_FABRIC = "aifactory.io/fabric"
+LABEL_GPU_PRODUCT = "aifactory.io/gpu-product"
+GPU_RESOURCE = "nvidia.com/gpu"
+EFA_RESOURCE = "vpc.amazonaws.com/efa"
+MIME_BOUNDARY = "==AIFACTORY=="
+AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
+_EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",
+                     "NoExecute": "NO_EXECUTE"}
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: str  # NoSchedule | PreferNoSchedule | NoExecute (Kubernetes spelling)
+    value: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeGroupSpec:
+    """What one managed node group is; `node_group` builds it."""
+
+    pool: str
+    instance_type: str
+    ami_type: str
+    min_size: int
+    max_size: int
+    desired_size: int
+    root_volume_gib: int
+    fabric: str = "none"  # efa | none
+    hugepages_mib: int = 0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    capacity_type: str = "on-demand"  # on-demand | odcr | capacity-block
+    reservation_id: str | None = None
+    placement_group: bool = False  # a cluster placement group (EFA pools on on-demand capacity)
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+
+# --------------------------------------------------------------------------------------------
+# pure builders
+
+
+def efa_network_interfaces(network_cards: int, *, efa_security_group_id: pulumi.Input[str],
+                           control_security_group_id: pulumi.Input[str]) -> list[dict]:
+    """One interface per network card: card 0 primary `efa`, the others `efa-only`, all at device index 0."""
+    return [
+        {
+            "network_card_index": card,
+            "device_index": 0,
+            "interface_type": "efa" if card == 0 else "efa-only",
+            "security_groups": [control_security_group_id, efa_security_group_id] if card == 0
+            else [efa_security_group_id],
+            "delete_on_termination": "true",
+        }
+        for card in range(network_cards)
+    ]
+
+
+def metadata_options() -> dict:
+    """IMDSv2 only (session tokens required), hop limit 2, no instance tags in metadata."""
+    return {"http_endpoint": "enabled", "http_tokens": "required",
+            "http_put_response_hop_limit": DEFAULT_IMDS_HOP_LIMIT, "instance_metadata_tags": "disabled"}
+
+
+def root_volume(size_gib: int) -> dict:
+    """The encrypted gp3 root volume (AWS-managed EBS key unless the account's default says otherwise)."""
+    return {"device_name": ROOT_DEVICE_NAME,
+            "ebs": {"volume_size": size_gib, "volume_type": DEFAULT_ROOT_VOLUME_TYPE, "encrypted": "true",
+                    "delete_on_termination": "true"}}
+
+
+def user_data(*, hugepages_mib: int, kubelet_config: Mapping[str, object] = DEFAULT_KUBELET_CONFIG) -> str:
+    """nodeadm user data (MIME multipart): a NodeConfig with kubelet settings, and hugepages when asked.
+
+    EKS merges its own NodeConfig (cluster endpoint, CA) into managed node groups; this part only adds
+    kubelet settings. The hugepages script runs in cloud-final, before nodeadm starts the kubelet, so
+    the kubelet advertises `hugepages-2Mi` from its first registration (EFA's libfabric uses them).
+    """
+    node_config = {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
+                   "spec": {"kubelet": {"config": dict(kubelet_config)}}}
+    parts = [("application/node.eks.aws", "---\n" + json.dumps(node_config, sort_keys=True) + "\n")]
+    if hugepages_mib:
+        pages = hugepages_mib // 2
+        parts.append(('text/x-shellscript; charset="us-ascii"',
+                      "#!/bin/bash\nset -euo pipefail\n"
+                      f"echo 'vm.nr_hugepages = {pages}' > /etc/sysctl.d/90-aifactory-hugepages.conf\n"
+                      f"sysctl -w vm.nr_hugepages={pages}\n"))
+    body = "".join(f"--{MIME_BOUNDARY}\nContent-Type: {ctype}\n\n{text}\n" for ctype, text in parts)
+    return f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n{body}--{MIME_BOUNDARY}--\n'
+
+
+def node_labels(spec: NodeGroupSpec) -> dict[str, str]:
+    """The kit's labels (pool, instance type, fabric, GPU product) over the pool's own labels."""
+    inst = spec.instance
+    kit = {LABEL_POOL: spec.pool, LABEL_INSTANCE_TYPE: spec.instance_type, LABEL_FABRIC: spec.fabric}
+    if inst.gpu is not None:
+        kit[LABEL_GPU_PRODUCT] = inst.gpu.product_label
+    return {**dict(sorted(spec.labels.items())), **kit}
+
+
+def eks_taints(taints: Sequence[Taint]) -> list[dict]:
+    """Taints in the EKS API's spelling (NO_SCHEDULE, ...)."""
+    return [{"key": t.key, "value": t.value, "effect": _EKS_TAINT_EFFECT[t.effect]} for t in taints]
+
+
+def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:
+    """cluster-autoscaler auto-discovery tags, plus node-template tags so a pool can scale from zero."""
+    tags = {f"{AUTOSCALER_TAG}/enabled": "true", f"{AUTOSCALER_TAG}/{cluster_name}": "owned"}
+    for key, value in node_labels(spec).items():
+        tags[f"{AUTOSCALER_TAG}/node-template/label/{key}"] = value
+    for t in spec.taints:
+        tags[f"{AUTOSCALER_TAG}/node-template/taint/{t.key}"] = f"{t.value}:{t.effect}"
+    inst = spec.instance
+    if inst.has_gpu:
+        tags[f"{AUTOSCALER_TAG}/node-template/resources/{GPU_RESOURCE}"] = str(inst.gpu_count)
+    if spec.fabric == "efa":
+        tags[f"{AUTOSCALER_TAG}/node-template/resources/{EFA_RESOURCE}"] = str(inst.network_cards)
+    return tags
+
+
+def capacity_options(capacity_type: str, reservation_id: str | None) -> dict:
+    """Launch-template arguments for reserved capacity: the reservation, and the market for a block."""
+    if capacity_type == "on-demand":
+        return {}
+    opts: dict = {"capacity_reservation_specification": {
+        "capacity_reservation_target": {"capacity_reservation_id": reservation_id}}}
+    if capacity_type == "capacity-block":
+        opts["instance_market_options"] = {"market_type": "capacity-block"}
+    return opts
+
+
+def _autoscaled_options(spec: NodeGroupSpec) -> pulumi.ResourceOptions:
+    # cluster-autoscaler owns the desired size of a pool that can scale; Pulumi must not reset it.
+    return pulumi.ResourceOptions(ignore_changes=["scalingConfig.desiredSize"] if spec.max_size > spec.min_size
+                                  else None)
+
+
+def _eks_capacity_type(capacity_type: str) -> str:
+    return "CAPACITY_BLOCK" if capacity_type == "capacity-block" else "ON_DEMAND"
+
+
+# --------------------------------------------------------------------------------------------
+# resources
+
+
+def efa_security_group(name: str, *, vpc_id: pulumi.Input[str], opts: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
+    """The EFA fabric's group: all traffic in from and out to itself, nothing else.
+
+    Rules are inline, so Pulumi manages them exclusively: a rule added out of band is removed.
+    """
+    self_rule = {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True,
+                 "description": "EFA: all traffic within the pool's fabric"}
+    return aws.ec2.SecurityGroup(name, vpc_id=vpc_id, description="EFA data plane: members only",
+                                 ingress=[self_rule], egress=[self_rule], opts=opts)
+
+
+def node_group(
+    name: str,
+    spec: NodeGroupSpec,
+    *,
+    cluster_name: pulumi.Input[str],
+    kubernetes_version: str | None,
+    node_role_arn: pulumi.Input[str],
+    subnet_ids: Sequence[pulumi.Input[str]],
+    network_interfaces: list[dict] | None,
+    placement_group: pulumi.Input[str] | None,
+    opts: pulumi.ResourceOptions,
+) -> tuple[aws.ec2.LaunchTemplate, aws.eks.NodeGroup]:
+    """The launch template (`name`-lt) and managed node group (`name`-ng) for one spec."""
+    lt = aws.ec2.LaunchTemplate(
+        f"{name}-lt",
+        description=f"{spec.pool}: {spec.instance_type} ({spec.fabric})",
+        metadata_options=metadata_options(),
+        block_device_mappings=[root_volume(spec.root_volume_gib)],
+        user_data=base64.b64encode(user_data(hugepages_mib=spec.hugepages_mib).encode()).decode(),
+        network_interfaces=network_interfaces,
+        placement={"group_name": placement_group} if placement_group is not None else None,
+        tag_specifications=[{"resource_type": "instance", "tags": {LABEL_POOL: spec.pool}}],
+        update_default_version=True,
+        **capacity_options(spec.capacity_type, spec.reservation_id),
+        opts=opts,
+    )
+    ng = aws.eks.NodeGroup(
+        f"{name}-ng",
+        cluster_name=cluster_name,
+        version=kubernetes_version,
+        node_role_arn=node_role_arn,
+        subnet_ids=list(subnet_ids),
+        ami_type=spec.ami_type,
+        instance_types=[spec.instance_type],
+        capacity_type=_eks_capacity_type(spec.capacity_type),
+        scaling_config={"min_size": spec.min_size, "max_size": spec.max_size, "desired_size": spec.desired_size},
+        update_config={"max_unavailable": 1},
+        launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
+        labels=node_labels(spec),
+        taints=eks_taints(spec.taints),
+        tags=pulumi.Output.from_input(cluster_name).apply(lambda cluster: autoscaler_tags(cluster, spec)),
+        opts=pulumi.ResourceOptions.merge(opts, _autoscaled_options(spec)),
+    )
+    return lt, ng
