@@ -8,8 +8,12 @@
 from __future__ import annotations
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws.cluster import GpuCluster
+from components.aws.network import Network
+from components.aws.node_pool import GpuNodePool
 from infra.config import PlatformConfig
 
 __all__ = ["program", "existing_cluster_provider"]
@@ -27,8 +31,37 @@ def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
 
 def program(cfg: PlatformConfig) -> None:
     # --- cluster (AWS layer: components.aws) ----------------------------------------------
-    if cfg.is_aws:
-        provider = k8s.Provider("eks-cluster", kubeconfig="{}", enable_server_side_apply=True)  # replaced by GpuCluster.provider
+    cluster: GpuCluster | None = None
+    if cfg.is_aws and cfg.cluster is not None and cfg.network is not None:
+        name, zones = cfg.cluster.name, list(cfg.target.availability_zones)
+        on_aws = pulumi.ResourceOptions(providers=[aws.Provider("aws", region=cfg.target.region, default_tags={
+            "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
+        network = Network(name, {"availability_zones": zones, "cluster_name": name, "vpc_cidr": cfg.network.vpc_cidr,
+                                 "nat_gateways": cfg.network.nat_gateways,
+                                 "flow_log_retention_days": cfg.network.flow_log_retention_days}, opts=on_aws)
+        sp = cfg.cluster.system_pool
+        cluster = GpuCluster(name, {
+            "kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
+            "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in zones],
+            "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
+            "admin_role_arns": list(cfg.cluster.admin_role_arns),
+            "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
+                            "desired_size": sp.desired_size}}, opts=on_aws)
+        for pool in cfg.node_pools.values():
+            GpuNodePool(f"{name}-{pool.name}", {
+                "cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
+                "cluster_security_group_id": cluster.node_security_group_id,
+                "availability_zones": list(pool.availability_zones),
+                "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in pool.availability_zones],
+                "instance_type": pool.instance_type, "pool_name": pool.name,
+                "kubernetes_version": cfg.kubernetes_version, "min_size": pool.min_size,
+                "max_size": pool.max_size, "desired_size": pool.desired_size, "fabric": pool.fabric,
+                "capacity": {"type": pool.capacity.type, **({"reservation_id": pool.capacity.reservation_id}
+                                                            if pool.capacity.reserved else {})},
+                "placement_group": pool.placement_group, "root_volume_gib": pool.root_volume_gib,
+                "hugepages_mib": pool.hugepages_mib, "labels": dict(pool.labels),
+                "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}, opts=on_aws)
+        provider = cluster.provider
     else:
         provider = existing_cluster_provider(cfg)
 
