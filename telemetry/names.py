@@ -32,6 +32,8 @@ __all__ = [
     "L_ERROR_TYPE",
     "L_TOKEN_TYPE",
     "L_REQUEST_MODEL",
+    "L_OPERATION",
+    "L_PROVIDER",
     "WORKFLOW_BUCKETS_S",
     "STEP_BUCKETS_S",
     "STEPS_BUCKETS",
@@ -59,6 +61,8 @@ L_STEP_NAME = "step_name"
 L_ERROR_TYPE = "error_type"
 L_TOKEN_TYPE = "gen_ai_token_type"  # OTel attribute gen_ai.token.type
 L_REQUEST_MODEL = "gen_ai_request_model"  # OTel attribute gen_ai.request.model
+L_OPERATION = "gen_ai_operation_name"  # OTel attribute gen_ai.operation.name (chat, execute_tool, ...)
+L_PROVIDER = "gen_ai_provider_name"  # OTel attribute gen_ai.provider.name (openai, vllm, ...)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +72,9 @@ class Metric:
     unit: str  # UCUM unit of the instrument
     kind: str  # histogram | counter | gauge
     description: str
+    # Labels the kit's instrumentation sets, as Prometheus sees them (the scrape adds job and instance, the
+    # exporter otel_scope_*; histograms add le). Checked against the real exporter by the telemetry tests.
+    labels: tuple[str, ...] = ()
 
 
 # Bucket boundaries (seconds). Agent workflows run from about a second to many minutes; single steps
@@ -78,22 +85,28 @@ STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10,
 STEPS_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel GenAI semconv advice
 
+_WF = (L_TENANT, L_WORKFLOW)
+_GENAI = (*_WF, L_OPERATION, L_PROVIDER, L_REQUEST_MODEL)
+
 WORKFLOW_DURATION = Metric("aifactory.workflow.duration", "aifactory_workflow_duration_seconds", "s", "histogram",
-                           "Wall time of one agent workflow (task), from start to end.")
+                           "Wall time of one agent workflow (task), from start to end.", (*_WF, L_STATUS))
 STEP_DURATION = Metric("aifactory.step.duration", "aifactory_step_duration_seconds", "s", "histogram",
-                       "Wall time of one workflow step (LLM call, tool call, retrieval, planning...).")
+                       "Wall time of one workflow step (LLM call, tool call, retrieval, planning...).",
+                       (*_WF, L_STEP_KIND, L_STEP_NAME, L_STATUS))
 CRITICAL_PATH = Metric("aifactory.workflow.critical_path", "aifactory_workflow_critical_path_seconds_total", "s",
                        "counter",
                        "Seconds of workflow wall time each step kind is responsible for; overlapping parallel "
-                       "steps split the overlap, so per workflow the kinds add up to its duration.")
+                       "steps split the overlap, so per workflow the kinds add up to its duration.",
+                       (*_WF, L_STEP_KIND))
 WORKFLOW_STEPS = Metric("aifactory.workflow.steps", "aifactory_workflow_steps", "{step}", "histogram",
-                        "Steps executed per workflow.")
+                        "Steps executed per workflow.", _WF)
 STEP_ERRORS = Metric("aifactory.step.errors", "aifactory_step_errors_total", "{error}", "counter",
-                     "Failed steps, by kind and error type.")
+                     "Failed steps, by kind and error type.", (*_WF, L_STEP_KIND, L_STEP_NAME, L_ERROR_TYPE))
 GENAI_TOKEN_USAGE = Metric("gen_ai.client.token.usage", "gen_ai_client_token_usage", "{token}", "histogram",
-                           "Tokens used per LLM call (gen_ai.token.type input|output).")
+                           "Tokens used per LLM call (gen_ai.token.type input|output).", (*_GENAI, L_TOKEN_TYPE))
 GENAI_OPERATION_DURATION = Metric("gen_ai.client.operation.duration", "gen_ai_client_operation_duration_seconds",
-                                  "s", "histogram", "Duration of GenAI client operations (OTel GenAI semconv).")
+                                  "s", "histogram", "Duration of GenAI client operations (OTel GenAI semconv); "
+                                  "error_type is set on failed calls only.", (*_GENAI, L_ERROR_TYPE))
 KIT_METRICS = (WORKFLOW_DURATION, STEP_DURATION, CRITICAL_PATH, WORKFLOW_STEPS, STEP_ERRORS, GENAI_TOKEN_USAGE,
                GENAI_OPERATION_DURATION)
 
@@ -202,6 +215,7 @@ class KSM:
 
     NODE_LABELS = "kube_node_labels"
     POD_REQUESTS = "kube_pod_container_resource_requests"  # {resource="nvidia_com_gpu"}
+    POD_LABELS = "kube_pod_labels"  # label_<key> for keys in --metric-labels-allowlist=pods=[...]
     NODE_INFO = "kube_node_info"
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
 

@@ -1,0 +1,109 @@
+"""Critical-path contribution: how much of a workflow's wall time each step kind is responsible for.
+
+The rule, applied at every instant of the workflow's window [start, end]:
+- the *innermost* active steps own the instant: a step that has an active child step does not
+  (a planning step waiting on the tool call it started is not itself the reason for the wait);
+- when several innermost steps are active at once (parallel tool calls under asyncio.gather), they
+  split the instant equally, so two overlapping 1 s tool calls cost 0.5 s each of the overlap;
+- an instant covered by no step belongs to `idle_kind` ("other": the agent's own code between steps).
+
+So the contributions are never negative and always add up to the window's length: a dashboard can
+stack them and read the workflow's duration off the top.
+
+One sweep over the sorted step boundaries; O(n log n) for n steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from operator import itemgetter
+
+__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "StepInterval", "critical_path"]
+
+DEFAULT_IDLE_KIND = "other"
+ROOT = -1  # parent of a step that no other step encloses
+
+_EVENT_ORDER = itemgetter(0, 1, 2)
+
+
+@dataclass(frozen=True, slots=True)
+class StepInterval:
+    """One finished step: its kind, its [start, end] (any time unit, usually ns), its sequence number
+    (unique within the workflow, in start order) and the sequence number of its parent step (ROOT if none)."""
+
+    kind: str
+    start: int
+    end: int
+    seq: int
+    parent: int = ROOT
+
+
+def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
+                  idle_kind: str = DEFAULT_IDLE_KIND) -> dict[str, float]:
+    """Time of [start, end] owned by each step kind (same unit as the inputs), keys sorted.
+
+    Steps are clipped to the window. Kinds that own no time are left out.
+    """
+    if end < start:
+        raise ValueError(f"workflow window ends before it starts: start={start}, end={end}")
+    kind_of: dict[int, str] = {}
+    parent_of: dict[int, int] = {}
+    events: list[tuple[int, int, int]] = []
+    for step in steps:
+        a, b = max(step.start, start), min(step.end, end)
+        if a > b:
+            continue
+        kind_of[step.seq] = step.kind
+        parent_of[step.seq] = step.parent
+        # At equal times: starts before ends; parents start before and end after their children.
+        events.append((a, 0, step.seq))
+        events.append((b, 1, -step.seq))
+    events.sort(key=_EVENT_ORDER)
+
+    owned: dict[str, float] = {}
+    active_children: dict[int, int] = {}  # active step -> its active children
+    attached: set[int] = set()  # active steps counted in their parent's active_children
+    leaves: dict[str, int] = {}  # kind -> active innermost steps of that kind
+    n_leaves = 0
+    now = start
+    for t, is_end, signed_seq in events:
+        if t > now:
+            _share(owned, leaves, n_leaves, t - now, idle_kind)
+            now = t
+        seq = -signed_seq if is_end else signed_seq
+        parent = parent_of[seq]
+        if not is_end:
+            active_children[seq] = 0
+            leaves[kind_of[seq]] = leaves.get(kind_of[seq], 0) + 1
+            n_leaves += 1
+            if parent in active_children:
+                attached.add(seq)
+                active_children[parent] += 1
+                if active_children[parent] == 1:
+                    leaves[kind_of[parent]] -= 1
+                    n_leaves -= 1
+        else:
+            if active_children.pop(seq) == 0:
+                leaves[kind_of[seq]] -= 1
+                n_leaves -= 1
+            if seq in attached:
+                attached.discard(seq)
+                if parent in active_children:
+                    active_children[parent] -= 1
+                    if active_children[parent] == 0:
+                        leaves[kind_of[parent]] += 1
+                        n_leaves += 1
+    if end > now:
+        _share(owned, leaves, n_leaves, end - now, idle_kind)
+    return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+
+
+def _share(owned: dict[str, float], leaves: dict[str, int], n_leaves: int, dt: int, idle_kind: str) -> None:
+    """Split dt between the innermost active steps (equally per step), or give it to idle_kind."""
+    if n_leaves == 0:
+        owned[idle_kind] = owned.get(idle_kind, 0.0) + dt
+        return
+    for kind, count in leaves.items():
+        if count:
+            owned[kind] = owned.get(kind, 0.0) + dt * count / n_leaves

@@ -1,0 +1,193 @@
+"""Configure OTel tracer and meter providers for an agent service, from the standard OTEL_* variables.
+
+    handle = telemetry.setup(service_name="support-agent", tenant="support")   # once, at start-up
+    ...
+    handle.shutdown()                                                          # flushes, stops the endpoint
+
+Variables (arguments win over the environment):
+    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   service.name; `tenant=<name>` names the tenant
+    OTEL_TRACES_EXPORTER     otlp (default) | none
+    OTEL_METRICS_EXPORTER    otlp (default) | prometheus | none
+    OTEL_EXPORTER_OTLP_PROTOCOL (or _TRACES_ / _METRICS_PROTOCOL)   http/protobuf (default) | grpc
+    OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, ...     read by the OTLP exporters themselves (the platform's
+                                                   Collector: http://<collector>:4318, or :4317 for grpc)
+    OTEL_EXPORTER_PROMETHEUS_HOST / _PORT          the local endpoint; default 127.0.0.1:9464
+    OTEL_METRIC_EXPORT_INTERVAL, OTEL_TRACES_SAMPLER(_ARG)   read by the SDK itself
+
+The tenant goes on the resource (spans) AND on every metric data point as the `tenant` attribute:
+resource attributes only reach Prometheus as target_info (or through a Collector's
+resource_to_telemetry_conversion), while the dashboards filter every series by `tenant`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import SERVICE_NAME, Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+from telemetry import names
+from telemetry.instrument import DEFAULT_CLOCK, Telemetry, install, resource_attributes
+
+__all__ = [
+    "DEFAULT_PROMETHEUS_HOST",
+    "DEFAULT_PROMETHEUS_PORT",
+    "DEFAULT_OTLP_PROTOCOL",
+    "TRACES_EXPORTERS",
+    "METRICS_EXPORTERS",
+    "OTLP_PROTOCOLS",
+    "Settings",
+    "Installation",
+    "settings_from_env",
+    "setup",
+]
+
+DEFAULT_PROMETHEUS_HOST = "127.0.0.1"  # local use only; the platform scrapes through the Collector (OTLP)
+DEFAULT_PROMETHEUS_PORT = 9464  # the OTel Prometheus exporter's conventional port
+DEFAULT_OTLP_PROTOCOL = "http/protobuf"  # the OTel specification's default
+TRACES_EXPORTERS = ("otlp", "none")
+METRICS_EXPORTERS = ("otlp", "prometheus", "none")
+OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What setup() will do, decided from its arguments and the environment."""
+
+    tenant: str
+    service_name: str | None  # None: the SDK's default (unknown_service:<process>)
+    traces_exporter: str = "otlp"
+    metrics_exporter: str = "otlp"
+    traces_protocol: str = DEFAULT_OTLP_PROTOCOL
+    metrics_protocol: str = DEFAULT_OTLP_PROTOCOL
+    prometheus_host: str = DEFAULT_PROMETHEUS_HOST
+    prometheus_port: int = DEFAULT_PROMETHEUS_PORT
+
+
+def settings_from_env(environ: Mapping[str, str], *, service_name: str | None = None,
+                      tenant: str | None = None) -> Settings:
+    """Settings from OTEL_* variables; every problem reported at once, each naming the variable."""
+    errors: list[str] = []
+    resource = resource_attributes(environ)
+
+    def choice(var: str, allowed: tuple[str, ...], default: str) -> str:
+        value = environ.get(var, "").strip().lower() or default
+        if value not in allowed:
+            errors.append(f"{var}={value!r}: allowed values are {', '.join(allowed)}")
+            return default
+        return value
+
+    tenant = tenant or resource.get(names.L_TENANT)
+    if not tenant:
+        errors.append("no tenant: pass setup(tenant=...) or set OTEL_RESOURCE_ATTRIBUTES=tenant=<name> "
+                      "(the dashboards filter every series by tenant)")
+    protocol = choice("OTEL_EXPORTER_OTLP_PROTOCOL", OTLP_PROTOCOLS, DEFAULT_OTLP_PROTOCOL)
+    port_text = environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or str(DEFAULT_PROMETHEUS_PORT)
+    if not port_text.isdigit() or int(port_text) > 65535:
+        errors.append(f"OTEL_EXPORTER_PROMETHEUS_PORT={port_text!r}: expected a port number 0-65535 (0: any free port)")
+        port_text = str(DEFAULT_PROMETHEUS_PORT)
+    settings = Settings(
+        tenant=tenant or "",
+        service_name=service_name or environ.get("OTEL_SERVICE_NAME") or resource.get(SERVICE_NAME) or None,
+        traces_exporter=choice("OTEL_TRACES_EXPORTER", TRACES_EXPORTERS, "otlp"),
+        metrics_exporter=choice("OTEL_METRICS_EXPORTER", METRICS_EXPORTERS, "otlp"),
+        traces_protocol=choice("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", OTLP_PROTOCOLS, protocol),
+        metrics_protocol=choice("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", OTLP_PROTOCOLS, protocol),
+        prometheus_host=environ.get("OTEL_EXPORTER_PROMETHEUS_HOST", "").strip() or DEFAULT_PROMETHEUS_HOST,
+        prometheus_port=int(port_text),
+    )
+    if errors:
+        raise ValueError("telemetry setup: " + "; ".join(errors))
+    return settings
+
+
+@dataclass(slots=True)
+class Installation:
+    """What setup() started; shutdown() flushes the exporters and stops the Prometheus endpoint."""
+
+    settings: Settings
+    telemetry: Telemetry
+    tracer_provider: TracerProvider
+    meter_provider: MeterProvider
+    prometheus_url: str | None = None  # http://host:port/metrics when metrics_exporter is prometheus
+    _stops: list[Callable[[], Any]] = field(default_factory=list)
+
+    def shutdown(self) -> None:
+        install(None)
+        for stop in (self.tracer_provider.shutdown, self.meter_provider.shutdown, *self._stops):
+            stop()
+
+
+def setup(*, service_name: str | None = None, tenant: str | None = None, set_global: bool = True,
+          clock: Callable[[], int] = DEFAULT_CLOCK) -> Installation:
+    """Providers, exporters and the installed Telemetry for this process (see the module docstring).
+
+    set_global: also make the providers OTel's global ones, so other instrumentation (HTTP clients,
+    gRPC) exports through them; default: True (OTel allows that once per process).
+    """
+    settings = settings_from_env(os.environ, service_name=service_name, tenant=tenant)
+    attributes = {names.L_TENANT: settings.tenant}
+    if settings.service_name:
+        attributes[SERVICE_NAME] = settings.service_name
+    resource = Resource.create(attributes)
+
+    tracer_provider = TracerProvider(resource=resource)
+    if settings.traces_exporter == "otlp":
+        tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings.traces_protocol)))
+    readers: list[MetricReader] = []
+    stops: list[Callable[[], Any]] = []
+    prometheus_url = None
+    if settings.metrics_exporter == "otlp":
+        readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings.metrics_protocol)))
+    elif settings.metrics_exporter == "prometheus":
+        reader, prometheus_url, stop = _prometheus_endpoint(settings.prometheus_host, settings.prometheus_port)
+        readers.append(reader)
+        stops.append(stop)
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    if set_global:
+        trace.set_tracer_provider(tracer_provider)
+        metrics.set_meter_provider(meter_provider)
+    tel = Telemetry(tenant=settings.tenant, tracer_provider=tracer_provider, meter_provider=meter_provider,
+                    clock=clock)
+    install(tel)
+    return Installation(settings, tel, tracer_provider, meter_provider, prometheus_url, stops)
+
+
+def _prometheus_endpoint(host: str, port: int) -> tuple[MetricReader, str, Callable[[], None]]:
+    """A Prometheus reader on its own registry, served on host:port (port 0: any free port)."""
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=True)
+    reader = PrometheusMetricReader(registry=registry)
+    server, thread = start_http_server(port, addr=host, registry=registry)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+    return reader, f"http://{host}:{server.server_port}/metrics", stop
+
+
+def _otlp_span_exporter(protocol: str) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter  # type: ignore[assignment]
+    return OTLPSpanExporter()
+
+
+def _otlp_metric_exporter(protocol: str) -> Any:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+    else:
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter  # type: ignore[assignment]
+    return OTLPMetricExporter()
