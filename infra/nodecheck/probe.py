@@ -1,0 +1,117 @@
+"""Running commands on one node through a testinfra host, and running a script there with a hard bound.
+
+`Probe` wraps a `testinfra.host.Host` (any backend: local, ssh, paramiko, kubectl, docker, ...): the
+checks ask it for a command's output, and a command that fails becomes `CannotRun` with the tool's own
+words, so "the check applies but could not run" is always a failure with its reason. Outputs are
+memoised per probe: several checks read the same nvidia-smi query, the node is asked once.
+
+`run_bounded` runs a Python script on the node under `timeout` (GNU coreutils puts the command in its
+own process group and signals the whole group: TERM at the limit, KILL `DEFAULT_KILL_AFTER_S` later),
+tags it with a unique token, and afterwards looks for any process still carrying the token: one found
+is killed by pid and reported, so a burn-in never leaves work behind on a node about to take traffic.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "CannotRun",
+    "Probe",
+    "describe_failure",
+    "BoundedRun",
+    "DEFAULT_KILL_AFTER_S",
+    "TIMEOUT_EXIT",
+    "TOKEN_PREFIX",
+    "new_token",
+    "bounded_command",
+    "leftover_command",
+    "run_bounded",
+]
+
+DEFAULT_KILL_AFTER_S = 10  # SIGKILL this long after the SIGTERM at the limit
+TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit was hit
+TOKEN_PREFIX = "aifactory-node-check-"
+HEREDOC_END = "AIFACTORY_NODE_CHECK_EOF"
+
+
+class CannotRun(Exception):
+    """A check applies but could not run on this node (tool missing, permission, unknown output)."""
+
+
+@dataclass
+class Probe:
+    host: Any  # testinfra.host.Host, or anything with .run(command) -> CommandResult
+    _cache: dict[str, str] = field(default_factory=dict)
+
+    def run(self, command: str) -> Any:
+        return self.host.run(command)
+
+    def output(self, command: str) -> str:
+        """stdout of `command`; CannotRun with its exit status and first stderr line when it fails."""
+        if command not in self._cache:
+            result = self.run(command)
+            if result.rc != 0:
+                raise CannotRun(describe_failure(command, result.rc, result.stderr or result.stdout))
+            self._cache[command] = result.stdout
+        return self._cache[command]
+
+
+def describe_failure(command: str, rc: int, text: str) -> str:
+    tool = command.split()[0]
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    if rc == 127:
+        return f"{tool}: command not found on the node (exit 127){': ' + first if first else ''}"
+    return f"`{command}` failed (exit {rc}){': ' + first if first else ''}"
+
+
+@dataclass(frozen=True, slots=True)
+class BoundedRun:
+    rc: int
+    stdout: str
+    stderr: str
+    leftovers: tuple[int, ...]  # pids still carrying the token after the run (killed since)
+
+    @property
+    def timed_out(self) -> bool:
+        return self.rc == TIMEOUT_EXIT
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_hex(6)
+
+
+def bounded_command(script: str, args: Sequence[str], *, limit_s: int, token: str) -> str:
+    """`timeout` + `python3 -` reading `script` from a here-document; the token leads the arguments."""
+    if HEREDOC_END in script:
+        raise ValueError(f"script must not contain the here-document delimiter {HEREDOC_END}")
+    argv = " ".join(shlex.quote(a) for a in (token, *args))
+    return (f"timeout --kill-after={DEFAULT_KILL_AFTER_S} {int(limit_s)} python3 - {argv} <<'{HEREDOC_END}'\n"
+            f"{script}\n{HEREDOC_END}")
+
+
+def leftover_command(token: str) -> str:
+    """pgrep for the token; '[x]rest' matches the token but not this pgrep's own shell command line."""
+    if not re.fullmatch(rf"{TOKEN_PREFIX}[0-9a-f]+", token):
+        raise ValueError(f"{token!r} is not a node-check token")
+    return f"pgrep -f '[{token[0]}]{token[1:]}'"
+
+
+def run_bounded(probe: Probe, script: str, args: Sequence[str], *, limit_s: int,
+                token: str | None = None) -> BoundedRun:
+    """Run `script` on the node, bounded by `limit_s`; then find, kill and report leftovers."""
+    token = token or new_token()
+    result = probe.run(bounded_command(script, args, limit_s=limit_s, token=token))
+    found = probe.run(leftover_command(token))
+    if found.rc not in (0, 1):  # 1: no process matched
+        raise CannotRun("cannot verify that nothing was left behind: "
+                        + describe_failure(leftover_command(token), found.rc, found.stderr))
+    pids = tuple(int(p) for p in found.stdout.split() if p.isdigit())
+    if pids:
+        probe.run("kill -KILL " + " ".join(map(str, pids)))
+    return BoundedRun(result.rc, result.stdout, result.stderr, pids)

@@ -1,0 +1,164 @@
+"""`aifactory node-check`: run the pool's checks on each host, print progress and a pass/fail table.
+
+Why testinfra's host API rather than `pytest.main(["--hosts", ...])` over a test module: the suite is a
+product command, not a test session. Driving `testinfra.get_host(url)` keeps every testinfra backend
+(local, ssh, paramiko, kubectl, docker, ...) and its URL syntax, while the command owns what a test
+session would blur: a check that does not apply is "n/a" with the profile's reason, a check that applies
+and cannot run is "fail" with the tool's reason (never a skip), progress is one line per check, hosts run
+in parallel, and no conftest, rootdir or plugin discovery depends on where the kit is installed or on an
+outer pytest session (the CI tests call this very function).
+
+Exit codes (infra.cli): 0 every applicable check passed on every host; 1 a check failed; 2 bad stack,
+pool or host URL (the message names what exists).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import testinfra
+import testinfra.backend
+
+from infra.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
+from infra.config import ConfigError, NodePool, parse
+from infra.nodecheck.checks import CHECKS, Check, CheckFailed
+from infra.nodecheck.probe import CannotRun, Probe
+from infra.synth import StackFileError, _raw_for_validation, read_stack_config, stack_file
+
+__all__ = [
+    "CheckResult",
+    "DEFAULT_PARALLEL_HOSTS",
+    "plan",
+    "check_node",
+    "load_pool",
+    "parse_hosts",
+    "format_table",
+    "node_check_command",
+]
+
+DEFAULT_PARALLEL_HOSTS = 8  # hosts checked at once (each runs its checks in order)
+Status = Literal["pass", "fail", "n/a"]
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    host: str
+    check: str
+    status: Status
+    detail: str
+
+
+class UsageError(Exception):
+    """Bad stack, pool or hosts argument: exit 2."""
+
+
+def plan(pool: NodePool) -> list[tuple[Check, str | None]]:
+    """Every check with None when the profile makes it apply, else the reason it does not."""
+    return [(check, check.applies(pool)) for check in CHECKS]
+
+
+def _run_one(check: Check, probe: Probe, pool: NodePool) -> tuple[Status, str]:
+    try:
+        return "pass", check.run(probe, pool)
+    except CheckFailed as err:
+        return "fail", str(err)
+    except CannotRun as err:
+        return "fail", f"could not run: {err}"
+    except Exception as err:  # noqa: BLE001 - a broken connection or a bug in one check fails that check only
+        return "fail", f"could not run: {type(err).__name__}: {err}"
+
+
+def check_node(host: Any, pool: NodePool, *, label: str, progress: Progress | None = None) -> list[CheckResult]:
+    """Run the pool's checks on one testinfra host, in table order."""
+    probe = Probe(host)
+    steps = plan(pool)
+    total = sum(why is None for _, why in steps)
+    results, done = [], 0
+    for check, not_applicable in steps:
+        if not_applicable is not None:
+            results.append(CheckResult(label, check.id, "n/a", not_applicable))
+            continue
+        status, detail = _run_one(check, probe, pool)
+        results.append(CheckResult(label, check.id, status, detail))
+        done += 1
+        if progress is not None:
+            progress(f"[{label}] {done}/{total} {check.id}: {status.upper()}"
+                     + (f" - {detail}" if status == "fail" else ""))
+    return results
+
+
+def load_pool(stack: str, pool: str, stacks_dir: Path | None) -> NodePool:
+    """The pool's profile from the stack config; UsageError names the stacks or pools that exist."""
+    try:
+        values = read_stack_config(stack_file(stack, stacks_dir))
+        cfg = parse(_raw_for_validation(values), stack=stack)
+    except (StackFileError, ConfigError) as err:
+        raise UsageError(str(err)) from None
+    if pool not in cfg.node_pools:
+        raise UsageError(f"stack {stack!r} has no node pool {pool!r}; pools: {', '.join(sorted(cfg.node_pools))}")
+    return cfg.node_pools[pool]
+
+
+def parse_hosts(hosts: str) -> list[str]:
+    """Comma-separated testinfra host URLs; UsageError on an empty list or an unknown backend."""
+    urls = [h.strip() for h in hosts.split(",") if h.strip()]
+    if not urls:
+        raise UsageError("--hosts is empty; give testinfra URLs such as local://, ssh://user@node, "
+                         "kubectl://POD?namespace=NS")
+    for url in urls:
+        scheme = url.partition("://")[0] if "://" in url else ""
+        if scheme not in testinfra.backend.BACKENDS:
+            raise UsageError(f"host {url!r}: unknown or missing scheme {scheme!r}; use one of: "
+                             + ", ".join(f"{s}://" for s in sorted(testinfra.backend.BACKENDS)))
+    return urls
+
+
+def format_table(results: Sequence[CheckResult]) -> str:
+    headers = ("HOST", "CHECK", "RESULT", "DETAIL")
+    rows = [(r.host, r.check, r.status.upper(), r.detail) for r in results]
+    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(3)]
+    return "\n".join(f"{a:<{widths[0]}}  {b:<{widths[1]}}  {c:<{widths[2]}}  {d}".rstrip()
+                     for a, b, c, d in (headers, *rows))
+
+
+def _summary(stack: str, pool: NodePool, hosts: int, results: Sequence[CheckResult]) -> str:
+    count = {s: sum(r.status == s for r in results) for s in ("pass", "fail", "n/a")}
+    verdict = "ACCEPTED" if count["fail"] == 0 else "REJECTED"
+    return (f"node-check {stack}/{pool.name} ({pool.instance_type}, fabric {pool.fabric}): {verdict}: "
+            f"{hosts} host(s), {count['pass']} passed, {count['fail']} failed, {count['n/a']} not applicable")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None) -> int:
+    """The CLI entry point: check every host against the pool's profile; exit 0 only if all applicable pass."""
+    try:
+        profile = load_pool(stack, pool, stacks_dir)
+        urls = parse_hosts(hosts)
+    except UsageError as err:
+        _stderr(f"aifactory: {err}")
+        return EXIT_USAGE
+    applicable = [c.id for c, why in plan(profile) if why is None]
+    _stderr(f"node-check {stack}/{pool}: {len(urls)} host(s); checks: {', '.join(applicable)}")
+
+    def one(url: str) -> list[CheckResult]:
+        try:
+            host = testinfra.get_host(url)
+        except Exception as err:  # noqa: BLE001 - an unusable host fails its checks, the others still run
+            return [CheckResult(url, c.id, "fail", f"could not run: host unusable: {err}") if why is None
+                    else CheckResult(url, c.id, "n/a", why) for c, why in plan(profile)]
+        return check_node(host, profile, label=url, progress=_stderr)
+
+    with ThreadPoolExecutor(max_workers=min(len(urls), DEFAULT_PARALLEL_HOSTS)) as pool_:
+        results = [r for per_host in pool_.map(one, urls) for r in per_host]
+    print(format_table(results))
+    print(_summary(stack, profile, len(urls), results))
+    return EXIT_OK if all(r.status != "fail" for r in results) else EXIT_FAILURE
