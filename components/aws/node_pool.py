@@ -175,7 +175,7 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
             problems.add(f"taints[{i}].effect", f"{t.effect!r} is not allowed; choose one of: {', '.join(TAINT_EFFECTS)}")
     hugepages = args.get("hugepages_mib", DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0)
     if hugepages < 0 or hugepages % 2:
-        problems.add("hugepagesMiB", f"{hugepages} must be a non-negative multiple of 2 (2 MiB pages)")
+        problems.add("hugepagesMib", f"{hugepages} must be a non-negative multiple of 2 (2 MiB pages)")
     problems.raise_any()
     return NodeGroupSpec(
         pool=args.get("pool_name", name),

@@ -1,0 +1,171 @@
+"""GpuNodePool under the SDK mocks: EFA interface layout, placement, capacity, SG, labels, taints, validation."""
+
+import email
+import json
+from collections.abc import Callable
+
+import pulumi
+import pytest
+
+from components.aws import nodes
+from components.aws.node_pool import GpuNodePool, GpuNodePoolArgs, pool_spec
+from infra.synth import read_stack_config, run_program, stack_file
+
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+NG = "aws:eks/nodeGroup:NodeGroup"
+SG = "aws:ec2/securityGroup:SecurityGroup"
+PG = "aws:ec2/placementGroup:PlacementGroup"
+CONTROL_SG = "sg-control"
+
+
+def register(build: Callable[[], object]) -> list:
+    values = read_stack_config(stack_file("dev"))
+    return run_program("unit", values, lambda _cfg: build()).resources
+
+
+def pool_args(instance_type: str, **extra) -> GpuNodePoolArgs:
+    args: GpuNodePoolArgs = {"cluster_name": "c1", "vpc_id": "vpc-1", "cluster_security_group_id": CONTROL_SG,
+                             "availability_zones": ["us-east-1a"], "subnet_ids": ["subnet-a"],
+                             "instance_type": instance_type}
+    args.update(extra)  # type: ignore[typeddict-item]
+    return args
+
+
+def one(resources: list, typ: str):
+    found = [r for r in resources if r.type == typ]
+    assert len(found) == 1, [r.urn for r in found]
+    return found[0]
+
+
+@pytest.mark.parametrize(("instance_type", "cards"), [("p5.48xlarge", 32), ("p4d.24xlarge", 4), ("p5en.48xlarge", 16)])
+def test_efa_pool_has_one_interface_per_network_card(instance_type: str, cards: int) -> None:
+    res = register(lambda: GpuNodePool("gpu", pool_args(instance_type, fabric="efa")))
+    efa_sg = one(res, SG).id
+    interfaces = one(res, LT).inputs["networkInterfaces"]
+    assert len(interfaces) == cards
+    assert interfaces[0] == {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "efa",
+                             "securityGroups": [CONTROL_SG, efa_sg], "deleteOnTermination": "true"}
+    assert interfaces[1:] == [{"networkCardIndex": card, "deviceIndex": 0, "interfaceType": "efa-only",
+                               "securityGroups": [efa_sg], "deleteOnTermination": "true"}
+                              for card in range(1, cards)]
+
+
+def test_efa_pool_on_demand_gets_cluster_placement_group_and_hugepages() -> None:
+    res = register(lambda: GpuNodePool("gpu", pool_args("p5.48xlarge", fabric="efa")))
+    pg = one(res, PG)
+    lt = one(res, LT)
+    assert pg.inputs == {"strategy": "cluster"}
+    assert lt.inputs["placement"] == {"groupName": pg.outputs["name"]}
+    assert "instanceMarketOptions" not in lt.inputs and "capacityReservationSpecification" not in lt.inputs
+    assert "sysctl -w vm.nr_hugepages=2560" in nodes.user_data(hugepages_mib=5120)
+
+
+def test_efa_security_group_has_exactly_the_two_self_rules() -> None:
+    res = register(lambda: GpuNodePool("gpu", pool_args("p5.48xlarge", fabric="efa")))
+    rule = {"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True,
+            "description": "EFA: all traffic within the pool's fabric"}
+    sg = one(res, SG)
+    assert sg.inputs["ingress"] == [rule]
+    assert sg.inputs["egress"] == [rule]
+    assert sg.inputs["vpcId"] == "vpc-1"
+
+
+def test_g6e_pool_has_no_efa_interface_and_no_placement_group() -> None:
+    res = register(lambda: GpuNodePool("small", pool_args("g6e.12xlarge", availability_zones=["us-east-1a", "us-east-1b"],
+                                                          subnet_ids=["subnet-a", "subnet-b"])))
+    lt = one(res, LT)
+    assert "networkInterfaces" not in lt.inputs and "placement" not in lt.inputs
+    assert [r for r in res if r.type in (SG, PG)] == []
+    assert one(res, NG).inputs["subnetIds"] == ["subnet-a", "subnet-b"]
+
+
+@pytest.mark.parametrize(("capacity_type", "market", "eks_type"), [
+    ("capacity-block", {"instanceMarketOptions": {"marketType": "capacity-block"}}, "CAPACITY_BLOCK"),
+    ("odcr", {}, "ON_DEMAND"),
+])
+def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity_type, market, eks_type) -> None:
+    args = pool_args("p5.48xlarge", fabric="efa", min_size=4, max_size=4, desired_size=4,
+                     capacity={"type": capacity_type, "reservation_id": "cr-0a1b2c3d4e5f60718"})
+    res = register(lambda: GpuNodePool("block", args))
+    lt, ng = one(res, LT), one(res, NG)
+    assert {k: lt.inputs[k] for k in ("instanceMarketOptions",) if k in lt.inputs} == market
+    assert lt.inputs["capacityReservationSpecification"] == {
+        "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}}
+    assert "placement" not in lt.inputs and [r for r in res if r.type == PG] == []
+    assert ng.inputs["capacityType"] == eks_type
+    assert ng.inputs["scalingConfig"] == {"minSize": 4, "maxSize": 4, "desiredSize": 4}
+
+
+def test_launch_template_requires_imdsv2_and_encrypts_the_root_volume() -> None:
+    res = register(lambda: GpuNodePool("gpu", pool_args("p5.48xlarge", fabric="efa", root_volume_gib=1000)))
+    lt = one(res, LT)
+    assert lt.inputs["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
+                                            "httpPutResponseHopLimit": 2, "instanceMetadataTags": "disabled"}
+    assert lt.inputs["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
+        "volumeSize": 1000, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}}]
+
+
+def test_gpu_pool_taint_labels_and_autoscaler_tags() -> None:
+    res = register(lambda: GpuNodePool("c1-h100", pool_args("p5.48xlarge", fabric="efa", pool_name="h100",
+                                                            labels={"workload-class": "llm"})))
+    ng = one(res, NG)
+    assert ng.inputs["amiType"] == "AL2023_x86_64_NVIDIA"
+    assert ng.inputs["taints"] == [{"key": "nvidia.com/gpu", "value": "true", "effect": "NO_SCHEDULE"}]
+    labels = {"workload-class": "llm", "aifactory.io/pool": "h100", "aifactory.io/instance-type": "p5.48xlarge",
+              "aifactory.io/fabric": "efa", "aifactory.io/gpu-product": "NVIDIA-H100-80GB-HBM3"}
+    assert ng.inputs["labels"] == labels
+    ca = "k8s.io/cluster-autoscaler"
+    assert ng.inputs["tags"] == {
+        f"{ca}/enabled": "true", f"{ca}/c1": "owned",
+        **{f"{ca}/node-template/label/{k}": v for k, v in labels.items()},
+        f"{ca}/node-template/taint/nvidia.com/gpu": "true:NoSchedule",
+        f"{ca}/node-template/resources/nvidia.com/gpu": "8",
+        f"{ca}/node-template/resources/vpc.amazonaws.com/efa": "32",
+    }
+
+
+def test_node_role_has_only_the_four_node_policies() -> None:
+    res = register(lambda: GpuNodePool("gpu", pool_args("g6e.xlarge")))
+    role = one(res, "aws:iam/role:Role")
+    assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
+    attached = sorted(r.inputs["policyArn"] for r in res if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in (
+        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
+        "AmazonSSMManagedInstanceCore"))
+    assert [r for r in res if r.type == "aws:iam/rolePolicy:RolePolicy"] == []
+
+
+def test_user_data_is_mime_multipart_nodeconfig_plus_hugepages_script() -> None:
+    msg = email.message_from_string(nodes.user_data(hugepages_mib=5120))
+    parts = msg.get_payload()
+    assert msg.get_content_type() == "multipart/mixed"
+    assert [p.get_content_type() for p in parts] == ["application/node.eks.aws", "text/x-shellscript"]
+    node_config = json.loads(parts[0].get_payload().removeprefix("---\n"))
+    assert node_config == {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": {"kubelet": {
+        "config": {"shutdownGracePeriod": "90s", "shutdownGracePeriodCriticalPods": "30s",
+                   "serializeImagePulls": False}}}}
+    assert "vm.nr_hugepages = 2560" in parts[1].get_payload()
+    plain = email.message_from_string(nodes.user_data(hugepages_mib=0))
+    assert [p.get_content_type() for p in plain.get_payload()] == ["application/node.eks.aws"]
+
+
+@pytest.mark.parametrize(("extra", "paths"), [
+    ({"instance_type": "g6e.xlarge", "fabric": "efa"}, ["fabric"]),
+    ({"fabric": "efa", "availability_zones": ["us-east-1a", "us-east-1b"], "subnet_ids": ["s-a", "s-b"]},
+     ["availabilityZones"]),
+    ({"fabric": "efa", "placement_group": True, "min_size": 2, "max_size": 2,
+      "capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}}, ["placementGroup"]),
+    ({"min_size": 3, "max_size": 2}, ["minSize"]),
+    ({"min_size": 1, "max_size": 2, "desired_size": 5}, ["desiredSize"]),
+    ({"instance_type": "p9.huge"}, ["instanceType"]),
+    ({"capacity": {"type": "odcr"}}, ["capacity.reservationId"]),
+    ({"capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}, "min_size": 1,
+      "max_size": 2}, ["desiredSize"]),
+    ({"taints": [{"key": "a", "effect": "Never"}], "subnet_ids": []}, ["subnetIds", "taints[0].effect"]),
+])
+def test_bad_arguments_raise_input_properties_error_with_paths(extra, paths) -> None:
+    args = pool_args(extra.pop("instance_type", "p5.48xlarge"), **extra)
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        pool_spec("bad", args)
+    assert [e["property_path"] for e in err.value.errors] == paths
+    assert "GpuNodePool 'bad'" in str(err.value)
