@@ -1,0 +1,374 @@
+"""Isolation between tenants and between workloads and nodes (Kubernetes and Istio)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from pulumi_policy import Severity
+
+from policies import kube
+from policies.base import (
+    ADVISORY,
+    AGENT_NAMESPACES,
+    ALLOWED_CAPABILITIES,
+    ALLOWED_REGISTRIES,
+    GATEWAY_NAMESPACES,
+    GPU_TAINT_KEYS,
+    MANDATORY,
+    MESH_ROOT_NAMESPACE,
+    PLATFORM_NAMESPACES,
+    POOL_LABEL_KEY,
+    resource_policy,
+    stack_policy,
+)
+
+__all__ = [
+    "POLICIES",
+    "tenant_namespaces",
+    "is_default_deny",
+    "is_allow_nothing",
+    "mtls_downgrades",
+    "privilege_problems",
+    "root_problems",
+    "gpu_limit_problems",
+    "gpu_placement_problems",
+    "gpu_toleration_problems",
+    "image_problems",
+    "POD_TYPES",
+]
+
+ISTIO_SECURITY = "security.istio.io"
+POD_TYPES = (*kube.POD_TEMPLATE_PATHS, kube.HELM_RELEASE)
+Found = list[tuple[str, str | None]]
+
+
+# ---------------------------------------------------------------------------------------------
+# tenant namespaces (stack)
+
+
+def tenant_namespaces(resources: Sequence[Any], platform: Sequence[str]) -> dict[str, str]:
+    """Namespace name -> URN for every Namespace the stack creates outside the platform's namespaces."""
+    out = {}
+    for r in resources:
+        if r.resource_type == kube.NAMESPACE and (name := kube.name_of(r.props)) and name not in platform:
+            out[name] = r.urn
+    return dict(sorted(out.items()))
+
+
+def _in_namespace(resources: Sequence[Any], group: str, kind: str) -> dict[str, list[Mapping[str, Any]]]:
+    out: dict[str, list[Mapping[str, Any]]] = {}
+    for r in resources:
+        if kube.kind_of(r.resource_type) == (group, kind):
+            out.setdefault(kube.namespace_of(r.props), []).append(r.props)
+    return out
+
+
+def is_default_deny(props: Mapping[str, Any]) -> set[str]:
+    """The directions ('Ingress', 'Egress') a NetworkPolicy denies for every pod of its namespace."""
+    spec = props.get("spec") or {}
+    selector = spec.get("podSelector") or {}
+    if selector.get("matchLabels") or selector.get("matchExpressions"):
+        return set()
+    types = set(spec.get("policyTypes") or ["Ingress"])
+    return {t for t in types if not spec.get(t.lower())}
+
+
+def _default_deny(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    denied: dict[str, set[str]] = {}
+    for ns, policies in _in_namespace(resources, "networking.k8s.io", "NetworkPolicy").items():
+        for p in policies:
+            denied.setdefault(ns, set()).update(is_default_deny(p))
+    out: Found = []
+    for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items():
+        missing = sorted({"Ingress", "Egress"} - denied.get(ns, set()))
+        if missing:
+            out.append((f"tenant namespace {ns!r} has no default-deny NetworkPolicy for {' and '.join(missing)}",
+                        urn))
+    return out
+
+
+def is_allow_nothing(props: Mapping[str, Any]) -> bool:
+    """Istio's allow-nothing AuthorizationPolicy: no selector, action ALLOW (the default), no rules."""
+    spec = props.get("spec") or {}
+    return (not spec.get("selector") and not spec.get("targetRef") and not spec.get("targetRefs")
+            and spec.get("action", "ALLOW") == "ALLOW" and not spec.get("rules"))
+
+
+def _allow_nothing(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    has = {ns for ns, ps in _in_namespace(resources, ISTIO_SECURITY, "AuthorizationPolicy").items()
+           if any(is_allow_nothing(p) for p in ps)}
+    return [(f"tenant namespace {ns!r} has no allow-nothing AuthorizationPolicy", urn)
+            for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items() if ns not in has]
+
+
+def _quota(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    limited = {ns for ns, ps in _in_namespace(resources, "", "ResourceQuota").items()
+               if any(f"requests.{kube.GPU_RESOURCE}" in ((p.get("spec") or {}).get("hard") or {}) for p in ps)}
+    return [(f"tenant namespace {ns!r} has no ResourceQuota limiting requests.{kube.GPU_RESOURCE}", urn)
+            for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items() if ns not in limited]
+
+
+# ---------------------------------------------------------------------------------------------
+# mesh mTLS
+
+
+def _mtls_mode(spec: Mapping[str, Any]) -> str:
+    return ((spec.get("mtls") or {}).get("mode") or "UNSET").upper()
+
+
+def _mesh_strict(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    root = cfg[MESH_ROOT_NAMESPACE.name]
+    for ns, policies in _in_namespace(resources, ISTIO_SECURITY, "PeerAuthentication").items():
+        if ns == root and any(not (p.get("spec") or {}).get("selector") and _mtls_mode(p.get("spec") or {})
+                              == "STRICT" for p in policies):
+            return []
+    return [(f"no mesh-wide PeerAuthentication with mtls.mode STRICT in the root namespace {root!r}", None)]
+
+
+def mtls_downgrades(props: Mapping[str, Any]) -> list[str]:
+    """The modes weaker than STRICT a PeerAuthentication sets, with where it sets them."""
+    spec = props.get("spec") or {}
+    out = []
+    if _mtls_mode(spec) in ("PERMISSIVE", "DISABLE"):
+        out.append(f"mtls.mode {_mtls_mode(spec)}")
+    for port, setting in sorted((spec.get("portLevelMtls") or {}).items()):
+        mode = ((setting or {}).get("mode") or "").upper()
+        if mode in ("PERMISSIVE", "DISABLE"):
+            out.append(f"portLevelMtls[{port}].mode {mode}")
+    return out
+
+
+def _no_downgrade(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
+    ns = kube.namespace_of(props)
+    if kube.kind_of(resource_type) != (ISTIO_SECURITY, "PeerAuthentication") or ns in cfg[PLATFORM_NAMESPACES.name]:
+        return []
+    return [f"PeerAuthentication {kube.name_of(props)!r} in tenant namespace {ns!r} sets {what}"
+            for what in mtls_downgrades(props)]
+
+
+# ---------------------------------------------------------------------------------------------
+# pods
+
+
+def privilege_problems(spec: Mapping[str, Any], allowed_caps: Sequence[str]) -> list[str]:
+    out = [f"{key}: true" for key in ("hostNetwork", "hostPID", "hostIPC") if spec.get(key) is True]
+    for v in spec.get("volumes") or ():
+        if isinstance(v, Mapping) and v.get("hostPath"):
+            out.append(f"volume {v.get('name')!r} mounts hostPath {(v['hostPath'] or {}).get('path')}")
+    for c in kube.containers(spec):
+        sc = c.get("securityContext") or {}
+        if sc.get("privileged") is True:
+            out.append(f"container {c.get('name')!r} is privileged")
+        added = [cap for cap in ((sc.get("capabilities") or {}).get("add") or ()) if cap not in allowed_caps]
+        if added:
+            out.append(f"container {c.get('name')!r} adds capabilities {', '.join(added)}")
+    return out
+
+
+def root_problems(spec: Mapping[str, Any], *, complete: bool) -> list[str]:
+    """Containers that may run as root. Incomplete specs (Helm values) fail only on explicit root settings."""
+    pod = spec.get("securityContext") or {}
+    out = []
+    for c in kube.containers(spec):
+        sc = c.get("securityContext") or {}
+        non_root = sc.get("runAsNonRoot", pod.get("runAsNonRoot"))
+        uid = sc.get("runAsUser", pod.get("runAsUser"))
+        if uid == 0 or non_root is False:
+            out.append(f"container {c.get('name')!r} runs as root")
+        elif complete and non_root is not True:
+            out.append(f"container {c.get('name')!r} does not set runAsNonRoot: true")
+    return out
+
+
+def gpu_limit_problems(spec: Mapping[str, Any]) -> list[str]:
+    out = []
+    for c in kube.containers(spec):
+        req, lim = kube.gpu_resources(c)
+        for res in sorted(set(req) | set(lim)):
+            if res not in lim:
+                out.append(f"container {c.get('name')!r} requests {res}: {req[res]} without a limit")
+            elif res in req and req[res] != lim[res]:
+                out.append(f"container {c.get('name')!r} requests {res}: {req[res]} but limits it to {lim[res]}")
+    return out
+
+
+def gpu_placement_problems(spec: Mapping[str, Any], pool_label: str, gpu_taints: Sequence[str]) -> list[str]:
+    if not kube.requests_gpu(spec):
+        return []
+    out = []
+    if pool_label not in kube.targeted_label_keys(spec):
+        out.append(f"GPU pod does not select a GPU pool by node label {pool_label!r}")
+    others = [k for k in kube.tolerated_keys(spec) if k not in gpu_taints]
+    if others:
+        out.append(f"GPU pod tolerates non-GPU taints: {', '.join(others)}")
+    return out
+
+
+def gpu_toleration_problems(spec: Mapping[str, Any], gpu_taints: Sequence[str]) -> list[str]:
+    if kube.requests_gpu(spec):
+        return []
+    hits = [k for k in kube.tolerated_keys(spec) if k in gpu_taints or k == "*"]
+    return [f"pod without GPUs tolerates the GPU taint {k!r}" for k in hits]
+
+
+def image_problems(spec: Mapping[str, Any], *, complete: bool, registries: Sequence[str] | None) -> list[str]:
+    """Pinning (registries None) or source (registries given) of every container image."""
+    out = []
+    for c in kube.containers(spec):
+        ref = c.get("image")
+        if not isinstance(ref, str) or not ref:
+            if complete:
+                out.append(f"container {c.get('name')!r} has no image")
+            continue
+        image = kube.parse_image(ref)
+        if registries is not None:
+            if not kube.registry_allowed(image, registries):
+                out.append(f"container {c.get('name')!r} image {ref!r} is not from an allowed registry")
+        elif image.tag == "latest" and not image.digest:
+            out.append(f"container {c.get('name')!r} image {ref!r} uses the mutable tag 'latest'")
+        elif not image.tag and not image.digest and complete:
+            out.append(f"container {c.get('name')!r} image {ref!r} has no tag or digest")
+    return out
+
+
+def _pod_check(problems, *, exempt_agents: bool):
+    """A resource check that runs `problems(site, cfg)` on every pod spec of a workload or Helm release."""
+
+    def check(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
+        out = []
+        for site in kube.pod_sites(resource_type, props):
+            if exempt_agents and site.namespace in cfg[AGENT_NAMESPACES.name]:
+                continue
+            out.extend(f"{site.where}: {p}" for p in problems(site, cfg))
+        return out
+
+    return check
+
+
+def _service_check(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
+    kind = (props.get("spec") or {}).get("type") or "ClusterIP"
+    ns = kube.namespace_of(props)
+    if kind in ("LoadBalancer", "NodePort") and ns not in cfg[GATEWAY_NAMESPACES.name]:
+        return [f"Service {kube.name_of(props)!r} in namespace {ns!r} is of type {kind}; only the gateway "
+                f"({', '.join(cfg[GATEWAY_NAMESPACES.name])}) is exposed outside the cluster"]
+    return []
+
+
+POLICIES = [
+    stack_policy(
+        name="tenant-default-deny",
+        description="Every tenant namespace has a NetworkPolicy that denies all ingress and egress by default.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Create a NetworkPolicy in the namespace with podSelector: {} and policyTypes [Ingress, Egress] "
+                    "and no rules (components.k8s tenancy does this per tenant); allow traffic with further policies.",
+        check=_default_deny, settings=(PLATFORM_NAMESPACES,),
+    ),
+    stack_policy(
+        name="mesh-strict-mtls",
+        description="A mesh-wide PeerAuthentication requires STRICT mutual TLS.",
+        severity=Severity.CRITICAL, enforcement=MANDATORY,
+        remediation="Create a PeerAuthentication without a selector in Istio's root namespace (istio-system) "
+                    "with spec.mtls.mode: STRICT.",
+        check=_mesh_strict, settings=(MESH_ROOT_NAMESPACE,),
+    ),
+    resource_policy(
+        name="no-mtls-downgrade",
+        description="No tenant namespace weakens mutual TLS with a PERMISSIVE or DISABLE PeerAuthentication.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Delete the PeerAuthentication or set its mode (and every portLevelMtls mode) to STRICT.",
+        types=None, check=_no_downgrade, settings=(PLATFORM_NAMESPACES,),
+    ),
+    stack_policy(
+        name="tenant-allow-nothing",
+        description="Every tenant namespace has an allow-nothing Istio AuthorizationPolicy.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Create an AuthorizationPolicy with an empty spec ({}) in the namespace; allow callers with "
+                    "further ALLOW policies that name their principals.",
+        check=_allow_nothing, settings=(PLATFORM_NAMESPACES,),
+    ),
+    stack_policy(
+        name="tenant-gpu-quota",
+        description="Every tenant namespace has a ResourceQuota that limits GPU requests.",
+        severity=Severity.MEDIUM, enforcement=MANDATORY,
+        remediation=f"Create a ResourceQuota in the namespace with spec.hard['requests.{kube.GPU_RESOURCE}'] set "
+                    "to the tenant's gpuQuota (0 for tenants without GPUs).",
+        check=_quota, settings=(PLATFORM_NAMESPACES,),
+    ),
+    resource_policy(
+        name="no-privileged-pods",
+        description="Outside node-agent namespaces, pods are not privileged, use no host namespaces or host paths "
+                    "and add no capabilities beyond the allow-list.",
+        severity=Severity.CRITICAL, enforcement=MANDATORY,
+        remediation="Remove privileged, hostNetwork/hostPID/hostIPC, hostPath volumes and added capabilities "
+                    "(components.k8s.security.container_security_context gives the secure defaults), or run the "
+                    "workload in a namespace listed in agentNamespaces.",
+        types=POD_TYPES, settings=(AGENT_NAMESPACES, ALLOWED_CAPABILITIES),
+        check=_pod_check(lambda site, cfg: privilege_problems(site.spec, cfg[ALLOWED_CAPABILITIES.name]),
+                         exempt_agents=True),
+    ),
+    resource_policy(
+        name="pods-run-as-non-root",
+        description="Outside node-agent namespaces, every container runs with runAsNonRoot.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Set securityContext.runAsNonRoot: true and a non-zero runAsUser on the pod or each container "
+                    "(components.k8s.security.pod_security_context).",
+        types=POD_TYPES, settings=(AGENT_NAMESPACES,),
+        check=_pod_check(lambda site, cfg: root_problems(site.spec, complete=site.complete), exempt_agents=True),
+    ),
+    resource_policy(
+        name="gpu-limits-equal-requests",
+        description="Containers that request GPUs or MIG slices set limits equal to requests.",
+        severity=Severity.MEDIUM, enforcement=MANDATORY,
+        remediation="Set resources.limits for nvidia.com/gpu (and nvidia.com/mig-*) to the same quantity as "
+                    "resources.requests (components.k8s.security.resources(extra=...) does both).",
+        types=POD_TYPES,
+        check=_pod_check(lambda site, cfg: gpu_limit_problems(site.spec), exempt_agents=False),
+    ),
+    resource_policy(
+        name="gpu-pods-on-gpu-pools",
+        description="Pods that request GPUs select a GPU pool by node label and tolerate only GPU taints.",
+        severity=Severity.MEDIUM, enforcement=ADVISORY,
+        remediation="Add nodeSelector {aifactory.io/pool: <gpu pool>} and keep only tolerations of GPU taints.",
+        types=POD_TYPES, settings=(POOL_LABEL_KEY, GPU_TAINT_KEYS),
+        check=_pod_check(lambda site, cfg: gpu_placement_problems(site.spec, cfg[POOL_LABEL_KEY.name],
+                                                                  cfg[GPU_TAINT_KEYS.name]), exempt_agents=False),
+    ),
+    resource_policy(
+        name="cpu-pods-avoid-gpu-nodes",
+        description="Outside node-agent namespaces, pods that request no GPUs never tolerate the GPU taint.",
+        severity=Severity.MEDIUM, enforcement=MANDATORY,
+        remediation="Remove the toleration of the GPU taint (and any toleration without a key): pods without "
+                    "GPUs belong on CPU nodes.",
+        types=POD_TYPES, settings=(AGENT_NAMESPACES, GPU_TAINT_KEYS),
+        check=_pod_check(lambda site, cfg: gpu_toleration_problems(site.spec, cfg[GPU_TAINT_KEYS.name]),
+                         exempt_agents=True),
+    ),
+    resource_policy(
+        name="external-services-gateway-only",
+        description="Only the inference gateway's Services are of type LoadBalancer or NodePort.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Use type ClusterIP and route external traffic through the gateway.",
+        types=(kube.SERVICE,), check=_service_check, settings=(GATEWAY_NAMESPACES,),
+    ),
+    resource_policy(
+        name="images-pinned",
+        description="Container images are pinned: a version tag or digest, never 'latest'.",
+        severity=Severity.MEDIUM, enforcement=MANDATORY,
+        remediation="Reference images as registry/name:version or registry/name@sha256:digest.",
+        types=POD_TYPES,
+        check=_pod_check(lambda site, cfg: image_problems(site.spec, complete=site.complete, registries=None),
+                         exempt_agents=False),
+    ),
+    resource_policy(
+        name="images-from-allowed-registries",
+        description="Container images come from the allowed registries.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Mirror the image into an allowed registry, or add its registry to allowedRegistries in the "
+                    "pack config after review.",
+        types=POD_TYPES, settings=(ALLOWED_REGISTRIES,),
+        check=_pod_check(lambda site, cfg: image_problems(site.spec, complete=site.complete,
+                                                          registries=cfg[ALLOWED_REGISTRIES.name]),
+                         exempt_agents=False),
+    ),
+]
