@@ -54,7 +54,7 @@ class CapacityArgs(TypedDict):
     type: NotRequired[str]
     """on-demand, odcr (On-Demand Capacity Reservation) or capacity-block. Default: on-demand."""
     reservation_id: NotRequired[str]
-    """The reservation (cr-...); required for odcr and capacity-block."""
+    """The reservation (cr-...); required for odcr and capacity-block. Default: none (on-demand)."""
 
 
 class TaintArgs(TypedDict):

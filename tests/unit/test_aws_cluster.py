@@ -1,0 +1,159 @@
+"""GpuCluster, Network and IRSA under the SDK mocks; `aifactory synth` of the AWS stacks and bad pool configs."""
+
+import json
+from pathlib import Path
+
+import pulumi
+import pytest
+import yaml
+
+from components.aws import iam
+from components.aws.network import nat_zones, subnet_plan, subnet_tags
+from infra import cli
+from infra.synth import read_stack_config, run_program, stack_file
+
+EKS = "aws:eks/cluster:Cluster"
+LT = "aws:ec2/launchTemplate:LaunchTemplate"
+
+
+def synth(stack: str) -> list:
+    return run_program(stack, read_stack_config(stack_file(stack))).resources
+
+
+@pytest.fixture(scope="module")
+def prod() -> list:
+    return synth("prod")
+
+
+def of(resources: list, typ: str) -> list:
+    return [r for r in resources if r.type == typ]
+
+
+def test_prod_eks_is_private_encrypted_and_logs_everything(prod) -> None:
+    (eks,) = of(prod, EKS)
+    (key,) = of(prod, "aws:kms/key:Key")
+    assert eks.inputs["vpcConfig"]["endpointPrivateAccess"] is True
+    assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in eks.inputs["vpcConfig"]
+    assert eks.inputs["encryptionConfig"] == {"provider": {"keyArn": key.outputs["arn"]}, "resources": ["secrets"]}
+    assert key.inputs["enableKeyRotation"] is True
+    assert eks.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
+    assert eks.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}
+    assert eks.inputs["version"] == "1.34"
+
+
+def test_staging_public_endpoint_only_with_its_allow_list() -> None:
+    (eks,) = of(synth("staging"), EKS)
+    assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is True
+    assert eks.inputs["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_prod_has_every_piece_of_the_cluster(prod) -> None:
+    types = [r.type for r in prod]
+    assert sorted(r.inputs["addonName"] for r in of(prod, "aws:eks/addon:Addon")) == \
+        ["aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni"]
+    assert sorted(r.inputs["principalArn"] for r in of(prod, "aws:eks/accessEntry:AccessEntry")) == \
+        ["arn:aws:iam::123456789012:role/platform-admin", "arn:aws:iam::123456789012:role/sre-oncall"]
+    assert {r.inputs["policyArn"] for r in of(prod, "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")} == \
+        {"arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"}
+    assert types.count("aws:iam/openIdConnectProvider:OpenIdConnectProvider") == 1
+    assert types.count("aws:ec2/natGateway:NatGateway") == 3  # one per AZ
+    assert types.count("aws:eks/nodeGroup:NodeGroup") == 4  # system + h100-block + h200 + l40s
+    assert types.count("aws:ec2/placementGroup:PlacementGroup") == 1  # h200 only: h100-block is a capacity block
+    assert types.count("aws:ec2/securityGroup:SecurityGroup") == 2  # one EFA group per EFA pool
+    (endpoint,) = of(prod, "aws:ec2/vpcEndpoint:VpcEndpoint")
+    assert endpoint.inputs["serviceName"] == "com.amazonaws.us-east-1.s3"
+    assert len(endpoint.inputs["routeTableIds"]) == 3
+    (flow,) = of(prod, "aws:ec2/flowLog:FlowLog")
+    assert flow.inputs["trafficType"] == "ALL"
+    ebs = [r for r in of(prod, "aws:eks/addon:Addon") if r.inputs["addonName"] == "aws-ebs-csi-driver"][0]
+    assert ebs.inputs["serviceAccountRoleArn"].startswith("arn:aws:iam::123456789012:role/aifactory-prod-ebs-csi")
+
+
+def test_every_launch_template_requires_imdsv2_and_encrypts(prod) -> None:
+    lts = of(prod, LT)
+    assert len(lts) == 4
+    for lt in lts:
+        assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
+        assert all(b["ebs"]["encrypted"] == "true" for b in lt.inputs["blockDeviceMappings"])
+
+
+def test_prod_capacity_block_pool(prod) -> None:
+    (lt,) = [r for r in of(prod, LT) if r.name == "aifactory-prod-h100-block-lt"]
+    assert lt.inputs["instanceMarketOptions"] == {"marketType": "capacity-block"}
+    assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"] == \
+        {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
+    assert "placement" not in lt.inputs and len(lt.inputs["networkInterfaces"]) == 32
+
+
+def test_dev_single_nat_and_no_efa() -> None:
+    res = synth("dev")
+    assert len(of(res, "aws:ec2/natGateway:NatGateway")) == 1
+    assert of(res, "aws:ec2/securityGroup:SecurityGroup") == []
+    assert all("networkInterfaces" not in lt.inputs for lt in of(res, LT))
+
+
+def test_kubernetes_provider_uses_the_cluster_kubeconfig(prod) -> None:
+    (provider,) = [r for r in prod if r.type == "pulumi:providers:kubernetes"]
+    config = json.loads(provider.inputs["kubeconfig"])
+    assert config["current-context"] == "aifactory-prod"
+    assert config["users"][0]["user"]["exec"]["args"] == ["eks", "get-token", "--cluster-name", "aifactory-prod",
+                                                          "--output", "json"]
+    assert config["clusters"][0]["cluster"]["server"].startswith("https://")
+
+
+def test_subnet_plan_nat_zones_and_tags() -> None:
+    assert subnet_plan("10.0.0.0/16", ["a", "b", "c"]) == {
+        "a": ("10.0.0.0/19", "10.0.224.0/22"), "b": ("10.0.32.0/19", "10.0.228.0/22"),
+        "c": ("10.0.64.0/19", "10.0.232.0/22")}
+    assert nat_zones(["a", "b"], "single") == {"a": "a", "b": "a"}
+    assert nat_zones(["a", "b"], "one-per-az") == {"a": "a", "b": "b"}
+    assert subnet_tags("c1", public=True) == {"kubernetes.io/cluster/c1": "shared", "kubernetes.io/role/elb": "1"}
+    assert subnet_tags("c1", public=False) == {"kubernetes.io/cluster/c1": "shared",
+                                               "kubernetes.io/role/internal-elb": "1"}
+
+
+def test_irsa_trust_policy_pins_subject_and_audience() -> None:
+    doc = json.loads(iam.irsa_trust_policy("arn:aws:iam::1:oidc-provider/oidc.x/id/A", "oidc.x/id/A",
+                                           "kube-system", "cluster-autoscaler"))
+    assert doc["Statement"] == [{
+        "Effect": "Allow", "Principal": {"Federated": "arn:aws:iam::1:oidc-provider/oidc.x/id/A"},
+        "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {"StringEquals": {"oidc.x/id/A:sub": "system:serviceaccount:kube-system:cluster-autoscaler",
+                                       "oidc.x/id/A:aud": "sts.amazonaws.com"}}}]
+
+
+def test_role_refuses_star_on_star() -> None:
+    bad = {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["ec2:Describe*"], "Resource": "*"},
+        {"Effect": "Allow", "Action": "*", "Resource": ["*"]}]}
+    assert iam.wildcard_statements(bad) == [1]
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        iam.role("r", assume_role_policy="{}", inline_policy=bad)
+    assert [e["property_path"] for e in err.value.errors] == ["inlinePolicy.Statement[1]"]
+
+
+# --- bad pool configs through the CLI: exit 2 with the key path --------------------------------
+
+BAD_POOLS = [
+    ({"instanceType": "g6e.xlarge", "fabric": "efa"}, "nodePools.bad.fabric"),
+    ({"instanceType": "p5.48xlarge", "fabric": "efa", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+     "nodePools.bad.availabilityZones"),
+    ({"instanceType": "p5.48xlarge", "fabric": "efa", "placementGroup": True, "minSize": 2, "maxSize": 2,
+      "capacity": {"type": "capacity-block", "reservationId": "cr-0a1b2c3d4e5f60718"}},
+     "nodePools.bad.placementGroup"),
+    ({"instanceType": "g6e.xlarge", "minSize": 3, "maxSize": 2}, "nodePools.bad.minSize"),
+    ({"instanceType": "g6e.xlarge", "minSize": 1, "maxSize": 2, "desiredSize": 4}, "nodePools.bad.desiredSize"),
+    ({"instanceType": "p9.huge"}, "nodePools.bad.instanceType"),
+]
+
+
+@pytest.mark.parametrize(("pool", "path"), BAD_POOLS)
+def test_bad_pool_config_exits_2_with_key_path(tmp_path: Path, capsys, pool: dict, path: str) -> None:
+    doc = yaml.safe_load(stack_file("dev").read_text())
+    doc["config"]["aifactory:nodePools"]["bad"] = pool
+    (tmp_path / "Pulumi.bad.yaml").write_text(yaml.safe_dump(doc))
+    code = cli.main(["synth", "bad", "--stacks-dir", str(tmp_path), "--out", str(tmp_path / "out"), "-q"])
+    assert code == cli.EXIT_USAGE
+    assert f"{path}:" in capsys.readouterr().err

@@ -1,0 +1,65 @@
+"""components/ as a Pulumi component package: the SDK's own analyzer infers a schema listing every component."""
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from pulumi.provider.experimental.component import ComponentProvider
+
+package = importlib.import_module("components.__main__")
+
+
+@pytest.fixture(scope="module")
+def schema() -> dict:
+    return json.loads(ComponentProvider(list(package.COMPONENTS), package.PACKAGE, version=package.VERSION).schema)
+
+
+def test_plugin_manifest_declares_python() -> None:
+    manifest = yaml.safe_load((Path(package.__file__).parent / "PulumiPlugin.yaml").read_text())
+    assert manifest == {"runtime": "python"}
+
+
+def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
+    resources = schema["resources"]
+    assert sorted(resources) == ["aifactory:index:GpuCluster", "aifactory:index:GpuNodePool", "aifactory:index:Network"]
+    shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
+             for token, r in resources.items()}
+    assert shape["aifactory:index:Network"] == (
+        ["availabilityZones", "clusterName", "flowLogRetentionDays", "natGateways", "vpcCidr"],
+        ["availabilityZones", "clusterName"],
+        ["privateSubnetIds", "publicSubnetIds", "vpcId"])
+    assert shape["aifactory:index:GpuCluster"] == (
+        ["adminRoleArns", "clusterName", "kubernetesVersion", "logRetentionDays", "publicAccessCidrs", "subnetIds",
+         "systemPool", "vpcId"],
+        ["kubernetesVersion", "subnetIds", "vpcId"],
+        ["clusterName", "kubeconfig", "nodeSecurityGroupId", "oidcIssuer", "oidcProviderArn"])
+    assert shape["aifactory:index:GpuNodePool"] == (
+        ["availabilityZones", "capacity", "clusterName", "clusterSecurityGroupId", "desiredSize", "fabric",
+         "hugepagesMib", "instanceType", "kubernetesVersion", "labels", "maxSize", "minSize", "nodeRoleArn",
+         "placementGroup", "poolName", "rootVolumeGib", "subnetIds", "taints", "vpcId"],
+        ["availabilityZones", "clusterName", "clusterSecurityGroupId", "instanceType", "subnetIds", "vpcId"],
+        ["efaSecurityGroupId", "launchTemplateId", "nodeGroupName", "nodeRoleArn", "placementGroupName"])
+    assert sorted(schema["types"]) == ["aifactory:index:CapacityArgs", "aifactory:index:SystemPoolArgs",
+                                       "aifactory:index:TaintArgs"]
+
+
+def test_every_optional_input_documents_its_default(schema) -> None:
+    undocumented = []
+    for token, r in [*schema["resources"].items(), *schema["types"].items()]:
+        props = r.get("inputProperties", r.get("properties", {}))
+        required = set(r.get("requiredInputs", r.get("required", [])))
+        for name, prop in props.items():
+            if name not in required and "Default:" not in prop.get("description", ""):
+                undocumented.append(f"{token}.{name}")
+    assert undocumented == []
+
+
+def test_config_inputs_are_plain_and_ids_accept_outputs(schema) -> None:
+    pool = schema["resources"]["aifactory:index:GpuNodePool"]["inputProperties"]
+    assert pool["instanceType"] == {"type": "string", "plain": True,
+                                    "description": "An instance type of the catalog (components.aws.catalog), "
+                                                   "e.g. p5.48xlarge."}
+    assert "plain" not in pool["clusterName"]
+    assert pool["capacity"]["$ref"] == "#/types/aifactory:index:CapacityArgs"
