@@ -1,0 +1,139 @@
+"""setup(): settings from OTEL_* variables, the local Prometheus endpoint, and OTLP export to a Collector
+(a loopback OTLP/HTTP receiver here), with the tenant reaching every metric as a label."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client.parser import text_string_to_metric_families
+
+import telemetry
+from telemetry.providers import Settings, settings_from_env
+from telemetry.testing import VirtualClock
+
+
+@pytest.mark.parametrize(("env", "kwargs", "expected"), [
+    pytest.param({"OTEL_RESOURCE_ATTRIBUTES": "tenant=search"}, {},
+                 Settings(tenant="search", service_name=None), id="defaults"),
+    pytest.param({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,tenant=a%2Cb", "OTEL_METRICS_EXPORTER": "Prometheus",
+                  "OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0",
+                  "OTEL_EXPORTER_PROMETHEUS_PORT": "9500"}, {},
+                 Settings(tenant="a,b", service_name="from-attrs", traces_exporter="none",
+                          metrics_exporter="prometheus", prometheus_host="0.0.0.0", prometheus_port=9500),
+                 id="local-prometheus"),
+    pytest.param({"OTEL_SERVICE_NAME": "env-name", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc",
+                  "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL": "http/protobuf", "OTEL_RESOURCE_ATTRIBUTES": "tenant=x"},
+                 {"tenant": "arg-tenant"},
+                 Settings(tenant="arg-tenant", service_name="env-name", traces_protocol="grpc",
+                          metrics_protocol="http/protobuf"), id="arguments-and-per-signal-protocols-win"),
+    pytest.param({}, {"tenant": "t", "service_name": "arg-name"}, Settings(tenant="t", service_name="arg-name"),
+                 id="arguments-only"),
+])
+def test_settings_from_env(env: dict[str, str], kwargs: dict[str, str], expected: Settings) -> None:
+    assert settings_from_env(env, **kwargs) == expected
+
+
+def test_every_bad_setting_is_reported_at_once_naming_the_variable() -> None:
+    env = {"OTEL_TRACES_EXPORTER": "zipkin", "OTEL_METRICS_EXPORTER": "console",
+           "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_PROMETHEUS_PORT": "http"}
+    with pytest.raises(ValueError) as err:
+        settings_from_env(env)
+    assert str(err.value) == (
+        "telemetry setup: no tenant: pass setup(tenant=...) or set OTEL_RESOURCE_ATTRIBUTES=tenant=<name> (the "
+        "dashboards filter every series by tenant); OTEL_EXPORTER_OTLP_PROTOCOL='http/json': allowed values are "
+        "http/protobuf, grpc; OTEL_EXPORTER_PROMETHEUS_PORT='http': expected a port number 0-65535 (0: any free "
+        "port); OTEL_TRACES_EXPORTER='zipkin': allowed values are otlp, none; OTEL_METRICS_EXPORTER='console': "
+        "allowed values are otlp, prometheus, none")
+
+
+def run_agent(clock: VirtualClock) -> None:
+    @telemetry.workflow("answer")
+    def answer() -> None:
+        with telemetry.step("tool", "search"):
+            clock.advance(2)
+
+    answer()
+
+
+def test_prometheus_endpoint_on_loopback_serves_tenant_labelled_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
+    clock = VirtualClock()
+    handle = telemetry.setup(service_name="agent", tenant="search", set_global=False, clock=clock)
+    try:
+        assert handle.prometheus_url is not None and handle.prometheus_url.startswith("http://127.0.0.1:")
+        run_agent(clock)
+        with urllib.request.urlopen(handle.prometheus_url, timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        handle.shutdown()
+    samples = {(s.name, s.labels.get("tenant"), s.labels.get("workflow")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}
+    assert samples[("aifactory_workflow_duration_seconds_sum", "search", "answer")] == 2.0
+    assert samples[("aifactory_workflow_critical_path_seconds_total", "search", "answer")] == 2.0
+    info = next(s for f in text_string_to_metric_families(text) for s in f.samples if s.name == "target_info")
+    assert (info.labels["service_name"], info.labels["tenant"]) == ("agent", "search")
+    assert telemetry.current() is not handle.telemetry  # shutdown uninstalls it
+    telemetry.install(None)
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    received: dict[str, list[bytes]]
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.setdefault(self.path, []).append(body)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def otlp_receiver() -> Iterator[tuple[str, dict[str, list[bytes]]]]:
+    received: dict[str, list[bytes]] = {}
+    handler = type("Receiver", (_Receiver,), {"received": received})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", received
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+
+
+def test_otlp_export_carries_tenant_on_resource_and_data_points(
+        monkeypatch: pytest.MonkeyPatch, otlp_receiver: tuple[str, dict[str, list[bytes]]]) -> None:
+    endpoint, received = otlp_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "tenant=support,deployment.environment=dev")
+    clock = VirtualClock()
+    handle = telemetry.setup(service_name="agent", set_global=False, clock=clock)
+    try:
+        run_agent(clock)
+    finally:
+        handle.shutdown()  # flushes both exporters
+    traces = ExportTraceServiceRequest.FromString(received["/v1/traces"][0])
+    spans = [s for rs in traces.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert sorted(s.name for s in spans) == ["execute_tool search", "invoke_workflow answer"]
+    resource = {a.key: a.value.string_value for a in traces.resource_spans[0].resource.attributes}
+    assert (resource["service.name"], resource["tenant"], resource["deployment.environment"]) == (
+        "agent", "support", "dev")
+    request = ExportMetricsServiceRequest.FromString(received["/v1/metrics"][-1])
+    metrics = {m.name: m for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    point = metrics["aifactory.workflow.duration"].histogram.data_points[0]
+    assert {a.key: a.value.string_value for a in point.attributes} == {
+        "tenant": "support", "workflow": "answer", "status": "ok"}
+    assert (point.sum, point.count) == (2.0, 1)
