@@ -14,11 +14,15 @@ __all__ = [
     "LABEL_COMPONENT",
     "GATEWAY_APP",
     "GATEWAY_SERVICE_ACCOUNT",
+    "PROMETHEUS_SERVICE_ACCOUNT",
     "MODEL_HTTP_PORT",
     "TRITON_GRPC_PORT",
     "TRITON_METRICS_PORT",
     "ENVOY_LISTENER_PORT",
     "ENVOY_ADMIN_PORT",
+    "ENVOY_STATS_PORT",
+    "OTEL_COLLECTOR_SERVICE",
+    "OTEL_GRPC_PORT",
     "GPU_OPERATOR_NAMESPACE",
     "NETWORK_OPERATOR_NAMESPACE",
     "ISTIO_NAMESPACE",
@@ -37,12 +41,16 @@ LABEL_COMPONENT = "app.kubernetes.io/component"
 
 GATEWAY_APP = "aifactory-gateway"  # app.kubernetes.io/name of the Envoy gateway pods
 GATEWAY_SERVICE_ACCOUNT = "aifactory-gateway"
+PROMETHEUS_SERVICE_ACCOUNT = "prometheus"  # mesh identity of Prometheus (observability namespace)
 
 MODEL_HTTP_PORT = 8000  # vLLM OpenAI server and Triton HTTP both listen here
 TRITON_GRPC_PORT = 8001
 TRITON_METRICS_PORT = 8002
 ENVOY_LISTENER_PORT = 8080
-ENVOY_ADMIN_PORT = 9901
+ENVOY_ADMIN_PORT = 9901  # Envoy admin: bound to 127.0.0.1 only
+ENVOY_STATS_PORT = 9902  # the gateway's /stats/prometheus and /ready, proxied from the admin interface
+OTEL_COLLECTOR_SERVICE = "otel-collector"  # Service of the OpenTelemetry Collector (observability namespace)
+OTEL_GRPC_PORT = 4317  # OTLP gRPC
 
 GPU_OPERATOR_NAMESPACE = "gpu-operator"
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"

@@ -1,0 +1,227 @@
+"""Small fake model servers and a real Envoy process, both on 127.0.0.1, always stopped.
+
+    with FakeBackend("chat", Behaviour.OK) as b, EnvoyProcess(config, workdir) as envoy:
+        status, body = request(envoy.listener_port, "/v1/models", {"x-model": "chat"})
+
+A backend answers every request with JSON naming itself, or misbehaves the way an unhealthy replica
+does: 503, a connection reset (RST), or a slow answer. `EnvoyProcess` runs `.venv/bin/envoy` on a
+bootstrap built by components.k8s.envoy_config and rebound to local ports, waits for it to be ready
+(bounded) and reads its admin stats.
+"""
+
+from __future__ import annotations
+
+import enum
+import http.client
+import json
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port"]
+
+ENVOY = Path(sys.executable).with_name("envoy")
+START_TIMEOUT_S = 15.0
+LOG_FLUSH_MS = 50  # access logs reach the file within this (Envoy's default is 10 s)
+SLOW_DELAY_S = 3.0  # how long a SLOW backend waits before answering
+
+
+class Behaviour(enum.Enum):
+    OK = "ok"
+    UNAVAILABLE = "503"
+    RESET = "reset"
+    SLOW = "slow"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # keep-alive, as Envoy's upstream connections expect
+    disable_nagle_algorithm = True  # headers and body leave at once (no 40 ms delayed-ACK stalls)
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
+        pass
+
+    def _answer(self) -> None:
+        srv = self.server
+        with srv.lock:
+            srv.hits += 1
+        length = int(self.headers.get("content-length") or 0)
+        if length:
+            self.rfile.read(length)
+        if srv.behaviour is Behaviour.RESET:
+            # SO_LINGER 0 then close: the peer sees a TCP RST, as from a crashed replica.
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.close_connection = True
+            self.connection.close()
+            return
+        if srv.behaviour is Behaviour.SLOW:
+            srv.release.wait(SLOW_DELAY_S)
+        status = 503 if srv.behaviour is Behaviour.UNAVAILABLE else 200
+        body = json.dumps({"backend": srv.name, "path": self.path,
+                           "model": self.headers.get("x-model"),
+                           "request_id": self.headers.get("x-request-id")}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer  # noqa: N815 (http.server's method names)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # clients (Envoy) closing idle keep-alive connections is normal here
+
+    def __init__(self, name: str, behaviour: Behaviour) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.name, self.behaviour = name, behaviour
+        self.hits = 0
+        self.lock = threading.Lock()
+        self.release = threading.Event()  # set on stop: slow handlers return at once
+
+
+class FakeBackend:
+    """One fake replica on 127.0.0.1 (a free port); `hits` counts the requests it received."""
+
+    def __init__(self, name: str, behaviour: Behaviour = Behaviour.OK) -> None:
+        self.name, self.behaviour = name, behaviour
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "backend not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def hits(self) -> int:
+        assert self._server is not None
+        return self._server.hits
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return ("127.0.0.1", self.port)
+
+    def __enter__(self) -> FakeBackend:
+        self._server = _Server(self.name, self.behaviour)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"fake-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.release.set()
+            self._server.shutdown()
+            self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+class EnvoyProcess:
+    """`envoy -c <config>` on 127.0.0.1; stdout (access logs) and stderr go to files in `workdir`."""
+
+    def __init__(self, config: Mapping[str, Any], workdir: Path, *, admin_port: int, listener_port: int,
+                 concurrency: int = 1) -> None:
+        self.config, self.workdir = config, workdir
+        self.admin_port, self.listener_port = admin_port, listener_port
+        self.concurrency = concurrency
+        self._proc: subprocess.Popen[bytes] | None = None
+        self.access_log = workdir / "envoy.stdout"
+        self.error_log = workdir / "envoy.stderr"
+
+    def __enter__(self) -> EnvoyProcess:
+        cfg = self.workdir / "envoy.yaml"
+        cfg.write_text(yaml.safe_dump(dict(self.config), sort_keys=False))
+        with self.access_log.open("wb") as out, self.error_log.open("wb") as err:
+            self._proc = subprocess.Popen(
+                [str(ENVOY), "-c", str(cfg), "--use-dynamic-base-id", "--concurrency", str(self.concurrency),
+                 "-l", "warning", "--disable-hot-restart", "--file-flush-interval-msec", str(LOG_FLUSH_MS)],
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self._proc is not None
+            if self._proc.poll() is not None:
+                raise RuntimeError(f"envoy exited {self._proc.returncode}:\n{self.error_log.read_text()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"envoy not ready after {START_TIMEOUT_S}s:\n{self.error_log.read_text()[-3000:]}")
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if self._proc is None:
+            return
+        self._proc.terminate()
+        try:
+            self._proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(timeout=5)
+        self._proc = None
+
+    def access_log_lines(self, needle: str, *, timeout: float = 5.0) -> list[str]:
+        """Access log lines containing `needle`, waiting (bounded) for Envoy to flush them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = [x for x in self.access_log.read_text().splitlines() if needle in x]
+            if lines or time.monotonic() > deadline:
+                return lines
+            time.sleep(LOG_FLUSH_MS / 1000)
+
+    def stats(self) -> dict[str, int]:
+        """Counters and gauges from the admin interface (`/stats`), name -> value."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.admin_port}/stats", timeout=5) as r:
+            text = r.read().decode()
+        out = {}
+        for line in text.splitlines():
+            name, _, value = line.partition(": ")
+            if value.strip().lstrip("-").isdigit():
+                out[name] = int(value)
+        return out
+
+
+def request(port: int, path: str, headers: Mapping[str, str] | None = None, *,
+            conn: http.client.HTTPConnection | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
+    """GET `path` on 127.0.0.1:`port` (over `conn` when given, kept alive); returns (status, body)."""
+    own = conn is None
+    c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("GET", path, headers=dict(headers or {}))
+        resp = c.getresponse()
+        return resp.status, resp.read()
+    finally:
+        if own:
+            c.close()
