@@ -14,6 +14,8 @@ import pulumi_kubernetes as k8s
 from components.aws.cluster import GpuCluster
 from components.aws.network import Network
 from components.aws.node_pool import GpuNodePool
+from components.k8s.autoscaler import ClusterAutoscaler
+from components.k8s.platform import Platform
 from infra.config import PlatformConfig
 
 __all__ = ["program", "existing_cluster_provider"]
@@ -66,6 +68,10 @@ def program(cfg: PlatformConfig) -> None:
         provider = existing_cluster_provider(cfg)
 
     # --- platform (components.k8s: GpuStack, Fabric, Mesh, Tenancy, Observability, autoscaler) --
+    platform = Platform("platform", cfg=cfg, opts=pulumi.ResourceOptions(provider=provider))
+    if cluster is not None:
+        ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=cluster, system_namespace=platform.system_namespace,
+                          opts=pulumi.ResourceOptions(providers=[provider, *on_aws.providers]))
 
     # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
 

@@ -103,7 +103,7 @@ def _allow_nothing(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
 
 
 def _quota(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
-    limited = {ns for ns, ps in _in_namespace(resources, "", "ResourceQuota").items()
+    limited = {ns for ns, ps in _in_namespace(resources, "core", "ResourceQuota").items()
                if any(f"requests.{kube.GPU_RESOURCE}" in ((p.get("spec") or {}).get("hard") or {}) for p in ps)}
     return [(f"tenant namespace {ns!r} has no ResourceQuota limiting requests.{kube.GPU_RESOURCE}", urn)
             for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items() if ns not in limited]

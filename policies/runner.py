@@ -73,7 +73,7 @@ class PackConfig:
             or EnforcementLevel.ADVISORY
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True)
 class Violation:
     severity: str
     policy: str
@@ -243,7 +243,8 @@ def run_policies(entries: Sequence[Mapping[str, Any]], config: PackConfig | None
         else:
             stack = stack if stack is not None else _stack_resources(entries)
             policy.validate(StackValidationArgs(stack, cfg), reporter(None))
-    return sorted(out, key=lambda v: (SEVERITY_ORDER.index(v.severity), v.policy, v.urn, v.message))
+    # stable: a resource's violations keep the order its policy reported them in
+    return sorted(out, key=lambda v: (SEVERITY_ORDER.index(v.severity), v.policy, v.resource_name, v.urn))
 
 
 # ---------------------------------------------------------------------------------------------
