@@ -9,16 +9,25 @@ index spells it.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
 
 __all__ = [
     "HelmChart",
+    "release",
     "GPU_OPERATOR",
     "NETWORK_OPERATOR",
+    "NETWORK_OPERATOR_IMAGE_REPOSITORY",
+    "NETWORK_OPERATOR_IMAGE_TAG",
+    "DOCA_DRIVER_VERSION",
     "EFA_DEVICE_PLUGIN",
     "CLUSTER_AUTOSCALER",
     "ISTIO_VERSION",
     "ISTIO_BASE",
     "ISTIOD",
+    "ISTIO_CNI",
     "KUBE_PROMETHEUS_STACK",
     "OTEL_COLLECTOR",
     "JAEGER",
@@ -46,27 +55,52 @@ ISTIO_REPO = "https://istio-release.storage.googleapis.com/charts"
 GRAFANA_REPO = "https://grafana.github.io/helm-charts"
 
 GPU_OPERATOR = HelmChart("gpu-operator", NVIDIA_REPO, "v25.10.1")
-NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "25.7.0")
+NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1")
+# Operand images the NicClusterPolicy names: the network operator release tags them with its own version.
+NETWORK_OPERATOR_IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
+NETWORK_OPERATOR_IMAGE_TAG = f"network-operator-v{NETWORK_OPERATOR.version}"
+DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-0"  # the DOCA driver released with network operator 26.1
 EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26")
 CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.52.1")
 
 ISTIO_VERSION = "1.28.3"  # base and istiod move together: one version for the whole control plane
 ISTIO_BASE = HelmChart("base", ISTIO_REPO, ISTIO_VERSION)
 ISTIOD = HelmChart("istiod", ISTIO_REPO, ISTIO_VERSION)
+ISTIO_CNI = HelmChart("cni", ISTIO_REPO, ISTIO_VERSION)  # sidecars without privileged init containers
 
 KUBE_PROMETHEUS_STACK = HelmChart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts",
                                   "82.4.0")
 OTEL_COLLECTOR = HelmChart("opentelemetry-collector", "https://open-telemetry.github.io/opentelemetry-helm-charts",
-                           "0.140.0")
-JAEGER = HelmChart("jaeger", "https://jaegertracing.github.io/helm-charts", "4.1.0")  # 4.x: Jaeger v2
-LOKI = HelmChart("loki", GRAFANA_REPO, "6.46.0")
+                           "0.143.0")
+JAEGER = HelmChart("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0")  # 4.x: Jaeger v2
+LOKI = HelmChart("loki", GRAFANA_REPO, "6.53.0")
 ALLOY = HelmChart("alloy", GRAFANA_REPO, "1.4.0")
 
 # Serving (multi-node replicas, queue-depth autoscaling).
-LWS = HelmChart("lws", "oci://registry.k8s.io/lws/charts", "0.7.0")
+LWS = HelmChart("lws", "oci://registry.k8s.io/lws/charts", "0.9.0")
 KEDA = HelmChart("keda", "https://kedacore.github.io/charts", "2.18.1")
 
 ALL_CHARTS: tuple[HelmChart, ...] = (
-    GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, ISTIO_BASE, ISTIOD,
+    GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, ISTIO_BASE, ISTIOD, ISTIO_CNI,
     KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA,
 )
+
+
+def release(name: str, chart: HelmChart, *, release_name: str, namespace: str,
+            values: pulumi.Input[dict[str, Any]],
+            opts: pulumi.ResourceOptions) -> k8s.helm.v3.Release:
+    """A Helm release of a pinned chart. The kit creates every namespace itself (labels: Pod Security,
+    sidecar injection), so Helm never does; `release_name` is fixed so that in-cluster names are stable."""
+    chart_ref, repo = ((f"{chart.repository}/{chart.chart}", None) if chart.is_oci
+                       else (chart.chart, k8s.helm.v3.RepositoryOptsArgs(repo=chart.repository)))
+    return k8s.helm.v3.Release(
+        name,
+        name=release_name,
+        chart=chart_ref,
+        version=chart.version,
+        repository_opts=repo,
+        namespace=namespace,
+        create_namespace=False,
+        values=values,
+        opts=opts,
+    )

@@ -1,0 +1,88 @@
+"""ClusterAutoscaler (AWS): scales every node group of the kit between its minSize and maxSize.
+
+Auto-discovery finds the node groups' autoscaling groups by the tags EKS managed node groups carry
+(`k8s.io/cluster-autoscaler/enabled`, `k8s.io/cluster-autoscaler/<cluster>`); the autoscaler reads
+each group's labels and taints from EKS (DescribeNodegroup), so GPU pools can scale from zero. It runs
+as its own service account with an IRSA role whose write actions only reach this cluster's groups.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.aws.cluster import GpuCluster
+from components.aws.iam import irsa_role
+from components.k8s import naming, security, versions
+from infra.config import PlatformConfig
+
+__all__ = ["RELEASE_NAME", "SERVICE_ACCOUNT", "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values",
+           "ClusterAutoscaler"]
+
+RELEASE_NAME = "cluster-autoscaler"
+SERVICE_ACCOUNT = "cluster-autoscaler"
+IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
+DEFAULT_SCALE_DOWN_UNNEEDED = "10m"  # GPU nodes are expensive: give them back after 10 idle minutes
+READ_ACTIONS = (
+    "autoscaling:DescribeAutoScalingGroups",
+    "autoscaling:DescribeAutoScalingInstances",
+    "autoscaling:DescribeLaunchConfigurations",
+    "autoscaling:DescribeScalingActivities",
+    "autoscaling:DescribeTags",
+    "ec2:DescribeImages",
+    "ec2:DescribeInstanceTypes",
+    "ec2:DescribeLaunchTemplateVersions",
+    "ec2:GetInstanceTypesFromInstanceRequirements",
+    "eks:DescribeNodegroup",
+)
+WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+
+
+def autoscaler_policy(cluster_name: str) -> dict[str, Any]:
+    """The IAM policy: describe anything, change only autoscaling groups tagged as this cluster's."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "Describe", "Effect": "Allow", "Action": list(READ_ACTIONS), "Resource": "*"},
+        {"Sid": "ScaleOwnGroups", "Effect": "Allow", "Action": list(WRITE_ACTIONS), "Resource": "*",
+         "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}}},
+    ]}
+
+
+def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[str, Any]:
+    return {
+        "fullnameOverride": RELEASE_NAME,
+        "cloudProvider": "aws",
+        "awsRegion": region,
+        "autoDiscovery": {"clusterName": cluster_name},
+        "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT,
+                                    "annotations": {IRSA_ANNOTATION: role_arn}}},
+        "extraArgs": {
+            "balance-similar-node-groups": True,
+            "expander": "least-waste",
+            "skip-nodes-with-local-storage": False,
+            "scale-down-unneeded-time": DEFAULT_SCALE_DOWN_UNNEEDED,
+        },
+        "priorityClassName": "system-cluster-critical",
+        "resources": security.resources("100m", "300Mi", cpu_limit="500m", memory_limit="600Mi"),
+        "securityContext": security.pod_security_context(),
+        "containerSecurityContext": security.container_security_context(),
+    }
+
+
+class ClusterAutoscaler(pulumi.ComponentResource):
+    """The cluster-autoscaler release and its IRSA role. `opts` must carry the Kubernetes and AWS providers."""
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, cluster: GpuCluster,
+                 system_namespace: k8s.core.v1.Namespace, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:k8s:ClusterAutoscaler", name, None, opts)
+        assert cfg.cluster is not None and cfg.target.region is not None  # AWS stacks only
+        cluster_name, region = cfg.cluster.name, cfg.target.region
+        role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=naming.SYSTEM_NAMESPACE,
+                         service_account=SERVICE_ACCOUNT, inline_policy=autoscaler_policy(cluster_name),
+                         opts=pulumi.ResourceOptions(parent=self))
+        values = role.arn.apply(lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn))
+        versions.release(f"{name}-release", versions.CLUSTER_AUTOSCALER, release_name=RELEASE_NAME,
+                         namespace=naming.SYSTEM_NAMESPACE, values=values,
+                         opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, cluster]))
+        self.register_outputs({"roleArn": role.arn})
