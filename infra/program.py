@@ -16,6 +16,7 @@ from components.aws.network import Network
 from components.aws.node_pool import GpuNodePool
 from components.k8s.autoscaler import ClusterAutoscaler
 from components.k8s.platform import Platform
+from dashboards.deploy import Monitoring
 from infra.config import PlatformConfig
 
 __all__ = ["program", "existing_cluster_provider"]
@@ -76,6 +77,7 @@ def program(cfg: PlatformConfig) -> None:
     # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
 
     # --- dashboards and rules (dashboards/) -------------------------------------------------
+    Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])
 
     # --- exports ---------------------------------------------------------------------------
     pulumi.export("stack", cfg.stack)

@@ -1,0 +1,142 @@
+"""Compound latency: what users feel (workflow end to end), where the time goes, and each hop under it."""
+
+from __future__ import annotations
+
+from urllib.parse import quote
+
+from grafanalib.core import Dashboard
+
+from dashboards.config import ObservabilityConfig
+from dashboards.panels import Link, Q, custom_variable, dashboard, datasource_variable, logs, query_variable, \
+    textbox_variable, timeseries
+from dashboards.rules import R
+from telemetry.names import VLLM, WORKFLOW_DURATION
+
+__all__ = ["UID", "build"]
+
+UID = "aifactory-compound-latency"
+WF = 'workflow=~"$workflow", tenant=~"$tenant"'
+MODEL = 'model=~"$model"'
+
+
+def _jaeger_links() -> list[Link]:
+    tags = quote('{"gen_ai.workflow.name":"${__field.labels.workflow}"}', safe="${}._")
+    search = ("${jaeger_url}/search?service=${trace_service}&operation=" + quote("invoke_workflow ", safe="")
+              + "${__field.labels.workflow}&tags=" + tags + "&start=${__from}000&end=${__to}000")
+    return [Link("Traces of this workflow (Jaeger)", search),
+            Link("Slowest traces of this workflow (Jaeger)", search + "&minDuration=${__value.raw}s")]
+
+
+def _quantiles(record: str, selector: str, legend: str) -> list[Q]:
+    return [Q(f'{record}{{quantile="{q}", {selector}}}', f"{legend} p{q[2:].ljust(2, '0')}")
+            for q in ("0.5", "0.95", "0.99")]
+
+
+def _workflows(cfg: ObservabilityConfig) -> list:
+    targets = ", ".join(f"{o.workflow or 'others'} {o.latency_seconds:g}s @ {o.latency_target:.2%}"
+                        for o in cfg.objectives)
+    return [
+        timeseries("Workflow latency p50 / p95 / p99",
+                   "End-to-end wall time of agent workflows (tasks), from the kit's workflow duration histogram. "
+                   "Click a series for its traces in Jaeger.", "s",
+                   *_quantiles(R.WF_QUANTILE, WF, "{{workflow}}"), links=_jaeger_links()),
+        timeseries("Workflows completed per second by status",
+                   "Finished workflows per second, ok or error.", "reqps",
+                   Q(f"sum by (workflow, status) ({R.WF_COUNT}{{{WF}}})", "{{workflow}} {{status}}")),
+        timeseries("Latency SLO compliance (24h)",
+                   f"Share of workflows finishing under their latency threshold over the last day. Objectives: "
+                   f"{targets}. Thresholds between histogram buckets count against the next lower bucket.",
+                   "percentunit", Q(f"1 - {R.slo_errors('latency', '1d')}{{{WF}}}", "{{workflow}}")),
+        timeseries("Workflow error ratio",
+                   "Share of workflows that ended in error (5-minute rate); the availability SLI.", "percentunit",
+                   Q(f"{R.slo_errors('availability', '5m')}{{{WF}}}", "{{workflow}}")),
+    ]
+
+
+def _critical_path() -> list:
+    return [
+        timeseries("Critical-path share by step kind",
+                   "Share of workflow wall time each step kind is responsible for (LLM, tool, retrieval, "
+                   "planning, network, other); overlapping parallel steps split the overlap, so kinds sum to 100%.",
+                   "percentunit",
+                   Q(f"sum by (step_kind) ({R.CRITICAL_PATH}{{{WF}}}) / ignoring (step_kind) group_left "
+                     f"sum({R.WF_SUM}{{{WF}}})", "{{step_kind}}"), stacked=True),
+        timeseries("Critical-path seconds per workflow by step kind",
+                   "Mean seconds of each workflow spent on the critical path in each step kind.", "s",
+                   Q(f"sum by (step_kind) ({R.CRITICAL_PATH}{{{WF}}}) / ignoring (step_kind) group_left "
+                     f"sum({R.WF_COUNT}{{{WF}}})", "{{step_kind}}"), stacked=True),
+        timeseries("Step latency p95 by kind",
+                   "95th percentile duration of single steps, whether or not they were on the critical path.",
+                   "s", Q(f"histogram_quantile(0.95, sum by (step_kind, le) ({R.STEP_BUCKET}{{{WF}}}))",
+                          "{{step_kind}}")),
+        timeseries("Step errors by kind",
+                   "Failed steps per second by step kind and error type.", "reqps",
+                   Q(f"sum by (step_kind, error_type) ({R.STEP_ERRORS}{{{WF}}})", "{{step_kind}} {{error_type}}")),
+    ]
+
+
+def _models() -> list:
+    return [
+        timeseries("Time to first token p95 (vLLM)",
+                   "Prefill-dominated latency users wait before the first token.", "s",
+                   Q(f'{R.vllm_quantile(VLLM.TTFT)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+        timeseries("Inter-token latency p95 (vLLM)", "Time between output tokens while decoding.", "s",
+                   Q(f'{R.vllm_quantile(VLLM.ITL)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+        timeseries("vLLM request phases p95: queue, prefill, decode",
+                   "Where a vLLM request's time goes: waiting for a slot, prefill, then decode.", "s",
+                   *(Q(f'{R.vllm_quantile(h)}{{quantile="0.95", {MODEL}}}', f"{{{{model}}}} {phase}")
+                     for h, phase in ((VLLM.QUEUE, "queue"), (VLLM.PREFILL, "prefill"), (VLLM.DECODE, "decode")))),
+        timeseries("Triton queue and compute time per request",
+                   "Mean queue time and compute time (input + infer + output) per successful request.", "s",
+                   Q(f"{R.TRITON_QUEUE}{{{MODEL}}}", "{{model}} queue"),
+                   Q(f"{R.TRITON_COMPUTE}{{{MODEL}}}", "{{model}} compute")),
+    ]
+
+
+def _hops() -> list:
+    return [
+        timeseries("Gateway upstream latency p95 (Envoy)",
+                   "Time from the gateway to a model backend and back, per Envoy cluster.", "ms",
+                   Q(f'{R.ENVOY_QUANTILE}{{quantile="0.95"}}', "{{envoy_cluster_name}}")),
+        timeseries("Mesh hop latency p95 (Istio)",
+                   "Server-side request duration of each source -> destination hop in the mesh.", "ms",
+                   Q(f'{R.ISTIO_QUANTILE}{{quantile="0.95"}}', "{{source_workload}} -> {{destination_workload}}")),
+        timeseries("Gateway 5xx ratio", "Share of upstream requests answered 5xx, per Envoy cluster.",
+                   "percentunit",
+                   Q(f'(sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS}{{envoy_response_code_class="5"}}) or '
+                     f"sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS}) * 0) / "
+                     f"sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS})", "{{envoy_cluster_name}}")),
+        timeseries("Mesh 5xx ratio", "Share of requests answered 5xx, per destination workload.", "percentunit",
+                   Q(f'(sum by (destination_workload) ({R.ISTIO_REQUESTS}{{response_code=~"5.."}}) or '
+                     f"sum by (destination_workload) ({R.ISTIO_REQUESTS}) * 0) / "
+                     f"sum by (destination_workload) ({R.ISTIO_REQUESTS})", "{{destination_workload}}")),
+    ]
+
+
+def build(cfg: ObservabilityConfig) -> Dashboard:
+    namespaces = "|".join(cfg.log_namespaces)
+    return dashboard(
+        uid=UID, title="aifactory / Compound latency",
+        description="End-to-end latency of agent workflows, where it goes by step kind, and each hop below it.",
+        tags=["latency", "slo"],
+        variables=[
+            custom_variable("tenant", "Tenant", cfg.tenants),
+            query_variable("workflow", "Workflow",
+                           f'label_values({WORKFLOW_DURATION.prom}_count{{tenant=~"$tenant"}}, workflow)'),
+            custom_variable("model", "Model", [m.name for m in cfg.models]),
+            datasource_variable("loki", "loki", "Loki"),
+            textbox_variable("request_id", "Request id (logs)", ""),
+            textbox_variable("trace_service", "Agent service (traces)", ""),
+            textbox_variable("jaeger_url", "Jaeger UI", cfg.jaeger_url),
+        ],
+        rows=[
+            ("Workflows, end to end", _workflows(cfg)),
+            ("Where the time goes (critical path)", _critical_path()),
+            ("Models", _models()),
+            ("Gateway and mesh hops", _hops()),
+            ("Logs", [logs("Logs for request id",
+                           "Log lines in tenant and gateway namespaces that contain the request id typed above "
+                           "(x-request-id, propagated by the gateway and the mesh).",
+                           f'{{namespace=~"{namespaces}"}} |= "$request_id"')]),
+        ],
+    )

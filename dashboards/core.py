@@ -1,0 +1,87 @@
+"""Entry points: every dashboard and the rules of one stack, each panel's PromQL, and the JSON Grafana loads."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from grafanalib._gen import DashboardEncoder
+from grafanalib.core import Dashboard
+
+from dashboards import compound, cost, fleet, mesh, serving
+from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.panels import PROMETHEUS
+from dashboards.promql import substitute
+from dashboards.rules import rules_document
+from infra.config import PlatformConfig
+
+__all__ = ["BOARDS", "build", "rules", "queries", "default_variables", "dashboard_json", "load_stack",
+           "observability"]
+
+# key -> builder; the key names the file (dashboards/<key>.json) and the ConfigMap.
+BOARDS: Mapping[str, Callable[[ObservabilityConfig], Dashboard]] = {
+    "compound-latency": compound.build,
+    "gpu-cost": cost.build,
+    "gpu-fleet": fleet.build,
+    "serving": serving.build,
+    "mesh": mesh.build,
+}
+
+
+def observability(cfg: PlatformConfig | ObservabilityConfig) -> ObservabilityConfig:
+    return cfg if isinstance(cfg, ObservabilityConfig) else from_platform(cfg)
+
+
+def build(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Dashboard]:
+    """Every dashboard of a stack, by key."""
+    ocfg = observability(cfg)
+    return {key: make(ocfg) for key, make in BOARDS.items()}
+
+
+def rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any]:
+    """The stack's recording and alerting rules as a Prometheus rules file."""
+    return rules_document(observability(cfg))
+
+
+def default_variables(dashboard: Dashboard) -> dict[str, str]:
+    """What each template variable holds when a dashboard opens: All (`.*`) or the variable's default."""
+    values = {}
+    for t in dashboard.templating.list:
+        values[t.name] = t.allValue if t.includeAll else (t.default or "")
+    return values
+
+
+def _panels(dashboard: Dashboard) -> list[Any]:
+    return [p for p in dashboard._iter_panels() if getattr(p, "targets", None)]
+
+
+def queries(dashboard: Dashboard, variables: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(panel title, PromQL) for every Prometheus target, template variables substituted.
+
+    `variables` overrides the defaults (every multi-value variable on All); Grafana's own variables
+    ($__rate_interval, $__range) get the values in dashboards.promql.BUILTIN_VARIABLES.
+    """
+    values = {**default_variables(dashboard), **(variables or {})}
+    out = []
+    for panel in _panels(dashboard):
+        if panel.dataSource != PROMETHEUS:
+            continue
+        for target in panel.targets:
+            out.append((panel.title, substitute(target.expr, values)))
+    return out
+
+
+def dashboard_json(dashboard: Dashboard) -> str:
+    """The dashboard as Grafana imports it: deterministic JSON (sorted keys, no id)."""
+    data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+
+
+def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
+    """A shipped stack's PlatformConfig, read the way `aifactory synth` reads it."""
+    from infra.config import parse
+    from infra.synth import _raw_for_validation, read_stack_config, stack_file
+
+    return parse(_raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)

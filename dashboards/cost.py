@@ -1,0 +1,83 @@
+"""GPU cost: what the fleet costs per hour, what idles, and what a token or a completed workflow costs.
+
+Prices are the stack config's (`observability.prices`, else the catalog's on-demand price), reaching
+PromQL as recorded constant series (`aifactory:pool_*_price_dollars_per_hour`): no panel holds a number.
+"""
+
+from __future__ import annotations
+
+from grafanalib.core import Dashboard
+
+from dashboards.config import ObservabilityConfig
+from dashboards.panels import Q, custom_variable, dashboard, stat, timeseries
+from dashboards.rules import R
+from telemetry.names import DCGM
+
+__all__ = ["UID", "build"]
+
+UID = "aifactory-gpu-cost"
+POOL = 'pool=~"$pool"'
+OWNER = 'pool=~"$pool", model=~"$model", tenant=~"$tenant"'
+MODEL = 'model=~"$model", tenant=~"$tenant"'
+TENANT = 'tenant=~"$tenant"'
+
+
+def _spend(cfg: ObservabilityConfig) -> list:
+    idle = f"{cfg.idle_gpu_utilization_percent:g}%"
+    return [
+        stat("GPU spend", "Nodes in the selected GPU pools x the node price from the stack config.", "currencyUSD",
+             Q(f"sum({R.POOL_COST}{{{POOL}}})", "$/hour")),
+        stat("Idle GPU cost", f"GPUs allocated to models but under {idle} utilisation (5-minute average), at their "
+                              "pool's GPU price.", "currencyUSD", Q(f"sum({R.IDLE_COST}{{{OWNER}}})", "$/hour")),
+        stat("Utilisation-weighted cost", "Each GPU's price times its utilisation: the part of the spend doing "
+                                          "work.", "currencyUSD", Q(f"sum({R.POOL_USED_COST}{{{POOL}}})", "$/hour")),
+        stat("Cost per completed workflow", "GPU cost of the selected tenants' models divided by their "
+                                            "successfully completed workflows.", "currencyUSD",
+             Q(f"sum({R.MODEL_COST}{{{MODEL}}}) / (sum({R.WF_COUNT}{{status=\"ok\", {TENANT}}}) * 3600)",
+               "$/workflow")),
+        timeseries("GPU spend by pool", "Dollars per hour per GPU pool (nodes x node price).", "currencyUSD",
+                   Q(f"{R.POOL_COST}{{{POOL}}}", "{{pool}}"), stacked=True),
+        timeseries("Spend: total, used, idle", "Per pool: total spend, the utilisation-weighted part, and "
+                                               f"allocated GPUs under {idle} utilisation.", "currencyUSD",
+                   Q(f"{R.POOL_COST}{{{POOL}}}", "{{pool}} total"),
+                   Q(f"{R.POOL_USED_COST}{{{POOL}}}", "{{pool}} used"),
+                   Q(f"sum by (pool) ({R.IDLE_COST}{{{OWNER}}})", "{{pool}} idle")),
+        timeseries("Idle GPU cost by model", f"Per model: its GPUs under {idle} utilisation, at the pool's price.",
+                   "currencyUSD", Q(f"sum by (model) ({R.IDLE_COST}{{{OWNER}}})", "{{model}}"), stacked=True),
+        timeseries("Idle GPUs by pool", f"Allocated GPUs under {idle} utilisation.", "none",
+                   Q(f"sum by (pool) ({R.IDLE_GPUS}{{{OWNER}}})", "{{pool}}"), stacked=True),
+    ]
+
+
+def _unit_costs() -> list:
+    return [
+        timeseries("Cost per 1M generated tokens", "A model's GPU cost per hour over the output tokens it "
+                                                   "generated in that hour, per million (vLLM models).",
+                   "currencyUSD", Q(f"{R.MODEL_COST_PER_MTOK}{{{MODEL}}}", "{{model}}")),
+        timeseries("Cost per completed workflow by tenant", "A tenant's model GPU cost over its completed "
+                                                            "workflows.", "currencyUSD",
+                   Q(f"{R.TENANT_COST_PER_WORKFLOW}{{{TENANT}}}", "{{tenant}}")),
+        timeseries("GPU spend by model", "GPUs requested by a model's pods x its pool's GPU price.", "currencyUSD",
+                   Q(f"{R.MODEL_COST}{{{MODEL}}}", "{{model}}"), stacked=True),
+        timeseries("Generated tokens per second", "Output tokens per second by model (vLLM).", "short",
+                   Q(f"{R.MODEL_TOKENS}{{model=~\"$model\"}}", "{{model}}")),
+        timeseries("GPU utilisation by pool", "Mean GPU utilisation (DCGM_FI_DEV_GPU_UTIL, 5-minute average).",
+                   "percentunit", Q(f"{R.dcgm_pool(DCGM.GPU_UTIL, 'avg')}{{{POOL}}}", "{{pool}}")),
+        timeseries("GPU price by pool", "Dollars per GPU-hour from the stack config (node price / GPUs per node).",
+                   "currencyUSD", Q(f"{R.GPU_PRICE}{{{POOL}}}", "{{pool}} ({{instance_type}})")),
+    ]
+
+
+def build(cfg: ObservabilityConfig) -> Dashboard:
+    return dashboard(
+        uid=UID, title="aifactory / GPU cost",
+        description="GPU spend per pool and in total, idle and utilisation-weighted cost, cost per token and per "
+                    "completed workflow; prices from the stack config.",
+        tags=["cost", "gpu"],
+        variables=[
+            custom_variable("tenant", "Tenant", cfg.tenants),
+            custom_variable("pool", "Pool", [p.name for p in cfg.pools]),
+            custom_variable("model", "Model", [m.name for m in cfg.models]),
+        ],
+        rows=[("Spend", _spend(cfg)), ("Unit costs", _unit_costs())],
+    )

@@ -1,0 +1,55 @@
+"""The Kubernetes side: dashboards as Grafana-sidecar ConfigMaps and the rules as one PrometheusRule."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s.naming import common_labels
+from dashboards.core import build, dashboard_json, observability, rules
+from infra.config import PlatformConfig
+
+__all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
+
+DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # kube-prometheus-stack's Grafana sidecar default label
+FOLDER_ANNOTATION = "grafana_folder"  # read when the sidecar sets folderAnnotation to it
+FOLDER = "aifactory"
+RULE_NAME = "aifactory-rules"
+
+
+def configmap_name(key: str) -> str:
+    return f"aifactory-dashboard-{key}"
+
+
+class Monitoring(pulumi.ComponentResource):
+    """Every dashboard (one ConfigMap each) and the recording/alerting rules of one stack."""
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, provider: k8s.Provider,
+                 depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:dashboards:Monitoring", name, None, opts)
+        ocfg = observability(cfg)
+        child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
+        labels = common_labels("aifactory-monitoring", "monitoring")
+        boards = build(ocfg)
+        self.dashboards = [
+            k8s.core.v1.ConfigMap(
+                f"{name}-dashboard-{key}",
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=configmap_name(key), namespace=ocfg.namespace,
+                                                    labels={**labels, **DASHBOARD_LABEL},
+                                                    annotations={FOLDER_ANNOTATION: FOLDER}),
+                data={f"{key}.json": dashboard_json(board)},
+                opts=child,
+            )
+            for key, board in boards.items()
+        ]
+        self.rules = k8s.apiextensions.CustomResource(
+            f"{name}-rules",
+            api_version="monitoring.coreos.com/v1",
+            kind="PrometheusRule",
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=RULE_NAME, namespace=ocfg.namespace, labels=labels),
+            spec=rules(ocfg),
+            opts=child,
+        )
+        self.register_outputs({"dashboards": [configmap_name(key) for key in boards], "rules": RULE_NAME})

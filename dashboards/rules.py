@@ -1,0 +1,543 @@
+"""Recording and alerting rules, built from one ObservabilityConfig.
+
+Recording rules follow `level:metric:operations`. Config values that queries must join against (prices,
+autoscaling targets) are recorded as constant series (`vector(<value>)` with pool/model labels), so
+panels and alerts read prices from the stack config through PromQL and never embed them.
+
+Alerts: multi-window multi-burn-rate alerts per workflow SLO (Google SRE workbook: page on 5m&1h at
+14.4x and 30m&6h at 6x the error budget; ticket on 2h&1d at 3x and 6h&3d at 1x), and GPU/serving
+alerts. Every alert carries severity, summary, description and runbook_url.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from dashboards.config import ObservabilityConfig, Objective
+from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
+from telemetry.names import (
+    CRITICAL_PATH,
+    DCGM,
+    ENVOY,
+    ISTIO,
+    KSM,
+    STEP_DURATION,
+    STEP_ERRORS,
+    TRITON,
+    VLLM,
+    WORKFLOW_BUCKETS_S,
+    WORKFLOW_DURATION,
+)
+
+__all__ = [
+    "Record",
+    "Alert",
+    "Group",
+    "BurnWindow",
+    "BURN_WINDOWS",
+    "SLO_WINDOWS",
+    "QUANTILES",
+    "POOL_LABEL_KSM",
+    "R",
+    "groups",
+    "records",
+    "alerts",
+    "rules_document",
+    "quantile_record",
+    "objective_name",
+    "objective_matchers",
+    "DEFAULT_OBJECTIVE",
+]
+
+QUANTILES = ("0.5", "0.95", "0.99")
+RATE = "5m"
+# kube-state-metrics exposes allow-listed node/pod labels as label_<sanitised key>.
+POOL_LABEL_KSM = "label_aifactory_io_pool"
+MODEL_LABEL_KSM = "label_aifactory_io_model"
+TENANT_LABEL_KSM = "label_aifactory_io_tenant"
+GPU_RESOURCE = "nvidia_com_gpu"
+DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO of their own
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    record: str
+    expr: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"record": self.record, "expr": self.expr}
+        if self.labels:
+            out["labels"] = dict(self.labels)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Alert:
+    alert: str
+    expr: str
+    severity: str  # critical pages, warning tickets
+    summary: str
+    description: str
+    runbook_url: str
+    for_: str = "0m"
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
+        if self.for_ != "0m":
+            out["for"] = self.for_
+        out["labels"] = {"severity": self.severity, **self.labels}
+        out["annotations"] = {"summary": self.summary, "description": self.description,
+                              "runbook_url": self.runbook_url}
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    name: str
+    rules: tuple[Record | Alert, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "rules": [r.to_dict() for r in self.rules]}
+
+
+@dataclass(frozen=True, slots=True)
+class BurnWindow:
+    short: str
+    long: str
+    factor: float  # burn rate: multiples of the error budget spent per unit of SLO window
+    severity: str
+
+
+BURN_WINDOWS = (
+    BurnWindow("5m", "1h", 14.4, "critical"),
+    BurnWindow("30m", "6h", 6.0, "critical"),
+    BurnWindow("2h", "1d", 3.0, "warning"),
+    BurnWindow("6h", "3d", 1.0, "warning"),
+)
+SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
+BURN_FOR = {"critical": "2m", "warning": "15m"}
+
+
+class R:
+    """Recorded series names (what panels and alerts query)."""
+
+    NODE_PRICE = "aifactory:pool_node_price_dollars_per_hour"
+    GPU_PRICE = "aifactory:pool_gpu_price_dollars_per_hour"
+    QUEUE_DEPTH_TARGET = "aifactory:model_target_queue_depth"
+    QUEUE_TIME_TARGET = "aifactory:model_target_queue_seconds"
+    NODE_POOL = "aifactory:node_pool:info"
+    POD_MODEL = "aifactory:pod_model:info"
+    POD_GPUS = "namespace_pod:kube_pod_gpu_requests:sum"
+    GPU_UTIL = "gpu:dcgm_gpu_utilization:ratio_avg5m"
+    GPU_ALLOCATED_UTIL = "gpu:dcgm_gpu_utilization_allocated:ratio_avg5m"
+    POOL_NODES = "pool:kube_node:count"
+    POOL_GPUS = "pool:dcgm_gpu:count"
+    POOL_COST = "pool:gpu_cost_dollars_per_hour:sum"
+    TOTAL_COST = "aifactory:gpu_cost_dollars_per_hour:sum"
+    POOL_USED_COST = "pool:gpu_used_cost_dollars_per_hour:sum"
+    IDLE_GPUS = "pool_model:gpu_idle:count"
+    IDLE_COST = "pool_model:gpu_idle_cost_dollars_per_hour:sum"
+    MODEL_GPUS = "model:kube_pod_gpu_requests:sum"
+    MODEL_COST = "model:gpu_cost_dollars_per_hour:sum"
+    MODEL_TOKENS = "model:vllm_generation_tokens:rate5m"
+    MODEL_PROMPT_TOKENS = "model:vllm_prompt_tokens:rate5m"
+    MODEL_COST_PER_MTOK = "model:gpu_cost_dollars_per_million_generated_tokens:ratio5m"
+    TENANT_COST_PER_WORKFLOW = "tenant:gpu_cost_dollars_per_completed_workflow:ratio5m"
+    WF_BUCKET = "workflow:aifactory_workflow_duration_seconds_bucket:rate5m"
+    WF_COUNT = "workflow:aifactory_workflow_duration_seconds_count:rate5m"
+    WF_SUM = "workflow:aifactory_workflow_duration_seconds_sum:rate5m"
+    WF_QUANTILE = "workflow:aifactory_workflow_duration_seconds:histogram_quantile"
+    CRITICAL_PATH = "workflow:aifactory_workflow_critical_path_seconds:rate5m"
+    STEP_BUCKET = "workflow:aifactory_step_duration_seconds_bucket:rate5m"
+    STEP_QUANTILE = "workflow:aifactory_step_duration_seconds:histogram_quantile"
+    STEP_ERRORS = "workflow:aifactory_step_errors:rate5m"
+    VLLM_RUNNING = "model:vllm_num_requests_running:sum"
+    VLLM_BATCH = "model:vllm_num_requests_running:avg"
+    VLLM_WAITING = "model:vllm_num_requests_waiting:sum"
+    VLLM_WAITING_PER_REPLICA = "model:vllm_num_requests_waiting:avg"
+    VLLM_KV_CACHE = "model:vllm_kv_cache_usage_perc:max"
+    VLLM_PREFIX_HIT = "model:vllm_prefix_cache_hit:ratio_rate5m"
+    VLLM_SPEC_ACCEPT = "model:vllm_spec_decode_acceptance:ratio_rate5m"
+    VLLM_PREEMPTIONS = "model:vllm_num_preemptions:rate5m"
+    VLLM_REQUESTS = "model:vllm_request_success:rate5m"
+    TRITON_REQUESTS = "model:nv_inference_request_success:rate5m"
+    TRITON_FAILURES = "model:nv_inference_request_failure:rate5m"
+    TRITON_QUEUE = "model:nv_inference_queue_duration_seconds:mean5m"
+    TRITON_COMPUTE = "model:nv_inference_compute_duration_seconds:mean5m"
+    TRITON_BATCH = "model:nv_inference_batch_size:mean5m"
+    TRITON_PENDING = "model:nv_inference_pending_request_count:sum"
+    ISTIO_BUCKET = "workload:istio_request_duration_milliseconds_bucket:rate5m"
+    ISTIO_QUANTILE = "workload:istio_request_duration_milliseconds:histogram_quantile"
+    ISTIO_REQUESTS = "workload:istio_requests:rate5m"
+    ISTIO_MTLS = "workload:istio_requests_mutual_tls:ratio_rate5m"
+    ENVOY_BUCKET = "cluster:envoy_cluster_upstream_rq_time_bucket:rate5m"
+    ENVOY_QUANTILE = "cluster:envoy_cluster_upstream_rq_time:histogram_quantile"
+    ENVOY_REQUESTS = "cluster:envoy_cluster_upstream_rq_xx:rate5m"
+    ENVOY_RETRIES = "cluster:envoy_cluster_upstream_rq_retry:rate5m"
+
+    @staticmethod
+    def vllm_bucket(metric: str) -> str:
+        return f"model:{metric.replace(':', '_')}_bucket:rate5m"
+
+    @staticmethod
+    def vllm_quantile(metric: str) -> str:
+        return f"model:{metric.replace(':', '_')}:histogram_quantile"
+
+    @staticmethod
+    def dcgm_pool(metric: str, agg: str) -> str:
+        return f"pool:{metric.lower()}:{agg}"
+
+    @staticmethod
+    def slo_errors(sli: str, window: str) -> str:
+        return f"workflow:aifactory_workflow_{sli}_errors:ratio_rate{window}"
+
+
+VLLM_HISTOGRAMS = (VLLM.TTFT, VLLM.ITL, VLLM.QUEUE, VLLM.PREFILL, VLLM.DECODE, VLLM.E2E)
+# DCGM gauges/counters the fleet dashboard aggregates per pool: (metric, aggregation, rate it first).
+DCGM_POOL_AGGREGATES = (
+    (DCGM.GR_ENGINE_ACTIVE, "avg", False),
+    (DCGM.TENSOR_ACTIVE, "avg", False),
+    (DCGM.DRAM_ACTIVE, "avg", False),
+    (DCGM.FB_USED, "sum", False),
+    (DCGM.FB_FREE, "sum", False),
+    (DCGM.POWER, "sum", False),
+    (DCGM.GPU_TEMP, "max", False),
+    (DCGM.MEMORY_TEMP, "max", False),
+    (DCGM.SM_CLOCK, "avg", False),
+    (DCGM.PCIE_TX, "sum", False),
+    (DCGM.PCIE_RX, "sum", False),
+    (DCGM.NVLINK_BW, "sum", True),
+    (DCGM.ROW_REMAP_PENDING, "sum", False),
+)
+
+
+def quantile_record(name: str, bucket_record: str, by: str) -> list[Record]:
+    return [Record(name, f"histogram_quantile({q}, sum by ({by}, le) ({bucket_record}))", {"quantile": q})
+            for q in QUANTILES]
+
+
+def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str) -> str:
+    """A DCGM series with `node` and the node's `pool`."""
+    return f"{by_node(series(cfg, metric, *matchers))} * on (node) group_left (pool) {R.NODE_POOL}"
+
+
+# --------------------------------------------------------------------------------------------
+# recording rules
+
+
+def _config_records(cfg: ObservabilityConfig) -> list[Record]:
+    out = []
+    for p in cfg.pools:
+        labels = {"pool": p.name, "instance_type": p.instance_type}
+        out.append(Record(R.NODE_PRICE, f"vector({p.node_price_per_hour!r})", labels))
+        out.append(Record(R.GPU_PRICE, f"vector({p.gpu_price_per_hour!r})", labels))
+    for m in cfg.models:
+        if m.engine == "vllm":
+            out.append(Record(R.QUEUE_DEPTH_TARGET, f"vector({m.target_queue_depth})", {"model": m.name}))
+        else:
+            out.append(Record(R.QUEUE_TIME_TARGET, f"vector({m.target_queue_seconds!r})", {"model": m.name}))
+    return out
+
+
+def _inventory_records(cfg: ObservabilityConfig) -> list[Record]:
+    nodes = series(cfg, KSM.NODE_LABELS, f'{POOL_LABEL_KSM}!=""')
+    pods = series(cfg, KSM.POD_LABELS, f'{MODEL_LABEL_KSM}!=""')
+    requests = series(cfg, KSM.POD_REQUESTS, f'resource="{GPU_RESOURCE}"')
+    return [
+        Record(R.NODE_POOL, f'max by (node, pool) (label_replace({nodes}, "pool", "$1", "{POOL_LABEL_KSM}", "(.+)"))'),
+        Record(R.POD_MODEL, "max by (namespace, pod, model, tenant) (label_replace(label_replace("
+                            f'{pods}, "model", "$1", "{MODEL_LABEL_KSM}", "(.+)"), '
+                            f'"tenant", "$1", "{TENANT_LABEL_KSM}", "(.+)"))'),
+        Record(R.POD_GPUS, f"sum by (namespace, pod, node) ({requests})"),
+        Record(R.GPU_UTIL, "max by (node, pool, gpu, UUID, namespace, pod) ("
+                           f"{by_node(f'avg_over_time({series(cfg, DCGM.GPU_UTIL)}[{RATE}])')} / 100"
+                           f" * on (node) group_left (pool) {R.NODE_POOL})"),
+        Record(R.GPU_ALLOCATED_UTIL, f"{R.GPU_UTIL} * on (namespace, pod) group_left (model, tenant) "
+                                     f"({R.POD_MODEL} and on (namespace, pod) {R.POD_GPUS} > 0)"),
+        Record(R.POOL_NODES, f"count by (pool) ({R.NODE_POOL})"),
+        Record(R.POOL_GPUS, f"count by (pool) ({R.GPU_UTIL})"),
+    ]
+
+
+def _cost_records(cfg: ObservabilityConfig) -> list[Record]:
+    idle = cfg.idle_gpu_utilization_percent / 100
+    done = f'sum by (tenant) ({R.WF_COUNT}{{status="ok"}})'
+    return [
+        Record(R.POOL_COST, f"{R.POOL_NODES} * on (pool) group_left {R.NODE_PRICE}"),
+        Record(R.TOTAL_COST, f"sum({R.POOL_COST})"),
+        Record(R.POOL_USED_COST, f"sum by (pool) ({R.GPU_UTIL} * on (pool) group_left {R.GPU_PRICE})"),
+        Record(R.IDLE_GPUS, f"sum by (pool, model, tenant) ({R.GPU_ALLOCATED_UTIL} < bool {idle!r})"),
+        Record(R.IDLE_COST, f"{R.IDLE_GPUS} * on (pool) group_left {R.GPU_PRICE}"),
+        Record(R.MODEL_GPUS, f"sum by (model, tenant, pool) ({R.POD_GPUS} * on (namespace, pod) group_left "
+                             f"(model, tenant) {R.POD_MODEL} * on (node) group_left (pool) {R.NODE_POOL})"),
+        Record(R.MODEL_COST, f"sum by (model, tenant) ({R.MODEL_GPUS} * on (pool) group_left {R.GPU_PRICE})"),
+        Record(R.MODEL_COST_PER_MTOK, f"{R.MODEL_COST} / on (model) group_left {R.MODEL_TOKENS} / 3600 * 1e6"),
+        Record(R.TENANT_COST_PER_WORKFLOW, f"sum by (tenant) ({R.MODEL_COST}) / on (tenant) ({done} * 3600)"),
+    ]
+
+
+def _workflow_records(cfg: ObservabilityConfig) -> list[Record]:
+    def rate(metric: str, by: str, *matchers: str) -> str:
+        return f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))"
+
+    wf = WORKFLOW_DURATION.prom
+    step = STEP_DURATION.prom
+    return [
+        Record(R.WF_BUCKET, rate(f"{wf}_bucket", "workflow, tenant, le")),
+        Record(R.WF_COUNT, rate(f"{wf}_count", "workflow, tenant, status")),
+        Record(R.WF_SUM, rate(f"{wf}_sum", "workflow, tenant")),
+        *quantile_record(R.WF_QUANTILE, R.WF_BUCKET, "workflow, tenant"),
+        Record(R.CRITICAL_PATH, rate(CRITICAL_PATH.prom, "workflow, tenant, step_kind")),
+        Record(R.STEP_BUCKET, rate(f"{step}_bucket", "workflow, tenant, step_kind, le")),
+        *quantile_record(R.STEP_QUANTILE, R.STEP_BUCKET, "workflow, tenant, step_kind"),
+        Record(R.STEP_ERRORS, rate(STEP_ERRORS.prom, "workflow, tenant, step_kind, error_type")),
+    ]
+
+
+def objective_matchers(cfg: ObservabilityConfig, objective: Objective) -> str:
+    """`workflow` matcher selecting one objective's workflows (the default: every workflow not named)."""
+    if objective.workflow is not None:
+        return f'workflow="{objective.workflow}"'
+    return f'workflow!~"{regex_any(cfg.named_workflows)}"' if cfg.named_workflows else ""
+
+
+def objective_name(objective: Objective) -> str:
+    """The `objective` label of an objective's SLO series and alerts."""
+    return objective.workflow or DEFAULT_OBJECTIVE
+
+
+def _slo_records(cfg: ObservabilityConfig) -> list[Record]:
+    wf = WORKFLOW_DURATION.prom
+    failed = 'status="error"'
+    out = []
+    for o in cfg.objectives:
+        sel = objective_matchers(cfg, o)
+        good = le(bucket_at_or_below(WORKFLOW_BUCKETS_S, o.latency_seconds))
+        for w in SLO_WINDOWS:
+            def rate(metric: str, *matchers: str, w: str = w) -> str:
+                return f"sum by (workflow, tenant) (rate({series(cfg, metric, sel, *matchers)}[{w}]))"
+
+            total = rate(f"{wf}_count")
+            labels = {"objective": objective_name(o)}
+            out.append(Record(R.slo_errors("latency", w), f"1 - {rate(f'{wf}_bucket', good)} / {total}", labels))
+            out.append(Record(R.slo_errors("availability", w),
+                              f"({rate(f'{wf}_count', failed)} or {total} * 0) / {total}", labels))
+    return out
+
+
+def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
+    def vllm(expr_of: str) -> str:
+        """Aggregate a vLLM expression by model_name, then name the label `model` like Triton's."""
+        return f'label_replace({expr_of}, "model", "$1", "model_name", "(.+)")'
+
+    def vrate(metric: str, *matchers: str, by: str = "model_name") -> str:
+        return vllm(f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))")
+
+    def trate(metric: str, *matchers: str, by: str = "model") -> str:
+        return f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))"
+
+    out: list[Record] = []
+    for h in VLLM_HISTOGRAMS:
+        out.append(Record(R.vllm_bucket(h), vrate(f"{h}_bucket", by="model_name, le")))
+        out += quantile_record(R.vllm_quantile(h), R.vllm_bucket(h), "model")
+    out += [
+        Record(R.MODEL_TOKENS, vrate(VLLM.GENERATION_TOKENS)),
+        Record(R.MODEL_PROMPT_TOKENS, vrate(VLLM.PROMPT_TOKENS)),
+        Record(R.VLLM_REQUESTS, vrate(VLLM.REQUEST_SUCCESS, by="model_name, finished_reason")),
+        Record(R.VLLM_PREEMPTIONS, vrate(VLLM.PREEMPTIONS)),
+        Record(R.VLLM_RUNNING, vllm(f"sum by (model_name) ({series(cfg, VLLM.RUNNING)})")),
+        Record(R.VLLM_BATCH, vllm(f"avg by (model_name) ({series(cfg, VLLM.RUNNING)})")),
+        Record(R.VLLM_WAITING, vllm(f"sum by (model_name) ({series(cfg, VLLM.WAITING)})")),
+        Record(R.VLLM_WAITING_PER_REPLICA, vllm(f"avg by (model_name) ({series(cfg, VLLM.WAITING)})")),
+        Record(R.VLLM_KV_CACHE, vllm(f"max by (model_name) ({series(cfg, VLLM.KV_CACHE)})")),
+        Record(R.VLLM_PREFIX_HIT, f"{vrate(VLLM.PREFIX_HITS)} / {vrate(VLLM.PREFIX_QUERIES)}"),
+        Record(R.VLLM_SPEC_ACCEPT, f"{vrate(VLLM.SPEC_ACCEPTED_TOKENS)} / {vrate(VLLM.SPEC_DRAFT_TOKENS)}"),
+        Record(R.TRITON_REQUESTS, trate(TRITON.REQUEST_SUCCESS)),
+        Record(R.TRITON_FAILURES, trate(TRITON.REQUEST_FAILURE, by="model, reason")),
+        Record(R.TRITON_QUEUE, f"{trate(TRITON.QUEUE_DURATION_US)} / {R.TRITON_REQUESTS} / 1e6"),
+        Record(R.TRITON_COMPUTE, f"({trate(TRITON.COMPUTE_INPUT_US)} + {trate(TRITON.COMPUTE_INFER_US)} + "
+                                 f"{trate(TRITON.COMPUTE_OUTPUT_US)}) / {R.TRITON_REQUESTS} / 1e6"),
+        Record(R.TRITON_BATCH, f"{trate(TRITON.INFERENCE_COUNT)} / {trate(TRITON.EXEC_COUNT)}"),
+        Record(R.TRITON_PENDING, f"sum by (model) ({series(cfg, TRITON.PENDING)})"),
+    ]
+    return out
+
+
+def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
+    out = []
+    for metric, agg, is_counter in DCGM_POOL_AGGREGATES:
+        per_gpu = _in_pool(cfg, metric)
+        if is_counter:
+            per_gpu = (f"{by_node(f'rate({series(cfg, metric)}[{RATE}])')} "
+                       f"* on (node) group_left (pool) {R.NODE_POOL}")
+        out.append(Record(R.dcgm_pool(metric, agg), f"{agg} by (pool) ({per_gpu})"))
+    out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
+    out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"count by (pool) ({_in_pool(cfg, DCGM.XID)} > 0)"))
+    return out
+
+
+def _mesh_records(cfg: ObservabilityConfig) -> list[Record]:
+    dest = "destination_workload, destination_workload_namespace"
+    istio_dest = 'reporter="destination"'
+    mtls = f'{ISTIO.MTLS_LABEL}="mutual_tls"'
+
+    def rate(metric: str, by: str, *matchers: str) -> str:
+        return f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))"
+
+    return [
+        Record(R.ISTIO_BUCKET, rate(f"{ISTIO.DURATION}_bucket", f"source_workload, {dest}, le", istio_dest)),
+        *quantile_record(R.ISTIO_QUANTILE, R.ISTIO_BUCKET, f"source_workload, {dest}"),
+        Record(R.ISTIO_REQUESTS, rate(ISTIO.REQUESTS, f"source_workload, {dest}, response_code", istio_dest)),
+        Record(R.ISTIO_MTLS, f"{rate(ISTIO.REQUESTS, dest, istio_dest, mtls)} / {rate(ISTIO.REQUESTS, dest, istio_dest)}"),
+        Record(R.ENVOY_BUCKET, rate(f"{ENVOY.RQ_TIME}_bucket", f"{ENVOY.L_CLUSTER}, le")),
+        *quantile_record(R.ENVOY_QUANTILE, R.ENVOY_BUCKET, ENVOY.L_CLUSTER),
+        Record(R.ENVOY_REQUESTS, rate(ENVOY.RQ_XX, f"{ENVOY.L_CLUSTER}, envoy_response_code_class")),
+        Record(R.ENVOY_RETRIES, rate(ENVOY.RQ_RETRY, ENVOY.L_CLUSTER)),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# alerts
+
+
+def _runbook(cfg: ObservabilityConfig, alert: str) -> str:
+    return f"{cfg.runbook_url}#{alert.lower()}"
+
+
+def _burn_expr(cfg: ObservabilityConfig, sli: str, objective: Objective, severity: str) -> str:
+    target = objective.latency_target if sli == "latency" else objective.availability_target
+    budget = 1 - target
+    braces = f'{{objective="{objective_name(objective)}"}}'
+    pairs = []
+    for w in (w for w in BURN_WINDOWS if w.severity == severity):
+        limit = round(w.factor * budget, 10)
+        pairs.append(f"({R.slo_errors(sli, w.short)}{braces} > {limit!r} and "
+                     f"{R.slo_errors(sli, w.long)}{braces} > {limit!r})")
+    return "\n  or\n".join(pairs)
+
+
+def _slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    out = []
+    for o in cfg.objectives:
+        scope = f"workflow {o.workflow}" if o.workflow else "workflows without their own SLO"
+        for sli, name, what in (
+            ("latency", "WorkflowLatencyBudgetBurn",
+             f"slower than {o.latency_seconds:g}s (target {o.latency_target:.3%} within)"),
+            ("availability", "WorkflowErrorBudgetBurn", f"failing (target {o.availability_target:.3%} succeed)"),
+        ):
+            for severity, pace in (("critical", "fast"), ("warning", "slowly")):
+                out.append(Alert(
+                    name, _burn_expr(cfg, sli, o, severity), severity,
+                    summary=f"{{{{ $labels.workflow }}}} is burning its {sli} error budget {pace}",
+                    description=(f"Workflow {{{{ $labels.workflow }}}} (tenant {{{{ $labels.tenant }}}}, {scope}) is "
+                                 f"{what}: {{{{ $value | humanizePercentage }}}} of runs missed the SLO over the "
+                                 "short window, enough to spend the 30-day budget "
+                                 f"{'within days' if severity == 'critical' else 'before the window ends'}."),
+                    runbook_url=_runbook(cfg, name), for_=BURN_FOR[severity],
+                    labels={"slo": sli, "objective": objective_name(o)},
+                ))
+    return out
+
+
+def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    reasons = series(cfg, DCGM.CLOCK_THROTTLE_REASONS)
+
+    def bit(mask: int) -> str:  # PromQL has no bitwise operators: test one bit arithmetically
+        return f"floor({reasons} / {mask}) % 2 == 1"
+
+    hw_slow, sw_thermal, hw_thermal, power_brake = 0x8, 0x20, 0x40, 0x80  # NVML clocksThrottleReasons bits
+    gpu = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}{{ $labels.hostname }}"
+    return [
+        Alert("GpuXidError", f"{series(cfg, DCGM.XID)} > 0", "critical",
+              summary=f"{gpu} reported XID {{{{ $value }}}}",
+              description=f"{gpu} reported XID error {{{{ $value }}}}. XIDs 48, 63, 64, 74, 79, 94 and 95 "
+                          "usually need the node drained and the GPU reset or replaced.",
+              runbook_url=_runbook(cfg, "GpuXidError")),
+        Alert("GpuThermalThrottling", f"({bit(sw_thermal)}) or ({bit(hw_thermal)})", "warning",
+              summary=f"{gpu} is thermally throttled",
+              description=f"{gpu} has had its clocks cut for temperature for 5 minutes "
+                          "(NVML SW or HW thermal slowdown): check cooling and airflow.",
+              runbook_url=_runbook(cfg, "GpuThermalThrottling"), for_="5m"),
+        Alert("GpuPowerThrottling", f"({bit(power_brake)}) or ({bit(hw_slow)})", "warning",
+              summary=f"{gpu} is power-brake throttled",
+              description=f"{gpu} has had its clocks cut by HW slowdown or the power brake for 5 minutes: "
+                          "check the PSU and power capping of the node.",
+              runbook_url=_runbook(cfg, "GpuPowerThrottling"), for_="5m"),
+        Alert("GpuRowRemapFailure", f"{series(cfg, DCGM.ROW_REMAP_FAILURE)} > 0", "critical",
+              summary=f"{gpu} failed to remap a memory row",
+              description=f"{gpu} could not remap a failing HBM row: the GPU must be replaced.",
+              runbook_url=_runbook(cfg, "GpuRowRemapFailure")),
+        Alert("GpuExpensiveIdle",
+              f"sum by (pool) ({R.IDLE_COST}) >= on (pool) {R.NODE_PRICE}", "warning",
+              summary="Pool {{ $labels.pool }} pays ${{ $value | printf \"%.2f\" }}/h for idle GPUs",
+              description=f"GPUs allocated to models in pool {{{{ $labels.pool }}}} ran below "
+                          f"{cfg.idle_gpu_utilization_percent:g}% utilisation for an hour, costing at least one "
+                          "node's price per hour: scale the models down or consolidate them.",
+              runbook_url=_runbook(cfg, "GpuExpensiveIdle"), for_="1h"),
+        Alert("ModelKvCacheSaturated", f"{R.VLLM_KV_CACHE} > {cfg.kv_cache_saturation!r}", "warning",
+              summary="Model {{ $labels.model }} KV cache is {{ $value | humanizePercentage }} used",
+              description=f"Model {{{{ $labels.model }}}} has used more than {cfg.kv_cache_saturation:.0%} of its "
+                          "KV cache for 10 minutes: requests are preempted or queue; add replicas or cut "
+                          "max model length.",
+              runbook_url=_runbook(cfg, "ModelKvCacheSaturated"), for_="10m"),
+        Alert("ModelQueueGrowing",
+              f"{R.VLLM_WAITING_PER_REPLICA} > on (model) {cfg.queue_alert_factor!r} * {R.QUEUE_DEPTH_TARGET}",
+              "warning",
+              summary="Model {{ $labels.model }} has {{ $value }} requests waiting per replica",
+              description=f"Model {{{{ $labels.model }}}} has held more than {cfg.queue_alert_factor:g}x its "
+                          "autoscaling target (replicas.targetQueueDepth) of waiting requests per replica for "
+                          "10 minutes: the autoscaler is at its maximum or cannot get GPUs.",
+              runbook_url=_runbook(cfg, "ModelQueueGrowing"), for_="10m"),
+        Alert("TritonQueueTimeHigh",
+              f"{R.TRITON_QUEUE} > on (model) {cfg.queue_alert_factor!r} * {R.QUEUE_TIME_TARGET}", "warning",
+              summary="Model {{ $labels.model }} requests queue {{ $value | humanizeDuration }} on average",
+              description=f"Triton model {{{{ $labels.model }}}} has queued requests for more than "
+                          f"{cfg.queue_alert_factor:g}x its autoscaling target (replicas.targetQueueTimeMs) "
+                          "for 10 minutes: the autoscaler is at its maximum or cannot get GPUs.",
+              runbook_url=_runbook(cfg, "TritonQueueTimeHigh"), for_="10m"),
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# assembly
+
+
+def groups(cfg: ObservabilityConfig) -> list[Group]:
+    """Every rule group; recording groups come in dependency order (each only reads earlier ones)."""
+    return [
+        Group("aifactory-config", tuple(_config_records(cfg))),
+        Group("aifactory-inventory", tuple(_inventory_records(cfg))),
+        Group("aifactory-workflows", tuple(_workflow_records(cfg))),
+        Group("aifactory-serving", tuple(_serving_records(cfg))),
+        Group("aifactory-mesh", tuple(_mesh_records(cfg))),
+        Group("aifactory-fleet", tuple(_fleet_records(cfg))),
+        Group("aifactory-cost", tuple(_cost_records(cfg))),
+        Group("aifactory-slo", tuple(_slo_records(cfg))),
+        Group("aifactory-slo-alerts", tuple(_slo_alerts(cfg))),
+        Group("aifactory-gpu-alerts", tuple(_gpu_alerts(cfg))),
+    ]
+
+
+def _rules_of(gs: Iterable[Group], kind: type) -> list[Any]:
+    return [r for g in gs for r in g.rules if isinstance(r, kind)]
+
+
+def records(cfg: ObservabilityConfig) -> dict[str, list[Record]]:
+    """Recording rules by recorded name (one name may have a rule per pool, model or objective)."""
+    out: dict[str, list[Record]] = {}
+    for r in _rules_of(groups(cfg), Record):
+        out.setdefault(r.record, []).append(r)
+    return out
+
+
+def alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    return _rules_of(groups(cfg), Alert)
+
+
+def rules_document(cfg: ObservabilityConfig) -> dict[str, Any]:
+    """A Prometheus rules file (also the `spec` of a PrometheusRule)."""
+    return {"groups": [g.to_dict() for g in groups(cfg)]}
