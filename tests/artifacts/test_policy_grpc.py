@@ -88,8 +88,9 @@ def test_analyze_reports_a_planted_violation(analyzer: analyzer_pb2_grpc.Analyze
     planted = analyzer_pb2.AnalyzeRequest(type="aws:ec2/launchTemplate:LaunchTemplate", urn=lt, name="gpu-lt",
                                           properties=_struct({"metadataOptions": {"httpTokens": "optional"}}))
     assert _diagnostics(analyzer.Analyze(planted, timeout=RPC_TIMEOUT_S)) == [
-        ("launch-template-imdsv2", "Launch templates require IMDSv2 session tokens.\n"
-                                   "metadataOptions.httpTokens is optional; IMDSv1 is reachable", analyzer_pb2.MANDATORY, "")]
+        ("launch-template-imdsv2",
+         "Launch templates require IMDSv2 session tokens.\nmetadataOptions.httpTokens is optional; IMDSv1 is reachable",
+         analyzer_pb2.MANDATORY, "")]
     fixed = analyzer_pb2.AnalyzeRequest(type=planted.type, urn=lt, name="gpu-lt",
                                         properties=_struct({"metadataOptions": {"httpTokens": "required"}}))
     assert _diagnostics(analyzer.Analyze(fixed, timeout=RPC_TIMEOUT_S)) == []
@@ -110,7 +111,8 @@ def test_analyze_stack_names_the_tenant_namespace(analyzer: analyzer_pb2_grpc.An
 def test_configure_passes_allow_lists_to_the_policies(analyzer: analyzer_pb2_grpc.AnalyzerStub) -> None:
     svc = analyzer_pb2.AnalyzeRequest(
         type="kubernetes:core/v1:Service", urn="urn:pulumi:dev::aifactory::kubernetes:core/v1:Service::edge",
-        name="edge", properties=_struct({"metadata": {"name": "edge", "namespace": "edge"}, "spec": {"type": "NodePort"}}))
+        name="edge",
+        properties=_struct({"metadata": {"name": "edge", "namespace": "edge"}, "spec": {"type": "NodePort"}}))
     assert [d.policyName for d in analyzer.Analyze(svc, timeout=RPC_TIMEOUT_S).diagnostics] == [
         "external-services-gateway-only"]
     config = analyzer_pb2.PolicyConfig(enforcementLevel=analyzer_pb2.MANDATORY,
