@@ -25,7 +25,8 @@ Spans (OTel GenAI semantic conventions, development status):
     retrieval            retrieval {name}             CLIENT    gen_ai.data_source.id
     planning             plan {name}                  INTERNAL
     any other kind       {kind} {name}                INTERNAL  (no gen_ai.operation.name)
-Every step span also carries aifactory.step.kind / aifactory.step.name; `operation=` overrides the
+Every step span also carries aifactory.step.kind, and aifactory.step.name unless a GenAI attribute
+already names the step (gen_ai.tool.name, gen_ai.data_source.id); `operation=` overrides the
 GenAI operation (e.g. "embeddings" for an llm step). Failed scopes: status ERROR, the exception event,
 error.type = the exception's qualified class name. The workflow span gets aifactory.critical_path.<kind>.
 
@@ -111,6 +112,7 @@ STEP_OPERATIONS: Mapping[str, StepOperation] = {
 }
 _PLAIN_STEP = StepOperation(None, SpanKind.INTERNAL, None)
 _MODEL_KIND = "llm"  # steps that call a model: span named after the model, operation duration recorded
+_GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_NAME, genai.GEN_AI_REQUEST_MODEL)
 
 
 class WorkflowRun:
@@ -251,7 +253,7 @@ class Telemetry:
         self._operation_duration = histogram(names.GENAI_OPERATION_DURATION, names.STEP_BUCKETS_S)
         self._critical_path = counter(names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
-        self._attrs: dict[tuple[str, ...], dict[str, str]] = {}  # metric attribute sets, built once each
+        self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
 
     # --- public API -------------------------------------------------------------------------
     def workflow(self, name: str, *, agent: str | None = None, **attributes: Any) -> Scope:
@@ -335,21 +337,30 @@ class Telemetry:
             if tokens is None:
                 continue
             run.span.set_attribute(attribute, tokens)
-            self._token_usage.record(tokens, {**genai_attrs, genai.GEN_AI_TOKEN_TYPE: token_type})
+            self._token_usage.record(tokens, self._cached(("tokens", token_type, *genai_attrs.values()),
+                                                          lambda: {**genai_attrs, genai.GEN_AI_TOKEN_TYPE: token_type}))
 
     # --- helpers ----------------------------------------------------------------------------
     def _metric_attrs(self, *pairs: str) -> dict[str, str]:
         """tenant + the given (key, value) pairs; one dict per distinct set, reused (no per-step allocation)."""
-        attrs = self._attrs.get(pairs)
-        if attrs is None:
-            attrs = self._attrs[pairs] = {names.L_TENANT: self.tenant, **dict(zip(pairs[::2], pairs[1::2]))}
-        return attrs
+        return self._cached(pairs, lambda: {names.L_TENANT: self.tenant, **dict(zip(pairs[::2], pairs[1::2]))})
 
     def _genai_attrs(self, span_attributes: Mapping[str, Any], workflow: WorkflowRun | None) -> dict[str, str]:
-        attrs = {names.L_TENANT: self.tenant, names.L_WORKFLOW: workflow.name if workflow else NO_WORKFLOW}
-        for key in (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_NAME, genai.GEN_AI_REQUEST_MODEL):
-            if key in span_attributes:
-                attrs[key] = span_attributes[key]
+        """Attributes of the GenAI metrics: tenant, workflow, operation, provider and model (when known)."""
+        values = (workflow.name if workflow else NO_WORKFLOW,
+                  *(span_attributes.get(key) for key in _GENAI_METRIC_ATTRIBUTES))
+
+        def build() -> dict[str, str]:
+            attrs = {names.L_TENANT: self.tenant, names.L_WORKFLOW: values[0]}
+            attrs.update((k, v) for k, v in zip(_GENAI_METRIC_ATTRIBUTES, values[1:]) if v is not None)
+            return attrs
+
+        return self._cached(("genai", *values), build)
+
+    def _cached(self, key: tuple[Any, ...], build: Callable[[], dict[str, str]]) -> dict[str, str]:
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = self._attrs[key] = build()
         return attrs
 
     @staticmethod
@@ -391,11 +402,10 @@ def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: 
         raise ValueError(f"step name must be a non-empty string, got {name!r}")
     mapping = STEP_OPERATIONS.get(kind, _PLAIN_STEP)
     op = operation or mapping.operation
-    base: dict[str, Any] = {"aifactory.step.kind": kind, "aifactory.step.name": name}
+    base: dict[str, Any] = {"aifactory.step.kind": kind}
     if op is not None:
         base[genai.GEN_AI_OPERATION_NAME] = op
-    if mapping.name_attribute is not None:
-        base[mapping.name_attribute] = name
+    base[mapping.name_attribute or "aifactory.step.name"] = name
     if model is not None:
         base[genai.GEN_AI_REQUEST_MODEL] = model
     if provider is not None:

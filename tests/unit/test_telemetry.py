@@ -108,12 +108,10 @@ def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
         "gen_ai.request.model": "llama-3-70b", "gen_ai.provider.name": "vllm",
         "gen_ai.usage.input_tokens": 1200, "gen_ai.usage.output_tokens": 300}
     assert dict(spans["execute_tool search"].attributes) == {
-        "aifactory.step.kind": "tool", "aifactory.step.name": "search", "gen_ai.operation.name": "execute_tool",
-        "gen_ai.tool.name": "search"}
+        "aifactory.step.kind": "tool", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
     assert spans["execute_tool search"].kind == SpanKind.INTERNAL
     assert dict(spans["retrieval kb"].attributes) == {
-        "aifactory.step.kind": "retrieval", "aifactory.step.name": "kb", "gen_ai.operation.name": "retrieval",
-        "gen_ai.data_source.id": "kb"}
+        "aifactory.step.kind": "retrieval", "gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "kb"}
     assert spans["plan plan"].attributes["gen_ai.operation.name"] == "plan"
     assert dict(spans["network fetch-page"].attributes) == {"aifactory.step.kind": "network",
                                                             "aifactory.step.name": "fetch-page"}
