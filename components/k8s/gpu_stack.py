@@ -67,8 +67,8 @@ DCGM_COUNTERS: tuple[tuple[str, str, str], ...] = (
     (DCGM.SM_ACTIVE, "gauge", "Ratio of cycles an SM has at least one warp assigned."),
     (DCGM.TENSOR_ACTIVE, "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
     (DCGM.DRAM_ACTIVE, "gauge", "Ratio of cycles the device memory interface is active."),
-    (DCGM.PCIE_TX, "gauge", "Bytes per second transmitted over PCIe, headers included."),
-    (DCGM.PCIE_RX, "gauge", "Bytes per second received over PCIe, headers included."),
+    (DCGM.PCIE_TX, "gauge", "Bytes per second transmitted over PCIe (headers included)."),
+    (DCGM.PCIE_RX, "gauge", "Bytes per second received over PCIe (headers included)."),
 )
 
 
