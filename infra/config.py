@@ -718,9 +718,10 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         if not aws and target is not None:
             r.fail(f"{path}.capacity", "only applies to provider 'aws'")
         capacity = Capacity(ctype, rid)
-        if ctype == "capacity-block" and not (lo == hi == want):
-            r.fail(f"{path}.desiredSize", f"a capacity block fixes the node count: set minSize, maxSize and "
-                                          f"desiredSize equal (got {lo}, {hi}, {want})")
+        if ctype != "on-demand" and not (lo == hi == want):
+            kind = "an ODCR" if ctype == "odcr" else "a capacity-block"
+            r.fail(f"{path}.desiredSize", f"{kind} reservation fixes the node count: set minSize, maxSize and "
+                                          f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
     pg_default = fabric == "efa" and not capacity.reserved
     pg = r.value(d, "placementGroup", path, bool, pg_default)
     if pg and capacity.reserved:

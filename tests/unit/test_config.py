@@ -141,8 +141,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("capacity block sizes differ",
      with_("nodePools.gpu-a", {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2,
                                "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}}),
-     "nodePools.gpu-a.desiredSize: a capacity block fixes the node count: set minSize, maxSize and desiredSize "
-     "equal (got 1, 2, 1)"),
+     "nodePools.gpu-a.desiredSize: a capacity-block reservation fixes the node count: set minSize, maxSize and "
+     "desiredSize equal to the reserved count (got 1, 2, 1)"),
+    ("odcr sizes differ",
+     with_("nodePools.gpu-a.capacity", {"type": "odcr", "reservationId": "cr-0123456789abcdef0"}),
+     "nodePools.gpu-a.desiredSize: an ODCR reservation fixes the node count"),
     ("reservation id missing", with_("nodePools.gpu-a.capacity", {"type": "odcr"}),
      "nodePools.gpu-a.capacity.reservationId: is required for capacity type 'odcr'"),
     ("min greater than max", with_("nodePools.gpu-a.minSize", 3),
