@@ -258,7 +258,7 @@ def efa_env_problems(spec: Mapping[str, Any]) -> list[str]:
             continue
         res = c.get("resources") or {}
         asked = [q.get(EFA_RESOURCE) for q in (res.get("requests") or {}, res.get("limits") or {})]
-        if not any(str(v) not in ("", "0", "None") for v in asked if v is not None):
+        if not any(kube.quantity(v) not in ("", "0") for v in asked if v is not None):
             out.append(f"container {c.get('name')!r} sets FI_PROVIDER=efa but requests no {EFA_RESOURCE}")
     return out
 

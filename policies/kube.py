@@ -27,6 +27,7 @@ __all__ = [
     "helm_pod_fragments",
     "containers",
     "gpu_resources",
+    "quantity",
     "requests_gpu",
     "tolerated_keys",
     "targeted_label_keys",
@@ -59,9 +60,6 @@ POD_TEMPLATE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("spec", "leaderWorkerTemplate", "workerTemplate", "spec"),
     ),
 }
-# Keys of a Helm values mapping that configure the pods the chart renders from it.
-_HELM_POD_KEYS = frozenset({"image", "securityContext", "containerSecurityContext", "podSecurityContext",
-                            "hostNetwork", "hostPID", "hostIPC", "tolerations", "resources", "env"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +121,7 @@ def helm_pod_fragments(values: Mapping[str, Any], path: str = "") -> Iterator[tu
         return
     if is_seq(values.get("containers")):
         yield path, values
-    elif _HELM_POD_KEYS & set(values):
+    elif _sets_pod_keys(values):
         yield path, _fragment_spec(path, values)
     for key, child in values.items():
         child_path = f"{path}.{key}" if path else str(key)
@@ -132,6 +130,18 @@ def helm_pod_fragments(values: Mapping[str, Any], path: str = "") -> Iterator[tu
         elif is_seq(child) and key != "containers":
             for i, item in enumerate(child):
                 yield from helm_pod_fragments(item, f"{child_path}[{i}]")
+
+
+def _sets_pod_keys(values: Mapping[str, Any]) -> bool:
+    """Whether a values mapping configures pods: keys of a pod spec, with values of a pod spec's shape
+    (so RBAC `resources` lists or a `hostNetwork` that is not a boolean do not count)."""
+    resources = values.get("resources")
+    return (isinstance(values.get("image"), str | Mapping)
+            or any(isinstance(values.get(k), Mapping)
+                   for k in ("securityContext", "containerSecurityContext", "podSecurityContext"))
+            or any(isinstance(values.get(k), bool) for k in ("hostNetwork", "hostPID", "hostIPC"))
+            or is_seq(values.get("tolerations")) or is_seq(values.get("env"))
+            or (isinstance(resources, Mapping) and bool({"requests", "limits"} & set(resources))))
 
 
 def _fragment_spec(path: str, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -190,8 +200,15 @@ def gpu_resources(container: Mapping[str, Any]) -> tuple[dict[str, str], dict[st
     picked = []
     for part in ("requests", "limits"):
         q = res.get(part) if isinstance(res.get(part), Mapping) else {}
-        picked.append({k: str(v) for k, v in q.items() if _is_gpu(k)})
+        picked.append({k: quantity(v) for k, v in q.items() if _is_gpu(k)})
     return picked[0], picked[1]
+
+
+def quantity(value: Any) -> str:
+    """A resource quantity as Kubernetes writes it: 8, 8.0 and "8" are all "8"."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 def requests_gpu(spec: Mapping[str, Any]) -> bool:

@@ -320,8 +320,15 @@ def test_registry_prefix_matches_at_path_boundary() -> None:
 
 
 def test_helm_pod_fragments_paths() -> None:
-    values = {"tolerations": [], "driver": {"image": "nvcr.io/nvidia/driver:1"}, "extra": {"containers": [{}]}}
+    values = {"tolerations": [], "driver": {"image": "nvcr.io/nvidia/driver:1"}, "extra": {"containers": [{}]},
+              "clusterRole": {"rules": [{"resources": ["pods"], "verbs": ["get"]}]}, "hostNetwork": "auto"}
     assert [path for path, _ in helm_pod_fragments(values)] == ["", "driver", "extra"]
+
+
+def test_gpu_quantities_compare_as_kubernetes_does() -> None:
+    engine_numbers = pod(containers=[container(resources={"requests": {"nvidia.com/gpu": "8"},
+                                                          "limits": {"nvidia.com/gpu": 8.0}})])
+    assert found("gpu-limits-equal-requests", deployment("a", "t", engine_numbers)) == []
 
 
 # --- fabric ------------------------------------------------------------------------------------------
