@@ -118,6 +118,9 @@ def _mtls_mode(spec: Mapping[str, Any]) -> str:
 
 
 def _mesh_strict(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    """Applies to stacks that deploy to Kubernetes (an AWS-only stack has no mesh to check)."""
+    if not any(r.resource_type.startswith("kubernetes:") for r in resources):
+        return []
     root = cfg[MESH_ROOT_NAMESPACE.name]
     for ns, policies in _in_namespace(resources, ISTIO_SECURITY, "PeerAuthentication").items():
         if ns == root and any(not (p.get("spec") or {}).get("selector") and _mtls_mode(p.get("spec") or {})

@@ -122,7 +122,7 @@ STRICT = {"mtls": {"mode": "STRICT"}}
 
 
 @pytest.mark.parametrize("resources", [
-    [],
+    [ns("team-a")],
     [obj(PEER, "default", "istio-system", {"mtls": {"mode": "PERMISSIVE"}})],
     [obj(PEER, "default", "team-a", STRICT)],
     [obj(PEER, "default", "istio-system", {**STRICT, "selector": {"matchLabels": {"app": "x"}}})],
@@ -135,6 +135,10 @@ def test_mesh_strict_mtls_missing(resources: list[dict[str, Any]]) -> None:
 def test_mesh_strict_mtls_present_with_v1beta1() -> None:
     beta = obj("kubernetes:security.istio.io/v1beta1:PeerAuthentication", "default", "istio-system", STRICT)
     assert found("mesh-strict-mtls", beta) == []
+
+
+def test_mesh_strict_mtls_not_applicable_without_kubernetes() -> None:
+    assert found("mesh-strict-mtls", res("aws:eks/cluster:Cluster", "eks", {})) == []
 
 
 def test_mtls_downgrade_in_tenant_namespace() -> None:
