@@ -15,7 +15,9 @@ from components.aws.cluster import GpuCluster
 from components.aws.network import Network
 from components.aws.node_pool import GpuNodePool
 from components.k8s.autoscaler import ClusterAutoscaler
+from components.k8s.gateway import Gateway
 from components.k8s.platform import Platform
+from components.k8s.serving import ModelDeployment, ServingControllers
 from dashboards.deploy import Monitoring
 from infra.config import PlatformConfig
 
@@ -75,6 +77,15 @@ def program(cfg: PlatformConfig) -> None:
                           opts=pulumi.ResourceOptions(providers=[provider, *on_aws.providers]))
 
     # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
+    on_cluster = pulumi.ResourceOptions(provider=provider)
+    controllers = ServingControllers("serving", cfg=cfg, opts=pulumi.ResourceOptions.merge(
+        on_cluster, pulumi.ResourceOptions(depends_on=[platform.system_namespace])))
+    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m, opts=pulumi.ResourceOptions.merge(
+        on_cluster, pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant],
+                                                       platform.observability, controllers])))
+              for m in cfg.models.values()]
+    Gateway("gateway", cfg=cfg, opts=pulumi.ResourceOptions.merge(
+        on_cluster, pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
 
     # --- dashboards and rules (dashboards/) -------------------------------------------------
     Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])

@@ -1,0 +1,174 @@
+"""Gateway: the Envoy inference gateway in front of every model (config: components.k8s.envoy_config).
+
+    Namespace (istio-injection) -> ServiceAccount -> ConfigMap (envoy.yaml) -> Deployment -> Service
+    -> HorizontalPodAutoscaler -> PodDisruptionBudget -> PodMonitor (/stats/prometheus)
+
+The gateway's pods join the mesh for their outbound calls only: requests to model servers and spans to
+the Collector leave through the sidecar with the gateway's mesh identity (what the tenants'
+AuthorizationPolicies admit), while client traffic from the load balancer reaches Envoy directly
+(the listener port is excluded from inbound capture). On AWS a LoadBalancer Service is an internal
+NLB with IP targets unless the stack says otherwise.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pulumi
+
+from components.k8s import naming, security
+from components.k8s.envoy_config import render
+from components.k8s.mesh import MESH_SCRAPE_TLS
+from components.k8s.namespaces import create_namespace, namespace_labels
+from components.k8s.serving import PODMONITOR_API_VERSION, register_object
+from infra.config import PlatformConfig
+
+__all__ = [
+    "DEFAULT_ENVOY_IMAGE",
+    "CONFIG_MAP",
+    "CONFIG_HASH_ANNOTATION",
+    "DEFAULT_CPU_TARGET_PERCENT",
+    "SERVICE_PORT",
+    "gateway_labels",
+    "config_map",
+    "deployment",
+    "service",
+    "autoscaler",
+    "disruption_budget",
+    "pod_monitor",
+    "service_account",
+    "gateway_objects",
+    "Gateway",
+]
+
+DEFAULT_ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"  # the version the tests validate the config with
+CONFIG_MAP = "envoy-config"
+CONFIG_HASH_ANNOTATION = "aifactory.io/config-sha256"  # a config change rolls the pods
+DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new replicas start
+SERVICE_PORT = 80
+CONFIG_DIR = "/etc/envoy"
+AWS_LB_ANNOTATIONS = {
+    "service.beta.kubernetes.io/aws-load-balancer-type": "external",
+    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+}
+
+
+def gateway_labels() -> dict[str, str]:
+    return naming.common_labels(naming.GATEWAY_APP, "gateway")
+
+
+def _meta(cfg: PlatformConfig, name: str = naming.GATEWAY_APP) -> dict[str, Any]:
+    return {"name": name, "namespace": cfg.gateway.namespace, "labels": gateway_labels()}
+
+
+def _selector() -> dict[str, str]:
+    return {"app.kubernetes.io/name": naming.GATEWAY_APP}
+
+
+def config_map(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(cfg, CONFIG_MAP),
+            "data": {"envoy.yaml": render(cfg)}}
+
+
+def deployment(cfg: PlatformConfig) -> dict[str, Any]:
+    config_hash = hashlib.sha256(render(cfg).encode()).hexdigest()
+    container = {
+        "name": "envoy",
+        "image": DEFAULT_ENVOY_IMAGE,
+        "args": ["--config-path", f"{CONFIG_DIR}/envoy.yaml", "--log-level", "warn",
+                 "--drain-time-s", "20", "--drain-strategy", "immediate"],
+        "ports": [{"name": "http", "containerPort": naming.ENVOY_LISTENER_PORT, "protocol": "TCP"},
+                  {"name": "stats", "containerPort": naming.ENVOY_STATS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"httpGet": {"path": "/ready", "port": "stats"}, "periodSeconds": 5,
+                           "failureThreshold": 2},
+        "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
+        "resources": security.resources("1", "512Mi", cpu_limit="2", memory_limit="1Gi"),
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "securityContext": security.container_security_context(),
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
+        "selector": {"matchLabels": _selector()},
+        "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+        "template": {
+            "metadata": {"labels": gateway_labels(), "annotations": {
+                CONFIG_HASH_ANNOTATION: config_hash,
+                "traffic.sidecar.istio.io/excludeInboundPorts": str(naming.ENVOY_LISTENER_PORT)}},
+            "spec": {
+                "serviceAccountName": naming.GATEWAY_SERVICE_ACCOUNT,
+                "automountServiceAccountToken": False,
+                "securityContext": security.pod_security_context(),
+                "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                               "whenUnsatisfiable": "ScheduleAnyway",
+                                               "labelSelector": {"matchLabels": _selector()}}],
+                "containers": [container],
+                "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}],
+                "terminationGracePeriodSeconds": 30,
+            },
+        },
+    }}
+
+
+def service(cfg: PlatformConfig) -> dict[str, Any]:
+    meta = _meta(cfg)
+    if cfg.is_aws and cfg.gateway.service_type == "LoadBalancer":
+        meta["annotations"] = dict(AWS_LB_ANNOTATIONS)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+        "type": cfg.gateway.service_type,
+        "selector": _selector(),
+        "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP",
+                   "appProtocol": "http"}],
+    }}
+
+
+def autoscaler(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(cfg), "spec": {
+        "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": naming.GATEWAY_APP},
+        "minReplicas": cfg.gateway.min_replicas,
+        "maxReplicas": cfg.gateway.max_replicas,
+        "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {
+            "type": "Utilization", "averageUtilization": DEFAULT_CPU_TARGET_PERCENT}}}],
+    }}
+
+
+def disruption_budget(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cfg),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector()}}}
+
+
+def pod_monitor(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": PODMONITOR_API_VERSION, "kind": "PodMonitor", "metadata": _meta(cfg), "spec": {
+        "selector": {"matchLabels": _selector()},
+        "podMetricsEndpoints": [{"port": "stats", "path": "/stats/prometheus", "interval": "15s",
+                                 **MESH_SCRAPE_TLS}],
+    }}
+
+
+def service_account(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(cfg, naming.GATEWAY_SERVICE_ACCOUNT),
+            "automountServiceAccountToken": False}
+
+
+def gateway_objects(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """Every object in the gateway namespace, in apply order."""
+    return [service_account(cfg), config_map(cfg), deployment(cfg), service(cfg), autoscaler(cfg),
+            disruption_budget(cfg), pod_monitor(cfg)]
+
+
+class Gateway(pulumi.ComponentResource):
+    """The Envoy inference gateway: its namespace and everything in it."""
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:k8s:Gateway", name, None, opts)
+        namespace = create_namespace(
+            f"{name}-ns", cfg.gateway.namespace,
+            labels=namespace_labels(pod_security="restricted", kubernetes_version=cfg.kubernetes_version,
+                                    injection=True),
+            opts=pulumi.ResourceOptions(parent=self))
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+        for obj in gateway_objects(cfg):
+            register_object(f"{name}-{obj['kind'].lower()}", obj, in_ns)
+        self.register_outputs({"namespace": cfg.gateway.namespace,
+                               "service": f"{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc.cluster.local",
+                               "port": SERVICE_PORT})

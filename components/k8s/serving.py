@@ -1,0 +1,533 @@
+"""Serving pools: one ModelDeployment per configured model (vLLM, or Triton with TensorRT-LLM).
+
+    ServiceAccount -> model cache PVC -> Deployment | LeaderWorkerSet -> headless Service
+    -> PodDisruptionBudget -> KEDA ScaledObject (when replicas.max > replicas.min) -> PodMonitor
+
+A replica fits on one node (a Deployment) or spans `nodes_per_replica` nodes (a LeaderWorkerSet
+whose leader and workers all get the pool's data-plane fabric: EFA devices + hugepages on AWS, the
+RDMA device + network attachment + IPC_LOCK on InfiniBand). Pods run in the tenant's namespace as the
+model's own service account, select their pool by `aifactory.io/pool`, tolerate the pool's taints,
+and request GPUs (or one MIG slice) with limits == requests.
+
+Autoscaling is KEDA (a `prometheus` trigger per model): the query lives next to the model, min 0
+(scale to zero) works, and LeaderWorkerSets scale through their scale subresource. vLLM scales on
+`vllm:num_requests_waiting` per replica, Triton on the average queue time per request.
+
+Everything here is a pure function of (PlatformConfig, Model) returning Kubernetes objects; the
+component only registers them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.k8s import fabric, naming, security, versions
+from components.k8s.mesh import MESH_SCRAPE_TLS
+from infra.config import Model, NodePool, PlatformConfig
+from telemetry.names import TRITON, VLLM
+
+__all__ = [
+    "DEFAULT_VLLM_IMAGE",
+    "DEFAULT_TRITON_IMAGE",
+    "DEFAULT_FETCH_IMAGE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "DEFAULT_SHM_SIZE",
+    "DEFAULT_NODE_SHARE",
+    "DEFAULT_STARTUP_BUDGET_SECONDS",
+    "VLLM_QUANTIZATION",
+    "TRTLLM_QFORMAT",
+    "LWS_API_VERSION",
+    "KEDA_API_VERSION",
+    "PODMONITOR_API_VERSION",
+    "CACHE_MOUNT",
+    "prometheus_url",
+    "model_path",
+    "vllm_args",
+    "triton_command",
+    "gpu_resources",
+    "fabric_resources",
+    "container_resources",
+    "pod_spec",
+    "service_account",
+    "cache_claim",
+    "workload",
+    "service",
+    "disruption_budget",
+    "scaled_object",
+    "pod_monitor",
+    "scaling_query",
+    "model_objects",
+    "required_controllers",
+    "register_object",
+    "ModelDeployment",
+    "ServingControllers",
+]
+
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
+DEFAULT_FETCH_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.50"  # s3:// model URIs: `aws s3 sync` into the cache
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM: share of GPU memory for weights + KV cache
+DEFAULT_SHM_SIZE = "16Gi"  # /dev/shm for NCCL and the engine's worker processes
+DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the rest: kubelet, daemonsets)
+DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # download + load + warm-up before the startup probe gives up
+DEFAULT_CACHE_ACCESS_MODE = "ReadWriteMany"  # replicas on several nodes share the cache (EFS/FSx/NFS class)
+PROBE_PERIOD_SECONDS = 10
+SCALE_DOWN_STABILIZATION_SECONDS = 300  # GPU replicas are slow to start: do not flap
+KEDA_POLLING_SECONDS = 15
+CACHE_MOUNT = "/model-cache"
+STORE_MOUNT = "/models"  # pvc:// URIs: the claim, read-only
+HF_TOKEN_SECRET = "hf-token"  # optional Secret (key `token`) in the tenant namespace for gated HF models
+MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
+PROMETHEUS_SERVICE = "kps-prometheus"  # kube-prometheus-stack with fullnameOverride "kps" (observability.py)
+PROMETHEUS_PORT = 9090
+
+# `vllm serve --quantization`: Marlin kernels for AWQ/GPTQ (every catalog GPU is compute capability >= 8.0);
+# int8 means W8A8 INT8 checkpoints, which LLM Compressor writes in the compressed-tensors format.
+VLLM_QUANTIZATION: dict[str, str | None] = {
+    "none": None, "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "int8": "compressed-tensors",
+}
+# TensorRT-LLM quantizes when the engine is built (`quantize.py --qformat`), not when Triton serves it:
+# the URI must hold an engine built with this format; pods carry it as an annotation for audits.
+TRTLLM_QFORMAT: dict[str, str] = {"none": "full_prec", "fp8": "fp8", "awq": "int4_awq", "int8": "int8_sq"}
+QFORMAT_ANNOTATION = "aifactory.io/trtllm-qformat"
+
+
+def prometheus_url(cfg: PlatformConfig) -> str:
+    return f"http://{PROMETHEUS_SERVICE}.{cfg.observability.namespace}.svc.cluster.local:{PROMETHEUS_PORT}"
+
+
+def _namespace(cfg: PlatformConfig, model: Model) -> str:
+    return cfg.tenant_of(model).namespace
+
+
+def _meta(cfg: PlatformConfig, model: Model, name: str | None = None) -> dict[str, Any]:
+    return {"name": name or model.name, "namespace": _namespace(cfg, model), "labels": _labels(model)}
+
+
+def _labels(model: Model) -> dict[str, str]:
+    return naming.model_labels(model.name, model.tenant, model.pool)
+
+
+# --------------------------------------------------------------------------------------------
+# engine command lines
+
+
+def model_path(model: Model) -> str:
+    """What the engine loads: the HF id (downloaded into the cache), or a path in the cache / claim."""
+    scheme, _, rest = model.uri.partition("://")
+    if scheme == "hf":
+        return rest
+    if scheme == "s3":
+        return f"{CACHE_MOUNT}/{model.name}"
+    claim, _, path = rest.partition("/")
+    return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
+
+
+def vllm_args(model: Model) -> list[str]:
+    """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features."""
+    args = ["--host", "0.0.0.0", "--port", str(naming.MODEL_HTTP_PORT),
+            "--served-model-name", model.workload, model.model,
+            "--tensor-parallel-size", str(model.tensor_parallel),
+            "--pipeline-parallel-size", str(model.pipeline_parallel),
+            "--gpu-memory-utilization", str(DEFAULT_GPU_MEMORY_UTILIZATION)]
+    if (quant := VLLM_QUANTIZATION[model.quantization]) is not None:
+        args += ["--quantization", quant]
+    if model.max_model_length is not None:
+        args += ["--max-model-len", str(model.max_model_length)]
+    args.append("--enable-prefix-caching" if model.prefix_caching else "--no-enable-prefix-caching")
+    if model.speculative is not None:
+        spec = {"method": "draft_model", "model": model.speculative.draft_model,
+                "num_speculative_tokens": model.speculative.num_speculative_tokens}
+        args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+    if model.multi_node:
+        args += ["--distributed-executor-backend", "ray"]
+    return args
+
+
+def triton_command(model: Model) -> list[str]:
+    """tritonserver for the TensorRT-LLM model repository; one MPI rank per GPU when TP x PP > 1.
+
+    Rank 0 serves HTTP/gRPC/metrics; the other ranks load only the `tensorrt_llm` model.
+    """
+    repo = model_path(model)
+    ports = [f"--http-port={naming.MODEL_HTTP_PORT}", f"--grpc-port={naming.TRITON_GRPC_PORT}",
+             f"--metrics-port={naming.TRITON_METRICS_PORT}"]
+    world = model.tensor_parallel * model.pipeline_parallel
+    if world == 1:
+        return ["tritonserver", f"--model-repository={repo}", *ports]
+    cmd = ["mpirun", "--oversubscribe"]
+    for rank in range(world):
+        if rank:
+            cmd.append(":")
+        cmd += ["-n", "1", "tritonserver", f"--model-repository={repo}", "--disable-auto-complete-config",
+                f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
+        cmd += ports if rank == 0 else ["--model-control-mode=explicit", "--load-model=tensorrt_llm",
+                                        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+    return cmd
+
+
+# --------------------------------------------------------------------------------------------
+# resources
+
+
+def _gpus_per_pod(model: Model) -> int:
+    return model.gpus_per_node_hint if model.multi_node else model.gpus_per_replica
+
+
+def gpu_resources(model: Model) -> dict[str, int]:
+    """Whole GPUs, or one MIG slice (GPU operator, mixed strategy: nvidia.com/mig-<profile>)."""
+    if model.mig_profile is not None:
+        return {f"nvidia.com/mig-{model.mig_profile}": 1}
+    return {"nvidia.com/gpu": _gpus_per_pod(model)}
+
+
+def fabric_resources(cfg: PlatformConfig, model: Model) -> dict[str, int | str]:
+    """Data-plane devices each pod of a multi-node replica requests; none for single-node replicas."""
+    pool = cfg.pool_of(model)
+    if not model.multi_node:
+        return {}
+    if pool.fabric == "efa":
+        out: dict[str, int | str] = {"vpc.amazonaws.com/efa": pool.instance.efa_devices}
+        if pool.hugepages_mib:
+            out["hugepages-2Mi"] = f"{pool.hugepages_mib}Mi"
+        return out
+    if pool.fabric == "infiniband" and cfg.infiniband is not None:
+        return dict(fabric.rdma_pod_resources(cfg.infiniband))
+    return {}
+
+
+def _node_share(model: Model, pool: NodePool) -> float:
+    if model.mig_profile is not None:  # a <g>g slice is g sevenths of one GPU
+        return int(model.mig_profile.split("g", 1)[0]) / 7 / pool.instance.gpu_count
+    return _gpus_per_pod(model) / pool.instance.gpu_count
+
+
+def container_resources(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """CPU and memory in proportion to the pod's share of the node's GPUs; requests == limits."""
+    pool = cfg.pool_of(model)
+    share = _node_share(model, pool) * DEFAULT_NODE_SHARE
+    cpu = max(1, math.floor(pool.instance.vcpus * share))
+    memory = max(4, math.floor(pool.instance.memory_gib * share))
+    return security.resources(str(cpu), f"{memory}Gi", extra={**gpu_resources(model),
+                                                              **fabric_resources(cfg, model)})
+
+
+def _fabric_env(cfg: PlatformConfig, model: Model) -> list[dict[str, str]]:
+    if model.multi_node and cfg.pool_of(model).fabric == "efa":
+        return [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
+    return []
+
+
+def _rdma(cfg: PlatformConfig, model: Model) -> bool:
+    return model.multi_node and cfg.pool_of(model).fabric == "infiniband" and cfg.infiniband is not None
+
+
+# --------------------------------------------------------------------------------------------
+# pods
+
+
+def _probe(path: str, *, failures: int) -> dict[str, Any]:
+    return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": PROBE_PERIOD_SECONDS,
+            "timeoutSeconds": 5, "failureThreshold": failures}
+
+
+def _probes(model: Model) -> dict[str, Any]:
+    """Startup waits for the model to load (long), then liveness and readiness per engine."""
+    live, ready = ("/health", "/v1/models") if model.engine == "vllm" else ("/v2/health/live", "/v2/health/ready")
+    return {"startupProbe": _probe(ready, failures=DEFAULT_STARTUP_BUDGET_SECONDS // PROBE_PERIOD_SECONDS),
+            "livenessProbe": _probe(live, failures=3),
+            "readinessProbe": _probe(ready, failures=2)}
+
+
+def _ports(model: Model) -> list[dict[str, Any]]:
+    ports = [{"name": "http", "containerPort": naming.MODEL_HTTP_PORT, "protocol": "TCP"}]
+    if model.engine == "triton":
+        ports += [{"name": "grpc", "containerPort": naming.TRITON_GRPC_PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": naming.TRITON_METRICS_PORT, "protocol": "TCP"}]
+    return ports
+
+
+def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
+    return [
+        {"name": "HOME", "value": "/tmp"},
+        {"name": "HF_HOME", "value": f"{CACHE_MOUNT}/hf"},
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "token",
+                                                            "optional": True}}},
+        *_fabric_env(cfg, model),
+    ]
+
+
+def _volumes(model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": DEFAULT_SHM_SIZE}},
+               {"name": "tmp", "emptyDir": {}},
+               {"name": "model-cache", "persistentVolumeClaim": {"claimName": _cache_claim_name(model)}}]
+    mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"},
+              {"name": "model-cache", "mountPath": CACHE_MOUNT}]
+    scheme, _, rest = model.uri.partition("://")
+    if scheme == "pvc":
+        claim = rest.partition("/")[0]
+        volumes.append({"name": "model-store", "persistentVolumeClaim": {"claimName": claim, "readOnly": True}})
+        mounts.append({"name": "model-store", "mountPath": f"{STORE_MOUNT}/{claim}", "readOnly": True})
+    return volumes, mounts
+
+
+def _fetch_container(model: Model) -> list[dict[str, Any]]:
+    """s3:// URIs: copy the model into the cache before the engine starts (idempotent `sync`)."""
+    if not model.uri.startswith("s3://"):
+        return []
+    return [{
+        "name": "fetch-model",
+        "image": DEFAULT_FETCH_IMAGE,
+        "command": ["aws", "s3", "sync", "--only-show-errors", model.uri, model_path(model)],
+        "env": [{"name": "HOME", "value": "/tmp"}],
+        "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
+        "resources": security.resources("1", "2Gi"),
+        "securityContext": security.container_security_context(),
+    }]
+
+
+def _engine_command(model: Model, role: str) -> list[str]:
+    """The engine container's command. role: single (Deployment), leader or worker (LeaderWorkerSet)."""
+    if model.engine == "triton":
+        return triton_command(model)
+    serve = ["vllm", "serve", model_path(model), *vllm_args(model)]
+    if role == "single":
+        return serve
+    if role == "leader":
+        start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)"]
+        return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
+    return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)"])]
+
+
+def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict[str, Any]:
+    """The model server pod. role: single, leader or worker (workers serve no HTTP: no ports or probes)."""
+    pool = cfg.pool_of(model)
+    volumes, mounts = _volumes(model)
+    container: dict[str, Any] = {
+        "name": model.engine,
+        "image": DEFAULT_VLLM_IMAGE if model.engine == "vllm" else DEFAULT_TRITON_IMAGE,
+        "command": _engine_command(model, role),
+        "env": _env(cfg, model),
+        "resources": container_resources(cfg, model),
+        "volumeMounts": mounts,
+        "securityContext": security.container_security_context(
+            add_capabilities=("IPC_LOCK",) if _rdma(cfg, model) else ()),
+    }
+    if role != "worker":
+        container |= {"ports": _ports(model), **_probes(model)}
+    return {
+        "serviceAccountName": naming.model_service_account(model.name),
+        "automountServiceAccountToken": False,
+        "securityContext": security.pod_security_context(fs_group=security.DEFAULT_UID),
+        "nodeSelector": {naming.LABEL_POOL: pool.name},
+        "tolerations": [{"key": t.key, "operator": "Equal", "value": t.value, "effect": t.effect}
+                        if t.value else {"key": t.key, "operator": "Exists", "effect": t.effect}
+                        for t in pool.taints],
+        **({"initContainers": fetch} if (fetch := _fetch_container(model)) else {}),
+        "containers": [container],
+        "volumes": volumes,
+        "terminationGracePeriodSeconds": 60,
+    }
+
+
+def _template(cfg: PlatformConfig, model: Model, role: str) -> dict[str, Any]:
+    annotations = {}
+    if _rdma(cfg, model) and cfg.infiniband is not None:
+        annotations |= fabric.rdma_networks_annotation(cfg.infiniband)
+    if model.engine == "triton":
+        annotations[QFORMAT_ANNOTATION] = TRTLLM_QFORMAT[model.quantization]
+    meta: dict[str, Any] = {"labels": _labels(model)}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"metadata": meta, "spec": pod_spec(cfg, model, role=role)}
+
+
+# --------------------------------------------------------------------------------------------
+# objects
+
+
+def service_account(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ServiceAccount",
+            "metadata": _meta(cfg, model, naming.model_service_account(model.name)),
+            "automountServiceAccountToken": False}
+
+
+def _cache_claim_name(model: Model) -> str:
+    return f"{model.name}-model-cache"
+
+
+def cache_claim(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(cfg, model, _cache_claim_name(model)),
+            "spec": {"accessModes": [DEFAULT_CACHE_ACCESS_MODE],
+                     "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}}
+
+
+def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """A Deployment, or a LeaderWorkerSet when one replica spans nodes.
+
+    Autoscaled models leave `replicas` to KEDA (the field stays unmanaged by Pulumi)."""
+    replicas = {} if model.replicas.autoscaled else {"replicas": model.replicas.min}
+    if not model.multi_node:
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg, model), "spec": {
+            **replicas,
+            "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "template": _template(cfg, model, "single"),
+        }}
+    if model.engine == "triton":
+        raise ValueError(f"models.{model.name}.tensorParallel: {model.gpus_per_replica} GPUs span "
+                         f"{model.nodes_per_replica} nodes; multi-node replicas are served by vLLM only: "
+                         "use engine 'vllm' or fit the replica on one node")
+    return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "metadata": _meta(cfg, model), "spec": {
+        **replicas,
+        "startupPolicy": "LeaderCreated",
+        "rolloutStrategy": {"type": "RollingUpdate",
+                            "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        "leaderWorkerTemplate": {
+            "size": model.nodes_per_replica,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "leaderTemplate": _template(cfg, model, "leader"),
+            "workerTemplate": _template(cfg, model, "worker"),
+        },
+    }}
+
+
+def service(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """Headless, so the gateway sees (and balances across, and ejects) every replica; leaders only."""
+    selector = {naming.LABEL_MODEL: model.name}
+    if model.multi_node:
+        selector[LWS_WORKER_INDEX_LABEL] = "0"
+    ports = [{"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP",
+              "appProtocol": "grpc" if p["name"] == "grpc" else "http"} for p in _ports(model)]
+    return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(cfg, model),
+            "spec": {"clusterIP": "None", "selector": selector, "ports": ports}}
+
+
+def disruption_budget(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cfg, model),
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}}}}
+
+
+def _selector(cfg: PlatformConfig, model: Model) -> str:
+    # PodMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model.
+    return f'namespace="{_namespace(cfg, model)}",aifactory_io_model="{model.name}"'
+
+
+def scaling_query(cfg: PlatformConfig, model: Model) -> tuple[str, str, str]:
+    """(PromQL, KEDA metricType, threshold) of the model's queue signal.
+
+    vLLM: waiting requests summed over replicas, AverageValue (target per replica).
+    Triton: average queue time per request over 1 minute in ms, Value (a latency, not a sum)."""
+    sel = _selector(cfg, model)
+    if model.engine == "vllm":
+        return (f"sum({VLLM.WAITING}{{{sel}}})", "AverageValue", str(model.replicas.target_queue_depth))
+    query = (f"sum(rate({TRITON.QUEUE_DURATION_US}{{{sel}}}[1m])) / 1000 / "
+             f"clamp_min(sum(rate({TRITON.REQUEST_SUCCESS}{{{sel}}}[1m])), 1e-9)")
+    return (query, "Value", str(model.replicas.target_queue_time_ms))
+
+
+def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    query, metric_type, threshold = scaling_query(cfg, model)
+    kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("Deployment", "apps/v1")
+    return {"apiVersion": KEDA_API_VERSION, "kind": "ScaledObject", "metadata": _meta(cfg, model), "spec": {
+        "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": model.name},
+        "minReplicaCount": model.replicas.min,
+        "maxReplicaCount": model.replicas.max,
+        "pollingInterval": KEDA_POLLING_SECONDS,
+        "cooldownPeriod": SCALE_DOWN_STABILIZATION_SECONDS,
+        "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {
+            "stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION_SECONDS,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]}}}},
+        "triggers": [{"type": "prometheus", "metricType": metric_type, "metadata": {
+            "serverAddress": prometheus_url(cfg), "query": query, "threshold": threshold,
+            "activationThreshold": "0", "ignoreNullValues": "true"}}],
+    }}
+
+
+def pod_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    port = "http" if model.engine == "vllm" else "metrics"
+    return {"apiVersion": PODMONITOR_API_VERSION, "kind": "PodMonitor", "metadata": _meta(cfg, model), "spec": {
+        "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
+        "podTargetLabels": [naming.LABEL_MODEL, naming.LABEL_TENANT],
+        "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": "15s", **MESH_SCRAPE_TLS}],
+    }}
+
+
+def model_objects(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
+    """Every object of one model, in apply order."""
+    objs = [service_account(cfg, model), cache_claim(cfg, model), workload(cfg, model), service(cfg, model),
+            disruption_budget(cfg, model)]
+    if model.replicas.autoscaled:
+        objs.append(scaled_object(cfg, model))
+    return [*objs, pod_monitor(cfg, model)]
+
+
+# --------------------------------------------------------------------------------------------
+# components
+
+_TYPED = {
+    "ServiceAccount": k8s.core.v1.ServiceAccount,
+    "ConfigMap": k8s.core.v1.ConfigMap,
+    "HorizontalPodAutoscaler": k8s.autoscaling.v2.HorizontalPodAutoscaler,
+    "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
+    "Deployment": k8s.apps.v1.Deployment,
+    "Service": k8s.core.v1.Service,
+    "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
+}
+
+
+def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """Register a Kubernetes object dict with its typed constructor (custom resources: CustomResource)."""
+    fields = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
+    typed = _TYPED.get(obj["kind"])
+    if typed is not None:
+        if obj["kind"] == "ServiceAccount":
+            fields["automount_service_account_token"] = fields.pop("automountServiceAccountToken")
+        return typed(name, **fields, opts=opts)
+    return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], **fields,
+                                            opts=opts)
+
+
+class ModelDeployment(pulumi.ComponentResource):
+    """One model's serving pool in its tenant's namespace (see the module docstring for the objects)."""
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, model: Model,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:k8s:ModelDeployment", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        for obj in model_objects(cfg, model):
+            register_object(f"{name}-{obj['kind'].lower()}", obj, child)
+        self.register_outputs({"namespace": _namespace(cfg, model), "service": model.name,
+                               "kind": workload(cfg, model)["kind"]})
+
+
+class ServingControllers(pulumi.ComponentResource):
+    """The controllers serving objects need: KEDA (autoscaled models), LeaderWorkerSet (multi-node ones)."""
+
+    releases: list[k8s.helm.v3.Release]
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:k8s:ServingControllers", name, None, opts)
+        child = pulumi.ResourceOptions(parent=self)
+        self.releases = [
+            versions.release(f"{name}-{chart.chart}", chart, release_name=chart.chart,
+                             namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)
+            for chart in required_controllers(cfg)
+        ]
+        self.register_outputs({"charts": [r.chart for r in self.releases]})
+
+
+def required_controllers(cfg: PlatformConfig) -> list[versions.HelmChart]:
+    models = cfg.models.values()
+    return ([versions.KEDA] if any(m.replicas.autoscaled for m in models) else []) + \
+        ([versions.LWS] if any(m.multi_node for m in models) else [])
