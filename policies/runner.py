@@ -36,6 +36,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_VIOLATIONS",
     "EXIT_BAD_INPUT",
+    "ENCRYPTED_SECRET",
     "SEVERITY_ORDER",
     "PolicyInputError",
     "PackConfig",
@@ -189,8 +190,25 @@ def _name(urn: str) -> str:
     return urn.rsplit("::", 1)[-1]
 
 
+_SIG_KEY, _SECRET_SIG = "4dabf18193072939515e22adb298388d", "1b47061264138c4ac30d75fd1eb44270"
+ENCRYPTED_SECRET = "[secret]"
+
+
+def _secrets_opened(value: Any) -> Any:
+    """Secrets as an export holds them, in the shape CrossGuard's deserializer takes ({sig, value}):
+    `--show-secrets` exports carry `plaintext` (JSON text); encrypted ones become the string "[secret]"."""
+    if isinstance(value, list):
+        return [_secrets_opened(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if value.get(_SIG_KEY) == _SECRET_SIG and "value" not in value:
+        plain = json.loads(value["plaintext"]) if isinstance(value.get("plaintext"), str) else ENCRYPTED_SECRET
+        return {_SIG_KEY: _SECRET_SIG, "value": _secrets_opened(plain)}
+    return {k: _secrets_opened(v) for k, v in value.items()}
+
+
 def _props(values: Any) -> Mapping[str, Any]:
-    return unknown_checking_proxy(deserialize_properties(dict(values or {})))
+    return unknown_checking_proxy(deserialize_properties(_secrets_opened(dict(values or {}))))
 
 
 def _options(entry: Mapping[str, Any]) -> PolicyResourceOptions:

@@ -144,3 +144,14 @@ def test_synth_writer_reports_and_fails_on_mandatory_violations(tmp_path: Path) 
     assert [(v["policy"], v["resource_name"]) for v in doc["violations"]] == [("launch-template-imdsv2", "v1")]
     assert ctx.failures == ["policy launch-template-imdsv2 (high, mandatory): v1: metadataOptions.httpTokens is "
                             "optional; IMDSv1 is reachable"]
+
+
+def test_secrets_of_a_real_export_are_read_or_masked() -> None:
+    sig = {"4dabf18193072939515e22adb298388d": "1b47061264138c4ac30d75fd1eb44270"}
+    admin = json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+    shown = entry("aws:iam/policy:Policy", "shown", {"policy": {**sig, "plaintext": json.dumps(admin)}})
+    hidden = entry("aws:ec2/launchTemplate:LaunchTemplate", "lt", {
+        "userData": {**sig, "ciphertext": "AAABAK..."}, "metadataOptions": {"httpTokens": "required"}})
+    violations = run_policies([shown, hidden])
+    assert [(v.policy, v.resource_name, v.message) for v in violations] == [
+        ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'")]
