@@ -10,10 +10,10 @@ import pytest
 
 from infra.artifacts import ArtifactContext
 from infra.cli import main
-from infra.synth import read_stack_config, run_program, stack_file
+from infra.synth import DEFAULT_STACKS_DIR, read_stack_config, run_program, stack_file, state_export
 from infra.writers.policy import write_policy_report
 from policies.pack import POLICIES
-from policies.runner import PolicyInputError, parse_config, run_policies
+from policies.runner import PolicyInputError, parse_config, run_policies, state_resources
 
 STACK = {"urn": "urn:pulumi:dev::aifactory::pulumi:pulumi:Stack::aifactory-dev", "custom": False,
          "type": "pulumi:pulumi:Stack", "outputs": {}}
@@ -155,3 +155,13 @@ def test_secrets_of_a_real_export_are_read_or_masked() -> None:
     violations = run_policies([shown, hidden])
     assert [(v.policy, v.resource_name, v.message) for v in violations] == [
         ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'")]
+
+
+SHIPPED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+
+
+@pytest.mark.parametrize("stack", SHIPPED_STACKS)
+def test_shipped_stacks_have_no_violations(stack: str) -> None:
+    result = run_program(stack, read_stack_config(stack_file(stack)))
+    violations = run_policies(state_resources(state_export(result)))
+    assert [(v.policy, v.resource_name, v.message) for v in violations] == []
