@@ -1,0 +1,309 @@
+"""ModelDeployment: engine flags, parallelism, fabric, MIG, autoscaling and the objects per model."""
+
+from __future__ import annotations
+
+import json
+from functools import cache
+from typing import Any
+
+import pytest
+
+from components.k8s import naming, serving
+from components.k8s.serving import (
+    container_resources,
+    model_objects,
+    pod_spec,
+    required_controllers,
+    scaled_object,
+    service,
+    triton_command,
+    vllm_args,
+    workload,
+)
+from components.k8s.versions import KEDA, LWS
+from infra.config import PlatformConfig, parse
+from infra.synth import DEFAULT_STACKS_DIR, _raw_for_validation, read_stack_config, run_program, stack_file
+
+STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
+
+
+@cache
+def stack(name: str) -> PlatformConfig:
+    return parse(_raw_for_validation(read_stack_config(stack_file(name))), stack=name)
+
+
+def small(**model: Any) -> PlatformConfig:
+    """A one-model stack on an existing cluster (8 x H100 nodes, InfiniBand)."""
+    body = {"engine": "vllm", "model": "org/m", "tenant": "t", "pool": "gpu", **model}
+    return parse({
+        "target": {"provider": "existing", "kubeconfig": "/dev/null"},
+        "nodePools": {"gpu": {"instanceType": "dgx-h100", "fabric": "infiniband"}},
+        "tenants": {"t": {"gpuQuota": 64}},
+        "models": {"m": body},
+        "observability": {"prices": {"dgx-h100": 30.0}},
+    }, stack="unit")
+
+
+def containers(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(role, container) for every container of a Deployment or LeaderWorkerSet."""
+    spec = obj["spec"]
+    if obj["kind"] == "Deployment":
+        templates = {"single": spec["template"]}
+    else:
+        templates = {"leader": spec["leaderWorkerTemplate"]["leaderTemplate"],
+                     "worker": spec["leaderWorkerTemplate"]["workerTemplate"]}
+    return [(role, c) for role, t in templates.items()
+            for c in t["spec"].get("initContainers", []) + t["spec"]["containers"]]
+
+
+# --- engine flags ------------------------------------------------------------------------------
+
+
+def test_vllm_args_single_node_defaults() -> None:
+    cfg = stack("dev")
+    assert vllm_args(cfg.models["chat"]) == [
+        "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "chat", "Qwen/Qwen2.5-7B-Instruct",
+        "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.92",
+        "--max-model-len", "16384", "--enable-prefix-caching"]
+
+
+def test_vllm_args_multi_node_with_speculative_decoding() -> None:
+    args = vllm_args(stack("prod").models["deep-research"])
+    assert args[args.index("--tensor-parallel-size"):] == [
+        "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--gpu-memory-utilization", "0.92",
+        "--quantization", "fp8", "--max-model-len", "131072", "--enable-prefix-caching",
+        "--speculative-config",
+        '{"method":"draft_model","model":"meta-llama/Llama-3.2-1B-Instruct","num_speculative_tokens":4}',
+        "--distributed-executor-backend", "ray"]
+    spec = json.loads(args[args.index("--speculative-config") + 1])
+    assert spec["num_speculative_tokens"] == 4
+
+
+@pytest.mark.parametrize(("quantization", "flag"), [
+    ("none", None), ("fp8", "fp8"), ("awq", "awq_marlin"), ("gptq", "gptq_marlin"), ("int8", "compressed-tensors")])
+def test_vllm_quantization_flags(quantization: str, flag: str | None) -> None:
+    args = vllm_args(small(quantization=quantization).models["m"])
+    assert (args[args.index("--quantization") + 1] if "--quantization" in args else None) == flag
+
+
+def test_prefix_caching_off_is_explicit() -> None:
+    assert "--no-enable-prefix-caching" in vllm_args(small(prefixCaching=False).models["m"])
+
+
+def test_triton_single_gpu_command() -> None:
+    cfg = stack("staging")
+    assert triton_command(cfg.models["llama-8b-trt"]) == [
+        "tritonserver", "--model-repository=/model-cache/llama-8b-trt",
+        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"]
+
+
+def test_triton_tensor_parallel_runs_one_mpi_rank_per_gpu() -> None:
+    cmd = triton_command(small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m").models["m"])
+    repo = "--model-repository=/models/store/engines/m"
+    assert cmd == [
+        "mpirun", "--oversubscribe",
+        "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix0_",
+        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
+        ":", "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
+        "--backend-config=python,shm-region-prefix-name=prefix1_",
+        "--model-control-mode=explicit", "--load-model=tensorrt_llm",
+        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+
+
+def test_triton_pods_carry_the_engine_build_qformat() -> None:
+    dep = workload(stack("prod"), stack("prod").models["assistant-fast"])
+    assert dep["spec"]["template"]["metadata"]["annotations"] == {"aifactory.io/trtllm-qformat": "fp8"}
+
+
+def test_triton_multi_node_is_refused_with_the_key_path() -> None:
+    cfg = small(engine="triton", tensorParallel=8, pipelineParallel=2)
+    with pytest.raises(ValueError, match=r"^models\.m\.tensorParallel: 16 GPUs span 2 nodes; multi-node replicas "
+                                         r"are served by vLLM only"):
+        workload(cfg, cfg.models["m"])
+
+
+# --- placement, resources, fabric ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STACKS)
+def test_every_gpu_container_has_gpu_limits_equal_requests_on_its_pool(name: str) -> None:
+    cfg = stack(name)
+    for model in cfg.models.values():
+        obj = workload(cfg, model)
+        for role, c in containers(obj):
+            if c["name"] == "fetch-model":
+                assert not any(k.startswith(GPU_KEYS) for k in c["resources"]["requests"])
+                continue
+            req, lim = c["resources"]["requests"], c["resources"]["limits"]
+            assert req == lim, (model.name, role)
+            assert [k for k in req if k.startswith(GPU_KEYS)], (model.name, role)
+        spec = (obj["spec"].get("template") or obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"])["spec"]
+        assert spec["nodeSelector"] == {"aifactory.io/pool": model.pool}
+        assert spec["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Equal", "value": "true",
+                                        "effect": "NoSchedule"}]
+        assert spec["serviceAccountName"] == model.name and spec["automountServiceAccountToken"] is False
+        assert spec["securityContext"]["runAsNonRoot"] is True
+
+
+def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_workers() -> None:
+    cfg = stack("prod")
+    lws = workload(cfg, cfg.models["deep-research"])
+    assert (lws["apiVersion"], lws["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
+    assert "replicas" not in lws["spec"]  # autoscaled 1..2: KEDA owns it
+    for role, c in containers(lws):
+        assert c["resources"]["limits"] == {"cpu": "153", "memory": "1638Gi", "nvidia.com/gpu": "8",
+                                            "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "5120Mi"}, role
+        assert {"name": "FI_PROVIDER", "value": "efa"} in c["env"], role
+    leader, worker = (c for _, c in containers(lws))
+    assert leader["command"][-1].startswith(
+        "/vllm-workspace/examples/online_serving/multi-node-serving.sh leader '--ray_cluster_size=$(LWS_GROUP_SIZE)'"
+        " && exec vllm serve meta-llama/Llama-3.1-405B-Instruct-FP8 ")
+    assert worker["command"] == ["/bin/bash", "-c", "/vllm-workspace/examples/online_serving/multi-node-serving.sh "
+                                                    "worker '--ray_address=$(LWS_LEADER_ADDRESS)'"]
+    assert "ports" not in worker and "readinessProbe" not in worker
+
+
+def test_single_node_replica_on_an_efa_pool_takes_no_efa_devices() -> None:
+    cfg = stack("prod")
+    dep = workload(cfg, cfg.models["assistant-batch"])  # TP 4 on an 8-GPU p5en: NVLink, not EFA
+    assert dep["kind"] == "Deployment"
+    (_, c), = containers(dep)
+    assert c["resources"]["limits"] == {"cpu": "76", "memory": "819Gi", "nvidia.com/gpu": "4"}
+    assert not [e for e in c["env"] if e["name"].startswith("FI_")]
+
+
+def test_infiniband_multi_node_replica_gets_rdma_network_and_ipc_lock() -> None:
+    cfg = stack("onprem")
+    lws = workload(cfg, cfg.models["llama-405b"])
+    for template in ("leaderTemplate", "workerTemplate"):
+        t = lws["spec"]["leaderWorkerTemplate"][template]
+        assert t["metadata"]["annotations"] == {
+            "k8s.v1.cni.cncf.io/networks": "nvidia-network-operator/aifactory-rdma-ibs1f0"}
+        c = t["spec"]["containers"][0]
+        assert c["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        assert c["securityContext"]["privileged"] is False
+    assert lws["spec"]["replicas"] == 1  # min == max: not autoscaled
+
+
+def test_mig_model_requests_one_slice_and_its_share_of_the_node() -> None:
+    cfg = stack("onprem")
+    # a 1g slice is 1/56 of a dgx-a100 (8 GPUs x 7 slices): 0.8 x 256 CPUs / 56, 0.8 x 1024 GiB / 56
+    both = {"cpu": "3", "memory": "14Gi", "nvidia.com/mig-1g.10gb": "1"}
+    assert container_resources(cfg, cfg.models["classifier"]) == {"requests": both, "limits": both}
+
+
+# --- model sources, probes, services, autoscaling ------------------------------------------------
+
+
+def test_s3_model_is_synced_into_the_cache_first() -> None:
+    cfg = stack("staging")
+    spec = pod_spec(cfg, cfg.models["llama-8b-trt"])
+    (fetch,) = spec["initContainers"]
+    assert fetch["command"] == ["aws", "s3", "sync", "--only-show-errors",
+                                "s3://aifactory-staging-models/llama-3.1-8b-trtllm", "/model-cache/llama-8b-trt"]
+    assert fetch["image"] == serving.DEFAULT_FETCH_IMAGE
+
+
+def test_pvc_model_mounts_the_claim_read_only() -> None:
+    cfg = stack("onprem")
+    spec = pod_spec(cfg, cfg.models["llama-70b"])
+    assert {"name": "model-store", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}} \
+        in spec["volumes"]
+    assert spec["containers"][0]["command"][:3] == ["vllm", "serve", "/models/model-store/llama-3.3-70b"]
+    assert "initContainers" not in spec
+
+
+@pytest.mark.parametrize(("model", "live", "ready"), [
+    ("chat", "/health", "/v1/models"), ("llama-8b-trt", "/v2/health/live", "/v2/health/ready")])
+def test_probes_per_engine(model: str, live: str, ready: str) -> None:
+    cfg = stack("dev") if model == "chat" else stack("staging")
+    c = pod_spec(cfg, cfg.models[model])["containers"][0]
+    assert c["startupProbe"] == {"httpGet": {"path": ready, "port": "http"}, "periodSeconds": 10,
+                                 "timeoutSeconds": 5, "failureThreshold": 180}
+    assert (c["livenessProbe"]["httpGet"]["path"], c["readinessProbe"]["httpGet"]["path"]) == (live, ready)
+
+
+def test_services_are_headless_and_select_leaders_of_multi_node_replicas() -> None:
+    cfg = stack("prod")
+    lws_svc = service(cfg, cfg.models["deep-research"])
+    assert lws_svc["metadata"]["name"] == "deep-research" and lws_svc["metadata"]["namespace"] == "research"
+    assert lws_svc["spec"] == {"clusterIP": "None",
+                               "selector": {naming.LABEL_MODEL: "deep-research",
+                                            "leaderworkerset.sigs.k8s.io/worker-index": "0"},
+                               "ports": [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP",
+                                          "appProtocol": "http"}]}
+    triton = service(cfg, cfg.models["assistant-fast"])
+    assert [p["port"] for p in triton["spec"]["ports"]] == [8000, 8001, 8002]
+
+
+def test_vllm_scales_on_waiting_requests_per_replica() -> None:
+    cfg = stack("prod")
+    so = scaled_object(cfg, cfg.models["assistant-batch"])
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "assistant-batch"}
+    assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 6)
+    assert so["spec"]["triggers"] == [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
+        "serverAddress": "http://kps-prometheus.monitoring.svc.cluster.local:9090",
+        "query": 'sum(vllm:num_requests_waiting{namespace="assistant",aifactory_io_model="assistant-batch"})',
+        "threshold": "20", "activationThreshold": "0", "ignoreNullValues": "true"}}]
+
+
+def test_triton_scales_on_average_queue_time() -> None:
+    cfg = stack("prod")
+    trigger = scaled_object(cfg, cfg.models["assistant-fast"])["spec"]["triggers"][0]
+    sel = 'namespace="assistant",aifactory_io_model="assistant-fast"'
+    assert trigger["metricType"] == "Value" and trigger["metadata"]["threshold"] == "30"
+    assert trigger["metadata"]["query"] == (
+        f"sum(rate(nv_inference_queue_duration_us{{{sel}}}[1m])) / 1000 / "
+        f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[1m])), 1e-9)")
+
+
+def test_lws_scaled_object_targets_the_leaderworkerset() -> None:
+    cfg = stack("prod")
+    ref = scaled_object(cfg, cfg.models["deep-research"])["spec"]["scaleTargetRef"]
+    assert ref == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "deep-research"}
+
+
+def test_objects_per_model() -> None:
+    cfg = stack("onprem")
+    kinds = {m: [o["kind"] for o in model_objects(cfg, cfg.models[m])] for m in ("llama-405b", "classifier")}
+    assert kinds == {
+        "llama-405b": ["ServiceAccount", "PersistentVolumeClaim", "LeaderWorkerSet", "Service",
+                       "PodDisruptionBudget", "PodMonitor"],
+        "classifier": ["ServiceAccount", "PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget",
+                       "ScaledObject", "PodMonitor"],
+    }
+    monitor = model_objects(cfg, cfg.models["classifier"])[-1]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
+    assert monitor["spec"]["podTargetLabels"] == ["aifactory.io/model", "aifactory.io/tenant"]
+
+
+@pytest.mark.parametrize(("name", "charts"), [("dev", [KEDA]), ("onprem", [KEDA, LWS]), ("prod", [KEDA, LWS])])
+def test_controllers_installed_only_when_needed(name: str, charts: list[Any]) -> None:
+    assert required_controllers(stack(name)) == charts
+
+
+def test_model_deployment_registers_children_under_itself() -> None:
+    from components.k8s.serving import ModelDeployment
+
+    def program(cfg: PlatformConfig) -> None:
+        ModelDeployment("model-chat", cfg=cfg, model=cfg.models["chat"])
+
+    result = run_program("dev", read_stack_config(stack_file("dev")), program)
+    comp = next(r for r in result.resources if r.type == "aifactory:k8s:ModelDeployment")
+    children = sorted((r.name, r.type) for r in result.resources if r.parent == comp.urn)
+    assert children == [
+        ("model-chat-deployment", "kubernetes:apps/v1:Deployment"),
+        ("model-chat-persistentvolumeclaim", "kubernetes:core/v1:PersistentVolumeClaim"),
+        ("model-chat-poddisruptionbudget", "kubernetes:policy/v1:PodDisruptionBudget"),
+        ("model-chat-podmonitor", "kubernetes:monitoring.coreos.com/v1:PodMonitor"),
+        ("model-chat-scaledobject", "kubernetes:keda.sh/v1alpha1:ScaledObject"),
+        ("model-chat-service", "kubernetes:core/v1:Service"),
+        ("model-chat-serviceaccount", "kubernetes:core/v1:ServiceAccount"),
+    ]
+    sa = next(r for r in result.resources if r.name == "model-chat-serviceaccount")
+    assert sa.inputs["automountServiceAccountToken"] is False and sa.inputs["metadata"]["namespace"] == "demo"
+    assert comp.outputs == {"namespace": "demo", "service": "chat", "kind": "Deployment"}
