@@ -3,7 +3,7 @@
     import dashboards
     boards = dashboards.build(cfg)                       # {"compound-latency": Dashboard, ...}
     dashboards.queries(boards["compound-latency"])       # [(panel title, PromQL), ...]
-    dashboards.rules(cfg)                                # {"groups": [...]} (a Prometheus rules file)
+    dashboards.prometheus_rules(cfg)                              # {"groups": [...]} (a Prometheus rules file)
 
 Importing the package is cheap: grafanalib and the builders load on first use.
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BOARDS", "build", "rules", "queries", "dashboard_json", "load_stack"]
+__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "dashboard_json", "load_stack"]
 
 
 def __getattr__(name: str) -> Any:

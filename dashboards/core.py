@@ -17,7 +17,7 @@ from dashboards.promql import substitute
 from dashboards.rules import rules_document
 from infra.config import PlatformConfig
 
-__all__ = ["BOARDS", "build", "rules", "queries", "default_variables", "dashboard_json", "load_stack",
+__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "load_stack",
            "observability"]
 
 # key -> builder; the key names the file (dashboards/<key>.json) and the ConfigMap.
@@ -40,7 +40,7 @@ def build(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Dashboard]:
     return {key: make(ocfg) for key, make in BOARDS.items()}
 
 
-def rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any]:
+def prometheus_rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any]:
     """The stack's recording and alerting rules as a Prometheus rules file."""
     return rules_document(observability(cfg))
 

@@ -8,7 +8,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s.naming import common_labels
-from dashboards.core import build, dashboard_json, observability, rules
+from dashboards.core import build, dashboard_json, observability, prometheus_rules
 from infra.config import PlatformConfig
 
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
@@ -49,7 +49,7 @@ class Monitoring(pulumi.ComponentResource):
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
             metadata=k8s.meta.v1.ObjectMetaArgs(name=RULE_NAME, namespace=ocfg.namespace, labels=labels),
-            spec=rules(ocfg),
+            spec=prometheus_rules(ocfg),
             opts=child,
         )
         self.register_outputs({"dashboards": [configmap_name(key) for key in boards], "rules": RULE_NAME})

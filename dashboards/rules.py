@@ -129,6 +129,7 @@ class R:
     GPU_PRICE = "aifactory:pool_gpu_price_dollars_per_hour"
     QUEUE_DEPTH_TARGET = "aifactory:model_target_queue_depth"
     QUEUE_TIME_TARGET = "aifactory:model_target_queue_seconds"
+    GPUS_PER_NODE = "aifactory:pool_gpus_per_node"
     NODE_POOL = "aifactory:node_pool:info"
     POD_MODEL = "aifactory:pod_model:info"
     POD_GPUS = "namespace_pod:kube_pod_gpu_requests:sum"
@@ -235,6 +236,7 @@ def _config_records(cfg: ObservabilityConfig) -> list[Record]:
         labels = {"pool": p.name, "instance_type": p.instance_type}
         out.append(Record(R.NODE_PRICE, f"vector({p.node_price_per_hour!r})", labels))
         out.append(Record(R.GPU_PRICE, f"vector({p.gpu_price_per_hour!r})", labels))
+        out.append(Record(R.GPUS_PER_NODE, f"vector({p.gpus_per_node})", labels))
     for m in cfg.models:
         if m.engine == "vllm":
             out.append(Record(R.QUEUE_DEPTH_TARGET, f"vector({m.target_queue_depth})", {"model": m.name}))
@@ -376,7 +378,7 @@ def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
                        f"* on (node) group_left (pool) {R.NODE_POOL}")
         out.append(Record(R.dcgm_pool(metric, agg), f"{agg} by (pool) ({per_gpu})"))
     out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
-    out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"count by (pool) ({_in_pool(cfg, DCGM.XID)} > 0)"))
+    out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"sum by (pool) ({_in_pool(cfg, DCGM.XID)} > bool 0)"))
     return out
 
 
@@ -408,7 +410,7 @@ def _runbook(cfg: ObservabilityConfig, alert: str) -> str:
     return f"{cfg.runbook_url}#{alert.lower()}"
 
 
-def _burn_expr(cfg: ObservabilityConfig, sli: str, objective: Objective, severity: str) -> str:
+def _burn_expr(sli: str, objective: Objective, severity: str) -> str:
     target = objective.latency_target if sli == "latency" else objective.availability_target
     budget = 1 - target
     braces = f'{{objective="{objective_name(objective)}"}}'
@@ -431,7 +433,7 @@ def _slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
         ):
             for severity, pace in (("critical", "fast"), ("warning", "slowly")):
                 out.append(Alert(
-                    name, _burn_expr(cfg, sli, o, severity), severity,
+                    name, _burn_expr(sli, o, severity), severity,
                     summary=f"{{{{ $labels.workflow }}}} is burning its {sli} error budget {pace}",
                     description=(f"Workflow {{{{ $labels.workflow }}}} (tenant {{{{ $labels.tenant }}}}, {scope}) is "
                                  f"{what}: {{{{ $value | humanizePercentage }}}} of runs missed the SLO over the "
@@ -472,11 +474,11 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{gpu} could not remap a failing HBM row: the GPU must be replaced.",
               runbook_url=_runbook(cfg, "GpuRowRemapFailure")),
         Alert("GpuExpensiveIdle",
-              f"sum by (pool) ({R.IDLE_COST}) >= on (pool) {R.NODE_PRICE}", "warning",
-              summary="Pool {{ $labels.pool }} pays ${{ $value | printf \"%.2f\" }}/h for idle GPUs",
+              f"sum by (pool) ({R.IDLE_GPUS}) >= on (pool) {R.GPUS_PER_NODE}", "warning",
+              summary="Pool {{ $labels.pool }} has {{ $value }} allocated GPUs idle",
               description=f"GPUs allocated to models in pool {{{{ $labels.pool }}}} ran below "
-                          f"{cfg.idle_gpu_utilization_percent:g}% utilisation for an hour, costing at least one "
-                          "node's price per hour: scale the models down or consolidate them.",
+                          f"{cfg.idle_gpu_utilization_percent:g}% utilisation for an hour: at least a whole "
+                          "node's worth, paid at the node's price; scale the models down or consolidate them.",
               runbook_url=_runbook(cfg, "GpuExpensiveIdle"), for_="1h"),
         Alert("ModelKvCacheSaturated", f"{R.VLLM_KV_CACHE} > {cfg.kv_cache_saturation!r}", "warning",
               summary="Model {{ $labels.model }} KV cache is {{ $value | humanizePercentage }} used",

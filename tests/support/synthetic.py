@@ -1,0 +1,300 @@
+"""Synthetic exporter data with known answers, as OpenMetrics text for `promtool tsdb create-blocks-from`.
+
+Series are named and labelled exactly as the real exporters emit them (shared/reference/FACTS.md,
+telemetry/names.py): DCGM exporter (half the pools with `Hostname`, half with the newer `hostname`;
+unallocated GPUs carry the exporter's own pod, as a ServiceMonitor with honorLabels leaves them),
+kube-state-metrics (allow-listed node/pod labels, GPU requests), vLLM, Triton (counters without
+_total, cumulative microseconds), Istio, Envoy and the kit's workflow telemetry (Python-client `le`
+values such as "30.0"). Counters grow linearly, so every rate is exact; workflow durations are
+uniform between two bucket boundaries, so histogram_quantile is exact too.
+
+The fleet: every pool's nodes; the models of a pool take one node each (or share the pool's GPUs
+when it has fewer nodes than models); within a model's pod, odd GPUs idle at IDLE_UTIL_PERCENT and
+even ones work at BUSY_UTIL_PERCENT; GPUs no model holds sit at 0%.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from dashboards.config import ObservabilityConfig
+from telemetry.names import (
+    CRITICAL_PATH,
+    DCGM,
+    ENVOY,
+    ISTIO,
+    KSM,
+    STEP_BUCKETS_S,
+    STEP_DURATION,
+    STEP_ERRORS,
+    TRITON,
+    VLLM,
+    WORKFLOW_BUCKETS_S,
+    WORKFLOW_DURATION,
+)
+
+__all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WORKFLOW_SPANS", "Truth",
+           "Synthetic", "Allocation", "allocate", "generate"]
+
+IDLE_UTIL_PERCENT = 3.0
+BUSY_UTIL_PERCENT = 60.0
+CRITICAL_PATH_SHARES = {"llm": 0.55, "tool": 0.2, "retrieval": 0.12, "planning": 0.08, "network": 0.03,
+                        "other": 0.02}
+# Workflow i's durations are uniform on WORKFLOW_SPANS[i % len]: p95 = lo + 0.95 (hi - lo).
+WORKFLOW_SPANS = ((5.0, 15.0), (3.0, 10.0), (10.0, 30.0), (1.0, 5.0))
+WORKFLOWS_PER_S = 2.0
+WORKFLOW_ERRORS_PER_S = 0.04
+OTHER_WORKFLOW = "adhoc-agent"  # a workflow with no SLO of its own (the default objective)
+ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000,
+                    1800000, 3600000)
+ENVOY_BUCKETS_MS = ISTIO_BUCKETS_MS
+
+
+@dataclass(frozen=True)
+class Truth:
+    pool_cost_per_hour: Mapping[str, float]
+    total_cost_per_hour: float
+    idle_cost_per_hour: float
+    cost_per_million_tokens: Mapping[str, float]  # vLLM models
+    workflow_p95: Mapping[str, float]
+    critical_path_share: Mapping[str, float]
+
+
+@dataclass(frozen=True)
+class Synthetic:
+    openmetrics: str
+    start: int
+    end: int
+    step: int
+    truth: Truth
+    series: int
+
+
+@dataclass(frozen=True)
+class Allocation:
+    model: str
+    tenant: str
+    pool: str
+    node: str
+    pod: str
+    gpus: tuple[int, ...]
+
+
+def _node(pool: str, i: int) -> str:
+    return f"{pool}-node-{i:03d}"
+
+
+def allocate(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> list[Allocation]:
+    """Which GPUs each model's pod holds (see the module docstring)."""
+    out = []
+    for pool in cfg.pools:
+        models = [m for m in cfg.models if m.pool == pool.name]
+        count = nodes[pool.name]
+        if not models:
+            continue
+        if count >= len(models):
+            slots = [[(_node(pool.name, j), g) for g in range(pool.gpus_per_node)] for j in range(len(models))]
+        else:
+            every = [(_node(pool.name, n), g) for n in range(count) for g in range(pool.gpus_per_node)]
+            size = max(1, len(every) // len(models))
+            slots = [every[j * size:(j + 1) * size] for j in range(len(models))]
+        for m, slot in zip(models, slots, strict=True):
+            for node in sorted({n for n, _ in slot}):
+                gpus = tuple(g for n, g in slot if n == node)
+                out.append(Allocation(m.name, m.tenant, pool.name, node, f"{m.name}-{node}", gpus))
+    return out
+
+
+def _fmt(v: float) -> str:
+    return repr(round(v, 6)) if not float(v).is_integer() else str(int(v))
+
+
+def _labels(labels: Mapping[str, str]) -> str:
+    return "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else ""
+
+
+def _le(value: float, python_client: bool) -> str:
+    return repr(float(value)) if python_client else _fmt(value)
+
+
+class _Writer:
+    def __init__(self, times: Sequence[int]) -> None:
+        self.times = times
+        self.lines: list[str] = []
+        self.series = 0
+
+    def gauge(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        self.series += 1
+        key, v = f"{name}{_labels(labels)}", _fmt(value)
+        self.lines.extend(f"{key} {v} {t}" for t in self.times)
+
+    def counter(self, name: str, labels: Mapping[str, str], per_second: float) -> None:
+        self.series += 1
+        key, t0 = f"{name}{_labels(labels)}", self.times[0]
+        self.lines.extend(f"{key} {_fmt(per_second * (t - t0 + 3600))} {t}" for t in self.times)
+
+    def histogram(self, name: str, labels: Mapping[str, str], buckets: Sequence[float],
+                  cdf: Callable[[float], float], per_second: float, mean: float, *, python_client: bool) -> None:
+        for b in buckets:
+            self.counter(f"{name}_bucket", {**labels, "le": _le(b, python_client)}, per_second * cdf(b))
+        self.counter(f"{name}_bucket", {**labels, "le": "+Inf"}, per_second)
+        self.counter(f"{name}_count", labels, per_second)
+        self.counter(f"{name}_sum", labels, per_second * mean)
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n# EOF\n"
+
+
+def _uniform(lo: float, hi: float) -> Callable[[float], float]:
+    return lambda x: min(1.0, max(0.0, (x - lo) / (hi - lo)))
+
+
+def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs: list[Allocation]) -> float:
+    """Every DCGM series; returns the idle cost ($/h) of allocated GPUs."""
+    held = {(a.node, g): (a, i) for a in allocs for i, g in enumerate(a.gpus)}
+    idle_cost = 0.0
+    for p_index, pool in enumerate(cfg.pools):
+        host_label = DCGM.HOSTNAME_LABELS[p_index % 2]
+        for n in range(nodes[pool.name]):
+            node = _node(pool.name, n)
+            w.gauge(KSM.NODE_LABELS, {"node": node, "label_aifactory_io_pool": pool.name}, 1)
+            for g in range(pool.gpus_per_node):
+                alloc = held.get((node, g))
+                if alloc is None:
+                    util, owner = 0.0, {"namespace": "gpu-operator", "pod": f"nvidia-dcgm-exporter-{node}"}
+                else:
+                    util = IDLE_UTIL_PERCENT if alloc[1] % 2 else BUSY_UTIL_PERCENT
+                    owner = {"namespace": alloc[0].tenant, "pod": alloc[0].pod, "container": "server"}
+                    idle_cost += pool.gpu_price_per_hour if alloc[1] % 2 else 0.0
+                labels = {"gpu": str(g), "UUID": f"GPU-{node}-{g}", "pci_bus_id": f"00000000:{g:02X}:00.0",
+                          "device": f"nvidia{g}", "modelName": "NVIDIA H100 80GB HBM3", host_label: node,
+                          "DCGM_FI_DRIVER_VERSION": "570.124.06", **owner}
+                w.gauge(DCGM.GPU_UTIL, labels, util)
+                for metric, value in ((DCGM.GR_ENGINE_ACTIVE, util / 100), (DCGM.TENSOR_ACTIVE, util / 200),
+                                      (DCGM.DRAM_ACTIVE, util / 150), (DCGM.FB_USED, 60000), (DCGM.FB_FREE, 21000),
+                                      (DCGM.POWER, 100 + 5 * util), (DCGM.GPU_TEMP, 40 + util / 3),
+                                      (DCGM.MEMORY_TEMP, 45 + util / 3), (DCGM.SM_CLOCK, 1980),
+                                      (DCGM.MEM_CLOCK, 2619), (DCGM.XID, 0), (DCGM.PCIE_TX, 2e9),
+                                      (DCGM.PCIE_RX, 3e9), (DCGM.ROW_REMAP_PENDING, 0),
+                                      (DCGM.ROW_REMAP_FAILURE, 0), (DCGM.CLOCK_THROTTLE_REASONS, 0)):
+                    w.gauge(metric, labels, value)
+                for metric, rate in ((DCGM.ENERGY, 400_000), (DCGM.NVLINK_BW, 5e10), (DCGM.PCIE_REPLAY, 0)):
+                    w.counter(metric, labels, rate)
+    for a in allocs:
+        w.gauge(KSM.POD_LABELS, {"namespace": a.tenant, "pod": a.pod, "label_aifactory_io_model": a.model,
+                                 "label_aifactory_io_tenant": a.tenant}, 1)
+        w.gauge(KSM.POD_REQUESTS, {"namespace": a.tenant, "pod": a.pod, "container": "server", "node": a.node,
+                                   "resource": "nvidia_com_gpu", "unit": "integer"}, len(a.gpus))
+    return idle_cost
+
+
+def _tokens_per_s(index: int) -> float:
+    return 500.0 * (index + 1)
+
+
+def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> dict[str, float]:
+    """vLLM and Triton series; returns the true cost per 1M generated tokens of each vLLM model."""
+    truth = {}
+    for index, m in enumerate(cfg.models):
+        pods = [a for a in allocs if a.model == m.name]
+        gpus = sum(len(a.gpus) for a in pods)
+        price = cfg.pool(m.pool).gpu_price_per_hour
+        if m.engine == "vllm":
+            tokens = _tokens_per_s(index)
+            truth[m.name] = gpus * price / (tokens * 3600) * 1e6
+            for a in pods:
+                labels = {"model_name": m.name, "engine": "0", "namespace": a.tenant, "pod": a.pod}
+                share = 1 / len(pods)
+                for h, buckets in ((VLLM.TTFT, VLLM.TTFT_BUCKETS), (VLLM.ITL, VLLM.TTFT_BUCKETS),
+                                   (VLLM.TPOT, VLLM.TTFT_BUCKETS), (VLLM.E2E, VLLM.REQUEST_BUCKETS),
+                                   (VLLM.QUEUE, VLLM.REQUEST_BUCKETS), (VLLM.PREFILL, VLLM.REQUEST_BUCKETS),
+                                   (VLLM.DECODE, VLLM.REQUEST_BUCKETS)):
+                    lo, hi = buckets[2], buckets[8]
+                    w.histogram(h, labels, buckets, _uniform(lo, hi), 5 * share, (lo + hi) / 2, python_client=True)
+                w.counter(VLLM.GENERATION_TOKENS, labels, tokens * share)
+                w.counter(VLLM.PROMPT_TOKENS, labels, 4 * tokens * share)
+                w.counter(VLLM.PREFIX_QUERIES, labels, 4 * tokens * share)
+                w.counter(VLLM.PREFIX_HITS, labels, 2 * tokens * share)
+                w.counter(VLLM.SPEC_DRAFT_TOKENS, labels, 100 * share)
+                w.counter(VLLM.SPEC_ACCEPTED_TOKENS, labels, 70 * share)
+                w.counter(VLLM.SPEC_DRAFTS, labels, 25 * share)
+                w.counter(VLLM.PREEMPTIONS, labels, 0.01 * share)
+                w.counter(VLLM.REQUEST_SUCCESS, {**labels, "finished_reason": "stop"}, 5 * share)
+                w.gauge(VLLM.RUNNING, labels, 12)
+                w.gauge(VLLM.WAITING, labels, 1)
+                w.gauge(VLLM.KV_CACHE, labels, 0.4)
+        else:
+            for a in pods:
+                labels = {"model": m.name, "version": "1", "namespace": a.tenant, "pod": a.pod}
+                w.counter(TRITON.REQUEST_SUCCESS, labels, 20)
+                w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1)
+                w.counter(TRITON.INFERENCE_COUNT, labels, 20)
+                w.counter(TRITON.EXEC_COUNT, labels, 5)
+                for metric, us in ((TRITON.REQUEST_DURATION_US, 300_000), (TRITON.QUEUE_DURATION_US, 10_000),
+                                   (TRITON.COMPUTE_INPUT_US, 1_000), (TRITON.COMPUTE_INFER_US, 280_000),
+                                   (TRITON.COMPUTE_OUTPUT_US, 1_000)):
+                    w.counter(metric, labels, 20 * us)
+                w.gauge(TRITON.PENDING, labels, 3)
+    return truth
+
+
+def _mesh(w: _Writer, cfg: ObservabilityConfig) -> None:
+    for m in cfg.models:
+        base = {"reporter": "destination", "source_workload": "aifactory-gateway",
+                "source_workload_namespace": "aifactory-gateway", "destination_workload": m.name,
+                "destination_workload_namespace": m.tenant, "destination_service": f"{m.name}.{m.tenant}.svc",
+                ISTIO.MTLS_LABEL: "mutual_tls"}
+        for code, rate in (("200", 10.0), ("503", 0.1)):
+            w.counter(ISTIO.REQUESTS, {**base, "response_code": code}, rate)
+        w.histogram(ISTIO.DURATION, {**base, "response_code": "200"}, ISTIO_BUCKETS_MS, _uniform(50, 500), 10, 275,
+                    python_client=False)
+        cluster = {ENVOY.L_CLUSTER: m.name}
+        w.counter(ENVOY.RQ_TOTAL, cluster, 10.1)
+        for klass, rate in (("2", 10.0), ("5", 0.1)):
+            w.counter(ENVOY.RQ_XX, {**cluster, "envoy_response_code_class": klass}, rate)
+        w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), 10.1, 275, python_client=False)
+        w.counter(ENVOY.RQ_RETRY, cluster, 0.05)
+        w.gauge(ENVOY.EJECTIONS, cluster, 0)
+    prefix = {"envoy_http_conn_manager_prefix": "ingress_http"}
+    w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, prefix, ENVOY_BUCKETS_MS, _uniform(50, 1000), 50, 525, python_client=False)
+    w.counter(ENVOY.RATELIMITED, prefix, 0.2)
+
+
+def _workflows(w: _Writer, cfg: ObservabilityConfig) -> dict[str, float]:
+    """The kit's workflow metrics; returns the true p95 of each workflow."""
+    tenant = cfg.tenants[0]
+    truth = {}
+    for i, name in enumerate((*cfg.named_workflows, OTHER_WORKFLOW)):
+        lo, hi = WORKFLOW_SPANS[i % len(WORKFLOW_SPANS)]
+        truth[name] = lo + 0.95 * (hi - lo)
+        mean = (lo + hi) / 2
+        for status, rate in (("ok", WORKFLOWS_PER_S), ("error", WORKFLOW_ERRORS_PER_S)):
+            w.histogram(WORKFLOW_DURATION.prom, {"workflow": name, "tenant": tenant, "status": status},
+                        WORKFLOW_BUCKETS_S, _uniform(lo, hi), rate, mean, python_client=True)
+        for kind, share in CRITICAL_PATH_SHARES.items():
+            labels = {"workflow": name, "tenant": tenant, "step_kind": kind}
+            w.counter(CRITICAL_PATH.prom, labels, (WORKFLOWS_PER_S + WORKFLOW_ERRORS_PER_S) * mean * share)
+            w.histogram(STEP_DURATION.prom, {**labels, "step_name": kind, "status": "ok"}, STEP_BUCKETS_S,
+                        _uniform(0.1, 2.0), 4, 1.05, python_client=True)
+            w.counter(STEP_ERRORS.prom, {**labels, "error_type": "TimeoutError"}, 0.01)
+    return truth
+
+
+def _times(start: int, minutes: int, step: int) -> list[int]:
+    return list(range(start, start + minutes * 60 + 1, step))
+
+
+def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, minutes: int,
+             step: int = 30) -> Synthetic:
+    """Synthetic data for `cfg`'s pools (`nodes` per pool), models and workflows, with its ground truth."""
+    times = _times(start, minutes, step)
+    w = _Writer(times)
+    allocs = allocate(cfg, nodes)
+    idle = _dcgm(w, cfg, nodes, allocs)
+    per_mtok = _serving(w, cfg, allocs)
+    _mesh(w, cfg)
+    p95 = _workflows(w, cfg)
+    pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
+    truth = Truth(pool_cost, sum(pool_cost.values()), idle, per_mtok, p95, dict(CRITICAL_PATH_SHARES))
+    return Synthetic(w.text(), times[0], times[-1], step, truth, w.series)
