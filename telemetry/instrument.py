@@ -47,7 +47,7 @@ import functools
 import os
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import count
@@ -125,7 +125,7 @@ class WorkflowRun:
         self.span = span
         self.start = start
         self.steps: list[StepInterval] = []
-        self.seqs = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
+        self.seqs: Iterator[int] = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
         self.outer = outer
         self.outer_parent = outer_parent
         self.finished = False
@@ -337,22 +337,26 @@ class Telemetry:
             if tokens is None:
                 continue
             run.span.set_attribute(attribute, tokens)
-            self._token_usage.record(tokens, self._cached(("tokens", token_type, *genai_attrs.values()),
-                                                          lambda: {**genai_attrs, genai.GEN_AI_TOKEN_TYPE: token_type}))
+            self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type))
 
     # --- helpers ----------------------------------------------------------------------------
     def _metric_attrs(self, *pairs: str) -> dict[str, str]:
         """tenant + the given (key, value) pairs; one dict per distinct set, reused (no per-step allocation)."""
-        return self._cached(pairs, lambda: {names.L_TENANT: self.tenant, **dict(zip(pairs[::2], pairs[1::2]))})
+        return self._cached(pairs, lambda: {names.L_TENANT: self.tenant,
+                                            **dict(zip(pairs[::2], pairs[1::2], strict=True))})
+
+    def _token_attrs(self, genai_attrs: dict[str, str], token_type: str) -> dict[str, str]:
+        return self._cached(("tokens", token_type, *genai_attrs.values()),
+                            lambda: {**genai_attrs, genai.GEN_AI_TOKEN_TYPE: token_type})
 
     def _genai_attrs(self, span_attributes: Mapping[str, Any], workflow: WorkflowRun | None) -> dict[str, str]:
         """Attributes of the GenAI metrics: tenant, workflow, operation, provider and model (when known)."""
-        values = (workflow.name if workflow else NO_WORKFLOW,
-                  *(span_attributes.get(key) for key in _GENAI_METRIC_ATTRIBUTES))
+        values: tuple[str | None, ...] = (workflow.name if workflow else NO_WORKFLOW,
+                                          *(span_attributes.get(key) for key in _GENAI_METRIC_ATTRIBUTES))
 
         def build() -> dict[str, str]:
-            attrs = {names.L_TENANT: self.tenant, names.L_WORKFLOW: values[0]}
-            attrs.update((k, v) for k, v in zip(_GENAI_METRIC_ATTRIBUTES, values[1:]) if v is not None)
+            attrs = {names.L_TENANT: self.tenant, names.L_WORKFLOW: str(values[0])}
+            attrs.update((k, v) for k, v in zip(_GENAI_METRIC_ATTRIBUTES, values[1:], strict=True) if v is not None)
             return attrs
 
         return self._cached(("genai", *values), build)

@@ -76,5 +76,6 @@ def run() -> list[tuple[str, str]]:
         ("bare span + histogram record", f"{bare:6.2f} us"),
         ("bare current span + histogram record", f"{bare_current:6.2f} us"),
         ("kit tool step", f"{kit:6.2f} us  {kit / bare:4.2f}x bare  ({per_step})"),
-        ("kit llm step + token usage", f"{kit_llm:6.2f} us  {kit_llm / bare:4.2f}x bare  (+ 3 GenAI histogram records)"),
+        ("kit llm step + token usage",
+         f"{kit_llm:6.2f} us  {kit_llm / bare:4.2f}x bare  (+ 3 GenAI histogram records)"),
     ]

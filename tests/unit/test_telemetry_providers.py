@@ -21,9 +21,9 @@ from telemetry.testing import VirtualClock
 @pytest.mark.parametrize(("env", "kwargs", "expected"), [
     pytest.param({"OTEL_RESOURCE_ATTRIBUTES": "tenant=search"}, {},
                  Settings(tenant="search", service_name=None), id="defaults"),
-    pytest.param({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,tenant=a%2Cb", "OTEL_METRICS_EXPORTER": "Prometheus",
-                  "OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0",
-                  "OTEL_EXPORTER_PROMETHEUS_PORT": "9500"}, {},
+    pytest.param({"OTEL_RESOURCE_ATTRIBUTES": "service.name=from-attrs,tenant=a%2Cb",
+                  "OTEL_METRICS_EXPORTER": "Prometheus", "OTEL_TRACES_EXPORTER": "none",
+                  "OTEL_EXPORTER_PROMETHEUS_HOST": "0.0.0.0", "OTEL_EXPORTER_PROMETHEUS_PORT": "9500"}, {},
                  Settings(tenant="a,b", service_name="from-attrs", traces_exporter="none",
                           metrics_exporter="prometheus", prometheus_host="0.0.0.0", prometheus_port=9500),
                  id="local-prometheus"),
