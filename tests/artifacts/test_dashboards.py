@@ -1,0 +1,179 @@
+"""Dashboards against a real Prometheus: synthetic exporter data with known answers is backfilled, the
+recording rules are backfilled over it, and every panel's query (variables on All) must return data;
+the key numbers must equal the ground truth within 2%. Also the Grafana 10-12 contract of every dashboard,
+and what synth writes."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+import dashboards
+from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.deploy import configmap_name
+from infra.artifacts import ArtifactContext
+from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
+from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
+from tests.support.synthetic import Synthetic, generate
+
+NODES = {"h100-block": 4, "h200": 2, "l40s": 1}  # prod's desired sizes
+TOLERANCE = 0.02
+
+
+@pytest.fixture(scope="module")
+def prod() -> ObservabilityConfig:
+    return from_platform(dashboards.load_stack("prod"))
+
+
+@pytest.fixture(scope="module")
+def data(prod: ObservabilityConfig) -> Synthetic:
+    start = (int(time.time()) - 5 * 3600) // 3600 * 3600  # clear of the head block's last 3 hours
+    return generate(prod, nodes=NODES, start=start, minutes=30, step=60)
+
+
+@pytest.fixture(scope="module")
+def prom(prod: ObservabilityConfig, data: Synthetic, tmp_path_factory: pytest.TempPathFactory
+         ) -> Iterator[PrometheusServer]:
+    work = tmp_path_factory.mktemp("prometheus")
+    tsdb = work / "tsdb"
+    backfill(data.openmetrics, tsdb, workdir=work)
+    # Rules start 10 minutes in, so every 5-minute rate they take has a full window of raw data.
+    backfill_rules(dashboards.prometheus_rules(prod), tsdb, workdir=work, start=data.start + 600, end=data.end,
+                   interval_s=data.step)
+    with PrometheusServer(work / "final", tsdb=tsdb) as server:
+        yield server
+
+
+def _panel(board: str, title: str, prod: ObservabilityConfig) -> list[str]:
+    exprs = [e for t, e in dashboards.queries(dashboards.build(prod)[board]) if t == title]
+    assert exprs, f"no panel {title!r} on {board}"
+    return exprs
+
+
+def _by(prom: PrometheusServer, expr: str, at: int, label: str) -> dict[str, float]:
+    return {r["metric"].get(label, ""): float(r["value"][1]) for r in prom.query(expr, at)}
+
+
+@pytest.mark.parametrize("board", list(dashboards.BOARDS))
+def test_every_panel_query_returns_data(board: str, prod: ObservabilityConfig, prom: PrometheusServer,
+                                        data: Synthetic) -> None:
+    empty = [(title, expr) for title, expr in dashboards.queries(dashboards.build(prod)[board])
+             if not prom.query(expr, data.end)]
+    assert empty == []
+
+
+def test_total_and_per_pool_spend_equal_nodes_times_config_prices(prod: ObservabilityConfig,
+                                                                  prom: PrometheusServer, data: Synthetic) -> None:
+    [total] = _panel("gpu-cost", "GPU spend", prod)
+    assert prom.scalar(total, data.end) == pytest.approx(data.truth.total_cost_per_hour, rel=TOLERANCE)
+    [per_pool] = _panel("gpu-cost", "GPU spend by pool", prod)
+    assert _by(prom, per_pool, data.end, "pool") == pytest.approx(dict(data.truth.pool_cost_per_hour), rel=TOLERANCE)
+    assert data.truth.total_cost_per_hour == pytest.approx(4 * 31.46 + 2 * 63.30 + 10.49)
+
+
+def test_idle_gpu_cost(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
+    [idle] = _panel("gpu-cost", "Idle GPU cost", prod)
+    assert data.truth.idle_cost_per_hour > 0
+    assert prom.scalar(idle, data.end) == pytest.approx(data.truth.idle_cost_per_hour, rel=TOLERANCE)
+
+
+def test_cost_per_million_generated_tokens_per_model(prod: ObservabilityConfig, prom: PrometheusServer,
+                                                     data: Synthetic) -> None:
+    [expr] = _panel("gpu-cost", "Cost per 1M generated tokens", prod)
+    got = _by(prom, expr, data.end, "model")
+    assert got == pytest.approx(dict(data.truth.cost_per_million_tokens), rel=TOLERANCE)
+    assert sorted(got) == ["assistant-batch", "deep-research", "embed-rerank", "finance-8b"]  # the vLLM models
+
+
+def test_workflow_p95_per_workflow(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
+    p95 = next(e for e in _panel("compound-latency", "Workflow latency p50 / p95 / p99", prod)
+               if 'quantile="0.95"' in e)
+    assert _by(prom, p95, data.end, "workflow") == pytest.approx(dict(data.truth.workflow_p95), rel=TOLERANCE)
+
+
+def test_critical_path_share_per_step_kind(prod: ObservabilityConfig, prom: PrometheusServer,
+                                           data: Synthetic) -> None:
+    [share] = _panel("compound-latency", "Critical-path share by step kind", prod)
+    got = _by(prom, share, data.end, "step_kind")
+    assert got == pytest.approx(dict(data.truth.critical_path_share), rel=TOLERANCE)
+    assert sum(got.values()) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_one_workflow_selected_narrows_the_critical_path_panel(prod: ObservabilityConfig, prom: PrometheusServer,
+                                                              data: Synthetic) -> None:
+    board = dashboards.build(prod)["compound-latency"]
+    [expr] = [e for t, e in dashboards.queries(board, {"workflow": "doc-search"})
+              if t == "Critical-path seconds per workflow by step kind"]
+    assert 'workflow=~"doc-search"' in expr
+    got = _by(prom, expr, data.end, "step_kind")
+    mean = (10.0 + 30.0) / 2  # doc-search runs are uniform on 10-30 s (tests.support.synthetic.WORKFLOW_SPANS)
+    assert got == pytest.approx({k: mean * s for k, s in data.truth.critical_path_share.items()}, rel=TOLERANCE)
+
+
+# --------------------------------------------------------------------------------------------
+# the Grafana contract, without Prometheus
+
+
+def _panels(doc: dict) -> list[dict]:
+    return [p for p in doc["panels"] if p["type"] != "row"]
+
+
+@pytest.mark.parametrize("board", list(dashboards.BOARDS))
+def test_dashboard_sets_what_grafana_10_to_12_needs(board: str, prod: ObservabilityConfig) -> None:
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)[board]))
+    assert doc["uid"] == f"aifactory-{board}"
+    assert doc["schemaVersion"] == 39
+    assert doc["tags"][0] == "aifactory" and len(doc["tags"]) > 1
+    assert doc["links"] == [{"asDropdown": True, "icon": "external link", "includeVars": False, "keepTime": True,
+                             "tags": ["aifactory"], "targetBlank": False, "title": "aifactory dashboards",
+                             "tooltip": "", "type": "dashboards", "url": ""}]
+    first = doc["templating"]["list"][0]
+    assert (first["name"], first["type"], first["query"]) == ("datasource", "datasource", "prometheus")
+    for p in _panels(doc):
+        assert p["description"], p["title"]
+        assert p["fieldConfig"]["defaults"]["unit"], p["title"]
+        assert p["datasource"]["uid"] in ("${datasource}", "${loki}"), p["title"]
+        for t in p["targets"]:
+            assert t["datasource"] == p["datasource"], p["title"]
+    ids = [p["id"] for p in doc["panels"]]
+    assert len(ids) == len(set(ids))
+
+
+def test_compound_latency_links_to_traces_and_has_a_request_id_logs_panel(prod: ObservabilityConfig) -> None:
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["compound-latency"]))
+    latency = next(p for p in doc["panels"] if p["title"] == "Workflow latency p50 / p95 / p99")
+    urls = [link["url"] for link in latency["fieldConfig"]["defaults"]["links"]]
+    assert all(u.startswith("${jaeger_url}/search?service=${trace_service}&operation=invoke_workflow%20"
+                            "${__field.labels.workflow}") for u in urls)
+    assert urls[1].endswith("&minDuration=${__value.raw}s")
+    logs = next(p for p in doc["panels"] if p["type"] == "logs")
+    assert logs["targets"][0]["expr"] == ('{namespace=~"aifactory-gateway|assistant|finance|research|search"} '
+                                          '|= "$request_id"')
+    assert logs["datasource"] == {"type": "loki", "uid": "${loki}"}
+
+
+def test_queries_substitute_variables_and_grafana_builtins(prod: ObservabilityConfig) -> None:
+    board = dashboards.build(prod)["mesh"]
+    got = dict(dashboards.queries(board, {"cluster": "chat|embed"}))
+    assert got["Downstream latency p95"] == ("histogram_quantile(0.95, sum by (le) "
+                                             "(rate(envoy_http_downstream_rq_time_bucket[5m])))")
+    assert got["Retries"] == 'cluster:envoy_cluster_upstream_rq_retry:rate5m{envoy_cluster_name=~"chat|embed"}'
+
+
+def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: ObservabilityConfig,
+                                                                       tmp_path: Path) -> None:
+    cfg = dashboards.load_stack("prod")
+    outs = []
+    for run in ("a", "b"):
+        ctx = ArtifactContext(result=SimpleNamespace(config=cfg), out=tmp_path / run)  # type: ignore[arg-type]
+        outs.append({p.relative_to(ctx.out).as_posix(): p.read_bytes() for p in write_dashboards(ctx) + write_rules(ctx)})
+    assert outs[0] == outs[1]
+    assert sorted(outs[0]) == sorted([f"dashboards/{k}.json" for k in dashboards.BOARDS] + [f"rules/{RULES_FILE}"])
+    assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(cfg)
+    assert configmap_name("gpu-cost") == "aifactory-dashboard-gpu-cost"
