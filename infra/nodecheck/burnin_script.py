@@ -33,21 +33,28 @@ def _timed(fn, budget, sync):
             return done, elapsed
 
 
+def _matmul_tflops(torch, device, budget, sync):
+    a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
+    b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
+    c = torch.empty_like(a)
+    n, elapsed = _timed(lambda: torch.mm(a, b, out=c), budget, sync)
+    return 2 * MATMUL_N**3 * n / elapsed / 1e12
+
+
+def _copy_gbs(torch, device, budget, sync):
+    src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    n, elapsed = _timed(lambda: dst.copy_(src), budget, sync)
+    return 2 * COPY_BYTES * n / elapsed / 1e9  # each copy reads and writes the buffer
+
+
 def _measure(torch, index, seconds, out):
     try:
         device = torch.device("cuda", index)
         sync = lambda: torch.cuda.synchronize(device)  # noqa: E731
-        a = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
-        b = torch.randn(MATMUL_N, MATMUL_N, dtype=torch.bfloat16, device=device)
-        c = torch.empty_like(a)
-        n, elapsed = _timed(lambda: torch.mm(a, b, out=c), seconds / 2, sync)
-        tflops = 2 * MATMUL_N**3 * n / elapsed / 1e12
-        del a, b, c
-        src = torch.empty(COPY_BYTES, dtype=torch.uint8, device=device)
-        dst = torch.empty_like(src)
-        n, elapsed = _timed(lambda: dst.copy_(src), seconds / 2, sync)
-        out[index] = {"gpu": index, "tflops": round(tflops, 1),
-                      "bandwidth_gbs": round(2 * COPY_BYTES * n / elapsed / 1e9, 1)}  # read + write
+        tflops = _matmul_tflops(torch, device, seconds / 2, sync)
+        gbs = _copy_gbs(torch, device, seconds / 2, sync)
+        out[index] = {"gpu": index, "tflops": round(tflops, 1), "bandwidth_gbs": round(gbs, 1)}
     except Exception as err:  # noqa: BLE001 - reported per GPU, the others still run
         out[index] = {"gpu": index, "error": f"{type(err).__name__}: {err}"}
 

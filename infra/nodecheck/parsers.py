@@ -188,7 +188,8 @@ class IbPort:
 def parse_ibstat(text: str) -> list[IbPort]:
     """Every port `ibstat` lists, InfiniBand and Ethernet (RoCE) link layers alike."""
     ports: list[IbPort] = []
-    ca, port, fields = "", 0, {}
+    ca, port = "", 0
+    fields: dict[str, str] = {}
 
     def flush() -> None:
         if port:

@@ -87,12 +87,18 @@ def new_token() -> str:
 
 
 def bounded_command(script: str, args: Sequence[str], *, limit_s: int, token: str) -> str:
-    """`timeout` + `python3 -` reading `script` from a here-document; the token leads the arguments."""
+    """`timeout` + `python3 -` reading `script` from a here-document; the token leads the arguments.
+
+    The script writes to files, printed once `timeout` returns: a process that escaped the limit then
+    holds a file, not the connection's pipe, so the command returns at the limit whatever it left behind.
+    """
     if HEREDOC_END in script:
         raise ValueError(f"script must not contain the here-document delimiter {HEREDOC_END}")
     argv = " ".join(shlex.quote(a) for a in (token, *args))
-    return (f"timeout --kill-after={DEFAULT_KILL_AFTER_S} {int(limit_s)} python3 - {argv} <<'{HEREDOC_END}'\n"
-            f"{script}\n{HEREDOC_END}")
+    return (f'out=$(mktemp) && err=$(mktemp) || exit 125\n'
+            f"timeout --kill-after={DEFAULT_KILL_AFTER_S} {int(limit_s)} python3 - {argv} "
+            f"<<'{HEREDOC_END}' >\"$out\" 2>\"$err\"\n{script}\n{HEREDOC_END}\n"
+            'rc=$?; cat "$out"; cat "$err" >&2; rm -f "$out" "$err"; exit $rc')
 
 
 def leftover_command(token: str) -> str:
