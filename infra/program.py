@@ -74,7 +74,7 @@ def program(cfg: PlatformConfig) -> None:
     platform = Platform("platform", cfg=cfg, opts=pulumi.ResourceOptions(provider=provider))
     if cluster is not None:
         ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=cluster, system_namespace=platform.system_namespace,
-                          opts=pulumi.ResourceOptions(providers=[provider, *on_aws.providers]))
+                          opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(providers=[provider])))
 
     # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
     on_cluster = pulumi.ResourceOptions(provider=provider)

@@ -7,7 +7,7 @@ agents (drivers, device plugins, log collectors, node exporters) need host acces
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -39,5 +39,4 @@ def namespace_labels(*, pod_security: PodSecurityLevel, kubernetes_version: str,
 
 def create_namespace(resource_name: str, namespace: str, *, labels: dict[str, str],
                      opts: pulumi.ResourceOptions) -> k8s.core.v1.Namespace:
-    metadata: dict[str, Any] = {"name": namespace, "labels": labels}
-    return k8s.core.v1.Namespace(resource_name, metadata=metadata, opts=opts)
+    return k8s.core.v1.Namespace(resource_name, metadata={"name": namespace, "labels": labels}, opts=opts)

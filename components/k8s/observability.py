@@ -289,6 +289,6 @@ class Observability(pulumi.ComponentResource):
         k8s.apiextensions.CustomResource(
             f"{name}-collector-monitor", api_version=sm["apiVersion"], kind=sm["kind"], metadata=sm["metadata"],
             spec=sm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
-        self.register_outputs({"namespace": ns_name,
-                               "collectorOtlpGrpc": f"{service_host(COLLECTOR_RELEASE, ns_name)}:{naming.OTEL_GRPC_PORT}",
-                               "collectorOtlpHttp": f"{service_host(COLLECTOR_RELEASE, ns_name)}:{OTLP_HTTP_PORT}"})
+        collector = service_host(COLLECTOR_RELEASE, ns_name)
+        self.register_outputs({"namespace": ns_name, "collectorOtlpGrpc": f"{collector}:{naming.OTEL_GRPC_PORT}",
+                               "collectorOtlpHttp": f"{collector}:{OTLP_HTTP_PORT}"})

@@ -52,7 +52,8 @@ def tenant_namespace_labels(cfg: PlatformConfig, tenant: Tenant) -> dict[str, st
 
 
 def _meta(name: str, tenant: Tenant) -> dict[str, Any]:
-    return {"name": name, "namespace": tenant.namespace, "labels": {**naming.MANAGED_BY, naming.LABEL_TENANT: tenant.name}}
+    labels = {**naming.MANAGED_BY, naming.LABEL_TENANT: tenant.name}
+    return {"name": name, "namespace": tenant.namespace, "labels": labels}
 
 
 def resource_quota(tenant: Tenant) -> dict[str, Any]:

@@ -34,7 +34,8 @@ CUSTOM_GROUPS = {
 
 
 def _objects(out: Path) -> list[tuple[str, dict[str, Any]]]:
-    return [(str(p.relative_to(out)), yaml.safe_load(p.read_text())) for p in sorted((out / "manifests").rglob("*.yaml"))]
+    paths = sorted((out / "manifests").rglob("*.yaml"))
+    return [(str(p.relative_to(out)), yaml.safe_load(p.read_text())) for p in paths]
 
 
 def _group(api_version: str) -> str:

@@ -146,7 +146,8 @@ def test_dcgm_exporter_kubernetes_mode_service_monitor_and_custom_counters() -> 
     assert dcgm["env"] == [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
                            {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcgm-metrics.csv"}]
     assert dcgm["config"]["name"] == "aifactory-dcgm-counters" and dcgm["config"]["create"] is True
-    rows = [[f.strip() for f in line.split(",")] for line in dcgm["config"]["data"].splitlines() if not line.startswith("#")]
+    lines = [line for line in dcgm["config"]["data"].splitlines() if not line.startswith("#")]
+    rows = [[f.strip() for f in line.split(",")] for line in lines]
     fields = {row[0]: row[1] for row in rows}
     every_dcgm_name = {v for k, v in vars(DCGM).items() if isinstance(v, str) and v.startswith("DCGM_FI_")}
     assert set(fields) == every_dcgm_name
