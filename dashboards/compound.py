@@ -7,8 +7,17 @@ from urllib.parse import quote
 from grafanalib.core import Dashboard
 
 from dashboards.config import ObservabilityConfig
-from dashboards.panels import Link, Q, custom_variable, dashboard, datasource_variable, logs, query_variable, \
-    textbox_variable, timeseries
+from dashboards.panels import (
+    Link,
+    Q,
+    custom_variable,
+    dashboard,
+    datasource_variable,
+    logs,
+    query_variable,
+    textbox_variable,
+    timeseries,
+)
 from dashboards.rules import R
 from telemetry.names import VLLM, WORKFLOW_DURATION
 

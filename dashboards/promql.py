@@ -119,8 +119,9 @@ def _parse_matchers(text: str) -> list[tuple[str, str, str]]:
 def expand(expr: str, records: Mapping[str, list[_Recorded]]) -> str:
     """`expr` with every recorded series replaced by its recording expression, recursively.
 
-    Equality matchers on a rule's static labels pick the rules they match; any other matcher must be a
-    match-all (`=~".*"`), which is what a dashboard sends with every variable on All.
+    Equality matchers on a rule's static labels pick the rules they match; other equality matchers filter
+    the expanded result; any other matcher must be a match-all (`=~".*"`), as a dashboard sends with
+    every variable on All.
     """
 
     def repl(m: re.Match[str]) -> str:
@@ -128,11 +129,14 @@ def expand(expr: str, records: Mapping[str, list[_Recorded]]) -> str:
         if name not in records:
             return m.group(0)
         rules = records[name]
+        keep: list[tuple[str, str]] = []
         for label, op, value in matchers:
             if op == "=" and any(label in r.labels for r in rules):
                 rules = [r for r in rules if r.labels.get(label) == value]
+            elif op == "=":
+                keep.append((label, value))
             elif not (op == "=~" and value == ".*"):
-                raise ValueError(f"{m.group(0)}: only static-label equality or match-all matchers expand")
+                raise ValueError(f"{m.group(0)}: only equality or match-all matchers expand")
         if not rules:
             raise ValueError(f"{m.group(0)}: no recording rule matches")
         parts = []
@@ -141,6 +145,11 @@ def expand(expr: str, records: Mapping[str, list[_Recorded]]) -> str:
             for key, val in sorted(r.labels.items()):
                 body = f'label_replace({body}, "{key}", "{val}", "", "")'
             parts.append(f"({body})")
-        return parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+        out = parts[0] if len(parts) == 1 else "(" + " or ".join(parts) + ")"
+        for label, value in keep:  # an equality on a label the rule keeps filters its result
+            out = f'({out} and on ({label}) label_replace(vector(1), "{label}", "{value}", "", ""))'
+        if m.string[:m.start()].rstrip().endswith(("group_left", "group_right")):
+            out = "() " + out  # `group_left (` would read as a label list
+        return out
 
     return _SELECTOR.sub(repl, expr)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dashboards.config import ObservabilityConfig, Objective
+from dashboards.config import Objective, ObservabilityConfig
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
 from telemetry.names import (
     CRITICAL_PATH,
@@ -320,7 +320,7 @@ def _slo_records(cfg: ObservabilityConfig) -> list[Record]:
         sel = objective_matchers(cfg, o)
         good = le(bucket_at_or_below(WORKFLOW_BUCKETS_S, o.latency_seconds))
         for w in SLO_WINDOWS:
-            def rate(metric: str, *matchers: str, w: str = w) -> str:
+            def rate(metric: str, *matchers: str, w: str = w, sel: str = sel) -> str:
                 return f"sum by (workflow, tenant) (rate({series(cfg, metric, sel, *matchers)}[{w}]))"
 
             total = rate(f"{wf}_count")
@@ -394,7 +394,8 @@ def _mesh_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.ISTIO_BUCKET, rate(f"{ISTIO.DURATION}_bucket", f"source_workload, {dest}, le", istio_dest)),
         *quantile_record(R.ISTIO_QUANTILE, R.ISTIO_BUCKET, f"source_workload, {dest}"),
         Record(R.ISTIO_REQUESTS, rate(ISTIO.REQUESTS, f"source_workload, {dest}, response_code", istio_dest)),
-        Record(R.ISTIO_MTLS, f"{rate(ISTIO.REQUESTS, dest, istio_dest, mtls)} / {rate(ISTIO.REQUESTS, dest, istio_dest)}"),
+        Record(R.ISTIO_MTLS,
+               f"{rate(ISTIO.REQUESTS, dest, istio_dest, mtls)} / {rate(ISTIO.REQUESTS, dest, istio_dest)}"),
         Record(R.ENVOY_BUCKET, rate(f"{ENVOY.RQ_TIME}_bucket", f"{ENVOY.L_CLUSTER}, le")),
         *quantile_record(R.ENVOY_QUANTILE, R.ENVOY_BUCKET, ENVOY.L_CLUSTER),
         Record(R.ENVOY_REQUESTS, rate(ENVOY.RQ_XX, f"{ENVOY.L_CLUSTER}, envoy_response_code_class")),

@@ -6,7 +6,7 @@ from grafanalib.core import Dashboard
 
 from dashboards.config import ObservabilityConfig
 from dashboards.panels import Q, custom_variable, dashboard, timeseries
-from dashboards.rules import R
+from dashboards.rules import QUANTILES, R
 from telemetry.names import VLLM
 
 __all__ = ["UID", "build"]
@@ -41,12 +41,12 @@ def _vllm() -> list:
                    Q(f"{R.VLLM_PREEMPTIONS}{{{MODEL}}}", "{{model}}")),
         timeseries("Finished requests by reason", "Finished requests per second: stop, length or abort.", "reqps",
                    Q(f"{R.VLLM_REQUESTS}{{{MODEL}}}", "{{model}} {{finished_reason}}")),
-        timeseries("Time to first token", "p50 / p95 / p99.", "s", *(_p(VLLM.TTFT, q) for q in ("0.5", "0.95", "0.99"))),
-        timeseries("Inter-token latency", "p50 / p95 / p99.", "s", *(_p(VLLM.ITL, q) for q in ("0.5", "0.95", "0.99"))),
+        timeseries("Time to first token", "p50 / p95 / p99.", "s", *(_p(VLLM.TTFT, q) for q in QUANTILES)),
+        timeseries("Inter-token latency", "p50 / p95 / p99.", "s", *(_p(VLLM.ITL, q) for q in QUANTILES)),
         timeseries("End-to-end request latency", "p50 / p95 / p99 of whole requests inside vLLM.", "s",
-                   *(_p(VLLM.E2E, q) for q in ("0.5", "0.95", "0.99"))),
+                   *(_p(VLLM.E2E, q) for q in QUANTILES)),
         timeseries("Queue time", "p50 / p95 / p99 of time waiting for a batch slot.", "s",
-                   *(_p(VLLM.QUEUE, q) for q in ("0.5", "0.95", "0.99"))),
+                   *(_p(VLLM.QUEUE, q) for q in QUANTILES)),
     ]
 
 

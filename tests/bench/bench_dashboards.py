@@ -1,0 +1,79 @@
+"""Dashboard query time at fleet scale (1,024 GPUs on 128 nodes, 50 models) on a real Prometheus; recorded vs raw.
+
+One refresh = every panel's query as a Grafana range query over the last 30 minutes at a 30 s step,
+variables on All. For each panel that reads recorded series, the same query with every recorded series
+expanded into the expression that records it (dashboards.promql.expand) is timed too.
+Targets: every panel under 200 ms; recorded panels at least 5x faster than raw.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+
+import dashboards
+from dashboards.config import Objective, ObservabilityConfig, Pool, ServedModel
+from dashboards.promql import expand
+from dashboards.rules import records
+from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
+from tests.support.synthetic import generate
+
+NODES = {"h100": 96, "h200": 32}  # 128 nodes x 8 GPUs
+MODELS = 50
+RANGE_S, STEP_S = 1800, 30
+REPEATS = 3
+
+
+def fleet_config() -> ObservabilityConfig:
+    pools = (Pool("h100", "p5.48xlarge", 8, 55.04), Pool("h200", "p5en.48xlarge", 8, 63.30))
+    tenants = tuple(f"tenant-{i}" for i in range(5))
+    models = tuple(
+        ServedModel(f"model-{i:02d}", "triton" if i % 5 == 4 else "vllm", tenants[i % 5],
+                    "h100" if i < 38 else "h200", 0.5, 0.05, 20.0, 5, 0.1)
+        for i in range(MODELS))
+    objectives = (*(Objective(f"agent-{i}", 20.0, 0.99, 0.995) for i in range(4)), Objective(None, 30.0, 0.99, 0.995))
+    return ObservabilityConfig(stack="bench", namespace="monitoring", pools=pools, models=models, tenants=tenants,
+                               log_namespaces=tenants, objectives=objectives, idle_gpu_utilization_percent=10.0)
+
+
+def _time(prom: PrometheusServer, expr: str, end: int) -> float:
+    best = float("inf")
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        prom.api("query_range", query=expr, start=end - RANGE_S, end=end, step=STEP_S)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def run() -> list[tuple[str, str]]:
+    cfg = fleet_config()
+    rows: list[tuple[str, str]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        started = time.perf_counter()
+        data = generate(cfg, nodes=NODES, start=(int(time.time()) - 5 * 3600) // 3600 * 3600, minutes=45, step=60)
+        backfill(data.openmetrics, work / "tsdb", workdir=work)
+        backfill_rules(dashboards.prometheus_rules(cfg), work / "tsdb", workdir=work, start=data.end - RANGE_S - 300,
+                       end=data.end, interval_s=data.step)
+        setup = time.perf_counter() - started
+        rows.append(("setup", f"{data.series} raw series, backfill + rule backfill {setup:.0f} s"))
+        recorded = records(cfg)
+        with PrometheusServer(work / "bench", tsdb=work / "tsdb") as prom:
+            for key, board in dashboards.build(cfg).items():
+                timed = [(title, expr, _time(prom, expr, data.end)) for title, expr in dashboards.queries(board)]
+                slowest = max(timed, key=lambda t: t[2])
+                rows.append((f"{key}: one refresh ({len(timed)} queries)",
+                             f"{sum(t for *_, t in timed) * 1000:7.1f} ms total, slowest {slowest[2] * 1000:.1f} ms "
+                             f"({slowest[0]}); over 200 ms: {sum(t > 0.2 for *_, t in timed)}"))
+                for title, expr, fast in timed:
+                    try:
+                        raw = expand(expr, recorded)
+                    except ValueError:
+                        continue
+                    if raw == expr:
+                        continue
+                    slow = _time(prom, raw, data.end)
+                    rows.append((f"  {key} / {title}", f"recorded {fast * 1000:6.1f} ms  raw {slow * 1000:8.1f} ms  "
+                                                       f"x{slow / fast:6.1f}"))
+    return rows
