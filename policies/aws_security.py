@@ -4,7 +4,7 @@ encryption and control-plane logs, no open ingress, private encrypted S3, no adm
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import Severity
@@ -111,7 +111,7 @@ def statements(document: Any) -> list[Mapping[str, Any]]:
         return []
     items = document.get("Statement", document.get("statements")) or []
     items = items if is_seq(items) else [items]
-    out = []
+    out: list[Mapping[str, Any]] = []
     for s in items:
         if isinstance(s, Mapping):
             out.append({"effect": s.get("Effect", s.get("effect", "Allow")),
@@ -139,7 +139,10 @@ def _iam(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> 
     return [f"{where} statement {i} allows '*' on '*'" for where, doc in docs for i in admin_statements(doc)]
 
 
-def _buckets_with(resources: Sequence[Any], rtype: str, ok) -> set[str]:
+PropsTest = Callable[[Mapping[str, Any]], bool]
+
+
+def _buckets_with(resources: Sequence[Any], rtype: str, ok: PropsTest) -> set[str]:
     """URNs and names of the buckets that a resource of `rtype` satisfying `ok` configures."""
     out: set[str] = set()
     for r in resources:
@@ -149,7 +152,7 @@ def _buckets_with(resources: Sequence[Any], rtype: str, ok) -> set[str]:
     return out
 
 
-def _bucket_check(resources: Sequence[Any], rtype: str, ok, inline, what: str) -> Found:
+def _bucket_check(resources: Sequence[Any], rtype: str, ok: PropsTest, inline: PropsTest, what: str) -> Found:
     covered = _buckets_with(resources, rtype, ok)
     return [(f"bucket {b.name} {what}", b.urn) for b in resources if b.resource_type == BUCKET
             and not inline(b.props) and b.urn not in covered and str(b.props.get("bucket") or b.props.get("id"))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeGuard
 
 from pulumi_policy import (
     EnforcementLevel,
@@ -42,6 +42,8 @@ __all__ = [
     "POOL_LABEL_KEY",
     "GPU_TAINT_KEYS",
     "REQUIRED_LOG_TYPES",
+    "ResourceCheck",
+    "StackCheck",
     "settings_of",
     "resource_policy",
     "stack_policy",
@@ -131,15 +133,16 @@ def settings_of(args: ResourceValidationArgs | StackValidationArgs, *settings: S
     return {s.name: given[s.name] if given.get(s.name) is not None else s.default for s in settings}
 
 
-def is_seq(value: Any) -> bool:
+def is_seq(value: Any) -> TypeGuard[Sequence[Any]]:
     return isinstance(value, Sequence) and not isinstance(value, str | bytes)
+
+
+ResourceCheck = Callable[[str, Mapping[str, Any], dict[str, Any]], list[str]]
+StackCheck = Callable[[Sequence[Any], dict[str, Any]], list[tuple[str, str | None]]]
 
 
 def _schema(settings: Sequence[Setting]) -> PolicyConfigSchema | None:
     return PolicyConfigSchema(properties={s.name: s.schema() for s in settings}) if settings else None
-
-
-Report = Callable[..., None]
 
 
 def resource_policy(
@@ -150,7 +153,7 @@ def resource_policy(
     enforcement: EnforcementLevel,
     remediation: str,
     types: Sequence[str] | None,
-    check: Callable[[str, Mapping[str, Any], dict[str, Any]], list[str]],
+    check: ResourceCheck,
     settings: Sequence[Setting] = (),
 ) -> ResourceValidationPolicy:
     """A resource policy: `check(type, props, config)` returns one message per violation.
@@ -178,7 +181,7 @@ def stack_policy(
     severity: Severity,
     enforcement: EnforcementLevel,
     remediation: str,
-    check: Callable[[Sequence[Any], dict[str, Any]], list[tuple[str, str | None]]],
+    check: StackCheck,
     settings: Sequence[Setting] = (),
 ) -> StackValidationPolicy:
     """A stack policy: `check(resources, config)` returns (message, urn or None) per violation."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from pulumi_policy import Severity
@@ -19,6 +19,7 @@ from policies.base import (
     MESH_ROOT_NAMESPACE,
     PLATFORM_NAMESPACES,
     POOL_LABEL_KEY,
+    ResourceCheck,
     resource_policy,
     stack_policy,
 )
@@ -235,11 +236,12 @@ def image_problems(spec: Mapping[str, Any], *, complete: bool, registries: Seque
     return out
 
 
-def _pod_check(problems, *, exempt_agents: bool):
+def _pod_check(problems: Callable[[kube.PodSite, dict[str, Any]], list[str]], *, exempt_agents: bool
+               ) -> ResourceCheck:
     """A resource check that runs `problems(site, cfg)` on every pod spec of a workload or Helm release."""
 
     def check(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
-        out = []
+        out: list[str] = []
         for site in kube.pod_sites(resource_type, props):
             if exempt_agents and site.namespace in cfg[AGENT_NAMESPACES.name]:
                 continue

@@ -182,12 +182,16 @@ def _helm_image(image: Any) -> str:
 
 
 def containers(spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    out = []
+    out: list[Mapping[str, Any]] = []
     for key in ("initContainers", "containers", "ephemeralContainers"):
         items = spec.get(key)
         if is_seq(items):
             out.extend(c for c in items if isinstance(c, Mapping))
     return out
+
+
+def _mapping(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _is_gpu(resource: str) -> bool:
@@ -196,12 +200,10 @@ def _is_gpu(resource: str) -> bool:
 
 def gpu_resources(container: Mapping[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
     """(requests, limits) of GPU and MIG resources, quantities as strings."""
-    res = container.get("resources") if isinstance(container.get("resources"), Mapping) else {}
-    picked = []
-    for part in ("requests", "limits"):
-        q = res.get(part) if isinstance(res.get(part), Mapping) else {}
-        picked.append({k: quantity(v) for k, v in q.items() if _is_gpu(k)})
-    return picked[0], picked[1]
+    res = _mapping(container.get("resources"))
+    requests, limits = (
+        {k: quantity(v) for k, v in _mapping(res.get(part)).items() if _is_gpu(k)} for part in ("requests", "limits"))
+    return requests, limits
 
 
 def quantity(value: Any) -> str:

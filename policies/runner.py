@@ -26,6 +26,7 @@ from pulumi_policy import (
     ResourceValidationArgs,
     ResourceValidationPolicy,
     StackValidationArgs,
+    StackValidationPolicy,
 )
 from pulumi_policy.deserialize import deserialize_properties
 from pulumi_policy.proxy import unknown_checking_proxy
@@ -55,7 +56,7 @@ EXIT_OK, EXIT_VIOLATIONS, EXIT_BAD_INPUT = 0, 1, 2
 SEVERITY_ORDER = ("critical", "high", "medium", "low", "unspecified")
 _LEVELS = {level.value: level for level in EnforcementLevel}
 _STACK_TYPE = "pulumi:pulumi:Stack"
-_JSON_TYPES = {"array": list, "string": str, "boolean": bool}
+_JSON_TYPES: dict[str, type] = {"array": list, "string": str, "boolean": bool}
 
 
 class PolicyInputError(Exception):
@@ -136,7 +137,8 @@ def parse_config(raw: Any, *, source: str = "config", policies: Sequence[Policy]
         if not isinstance(body, Mapping):
             problems.append(f"{name}: expected an enforcement level or a mapping, got {type(body).__name__}")
             continue
-        schema = known[name].config_schema.properties if known[name].config_schema else {}
+        declared = known[name].config_schema
+        schema = declared.properties if declared is not None else {}
         for key, value in body.items():
             path = f"{name}.{key}"
             if key == "enforcementLevel":
@@ -155,7 +157,8 @@ def parse_config(raw: Any, *, source: str = "config", policies: Sequence[Policy]
 
 def _type_problem(schema: Mapping[str, Any], value: Any) -> str | None:
     kind = _JSON_TYPES[schema["type"]]
-    if not isinstance(value, kind) or (kind is list and not all(isinstance(v, str) for v in value)):
+    ok = isinstance(value, list) and all(isinstance(v, str) for v in value) if kind is list else isinstance(value, kind)
+    if not ok:
         want = "a list of strings" if kind is list else f"a {schema['type']}"
         return f"expected {want}, got {json.dumps(value)}"
     return None
@@ -258,7 +261,7 @@ def run_policies(entries: Sequence[Mapping[str, Any]], config: PackConfig | None
                 args = ResourceValidationArgs(e["type"], _props(e.get("inputs")), e["urn"], _name(e["urn"]),
                                               _options(e), None, cfg)
                 policy.validate(args, reporter(e["urn"]))
-        else:
+        elif isinstance(policy, StackValidationPolicy):
             stack = stack if stack is not None else _stack_resources(entries)
             policy.validate(StackValidationArgs(stack, cfg), reporter(None))
     # stable: a resource's violations keep the order its policy reported them in
