@@ -68,8 +68,8 @@ DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match n
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
-DEFAULT_DNS_REFRESH_SECONDS = 5
-DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory  # how soon new replicas behind a headless Service take traffic
+DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
+DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 
 _T = "type.googleapis.com/envoy."

@@ -268,6 +268,7 @@ def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
 
 
 def _volumes(model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    mounts: list[dict[str, Any]]
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": DEFAULT_SHM_SIZE}},
                {"name": "tmp", "emptyDir": {}},
                {"name": "model-cache", "persistentVolumeClaim": {"claimName": _cache_claim_name(model)}}]
@@ -341,7 +342,7 @@ def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict
 
 
 def _template(cfg: PlatformConfig, model: Model, role: str) -> dict[str, Any]:
-    annotations = {}
+    annotations: dict[str, str] = {}
     if _rdma(cfg, model) and cfg.infiniband is not None:
         annotations |= fabric.rdma_networks_annotation(cfg.infiniband)
     if model.engine == "triton":
@@ -367,7 +368,8 @@ def _cache_claim_name(model: Model) -> str:
 
 
 def cache_claim(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": _meta(cfg, model, _cache_claim_name(model)),
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": _meta(cfg, model, _cache_claim_name(model)),
             "spec": {"accessModes": [DEFAULT_CACHE_ACCESS_MODE],
                      "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}}
 

@@ -140,11 +140,13 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
     stats = gateway.envoy.stats()
     assert stats[f"cluster.{model}.outlier_detection.ejections_active"] == 1
     assert stats[f"cluster.{model}.outlier_detection.ejections_enforced_consecutive_5xx"] == 1
-    assert stats[f"cluster.{model}.upstream_rq_retry"] >= 3  # the bad replica's failures were retried
     bad_hits = gateway.backends[model][bad].hits
-    good_hits = [b.hits for i, b in enumerate(gateway.backends[model]) if i != bad]
-    stats_ = {k: v for k, v in stats.items() if k.startswith(f"cluster.{model}.") and v and "lb_" not in k and "bytes" not in k}
-    assert bad_hits < 50 and sum(good_hits) >= POOL_REQUESTS, (codes, stats_)
+    good_hits = sum(b.hits for i, b in enumerate(gateway.backends[model]) if i != bad)
+    assert bad_hits < 50  # ejected after a handful of failures
+    # every failure on the bad replica was retried (or refused by the retry budget), on another replica
+    assert stats[f"cluster.{model}.upstream_rq_retry"] + stats.get(f"cluster.{model}.upstream_rq_retry_overflow", 0) \
+        == bad_hits
+    assert good_hits == codes[200]  # the healthy replicas served every success
 
 
 def test_tenant_past_its_rate_gets_429_across_its_models(gateway: Gateway) -> None:

@@ -82,7 +82,8 @@ def test_tracing_goes_to_the_collector_at_the_stack_sample_ratio() -> None:
     cfg = stack("prod")
     hcm = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["tracing"]["random_sampling"] == {"value": 20.0}
-    assert hcm["tracing"]["provider"]["typed_config"]["grpc_service"]["envoy_grpc"] == {"cluster_name": "otel_collector"}
+    grpc = hcm["tracing"]["provider"]["typed_config"]["grpc_service"]
+    assert grpc["envoy_grpc"] == {"cluster_name": "otel_collector"}
     col = ec.collector_cluster(cfg)
     assert col["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == \
         {"address": "otel-collector.monitoring.svc.cluster.local", "port_value": 4317}
