@@ -56,6 +56,7 @@ __all__ = [
     "pod_spec",
     "service_account",
     "cache_claim",
+    "workload_name",
     "workload",
     "service",
     "disruption_budget",
@@ -374,6 +375,13 @@ def cache_claim(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
                      "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}}
 
 
+def workload_name(model: Model) -> str:
+    """The Deployment is named after the model; a LeaderWorkerSet is not, because the LWS controller
+    creates a headless Service named after it (for LWS_LEADER_ADDRESS), and the model's Service owns
+    the model's name."""
+    return f"{model.name}-lws" if model.multi_node else model.name
+
+
 def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     """A Deployment, or a LeaderWorkerSet when one replica spans nodes.
 
@@ -390,7 +398,8 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
         raise ValueError(f"models.{model.name}.tensorParallel: {model.gpus_per_replica} GPUs span "
                          f"{model.nodes_per_replica} nodes; multi-node replicas are served by vLLM only: "
                          "use engine 'vllm' or fit the replica on one node")
-    return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet", "metadata": _meta(cfg, model), "spec": {
+    return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
+            "metadata": _meta(cfg, model, workload_name(model)), "spec": {
         **replicas,
         "startupPolicy": "LeaderCreated",
         "rolloutStrategy": {"type": "RollingUpdate",
@@ -442,7 +451,7 @@ def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     query, metric_type, threshold = scaling_query(cfg, model)
     kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("Deployment", "apps/v1")
     return {"apiVersion": KEDA_API_VERSION, "kind": "ScaledObject", "metadata": _meta(cfg, model), "spec": {
-        "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": model.name},
+        "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": workload_name(model)},
         "minReplicaCount": model.replicas.min,
         "maxReplicaCount": model.replicas.max,
         "pollingInterval": KEDA_POLLING_SECONDS,

@@ -151,6 +151,9 @@ def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_work
     cfg = stack("prod")
     lws = workload(cfg, cfg.models["deep-research"])
     assert (lws["apiVersion"], lws["kind"]) == ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet")
+    # the LWS controller creates a headless Service named after the LWS: it must not be the model's
+    model_service = service(cfg, cfg.models["deep-research"])["metadata"]["name"]
+    assert (lws["metadata"]["name"], model_service) == ("deep-research-lws", "deep-research")
     assert lws["spec"]["leaderWorkerTemplate"]["size"] == 2
     assert "replicas" not in lws["spec"]  # autoscaled 1..2: KEDA owns it
     for role, c in containers(lws):
@@ -264,7 +267,7 @@ def test_triton_scales_on_average_queue_time() -> None:
 def test_lws_scaled_object_targets_the_leaderworkerset() -> None:
     cfg = stack("prod")
     ref = scaled_object(cfg, cfg.models["deep-research"])["spec"]["scaleTargetRef"]
-    assert ref == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "deep-research"}
+    assert ref == {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "deep-research-lws"}
 
 
 def test_objects_per_model() -> None:
