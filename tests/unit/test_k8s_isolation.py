@@ -112,7 +112,7 @@ def test_network_policies_of_a_caller_tenant() -> None:
         "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}]}
     assert policies["allow-istiod"] == {"podSelector": {}, "policyTypes": ["Egress"], "egress": [{
         "to": [{**_ns("istio-system"), "podSelector": {"matchLabels": {"app": "istiod"}}}],
-        "ports": [{"protocol": "TCP", "port": 15012}, {"protocol": "TCP", "port": 15017}]}]}
+        "ports": [{"protocol": "TCP", "port": 15012}]}]}
     assert policies["allow-gateway"] == {"podSelector": SERVERS, "policyTypes": ["Ingress"], "ingress": [{
         "from": [_ns("aifactory-gateway")], "ports": [{"protocol": "TCP", "port": 8000}]}]}
     assert policies["allow-monitoring"] == {
