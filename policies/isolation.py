@@ -27,15 +27,17 @@ from policies.base import (
 __all__ = [
     "POLICIES",
     "tenant_namespaces",
-    "is_default_deny",
+    "denied_directions",
     "is_allow_nothing",
+    "limits_gpus",
     "mtls_downgrades",
     "privilege_problems",
     "root_problems",
     "gpu_limit_problems",
     "gpu_placement_problems",
     "gpu_toleration_problems",
-    "image_problems",
+    "pin_problems",
+    "source_problems",
     "POD_TYPES",
 ]
 
@@ -65,7 +67,7 @@ def _in_namespace(resources: Sequence[Any], group: str, kind: str) -> dict[str, 
     return out
 
 
-def is_default_deny(props: Mapping[str, Any]) -> set[str]:
+def denied_directions(props: Mapping[str, Any]) -> set[str]:
     """The directions ('Ingress', 'Egress') a NetworkPolicy denies for every pod of its namespace."""
     spec = props.get("spec") or {}
     selector = spec.get("podSelector") or {}
@@ -79,7 +81,7 @@ def _default_deny(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
     denied: dict[str, set[str]] = {}
     for ns, policies in _in_namespace(resources, "networking.k8s.io", "NetworkPolicy").items():
         for p in policies:
-            denied.setdefault(ns, set()).update(is_default_deny(p))
+            denied.setdefault(ns, set()).update(denied_directions(p))
     out: Found = []
     for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items():
         missing = sorted({"Ingress", "Egress"} - denied.get(ns, set()))
@@ -96,18 +98,26 @@ def is_allow_nothing(props: Mapping[str, Any]) -> bool:
             and spec.get("action", "ALLOW") == "ALLOW" and not spec.get("rules"))
 
 
-def _allow_nothing(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
-    has = {ns for ns, ps in _in_namespace(resources, ISTIO_SECURITY, "AuthorizationPolicy").items()
-           if any(is_allow_nothing(p) for p in ps)}
-    return [(f"tenant namespace {ns!r} has no allow-nothing AuthorizationPolicy", urn)
+def _tenants_lacking(resources: Sequence[Any], cfg: dict[str, Any], kind: tuple[str, str],
+                     ok: Callable[[Mapping[str, Any]], bool], what: str) -> Found:
+    """Tenant namespaces without an object of `kind` (group, kind) that satisfies `ok`."""
+    has = {ns for ns, objs in _in_namespace(resources, *kind).items() if any(ok(o) for o in objs)}
+    return [(f"tenant namespace {ns!r} has no {what}", urn)
             for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items() if ns not in has]
 
 
+def _allow_nothing(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    return _tenants_lacking(resources, cfg, (ISTIO_SECURITY, "AuthorizationPolicy"), is_allow_nothing,
+                            "allow-nothing AuthorizationPolicy")
+
+
+def limits_gpus(props: Mapping[str, Any]) -> bool:
+    return f"requests.{kube.GPU_RESOURCE}" in ((props.get("spec") or {}).get("hard") or {})
+
+
 def _quota(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
-    limited = {ns for ns, ps in _in_namespace(resources, "core", "ResourceQuota").items()
-               if any(f"requests.{kube.GPU_RESOURCE}" in ((p.get("spec") or {}).get("hard") or {}) for p in ps)}
-    return [(f"tenant namespace {ns!r} has no ResourceQuota limiting requests.{kube.GPU_RESOURCE}", urn)
-            for ns, urn in tenant_namespaces(resources, cfg[PLATFORM_NAMESPACES.name]).items() if ns not in limited]
+    return _tenants_lacking(resources, cfg, ("core", "ResourceQuota"), limits_gpus,
+                            f"ResourceQuota limiting requests.{kube.GPU_RESOURCE}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -216,24 +226,28 @@ def gpu_toleration_problems(spec: Mapping[str, Any], gpu_taints: Sequence[str]) 
     return [f"pod without GPUs tolerates the GPU taint {k!r}" for k in hits]
 
 
-def image_problems(spec: Mapping[str, Any], *, complete: bool, registries: Sequence[str] | None) -> list[str]:
-    """Pinning (registries None) or source (registries given) of every container image."""
+def _images(spec: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(container name, image reference) of every container that names an image."""
+    return [(str(c.get("name")), c["image"]) for c in kube.containers(spec) if isinstance(c.get("image"), str)
+            and c["image"]]
+
+
+def pin_problems(spec: Mapping[str, Any], *, complete: bool) -> list[str]:
+    """Images on a mutable tag; in complete specs also images without a tag or digest (Helm values may
+    leave the tag to the chart's pinned appVersion)."""
     out = []
-    for c in kube.containers(spec):
-        ref = c.get("image")
-        if not isinstance(ref, str) or not ref:
-            if complete:
-                out.append(f"container {c.get('name')!r} has no image")
-            continue
+    for name, ref in _images(spec):
         image = kube.parse_image(ref)
-        if registries is not None:
-            if not kube.registry_allowed(image, registries):
-                out.append(f"container {c.get('name')!r} image {ref!r} is not from an allowed registry")
-        elif image.tag == "latest" and not image.digest:
-            out.append(f"container {c.get('name')!r} image {ref!r} uses the mutable tag 'latest'")
+        if image.tag == "latest" and not image.digest:
+            out.append(f"container {name!r} image {ref!r} uses the mutable tag 'latest'")
         elif not image.tag and not image.digest and complete:
-            out.append(f"container {c.get('name')!r} image {ref!r} has no tag or digest")
+            out.append(f"container {name!r} image {ref!r} has no tag or digest")
     return out
+
+
+def source_problems(spec: Mapping[str, Any], registries: Sequence[str]) -> list[str]:
+    return [f"container {name!r} image {ref!r} is not from an allowed registry"
+            for name, ref in _images(spec) if not kube.registry_allowed(kube.parse_image(ref), registries)]
 
 
 def _pod_check(problems: Callable[[kube.PodSite, dict[str, Any]], list[str]], *, exempt_agents: bool
@@ -362,8 +376,7 @@ POLICIES = [
         severity=Severity.MEDIUM, enforcement=MANDATORY,
         remediation="Reference images as registry/name:version or registry/name@sha256:digest.",
         types=POD_TYPES,
-        check=_pod_check(lambda site, cfg: image_problems(site.spec, complete=site.complete, registries=None),
-                         exempt_agents=False),
+        check=_pod_check(lambda site, cfg: pin_problems(site.spec, complete=site.complete), exempt_agents=False),
     ),
     resource_policy(
         name="images-from-allowed-registries",
@@ -372,8 +385,7 @@ POLICIES = [
         remediation="Mirror the image into an allowed registry, or add its registry to allowedRegistries in the "
                     "pack config after review.",
         types=POD_TYPES, settings=(ALLOWED_REGISTRIES,),
-        check=_pod_check(lambda site, cfg: image_problems(site.spec, complete=site.complete,
-                                                          registries=cfg[ALLOWED_REGISTRIES.name]),
+        check=_pod_check(lambda site, cfg: source_problems(site.spec, cfg[ALLOWED_REGISTRIES.name]),
                          exempt_agents=False),
     ),
 ]
