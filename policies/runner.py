@@ -241,6 +241,7 @@ def run_policies(entries: Sequence[Mapping[str, Any]], config: PackConfig | None
     by_urn = {e["urn"]: e for e in entries}
     out: list[Violation] = []
     stack = None
+    inputs: dict[str, Mapping[str, Any]] = {}  # read once, shared by every resource policy (they only read)
     for policy in policies:
         level = config.level(policy)
         if level == EnforcementLevel.DISABLED:
@@ -258,8 +259,10 @@ def run_policies(entries: Sequence[Mapping[str, Any]], config: PackConfig | None
 
         if isinstance(policy, ResourceValidationPolicy):
             for e in entries:
-                args = ResourceValidationArgs(e["type"], _props(e.get("inputs")), e["urn"], _name(e["urn"]),
-                                              _options(e), None, cfg)
+                if e["urn"] not in inputs:
+                    inputs[e["urn"]] = _props(e.get("inputs"))
+                args = ResourceValidationArgs(e["type"], inputs[e["urn"]], e["urn"], _name(e["urn"]), _options(e),
+                                              None, cfg)
                 policy.validate(args, reporter(e["urn"]))
         elif isinstance(policy, StackValidationPolicy):
             stack = stack if stack is not None else _stack_resources(entries)
