@@ -30,7 +30,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import fabric, naming, security, versions
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from infra.config import Model, NodePool, PlatformConfig
-from telemetry.names import TRITON, VLLM
+from telemetry.names import ENVOY, TRITON, VLLM
 
 __all__ = [
     "DEFAULT_VLLM_IMAGE",
@@ -63,6 +63,7 @@ __all__ = [
     "scaled_object",
     "pod_monitor",
     "scaling_query",
+    "wake_query",
     "model_objects",
     "required_controllers",
     "register_object",
@@ -91,6 +92,8 @@ KEDA_API_VERSION = "keda.sh/v1alpha1"
 PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
 PROMETHEUS_SERVICE = "kps-prometheus"  # kube-prometheus-stack with fullnameOverride "kps" (observability.py)
 PROMETHEUS_PORT = 9090
+# Envoy cluster counter: requests refused because no replica was healthy (not yet in telemetry.names.ENVOY)
+ENVOY_NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"
 
 # `vllm serve --quantization`: Marlin kernels for AWQ/GPTQ (every catalog GPU is compute capability >= 8.0);
 # int8 means W8A8 INT8 checkpoints, which LLM Compressor writes in the compressed-tensors format.
@@ -447,8 +450,25 @@ def scaling_query(cfg: PlatformConfig, model: Model) -> tuple[str, str, str]:
     return (query, "Value", str(model.replicas.target_queue_time_ms))
 
 
+def wake_query(model: Model) -> str:
+    """1 while the gateway turns the model's requests away for want of a ready replica, else 0.
+
+    A model scaled to zero exports no queue metric, so scaling from zero needs the gateway's view;
+    clamped to 1 (AverageValue, threshold 1), this trigger never asks for more than one replica."""
+    return f'clamp_max(sum(rate({ENVOY_NO_HEALTHY}{{{ENVOY.L_CLUSTER}="{model.name}"}}[2m])), 1)'
+
+
+def _trigger(cfg: PlatformConfig, query: str, metric_type: str, threshold: str) -> dict[str, Any]:
+    return {"type": "prometheus", "metricType": metric_type, "metadata": {
+        "serverAddress": prometheus_url(cfg), "query": query, "threshold": threshold,
+        "activationThreshold": "0", "ignoreNullValues": "true"}}
+
+
 def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    query, metric_type, threshold = scaling_query(cfg, model)
+    """KEDA on the queue signal; models that may scale to zero also wake on the gateway's refusals."""
+    triggers = [_trigger(cfg, *scaling_query(cfg, model))]
+    if model.replicas.min == 0:
+        triggers.append(_trigger(cfg, wake_query(model), "AverageValue", "1"))
     kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("Deployment", "apps/v1")
     return {"apiVersion": KEDA_API_VERSION, "kind": "ScaledObject", "metadata": _meta(cfg, model), "spec": {
         "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": workload_name(model)},
@@ -459,9 +479,7 @@ def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
         "advanced": {"horizontalPodAutoscalerConfig": {"behavior": {"scaleDown": {
             "stabilizationWindowSeconds": SCALE_DOWN_STABILIZATION_SECONDS,
             "policies": [{"type": "Pods", "value": 1, "periodSeconds": 120}]}}}},
-        "triggers": [{"type": "prometheus", "metricType": metric_type, "metadata": {
-            "serverAddress": prometheus_url(cfg), "query": query, "threshold": threshold,
-            "activationThreshold": "0", "ignoreNullValues": "true"}}],
+        "triggers": triggers,
     }}
 
 

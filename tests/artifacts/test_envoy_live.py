@@ -57,6 +57,7 @@ class Gateway:
     cfg: PlatformConfig
     envoy: EnvoyProcess
     backends: dict[str, list[FakeBackend]]
+    stats_port: int
 
     @property
     def port(self) -> int:
@@ -76,11 +77,11 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                     for m, bs in BACKENDS.items()}
         collector = ("127.0.0.1", free_port())  # nothing listens: spans are dropped, requests unaffected
         endpoints = {m: [b.address for b in bs] for m, bs in backends.items()} | {"otel_collector": [collector]}
-        admin, listener = free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=free_port(), admin_port=admin,
+        admin, listener, stats = free_port(), free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
                         endpoints=endpoints)
         envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
-        yield Gateway(cfg, envoy, backends)
+        yield Gateway(cfg, envoy, backends, stats)
 
 
 def test_model_header_routes_to_the_workloads_interactive_model(gateway: Gateway) -> None:
@@ -180,3 +181,15 @@ def test_access_log_is_json_with_request_id_and_upstream_timing(gateway: Gateway
 def test_envoy_accepts_the_config_without_deprecation_warnings(gateway: Gateway) -> None:
     warnings = [x for x in gateway.envoy.error_log.read_text().splitlines() if "[warning]" in x]
     assert [w for w in warnings if "deprecat" in w.lower() or "will be ignored" in w] == []
+
+
+def test_stats_port_serves_prometheus_metrics_and_nothing_else_of_the_admin_interface(gateway: Gateway) -> None:
+    gateway.get("/v1/models", {"x-model": "nobody-home"})  # a 404, so the counters below exist and move
+    status, body = request(gateway.stats_port, "/stats/prometheus")
+    text = body.decode()
+    assert status == 200
+    assert 'envoy_cluster_upstream_rq_total{envoy_cluster_name="embed"}' in text
+    assert 'envoy_cluster_upstream_cx_none_healthy{envoy_cluster_name="embed"}' in text  # the wake-up signal
+    assert request(gateway.stats_port, "/ready")[0] == 200
+    for admin_only in ("/config_dump", "/clusters", "/quitquitquit", "/stats"):
+        assert request(gateway.stats_port, admin_only)[0] == 404, admin_only

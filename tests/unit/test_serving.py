@@ -264,6 +264,17 @@ def test_triton_scales_on_average_queue_time() -> None:
         f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[1m])), 1e-9)")
 
 
+def test_scale_to_zero_models_wake_on_the_gateways_refusals() -> None:
+    cfg = small(replicas={"min": 0, "max": 3})
+    triggers = scaled_object(cfg, cfg.models["m"])["spec"]["triggers"]
+    assert [(t["metricType"], t["metadata"]["query"], t["metadata"]["threshold"]) for t in triggers] == [
+        ("AverageValue", 'sum(vllm:num_requests_waiting{namespace="t",aifactory_io_model="m"})', "5"),
+        ("AverageValue", 'clamp_max(sum(rate(envoy_cluster_upstream_cx_none_healthy{envoy_cluster_name="m"}[2m])), 1)',
+         "1")]
+    assert scaled_object(cfg, cfg.models["m"])["spec"]["minReplicaCount"] == 0
+    assert len(scaled_object(stack("prod"), stack("prod").models["finance-8b"])["spec"]["triggers"]) == 1
+
+
 def test_lws_scaled_object_targets_the_leaderworkerset() -> None:
     cfg = stack("prod")
     ref = scaled_object(cfg, cfg.models["deep-research"])["spec"]["scaleTargetRef"]
