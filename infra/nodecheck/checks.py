@@ -302,8 +302,8 @@ def check_burn_in(probe: Probe, pool: NodePool) -> str:
     limit = nc.burn_in_seconds + DEFAULT_BURN_IN_STARTUP_S
     run = run_bounded(probe, burn_in_script(), [str(nc.burn_in_seconds)], limit_s=limit)
     if run.leftovers:
-        raise CheckFailed(f"left {len(run.leftovers)} process(es) behind (pids "
-                          f"{', '.join(map(str, run.leftovers))}; killed)")
+        raise CheckFailed(f"left {len(run.leftovers)} process(es) behind (pids {', '.join(map(str, run.leftovers))}; "
+                          + ("killed)" if run.killed else "still running after SIGKILL)"))
     if run.timed_out:
         raise CheckFailed(f"burn-in did not finish within {limit} s and was stopped")
     if run.rc != 0:

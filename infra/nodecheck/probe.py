@@ -26,15 +26,18 @@ __all__ = [
     "describe_failure",
     "BoundedRun",
     "DEFAULT_KILL_AFTER_S",
+    "DEFAULT_KILL_WAIT_S",
     "TIMEOUT_EXIT",
     "TOKEN_PREFIX",
     "new_token",
     "bounded_command",
     "leftover_command",
+    "kill_command",
     "run_bounded",
 ]
 
 DEFAULT_KILL_AFTER_S = 10  # SIGKILL this long after the SIGTERM at the limit
+DEFAULT_KILL_WAIT_S = 5  # how long leftovers may take to disappear after SIGKILL
 TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit was hit
 TOKEN_PREFIX = "aifactory-node-check-"
 HEREDOC_END = "AIFACTORY_NODE_CHECK_EOF"
@@ -75,7 +78,8 @@ class BoundedRun:
     rc: int
     stdout: str
     stderr: str
-    leftovers: tuple[int, ...]  # pids still carrying the token after the run (killed since)
+    leftovers: tuple[int, ...]  # pids still carrying the token after the run
+    killed: bool  # every leftover is gone since (SIGKILL)
 
     @property
     def timed_out(self) -> bool:
@@ -118,6 +122,12 @@ def run_bounded(probe: Probe, script: str, args: Sequence[str], *, limit_s: int,
         raise CannotRun("cannot verify that nothing was left behind: "
                         + describe_failure(leftover_command(token), found.rc, found.stderr))
     pids = tuple(int(p) for p in found.stdout.split() if p.isdigit())
-    if pids:
-        probe.run("kill -KILL " + " ".join(map(str, pids)))
-    return BoundedRun(result.rc, result.stdout, result.stderr, pids)
+    killed = not pids or probe.run(kill_command(pids, token)).rc == 0
+    return BoundedRun(result.rc, result.stdout, result.stderr, pids, killed)
+
+
+def kill_command(pids: Sequence[int], token: str) -> str:
+    """SIGKILL `pids`, then wait (bounded) until no process carries the token; exit 1 if one still does."""
+    tries = int(DEFAULT_KILL_WAIT_S / 0.1)
+    return (f"kill -KILL {' '.join(map(str, pids))}; i=0; while [ $i -lt {tries} ]; do "
+            f"{leftover_command(token)} >/dev/null || exit 0; i=$((i+1)); sleep 0.1; done; exit 1")

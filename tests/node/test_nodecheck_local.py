@@ -56,7 +56,7 @@ def test_gpu_pool_on_a_host_without_gpu_fails_every_gpu_check_with_a_reason() ->
 
 def test_bounded_run_returns_output_and_leaves_nothing(local: Probe) -> None:
     run = run_bounded(local, "import sys; print('measured', sys.argv[2])", ["10"], limit_s=20)
-    assert (run.rc, run.stdout, run.leftovers, run.timed_out) == (0, "measured 10\n", (), False)
+    assert (run.rc, run.stdout, run.leftovers, run.killed, run.timed_out) == (0, "measured 10\n", (), True, False)
 
 
 def test_bounded_run_stops_a_hung_script_at_its_limit(local: Probe) -> None:
@@ -73,9 +73,8 @@ def test_bounded_run_kills_and_reports_a_process_that_escaped(local: Probe) -> N
     """)
     token = new_token()
     run = run_bounded(local, script, [], limit_s=20, token=token)
-    assert run.rc == 0
-    assert run.leftovers == (int(run.stdout),)
-    assert local.run(leftover_command(token)).rc == 1  # killed: nothing carries the token any more
+    assert (run.rc, run.leftovers, run.killed) == (0, (int(run.stdout),), True)
+    assert local.run(leftover_command(token)).rc == 1  # nothing carries the token any more
 
 
 def test_leftover_pattern_does_not_match_its_own_shell() -> None:
@@ -83,3 +82,24 @@ def test_leftover_pattern_does_not_match_its_own_shell() -> None:
     assert re.fullmatch(r"pgrep -f '\[a\]ifactory-node-check-[0-9a-f]{12}'", leftover_command(token))
     with pytest.raises(ValueError, match="is not a node-check token"):
         leftover_command("python")
+
+
+def test_cli_wiring_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    from infra.cli import main
+
+    assert main(["node-check", "--stack", "nodes-onprem", "--pool", "cpu", "--hosts", "local://",
+                 "--stacks-dir", str(STACKS)]) == 0
+    capsys.readouterr()
+    cases = [
+        (("nodes-onprem", "gpu", "local://"),
+         "stack 'nodes-onprem' has no node pool 'gpu'; pools: a100-mig, cpu, h100-ib"),
+        (("nodes-nope", "cpu", "local://"),
+         "Pulumi.nodes-nope.yaml: no such stack file; stacks: nodes-aws, nodes-onprem"),
+        (("nodes-onprem", "cpu", "node-7"), "host 'node-7': unknown or missing scheme ''; use one of: ansible://, "),
+        (("nodes-onprem", "cpu", " , "), "--hosts is empty; give testinfra URLs such as local://, ssh://user@node"),
+    ]
+    for (stack, pool, hosts), message in cases:
+        assert main(["node-check", "--stack", stack, "--pool", pool, "--hosts", hosts,
+                     "--stacks-dir", str(STACKS)]) == 2
+        out, err = capsys.readouterr()
+        assert out == "" and message in err, err
