@@ -52,6 +52,7 @@ __all__ = [
     "parse",
     "load",
     "POOL_LABEL",
+    "IPAM_BLOCK_SIZE",
     "GPU_TAINT_KEY",
 ]
 
@@ -65,6 +66,7 @@ DEFAULT_EFA_HUGEPAGES_MIB = 5120
 DEFAULT_GPU_ROOT_VOLUME_GIB = 500
 DEFAULT_CPU_ROOT_VOLUME_GIB = 100
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
+IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
     "all-1g.10gb",
@@ -1029,6 +1031,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         infiniband = _infiniband(r, raw.get("infiniband"))
         if aws and "infiniband" in raw:
             r.fail("infiniband", "only applies to provider 'existing'")
+        _ip_range_fits(r, infiniband, pools)
 
     tenants = {n: _tenant(r, n, b) for n, b in r.named(raw.get("tenants", {}), "tenants").items()}
     seen_ns: dict[str, str] = {}
@@ -1058,6 +1061,15 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         raise ConfigError(r.problems or [Problem("target", "is required")])
     return PlatformConfig(stack, target, k8s, cluster, network, pools, infiniband, tenants, models, gateway,
                           observability)
+
+
+def _ip_range_fits(r: _Reader, ib: InfinibandSettings, pools: Mapping[str, NodePool]) -> None:
+    nodes = sum(p.max_size for p in pools.values() if p.fabric == "infiniband")
+    have = ipaddress.ip_network(ib.ip_range).num_addresses
+    if have < IPAM_BLOCK_SIZE * nodes:
+        prefix = 32 - max(1, (IPAM_BLOCK_SIZE * nodes - 1).bit_length())
+        r.fail("infiniband.ipRange", f"{ib.ip_range!r} has {have} addresses, too few for {nodes} InfiniBand nodes x "
+                                     f"{IPAM_BLOCK_SIZE} per node; use a /{prefix} or larger")
 
 
 def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant]) -> None:

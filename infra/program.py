@@ -15,6 +15,7 @@ from components.aws.cluster import GpuCluster
 from components.aws.network import Network
 from components.aws.node_pool import GpuNodePool
 from components.k8s.autoscaler import ClusterAutoscaler
+from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.gateway import Gateway
 from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
@@ -64,7 +65,7 @@ def program(cfg: PlatformConfig) -> None:
                 "capacity": {"type": pool.capacity.type, **({"reservation_id": pool.capacity.reservation_id}
                                                             if pool.capacity.reserved else {})},
                 "placement_group": pool.placement_group, "root_volume_gib": pool.root_volume_gib,
-                "hugepages_mib": pool.hugepages_mib, "labels": dict(pool.labels),
+                "hugepages_mib": pool.hugepages_mib, "labels": {**pool.labels, **mig_node_labels(pool)},
                 "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}, opts=on_aws)
         provider = cluster.provider
     else:

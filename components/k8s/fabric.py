@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import naming, versions
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import POOL_LABEL, InfinibandSettings, PlatformConfig
+from infra.config import IPAM_BLOCK_SIZE, POOL_LABEL, InfinibandSettings, PlatformConfig
 
 __all__ = [
     "EFA_RELEASE_NAME",
@@ -32,7 +32,6 @@ __all__ = [
     "NIC_CLUSTER_POLICY_NAME",
     "IP_POOL_NAME",
     "NETWORKS_ANNOTATION",
-    "DEFAULT_IPAM_BLOCK_SIZE",
     "DEFAULT_SRIOV_NUM_VFS",
     "efa_instance_types",
     "efa_plugin_values",
@@ -53,7 +52,6 @@ MELLANOX_VENDOR_ID = "15b3"
 NIC_CLUSTER_POLICY_NAME = "nic-cluster-policy"  # the operator reconciles only this name
 IP_POOL_NAME = "aifactory-rdma"
 NETWORKS_ANNOTATION = "k8s.v1.cni.cncf.io/networks"
-DEFAULT_IPAM_BLOCK_SIZE = 16  # addresses each node takes from the pool: one per RDMA-attached pod
 DEFAULT_SRIOV_NUM_VFS = 8  # virtual functions per port: one per GPU of an 8-GPU server
 SRIOV_RESOURCE_PREFIX = "nvidia.com"
 SRIOV_CAPABLE_LABEL = "feature.node.kubernetes.io/network-sriov.capable"  # set by node feature discovery
@@ -151,20 +149,12 @@ def _ib_node_affinity(cfg: PlatformConfig) -> dict[str, Any]:
 
 
 def ip_pool(cfg: PlatformConfig) -> dict[str, Any]:
-    """The nv-ipam IPPool of the RDMA networks; raises ValueError when the range cannot give every
-    InfiniBand node its block."""
+    """The nv-ipam IPPool of the RDMA networks (config validation guarantees the range fits every node)."""
     assert cfg.infiniband is not None
-    subnet = ipaddress.ip_network(cfg.infiniband.ip_range)
-    nodes = sum(p.max_size for p in cfg.infiniband_pools)
-    if subnet.num_addresses < DEFAULT_IPAM_BLOCK_SIZE * nodes:
-        need = max(1, (DEFAULT_IPAM_BLOCK_SIZE * nodes - 1).bit_length())
-        raise ValueError(f"infiniband.ipRange: {cfg.infiniband.ip_range!r} has {subnet.num_addresses} addresses, "
-                         f"too few for {nodes} InfiniBand nodes x {DEFAULT_IPAM_BLOCK_SIZE} per node; "
-                         f"use a /{32 - need} or larger")
     return {"apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
             "metadata": {"name": IP_POOL_NAME, "namespace": naming.NETWORK_OPERATOR_NAMESPACE,
                          "labels": dict(naming.MANAGED_BY)},
-            "spec": {"subnet": cfg.infiniband.ip_range, "perNodeBlockSize": DEFAULT_IPAM_BLOCK_SIZE,
+            "spec": {"subnet": cfg.infiniband.ip_range, "perNodeBlockSize": IPAM_BLOCK_SIZE,
                      "nodeSelector": _ib_node_affinity(cfg)}}
 
 

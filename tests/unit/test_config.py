@@ -53,6 +53,10 @@ def with_(path: str, value: Any, base: dict[str, Any] | None = None) -> dict[str
 DELETE = object()
 
 
+def raw_of_onprem() -> dict[str, Any]:
+    return _raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / "Pulumi.onprem.yaml"))
+
+
 def test_stacks_are_the_four_environments() -> None:
     assert STACKS == ["dev", "onprem", "prod", "staging"]
 
@@ -179,6 +183,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "nodePools: expected a mapping, got a list [\"gpu-a\"]"),
     ("infiniband on aws", with_("nodePools.gpu-a.fabric", "infiniband"),
      "nodePools.gpu-a.fabric: 'infiniband' needs provider 'existing'; AWS pools use 'efa'"),
+    ("infiniband range too small", {**raw_of_onprem(), "infiniband": {"ipRange": "192.168.100.0/28"}},
+     "infiniband.ipRange: '192.168.100.0/28' has 16 addresses, too few for 4 InfiniBand nodes x 16 per node; "
+     "use a /26 or larger"),
     ("tenant namespace reserved", with_("tenants.t1.namespace", "kube-system"),
      "tenants.t1.namespace: 'kube-system' is reserved for the platform"),
 ]

@@ -242,15 +242,6 @@ def test_sriov_infiniband_uses_virtual_functions_and_no_shared_device_plugin() -
     assert fabric.network_operator_values(cfg.infiniband)["sriovNetworkOperator"] == {"enabled": True}
 
 
-def test_ip_range_too_small_for_the_infiniband_nodes_names_the_key() -> None:
-    raw = stack_raw("onprem")
-    cfg = stack_cfg("onprem", infiniband={**raw["infiniband"], "ipRange": "192.168.100.0/28"})
-    with pytest.raises(ValueError) as err:
-        fabric.ip_pool(cfg)
-    assert str(err.value) == ("infiniband.ipRange: '192.168.100.0/28' has 16 addresses, too few for 4 InfiniBand "
-                              "nodes x 16 per node; use a /26 or larger")
-
-
 def test_onprem_renders_infiniband_and_aws_renders_none() -> None:
     onprem = platform_only("onprem")
     kinds = {(o["apiVersion"], o["kind"]) for o in kubernetes_objects(onprem.resources)}
