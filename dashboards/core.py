@@ -46,10 +46,14 @@ def prometheus_rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any
 
 
 def default_variables(dashboard: Dashboard) -> dict[str, str]:
-    """What each template variable holds when a dashboard opens: All (`.*`) or the variable's default."""
+    """Each template variable's value for queries(): All (`.*`), the default, or for a query variable
+    without All (Grafana opens it on its first value, unknown here) every value (`.*`)."""
     values = {}
     for t in dashboard.templating.list:
-        values[t.name] = t.allValue if t.includeAll else (t.default or "")
+        if t.includeAll or (t.type == "query" and not t.default):
+            values[t.name] = ".*"
+        else:
+            values[t.name] = t.default or ""
     return values
 
 

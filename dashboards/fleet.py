@@ -64,8 +64,9 @@ def _scaled(expr: str, scale: int) -> str:
 
 
 def _per_gpu(cfg: ObservabilityConfig, metric: str, scale: int, rate: bool) -> str:
-    raw = series(cfg, metric)
-    selected = by_node(f"rate({raw}[$__rate_interval])" if rate else raw)
+    # Select the nodes' series before relabelling them: the fleet has thousands, a node has eight.
+    picked = [series(cfg, metric, f'{label}=~"$node"') for label in DCGM.HOSTNAME_LABELS]
+    selected = by_node("(" + " or ".join(f"rate({s}[$__rate_interval])" if rate else s for s in picked) + ")")
     return _scaled(f'{selected} * on (node) group_left (pool) {R.NODE_POOL}{{node=~"$node", {POOL}}}', scale)
 
 
@@ -83,7 +84,7 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
         tags=["gpu", "dcgm"],
         variables=[
             custom_variable("pool", "Pool", [p.name for p in cfg.pools]),
-            query_variable("node", "Node", f'label_values({R.NODE_POOL}{{{POOL}}}, node)'),
+            query_variable("node", "Node", f'label_values({R.NODE_POOL}{{{POOL}}}, node)', include_all=False),
         ],
         rows=[("By pool", by_pool), ("Per GPU on the selected nodes", per_gpu)],
     )
