@@ -39,11 +39,9 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
-    from infra.config import parse
-    from infra.synth import _raw_for_validation, read_stack_config, stack_file
+    from infra.synth import load_stack
 
-    values = read_stack_config(stack_file(args.stack, Path(args.stacks_dir) if args.stacks_dir else None))
-    cfg = parse(_raw_for_validation(values), stack=args.stack)
+    cfg = load_stack(args.stack, Path(args.stacks_dir) if args.stacks_dir else None)
     print(f"{args.stack}: valid ({cfg.target.provider}, {len(cfg.node_pools)} pools, {len(cfg.tenants)} tenants, "
           f"{len(cfg.models)} models)")
     return EXIT_OK

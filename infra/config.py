@@ -861,6 +861,9 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         elif gpus > per_node and gpus % per_node:
             r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
                                              f"a multi-node replica needs a multiple of {per_node}")
+        elif gpus > per_node and engine == "triton":
+            r.fail(f"{path}.engine", f"'triton' cannot serve a replica of {gpus} GPUs across nodes of {per_node} "
+                                     f"({pool.instance_type}); use engine 'vllm' or fit the replica on one node")
         elif gpus > per_node and pool.fabric == "none":
             r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
                                              f"{pool.name!r} has no data-plane fabric (efa or infiniband)")

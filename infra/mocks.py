@@ -20,6 +20,8 @@ from pulumi.runtime.sync_await import _ensure_event_loop
 __all__ = ["ACCOUNT_ID", "PlatformMocks", "RecordingMonitor", "Registration"]
 
 ACCOUNT_ID = "123456789012"
+# base64 of a PEM block that says MOCK: a certificate-shaped value, never a real CA
+MOCK_CA_DATA = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1PQ0sKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="
 
 
 def _digest(*parts: str, n: int = 17) -> str:
@@ -112,7 +114,8 @@ class PlatformMocks(pmocks.Mocks):
             out["id"] = f"{prefix}-{_digest(typ, name)}"
         if kind == "Role":
             role = inputs.get("name") or f"{name}-{_digest(name, n=7)}"
-            out.update(id=role, name=role, arn=f"arn:aws:iam::{acct}:role/{role}", uniqueId=f"AROA{_digest(name, n=16).upper()}")
+            out.update(id=role, name=role, arn=f"arn:aws:iam::{acct}:role/{role}",
+                       uniqueId=f"AROA{_digest(name, n=16).upper()}")
         elif kind == "Policy" and svc == "iam":
             pol = inputs.get("name") or f"{name}-{_digest(name, n=7)}"
             out.update(id=f"arn:aws:iam::{acct}:policy/{pol}", name=pol, arn=f"arn:aws:iam::{acct}:policy/{pol}")
@@ -130,7 +133,7 @@ class PlatformMocks(pmocks.Mocks):
             out.update(
                 id=cname, name=cname, arn=f"arn:aws:eks:{region}:{acct}:cluster/{cname}",
                 endpoint=f"https://{_digest(cname, n=32).upper()}.gr7.{region}.eks.amazonaws.com",
-                certificateAuthority={"data": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1PQ0sKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo="},
+                certificateAuthority={"data": MOCK_CA_DATA},
                 identities=[{"oidcs": [{"issuer": oidc}]}],
                 status="ACTIVE", platformVersion="eks.1",
                 vpcConfig={**dict(inputs.get("vpcConfig") or {}),
@@ -146,7 +149,8 @@ class PlatformMocks(pmocks.Mocks):
             out.update(id=f"{inputs.get('clusterName')}:{inputs.get('addonName')}",
                        addonVersion=inputs.get("addonVersion") or "v1.0.0-eksbuild.1")
         elif kind == "LaunchTemplate":
-            out.update(latestVersion=1, defaultVersion=1, arn=f"arn:aws:ec2:{region}:{acct}:launch-template/{out['id']}")
+            out.update(latestVersion=1, defaultVersion=1,
+                       arn=f"arn:aws:ec2:{region}:{acct}:launch-template/{out['id']}")
         elif kind == "LogGroup":
             lg = inputs.get("name", name)
             out.update(id=lg, arn=f"arn:aws:logs:{region}:{acct}:log-group:{lg}")
@@ -154,7 +158,8 @@ class PlatformMocks(pmocks.Mocks):
             b = inputs.get("bucket", f"{name}-{_digest(name, n=8)}")
             out.update(id=b, bucket=b, arn=f"arn:aws:s3:::{b}")
         elif kind == "Vpc":
-            out.update(arn=f"arn:aws:ec2:{region}:{acct}:vpc/{out['id']}", defaultSecurityGroupId=f"sg-{_digest(name, 'default')}",
+            out.update(arn=f"arn:aws:ec2:{region}:{acct}:vpc/{out['id']}",
+                       defaultSecurityGroupId=f"sg-{_digest(name, 'default')}",
                        mainRouteTableId=f"rtb-{_digest(name, 'main')}")
         elif kind == "Subnet":
             out.update(arn=f"arn:aws:ec2:{region}:{acct}:subnet/{out['id']}")
@@ -183,11 +188,17 @@ def _uuid(*parts: str) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """Make deserialized property values JSON-ready (resource references become their URN)."""
+    """Make deserialized property values JSON-ready, as the engine's stack export shows them.
+
+    Property values travel as protobuf doubles, so every integer arrives as a float; the engine writes
+    whole numbers back as integers (`containerPort: 8000`, not `8000.0`), and so does this.
+    """
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
     urn = getattr(value, "urn", None)

@@ -36,6 +36,8 @@ __all__ = [
     "SynthSummary",
     "stack_file",
     "read_stack_config",
+    "raw_for_validation",
+    "load_stack",
     "run_program",
     "synth",
     "state_export",
@@ -107,13 +109,20 @@ def read_stack_config(path: Path) -> dict[str, str]:
     return values
 
 
-def _raw_for_validation(values: Mapping[str, str]) -> dict[str, Any]:
+def raw_for_validation(values: Mapping[str, str]) -> dict[str, Any]:
     raw: dict[str, Any] = {}
     for full, text in values.items():
         ns, _, key = full.partition(":")
         if ns == PROJECT:
             raw[key] = json.loads(text) if text.lstrip()[:1] in ("{", "[") else text
     return raw
+
+
+def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
+    """The validated PlatformConfig of a stack file, without running the program."""
+    from infra.config import parse
+
+    return parse(raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)
 
 
 def run_program(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None = None,
@@ -264,7 +273,7 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
     values = read_stack_config(path)
     from infra.config import parse
 
-    parse(_raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
+    parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
     say("[2/3] program  running infra/ under the Pulumi SDK mock monitor")
     result = run_program(stack, values)
     say(f"               {len(result.resources)} resources registered")

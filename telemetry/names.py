@@ -207,6 +207,7 @@ class ENVOY:
     EJECTIONS = "envoy_cluster_outlier_detection_ejections_active"
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
+    NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
     L_CLUSTER = "envoy_cluster_name"
 
 

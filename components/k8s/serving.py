@@ -92,8 +92,6 @@ KEDA_API_VERSION = "keda.sh/v1alpha1"
 PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
 PROMETHEUS_SERVICE = "kps-prometheus"  # kube-prometheus-stack with fullnameOverride "kps" (observability.py)
 PROMETHEUS_PORT = 9090
-# Envoy cluster counter: requests refused because no replica was healthy (not yet in telemetry.names.ENVOY)
-ENVOY_NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"
 
 # `vllm serve --quantization`: Marlin kernels for AWQ/GPTQ (every catalog GPU is compute capability >= 8.0);
 # int8 means W8A8 INT8 checkpoints, which LLM Compressor writes in the compressed-tensors format.
@@ -397,10 +395,6 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": _template(cfg, model, "single"),
         }}
-    if model.engine == "triton":
-        raise ValueError(f"models.{model.name}.tensorParallel: {model.gpus_per_replica} GPUs span "
-                         f"{model.nodes_per_replica} nodes; multi-node replicas are served by vLLM only: "
-                         "use engine 'vllm' or fit the replica on one node")
     return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
             "metadata": _meta(cfg, model, workload_name(model)), "spec": {
         **replicas,
@@ -455,7 +449,7 @@ def wake_query(model: Model) -> str:
 
     A model scaled to zero exports no queue metric, so scaling from zero needs the gateway's view;
     clamped to 1 (AverageValue, threshold 1), this trigger never asks for more than one replica."""
-    return f'clamp_max(sum(rate({ENVOY_NO_HEALTHY}{{{ENVOY.L_CLUSTER}="{model.name}"}}[2m])), 1)'
+    return f'clamp_max(sum(rate({ENVOY.NO_HEALTHY}{{{ENVOY.L_CLUSTER}="{model.name}"}}[2m])), 1)'
 
 
 def _trigger(cfg: PlatformConfig, query: str, metric_type: str, threshold: str) -> dict[str, Any]:

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.config import ConfigError, PlatformConfig, parse
-from infra.synth import DEFAULT_STACKS_DIR, _raw_for_validation, read_stack_config
+from infra.synth import DEFAULT_STACKS_DIR, raw_for_validation, read_stack_config
 
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
 
@@ -27,7 +27,7 @@ BASE: dict[str, Any] = {
 
 
 def raw_of(stack: str) -> dict[str, Any]:
-    return _raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / f"Pulumi.{stack}.yaml"))
+    return raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / f"Pulumi.{stack}.yaml"))
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -54,7 +54,7 @@ DELETE = object()
 
 
 def raw_of_onprem() -> dict[str, Any]:
-    return _raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / "Pulumi.onprem.yaml"))
+    return raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / "Pulumi.onprem.yaml"))
 
 
 def test_stacks_are_the_four_environments() -> None:
@@ -171,6 +171,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("tp does not fit", with_("models.m1.tensorParallel", 12),
      "models.m1.gpusPerReplica: 12 GPUs span nodes of 8 GPUs (p5.48xlarge); a multi-node replica needs a "
      "multiple of 8"),
+    ("triton across nodes",
+     with_("models.m1", {"engine": "triton", "model": "o/m", "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
+                         "pipelineParallel": 2}, with_("tenants.t1.gpuQuota", 16)),
+     "models.m1.engine: 'triton' cannot serve a replica of 16 GPUs across nodes of 8 (p5.48xlarge); use engine "
+     "'vllm' or fit the replica on one node"),
     ("quota too small", with_("tenants.t1.gpuQuota", 4),
      "tenants.t1.gpuQuota: 4 is less than the 8 GPUs its models can scale to (replicas.max x gpusPerReplica); "
      "raise it to at least 8"),

@@ -22,7 +22,7 @@ from components.k8s.serving import (
 )
 from components.k8s.versions import KEDA, LWS
 from infra.config import PlatformConfig, parse
-from infra.synth import DEFAULT_STACKS_DIR, _raw_for_validation, read_stack_config, run_program, stack_file
+from infra.synth import DEFAULT_STACKS_DIR, raw_for_validation, read_stack_config, run_program, stack_file
 
 STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
 GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -30,7 +30,7 @@ GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 @cache
 def stack(name: str) -> PlatformConfig:
-    return parse(_raw_for_validation(read_stack_config(stack_file(name))), stack=name)
+    return parse(raw_for_validation(read_stack_config(stack_file(name))), stack=name)
 
 
 def small(**model: Any) -> PlatformConfig:
@@ -115,13 +115,6 @@ def test_triton_tensor_parallel_runs_one_mpi_rank_per_gpu() -> None:
 def test_triton_pods_carry_the_engine_build_qformat() -> None:
     dep = workload(stack("prod"), stack("prod").models["assistant-fast"])
     assert dep["spec"]["template"]["metadata"]["annotations"] == {"aifactory.io/trtllm-qformat": "fp8"}
-
-
-def test_triton_multi_node_is_refused_with_the_key_path() -> None:
-    cfg = small(engine="triton", tensorParallel=8, pipelineParallel=2)
-    with pytest.raises(ValueError, match=r"^models\.m\.tensorParallel: 16 GPUs span 2 nodes; multi-node replicas "
-                                         r"are served by vLLM only"):
-        workload(cfg, cfg.models["m"])
 
 
 # --- placement, resources, fabric ---------------------------------------------------------------
