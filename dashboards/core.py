@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 from grafanalib._gen import DashboardEncoder
@@ -16,6 +15,7 @@ from dashboards.panels import PROMETHEUS
 from dashboards.promql import substitute
 from dashboards.rules import rules_document
 from infra.config import PlatformConfig
+from infra.synth import load_stack
 
 __all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "load_stack",
            "observability"]
@@ -81,11 +81,3 @@ def dashboard_json(dashboard: Dashboard) -> str:
     """The dashboard as Grafana imports it: deterministic JSON (sorted keys, no id)."""
     data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
-    """A shipped stack's PlatformConfig, read the way `aifactory synth` reads it."""
-    from infra.config import parse
-    from infra.synth import _raw_for_validation, read_stack_config, stack_file
-
-    return parse(_raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)

@@ -27,9 +27,9 @@ def write_dashboards(ctx: ArtifactContext) -> list[Path]:
 
 @artifact("rules")
 def write_rules(ctx: ArtifactContext) -> list[Path]:
-    from dashboards.core import rules
+    from dashboards.core import prometheus_rules
 
     path = ctx.out / "rules" / RULES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(rules(ctx.result.config)))
+    path.write_text(dump_yaml(prometheus_rules(ctx.result.config)))
     return [path]
