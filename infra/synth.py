@@ -9,6 +9,7 @@ of them have succeeded.
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import heapq
 import json
@@ -38,6 +39,7 @@ __all__ = [
     "read_stack_config",
     "raw_for_validation",
     "load_stack",
+    "shipped_stacks",
     "run_program",
     "synth",
     "state_export",
@@ -118,6 +120,12 @@ def raw_for_validation(values: Mapping[str, str]) -> dict[str, Any]:
     return raw
 
 
+def shipped_stacks(stacks_dir: Path | None = None) -> list[str]:
+    """Names of the stacks that have a Pulumi.<stack>.yaml file."""
+    files = (stacks_dir or DEFAULT_STACKS_DIR).glob("Pulumi.*.yaml")
+    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in files)
+
+
 def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
     """The validated PlatformConfig of a stack file, without running the program."""
     from infra.config import parse
@@ -128,7 +136,16 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
 def run_program(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None = None,
                 ) -> SynthResult:
     """Run `program` (default: infra.program.program) under mocks in a fresh context; return what it registered."""
-    return contextvars.Context().run(_run_program, stack, dict(values), program)
+    # A fresh context (Pulumi keeps its settings, config and root resource in context variables) and a
+    # fresh event loop per run: runs stay independent of each other and of whatever ran before.
+    loop = asyncio.new_event_loop()
+    previous = asyncio.get_event_loop_policy()._local._loop  # type: ignore[attr-defined]
+    asyncio.set_event_loop(loop)
+    try:
+        return contextvars.Context().run(_run_program, stack, dict(values), program)
+    finally:
+        asyncio.set_event_loop(previous)
+        loop.close()
 
 
 def _run_program(stack: str, values: dict[str, str], program: Callable[[PlatformConfig], None] | None

@@ -7,9 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.synth import DEFAULT_STACKS_DIR, SynthSummary, synth
-
-SHIPPED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+from infra.synth import SynthSummary, synth
 
 
 @pytest.fixture(scope="session")

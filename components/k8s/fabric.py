@@ -12,7 +12,6 @@ to: IPoIB (the RDMA shared device plugin hands out `rdma/<name>`) or SR-IOV (vir
 
 from __future__ import annotations
 
-import ipaddress
 import json
 from typing import Any
 

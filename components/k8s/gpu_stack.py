@@ -136,7 +136,9 @@ def gpu_operator_values(cfg: PlatformConfig) -> dict[str, Any]:
             # Kubernetes mode: attribute each GPU's series to the pod, namespace and container using it.
             "env": [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
                     {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcgm-metrics.csv"}],
-            "serviceMonitor": {"enabled": True, "interval": DEFAULT_SCRAPE_INTERVAL, "honorLabels": False},
+            # honorLabels: the exporter's pod/namespace labels name the workload using the GPU (Kubernetes mode);
+            # without it they would be renamed exported_pod/exported_namespace and cost attribution breaks.
+            "serviceMonitor": {"enabled": True, "interval": DEFAULT_SCRAPE_INTERVAL, "honorLabels": True},
             "resources": _resources("100m", "256Mi", "500m", "1Gi"),
         },
     }

@@ -94,6 +94,8 @@ def _datasources(cfg: PlatformConfig) -> list[dict[str, Any]]:
     ]
 
 
+KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
+
 def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
     selectors = {f"{kind}SelectorNilUsesHelmValues": False
                  for kind in ("rule", "serviceMonitor", "podMonitor", "probe", "scrapeConfig")}
@@ -123,7 +125,9 @@ def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
             "resources": _res("100m", "128Mi", "500m", "512Mi"),
             "containerSecurityContext": security.container_security_context(),
         },
-        "kube-state-metrics": {"resources": _res("50m", "128Mi", "500m", "512Mi")},
+        # The cost and pool rules join GPU series to pools, models and tenants through these labels.
+        "kube-state-metrics": {"resources": _res("50m", "128Mi", "500m", "512Mi"),
+                               "metricLabelsAllowlist": KSM_LABELS_ALLOWLIST},
         "prometheus-node-exporter": {"resources": _res("50m", "64Mi", "250m", "128Mi")},
     }
 

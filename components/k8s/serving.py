@@ -28,6 +28,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import fabric, naming, security, versions
+from components.k8s.gpu_stack import mig_resource
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from infra.config import Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
@@ -135,10 +136,16 @@ def model_path(model: Model) -> str:
     return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
 
 
+def served_model_names(model: Model) -> list[str]:
+    """Names vLLM answers to. The first one labels its metrics (model_name), so it is the config key the
+    dashboards and rules select on; the workload (what the gateway routes) and the model id follow."""
+    return list(dict.fromkeys((model.name, model.workload, model.model)))
+
+
 def vllm_args(model: Model) -> list[str]:
     """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features."""
     args = ["--host", "0.0.0.0", "--port", str(naming.MODEL_HTTP_PORT),
-            "--served-model-name", model.workload, model.model,
+            "--served-model-name", *served_model_names(model),
             "--tensor-parallel-size", str(model.tensor_parallel),
             "--pipeline-parallel-size", str(model.pipeline_parallel),
             "--gpu-memory-utilization", str(DEFAULT_GPU_MEMORY_UTILIZATION)]
@@ -189,7 +196,7 @@ def _gpus_per_pod(model: Model) -> int:
 def gpu_resources(model: Model) -> dict[str, int]:
     """Whole GPUs, or one MIG slice (GPU operator, mixed strategy: nvidia.com/mig-<profile>)."""
     if model.mig_profile is not None:
-        return {f"nvidia.com/mig-{model.mig_profile}": 1}
+        return {mig_resource(model.mig_profile): 1}
     return {"nvidia.com/gpu": _gpus_per_pod(model)}
 
 

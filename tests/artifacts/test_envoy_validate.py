@@ -11,16 +11,14 @@ import yaml
 from components.k8s import naming
 from components.k8s.envoy_config import bootstrap, render
 from infra.artifacts import ArtifactContext
-from infra.config import PlatformConfig, parse
-from infra.synth import DEFAULT_STACKS_DIR, SynthResult, _raw_for_validation, read_stack_config, stack_file
+from infra.synth import SynthResult
 from infra.writers.envoy import ENVOY_CONFIG_PATH, write_envoy
 from tests.support.fake_backends import ENVOY
+from tests.support.stacks import SHIPPED_STACKS, stack_config
 
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+STACKS = SHIPPED_STACKS
 
 
-def stack_config(stack: str) -> PlatformConfig:
-    return parse(_raw_for_validation(read_stack_config(stack_file(stack))), stack=stack)
 
 
 def validate(path: Path) -> subprocess.CompletedProcess[str]:

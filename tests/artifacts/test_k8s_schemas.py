@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.conftest import SHIPPED_STACKS
+from tests.support.stacks import SHIPPED_STACKS
 
 # API groups of custom resources, and the component whose CRDs define them.
 CUSTOM_GROUPS = {

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from components.k8s.otel_config import collector_config
-from tests.conftest import SHIPPED_STACKS
+from tests.support.stacks import SHIPPED_STACKS
 from tests.unit.test_k8s_platform import stack_cfg
 
 COMMON = ["memory_limiter", "k8sattributes", "batch"]

@@ -20,8 +20,8 @@ from typing import Any
 
 from components.k8s.envoy_config import bootstrap, rebind
 from infra.config import parse
-from infra.synth import _raw_for_validation, read_stack_config, stack_file
 from tests.support.fake_backends import EnvoyProcess, free_port
+from tests.support.stacks import stack_raw
 
 RATES = (500, 2000)
 SECONDS = 3.0  # per measurement
@@ -100,7 +100,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run() -> list[tuple[str, str]]:
-    raw = _raw_for_validation(read_stack_config(stack_file("dev")))
+    raw = stack_raw("dev")
     for tenant in raw["tenants"].values():  # the bench measures latency, not the tenant's rate limit
         tenant["rateLimit"] = {"requestsPerSecond": 10 * max(RATES), "burst": 10 * max(RATES)}
     cfg = parse(raw, stack="dev")

@@ -6,11 +6,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from infra.synth import DEFAULT_STACKS_DIR, synth
-
-
-def shipped_stacks() -> list[str]:
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+from infra.synth import shipped_stacks, synth
 
 
 def run() -> list[tuple[str, str]]:

@@ -71,7 +71,8 @@ def test_efa_security_group_has_exactly_the_two_self_rules() -> None:
 
 
 def test_g6e_pool_has_no_efa_interface_and_no_placement_group() -> None:
-    res = register(lambda: GpuNodePool("small", pool_args("g6e.12xlarge", availability_zones=["us-east-1a", "us-east-1b"],
+    zones = ["us-east-1a", "us-east-1b"]
+    res = register(lambda: GpuNodePool("small", pool_args("g6e.12xlarge", availability_zones=zones,
                                                           subnet_ids=["subnet-a", "subnet-b"])))
     lt = one(res, LT)
     assert "networkInterfaces" not in lt.inputs and "placement" not in lt.inputs
@@ -128,7 +129,8 @@ def test_node_role_has_only_the_four_node_policies() -> None:
     res = register(lambda: GpuNodePool("gpu", pool_args("g6e.xlarge")))
     role = one(res, "aws:iam/role:Role")
     assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
-    attached = sorted(r.inputs["policyArn"] for r in res if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment")
+    attachment = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
+    attached = sorted(r.inputs["policyArn"] for r in res if r.type == attachment)
     assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in (
         "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
         "AmazonSSMManagedInstanceCore"))

@@ -13,9 +13,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from infra.config import ConfigError, PlatformConfig, parse
-from infra.synth import DEFAULT_STACKS_DIR, raw_for_validation, read_stack_config
+from infra.synth import read_stack_config
+from tests.support.stacks import SHIPPED_STACKS, stack_raw
 
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+STACKS = SHIPPED_STACKS
 
 BASE: dict[str, Any] = {
     "target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
@@ -26,8 +27,7 @@ BASE: dict[str, Any] = {
 }
 
 
-def raw_of(stack: str) -> dict[str, Any]:
-    return raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / f"Pulumi.{stack}.yaml"))
+raw_of = stack_raw
 
 
 def problems(raw: dict[str, Any]) -> list[str]:
@@ -51,10 +51,6 @@ def with_(path: str, value: Any, base: dict[str, Any] | None = None) -> dict[str
 
 
 DELETE = object()
-
-
-def raw_of_onprem() -> dict[str, Any]:
-    return raw_for_validation(read_stack_config(DEFAULT_STACKS_DIR / "Pulumi.onprem.yaml"))
 
 
 def test_stacks_are_the_four_environments() -> None:
@@ -188,7 +184,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "nodePools: expected a mapping, got a list [\"gpu-a\"]"),
     ("infiniband on aws", with_("nodePools.gpu-a.fabric", "infiniband"),
      "nodePools.gpu-a.fabric: 'infiniband' needs provider 'existing'; AWS pools use 'efa'"),
-    ("infiniband range too small", {**raw_of_onprem(), "infiniband": {"ipRange": "192.168.100.0/28"}},
+    ("infiniband range too small", {**stack_raw("onprem"), "infiniband": {"ipRange": "192.168.100.0/28"}},
      "infiniband.ipRange: '192.168.100.0/28' has 16 addresses, too few for 4 InfiniBand nodes x 16 per node; "
      "use a /26 or larger"),
     ("tenant namespace reserved", with_("tenants.t1.namespace", "kube-system"),

@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-from functools import cache
-
 import pytest
 
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
-from infra.config import PlatformConfig, parse
-from infra.synth import _raw_for_validation, read_stack_config, run_program, stack_file
+from infra.config import PlatformConfig
+from infra.synth import read_stack_config, run_program, stack_file
+from tests.support.stacks import stack_config
 
-
-@cache
-def stack(name: str) -> PlatformConfig:
-    return parse(_raw_for_validation(read_stack_config(stack_file(name))), stack=name)
+stack = stack_config
 
 
 def test_workloads_pair_interactive_and_batch_models() -> None:

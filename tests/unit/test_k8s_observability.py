@@ -7,7 +7,7 @@ import yaml
 
 from components.k8s import observability as obs
 from components.k8s.otel_config import collector_config
-from tests.unit.test_k8s_platform import stack_cfg
+from tests.support.stacks import stack_config as stack_cfg
 
 
 def test_prometheus_selects_everything_and_keeps_configured_retention() -> None:
@@ -20,6 +20,11 @@ def test_prometheus_selects_everything_and_keeps_configured_retention() -> None:
     assert spec["securityContext"] == {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                        "seccompProfile": {"type": "RuntimeDefault"}, "fsGroup": 2000}
     assert spec["resources"] == {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "16Gi"}}
+
+
+def test_kube_state_metrics_exports_the_labels_cost_rules_join_on() -> None:
+    ksm = obs.kube_prometheus_stack_values(stack_cfg("dev"))["kube-state-metrics"]
+    assert ksm["metricLabelsAllowlist"] == ["nodes=[aifactory.io/pool]", "pods=[aifactory.io/model,aifactory.io/tenant]"]
 
 
 def test_prometheus_joins_the_mesh_for_scrapes_only() -> None:

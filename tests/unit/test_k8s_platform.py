@@ -4,33 +4,18 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
-from typing import Any
 
 import pulumi
-import pytest
-import yaml
 
 from components.k8s import autoscaler, fabric, gpu_stack, naming, versions
 from components.k8s.platform import Platform
-from infra.config import PlatformConfig, parse
+from infra.config import PlatformConfig
 from infra.synth import SynthResult, read_stack_config, run_program, stack_file
 from infra.writers.kubernetes import HELM_RELEASE, helm_releases, kubernetes_objects
 from telemetry.names import DCGM
+from tests.support.stacks import stack_config, stack_raw
 
-STACKS = Path(__file__).resolve().parents[2] / "stacks"
-
-
-def stack_raw(stack: str) -> dict[str, Any]:
-    """A shipped stack's `aifactory:*` config as structured values (keys without the namespace)."""
-    doc = yaml.safe_load((STACKS / f"Pulumi.{stack}.yaml").read_text())
-    return {key.split(":", 1)[1]: value for key, value in doc["config"].items()}
-
-
-def stack_cfg(stack: str, **overrides: Any) -> PlatformConfig:
-    raw = copy.deepcopy(stack_raw(stack))
-    raw.update(overrides)
-    return parse(raw, stack=stack)
+stack_cfg = stack_config
 
 
 def platform_only(stack: str) -> SynthResult:
@@ -142,7 +127,7 @@ def test_gpu_operator_tolerates_every_gpu_pool_taint_once() -> None:
 
 def test_dcgm_exporter_kubernetes_mode_service_monitor_and_custom_counters() -> None:
     dcgm = gpu_stack.gpu_operator_values(stack_cfg("dev"))["dcgmExporter"]
-    assert dcgm["serviceMonitor"] == {"enabled": True, "interval": "15s", "honorLabels": False}
+    assert dcgm["serviceMonitor"] == {"enabled": True, "interval": "15s", "honorLabels": True}
     assert dcgm["env"] == [{"name": "DCGM_EXPORTER_KUBERNETES", "value": "true"},
                            {"name": "DCGM_EXPORTER_COLLECTORS", "value": "/etc/dcgm-exporter/dcgm-metrics.csv"}]
     assert dcgm["config"]["name"] == "aifactory-dcgm-counters" and dcgm["config"]["create"] is True

@@ -10,10 +10,11 @@ import pytest
 
 from infra.artifacts import ArtifactContext
 from infra.cli import main
-from infra.synth import DEFAULT_STACKS_DIR, read_stack_config, run_program, stack_file, state_export
+from infra.synth import read_stack_config, run_program, stack_file, state_export
 from infra.writers.policy import write_policy_report
 from policies.pack import POLICIES
 from policies.runner import PolicyInputError, parse_config, run_policies, state_resources
+from tests.support.stacks import SHIPPED_STACKS
 
 STACK = {"urn": "urn:pulumi:dev::aifactory::pulumi:pulumi:Stack::aifactory-dev", "custom": False,
          "type": "pulumi:pulumi:Stack", "outputs": {}}
@@ -157,7 +158,6 @@ def test_secrets_of_a_real_export_are_read_or_masked() -> None:
         ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'")]
 
 
-SHIPPED_STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
 
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from functools import cache
 from typing import Any
 
 import pytest
@@ -22,15 +21,14 @@ from components.k8s.serving import (
 )
 from components.k8s.versions import KEDA, LWS
 from infra.config import PlatformConfig, parse
-from infra.synth import DEFAULT_STACKS_DIR, raw_for_validation, read_stack_config, run_program, stack_file
+from infra.synth import read_stack_config, run_program, stack_file
+from tests.support.stacks import SHIPPED_STACKS, stack_config
 
-STACKS = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in DEFAULT_STACKS_DIR.glob("Pulumi.*.yaml"))
+STACKS = SHIPPED_STACKS
 GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
 
 
-@cache
-def stack(name: str) -> PlatformConfig:
-    return parse(raw_for_validation(read_stack_config(stack_file(name))), stack=name)
+stack = stack_config
 
 
 def small(**model: Any) -> PlatformConfig:
@@ -66,6 +64,14 @@ def test_vllm_args_single_node_defaults() -> None:
         "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "chat", "Qwen/Qwen2.5-7B-Instruct",
         "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.92",
         "--max-model-len", "16384", "--enable-prefix-caching"]
+
+
+def test_served_names_put_the_config_key_first_for_metrics_then_the_routed_workload() -> None:
+    cfg = stack("prod")
+    batch = vllm_args(cfg.models["assistant-batch"])
+    i = batch.index("--served-model-name")
+    assert batch[i + 1:i + 4] == ["assistant-batch", "assistant", "meta-llama/Llama-3.3-70B-Instruct"]
+    assert batch[i + 4] == "--tensor-parallel-size"
 
 
 def test_vllm_args_multi_node_with_speculative_decoding() -> None:

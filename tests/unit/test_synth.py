@@ -10,7 +10,7 @@ import pytest
 
 from infra import artifacts
 from infra.synth import synth
-from tests.conftest import SHIPPED_STACKS
+from tests.support.stacks import SHIPPED_STACKS
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -1,0 +1,36 @@
+"""The shipped stacks as tests use them: names, raw `aifactory:*` values, validated configs."""
+
+from __future__ import annotations
+
+import copy
+from functools import cache
+from typing import Any
+
+from infra.config import PlatformConfig, parse
+from infra.synth import load_stack, raw_for_validation, read_stack_config, shipped_stacks, stack_file
+
+__all__ = ["SHIPPED_STACKS", "stack_raw", "stack_config"]
+
+SHIPPED_STACKS = shipped_stacks()
+
+
+def stack_raw(stack: str) -> dict[str, Any]:
+    """A shipped stack's `aifactory:*` values (keys without the namespace), a fresh copy to mutate."""
+    return copy.deepcopy(_raw(stack))
+
+
+@cache
+def _raw(stack: str) -> dict[str, Any]:
+    return raw_for_validation(read_stack_config(stack_file(stack)))
+
+
+@cache
+def _config(stack: str) -> PlatformConfig:
+    return load_stack(stack)
+
+
+def stack_config(stack: str, **overrides: Any) -> PlatformConfig:
+    """A shipped stack's PlatformConfig; top-level `overrides` replace keys before validation."""
+    if not overrides:
+        return _config(stack)
+    return parse({**stack_raw(stack), **overrides}, stack=stack)
