@@ -15,8 +15,8 @@ from components.aws.cluster import GpuCluster
 from components.aws.network import Network
 from components.aws.node_pool import GpuNodePool
 from components.k8s.autoscaler import ClusterAutoscaler
-from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.gateway import Gateway
+from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
 from dashboards.deploy import Monitoring

@@ -25,10 +25,10 @@ import testinfra
 import testinfra.backend
 
 from infra.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from infra.config import ConfigError, NodePool, parse
+from infra.config import ConfigError, NodePool
 from infra.nodecheck.checks import CHECKS, Check, CheckFailed
 from infra.nodecheck.probe import CannotRun, Probe
-from infra.synth import StackFileError, _raw_for_validation, read_stack_config, stack_file
+from infra.synth import StackFileError, load_stack
 
 __all__ = [
     "CheckResult",
@@ -96,8 +96,7 @@ def check_node(host: Any, pool: NodePool, *, label: str, progress: Progress | No
 def load_pool(stack: str, pool: str, stacks_dir: Path | None) -> NodePool:
     """The pool's profile from the stack config; UsageError names the stacks or pools that exist."""
     try:
-        values = read_stack_config(stack_file(stack, stacks_dir))
-        cfg = parse(_raw_for_validation(values), stack=stack)
+        cfg = load_stack(stack, stacks_dir)
     except (StackFileError, ConfigError) as err:
         raise UsageError(str(err)) from None
     if pool not in cfg.node_pools:
