@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+__all__ = ["main", "entry", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -123,5 +124,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The console script. Like other Unix tools, `aifactory synth prod | head` ends quietly when the reader
+    goes away (default SIGPIPE); only here, never for in-process callers of main()."""
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

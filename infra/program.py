@@ -7,22 +7,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.aws.cluster import GpuCluster
-from components.aws.network import Network
-from components.aws.node_pool import GpuNodePool
+from components.aws.cluster import GpuCluster, GpuClusterArgs
+from components.aws.network import Network, NetworkArgs
+from components.aws.node_pool import CapacityArgs, GpuNodePool, GpuNodePoolArgs
 from components.k8s.autoscaler import ClusterAutoscaler
 from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
 from dashboards.deploy import Monitoring
-from infra.config import PlatformConfig
+from infra.config import NodePool, PlatformConfig
 
-__all__ = ["program", "existing_cluster_provider"]
+__all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args"]
 
 
 def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
@@ -35,65 +37,90 @@ def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
     )
 
 
-def program(cfg: PlatformConfig) -> None:
-    # --- cluster (AWS layer: components.aws) ----------------------------------------------
-    cluster: GpuCluster | None = None
-    if cfg.is_aws and cfg.cluster is not None and cfg.network is not None:
-        name, zones = cfg.cluster.name, list(cfg.target.availability_zones)
-        on_aws = pulumi.ResourceOptions(providers=[aws.Provider("aws", region=cfg.target.region, default_tags={
-            "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
-        network = Network(name, {"availability_zones": zones, "cluster_name": name, "vpc_cidr": cfg.network.vpc_cidr,
-                                 "nat_gateways": cfg.network.nat_gateways,
-                                 "flow_log_retention_days": cfg.network.flow_log_retention_days}, opts=on_aws)
-        sp = cfg.cluster.system_pool
-        cluster = GpuCluster(name, {
-            "kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
-            "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in zones],
+@dataclass(frozen=True)
+class AwsCluster:
+    """What the AWS layer hands to the Kubernetes layer."""
+
+    cluster: GpuCluster
+    opts: pulumi.ResourceOptions  # the explicit AWS provider, for AWS resources created by later layers
+
+
+def network_args(cfg: PlatformConfig) -> NetworkArgs:
+    assert cfg.cluster is not None and cfg.network is not None
+    return {"availability_zones": list(cfg.target.availability_zones), "cluster_name": cfg.cluster.name,
+            "vpc_cidr": cfg.network.vpc_cidr, "nat_gateways": cfg.network.nat_gateways,
+            "flow_log_retention_days": cfg.network.flow_log_retention_days}
+
+
+def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
+    assert cfg.cluster is not None
+    sp = cfg.cluster.system_pool
+    return {"kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
+            "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in cfg.target.availability_zones],
             "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
             "admin_role_arns": list(cfg.cluster.admin_role_arns),
             "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
-                            "desired_size": sp.desired_size}}, opts=on_aws)
-        for pool in cfg.node_pools.values():
-            GpuNodePool(f"{name}-{pool.name}", {
-                "cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
-                "cluster_security_group_id": cluster.node_security_group_id,
-                "availability_zones": list(pool.availability_zones),
-                "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in pool.availability_zones],
-                "instance_type": pool.instance_type, "pool_name": pool.name,
-                "kubernetes_version": cfg.kubernetes_version, "min_size": pool.min_size,
-                "max_size": pool.max_size, "desired_size": pool.desired_size, "fabric": pool.fabric,
-                "capacity": {"type": pool.capacity.type, **({"reservation_id": pool.capacity.reservation_id}
-                                                            if pool.capacity.reserved else {})},
-                "placement_group": pool.placement_group, "root_volume_gib": pool.root_volume_gib,
-                "hugepages_mib": pool.hugepages_mib, "labels": {**pool.labels, **mig_node_labels(pool)},
-                "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}, opts=on_aws)
-        provider = cluster.provider
-    else:
-        provider = existing_cluster_provider(cfg)
+                            "desired_size": sp.desired_size}}
 
-    # --- platform (components.k8s: GpuStack, Fabric, Mesh, Tenancy, Observability, autoscaler) --
-    platform = Platform("platform", cfg=cfg, opts=pulumi.ResourceOptions(provider=provider))
-    if cluster is not None:
-        ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=cluster, system_namespace=platform.system_namespace,
-                          opts=pulumi.ResourceOptions.merge(on_aws, pulumi.ResourceOptions(providers=[provider])))
 
-    # --- serving and gateway (components.k8s: ModelDeployment, Gateway) ---------------------
+def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluster: GpuCluster) -> GpuNodePoolArgs:
+    capacity: CapacityArgs = {"type": pool.capacity.type}
+    if pool.capacity.reservation_id is not None:
+        capacity["reservation_id"] = pool.capacity.reservation_id
+    return {"cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
+            "cluster_security_group_id": cluster.node_security_group_id,
+            "availability_zones": list(pool.availability_zones),
+            "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in pool.availability_zones],
+            "instance_type": pool.instance_type, "pool_name": pool.name,
+            "kubernetes_version": cfg.kubernetes_version, "min_size": pool.min_size,
+            "max_size": pool.max_size, "desired_size": pool.desired_size, "fabric": pool.fabric,
+            "capacity": capacity, "placement_group": pool.placement_group,
+            "root_volume_gib": pool.root_volume_gib, "hugepages_mib": pool.hugepages_mib,
+            "labels": {**pool.labels, **mig_node_labels(pool)},
+            "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}
+
+
+def aws_cluster(cfg: PlatformConfig) -> AwsCluster:
+    """Network -> GpuCluster (EKS) -> one GpuNodePool per configured pool, on an explicit AWS provider."""
+    assert cfg.cluster is not None
+    name = cfg.cluster.name
+    on_aws = pulumi.ResourceOptions(providers=[aws.Provider("aws", region=cfg.target.region, default_tags={
+        "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
+    network = Network(name, network_args(cfg), opts=on_aws)
+    cluster = GpuCluster(name, cluster_args(cfg, network), opts=on_aws)
+    for pool in cfg.node_pools.values():
+        GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster), opts=on_aws)
+    return AwsCluster(cluster, on_aws)
+
+
+def program(cfg: PlatformConfig) -> None:
+    # --- cluster: EKS on AWS, or an existing cluster by kubeconfig --------------------------
+    on_aws = aws_cluster(cfg) if cfg.is_aws else None
+    provider = on_aws.cluster.provider if on_aws is not None else existing_cluster_provider(cfg)
     on_cluster = pulumi.ResourceOptions(provider=provider)
-    controllers = ServingControllers("serving", cfg=cfg, opts=pulumi.ResourceOptions.merge(
-        on_cluster, pulumi.ResourceOptions(depends_on=[platform.system_namespace])))
-    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m, opts=pulumi.ResourceOptions.merge(
-        on_cluster, pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant],
-                                                       platform.observability, controllers])))
-              for m in cfg.models.values()]
-    Gateway("gateway", cfg=cfg, opts=pulumi.ResourceOptions.merge(
-        on_cluster, pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
 
-    # --- dashboards and rules (dashboards/) -------------------------------------------------
+    # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
+    platform = Platform("platform", cfg=cfg, opts=on_cluster)
+    if on_aws is not None:
+        ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=on_aws.cluster,
+                          system_namespace=platform.system_namespace,
+                          opts=pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider])))
+
+    # --- serving and gateway ----------------------------------------------------------------
+    controllers = ServingControllers("serving", cfg=cfg, opts=on_cluster.merge(
+        pulumi.ResourceOptions(depends_on=[platform.system_namespace])))
+    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m, opts=on_cluster.merge(
+        pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.observability,
+                                           controllers])))
+              for m in cfg.models.values()]
+    Gateway("gateway", cfg=cfg, opts=on_cluster.merge(
+        pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
+
+    # --- dashboards and rules ---------------------------------------------------------------
     Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])
 
-    # --- exports ---------------------------------------------------------------------------
+    # --- exports ----------------------------------------------------------------------------
     pulumi.export("stack", cfg.stack)
     pulumi.export("kubernetesVersion", cfg.kubernetes_version)
     pulumi.export("gpuPools", sorted(p.name for p in cfg.gpu_pools))
     pulumi.export("models", sorted(cfg.models))
-    _ = provider
