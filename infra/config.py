@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
+from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 
 __all__ = [
     "NAMESPACE",
@@ -62,9 +63,6 @@ SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
 GPU_TAINT_KEY = "nvidia.com/gpu"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
-DEFAULT_EFA_HUGEPAGES_MIB = 5120
-DEFAULT_GPU_ROOT_VOLUME_GIB = 500
-DEFAULT_CPU_ROOT_VOLUME_GIB = 100
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
@@ -758,8 +756,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
 
     mig = r.value(d, "mig", path, str, None, choices=MIG_LAYOUTS)
     if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
-        r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: "
-                              f"{', '.join(n for n in catalog.gpu_types() if catalog.get(n).gpu.mig_capable)}")
+        mig_types = [n for n, t in catalog.CATALOG.items() if t.gpu is not None and t.gpu.mig_capable]
+        r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: {', '.join(sorted(mig_types))}")
 
     nc_path = f"{path}.nodeCheck"
     ncd = r.mapping(d.get("nodeCheck") or {}, nc_path,

@@ -12,6 +12,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws import catalog, iam
+from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.aws.errors import Problems
 from components.aws.nodes import (
     AMI_TYPE_CPU,
@@ -43,9 +44,6 @@ TYPE = "aifactory:index:GpuNodePool"
 FABRICS = ("efa", "none")
 CAPACITY_TYPES = ("on-demand", "odcr", "capacity-block")
 TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-DEFAULT_GPU_ROOT_VOLUME_GIB = 500
-DEFAULT_CPU_ROOT_VOLUME_GIB = 100
-DEFAULT_EFA_HUGEPAGES_MIB = 5120
 
 
 class CapacityArgs(TypedDict):
@@ -128,7 +126,8 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     inst = catalog.CATALOG.get(itype)
     if inst is None or inst.onprem:
         aws_types = [n for n, t in catalog.CATALOG.items() if not t.onprem]
-        problems.add("instanceType", f"{itype!r} is not a known AWS instance type; known: {', '.join(sorted(aws_types))}")
+        problems.add("instanceType",
+                     f"{itype!r} is not a known AWS instance type; known: {', '.join(sorted(aws_types))}")
         problems.raise_any()
     assert inst is not None
     fabric = args.get("fabric", "none")
@@ -172,7 +171,8 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
         else [Taint(GPU_RESOURCE, "NoSchedule", "true")] if inst.has_gpu else []
     for i, t in enumerate(taints):
         if t.effect not in TAINT_EFFECTS:
-            problems.add(f"taints[{i}].effect", f"{t.effect!r} is not allowed; choose one of: {', '.join(TAINT_EFFECTS)}")
+            problems.add(f"taints[{i}].effect",
+                         f"{t.effect!r} is not allowed; choose one of: {', '.join(TAINT_EFFECTS)}")
     hugepages = args.get("hugepages_mib", DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0)
     if hugepages < 0 or hugepages % 2:
         problems.add("hugepagesMib", f"{hugepages} must be a non-negative multiple of 2 (2 MiB pages)")

@@ -150,7 +150,8 @@ def user_data(*, hugepages_mib: int, kubelet_config: Mapping[str, object] = DEFA
                       f"echo 'vm.nr_hugepages = {pages}' > /etc/sysctl.d/90-aifactory-hugepages.conf\n"
                       f"sysctl -w vm.nr_hugepages={pages}\n"))
     body = "".join(f"--{MIME_BOUNDARY}\nContent-Type: {ctype}\n\n{text}\n" for ctype, text in parts)
-    return f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n{body}--{MIME_BOUNDARY}--\n'
+    header = f'MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary="{MIME_BOUNDARY}"\n\n'
+    return f"{header}{body}--{MIME_BOUNDARY}--\n"
 
 
 def node_labels(spec: NodeGroupSpec) -> dict[str, str]:

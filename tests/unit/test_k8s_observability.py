@@ -24,7 +24,8 @@ def test_prometheus_selects_everything_and_keeps_configured_retention() -> None:
 
 def test_kube_state_metrics_exports_the_labels_cost_rules_join_on() -> None:
     ksm = obs.kube_prometheus_stack_values(stack_cfg("dev"))["kube-state-metrics"]
-    assert ksm["metricLabelsAllowlist"] == ["nodes=[aifactory.io/pool]", "pods=[aifactory.io/model,aifactory.io/tenant]"]
+    assert ksm["metricLabelsAllowlist"] == ["nodes=[aifactory.io/pool]",
+                                            "pods=[aifactory.io/model,aifactory.io/tenant]"]
 
 
 def test_prometheus_joins_the_mesh_for_scrapes_only() -> None:
