@@ -21,6 +21,7 @@ from google.protobuf import empty_pb2, json_format, struct_pb2
 from pulumi.runtime.proto import analyzer_pb2, analyzer_pb2_grpc
 
 from policies.pack import PACK_NAME, POLICIES
+from tests.support.processes import stop_process
 
 PACK_DIR = Path(__file__).resolve().parents[2] / "policies"
 START_TIMEOUT_S = 60
@@ -53,12 +54,7 @@ def analyzer() -> Iterator[analyzer_pb2_grpc.AnalyzerStub]:
             grpc.channel_ready_future(channel).result(timeout=RPC_TIMEOUT_S)
             yield analyzer_pb2_grpc.AnalyzerStub(channel)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=STOP_TIMEOUT_S)
+        stop_process(proc, STOP_TIMEOUT_S)
 
 
 def _struct(props: dict) -> struct_pb2.Struct:

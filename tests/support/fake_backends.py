@@ -29,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from tests.support.processes import free_port, stop_process
+
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
@@ -42,12 +44,6 @@ class Behaviour(enum.Enum):
     UNAVAILABLE = "503"
     RESET = "reset"
     SLOW = "slow"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -182,14 +178,8 @@ class EnvoyProcess:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
-        try:
-            self._proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(timeout=5)
+        if self._proc is not None:
+            stop_process(self._proc, timeout=5)
         self._proc = None
 
     def access_log_lines(self, needle: str, *, timeout: float = 5.0) -> list[str]:

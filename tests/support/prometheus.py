@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
 import subprocess
 import time
 import urllib.error
@@ -26,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.support.processes import free_port, stop_process
 
 __all__ = ["PrometheusServer", "backfill", "backfill_rules", "rule_levels", "free_port", "require_binaries",
            "promtool"]
@@ -44,12 +45,6 @@ def require_binaries() -> tuple[str, str]:
 def promtool(*args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
     _, tool = require_binaries()
     return subprocess.run([tool, *args], capture_output=True, text=True, timeout=timeout, check=False)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def backfill(openmetrics: str, tsdb: Path, *, workdir: Path) -> None:
@@ -162,15 +157,8 @@ class PrometheusServer:
         raise RuntimeError(f"prometheus not ready after {START_TIMEOUT_S}s:\n{self.log.read_text()[-2000:]}")
 
     def stop(self) -> None:
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        if self.proc is not None:
+            stop_process(self.proc)
         self.proc = None
 
     def __exit__(self, *exc: object) -> None:
