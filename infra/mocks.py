@@ -55,8 +55,9 @@ class PlatformMocks(pmocks.Mocks):
         self.region = region
 
     # --- invokes -----------------------------------------------------------------------------
-    def call(self, args: pmocks.MockCallArgs) -> dict:
-        # A plain dict: the SDK's MockMonitor iterates the failures of a tuple, so (result, None) breaks it.
+    def call(self, args: pmocks.MockCallArgs) -> dict:  # type: ignore[override]
+        # A plain dict, which the SDK's MockMonitor accepts: it iterates the failures of a tuple, so the
+        # annotated (result, None) breaks it.
         tok = args.token
         if tok == "aws:index/getCallerIdentity:getCallerIdentity":
             return {"accountId": ACCOUNT_ID, "arn": f"arn:aws:iam::{ACCOUNT_ID}:user/synth",

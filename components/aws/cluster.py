@@ -170,7 +170,7 @@ class GpuCluster(pulumi.ComponentResource):
         logs = aws.cloudwatch.LogGroup(
             f"{name}-control-plane", name=f"/aws/eks/{cluster_name}/cluster",
             retention_in_days=args.get("log_retention_days", DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS), opts=child)
-        self.eks = aws.eks.Cluster(
+        self.eks = aws.eks.Cluster(  # type: ignore[call-overload]  # nested inputs as plain dicts
             f"{name}-eks",
             name=cluster_name,
             version=args["kubernetes_version"],

@@ -59,7 +59,7 @@ def subnet_plan(vpc_cidr: str, zones: list[str]) -> dict[str, tuple[str, str]]:
     and EFA interfaces of type `efa` take one each); the last eighth is cut again in eighths for the
     public subnets, which hold only load balancers and NAT gateways.
     """
-    vpc = ipaddress.ip_network(vpc_cidr)
+    vpc = ipaddress.IPv4Network(vpc_cidr)
     eighths = list(vpc.subnets(prefixlen_diff=3))
     public = list(eighths[-1].subnets(prefixlen_diff=3))
     return {zone: (str(eighths[i]), str(public[i])) for i, zone in enumerate(zones)}

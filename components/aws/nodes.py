@@ -213,10 +213,12 @@ def efa_security_group(name: str, *, vpc_id: pulumi.Input[str], opts: pulumi.Res
 
     Rules are inline, so Pulumi manages them exclusively: a rule added out of band is removed.
     """
-    self_rule = {"protocol": "-1", "from_port": 0, "to_port": 0, "self": True,
-                 "description": "EFA: all traffic within the pool's fabric"}
-    return aws.ec2.SecurityGroup(name, vpc_id=vpc_id, description="EFA data plane: members only",
-                                 ingress=[self_rule], egress=[self_rule], opts=opts)
+    about = "EFA: all traffic within the pool's fabric"
+    return aws.ec2.SecurityGroup(
+        name, vpc_id=vpc_id, description="EFA data plane: members only",
+        ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True, description=about)],
+        egress=[aws.ec2.SecurityGroupEgressArgs(protocol="-1", from_port=0, to_port=0, self=True, description=about)],
+        opts=opts)
 
 
 def node_group(
@@ -232,7 +234,9 @@ def node_group(
     opts: pulumi.ResourceOptions,
 ) -> tuple[aws.ec2.LaunchTemplate, aws.eks.NodeGroup]:
     """The launch template (`name`-lt) and managed node group (`name`-ng) for one spec."""
-    lt = aws.ec2.LaunchTemplate(
+    # Nested inputs are plain dicts (engine-shaped, as the schema allows); the SDK's overloads only type
+    # its Args classes, hence the ignores on these constructors.
+    lt = aws.ec2.LaunchTemplate(  # type: ignore[call-overload]
         f"{name}-lt",
         description=f"{spec.pool}: {spec.instance_type} ({spec.fabric})",
         metadata_options=metadata_options(),
@@ -245,7 +249,7 @@ def node_group(
         **capacity_options(spec.capacity_type, spec.reservation_id),
         opts=opts,
     )
-    ng = aws.eks.NodeGroup(
+    ng = aws.eks.NodeGroup(  # type: ignore[call-overload]
         f"{name}-ng",
         cluster_name=cluster_name,
         version=kubernetes_version,
