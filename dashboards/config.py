@@ -72,7 +72,8 @@ class Pool:
 
 @dataclass(frozen=True, slots=True)
 class ServedModel:
-    name: str  # the config key: vLLM --served-model-name (label model_name) and Triton's model (label model)
+    # the config key: vLLM's first --served-model-name (label model_name); Triton's pod label aifactory.io/model
+    name: str
     engine: Literal["vllm", "triton"]
     tenant: str
     pool: str

@@ -339,8 +339,14 @@ def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
     def vrate(metric: str, *matchers: str, by: str = "model_name") -> str:
         return vllm(f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))")
 
-    def trate(metric: str, *matchers: str, by: str = "model") -> str:
-        return f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))"
+    def triton(expr_of: str) -> str:
+        """Name Triton's pod-label model key `model`, like vLLM's (see TRITON.ENGINE_MODEL)."""
+        return f'label_replace({expr_of}, "model", "$1", "{TRITON.L_POD_MODEL}", "(.+)")'
+
+    engine = f'{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
+
+    def trate(metric: str, *matchers: str, by: str = TRITON.L_POD_MODEL) -> str:
+        return triton(f"sum by ({by}) (rate({series(cfg, metric, engine, *matchers)}[{RATE}]))")
 
     out: list[Record] = []
     for h in VLLM_HISTOGRAMS:
@@ -359,12 +365,12 @@ def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.VLLM_PREFIX_HIT, f"{vrate(VLLM.PREFIX_HITS)} / {vrate(VLLM.PREFIX_QUERIES)}"),
         Record(R.VLLM_SPEC_ACCEPT, f"{vrate(VLLM.SPEC_ACCEPTED_TOKENS)} / {vrate(VLLM.SPEC_DRAFT_TOKENS)}"),
         Record(R.TRITON_REQUESTS, trate(TRITON.REQUEST_SUCCESS)),
-        Record(R.TRITON_FAILURES, trate(TRITON.REQUEST_FAILURE, by="model, reason")),
+        Record(R.TRITON_FAILURES, trate(TRITON.REQUEST_FAILURE, by=f"{TRITON.L_POD_MODEL}, reason")),
         Record(R.TRITON_QUEUE, f"{trate(TRITON.QUEUE_DURATION_US)} / {R.TRITON_REQUESTS} / 1e6"),
         Record(R.TRITON_COMPUTE, f"({trate(TRITON.COMPUTE_INPUT_US)} + {trate(TRITON.COMPUTE_INFER_US)} + "
                                  f"{trate(TRITON.COMPUTE_OUTPUT_US)}) / {R.TRITON_REQUESTS} / 1e6"),
         Record(R.TRITON_BATCH, f"{trate(TRITON.INFERENCE_COUNT)} / {trate(TRITON.EXEC_COUNT)}"),
-        Record(R.TRITON_PENDING, f"sum by (model) ({series(cfg, TRITON.PENDING)})"),
+        Record(R.TRITON_PENDING, triton(f"sum by ({TRITON.L_POD_MODEL}) ({series(cfg, TRITON.PENDING, engine)})")),
     ]
     return out
 

@@ -188,7 +188,13 @@ class TRITON:
     GPU_UTILIZATION = "nv_gpu_utilization"  # 0-1
     GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
     ENERGY = "nv_energy_consumption"
-    L_MODEL = "model"
+    L_MODEL = "model"  # the model-repository name, not the kit's model: see ENGINE_MODEL / L_POD_MODEL
+    # A TensorRT-LLM repository holds preprocessing, tensorrt_llm, postprocessing and an ensemble; every user
+    # request reaches `tensorrt_llm` exactly once (ensemble and BLS paths alike) and it owns the in-flight
+    # batching queue, so the kit reads that one and keys it by the pod's aifactory.io/model label, which the
+    # model's PodMonitor copies onto every series (podTargetLabels).
+    ENGINE_MODEL = "tensorrt_llm"
+    L_POD_MODEL = "aifactory_io_model"
 
 
 class ISTIO:

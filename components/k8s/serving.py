@@ -434,8 +434,10 @@ def disruption_budget(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
 
 
 def _selector(cfg: PlatformConfig, model: Model) -> str:
-    # PodMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model.
-    return f'namespace="{_namespace(cfg, model)}",aifactory_io_model="{model.name}"'
+    # PodMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model; Triton's own
+    # `model` label names repository models, of which tensorrt_llm sees each request once.
+    sel = f'namespace="{_namespace(cfg, model)}",{TRITON.L_POD_MODEL}="{model.name}"'
+    return sel if model.engine == "vllm" else f'{sel},{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
 
 
 def scaling_query(cfg: PlatformConfig, model: Model) -> tuple[str, str, str]:

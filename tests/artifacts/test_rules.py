@@ -169,12 +169,14 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
                       limit + 1)]))
     out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"{limit}x20"}, "15m"))
 
-    triton = {"model": "assistant-fast", "version": "1"}
+    triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
+    ensemble = {**triton, "model": "ensemble"}  # same pod, another repository model: never counted
     target = next(m.target_queue_seconds for m in cfg.models if m.name == "assistant-fast")
     for factor in (1.5 * cfg.queue_alert_factor, cfg.queue_alert_factor / 2):
         queue_us = 100 * target * factor * 1e6
         series = {_sel(TRITON.REQUEST_SUCCESS, triton): "0+100x30", _sel(TRITON.QUEUE_DURATION_US, triton):
-                  f"0+{queue_us:g}x30"}
+                  f"0+{queue_us:g}x30", _sel(TRITON.REQUEST_SUCCESS, ensemble): "0+100x30",
+                  _sel(TRITON.QUEUE_DURATION_US, ensemble): "0+0x30"}
         fired = [({"model": "assistant-fast", "alertname": "TritonQueueTimeHigh", "severity": "warning"},
                   target * factor)]
         out.append(Case("TritonQueueTimeHigh", series, "20m", fired if factor > cfg.queue_alert_factor else []))

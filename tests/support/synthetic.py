@@ -81,6 +81,9 @@ class Allocation:
     gpus: tuple[int, ...]
 
 
+TRITON_REPOSITORY = ("ensemble", "preprocessing", TRITON.ENGINE_MODEL, "postprocessing")
+
+
 def _node(pool: str, i: int) -> str:
     return f"{pool}-node-{i:03d}"
 
@@ -225,8 +228,17 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
                 w.gauge(VLLM.WAITING, labels, 1)
                 w.gauge(VLLM.KV_CACHE, labels, 0.4)
         else:
-            for a in pods:
-                labels = {"model": m.name, "version": "1", "namespace": a.tenant, "pod": a.pod}
+            # As Triton really labels a TensorRT-LLM repository: one series per repository model, the kit's
+            # model only in the pod label the PodMonitor copies. Only tensorrt_llm carries the truth; the
+            # others get different numbers so a query that sums the repository is caught.
+            for a, repo_model in ((a, r) for a in pods for r in TRITON_REPOSITORY):
+                labels = {"model": repo_model, "version": "1", "namespace": a.tenant, "pod": a.pod,
+                          TRITON.L_POD_MODEL: m.name}
+                if repo_model != TRITON.ENGINE_MODEL:
+                    w.counter(TRITON.REQUEST_SUCCESS, labels, 7)
+                    w.counter(TRITON.QUEUE_DURATION_US, labels, 7 * 900_000)
+                    w.gauge(TRITON.PENDING, labels, 40)
+                    continue
                 w.counter(TRITON.REQUEST_SUCCESS, labels, 20)
                 w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1)
                 w.counter(TRITON.INFERENCE_COUNT, labels, 20)

@@ -256,11 +256,13 @@ def test_vllm_scales_on_waiting_requests_per_replica() -> None:
 def test_triton_scales_on_average_queue_time() -> None:
     cfg = stack("prod")
     trigger = scaled_object(cfg, cfg.models["assistant-fast"])["spec"]["triggers"][0]
-    sel = 'namespace="assistant",aifactory_io_model="assistant-fast"'
     assert trigger["metricType"] == "Value" and trigger["metadata"]["threshold"] == "30"
+    # Only the repository's tensorrt_llm model: each user request reaches it once (the ensemble and the
+    # pre/post-processing models would count it again).
     assert trigger["metadata"]["query"] == (
-        f"sum(rate(nv_inference_queue_duration_us{{{sel}}}[1m])) / 1000 / "
-        f"clamp_min(sum(rate(nv_inference_request_success{{{sel}}}[1m])), 1e-9)")
+        'sum(rate(nv_inference_queue_duration_us{namespace="assistant",aifactory_io_model="assistant-fast",'
+        'model="tensorrt_llm"}[1m])) / 1000 / clamp_min(sum(rate(nv_inference_request_success{'
+        'namespace="assistant",aifactory_io_model="assistant-fast",model="tensorrt_llm"}[1m])), 1e-9)')
 
 
 def test_scale_to_zero_models_wake_on_the_gateways_refusals() -> None:
