@@ -276,5 +276,10 @@ def test_autoscaler_in_the_aws_program_with_an_irsa_role() -> None:
     role_arn = release["values"]["rbac"]["serviceAccount"]["annotations"]["eks.amazonaws.com/role-arn"]
     [role] = [r for r in result.resources if r.type == "aws:iam/role:Role" and r.name == "cluster-autoscaler-irsa"]
     assert role_arn == role.outputs["arn"]
-    trust = json.loads(role.inputs["assumeRolePolicy"])
-    assert "system:serviceaccount:aifactory-system:cluster-autoscaler" in json.dumps(trust)
+    [oidc] = [r for r in result.resources if r.type == "aws:iam/openIdConnectProvider:OpenIdConnectProvider"]
+    issuer = oidc.outputs["url"].removeprefix("https://")
+    [statement] = json.loads(role.inputs["assumeRolePolicy"])["Statement"]
+    assert statement == {
+        "Effect": "Allow", "Principal": {"Federated": oidc.outputs["arn"]}, "Action": "sts:AssumeRoleWithWebIdentity",
+        "Condition": {"StringEquals": {f"{issuer}:sub": "system:serviceaccount:aifactory-system:cluster-autoscaler",
+                                       f"{issuer}:aud": "sts.amazonaws.com"}}}
