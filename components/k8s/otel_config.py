@@ -7,6 +7,11 @@
 The spanmetrics connector sees every span. With `observability.traceSampleRatio` below 1 the traces
 take two pipelines from the same receiver: one feeds spanmetrics unsampled, the other samples
 (probabilistic_sampler) before Jaeger, so RED metrics stay exact while trace storage shrinks.
+Resource attributes stay off the Prometheus series (resource_to_telemetry_conversion off): they reach
+Prometheus once per target as `target_info`, so they neither overwrite a datapoint's own labels (the
+kit's `tenant`) nor multiply every series' cardinality. Pod labels the k8sattributes processor copies
+are named as the semantic conventions name them (`k8s.pod.label.aifactory.io/tenant`), never as bare
+`tenant`/`model` that would collide with datapoint attributes in traces and logs.
 The result is what the Collector runs (its ConfigMap) and what synth writes to otel/collector.yaml.
 """
 
@@ -25,6 +30,8 @@ __all__ = [
     "JAEGER_SERVICE",
     "LOKI_GATEWAY_SERVICE",
     "SPANMETRICS_DIMENSIONS",
+    "POD_LABEL_ATTRIBUTE_PREFIX",
+    "pod_label_attribute",
     "service_host",
     "collector_config",
 ]
@@ -40,7 +47,13 @@ POD_ASSOCIATION = [
     {"sources": [{"from": "resource_attribute", "name": "k8s.pod.uid"}]},
     {"sources": [{"from": "connection"}]},
 ]
+POD_LABEL_ATTRIBUTE_PREFIX = "k8s.pod.label."
 LISTEN = "${env:MY_POD_IP}"  # the chart sets MY_POD_IP; listening on the pod IP only, not 0.0.0.0
+
+
+def pod_label_attribute(key: str) -> str:
+    """The resource attribute a pod label becomes (semantic conventions: `k8s.pod.label.<key>`)."""
+    return f"{POD_LABEL_ATTRIBUTE_PREFIX}{key}"
 
 
 def service_host(service: str, namespace: str) -> str:
@@ -56,8 +69,8 @@ def _processors(cfg: PlatformConfig) -> dict[str, Any]:
             "extract": {
                 "metadata": ["k8s.namespace.name", "k8s.pod.name", "k8s.pod.uid", "k8s.node.name",
                              "k8s.deployment.name", "k8s.statefulset.name"],
-                "labels": [{"tag_name": "tenant", "key": naming.LABEL_TENANT, "from": "pod"},
-                           {"tag_name": "model", "key": naming.LABEL_MODEL, "from": "pod"}],
+                "labels": [{"tag_name": pod_label_attribute(key), "key": key, "from": "pod"}
+                           for key in (naming.LABEL_TENANT, naming.LABEL_MODEL)],
             },
             "pod_association": POD_ASSOCIATION,
         },
@@ -107,7 +120,7 @@ def collector_config(cfg: PlatformConfig) -> dict[str, Any]:
             "otlp/jaeger": {"endpoint": f"{service_host(JAEGER_SERVICE, ns)}:{naming.OTEL_GRPC_PORT}",
                             "tls": {"insecure": True}},
             "prometheus": {"endpoint": f"{LISTEN}:{PROMETHEUS_EXPORTER_PORT}",
-                           "resource_to_telemetry_conversion": {"enabled": True}},
+                           "resource_to_telemetry_conversion": {"enabled": False}},
             "otlphttp/loki": {"endpoint": f"http://{service_host(LOKI_GATEWAY_SERVICE, ns)}/otlp"},
         },
         "service": {

@@ -45,7 +45,7 @@ def test_receivers_exporters_and_connector_settings() -> None:
                                                        "http": {"endpoint": "${env:MY_POD_IP}:4318"}}}}
     assert cfg["exporters"] == {
         "otlp/jaeger": {"endpoint": "jaeger-collector.monitoring.svc.cluster.local:4317", "tls": {"insecure": True}},
-        "prometheus": {"endpoint": "${env:MY_POD_IP}:8889", "resource_to_telemetry_conversion": {"enabled": True}},
+        "prometheus": {"endpoint": "${env:MY_POD_IP}:8889", "resource_to_telemetry_conversion": {"enabled": False}},
         "otlphttp/loki": {"endpoint": "http://loki-gateway.monitoring.svc.cluster.local/otlp"},
     }
     spanmetrics = cfg["connectors"]["spanmetrics"]
@@ -56,8 +56,8 @@ def test_receivers_exporters_and_connector_settings() -> None:
     assert cfg["processors"]["memory_limiter"] == {"check_interval": "1s", "limit_percentage": 80,
                                                    "spike_limit_percentage": 20}
     assert cfg["processors"]["k8sattributes"]["extract"]["labels"] == [
-        {"tag_name": "tenant", "key": "aifactory.io/tenant", "from": "pod"},
-        {"tag_name": "model", "key": "aifactory.io/model", "from": "pod"}]
+        {"tag_name": "k8s.pod.label.aifactory.io/tenant", "key": "aifactory.io/tenant", "from": "pod"},
+        {"tag_name": "k8s.pod.label.aifactory.io/model", "key": "aifactory.io/model", "from": "pod"}]
 
 
 def _graph_problems(cfg: dict[str, Any]) -> list[str]:
