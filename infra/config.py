@@ -75,6 +75,7 @@ MIG_LAYOUTS = (
     "all-7g.80gb",
     "all-balanced",
 )
+SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 SYSTEM_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
@@ -265,8 +266,9 @@ class ModelSlo:
 
 @dataclass(frozen=True, slots=True)
 class Speculative:
-    draft_model: str
+    draft_model: str | None  # the drafter (EAGLE head); none for ngram
     num_speculative_tokens: int = 5  # default: 5
+    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
 
 
 @dataclass(frozen=True, slots=True)
@@ -872,11 +874,21 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     spec = None
     if d.get("speculative") is not None:
         sp = f"{path}.speculative"
-        sd = r.mapping(d["speculative"], sp, ("draftModel", "numSpeculativeTokens"))
-        draft = r.value(sd, "draftModel", sp, str)
-        spec = Speculative(draft or "", r.value(sd, "numSpeculativeTokens", sp, int, 5, minimum=1, maximum=16))
+        sd = r.mapping(d["speculative"], sp, ("method", "draftModel", "numSpeculativeTokens"))
+        if sd is not None and sd.get("method") == "draft_model":
+            r.fail(f"{sp}.method", "'draft_model' is not supported by the V1 engine of the kit's pinned vLLM "
+                                   "(it raises NotImplementedError); use eagle3 with an EAGLE-3 head, or ngram")
+            sd = {k: v for k, v in sd.items() if k != "method"}
+        method = r.value(sd, "method", sp, str, "eagle3", choices=SPECULATIVE_METHODS)
+        draft = r.value(sd, "draftModel", sp, str) if method != "ngram" else None
+        if method == "ngram" and sd is not None and "draftModel" in sd:
+            r.fail(f"{sp}.draftModel", "is not used by method 'ngram' (it drafts from the prompt); remove it")
+        spec = Speculative(draft, r.value(sd, "numSpeculativeTokens", sp, int, 5, minimum=1, maximum=16), method)
         if engine == "triton":
             r.fail(sp, "speculative decoding is configured for vLLM only; remove it or use engine 'vllm'")
+        elif pp > 1:
+            r.fail(sp, f"vLLM's speculative decoding does not support pipeline parallelism "
+                       f"(pipelineParallel is {pp}); remove it or use tensorParallel only")
     rp = f"{path}.replicas"
     rd = r.mapping(d.get("replicas") or {}, rp, ("min", "max", "targetQueueDepth", "targetQueueTimeMs"))
     rmin = r.value(rd, "min", rp, int, 1, minimum=0)

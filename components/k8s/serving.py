@@ -136,6 +136,9 @@ def model_path(model: Model) -> str:
     return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
 
 
+DEFAULT_NGRAM_LOOKUP_MAX = 4
+
+
 def served_model_names(model: Model) -> list[str]:
     """Names vLLM answers to. The first one labels its metrics (model_name), so it is the config key the
     dashboards and rules select on; the workload (what the gateway routes) and the model id follow."""
@@ -155,8 +158,12 @@ def vllm_args(model: Model) -> list[str]:
         args += ["--max-model-len", str(model.max_model_length)]
     args.append("--enable-prefix-caching" if model.prefix_caching else "--no-enable-prefix-caching")
     if model.speculative is not None:
-        spec = {"method": "draft_model", "model": model.speculative.draft_model,
-                "num_speculative_tokens": model.speculative.num_speculative_tokens}
+        spec: dict[str, str | int] = {"method": model.speculative.method,
+                                      "num_speculative_tokens": model.speculative.num_speculative_tokens}
+        if model.speculative.draft_model is not None:
+            spec["model"] = model.speculative.draft_model
+        else:  # ngram drafts from the prompt: the longest n-gram it looks up
+            spec["prompt_lookup_max"] = DEFAULT_NGRAM_LOOKUP_MAX
         args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if model.multi_node:
         args += ["--distributed-executor-backend", "ray"]

@@ -172,6 +172,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
                          "pipelineParallel": 2}, with_("tenants.t1.gpuQuota", 16)),
      "models.m1.engine: 'triton' cannot serve a replica of 16 GPUs across nodes of 8 (p5.48xlarge); use engine "
      "'vllm' or fit the replica on one node"),
+    ("speculative draft_model", with_("models.m1.speculative", {"method": "draft_model", "draftModel": "o/d"}),
+     "models.m1.speculative.method: 'draft_model' is not supported by the V1 engine of the kit's pinned vLLM"),
+    ("speculative with pipeline parallel",
+     with_("models.m1", {"engine": "vllm", "model": "o/m", "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
+                         "pipelineParallel": 2, "speculative": {"draftModel": "o/eagle3-head"}},
+           with_("tenants.t1.gpuQuota", 16)),
+     "models.m1.speculative: vLLM's speculative decoding does not support pipeline parallelism (pipelineParallel "
+     "is 2); remove it or use tensorParallel only"),
+    ("ngram takes no draft model", with_("models.m1.speculative", {"method": "ngram", "draftModel": "o/d"}),
+     "models.m1.speculative.draftModel: is not used by method 'ngram' (it drafts from the prompt); remove it"),
     ("quota too small", with_("tenants.t1.gpuQuota", 4),
      "tenants.t1.gpuQuota: 4 is less than the 8 GPUs its models can scale to (replicas.max x gpusPerReplica); "
      "raise it to at least 8"),

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -22,7 +21,7 @@ from components.k8s.serving import (
 from components.k8s.versions import KEDA, LWS
 from infra.config import PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
-from tests.support.stacks import SHIPPED_STACKS, stack_config
+from tests.support.stacks import SHIPPED_STACKS, stack_config, stack_raw
 
 STACKS = SHIPPED_STACKS
 GPU_KEYS = ("nvidia.com/gpu", "nvidia.com/mig-")
@@ -74,16 +73,27 @@ def test_served_names_put_the_config_key_first_for_metrics_then_the_routed_workl
     assert batch[i + 4] == "--tensor-parallel-size"
 
 
-def test_vllm_args_multi_node_with_speculative_decoding() -> None:
+def test_vllm_args_multi_node() -> None:
     args = vllm_args(stack("prod").models["deep-research"])
     assert args[args.index("--tensor-parallel-size"):] == [
         "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--gpu-memory-utilization", "0.92",
         "--quantization", "fp8", "--max-model-len", "131072", "--enable-prefix-caching",
-        "--speculative-config",
-        '{"method":"draft_model","model":"meta-llama/Llama-3.2-1B-Instruct","num_speculative_tokens":4}',
         "--distributed-executor-backend", "ray"]
-    spec = json.loads(args[args.index("--speculative-config") + 1])
-    assert spec["num_speculative_tokens"] == 4
+
+
+def test_vllm_args_eagle3_speculative_decoding_and_awq() -> None:
+    args = vllm_args(stack("prod").models["finance-8b"])
+    assert args[args.index("--quantization"):] == [
+        "--quantization", "awq_marlin", "--enable-prefix-caching", "--speculative-config",
+        '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}']
+
+
+def test_vllm_args_ngram_speculation_needs_no_draft_model() -> None:
+    cfg = stack_config("dev", models={"chat": {**stack_raw("dev")["models"]["chat"],
+                                               "speculative": {"method": "ngram", "numSpeculativeTokens": 4}}})
+    args = vllm_args(cfg.models["chat"])
+    assert args[args.index("--speculative-config") + 1] == \
+        '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'
 
 
 @pytest.mark.parametrize(("quantization", "flag"), [
