@@ -67,8 +67,8 @@ def efa_instance_types(cfg: PlatformConfig) -> list[str]:
 def efa_plugin_values(cfg: PlatformConfig) -> dict[str, Any]:
     return {
         "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": efa_instance_types(cfg)},
+        # (the chart's DaemonSet hard-codes priorityClassName system-node-critical; it reads no value for it)
         "tolerations": pool_tolerations(cfg.efa_pools),
-        "priorityClassName": "system-node-critical",
         "resources": {"requests": {"cpu": "10m", "memory": "20Mi"}, "limits": {"cpu": "100m", "memory": "64Mi"}},
     }
 
