@@ -1,5 +1,6 @@
 """AWS security baseline: IMDSv2, encrypted EBS, a private or allow-listed EKS endpoint with secrets
-encryption and control-plane logs, no open ingress, private encrypted S3, no admin wildcard IAM."""
+encryption and control-plane logs, NetworkPolicy enforcement in the VPC CNI, no open ingress, private
+encrypted S3, no admin wildcard IAM."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from policies.fabric import LAUNCH_TEMPLATE, SECURITY_GROUP, SG_RULE, VPC_INGRES
 __all__ = [
     "POLICIES",
     "EKS_CLUSTER",
+    "EKS_ADDON",
     "BUCKET",
     "OPEN_CIDRS",
     "statements",
@@ -23,6 +25,11 @@ __all__ = [
 ]
 
 EKS_CLUSTER = "aws:eks/cluster:Cluster"
+EKS_ADDON = "aws:eks/addon:Addon"
+VPC_CNI = "vpc-cni"
+# The VPC CNI add-on's configuration key (a string-typed boolean in its schema) that starts the network
+# policy agent; without it the cluster accepts NetworkPolicy objects and enforces none of them.
+NETWORK_POLICY_KEY = "enableNetworkPolicy"
 EBS_VOLUME = "aws:ebs/volume:Volume"
 BUCKET = "aws:s3/bucket:Bucket"
 PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
@@ -79,6 +86,25 @@ def _logging(_t: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str
     enabled = set(props.get("enabledClusterLogTypes") or ())
     missing = [t for t in cfg[REQUIRED_LOG_TYPES.name] if t not in enabled]
     return [f"control-plane log types not enabled: {', '.join(missing)}"] if missing else []
+
+
+def _configuration(value: Any) -> Mapping[str, Any]:
+    """An add-on's configurationValues (JSON text, as EKS takes it, or already a mapping); {} if unreadable."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _network_policy(_t: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    if props.get("addonName") != VPC_CNI:
+        return []
+    enabled = _configuration(props.get("configurationValues")).get(NETWORK_POLICY_KEY)
+    return [] if enabled == "true" else [
+        f"configurationValues.{NETWORK_POLICY_KEY} is {'unset' if enabled is None else repr(enabled)}; "
+        "NetworkPolicies are accepted but not enforced"]
 
 
 def open_ingress(resource_type: str, props: Mapping[str, Any]) -> list[str]:
@@ -210,6 +236,13 @@ POLICIES = [
         severity=Severity.MEDIUM, enforcement=MANDATORY,
         remediation="Add the missing types to enabledClusterLogTypes.",
         types=(EKS_CLUSTER,), check=_logging, settings=(REQUIRED_LOG_TYPES,),
+    ),
+    resource_policy(
+        name="eks-network-policy-enforced",
+        description="The VPC CNI add-on enforces Kubernetes NetworkPolicies.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation='Add "enableNetworkPolicy": "true" to the vpc-cni add-on\'s configurationValues (JSON).',
+        types=(EKS_ADDON,), check=_network_policy,
     ),
     resource_policy(
         name="no-public-ingress",

@@ -2,8 +2,8 @@
 
 Private API endpoint (public only with an explicit CIDR allow-list), secrets envelope-encrypted with
 a KMS key of its own, every control-plane log type on, an OIDC provider for IRSA, access entries for
-the admin roles, the four core add-ons, and a kubeconfig plus a Kubernetes provider for the layers
-above. GPU pools are separate GpuNodePool components.
+the admin roles, the four core add-ons (the VPC CNI with NetworkPolicy enforcement on), and a
+kubeconfig plus a Kubernetes provider for the layers above. GPU pools are separate GpuNodePool components.
 """
 
 import ipaddress
@@ -22,6 +22,7 @@ __all__ = [
     "TYPE",
     "CONTROL_PLANE_LOG_TYPES",
     "ADDONS",
+    "ADDON_CONFIGURATION",
     "ADMIN_POLICY_ARN",
     "DEFAULT_SYSTEM_INSTANCE_TYPE",
     "DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS",
@@ -31,6 +32,7 @@ __all__ = [
     "vpc_config",
     "kubeconfig",
     "system_pool_spec",
+    "addon_configuration",
 ]
 
 TYPE = "aifactory:index:GpuCluster"
@@ -38,6 +40,9 @@ CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager",
 # Installed in this order; coredns and the EBS CSI driver need nodes, so they wait for the system pool.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
 ADDONS_NEEDING_NODES = frozenset({"coredns", "aws-ebs-csi-driver"})
+# Add-on configuration values (the add-on's own JSON schema). The VPC CNI enforces NetworkPolicy only with
+# its network policy agent on; without it the tenant isolation policies are accepted and never applied.
+ADDON_CONFIGURATION: dict[str, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
 EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
 ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
@@ -116,6 +121,12 @@ def system_pool_spec(args: SystemPoolArgs) -> NodeGroupSpec:
         min_size=lo, max_size=hi, desired_size=args.get("desired_size", min(max(lo, 3), hi)),
         root_volume_gib=DEFAULT_SYSTEM_ROOT_VOLUME_GIB,
     )
+
+
+def addon_configuration(addon: str) -> str | None:
+    """The add-on's configurationValues as EKS takes them (JSON text), or None for its defaults."""
+    values = ADDON_CONFIGURATION.get(addon)
+    return json.dumps(values, sort_keys=True) if values is not None else None
 
 
 def _validate(name: str, args: GpuClusterArgs) -> None:
@@ -228,6 +239,7 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-{addon}",
                 cluster_name=self.eks.name,
                 addon_name=addon,
+                configuration_values=addon_configuration(addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
                 service_account_role_arn=ebs_role.arn if addon == "aws-ebs-csi-driver" else None,

@@ -157,3 +157,9 @@ def test_bad_pool_config_exits_2_with_key_path(tmp_path: Path, capsys, pool: dic
     code = cli.main(["synth", "bad", "--stacks-dir", str(tmp_path), "--out", str(tmp_path / "out"), "-q"])
     assert code == cli.EXIT_USAGE
     assert f"{path}:" in capsys.readouterr().err
+
+
+def test_only_the_vpc_cni_addon_is_configured_and_it_enforces_network_policy(prod) -> None:
+    config = {r.inputs["addonName"]: r.inputs.get("configurationValues") for r in of(prod, "aws:eks/addon:Addon")}
+    assert config == {"vpc-cni": '{"enableNetworkPolicy": "true"}', "kube-proxy": None, "coredns": None,
+                      "aws-ebs-csi-driver": None}

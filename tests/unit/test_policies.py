@@ -573,3 +573,25 @@ def test_config_schema_defaults_are_the_documented_allow_lists() -> None:
                                                     "kube-system", "monitoring", "nvidia-network-operator"]
     assert schema["allowedCapabilities"] == {"type": "array", "items": {"type": "string"}, "default": ["IPC_LOCK"],
                                              "description": schema["allowedCapabilities"]["description"]}
+
+
+ADDON = "aws:eks/addon:Addon"
+
+
+def test_eks_network_policy_enforced() -> None:
+    unset = res(ADDON, "cni", {"addonName": "vpc-cni"})
+    off = res(ADDON, "cni-off", {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": "false"}'})
+    boolean = res(ADDON, "cni-bool", {"addonName": "vpc-cni", "configurationValues": '{"enableNetworkPolicy": true}'})
+    why = "NetworkPolicies are accepted but not enforced"
+    assert found("eks-network-policy-enforced", unset, off, boolean) == [
+        ("cni", f"configurationValues.enableNetworkPolicy is unset; {why}"),
+        ("cni-bool", f"configurationValues.enableNetworkPolicy is True; {why}"),
+        ("cni-off", f"configurationValues.enableNetworkPolicy is 'false'; {why}"),
+    ]
+
+
+def test_eks_network_policy_enforced_compliant() -> None:
+    values = '{"enableNetworkPolicy": "true", "env": {"ENABLE_PREFIX_DELEGATION": "true"}}'
+    on = res(ADDON, "cni", {"addonName": "vpc-cni", "configurationValues": values})
+    other = res(ADDON, "coredns", {"addonName": "coredns"})
+    assert found("eks-network-policy-enforced", on, other) == []
