@@ -1,10 +1,16 @@
 """Managed node groups with their own launch templates: the pieces GPU pools and the system pool share.
 
 Everything that decides a property is a small pure function (tests call them directly); `node_group`
-turns a `NodeGroupSpec` into the two resources. Interface layout for EFA follows the AWS EC2 guide
+turns a `NodeGroupSpec` into its resources. Interface layout for EFA follows the AWS EC2 guide
 ("efa-acc-inst-types"): network card 0 carries the primary interface, type `efa` (ENA + EFA), in the
 control-plane security group and the pool's EFA group; every other card carries one `efa-only`
 interface at device index 0 in the EFA group only, so the data-plane fabric never carries IP.
+
+cluster-autoscaler builds the node it would add to an empty group from the group's node-template
+tags. It learns a managed node group's labels and taints from DescribeNodegroup, but extended
+resources (nvidia.com/gpu, vpc.amazonaws.com/efa, hugepages-2Mi) only from Auto Scaling group tags,
+and EKS does not copy node group tags to the group's ASG (eksctl #1571, containers-roadmap #608/#724):
+`node_group` tags the ASG itself, so a pool can scale from zero for pods that request them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ __all__ = [
     "LABEL_GPU_PRODUCT",
     "GPU_RESOURCE",
     "EFA_RESOURCE",
+    "HUGEPAGES_RESOURCE",
     "MIME_BOUNDARY",
     "Taint",
     "NodeGroupSpec",
@@ -40,9 +47,11 @@ __all__ = [
     "user_data",
     "node_labels",
     "eks_taints",
+    "node_template_tags",
     "autoscaler_tags",
     "capacity_options",
     "efa_security_group",
+    "asg_node_template_tags",
     "node_group",
 ]
 
@@ -63,6 +72,7 @@ LABEL_FABRIC = "aifactory.io/fabric"
 LABEL_GPU_PRODUCT = "aifactory.io/gpu-product"
 GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
+HUGEPAGES_RESOURCE = "hugepages-2Mi"
 MIME_BOUNDARY = "==AIFACTORY=="
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 _EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",
@@ -168,19 +178,26 @@ def eks_taints(taints: Sequence[Taint]) -> list[dict]:
     return [{"key": t.key, "value": t.value, "effect": _EKS_TAINT_EFFECT[t.effect]} for t in taints]
 
 
-def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:
-    """cluster-autoscaler auto-discovery tags, plus node-template tags so a pool can scale from zero."""
-    tags = {f"{AUTOSCALER_TAG}/enabled": "true", f"{AUTOSCALER_TAG}/{cluster_name}": "owned"}
-    for key, value in node_labels(spec).items():
-        tags[f"{AUTOSCALER_TAG}/node-template/label/{key}"] = value
-    for t in spec.taints:
-        tags[f"{AUTOSCALER_TAG}/node-template/taint/{t.key}"] = f"{t.value}:{t.effect}"
+def node_template_tags(spec: NodeGroupSpec) -> dict[str, str]:
+    """cluster-autoscaler node-template tags: the labels, taints and extended resources of a pool's nodes."""
+    template = f"{AUTOSCALER_TAG}/node-template"
+    tags = {f"{template}/label/{key}": value for key, value in node_labels(spec).items()}
+    tags.update({f"{template}/taint/{t.key}": f"{t.value}:{t.effect}" for t in spec.taints})
     inst = spec.instance
     if inst.has_gpu:
-        tags[f"{AUTOSCALER_TAG}/node-template/resources/{GPU_RESOURCE}"] = str(inst.gpu_count)
+        tags[f"{template}/resources/{GPU_RESOURCE}"] = str(inst.gpu_count)
     if spec.fabric == "efa":
-        tags[f"{AUTOSCALER_TAG}/node-template/resources/{EFA_RESOURCE}"] = str(inst.network_cards)
+        tags[f"{template}/resources/{EFA_RESOURCE}"] = str(inst.network_cards)
+    if spec.hugepages_mib:
+        tags[f"{template}/resources/{HUGEPAGES_RESOURCE}"] = f"{spec.hugepages_mib}Mi"
     return tags
+
+
+def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:
+    """The node group's tags: cluster-autoscaler auto-discovery, and the node template too (the autoscaler
+    also caches the tags DescribeNodegroup returns, next to the labels and taints)."""
+    return {f"{AUTOSCALER_TAG}/enabled": "true", f"{AUTOSCALER_TAG}/{cluster_name}": "owned",
+            **node_template_tags(spec)}
 
 
 def capacity_options(capacity_type: str, reservation_id: str | None) -> dict:
@@ -221,6 +238,25 @@ def efa_security_group(name: str, *, vpc_id: pulumi.Input[str], opts: pulumi.Res
         opts=opts)
 
 
+def _asg_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
+    names = [g.name for r in resources for g in r.autoscaling_groups or () if g.name]
+    if not names:
+        raise ValueError("EKS reported no Auto Scaling group for the node group")
+    return names[0]
+
+
+def asg_node_template_tags(name: str, spec: NodeGroupSpec, *, node_group: aws.eks.NodeGroup,
+                           opts: pulumi.ResourceOptions) -> list[aws.autoscaling.Tag]:
+    """The node template on the node group's Auto Scaling group (`name`-asg-<what>), where the autoscaler
+    reads it. Not propagated: instances get their labels from the kubelet, not from tags."""
+    asg_name = node_group.resources.apply(_asg_name)
+    prefix = f"{AUTOSCALER_TAG}/node-template/"
+    return [aws.autoscaling.Tag(f"{name}-asg-{key.removeprefix(prefix)}", autoscaling_group_name=asg_name,
+                                tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
+                                opts=opts)
+            for key, value in node_template_tags(spec).items()]
+
+
 def node_group(
     name: str,
     spec: NodeGroupSpec,
@@ -233,7 +269,7 @@ def node_group(
     placement_group: pulumi.Input[str] | None,
     opts: pulumi.ResourceOptions,
 ) -> tuple[aws.ec2.LaunchTemplate, aws.eks.NodeGroup]:
-    """The launch template (`name`-lt) and managed node group (`name`-ng) for one spec."""
+    """The launch template (`name`-lt), managed node group (`name`-ng) and its ASG's node-template tags."""
     # Nested inputs are plain dicts (engine-shaped, as the schema allows); the SDK's overloads only type
     # its Args classes, hence the ignores on these constructors.
     lt = aws.ec2.LaunchTemplate(  # type: ignore[call-overload]
@@ -266,4 +302,5 @@ def node_group(
         tags=pulumi.Output.from_input(cluster_name).apply(lambda cluster: autoscaler_tags(cluster, spec)),
         opts=pulumi.ResourceOptions.merge(opts, _autoscaled_options(spec)),
     )
+    asg_node_template_tags(name, spec, node_group=ng, opts=opts)
     return lt, ng

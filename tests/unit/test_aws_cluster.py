@@ -163,3 +163,19 @@ def test_only_the_vpc_cni_addon_is_configured_and_it_enforces_network_policy(pro
     config = {r.inputs["addonName"]: r.inputs.get("configurationValues") for r in of(prod, "aws:eks/addon:Addon")}
     assert config == {"vpc-cni": '{"enableNetworkPolicy": "true"}', "kube-proxy": None, "coredns": None,
                       "aws-ebs-csi-driver": None}
+
+
+def test_every_node_group_asg_carries_the_node_template_of_its_node_group(prod) -> None:
+    on_asg: dict[str, dict[str, str]] = {}
+    for tag in of(prod, "aws:autoscaling/tag:Tag"):
+        assert tag.inputs["tag"]["propagateAtLaunch"] is False
+        on_asg.setdefault(tag.inputs["autoscalingGroupName"], {})[tag.inputs["tag"]["key"]] = tag.inputs["tag"]["value"]
+    template = "k8s.io/cluster-autoscaler/node-template/"
+    expected = {ng.outputs["resources"][0]["autoscalingGroups"][0]["name"]:
+                {k: v for k, v in ng.inputs["tags"].items() if k.startswith(template)}
+                for ng in of(prod, "aws:eks/nodeGroup:NodeGroup")}
+    assert on_asg == expected and len(expected) == 4
+    h200 = next(tags for asg, tags in on_asg.items() if asg.startswith("eks-aifactory-prod-h200-ng-"))
+    resources = f"{template}resources/"
+    assert {k.removeprefix(resources): v for k, v in h200.items() if k.startswith(resources)} == \
+        {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "5120Mi"}

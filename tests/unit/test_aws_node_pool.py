@@ -15,6 +15,7 @@ LT = "aws:ec2/launchTemplate:LaunchTemplate"
 NG = "aws:eks/nodeGroup:NodeGroup"
 SG = "aws:ec2/securityGroup:SecurityGroup"
 PG = "aws:ec2/placementGroup:PlacementGroup"
+ASG_TAG = "aws:autoscaling/tag:Tag"
 CONTROL_SG = "sg-control"
 
 
@@ -122,6 +123,40 @@ def test_gpu_pool_taint_labels_and_autoscaler_tags() -> None:
         f"{ca}/node-template/taint/nvidia.com/gpu": "true:NoSchedule",
         f"{ca}/node-template/resources/nvidia.com/gpu": "8",
         f"{ca}/node-template/resources/vpc.amazonaws.com/efa": "32",
+        f"{ca}/node-template/resources/hugepages-2Mi": "5120Mi",
+    }
+
+
+def asg_tags(resources: list) -> dict[str, tuple[str, str, bool, str, str]]:
+    """Resource name -> (tag key, value, propagateAtLaunch, ASG name, parent URN) of every ASG tag."""
+    return {r.name: (r.inputs["tag"]["key"], r.inputs["tag"]["value"], r.inputs["tag"]["propagateAtLaunch"],
+                     r.inputs["autoscalingGroupName"], r.parent)
+            for r in resources if r.type == ASG_TAG}
+
+
+def test_efa_pool_asg_carries_the_node_template_for_scale_from_zero() -> None:
+    res = register(lambda: GpuNodePool("c1-h100", pool_args("p5.48xlarge", fabric="efa", pool_name="h100")))
+    ng = one(res, NG)
+    asg = ng.outputs["resources"][0]["autoscalingGroups"][0]["name"]
+    assert asg.startswith("eks-c1-h100-ng-")
+    pool = one(res, "aifactory:index:GpuNodePool").urn
+    template = "k8s.io/cluster-autoscaler/node-template"
+    expected = {
+        "label/aifactory.io/pool": "h100", "label/aifactory.io/instance-type": "p5.48xlarge",
+        "label/aifactory.io/fabric": "efa", "label/aifactory.io/gpu-product": "NVIDIA-H100-80GB-HBM3",
+        "taint/nvidia.com/gpu": "true:NoSchedule", "resources/nvidia.com/gpu": "8",
+        "resources/vpc.amazonaws.com/efa": "32", "resources/hugepages-2Mi": "5120Mi",
+    }
+    assert asg_tags(res) == {f"c1-h100-asg-{what}": (f"{template}/{what}", value, False, asg, pool)
+                             for what, value in expected.items()}
+
+
+def test_cpu_pool_asg_carries_labels_only_and_custom_hugepages_count() -> None:
+    res = register(lambda: GpuNodePool("cpu", pool_args("m7i.2xlarge", hugepages_mib=1024)))
+    template = "k8s.io/cluster-autoscaler/node-template"
+    assert {key: value for key, value, *_ in asg_tags(res).values()} == {
+        f"{template}/label/aifactory.io/pool": "cpu", f"{template}/label/aifactory.io/instance-type": "m7i.2xlarge",
+        f"{template}/label/aifactory.io/fabric": "none", f"{template}/resources/hugepages-2Mi": "1024Mi",
     }
 
 
