@@ -21,6 +21,7 @@ from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
+from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra.config import NodePool, PlatformConfig
 
@@ -109,9 +110,14 @@ def program(cfg: PlatformConfig) -> None:
     # --- serving and gateway ----------------------------------------------------------------
     controllers = ServingControllers("serving", cfg=cfg, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.system_namespace])))
-    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m, opts=on_cluster.merge(
+    # On AWS: model caches on the kit's gp3 class, and s3:// models get IRSA roles (AWS provider too).
+    cache = [ModelCacheStorage("model-cache", opts=on_cluster)] if on_aws is not None else []
+    on_models = on_cluster if on_aws is None else \
+        pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
+    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m,
+                              cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
         pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.observability,
-                                           controllers])))
+                                           controllers, *cache])))
               for m in cfg.models.values()]
     Gateway("gateway", cfg=cfg, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))

@@ -112,9 +112,9 @@ ALLOWED_REGISTRIES = Setting(
 )
 ALLOWED_CAPABILITIES = Setting(
     "allowedCapabilities",
-    "Capabilities any pod may add: IPC_LOCK lets RDMA (EFA, InfiniBand) pin memory and grants no access "
-    "to the host or other tenants.",
-    ["IPC_LOCK"],
+    "Capabilities any pod may add. None by default, as Pod Security `restricted` allows: RDMA (EFA, "
+    "InfiniBand) pins memory under the container runtime's unlimited RLIMIT_MEMLOCK, without IPC_LOCK.",
+    [],
 )
 MESH_ROOT_NAMESPACE = Setting(
     "meshRootNamespace", "Istio's root namespace: a PeerAuthentication there applies mesh-wide.",

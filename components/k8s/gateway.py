@@ -1,13 +1,15 @@
 """Gateway: the Envoy inference gateway in front of every model (config: components.k8s.envoy_config).
 
     Namespace (istio-injection) -> ServiceAccount -> ConfigMap (envoy.yaml) -> Deployment -> Service
-    -> HorizontalPodAutoscaler -> PodDisruptionBudget -> PodMonitor (/stats/prometheus)
+    -> metrics Service -> HorizontalPodAutoscaler -> PodDisruptionBudget -> ServiceMonitor (/stats/prometheus)
 
 The gateway's pods join the mesh for their outbound calls only: requests to model servers and spans to
 the Collector leave through the sidecar with the gateway's mesh identity (what the tenants'
 AuthorizationPolicies admit), while client traffic from the load balancer reaches Envoy directly
 (the listener port is excluded from inbound capture). On AWS a LoadBalancer Service is an internal
-NLB with IP targets unless the stack says otherwise.
+NLB, made by the in-tree service controller (the kit installs no AWS Load Balancer Controller), with
+the nodes as targets. Prometheus scrapes the stats port through a headless metrics Service, over
+mTLS, so the load balancer carries client traffic only.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from components.k8s import naming, security
 from components.k8s.envoy_config import render
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.serving import PODMONITOR_API_VERSION, register_object
+from components.k8s.serving import MONITORING_API_VERSION, register_object
 from infra.config import PlatformConfig
 
 __all__ = [
@@ -30,13 +32,16 @@ __all__ = [
     "CONFIG_HASH_ANNOTATION",
     "DEFAULT_CPU_TARGET_PERCENT",
     "SERVICE_PORT",
+    "METRICS_SERVICE",
+    "AWS_LB_ANNOTATIONS",
     "gateway_labels",
     "config_map",
     "deployment",
     "service",
+    "metrics_service",
     "autoscaler",
     "disruption_budget",
-    "pod_monitor",
+    "service_monitor",
     "service_account",
     "gateway_objects",
     "Gateway",
@@ -47,11 +52,13 @@ CONFIG_MAP = "envoy-config"
 CONFIG_HASH_ANNOTATION = "aifactory.io/config-sha256"  # a config change rolls the pods
 DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new replicas start
 SERVICE_PORT = 80
+METRICS_SERVICE = f"{naming.GATEWAY_APP}-metrics"
+METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metrics Service only
 CONFIG_DIR = "/etc/envoy"
+# The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer.
 AWS_LB_ANNOTATIONS = {
-    "service.beta.kubernetes.io/aws-load-balancer-type": "external",
-    "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
-    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
 }
 
 
@@ -122,6 +129,18 @@ def service(cfg: PlatformConfig) -> dict[str, Any]:
     }}
 
 
+def metrics_service(cfg: PlatformConfig) -> dict[str, Any]:
+    """Headless, the stats port only: what the ServiceMonitor scrapes, one target per pod."""
+    meta = _meta(cfg, METRICS_SERVICE)
+    meta["labels"] = naming.common_labels(naming.GATEWAY_APP, METRICS_COMPONENT)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+        "clusterIP": "None",
+        "selector": _selector(),
+        "ports": [{"name": "stats", "port": naming.ENVOY_STATS_PORT, "targetPort": "stats", "protocol": "TCP",
+                   "appProtocol": "http"}],
+    }}
+
+
 def autoscaler(cfg: PlatformConfig) -> dict[str, Any]:
     return {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler", "metadata": _meta(cfg), "spec": {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": naming.GATEWAY_APP},
@@ -137,11 +156,10 @@ def disruption_budget(cfg: PlatformConfig) -> dict[str, Any]:
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _selector()}}}
 
 
-def pod_monitor(cfg: PlatformConfig) -> dict[str, Any]:
-    return {"apiVersion": PODMONITOR_API_VERSION, "kind": "PodMonitor", "metadata": _meta(cfg), "spec": {
-        "selector": {"matchLabels": _selector()},
-        "podMetricsEndpoints": [{"port": "stats", "path": "/stats/prometheus", "interval": "15s",
-                                 **MESH_SCRAPE_TLS}],
+def service_monitor(cfg: PlatformConfig) -> dict[str, Any]:
+    return {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor", "metadata": _meta(cfg), "spec": {
+        "selector": {"matchLabels": metrics_service(cfg)["metadata"]["labels"]},
+        "endpoints": [{"port": "stats", "path": "/stats/prometheus", "interval": "15s", **MESH_SCRAPE_TLS}],
     }}
 
 
@@ -150,10 +168,12 @@ def service_account(cfg: PlatformConfig) -> dict[str, Any]:
             "automountServiceAccountToken": False}
 
 
-def gateway_objects(cfg: PlatformConfig) -> list[dict[str, Any]]:
-    """Every object in the gateway namespace, in apply order."""
-    return [service_account(cfg), config_map(cfg), deployment(cfg), service(cfg), autoscaler(cfg),
-            disruption_budget(cfg), pod_monitor(cfg)]
+def gateway_objects(cfg: PlatformConfig) -> dict[str, dict[str, Any]]:
+    """Every object in the gateway namespace by child-resource suffix, in apply order."""
+    return {"serviceaccount": service_account(cfg), "configmap": config_map(cfg), "deployment": deployment(cfg),
+            "service": service(cfg), "metrics-service": metrics_service(cfg),
+            "horizontalpodautoscaler": autoscaler(cfg), "poddisruptionbudget": disruption_budget(cfg),
+            "servicemonitor": service_monitor(cfg)}
 
 
 class Gateway(pulumi.ComponentResource):
@@ -167,8 +187,8 @@ class Gateway(pulumi.ComponentResource):
                                     injection=True),
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
-        for obj in gateway_objects(cfg):
-            register_object(f"{name}-{obj['kind'].lower()}", obj, in_ns)
+        for suffix, obj in gateway_objects(cfg).items():
+            register_object(f"{name}-{suffix}", obj, in_ns)
         self.register_outputs({"namespace": cfg.gateway.namespace,
                                "service": f"{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc.cluster.local",
                                "port": SERVICE_PORT})

@@ -38,8 +38,10 @@ MTLS_MODE = "STRICT"
 MODEL_SERVER_COMPONENT = "model-server"  # naming.common_labels(component=...) of every model pod
 OTEL_TRACING_PROVIDER = "otel"
 PROMETHEUS_CERTS_DIR = "/etc/prom-certs"
-# What a ServiceMonitor/PodMonitor endpoint of a meshed workload sets: Prometheus presents its own
-# workload certificate, written by its sidecar (see observability.prometheus_mesh_pod_settings).
+# What a ServiceMonitor endpoint of a meshed workload sets (Istio's pattern for Prometheus under STRICT
+# mTLS): Prometheus presents its own workload certificate, written by its sidecar (see
+# observability.prometheus_mesh_pod_settings). Only ServiceMonitor endpoints can: a PodMonitor's
+# tlsConfig (SafeTLSConfig) has no file fields, so the operator would drop them and the scrape fail.
 MESH_SCRAPE_TLS: dict[str, Any] = {
     "scheme": "https",
     "tlsConfig": {

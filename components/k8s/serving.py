@@ -1,13 +1,18 @@
 """Serving pools: one ModelDeployment per configured model (vLLM, or Triton with TensorRT-LLM).
 
-    ServiceAccount -> model cache PVC -> Deployment | LeaderWorkerSet -> headless Service
-    -> PodDisruptionBudget -> KEDA ScaledObject (when replicas.max > replicas.min) -> PodMonitor
+    [IRSA role: s3:// models on AWS] -> ServiceAccount -> Deployment | LeaderWorkerSet -> headless Service
+    -> PodDisruptionBudget -> KEDA ScaledObject (when replicas.max > replicas.min) -> ServiceMonitor
 
 A replica fits on one node (a Deployment) or spans `nodes_per_replica` nodes (a LeaderWorkerSet
 whose leader and workers all get the pool's data-plane fabric: EFA devices + hugepages on AWS, the
-RDMA device + network attachment + IPC_LOCK on InfiniBand). Pods run in the tenant's namespace as the
-model's own service account, select their pool by `aifactory.io/pool`, tolerate the pool's taints,
-and request GPUs (or one MIG slice) with limits == requests.
+RDMA device + network attachment on InfiniBand). Pods run in the tenant's namespace as the model's
+own service account, select their pool by `aifactory.io/pool`, tolerate the pool's taints, and
+request GPUs (or one MIG slice) with limits == requests. Every pod has its own model cache, a generic
+ephemeral volume (storage.cache_storage_class_name); s3:// models are synced into it by an init
+container with the model's IRSA role (read-only, the URI's prefix only).
+
+Prometheus scrapes the model Service's endpoints through a ServiceMonitor (mTLS, `MESH_SCRAPE_TLS`),
+which copies the pod's `aifactory.io/model` label onto every series (`aifactory_io_model`).
 
 Autoscaling is KEDA (a `prometheus` trigger per model): the query lives next to the model, min 0
 (scale to zero) works, and LeaderWorkerSets scale through their scale subresource. vLLM scales on
@@ -22,16 +27,23 @@ from __future__ import annotations
 import json
 import math
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pulumi
+import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws.iam import irsa_role
 from components.k8s import fabric, naming, security, versions
+from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.mesh import MESH_SCRAPE_TLS
+from components.k8s.storage import cache_storage_class_name
 from infra.config import Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
+
+if TYPE_CHECKING:
+    from components.aws.cluster import GpuCluster
 
 __all__ = [
     "DEFAULT_VLLM_IMAGE",
@@ -45,8 +57,9 @@ __all__ = [
     "TRTLLM_QFORMAT",
     "LWS_API_VERSION",
     "KEDA_API_VERSION",
-    "PODMONITOR_API_VERSION",
+    "MONITORING_API_VERSION",
     "CACHE_MOUNT",
+    "CACHE_ACCESS_MODE",
     "prometheus_url",
     "model_path",
     "vllm_args",
@@ -54,15 +67,17 @@ __all__ = [
     "gpu_resources",
     "fabric_resources",
     "container_resources",
+    "cache_volume",
     "pod_spec",
+    "s3_location",
+    "s3_read_policy",
     "service_account",
-    "cache_claim",
     "workload_name",
     "workload",
     "service",
     "disruption_budget",
     "scaled_object",
-    "pod_monitor",
+    "service_monitor",
     "scaling_query",
     "wake_query",
     "model_objects",
@@ -79,7 +94,7 @@ DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM: share of GPU memory for weights +
 DEFAULT_SHM_SIZE = "16Gi"  # /dev/shm for NCCL and the engine's worker processes
 DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the rest: kubelet, daemonsets)
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # download + load + warm-up before the startup probe gives up
-DEFAULT_CACHE_ACCESS_MODE = "ReadWriteMany"  # replicas on several nodes share the cache (EFS/FSx/NFS class)
+CACHE_ACCESS_MODE = "ReadWriteOnce"  # one volume per pod: every class (EBS included) can provision it
 PROBE_PERIOD_SECONDS = 10
 SCALE_DOWN_STABILIZATION_SECONDS = 300  # GPU replicas are slow to start: do not flap
 KEDA_POLLING_SECONDS = 15
@@ -90,7 +105,7 @@ MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 KEDA_API_VERSION = "keda.sh/v1alpha1"
-PODMONITOR_API_VERSION = "monitoring.coreos.com/v1"
+MONITORING_API_VERSION = "monitoring.coreos.com/v1"
 PROMETHEUS_SERVICE = "kps-prometheus"  # kube-prometheus-stack with fullnameOverride "kps" (observability.py)
 PROMETHEUS_PORT = 9090
 
@@ -283,11 +298,21 @@ def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
     ]
 
 
-def _volumes(model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """The pod's own model cache: a generic ephemeral volume (a claim created and deleted with the pod)."""
+    spec: dict[str, Any] = {"accessModes": [CACHE_ACCESS_MODE],
+                            "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}
+    if (storage_class := cache_storage_class_name(cfg)) is not None:
+        spec["storageClassName"] = storage_class
+    return {"name": "model-cache", "ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": _labels(model)}, "spec": spec}}}
+
+
+def _volumes(cfg: PlatformConfig, model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     mounts: list[dict[str, Any]]
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": DEFAULT_SHM_SIZE}},
                {"name": "tmp", "emptyDir": {}},
-               {"name": "model-cache", "persistentVolumeClaim": {"claimName": _cache_claim_name(model)}}]
+               cache_volume(cfg, model)]
     mounts = [{"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"},
               {"name": "model-cache", "mountPath": CACHE_MOUNT}]
     scheme, _, rest = model.uri.partition("://")
@@ -299,7 +324,11 @@ def _volumes(model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
 
 
 def _fetch_container(model: Model) -> list[dict[str, Any]]:
-    """s3:// URIs: copy the model into the cache before the engine starts (idempotent `sync`)."""
+    """s3:// URIs: copy the model into the cache before the engine starts (idempotent `sync`).
+
+    Credentials come from the model's IRSA role: EKS's pod identity webhook projects a web-identity
+    token into every container of a pod whose service account carries the role annotation (this
+    does not need the API token that `automountServiceAccountToken: false` leaves out)."""
     if not model.uri.startswith("s3://"):
         return []
     return [{
@@ -329,7 +358,7 @@ def _engine_command(model: Model, role: str) -> list[str]:
 def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict[str, Any]:
     """The model server pod. role: single, leader or worker (workers serve no HTTP: no ports or probes)."""
     pool = cfg.pool_of(model)
-    volumes, mounts = _volumes(model)
+    volumes, mounts = _volumes(cfg, model)
     container: dict[str, Any] = {
         "name": model.engine,
         "image": DEFAULT_VLLM_IMAGE if model.engine == "vllm" else DEFAULT_TRITON_IMAGE,
@@ -337,8 +366,10 @@ def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict
         "env": _env(cfg, model),
         "resources": container_resources(cfg, model),
         "volumeMounts": mounts,
-        "securityContext": security.container_security_context(
-            add_capabilities=("IPC_LOCK",) if _rdma(cfg, model) else ()),
+        # No IPC_LOCK, even for RDMA: Pod Security `restricted` forbids adding it, and none is needed to
+        # register (pin) memory because containerd runs containers with RLIMIT_MEMLOCK unlimited (its
+        # systemd unit sets LimitMEMLOCK=infinity, which containers inherit).
+        "securityContext": security.container_security_context(),
     }
     if role != "worker":
         container |= {"ports": _ports(model), **_probes(model)}
@@ -373,21 +404,34 @@ def _template(cfg: PlatformConfig, model: Model, role: str) -> dict[str, Any]:
 # objects
 
 
-def service_account(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ServiceAccount",
-            "metadata": _meta(cfg, model, naming.model_service_account(model.name)),
-            "automountServiceAccountToken": False}
+def s3_location(uri: str) -> tuple[str, str]:
+    """(bucket, key prefix) of an s3:// model URI; the prefix is a folder ('' or ending in '/')."""
+    bucket, _, path = uri.removeprefix("s3://").partition("/")
+    path = path.strip("/")
+    return bucket, f"{path}/" if path else ""
 
 
-def _cache_claim_name(model: Model) -> str:
-    return f"{model.name}-model-cache"
+def s3_read_policy(uri: str) -> dict[str, Any]:
+    """The IAM policy of a model's IRSA role: list and read the objects under the URI, nothing else."""
+    bucket, prefix = s3_location(uri)
+    listing: dict[str, Any] = {"Sid": "ListModel", "Effect": "Allow", "Action": "s3:ListBucket",
+                               "Resource": f"arn:aws:s3:::{bucket}"}
+    if prefix:
+        listing["Condition"] = {"StringLike": {"s3:prefix": [f"{prefix}*"]}}
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ReadModel", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": f"arn:aws:s3:::{bucket}/{prefix}*"},
+        listing,
+    ]}
 
 
-def cache_claim(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": _meta(cfg, model, _cache_claim_name(model)),
-            "spec": {"accessModes": [DEFAULT_CACHE_ACCESS_MODE],
-                     "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}}
+def service_account(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
+                    ) -> dict[str, Any]:
+    """The model's identity (mesh and, with `role_arn`, AWS through IRSA); no API token is mounted."""
+    meta = _meta(cfg, model, naming.model_service_account(model.name))
+    if role_arn is not None:
+        meta["annotations"] = {IRSA_ANNOTATION: role_arn}
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta, "automountServiceAccountToken": False}
 
 
 def workload_name(model: Model) -> str:
@@ -441,7 +485,7 @@ def disruption_budget(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
 
 
 def _selector(cfg: PlatformConfig, model: Model) -> str:
-    # PodMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model; Triton's own
+    # ServiceMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model; Triton's own
     # `model` label names repository models, of which tensorrt_llm sees each request once.
     sel = f'namespace="{_namespace(cfg, model)}",{TRITON.L_POD_MODEL}="{model.name}"'
     return sel if model.engine == "vllm" else f'{sel},{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
@@ -493,22 +537,28 @@ def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }}
 
 
-def pod_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def service_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """Scrapes the model Service's endpoints over mTLS: vLLM's /metrics on its HTTP port, Triton's on 8002.
+
+    Selects the kit's model Service only (not the headless Service the LWS controller creates), and
+    copies the pods' model and tenant labels onto the series."""
     port = "http" if model.engine == "vllm" else "metrics"
-    return {"apiVersion": PODMONITOR_API_VERSION, "kind": "PodMonitor", "metadata": _meta(cfg, model), "spec": {
-        "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
+    return {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor", "metadata": _meta(cfg, model),
+            "spec": {
+        "selector": {"matchLabels": {naming.LABEL_MODEL: model.name, **naming.MANAGED_BY}},
         "podTargetLabels": [naming.LABEL_MODEL, naming.LABEL_TENANT],
-        "podMetricsEndpoints": [{"port": port, "path": "/metrics", "interval": "15s", **MESH_SCRAPE_TLS}],
+        "endpoints": [{"port": port, "path": "/metrics", "interval": "15s", **MESH_SCRAPE_TLS}],
     }}
 
 
-def model_objects(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
-    """Every object of one model, in apply order."""
-    objs = [service_account(cfg, model), cache_claim(cfg, model), workload(cfg, model), service(cfg, model),
+def model_objects(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
+                  ) -> list[dict[str, Any]]:
+    """Every object of one model, in apply order (`role_arn`: the IRSA role of an s3:// model)."""
+    objs = [service_account(cfg, model, role_arn=role_arn), workload(cfg, model), service(cfg, model),
             disruption_budget(cfg, model)]
     if model.replicas.autoscaled:
         objs.append(scaled_object(cfg, model))
-    return [*objs, pod_monitor(cfg, model)]
+    return [*objs, service_monitor(cfg, model)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -518,7 +568,6 @@ _TYPED = {
     "ServiceAccount": k8s.core.v1.ServiceAccount,
     "ConfigMap": k8s.core.v1.ConfigMap,
     "HorizontalPodAutoscaler": k8s.autoscaling.v2.HorizontalPodAutoscaler,
-    "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "Deployment": k8s.apps.v1.Deployment,
     "Service": k8s.core.v1.Service,
     "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
@@ -538,16 +587,28 @@ def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
 
 
 class ModelDeployment(pulumi.ComponentResource):
-    """One model's serving pool in its tenant's namespace (see the module docstring for the objects)."""
+    """One model's serving pool in its tenant's namespace (see the module docstring for the objects).
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, model: Model,
+    An s3:// model needs `cluster` (its IRSA role trusts the cluster's OIDC provider), and then `opts`
+    must carry the Kubernetes and AWS providers."""
+
+    def __init__(self, name: str, *, cfg: PlatformConfig, model: Model, cluster: GpuCluster | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ModelDeployment", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
-        for obj in model_objects(cfg, model):
+        role_arn = self._s3_role(name, cfg, model, cluster).arn if model.uri.startswith("s3://") else None
+        for obj in model_objects(cfg, model, role_arn=role_arn):
             register_object(f"{name}-{obj['kind'].lower()}", obj, child)
         self.register_outputs({"namespace": _namespace(cfg, model), "service": model.name,
                                "kind": workload(cfg, model)["kind"]})
+
+    def _s3_role(self, name: str, cfg: PlatformConfig, model: Model, cluster: GpuCluster | None) -> aws.iam.Role:
+        if cluster is None:
+            raise ValueError(f"models.{model.name}.uri: {model.uri!r} needs the EKS cluster for its IRSA role; "
+                             "pass cluster= (s3:// needs provider aws; use pvc:// or hf:// elsewhere)")
+        return irsa_role(f"{name}-s3", cluster=cluster, namespace=_namespace(cfg, model),
+                         service_account=naming.model_service_account(model.name),
+                         inline_policy=s3_read_policy(model.uri), opts=pulumi.ResourceOptions(parent=self))
 
 
 class ServingControllers(pulumi.ComponentResource):

@@ -116,13 +116,36 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
 # --- Kubernetes objects -------------------------------------------------------------------------
 
 
-def test_aws_load_balancer_is_an_internal_nlb() -> None:
+def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> None:
     svc = gw.service(stack("prod"))
     assert svc["spec"]["type"] == "LoadBalancer"
-    assert svc["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-scheme"] == "internal"
+    # no AWS Load Balancer Controller is installed: `external` (and its scheme/target-type keys) would stay pending
+    assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
+                                              "service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP",
                                      "appProtocol": "http"}]
     assert "annotations" not in gw.service(stack("onprem"))["metadata"]
+
+
+def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_tls() -> None:
+    cfg = stack("prod")
+    svc, monitor = gw.metrics_service(cfg), gw.service_monitor(cfg)
+    assert svc["metadata"] == {"name": "aifactory-gateway-metrics", "namespace": "aifactory-gateway", "labels": {
+        "app.kubernetes.io/name": "aifactory-gateway", "app.kubernetes.io/component": "gateway-metrics",
+        "app.kubernetes.io/managed-by": "aifactory"}}
+    assert svc["spec"] == {"clusterIP": "None", "selector": {"app.kubernetes.io/name": "aifactory-gateway"},
+                           "ports": [{"name": "stats", "port": 9902, "targetPort": "stats", "protocol": "TCP",
+                                      "appProtocol": "http"}]}
+    assert (monitor["apiVersion"], monitor["kind"], monitor["metadata"]["name"]) == (
+        "monitoring.coreos.com/v1", "ServiceMonitor", "aifactory-gateway")
+    assert monitor["spec"] == {
+        "selector": {"matchLabels": svc["metadata"]["labels"]},
+        "endpoints": [{"port": "stats", "path": "/stats/prometheus", "interval": "15s", "scheme": "https",
+                       "tlsConfig": {"caFile": "/etc/prom-certs/root-cert.pem",
+                                     "certFile": "/etc/prom-certs/cert-chain.pem",
+                                     "keyFile": "/etc/prom-certs/key.pem", "insecureSkipVerify": True}}]}
+    # the client Service's labels differ in component: the monitor selects the metrics Service only
+    assert gw.service(cfg)["metadata"]["labels"]["app.kubernetes.io/component"] == "gateway"
 
 
 def test_hpa_and_pdb_follow_the_gateway_settings() -> None:
@@ -151,8 +174,9 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     comp = next(r for r in result.resources if r.type == "aifactory:k8s:Gateway")
     children = {r.name: r for r in result.resources if r.parent == comp.urn}
     assert sorted(children) == ["gateway-configmap", "gateway-deployment", "gateway-horizontalpodautoscaler",
-                                "gateway-ns", "gateway-poddisruptionbudget", "gateway-podmonitor",
-                                "gateway-service", "gateway-serviceaccount"]
+                                "gateway-metrics-service", "gateway-ns", "gateway-poddisruptionbudget",
+                                "gateway-service", "gateway-serviceaccount", "gateway-servicemonitor"]
+    assert children["gateway-metrics-service"].inputs["metadata"]["name"] == "aifactory-gateway-metrics"
     ns = children["gateway-ns"].inputs["metadata"]
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"
     assert children["gateway-serviceaccount"].inputs["metadata"]["name"] == "aifactory-gateway"

@@ -177,15 +177,18 @@ def test_privileged_pod_every_problem() -> None:
         ("team-a-x", "spec.template.spec: hostPID: true"),
         ("team-a-x", "spec.template.spec: volume 'dev' mounts hostPath /dev"),
         ("team-a-x", "spec.template.spec: container 'server' is privileged"),
-        ("team-a-x", "spec.template.spec: container 'server' adds capabilities SYS_ADMIN"),
+        ("team-a-x", "spec.template.spec: container 'server' adds capabilities IPC_LOCK, SYS_ADMIN"),
     ]
 
 
-def test_privileged_allowed_in_agent_namespace_and_ipc_lock_anywhere() -> None:
+def test_privileged_allowed_in_agent_namespace_and_no_capability_by_default() -> None:
     agent = pod(hostNetwork=True, containers=[container(securityContext={"privileged": True})])
     rdma = pod(containers=[container(securityContext={"runAsNonRoot": True, "capabilities": {"add": ["IPC_LOCK"]}})])
     assert found("no-privileged-pods", deployment("dcgm", "gpu-operator", agent),
-                 deployment("llm", "team-a", rdma)) == []
+                 deployment("llm", "team-a", rdma)) == [
+        ("team-a-llm", "spec.template.spec: container 'server' adds capabilities IPC_LOCK")]
+    assert found("no-privileged-pods", deployment("llm", "team-a", rdma), config={
+        "no-privileged-pods": {"allowedCapabilities": ["IPC_LOCK"]}}) == []
 
 
 def test_privileged_in_helm_values_and_lws_worker() -> None:
@@ -571,7 +574,7 @@ def test_config_schema_defaults_are_the_documented_allow_lists() -> None:
     schema = by_name()["no-privileged-pods"].config_schema.properties
     assert schema["agentNamespaces"]["default"] == ["aifactory-system", "gpu-operator", "istio-system",
                                                     "kube-system", "monitoring", "nvidia-network-operator"]
-    assert schema["allowedCapabilities"] == {"type": "array", "items": {"type": "string"}, "default": ["IPC_LOCK"],
+    assert schema["allowedCapabilities"] == {"type": "array", "items": {"type": "string"}, "default": [],
                                              "description": schema["allowedCapabilities"]["description"]}
 
 

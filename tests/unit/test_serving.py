@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
 from components.k8s import naming, serving
 from components.k8s.serving import (
+    ModelDeployment,
+    cache_volume,
     container_resources,
     model_objects,
     pod_spec,
     required_controllers,
+    s3_location,
+    s3_read_policy,
     scaled_object,
     service,
+    service_account,
+    service_monitor,
     triton_command,
     vllm_args,
     workload,
 )
 from components.k8s.versions import KEDA, LWS
 from infra.config import PlatformConfig, parse
+from infra.mocks import Registration
 from infra.synth import read_stack_config, run_program, stack_file
 from tests.support.stacks import SHIPPED_STACKS, stack_config, stack_raw
 
@@ -187,7 +195,7 @@ def test_single_node_replica_on_an_efa_pool_takes_no_efa_devices() -> None:
     assert not [e for e in c["env"] if e["name"].startswith("FI_")]
 
 
-def test_infiniband_multi_node_replica_gets_rdma_network_and_ipc_lock() -> None:
+def test_infiniband_multi_node_replica_gets_rdma_network_and_no_capabilities() -> None:
     cfg = stack("onprem")
     lws = workload(cfg, cfg.models["llama-405b"])
     for template in ("leaderTemplate", "workerTemplate"):
@@ -196,7 +204,8 @@ def test_infiniband_multi_node_replica_gets_rdma_network_and_ipc_lock() -> None:
             "k8s.v1.cni.cncf.io/networks": "nvidia-network-operator/aifactory-rdma-ibs1f0"}
         c = t["spec"]["containers"][0]
         assert c["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
-        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["IPC_LOCK"]}
+        # Pod Security `restricted` (tenant namespaces) rejects any added capability, IPC_LOCK included
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert c["securityContext"]["privileged"] is False
     assert lws["spec"]["replicas"] == 1  # min == max: not autoscaled
 
@@ -225,8 +234,98 @@ def test_pvc_model_mounts_the_claim_read_only() -> None:
     spec = pod_spec(cfg, cfg.models["llama-70b"])
     assert {"name": "model-store", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}} \
         in spec["volumes"]
+    assert {"name": "model-store", "mountPath": "/models/model-store", "readOnly": True} \
+        in spec["containers"][0]["volumeMounts"]
     assert spec["containers"][0]["command"][:3] == ["vllm", "serve", "/models/model-store/llama-3.3-70b"]
     assert "initContainers" not in spec
+
+
+def test_aws_model_cache_is_a_per_pod_gp3_volume_of_the_configured_size() -> None:
+    cfg = stack("staging")
+    model = cfg.models["llama-8b-trt"]
+    assert cache_volume(cfg, model) == {"name": "model-cache", "ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": naming.model_labels("llama-8b-trt", "support", "h100")},
+        "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}},
+                 "storageClassName": "aifactory-gp3"}}}}
+    spec = pod_spec(cfg, model)
+    assert cache_volume(cfg, model) in spec["volumes"]
+    assert {"name": "model-cache", "mountPath": "/model-cache"} in spec["containers"][0]["volumeMounts"]
+    assert {"name": "model-cache", "mountPath": "/model-cache"} in spec["initContainers"][0]["volumeMounts"]
+
+
+def test_existing_cluster_model_cache_uses_the_default_storage_class() -> None:
+    cfg = small(cacheGiB=750)
+    assert cache_volume(cfg, cfg.models["m"])["ephemeral"]["volumeClaimTemplate"]["spec"] == {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "750Gi"}}}
+
+
+@pytest.mark.parametrize(("uri", "location"), [
+    ("s3://models/llama-3.1-8b", ("models", "llama-3.1-8b/")),
+    ("s3://models/team/llama/", ("models", "team/llama/")),
+    ("s3://models", ("models", "")),
+])
+def test_s3_location_is_a_bucket_and_a_folder_prefix(uri: str, location: tuple[str, str]) -> None:
+    assert s3_location(uri) == location
+
+
+def test_s3_policy_reads_and_lists_the_model_prefix_only() -> None:
+    assert s3_read_policy("s3://aifactory-staging-models/llama-3.1-8b-trtllm") == {
+        "Version": "2012-10-17", "Statement": [
+            {"Sid": "ReadModel", "Effect": "Allow", "Action": "s3:GetObject",
+             "Resource": "arn:aws:s3:::aifactory-staging-models/llama-3.1-8b-trtllm/*"},
+            {"Sid": "ListModel", "Effect": "Allow", "Action": "s3:ListBucket",
+             "Resource": "arn:aws:s3:::aifactory-staging-models",
+             "Condition": {"StringLike": {"s3:prefix": ["llama-3.1-8b-trtllm/*"]}}}]}
+    whole_bucket = s3_read_policy("s3://models")["Statement"]
+    assert whole_bucket[0]["Resource"] == "arn:aws:s3:::models/*" and "Condition" not in whole_bucket[1]
+
+
+def test_service_account_carries_the_irsa_role_only_when_given() -> None:
+    cfg = stack("staging")
+    model = cfg.models["llama-8b-trt"]
+    assert "annotations" not in service_account(cfg, model)["metadata"]
+    role = "arn:aws:iam::123456789012:role/m"
+    assert service_account(cfg, model, role_arn=role)["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": role}
+
+
+def test_s3_model_without_a_cluster_is_refused() -> None:
+    def program(cfg: PlatformConfig) -> None:
+        ModelDeployment("model-llama-8b-trt", cfg=cfg, model=cfg.models["llama-8b-trt"])
+
+    with pytest.raises(Exception, match=r"models\.llama-8b-trt\.uri: 's3://aifactory-staging-models/llama-3\.1-8b-"
+                                        r"trtllm' needs the EKS cluster for its IRSA role; pass cluster="):
+        run_program("staging", read_stack_config(stack_file("staging")), program)
+
+
+@pytest.fixture(scope="module")
+def staging() -> dict[str, Registration]:
+    """The whole staging program under mocks, by resource name."""
+    return {r.name: r for r in run_program("staging", read_stack_config(stack_file("staging"))).resources}
+
+
+def test_s3_model_gets_an_irsa_role_for_its_service_account(staging: dict[str, Registration]) -> None:
+    role, inline = staging["model-llama-8b-trt-s3"], staging["model-llama-8b-trt-s3-inline"]
+    assert role.parent == staging["model-llama-8b-trt"].urn
+    assert role.provider.startswith(staging["aws"].urn)
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]
+    assert [v for k, v in trust["Condition"]["StringEquals"].items() if k.endswith(":sub")] == [
+        "system:serviceaccount:support:llama-8b-trt"]
+    assert json.loads(inline.inputs["policy"]) == s3_read_policy("s3://aifactory-staging-models/llama-3.1-8b-trtllm")
+    sa = staging["model-llama-8b-trt-serviceaccount"].inputs["metadata"]
+    assert sa["annotations"] == {"eks.amazonaws.com/role-arn": role.outputs["arn"]}
+    assert "model-llama-70b-s3" not in staging  # hf:// models get no role
+
+
+def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registration]) -> None:
+    sc = staging["model-cache-storageclass"]
+    assert {k: v for k, v in sc.inputs.items() if k != "metadata"} == {
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "ebs.csi.aws.com",
+        "parameters": {"type": "gp3", "encrypted": "true"}, "reclaimPolicy": "Delete",
+        "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
+    assert sc.inputs["metadata"]["name"] == "aifactory-gp3"
+    for model in ("model-llama-8b-trt", "model-llama-70b"):
+        assert sc.urn in staging[model].dependencies, model
 
 
 @pytest.mark.parametrize(("model", "live", "ready"), [
@@ -296,14 +395,33 @@ def test_objects_per_model() -> None:
     cfg = stack("onprem")
     kinds = {m: [o["kind"] for o in model_objects(cfg, cfg.models[m])] for m in ("llama-405b", "classifier")}
     assert kinds == {
-        "llama-405b": ["ServiceAccount", "PersistentVolumeClaim", "LeaderWorkerSet", "Service",
-                       "PodDisruptionBudget", "PodMonitor"],
-        "classifier": ["ServiceAccount", "PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget",
-                       "ScaledObject", "PodMonitor"],
+        "llama-405b": ["ServiceAccount", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "ServiceMonitor"],
+        "classifier": ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ScaledObject",
+                       "ServiceMonitor"],
     }
-    monitor = model_objects(cfg, cfg.models["classifier"])[-1]
-    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
-    assert monitor["spec"]["podTargetLabels"] == ["aifactory.io/model", "aifactory.io/tenant"]
+
+
+MESH_TLS = {"scheme": "https", "tlsConfig": {
+    "caFile": "/etc/prom-certs/root-cert.pem", "certFile": "/etc/prom-certs/cert-chain.pem",
+    "keyFile": "/etc/prom-certs/key.pem", "insecureSkipVerify": True}}
+
+
+@pytest.mark.parametrize(("stack_name", "model", "port", "service_port"), [
+    ("prod", "assistant-batch", "http", 8000), ("prod", "assistant-fast", "metrics", 8002)])
+def test_service_monitor_scrapes_the_engine_metrics_port_over_mesh_tls(
+        stack_name: str, model: str, port: str, service_port: int) -> None:
+    cfg = stack(stack_name)
+    monitor = service_monitor(cfg, cfg.models[model])
+    assert (monitor["apiVersion"], monitor["kind"], monitor["metadata"]["namespace"]) == (
+        "monitoring.coreos.com/v1", "ServiceMonitor", "assistant")
+    assert monitor["spec"] == {
+        "selector": {"matchLabels": {"aifactory.io/model": model, "app.kubernetes.io/managed-by": "aifactory"}},
+        "podTargetLabels": ["aifactory.io/model", "aifactory.io/tenant"],
+        "endpoints": [{"port": port, "path": "/metrics", "interval": "15s", **MESH_TLS}]}
+    svc = service(cfg, cfg.models[model])
+    assert svc["metadata"]["labels"].items() >= monitor["spec"]["selector"]["matchLabels"].items()
+    assert {"name": port, "port": service_port, "targetPort": port, "protocol": "TCP", "appProtocol": "http"} \
+        in svc["spec"]["ports"]
 
 
 @pytest.mark.parametrize(("name", "charts"), [("dev", [KEDA]), ("onprem", [KEDA, LWS]), ("prod", [KEDA, LWS])])
@@ -312,8 +430,6 @@ def test_controllers_installed_only_when_needed(name: str, charts: list[Any]) ->
 
 
 def test_model_deployment_registers_children_under_itself() -> None:
-    from components.k8s.serving import ModelDeployment
-
     def program(cfg: PlatformConfig) -> None:
         ModelDeployment("model-chat", cfg=cfg, model=cfg.models["chat"])
 
@@ -322,12 +438,11 @@ def test_model_deployment_registers_children_under_itself() -> None:
     children = sorted((r.name, r.type) for r in result.resources if r.parent == comp.urn)
     assert children == [
         ("model-chat-deployment", "kubernetes:apps/v1:Deployment"),
-        ("model-chat-persistentvolumeclaim", "kubernetes:core/v1:PersistentVolumeClaim"),
         ("model-chat-poddisruptionbudget", "kubernetes:policy/v1:PodDisruptionBudget"),
-        ("model-chat-podmonitor", "kubernetes:monitoring.coreos.com/v1:PodMonitor"),
         ("model-chat-scaledobject", "kubernetes:keda.sh/v1alpha1:ScaledObject"),
         ("model-chat-service", "kubernetes:core/v1:Service"),
         ("model-chat-serviceaccount", "kubernetes:core/v1:ServiceAccount"),
+        ("model-chat-servicemonitor", "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"),
     ]
     sa = next(r for r in result.resources if r.name == "model-chat-serviceaccount")
     assert sa.inputs["automountServiceAccountToken"] is False and sa.inputs["metadata"]["namespace"] == "demo"
