@@ -31,9 +31,10 @@ def _spend(cfg: ObservabilityConfig) -> list:
                               "pool's GPU price.", "currencyUSD", Q(f"sum({R.IDLE_COST}{{{OWNER}}})", "$/hour")),
         stat("Utilisation-weighted cost", "Each GPU's price times its utilisation: the part of the spend doing "
                                           "work.", "currencyUSD", Q(f"sum({R.POOL_USED_COST}{{{POOL}}})", "$/hour")),
-        stat("Cost per completed workflow", "GPU cost of the selected tenants' models divided by their "
-                                            "successfully completed workflows.", "currencyUSD",
-             Q(f"sum({R.MODEL_COST}{{{MODEL}}}) / (sum({R.WF_COUNT}{{status=\"ok\", {TENANT}}}) * 3600)",
+        stat("Cost per completed workflow", "GPU cost of all the selected tenants' models divided by their "
+                                            "successfully completed workflows (workflows span models: the model "
+                                            "filter does not apply). Empty when none completed.", "currencyUSD",
+             Q(f"sum({R.MODEL_COST}{{{TENANT}}}) / (sum({R.WF_COUNT}{{status=\"ok\", {TENANT}}}) > 0) / 3600",
                "$/workflow")),
         timeseries("GPU spend by pool", "Dollars per hour per GPU pool (nodes x node price).", "currencyUSD",
                    Q(f"{R.POOL_COST}{{{POOL}}}", "{{pool}}"), stacked=True),

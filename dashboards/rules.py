@@ -7,6 +7,12 @@ panels and alerts read prices from the stack config through PromQL and never emb
 Alerts: multi-window multi-burn-rate alerts per workflow SLO (Google SRE workbook: page on 5m&1h at
 14.4x and 30m&6h at 6x the error budget; ticket on 2h&1d at 3x and 6h&3d at 1x), and GPU/serving
 alerts. Every alert carries severity, summary, description and runbook_url.
+
+GpuXidError fires on a new XID, not on the last one: DCGM_FI_DEV_XID_ERRORS holds the value of the last
+XID for ever, so the alert reads R.NEW_XID (the XID of GPUs whose value changed
+in the last XID_WINDOW) and resolves on its own. One alert name, two rules: critical (pages) for the XIDs
+that need the node drained and the GPU reset (DRAIN_XIDS), warning for every other XID (application
+faults such as 13, 31, 43: the GPU is fine).
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ __all__ = [
     "objective_name",
     "objective_matchers",
     "DEFAULT_OBJECTIVE",
+    "DRAIN_XIDS",
+    "XID_WINDOW",
 ]
 
 QUANTILES = ("0.5", "0.95", "0.99")
@@ -59,6 +67,11 @@ MODEL_LABEL_KSM = "label_aifactory_io_model"
 TENANT_LABEL_KSM = "label_aifactory_io_tenant"
 GPU_RESOURCE = "nvidia_com_gpu"
 DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO of their own
+# XIDs after which the GPU must be reset (node cordoned and drained first): double-bit ECC (48), row-remap
+# event / failure (63, 64), NVLink (74), fallen off the bus (79), contained / uncontained ECC (94, 95),
+# GSP RPC timeout / GSP error (119, 120).
+DRAIN_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120)
+XID_WINDOW = "10m"  # a changed XID value within this window is a new XID
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +150,7 @@ class R:
     GPU_ALLOCATED_UTIL = "gpu:dcgm_gpu_utilization_allocated:ratio_avg5m"
     POOL_NODES = "pool:kube_node:count"
     POOL_GPUS = "pool:dcgm_gpu:count"
+    NEW_XID = f"gpu:dcgm_fi_dev_xid_errors:new{XID_WINDOW}"
     POOL_COST = "pool:gpu_cost_dollars_per_hour:sum"
     TOTAL_COST = "aifactory:gpu_cost_dollars_per_hour:sum"
     POOL_USED_COST = "pool:gpu_used_cost_dollars_per_hour:sum"
@@ -277,8 +291,11 @@ def _cost_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.MODEL_GPUS, f"sum by (model, tenant, pool) ({R.POD_GPUS} * on (namespace, pod) group_left "
                              f"(model, tenant) {R.POD_MODEL} * on (node) group_left (pool) {R.NODE_POOL})"),
         Record(R.MODEL_COST, f"sum by (model, tenant) ({R.MODEL_GPUS} * on (pool) group_left {R.GPU_PRICE})"),
-        Record(R.MODEL_COST_PER_MTOK, f"{R.MODEL_COST} / on (model) group_left {R.MODEL_TOKENS} / 3600 * 1e6"),
-        Record(R.TENANT_COST_PER_WORKFLOW, f"sum by (tenant) ({R.MODEL_COST}) / on (tenant) ({done} * 3600)"),
+        # Denominators > 0: a model that generated nothing, a tenant whose workflows all failed, have no
+        # unit cost (no sample), rather than +Inf.
+        Record(R.MODEL_COST_PER_MTOK,
+               f"{R.MODEL_COST} / on (model) group_left () ({R.MODEL_TOKENS} > 0) / 3600 * 1e6"),
+        Record(R.TENANT_COST_PER_WORKFLOW, f"sum by (tenant) ({R.MODEL_COST}) / on (tenant) ({done} > 0) / 3600"),
     ]
 
 
@@ -385,6 +402,8 @@ def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
         out.append(Record(R.dcgm_pool(metric, agg), f"{agg} by (pool) ({per_gpu})"))
     out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
     out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"sum by (pool) ({_in_pool(cfg, DCGM.XID)} > bool 0)"))
+    xid = series(cfg, DCGM.XID)
+    out.append(Record(R.NEW_XID, f"{xid} > 0 and changes({xid}[{XID_WINDOW}]) > 0"))
     return out
 
 
@@ -460,11 +479,20 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
 
     hw_slow, sw_thermal, hw_thermal, power_brake = 0x8, 0x20, 0x40, 0x80  # NVML clocksThrottleReasons bits
     gpu = "GPU {{ $labels.gpu }} on {{ $labels.Hostname }}{{ $labels.hostname }}"
+    drain = " or ".join(f"{R.NEW_XID} == {x}" for x in DRAIN_XIDS)
+    drain_list = ", ".join(map(str, DRAIN_XIDS))
     return [
-        Alert("GpuXidError", f"{series(cfg, DCGM.XID)} > 0", "critical",
+        Alert("GpuXidError", drain, "critical",
+              summary=f"{gpu} reported XID {{{{ $value }}}}: drain the node",
+              description=f"{gpu} reported XID {{{{ $value }}}} in the last {XID_WINDOW}, one of the XIDs "
+                          f"({drain_list}) after which the node must be cordoned and drained and the GPU reset "
+                          "(or replaced).",
+              runbook_url=_runbook(cfg, "GpuXidError")),
+        Alert("GpuXidError", f"{R.NEW_XID} unless ({drain})", "warning",
               summary=f"{gpu} reported XID {{{{ $value }}}}",
-              description=f"{gpu} reported XID error {{{{ $value }}}}. XIDs 48, 63, 64, 74, 79, 94 and 95 "
-                          "usually need the node drained and the GPU reset or replaced.",
+              description=f"{gpu} reported XID {{{{ $value }}}} in the last {XID_WINDOW}: usually an "
+                          "application fault (13, 31, 43); the GPU needs no reset. Check the workload's and the "
+                          "driver's logs.",
               runbook_url=_runbook(cfg, "GpuXidError")),
         Alert("GpuThermalThrottling", f"({bit(sw_thermal)}) or ({bit(hw_thermal)})", "warning",
               summary=f"{gpu} is thermally throttled",

@@ -1,10 +1,11 @@
-"""The rules under the real promtool: `check rules` for every stack, `test rules` with a fire / no-fire pair
-for every alert (the prod stack: named and default workflow SLOs, vLLM and Triton models, three pools)."""
+"""The rules under the real promtool: `check rules` for every stack, `test rules` with every alert checked the
+minute before it fires and the minute it fires, the long burn-rate windows protecting from a short burst, unit
+costs with zero denominators (the prod stack: named and default workflow SLOs, vLLM and Triton models, three pools)."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,8 +13,8 @@ import pytest
 import yaml
 
 import dashboards
-from dashboards.config import ObservabilityConfig, from_platform
-from dashboards.rules import DEFAULT_OBJECTIVE, R, alerts, records
+from dashboards.config import Objective, ObservabilityConfig, from_platform
+from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, records
 from infra.artifacts import dump_yaml
 from infra.synth import DEFAULT_STACKS_DIR
 from telemetry.names import DCGM, KSM, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
@@ -69,15 +70,42 @@ def test_every_alert_has_severity_summary_description_and_runbook(prod: Observab
 
 
 # --------------------------------------------------------------------------------------------
-# promtool test rules: a fire / no-fire pair per alert
+# promtool test rules: every alert the minute before its `for:` elapses (silent) and the minute it does (firing)
+
+Labels = dict[str, str]
+Fired = tuple[Labels, float]  # (labels, $value)
+Check = tuple[int, list[Fired]]  # (evaluation minute, the alerts of the case's name firing then)
 
 
 @dataclass
 class Case:
     alert: str
-    series: dict[str, str]  # series -> promtool values notation
-    eval_time: str
-    fired: list[tuple[dict[str, str], float]] = field(default_factory=list)  # (labels, $value)
+    series: dict[str, str]  # series -> promtool values notation, one sample a minute
+    checks: list[Check]
+
+
+def _minutes(duration: str) -> int:
+    return int(duration[:-1]) * {"m": 1, "h": 60}[duration[-1]]
+
+
+def _around(active_at: int, fired: list[tuple[Labels, float, int]]) -> list[Check]:
+    """Alerts whose condition holds from minute `active_at`: checked the minute before and the minute each
+    one's `for` (third item, minutes) elapses."""
+    times = sorted({active_at + for_ + d for _, _, for_ in fired for d in (-1, 0)})
+    return [(t, [(labels, v) for labels, v, for_ in fired if active_at + for_ <= t]) for t in times]
+
+
+def _num(value: float) -> str:
+    return f"{value:.12g}"
+
+
+def _counter(segments: list[tuple[int, float]]) -> str:
+    """A counter from 0 rising `per_minute` for `minutes` minutes, segment after segment."""
+    out, value = ["0"], 0.0
+    for minutes, per_minute in segments:
+        out.append(f"{_num(value + per_minute)}+{_num(per_minute)}x{minutes - 1}")
+        value += per_minute * minutes
+    return " ".join(out)
 
 
 _TEMPLATE = re.compile(r"\{\{\s*(.*?)\s*\}\}")
@@ -103,46 +131,107 @@ def _sel(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
-def _burn_cases(cfg: ObservabilityConfig) -> list[Case]:
+def _for(cfg: ObservabilityConfig) -> dict[tuple[str, str], int]:
+    return {(a.alert, a.severity): _minutes(a.for_) for a in alerts(cfg)}
+
+
+RUNS_PER_MINUTE = 100.0
+
+
+def _slo_series(sli: str, objective: Objective, base: Labels, segments: list[tuple[int, float]]) -> dict[str, str]:
+    """Workflow runs, RUNS_PER_MINUTE of them; `segments`: (minutes, fraction of runs that miss the SLI)."""
     wf = WORKFLOW_DURATION.prom
+    if sli == "latency":
+        good = max(b for b in WORKFLOW_BUCKETS_S if b <= objective.latency_seconds)
+        return {_sel(f"{wf}_bucket", {**base, "status": "ok", "le": repr(float(good))}):
+                _counter([(m, RUNS_PER_MINUTE * (1 - bad)) for m, bad in segments]),
+                _sel(f"{wf}_count", {**base, "status": "ok"}): _counter([(m, RUNS_PER_MINUTE) for m, _ in segments])}
+    return {_sel(f"{wf}_count", {**base, "status": "error"}): _counter([(m, RUNS_PER_MINUTE * bad)
+                                                                         for m, bad in segments]),
+            _sel(f"{wf}_count", {**base, "status": "ok"}): _counter([(m, RUNS_PER_MINUTE * (1 - bad))
+                                                                      for m, bad in segments])}
+
+
+SLIS = (("latency", "WorkflowLatencyBudgetBurn"), ("availability", "WorkflowErrorBudgetBurn"))
+
+
+def _budget(sli: str, objective: Objective) -> float:
+    return 1 - (objective.latency_target if sli == "latency" else objective.availability_target)
+
+
+def _burn_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """Misses from the first minute: pages (and later tickets), tickets only, neither."""
+    fors = _for(cfg)
     out = []
     for o in (cfg.objectives[0], cfg.objectives[-1]):  # a named objective and the default one
-        workflow = o.workflow or OTHER_WORKFLOW
-        base = {"workflow": workflow, "tenant": "assistant"}
-        for sli, alert, target in (("latency", "WorkflowLatencyBudgetBurn", o.latency_target),
-                                   ("availability", "WorkflowErrorBudgetBurn", o.availability_target)):
-            budget = 1 - target
-            for bad in (7 * budget, 2 * budget, budget / 2):  # pages and tickets; tickets only; neither
-                if sli == "latency":
-                    good = max(b for b in WORKFLOW_BUCKETS_S if b <= o.latency_seconds)
-                    series = {_sel(f"{wf}_bucket", {**base, "status": "ok", "le": repr(float(good))}):
-                              f"0+{100 * (1 - bad):g}x25",
-                              _sel(f"{wf}_count", {**base, "status": "ok"}): "0+100x25"}
-                else:
-                    series = {_sel(f"{wf}_count", {**base, "status": "error"}): f"0+{100 * bad:g}x25",
-                              _sel(f"{wf}_count", {**base, "status": "ok"}): f"0+{100 * (1 - bad):g}x25"}
+        base = {"workflow": o.workflow or OTHER_WORKFLOW, "tenant": "assistant"}
+        for sli, alert in SLIS:
+            budget = _budget(sli, o)
+            for bad in (7 * budget, 2 * budget, budget / 2):
                 severities = [s for s, factor in (("critical", 6), ("warning", 1)) if bad > factor * budget]
                 fired = [({**base, "alertname": alert, "severity": s, "slo": sli,
-                           "objective": o.workflow or DEFAULT_OBJECTIVE}, bad) for s in severities]
-                out.append(Case(alert, series, "20m", fired))
+                           "objective": o.workflow or DEFAULT_OBJECTIVE}, bad, fors[(alert, s)]) for s in severities]
+                # Rates exist from the second sample: the condition holds from minute 1.
+                checks = _around(1, fired) if fired else [(20, [])]
+                out.append(Case(alert, _slo_series(sli, o, base, [(20, bad)]), checks))
     return out
 
 
+BURST_MINUTES = 11  # misses in the last minutes of LONG_MINUTES only
+LONG_MINUTES = 360
+LONG_EVALUATION_INTERVAL = "5m"  # six hours of rules at 1m would dominate the test's runtime
+
+
+def _burst_misses(budget: float) -> float:
+    """A miss fraction above the fastest page's threshold (14.4x budget) that the long windows dilute below
+    every alert's: 11 of 60 minutes (1h), 11 of 360 (6h) and 11 of 120 (2h) stay under it."""
+    return min(1.0, 25 * budget)
+
+
+def _long_window_cases(cfg: ObservabilityConfig) -> tuple[list[Case], list[dict[str, Any]]]:
+    """Six hours of good runs, then a burst of misses: the short windows burn, the long windows protect."""
+    o = cfg.objectives[0]
+    base = {"workflow": o.workflow, "tenant": "assistant"}
+    cases, short_burns = [], []
+    for sli, alert in SLIS:
+        budget = _budget(sli, o)
+        bad = _burst_misses(budget)
+        assert bad > 14.4 * budget
+        series = _slo_series(sli, o, base, [(LONG_MINUTES - BURST_MINUTES, 0.0), (BURST_MINUTES, bad)])
+        cases.append(Case(alert, series, [(LONG_MINUTES, [])]))
+        short_burns.append({"expr": f'count({R.slo_errors(sli, "5m")}{{objective="{o.workflow}"}} > '
+                                    f'{_num(14.4 * budget)})',
+                            "eval_time": f"{LONG_MINUTES}m", "exp_samples": [{"labels": "{}", "value": 1}]})
+    return cases, short_burns
+
+
 def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
+    fors = _for(cfg)
     gpu = {"gpu": "0", "UUID": "GPU-0", "Hostname": "node-a"}
-    out = []
-    for alert, metric, fire, quiet, for_eval in (
-        ("GpuXidError", DCGM.XID, 79, 0, "5m"),
-        ("GpuThermalThrottling", DCGM.CLOCK_THROTTLE_REASONS, 0x20, 0x4, "10m"),  # SW thermal; SW power cap
-        ("GpuPowerThrottling", DCGM.CLOCK_THROTTLE_REASONS, 0x80, 0x20, "10m"),  # power brake; thermal
-        ("GpuRowRemapFailure", DCGM.ROW_REMAP_FAILURE, 1, 0, "5m"),
+
+    def firing(alert: str, severity: str, labels: Labels, value: float) -> tuple[Labels, float, int]:
+        return {**labels, "alertname": alert, "severity": severity}, value, fors[(alert, severity)]
+
+    xid = _sel(DCGM.XID, gpu)
+    out = [
+        # A drain XID at minute 10 pages at once and resolves XID_WINDOW later, the last XID still 79.
+        Case("GpuXidError", {xid: "0x9 79x20"},
+             _around(10, [firing("GpuXidError", "critical", gpu, 79)]) + [(10 + _minutes(XID_WINDOW), [])]),
+        Case("GpuXidError", {xid: "0x9 119x20"}, _around(10, [firing("GpuXidError", "critical", gpu, 119)])),
+        # An application XID tickets; one set long before (the gauge keeps it) is silent.
+        Case("GpuXidError", {xid: "0x9 13x20"}, _around(10, [firing("GpuXidError", "warning", gpu, 13)])),
+        Case("GpuXidError", {xid: "79x40"}, [(30, [])]),
+    ]
+    for alert, metric, fire, quiet in (
+        ("GpuThermalThrottling", DCGM.CLOCK_THROTTLE_REASONS, 0x20, 0x4),  # SW thermal; SW power cap
+        ("GpuPowerThrottling", DCGM.CLOCK_THROTTLE_REASONS, 0x80, 0x20),  # power brake; thermal
+        ("GpuRowRemapFailure", DCGM.ROW_REMAP_FAILURE, 1, 0),
     ):
-        value = fire if alert in ("GpuXidError", "GpuRowRemapFailure") else 1
-        out.append(Case(alert, {_sel(metric, gpu): f"{fire}x20"}, for_eval,
-                        [({**gpu, "alertname": alert, "severity": "critical" if alert in ("GpuXidError",
-                                                                                           "GpuRowRemapFailure")
-                           else "warning"}, value)]))
-        out.append(Case(alert, {_sel(metric, gpu): f"{quiet}x20"}, for_eval))
+        [severity] = [s for a, s in fors if a == alert]
+        value = fire if alert == "GpuRowRemapFailure" else 1
+        checks = _around(10, [firing(alert, severity, gpu, value)])
+        out.append(Case(alert, {_sel(metric, gpu): f"0x9 {fire}x20"}, checks))
+        out.append(Case(alert, {_sel(metric, gpu): f"0x9 {quiet}x20"}, [(checks[-1][0], [])]))
 
     pool = cfg.pool("l40s")
     pod = {"namespace": "search", "pod": "embed-rerank-0"}
@@ -155,19 +244,19 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
         }
         for g in range(pool.gpus_per_node):
             series[_sel(DCGM.GPU_UTIL, {"gpu": str(g), "Hostname": "node-a", **pod})] = "2x90" if g < idle else "50x90"
-        fired = [({"alertname": "GpuExpensiveIdle", "severity": "warning", "pool": pool.name}, idle)]
-        out.append(Case("GpuExpensiveIdle", series, "70m", fired if idle == pool.gpus_per_node else []))
+        fired = firing("GpuExpensiveIdle", "warning", {"pool": pool.name}, idle)
+        out.append(Case("GpuExpensiveIdle", series,
+                        _around(0, [fired]) if idle == pool.gpus_per_node else [(fired[2], [])]))
 
     vllm = {"model_name": "assistant-batch", "pod": "assistant-batch-0"}
     labels = {"model": "assistant-batch", "model_name": "assistant-batch"}  # KV cache: label_replace keeps both
-    out.append(Case("ModelKvCacheSaturated", {_sel(VLLM.KV_CACHE, vllm): "0.97x20"}, "15m",
-                    [({**labels, "alertname": "ModelKvCacheSaturated", "severity": "warning"}, 0.97)]))
-    out.append(Case("ModelKvCacheSaturated", {_sel(VLLM.KV_CACHE, vllm): "0.9x20"}, "15m"))
+    kv = _around(10, [firing("ModelKvCacheSaturated", "warning", labels, 0.97)])
+    out.append(Case("ModelKvCacheSaturated", {_sel(VLLM.KV_CACHE, vllm): "0.5x9 0.97x20"}, kv))
+    out.append(Case("ModelKvCacheSaturated", {_sel(VLLM.KV_CACHE, vllm): "0.5x9 0.9x20"}, [(kv[-1][0], [])]))
     limit = int(cfg.queue_alert_factor * next(m.target_queue_depth for m in cfg.models if m.name == "assistant-batch"))
-    out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"{limit + 1}x20"}, "15m",
-                    [({"model": "assistant-batch", "alertname": "ModelQueueGrowing", "severity": "warning"},
-                      limit + 1)]))
-    out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"{limit}x20"}, "15m"))
+    queue = _around(10, [firing("ModelQueueGrowing", "warning", {"model": "assistant-batch"}, limit + 1)])
+    out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"0x9 {limit + 1}x20"}, queue))
+    out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"0x9 {limit}x20"}, [(queue[-1][0], [])]))
 
     triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
     ensemble = {**triton, "model": "ensemble"}  # same pod, another repository model: never counted
@@ -177,42 +266,99 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
         series = {_sel(TRITON.REQUEST_SUCCESS, triton): "0+100x30", _sel(TRITON.QUEUE_DURATION_US, triton):
                   f"0+{queue_us:g}x30", _sel(TRITON.REQUEST_SUCCESS, ensemble): "0+100x30",
                   _sel(TRITON.QUEUE_DURATION_US, ensemble): "0+0x30"}
-        fired = [({"model": "assistant-fast", "alertname": "TritonQueueTimeHigh", "severity": "warning"},
-                  target * factor)]
-        out.append(Case("TritonQueueTimeHigh", series, "20m", fired if factor > cfg.queue_alert_factor else []))
+        fired = firing("TritonQueueTimeHigh", "warning", {"model": "assistant-fast"}, target * factor)
+        # A rate exists from the second sample: the condition holds from minute 1.
+        out.append(Case("TritonQueueTimeHigh", series,
+                        _around(1, [fired]) if factor > cfg.queue_alert_factor else [(1 + fired[2], [])]))
     return out
 
 
-def _promtool_test(case: Case, annotations: dict[tuple[str, str], dict[str, str]]) -> dict[str, Any]:
-    exp = []
-    for labels, value in case.fired:
-        key = (case.alert, labels["severity"])
-        exp.append({"exp_labels": labels,
-                    "exp_annotations": {k: _render(v, labels, value) for k, v in annotations[key].items()}})
+Annotations = dict[tuple[str, str, str | None], dict[str, str]]
+
+
+def _promtool_test(case: Case, annotations: Annotations) -> dict[str, Any]:
+    def expected(labels: Labels, value: float) -> dict[str, Any]:
+        texts = annotations[(labels["alertname"], labels["severity"], labels.get("objective"))]
+        return {"exp_labels": labels, "exp_annotations": {k: _render(v, labels, value) for k, v in texts.items()}}
+
     return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
-            "alert_rule_test": [{"eval_time": case.eval_time, "alertname": case.alert, "exp_alerts": exp}]}
+            "alert_rule_test": [{"eval_time": f"{t}m", "alertname": case.alert,
+                                 "exp_alerts": [expected(labels, v) for labels, v in fired]}
+                                for t, fired in case.checks]}
 
 
-def test_promtool_test_rules_fire_and_no_fire_for_every_alert(prod: ObservabilityConfig, tmp_path: Path) -> None:
-    cases = _burn_cases(prod) + _gpu_cases(prod)
-    names = {a.alert for a in alerts(prod)}
-    assert {c.alert for c in cases if c.fired} == names
-    assert {c.alert for c in cases if not c.fired} == names
-    # Burn-rate alerts exist per objective; their annotations differ only in the objective's numbers.
-    annotations: dict[tuple[str, str], dict[str, str]] = {}
-    by_objective = {}
-    for a in alerts(prod):
-        by_objective[(a.alert, a.severity, a.labels.get("objective"))] = a.to_dict()["annotations"]
-    tests = []
-    for case in cases:
-        objective = case.fired[0][0].get("objective") if case.fired else None
-        for s in ("critical", "warning"):
-            if (case.alert, s, objective) in by_objective:
-                annotations[(case.alert, s)] = by_objective[(case.alert, s, objective)]
-        tests.append(_promtool_test(case, dict(annotations)))
-    (tmp_path / "rules.yaml").write_text(dump_yaml(dashboards.prometheus_rules(prod)))
-    (tmp_path / "test.yaml").write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
-                                                        "tests": tests}, sort_keys=False))
-    res = promtool("test", "rules", str(tmp_path / "test.yaml"))
+def _pairs(cases: list[Case]) -> set[tuple[str, str]]:
+    """(alert, severity) checked silent one minute and firing the next."""
+    out = set()
+    for c in cases:
+        firing = {t: {labels["severity"] for labels, _ in fired} for t, fired in c.checks}
+        for t, severities in firing.items():
+            out |= {(c.alert, s) for s in severities if t - 1 in firing and s not in firing[t - 1]}
+    return out
+
+
+def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_interval: tuple[str, list[dict[str, Any]]]
+                        ) -> None:
+    """One promtool run over test files, one per evaluation interval (long cases evaluate less often)."""
+    (tmp_path / "rules.yaml").write_text(dump_yaml(dashboards.prometheus_rules(cfg)))
+    files = []
+    for interval, tests in tests_by_interval:
+        files.append(tmp_path / f"test-{interval}.yaml")
+        files[-1].write_text(yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": interval,
+                                             "group_eval_order": [g.name for g in groups(cfg)], "tests": tests},
+                                            sort_keys=False))
+    res = promtool("test", "rules", *map(str, files))
     assert res.returncode == 0, (res.stdout + res.stderr)[-6000:]
-    assert "SUCCESS" in res.stdout
+    assert res.stdout.count("SUCCESS") == len(files)
+
+
+def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
+                                                                             tmp_path: Path) -> None:
+    long_cases, short_burns = _long_window_cases(prod)
+    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod)
+    assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
+    assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
+    annotations = {(a.alert, a.severity, a.labels.get("objective")): a.to_dict()["annotations"] for a in alerts(prod)}
+    long_tests = [{**_promtool_test(c, annotations), "promql_expr_test": [burn]}  # the 5m window alone would page
+                  for c, burn in zip(long_cases, short_burns, strict=True)]
+    _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases if c not in long_cases]),
+                        (LONG_EVALUATION_INTERVAL, long_tests))
+
+
+# --------------------------------------------------------------------------------------------
+# unit costs: no sample, never +Inf, when the denominator is zero
+
+
+def test_unit_costs_have_no_sample_for_zero_tokens_or_zero_completed_workflows(prod: ObservabilityConfig,
+                                                                              tmp_path: Path) -> None:
+    """embed-rerank (tenant search) generates tokens and completes workflows; finance-8b (tenant finance)
+    generated nothing and its tenant's workflows all failed."""
+    series = {_sel(KSM.NODE_LABELS, {"node": "node-a", "label_aifactory_io_pool": "l40s"}): "1x20"}
+    for model, tenant, tokens in (("embed-rerank", "search", "0+600x20"), ("finance-8b", "finance", "5x20")):
+        pod = {"namespace": tenant, "pod": f"{model}-0"}
+        series[_sel(KSM.POD_LABELS, {**pod, "label_aifactory_io_model": model,
+                                     "label_aifactory_io_tenant": tenant})] = "1x20"
+        series[_sel(KSM.POD_REQUESTS, {**pod, "node": "node-a", "resource": "nvidia_com_gpu"})] = "2x20"
+        series[_sel(VLLM.GENERATION_TOKENS, {"model_name": model, **pod})] = tokens
+    wf = f"{WORKFLOW_DURATION.prom}_count"
+    series[_sel(wf, {"workflow": "w", "tenant": "search", "status": "ok"})] = "0+60x20"
+    series[_sel(wf, {"workflow": "w", "tenant": "finance", "status": "ok"})] = "0x20"
+    series[_sel(wf, {"workflow": "w", "tenant": "finance", "status": "error"})] = "0+60x20"
+
+    board = dashboards.build(prod)["gpu-cost"]
+    [stat] = [e for t, e in dashboards.queries(board) if t == "Cost per completed workflow"]
+    assert "model=~" not in stat  # numerator and denominator filter the same: tenants (workflows span models)
+    per_tenant = {t: e for t in ("search", "finance")
+                  for title, e in dashboards.queries(board, {"tenant": t}) if title == "Cost per completed workflow"}
+
+    def samples(expr: str, *labels: str) -> dict[str, Any]:
+        return {"expr": expr, "eval_time": "15m", "exp_samples": [{"labels": lb, "value": 1} for lb in labels]}
+
+    _run_promtool_tests(prod, tmp_path, ("1m", [{"interval": "1m", "input_series": [{"series": s, "values": v}
+                                                                   for s, v in series.items()],
+                                "promql_expr_test": [
+        samples(f"count by (model) ({R.MODEL_COST_PER_MTOK})", '{model="embed-rerank"}'),
+        samples(f"count by (tenant) ({R.TENANT_COST_PER_WORKFLOW})", '{tenant="search"}'),
+        samples(f"count({per_tenant['search']})", "{}"),
+        samples(f"count({per_tenant['finance']})"),
+    ]}]))
