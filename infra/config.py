@@ -826,7 +826,7 @@ _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pi
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
-           tenants: Mapping[str, Tenant]) -> Model | None:
+           tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
     for key in d:
         if key not in _MODEL_KEYS:
@@ -907,8 +907,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     return Model(
         name=name, engine=engine, model=model_id, tenant=tenant, pool=pool_name,
         uri=r.value(d, "uri", path, str, f"hf://{model_id}",
-                    check=lambda v: None if re.match(r"^(hf|s3|pvc)://.+", v) else
-                    "is not a model URI; use hf://ORG/NAME, s3://BUCKET/PATH or pvc://CLAIM/PATH"),
+                    check=lambda v: _model_uri(v, aws=aws)),
         tensor_parallel=tp, pipeline_parallel=pp, gpus_per_replica=gpus, mig_profile=mig, quantization=quant,
         max_model_length=r.value(d, "maxModelLength", path, int, None, minimum=256),
         prefix_caching=r.value(d, "prefixCaching", path, bool, True),
@@ -921,6 +920,14 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
         gpus_per_node_hint=per_node,
     )
+
+
+def _model_uri(value: str, *, aws: bool) -> str | None:
+    if not re.match(r"^(hf|s3|pvc)://.+", value):
+        return "is not a model URI; use hf://ORG/NAME, s3://BUCKET/PATH or pvc://CLAIM/PATH"
+    if value.startswith("s3://") and not aws:
+        return "needs provider aws (the model reads it with an IRSA role); use pvc:// or hf://"
+    return None
 
 
 def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
@@ -1055,7 +1062,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
 
     models: dict[str, Model] = {}
     for name, body in r.named(raw.get("models", {}), "models").items():
-        if (m := _model(r, name, body, pools, tenants)) is not None:
+        if (m := _model(r, name, body, pools, tenants, aws=aws)) is not None:
             models[name] = m
     _cross_model_checks(r, models, tenants)
 

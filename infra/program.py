@@ -114,10 +114,12 @@ def program(cfg: PlatformConfig) -> None:
     cache = [ModelCacheStorage("model-cache", opts=on_cluster)] if on_aws is not None else []
     on_models = on_cluster if on_aws is None else \
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
+    # The mesh first: a model pod created before istiod's injection webhook runs without a sidecar,
+    # outside the tenant's AuthorizationPolicies, until something restarts it.
     models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m,
                               cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
-        pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.observability,
-                                           controllers, *cache])))
+        pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.mesh,
+                                           platform.observability, controllers, *cache])))
               for m in cfg.models.values()]
     Gateway("gateway", cfg=cfg, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))

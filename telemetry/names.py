@@ -192,7 +192,7 @@ class TRITON:
     # A TensorRT-LLM repository holds preprocessing, tensorrt_llm, postprocessing and an ensemble; every user
     # request reaches `tensorrt_llm` exactly once (ensemble and BLS paths alike) and it owns the in-flight
     # batching queue, so the kit reads that one and keys it by the pod's aifactory.io/model label, which the
-    # model's PodMonitor copies onto every series (podTargetLabels).
+    # model's ServiceMonitor copies onto every series (podTargetLabels).
     ENGINE_MODEL = "tensorrt_llm"
     L_POD_MODEL = "aifactory_io_model"
 

@@ -229,7 +229,7 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
                 w.gauge(VLLM.KV_CACHE, labels, 0.4)
         else:
             # As Triton really labels a TensorRT-LLM repository: one series per repository model, the kit's
-            # model only in the pod label the PodMonitor copies. Only tensorrt_llm carries the truth; the
+            # model only in the pod label the ServiceMonitor copies. Only tensorrt_llm carries the truth; the
             # others get different numbers so a query that sums the repository is caught.
             for a, repo_model in ((a, r) for a in pods for r in TRITON_REPOSITORY):
                 labels = {"model": repo_model, "version": "1", "namespace": a.tenant, "pod": a.pod,

@@ -197,6 +197,12 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("infiniband range too small", {**stack_raw("onprem"), "infiniband": {"ipRange": "192.168.100.0/28"}},
      "infiniband.ipRange: '192.168.100.0/28' has 16 addresses, too few for 4 InfiniBand nodes x 16 per node; "
      "use a /26 or larger"),
+    ("s3 uri on an existing cluster",
+     {**stack_raw("onprem"), "models": {**stack_raw("onprem")["models"],
+                                        "classifier": {**stack_raw("onprem")["models"]["classifier"],
+                                                       "uri": "s3://bucket/classifier"}}},
+     "models.classifier.uri: 's3://bucket/classifier' needs provider aws (the model reads it with an IRSA role); "
+     "use pvc:// or hf://"),
     ("tenant namespace reserved", with_("tenants.t1.namespace", "kube-system"),
      "tenants.t1.namespace: 'kube-system' is reserved for the platform"),
 ]

@@ -155,6 +155,7 @@ def test_mig_labels_and_resources() -> None:
 
 def test_efa_plugin_lists_exactly_the_efa_pools_instance_types() -> None:
     values = fabric.efa_plugin_values(stack_cfg("prod"))
+    assert set(values) == {"supportedInstanceLabels", "tolerations", "resources"}  # only keys the chart reads
     assert values["supportedInstanceLabels"] == {"keys": ["node.kubernetes.io/instance-type"],
                                                  "values": ["p5.48xlarge", "p5en.48xlarge"]}
     assert values["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -328,6 +328,12 @@ def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registrati
         assert sc.urn in staging[model].dependencies, model
 
 
+def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[str, Registration]) -> None:
+    mesh = next(r for r in staging.values() if r.type == "aifactory:k8s:Mesh")
+    for model in ("model-llama-8b-trt", "model-llama-70b"):
+        assert mesh.urn in staging[model].dependencies, model
+
+
 @pytest.mark.parametrize(("model", "live", "ready"), [
     ("chat", "/health", "/v1/models"), ("llama-8b-trt", "/v2/health/live", "/v2/health/ready")])
 def test_probes_per_engine(model: str, live: str, ready: str) -> None:
