@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import pulumi
 from pulumi.runtime import mocks as pmocks
 from pulumi.runtime import rpc
 from pulumi.runtime.sync_await import _ensure_event_loop
@@ -218,10 +219,13 @@ class RecordingMonitor(pmocks.MockMonitor):
         self.stack_outputs: dict[str, Any] = {}
 
     def make_urn(self, parent: str, type_: str, name: str) -> str:
-        # The engine leaves the root stack's type out of its children's URNs.
-        if parent and parent.split("::")[2] == "pulumi:pulumi:Stack":
-            parent = ""
-        return super().make_urn(parent, type_, name)
+        # As the engine builds URNs: the parent's whole qualified type chain (Platform$Mesh$Namespace; the SDK's
+        # mock keeps only the last link), and no root-stack type for the stack's direct children.
+        if parent:
+            qualified = parent.split("::")[2]
+            if qualified != "pulumi:pulumi:Stack":
+                type_ = f"{qualified}${type_}"
+        return f"urn:pulumi:{pulumi.get_stack()}::{pulumi.get_project()}::{type_}::{name}"
 
     def RegisterResource(self, request):  # noqa: N802 (gRPC method name)
         response = super().RegisterResource(request)

@@ -329,9 +329,11 @@ def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registrati
 
 
 def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[str, Registration]) -> None:
-    mesh = next(r for r in staging.values() if r.type == "aifactory:k8s:Mesh")
+    # depends_on a component waits for its resources: istiod's release (the injection webhook) among them
+    istiod = next(r for r in staging.values() if r.type == "kubernetes:helm.sh/v3:Release"
+                  and r.inputs["chart"] == "istiod")
     for model in ("model-llama-8b-trt", "model-llama-70b"):
-        assert mesh.urn in staging[model].dependencies, model
+        assert istiod.urn in staging[model].dependencies, model
 
 
 @pytest.mark.parametrize(("model", "live", "ready"), [

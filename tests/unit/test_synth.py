@@ -52,6 +52,17 @@ def test_inputs_use_engine_camel_case_keys(synthesized: Callable[[str], Path]) -
     assert provider["urn"] == "urn:pulumi:onprem::aifactory::pulumi:providers:kubernetes::existing-cluster"
 
 
+def test_nested_urns_carry_the_whole_parent_type_chain_as_the_engine_builds_them(
+        synthesized: Callable[[str], Path]) -> None:
+    state = json.loads((synthesized("onprem") / "state.json").read_text())
+    by_urn = {r["urn"]: r for r in state["deployment"]["resources"]}
+    ns = "urn:pulumi:onprem::aifactory::aifactory:k8s:Platform$aifactory:k8s:Mesh$kubernetes:core/v1:Namespace" \
+         "::platform-mesh-ns"
+    platform = "urn:pulumi:onprem::aifactory::aifactory:k8s:Platform"
+    assert by_urn[ns]["parent"] == f"{platform}$aifactory:k8s:Mesh::platform-mesh"
+    assert by_urn[by_urn[ns]["parent"]]["parent"] == f"{platform}::platform"
+
+
 @pytest.mark.parametrize("stack", ["staging", "onprem"])
 def test_same_config_same_bytes(stack: str, tmp_path: Path, synthesized: Callable[[str], Path]) -> None:
     again = synth(stack, tmp_path / stack, progress=None).out
