@@ -15,8 +15,8 @@ Variables (arguments win over the environment):
     OTEL_METRIC_EXPORT_INTERVAL, OTEL_TRACES_SAMPLER(_ARG)   read by the SDK itself
 
 The tenant goes on the resource (spans) AND on every metric data point as the `tenant` attribute:
-resource attributes only reach Prometheus as target_info (or through a Collector's
-resource_to_telemetry_conversion), while the dashboards filter every series by `tenant`.
+resource attributes reach Prometheus only as target_info (the kit's Collector keeps them off the series:
+resource_to_telemetry_conversion is off), while the dashboards filter every series by `tenant`.
 """
 
 from __future__ import annotations
