@@ -74,13 +74,14 @@ def _selector() -> dict[str, str]:
     return {"app.kubernetes.io/name": naming.GATEWAY_APP}
 
 
-def config_map(cfg: PlatformConfig) -> dict[str, Any]:
+def config_map(cfg: PlatformConfig, envoy_yaml: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(cfg, CONFIG_MAP),
-            "data": {"envoy.yaml": render(cfg)}}
+            "data": {"envoy.yaml": envoy_yaml}}
 
 
-def deployment(cfg: PlatformConfig) -> dict[str, Any]:
-    config_hash = hashlib.sha256(render(cfg).encode()).hexdigest()
+def deployment(cfg: PlatformConfig, envoy_yaml: str) -> dict[str, Any]:
+    """Rolled when the config changes: the pod template carries the config's hash."""
+    config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
     container = {
         "name": "envoy",
         "image": DEFAULT_ENVOY_IMAGE,
@@ -170,7 +171,9 @@ def service_account(cfg: PlatformConfig) -> dict[str, Any]:
 
 def gateway_objects(cfg: PlatformConfig) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
-    return {"serviceaccount": service_account(cfg), "configmap": config_map(cfg), "deployment": deployment(cfg),
+    envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
+    return {"serviceaccount": service_account(cfg), "configmap": config_map(cfg, envoy_yaml),
+            "deployment": deployment(cfg, envoy_yaml),
             "service": service(cfg), "metrics-service": metrics_service(cfg),
             "horizontalpodautoscaler": autoscaler(cfg), "poddisruptionbudget": disruption_budget(cfg),
             "servicemonitor": service_monitor(cfg)}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from components.k8s import envoy_config as ec
@@ -156,12 +158,15 @@ def test_hpa_and_pdb_follow_the_gateway_settings() -> None:
 
 def test_configmap_holds_the_rendered_bootstrap_and_pods_roll_on_change() -> None:
     prod, dev = stack("prod"), stack("dev")
-    assert gw.config_map(prod)["data"] == {"envoy.yaml": ec.render(prod)}
-    annotations = gw.deployment(prod)["spec"]["template"]["metadata"]["annotations"]
+    objects = gw.gateway_objects(prod)
+    assert objects["configmap"]["data"] == {"envoy.yaml": ec.render(prod)}
+    annotations = objects["deployment"]["spec"]["template"]["metadata"]["annotations"]
     assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080"
-    assert annotations[gw.CONFIG_HASH_ANNOTATION] != \
-        gw.deployment(dev)["spec"]["template"]["metadata"]["annotations"][gw.CONFIG_HASH_ANNOTATION]
-    container = gw.deployment(prod)["spec"]["template"]["spec"]["containers"][0]
+    envoy_yaml = objects["configmap"]["data"]["envoy.yaml"]
+    assert annotations[gw.CONFIG_HASH_ANNOTATION] == hashlib.sha256(envoy_yaml.encode()).hexdigest()
+    dev_pod = gw.gateway_objects(dev)["deployment"]["spec"]["template"]["metadata"]
+    assert annotations[gw.CONFIG_HASH_ANNOTATION] != dev_pod["annotations"][gw.CONFIG_HASH_ANNOTATION]
+    container = objects["deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "envoyproxy/envoy:v1.40.0"
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "stats"}
 
