@@ -1,9 +1,19 @@
 """Dashboard query time at fleet scale (1,024 GPUs on 128 nodes, 50 models) on a real Prometheus; recorded vs raw.
 
+The fleet exports as a real one of that size does (tests.support.synthetic.Scale): 4 replica pods per
+model (vLLM or Triton, each with an Istio sidecar), 4 gateway pods (Envoy cluster stats per pod) and 8
+agent pods per workflow, every series with the scrape's target labels. Raw data: 45 minutes at a 60 s
+scrape interval (the 30-minute range, plus 5 minutes of rule history, plus the first rule's 5-minute
+rate window, plus slack); recording rules backfilled over the last 35 minutes.
+
 One refresh = every panel's query as a Grafana range query over the last 30 minutes at a 30 s step,
-variables on All. For each panel that reads recorded series, the same query with every recorded series
-expanded into the expression that records it (dashboards.promql.expand) is timed too.
-Targets: every panel under 200 ms; recorded panels (reading only recorded series) at least 5x faster than raw.
+variables on All; each query is timed best of 3 (one run when it takes over 250 ms). For each panel that
+reads only recorded series, the same query with every recorded series expanded into the expression that
+records it (dashboards.promql.expand) is timed too.
+Targets: every panel under 200 ms; recorded panels at least 5x faster than raw. Config panels, which read
+only constant records of the stack config (prices, autoscaling targets: `vector(<value>)` rules), are
+listed apart and left out of the 5x comparison: their raw form is the constant itself, so recording them
+is for joins and alerts, never for speed.
 The fleet dashboard's per-GPU row runs with its node variable on one node, as Grafana opens it.
 """
 
@@ -19,19 +29,33 @@ from dashboards.config import Objective, ObservabilityConfig, Pool, ServedModel
 from dashboards.promql import expand
 from dashboards.rules import records
 from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
-from tests.support.synthetic import generate
+from tests.support.synthetic import Scale, generate
 
 NODES = {"h100": 96, "h200": 32}  # 128 nodes x 8 GPUs
 MODELS = 50
+SCALE = Scale(replicas=4, gateway_replicas=4, agent_pods=8)  # 200 model pods of 4 GPUs on 100 nodes
+MINUTES, SCRAPE_S = 45, 60
 RANGE_S, STEP_S = 1800, 30
+RULES_LEAD_S = 300  # rules start this long before the range, so its first step has a full 5m rate
 REPEATS = 3
+ONE_RUN_S = 0.25  # a query this slow is timed once: repeats would only add minutes, not precision
+TARGET_RATIO = 5.0
 FIRST_NODE = "h100-node-000"  # the fleet dashboard's node variable opens on one node (no All)
+
+
+def _series_read(expr: str) -> set[str]:
+    return set(re.findall(r"[a-zA-Z_][\w]*:[\w:]*|\b[A-Za-z_]\w*(?=\{)", expr))
 
 
 def _reads_only_records(expr: str, recorded: dict) -> bool:
     """Whether every series a query reads is recorded (a "recorded panel")."""
-    names = {n for n in re.findall(r"[a-zA-Z_][\w]*:[\w:]*|\b[A-Za-z_]\w*(?=\{)", expr)}
+    names = _series_read(expr)
     return bool(names) and names <= set(recorded)
+
+
+def _reads_only_config(expr: str, recorded: dict) -> bool:
+    """Whether a recorded panel reads only constants of the stack config (a "config panel")."""
+    return all(r.expr.startswith("vector(") for n in _series_read(expr) for r in recorded[n])
 
 
 def fleet_config() -> ObservabilityConfig:
@@ -52,21 +76,26 @@ def _time(prom: PrometheusServer, expr: str, end: int) -> float:
         started = time.perf_counter()
         prom.api("query_range", query=expr, start=end - RANGE_S, end=end, step=STEP_S)
         best = min(best, time.perf_counter() - started)
+        if best > ONE_RUN_S:
+            break
     return best
 
 
 def run() -> list[tuple[str, str]]:
     cfg = fleet_config()
     rows: list[tuple[str, str]] = []
+    ratios: list[tuple[str, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         started = time.perf_counter()
-        data = generate(cfg, nodes=NODES, start=(int(time.time()) - 5 * 3600) // 3600 * 3600, minutes=45, step=60)
+        data = generate(cfg, nodes=NODES, start=(int(time.time()) - 5 * 3600) // 3600 * 3600, minutes=MINUTES,
+                        step=SCRAPE_S, scale=SCALE)
         backfill(data.openmetrics, work / "tsdb", workdir=work)
-        backfill_rules(dashboards.prometheus_rules(cfg), work / "tsdb", workdir=work, start=data.end - RANGE_S - 300,
-                       end=data.end, interval_s=data.step)
+        backfill_rules(dashboards.prometheus_rules(cfg), work / "tsdb", workdir=work,
+                       start=data.end - RANGE_S - RULES_LEAD_S, end=data.end, interval_s=data.step)
         setup = time.perf_counter() - started
-        rows.append(("setup", f"{data.series} raw series, backfill + rule backfill {setup:.0f} s"))
+        rows.append(("setup", f"{data.series} raw series ({MINUTES} min at {SCRAPE_S} s), {SCALE}; "
+                              f"backfill + rule backfill {setup:.0f} s"))
         recorded = records(cfg)
         with PrometheusServer(work / "bench", tsdb=work / "tsdb") as prom:
             for key, board in dashboards.build(cfg).items():
@@ -84,6 +113,13 @@ def run() -> list[tuple[str, str]]:
                     if raw == expr or not _reads_only_records(expr, recorded):
                         continue
                     slow = _time(prom, raw, data.end)
-                    rows.append((f"  {key} / {title}", f"recorded {fast * 1000:6.1f} ms  raw {slow * 1000:8.1f} ms  "
-                                                       f"x{slow / fast:6.1f}"))
+                    figure = f"recorded {fast * 1000:6.1f} ms  raw {slow * 1000:8.1f} ms  x{slow / fast:6.1f}"
+                    if _reads_only_config(expr, recorded):
+                        rows.append((f"  {key} / {title}", f"{figure}  (config panel: constants, not compared)"))
+                        continue
+                    rows.append((f"  {key} / {title}", figure))
+                    ratios.append((f"{key} / {title}", slow / fast))
+    below = [(label, ratio) for label, ratio in ratios if ratio < TARGET_RATIO]
+    rows.append((f"recorded panels >= {TARGET_RATIO:g}x raw", f"{len(ratios) - len(below)} of {len(ratios)}"))
+    rows += [(f"  below {TARGET_RATIO:g}x: {label}", f"x{ratio:.1f}") for label, ratio in below]
     return rows

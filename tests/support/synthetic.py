@@ -8,9 +8,16 @@ _total, cumulative microseconds), Istio, Envoy and the kit's workflow telemetry 
 values such as "30.0"). Counters grow linearly, so every rate is exact; workflow durations are
 uniform between two bucket boundaries, so histogram_quantile is exact too.
 
-The fleet: every pool's nodes; the models of a pool take one node each (or share the pool's GPUs
-when it has fewer nodes than models); within a model's pod, odd GPUs idle at IDLE_UTIL_PERCENT and
-even ones work at BUSY_UTIL_PERCENT; GPUs no model holds sit at 0%.
+The fleet: every pool's nodes; each model runs `Scale.replicas` pods, one node each, or, when the pool
+has fewer nodes than pods, an equal share of a node's GPUs (pods never span nodes); within a pod, odd
+GPUs idle at IDLE_UTIL_PERCENT and even ones work at BUSY_UTIL_PERCENT; GPUs no pod holds sit at 0%.
+
+One series per exporting pod, as a real fleet has: every model pod exports its own vLLM/Triton series
+and its sidecar the Istio series of the requests it received (per source workload and response code);
+every gateway pod exports its own Envoy cluster stats (and its sidecar the agents' hops to the gateway);
+every agent pod exports its own workflow and step series. The scrape adds the target labels
+(namespace, pod, container, instance, job). A family's traffic is split evenly over its pods, so sums
+and ratios over pods, and with them the ground truth, stay exact at any Scale.
 """
 
 from __future__ import annotations
@@ -34,8 +41,8 @@ from telemetry.names import (
     WORKFLOW_DURATION,
 )
 
-__all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WORKFLOW_SPANS", "Truth",
-           "Synthetic", "Allocation", "allocate", "generate"]
+__all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WORKFLOW_SPANS", "OTHER_WORKFLOW",
+           "GATEWAY", "Truth", "Synthetic", "Scale", "Allocation", "allocate", "generate"]
 
 IDLE_UTIL_PERCENT = 3.0
 BUSY_UTIL_PERCENT = 60.0
@@ -49,6 +56,11 @@ OTHER_WORKFLOW = "adhoc-agent"  # a workflow with no SLO of its own (the default
 ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000,
                     1800000, 3600000)
 ENVOY_BUCKETS_MS = ISTIO_BUCKETS_MS
+GATEWAY = "aifactory-gateway"  # the gateway's workload, namespace and Envoy job
+MODEL_REQUESTS_PER_S = {"200": 10.0, "503": 0.1}  # per model, over all its pods
+AGENT_REQUESTS_PER_S = {"200": 6.0, "503": 0.06}  # per workflow's agents, to the gateway
+# Target ports the scrape puts in `instance`.
+SERVING_PORT, SIDECAR_PORT, ENVOY_ADMIN_PORT, AGENT_PORT = 8000, 15020, 9901, 9464
 
 
 @dataclass(frozen=True)
@@ -71,6 +83,20 @@ class Synthetic:
     series: int
 
 
+@dataclass(frozen=True, kw_only=True)
+class Scale:
+    """How many pods export each family; the defaults (one each) keep the data small for tests."""
+
+    replicas: int = 1  # pods per model (vLLM or Triton, each with an Istio sidecar)
+    gateway_replicas: int = 1  # gateway pods (Envoy cluster stats, and a sidecar)
+    agent_pods: int = 1  # pods of each workflow's agent deployment
+
+    def __post_init__(self) -> None:
+        for key in ("replicas", "gateway_replicas", "agent_pods"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"Scale.{key}: {getattr(self, key)!r}; must be at least 1")
+
+
 @dataclass(frozen=True)
 class Allocation:
     model: str
@@ -88,25 +114,27 @@ def _node(pool: str, i: int) -> str:
     return f"{pool}-node-{i:03d}"
 
 
-def allocate(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> list[Allocation]:
-    """Which GPUs each model's pod holds (see the module docstring)."""
+def allocate(cfg: ObservabilityConfig, nodes: Mapping[str, int], *, replicas: int = 1) -> list[Allocation]:
+    """Which node and GPUs each model pod holds (see the module docstring); one Allocation per pod."""
     out = []
     for pool in cfg.pools:
-        models = [m for m in cfg.models if m.pool == pool.name]
-        count = nodes[pool.name]
-        if not models:
+        pods = [(m, r) for m in cfg.models if m.pool == pool.name for r in range(replicas)]
+        if not pods:
             continue
-        if count >= len(models):
-            slots = [[(_node(pool.name, j), g) for g in range(pool.gpus_per_node)] for j in range(len(models))]
-        else:
-            every = [(_node(pool.name, n), g) for n in range(count) for g in range(pool.gpus_per_node)]
-            size = max(1, len(every) // len(models))
-            slots = [every[j * size:(j + 1) * size] for j in range(len(models))]
-        for m, slot in zip(models, slots, strict=True):
-            for node in sorted({n for n, _ in slot}):
-                gpus = tuple(g for n, g in slot if n == node)
-                out.append(Allocation(m.name, m.tenant, pool.name, node, f"{m.name}-{node}", gpus))
+        per_node = -(-len(pods) // max(1, nodes[pool.name]))
+        size = pool.gpus_per_node // per_node
+        if nodes[pool.name] < 1 or size < 1:
+            raise ValueError(f"pool {pool.name}: {len(pods)} model pods do not fit on {nodes[pool.name]} nodes "
+                             f"of {pool.gpus_per_node} GPUs")
+        for j, (m, r) in enumerate(pods):
+            first = j % per_node * size
+            out.append(Allocation(m.name, m.tenant, pool.name, _node(pool.name, j // per_node), f"{m.name}-{r}",
+                                  tuple(range(first, first + size))))
     return out
+
+
+def _ip(n: int) -> str:
+    return f"10.{1 + (n >> 16)}.{(n >> 8) & 255}.{n & 255}"
 
 
 def _fmt(v: float) -> str:
@@ -126,6 +154,12 @@ class _Writer:
         self.times = times
         self.lines: list[str] = []
         self.series = 0
+        self.ips: dict[tuple[str, str], str] = {}
+
+    def target(self, namespace: str, pod: str, *, container: str, port: int, job: str) -> dict[str, str]:
+        """The labels the scrape adds to every series of one pod's endpoint (one IP per pod)."""
+        ip = self.ips.setdefault((namespace, pod), _ip(len(self.ips) + 1))
+        return {"namespace": namespace, "pod": pod, "container": container, "instance": f"{ip}:{port}", "job": job}
 
     def gauge(self, name: str, labels: Mapping[str, str], value: float) -> None:
         self.series += 1
@@ -207,7 +241,8 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
             tokens = _tokens_per_s(index)
             truth[m.name] = gpus * price / (tokens * 3600) * 1e6
             for a in pods:
-                labels = {"model_name": m.name, "engine": "0", "namespace": a.tenant, "pod": a.pod}
+                labels = {"model_name": m.name, "engine": "0",
+                          **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
                 share = 1 / len(pods)
                 for h, buckets in ((VLLM.TTFT, VLLM.TTFT_BUCKETS), (VLLM.ITL, VLLM.TTFT_BUCKETS),
                                    (VLLM.TPOT, VLLM.TTFT_BUCKETS), (VLLM.E2E, VLLM.REQUEST_BUCKETS),
@@ -231,65 +266,101 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
             # As Triton really labels a TensorRT-LLM repository: one series per repository model, the kit's
             # model only in the pod label the ServiceMonitor copies. Only tensorrt_llm carries the truth; the
             # others get different numbers so a query that sums the repository is caught.
+            share = 1 / len(pods)
             for a, repo_model in ((a, r) for a in pods for r in TRITON_REPOSITORY):
-                labels = {"model": repo_model, "version": "1", "namespace": a.tenant, "pod": a.pod,
-                          TRITON.L_POD_MODEL: m.name}
+                labels = {"model": repo_model, "version": "1", TRITON.L_POD_MODEL: m.name,
+                          **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
                 if repo_model != TRITON.ENGINE_MODEL:
-                    w.counter(TRITON.REQUEST_SUCCESS, labels, 7)
-                    w.counter(TRITON.QUEUE_DURATION_US, labels, 7 * 900_000)
+                    w.counter(TRITON.REQUEST_SUCCESS, labels, 7 * share)
+                    w.counter(TRITON.QUEUE_DURATION_US, labels, 7 * 900_000 * share)
                     w.gauge(TRITON.PENDING, labels, 40)
                     continue
-                w.counter(TRITON.REQUEST_SUCCESS, labels, 20)
-                w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1)
-                w.counter(TRITON.INFERENCE_COUNT, labels, 20)
-                w.counter(TRITON.EXEC_COUNT, labels, 5)
+                w.counter(TRITON.REQUEST_SUCCESS, labels, 20 * share)
+                w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1 * share)
+                w.counter(TRITON.INFERENCE_COUNT, labels, 20 * share)
+                w.counter(TRITON.EXEC_COUNT, labels, 5 * share)
                 for metric, us in ((TRITON.REQUEST_DURATION_US, 300_000), (TRITON.QUEUE_DURATION_US, 10_000),
                                    (TRITON.COMPUTE_INPUT_US, 1_000), (TRITON.COMPUTE_INFER_US, 280_000),
                                    (TRITON.COMPUTE_OUTPUT_US, 1_000)):
-                    w.counter(metric, labels, 20 * us)
+                    w.counter(metric, labels, 20 * us * share)
                 w.gauge(TRITON.PENDING, labels, 3)
     return truth
 
 
-def _mesh(w: _Writer, cfg: ObservabilityConfig) -> None:
+def _istio_hop(w: _Writer, source: tuple[str, str], destination: tuple[str, str],
+               pods: Sequence[tuple[str, str]], per_s: Mapping[str, float]) -> None:
+    """One hop as the destination pods' sidecars report it: each pod its share, per response code."""
+    (src, src_ns), (dest, dest_ns) = source, destination
+    base = {"reporter": "destination", "source_workload": src, "source_workload_namespace": src_ns,
+            "destination_workload": dest, "destination_workload_namespace": dest_ns,
+            "destination_service": f"{dest}.{dest_ns}.svc.cluster.local", ISTIO.MTLS_LABEL: "mutual_tls"}
+    for namespace, pod in pods:
+        labels = {**base, **w.target(namespace, pod, container="istio-proxy", port=SIDECAR_PORT, job="envoy-stats")}
+        for code, rate in per_s.items():
+            w.counter(ISTIO.REQUESTS, {**labels, "response_code": code}, rate / len(pods))
+        ok = per_s["200"] / len(pods)
+        w.histogram(ISTIO.DURATION, {**labels, "response_code": "200"}, ISTIO_BUCKETS_MS, _uniform(50, 500), ok,
+                    275, python_client=False)
+
+
+def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale: Scale) -> None:
+    """Istio (model pods' and gateway pods' sidecars) and Envoy (every gateway pod) series."""
+    gateways = [(GATEWAY, f"{GATEWAY}-{i}") for i in range(scale.gateway_replicas)]
     for m in cfg.models:
-        base = {"reporter": "destination", "source_workload": "aifactory-gateway",
-                "source_workload_namespace": "aifactory-gateway", "destination_workload": m.name,
-                "destination_workload_namespace": m.tenant, "destination_service": f"{m.name}.{m.tenant}.svc",
-                ISTIO.MTLS_LABEL: "mutual_tls"}
-        for code, rate in (("200", 10.0), ("503", 0.1)):
-            w.counter(ISTIO.REQUESTS, {**base, "response_code": code}, rate)
-        w.histogram(ISTIO.DURATION, {**base, "response_code": "200"}, ISTIO_BUCKETS_MS, _uniform(50, 500), 10, 275,
+        pods = [(a.tenant, a.pod) for a in allocs if a.model == m.name]
+        _istio_hop(w, (GATEWAY, GATEWAY), (m.name, m.tenant), pods, MODEL_REQUESTS_PER_S)
+    for workflow in _workflow_names(cfg):
+        _istio_hop(w, (_agent(workflow), cfg.tenants[0]), (GATEWAY, GATEWAY), gateways, AGENT_REQUESTS_PER_S)
+    share = 1 / len(gateways)
+    for namespace, pod in gateways:
+        envoy = w.target(namespace, pod, container="envoy", port=ENVOY_ADMIN_PORT, job=GATEWAY)
+        for m in cfg.models:
+            cluster = {ENVOY.L_CLUSTER: m.name, **envoy}
+            w.counter(ENVOY.RQ_TOTAL, cluster, 10.1 * share)
+            for klass, rate in (("2", 10.0), ("5", 0.1)):
+                w.counter(ENVOY.RQ_XX, {**cluster, "envoy_response_code_class": klass}, rate * share)
+            w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), 10.1 * share, 275,
+                        python_client=False)
+            w.counter(ENVOY.RQ_RETRY, cluster, 0.05 * share)
+            w.gauge(ENVOY.EJECTIONS, cluster, 0)
+        prefix = {"envoy_http_conn_manager_prefix": "ingress_http", **envoy}
+        w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, prefix, ENVOY_BUCKETS_MS, _uniform(50, 1000), 50 * share, 525,
                     python_client=False)
-        cluster = {ENVOY.L_CLUSTER: m.name}
-        w.counter(ENVOY.RQ_TOTAL, cluster, 10.1)
-        for klass, rate in (("2", 10.0), ("5", 0.1)):
-            w.counter(ENVOY.RQ_XX, {**cluster, "envoy_response_code_class": klass}, rate)
-        w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), 10.1, 275, python_client=False)
-        w.counter(ENVOY.RQ_RETRY, cluster, 0.05)
-        w.gauge(ENVOY.EJECTIONS, cluster, 0)
-    prefix = {"envoy_http_conn_manager_prefix": "ingress_http"}
-    w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, prefix, ENVOY_BUCKETS_MS, _uniform(50, 1000), 50, 525, python_client=False)
-    w.counter(ENVOY.RATELIMITED, prefix, 0.2)
+        w.counter(ENVOY.RATELIMITED, prefix, 0.2 * share)
 
 
-def _workflows(w: _Writer, cfg: ObservabilityConfig) -> dict[str, float]:
-    """The kit's workflow metrics; returns the true p95 of each workflow."""
+def _workflow_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
+    return (*cfg.named_workflows, OTHER_WORKFLOW)
+
+
+def _agent(workflow: str) -> str:
+    """The agent deployment that runs a workflow."""
+    return f"{workflow}-agent"
+
+
+def _workflows(w: _Writer, cfg: ObservabilityConfig, scale: Scale) -> dict[str, float]:
+    """The kit's workflow metrics, from every agent pod; returns the true p95 of each workflow."""
     tenant = cfg.tenants[0]
+    share = 1 / scale.agent_pods
     truth = {}
-    for i, name in enumerate((*cfg.named_workflows, OTHER_WORKFLOW)):
+    for i, name in enumerate(_workflow_names(cfg)):
         lo, hi = WORKFLOW_SPANS[i % len(WORKFLOW_SPANS)]
         truth[name] = lo + 0.95 * (hi - lo)
         mean = (lo + hi) / 2
-        for status, rate in (("ok", WORKFLOWS_PER_S), ("error", WORKFLOW_ERRORS_PER_S)):
-            w.histogram(WORKFLOW_DURATION.prom, {"workflow": name, "tenant": tenant, "status": status},
-                        WORKFLOW_BUCKETS_S, _uniform(lo, hi), rate, mean, python_client=True)
-        for kind, share in CRITICAL_PATH_SHARES.items():
-            labels = {"workflow": name, "tenant": tenant, "step_kind": kind}
-            w.counter(CRITICAL_PATH.prom, labels, (WORKFLOWS_PER_S + WORKFLOW_ERRORS_PER_S) * mean * share)
-            w.histogram(STEP_DURATION.prom, {**labels, "step_name": kind, "status": "ok"}, STEP_BUCKETS_S,
-                        _uniform(0.1, 2.0), 4, 1.05, python_client=True)
-            w.counter(STEP_ERRORS.prom, {**labels, "error_type": "TimeoutError"}, 0.01)
+        for pod in range(scale.agent_pods):
+            agent = {"workflow": name, "tenant": tenant,
+                     **w.target(tenant, f"{_agent(name)}-{pod}", container="agent", port=AGENT_PORT,
+                                job=_agent(name))}
+            for status, rate in (("ok", WORKFLOWS_PER_S), ("error", WORKFLOW_ERRORS_PER_S)):
+                w.histogram(WORKFLOW_DURATION.prom, {**agent, "status": status}, WORKFLOW_BUCKETS_S,
+                            _uniform(lo, hi), rate * share, mean, python_client=True)
+            for kind, part in CRITICAL_PATH_SHARES.items():
+                labels = {**agent, "step_kind": kind}
+                runs = (WORKFLOWS_PER_S + WORKFLOW_ERRORS_PER_S) * share
+                w.counter(CRITICAL_PATH.prom, labels, runs * mean * part)
+                w.histogram(STEP_DURATION.prom, {**labels, "step_name": kind, "status": "ok"}, STEP_BUCKETS_S,
+                            _uniform(0.1, 2.0), 4 * share, 1.05, python_client=True)
+                w.counter(STEP_ERRORS.prom, {**labels, "error_type": "TimeoutError"}, 0.01 * share)
     return truth
 
 
@@ -298,15 +369,16 @@ def _times(start: int, minutes: int, step: int) -> list[int]:
 
 
 def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, minutes: int,
-             step: int = 30) -> Synthetic:
-    """Synthetic data for `cfg`'s pools (`nodes` per pool), models and workflows, with its ground truth."""
+             step: int = 30, scale: Scale = Scale()) -> Synthetic:
+    """Synthetic data for `cfg`'s pools (`nodes` per pool), models and workflows at `scale`, with its
+    ground truth (which does not depend on `scale`)."""
     times = _times(start, minutes, step)
     w = _Writer(times)
-    allocs = allocate(cfg, nodes)
+    allocs = allocate(cfg, nodes, replicas=scale.replicas)
     idle = _dcgm(w, cfg, nodes, allocs)
     per_mtok = _serving(w, cfg, allocs)
-    _mesh(w, cfg)
-    p95 = _workflows(w, cfg)
+    _mesh(w, cfg, allocs, scale)
+    p95 = _workflows(w, cfg, scale)
     pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
     truth = Truth(pool_cost, sum(pool_cost.values()), idle, per_mtok, p95, dict(CRITICAL_PATH_SHARES))
     return Synthetic(w.text(), times[0], times[-1], step, truth, w.series)
