@@ -1,7 +1,7 @@
 """Dashboard query time at fleet scale (1,024 GPUs on 128 nodes, 50 models) on a real Prometheus; recorded vs raw.
 
-The fleet exports as a real one of that size does (tests.support.synthetic.Scale): 4 replica pods per
-model (vLLM or Triton, each with an Istio sidecar), 4 gateway pods (Envoy cluster stats per pod) and 8
+The fleet exports as a real one of that size does (tests.support.synthetic.Scale): 8 replica pods per
+model (vLLM or Triton, 2 GPUs each, with an Istio sidecar), 8 gateway pods (Envoy cluster stats per pod) and 16
 agent pods per workflow, every series with the scrape's target labels. Raw data: 45 minutes at a 60 s
 scrape interval (the 30-minute range, plus 5 minutes of rule history, plus the first rule's 5-minute
 rate window, plus slack); recording rules backfilled over the last 35 minutes.
@@ -33,7 +33,7 @@ from tests.support.synthetic import Scale, generate
 
 NODES = {"h100": 96, "h200": 32}  # 128 nodes x 8 GPUs
 MODELS = 50
-SCALE = Scale(replicas=4, gateway_replicas=4, agent_pods=8)  # 200 model pods of 4 GPUs on 100 nodes
+SCALE = Scale(replicas=8, gateway_replicas=8, agent_pods=16)  # 400 model pods of 2 GPUs on 108 nodes
 MINUTES, SCRAPE_S = 45, 60
 RANGE_S, STEP_S = 1800, 30
 RULES_LEAD_S = 300  # rules start this long before the range, so its first step has a full 5m rate

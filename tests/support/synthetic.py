@@ -56,6 +56,8 @@ OTHER_WORKFLOW = "adhoc-agent"  # a workflow with no SLO of its own (the default
 ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000,
                     1800000, 3600000)
 ENVOY_BUCKETS_MS = ISTIO_BUCKETS_MS
+FINISHED_PER_S = {"stop": 4.5, "length": 0.45, "abort": 0.05}  # vLLM's finish reasons, per model
+UPSTREAM_PER_S = {"2": 10.0, "4": 0.2, "5": 0.1}  # the gateway's requests to one model, by response class
 GATEWAY = "aifactory-gateway"  # the gateway's workload, namespace and Envoy job
 MODEL_REQUESTS_PER_S = {"200": 10.0, "503": 0.1}  # per model, over all its pods
 AGENT_REQUESTS_PER_S = {"200": 6.0, "503": 0.06}  # per workflow's agents, to the gateway
@@ -258,7 +260,8 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
                 w.counter(VLLM.SPEC_ACCEPTED_TOKENS, labels, 70 * share)
                 w.counter(VLLM.SPEC_DRAFTS, labels, 25 * share)
                 w.counter(VLLM.PREEMPTIONS, labels, 0.01 * share)
-                w.counter(VLLM.REQUEST_SUCCESS, {**labels, "finished_reason": "stop"}, 5 * share)
+                for reason, rate in FINISHED_PER_S.items():
+                    w.counter(VLLM.REQUEST_SUCCESS, {**labels, "finished_reason": reason}, rate * share)
                 w.gauge(VLLM.RUNNING, labels, 12)
                 w.gauge(VLLM.WAITING, labels, 1)
                 w.gauge(VLLM.KV_CACHE, labels, 0.4)
@@ -316,11 +319,11 @@ def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale:
         envoy = w.target(namespace, pod, container="envoy", port=ENVOY_ADMIN_PORT, job=GATEWAY)
         for m in cfg.models:
             cluster = {ENVOY.L_CLUSTER: m.name, **envoy}
-            w.counter(ENVOY.RQ_TOTAL, cluster, 10.1 * share)
-            for klass, rate in (("2", 10.0), ("5", 0.1)):
+            total = sum(UPSTREAM_PER_S.values()) * share
+            w.counter(ENVOY.RQ_TOTAL, cluster, total)
+            for klass, rate in UPSTREAM_PER_S.items():
                 w.counter(ENVOY.RQ_XX, {**cluster, "envoy_response_code_class": klass}, rate * share)
-            w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), 10.1 * share, 275,
-                        python_client=False)
+            w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), total, 275, python_client=False)
             w.counter(ENVOY.RQ_RETRY, cluster, 0.05 * share)
             w.gauge(ENVOY.EJECTIONS, cluster, 0)
         prefix = {"envoy_http_conn_manager_prefix": "ingress_http", **envoy}
