@@ -7,13 +7,15 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.k8s import observability as backends
 from components.k8s.naming import common_labels
 from dashboards.core import build, dashboard_json, observability, prometheus_rules
 from infra.config import PlatformConfig
 
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
 
-DASHBOARD_LABEL = {"grafana_dashboard": "1"}  # kube-prometheus-stack's Grafana sidecar default label
+# the label kube-prometheus-stack's Grafana sidecar watches (set in components.k8s.observability)
+DASHBOARD_LABEL = {backends.DASHBOARD_LABEL: backends.DASHBOARD_LABEL_VALUE}
 FOLDER_ANNOTATION = "grafana_folder"  # read when the sidecar sets folderAnnotation to it
 FOLDER = "aifactory"
 RULE_NAME = "aifactory-rules"

@@ -33,6 +33,7 @@ __all__ = [
     "DASHBOARD_LABEL",
     "DASHBOARD_LABEL_VALUE",
     "COLLECTOR_CONFIGMAP",
+    "COLLECTOR_CONFIG_KEY",
     "COLLECTOR_IMAGE",
     "LOKI_SCHEMA_FROM",
     "prometheus_mesh_pod_settings",
@@ -52,6 +53,7 @@ DASHBOARD_LABEL_VALUE = "1"
 KPS_RELEASE = "kube-prometheus-stack"
 COLLECTOR_RELEASE = naming.OTEL_COLLECTOR_SERVICE  # fullnameOverride: the Service is named after it
 COLLECTOR_CONFIGMAP = "otel-collector-config"
+COLLECTOR_CONFIG_KEY = "relay"  # the chart mounts this key as /conf/relay.yaml
 COLLECTOR_IMAGE = "otel/opentelemetry-collector-contrib"  # k8sattributes, spanmetrics, prometheus exporter
 JAEGER_RELEASE = "jaeger"
 LOKI_RELEASE = "loki"
@@ -137,7 +139,7 @@ def collector_configmap(cfg: PlatformConfig) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": COLLECTOR_CONFIGMAP, "namespace": cfg.observability.namespace,
                          "labels": dict(naming.MANAGED_BY)},
-            "data": {"relay": dump_yaml(collector_config(cfg))}}
+            "data": {COLLECTOR_CONFIG_KEY: dump_yaml(collector_config(cfg))}}
 
 
 def collector_values(cfg: PlatformConfig) -> dict[str, Any]:

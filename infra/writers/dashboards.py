@@ -1,10 +1,13 @@
-"""dashboards/*.json (Grafana import format) and rules/aifactory.rules.yaml (a Prometheus rules file)."""
+"""dashboards/*.json (Grafana import format), written from the ConfigMaps the program ships, and
+rules/aifactory.rules.yaml (a Prometheus rules file)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from dashboards.deploy import DASHBOARD_LABEL
 from infra.artifacts import ArtifactContext, artifact, dump_yaml
+from infra.writers.kubernetes import kubernetes_objects
 
 __all__ = ["RULES_FILE", "write_dashboards", "write_rules"]
 
@@ -13,20 +16,26 @@ RULES_FILE = "aifactory.rules.yaml"
 
 @artifact("dashboards")
 def write_dashboards(ctx: ArtifactContext) -> list[Path]:
-    from dashboards.core import build, dashboard_json
-
+    namespace = ctx.result.config.observability.namespace
     out = ctx.out / "dashboards"
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for key, board in sorted(build(ctx.result.config).items()):
-        path = out / f"{key}.json"
-        path.write_text(dashboard_json(board))
-        written.append(path)
-    return written
+    for obj in kubernetes_objects(ctx.result.resources):
+        labels = obj["metadata"].get("labels") or {}
+        if obj["kind"] != "ConfigMap" or obj["metadata"].get("namespace") != namespace or \
+                not DASHBOARD_LABEL.items() <= labels.items():
+            continue
+        for filename, text in obj["data"].items():  # one `<key>.json` per dashboard ConfigMap
+            path = out / filename
+            path.write_text(text)
+            written.append(path)
+    return sorted(written)
 
 
 @artifact("rules")
 def write_rules(ctx: ArtifactContext) -> list[Path]:
+    # Rendered from the same pure function as the PrometheusRule's spec, not read back from it: the
+    # recorded spec has lost its key order (protobuf Structs are unordered) and rules are read by people.
     from dashboards.core import prometheus_rules
 
     path = ctx.out / "rules" / RULES_FILE

@@ -7,7 +7,7 @@ from typing import Any
 
 from infra.artifacts import ArtifactContext, artifact, dump_yaml
 
-__all__ = ["HELM_RELEASE", "kubernetes_objects", "helm_releases", "manifest_path"]
+__all__ = ["HELM_RELEASE", "kubernetes_objects", "registered_object", "helm_releases", "manifest_path"]
 
 HELM_RELEASE = "kubernetes:helm.sh/v3:Release"
 # Types that are not objects in the cluster: providers, Helm releases (written to helm/), component wrappers.
@@ -28,6 +28,16 @@ def kubernetes_objects(resources: list[Any]) -> list[dict[str, Any]]:
                              "(auto-naming would make manifests unstable)")
         objs.append(obj)
     return objs
+
+
+def registered_object(resources: list[Any], kind: str, namespace: str, name: str) -> dict[str, Any]:
+    """The object the program registered: artifacts that mirror one (Envoy, Collector, dashboards, rules) are
+    written from it, so they hold exactly what deploys and nothing is rendered twice."""
+    for obj in kubernetes_objects(resources):
+        meta = obj["metadata"]
+        if obj["kind"] == kind and meta.get("namespace") == namespace and meta["name"] == name:
+            return obj
+    raise LookupError(f"the program registered no {kind} {namespace}/{name}")
 
 
 def manifest_path(obj: dict[str, Any]) -> str:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from components.k8s.otel_config import collector_config
-from infra.artifacts import ArtifactContext, artifact, dump_yaml
+from components.k8s.observability import COLLECTOR_CONFIG_KEY, COLLECTOR_CONFIGMAP
+from infra.artifacts import ArtifactContext, artifact
+from infra.writers.kubernetes import registered_object
 
 __all__ = ["write_otel"]
 
 
 @artifact("otel", order=20)
 def write_otel(ctx: ArtifactContext) -> list[Path]:
+    namespace = ctx.result.config.observability.namespace
+    config_map = registered_object(ctx.result.resources, "ConfigMap", namespace, COLLECTOR_CONFIGMAP)
     path = ctx.out / "otel" / "collector.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(collector_config(ctx.result.config)))
+    path.write_text(config_map["data"][COLLECTOR_CONFIG_KEY])
     return [path]

@@ -9,7 +9,6 @@ import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -20,6 +19,7 @@ from dashboards.deploy import configmap_name
 from dashboards.promql import expand
 from dashboards.rules import records
 from infra.artifacts import ArtifactContext
+from infra.synth import read_stack_config, run_program, stack_file
 from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
 from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
 from tests.support.synthetic import Synthetic, generate
@@ -196,7 +196,8 @@ def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: Obs
     cfg = dashboards.load_stack("prod")
     outs = []
     for run in ("a", "b"):
-        ctx = ArtifactContext(result=SimpleNamespace(config=cfg), out=tmp_path / run)  # type: ignore[arg-type]
+        # the dashboards writer copies the program's ConfigMaps
+        ctx = ArtifactContext(result=run_program("prod", read_stack_config(stack_file("prod"))), out=tmp_path / run)
         written = write_dashboards(ctx) + write_rules(ctx)
         outs.append({p.relative_to(ctx.out).as_posix(): p.read_bytes() for p in written})
     assert outs[0] == outs[1]

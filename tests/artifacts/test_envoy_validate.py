@@ -11,7 +11,7 @@ import yaml
 from components.k8s import naming
 from components.k8s.envoy_config import bootstrap, render
 from infra.artifacts import ArtifactContext
-from infra.synth import SynthResult
+from infra.synth import read_stack_config, run_program, stack_file
 from infra.writers.envoy import ENVOY_CONFIG_PATH, write_envoy
 from tests.support.fake_backends import ENVOY
 from tests.support.stacks import SHIPPED_STACKS, stack_config
@@ -29,7 +29,8 @@ def validate(path: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("stack", STACKS)
 def test_written_config_passes_envoy_validate(stack: str, tmp_path: Path) -> None:
     cfg = stack_config(stack)
-    files = write_envoy(ArtifactContext(result=SynthResult(stack, cfg, "", {}, []), out=tmp_path))
+    result = run_program(stack, read_stack_config(stack_file(stack)))  # the writer copies the program's ConfigMap
+    files = write_envoy(ArtifactContext(result=result, out=tmp_path))
     assert files == [tmp_path / ENVOY_CONFIG_PATH]
     res = validate(files[0])
     assert res.returncode == 0, res.stdout + res.stderr
