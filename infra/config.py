@@ -404,9 +404,6 @@ class PlatformConfig:
     def tenant_of(self, model: Model) -> Tenant:
         return self.tenants[model.tenant]
 
-    def workflow_slo(self, workflow: str) -> WorkflowSlo:
-        return self.observability.workflows.get(workflow, self.observability.default_workflow_slo)
-
 
 # --------------------------------------------------------------------------------------------
 # reading

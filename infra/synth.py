@@ -64,9 +64,6 @@ class SynthResult:
     stack_outputs: dict[str, Any]
     resources: list[Any]  # infra.mocks.Registration, in stack-export order
 
-    def of_type(self, *types: str) -> list[Any]:
-        return [r for r in self.resources if r.type in types]
-
 
 @dataclass
 class SynthSummary:

@@ -3,7 +3,7 @@
     system namespace -> GpuStack -> Fabric (EFA plugin | network operator + RDMA networks)
                      -> Observability -> Tenancy -> Mesh (Istio, STRICT mTLS, tenant policies)
 
-Serving depends on `tenant_namespaces` (by tenant name) and `monitoring_namespace`.
+Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`.
 """
 
 from __future__ import annotations
@@ -50,7 +50,3 @@ class Platform(pulumi.ComponentResource):
     @property
     def tenant_namespaces(self) -> dict[str, k8s.core.v1.Namespace]:
         return self.tenancy.namespaces
-
-    @property
-    def monitoring_namespace(self) -> k8s.core.v1.Namespace:
-        return self.observability.namespace
