@@ -18,7 +18,10 @@ import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infra.nodecheck.cluster import Kubectl
 
 __all__ = [
     "CannotRun",
@@ -58,7 +61,7 @@ class CannotRun(Exception):
 class Probe:
     host: Any  # testinfra.host.Host, or anything with .run(command) -> CommandResult
     url: str = ""  # the host URL the node was reached by (names the node for cluster look-ups)
-    kubectl: Any = None  # infra.nodecheck.cluster.Kubectl for checks that ask the cluster; None: no cluster
+    kubectl: Kubectl | None = None  # for checks that ask the cluster (dcgm-exporter); None: no cluster access
     _cache: dict[str, str] = field(default_factory=dict)
 
     def run(self, command: str) -> Any:

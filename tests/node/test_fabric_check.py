@@ -166,3 +166,22 @@ def test_a_rank_left_running_is_killed_and_reported(tmp_path: Path, monkeypatch:
     pid = int(result.detail.split(" pid ")[1].split()[0])
     stat_file = Path(f"/proc/{pid}/stat")  # gone, or a zombie its (container) init has not reaped yet
     assert not stat_file.exists() or stat_file.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def test_node_check_settings_are_validated_with_their_key_path() -> None:
+    from infra.config import ConfigError, parse
+
+    raw = {"target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+           "nodePools": {"gpu": {"instanceType": "p5.48xlarge", "fabric": "efa", "nodeCheck": {
+               "dcgmExporterUrl": "127.0.0.1:9400", "minBusBandwidthFraction": 1.5, "fabricTestSeconds": 5}}}}
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="t")
+    assert [str(p) for p in err.value.problems] == [
+        "nodePools.gpu.nodeCheck.dcgmExporterUrl: '127.0.0.1:9400' is not an http(s):// URL such as "
+        "http://127.0.0.1:9400/metrics",
+        "nodePools.gpu.nodeCheck.minBusBandwidthFraction: 1.5 is above the maximum 1",
+        "nodePools.gpu.nodeCheck.fabricTestSeconds: 5 is below the minimum 30",
+    ]
+    raw["nodePools"]["gpu"]["nodeCheck"] = {}
+    check = parse(raw, stack="t").node_pools["gpu"].node_check
+    assert (check.dcgm_exporter_url, check.min_bus_bandwidth_fraction, check.fabric_test_seconds) == (None, 0.6, 300)
