@@ -62,6 +62,14 @@ def _cmd_node_check(args: argparse.Namespace) -> int:
                               stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None)
 
 
+def _cmd_fabric_check(args: argparse.Namespace) -> int:
+    from infra.nodecheck.fabric import fabric_check_command
+
+    return fabric_check_command(stack=args.stack, pool=args.pool, hosts=args.hosts,
+                                stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                                all_reduce_perf=args.all_reduce_perf)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aifactory",
                                 description="GPU clusters for compound AI: synth, policy, node checks.")
@@ -97,6 +105,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="comma-separated testinfra host URLs: local://, ssh://user@host, kubectl://POD?namespace=NS")
     n.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
     n.set_defaults(func=_cmd_node_check)
+
+    f = sub.add_parser("fabric-check", help="NCCL all-reduce across 2+ nodes of an EFA/InfiniBand pool (mpirun over "
+                                            "the first host) against the fabric's line rate")
+    f.add_argument("--stack", required=True)
+    f.add_argument("--pool", required=True)
+    f.add_argument("--hosts", required=True, help="comma-separated testinfra host URLs of 2 or more nodes; "
+                                                  "mpirun runs on the first and reaches the others over ssh")
+    f.add_argument("--all-reduce-perf", default="all_reduce_perf",
+                   help="path of nccl-tests' all_reduce_perf on the nodes (default: all_reduce_perf on PATH)")
+    f.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    f.set_defaults(func=_cmd_fabric_check)
     return p
 
 

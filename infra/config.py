@@ -189,6 +189,9 @@ class NodeCheck:
     min_tflops_fraction: float = 0.7  # default: 0.7 of the catalog's dense BF16 peak
     min_bandwidth_fraction: float = 0.7  # default: 0.7 of the catalog's memory bandwidth
     burn_in_seconds: int = 10  # default: 10
+    dcgm_exporter_url: str | None = None  # default: the GPU operator's exporter pod on the node, found with kubectl
+    min_bus_bandwidth_fraction: float = 0.6  # default: 0.6 of the fabric's line rate (fabric-check)
+    fabric_test_seconds: int = 300  # default: 300 s hard limit for the all-reduce across nodes (fabric-check)
 
 
 @dataclass(frozen=True, slots=True)
@@ -760,7 +763,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
 
     nc_path = f"{path}.nodeCheck"
     ncd = r.mapping(d.get("nodeCheck") or {}, nc_path,
-                    ("driverMinVersion", "minTflopsFraction", "minBandwidthFraction", "burnInSeconds"))
+                    ("driverMinVersion", "minTflopsFraction", "minBandwidthFraction", "burnInSeconds",
+                     "dcgmExporterUrl", "minBusBandwidthFraction", "fabricTestSeconds"))
     node_check = NodeCheck(
         driver_min_version=r.value(ncd, "driverMinVersion", nc_path, str, DEFAULT_DRIVER_MIN_VERSION,
                                    check=lambda v: None if re.match(r"^\d+(\.\d+){0,2}$", v) else
@@ -768,6 +772,11 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         min_tflops_fraction=r.value(ncd, "minTflopsFraction", nc_path, float, 0.7, minimum=0, maximum=1),
         min_bandwidth_fraction=r.value(ncd, "minBandwidthFraction", nc_path, float, 0.7, minimum=0, maximum=1),
         burn_in_seconds=r.value(ncd, "burnInSeconds", nc_path, int, 10, minimum=1, maximum=3600),
+        dcgm_exporter_url=r.value(ncd, "dcgmExporterUrl", nc_path, str, None,
+                                  check=lambda v: None if re.match(r"^https?://[^\s/]+(/\S*)?$", v) else
+                                  "is not an http(s):// URL such as http://127.0.0.1:9400/metrics"),
+        min_bus_bandwidth_fraction=r.value(ncd, "minBusBandwidthFraction", nc_path, float, 0.6, minimum=0, maximum=1),
+        fabric_test_seconds=r.value(ncd, "fabricTestSeconds", nc_path, int, 300, minimum=30, maximum=3600),
     )
     return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
                     tuple(taints), mig, node_check)

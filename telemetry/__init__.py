@@ -11,11 +11,21 @@
 
 Modules: instrument (scopes, spans, metrics), critical_path (the pure sweep), providers (setup():
 exporters from the environment), names (metric and label names shared with dashboards and rules).
+
+Exports are lazy (PEP 562 module `__getattr__`): `import telemetry.names` (what dashboards, rules and
+node-check read) loads no OpenTelemetry SDK; `telemetry.workflow` and the others import their module on
+first use. Each name in `__all__` lives in the first module of `_MODULES` that defines it.
 """
 
-from telemetry.critical_path import StepInterval, critical_path
-from telemetry.instrument import Scope, StepRun, Telemetry, WorkflowRun, current, install, step, workflow
-from telemetry.providers import Installation, Settings, settings_from_env, setup
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run time
+    from telemetry.critical_path import StepInterval, critical_path
+    from telemetry.instrument import Scope, StepRun, Telemetry, WorkflowRun, current, install, step, workflow
+    from telemetry.providers import Installation, Settings, settings_from_env, setup
 
 __all__ = [
     "Installation",
@@ -33,3 +43,20 @@ __all__ = [
     "step",
     "workflow",
 ]
+
+_MODULES = ("telemetry.critical_path", "telemetry.instrument", "telemetry.providers")
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        for module_name in _MODULES:
+            module = importlib.import_module(module_name)
+            if hasattr(module, name):
+                value = getattr(module, name)
+                globals()[name] = value  # later look-ups skip __getattr__
+                return value
+    raise AttributeError(f"module 'telemetry' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["GpuSpec", "InstanceType", "CATALOG", "get", "efa_types", "gpu_types", "known_types"]
+__all__ = ["GpuSpec", "InstanceType", "CATALOG", "EFA_GBPS", "get", "efa_types", "gpu_types", "known_types",
+           "fabric_gbps"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +83,10 @@ def _types() -> dict[str, InstanceType]:
         t("p5e.48xlarge", 192, 2048, H200, 8, 32, 32, 60.00),
         t("p5en.48xlarge", 192, 2048, H200, 8, 16, 16, 63.30),
         t("p6-b200.48xlarge", 192, 2048, B200, 8, 8, 8, 113.93),
+        # --- single-GPU Hopper (AWS "P5 single GPU", Aug 2025): one H100 SXM, 16 vCPUs, 256 GiB, up to 100 Gbps
+        # (aws.amazon.com/ec2/instance-types/p5/). EFA on this size is not verified here: no EFA device counted,
+        # so an EFA pool cannot be configured on it. AWS sells no single-H200 size (p5e/p5en are 48xlarge only).
+        t("p5.4xlarge", 16, 256, H100, 1, 1, 0, 6.88),
         # --- g-family: no EFA except the largest sizes
         t("g5.xlarge", 4, 16, A10G, 1, 1, 0, 1.006),
         t("g5.2xlarge", 8, 32, A10G, 1, 1, 0, 1.212),
@@ -114,6 +119,13 @@ def _types() -> dict[str, InstanceType]:
 
 CATALOG: MappingProxyType[str, InstanceType] = MappingProxyType(_types())
 
+# EFA network bandwidth per instance, Gbps, as AWS lists it ("Network bandwidth"; EC2 accelerated computing
+# specifications): what an all-reduce across nodes can reach at most (fabric-check's expectation).
+EFA_GBPS: MappingProxyType[str, int] = MappingProxyType({
+    "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5e.48xlarge": 3200, "p5en.48xlarge": 3200,
+    "p6-b200.48xlarge": 3200, "g5.48xlarge": 100, "g6.48xlarge": 100, "g6e.48xlarge": 400,
+})
+
 
 def known_types() -> list[str]:
     return sorted(CATALOG)
@@ -129,6 +141,12 @@ def get(name: str) -> InstanceType:
 
 def efa_types() -> list[str]:
     return sorted(n for n, t in CATALOG.items() if t.supports_efa)
+
+
+def fabric_gbps(name: str) -> int:
+    """The data-plane line rate of one node, Gbps: EFA bandwidth, or InfiniBand ports x rate; 0: no fabric."""
+    inst = get(name)
+    return EFA_GBPS.get(name, 0) if inst.supports_efa else inst.ib_ports * inst.ib_rate_gbps
 
 
 def gpu_types() -> list[str]:

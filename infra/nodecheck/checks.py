@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from components.aws.catalog import GpuSpec
+from components.k8s.naming import GPU_OPERATOR_NAMESPACE
 from infra.config import NodePool
-from infra.nodecheck import parsers
-from infra.nodecheck.probe import CannotRun, Probe, describe_failure, run_bounded
+from infra.nodecheck import cluster, parsers
+from infra.nodecheck.probe import DEFAULT_KILL_AFTER_S, CannotRun, Probe, describe_failure, missing_tool, run_bounded
 from telemetry.names import DCGM
 
 __all__ = [
@@ -31,18 +32,18 @@ __all__ = [
     "CMD_REMAPPED_ROWS",
     "CMD_NVLINK",
     "CMD_KERNEL_LOG",
+    "CMD_UID",
+    "CMD_HOSTNAME",
     "CMD_EFA",
     "CMD_MEMINFO",
     "CMD_IBSTAT",
     "CMD_CONTAINERD",
-    "CMD_DCGM",
-    "DEFAULT_DCGM_EXPORTER_URL",
+    "dcgm_command",
     "DEFAULT_HTTP_TIMEOUT_S",
     "DEFAULT_BURN_IN_STARTUP_S",
     "burn_in_script",
 ]
 
-DEFAULT_DCGM_EXPORTER_URL = "http://127.0.0.1:9400/metrics"  # the exporter's port on the node
 DEFAULT_HTTP_TIMEOUT_S = 5
 DEFAULT_BURN_IN_STARTUP_S = 120  # added to burnInSeconds for the hard limit: torch import, CUDA init
 
@@ -57,12 +58,21 @@ CMD_GPUS = f"nvidia-smi --query-gpu={','.join(GPU_FIELDS)} --format=csv,noheader
 CMD_REMAPPED_ROWS = ("nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.correctable,"
                      "remapped_rows.uncorrectable,remapped_rows.pending,remapped_rows.failure --format=csv,noheader")
 CMD_NVLINK = "nvidia-smi nvlink --status"
-CMD_KERNEL_LOG = "journalctl --dmesg --boot --output=cat --no-pager 2>/dev/null || dmesg"
+# The journal's kernel messages of this boot, else the kernel ring buffer: `journalctl` exits 0 and prints
+# nothing where the journal holds no kernel messages (privileged pods, minimal images), so the fallback is
+# on empty output, not only on failure.
+CMD_KERNEL_LOG = ('log=$(journalctl --dmesg --boot --output=cat --no-pager 2>/dev/null); '
+                  'if [ -n "$log" ]; then printf \'%s\\n\' "$log"; else dmesg; fi')
+CMD_UID = "id -u"
+CMD_HOSTNAME = "cat /proc/sys/kernel/hostname"
 CMD_EFA = "fi_info -p efa -t FI_EP_RDM"
 CMD_MEMINFO = "cat /proc/meminfo"
 CMD_IBSTAT = "ibstat"
 CMD_CONTAINERD = "containerd config dump 2>/dev/null || cat /etc/containerd/config.toml"
-CMD_DCGM = f"curl -sS --max-time {DEFAULT_HTTP_TIMEOUT_S} {DEFAULT_DCGM_EXPORTER_URL}"
+
+
+def dcgm_command(url: str) -> str:
+    return f"curl -sS --max-time {DEFAULT_HTTP_TIMEOUT_S} {url}"
 
 
 T = TypeVar("T")
@@ -93,6 +103,8 @@ def _gpu(pool: NodePool) -> str | None:
 
 
 def _nvlink(pool: NodePool) -> str | None:
+    if pool.instance.gpu_count == 1:
+        return _gpu(pool) or f"{pool.instance_type} has one GPU: no NVLink peer"
     return _gpu(pool) or (None if pool.instance.nvlink else f"{_spec(pool).name} has no NVLink")
 
 
@@ -196,8 +208,16 @@ def check_ecc(probe: Probe, pool: NodePool) -> str:
 
 
 def check_xid(probe: Probe, pool: NodePool) -> str:
-    log = probe.output(CMD_KERNEL_LOG)
+    read = probe.run(CMD_KERNEL_LOG)
+    if read.rc != 0:
+        raise CannotRun("cannot read the kernel log (the journal has no kernel messages and dmesg failed): "
+                        + describe_failure("dmesg", read.rc, read.stderr or read.stdout))
+    log = read.stdout
     if not [line for line in log.splitlines() if line.strip() and not line.startswith("-- ")]:
+        uid = probe.run(CMD_UID)
+        if uid.rc == 0 and uid.stdout.strip() == "0":
+            raise CannotRun("the kernel log is empty although read as root: the journal holds no kernel messages "
+                            "and the ring buffer is empty (cleared with dmesg -C?); XIDs cannot be ruled out")
         raise CannotRun("the kernel log is empty: reading it needs root (journalctl --dmesg, dmesg)")
     xids = parsers.parse_xids(log)
     if xids:
@@ -281,15 +301,33 @@ def check_container_runtime(probe: Probe, pool: NodePool) -> str:
                      for name, binary in sorted(runtimes.items()))
 
 
+def _exporter_url(probe: Probe, pool: NodePool) -> tuple[str, str]:
+    """(URL to fetch from the node, where it came from): the configured URL, else the operator's pod on the node."""
+    if pool.node_check.dcgm_exporter_url:
+        return pool.node_check.dcgm_exporter_url, f"nodePools.{pool.name}.nodeCheck.dcgmExporterUrl"
+    if probe.kubectl is None:
+        raise CannotRun("no cluster access to find the dcgm-exporter pod on this node; "
+                        f"set nodePools.{pool.name}.nodeCheck.dcgmExporterUrl")
+    names, addresses = cluster.node_of_url(probe.url, probe.kubectl)
+    hostname = probe.run(CMD_HOSTNAME)
+    if hostname.rc == 0 and hostname.stdout.strip():
+        names.append(hostname.stdout.strip())
+    pods = cluster.exporter_pods(probe.kubectl.json(["get", "pods", "-n", GPU_OPERATOR_NAMESPACE,
+                                                      "-l", cluster.DCGM_EXPORTER_LABEL]))
+    pod = cluster.exporter_on_node(pods, names=names, addresses=addresses, namespace=GPU_OPERATOR_NAMESPACE)
+    return pod.url, f"pod {GPU_OPERATOR_NAMESPACE}/{pod.name}"
+
+
 def check_dcgm_exporter(probe: Probe, pool: NodePool) -> str:
+    url, source = _exporter_url(probe, pool)
     try:
-        text = probe.output(CMD_DCGM)
+        text = probe.output(dcgm_command(url))
     except CannotRun as err:
-        raise CannotRun(f"DCGM exporter not reachable at {DEFAULT_DCGM_EXPORTER_URL}: {err}") from None
+        raise CannotRun(f"DCGM exporter not reachable at {url} ({source}): {err}") from None
     samples = parsers.metric_samples(text, DCGM.GPU_UTIL)
     if not samples:
-        raise CheckFailed(f"{DEFAULT_DCGM_EXPORTER_URL} answers without {DCGM.GPU_UTIL}")
-    return f"{len(samples)} {DCGM.GPU_UTIL} series"
+        raise CheckFailed(f"{url} ({source}) answers without {DCGM.GPU_UTIL}")
+    return f"{len(samples)} {DCGM.GPU_UTIL} series from {source}"
 
 
 def burn_in_script() -> str:
@@ -304,13 +342,21 @@ def check_burn_in(probe: Probe, pool: NodePool) -> str:
     if run.leftovers:
         raise CheckFailed(f"left {len(run.leftovers)} process(es) behind (pids {', '.join(map(str, run.leftovers))}; "
                           + ("killed)" if run.killed else "still running after SIGKILL)"))
+    if run.ignored_term:
+        raise CheckFailed(f"burn-in did not finish within {limit} s and ignored SIGTERM: killed "
+                          f"{DEFAULT_KILL_AFTER_S} s later (a process stuck in the driver: check the GPU)")
     if run.timed_out:
         raise CheckFailed(f"burn-in did not finish within {limit} s and was stopped")
+    if run.rc == 127:
+        raise CannotRun(f"burn-in: {describe_failure(missing_tool('python3', run.stderr), run.rc, run.stderr)}")
     if run.rc != 0:
         raise CannotRun(describe_failure("burn-in", run.rc, run.stderr))
     rows = _parsed(parsers.parse_burn_in, run.stdout)
     if not rows:
         raise CannotRun("burn-in measured no GPU")
+    if len(rows) != pool.instance.gpu_count:
+        raise CheckFailed(f"burn-in measured {len(rows)} GPUs; {pool.instance_type} has {pool.instance.gpu_count} "
+                          f"(GPUs hidden from CUDA or failed to initialise)")
     tflops_min = nc.min_tflops_fraction * spec.bf16_dense_tflops
     gbs_min = nc.min_bandwidth_fraction * spec.memory_bandwidth_gbs
     slow = [f"GPU {r.gpu}: {r.tflops:g} TFLOP/s" for r in rows if r.tflops < tflops_min]
@@ -339,7 +385,7 @@ CHECKS: tuple[Check, ...] = (
     Check("hugepages", "huge pages reserved as nodePools.X.hugepagesMiB", _hugepages, check_hugepages),
     Check("infiniband", "ibstat: the catalog's InfiniBand ports Active at its rate", _infiniband, check_infiniband),
     Check("container-runtime", "containerd has the NVIDIA container runtime", _gpu, check_container_runtime),
-    Check("dcgm-exporter", f"DCGM exporter answers with {DCGM.GPU_UTIL} on :9400", _gpu, check_dcgm_exporter),
+    Check("dcgm-exporter", f"the node's DCGM exporter answers with {DCGM.GPU_UTIL}", _gpu, check_dcgm_exporter),
     Check("burn-in", "BF16 matmul TFLOP/s and memory bandwidth per GPU above the nodeCheck floors", _burn_in,
           check_burn_in),
 )

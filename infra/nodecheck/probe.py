@@ -18,7 +18,10 @@ import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from infra.nodecheck.cluster import Kubectl
 
 __all__ = [
     "CannotRun",
@@ -28,6 +31,8 @@ __all__ = [
     "DEFAULT_KILL_AFTER_S",
     "DEFAULT_KILL_WAIT_S",
     "TIMEOUT_EXIT",
+    "KILLED_EXIT",
+    "missing_tool",
     "TOKEN_PREFIX",
     "new_token",
     "bounded_command",
@@ -38,7 +43,12 @@ __all__ = [
 
 DEFAULT_KILL_AFTER_S = 10  # SIGKILL this long after the SIGTERM at the limit
 DEFAULT_KILL_WAIT_S = 5  # how long leftovers may take to disappear after SIGKILL
-TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit was hit
+TIMEOUT_EXIT = 124  # what `timeout` exits with when the limit was hit and the command obeyed SIGTERM
+KILLED_EXIT = 137  # 128 + SIGKILL: the command ignored SIGTERM and `timeout --kill-after` killed it
+# `timeout --verbose` says on stderr when it signals the command (GNU coreutils >= 8.29, src/timeout.c):
+# "timeout: sending signal KILL to command 'python3'"; only this tells a KILL at the limit from any other
+# SIGKILL (the OOM killer) that also ends in exit 137.
+_SENT_KILL = re.compile(r"^timeout: sending signal KILL to command ", re.MULTILINE)
 TOKEN_PREFIX = "aifactory-node-check-"
 HEREDOC_END = "AIFACTORY_NODE_CHECK_EOF"
 
@@ -50,6 +60,8 @@ class CannotRun(Exception):
 @dataclass
 class Probe:
     host: Any  # testinfra.host.Host, or anything with .run(command) -> CommandResult
+    url: str = ""  # the host URL the node was reached by (names the node for cluster look-ups)
+    kubectl: Kubectl | None = None  # for checks that ask the cluster (dcgm-exporter); None: no cluster access
     _cache: dict[str, str] = field(default_factory=dict)
 
     def run(self, command: str) -> Any:
@@ -65,11 +77,26 @@ class Probe:
         return self._cache[command]
 
 
+# How a shell or `timeout` names the program it could not find (exit 127): dash "sh: 1: TOOL: not found",
+# bash "bash: line 1: TOOL: command not found", busybox/ash "sh: TOOL: not found", GNU timeout "timeout: failed
+# to run command 'TOOL': No such file or directory" (quotes are U+2018/U+2019 in UTF-8 locales).
+_NOT_FOUND = (re.compile(r"^[\w./-]+: (?:line )?(?:\d+: )?([^:\s]+): (?:command )?not found"),
+              re.compile(r"^timeout: failed to run command ['\u2018]([^'\u2019]+)['\u2019]"))
+
+
+def missing_tool(command: str, text: str) -> str:
+    """The program a shell reported missing in `text` (exit 127); else the command's first word."""
+    for line in text.splitlines():
+        for pattern in _NOT_FOUND:
+            if m := pattern.match(line.strip()):
+                return m.group(1)
+    return command.split()[0]
+
+
 def describe_failure(command: str, rc: int, text: str) -> str:
-    tool = command.split()[0]
     first = next((line.strip() for line in text.splitlines() if line.strip()), "")
     if rc == 127:
-        return f"{tool}: command not found on the node (exit 127){': ' + first if first else ''}"
+        return f"{missing_tool(command, text)}: command not found on the node (exit 127){': ' + first if first else ''}"
     return f"`{command}` failed (exit {rc}){': ' + first if first else ''}"
 
 
@@ -83,14 +110,20 @@ class BoundedRun:
 
     @property
     def timed_out(self) -> bool:
-        return self.rc == TIMEOUT_EXIT
+        """Stopped at the limit: it obeyed SIGTERM (124), or ignored it and was killed (137 + timeout's word)."""
+        return self.rc == TIMEOUT_EXIT or self.ignored_term
+
+    @property
+    def ignored_term(self) -> bool:
+        return self.rc == KILLED_EXIT and _SENT_KILL.search(self.stderr) is not None
 
 
 def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_hex(6)
 
 
-def bounded_command(script: str, args: Sequence[str], *, limit_s: int, token: str) -> str:
+def bounded_command(script: str, args: Sequence[str], *, limit_s: int, token: str,
+                    kill_after_s: int = DEFAULT_KILL_AFTER_S) -> str:
     """`timeout` + `python3 -` reading `script` from a here-document; the token leads the arguments.
 
     The script writes to files, printed once `timeout` returns: a process that escaped the limit then
@@ -100,7 +133,7 @@ def bounded_command(script: str, args: Sequence[str], *, limit_s: int, token: st
         raise ValueError(f"script must not contain the here-document delimiter {HEREDOC_END}")
     argv = " ".join(shlex.quote(a) for a in (token, *args))
     return (f'out=$(mktemp) && err=$(mktemp) || exit 125\n'
-            f"timeout --kill-after={DEFAULT_KILL_AFTER_S} {int(limit_s)} python3 - {argv} "
+            f"timeout --verbose --kill-after={int(kill_after_s)} {int(limit_s)} python3 - {argv} "
             f"<<'{HEREDOC_END}' >\"$out\" 2>\"$err\"\n{script}\n{HEREDOC_END}\n"
             'rc=$?; cat "$out"; cat "$err" >&2; rm -f "$out" "$err"; exit $rc')
 
@@ -113,10 +146,11 @@ def leftover_command(token: str) -> str:
 
 
 def run_bounded(probe: Probe, script: str, args: Sequence[str], *, limit_s: int,
-                token: str | None = None) -> BoundedRun:
-    """Run `script` on the node, bounded by `limit_s`; then find, kill and report leftovers."""
+                token: str | None = None, kill_after_s: int = DEFAULT_KILL_AFTER_S) -> BoundedRun:
+    """Run `script` on the node, bounded by `limit_s` (SIGKILL `kill_after_s` later); then find, kill and
+    report leftovers."""
     token = token or new_token()
-    result = probe.run(bounded_command(script, args, limit_s=limit_s, token=token))
+    result = probe.run(bounded_command(script, args, limit_s=limit_s, token=token, kill_after_s=kill_after_s))
     found = probe.run(leftover_command(token))
     if found.rc not in (0, 1):  # 1: no process matched
         raise CannotRun("cannot verify that nothing was left behind: "

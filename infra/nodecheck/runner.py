@@ -25,8 +25,9 @@ import testinfra
 import testinfra.backend
 
 from infra.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
-from infra.config import ConfigError, NodePool
+from infra.config import ConfigError, NodePool, PlatformConfig
 from infra.nodecheck.checks import CHECKS, Check, CheckFailed
+from infra.nodecheck.cluster import Kubectl
 from infra.nodecheck.probe import CannotRun, Probe
 from infra.synth import StackFileError, load_stack
 
@@ -36,12 +37,16 @@ __all__ = [
     "plan",
     "check_node",
     "load_pool",
+    "kubectl_for",
+    "unreachable",
+    "UNREACHABLE_CHECK",
     "parse_hosts",
     "format_table",
     "node_check_command",
 ]
 
 DEFAULT_PARALLEL_HOSTS = 8  # hosts checked at once (each runs its checks in order)
+UNREACHABLE_CHECK = "host"  # the one row an unreachable host gets, instead of one failure per check
 Status = Literal["pass", "fail", "n/a"]
 Progress = Callable[[str], None]
 
@@ -74,9 +79,35 @@ def _run_one(check: Check, probe: Probe, pool: NodePool) -> tuple[Status, str]:
         return "fail", f"could not run: {type(err).__name__}: {err}"
 
 
-def check_node(host: Any, pool: NodePool, *, label: str, progress: Progress | None = None) -> list[CheckResult]:
-    """Run the pool's checks on one testinfra host, in table order."""
-    probe = Probe(host)
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def unreachable(host: Any) -> str | None:
+    """None when the host runs a command; else why not, in the transport's own words.
+
+    testinfra's ssh backend raises RuntimeError(CommandResult) when ssh exits 255 (connection failed);
+    paramiko raises its own errors; kubectl/docker answer with a failing exit status.
+    """
+    try:
+        result = host.run("true")
+    except Exception as err:  # noqa: BLE001 - whatever the backend raises, the host is unreachable
+        detail = err.args[0] if err.args else err
+        text = getattr(detail, "stderr", None) or getattr(detail, "stdout", None) or str(detail)
+        return _first_line(str(text)) or type(err).__name__
+    if result.rc != 0:
+        return _first_line(result.stderr or result.stdout) or f"`true` exited {result.rc}"
+    return None
+
+
+def check_node(host: Any, pool: NodePool, *, label: str, progress: Progress | None = None,
+               kubectl: Kubectl | None = None) -> list[CheckResult]:
+    """Run the pool's checks on one testinfra host, in table order; one row if the host is unreachable."""
+    if (why := unreachable(host)) is not None:
+        if progress is not None:
+            progress(f"[{label}] host unreachable: {why}")
+        return [CheckResult(label, UNREACHABLE_CHECK, "fail", f"host unreachable: {why}")]
+    probe = Probe(host, url=label, kubectl=kubectl)
     steps = plan(pool)
     total = sum(why is None for _, why in steps)
     results, done = [], 0
@@ -93,15 +124,30 @@ def check_node(host: Any, pool: NodePool, *, label: str, progress: Progress | No
     return results
 
 
-def load_pool(stack: str, pool: str, stacks_dir: Path | None) -> NodePool:
-    """The pool's profile from the stack config; UsageError names the stacks or pools that exist."""
+def _load(stack: str, stacks_dir: Path | None) -> PlatformConfig:
     try:
-        cfg = load_stack(stack, stacks_dir)
+        return load_stack(stack, stacks_dir)
     except (StackFileError, ConfigError) as err:
         raise UsageError(str(err)) from None
+
+
+def _pool(cfg: PlatformConfig, pool: str) -> NodePool:
     if pool not in cfg.node_pools:
-        raise UsageError(f"stack {stack!r} has no node pool {pool!r}; pools: {', '.join(sorted(cfg.node_pools))}")
+        raise UsageError(f"stack {cfg.stack!r} has no node pool {pool!r}; pools: {', '.join(sorted(cfg.node_pools))}")
     return cfg.node_pools[pool]
+
+
+def load_pool(stack: str, pool: str, stacks_dir: Path | None) -> NodePool:
+    """The pool's profile from the stack config; UsageError names the stacks or pools that exist."""
+    return _pool(_load(stack, stacks_dir), pool)
+
+
+def kubectl_for(cfg: PlatformConfig) -> Kubectl:
+    """kubectl for the stack's cluster: an existing cluster's kubeconfig and context; on AWS kubectl's own
+    ($KUBECONFIG or ~/.kube/config, as `aws eks update-kubeconfig` writes it)."""
+    if cfg.is_aws or cfg.target.kubeconfig is None:
+        return Kubectl()
+    return Kubectl(kubeconfig=str(Path(cfg.target.kubeconfig).expanduser()), context=cfg.target.context)
 
 
 def parse_hosts(hosts: str) -> list[str]:
@@ -137,24 +183,29 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None) -> int:
-    """The CLI entry point: check every host against the pool's profile; exit 0 only if all applicable pass."""
+def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None,
+                       kubectl: Kubectl | None = None) -> int:
+    """The CLI entry point: check every host against the pool's profile; exit 0 only if all applicable pass.
+
+    `kubectl` (default: the stack's cluster, see kubectl_for) finds the DCGM exporter pod of each node."""
     try:
-        profile = load_pool(stack, pool, stacks_dir)
+        cfg = _load(stack, stacks_dir)
+        profile = _pool(cfg, pool)
         urls = parse_hosts(hosts)
     except UsageError as err:
         _stderr(f"aifactory: {err}")
         return EXIT_USAGE
+    cluster = kubectl or kubectl_for(cfg)
     applicable = [c.id for c, why in plan(profile) if why is None]
     _stderr(f"node-check {stack}/{pool}: {len(urls)} host(s); checks: {', '.join(applicable)}")
 
     def one(url: str) -> list[CheckResult]:
         try:
             host = testinfra.get_host(url)
-        except Exception as err:  # noqa: BLE001 - an unusable host fails its checks, the others still run
-            return [CheckResult(url, c.id, "fail", f"could not run: host unusable: {err}") if why is None
-                    else CheckResult(url, c.id, "n/a", why) for c, why in plan(profile)]
-        return check_node(host, profile, label=url, progress=_stderr)
+        except Exception as err:  # noqa: BLE001 - an unusable host fails its row, the others still run
+            _stderr(f"[{url}] host unusable: {err}")
+            return [CheckResult(url, UNREACHABLE_CHECK, "fail", f"host unusable: {err}")]
+        return check_node(host, profile, label=url, progress=_stderr, kubectl=cluster)
 
     with ThreadPoolExecutor(max_workers=min(len(urls), DEFAULT_PARALLEL_HOSTS)) as pool_:
         results = [r for per_host in pool_.map(one, urls) for r in per_host]

@@ -3,12 +3,17 @@
 Host URL `replay://KIND` replays tests/node/recordings/KIND/healthy/; `replay://KIND+CASE` first looks in
 KIND/CASE/ (only the files that differ from a healthy node) and falls back to KIND/healthy/. A command
 with no recording answers like a shell whose tool is missing: exit 127, "sh: 1: TOOL: not found".
-`FILE.rc` next to a recording holds a non-zero exit status (pgrep exits 1 when nothing matches).
+`FILE.rc` next to a recording holds a non-zero exit status (pgrep exits 1 when nothing matches), `FILE.stderr`
+what the command printed on stderr. `true` (node-check's reachability probe) always succeeds.
+
+`replay_kubectl(KIND)` is a `Kubectl` whose program prints KIND/healthy/kubectl-get-pods-dcgm-exporter.json
+(or KIND/CASE/...) for `kubectl get pods ... -o json`: what the cluster says about the exporter pods.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +21,9 @@ import testinfra.backend
 from testinfra.backend.base import BaseBackend, CommandResult
 
 from infra.nodecheck import checks
+from infra.nodecheck.cluster import Kubectl
 
-__all__ = ["RECORDINGS", "ReplayBackend", "replay_host", "register"]
+__all__ = ["RECORDINGS", "ReplayBackend", "replay_host", "replay_kubectl", "register"]
 
 RECORDINGS = Path(__file__).resolve().parent / "recordings"
 
@@ -29,15 +35,19 @@ FILES = {
     checks.CMD_REMAPPED_ROWS: "nvidia-smi-query-remapped-rows.csv",
     checks.CMD_NVLINK: "nvidia-smi-nvlink-status.txt",
     checks.CMD_KERNEL_LOG: "kernel-log.txt",
+    checks.CMD_UID: "id-u.txt",
+    checks.CMD_HOSTNAME: "hostname.txt",
     checks.CMD_EFA: "fi_info-efa.txt",
     checks.CMD_MEMINFO: "proc-meminfo.txt",
     checks.CMD_IBSTAT: "ibstat.txt",
     checks.CMD_CONTAINERD: "containerd-config.toml",
-    checks.CMD_DCGM: "dcgm-exporter-metrics.txt",
 }
 # commands that carry a per-run token: matched by pattern
-PATTERNS = ((re.compile(r"^timeout --kill-after=\d+ \d+ python3 - ", re.MULTILINE), "burn-in.jsonl"),
-            (re.compile(r"^pgrep -f "), "burn-in-leftovers.txt"))
+PATTERNS = ((re.compile(r"^timeout --verbose --kill-after=\d+ \d+ python3 - ", re.MULTILINE), "burn-in.jsonl"),
+            (re.compile(r"^pgrep -f "), "burn-in-leftovers.txt"),
+            (re.compile(r"^curl -sS --max-time \d+ https?://\S+$"), "dcgm-exporter-metrics.txt"),
+            (re.compile(r"^timeout --verbose --kill-after=\d+ \d+ mpirun ", re.MULTILINE), "nccl-all-reduce.txt"),
+            (re.compile(r"^pgrep -x all_reduce_perf$"), "nccl-leftovers.txt"))
 
 
 class ReplayBackend(BaseBackend):
@@ -62,12 +72,15 @@ class ReplayBackend(BaseBackend):
     def run(self, command: str, *args: str, **kwargs: Any) -> CommandResult:
         cmd = self.get_command(command, *args)
         self.commands.append(cmd)
+        if cmd == "true":
+            return self.result(0, cmd.encode(), "", "")
         path = self._recording(cmd)
         if path is None:
             return self.result(127, cmd.encode(), "", f"sh: 1: {cmd.split()[0]}: not found\n")
         rc_file = path.with_suffix(".rc")
         rc = int(rc_file.read_text()) if rc_file.is_file() else 0
-        return self.result(rc, cmd.encode(), path.read_text(), "")
+        err_file = path.with_suffix(".stderr")
+        return self.result(rc, cmd.encode(), path.read_text(), err_file.read_text() if err_file.is_file() else "")
 
 
 def replay_host(name: str, *, missing: tuple[str, ...] = ()) -> Any:
@@ -78,6 +91,11 @@ def replay_host(name: str, *, missing: tuple[str, ...] = ()) -> Any:
     host = Host(backend)
     backend.set_host(host)
     return host
+
+
+def replay_kubectl(name: str) -> Kubectl:
+    """A Kubectl whose program answers from the recordings of `name` (KIND or KIND+CASE)."""
+    return Kubectl(argv=(sys.executable, str(Path(__file__).resolve().parent / "replay_kubectl.py"), name))
 
 
 def register(monkeypatch: Any) -> None:

@@ -23,7 +23,8 @@ ALL = [c.id for c in nc.CHECKS]
 
 
 def outcome(stack: str, pool: str, host: str, **kw: tuple[str, ...]) -> dict[str, tuple[str, str]]:
-    results = check_node(replay.replay_host(host, **kw), load_pool(stack, pool, STACKS), label=host)
+    results = check_node(replay.replay_host(host, **kw), load_pool(stack, pool, STACKS), label=host,
+                         kubectl=replay.replay_kubectl(host))
     assert [r.check for r in results] == ALL
     return {r.check: (r.status, r.detail) for r in results}
 
@@ -59,7 +60,7 @@ def test_healthy_p5_details_name_what_was_verified() -> None:
         "efa": "32 EFA devices",
         "hugepages": "5120 MiB of huge pages (>= 5120)",
         "container-runtime": "runtime 'nvidia' -> /usr/bin/nvidia-container-runtime (default)",
-        "dcgm-exporter": "8 DCGM_FI_DEV_GPU_UTIL series",
+        "dcgm-exporter": "8 DCGM_FI_DEV_GPU_UTIL series from pod gpu-operator/nvidia-dcgm-exporter-7xk2p",
         "burn-in": "8 GPUs, lowest 707.5 TFLOP/s (72% of peak), 2911.9 GB/s (87% of peak)",
     }
     assert result["mig"] == ("n/a", "no MIG layout (nodePools.h100.mig)")
@@ -78,8 +79,6 @@ def test_healthy_dgx_reads_containerd_2_config_and_ignores_ethernet_ports() -> N
 
 
 @pytest.mark.parametrize(("stack", "pool", "host", "check", "detail"), [
-    ("nodes-aws", "h100", "p5.48xlarge+wrong-gpu-count", "gpus",
-     "7 GPUs visible; p5.48xlarge has 8 x NVIDIA H100 80GB HBM3"),
     ("nodes-aws", "h100", "p5.48xlarge+xid", "xid",
      "1 XID event(s) since boot: XID 119 on PCI:0000:97:00"),
     ("nodes-aws", "h100", "p5.48xlarge+nvlink-down", "nvlink",
@@ -117,8 +116,9 @@ def test_a_check_that_applies_but_cannot_run_fails_with_the_tools_reason() -> No
     assert result["efa"][1] == ("could not run: fi_info: command not found on the node (exit 127): "
                                 "sh: 1: fi_info: not found")
     assert result["dcgm-exporter"][1] == ("could not run: DCGM exporter not reachable at "
-                                          "http://127.0.0.1:9400/metrics: curl: command not found on the node "
-                                          "(exit 127): sh: 1: curl: not found")
+                                          "http://10.1.64.117:9400/metrics (pod gpu-operator/nvidia-dcgm-exporter-"
+                                          "7xk2p): curl: command not found on the node (exit 127): sh: 1: curl: "
+                                          "not found")
 
 
 def test_a_node_of_another_type_fails_on_model_pcie_efa_and_nvlink() -> None:
@@ -145,7 +145,7 @@ def test_the_node_is_asked_once_per_command_and_the_burn_in_is_bounded_and_verif
     burn = [c for c in commands if "python3 - " in c]
     assert len(burn) == 1
     lines = burn[0].splitlines()
-    m = re.fullmatch(r"timeout --kill-after=10 130 python3 - (aifactory-node-check-[0-9a-f]{12}) 10 "
+    m = re.fullmatch(r"timeout --verbose --kill-after=10 130 python3 - (aifactory-node-check-[0-9a-f]{12}) 10 "
                      r"<<'AIFACTORY_NODE_CHECK_EOF' >\"\$out\" 2>\"\$err\"", lines[1])
     assert m is not None, lines[1]
     assert burn[0] == "\n".join([lines[0], lines[1], nc.burn_in_script(), "AIFACTORY_NODE_CHECK_EOF", lines[-1]])
@@ -156,7 +156,7 @@ def test_the_node_is_asked_once_per_command_and_the_burn_in_is_bounded_and_verif
 def test_cli_end_to_end_over_replay_urls(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     replay.register(monkeypatch)
     rc = node_check_command(stack="nodes-aws", pool="h100", hosts="replay://p5.48xlarge,replay://p5.48xlarge+efa-31",
-                            stacks_dir=STACKS)
+                            stacks_dir=STACKS, kubectl=replay.replay_kubectl("p5.48xlarge"))
     out, err = capsys.readouterr()
     assert rc == 1
     lines = out.splitlines()
@@ -171,16 +171,18 @@ def test_cli_end_to_end_over_replay_urls(monkeypatch: pytest.MonkeyPatch, capsys
     assert "[replay://p5.48xlarge] 13/13 burn-in: PASS" in err
 
     assert node_check_command(stack="nodes-onprem", pool="h100-ib", hosts="replay://dgx-h100",
-                              stacks_dir=STACKS) == 0
+                              stacks_dir=STACKS, kubectl=replay.replay_kubectl("dgx-h100")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "node-check nodes-onprem/h100-ib (dgx-h100, fabric infiniband): ACCEPTED: 1 host(s), "
         "12 passed, 0 failed, 3 not applicable")
 
 
-def test_an_unusable_host_fails_its_applicable_checks(monkeypatch: pytest.MonkeyPatch,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_unusable_host_is_one_failed_row(monkeypatch: pytest.MonkeyPatch,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
     replay.register(monkeypatch)
     assert node_check_command(stack="nodes-aws", pool="h100", hosts="replay://no-such-node", stacks_dir=STACKS) == 1
-    out = capsys.readouterr().out
-    assert out.count("FAIL    could not run: host unusable: no recordings in ") == 13
-    assert out.count(" N/A ") == 2
+    out = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(r"replay://no-such-node  host   FAIL    host unusable: no recordings in "
+                        r"\S+/no-such-node/healthy", out[1]), out[1]
+    assert out[2] == ("node-check nodes-aws/h100 (p5.48xlarge, fabric efa): REJECTED: 1 host(s), 0 passed, 1 failed, "
+                      "0 not applicable")

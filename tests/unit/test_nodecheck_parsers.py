@@ -207,3 +207,19 @@ def test_burn_in_script_without_torch_exits_3(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setitem(sys.modules, "torch", None)  # import torch -> ImportError
     assert burnin_script.main(["-", "aifactory-node-check-0", "1"]) == 3
     assert "burn-in needs PyTorch with CUDA on the node" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("stderr", "tool"), [
+    ("sh: 1: nvidia-smi: not found", "nvidia-smi"),  # dash
+    ("/bin/sh: 1: fi_info: not found", "fi_info"),  # dash as /bin/sh
+    ("bash: line 1: ibstat: command not found", "ibstat"),  # bash -c
+    ("bash: curl: command not found", "curl"),  # interactive bash
+    ("sh: dmesg: not found", "dmesg"),  # busybox ash
+    ("timeout: failed to run command \u2018python3\u2019: No such file or directory", "python3"),  # GNU, UTF-8
+    ("timeout: failed to run command 'mpirun': No such file or directory", "mpirun"),  # GNU, C locale
+    ("", "journalctl"),  # nothing said: the command's first word
+])
+def test_the_missing_program_is_read_from_what_the_shell_said(stderr: str, tool: str) -> None:
+    from infra.nodecheck.probe import missing_tool
+
+    assert missing_tool("journalctl --dmesg || dmesg", stderr) == tool
