@@ -62,7 +62,8 @@ AMI_TYPE_CPU = "AL2023_x86_64_STANDARD"
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 root device
 # 1: a response cannot cross the extra hop into a pod's network namespace, so pods cannot take the node
 # role's credentials (EKS best practices, "Restrict access to the instance profile assigned to the worker
-# node"); every kit pod that calls AWS uses IRSA, and host-network agents (VPC CNI) are one hop away.
+# node"); every kit pod that calls AWS uses IRSA, and host-network agents (VPC CNI) are one hop away. The EBS
+# CSI node plugin falls back to Kubernetes metadata (aws-ebs-csi-driver docs/install.md, "Kubernetes metadata").
 DEFAULT_IMDS_HOP_LIMIT = 1
 CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 minutes before a block ends
 DEFAULT_ROOT_VOLUME_TYPE = "gp3"

@@ -57,6 +57,7 @@ __all__ = [
     "DEFAULT_IMAGE_PULL_SECONDS",
     "startup_probe_seconds",
     "await_timeout_seconds",
+    "await_annotations",
     "VLLM_QUANTIZATION",
     "TRTLLM_QFORMAT",
     "LWS_API_VERSION",
@@ -103,6 +104,7 @@ DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the 
 # otherwise (provider/pkg/await/deployment.go `DefaultDeploymentTimeoutMins = 10`; metadata/annotations.go
 # `AnnotationTimeoutSeconds`, read with strconv.Atoi in metadata/overrides.go): a 70B model takes longer.
 AWAIT_TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"  # metadata/annotations.go AnnotationSkipAwait
 DEFAULT_IMAGE_PULL_SECONDS = 600  # pulling a multi-GB engine image onto a fresh node, before the probe starts
 CACHE_ACCESS_MODE = "ReadWriteOnce"  # one volume per pod: every class (EBS included) can provision it
 PROBE_PERIOD_SECONDS = 10
@@ -299,6 +301,15 @@ def await_timeout_seconds(model: Model) -> int:
     return max(1, model.replicas.max) * (DEFAULT_IMAGE_PULL_SECONDS + fetch + startup_probe_seconds(model))
 
 
+def await_annotations(cfg: PlatformConfig, model: Model) -> dict[str, str]:
+    """How pulumi-kubernetes awaits the model's Deployment. On a capacity-block pool nodes exist only inside
+    the block's window, so `pulumi up` does not wait for pods there (they start when the block does)."""
+    out = {AWAIT_TIMEOUT_ANNOTATION: str(await_timeout_seconds(model))}
+    if cfg.pool_of(model).capacity.type == "capacity-block":
+        out[SKIP_AWAIT_ANNOTATION] = "true"
+    return out
+
+
 def _probes(model: Model) -> dict[str, Any]:
     """Startup waits for the model to load (its start-up budget), then liveness and readiness per engine."""
     live, ready = ("/health", "/v1/models") if model.engine == "vllm" else ("/v2/health/live", "/v2/health/ready")
@@ -474,7 +485,7 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     Autoscaled models leave `replicas` to KEDA (the field stays unmanaged by Pulumi)."""
     replicas = {} if model.replicas.autoscaled else {"replicas": model.replicas.min}
     if not model.multi_node:
-        meta = {**_meta(cfg, model), "annotations": {AWAIT_TIMEOUT_ANNOTATION: str(await_timeout_seconds(model))}}
+        meta = {**_meta(cfg, model), "annotations": await_annotations(cfg, model)}
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
             **replicas,
             "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},

@@ -242,6 +242,16 @@ def test_model_deployments_are_awaited_for_their_start_up_budget_not_ten_minutes
         assert budget == 1800 and timeouts[name] >= budget + 600 > DEPLOYMENT_DEFAULT_TIMEOUT_S
 
 
+def test_models_on_a_capacity_block_are_not_awaited_outside_its_window() -> None:
+    """prod assistant-fast runs on h100-block (a capacity block, no nodes outside its window): `pulumi up` must
+    not hang on it; the pods start when the scheduled action scales the pool up."""
+    annotations = {d.inputs["metadata"]["name"]: d.inputs["metadata"]["annotations"]
+                   for d in of("prod", DEPLOYMENT) if "model-" in d.name}
+    assert annotations["assistant-fast"] == {TIMEOUT_ANNOTATION: str(4 * (600 + 1800 + 1800)),
+                                             "pulumi.com/skipAwait": "true"}
+    assert "pulumi.com/skipAwait" not in annotations["embed-rerank"]
+
+
 def test_a_models_own_start_up_budget_drives_its_probe_and_its_await() -> None:
     values = read_stack_config(stack_file("dev"))
     models = json.loads(values["aifactory:models"])
