@@ -168,10 +168,10 @@ class ClusterSettings:
     public_access_cidrs: tuple[str, ...] = ()  # required (non-empty) for apiAccess public-and-private
     admin_role_arns: tuple[str, ...] = ()  # default: none (only the creator has access)
     system_pool: SystemPool = field(default_factory=SystemPool)
-    # required: how the deployer reaches the API endpoint (no default: the wrong guess hangs `pulumi up`)
+    # required on AWS (parse() has no default: a wrong guess leaves `pulumi up` unable to reach the endpoint)
     api_access: Literal["public-and-private", "private"] = "private"
-    deployer_in_vpc: bool = False  # default: false; `private` needs true (the deployer runs in the VPC or a network
-    #                                connected to it)
+    # default: false; `private` needs true: the deployer runs in the VPC or a network connected to it
+    deployer_in_vpc: bool = False
 
 
 @dataclass(frozen=True, slots=True)
