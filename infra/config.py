@@ -11,8 +11,11 @@ documents its default next to it.
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import ipaddress
 import json
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -25,6 +28,7 @@ __all__ = [
     "NAMESPACE",
     "TOP_LEVEL_KEYS",
     "DEFAULT_KUBERNETES_VERSION",
+    "DEFAULT_STARTUP_BUDGET_SECONDS",
     "SUPPORTED_KUBERNETES_VERSIONS",
     "ConfigError",
     "Problem",
@@ -58,6 +62,7 @@ __all__ = [
 ]
 
 NAMESPACE = "aifactory"
+DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
@@ -82,6 +87,10 @@ SYSTEM_NAMESPACES = frozenset(
      "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
 )
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+API_ACCESS = ("public-and-private", "private")
+UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
+CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 min before the block ends
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -137,6 +146,8 @@ class Target:
     kubeconfig: str | None = None  # existing: required, path to a kubeconfig file
     context: str | None = None  # existing: default: the kubeconfig's current-context
     hosts_have_drivers: bool = False  # existing: default false (the GPU operator installs driver + toolkit)
+    storage_class: str | None = None  # existing: required, the StorageClass every claim the kit creates uses
+    install_metrics_server: bool = True  # existing: default true (false when the cluster already runs one)
 
     @property
     def is_aws(self) -> bool:
@@ -154,9 +165,13 @@ class SystemPool:
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
     name: str  # default: aifactory-<stack>
-    public_access_cidrs: tuple[str, ...] = ()  # default: none (private API endpoint only)
+    public_access_cidrs: tuple[str, ...] = ()  # required (non-empty) for apiAccess public-and-private
     admin_role_arns: tuple[str, ...] = ()  # default: none (only the creator has access)
     system_pool: SystemPool = field(default_factory=SystemPool)
+    # required on AWS (parse() has no default: a wrong guess leaves `pulumi up` unable to reach the endpoint)
+    api_access: Literal["public-and-private", "private"] = "private"
+    # default: false; `private` needs true: the deployer runs in the VPC or a network connected to it
+    deployer_in_vpc: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +185,8 @@ class NetworkSettings:
 class Capacity:
     type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
     reservation_id: str | None = None  # required for odcr and capacity-block
+    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
+    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
 
     @property
     def reserved(self) -> bool:
@@ -210,6 +227,7 @@ class NodePool:
     labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
     taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
     mig: str | None = None  # default: no MIG layout
+    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
     node_check: NodeCheck = field(default_factory=NodeCheck)
 
     @property
@@ -243,8 +261,9 @@ class Tenant:
     name: str
     namespace: str  # default: the tenant's name
     gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
-    cpu_quota: str = "64"  # default: 64 cores
-    memory_quota: str = "512Gi"  # default: 512Gi
+    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
+    memory_quota: str = "0Gi"  # default: as cpuQuota
+    mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
     rate_limit: RateLimit = field(default_factory=RateLimit)
 
 
@@ -297,6 +316,7 @@ class Model:
     slo: ModelSlo = field(default_factory=ModelSlo)
     callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
     cache_gib: int = 200  # default: 200 GiB model cache PVC
+    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
 
     @property
     def multi_node(self) -> bool:
@@ -559,12 +579,12 @@ def _known_type(value: str) -> str | None:
 
 def _target(r: _Reader, raw: Any) -> Target | None:
     d = r.mapping(raw, "target", ("provider", "region", "availabilityZones", "kubeconfig", "context",
-                                  "hostsHaveDrivers"))
+                                  "hostsHaveDrivers", "storageClass", "installMetricsServer"))
     if d is None:
         return None
     provider = r.value(d, "provider", "target", str, choices=("aws", "existing"))
     if provider == "aws":
-        for key in ("kubeconfig", "context", "hostsHaveDrivers"):
+        for key in ("kubeconfig", "context", "hostsHaveDrivers", "storageClass", "installMetricsServer"):
             if key in d:
                 r.fail(f"target.{key}", "only applies to provider 'existing'")
         region = r.value(d, "region", "target", str,
@@ -591,8 +611,22 @@ def _target(r: _Reader, raw: Any) -> Target | None:
             kubeconfig=r.value(d, "kubeconfig", "target", str),
             context=r.value(d, "context", "target", str, None),
             hosts_have_drivers=r.value(d, "hostsHaveDrivers", "target", bool, False),
+            storage_class=_storage_class(r, d),
+            install_metrics_server=r.value(d, "installMetricsServer", "target", bool, True),
         )
     return None
+
+
+def _storage_class(r: _Reader, d: dict[str, Any]) -> str | None:
+    """Required on existing clusters: the kit cannot know which class exists there, nor whether one is the
+    default, and a claim without a class that exists stays Pending (its Helm release then times out)."""
+    if "storageClass" not in d:
+        r.fail("target.storageClass", "is required for provider 'existing': name the StorageClass every claim "
+                                      "the kit creates uses (model caches, Loki, Prometheus); "
+                                      "`kubectl get storageclass` lists them")
+        return None
+    return r.value(d, "storageClass", "target", str, check=lambda v: None if DNS_SUBDOMAIN.match(v) else
+                   "is not a StorageClass name (a DNS subdomain)")
 
 
 def _system_pool(r: _Reader, raw: Any, path: str) -> SystemPool:
@@ -618,7 +652,7 @@ def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
 
 def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
     d = r.mapping(raw if raw is not None else {}, "cluster",
-                  ("name", "publicAccessCidrs", "adminRoleArns", "systemPool"))
+                  ("name", "apiAccess", "deployerInVpc", "publicAccessCidrs", "adminRoleArns", "systemPool"))
 
     def _public(v: str) -> str | None:
         if (msg := _cidr(v)) is not None:
@@ -627,15 +661,42 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
             return "opens the API endpoint to the whole internet; list your own networks instead"
         return None
 
+    access, in_vpc, cidrs = _api_access(r, d, _public)
     return ClusterSettings(
+        api_access=access, deployer_in_vpc=in_vpc,
         name=r.value(d, "name", "cluster", str, f"aifactory-{stack}",
                      check=lambda v: None if re.match(r"^[A-Za-z][A-Za-z0-9-]{0,99}$", v) else
                      "is not a valid EKS cluster name"),
-        public_access_cidrs=r.strings(d, "publicAccessCidrs", "cluster", check=_public),
+        public_access_cidrs=cidrs,
         admin_role_arns=r.strings(d, "adminRoleArns", "cluster",
                                   check=lambda v: None if ROLE_ARN.match(v) else "is not an IAM role ARN"),
         system_pool=_system_pool(r, (d or {}).get("systemPool"), "cluster.systemPool"),
     )
+
+
+def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], str | None]
+                ) -> tuple[Any, bool, tuple[str, ...]]:
+    """The deployer's network position: the same program creates the cluster and then Kubernetes objects
+    through its endpoint, so the endpoint must answer the deployer. A private-only endpoint answers only
+    inside the VPC and networks connected to it (EKS user guide, cluster-endpoint)."""
+    access = r.value(d, "apiAccess", "cluster", str, None, choices=API_ACCESS)
+    if d is not None and "apiAccess" not in d:
+        r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
+                                    "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
+                                    "VPC or a network connected to it; set cluster.deployerInVpc: true)")
+    in_vpc = r.value(d, "deployerInVpc", "cluster", bool, False)
+    cidrs = r.strings(d, "publicAccessCidrs", "cluster", check=public)
+    if access == "public-and-private" and not cidrs:
+        r.fail("cluster.publicAccessCidrs", "is required (non-empty) for apiAccess 'public-and-private': list the "
+                                            "networks the deployer and admins reach the API from")
+    if access == "private":
+        if not in_vpc:
+            r.fail("cluster.deployerInVpc", f"{_show(in_vpc)}: apiAccess 'private' answers only inside the VPC; "
+                                            "set true when the deployer runs there (or in a connected network), "
+                                            "else use apiAccess 'public-and-private' with publicAccessCidrs")
+        if cidrs:
+            r.fail("cluster.publicAccessCidrs", "only applies to apiAccess 'public-and-private'")
+    return access or "private", in_vpc, cidrs
 
 
 def _network(r: _Reader, raw: Any) -> NetworkSettings:
@@ -651,7 +712,7 @@ def _network(r: _Reader, raw: Any) -> NetworkSettings:
 
 
 _POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "availabilityZones", "capacity",
-              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodeCheck")
+              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodes", "nodeCheck")
 
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
@@ -668,7 +729,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         kinds = [n for n, t in catalog.CATALOG.items() if t.onprem != aws]
         r.fail(f"{path}.instanceType", f"{itype!r} is not available for provider {target.provider!r}; "
                                        f"choose one of: {', '.join(sorted(kinds))}")
-    lo = r.value(d, "minSize", path, int, 1, minimum=0)
+    block = isinstance(d.get("capacity"), dict) and d["capacity"].get("type") == "capacity-block"
+    lo = r.value(d, "minSize", path, int, 0 if block else 1, minimum=0)
     want = r.value(d, "desiredSize", path, int, lo, minimum=0)
     hi = r.value(d, "maxSize", path, int, max(lo, want), minimum=0)
     _sizes(r, path, lo, hi, want)
@@ -708,7 +770,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     cap_raw = d.get("capacity")
     capacity = Capacity()
     if cap_raw is not None:
-        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId"))
+        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime"))
         ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
                         choices=("on-demand", "odcr", "capacity-block"))
         rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
@@ -719,11 +781,15 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
         if not aws and target is not None:
             r.fail(f"{path}.capacity", "only applies to provider 'aws'")
-        capacity = Capacity(ctype, rid)
-        if ctype != "on-demand" and not (lo == hi == want):
-            kind = "an ODCR" if ctype == "odcr" else "a capacity-block"
-            r.fail(f"{path}.desiredSize", f"{kind} reservation fixes the node count: set minSize, maxSize and "
+        start, end = _block_window(r, cd, f"{path}.capacity", ctype)
+        capacity = Capacity(ctype, rid, start, end)
+        if ctype == "odcr" and not (lo == hi == want):
+            r.fail(f"{path}.desiredSize", f"an ODCR reservation fixes the node count: set minSize, maxSize and "
                                           f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
+        if ctype == "capacity-block" and (lo, want) != (0, 0):
+            r.fail(f"{path}.desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
+                                          f"desiredSize to 0 and maxSize to the reserved count (got {lo}, {hi}, "
+                                          f"{want}); scheduled actions scale the pool at the block's start and end")
     pg_default = fabric == "efa" and not capacity.reserved
     pg = r.value(d, "placementGroup", path, bool, pg_default)
     if pg and capacity.reserved:
@@ -778,8 +844,54 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         min_bus_bandwidth_fraction=r.value(ncd, "minBusBandwidthFraction", nc_path, float, 0.6, minimum=0, maximum=1),
         fabric_test_seconds=r.value(ncd, "fabricTestSeconds", nc_path, int, 300, minimum=30, maximum=3600),
     )
+    nodes = r.strings(d, "nodes", path, check=_dns_subdomain)
+    if "nodes" in d and aws:
+        r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
+    if mig is not None and target is not None and not aws and not nodes:
+        r.fail(f"{path}.nodes", f"is required for a MIG pool on provider 'existing': list the pool's node names "
+                                f"(kubectl get nodes -l {POOL_LABEL}={name}); the kit labels them "
+                                f"nvidia.com/mig.config={mig} so the GPU operator's MIG manager partitions them")
+    if len(set(nodes)) != len(nodes):
+        r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
     return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
-                    tuple(taints), mig, node_check)
+                    tuple(taints), mig, nodes, node_check)
+
+
+def _dns_subdomain(value: str) -> str | None:
+    return None if DNS_SUBDOMAIN.match(value) else "is not a Kubernetes object name (a DNS subdomain)"
+
+
+def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str) -> tuple[str | None, str | None]:
+    """A capacity block's start and end (UTC): the pool scales up at the start and to zero 30 minutes before
+    the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
+    times = {}
+    for key in ("startTime", "endTime"):
+        times[key] = r.value(cd, key, path, str, None, check=_utc_time)
+        if ctype == "capacity-block" and cd is not None and key not in cd:
+            r.fail(f"{path}.{key}", f"is required for capacity type 'capacity-block': the block's {key[:-4]} "
+                                    "(UTC, e.g. 2026-12-01T11:30:00Z, as `aws ec2 describe-capacity-reservations` "
+                                    "shows it)")
+        elif ctype != "capacity-block" and cd is not None and key in cd:
+            r.fail(f"{path}.{key}", "only applies to capacity type 'capacity-block'")
+    start, end = times["startTime"], times["endTime"]
+    if start is not None and end is not None:
+        s, e = _utc(start), _utc(end)
+        if s is not None and e is not None and (e - s).total_seconds() <= CAPACITY_BLOCK_DRAIN_SECONDS:
+            r.fail(f"{path}.endTime", f"{end!r} must be more than 30 minutes after startTime {start!r} (the pool "
+                                      "scales to zero 30 minutes before the block ends)")
+    return start, end
+
+
+def _utc_time(value: str) -> str | None:
+    ok = UTC_TIME.match(value) and _utc(value) is not None
+    return None if ok else "is not a UTC time such as 2026-12-01T11:30:00Z"
+
+
+def _utc(value: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
 
 
 def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
@@ -803,7 +915,7 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
-    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "rateLimit")
+    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit")
     for key in d:
         if key not in allowed:
             r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
@@ -818,17 +930,102 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
         name=name,
         namespace=ns if ns not in SYSTEM_NAMESPACES else name,
         gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
-        cpu_quota=r.value(d, "cpuQuota", path, str, "64",
+        cpu_quota=r.value(d, "cpuQuota", path, str, "0",
                           check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
-        memory_quota=r.value(d, "memoryQuota", path, str, "512Gi",
+        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi",
                              check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
+        mig_quota=_mig_quota(r, d, path),
         rate_limit=RateLimit(rps, r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)),
     )
 
 
+def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
+        if not MIG_PROFILE_RE.match(str(profile)):
+            r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")
+        elif isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            r.fail(f"{path}.migQuota.{profile}", f"expected a slice count (an integer >= 0), got {_show(count)}")
+        else:
+            out[str(profile)] = count
+    return out
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
+_SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+          "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50}
+
+
+def _quantity(value: str) -> float:
+    """A Kubernetes quantity as a number (cores, or bytes); the value was checked against the pattern."""
+    m = _QUANTITY.match(value)
+    return float(m.group(1)) * _SCALE[m.group(2)] if m else 0.0
+
+
+def _mig_slices(profile: str) -> int:
+    """Compute slices (sevenths of a GPU) of a MIG profile: 1g.10gb is 1, 3g.40gb is 3."""
+    return int(profile.split("g", 1)[0])
+
+
+def _quota_profiles(pools: Mapping[str, NodePool], models: Mapping[str, Model]) -> list[str]:
+    """MIG profiles the stack's nodes advertise as extended resources (a quota names each, or it is unlimited):
+    what models request and the single-profile layouts (`all-1g.10gb` advertises nvidia.com/mig-1g.10gb)."""
+    used = {m.mig_profile for m in models.values() if m.mig_profile}
+    layouts = {p.mig.removeprefix("all-") for p in pools.values() if p.mig and MIG_PROFILE_RE.match(
+        p.mig.removeprefix("all-"))}
+    return sorted(used | layouts)
+
+
+def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Mapping[str, Model],
+                   pools: Mapping[str, NodePool]) -> dict[str, Tenant]:
+    """Each tenant's CPU, memory and MIG quotas from what its GPU quota implies on its pools.
+
+    A tenant's GPU (and MIG slice) quota admits pods whose CPU and memory are that many GPUs' share of
+    a node (serving sizes model pods at 80% of that share, leaving room for the sidecar); a CPU or memory
+    quota below it would reject pods the GPU quota admits (ResourceQuota admission rejects a pod whose
+    requests or limits exceed what is left). The share is taken on the tenant's pool with the most CPU and
+    memory per GPU. An explicit cpuQuota/memoryQuota may only raise it; migQuota defaults to what the
+    tenant's models scale to, and every MIG profile of the stack is quota'd (0 for tenants that use none).
+    """
+    raw_tenants = raw if isinstance(raw, dict) else {}
+    profiles = _quota_profiles(pools, models)
+    out: dict[str, Tenant] = {}
+    for name, t in tenants.items():
+        body = raw_tenants.get(name)
+        given: dict[str, Any] = body if isinstance(body, dict) else {}
+        path = f"tenants.{name}"
+        mine = [m for m in models.values() if m.tenant == name]
+        need_mig = {p: sum(m.replicas.max for m in mine if m.mig_profile == p) for p in profiles}
+        mig = {p: t.mig_quota.get(p, need_mig[p]) for p in sorted(set(profiles) | set(t.mig_quota))}
+        for p, n in t.mig_quota.items():
+            if n < need_mig.get(p, 0):
+                r.fail(f"{path}.migQuota.{p}", f"{n} is less than the {need_mig[p]} slices its models can scale "
+                                               f"to (replicas.max); raise it to at least {need_mig[p]}")
+        gpu_pools = [pools[m.pool] for m in mine if m.pool in pools and pools[m.pool].gpu] or \
+            [p for p in pools.values() if p.gpu]
+        gpus = t.gpu_quota + sum(n * _mig_slices(p) for p, n in mig.items()) / 7
+        cpu = math.ceil(gpus * max((p.instance.vcpus / p.instance.gpu_count for p in gpu_pools), default=0))
+        mem = math.ceil(gpus * max((p.instance.memory_gib / p.instance.gpu_count for p in gpu_pools), default=0))
+        cpu_q, mem_q = str(cpu), f"{mem}Gi"
+        if "cpuQuota" in given:
+            if _quantity(t.cpu_quota) < cpu:
+                r.fail(f"{path}.cpuQuota", f"{t.cpu_quota!r} is less than the {cpu} cores its GPU quota implies on "
+                                           "its pools; pods the GPU quota admits would be rejected: raise it or "
+                                           "remove it (default: derived)")
+            cpu_q = t.cpu_quota
+        if "memoryQuota" in given:
+            if _quantity(t.memory_quota) < mem * 2 ** 30:
+                r.fail(f"{path}.memoryQuota", f"{t.memory_quota!r} is less than the {mem}Gi its GPU quota implies on "
+                                              "its pools; pods the GPU quota admits would be rejected: raise it or "
+                                              "remove it (default: derived)")
+            mem_q = t.memory_quota
+        out[name] = dataclasses.replace(t, cpu_quota=cpu_q, memory_quota=mem_q, mig_quota=mig)
+    return out
+
+
 _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
-               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB")
+               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -924,6 +1121,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         slo=slo,
         callers=r.strings(d, "callers", path),
         cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
+        startup_budget_seconds=r.value(d, "startupBudgetSeconds", path, int, DEFAULT_STARTUP_BUDGET_SECONDS,
+                                       minimum=60, maximum=86400),
         gpus_per_node_hint=per_node,
     )
 
@@ -1071,6 +1270,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         if (m := _model(r, name, body, pools, tenants, aws=aws)) is not None:
             models[name] = m
     _cross_model_checks(r, models, tenants)
+    tenants = _derive_quotas(r, raw.get("tenants"), tenants, models, pools)
 
     gateway = _gateway(r, raw.get("gateway"))
     observability = _observability(r, raw.get("observability"))

@@ -44,6 +44,7 @@ class AwsCluster:
 
     cluster: GpuCluster
     opts: pulumi.ResourceOptions  # the explicit AWS provider, for AWS resources created by later layers
+    pools: dict[str, GpuNodePool]  # by pool name
 
 
 def network_args(cfg: PlatformConfig) -> NetworkArgs:
@@ -58,6 +59,7 @@ def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
     sp = cfg.cluster.system_pool
     return {"kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
             "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in cfg.target.availability_zones],
+            "api_access": cfg.cluster.api_access,
             "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
             "admin_role_arns": list(cfg.cluster.admin_role_arns),
             "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
@@ -68,6 +70,8 @@ def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluste
     capacity: CapacityArgs = {"type": pool.capacity.type}
     if pool.capacity.reservation_id is not None:
         capacity["reservation_id"] = pool.capacity.reservation_id
+    if pool.capacity.start_time is not None and pool.capacity.end_time is not None:
+        capacity["start_time"], capacity["end_time"] = pool.capacity.start_time, pool.capacity.end_time
     return {"cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
             "cluster_security_group_id": cluster.node_security_group_id,
             "availability_zones": list(pool.availability_zones),
@@ -89,9 +93,9 @@ def aws_cluster(cfg: PlatformConfig) -> AwsCluster:
         "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
     network = Network(name, network_args(cfg), opts=on_aws)
     cluster = GpuCluster(name, cluster_args(cfg, network), opts=on_aws)
-    for pool in cfg.node_pools.values():
-        GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster), opts=on_aws)
-    return AwsCluster(cluster, on_aws)
+    pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster), opts=on_aws)
+             for pool in cfg.node_pools.values()}
+    return AwsCluster(cluster, on_aws, pools)
 
 
 def program(cfg: PlatformConfig) -> None:
@@ -100,8 +104,15 @@ def program(cfg: PlatformConfig) -> None:
     provider = on_aws.cluster.provider if on_aws is not None else existing_cluster_provider(cfg)
     on_cluster = pulumi.ResourceOptions(provider=provider)
 
+    # --- storage: on AWS the gp3 class (the cluster default), after the EBS CSI add-on --------
+    cache = [ModelCacheStorage("model-cache", after=on_aws.cluster.platform_prerequisites, opts=on_cluster)] \
+        if on_aws is not None else []
+    # Platform releases wait for the system nodes, coredns, EBS CSI and the class their claims name.
+    after: list[pulumi.Resource] = [*on_aws.cluster.platform_prerequisites, *(c.storage_class for c in cache)] \
+        if on_aws is not None else []
+
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
-    platform = Platform("platform", cfg=cfg, opts=on_cluster)
+    platform = Platform("platform", cfg=cfg, after=after, opts=on_cluster)
     if on_aws is not None:
         ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=on_aws.cluster,
                           system_namespace=platform.system_namespace,
@@ -109,9 +120,8 @@ def program(cfg: PlatformConfig) -> None:
 
     # --- serving and gateway ----------------------------------------------------------------
     controllers = ServingControllers("serving", cfg=cfg, opts=on_cluster.merge(
-        pulumi.ResourceOptions(depends_on=[platform.system_namespace])))
+        pulumi.ResourceOptions(depends_on=[platform.system_namespace, *after])))
     # On AWS: model caches on the kit's gp3 class, and s3:// models get IRSA roles (AWS provider too).
-    cache = [ModelCacheStorage("model-cache", opts=on_cluster)] if on_aws is not None else []
     on_models = on_cluster if on_aws is None else \
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
     # The mesh first: a model pod created before istiod's injection webhook runs without a sidecar,
@@ -119,7 +129,8 @@ def program(cfg: PlatformConfig) -> None:
     models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m,
                               cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
         pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.mesh,
-                                           platform.observability, controllers, *cache])))
+                                           platform.observability, controllers, *cache,
+                                           *([on_aws.pools[m.pool]] if on_aws is not None else [])])))
               for m in cfg.models.values()]
     Gateway("gateway", cfg=cfg, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))

@@ -1,6 +1,14 @@
-"""AWS security baseline: IMDSv2, encrypted EBS, a private or allow-listed EKS endpoint with secrets
-encryption and control-plane logs, NetworkPolicy enforcement in the VPC CNI, no open ingress, private
-encrypted S3, no admin wildcard IAM."""
+"""AWS security baseline: IMDSv2 out of pods' reach, encrypted EBS, a private or allow-listed EKS endpoint with
+secrets encryption and control-plane logs, NetworkPolicy enforcement in the VPC CNI, no open ingress, private
+encrypted TLS-only S3, no admin wildcard IAM.
+
+S3 is checked over pulumi-aws 7's separate resources (type tokens and engine property names as the
+installed pulumi_aws declares them): `aws:s3/bucket:Bucket`, `aws:s3/bucketPublicAccessBlock:...`
+(blockPublicAcls, blockPublicPolicy, ignorePublicAcls, restrictPublicBuckets: each false unless set),
+`aws:s3/bucketServerSideEncryptionConfiguration:...` (rules[].applyServerSideEncryptionByDefault.sseAlgorithm)
+and `aws:s3/bucketPolicy:BucketPolicy` (policy: JSON text). A configuring resource names its bucket by
+name (`bucket`); the stack policies match it to the bucket by that name or by the property dependency.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +26,11 @@ __all__ = [
     "EKS_CLUSTER",
     "EKS_ADDON",
     "BUCKET",
+    "PUBLIC_ACCESS_BLOCK",
+    "BUCKET_SSE",
+    "BUCKET_POLICY",
     "OPEN_CIDRS",
+    "denies_insecure_transport",
     "statements",
     "admin_statements",
     "open_ingress",
@@ -34,6 +46,9 @@ EBS_VOLUME = "aws:ebs/volume:Volume"
 BUCKET = "aws:s3/bucket:Bucket"
 PUBLIC_ACCESS_BLOCK = "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock"
 BUCKET_SSE = "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration"
+BUCKET_POLICY = "aws:s3/bucketPolicy:BucketPolicy"
+SECURE_TRANSPORT = "aws:SecureTransport"
+MAX_IMDS_HOP_LIMIT = 1
 IAM_POLICY_PROPS = {
     "aws:iam/policy:Policy": "policy",
     "aws:iam/rolePolicy:RolePolicy": "policy",
@@ -54,6 +69,18 @@ def _imds(_t: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
     tokens = (props.get("metadataOptions") or {}).get("httpTokens")
     return [] if tokens == "required" else [f"metadataOptions.httpTokens is {tokens or 'unset'!s}; IMDSv1 is "
                                             "reachable"]
+
+
+def _hop_limit(_t: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    limit = (props.get("metadataOptions") or {}).get("httpPutResponseHopLimit")
+    if limit is None:
+        # EC2 sets 2 for AMIs whose ImdsSupport is v2.0, as the EKS AL2023 AMIs are (EC2 API, Image.ImdsSupport).
+        return ["metadataOptions.httpPutResponseHopLimit is unset: AMIs with IMDS support v2.0 (AL2023) default "
+                "to 2, which lets pods reach the node role's credentials"]
+    if limit > MAX_IMDS_HOP_LIMIT:
+        return [f"metadataOptions.httpPutResponseHopLimit is {limit}: pods (one hop beyond the node) can reach "
+                "IMDS and take the node role's credentials"]
+    return []
 
 
 def _ebs(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
@@ -200,13 +227,66 @@ def _encryption(resources: Sequence[Any], _cfg: dict[str, Any]) -> Found:
                          "has no server-side encryption configuration")
 
 
+def _access_block_open(_t: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    """Flags the provider leaves false when unset (pulumi-aws BucketPublicAccessBlock) count as false."""
+    open_ = [f for f in PUBLIC_ACCESS_FLAGS if props.get(f) is not True]
+    return [f"{', '.join(open_)} {'is' if len(open_) == 1 else 'are'} not true: the bucket's data can be made "
+            "public"] if open_ else []
+
+
+def _document(value: Any) -> Mapping[str, Any]:
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    return value if isinstance(value, Mapping) else {}
+
+
+def _strings(value: Any) -> list[Any]:
+    return [] if value is None else _as_list(value)
+
+
+def denies_insecure_transport(document: Any) -> bool:
+    """Whether a bucket policy denies every S3 action to everyone on the bucket and its objects when the request
+    is not over TLS (`Bool: {aws:SecureTransport: false}`, the AWS-documented TLS-only statement)."""
+    items = _document(document).get("Statement") or []
+    for st in items if is_seq(items) else [items]:
+        if not isinstance(st, Mapping) or st.get("Effect") != "Deny":
+            continue
+        principal = st.get("Principal")
+        everyone = principal == "*" or (isinstance(principal, Mapping) and "*" in _strings(principal.get("AWS")))
+        actions = _strings(st.get("Action"))
+        resources = [str(r) for r in _strings(st.get("Resource"))]
+        cond = ((st.get("Condition") or {}).get("Bool") or {}).get(SECURE_TRANSPORT)
+        insecure = any(str(v).lower() == "false" for v in _strings(cond))
+        whole = any(r == "*" or not r.endswith("/*") for r in resources) and \
+            any(r == "*" or r.endswith("/*") for r in resources)
+        if everyone and insecure and whole and ("s3:*" in actions or "*" in actions):
+            return True
+    return False
+
+
+def _tls_only(resources: Sequence[Any], _cfg: dict[str, Any]) -> Found:
+    return _bucket_check(resources, BUCKET_POLICY, lambda p: denies_insecure_transport(p.get("policy")),
+                         lambda p: denies_insecure_transport(p.get("policy")),
+                         "has no bucket policy denying requests without TLS (aws:SecureTransport false)")
+
+
 POLICIES = [
     resource_policy(
         name="launch-template-imdsv2",
         description="Launch templates require IMDSv2 session tokens.",
         severity=Severity.HIGH, enforcement=MANDATORY,
-        remediation="Set metadataOptions.httpTokens: required (hop limit 2 keeps pods working).",
+        remediation="Set metadataOptions.httpTokens: required.",
         types=(LAUNCH_TEMPLATE,), check=_imds,
+    ),
+    resource_policy(
+        name="launch-template-imds-hop-limit",
+        description="Launch templates keep IMDS out of pods' reach (response hop limit 1).",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Set metadataOptions.httpPutResponseHopLimit: 1 and give pods AWS access through IRSA.",
+        types=(LAUNCH_TEMPLATE,), check=_hop_limit,
     ),
     resource_policy(
         name="ebs-encrypted",
@@ -259,6 +339,21 @@ POLICIES = [
         remediation="Add a BucketPublicAccessBlock for the bucket with blockPublicAcls, blockPublicPolicy, "
                     "ignorePublicAcls and restrictPublicBuckets all true.",
         check=_public_access,
+    ),
+    resource_policy(
+        name="s3-public-access-block-closed",
+        description="No S3 public access block leaves a flag off.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Set blockPublicAcls, blockPublicPolicy, ignorePublicAcls and restrictPublicBuckets to true.",
+        types=(PUBLIC_ACCESS_BLOCK,), check=_access_block_open,
+    ),
+    stack_policy(
+        name="s3-tls-only",
+        description="Every S3 bucket has a policy denying requests that do not use TLS.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Add a BucketPolicy with a statement {Effect: Deny, Principal: '*', Action: 's3:*', Resource: "
+                    "[<bucket ARN>, <bucket ARN>/*], Condition: {Bool: {aws:SecureTransport: 'false'}}}.",
+        check=_tls_only,
     ),
     stack_policy(
         name="s3-encrypted",

@@ -1,8 +1,8 @@
 """GpuCluster: the EKS control plane, its identity plumbing, add-ons and the system node group.
 
-Private API endpoint (public only with an explicit CIDR allow-list), secrets envelope-encrypted with
-a KMS key of its own, every control-plane log type on, an OIDC provider for IRSA, access entries for
-the admin roles, the four core add-ons (the VPC CNI with NetworkPolicy enforcement on), and a
+A private API endpoint, plus a public one only to a CIDR allow-list (`api_access`), secrets
+envelope-encrypted with a KMS key of its own, every control-plane log type on, an OIDC provider for IRSA,
+access entries for the admin roles, the four core add-ons (the VPC CNI with NetworkPolicy enforcement on), and a
 kubeconfig plus a Kubernetes provider for the layers above. GPU pools are separate GpuNodePool components.
 """
 
@@ -26,10 +26,13 @@ __all__ = [
     "ADMIN_POLICY_ARN",
     "DEFAULT_SYSTEM_INSTANCE_TYPE",
     "DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS",
+    "API_ACCESS",
     "SystemPoolArgs",
     "GpuClusterArgs",
     "GpuCluster",
+    "api_access",
     "vpc_config",
+    "region_of",
     "kubeconfig",
     "system_pool_spec",
     "addon_configuration",
@@ -40,6 +43,7 @@ CONTROL_PLANE_LOG_TYPES = ("api", "audit", "authenticator", "controllerManager",
 # Installed in this order; coredns and the EBS CSI driver need nodes, so they wait for the system pool.
 ADDONS = ("vpc-cni", "kube-proxy", "coredns", "aws-ebs-csi-driver")
 ADDONS_NEEDING_NODES = frozenset({"coredns", "aws-ebs-csi-driver"})
+ADDONS_NEEDING_NODES_ORDERED = tuple(a for a in ADDONS if a in ADDONS_NEEDING_NODES)
 # Add-on configuration values (the add-on's own JSON schema). The VPC CNI enforces NetworkPolicy only with
 # its network policy agent on; without it the tenant isolation policies are accepted and never applied.
 ADDON_CONFIGURATION: dict[str, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
@@ -49,6 +53,7 @@ DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 100
 DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 SYSTEM_POOL = "system"
+API_ACCESS = ("public-and-private", "private")
 
 
 class SystemPoolArgs(TypedDict):
@@ -75,8 +80,12 @@ class GpuClusterArgs(TypedDict):
     """Private subnets (two or more zones) for control-plane interfaces and the system pool."""
     cluster_name: NotRequired[str]
     """EKS cluster name. Default: the component's name."""
+    api_access: NotRequired[str]
+    """Where the API endpoint answers: `public-and-private` (the public endpoint only to `public_access_cidrs`)
+    or `private` (inside the VPC and connected networks only: the deployer must run there).
+    Default: public-and-private with public_access_cidrs, else private."""
     public_access_cidrs: NotRequired[list[str]]
-    """Networks allowed to reach the public API endpoint. Default: none (private endpoint only)."""
+    """Networks allowed to reach the public API endpoint; required for public-and-private. Default: none."""
     admin_role_arns: NotRequired[list[str]]
     """IAM roles granted cluster admin through access entries. Default: none (only the creator)."""
     system_pool: NotRequired[SystemPoolArgs]
@@ -85,17 +94,30 @@ class GpuClusterArgs(TypedDict):
     """Retention of the control-plane log group. Default: 90."""
 
 
-def vpc_config(subnet_ids: list[pulumi.Input[str]], public_access_cidrs: list[str]) -> dict:
-    """Private endpoint always; the public one only with an allow-list."""
-    config: dict = {"subnet_ids": subnet_ids, "endpoint_private_access": True,
-                    "endpoint_public_access": bool(public_access_cidrs)}
-    if public_access_cidrs:
+def api_access(args: GpuClusterArgs) -> str:
+    return args.get("api_access", "public-and-private" if args.get("public_access_cidrs") else "private")
+
+
+def vpc_config(subnet_ids: list[pulumi.Input[str]], public_access_cidrs: list[str], *,
+               access: str = "private") -> dict:
+    """Private endpoint always; the public one for `public-and-private`, only to its allow-list."""
+    public = access == "public-and-private"
+    config: dict = {"subnet_ids": subnet_ids, "endpoint_private_access": True, "endpoint_public_access": public}
+    if public:
         config["public_access_cidrs"] = list(public_access_cidrs)
     return config
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
-    """A kubeconfig (JSON) that authenticates with `aws eks get-token`: no long-lived secret in state."""
+def region_of(cluster_arn: str) -> str:
+    """The region field of an ARN (arn:aws:eks:REGION:ACCOUNT:cluster/NAME)."""
+    return cluster_arn.split(":")[3]
+
+
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+    """A kubeconfig (JSON) that authenticates with `aws eks get-token`: no long-lived secret in state.
+
+    `--region` is explicit: without it the AWS CLI takes the deployer's default region (AWS_REGION or its
+    profile), and a token for a cluster of another region is refused (or, with no default, none is made)."""
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Config",
@@ -105,7 +127,7 @@ def kubeconfig(cluster_name: str, endpoint: str, ca_data: str) -> str:
         "users": [{"name": cluster_name, "user": {"exec": {
             "apiVersion": "client.authentication.k8s.io/v1beta1",
             "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--output", "json"],
+            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
             "interactiveMode": "Never",
         }}}],
     }, sort_keys=True)
@@ -131,6 +153,13 @@ def addon_configuration(addon: str) -> str | None:
 
 def _validate(name: str, args: GpuClusterArgs) -> None:
     problems = Problems("GpuCluster", name)
+    access = api_access(args)
+    if access not in API_ACCESS:
+        problems.add("apiAccess", f"{access!r} is not allowed; choose one of: {', '.join(API_ACCESS)}")
+    elif access == "public-and-private" and not args.get("public_access_cidrs"):
+        problems.add("publicAccessCidrs", "is required for apiAccess 'public-and-private': list your networks")
+    elif access == "private" and args.get("public_access_cidrs"):
+        problems.add("publicAccessCidrs", "only applies to apiAccess 'public-and-private'")
     if len(args["subnet_ids"]) < 2:
         problems.add("subnetIds", "EKS needs subnets in at least two zones")
     for i, cidr in enumerate(args.get("public_access_cidrs") or []):
@@ -186,7 +215,8 @@ class GpuCluster(pulumi.ComponentResource):
             name=cluster_name,
             version=args["kubernetes_version"],
             role_arn=role.arn,
-            vpc_config=vpc_config(args["subnet_ids"], list(args.get("public_access_cidrs") or [])),
+            vpc_config=vpc_config(args["subnet_ids"], list(args.get("public_access_cidrs") or []),
+                                  access=api_access(args)),
             access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
@@ -201,15 +231,16 @@ class GpuCluster(pulumi.ComponentResource):
         self.node_security_group_id = self.eks.vpc_config.cluster_security_group_id
         self._admins(name, list(args.get("admin_role_arns") or []))
 
-        system = node_group(
+        # Not outputs of the component package (no class annotation): the program orders the platform after them.
+        self.system_node_group: aws.eks.NodeGroup = node_group(
             f"{name}-{SYSTEM_POOL}", system_pool_spec(args.get("system_pool") or {}),
             cluster_name=self.eks.name, kubernetes_version=args["kubernetes_version"],
             node_role_arn=iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child).arn,
             subnet_ids=args["subnet_ids"], network_interfaces=None, placement_group=None, opts=child)[1]
-        self._addons(name, system)
+        self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group)
 
-        self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data) \
-            .apply(lambda a: kubeconfig(a[0], a[1], a[2]))
+        self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data,
+                                            self.eks.arn).apply(lambda a: kubeconfig(a[0], a[1], a[2], region_of(a[3])))
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                      opts=child)
         self.register_outputs({
@@ -230,12 +261,16 @@ class GpuCluster(pulumi.ComponentResource):
                                             access_scope={"type": "cluster"},
                                             opts=pulumi.ResourceOptions(parent=self))
 
-    def _addons(self, name: str, system: aws.eks.NodeGroup) -> None:
+    @property
+    def platform_prerequisites(self) -> list[pulumi.Resource]:
+        """What the platform's pods need before they can run: system nodes, cluster DNS, volume provisioning."""
+        return [self.system_node_group, *(self.addons[a] for a in ADDONS_NEEDING_NODES_ORDERED)]
+
+    def _addons(self, name: str, system: aws.eks.NodeGroup) -> dict[str, aws.eks.Addon]:
         ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
                                  service_account=EBS_CSI_SERVICE_ACCOUNT[1],
                                  managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
-        for addon in ADDONS:
-            aws.eks.Addon(
+        return {addon: aws.eks.Addon(
                 f"{name}-{addon}",
                 cluster_name=self.eks.name,
                 addon_name=addon,
@@ -245,4 +280,4 @@ class GpuCluster(pulumi.ComponentResource):
                 service_account_role_arn=ebs_role.arn if addon == "aws-ebs-csi-driver" else None,
                 opts=pulumi.ResourceOptions(parent=self,
                                             depends_on=[system] if addon in ADDONS_NEEDING_NODES else None),
-            )
+            ) for addon in ADDONS}

@@ -3,7 +3,11 @@
 For `fabric: efa` the pool gets the catalog's interface layout, its own EFA security group, one
 availability zone and a cluster placement group, unless it runs on reserved capacity (an ODCR or a
 capacity block), which fixes placement itself: then the launch template names the reservation
-(market type `capacity-block` for a block) and the group is pinned at the reserved count.
+(market type `capacity-block` for a block). An ODCR pool is pinned at the reserved count; a capacity-block
+pool follows the EKS user guide (capacity-blocks, capacity-blocks-mng): desired size 0 outside the block's
+window, a scheduled action on its Auto Scaling group that scales it to the reserved count when the block
+starts and one that scales it to 0 thirty minutes before the block ends, and a desired size Pulumi never
+resets (`ignore_changes`), so an update inside the window does not fight the schedule.
 """
 
 from typing import NotRequired, TypedDict
@@ -53,6 +57,10 @@ class CapacityArgs(TypedDict):
     """on-demand, odcr (On-Demand Capacity Reservation) or capacity-block. Default: on-demand."""
     reservation_id: NotRequired[str]
     """The reservation (cr-...); required for odcr and capacity-block. Default: none (on-demand)."""
+    start_time: NotRequired[str]
+    """A capacity block's start, UTC (2026-12-01T11:30:00Z); required for capacity-block. Default: none."""
+    end_time: NotRequired[str]
+    """A capacity block's end, UTC; required for capacity-block. Default: none."""
 
 
 class TaintArgs(TypedDict):
@@ -158,9 +166,17 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     elif ctype != "on-demand":
         if rid is None:
             problems.add("capacity.reservationId", f"is required for capacity type {ctype!r}")
-        if not lo == hi == want:
+        if ctype == "odcr" and not lo == hi == want:
             problems.add("desiredSize", f"a reservation fixes the node count: set minSize, maxSize and desiredSize "
                                         f"to the reserved count (got {lo}, {hi}, {want})")
+        if ctype == "capacity-block" and (lo, want) != (0, 0):
+            problems.add("desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
+                                        f"desiredSize to 0, maxSize to the reserved count (got {lo}, {hi}, {want})")
+    for key in ("start_time", "end_time"):
+        if ctype == "capacity-block" and not cap.get(key):
+            problems.add(f"capacity.{key.replace('_t', 'T')}", "is required for capacity type 'capacity-block'")
+        elif ctype != "capacity-block" and key in cap:
+            problems.add(f"capacity.{key.replace('_t', 'T')}", "only applies to capacity type 'capacity-block'")
     reserved = ctype != "on-demand"
     placement = args.get("placement_group", fabric == "efa" and not reserved)
     if placement and reserved:
@@ -190,6 +206,7 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
         taints=tuple(taints),
         capacity_type=ctype,
         reservation_id=rid,
+        block_window=(cap["start_time"], cap["end_time"]) if ctype == "capacity-block" else None,
         placement_group=placement,
     )
 

@@ -16,6 +16,7 @@ and EKS does not copy node group tags to the group's ASG (eksctl #1571, containe
 from __future__ import annotations
 
 import base64
+import datetime
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -52,13 +53,19 @@ __all__ = [
     "capacity_options",
     "efa_security_group",
     "asg_node_template_tags",
+    "block_schedule",
     "node_group",
 ]
 
 AMI_TYPE_GPU = "AL2023_x86_64_NVIDIA"  # drivers and container toolkit preinstalled
 AMI_TYPE_CPU = "AL2023_x86_64_STANDARD"
 ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 root device
-DEFAULT_IMDS_HOP_LIMIT = 2  # 2: pods behind the node's network namespace can still reach IMDSv2
+# 1: a response cannot cross the extra hop into a pod's network namespace, so pods cannot take the node
+# role's credentials (EKS best practices, "Restrict access to the instance profile assigned to the worker
+# node"); every kit pod that calls AWS uses IRSA, and host-network agents (VPC CNI) are one hop away. The EBS
+# CSI node plugin falls back to Kubernetes metadata (aws-ebs-csi-driver docs/install.md, "Kubernetes metadata").
+DEFAULT_IMDS_HOP_LIMIT = 1
+CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 minutes before a block ends
 DEFAULT_ROOT_VOLUME_TYPE = "gp3"
 # Kubelet settings every pool gets: graceful node shutdown lets serving pods drain their requests,
 # parallel pulls keep multi-GB inference images from queueing behind each other.
@@ -103,6 +110,7 @@ class NodeGroupSpec:
     taints: tuple[Taint, ...] = ()
     capacity_type: str = "on-demand"  # on-demand | odcr | capacity-block
     reservation_id: str | None = None
+    block_window: tuple[str, str] | None = None  # capacity-block: (start, end) UTC, e.g. 2026-12-01T11:30:00Z
     placement_group: bool = False  # a cluster placement group (EFA pools on on-demand capacity)
 
     @property
@@ -131,7 +139,7 @@ def efa_network_interfaces(network_cards: int, *, efa_security_group_id: pulumi.
 
 
 def metadata_options() -> dict:
-    """IMDSv2 only (session tokens required), hop limit 2, no instance tags in metadata."""
+    """IMDSv2 only (session tokens required), hop limit 1, no instance tags in metadata."""
     return {"http_endpoint": "enabled", "http_tokens": "required",
             "http_put_response_hop_limit": DEFAULT_IMDS_HOP_LIMIT, "instance_metadata_tags": "disabled"}
 
@@ -257,6 +265,18 @@ def asg_node_template_tags(name: str, spec: NodeGroupSpec, *, node_group: aws.ek
             for key, value in node_template_tags(spec).items()]
 
 
+def block_schedule(spec: NodeGroupSpec) -> list[tuple[str, str, int]]:
+    """(suffix, UTC time, desired size) of a capacity-block pool's scheduled actions: the reserved count when
+    the block starts, 0 thirty minutes before it ends (EKS user guide, capacity-blocks). Min and max sizes
+    stay as the node group sets them (-1: unchanged)."""
+    if spec.block_window is None:
+        return []
+    start, end = spec.block_window
+    fmt = "%Y-%m-%dT%H:%M:%SZ"
+    drain = datetime.datetime.strptime(end, fmt) - datetime.timedelta(seconds=CAPACITY_BLOCK_DRAIN_SECONDS)
+    return [("block-start", start, spec.max_size), ("block-end", drain.strftime(fmt), 0)]
+
+
 def node_group(
     name: str,
     spec: NodeGroupSpec,
@@ -303,4 +323,9 @@ def node_group(
         opts=pulumi.ResourceOptions.merge(opts, _autoscaled_options(spec)),
     )
     asg_node_template_tags(name, spec, node_group=ng, opts=opts)
+    asg_name = ng.resources.apply(_asg_name) if spec.block_window is not None else None
+    for suffix, when, desired in block_schedule(spec):
+        aws.autoscaling.Schedule(f"{name}-{suffix}", autoscaling_group_name=asg_name,
+                                 scheduled_action_name=f"aifactory-{spec.pool}-{suffix}", start_time=when,
+                                 desired_capacity=desired, min_size=-1, max_size=-1, opts=opts)
     return lt, ng

@@ -13,6 +13,7 @@ to: IPoIB (the RDMA shared device plugin hands out `rdma/<name>`) or SR-IOV (vir
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -188,12 +189,12 @@ class Fabric(pulumi.ComponentResource):
     """EFA device plugin (AWS EFA pools) or the NVIDIA network operator and RDMA networks (InfiniBand)."""
 
     def __init__(self, name: str, *, cfg: PlatformConfig, system_namespace: k8s.core.v1.Namespace,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Fabric", name, None, opts)
         if cfg.efa_pools:
             versions.release(f"{name}-efa", versions.EFA_DEVICE_PLUGIN, release_name=EFA_RELEASE_NAME,
                              namespace=naming.SYSTEM_NAMESPACE, values=efa_plugin_values(cfg),
-                             opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace]))
+                             opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, *after]))
         if cfg.infiniband_pools and cfg.infiniband is not None:
             self._infiniband(name, cfg)
         self.register_outputs({"efaInstanceTypes": efa_instance_types(cfg)})

@@ -9,11 +9,15 @@ finds an NVIDIA GPU, and they tolerate the GPU taint of every pool.
 
 MIG: a pool's `mig` layout is applied by the operator's MIG manager to nodes labelled
 `nvidia.com/mig.config=<layout>` (`mig_node_labels`); models request slices as `nvidia.com/mig-<profile>`
-(`mig_resource`), which the `mixed` strategy advertises.
+(`mig_resource`), which the `mixed` strategy advertises. On EKS the node group sets the label; on an
+existing cluster the kit cannot launch or discover nodes, so the pool lists them (`nodePools.X.nodes`,
+required with `mig`) and the kit labels each with a server-side-apply patch (`NodePatch`, pulumi-kubernetes
+4.x), which owns only the labels it sets and gives them back on destroy.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -21,7 +25,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming, versions
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import GPU_TAINT_KEY, NodePool, PlatformConfig
+from infra.config import GPU_TAINT_KEY, POOL_LABEL, NodePool, PlatformConfig
 from telemetry.names import DCGM
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "mig_strategy",
     "mig_node_labels",
     "mig_resource",
+    "mig_node_patch",
     "pool_tolerations",
     "gpu_operator_values",
     "GpuStack",
@@ -88,6 +93,12 @@ def mig_strategy(cfg: PlatformConfig) -> str:
 def mig_node_labels(pool: NodePool) -> dict[str, str]:
     """Node labels that make the MIG manager apply the pool's layout (empty without a layout)."""
     return {MIG_CONFIG_LABEL: pool.mig} if pool.mig else {}
+
+
+def mig_node_patch(name: str, *, node: str, pool: NodePool, opts: pulumi.ResourceOptions) -> k8s.core.v1.NodePatch:
+    """The pool and MIG layout labels on one existing node (server-side apply: only these fields are ours)."""
+    return k8s.core.v1.NodePatch(name, metadata={"name": node, "labels": {POOL_LABEL: pool.name,
+                                                                          **mig_node_labels(pool)}}, opts=opts)
 
 
 def mig_resource(profile: str) -> str:
@@ -150,7 +161,8 @@ class GpuStack(pulumi.ComponentResource):
     namespace: k8s.core.v1.Namespace
     release: k8s.helm.v3.Release
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:GpuStack", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace = create_namespace(
@@ -160,5 +172,7 @@ class GpuStack(pulumi.ComponentResource):
         self.release = versions.release(
             f"{name}-operator", versions.GPU_OPERATOR, release_name=RELEASE_NAME,
             namespace=naming.GPU_OPERATOR_NAMESPACE, values=gpu_operator_values(cfg),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after]))
+        self.mig_labels = [mig_node_patch(f"{name}-mig-{node}", node=node, pool=pool, opts=child)
+                           for pool in cfg.gpu_pools if pool.mig and not cfg.is_aws for node in pool.nodes]
         self.register_outputs({"namespace": naming.GPU_OPERATOR_NAMESPACE})

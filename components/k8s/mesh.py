@@ -12,7 +12,7 @@ everything; explicit ALLOW policies then admit, by mesh identity (SPIFFE princip
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -142,21 +142,21 @@ class Mesh(pulumi.ComponentResource):
     istiod: k8s.helm.v3.Release
 
     def __init__(self, name: str, *, cfg: PlatformConfig, tenant_namespaces: Mapping[str, k8s.core.v1.Namespace],
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Mesh", name, None, opts)
         # istio-system hosts the CNI node agent (host network and host paths): privileged.
         self.namespace = create_namespace(
             f"{name}-ns", naming.ISTIO_NAMESPACE,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=pulumi.ResourceOptions(parent=self))
-        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after])
         base = versions.release(f"{name}-base", versions.ISTIO_BASE, release_name="istio-base",
                                 namespace=naming.ISTIO_NAMESPACE, values={}, opts=in_ns)
         cni = versions.release(f"{name}-cni", versions.ISTIO_CNI, release_name="istio-cni",
                                namespace=naming.ISTIO_NAMESPACE, values={}, opts=in_ns)
         self.istiod = versions.release(
             f"{name}-istiod", versions.ISTIOD, release_name="istiod", namespace=naming.ISTIO_NAMESPACE,
-            values=istiod_values(cfg), opts=pulumi.ResourceOptions(parent=self, depends_on=[base, cni]))
+            values=istiod_values(cfg), opts=pulumi.ResourceOptions(parent=self, depends_on=[base, cni, *after]))
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[base])
         _custom(f"{name}-peer-authentication", peer_authentication(), after_crds)
         _custom(f"{name}-tracing", tracing_telemetry(), after_crds)

@@ -11,6 +11,7 @@ writes the workload certificate that scrapes of meshed pods present (mesh.MESH_S
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 import pulumi
@@ -26,6 +27,7 @@ from components.k8s.otel_config import (
     collector_config,
     service_host,
 )
+from components.k8s.storage import cache_storage_class_name
 from infra.artifacts import dump_yaml
 from infra.config import PlatformConfig
 
@@ -201,6 +203,9 @@ def loki_values(cfg: PlatformConfig) -> dict[str, Any]:
     single = cfg.observability.loki_mode == "single-binary"
     store = "filesystem" if single else "s3"
     replicas = 0 if single else 3
+    # Every claim names the stack's class (loki 6.53.0 and minio 5.4.0 leave storageClassName unset by
+    # default: a cluster without a default class would leave them Pending; checked with `helm template`).
+    persistence = {"persistence": {"storageClass": cache_storage_class_name(cfg)}}
     return {
         "fullnameOverride": LOKI_RELEASE,
         "deploymentMode": "SingleBinary" if single else "SimpleScalable",
@@ -214,11 +219,11 @@ def loki_values(cfg: PlatformConfig) -> dict[str, Any]:
                               "allow_structured_metadata": True},
             "compactor": {"retention_enabled": True, "delete_request_store": store},
         },
-        "singleBinary": {"replicas": 1 if single else 0, "resources": _res("500m", "1Gi", "2", "4Gi")},
+        "singleBinary": {"replicas": 1 if single else 0, "resources": _res("500m", "1Gi", "2", "4Gi"), **persistence},
         "read": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi")},
-        "write": {"replicas": replicas, "resources": _res("250m", "1Gi", "1", "2Gi")},
-        "backend": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi")},
-        "minio": {"enabled": not single},  # object storage for simple-scalable (in-cluster)
+        "write": {"replicas": replicas, "resources": _res("250m", "1Gi", "1", "2Gi"), **persistence},
+        "backend": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi"), **persistence},
+        "minio": {"enabled": not single, **persistence},  # object storage for simple-scalable (in-cluster)
         "chunksCache": {"enabled": False},
         "resultsCache": {"enabled": False},
     }
@@ -266,7 +271,8 @@ class Observability(pulumi.ComponentResource):
     namespace: k8s.core.v1.Namespace
     prometheus_stack: k8s.helm.v3.Release
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Observability", name, None, opts)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.
@@ -274,7 +280,7 @@ class Observability(pulumi.ComponentResource):
             f"{name}-ns", ns_name,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=pulumi.ResourceOptions(parent=self))
-        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace])
+        in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after])  # after: nodes, DNS, storage
 
         def chart(suffix: str, chart_: versions.HelmChart, release_name: str, values: dict[str, Any],
                   opts: pulumi.ResourceOptions = in_ns) -> k8s.helm.v3.Release:
@@ -290,7 +296,7 @@ class Observability(pulumi.ComponentResource):
         config = k8s.core.v1.ConfigMap(f"{name}-collector-config", metadata=cm["metadata"], data=cm["data"],
                                        opts=in_ns)
         chart("collector", versions.OTEL_COLLECTOR, COLLECTOR_RELEASE, collector_values(cfg),
-              pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, config]))
+              pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, config, *after]))
         sm = collector_service_monitor(cfg)
         k8s.apiextensions.CustomResource(
             f"{name}-collector-monitor", api_version=sm["apiVersion"], kind=sm["kind"], metadata=sm["metadata"],

@@ -39,7 +39,7 @@ from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.storage import cache_storage_class_name
-from infra.config import Model, NodePool, PlatformConfig
+from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
 
 if TYPE_CHECKING:
@@ -53,6 +53,11 @@ __all__ = [
     "DEFAULT_SHM_SIZE",
     "DEFAULT_NODE_SHARE",
     "DEFAULT_STARTUP_BUDGET_SECONDS",
+    "AWAIT_TIMEOUT_ANNOTATION",
+    "DEFAULT_IMAGE_PULL_SECONDS",
+    "startup_probe_seconds",
+    "await_timeout_seconds",
+    "await_annotations",
     "VLLM_QUANTIZATION",
     "TRTLLM_QFORMAT",
     "LWS_API_VERSION",
@@ -93,7 +98,14 @@ DEFAULT_FETCH_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.50"  # s3:// model UR
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM: share of GPU memory for weights + KV cache
 DEFAULT_SHM_SIZE = "16Gi"  # /dev/shm for NCCL and the engine's worker processes
 DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the rest: kubelet, daemonsets)
-DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # download + load + warm-up before the startup probe gives up
+# DEFAULT_STARTUP_BUDGET_SECONDS (infra.config): download + load + warm-up before the startup probe gives up;
+# each model's own is models.X.startupBudgetSeconds.
+# pulumi-kubernetes waits 10 minutes for a Deployment unless its `pulumi.com/timeoutSeconds` annotation says
+# otherwise (provider/pkg/await/deployment.go `DefaultDeploymentTimeoutMins = 10`; metadata/annotations.go
+# `AnnotationTimeoutSeconds`, read with strconv.Atoi in metadata/overrides.go): a 70B model takes longer.
+AWAIT_TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"  # metadata/annotations.go AnnotationSkipAwait
+DEFAULT_IMAGE_PULL_SECONDS = 600  # pulling a multi-GB engine image onto a fresh node, before the probe starts
 CACHE_ACCESS_MODE = "ReadWriteOnce"  # one volume per pod: every class (EBS included) can provision it
 PROBE_PERIOD_SECONDS = 10
 SCALE_DOWN_STABILIZATION_SECONDS = 300  # GPU replicas are slow to start: do not flap
@@ -272,10 +284,36 @@ def _probe(path: str, *, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5, "failureThreshold": failures}
 
 
+def _startup_failures(model: Model) -> int:
+    return math.ceil(model.startup_budget_seconds / PROBE_PERIOD_SECONDS)
+
+
+def startup_probe_seconds(model: Model) -> int:
+    """How long the startup probe lets the engine start: initialDelaySeconds (0) + period x failureThreshold."""
+    return PROBE_PERIOD_SECONDS * _startup_failures(model)
+
+
+def await_timeout_seconds(model: Model) -> int:
+    """How long `pulumi up` waits for the model's Deployment: each pod may pull its image, sync an s3:// model
+    (up to the start-up budget again) and start within its probe budget; a rolling update replaces the pods
+    one at a time (maxSurge 1, maxUnavailable 0), up to replicas.max of them."""
+    fetch = model.startup_budget_seconds if model.uri.startswith("s3://") else 0
+    return max(1, model.replicas.max) * (DEFAULT_IMAGE_PULL_SECONDS + fetch + startup_probe_seconds(model))
+
+
+def await_annotations(cfg: PlatformConfig, model: Model) -> dict[str, str]:
+    """How pulumi-kubernetes awaits the model's Deployment. On a capacity-block pool nodes exist only inside
+    the block's window, so `pulumi up` does not wait for pods there (they start when the block does)."""
+    out = {AWAIT_TIMEOUT_ANNOTATION: str(await_timeout_seconds(model))}
+    if cfg.pool_of(model).capacity.type == "capacity-block":
+        out[SKIP_AWAIT_ANNOTATION] = "true"
+    return out
+
+
 def _probes(model: Model) -> dict[str, Any]:
-    """Startup waits for the model to load (long), then liveness and readiness per engine."""
+    """Startup waits for the model to load (its start-up budget), then liveness and readiness per engine."""
     live, ready = ("/health", "/v1/models") if model.engine == "vllm" else ("/v2/health/live", "/v2/health/ready")
-    return {"startupProbe": _probe(ready, failures=DEFAULT_STARTUP_BUDGET_SECONDS // PROBE_PERIOD_SECONDS),
+    return {"startupProbe": _probe(ready, failures=_startup_failures(model)),
             "livenessProbe": _probe(live, failures=3),
             "readinessProbe": _probe(ready, failures=2)}
 
@@ -447,7 +485,8 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     Autoscaled models leave `replicas` to KEDA (the field stays unmanaged by Pulumi)."""
     replicas = {} if model.replicas.autoscaled else {"replicas": model.replicas.min}
     if not model.multi_node:
-        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg, model), "spec": {
+        meta = {**_meta(cfg, model), "annotations": await_annotations(cfg, model)}
+        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
             **replicas,
             "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
@@ -586,6 +625,13 @@ def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
                                             opts=opts)
 
 
+def _children_of(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
+    """Children record the component's own dependencies: the engine orders creation by the parent, but
+    `pulumi destroy` only by recorded dependencies, and would otherwise remove KEDA, LWS, Istio or the
+    Prometheus operator (and their CRDs) before the custom resources they serve."""
+    return pulumi.ResourceOptions(parent=component, depends_on=opts.depends_on if opts is not None else None)
+
+
 class ModelDeployment(pulumi.ComponentResource):
     """One model's serving pool in its tenant's namespace (see the module docstring for the objects).
 
@@ -595,7 +641,7 @@ class ModelDeployment(pulumi.ComponentResource):
     def __init__(self, name: str, *, cfg: PlatformConfig, model: Model, cluster: GpuCluster | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ModelDeployment", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = _children_of(self, opts)
         role_arn = self._s3_role(name, cfg, model, cluster).arn if model.uri.startswith("s3://") else None
         for obj in model_objects(cfg, model, role_arn=role_arn):
             register_object(f"{name}-{obj['kind'].lower()}", obj, child)
@@ -618,7 +664,7 @@ class ServingControllers(pulumi.ComponentResource):
 
     def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ServingControllers", name, None, opts)
-        child = pulumi.ResourceOptions(parent=self)
+        child = _children_of(self, opts)
         self.releases = [
             versions.release(f"{name}-{chart.chart}", chart, release_name=chart.chart,
                              namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)

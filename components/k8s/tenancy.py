@@ -2,8 +2,11 @@
 
 Each tenant namespace enforces Pod Security `restricted` and gets Istio sidecars. A ResourceQuota
 caps GPUs (`requests.nvidia.com/gpu`: Kubernetes accepts only `requests.` quotas for extended
-resources, which cannot be overcommitted), CPU and memory requests and limits; a LimitRange gives
-containers that set nothing a small request and limit. NetworkPolicies deny all ingress and egress,
+resources, which cannot be overcommitted), MIG slices of every profile the stack's nodes advertise
+(`requests.nvidia.com/mig-<profile>`: without a quota an extended resource is unlimited), and CPU and
+memory requests and limits, which config derives from the GPU and MIG quotas on the tenant's pools
+(infra.config: a smaller CPU/memory quota would reject model pods the GPU quota admits); a LimitRange
+gives containers that set nothing a small request and limit. NetworkPolicies deny all ingress and egress,
 then allow: DNS, istiod (xDS and certificates), the gateway to model servers, Prometheus scrapes,
 telemetry to the Collector, callers declared by `models.X.callers`, the pods of one multi-node replica
 to each other, and HTTPS to the internet (not private ranges) for tenants whose models download
@@ -18,6 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming
+from components.k8s.gpu_stack import mig_resource
 from components.k8s.namespaces import create_namespace, namespace_labels
 from infra.config import Model, PlatformConfig, Tenant
 
@@ -60,6 +64,7 @@ def resource_quota(tenant: Tenant) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": _meta("tenant-quota", tenant),
             "spec": {"hard": {
                 GPU_QUOTA_KEY: str(tenant.gpu_quota),
+                **{f"requests.{mig_resource(p)}": str(n) for p, n in sorted(tenant.mig_quota.items())},
                 "requests.cpu": tenant.cpu_quota,
                 "limits.cpu": tenant.cpu_quota,
                 "requests.memory": tenant.memory_quota,

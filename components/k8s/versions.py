@@ -4,6 +4,11 @@ Upgrading a component is a one-line change here (and a review of its values buil
 the releases seen upstream (shared/reference/FACTS.md, the charts' own index files); repositories are
 the projects' official ones. Charts that version their tags with a leading `v` keep it, as their
 index spells it.
+
+Timeouts: pulumi-kubernetes waits 300 s for a Helm release unless `timeout` says otherwise
+(provider/pkg/provider/helm_release.go, `defaultTimeoutSeconds = 300`). Releases whose pods wait for
+nodes joining, volumes provisioning or CRDs settling get more (`timeout_seconds`): a first install on a
+fresh EKS cluster starts them while GPU nodes are still booting.
 """
 
 from __future__ import annotations
@@ -35,8 +40,14 @@ __all__ = [
     "ALLOY",
     "LWS",
     "KEDA",
+    "METRICS_SERVER",
+    "DEFAULT_RELEASE_TIMEOUT_SECONDS",
     "ALL_CHARTS",
 ]
+
+
+DEFAULT_RELEASE_TIMEOUT_SECONDS = 600  # pods on the system pool, images pulled once: well inside 10 minutes
+SLOW_RELEASE_TIMEOUT_SECONDS = 1200  # CRDs plus many pods, volumes to provision, or daemons on booting GPU nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +55,7 @@ class HelmChart:
     chart: str
     repository: str  # https:// chart repository, or oci:// registry path (chart name appended by Helm)
     version: str
+    timeout_seconds: int = DEFAULT_RELEASE_TIMEOUT_SECONDS  # default: 600 s for the release's `helm --wait`
 
     @property
     def is_oci(self) -> bool:
@@ -54,35 +66,40 @@ NVIDIA_REPO = "https://helm.ngc.nvidia.com/nvidia"
 ISTIO_REPO = "https://istio-release.storage.googleapis.com/charts"
 GRAFANA_REPO = "https://grafana.github.io/helm-charts"
 
-GPU_OPERATOR = HelmChart("gpu-operator", NVIDIA_REPO, "v25.10.1")
-NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1")
+GPU_OPERATOR = HelmChart("gpu-operator", NVIDIA_REPO, "v25.10.1", SLOW_RELEASE_TIMEOUT_SECONDS)
+NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1", SLOW_RELEASE_TIMEOUT_SECONDS)
 # Operand images the NicClusterPolicy names: the network operator release tags them with its own version.
 NETWORK_OPERATOR_IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
 NETWORK_OPERATOR_IMAGE_TAG = f"network-operator-v{NETWORK_OPERATOR.version}"
 DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-0"  # the DOCA driver released with network operator 26.1
-EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26")
+EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26",
+                              SLOW_RELEASE_TIMEOUT_SECONDS)
 CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.52.1")
 
 ISTIO_VERSION = "1.28.3"  # base and istiod move together: one version for the whole control plane
 ISTIO_BASE = HelmChart("base", ISTIO_REPO, ISTIO_VERSION)
 ISTIOD = HelmChart("istiod", ISTIO_REPO, ISTIO_VERSION)
-ISTIO_CNI = HelmChart("cni", ISTIO_REPO, ISTIO_VERSION)  # sidecars without privileged init containers
+# Sidecars without privileged init containers; a daemon on every node, GPU nodes still booting included.
+ISTIO_CNI = HelmChart("cni", ISTIO_REPO, ISTIO_VERSION, SLOW_RELEASE_TIMEOUT_SECONDS)
 
 KUBE_PROMETHEUS_STACK = HelmChart("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts",
-                                  "82.4.0")
+                                  "82.4.0", SLOW_RELEASE_TIMEOUT_SECONDS)
 OTEL_COLLECTOR = HelmChart("opentelemetry-collector", "https://open-telemetry.github.io/opentelemetry-helm-charts",
                            "0.143.0")
 JAEGER = HelmChart("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0")  # 4.x: Jaeger v2
-LOKI = HelmChart("loki", GRAFANA_REPO, "6.53.0")
-ALLOY = HelmChart("alloy", GRAFANA_REPO, "1.4.0")
+LOKI = HelmChart("loki", GRAFANA_REPO, "6.53.0", SLOW_RELEASE_TIMEOUT_SECONDS)
+ALLOY = HelmChart("alloy", GRAFANA_REPO, "1.4.0", SLOW_RELEASE_TIMEOUT_SECONDS)  # a daemon on every node
 
 # Serving (multi-node replicas, queue-depth autoscaling).
 LWS = HelmChart("lws", "oci://registry.k8s.io/lws/charts", "0.9.0")
 KEDA = HelmChart("keda", "https://kedacore.github.io/charts", "2.18.1")
+# Resource metrics for CPU/memory HPAs (the gateway's): EKS does not install metrics-server.
+# Chart 3.13.1 deploys metrics-server 0.8.1 (kubernetes-sigs/metrics-server, charts/metrics-server/Chart.yaml).
+METRICS_SERVER = HelmChart("metrics-server", "https://kubernetes-sigs.github.io/metrics-server", "3.13.1")
 
 ALL_CHARTS: tuple[HelmChart, ...] = (
     GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, ISTIO_BASE, ISTIOD, ISTIO_CNI,
-    KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA,
+    KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA, METRICS_SERVER,
 )
 
 
@@ -102,5 +119,6 @@ def release(name: str, chart: HelmChart, *, release_name: str, namespace: str,
         namespace=namespace,
         create_namespace=False,
         values=values,
+        timeout=chart.timeout_seconds,
         opts=opts,
     )

@@ -24,7 +24,7 @@ CLIENTS = 8
 
 _MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
 RAW = {
-    "target": {"provider": "existing", "kubeconfig": "/dev/null"},
+    "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
     "tenants": {"alpha": {"gpuQuota": 8, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}},
                 "capped": {"gpuQuota": 2, "rateLimit": {"requestsPerSecond": TENANT_RPS, "burst": TENANT_BURST}}},

@@ -82,13 +82,15 @@ def test_analyzer_info_lists_every_policy(analyzer: analyzer_pb2_grpc.AnalyzerSt
 def test_analyze_reports_a_planted_violation(analyzer: analyzer_pb2_grpc.AnalyzerStub) -> None:
     lt = "urn:pulumi:dev::aifactory::aws:ec2/launchTemplate:LaunchTemplate::gpu-lt"
     planted = analyzer_pb2.AnalyzeRequest(type="aws:ec2/launchTemplate:LaunchTemplate", urn=lt, name="gpu-lt",
-                                          properties=_struct({"metadataOptions": {"httpTokens": "optional"}}))
+                                          properties=_struct({"metadataOptions": {"httpTokens": "optional",
+                                                                               "httpPutResponseHopLimit": 1}}))
     assert _diagnostics(analyzer.Analyze(planted, timeout=RPC_TIMEOUT_S)) == [
         ("launch-template-imdsv2",
          "Launch templates require IMDSv2 session tokens.\nmetadataOptions.httpTokens is optional; IMDSv1 is reachable",
          analyzer_pb2.MANDATORY, "")]
     fixed = analyzer_pb2.AnalyzeRequest(type=planted.type, urn=lt, name="gpu-lt",
-                                        properties=_struct({"metadataOptions": {"httpTokens": "required"}}))
+                                        properties=_struct({"metadataOptions": {"httpTokens": "required",
+                                                                             "httpPutResponseHopLimit": 1}}))
     assert _diagnostics(analyzer.Analyze(fixed, timeout=RPC_TIMEOUT_S)) == []
 
 

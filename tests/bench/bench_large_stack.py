@@ -33,6 +33,9 @@ def _pool(i: int) -> dict[str, Any]:
         pool["availabilityZones"] = [ZONES[i % len(ZONES)]]
     if capacity != "on-demand":
         pool["capacity"] = {"type": capacity, "reservationId": f"cr-{i:017x}"}
+    if capacity == "capacity-block":  # empty outside the block's window, scaled by scheduled actions
+        pool["capacity"] |= {"startTime": "2026-12-01T11:30:00Z", "endTime": "2026-12-15T11:30:00Z"}
+        pool["minSize"] = 0
     return pool
 
 
@@ -40,7 +43,9 @@ def large_stack_values() -> dict[str, str]:
     """`aifactory:*` config values (as the CLI passes them) for POOLS pools, MODELS models, TENANTS tenants."""
     raw: dict[str, Any] = {
         "target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ZONES},
-        "cluster": {"name": "aifactory-large", "adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admin"]},
+        "cluster": {"name": "aifactory-large", "apiAccess": "public-and-private",
+                    "publicAccessCidrs": ["203.0.113.0/24"],
+                    "adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admin"]},
         "nodePools": {f"pool-{i:02d}": _pool(i) for i in range(POOLS)},
         "tenants": {f"tenant-{t:02d}": {"gpuQuota": 100_000} for t in range(TENANTS)},
         "models": {f"model-{m:03d}": {"engine": "vllm", "model": f"org/model-{m:03d}",

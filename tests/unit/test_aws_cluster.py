@@ -29,17 +29,28 @@ def of(resources: list, typ: str) -> list:
     return [r for r in resources if r.type == typ]
 
 
-def test_prod_eks_is_private_encrypted_and_logs_everything(prod) -> None:
+def test_prod_eks_endpoint_answers_its_deployer_only_encrypted_and_logs_everything(prod) -> None:
+    """prod deploys from CI outside the VPC (apiAccess public-and-private): a private-only endpoint answers
+    only inside the VPC (EKS user guide, cluster-endpoint), so the same program could not create its
+    Kubernetes objects. The public endpoint answers the runners' egress CIDR only."""
     (eks,) = of(prod, EKS)
     (key,) = of(prod, "aws:kms/key:Key")
     assert eks.inputs["vpcConfig"]["endpointPrivateAccess"] is True
-    assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is False
-    assert "publicAccessCidrs" not in eks.inputs["vpcConfig"]
+    assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is True
+    assert eks.inputs["vpcConfig"]["publicAccessCidrs"] == ["198.51.100.0/28"]
     assert eks.inputs["encryptionConfig"] == {"provider": {"keyArn": key.outputs["arn"]}, "resources": ["secrets"]}
     assert key.inputs["enableKeyRotation"] is True
     assert eks.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     assert eks.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}
     assert eks.inputs["version"] == "1.34"
+
+
+def test_private_api_access_with_a_deployer_in_the_vpc_has_no_public_endpoint() -> None:
+    values = read_stack_config(stack_file("dev"))
+    values["aifactory:cluster"] = json.dumps({"apiAccess": "private", "deployerInVpc": True})
+    (eks,) = of(run_program("dev", values).resources, EKS)
+    assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is False
+    assert "publicAccessCidrs" not in eks.inputs["vpcConfig"]
 
 
 def test_staging_public_endpoint_only_with_its_allow_list() -> None:
@@ -75,7 +86,9 @@ def test_every_launch_template_requires_imdsv2_and_encrypts(prod) -> None:
     assert len(lts) == 4
     for lt in lts:
         assert lt.inputs["metadataOptions"]["httpTokens"] == "required"
-        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 2
+        # 1: pods (one network hop further than the node) cannot reach IMDS for the node role's credentials
+        # (EKS best practices, "Restrict access to the instance profile assigned to the worker node").
+        assert lt.inputs["metadataOptions"]["httpPutResponseHopLimit"] == 1
         assert all(b["ebs"]["encrypted"] == "true" for b in lt.inputs["blockDeviceMappings"])
 
 
@@ -85,6 +98,24 @@ def test_prod_capacity_block_pool(prod) -> None:
     assert lt.inputs["capacityReservationSpecification"]["capacityReservationTarget"] == \
         {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}
     assert "placement" not in lt.inputs and len(lt.inputs["networkInterfaces"]) == 32
+
+
+def test_prod_capacity_block_pool_is_empty_outside_its_window_and_scheduled_inside(prod) -> None:
+    """EKS user guide (capacity-blocks, capacity-blocks-mng): desired 0 before the block is active, scale
+    to zero more than 30 minutes before it ends; the desired size is left to the schedule (ignore_changes)."""
+    (ng,) = [r for r in of(prod, "aws:eks/nodeGroup:NodeGroup") if r.name == "aifactory-prod-h100-block-ng"]
+    assert ng.inputs["scalingConfig"] == {"minSize": 0, "maxSize": 4, "desiredSize": 0}
+    assert ng.inputs["capacityType"] == "CAPACITY_BLOCK"
+    asg = ng.outputs["resources"][0]["autoscalingGroups"][0]["name"]
+    actions = {r.name: r.inputs for r in of(prod, "aws:autoscaling/schedule:Schedule")}
+    assert actions == {
+        "aifactory-prod-h100-block-block-start": {
+            "autoscalingGroupName": asg, "scheduledActionName": "aifactory-h100-block-block-start",
+            "startTime": "2026-12-01T11:30:00Z", "desiredCapacity": 4, "minSize": -1, "maxSize": -1},
+        "aifactory-prod-h100-block-block-end": {
+            "autoscalingGroupName": asg, "scheduledActionName": "aifactory-h100-block-block-end",
+            "startTime": "2026-12-15T11:00:00Z", "desiredCapacity": 0, "minSize": -1, "maxSize": -1},
+    }
 
 
 def test_dev_single_nat_and_no_efa() -> None:
@@ -98,8 +129,9 @@ def test_kubernetes_provider_uses_the_cluster_kubeconfig(prod) -> None:
     (provider,) = [r for r in prod if r.type == "pulumi:providers:kubernetes"]
     config = json.loads(provider.inputs["kubeconfig"])
     assert config["current-context"] == "aifactory-prod"
+    # --region: without it the AWS CLI uses the deployer's default region, not the cluster's.
     assert config["users"][0]["user"]["exec"]["args"] == ["eks", "get-token", "--cluster-name", "aifactory-prod",
-                                                          "--output", "json"]
+                                                          "--region", "us-east-1", "--output", "json"]
     assert config["clusters"][0]["cluster"]["server"].startswith("https://")
 
 

@@ -81,13 +81,17 @@ def test_g6e_pool_has_no_efa_interface_and_no_placement_group() -> None:
     assert one(res, NG).inputs["subnetIds"] == ["subnet-a", "subnet-b"]
 
 
-@pytest.mark.parametrize(("capacity_type", "market", "eks_type"), [
-    ("capacity-block", {"instanceMarketOptions": {"marketType": "capacity-block"}}, "CAPACITY_BLOCK"),
-    ("odcr", {}, "ON_DEMAND"),
+BLOCK = {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718", "start_time": "2026-12-01T11:30:00Z",
+         "end_time": "2026-12-15T11:30:00Z"}
+
+
+@pytest.mark.parametrize(("capacity", "sizes", "market", "eks_type"), [
+    (BLOCK, (0, 4, 0), {"instanceMarketOptions": {"marketType": "capacity-block"}}, "CAPACITY_BLOCK"),
+    ({"type": "odcr", "reservation_id": "cr-0a1b2c3d4e5f60718"}, (4, 4, 4), {}, "ON_DEMAND"),
 ])
-def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity_type, market, eks_type) -> None:
-    args = pool_args("p5.48xlarge", fabric="efa", min_size=4, max_size=4, desired_size=4,
-                     capacity={"type": capacity_type, "reservation_id": "cr-0a1b2c3d4e5f60718"})
+def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity, sizes, market, eks_type) -> None:
+    lo, hi, want = sizes
+    args = pool_args("p5.48xlarge", fabric="efa", min_size=lo, max_size=hi, desired_size=want, capacity=capacity)
     res = register(lambda: GpuNodePool("block", args))
     lt, ng = one(res, LT), one(res, NG)
     assert {k: lt.inputs[k] for k in ("instanceMarketOptions",) if k in lt.inputs} == market
@@ -95,14 +99,14 @@ def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity
         "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}}
     assert "placement" not in lt.inputs and [r for r in res if r.type == PG] == []
     assert ng.inputs["capacityType"] == eks_type
-    assert ng.inputs["scalingConfig"] == {"minSize": 4, "maxSize": 4, "desiredSize": 4}
+    assert ng.inputs["scalingConfig"] == {"minSize": lo, "maxSize": hi, "desiredSize": want}
 
 
 def test_launch_template_requires_imdsv2_and_encrypts_the_root_volume() -> None:
     res = register(lambda: GpuNodePool("gpu", pool_args("p5.48xlarge", fabric="efa", root_volume_gib=1000)))
     lt = one(res, LT)
     assert lt.inputs["metadataOptions"] == {"httpEndpoint": "enabled", "httpTokens": "required",
-                                            "httpPutResponseHopLimit": 2, "instanceMetadataTags": "disabled"}
+                                            "httpPutResponseHopLimit": 1, "instanceMetadataTags": "disabled"}
     assert lt.inputs["blockDeviceMappings"] == [{"deviceName": "/dev/xvda", "ebs": {
         "volumeSize": 1000, "volumeType": "gp3", "encrypted": "true", "deleteOnTermination": "true"}}]
 
@@ -190,14 +194,15 @@ def test_user_data_is_mime_multipart_nodeconfig_plus_hugepages_script() -> None:
     ({"instance_type": "g6e.xlarge", "fabric": "efa"}, ["fabric"]),
     ({"fabric": "efa", "availability_zones": ["us-east-1a", "us-east-1b"], "subnet_ids": ["s-a", "s-b"]},
      ["availabilityZones"]),
-    ({"fabric": "efa", "placement_group": True, "min_size": 2, "max_size": 2,
-      "capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}}, ["placementGroup"]),
+    ({"fabric": "efa", "placement_group": True, "min_size": 0, "max_size": 2, "capacity": BLOCK},
+     ["placementGroup"]),
     ({"min_size": 3, "max_size": 2}, ["minSize"]),
     ({"min_size": 1, "max_size": 2, "desired_size": 5}, ["desiredSize"]),
     ({"instance_type": "p9.huge"}, ["instanceType"]),
     ({"capacity": {"type": "odcr"}}, ["capacity.reservationId"]),
-    ({"capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}, "min_size": 1,
-      "max_size": 2}, ["desiredSize"]),
+    ({"capacity": BLOCK, "min_size": 1, "max_size": 2}, ["desiredSize"]),
+    ({"capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}, "min_size": 0,
+      "max_size": 2}, ["capacity.startTime", "capacity.endTime"]),
     ({"taints": [{"key": "a", "effect": "Never"}], "subnet_ids": []}, ["subnetIds", "taints[0].effect"]),
 ])
 def test_bad_arguments_raise_input_properties_error_with_paths(extra, paths) -> None:

@@ -14,6 +14,7 @@ from infra.cli import build_parser, main
 
 GOOD = {
     "aifactory:target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+    "aifactory:cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
     "aifactory:nodePools": {"gpu-a": {"instanceType": "g6e.xlarge", "minSize": 1, "maxSize": 1}},
     "aifactory:tenants": {"t": {"gpuQuota": 1}},
     "aifactory:models": {"m": {"engine": "vllm", "model": "o/m", "tenant": "t", "pool": "gpu-a"}},

@@ -20,6 +20,7 @@ STACKS = SHIPPED_STACKS
 
 BASE: dict[str, Any] = {
     "target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+    "cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
     "nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2}},
     "tenants": {"t1": {"gpuQuota": 16}},
     "models": {"m1": {"engine": "vllm", "model": "org/model", "tenant": "t1", "pool": "gpu-a",
@@ -74,7 +75,7 @@ def test_dev_defaults_are_documented_values() -> None:
     assert pool.placement_group is False and pool.hugepages_mib == 0
     assert [(t.key, t.value, t.effect) for t in pool.taints] == [("nvidia.com/gpu", "true", "NoSchedule")]
     assert cfg.cluster is not None and cfg.cluster.name == "aifactory-dev"
-    assert cfg.cluster.public_access_cidrs == ()  # private endpoint by default
+    assert (cfg.cluster.api_access, cfg.cluster.public_access_cidrs) == ("public-and-private", ("203.0.113.0/24",))
     assert cfg.network is not None and cfg.network.nat_gateways == "single"
     chat = cfg.models["chat"]
     assert (chat.gpus_per_replica, chat.workload, chat.priority, chat.uri) == \
@@ -95,7 +96,8 @@ def test_prod_capacity_block_pool_has_no_placement_group_and_price_override() ->
     block = cfg.node_pools["h100-block"]
     assert block.capacity.type == "capacity-block" and block.capacity.reservation_id == "cr-0a1b2c3d4e5f60718"
     assert block.placement_group is False
-    assert (block.min_size, block.desired_size, block.max_size) == (4, 4, 4)
+    assert (block.min_size, block.desired_size, block.max_size) == (0, 0, 4)  # empty outside the block's window
+    assert (block.capacity.start_time, block.capacity.end_time) == ("2026-12-01T11:30:00Z", "2026-12-15T11:30:00Z")
     assert cfg.price_per_hour("p5.48xlarge") == 31.46  # stack override beats the catalog
     assert cfg.price_per_hour("p5en.48xlarge") == 63.30
     deep = cfg.models["deep-research"]
@@ -123,7 +125,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("unknown pool key", with_("nodePools.gpu-a.instancetype", "p5.48xlarge"),
      "nodePools.gpu-a.instancetype: unknown key; allowed keys: instanceType, minSize, maxSize, desiredSize, "
      "fabric, availabilityZones, capacity, placementGroup, rootVolumeGiB, hugepagesMiB, labels, taints, mig, "
-     "nodeCheck"),
+     "nodes, nodeCheck"),
     ("unknown instance type", with_("nodePools.gpu-a.instanceType", "p9.mega"),
      "nodePools.gpu-a.instanceType: 'p9.mega' is not a known instance type; known: "),
     ("efa on a type without efa", with_("nodePools.gpu-a.instanceType", "g6e.xlarge"),
@@ -140,9 +142,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      "placement itself; remove placementGroup"),
     ("capacity block sizes differ",
      with_("nodePools.gpu-a", {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2,
-                               "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0"}}),
-     "nodePools.gpu-a.desiredSize: a capacity-block reservation fixes the node count: set minSize, maxSize and "
-     "desiredSize equal to the reserved count (got 1, 2, 1)"),
+                               "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0",
+                                            "startTime": "2026-12-01T11:30:00Z",
+                                            "endTime": "2026-12-02T11:30:00Z"}}),
+     "nodePools.gpu-a.desiredSize: a capacity block runs nodes only inside its window: set minSize and "
+     "desiredSize to 0 and maxSize to the reserved count (got 1, 2, 1)"),
     ("odcr sizes differ",
      with_("nodePools.gpu-a.capacity", {"type": "odcr", "reservationId": "cr-0123456789abcdef0"}),
      "nodePools.gpu-a.desiredSize: an ODCR reservation fixes the node count"),

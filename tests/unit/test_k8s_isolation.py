@@ -89,8 +89,9 @@ def test_quota_and_limit_range() -> None:
     quota = tenancy.resource_quota(cfg.tenants["assistant"])
     assert quota["metadata"] == {"name": "tenant-quota", "namespace": "assistant",
                                  "labels": {**MANAGED, "aifactory.io/tenant": "assistant"}}
-    assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "80", "requests.cpu": "64", "limits.cpu": "64",
-                                      "requests.memory": "512Gi", "limits.memory": "512Gi"}}
+    # 80 GPUs on h100-block/h200 (p5 and p5en: 192 vCPUs, 2048 GiB for 8 GPUs) imply 1920 cores, 20480Gi.
+    assert quota["spec"] == {"hard": {"requests.nvidia.com/gpu": "80", "requests.cpu": "1920",
+                                      "limits.cpu": "1920", "requests.memory": "20480Gi", "limits.memory": "20480Gi"}}
     assert tenancy.limit_range(cfg.tenants["assistant"])["spec"] == {"limits": [{
         "type": "Container", "defaultRequest": {"cpu": "100m", "memory": "128Mi"},
         "default": {"cpu": "1", "memory": "1Gi"}}]}

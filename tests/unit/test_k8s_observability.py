@@ -50,16 +50,22 @@ def test_grafana_sidecar_watches_dashboard_label_in_all_namespaces() -> None:
         ("jaeger", "http://jaeger-query.monitoring.svc.cluster.local:16686")]
 
 
+GP3 = {"persistence": {"storageClass": "aifactory-gp3"}}
+
+
 def test_loki_single_binary_and_simple_scalable() -> None:
     single = obs.loki_values(stack_cfg("dev"))
     assert (single["deploymentMode"], single["singleBinary"]["replicas"], single["read"]["replicas"],
-            single["minio"]) == ("SingleBinary", 1, 0, {"enabled": False})
+            single["minio"]) == ("SingleBinary", 1, 0, {"enabled": False, **GP3})
+    # Every claim names the kit's class (EKS 1.30+ has no default class): loki 6.53.0 renders the singleBinary,
+    # write and backend volumeClaimTemplates with persistence.storageClass, minio 5.4.0 its PVC likewise.
+    assert [single[t].get("persistence") for t in ("singleBinary", "write", "backend")] == [GP3["persistence"]] * 3
     assert single["loki"]["storage"] == {"type": "filesystem"}
     assert single["loki"]["limits_config"] == {"retention_period": "72h", "allow_structured_metadata": True}
     scalable = obs.loki_values(stack_cfg("prod"))
     assert (scalable["deploymentMode"], scalable["singleBinary"]["replicas"],
             [scalable[t]["replicas"] for t in ("read", "write", "backend")], scalable["minio"]) == (
-        "SimpleScalable", 0, [3, 3, 3], {"enabled": True})
+        "SimpleScalable", 0, [3, 3, 3], {"enabled": True, **GP3})
     assert scalable["loki"]["schemaConfig"]["configs"] == [{
         "from": "2024-04-01", "store": "tsdb", "object_store": "s3", "schema": "v13",
         "index": {"prefix": "loki_index_", "period": "24h"}}]

@@ -49,6 +49,7 @@ def test_every_chart_is_pinned_to_an_official_repository() -> None:
         ("alloy", "https://grafana.github.io/helm-charts", "1.4.0"),
         ("lws", "oci://registry.k8s.io/lws/charts", "0.9.0"),
         ("keda", "https://kedacore.github.io/charts", "2.18.1"),
+        ("metrics-server", "https://kubernetes-sigs.github.io/metrics-server", "3.13.1"),
     }
 
 
@@ -70,6 +71,8 @@ def test_platform_releases_carry_chart_repository_and_version() -> None:
         ("monitoring", "jaeger"): ("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0"),
         ("monitoring", "loki"): ("loki", "https://grafana.github.io/helm-charts", "6.53.0"),
         ("monitoring", "alloy"): ("alloy", "https://grafana.github.io/helm-charts", "1.4.0"),
+        ("aifactory-system", "metrics-server"):
+            ("metrics-server", "https://kubernetes-sigs.github.io/metrics-server", "3.13.1"),
     }
 
 

@@ -28,7 +28,8 @@ def entry(type_: str, name: str, inputs: dict[str, Any]) -> dict[str, Any]:
 OPEN_SG = entry("aws:ec2/securityGroup:SecurityGroup", "node-sg",
                 {"ingress": [{"protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"],
                               "description": "ssh"}]})
-V1_TEMPLATE = entry("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt", {"metadataOptions": {"httpTokens": "optional"}})
+V1_TEMPLATE = entry("aws:ec2/launchTemplate:LaunchTemplate", "gpu-lt", {"metadataOptions": {
+    "httpTokens": "optional", "httpPutResponseHopLimit": 1}})
 STRAY_GPU_POD = entry("kubernetes:apps/v1:Deployment", "llm", {
     "metadata": {"name": "llm", "namespace": "istio-system"},
     "spec": {"template": {"spec": {"securityContext": {"runAsNonRoot": True}, "containers": [{
@@ -136,7 +137,7 @@ def test_synth_writer_reports_and_fails_on_mandatory_violations(tmp_path: Path) 
     def program(_cfg: Any) -> None:
         import pulumi_aws as aws
 
-        aws.ec2.LaunchTemplate("v1", metadata_options={"http_tokens": "optional"})
+        aws.ec2.LaunchTemplate("v1", metadata_options={"http_tokens": "optional", "http_put_response_hop_limit": 1})
 
     result = run_program("dev", read_stack_config(stack_file("dev")), program)
     ctx = ArtifactContext(result=result, out=tmp_path)
@@ -152,7 +153,8 @@ def test_secrets_of_a_real_export_are_read_or_masked() -> None:
     admin = json.dumps({"Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
     shown = entry("aws:iam/policy:Policy", "shown", {"policy": {**sig, "plaintext": json.dumps(admin)}})
     hidden = entry("aws:ec2/launchTemplate:LaunchTemplate", "lt", {
-        "userData": {**sig, "ciphertext": "AAABAK..."}, "metadataOptions": {"httpTokens": "required"}})
+        "userData": {**sig, "ciphertext": "AAABAK..."},
+        "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}})
     violations = run_policies([shown, hidden])
     assert [(v.policy, v.resource_name, v.message) for v in violations] == [
         ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'")]

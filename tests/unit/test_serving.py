@@ -42,7 +42,7 @@ def small(**model: Any) -> PlatformConfig:
     """A one-model stack on an existing cluster (8 x H100 nodes, InfiniBand)."""
     body = {"engine": "vllm", "model": "org/m", "tenant": "t", "pool": "gpu", **model}
     return parse({
-        "target": {"provider": "existing", "kubeconfig": "/dev/null"},
+        "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100", "fabric": "infiniband"}},
         "tenants": {"t": {"gpuQuota": 64}},
         "models": {"m": body},
@@ -253,10 +253,12 @@ def test_aws_model_cache_is_a_per_pod_gp3_volume_of_the_configured_size() -> Non
     assert {"name": "model-cache", "mountPath": "/model-cache"} in spec["initContainers"][0]["volumeMounts"]
 
 
-def test_existing_cluster_model_cache_uses_the_default_storage_class() -> None:
+def test_existing_cluster_model_cache_names_the_configured_storage_class() -> None:
+    """No claim relies on a default class: an existing cluster may have none (target.storageClass)."""
     cfg = small(cacheGiB=750)
     assert cache_volume(cfg, cfg.models["m"])["ephemeral"]["volumeClaimTemplate"]["spec"] == {
-        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "750Gi"}}}
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "750Gi"}},
+        "storageClassName": "fast"}
 
 
 @pytest.mark.parametrize(("uri", "location"), [
