@@ -172,6 +172,7 @@ def test_node_check_settings_are_validated_with_their_key_path() -> None:
     from infra.config import ConfigError, parse
 
     raw = {"target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+           "cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
            "nodePools": {"gpu": {"instanceType": "p5.48xlarge", "fabric": "efa", "nodeCheck": {
                "dcgmExporterUrl": "127.0.0.1:9400", "minBusBandwidthFraction": 1.5, "fabricTestSeconds": 5}}}}
     with pytest.raises(ConfigError) as err:
