@@ -60,13 +60,15 @@ def peer_authentication() -> dict[str, Any]:
             "spec": {"mtls": {"mode": MTLS_MODE}}}
 
 
-def tracing_telemetry() -> dict[str, Any]:
-    """Mesh-wide tracing to the Collector; every span goes there (sampling happens in the Collector)."""
+def tracing_telemetry(cfg: PlatformConfig) -> dict[str, Any]:
+    """Mesh-wide tracing to the Collector. Sidecars start a trace for `observability.meshTraceSamplingPercent`
+    of the requests that arrive without one (default 1%, Istio's own default sampling rate); a request whose
+    `traceparent` is already sampled (an instrumented agent's) is always traced."""
     return {"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry",
             "metadata": {"name": "mesh-default", "namespace": naming.ISTIO_NAMESPACE,
                          "labels": dict(naming.MANAGED_BY)},
             "spec": {"tracing": [{"providers": [{"name": OTEL_TRACING_PROVIDER}],
-                                  "randomSamplingPercentage": 100.0}]}}
+                                  "randomSamplingPercentage": cfg.observability.mesh_trace_sampling_percent}]}}
 
 
 def istiod_values(cfg: PlatformConfig) -> dict[str, Any]:
@@ -159,7 +161,7 @@ class Mesh(pulumi.ComponentResource):
             values=istiod_values(cfg), opts=pulumi.ResourceOptions(parent=self, depends_on=[base, cni]))
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[base])
         _custom(f"{name}-peer-authentication", peer_authentication(), after_crds)
-        _custom(f"{name}-tracing", tracing_telemetry(), after_crds)
+        _custom(f"{name}-tracing", tracing_telemetry(cfg), after_crds)
         by_ns = {t.namespace: tenant_namespaces[t.name] for t in cfg.tenants.values()}
         for policy in authorization_policies(cfg):
             ns = policy["metadata"]["namespace"]

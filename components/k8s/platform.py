@@ -16,7 +16,7 @@ from components.k8s.fabric import Fabric
 from components.k8s.gpu_stack import GpuStack
 from components.k8s.mesh import Mesh
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.observability import Observability
+from components.k8s.observability import LokiBucket, Observability
 from components.k8s.tenancy import Tenancy
 from infra.config import PlatformConfig
 
@@ -31,7 +31,8 @@ class Platform(pulumi.ComponentResource):
     tenancy: Tenancy
     mesh: Mesh
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cfg: PlatformConfig, loki_bucket: pulumi.Output[LokiBucket] | None = None,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         # Device plugins and the autoscaler live here; device plugins mount host paths.
@@ -41,7 +42,7 @@ class Platform(pulumi.ComponentResource):
             opts=child)
         self.gpu = GpuStack(f"{name}-gpu", cfg=cfg, opts=child)
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, opts=child)
-        self.observability = Observability(f"{name}-observability", cfg=cfg, opts=child)
+        self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, opts=child)
         self.tenancy = Tenancy(f"{name}-tenancy", cfg=cfg, opts=child)
         self.mesh = Mesh(f"{name}-mesh", cfg=cfg, tenant_namespaces=self.tenancy.namespaces, opts=child)
         self.register_outputs({"systemNamespace": naming.SYSTEM_NAMESPACE,
