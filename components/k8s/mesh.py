@@ -62,8 +62,9 @@ def peer_authentication() -> dict[str, Any]:
 
 def tracing_telemetry(cfg: PlatformConfig) -> dict[str, Any]:
     """Mesh-wide tracing to the Collector. Sidecars start a trace for `observability.meshTraceSamplingPercent`
-    of the requests that arrive without one (default 1%, Istio's own default sampling rate); a request whose
-    `traceparent` is already sampled (an instrumented agent's) is always traced."""
+    of the requests that arrive without one (default 1%, Istio's own default sampling rate). Envoy's
+    OpenTelemetry tracer follows an incoming `traceparent`'s sampled flag (envoyproxy/envoy#35721; changed by
+    envoyproxy/envoy#45830, after the pinned Istio's Envoy), so an instrumented agent's sampled trace stays whole."""
     return {"apiVersion": "telemetry.istio.io/v1", "kind": "Telemetry",
             "metadata": {"name": "mesh-default", "namespace": naming.ISTIO_NAMESPACE,
                          "labels": dict(naming.MANAGED_BY)},

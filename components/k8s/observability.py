@@ -99,6 +99,7 @@ ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
 ALERT_TEMPLATE_FILE = "aifactory.tmpl"
 ALERT_TEMPLATES_GLOB = "/etc/alertmanager/config/*.tmpl"
 CONFIG_CHECKSUM_ANNOTATION = "checksum/aifactory-config"
+CONFIG_HASH_LABEL = "aifactory.io/config-hash"
 
 # Disk sizing (README, "Observability data"). Prometheus stores 1-2 bytes per sample on disk
 # (prometheus.io/docs/prometheus/latest/storage, "Operational aspects"): size for the upper end.
@@ -255,6 +256,10 @@ def alertmanager_config(cfg: PlatformConfig) -> dict[str, Any]:
              "equal": ["namespace", "alertname"]},
             {"source_matchers": ['severity = "warning"'], "target_matchers": ['severity = "info"'],
              "equal": ["namespace", "alertname"]},
+            # kube-prometheus-stack's InfoInhibitor silences info alerts of a namespace while it fires.
+            {"source_matchers": ['alertname = "InfoInhibitor"'], "target_matchers": ['severity = "info"'],
+             "equal": ["namespace"]},
+            {"target_matchers": ['alertname = "InfoInhibitor"']},
         ],
         "route": {"receiver": "null", "group_by": ["namespace", "alertname"], "group_wait": "30s",
                   "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
@@ -430,6 +435,9 @@ def jaeger_values(cfg: PlatformConfig) -> dict[str, Any]:
         "userconfig": jaeger_config(cfg),
         "jaeger": {
             "replicas": 1,  # Badger is a single-writer store on a ReadWriteOnce volume
+            # The chart gives the pod no checksum of its config and renders no pod annotations, only
+            # `podLabels` (templates/jaeger/jaeger-deploy.yaml): a label (63 characters at most) rolls it.
+            "podLabels": {CONFIG_HASH_LABEL: config_checksum({"userconfig": dump_yaml(jaeger_config(cfg))})[:16]},
             "resources": _res("250m", "1Gi", "1", "4Gi"),
             "podSecurityContext": security.pod_security_context(uid=10001, fs_group=10001),
             "securityContext": security.container_security_context(),

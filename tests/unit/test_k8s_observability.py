@@ -391,3 +391,11 @@ def test_mesh_samples_one_percent_by_default_and_what_the_stack_says() -> None:
         "randomSamplingPercentage"] == 5.0
     assert _problems(meshTraceSamplingPercent=150) == [
         "observability.meshTraceSamplingPercent: 150.0 is above the maximum 100"]
+
+
+def test_a_jaeger_config_change_rolls_its_pod() -> None:
+    """jaeger chart 4.11.1 renders `jaeger.podLabels` into the pod template and no config checksum of its own."""
+    base = obs.jaeger_values(stack_cfg("prod"))["jaeger"]["podLabels"]
+    assert base == obs.jaeger_values(stack_cfg("prod"))["jaeger"]["podLabels"]
+    assert list(base) == ["aifactory.io/config-hash"] and len(base["aifactory.io/config-hash"]) == 16
+    assert obs.jaeger_values(with_obs("prod", traceRetention="14d"))["jaeger"]["podLabels"] != base
