@@ -6,6 +6,11 @@ cluster (the `*SelectorNilUsesHelmValues: false` settings), so what other compon
 release label. Grafana's sidecar loads dashboards from ConfigMaps labelled `grafana_dashboard=1` in
 every namespace. Prometheus joins the mesh for its scrapes only: its sidecar intercepts no traffic and
 writes the workload certificate that scrapes of meshed pods present (mesh.MESH_SCRAPE_TLS).
+
+Every backend keeps its data across restarts: Prometheus and Alertmanager on PVCs, Jaeger on Badger on a
+PVC, Loki in the kit's S3 bucket (AWS, `LokiBucket`) or on its volume (one binary), Alloy's positions on
+the node. Volumes are sized from `observability.ingest` and the retentions (README, "Observability data").
+Alertmanager routes by severity to the stack's receivers, reading credentials from mounted Secrets.
 """
 
 from __future__ import annotations
