@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup synth test bench lint promtool clean
+.PHONY: setup synth test bench lint promtool amtool clean
 
 # The stamp depends on pyproject.toml so a changed pin reinstalls.
 $(VENV)/.installed: pyproject.toml
@@ -28,7 +28,13 @@ promtool:
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus; }
 
-test: setup promtool ## the whole suite (unit, artifacts with real tools, node suite replays)
+# amtool (Alertmanager config checks and route tests) comes from Debian's package; installed only when missing.
+amtool:
+	@command -v amtool >/dev/null || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus-alertmanager; }
+
+test: setup promtool amtool ## the whole suite (unit, artifacts with real tools, node suite replays)
 	$(BIN)/python -m pytest -q
 
 bench: setup promtool ## benchmarks; prints figures, asserts nothing about time

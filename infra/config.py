@@ -54,6 +54,12 @@ __all__ = [
     "CircuitBreakers",
     "ObservabilitySettings",
     "WorkflowSlo",
+    "SecretRef",
+    "AlertReceiver",
+    "Alerting",
+    "Ingest",
+    "ALERT_SEVERITIES",
+    "ALERT_RECEIVER_TYPES",
     "parse",
     "load",
     "POOL_LABEL",
@@ -370,6 +376,52 @@ class WorkflowSlo:
     availability_target: float = 0.995  # default: 99.5% of workflows succeed
 
 
+ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
+ALERT_RECEIVER_TYPES = ("slack", "pagerduty", "email", "webhook")
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class AlertReceiver:
+    """One Alertmanager receiver. Credentials are only ever a `secret` reference, never a config value:
+    slack: the incoming-webhook URL; pagerduty: the Events v2 routing key; email: the SMTP password
+    (optional); webhook: a bearer token (optional)."""
+
+    name: str
+    type: Literal["slack", "pagerduty", "email", "webhook"]
+    secret: SecretRef | None = None  # slack, pagerduty: required; email, webhook: default: none
+    channel: str | None = None  # slack: required
+    to: str | None = None  # email: required
+    sender: str | None = None  # email (`from`): required
+    smarthost: str | None = None  # email: required, host:port
+    username: str | None = None  # email: default: no SMTP authentication
+    url: str | None = None  # webhook: required, http(s)://
+
+
+@dataclass(frozen=True, slots=True)
+class Alerting:
+    """Where alerts go: receivers by name, and per severity the receivers that get it."""
+
+    receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
+    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingest:
+    """Expected ingest, the basis of every backend's disk size (see README, "Observability data")."""
+
+    samples_per_second: int = 10_000  # default: 10,000 Prometheus samples/s
+    log_gib_per_day: float = 5.0  # default: 5 GiB/day of raw log lines
+    spans_per_second: int = 500  # default: 500 spans/s reaching the Collector (after mesh sampling)
+
+
 @dataclass(frozen=True, slots=True)
 class ObservabilitySettings:
     namespace: str = "monitoring"  # default: monitoring
@@ -380,6 +432,11 @@ class ObservabilitySettings:
     prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
     default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
     workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
+    trace_retention: str = "7d"  # default: 7d of traces in Jaeger
+    mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
+    control_plane_metrics: bool = False  # default: false on aws (EKS exposes none), true on existing
+    ingest: Ingest = field(default_factory=Ingest)
+    alerting: Alerting = field(default_factory=Alerting)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1178,10 +1235,88 @@ def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> Workflo
     )
 
 
-def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
+def _secret_ref(r: _Reader, d: Mapping[str, Any] | None, path: str, *, required: bool) -> SecretRef | None:
+    if d is None or d.get("secret") is None:
+        if required and d is not None:
+            r.fail(f"{path}.secret", "is required: {name: <Secret in the observability namespace>, key: <its key>}")
+        return None
+    sd = r.mapping(d["secret"], f"{path}.secret", ("name", "key"))
+    name = r.value(sd, "name", f"{path}.secret", str, check=_dns_label)
+    key = r.value(sd, "key", f"{path}.secret", str,
+                  check=lambda v: None if re.match(r"^[-._a-zA-Z0-9]+$", v) else "is not a Secret key")
+    return SecretRef(name, key) if name and key else None
+
+
+_RECEIVER_KEYS: dict[str, tuple[str, ...]] = {
+    "slack": ("type", "channel", "secret"),
+    "pagerduty": ("type", "secret"),
+    "email": ("type", "to", "from", "smarthost", "username", "secret"),
+    "webhook": ("type", "url", "secret"),
+}
+# Keys that would put a credential into the stack config in plain text: refused with the fix.
+_PLAIN_SECRETS = ("apiUrl", "routingKey", "serviceKey", "password", "authPassword", "token", "bearerToken")
+
+
+def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
+    path = f"observability.alerting.receivers.{name}"
+    typ = r.value(d, "type", path, str, choices=ALERT_RECEIVER_TYPES)
+    for key in d:
+        if key in _PLAIN_SECRETS:
+            r.fail(f"{path}.{key}", "credentials never go into the stack config; store it in a Kubernetes Secret "
+                                    "and reference it with secret: {name, key}")
+        elif typ is not None and key not in _RECEIVER_KEYS[typ]:
+            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}; allowed keys: {', '.join(_RECEIVER_KEYS[typ])}")
+    if typ is None:
+        return None
+    secret = _secret_ref(r, d, path, required=typ in ("slack", "pagerduty"))
+    if typ == "slack":
+        return AlertReceiver(name, typ, secret, channel=r.value(d, "channel", path, str))
+    if typ == "email":
+        email = lambda v: None if re.match(r"^[^@\s]+@[^@\s]+$", v) else "is not an email address"  # noqa: E731
+        return AlertReceiver(name, typ, secret, to=r.value(d, "to", path, str, check=email),
+                             sender=r.value(d, "from", path, str, check=email),
+                             smarthost=r.value(d, "smarthost", path, str, check=lambda v: None if re.match(
+                                 r"^[A-Za-z0-9.-]+:\d{1,5}$", v) else "is not host:port such as smtp.example.com:587"),
+                             username=r.value(d, "username", path, str, None))
+    if typ == "webhook":
+        return AlertReceiver(name, typ, secret, url=r.value(d, "url", path, str, check=lambda v: None if re.match(
+            r"^https?://[^\s]+$", v) else "is not an http(s):// URL"))
+    return AlertReceiver(name, typ, secret)
+
+
+def _alerting(r: _Reader, raw: Any) -> Alerting:
+    path = "observability.alerting"
+    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes"))
+    receivers = {n: rc for n, b in r.named((d or {}).get("receivers") or {}, f"{path}.receivers").items()
+                 if (rc := _receiver(r, n, b)) is not None}
+    routes: dict[str, tuple[str, ...]] = {}
+    rd = r.mapping((d or {}).get("routes") or {}, f"{path}.routes", ALERT_SEVERITIES)
+    for severity in ALERT_SEVERITIES:
+        names = r.strings(rd, severity, f"{path}.routes")
+        for i, n in enumerate(names):
+            if n not in receivers:
+                r.fail(f"{path}.routes.{severity}[{i}]",
+                       f"{n!r} is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+        if names:
+            routes[severity] = names
+    return Alerting(receivers, routes)
+
+
+def _ingest(r: _Reader, raw: Any) -> Ingest:
+    path = "observability.ingest"
+    d = r.mapping(raw if raw is not None else {}, path, ("samplesPerSecond", "logGiBPerDay", "spansPerSecond"))
+    base = Ingest()
+    return Ingest(r.value(d, "samplesPerSecond", path, int, base.samples_per_second, minimum=1),
+                  r.value(d, "logGiBPerDay", path, float, base.log_gib_per_day, minimum=0.01),
+                  r.value(d, "spansPerSecond", path, int, base.spans_per_second, minimum=1))
+
+
+def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
-                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows"))
+                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows",
+                                                      "traceRetention", "meshTraceSamplingPercent",
+                                                      "controlPlaneMetrics", "ingest", "alerting"))
     prices: dict[str, float] = {}
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
@@ -1196,6 +1331,9 @@ def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
     workflows = {}
     for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():
         workflows[wname] = _workflow_slo(r, body, f"{p}.workflows.{wname}", base)
+    if not aws and (d or {}).get("lokiMode") == "simple-scalable":
+        r.fail(f"{p}.lokiMode", "'simple-scalable' needs object storage, which the kit creates on provider aws only; "
+                                "use 'single-binary' (one replica on its volume) on provider existing")
     return ObservabilitySettings(
         namespace=r.value(d, "namespace", p, str, "monitoring", check=_dns_label),
         retention=r.value(d, "retention", p, str, "15d",
@@ -1207,6 +1345,12 @@ def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
         prices=prices,
         default_workflow_slo=base,
         workflows=workflows,
+        trace_retention=r.value(d, "traceRetention", p, str, "7d", check=lambda v: None if DURATION.match(v) else
+                                "is not a retention such as 7d or 168h"),
+        mesh_trace_sampling_percent=r.value(d, "meshTraceSamplingPercent", p, float, 1.0, minimum=0, maximum=100),
+        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, not aws),
+        ingest=_ingest(r, (d or {}).get("ingest")),
+        alerting=_alerting(r, (d or {}).get("alerting")),
     )
 
 
@@ -1273,7 +1417,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
     tenants = _derive_quotas(r, raw.get("tenants"), tenants, models, pools)
 
     gateway = _gateway(r, raw.get("gateway"))
-    observability = _observability(r, raw.get("observability"))
+    observability = _observability(r, raw.get("observability"), aws=aws)
     for pool in pools.values():
         if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \
                 pool.instance_type not in observability.prices:

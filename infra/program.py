@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pulumi
@@ -14,18 +15,21 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.aws.cluster import GpuCluster, GpuClusterArgs
+from components.aws.log_store import LogStore
 from components.aws.network import Network, NetworkArgs
 from components.aws.node_pool import CapacityArgs, GpuNodePool, GpuNodePoolArgs
 from components.k8s.autoscaler import ClusterAutoscaler
 from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
+from components.k8s.observability import LOKI_SERVICE_ACCOUNT, LokiBucket, retention_days
 from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra.config import NodePool, PlatformConfig
 
-__all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args"]
+__all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
+           "loki_bucket"]
 
 
 def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
@@ -98,6 +102,18 @@ def aws_cluster(cfg: PlatformConfig) -> AwsCluster:
     return AwsCluster(cluster, on_aws, pools)
 
 
+def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBucket]:
+    """The S3 bucket Loki stores logs in (lifecycle at the log retention) and the IRSA role of its service account."""
+    assert cfg.cluster is not None and cfg.target.region is not None
+    region = cfg.target.region
+    store = LogStore(f"{cfg.cluster.name}-logs", {
+        "namespace": cfg.observability.namespace, "service_account": LOKI_SERVICE_ACCOUNT,
+        "retention_days": math.ceil(retention_days(cfg.observability.retention))},
+        cluster=on_aws.cluster, opts=on_aws.opts)
+    return pulumi.Output.all(store.bucket_name, store.role_arn).apply(
+        lambda a: LokiBucket(bucket=a[0], region=region, role_arn=a[1]))
+
+
 def program(cfg: PlatformConfig) -> None:
     # --- cluster: EKS on AWS, or an existing cluster by kubeconfig --------------------------
     on_aws = aws_cluster(cfg) if cfg.is_aws else None
@@ -112,7 +128,8 @@ def program(cfg: PlatformConfig) -> None:
         if on_aws is not None else []
 
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
-    platform = Platform("platform", cfg=cfg, after=after, opts=on_cluster)
+    platform = Platform("platform", cfg=cfg, after=after,
+                        loki_bucket=loki_bucket(cfg, on_aws) if on_aws is not None else None, opts=on_cluster)
     if on_aws is not None:
         ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=on_aws.cluster,
                           system_namespace=platform.system_namespace,

@@ -6,21 +6,31 @@ cluster (the `*SelectorNilUsesHelmValues: false` settings), so what other compon
 release label. Grafana's sidecar loads dashboards from ConfigMaps labelled `grafana_dashboard=1` in
 every namespace. Prometheus joins the mesh for its scrapes only: its sidecar intercepts no traffic and
 writes the workload certificate that scrapes of meshed pods present (mesh.MESH_SCRAPE_TLS).
+
+Every backend keeps its data across restarts: Prometheus and Alertmanager on PVCs, Jaeger on Badger on a
+PVC, Loki in the kit's S3 bucket (AWS, `LokiBucket`) or on its volume (one binary), Alloy's positions on
+the node. Volumes are sized from `observability.ingest` and the retentions (README, "Observability data").
+Alertmanager routes by severity to the stack's receivers, reading credentials from mounted Secrets.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Sequence
+import math
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security, versions
+from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.mesh import PROMETHEUS_CERTS_DIR
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.otel_config import (
+    JAEGER_SERVICE,
     LOKI_GATEWAY_SERVICE,
     OTLP_HTTP_PORT,
     PROMETHEUS_EXPORTER_PORT,
@@ -29,7 +39,7 @@ from components.k8s.otel_config import (
 )
 from components.k8s.storage import cache_storage_class_name
 from infra.artifacts import dump_yaml
-from infra.config import PlatformConfig
+from infra.config import AlertReceiver, PlatformConfig
 
 __all__ = [
     "DASHBOARD_LABEL",
@@ -38,6 +48,23 @@ __all__ = [
     "COLLECTOR_CONFIG_KEY",
     "COLLECTOR_IMAGE",
     "LOKI_SCHEMA_FROM",
+    "LOKI_SERVICE_ACCOUNT",
+    "JAEGER_STORAGE_PATH",
+    "ALLOY_STORAGE_PATH",
+    "ALLOY_HOST_PATH",
+    "ALERTMANAGER_SECRETS_DIR",
+    "ALERT_TEMPLATE_FILE",
+    "LokiBucket",
+    "retention_days",
+    "prometheus_volume_gib",
+    "jaeger_volume_gib",
+    "loki_volume_gib",
+    "alertmanager_config",
+    "alert_templates",
+    "control_plane_values",
+    "jaeger_config",
+    "jaeger_volume_claim",
+    "config_checksum",
     "prometheus_mesh_pod_settings",
     "kube_prometheus_stack_values",
     "collector_configmap",
@@ -58,9 +85,38 @@ COLLECTOR_CONFIGMAP = "otel-collector-config"
 COLLECTOR_CONFIG_KEY = "relay"  # the chart mounts this key as /conf/relay.yaml
 COLLECTOR_IMAGE = "otel/opentelemetry-collector-contrib"  # k8sattributes, spanmetrics, prometheus exporter
 JAEGER_RELEASE = "jaeger"
+JAEGER_QUERY_PORT = 16686
 LOKI_RELEASE = "loki"
 ALLOY_RELEASE = "alloy"
 LOKI_SCHEMA_FROM = "2024-04-01"  # first day of the tsdb/v13 schema period (never change once deployed)
+LOKI_SERVICE_ACCOUNT = "loki"  # the chart names its service account after fullnameOverride
+JAEGER_STORAGE_PATH = "/badger"  # where the Jaeger pod mounts its volume
+JAEGER_VOLUME_CLAIM = "jaeger-badger"
+JAEGER_VOLUME = "badger"
+# Alloy keeps its state (loki.source.file positions, WAL) under --storage.path; the chart's default is
+# /tmp/alloy in the container (alloy chart 1.4.0 values.yaml `alloy.storagePath`), lost on every restart.
+ALLOY_STORAGE_PATH = "/var/lib/alloy"
+ALLOY_HOST_PATH = "/var/lib/aifactory/alloy"  # on the node: survives pod restarts and upgrades
+ALLOY_STORAGE_VOLUME = "alloy-storage"
+# kube-prometheus-stack mounts each of `alertmanagerSpec.secrets` at /etc/alertmanager/secrets/<name>/
+# (values.yaml of the pinned chart, `alertmanager.alertmanagerSpec.secrets`).
+ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
+# templateFiles land in /etc/alertmanager/config/, which the chart's default `templates` glob reads.
+ALERT_TEMPLATE_FILE = "aifactory.tmpl"
+ALERT_TEMPLATES_GLOB = "/etc/alertmanager/config/*.tmpl"
+CONFIG_CHECKSUM_ANNOTATION = "checksum/aifactory-config"
+CONFIG_HASH_LABEL = "aifactory.io/config-hash"
+
+# Disk sizing (README, "Observability data"). Prometheus stores 1-2 bytes per sample on disk
+# (prometheus.io/docs/prometheus/latest/storage, "Operational aspects"): size for the upper end.
+PROMETHEUS_BYTES_PER_SAMPLE = 2.0
+JAEGER_BYTES_PER_SPAN = 1024  # estimate: a span with the kit's attributes, after Badger's compression
+LOKI_COMPRESSION_RATIO = 5.0  # estimate: raw log bytes per stored chunk byte
+DISK_HEADROOM = 1.3  # WAL, head block, compaction and growth on top of the retained data
+MIN_VOLUME_GIB = 10
+ALERTMANAGER_VOLUME_GIB = 1  # silences and the notification log: kilobytes to a few megabytes
+RETENTION_SIZE_FRACTION = 0.85  # Prometheus drops old blocks before its volume fills
+GIB = 1024 ** 3
 ISTIO_CERTS_VOLUME = "istio-certs"
 ISTIO_OUTPUT_CERTS = "/etc/istio-output-certs"
 
@@ -94,8 +150,141 @@ def _datasources(cfg: PlatformConfig) -> list[dict[str, Any]]:
         {"name": "Loki", "type": "loki", "uid": "loki", "access": "proxy",
          "url": f"http://{service_host(LOKI_GATEWAY_SERVICE, ns)}"},
         {"name": "Jaeger", "type": "jaeger", "uid": "jaeger", "access": "proxy",
-         "url": f"http://{service_host(f'{JAEGER_RELEASE}-query', ns)}:16686"},
+         "url": f"http://{service_host(JAEGER_SERVICE, ns)}:{JAEGER_QUERY_PORT}"},
     ]
+
+
+@dataclass(frozen=True, slots=True)
+class LokiBucket:
+    """The S3 bucket Loki stores in (AWS) and the IRSA role its service account assumes."""
+
+    bucket: str
+    region: str
+    role_arn: str
+
+
+def retention_days(retention: str) -> float:
+    """Days in a retention such as `15d`, `720h`, `2w`, `1y`."""
+    return {"h": 1 / 24, "d": 1, "w": 7, "y": 365}[retention[-1]] * int(retention[:-1])
+
+
+def _volume_gib(bytes_retained: float) -> int:
+    return max(MIN_VOLUME_GIB, math.ceil(bytes_retained * DISK_HEADROOM / GIB))
+
+
+def prometheus_volume_gib(cfg: PlatformConfig) -> int:
+    """samples/s x seconds retained x bytes/sample, plus headroom (the Prometheus docs' sizing formula)."""
+    obs = cfg.observability
+    return _volume_gib(obs.ingest.samples_per_second * 86_400 * retention_days(obs.retention)
+                       * PROMETHEUS_BYTES_PER_SAMPLE)
+
+
+def jaeger_volume_gib(cfg: PlatformConfig) -> int:
+    """Spans kept (after the Collector's sampling) x bytes/span x the trace retention, plus headroom."""
+    obs = cfg.observability
+    return _volume_gib(obs.ingest.spans_per_second * obs.trace_sample_ratio * 86_400
+                       * retention_days(obs.trace_retention) * JAEGER_BYTES_PER_SPAN)
+
+
+def loki_volume_gib(cfg: PlatformConfig) -> int:
+    """Filesystem mode: compressed log bytes for the whole retention, plus headroom."""
+    obs = cfg.observability
+    return _volume_gib(obs.ingest.log_gib_per_day * GIB / LOKI_COMPRESSION_RATIO * retention_days(obs.retention))
+
+
+def _claim(size_gib: int, cfg: PlatformConfig) -> dict[str, Any]:
+    spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{size_gib}Gi"}}}
+    if (sc := cache_storage_class_name(cfg)) is not None:
+        spec["storageClassName"] = sc
+    return spec
+
+
+def control_plane_values(cfg: PlatformConfig) -> dict[str, Any]:
+    """Scrape the control plane only where the target exposes it. EKS runs controller manager, scheduler
+    and etcd out of reach, and its kube-proxy add-on binds metrics to 127.0.0.1:10249 (kube-proxy's
+    default; aws/containers-roadmap#657: the add-on reverts edits), so every target would be down and
+    KubeControllerManagerDown/KubeSchedulerDown/KubeProxyDown fire forever."""
+    on = cfg.observability.control_plane_metrics
+    return {k: {"enabled": on} for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")}
+
+
+def _secret_file(receiver: AlertReceiver) -> str:
+    assert receiver.secret is not None
+    return f"{ALERTMANAGER_SECRETS_DIR}/{receiver.secret.name}/{receiver.secret.key}"
+
+
+TITLE = '{{ template "aifactory.title" . }}'
+TEXT = '{{ template "aifactory.text" . }}'
+
+
+def _receiver_config(receiver: AlertReceiver) -> dict[str, Any]:
+    """One Alertmanager receiver; credentials are `*_file` paths into the mounted Secret, never values."""
+    out: dict[str, Any] = {"name": receiver.name}
+    if receiver.type == "slack":
+        out["slack_configs"] = [{"api_url_file": _secret_file(receiver), "channel": receiver.channel,
+                                 "send_resolved": True, "title": TITLE, "text": TEXT}]
+    elif receiver.type == "pagerduty":
+        out["pagerduty_configs"] = [{"routing_key_file": _secret_file(receiver), "send_resolved": True,
+                                     "description": TITLE, "details": {"alerts": TEXT},
+                                     "links": [{"href": '{{ (index .Alerts 0).Annotations.runbook_url }}',
+                                                "text": "Runbook"}]}]
+    elif receiver.type == "email":
+        email: dict[str, Any] = {"to": receiver.to, "from": receiver.sender, "smarthost": receiver.smarthost,
+                                 "send_resolved": True, "headers": {"Subject": TITLE}, "text": TEXT}
+        if receiver.username is not None:
+            email["auth_username"] = receiver.username
+        if receiver.secret is not None:
+            email["auth_password_file"] = _secret_file(receiver)
+        out["email_configs"] = [email]
+    else:  # webhook: the JSON payload carries every label and annotation (runbook_url included)
+        hook: dict[str, Any] = {"url": receiver.url, "send_resolved": True}
+        if receiver.secret is not None:
+            hook["http_config"] = {"authorization": {"type": "Bearer", "credentials_file": _secret_file(receiver)}}
+        out["webhook_configs"] = [hook]
+    return out
+
+
+def alertmanager_config(cfg: PlatformConfig) -> dict[str, Any]:
+    """The whole Alertmanager configuration: severity routes to the configured receivers (each severity's
+    receivers all get it), Watchdog and unrouted severities to "null", and the chart's inhibition rules."""
+    alerting = cfg.observability.alerting
+    routes: list[dict[str, Any]] = [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}]
+    for severity, names in alerting.routes.items():
+        for i, name in enumerate(names):
+            route: dict[str, Any] = {"receiver": name, "matchers": [f'severity = "{severity}"']}
+            if i < len(names) - 1:
+                route["continue"] = True
+            routes.append(route)
+    return {
+        "global": {"resolve_timeout": "5m"},
+        "inhibit_rules": [
+            {"source_matchers": ['severity = "critical"'], "target_matchers": ['severity =~ "warning|info"'],
+             "equal": ["namespace", "alertname"]},
+            {"source_matchers": ['severity = "warning"'], "target_matchers": ['severity = "info"'],
+             "equal": ["namespace", "alertname"]},
+            # kube-prometheus-stack's InfoInhibitor silences info alerts of a namespace while it fires.
+            {"source_matchers": ['alertname = "InfoInhibitor"'], "target_matchers": ['severity = "info"'],
+             "equal": ["namespace"]},
+            {"target_matchers": ['alertname = "InfoInhibitor"']},
+        ],
+        "route": {"receiver": "null", "group_by": ["namespace", "alertname"], "group_wait": "30s",
+                  "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
+        "receivers": [{"name": "null"}, *(_receiver_config(r) for r in alerting.receivers.values())],
+        "templates": [ALERT_TEMPLATES_GLOB],
+    }
+
+
+def alert_templates() -> dict[str, str]:
+    """Notification templates: every alert's summary, description and runbook_url."""
+    return {ALERT_TEMPLATE_FILE: (
+        '{{ define "aifactory.title" }}[{{ .Status | toUpper }}] {{ .CommonLabels.alertname }}'
+        ' ({{ .CommonLabels.severity }}){{ end }}\n'
+        '{{ define "aifactory.text" }}{{ range .Alerts }}{{ .Annotations.summary }}\n'
+        '{{ .Annotations.description }}\nRunbook: {{ .Annotations.runbook_url }}\n{{ end }}{{ end }}\n')}
+
+
+def _alertmanager_secrets(cfg: PlatformConfig) -> list[str]:
+    return sorted({r.secret.name for r in cfg.observability.alerting.receivers.values() if r.secret is not None})
 
 
 KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
@@ -110,15 +299,23 @@ def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
             "prometheusSpec": {
                 **selectors,
                 "retention": cfg.observability.retention,
+                "retentionSize": f"{math.floor(prometheus_volume_gib(cfg) * RETENTION_SIZE_FRACTION)}GB",
+                "storageSpec": {"volumeClaimTemplate": {"spec": _claim(prometheus_volume_gib(cfg), cfg)}},
                 "resources": _res("1", "4Gi", "4", "16Gi"),
                 "securityContext": security.pod_security_context(uid=1000, fs_group=2000),
                 **prometheus_mesh_pod_settings(),
             },
         },
-        "alertmanager": {"alertmanagerSpec": {
-            "resources": _res("50m", "128Mi", "500m", "256Mi"),
-            "securityContext": security.pod_security_context(uid=1000, fs_group=2000),
-        }},
+        "alertmanager": {
+            "config": alertmanager_config(cfg),
+            "templateFiles": alert_templates(),
+            "alertmanagerSpec": {
+                "resources": _res("50m", "128Mi", "500m", "256Mi"),
+                "securityContext": security.pod_security_context(uid=1000, fs_group=2000),
+                "storage": {"volumeClaimTemplate": {"spec": _claim(ALERTMANAGER_VOLUME_GIB, cfg)}},
+                "secrets": _alertmanager_secrets(cfg),
+            },
+        },
         "grafana": {
             "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
                                        "searchNamespace": "ALL"}},
@@ -133,6 +330,7 @@ def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
         "kube-state-metrics": {"resources": _res("50m", "128Mi", "500m", "512Mi"),
                                "metricLabelsAllowlist": KSM_LABELS_ALLOWLIST},
         "prometheus-node-exporter": {"resources": _res("50m", "64Mi", "250m", "128Mi")},
+        **control_plane_values(cfg),
     }
 
 
@@ -144,12 +342,20 @@ def collector_configmap(cfg: PlatformConfig) -> dict[str, Any]:
             "data": {COLLECTOR_CONFIG_KEY: dump_yaml(collector_config(cfg))}}
 
 
+def config_checksum(data: dict[str, str]) -> str:
+    """sha256 of a ConfigMap's data (keys sorted): what the pod template carries so that a config change
+    rolls the pods. The chart's own `checksum/config` hashes its templates, a constant when the kit
+    brings the ConfigMap (`configMap.create: false`; opentelemetry-collector chart `_helpers.tpl`)."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
+
+
 def collector_values(cfg: PlatformConfig) -> dict[str, Any]:
     off = {"enabled": False}
     return {
         "mode": "deployment",
         "fullnameOverride": COLLECTOR_RELEASE,
         "replicaCount": 2,
+        "podAnnotations": {CONFIG_CHECKSUM_ANNOTATION: config_checksum(collector_configmap(cfg)["data"])},
         "image": {"repository": COLLECTOR_IMAGE},
         "configMap": {"create": False, "existingName": COLLECTOR_CONFIGMAP},
         "ports": {
@@ -178,52 +384,116 @@ def collector_service_monitor(cfg: PlatformConfig) -> dict[str, Any]:
                      "endpoints": [{"port": "prometheus", "interval": "15s"}]}}
 
 
-def jaeger_values() -> dict[str, Any]:
-    """Jaeger v2 all-in-one (OTLP in, query UI on 16686) with in-memory storage."""
+def _hours(retention: str) -> str:
+    return f"{round(retention_days(retention) * 24)}h"
+
+
+def jaeger_config(cfg: PlatformConfig) -> dict[str, Any]:
+    """Jaeger v2's configuration (the chart's `userconfig`, passed as `--config`): OTLP in on every
+    interface, Badger on the pod's volume with the configured trace retention as its TTL.
+
+    Receivers name their endpoints: an OTLP receiver without one binds to localhost on the collector core
+    Jaeger v2 is built on, so nothing outside the pod could reach it (the jaeger 4.0.0 chart's image,
+    2.0.0-rc2, shipped exactly that; later images set JAEGER_LISTEN_HOST=0.0.0.0, jaeger cmd/jaeger/Dockerfile).
+    """
+    store = "badger_main"
     return {
-        "fullnameOverride": JAEGER_RELEASE,
-        "provisionDataStore": {"cassandra": False},
-        "storage": {"type": "memory"},
-        "allInOne": {"enabled": True, "resources": _res("250m", "1Gi", "1", "4Gi"),
-                     "podSecurityContext": security.pod_security_context(uid=10001),
-                     "securityContext": security.container_security_context()},
-        "agent": {"enabled": False},
-        "collector": {"enabled": False},
-        "query": {"enabled": False},
+        "service": {
+            "extensions": ["jaeger_storage", "jaeger_query", "healthcheckv2"],
+            "pipelines": {"traces": {"receivers": ["otlp"], "processors": ["batch"],
+                                     "exporters": ["jaeger_storage_exporter"]}},
+            "telemetry": {"resource": {"service.name": "jaeger"},
+                          "metrics": {"level": "detailed", "readers": [
+                              {"pull": {"exporter": {"prometheus": {"host": "0.0.0.0", "port": 8888}}}}]}},
+        },
+        "extensions": {
+            # The chart probes GET /status on 13133 (jaeger chart 4.11.1 templates/jaeger/jaeger-deploy.yaml).
+            "healthcheckv2": {"use_v2": True, "http": {"endpoint": "0.0.0.0:13133"}},
+            "jaeger_query": {"storage": {"traces": store},
+                             "http": {"endpoint": f"0.0.0.0:{JAEGER_QUERY_PORT}"},
+                             "grpc": {"endpoint": "0.0.0.0:16685"}},
+            "jaeger_storage": {"backends": {store: {"badger": {
+                "directories": {"keys": f"{JAEGER_STORAGE_PATH}/keys", "values": f"{JAEGER_STORAGE_PATH}/values"},
+                "ephemeral": False,
+                "ttl": {"spans": _hours(cfg.observability.trace_retention)},
+            }}}},
+        },
+        "receivers": {"otlp": {"protocols": {"grpc": {"endpoint": f"0.0.0.0:{naming.OTEL_GRPC_PORT}"},
+                                             "http": {"endpoint": f"0.0.0.0:{OTLP_HTTP_PORT}"}}}},
+        "processors": {"batch": {}},
+        "exporters": {"jaeger_storage_exporter": {"trace_storage": store}},
     }
 
 
-def _retention_hours(retention: str) -> str:
-    hours = {"h": 1, "d": 24, "w": 24 * 7, "y": 24 * 365}[retention[-1]] * int(retention[:-1])
-    return f"{hours}h"
+def jaeger_volume_claim(cfg: PlatformConfig) -> dict[str, Any]:
+    """The Badger volume. Not awaited: on a WaitForFirstConsumer class it binds when Jaeger's pod starts."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": JAEGER_VOLUME_CLAIM, "namespace": cfg.observability.namespace,
+                         "labels": dict(naming.MANAGED_BY), "annotations": {"pulumi.com/skipAwait": "true"}},
+            "spec": _claim(jaeger_volume_gib(cfg), cfg)}
 
 
-def loki_values(cfg: PlatformConfig) -> dict[str, Any]:
-    """Loki in the configured mode: one binary on its filesystem, or read/write/backend on object storage."""
-    single = cfg.observability.loki_mode == "single-binary"
-    store = "filesystem" if single else "s3"
+def jaeger_values(cfg: PlatformConfig) -> dict[str, Any]:
+    """Jaeger v2 (one all-in-one pod: OTLP in, query UI on 16686) on Badger. The chart (4.x after 4.0)
+    names the component `jaeger` and serves OTLP and the UI from one Service named after fullnameOverride."""
+    return {
+        "fullnameOverride": JAEGER_RELEASE,
+        "userconfig": jaeger_config(cfg),
+        "jaeger": {
+            "replicas": 1,  # Badger is a single-writer store on a ReadWriteOnce volume
+            # The chart gives the pod no checksum of its config and renders no pod annotations, only
+            # `podLabels` (templates/jaeger/jaeger-deploy.yaml): a label (63 characters at most) rolls it.
+            "podLabels": {CONFIG_HASH_LABEL: config_checksum({"userconfig": dump_yaml(jaeger_config(cfg))})[:16]},
+            "resources": _res("250m", "1Gi", "1", "4Gi"),
+            "podSecurityContext": security.pod_security_context(uid=10001, fs_group=10001),
+            "securityContext": security.container_security_context(),
+            "extraVolumes": [{"name": JAEGER_VOLUME, "persistentVolumeClaim": {"claimName": JAEGER_VOLUME_CLAIM}}],
+            "extraVolumeMounts": [{"name": JAEGER_VOLUME, "mountPath": JAEGER_STORAGE_PATH}],
+        },
+    }
+
+
+def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[str, Any]:
+    """Loki in the configured mode. On AWS (`bucket` given) chunks and index live in the kit's S3 bucket,
+    reached through the service account's IRSA role (no keys: the SDK's web-identity credentials). On an
+    existing cluster Loki runs as one binary on its own volume: a single node, no replication."""
+    obs = cfg.observability
+    single = obs.loki_mode == "single-binary"
+    store = "filesystem" if bucket is None else "s3"
     replicas = 0 if single else 3
-    # Every claim names the stack's class (loki 6.53.0 and minio 5.4.0 leave storageClassName unset by
-    # default: a cluster without a default class would leave them Pending; checked with `helm template`).
-    persistence = {"persistence": {"storageClass": cache_storage_class_name(cfg)}}
+    sc = cache_storage_class_name(cfg)
+
+    def persistence(size_gib: int) -> dict[str, Any]:
+        return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {})}}
+
+    storage: dict[str, Any] = {"type": store}
+    service_account: dict[str, Any] = {"create": True, "name": LOKI_SERVICE_ACCOUNT}
+    if bucket is not None:
+        storage.update(bucketNames={"chunks": bucket.bucket, "ruler": bucket.bucket, "admin": bucket.bucket},
+                       s3={"region": bucket.region})
+        service_account["annotations"] = {IRSA_ANNOTATION: bucket.role_arn}
+    # The write path's WAL (and, in filesystem mode, the chunks) need a volume: sized from ingest there.
+    wal = MIN_VOLUME_GIB if bucket is not None else loki_volume_gib(cfg)
     return {
         "fullnameOverride": LOKI_RELEASE,
         "deploymentMode": "SingleBinary" if single else "SimpleScalable",
+        "serviceAccount": service_account,
         "loki": {
             "auth_enabled": False,
             "commonConfig": {"replication_factor": 1 if single else 3},
-            "storage": {"type": store},
+            "storage": storage,
             "schemaConfig": {"configs": [{"from": LOKI_SCHEMA_FROM, "store": "tsdb", "object_store": store,
                                           "schema": "v13", "index": {"prefix": "loki_index_", "period": "24h"}}]},
-            "limits_config": {"retention_period": _retention_hours(cfg.observability.retention),
-                              "allow_structured_metadata": True},
+            "limits_config": {"retention_period": _hours(obs.retention), "allow_structured_metadata": True},
             "compactor": {"retention_enabled": True, "delete_request_store": store},
         },
-        "singleBinary": {"replicas": 1 if single else 0, "resources": _res("500m", "1Gi", "2", "4Gi"), **persistence},
+        "singleBinary": {"replicas": 1 if single else 0, "resources": _res("500m", "1Gi", "2", "4Gi"),
+                         **persistence(wal)},
         "read": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi")},
-        "write": {"replicas": replicas, "resources": _res("250m", "1Gi", "1", "2Gi"), **persistence},
-        "backend": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi"), **persistence},
-        "minio": {"enabled": not single, **persistence},  # object storage for simple-scalable (in-cluster)
+        "write": {"replicas": replicas, "resources": _res("250m", "1Gi", "1", "2Gi"), **persistence(wal)},
+        "backend": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi"),
+                    **persistence(MIN_VOLUME_GIB)},
+        "minio": {"enabled": False},  # never the chart's demo store (default credentials, one replica)
         "chunksCache": {"enabled": False},
         "resultsCache": {"enabled": False},
     }
@@ -256,10 +526,14 @@ def alloy_config(cfg: PlatformConfig) -> str:
 def alloy_values(cfg: PlatformConfig) -> dict[str, Any]:
     return {
         "fullnameOverride": ALLOY_RELEASE,
-        "controller": {"type": "daemonset", "tolerations": [{"operator": "Exists"}]},  # every node's logs
+        "controller": {"type": "daemonset", "tolerations": [{"operator": "Exists"}],  # every node's logs
+                       "volumes": {"extra": [{"name": ALLOY_STORAGE_VOLUME, "hostPath": {
+                           "path": ALLOY_HOST_PATH, "type": "DirectoryOrCreate"}}]}},
         "alloy": {
             "configMap": {"create": True, "content": alloy_config(cfg)},
-            "mounts": {"varlog": True},
+            # Positions (how far each file was read) survive restarts on the node itself.
+            "storagePath": ALLOY_STORAGE_PATH,
+            "mounts": {"varlog": True, "extra": [{"name": ALLOY_STORAGE_VOLUME, "mountPath": ALLOY_STORAGE_PATH}]},
             "resources": _res("100m", "128Mi", "500m", "512Mi"),
         },
     }
@@ -271,8 +545,10 @@ class Observability(pulumi.ComponentResource):
     namespace: k8s.core.v1.Namespace
     prometheus_stack: k8s.helm.v3.Release
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cfg: PlatformConfig, loki_bucket: pulumi.Output[LokiBucket] | None = None,
+                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+        """`loki_bucket`: the S3 bucket and IRSA role Loki uses (AWS); without it Loki keeps logs on its volume.
+        `after`: what the releases wait for (system nodes, DNS, the storage class their claims name)."""
         super().__init__("aifactory:k8s:Observability", name, None, opts)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.
@@ -282,15 +558,20 @@ class Observability(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after])  # after: nodes, DNS, storage
 
-        def chart(suffix: str, chart_: versions.HelmChart, release_name: str, values: dict[str, Any],
+        def chart(suffix: str, chart_: versions.HelmChart, release_name: str, values: pulumi.Input[dict[str, Any]],
                   opts: pulumi.ResourceOptions = in_ns) -> k8s.helm.v3.Release:
             return versions.release(f"{name}-{suffix}", chart_, release_name=release_name, namespace=ns_name,
                                     values=values, opts=opts)
 
         self.prometheus_stack = chart("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE,
                                       kube_prometheus_stack_values(cfg))
-        chart("jaeger", versions.JAEGER, JAEGER_RELEASE, jaeger_values())
-        chart("loki", versions.LOKI, LOKI_RELEASE, loki_values(cfg))
+        pvc = jaeger_volume_claim(cfg)
+        claim = k8s.core.v1.PersistentVolumeClaim(f"{name}-jaeger-storage", metadata=pvc["metadata"],
+                                                  spec=pvc["spec"], opts=in_ns)
+        chart("jaeger", versions.JAEGER, JAEGER_RELEASE, jaeger_values(cfg),
+              pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, claim, *after]))
+        chart("loki", versions.LOKI, LOKI_RELEASE,
+              loki_values(cfg) if loki_bucket is None else loki_bucket.apply(lambda b: loki_values(cfg, b)))
         chart("alloy", versions.ALLOY, ALLOY_RELEASE, alloy_values(cfg))
         cm = collector_configmap(cfg)
         config = k8s.core.v1.ConfigMap(f"{name}-collector-config", metadata=cm["metadata"], data=cm["data"],

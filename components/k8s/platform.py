@@ -23,7 +23,7 @@ from components.k8s.fabric import Fabric
 from components.k8s.gpu_stack import GpuStack
 from components.k8s.mesh import Mesh
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.observability import Observability
+from components.k8s.observability import LokiBucket, Observability
 from components.k8s.tenancy import Tenancy
 from infra.config import PlatformConfig
 
@@ -59,6 +59,7 @@ class Platform(pulumi.ComponentResource):
     metrics_server: k8s.helm.v3.Release | None
 
     def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
+                 loki_bucket: pulumi.Output[LokiBucket] | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Platform", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
@@ -70,7 +71,8 @@ class Platform(pulumi.ComponentResource):
         self.gpu = GpuStack(f"{name}-gpu", cfg=cfg, after=after, opts=child)
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
                              opts=child)
-        self.observability = Observability(f"{name}-observability", cfg=cfg, after=after, opts=child)
+        self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,
+                                           opts=child)
         self.tenancy = Tenancy(f"{name}-tenancy", cfg=cfg, opts=child)
         self.mesh = Mesh(f"{name}-mesh", cfg=cfg, tenant_namespaces=self.tenancy.namespaces, after=after,
                          opts=child)

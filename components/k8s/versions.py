@@ -86,7 +86,9 @@ KUBE_PROMETHEUS_STACK = HelmChart("kube-prometheus-stack", "https://prometheus-c
                                   "82.4.0", SLOW_RELEASE_TIMEOUT_SECONDS)
 OTEL_COLLECTOR = HelmChart("opentelemetry-collector", "https://open-telemetry.github.io/opentelemetry-helm-charts",
                            "0.143.0")
-JAEGER = HelmChart("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0")  # 4.x: Jaeger v2
+# jaeger 4.11.1 deploys jaegertracing/jaeger:2.19.0 (its Chart.yaml appVersion). 4.0.0 deployed 2.0.0-rc2,
+# whose OTLP receivers listened on localhost only.
+JAEGER = HelmChart("jaeger", "https://jaegertracing.github.io/helm-charts", "4.11.1")  # 4.x: Jaeger v2
 LOKI = HelmChart("loki", GRAFANA_REPO, "6.53.0", SLOW_RELEASE_TIMEOUT_SECONDS)
 ALLOY = HelmChart("alloy", GRAFANA_REPO, "1.4.0", SLOW_RELEASE_TIMEOUT_SECONDS)  # a daemon on every node
 

@@ -44,7 +44,7 @@ def test_receivers_exporters_and_connector_settings() -> None:
     assert cfg["receivers"] == {"otlp": {"protocols": {"grpc": {"endpoint": "${env:MY_POD_IP}:4317"},
                                                        "http": {"endpoint": "${env:MY_POD_IP}:4318"}}}}
     assert cfg["exporters"] == {
-        "otlp/jaeger": {"endpoint": "jaeger-collector.monitoring.svc.cluster.local:4317", "tls": {"insecure": True}},
+        "otlp/jaeger": {"endpoint": "jaeger.monitoring.svc.cluster.local:4317", "tls": {"insecure": True}},
         "prometheus": {"endpoint": "${env:MY_POD_IP}:8889", "resource_to_telemetry_conversion": {"enabled": False}},
         "otlphttp/loki": {"endpoint": "http://loki-gateway.monitoring.svc.cluster.local/otlp"},
     }

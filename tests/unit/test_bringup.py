@@ -172,7 +172,12 @@ def _claim_classes(stack: str) -> set[str | None]:
             if "ephemeral" in vol:
                 out.add(vol["ephemeral"]["volumeClaimTemplate"]["spec"].get("storageClassName"))
     loki = _named(stack, RELEASE, "loki").inputs["values"]
-    out |= {loki[t]["persistence"]["storageClass"] for t in ("singleBinary", "write", "backend", "minio")}
+    assert loki["minio"] == {"enabled": False}  # no demo store, so no MinIO claim
+    out |= {loki[t]["persistence"]["storageClass"] for t in ("singleBinary", "write", "backend")}
+    kps = _named(stack, RELEASE, "kube-prometheus-stack").inputs["values"]
+    out.add(kps["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"])
+    out.add(kps["alertmanager"]["alertmanagerSpec"]["storage"]["volumeClaimTemplate"]["spec"]["storageClassName"])
+    out |= {c.inputs["spec"].get("storageClassName") for c in of(stack, "kubernetes:core/v1:PersistentVolumeClaim")}
     return out
 
 

@@ -61,8 +61,8 @@ def test_istiod_uses_cni_and_traces_to_the_collector() -> None:
     assert values["pilot"]["cni"] == {"enabled": True}
     assert values["meshConfig"]["extensionProviders"] == [{"name": "otel", "opentelemetry": {
         "service": "otel-collector.monitoring.svc.cluster.local", "port": 4317}}]
-    assert mesh.tracing_telemetry()["spec"] == {"tracing": [{"providers": [{"name": "otel"}],
-                                                             "randomSamplingPercentage": 100.0}]}
+    assert mesh.tracing_telemetry(stack_cfg("dev"))["spec"] == {"tracing": [{"providers": [{"name": "otel"}],
+                                                                             "randomSamplingPercentage": 1.0}]}
 
 
 def test_istio_releases_share_one_version() -> None:

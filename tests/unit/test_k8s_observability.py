@@ -1,13 +1,30 @@
-"""Observability backends' values: Prometheus selectors and retention, Grafana sidecar, Loki modes, Alloy,
-Jaeger v2, the Collector release and its ServiceMonitor, and secure defaults in the values."""
+"""Observability backends' values: Prometheus selectors, retention and volumes, Alertmanager routing, Grafana
+sidecar, Loki on S3 (AWS) or one volume, Alloy positions, Jaeger v2 on Badger, the Collector release, its
+rollouts and ServiceMonitor, control-plane targets per cluster kind, and secure defaults in the values."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+from typing import Any
+
+import pytest
 import yaml
 
+from components.k8s import mesh, versions
 from components.k8s import observability as obs
 from components.k8s.otel_config import collector_config
+from components.k8s.storage import cache_storage_class_name
+from infra.config import ConfigError
+from infra.synth import read_stack_config, run_program, stack_file
 from tests.support.stacks import stack_config as stack_cfg
+from tests.support.stacks import stack_raw
+
+
+def with_obs(stack: str, **observability: Any) -> Any:
+    """A shipped stack's config with keys of its `observability` section replaced."""
+    raw = stack_raw(stack)
+    return stack_cfg(stack, observability={**raw.get("observability", {}), **observability})
 
 
 def test_prometheus_selects_everything_and_keeps_configured_retention() -> None:
@@ -47,47 +64,19 @@ def test_grafana_sidecar_watches_dashboard_label_in_all_namespaces() -> None:
                                                  "searchNamespace": "ALL"}}
     assert [(d["uid"], d["url"]) for d in grafana["additionalDataSources"]] == [
         ("loki", "http://loki-gateway.monitoring.svc.cluster.local"),
-        ("jaeger", "http://jaeger-query.monitoring.svc.cluster.local:16686")]
-
-
-GP3 = {"persistence": {"storageClass": "aifactory-gp3"}}
-
-
-def test_loki_single_binary_and_simple_scalable() -> None:
-    single = obs.loki_values(stack_cfg("dev"))
-    assert (single["deploymentMode"], single["singleBinary"]["replicas"], single["read"]["replicas"],
-            single["minio"]) == ("SingleBinary", 1, 0, {"enabled": False, **GP3})
-    # Every claim names the kit's class (EKS 1.30+ has no default class): loki 6.53.0 renders the singleBinary,
-    # write and backend volumeClaimTemplates with persistence.storageClass, minio 5.4.0 its PVC likewise.
-    assert [single[t].get("persistence") for t in ("singleBinary", "write", "backend")] == [GP3["persistence"]] * 3
-    assert single["loki"]["storage"] == {"type": "filesystem"}
-    assert single["loki"]["limits_config"] == {"retention_period": "72h", "allow_structured_metadata": True}
-    scalable = obs.loki_values(stack_cfg("prod"))
-    assert (scalable["deploymentMode"], scalable["singleBinary"]["replicas"],
-            [scalable[t]["replicas"] for t in ("read", "write", "backend")], scalable["minio"]) == (
-        "SimpleScalable", 0, [3, 3, 3], {"enabled": True, **GP3})
-    assert scalable["loki"]["schemaConfig"]["configs"] == [{
-        "from": "2024-04-01", "store": "tsdb", "object_store": "s3", "schema": "v13",
-        "index": {"prefix": "loki_index_", "period": "24h"}}]
-    assert scalable["loki"]["limits_config"]["retention_period"] == "720h"
+        ("jaeger", "http://jaeger.monitoring.svc.cluster.local:16686")]
 
 
 def test_alloy_daemonset_ships_node_pod_logs_to_loki() -> None:
     values = obs.alloy_values(stack_cfg("dev"))
-    assert values["controller"] == {"type": "daemonset", "tolerations": [{"operator": "Exists"}]}
-    assert values["alloy"]["mounts"] == {"varlog": True}
+    assert (values["controller"]["type"], values["controller"]["tolerations"]) == (
+        "daemonset", [{"operator": "Exists"}])
+    assert values["alloy"]["mounts"]["varlog"] is True
     content = values["alloy"]["configMap"]["content"]
     assert 'url = "http://loki-gateway.monitoring.svc.cluster.local/loki/api/v1/push"' in content
     assert '"__meta_kubernetes_pod_label_aifactory_io_tenant"]\n    target_label  = "tenant"' in content
     assert 'replacement   = "/var/log/pods/*$1/*.log"' in content
     assert content.count("{") == content.count("}")
-
-
-def test_jaeger_is_v2_all_in_one() -> None:
-    values = obs.jaeger_values()
-    assert (values["allInOne"]["enabled"], values["agent"], values["collector"], values["query"],
-            values["provisionDataStore"], values["storage"]) == (
-        True, {"enabled": False}, {"enabled": False}, {"enabled": False}, {"cassandra": False}, {"type": "memory"})
 
 
 def test_collector_release_runs_the_kit_config_as_a_gateway() -> None:
@@ -108,3 +97,305 @@ def test_collector_release_runs_the_kit_config_as_a_gateway() -> None:
         "selector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector",
                                      "app.kubernetes.io/instance": "otel-collector"}},
         "endpoints": [{"port": "prometheus", "interval": "15s"}]}
+
+
+# --- 1. Jaeger ---------------------------------------------------------------------------------
+
+
+def test_jaeger_pin_receives_otlp_on_every_interface_and_keeps_traces_on_badger() -> None:
+    """jaeger chart 4.0.0 deployed jaegertracing/jaeger:2.0.0-rc2 (its Chart.yaml appVersion), whose built-in
+    config (cmd/jaeger/internal/all-in-one.yaml at v2.0.0-rc2) declares `otlp: protocols: grpc:, http:` with no
+    endpoint, which the collector core binds to localhost: the Collector's exports were refused. Chart 4.11.1
+    deploys 2.19.0 and passes the kit's config as `--config` (`userconfig`, templates/jaeger/jaeger-deploy.yaml);
+    that config names 0.0.0.0 for every listener and Badger (internal/storage/v1/badger/config.go: directories,
+    ephemeral, ttl.spans) on the mounted volume."""
+    assert (versions.JAEGER.chart, versions.JAEGER.version) == ("jaeger", "4.11.1")
+    cfg = stack_cfg("prod")
+    values = obs.jaeger_values(cfg)
+    assert "allInOne" not in values and "storage" not in values  # 4.0.0's keys; 4.11.1 reads `jaeger`
+    conf = values["userconfig"]
+    assert conf["receivers"] == {"otlp": {"protocols": {"grpc": {"endpoint": "0.0.0.0:4317"},
+                                                        "http": {"endpoint": "0.0.0.0:4318"}}}}
+    assert conf["extensions"]["healthcheckv2"] == {"use_v2": True, "http": {"endpoint": "0.0.0.0:13133"}}
+    assert conf["extensions"]["jaeger_query"]["http"] == {"endpoint": "0.0.0.0:16686"}
+    assert conf["extensions"]["jaeger_storage"] == {"backends": {"badger_main": {"badger": {
+        "directories": {"keys": "/badger/keys", "values": "/badger/values"}, "ephemeral": False,
+        "ttl": {"spans": "168h"}}}}}
+    assert conf["service"]["pipelines"] == {"traces": {"receivers": ["otlp"], "processors": ["batch"],
+                                                       "exporters": ["jaeger_storage_exporter"]}}
+    assert conf["exporters"] == {"jaeger_storage_exporter": {"trace_storage": "badger_main"}}
+    pod = values["jaeger"]
+    assert pod["replicas"] == 1
+    assert pod["extraVolumes"] == [{"name": "badger", "persistentVolumeClaim": {"claimName": "jaeger-badger"}}]
+    assert pod["extraVolumeMounts"] == [{"name": "badger", "mountPath": "/badger"}]
+    assert pod["podSecurityContext"]["fsGroup"] == 10001  # the image's user writes the volume
+    # prod: 2000 spans/s x 0.2 kept x 86,400 s x 7 d x 1,024 B = 247.7 GB, x 1.3 headroom = 300 GiB
+    assert obs.jaeger_volume_claim(cfg)["spec"] == {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "300Gi"}},
+        "storageClassName": "aifactory-gp3"}
+    assert obs.jaeger_volume_claim(cfg)["metadata"]["annotations"] == {"pulumi.com/skipAwait": "true"}
+
+
+def test_trace_retention_is_badgers_ttl() -> None:
+    cfg = with_obs("dev", traceRetention="3d")
+    assert obs.jaeger_config(cfg)["extensions"]["jaeger_storage"]["backends"]["badger_main"]["badger"]["ttl"] == {
+        "spans": "72h"}
+
+
+def test_collector_and_grafana_reach_jaegers_one_service() -> None:
+    """4.x charts after 4.0 serve OTLP (4317) and the UI (16686) from one Service named after fullnameOverride
+    (jaeger chart 4.11.1 templates/jaeger/jaeger-service.yaml)."""
+    cfg = stack_cfg("dev")
+    assert collector_config(cfg)["exporters"]["otlp/jaeger"]["endpoint"] == \
+        "jaeger.monitoring.svc.cluster.local:4317"
+    urls = {d["uid"]: d["url"] for d in obs.kube_prometheus_stack_values(cfg)["grafana"]["additionalDataSources"]}
+    assert urls["jaeger"] == "http://jaeger.monitoring.svc.cluster.local:16686"
+
+
+# --- 2. Loki ----------------------------------------------------------------------------------
+
+BUCKET = obs.LokiBucket(bucket="aifactory-prod-logs-bucket-1", region="us-east-1",
+                        role_arn="arn:aws:iam::123456789012:role/loki")
+
+
+def test_loki_on_aws_stores_in_the_kits_bucket_through_irsa() -> None:
+    values = obs.loki_values(stack_cfg("prod"), BUCKET)
+    assert values["deploymentMode"] == "SimpleScalable"
+    assert values["minio"] == {"enabled": False}
+    assert values["loki"]["storage"] == {
+        "type": "s3", "s3": {"region": "us-east-1"},
+        "bucketNames": {"chunks": BUCKET.bucket, "ruler": BUCKET.bucket, "admin": BUCKET.bucket}}
+    assert values["serviceAccount"] == {"create": True, "name": "loki", "annotations": {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/loki"}}
+    assert values["loki"]["schemaConfig"]["configs"] == [{
+        "from": "2024-04-01", "store": "tsdb", "object_store": "s3", "schema": "v13",
+        "index": {"prefix": "loki_index_", "period": "24h"}}]
+    assert values["loki"]["limits_config"]["retention_period"] == "720h"
+    assert [values[t]["replicas"] for t in ("read", "write", "backend")] == [3, 3, 3]
+    assert values["write"]["persistence"] == {"size": "10Gi", "storageClass": "aifactory-gp3"}
+    assert values["loki"]["commonConfig"] == {"replication_factor": 3}
+
+
+def test_loki_single_binary_on_aws_also_uses_the_bucket() -> None:
+    values = obs.loki_values(stack_cfg("dev"), BUCKET)
+    assert (values["deploymentMode"], values["singleBinary"]["replicas"], values["read"]["replicas"]) == (
+        "SingleBinary", 1, 0)
+    assert values["loki"]["storage"]["type"] == "s3"
+    assert values["loki"]["limits_config"] == {"retention_period": "72h", "allow_structured_metadata": True}
+
+
+def test_loki_on_an_existing_cluster_is_one_binary_on_a_volume_sized_from_ingest() -> None:
+    cfg = stack_cfg("onprem")
+    values = obs.loki_values(cfg)
+    assert (values["deploymentMode"], values["singleBinary"]["replicas"], values["minio"]) == (
+        "SingleBinary", 1, {"enabled": False})
+    assert values["loki"]["storage"] == {"type": "filesystem"}
+    assert values["loki"]["commonConfig"] == {"replication_factor": 1}
+    assert "annotations" not in values["serviceAccount"]
+    # 20 GiB/day / 5 (compression) x 15 d = 60 GiB, x 1.3 = 78 GiB
+    assert values["singleBinary"]["persistence"]["size"] == "78Gi"
+    assert values["singleBinary"]["persistence"].get("storageClass") == cache_storage_class_name(cfg)
+
+
+def test_simple_scalable_loki_needs_the_aws_bucket() -> None:
+    with pytest.raises(ConfigError) as err:
+        with_obs("onprem", lokiMode="simple-scalable")
+    assert [str(p) for p in err.value.problems] == [
+        "observability.lokiMode: 'simple-scalable' needs object storage, which the kit creates on provider aws "
+        "only; use 'single-binary' (one replica on its volume) on provider existing"]
+
+
+@pytest.fixture(scope="module")
+def prod_resources() -> list:
+    return run_program("prod", read_stack_config(stack_file("prod"))).resources
+
+
+def _one(resources: list, typ: str) -> Any:
+    (found,) = [r for r in resources if r.type == typ]
+    return found
+
+
+def test_log_bucket_is_private_encrypted_tls_only_and_expires_after_retention(prod_resources: list) -> None:
+    bucket = _one(prod_resources, "aws:s3/bucket:Bucket")
+    name, arn = bucket.outputs["bucket"], bucket.outputs["arn"]
+    pab = _one(prod_resources, "aws:s3/bucketPublicAccessBlock:BucketPublicAccessBlock")
+    assert {k: pab.inputs[k] for k in ("bucket", "blockPublicAcls", "blockPublicPolicy", "ignorePublicAcls",
+                                       "restrictPublicBuckets")} == {
+        "bucket": name, "blockPublicAcls": True, "blockPublicPolicy": True, "ignorePublicAcls": True,
+        "restrictPublicBuckets": True}
+    sse = _one(prod_resources, "aws:s3/bucketServerSideEncryptionConfiguration:BucketServerSideEncryptionConfiguration")
+    assert sse.inputs["rules"] == [{"applyServerSideEncryptionByDefault": {"sseAlgorithm": "AES256"}}]
+    policy = json.loads(_one(prod_resources, "aws:s3/bucketPolicy:BucketPolicy").inputs["policy"])
+    assert policy["Statement"] == [{"Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*",
+                                    "Action": "s3:*", "Resource": [arn, f"{arn}/*"],
+                                    "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
+    lifecycle = _one(prod_resources, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    assert lifecycle.inputs["rules"] == [{"id": "expire-after-retention", "status": "Enabled", "filter": {},
+                                          "expiration": {"days": 31},  # retention 30d, then one day of grace
+                                          "abortIncompleteMultipartUpload": {"daysAfterInitiation": 1}}]
+
+
+def test_loki_irsa_role_trusts_lokis_service_account_and_reaches_only_its_bucket(prod_resources: list) -> None:
+    arn = _one(prod_resources, "aws:s3/bucket:Bucket").outputs["arn"]
+    (role,) = [r for r in prod_resources if r.type == "aws:iam/role:Role" and r.name == "aifactory-prod-logs-irsa"]
+    trust = json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
+    assert sorted(trust.values()) == ["sts.amazonaws.com", "system:serviceaccount:monitoring:loki"]
+    (inline,) = [r for r in prod_resources if r.type == "aws:iam/rolePolicy:RolePolicy"
+                 and r.name == "aifactory-prod-logs-irsa-bucket"]
+    assert json.loads(inline.inputs["policy"])["Statement"] == [
+        {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [arn]},
+        {"Sid": "Objects", "Effect": "Allow", "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
+         "Resource": [f"{arn}/*"]}]
+    (loki,) = [r for r in prod_resources if r.type == "kubernetes:helm.sh/v3:Release" and r.inputs["name"] == "loki"]
+    assert loki.inputs["values"]["serviceAccount"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": role.outputs["arn"]}
+    assert loki.inputs["values"]["loki"]["storage"]["bucketNames"]["chunks"] == \
+        _one(prod_resources, "aws:s3/bucket:Bucket").outputs["bucket"]
+
+
+# --- 3. Prometheus and Alertmanager storage ------------------------------------------------------
+
+
+def test_prometheus_and_alertmanager_keep_data_on_volumes_sized_from_ingest() -> None:
+    """Prometheus' sizing formula: retention seconds x samples/s x bytes/sample, 1-2 bytes per sample
+    (prometheus.io/docs/prometheus/latest/storage/, "Operational aspects"); retentionSize units are powers of 2."""
+    values = obs.kube_prometheus_stack_values(stack_cfg("prod"))
+    spec = values["prometheus"]["prometheusSpec"]
+    # 20,000 samples/s x 86,400 s x 30 d x 2 B = 103.68 GB; x 1.3 = 134.78e9 B = 125.5 GiB -> 126 GiB
+    assert spec["storageSpec"] == {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "126Gi"}},
+        "storageClassName": "aifactory-gp3"}}}
+    assert spec["retentionSize"] == "107GB"  # 85% of the volume: old blocks go before the disk fills
+    assert values["alertmanager"]["alertmanagerSpec"]["storage"] == {"volumeClaimTemplate": {"spec": {
+        "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}},
+        "storageClassName": "aifactory-gp3"}}}
+    # dev: 3,000 x 86,400 x 3 d x 2 B x 1.3 = 2.0 GB: the 10 GiB floor
+    dev = obs.kube_prometheus_stack_values(stack_cfg("dev"))["prometheus"]["prometheusSpec"]
+    assert dev["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "10Gi"}}
+
+
+def test_existing_cluster_volumes_use_the_kits_storage_class_choice() -> None:
+    cfg = stack_cfg("onprem")
+    spec = obs.kube_prometheus_stack_values(cfg)["prometheus"]["prometheusSpec"]["storageSpec"]
+    assert spec["volumeClaimTemplate"]["spec"].get("storageClassName") == cache_storage_class_name(cfg)
+    # 15,000 x 86,400 x 15 d x 2 B x 1.3 = 50.5e9 B = 47.1 GiB -> 48 GiB
+    assert spec["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "48Gi"}}
+
+
+# --- 4. Alert routing -------------------------------------------------------------------------
+
+
+def test_alertmanager_routes_by_severity_to_receivers_reading_secrets_from_files() -> None:
+    values = obs.kube_prometheus_stack_values(stack_cfg("prod"))["alertmanager"]
+    config = values["config"]
+    assert config["route"]["routes"] == [
+        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+        {"receiver": "oncall-pagerduty", "matchers": ['severity = "critical"'], "continue": True},
+        {"receiver": "platform-slack", "matchers": ['severity = "critical"']},
+        {"receiver": "platform-slack", "matchers": ['severity = "warning"']},
+        {"receiver": "platform-email", "matchers": ['severity = "info"']}]
+    receivers = {r["name"]: r for r in config["receivers"]}
+    assert receivers["oncall-pagerduty"]["pagerduty_configs"][0]["routing_key_file"] == \
+        "/etc/alertmanager/secrets/alertmanager-pagerduty/routing-key"
+    assert receivers["platform-slack"]["slack_configs"][0]["api_url_file"] == \
+        "/etc/alertmanager/secrets/alertmanager-slack/webhook-url"
+    assert receivers["platform-email"]["email_configs"][0]["auth_password_file"] == \
+        "/etc/alertmanager/secrets/alertmanager-smtp/password"
+    # kube-prometheus-stack mounts each listed Secret at /etc/alertmanager/secrets/<name>/ (values.yaml)
+    assert values["alertmanagerSpec"]["secrets"] == ["alertmanager-pagerduty", "alertmanager-slack",
+                                                     "alertmanager-smtp"]
+    assert "runbook_url" in values["templateFiles"]["aifactory.tmpl"]
+    assert config["templates"] == ["/etc/alertmanager/config/*.tmpl"]
+
+
+def test_webhook_token_is_a_bearer_credentials_file() -> None:
+    config = obs.alertmanager_config(stack_cfg("staging"))
+    (hook,) = [r for r in config["receivers"] if r["name"] == "incident-webhook"]
+    token = "/etc/alertmanager/secrets/alertmanager-webhook/token"
+    assert hook["webhook_configs"] == [{"url": "https://hooks.example.com/aifactory/staging", "send_resolved": True,
+                                        "http_config": {"authorization": {"type": "Bearer",
+                                                                          "credentials_file": token}}}]
+
+
+def _problems(**observability: Any) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        with_obs("dev", **observability)
+    return [str(p) for p in err.value.problems]
+
+
+def test_plain_text_credentials_and_unknown_receivers_are_refused() -> None:
+    assert _problems(alerting={"receivers": {"s": {"type": "slack", "channel": "#a", "apiUrl": "https://x"}},
+                               "routes": {"critical": ["s", "nobody"]}}) == [
+        "observability.alerting.receivers.s.apiUrl: credentials never go into the stack config; store it in a "
+        "Kubernetes Secret and reference it with secret: {name, key}",
+        "observability.alerting.receivers.s.secret: is required: {name: <Secret in the observability namespace>, "
+        "key: <its key>}",
+        "observability.alerting.routes.critical[1]: 'nobody' is not a receiver; receivers: s"]
+    assert _problems(alerting={"routes": {"page": []}}) == [
+        "observability.alerting.routes.page: unknown key; allowed keys: critical, warning, info"]
+
+
+# --- 5. Control-plane targets -------------------------------------------------------------------
+
+
+def test_eks_scrapes_no_control_plane_component_an_existing_cluster_does() -> None:
+    """EKS exposes neither controller manager, scheduler nor etcd, and its kube-proxy add-on binds metrics to
+    127.0.0.1:10249 (aws/containers-roadmap#657, terraform-aws-eks#742): scraping them only fires *Down alerts."""
+    off = {"enabled": False}
+    prod = obs.kube_prometheus_stack_values(stack_cfg("prod"))
+    assert [prod[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == [off] * 4
+    onprem = obs.kube_prometheus_stack_values(stack_cfg("onprem"))
+    assert [onprem[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == \
+        [{"enabled": True}] * 4
+    forced = obs.kube_prometheus_stack_values(with_obs("onprem", controlPlaneMetrics=False))
+    assert forced["kubeScheduler"] == off
+
+
+# --- 6. Collector rollouts ----------------------------------------------------------------------
+
+
+def test_a_collector_config_change_rolls_the_pods() -> None:
+    """The chart's checksum/config hashes its own ConfigMap template, a constant with configMap.create=false
+    (opentelemetry-collector 0.143.0 templates/_helpers.tpl): the kit annotates the pod with its config's hash."""
+    before = obs.collector_values(stack_cfg("staging"))["podAnnotations"]
+    again = obs.collector_values(stack_cfg("staging"))["podAnnotations"]
+    after = obs.collector_values(with_obs("staging", traceSampleRatio=0.5))["podAnnotations"]
+    data = obs.collector_configmap(stack_cfg("staging"))["data"]
+    assert before == again == {"checksum/aifactory-config": hashlib.sha256(
+        json.dumps(data, sort_keys=True).encode()).hexdigest()}
+    assert after["checksum/aifactory-config"] != before["checksum/aifactory-config"]
+
+
+# --- 7. Alloy positions -------------------------------------------------------------------------
+
+
+def test_alloy_keeps_its_positions_on_the_node() -> None:
+    """alloy chart 1.4.0 values.yaml: `alloy.storagePath` (default /tmp/alloy, lost on restart) is passed as
+    --storage.path; loki.source.file keeps its positions file under it."""
+    values = obs.alloy_values(stack_cfg("dev"))
+    assert values["alloy"]["storagePath"] == "/var/lib/alloy"
+    assert values["alloy"]["mounts"]["extra"] == [{"name": "alloy-storage", "mountPath": "/var/lib/alloy"}]
+    assert values["controller"]["volumes"] == {"extra": [{"name": "alloy-storage", "hostPath": {
+        "path": "/var/lib/aifactory/alloy", "type": "DirectoryOrCreate"}}]}
+
+
+# --- 11. Mesh trace sampling --------------------------------------------------------------------
+
+
+def test_mesh_samples_one_percent_by_default_and_what_the_stack_says() -> None:
+    """Istio's own default sampling rate is 1%; the kit's used to be 100%, every request a trace."""
+    for stack in ("dev", "staging", "prod", "onprem"):
+        assert mesh.tracing_telemetry(stack_cfg(stack))["spec"]["tracing"] == [
+            {"providers": [{"name": "otel"}], "randomSamplingPercentage": 1.0}]
+    assert mesh.tracing_telemetry(with_obs("prod", meshTraceSamplingPercent=5))["spec"]["tracing"][0][
+        "randomSamplingPercentage"] == 5.0
+    assert _problems(meshTraceSamplingPercent=150) == [
+        "observability.meshTraceSamplingPercent: 150.0 is above the maximum 100"]
+
+
+def test_a_jaeger_config_change_rolls_its_pod() -> None:
+    """jaeger chart 4.11.1 renders `jaeger.podLabels` into the pod template and no config checksum of its own."""
+    base = obs.jaeger_values(stack_cfg("prod"))["jaeger"]["podLabels"]
+    assert base == obs.jaeger_values(stack_cfg("prod"))["jaeger"]["podLabels"]
+    assert list(base) == ["aifactory.io/config-hash"] and len(base["aifactory.io/config-hash"]) == 16
+    assert obs.jaeger_values(with_obs("prod", traceRetention="14d"))["jaeger"]["podLabels"] != base

@@ -44,7 +44,7 @@ def test_every_chart_is_pinned_to_an_official_repository() -> None:
         ("cni", "https://istio-release.storage.googleapis.com/charts", "1.28.3"),
         ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "82.4.0"),
         ("opentelemetry-collector", "https://open-telemetry.github.io/opentelemetry-helm-charts", "0.143.0"),
-        ("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0"),
+        ("jaeger", "https://jaegertracing.github.io/helm-charts", "4.11.1"),
         ("loki", "https://grafana.github.io/helm-charts", "6.53.0"),
         ("alloy", "https://grafana.github.io/helm-charts", "1.4.0"),
         ("lws", "oci://registry.k8s.io/lws/charts", "0.9.0"),
@@ -68,7 +68,7 @@ def test_platform_releases_carry_chart_repository_and_version() -> None:
             ("kube-prometheus-stack", "https://prometheus-community.github.io/helm-charts", "82.4.0"),
         ("monitoring", "otel-collector"):
             ("opentelemetry-collector", "https://open-telemetry.github.io/opentelemetry-helm-charts", "0.143.0"),
-        ("monitoring", "jaeger"): ("jaeger", "https://jaegertracing.github.io/helm-charts", "4.0.0"),
+        ("monitoring", "jaeger"): ("jaeger", "https://jaegertracing.github.io/helm-charts", "4.11.1"),
         ("monitoring", "loki"): ("loki", "https://grafana.github.io/helm-charts", "6.53.0"),
         ("monitoring", "alloy"): ("alloy", "https://grafana.github.io/helm-charts", "1.4.0"),
         ("aifactory-system", "metrics-server"):

@@ -1,0 +1,107 @@
+"""LogStore (AWS): the S3 bucket Loki keeps its chunks and index in, and the IRSA role Loki reads and writes
+it with.
+
+The bucket is private (all four public-access blocks on), encrypted at rest (SSE-S3), reachable over TLS
+only (a bucket policy denies every request with `aws:SecureTransport` false) and expires objects one day
+after the log retention: Loki's compactor deletes expired logs itself, and its retention docs ask that the
+bucket's lifecycle never remove objects before the retention period ends (grafana.com/docs/loki,
+"Log retention": "the lifecycle policy ... should be longer than the retention period"). The role trusts
+one service account of the cluster's OIDC provider and reaches this bucket only.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+
+import pulumi
+import pulumi_aws as aws
+
+from components.aws.errors import Problems
+from components.aws.iam import irsa_role
+
+if TYPE_CHECKING:
+    from components.aws.cluster import GpuCluster
+
+__all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "OBJECT_ACTIONS", "tls_only_policy",
+           "bucket_access_policy", "expiration_days", "LogStore"]
+
+DEFAULT_LOG_RETENTION_DAYS = 15
+LIFECYCLE_GRACE_DAYS = 1  # the compactor deletes at the retention; S3 expires a day later as a backstop
+OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")  # Loki reads, writes and compacts chunks
+
+
+class LogStoreArgs(TypedDict):
+    namespace: str  # the Kubernetes namespace of the service account that uses the bucket
+    service_account: str  # the service account (IRSA) that gets the role
+    retention_days: NotRequired[int]  # default: 15 (keep logs 15 days; objects expire one day later)
+
+
+def tls_only_policy(bucket_arn: str) -> dict[str, Any]:
+    """Bucket policy: deny every request that does not come over TLS."""
+    return {"Version": "2012-10-17", "Statement": [{
+        "Sid": "DenyInsecureTransport", "Effect": "Deny", "Principal": "*", "Action": "s3:*",
+        "Resource": [bucket_arn, f"{bucket_arn}/*"],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    }]}
+
+
+def bucket_access_policy(bucket_arn: str) -> dict[str, Any]:
+    """The IRSA role's policy: list this bucket, read/write/delete its objects, nothing else."""
+    return {"Version": "2012-10-17", "Statement": [
+        {"Sid": "ListBucket", "Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": [bucket_arn]},
+        {"Sid": "Objects", "Effect": "Allow", "Action": list(OBJECT_ACTIONS), "Resource": [f"{bucket_arn}/*"]},
+    ]}
+
+
+def expiration_days(retention_days: int) -> int:
+    return retention_days + LIFECYCLE_GRACE_DAYS
+
+
+class LogStore(pulumi.ComponentResource):
+    """An S3 bucket for logs and the IRSA role of the service account that uses it.
+
+    Outputs: `bucket_name`, `bucket_arn`, `role_arn`. Raises pulumi.InputPropertiesError for a retention
+    below one day.
+    """
+
+    bucket_name: pulumi.Output[str]
+    bucket_arn: pulumi.Output[str]
+    role_arn: pulumi.Output[str]
+
+    def __init__(self, name: str, args: LogStoreArgs, *, cluster: GpuCluster,
+                 opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__("aifactory:aws:LogStore", name, None, opts)
+        retention = args.get("retention_days", DEFAULT_LOG_RETENTION_DAYS)
+        if retention < 1:
+            problems = Problems("log store", name)
+            problems.add("retentionDays", f"{retention} must be at least 1")
+            problems.raise_any()
+        child = pulumi.ResourceOptions(parent=self)
+        bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, opts=child)
+        on_bucket = pulumi.ResourceOptions(parent=bucket)
+        aws.s3.BucketPublicAccessBlock(f"{name}-public-access", bucket=bucket.id, block_public_acls=True,
+                                       block_public_policy=True, ignore_public_acls=True,
+                                       restrict_public_buckets=True, opts=on_bucket)
+        aws.s3.BucketServerSideEncryptionConfiguration(
+            f"{name}-encryption", bucket=bucket.id,
+            rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"}}], opts=on_bucket)
+        aws.s3.BucketPolicy(f"{name}-tls-only", bucket=bucket.id,
+                            policy=bucket.arn.apply(lambda arn: json.dumps(tls_only_policy(arn), sort_keys=True)),
+                            opts=on_bucket)
+        aws.s3.BucketLifecycleConfiguration(
+            f"{name}-lifecycle", bucket=bucket.id,
+            rules=[{"id": "expire-after-retention", "status": "Enabled", "filter": {},
+                    "expiration": {"days": expiration_days(retention)},
+                    "abort_incomplete_multipart_upload": {"days_after_initiation": 1}}],
+            opts=on_bucket)
+        # The bucket's ARN is known only after creation: the role's policy is its own child resource.
+        self.role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=args["namespace"],
+                              service_account=args["service_account"], opts=child)
+        aws.iam.RolePolicy(f"{name}-irsa-bucket", role=self.role.id,
+                           policy=bucket.arn.apply(lambda arn: json.dumps(bucket_access_policy(arn), sort_keys=True)),
+                           opts=pulumi.ResourceOptions(parent=self.role))
+        self.bucket_name = bucket.bucket
+        self.bucket_arn = bucket.arn
+        self.role_arn = self.role.arn
+        self.register_outputs({"bucketName": bucket.bucket, "bucketArn": bucket.arn, "roleArn": self.role.arn})
