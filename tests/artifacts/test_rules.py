@@ -362,3 +362,37 @@ def test_unit_costs_have_no_sample_for_zero_tokens_or_zero_completed_workflows(p
         samples(f"count({per_tenant['search']})", "{}"),
         samples(f"count({per_tenant['finance']})"),
     ]}]))
+
+
+# --------------------------------------------------------------------------------------------
+# idle cost: every GPU of a pool is working, allocated but idle, or unallocated
+
+
+def test_pool_gpus_split_into_working_allocated_idle_and_unallocated(prod: ObservabilityConfig,
+                                                                     tmp_path: Path) -> None:
+    """l40s (4 GPUs a node, 10.49 $/h a node): node-a holds embed-rerank's pod (2 GPUs: one at 50%, one at 2%),
+    node-b holds nothing; h200 (8 GPUs, 63.3 $/h) has a node and no pod at all. Capacity and requests as
+    kube-state-metrics exports them (kube_node_status_capacity / kube_pod_container_resource_requests,
+    resource nvidia_com_gpu)."""
+    series = {}
+    for node, pool, gpus in (("node-a", "l40s", 4), ("node-b", "l40s", 4), ("node-c", "h200", 8)):
+        series[_sel(KSM.NODE_LABELS, {"node": node, "label_aifactory_io_pool": pool})] = "1x20"
+        series[_sel("kube_node_status_capacity", {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"})] = \
+            f"{gpus}x20"
+    pod = {"namespace": "search", "pod": "embed-rerank-0"}
+    series[_sel(KSM.POD_LABELS, {**pod, "label_aifactory_io_model": "embed-rerank",
+                                 "label_aifactory_io_tenant": "search"})] = "1x20"
+    series[_sel(KSM.POD_REQUESTS, {**pod, "container": "server", "node": "node-a", "resource": "nvidia_com_gpu",
+                                   "unit": "integer"})] = "2x20"
+    for gpu, util in (("0", "50"), ("1", "2")):
+        series[_sel(DCGM.GPU_UTIL, {"gpu": gpu, "Hostname": "node-a", **pod})] = f"{util}x20"
+    l40s, h200 = 10.49 / 4, 63.3 / 8
+    want = {R.POOL_WORKING_COST: {"l40s": l40s, "h200": 0.0},
+            R.POOL_ALLOCATED_IDLE_COST: {"l40s": l40s, "h200": 0.0},
+            R.POOL_UNALLOCATED_COST: {"l40s": 6 * l40s, "h200": 8 * h200},
+            R.POOL_COST: {"l40s": 2 * 10.49, "h200": 63.3}}
+    tests = [{"expr": f"sum by (pool) ({record})", "eval_time": "15m",
+              "exp_samples": [{"labels": f'{{pool="{p}"}}', "value": v} for p, v in sorted(values.items())]}
+             for record, values in want.items()]
+    _run_promtool_tests(prod, tmp_path, ("1m", [{"interval": "1m", "input_series": [
+        {"series": s, "values": v} for s, v in series.items()], "promql_expr_test": tests}]))
