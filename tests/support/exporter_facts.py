@@ -45,10 +45,12 @@ NODE_CAPACITY = ExporterMetric("kube_node_status_capacity", "gauge", ("node", "r
                                "kubernetes/kube-state-metrics docs/metrics/cluster/node-metrics.md")
 
 # TensorRT-LLM's Triton backend, triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/
-# custom_metrics_reporter.cc (NVIDIA/TensorRT-LLM; in the backend since "Add support for input output token
-# counts", NVIDIA/TensorRT-LLM#5445, June 2025): histograms created with TRITONSERVER_METRIC_KIND_HISTOGRAM
-# and buckets {10, 50, 100, 500, 1000}, labels model and version (the repository model: tensorrt_llm) plus
-# response_metric_type. Each observation is the tokens of one response, so _sum counts every token.
+# custom_metrics_reporter.cc (NVIDIA/TensorRT-LLM, read at a stored main-branch version; the token counts came
+# with "Add support for input output token counts", NVIDIA/TensorRT-LLM#5445, merged June 2025, before the 1.0
+# release that tensorrtllm_backend v1.0.0 pins): histograms created with TRITONSERVER_METRIC_KIND_HISTOGRAM and
+# buckets {10, 50, 100, 500, 1000}, labels model and version (the repository model: tensorrt_llm) plus
+# response_metric_type. Each observation is the tokens of one response (#5445: in streaming, each response's
+# tokens), so _sum counts every token.
 TRTLLM_OUTPUT_TOKENS = ExporterMetric(
     "nv_llm_output_token_len", "histogram", ("model", "version", "response_metric_type"),
     "NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc")

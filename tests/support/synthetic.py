@@ -2,8 +2,9 @@
 
 Series are named and labelled exactly as the real exporters emit them (shared/reference/FACTS.md,
 telemetry/names.py; the NVLink gauge, node GPU capacity and Triton's TensorRT-LLM token and first-response
-histograms from tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half the pools with `Hostname`, half with the newer `hostname`;
-unallocated GPUs carry the exporter's own pod, as a ServiceMonitor with honorLabels leaves them),
+histograms from tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half
+the pools with `Hostname`, half with the newer `hostname`; unallocated GPUs carry the exporter's own pod, as
+a ServiceMonitor with honorLabels leaves them),
 kube-state-metrics (allow-listed node/pod labels, GPU requests), vLLM, Triton (counters without
 _total, cumulative microseconds), Istio, Envoy and the kit's workflow telemetry (Python-client `le`
 values such as "30.0"). Counters grow linearly, so every rate is exact; workflow durations are
