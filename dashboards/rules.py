@@ -66,6 +66,7 @@ POOL_LABEL_KSM = "label_aifactory_io_pool"
 MODEL_LABEL_KSM = "label_aifactory_io_model"
 TENANT_LABEL_KSM = "label_aifactory_io_tenant"
 GPU_RESOURCE = "nvidia_com_gpu"
+ACTIVE_PHASES = 'phase=~"Pending|Running"'
 DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO of their own
 # XIDs after which the GPU must be reset (node cordoned and drained first): double-bit ECC (48), row-remap
 # event / failure (63, 64), NVLink (74), fallen off the bus (79), contained / uncontained ECC (94, 95),
@@ -279,13 +280,16 @@ def _inventory_records(cfg: ObservabilityConfig) -> list[Record]:
     nodes = series(cfg, KSM.NODE_LABELS, f'{POOL_LABEL_KSM}!=""')
     pods = series(cfg, KSM.POD_LABELS, f'{MODEL_LABEL_KSM}!=""')
     requests = series(cfg, KSM.POD_REQUESTS, f'resource="{GPU_RESOURCE}"')
+    # Only pods that hold their requests: kube-state-metrics keeps exporting the requests of Succeeded and
+    # Failed (evicted) pods while the objects exist (kubernetes-mixin k8s.rules filters the same way).
+    active = f'max by (namespace, pod) ({series(cfg, KSM.POD_PHASE, ACTIVE_PHASES)} == 1)'
     capacity = series(cfg, KSM.NODE_CAPACITY, f'resource="{GPU_RESOURCE}"')
     return [
         Record(R.NODE_POOL, f'max by (node, pool) (label_replace({nodes}, "pool", "$1", "{POOL_LABEL_KSM}", "(.+)"))'),
         Record(R.POD_MODEL, "max by (namespace, pod, model, tenant) (label_replace(label_replace("
                             f'{pods}, "model", "$1", "{MODEL_LABEL_KSM}", "(.+)"), '
                             f'"tenant", "$1", "{TENANT_LABEL_KSM}", "(.+)"))'),
-        Record(R.POD_GPUS, f"sum by (namespace, pod, node) ({requests})"),
+        Record(R.POD_GPUS, f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () {active})"),
         Record(R.GPU_UTIL, "max by (node, pool, gpu, UUID, namespace, pod) ("
                            f"{by_node(f'avg_over_time({series(cfg, DCGM.GPU_UTIL)}[{RATE}])')} / 100"
                            f" * on (node) group_left (pool) {R.NODE_POOL})"),

@@ -240,6 +240,7 @@ class KSM:
     POD_LABELS = "kube_pod_labels"  # label_<key> for keys in --metric-labels-allowlist=pods=[...]
     NODE_INFO = "kube_node_info"
     NODE_CAPACITY = "kube_node_status_capacity"  # gauge {node, resource="nvidia_com_gpu", unit}
+    POD_PHASE = "kube_pod_status_phase"  # gauge {namespace, pod, uid, phase}: 1 for the pod's current phase
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
 
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY",
-           "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS", "FIRST_RESPONSE_HISTOGRAM",
+__all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY", "POD_PHASE",
+           "POD_PHASES", "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
+           "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE", "FIRST_RESPONSE_HISTOGRAM",
            "FIRST_RESPONSE_DEFAULT_BUCKETS_MS"]
 
 
@@ -43,6 +44,10 @@ NVLINK_BYTES_PER_UNIT = 1000 * 1024  # one unit of field 449: 1000 KiB/s
 # nvidia_com_gpu, unit "integer".
 NODE_CAPACITY = ExporterMetric("kube_node_status_capacity", "gauge", ("node", "resource", "unit"),
                                "kubernetes/kube-state-metrics docs/metrics/cluster/node-metrics.md")
+# kube-state-metrics docs/metrics/workload/pod-metrics.md: one series per phase, 1 for the pod's current one.
+POD_PHASE = ExporterMetric("kube_pod_status_phase", "gauge", ("namespace", "pod", "uid", "phase"),
+                           "kubernetes/kube-state-metrics docs/metrics/workload/pod-metrics.md")
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
 
 # TensorRT-LLM's Triton backend, triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/
 # custom_metrics_reporter.cc (NVIDIA/TensorRT-LLM, read at a stored main-branch version; the token counts came

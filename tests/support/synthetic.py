@@ -271,9 +271,23 @@ def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs
     for a in allocs:
         w.gauge(KSM.POD_LABELS, {"namespace": a.tenant, "pod": a.pod, "label_aifactory_io_model": a.model,
                                  "label_aifactory_io_tenant": a.tenant}, 1)
-        w.gauge(KSM.POD_REQUESTS, {"namespace": a.tenant, "pod": a.pod, "container": "server", "node": a.node,
-                                   "resource": "nvidia_com_gpu", "unit": "integer"}, len(a.gpus))
+        _pod(w, a.tenant, a.pod, a.node, len(a.gpus), "Running")
+    # A finished batch job on the first node no model holds: kube-state-metrics still exports its GPU
+    # requests, but its GPUs are free (unallocated).
+    free = [n for p in cfg.pools for n in (_node(p.name, i) for i in range(nodes[p.name]))
+            if all(a.node != n for a in allocs)]
+    if free:
+        _pod(w, cfg.tenants[0], "nightly-eval-28391-x7k2q", free[0], 2, "Succeeded")
     return fleet
+
+
+def _pod(w: _Writer, namespace: str, pod: str, node: str, gpus: int, phase: str) -> None:
+    """kube-state-metrics' series of one pod: its GPU requests and its phase (tests.support.exporter_facts)."""
+    w.gauge(KSM.POD_REQUESTS, {"namespace": namespace, "pod": pod, "container": "server", "node": node,
+                               "resource": "nvidia_com_gpu", "unit": "integer"}, gpus)
+    for p in facts.POD_PHASES:
+        w.gauge(facts.POD_PHASE.name, {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": p},
+                1 if p == phase else 0)
 
 
 def _tokens_per_s(index: int) -> float:
