@@ -27,8 +27,16 @@ def _spend(cfg: ObservabilityConfig) -> list:
     return [
         stat("GPU spend", "Nodes in the selected GPU pools x the node price from the stack config.", "currencyUSD",
              Q(f"sum({R.POOL_COST}{{{POOL}}})", "$/hour")),
-        stat("Idle GPU cost", f"GPUs allocated to models but under {idle} utilisation (5-minute average), at their "
-                              "pool's GPU price.", "currencyUSD", Q(f"sum({R.IDLE_COST}{{{OWNER}}})", "$/hour")),
+        stat("Idle GPU cost", f"Every GPU-hour not doing model work, at its pool's GPU price: GPUs a pod holds "
+                              f"that are not a model's GPU at or above {idle} utilisation (5-minute average), "
+                              "and GPUs no pod holds (node capacity minus pod requests).", "currencyUSD",
+             Q(f"sum({R.POOL_ALLOCATED_IDLE_COST}{{{POOL}}}) + sum({R.POOL_UNALLOCATED_COST}{{{POOL}}})", "$/hour")),
+        stat("Allocated idle GPU cost", f"GPUs requested by pods but not doing model work (under {idle} "
+                                        "utilisation, or held by a pod that is no model).", "currencyUSD",
+             Q(f"sum({R.POOL_ALLOCATED_IDLE_COST}{{{POOL}}})", "$/hour")),
+        stat("Unallocated GPU cost", "GPUs no pod requests: the nodes' nvidia.com/gpu capacity minus the pods' "
+                                     "requests (kube-state-metrics).", "currencyUSD",
+             Q(f"sum({R.POOL_UNALLOCATED_COST}{{{POOL}}})", "$/hour")),
         stat("Utilisation-weighted cost", "Each GPU's price times its utilisation: the part of the spend doing "
                                           "work.", "currencyUSD", Q(f"sum({R.POOL_USED_COST}{{{POOL}}})", "$/hour")),
         stat("Cost per completed workflow", "GPU cost of all the selected tenants' models divided by their "
@@ -38,30 +46,35 @@ def _spend(cfg: ObservabilityConfig) -> list:
                "$/workflow")),
         timeseries("GPU spend by pool", "Dollars per hour per GPU pool (nodes x node price).", "currencyUSD",
                    Q(f"{R.POOL_COST}{{{POOL}}}", "{{pool}}"), stacked=True),
-        timeseries("Spend: total, used, idle", "Per pool: total spend, the utilisation-weighted part, and "
-                                               f"allocated GPUs under {idle} utilisation.", "currencyUSD",
+        timeseries("Spend: total, working, idle", "Per pool: total spend and its three parts, which add up to "
+                                                  f"it: GPUs working (a model's, at or above {idle} "
+                                                  "utilisation), allocated but idle, and unallocated.",
+                   "currencyUSD",
                    Q(f"{R.POOL_COST}{{{POOL}}}", "{{pool}} total"),
-                   Q(f"{R.POOL_USED_COST}{{{POOL}}}", "{{pool}} used"),
-                   Q(f"sum by (pool) ({R.IDLE_COST}{{{OWNER}}})", "{{pool}} idle")),
+                   Q(f"{R.POOL_WORKING_COST}{{{POOL}}}", "{{pool}} working"),
+                   Q(f"{R.POOL_ALLOCATED_IDLE_COST}{{{POOL}}}", "{{pool}} allocated idle"),
+                   Q(f"{R.POOL_UNALLOCATED_COST}{{{POOL}}}", "{{pool}} unallocated")),
         timeseries("Idle GPU cost by model", f"Per model: its GPUs under {idle} utilisation, at the pool's price.",
                    "currencyUSD", Q(f"sum by (model) ({R.IDLE_COST}{{{OWNER}}})", "{{model}}"), stacked=True),
-        timeseries("Idle GPUs by pool", f"Allocated GPUs under {idle} utilisation.", "none",
-                   Q(f"sum by (pool) ({R.IDLE_GPUS}{{{OWNER}}})", "{{pool}}"), stacked=True),
+        timeseries("Idle GPUs by pool", "GPUs allocated but idle, and GPUs no pod holds.", "none",
+                   Q(f"{R.POOL_ALLOCATED_IDLE_GPUS}{{{POOL}}}", "{{pool}} allocated idle"),
+                   Q(f"{R.POOL_UNALLOCATED_GPUS}{{{POOL}}}", "{{pool}} unallocated"), stacked=True),
     ]
 
 
 def _unit_costs() -> list:
     return [
         timeseries("Cost per 1M generated tokens", "A model's GPU cost per hour over the output tokens it "
-                                                   "generated in that hour, per million (vLLM models).",
+                                                   "generated in that hour, per million (vLLM's generation "
+                                                   "token counter; Triton's nv_llm_output_token_len sum).",
                    "currencyUSD", Q(f"{R.MODEL_COST_PER_MTOK}{{{MODEL}}}", "{{model}}")),
         timeseries("Cost per completed workflow by tenant", "A tenant's model GPU cost over its completed "
                                                             "workflows.", "currencyUSD",
                    Q(f"{R.TENANT_COST_PER_WORKFLOW}{{{TENANT}}}", "{{tenant}}")),
         timeseries("GPU spend by model", "GPUs requested by a model's pods x its pool's GPU price.", "currencyUSD",
                    Q(f"{R.MODEL_COST}{{{MODEL}}}", "{{model}}"), stacked=True),
-        timeseries("Generated tokens per second", "Output tokens per second by model (vLLM).", "short",
-                   Q(f"{R.MODEL_TOKENS}{{model=~\"$model\"}}", "{{model}}")),
+        timeseries("Generated tokens per second", "Output tokens per second by model (vLLM and Triton).", "short",
+                   Q(f"{R.GENERATED_TOKENS}{{model=~\"$model\"}}", "{{model}}")),
         timeseries("GPU utilisation by pool", "Mean GPU utilisation (DCGM_FI_DEV_GPU_UTIL, 5-minute average).",
                    "percentunit", Q(f"{R.dcgm_pool(DCGM.GPU_UTIL, 'avg')}{{{POOL}}}", "{{pool}}")),
         timeseries("GPU price by pool", "Dollars per GPU-hour from the stack config (node price / GPUs per node).",

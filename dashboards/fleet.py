@@ -31,7 +31,9 @@ _POOL_PANELS = (
     ("Hottest GPU", "Maximum GPU temperature per pool.", "celsius", DCGM.GPU_TEMP, "max", 1),
     ("Hottest HBM", "Maximum memory temperature per pool.", "celsius", DCGM.MEMORY_TEMP, "max", 1),
     ("SM clock", "Mean SM clock per pool; drops under load mean throttling.", "rotmhz", DCGM.SM_CLOCK, "avg", 1),
-    ("NVLink throughput", "NVLink bytes per second per pool.", "Bps", DCGM.NVLINK_BW, "sum", 1),
+    ("NVLink throughput", "NVLink bytes per second (sent + received) per pool: DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL, "
+                          "a current throughput in 1000 KiB/s, in B/s.", "Bps", DCGM.NVLINK_BW, "sum",
+     DCGM.NVLINK_BW_BYTES_PER_UNIT),
     ("PCIe TX", "PCIe bytes per second sent by the GPUs, per pool.", "Bps", DCGM.PCIE_TX, "sum", 1),
     ("PCIe RX", "PCIe bytes per second received by the GPUs, per pool.", "Bps", DCGM.PCIE_RX, "sum", 1),
     ("GPUs with an XID error", "GPUs whose last XID is non-zero, per pool.", "none", DCGM.XID, "count", 1),
@@ -55,7 +57,8 @@ _GPU_PANELS = (
      DCGM.ROW_REMAP_FAILURE, 1, False),
     ("PCIe replays per GPU", "Rate of DCGM_FI_DEV_PCIE_REPLAY_COUNTER: link errors retried.", "short",
      DCGM.PCIE_REPLAY, 1, True),
-    ("NVLink throughput per GPU", "Rate of DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL.", "Bps", DCGM.NVLINK_BW, 1, True),
+    ("NVLink throughput per GPU", "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL (sent + received; a gauge in 1000 KiB/s), "
+                                  "in B/s.", "Bps", DCGM.NVLINK_BW, DCGM.NVLINK_BW_BYTES_PER_UNIT, False),
 )
 
 

@@ -66,6 +66,7 @@ POOL_LABEL_KSM = "label_aifactory_io_pool"
 MODEL_LABEL_KSM = "label_aifactory_io_model"
 TENANT_LABEL_KSM = "label_aifactory_io_tenant"
 GPU_RESOURCE = "nvidia_com_gpu"
+ACTIVE_PHASES = 'phase=~"Pending|Running"'
 DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO of their own
 # XIDs after which the GPU must be reset (node cordoned and drained first): double-bit ECC (48), row-remap
 # event / failure (63, 64), NVLink (74), fallen off the bus (79), contained / uncontained ECC (94, 95),
@@ -156,10 +157,23 @@ class R:
     POOL_USED_COST = "pool:gpu_used_cost_dollars_per_hour:sum"
     IDLE_GPUS = "pool_model:gpu_idle:count"
     IDLE_COST = "pool_model:gpu_idle_cost_dollars_per_hour:sum"
+    # Every GPU of a pool is in exactly one of: working (allocated to a model, at or above the idle
+    # threshold), allocated idle (requested by a pod, not working), unallocated (requested by no pod).
+    POOL_GPU_CAPACITY = "pool:kube_node_status_capacity_gpu:sum"
+    POOL_GPU_REQUESTS = "pool:kube_pod_gpu_requests:sum"
+    POOL_WORKING_GPUS = "pool:gpu_working:count"
+    POOL_ALLOCATED_IDLE_GPUS = "pool:gpu_allocated_idle:count"
+    POOL_UNALLOCATED_GPUS = "pool:gpu_unallocated:count"
+    POOL_WORKING_COST = "pool:gpu_working_cost_dollars_per_hour:sum"
+    POOL_ALLOCATED_IDLE_COST = "pool:gpu_allocated_idle_cost_dollars_per_hour:sum"
+    POOL_UNALLOCATED_COST = "pool:gpu_unallocated_cost_dollars_per_hour:sum"
     MODEL_GPUS = "model:kube_pod_gpu_requests:sum"
     MODEL_COST = "model:gpu_cost_dollars_per_hour:sum"
     MODEL_TOKENS = "model:vllm_generation_tokens:rate5m"
     MODEL_PROMPT_TOKENS = "model:vllm_prompt_tokens:rate5m"
+    TRITON_TOKENS = "model:nv_llm_output_token_len_sum:rate5m"
+    TRITON_PROMPT_TOKENS = "model:nv_llm_input_token_len_sum:rate5m"
+    GENERATED_TOKENS = "model:generated_tokens:rate5m"  # every engine: vLLM's counter or Triton's histogram sum
     MODEL_COST_PER_MTOK = "model:gpu_cost_dollars_per_million_generated_tokens:ratio5m"
     TENANT_COST_PER_WORKFLOW = "tenant:gpu_cost_dollars_per_completed_workflow:ratio5m"
     WF_BUCKET = "workflow:aifactory_workflow_duration_seconds_bucket:rate5m"
@@ -185,6 +199,8 @@ class R:
     TRITON_COMPUTE = "model:nv_inference_compute_duration_seconds:mean5m"
     TRITON_BATCH = "model:nv_inference_batch_size:mean5m"
     TRITON_PENDING = "model:nv_inference_pending_request_count:sum"
+    TRITON_TTFT_BUCKET = "model:nv_inference_first_response_histogram_ms_bucket:rate5m"
+    TRITON_TTFT_QUANTILE = "model:nv_inference_first_response_histogram_ms:histogram_quantile"
     ISTIO_BUCKET = "workload:istio_request_duration_milliseconds_bucket:rate5m"
     ISTIO_QUANTILE = "workload:istio_request_duration_milliseconds:histogram_quantile"
     ISTIO_REQUESTS = "workload:istio_requests:rate5m"
@@ -212,21 +228,22 @@ class R:
 
 
 VLLM_HISTOGRAMS = (VLLM.TTFT, VLLM.ITL, VLLM.QUEUE, VLLM.PREFILL, VLLM.DECODE, VLLM.E2E)
-# DCGM gauges/counters the fleet dashboard aggregates per pool: (metric, aggregation, rate it first).
+# DCGM gauges the fleet dashboard aggregates per pool: (metric, aggregation). All are gauges (NVLINK_BW too:
+# a current throughput), so none goes through rate().
 DCGM_POOL_AGGREGATES = (
-    (DCGM.GR_ENGINE_ACTIVE, "avg", False),
-    (DCGM.TENSOR_ACTIVE, "avg", False),
-    (DCGM.DRAM_ACTIVE, "avg", False),
-    (DCGM.FB_USED, "sum", False),
-    (DCGM.FB_FREE, "sum", False),
-    (DCGM.POWER, "sum", False),
-    (DCGM.GPU_TEMP, "max", False),
-    (DCGM.MEMORY_TEMP, "max", False),
-    (DCGM.SM_CLOCK, "avg", False),
-    (DCGM.PCIE_TX, "sum", False),
-    (DCGM.PCIE_RX, "sum", False),
-    (DCGM.NVLINK_BW, "sum", True),
-    (DCGM.ROW_REMAP_PENDING, "sum", False),
+    (DCGM.GR_ENGINE_ACTIVE, "avg"),
+    (DCGM.TENSOR_ACTIVE, "avg"),
+    (DCGM.DRAM_ACTIVE, "avg"),
+    (DCGM.FB_USED, "sum"),
+    (DCGM.FB_FREE, "sum"),
+    (DCGM.POWER, "sum"),
+    (DCGM.GPU_TEMP, "max"),
+    (DCGM.MEMORY_TEMP, "max"),
+    (DCGM.SM_CLOCK, "avg"),
+    (DCGM.PCIE_TX, "sum"),
+    (DCGM.PCIE_RX, "sum"),
+    (DCGM.NVLINK_BW, "sum"),
+    (DCGM.ROW_REMAP_PENDING, "sum"),
 )
 
 
@@ -263,12 +280,16 @@ def _inventory_records(cfg: ObservabilityConfig) -> list[Record]:
     nodes = series(cfg, KSM.NODE_LABELS, f'{POOL_LABEL_KSM}!=""')
     pods = series(cfg, KSM.POD_LABELS, f'{MODEL_LABEL_KSM}!=""')
     requests = series(cfg, KSM.POD_REQUESTS, f'resource="{GPU_RESOURCE}"')
+    # Only pods that hold their requests: kube-state-metrics keeps exporting the requests of Succeeded and
+    # Failed (evicted) pods while the objects exist (kubernetes-mixin k8s.rules filters the same way).
+    active = f'max by (namespace, pod) ({series(cfg, KSM.POD_PHASE, ACTIVE_PHASES)} == 1)'
+    capacity = series(cfg, KSM.NODE_CAPACITY, f'resource="{GPU_RESOURCE}"')
     return [
         Record(R.NODE_POOL, f'max by (node, pool) (label_replace({nodes}, "pool", "$1", "{POOL_LABEL_KSM}", "(.+)"))'),
         Record(R.POD_MODEL, "max by (namespace, pod, model, tenant) (label_replace(label_replace("
                             f'{pods}, "model", "$1", "{MODEL_LABEL_KSM}", "(.+)"), '
                             f'"tenant", "$1", "{TENANT_LABEL_KSM}", "(.+)"))'),
-        Record(R.POD_GPUS, f"sum by (namespace, pod, node) ({requests})"),
+        Record(R.POD_GPUS, f"sum by (namespace, pod, node) ({requests} * on (namespace, pod) group_left () {active})"),
         Record(R.GPU_UTIL, "max by (node, pool, gpu, UUID, namespace, pod) ("
                            f"{by_node(f'avg_over_time({series(cfg, DCGM.GPU_UTIL)}[{RATE}])')} / 100"
                            f" * on (node) group_left (pool) {R.NODE_POOL})"),
@@ -276,25 +297,37 @@ def _inventory_records(cfg: ObservabilityConfig) -> list[Record]:
                                      f"({R.POD_MODEL} and on (namespace, pod) {R.POD_GPUS} > 0)"),
         Record(R.POOL_NODES, f"count by (pool) ({R.NODE_POOL})"),
         Record(R.POOL_GPUS, f"count by (pool) ({R.GPU_UTIL})"),
+        Record(R.POOL_GPU_CAPACITY, f"sum by (pool) ({capacity} * on (node) group_left (pool) {R.NODE_POOL})"),
+        Record(R.POOL_GPU_REQUESTS, f"sum by (pool) ({R.POD_GPUS} * on (node) group_left (pool) {R.NODE_POOL})"),
     ]
 
 
 def _cost_records(cfg: ObservabilityConfig) -> list[Record]:
     idle = cfg.idle_gpu_utilization_percent / 100
     done = f'sum by (tenant) ({R.WF_COUNT}{{status="ok"}})'
+    none = f"{R.POOL_GPU_CAPACITY} * 0"
     return [
         Record(R.POOL_COST, f"{R.POOL_NODES} * on (pool) group_left {R.NODE_PRICE}"),
         Record(R.TOTAL_COST, f"sum({R.POOL_COST})"),
         Record(R.POOL_USED_COST, f"sum by (pool) ({R.GPU_UTIL} * on (pool) group_left {R.GPU_PRICE})"),
         Record(R.IDLE_GPUS, f"sum by (pool, model, tenant) ({R.GPU_ALLOCATED_UTIL} < bool {idle!r})"),
         Record(R.IDLE_COST, f"{R.IDLE_GPUS} * on (pool) group_left {R.GPU_PRICE}"),
+        # A pool with no working or no requested GPU still gets a (zero) sample: the parts always add up.
+        Record(R.POOL_WORKING_GPUS, f"sum by (pool) ({R.GPU_ALLOCATED_UTIL} >= bool {idle!r}) or {none}"),
+        Record(R.POOL_ALLOCATED_IDLE_GPUS,
+               f"clamp_min(({R.POOL_GPU_REQUESTS} or {none}) - on (pool) {R.POOL_WORKING_GPUS}, 0)"),
+        Record(R.POOL_UNALLOCATED_GPUS,
+               f"clamp_min({R.POOL_GPU_CAPACITY} - on (pool) ({R.POOL_GPU_REQUESTS} or {none}), 0)"),
+        *(Record(cost, f"{gpus} * on (pool) group_left {R.GPU_PRICE}") for gpus, cost in (
+            (R.POOL_WORKING_GPUS, R.POOL_WORKING_COST), (R.POOL_ALLOCATED_IDLE_GPUS, R.POOL_ALLOCATED_IDLE_COST),
+            (R.POOL_UNALLOCATED_GPUS, R.POOL_UNALLOCATED_COST))),
         Record(R.MODEL_GPUS, f"sum by (model, tenant, pool) ({R.POD_GPUS} * on (namespace, pod) group_left "
                              f"(model, tenant) {R.POD_MODEL} * on (node) group_left (pool) {R.NODE_POOL})"),
         Record(R.MODEL_COST, f"sum by (model, tenant) ({R.MODEL_GPUS} * on (pool) group_left {R.GPU_PRICE})"),
         # Denominators > 0: a model that generated nothing, a tenant whose workflows all failed, have no
         # unit cost (no sample), rather than +Inf.
         Record(R.MODEL_COST_PER_MTOK,
-               f"{R.MODEL_COST} / on (model) group_left () ({R.MODEL_TOKENS} > 0) / 3600 * 1e6"),
+               f"{R.MODEL_COST} / on (model) group_left () ({R.GENERATED_TOKENS} > 0) / 3600 * 1e6"),
         Record(R.TENANT_COST_PER_WORKFLOW, f"sum by (tenant) ({R.MODEL_COST}) / on (tenant) ({done} > 0) / 3600"),
     ]
 
@@ -365,6 +398,9 @@ def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
     def trate(metric: str, *matchers: str, by: str = TRITON.L_POD_MODEL) -> str:
         return triton(f"sum by ({by}) (rate({series(cfg, metric, engine, *matchers)}[{RATE}]))")
 
+    def tokens(metric: str, kind: str) -> str:
+        return trate(f"{metric}_sum", f'{TRITON.L_RESPONSE_METRIC_TYPE}="{kind}"')
+
     out: list[Record] = []
     for h in VLLM_HISTOGRAMS:
         out.append(Record(R.vllm_bucket(h), vrate(f"{h}_bucket", by="model_name, le")))
@@ -388,18 +424,18 @@ def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
                                  f"{trate(TRITON.COMPUTE_OUTPUT_US)}) / {R.TRITON_REQUESTS} / 1e6"),
         Record(R.TRITON_BATCH, f"{trate(TRITON.INFERENCE_COUNT)} / {trate(TRITON.EXEC_COUNT)}"),
         Record(R.TRITON_PENDING, triton(f"sum by ({TRITON.L_POD_MODEL}) ({series(cfg, TRITON.PENDING, engine)})")),
+        Record(R.TRITON_TOKENS, tokens(TRITON.OUTPUT_TOKENS, TRITON.OUTPUT_TOKENS_TYPE)),
+        Record(R.TRITON_PROMPT_TOKENS, tokens(TRITON.INPUT_TOKENS, TRITON.INPUT_TOKENS_TYPE)),
+        Record(R.GENERATED_TOKENS, f"{R.MODEL_TOKENS} or {R.TRITON_TOKENS}"),
+        Record(R.TRITON_TTFT_BUCKET, trate(f"{TRITON.FIRST_RESPONSE_MS}_bucket", by=f"{TRITON.L_POD_MODEL}, le")),
+        *quantile_record(R.TRITON_TTFT_QUANTILE, R.TRITON_TTFT_BUCKET, "model"),
     ]
     return out
 
 
 def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
-    out = []
-    for metric, agg, is_counter in DCGM_POOL_AGGREGATES:
-        per_gpu = _in_pool(cfg, metric)
-        if is_counter:
-            per_gpu = (f"{by_node(f'rate({series(cfg, metric)}[{RATE}])')} "
-                       f"* on (node) group_left (pool) {R.NODE_POOL}")
-        out.append(Record(R.dcgm_pool(metric, agg), f"{agg} by (pool) ({per_gpu})"))
+    out = [Record(R.dcgm_pool(metric, agg), f"{agg} by (pool) ({_in_pool(cfg, metric)})")
+           for metric, agg in DCGM_POOL_AGGREGATES]
     out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
     out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"sum by (pool) ({_in_pool(cfg, DCGM.XID)} > bool 0)"))
     xid = series(cfg, DCGM.XID)

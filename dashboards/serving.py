@@ -63,6 +63,17 @@ def _triton() -> list:
                    Q(f"{R.TRITON_BATCH}{{{MODEL}}}", "{{model}}")),
         timeseries("Pending requests", "Requests queued in Triton, all replicas.", "short",
                    Q(f"{R.TRITON_PENDING}{{{MODEL}}}", "{{model}}")),
+        timeseries("Triton token throughput", "Prompt and generated tokens per second (the TensorRT-LLM backend's "
+                                              "nv_llm_input_token_len / nv_llm_output_token_len sums).", "short",
+                   Q(f"{R.TRITON_PROMPT_TOKENS}{{{MODEL}}}", "{{model}} prompt"),
+                   Q(f"{R.TRITON_TOKENS}{{{MODEL}}}", "{{model}} generated")),
+        timeseries("Triton time to first token", "p50 / p95 / p99 of tensorrt_llm's time to first response "
+                                                 "(nv_inference_first_response_histogram_ms; Triton's default "
+                                                 "buckets 100/500/2000/5000 ms bound the precision). TensorRT-LLM's "
+                                                 "Triton backend exports no per-token latency: no inter-token "
+                                                 "panel.", "s",
+                   *(Q(f'{R.TRITON_TTFT_QUANTILE}{{quantile="{q}", {MODEL}}} / 1000',
+                       f"{{{{model}}}} p{q[2:].ljust(2, '0')}") for q in QUANTILES)),
     ]
 
 

@@ -131,7 +131,11 @@ class DCGM:
     PCIE_TX = "DCGM_FI_PROF_PCIE_TX_BYTES"
     PCIE_RX = "DCGM_FI_PROF_PCIE_RX_BYTES"
     ENERGY = "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION"  # counter, mJ
-    NVLINK_BW = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"  # counter
+    # A gauge: the current NVLink throughput, RX + TX, in units of 1000 KiB/s (DCGM 4.4.2 dcgmlib/src/
+    # DcgmCacheManager.cpp ReadAndCacheNvLinkBandwidth; unit DCGM_FIELD_UNIT_BW_MBPS). dcgm-exporter's CSV
+    # calls it a counter, but it falls as often as it rises: never rate() it.
+    NVLINK_BW = "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"
+    NVLINK_BW_BYTES_PER_UNIT = 1000 * 1024  # bytes per second in one unit of NVLINK_BW
     PCIE_REPLAY = "DCGM_FI_DEV_PCIE_REPLAY_COUNTER"  # counter
     # Not in the default counters: the kit's custom CSV adds them.
     SM_ACTIVE = "DCGM_FI_PROF_SM_ACTIVE"
@@ -188,6 +192,17 @@ class TRITON:
     GPU_UTILIZATION = "nv_gpu_utilization"  # 0-1
     GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
     ENERGY = "nv_energy_consumption"
+    # Decoupled models only, with `--metrics-config histogram_latencies=true` (Triton core r25.08
+    # src/metric_model_reporter.cc); milliseconds from request to first response (src/infer_response.cc).
+    FIRST_RESPONSE_MS = "nv_inference_first_response_histogram_ms"  # histogram
+    # The TensorRT-LLM backend's custom metrics (NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/
+    # custom_metrics_reporter/custom_metrics_reporter.cc): histograms of the tokens of each response, labelled
+    # response_metric_type; their _sum counts tokens.
+    OUTPUT_TOKENS = "nv_llm_output_token_len"  # {response_metric_type="total_output_tokens"}
+    INPUT_TOKENS = "nv_llm_input_token_len"  # {response_metric_type="total_input_tokens"}
+    L_RESPONSE_METRIC_TYPE = "response_metric_type"
+    OUTPUT_TOKENS_TYPE = "total_output_tokens"
+    INPUT_TOKENS_TYPE = "total_input_tokens"
     L_MODEL = "model"  # the model-repository name, not the kit's model: see ENGINE_MODEL / L_POD_MODEL
     # A TensorRT-LLM repository holds preprocessing, tensorrt_llm, postprocessing and an ensemble; every user
     # request reaches `tensorrt_llm` exactly once (ensemble and BLS paths alike) and it owns the in-flight
@@ -224,6 +239,8 @@ class KSM:
     POD_REQUESTS = "kube_pod_container_resource_requests"  # {resource="nvidia_com_gpu"}
     POD_LABELS = "kube_pod_labels"  # label_<key> for keys in --metric-labels-allowlist=pods=[...]
     NODE_INFO = "kube_node_info"
+    NODE_CAPACITY = "kube_node_status_capacity"  # gauge {node, resource="nvidia_com_gpu", unit}
+    POD_PHASE = "kube_pod_status_phase"  # gauge {namespace, pod, uid, phase}: 1 for the pod's current phase
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
 
 

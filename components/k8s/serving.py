@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 import shlex
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pulumi
@@ -38,6 +39,7 @@ from components.k8s import fabric, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.mesh import MESH_SCRAPE_TLS
+from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.storage import cache_storage_class_name
 from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
@@ -69,6 +71,8 @@ __all__ = [
     "model_path",
     "vllm_args",
     "triton_command",
+    "EngineTracing",
+    "engine_tracing",
     "gpu_resources",
     "fabric_resources",
     "container_resources",
@@ -172,8 +176,51 @@ def served_model_names(model: Model) -> list[str]:
     return list(dict.fromkeys((model.name, model.workload, model.model)))
 
 
-def vllm_args(model: Model) -> list[str]:
-    """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features."""
+@dataclass(frozen=True, slots=True)
+class EngineTracing:
+    """Where and how often the engines export OpenTelemetry spans (the OTel Collector, the gateway's ratio).
+
+    vLLM exports OTLP/gRPC to `grpc_endpoint` (vllm/tracing.py get_span_exporter: grpc unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise); Triton's OpenTelemetry mode exports OTLP/HTTP to
+    `http_traces_url` (server r25.08 src/tracer.cc, OtlpHttpExporterOptions)."""
+
+    grpc_endpoint: str
+    http_traces_url: str
+    sample_ratio: float  # requests that reach an engine without a trace context: share traced
+
+    @property
+    def triton_rate(self) -> int:
+        """Triton's `rate`: one in N requests without a context (0: only those with one)."""
+        return 0 if self.sample_ratio == 0 else max(1, round(1 / self.sample_ratio))
+
+
+def engine_tracing(cfg: PlatformConfig) -> EngineTracing:
+    """The stack's engine tracing: the Collector in the observability namespace, observability.traceSampleRatio
+    (the gateway samples at the same ratio; a request it traced reaches the engine with its traceparent)."""
+    host = f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
+    return EngineTracing(grpc_endpoint=f"http://{host}:{naming.OTEL_GRPC_PORT}",
+                         http_traces_url=f"http://{host}:{OTLP_HTTP_PORT}/v1/traces",
+                         sample_ratio=cfg.observability.trace_sample_ratio)
+
+
+def _trace_env(model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
+    """vLLM's tracer is the OTel SDK's TracerProvider() (vllm/tracing.py init_tracer), which reads the SDK's
+    sampler and service name from the environment: follow the caller's sampled flag (parentbased), sample
+    requests without a context at the stack's ratio."""
+    if model.engine != "vllm":
+        return []
+    return [{"name": "OTEL_SERVICE_NAME", "value": model.name},
+            {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
+            {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
+
+
+def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str]:
+    """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features.
+
+    With `tracing`, `--otlp-traces-endpoint` (vLLM's ObservabilityConfig.otlp_traces_endpoint): one span per
+    request with its queue, prefill, decode and TTFT times as attributes, child of the request's traceparent.
+    `--collect-detailed-traces` stays off: its own help says it involves costly and blocking operations
+    (model forward / execute timing on every step)."""
     args = ["--host", "0.0.0.0", "--port", str(naming.MODEL_HTTP_PORT),
             "--served-model-name", *served_model_names(model),
             "--tensor-parallel-size", str(model.tensor_parallel),
@@ -194,17 +241,35 @@ def vllm_args(model: Model) -> list[str]:
         args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
     if model.multi_node:
         args += ["--distributed-executor-backend", "ray"]
+    if tracing is not None:
+        args += ["--otlp-traces-endpoint", tracing.grpc_endpoint]
     return args
 
 
-def triton_command(model: Model) -> list[str]:
+def _triton_trace_args(model: Model, tracing: EngineTracing | None) -> list[str]:
+    """Triton's OpenTelemetry trace mode (server r25.08 docs/user_guide/trace.md, src/command_line_parser.cc).
+
+    A request carrying a valid traceparent is always traced (src/tracer.cc: force_sample), whatever its
+    sampled flag; `rate` applies to requests without one."""
+    if tracing is None:
+        return []
+    return ["--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS",
+            f"--trace-config=rate={tracing.triton_rate}", "--trace-config=count=-1",
+            f"--trace-config=opentelemetry,url={tracing.http_traces_url}",
+            f"--trace-config=opentelemetry,resource=service.name={model.name}"]
+
+
+def triton_command(model: Model, *, tracing: EngineTracing | None = None) -> list[str]:
     """tritonserver for the TensorRT-LLM model repository; one MPI rank per GPU when TP x PP > 1.
 
-    Rank 0 serves HTTP/gRPC/metrics; the other ranks load only the `tensorrt_llm` model.
+    Rank 0 serves HTTP/gRPC/metrics (with the time-to-first-response histogram: core r25.08
+    src/metric_model_reporter.cc creates nv_inference_first_response_histogram_ms only with
+    `histogram_latencies=true`) and, with `tracing`, exports spans; the other ranks load only `tensorrt_llm`.
     """
     repo = model_path(model)
     ports = [f"--http-port={naming.MODEL_HTTP_PORT}", f"--grpc-port={naming.TRITON_GRPC_PORT}",
-             f"--metrics-port={naming.TRITON_METRICS_PORT}"]
+             f"--metrics-port={naming.TRITON_METRICS_PORT}", "--metrics-config=histogram_latencies=true",
+             *_triton_trace_args(model, tracing)]
     world = model.tensor_parallel * model.pipeline_parallel
     if world == 1:
         return ["tritonserver", f"--model-repository={repo}", *ports]
@@ -380,11 +445,11 @@ def _fetch_container(model: Model) -> list[dict[str, Any]]:
     }]
 
 
-def _engine_command(model: Model, role: str) -> list[str]:
+def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = None) -> list[str]:
     """The engine container's command. role: single (Deployment), leader or worker (LeaderWorkerSet)."""
     if model.engine == "triton":
-        return triton_command(model)
-    serve = ["vllm", "serve", model_path(model), *vllm_args(model)]
+        return triton_command(model, tracing=tracing)
+    serve = ["vllm", "serve", model_path(model), *vllm_args(model, tracing=tracing)]
     if role == "single":
         return serve
     if role == "leader":
@@ -400,8 +465,8 @@ def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict
     container: dict[str, Any] = {
         "name": model.engine,
         "image": DEFAULT_VLLM_IMAGE if model.engine == "vllm" else DEFAULT_TRITON_IMAGE,
-        "command": _engine_command(model, role),
-        "env": _env(cfg, model),
+        "command": _engine_command(model, role, tracing=engine_tracing(cfg)),
+        "env": [*_env(cfg, model), *_trace_env(model, engine_tracing(cfg))],
         "resources": container_resources(cfg, model),
         "volumeMounts": mounts,
         # No IPC_LOCK, even for RDMA: Pod Security `restricted` forbids adding it, and none is needed to

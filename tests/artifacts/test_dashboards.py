@@ -102,18 +102,67 @@ def test_total_and_per_pool_spend_equal_nodes_times_config_prices(prod: Observab
     assert data.truth.total_cost_per_hour == pytest.approx(4 * 31.46 + 2 * 63.30 + 10.49)
 
 
-def test_idle_gpu_cost(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
+def test_idle_gpu_cost_counts_allocated_idle_and_unallocated_gpus(prod: ObservabilityConfig,
+                                                                  prom: PrometheusServer, data: Synthetic) -> None:
+    """Idle is every GPU-hour not doing model work: GPUs a model holds but barely uses, and GPUs no pod holds
+    (prod's desired sizes leave whole nodes free: tests.support.synthetic.allocate)."""
+    unallocated = sum(data.truth.unallocated_cost_per_hour.values())
+    assert data.truth.idle_cost_per_hour > 0 and unallocated > 0
     [idle] = _panel("gpu-cost", "Idle GPU cost", prod)
-    assert data.truth.idle_cost_per_hour > 0
-    assert prom.scalar(idle, data.end) == pytest.approx(data.truth.idle_cost_per_hour, rel=TOLERANCE)
+    assert prom.scalar(idle, data.end) == pytest.approx(data.truth.idle_cost_per_hour + unallocated, rel=TOLERANCE)
+    [allocated] = _panel("gpu-cost", "Allocated idle GPU cost", prod)
+    assert prom.scalar(allocated, data.end) == pytest.approx(data.truth.idle_cost_per_hour, rel=TOLERANCE)
+    [free] = _panel("gpu-cost", "Unallocated GPU cost", prod)
+    assert prom.scalar(free, data.end) == pytest.approx(unallocated, rel=TOLERANCE)
+
+
+def test_spend_splits_into_working_allocated_idle_and_unallocated(prod: ObservabilityConfig,
+                                                                  prom: PrometheusServer, data: Synthetic) -> None:
+    total, working, allocated_idle, unallocated = _panel("gpu-cost", "Spend: total, working, idle", prod)
+    got = {name: _by(prom, expr, data.end, "pool") for name, expr in (
+        ("total", total), ("working", working), ("allocated_idle", allocated_idle), ("unallocated", unallocated))}
+    assert got["total"] == pytest.approx(dict(data.truth.pool_cost_per_hour), rel=TOLERANCE)
+    assert got["working"] == pytest.approx(dict(data.truth.working_cost_per_hour), rel=TOLERANCE)
+    assert got["unallocated"] == pytest.approx(dict(data.truth.unallocated_cost_per_hour), rel=TOLERANCE)
+    for pool, cost in data.truth.pool_cost_per_hour.items():  # every GPU-hour is in exactly one part
+        parts = got["working"][pool] + got["allocated_idle"].get(pool, 0.0) + got["unallocated"][pool]
+        assert parts == pytest.approx(cost, rel=1e-9), pool
 
 
 def test_cost_per_million_generated_tokens_per_model(prod: ObservabilityConfig, prom: PrometheusServer,
                                                      data: Synthetic) -> None:
+    """vLLM counts generated tokens (vllm:generation_tokens_total); Triton's TensorRT-LLM backend observes each
+    response's tokens in nv_llm_output_token_len, whose _sum counts them."""
     [expr] = _panel("gpu-cost", "Cost per 1M generated tokens", prod)
     got = _by(prom, expr, data.end, "model")
     assert got == pytest.approx(dict(data.truth.cost_per_million_tokens), rel=TOLERANCE)
-    assert sorted(got) == ["assistant-batch", "deep-research", "embed-rerank", "finance-8b"]  # the vLLM models
+    assert sorted(got) == sorted(m.name for m in prod.models)  # vLLM and Triton models alike
+    assert {m.engine for m in prod.models} == {"vllm", "triton"}
+
+
+def test_triton_time_to_first_token_p95(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
+    """Triton's first-response histogram of `tensorrt_llm` (ms), in seconds like vLLM's TTFT."""
+    p95 = next(e for e in _panel("serving", "Triton time to first token", prod) if 'quantile="0.95"' in e)
+    assert _by(prom, p95, data.end, "model") == pytest.approx(dict(data.truth.triton_ttft_p95), rel=TOLERANCE)
+
+
+def test_nvlink_throughput_reads_the_gauge_in_bytes_per_second(prod: ObservabilityConfig, prom: PrometheusServer,
+                                                               data: Synthetic) -> None:
+    """DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL is the current throughput in 1000 KiB/s (exporter_facts): the panels
+    show it times 1,024,000 in B/s; a rate() of it reads every fall as a counter reset."""
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["gpu-fleet"]))
+    units = {p["title"]: p["fieldConfig"]["defaults"]["unit"] for p in _panels(doc)}
+    assert units["NVLink throughput by pool"] == units["NVLink throughput per GPU"] == "Bps"
+    [by_pool] = _panel("gpu-fleet", "NVLink throughput by pool", prod)
+    got = _by(prom, by_pool, data.end, "pool")
+    assert got == pytest.approx(dict(data.truth.nvlink_bytes_per_second), rel=TOLERANCE)
+    assert max(got.values()) > 6e10
+    node = "h100-block-node-000"
+    board = dashboards.build(prod)["gpu-fleet"]
+    [per_gpu] = [e for t, e in dashboards.queries(board, {"node": node}) if t == "NVLink throughput per GPU"]
+    got_gpu = {r["metric"]["gpu"]: float(r["value"][1]) for r in prom.query(per_gpu, data.end)}
+    want = {gpu: v for (n, gpu), v in data.truth.nvlink_gpu_bytes_per_second.items() if n == node}
+    assert got_gpu == pytest.approx(want, rel=TOLERANCE)
 
 
 def test_workflow_p95_per_workflow(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:

@@ -18,6 +18,7 @@ from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, r
 from infra.artifacts import dump_yaml
 from infra.synth import DEFAULT_STACKS_DIR
 from telemetry.names import DCGM, KSM, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
+from tests.support import exporter_facts as facts
 from tests.support.prometheus import promtool
 from tests.support.synthetic import OTHER_WORKFLOW
 
@@ -131,6 +132,13 @@ def _sel(name: str, labels: dict[str, str]) -> str:
     return name + "{" + ", ".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
 
 
+def _phase(pod: Labels, phase: str, values: str) -> dict[str, str]:
+    """kube-state-metrics' kube_pod_status_phase of one pod: one series per phase, 1 for the current one
+    (tests.support.exporter_facts.POD_PHASE)."""
+    return {_sel(facts.POD_PHASE.name, {**pod, "uid": f"uid-{pod['pod']}", "phase": p}):
+            values if p == phase else values.replace("1x", "0x") for p in facts.POD_PHASES}
+
+
 def _for(cfg: ObservabilityConfig) -> dict[tuple[str, str], int]:
     return {(a.alert, a.severity): _minutes(a.for_) for a in alerts(cfg)}
 
@@ -241,6 +249,7 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
             _sel(KSM.POD_LABELS, {**pod, "label_aifactory_io_model": "embed-rerank",
                                   "label_aifactory_io_tenant": "search"}): "1x90",
             _sel(KSM.POD_REQUESTS, {**pod, "node": "node-a", "resource": "nvidia_com_gpu"}): f"{pool.gpus_per_node}x90",
+            **_phase(pod, "Running", "1x90"),
         }
         for g in range(pool.gpus_per_node):
             series[_sel(DCGM.GPU_UTIL, {"gpu": str(g), "Hostname": "node-a", **pod})] = "2x90" if g < idle else "50x90"
@@ -339,6 +348,7 @@ def test_unit_costs_have_no_sample_for_zero_tokens_or_zero_completed_workflows(p
         series[_sel(KSM.POD_LABELS, {**pod, "label_aifactory_io_model": model,
                                      "label_aifactory_io_tenant": tenant})] = "1x20"
         series[_sel(KSM.POD_REQUESTS, {**pod, "node": "node-a", "resource": "nvidia_com_gpu"})] = "2x20"
+        series |= _phase(pod, "Running", "1x20")
         series[_sel(VLLM.GENERATION_TOKENS, {"model_name": model, **pod})] = tokens
     wf = f"{WORKFLOW_DURATION.prom}_count"
     series[_sel(wf, {"workflow": "w", "tenant": "search", "status": "ok"})] = "0+60x20"
@@ -362,3 +372,42 @@ def test_unit_costs_have_no_sample_for_zero_tokens_or_zero_completed_workflows(p
         samples(f"count({per_tenant['search']})", "{}"),
         samples(f"count({per_tenant['finance']})"),
     ]}]))
+
+
+# --------------------------------------------------------------------------------------------
+# idle cost: every GPU of a pool is working, allocated but idle, or unallocated
+
+
+def test_pool_gpus_split_into_working_allocated_idle_and_unallocated(prod: ObservabilityConfig,
+                                                                     tmp_path: Path) -> None:
+    """l40s (4 GPUs a node, 10.49 $/h a node): node-a holds embed-rerank's pod (2 GPUs: one at 50%, one at 2%),
+    node-b only a finished job's pod (its requests still exported, its GPUs free); h200 (8 GPUs, 63.3 $/h) has a
+    node and no pod at all. Capacity, requests and phases as kube-state-metrics exports them
+    (kube_node_status_capacity / kube_pod_container_resource_requests, resource nvidia_com_gpu)."""
+    series = {}
+    for node, pool, gpus in (("node-a", "l40s", 4), ("node-b", "l40s", 4), ("node-c", "h200", 8)):
+        series[_sel(KSM.NODE_LABELS, {"node": node, "label_aifactory_io_pool": pool})] = "1x20"
+        series[_sel(facts.NODE_CAPACITY.name, {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"})] = \
+            f"{gpus}x20"
+    pod = {"namespace": "search", "pod": "embed-rerank-0"}
+    series[_sel(KSM.POD_LABELS, {**pod, "label_aifactory_io_model": "embed-rerank",
+                                 "label_aifactory_io_tenant": "search"})] = "1x20"
+    series[_sel(KSM.POD_REQUESTS, {**pod, "container": "server", "node": "node-a", "resource": "nvidia_com_gpu",
+                                   "unit": "integer"})] = "2x20"
+    series |= _phase(pod, "Running", "1x20")
+    job = {"namespace": "search", "pod": "reindex-28391-x7k2q"}
+    series[_sel(KSM.POD_REQUESTS, {**job, "container": "main", "node": "node-b", "resource": "nvidia_com_gpu",
+                                   "unit": "integer"})] = "4x20"
+    series |= _phase(job, "Succeeded", "1x20")
+    for gpu, util in (("0", "50"), ("1", "2")):
+        series[_sel(DCGM.GPU_UTIL, {"gpu": gpu, "Hostname": "node-a", **pod})] = f"{util}x20"
+    l40s, h200 = 10.49 / 4, 63.3 / 8
+    want = {R.POOL_WORKING_COST: {"l40s": l40s, "h200": 0.0},
+            R.POOL_ALLOCATED_IDLE_COST: {"l40s": l40s, "h200": 0.0},
+            R.POOL_UNALLOCATED_COST: {"l40s": 6 * l40s, "h200": 8 * h200},
+            R.POOL_COST: {"l40s": 2 * 10.49, "h200": 63.3}}
+    tests = [{"expr": f"sum by (pool) ({record})", "eval_time": "15m",
+              "exp_samples": [{"labels": f'{{pool="{p}"}}', "value": v} for p, v in sorted(values.items())]}
+             for record, values in want.items()]
+    _run_promtool_tests(prod, tmp_path, ("1m", [{"interval": "1m", "input_series": [
+        {"series": s, "values": v} for s, v in series.items()], "promql_expr_test": tests}]))

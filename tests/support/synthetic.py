@@ -1,8 +1,10 @@
 """Synthetic exporter data with known answers, as OpenMetrics text for `promtool tsdb create-blocks-from`.
 
 Series are named and labelled exactly as the real exporters emit them (shared/reference/FACTS.md,
-telemetry/names.py): DCGM exporter (half the pools with `Hostname`, half with the newer `hostname`;
-unallocated GPUs carry the exporter's own pod, as a ServiceMonitor with honorLabels leaves them),
+telemetry/names.py; the NVLink gauge, node GPU capacity and Triton's TensorRT-LLM token and first-response
+histograms from tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half
+the pools with `Hostname`, half with the newer `hostname`; unallocated GPUs carry the exporter's own pod, as
+a ServiceMonitor with honorLabels leaves them),
 kube-state-metrics (allow-listed node/pod labels, GPU requests), vLLM, Triton (counters without
 _total, cumulative microseconds), Istio, Envoy and the kit's workflow telemetry (Python-client `le`
 values such as "30.0"). Counters grow linearly, so every rate is exact; workflow durations are
@@ -23,7 +25,7 @@ and ratios over pods, and with them the ground truth, stay exact at any Scale.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from dashboards.config import ObservabilityConfig
 from telemetry.names import (
@@ -40,6 +42,7 @@ from telemetry.names import (
     WORKFLOW_BUCKETS_S,
     WORKFLOW_DURATION,
 )
+from tests.support import exporter_facts as facts
 
 __all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WORKFLOW_SPANS", "OTHER_WORKFLOW",
            "GATEWAY", "Truth", "Synthetic", "Scale", "Allocation", "allocate", "generate"]
@@ -69,8 +72,13 @@ SERVING_PORT, SIDECAR_PORT, ENVOY_ADMIN_PORT, AGENT_PORT = 8000, 15020, 9901, 94
 class Truth:
     pool_cost_per_hour: Mapping[str, float]
     total_cost_per_hour: float
-    idle_cost_per_hour: float
-    cost_per_million_tokens: Mapping[str, float]  # vLLM models
+    idle_cost_per_hour: float  # allocated to a model pod, under the idle threshold
+    unallocated_cost_per_hour: Mapping[str, float]  # per pool: GPUs no pod requests
+    working_cost_per_hour: Mapping[str, float]  # per pool: allocated GPUs at or above the idle threshold
+    cost_per_million_tokens: Mapping[str, float]  # every model that generates tokens (vLLM and Triton)
+    nvlink_bytes_per_second: Mapping[str, float]  # per pool, at the last sample
+    nvlink_gpu_bytes_per_second: Mapping[tuple[str, str], float]  # per (node, gpu), at the last sample
+    triton_ttft_p95: Mapping[str, float]  # seconds, per Triton model
     workflow_p95: Mapping[str, float]
     critical_path_share: Mapping[str, float]
 
@@ -168,6 +176,17 @@ class _Writer:
         key, v = f"{name}{_labels(labels)}", _fmt(value)
         self.lines.extend(f"{key} {v} {t}" for t in self.times)
 
+    def fluctuating(self, name: str, labels: Mapping[str, str], high: float, low: float) -> float:
+        """A gauge that alternates between `high` and `low` sample by sample (a throughput read each scrape:
+        every fall is what `rate()` would take for a counter reset), its last two samples equal (recording
+        rules backfilled up to the last sample read the one before); returns its last value."""
+        self.series += 1
+        key = f"{name}{_labels(labels)}"
+        values = [low if i % 2 else high for i in range(len(self.times) - 1)]
+        values.append(values[-1])
+        self.lines.extend(f"{key} {_fmt(v)} {t}" for v, t in zip(values, self.times, strict=True))
+        return values[-1]
+
     def counter(self, name: str, labels: Mapping[str, str], per_second: float) -> None:
         self.series += 1
         key, t0 = f"{name}{_labels(labels)}", self.times[0]
@@ -189,23 +208,49 @@ def _uniform(lo: float, hi: float) -> Callable[[float], float]:
     return lambda x: min(1.0, max(0.0, (x - lo) / (hi - lo)))
 
 
-def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs: list[Allocation]) -> float:
-    """Every DCGM series; returns the idle cost ($/h) of allocated GPUs."""
+# NVLink throughput of one GPU, in DCGM's units (1000 KiB/s), alternating sample by sample: working GPUs
+# move about 6.6e10 B/s, idle ones a trickle, GPUs no pod holds nothing.
+NVLINK_UNITS = {"busy": (70_000.0, 58_000.0), "idle": (120.0, 80.0), "free": (0.0, 0.0)}
+
+
+@dataclass
+class _Fleet:
+    """What the DCGM and kube-state-metrics series add up to, per pool ($/h, B/s)."""
+
+    idle_cost: float = 0.0
+    unallocated: dict[str, float] = field(default_factory=dict)
+    working: dict[str, float] = field(default_factory=dict)
+    nvlink: dict[str, float] = field(default_factory=dict)
+    nvlink_gpu: dict[tuple[str, str], float] = field(default_factory=dict)
+
+
+def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs: list[Allocation]) -> _Fleet:
+    """Every DCGM series, node capacity and pod GPU requests; returns what they add up to."""
     held = {(a.node, g): (a, i) for a in allocs for i, g in enumerate(a.gpus)}
-    idle_cost = 0.0
+    fleet = _Fleet()
     for p_index, pool in enumerate(cfg.pools):
         host_label = DCGM.HOSTNAME_LABELS[p_index % 2]
+        price = pool.gpu_price_per_hour
+        fleet.unallocated[pool.name] = fleet.working[pool.name] = fleet.nvlink[pool.name] = 0.0
         for n in range(nodes[pool.name]):
             node = _node(pool.name, n)
             w.gauge(KSM.NODE_LABELS, {"node": node, "label_aifactory_io_pool": pool.name}, 1)
+            w.gauge(facts.NODE_CAPACITY.name, {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"},
+                    pool.gpus_per_node)
             for g in range(pool.gpus_per_node):
                 alloc = held.get((node, g))
                 if alloc is None:
-                    util, owner = 0.0, {"namespace": "gpu-operator", "pod": f"nvidia-dcgm-exporter-{node}"}
+                    util, state, owner = 0.0, "free", {"namespace": "gpu-operator",
+                                                        "pod": f"nvidia-dcgm-exporter-{node}"}
+                    fleet.unallocated[pool.name] += price
                 else:
-                    util = IDLE_UTIL_PERCENT if alloc[1] % 2 else BUSY_UTIL_PERCENT
+                    state = "idle" if alloc[1] % 2 else "busy"
+                    util = IDLE_UTIL_PERCENT if state == "idle" else BUSY_UTIL_PERCENT
                     owner = {"namespace": alloc[0].tenant, "pod": alloc[0].pod, "container": "server"}
-                    idle_cost += pool.gpu_price_per_hour if alloc[1] % 2 else 0.0
+                    if state == "idle":
+                        fleet.idle_cost += price
+                    else:
+                        fleet.working[pool.name] += price
                 labels = {"gpu": str(g), "UUID": f"GPU-{node}-{g}", "pci_bus_id": f"00000000:{g:02X}:00.0",
                           "device": f"nvidia{g}", "modelName": "NVIDIA H100 80GB HBM3", host_label: node,
                           "DCGM_FI_DRIVER_VERSION": "570.124.06", **owner}
@@ -218,30 +263,68 @@ def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs
                                       (DCGM.PCIE_RX, 3e9), (DCGM.ROW_REMAP_PENDING, 0),
                                       (DCGM.ROW_REMAP_FAILURE, 0), (DCGM.CLOCK_THROTTLE_REASONS, 0)):
                     w.gauge(metric, labels, value)
-                for metric, rate in ((DCGM.ENERGY, 400_000), (DCGM.NVLINK_BW, 5e10), (DCGM.PCIE_REPLAY, 0)):
+                last = w.fluctuating(facts.NVLINK_BANDWIDTH_TOTAL.name, labels, *NVLINK_UNITS[state])
+                fleet.nvlink_gpu[(node, str(g))] = last * facts.NVLINK_BYTES_PER_UNIT
+                fleet.nvlink[pool.name] += last * facts.NVLINK_BYTES_PER_UNIT
+                for metric, rate in ((DCGM.ENERGY, 400_000), (DCGM.PCIE_REPLAY, 0)):
                     w.counter(metric, labels, rate)
     for a in allocs:
         w.gauge(KSM.POD_LABELS, {"namespace": a.tenant, "pod": a.pod, "label_aifactory_io_model": a.model,
                                  "label_aifactory_io_tenant": a.tenant}, 1)
-        w.gauge(KSM.POD_REQUESTS, {"namespace": a.tenant, "pod": a.pod, "container": "server", "node": a.node,
-                                   "resource": "nvidia_com_gpu", "unit": "integer"}, len(a.gpus))
-    return idle_cost
+        _pod(w, a.tenant, a.pod, a.node, len(a.gpus), "Running")
+    # A finished batch job on the first node no model holds: kube-state-metrics still exports its GPU
+    # requests, but its GPUs are free (unallocated).
+    free = [n for p in cfg.pools for n in (_node(p.name, i) for i in range(nodes[p.name]))
+            if all(a.node != n for a in allocs)]
+    if free:
+        _pod(w, cfg.tenants[0], "nightly-eval-28391-x7k2q", free[0], 2, "Succeeded")
+    return fleet
+
+
+def _pod(w: _Writer, namespace: str, pod: str, node: str, gpus: int, phase: str) -> None:
+    """kube-state-metrics' series of one pod: its GPU requests and its phase (tests.support.exporter_facts)."""
+    w.gauge(KSM.POD_REQUESTS, {"namespace": namespace, "pod": pod, "container": "server", "node": node,
+                               "resource": "nvidia_com_gpu", "unit": "integer"}, gpus)
+    for p in facts.POD_PHASES:
+        w.gauge(facts.POD_PHASE.name, {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": p},
+                1 if p == phase else 0)
 
 
 def _tokens_per_s(index: int) -> float:
     return 500.0 * (index + 1)
 
 
-def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> dict[str, float]:
-    """vLLM and Triton series; returns the true cost per 1M generated tokens of each vLLM model."""
-    truth = {}
+# Triton: requests per second a model answers (all replicas), each streaming one response per token; time to
+# first response uniform on TRITON_FIRST_RESPONSE_MS (inside the default buckets: histogram_quantile is exact).
+TRITON_REQUESTS_PER_S = 20.0
+TRITON_FIRST_RESPONSE_MS = (100.0, 500.0)
+
+
+def _trtllm(w: _Writer, labels: Mapping[str, str], tokens: float, share: float) -> None:
+    """The TensorRT-LLM backend's token histograms and Triton's first-response histogram of one pod's
+    `tensorrt_llm` (tests.support.exporter_facts): `tokens` generated per second, four prompt tokens each."""
+    responses = tokens * share  # one response per streamed token
+    for fact, kind, per_token in ((facts.TRTLLM_OUTPUT_TOKENS, facts.TRTLLM_OUTPUT_TOKENS_TYPE, 1.0),
+                                  (facts.TRTLLM_INPUT_TOKENS, facts.TRTLLM_INPUT_TOKENS_TYPE, 4.0)):
+        w.histogram(fact.name, {**labels, "response_metric_type": kind}, facts.TRTLLM_TOKEN_BUCKETS,
+                    _uniform(0.5 * per_token, 1.5 * per_token), responses, per_token, python_client=False)
+    lo, hi = TRITON_FIRST_RESPONSE_MS
+    w.histogram(facts.FIRST_RESPONSE_HISTOGRAM.name, labels, facts.FIRST_RESPONSE_DEFAULT_BUCKETS_MS,
+                _uniform(lo, hi), TRITON_REQUESTS_PER_S * share, (lo + hi) / 2, python_client=False)
+
+
+def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
+             ) -> tuple[dict[str, float], dict[str, float]]:
+    """vLLM and Triton series; returns the true cost per 1M generated tokens of each model and the true
+    p95 time to first token (s) of each Triton model."""
+    truth, ttft = {}, {}
     for index, m in enumerate(cfg.models):
         pods = [a for a in allocs if a.model == m.name]
         gpus = sum(len(a.gpus) for a in pods)
         price = cfg.pool(m.pool).gpu_price_per_hour
+        tokens = _tokens_per_s(index)
+        truth[m.name] = gpus * price / (tokens * 3600) * 1e6
         if m.engine == "vllm":
-            tokens = _tokens_per_s(index)
-            truth[m.name] = gpus * price / (tokens * 3600) * 1e6
             for a in pods:
                 labels = {"model_name": m.name, "engine": "0",
                           **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
@@ -277,7 +360,12 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
                     w.counter(TRITON.REQUEST_SUCCESS, labels, 7 * share)
                     w.counter(TRITON.QUEUE_DURATION_US, labels, 7 * 900_000 * share)
                     w.gauge(TRITON.PENDING, labels, 40)
+                    if repo_model == "ensemble":  # decoupled too: its own first-response histogram
+                        w.histogram(facts.FIRST_RESPONSE_HISTOGRAM.name, labels,
+                                    facts.FIRST_RESPONSE_DEFAULT_BUCKETS_MS, _uniform(2000, 5000), 7 * share, 3500,
+                                    python_client=False)
                     continue
+                _trtllm(w, labels, tokens, share)
                 w.counter(TRITON.REQUEST_SUCCESS, labels, 20 * share)
                 w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1 * share)
                 w.counter(TRITON.INFERENCE_COUNT, labels, 20 * share)
@@ -287,7 +375,9 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> 
                                    (TRITON.COMPUTE_OUTPUT_US, 1_000)):
                     w.counter(metric, labels, 20 * us * share)
                 w.gauge(TRITON.PENDING, labels, 3)
-    return truth
+            lo, hi = TRITON_FIRST_RESPONSE_MS
+            ttft[m.name] = (lo + 0.95 * (hi - lo)) / 1000
+    return truth, ttft
 
 
 def _istio_hop(w: _Writer, source: tuple[str, str], destination: tuple[str, str],
@@ -378,10 +468,11 @@ def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, 
     times = _times(start, minutes, step)
     w = _Writer(times)
     allocs = allocate(cfg, nodes, replicas=scale.replicas)
-    idle = _dcgm(w, cfg, nodes, allocs)
-    per_mtok = _serving(w, cfg, allocs)
+    fleet = _dcgm(w, cfg, nodes, allocs)
+    per_mtok, ttft = _serving(w, cfg, allocs)
     _mesh(w, cfg, allocs, scale)
     p95 = _workflows(w, cfg, scale)
     pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
-    truth = Truth(pool_cost, sum(pool_cost.values()), idle, per_mtok, p95, dict(CRITICAL_PATH_SHARES))
+    truth = Truth(pool_cost, sum(pool_cost.values()), fleet.idle_cost, fleet.unallocated, fleet.working, per_mtok,
+                  fleet.nvlink, fleet.nvlink_gpu, ttft, p95, dict(CRITICAL_PATH_SHARES))
     return Synthetic(w.text(), times[0], times[-1], step, truth, w.series)

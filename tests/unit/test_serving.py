@@ -119,7 +119,7 @@ def test_triton_single_gpu_command() -> None:
     cfg = stack("staging")
     assert triton_command(cfg.models["llama-8b-trt"]) == [
         "tritonserver", "--model-repository=/model-cache/llama-8b-trt",
-        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002"]
+        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--metrics-config=histogram_latencies=true"]
 
 
 def test_triton_tensor_parallel_runs_one_mpi_rank_per_gpu() -> None:
@@ -129,11 +129,55 @@ def test_triton_tensor_parallel_runs_one_mpi_rank_per_gpu() -> None:
         "mpirun", "--oversubscribe",
         "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
         "--backend-config=python,shm-region-prefix-name=prefix0_",
-        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002",
+        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--metrics-config=histogram_latencies=true",
         ":", "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
         "--backend-config=python,shm-region-prefix-name=prefix1_",
         "--model-control-mode=explicit", "--load-model=tensorrt_llm",
         "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+
+
+def _engine(cfg: PlatformConfig, model: str) -> dict[str, Any]:
+    return next(c for role, c in containers(workload(cfg, cfg.models[model])) if role in ("single", "leader")
+                and c["name"] == cfg.models[model].engine)
+
+
+def test_vllm_exports_request_spans_to_the_collector_at_the_stacks_sampling_ratio() -> None:
+    """vLLM v0.11 `--otlp-traces-endpoint` (ObservabilityConfig.otlp_traces_endpoint; OTLP/gRPC unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise, vllm/tracing.py); its TracerProvider() takes the OTel
+    SDK's sampler from OTEL_TRACES_SAMPLER(_ARG). `--collect-detailed-traces` ("possibly costly and or blocking
+    operations") stays off. prod: observability.traceSampleRatio 0.2, namespace monitoring."""
+    cfg = stack("prod")
+    for name in ("assistant-batch", "deep-research"):  # a Deployment and a LeaderWorkerSet leader
+        c = _engine(cfg, name)
+        command = " ".join(c["command"])
+        assert "--otlp-traces-endpoint http://otel-collector.monitoring.svc.cluster.local:4317" in command, name
+        assert "--collect-detailed-traces" not in command
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert (env["OTEL_SERVICE_NAME"], env["OTEL_TRACES_SAMPLER"], env["OTEL_TRACES_SAMPLER_ARG"]) == \
+            (name, "parentbased_traceidratio", "0.2")
+    assert "--otlp-traces-endpoint" not in vllm_args(cfg.models["assistant-batch"])  # only when asked
+
+
+def test_triton_exports_opentelemetry_spans_to_the_collector() -> None:
+    """Triton r25.08 `--trace-config` (docs/user_guide/trace.md, src/command_line_parser.cc): mode
+    opentelemetry, level TIMESTAMPS (tracing is off without a level), rate N = one in N requests without a
+    context (1 / 0.2 = 5), count -1 (no limit), OTLP/HTTP url and service.name resource; rank 0 only."""
+    cfg = stack("prod")
+    cmd = _engine(cfg, "assistant-fast")["command"]
+    trace = [a for a in cmd if a.startswith("--trace-config")]
+    assert trace == ["--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS",
+                     "--trace-config=rate=5", "--trace-config=count=-1",
+                     "--trace-config=opentelemetry,url=http://otel-collector.monitoring.svc.cluster.local:4318"
+                     "/v1/traces",
+                     "--trace-config=opentelemetry,resource=service.name=assistant-fast"]
+    tp = small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m")
+    ranks = " ".join(_engine(tp, "m")["command"]).split(" : ")
+    assert ["--trace-config" in r for r in ranks] == [True, False]
+
+
+@pytest.mark.parametrize(("ratio", "rate"), [(1.0, 1), (0.01, 100), (0.3, 3), (0.0, 0)])
+def test_triton_trace_rate_follows_the_ratio(ratio: float, rate: int) -> None:
+    assert serving.EngineTracing("g", "h", ratio).triton_rate == rate
 
 
 def test_triton_pods_carry_the_engine_build_qformat() -> None:

@@ -1,0 +1,77 @@
+"""What the exporters really emit, written from their upstream sources at the kit's pinned versions.
+
+Synthetic data for the NVLink, GPU capacity and Triton TensorRT-LLM token / first-response panels is built
+from these records, never from telemetry/names.py: a wrong name, type, label or unit in the kit is then
+wrong on one side only, and the known-answer tests catch it. Each record names the file it was read from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY", "POD_PHASE",
+           "POD_PHASES", "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
+           "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE", "FIRST_RESPONSE_HISTOGRAM",
+           "FIRST_RESPONSE_DEFAULT_BUCKETS_MS"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExporterMetric:
+    name: str
+    type: str  # gauge | counter | histogram, as the value behaves (see `source` where the exporter says otherwise)
+    labels: tuple[str, ...]  # labels the exporter itself sets (the scrape adds job, instance, pod...)
+    source: str
+
+
+# DCGM 4.4.2 (bundled in dcgm-exporter 4.4.2-4.7.0, the image gpu-operator v25.10.1 deploys:
+# deployments/gpu-operator/values.yaml dcgmExporter.version). Field 449 is computed in
+# dcgmlib/src/DcgmCacheManager.cpp ReadAndCacheNvLinkBandwidth(): NVML's cumulative NVLink RX + TX data
+# counters (NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX/TX, "in KiB", sdk/nvidia/nvml/nvml.h) are differenced
+# against the previous sample, divided by the seconds between them, then by 1000 ("KiB/sec -> MiB/sec"); the
+# field's unit is DCGM_FIELD_UNIT_BW_MBPS (dcgmlib/src/dcgm_fields.cpp). So the value is the current
+# throughput, up and down together, in units of 1000 KiB/s, and it rises and falls like any gauge.
+# dcgm-exporter's etc/default-counters.csv (4.4.2-4.7.0) still declares it `counter`; the exporter copies
+# that into `# TYPE`, which changes nothing about the value.
+NVLINK_BANDWIDTH_TOTAL = ExporterMetric(
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "gauge",
+    ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"),
+    "NVIDIA/DCGM v4.4.2 dcgmlib/src/DcgmCacheManager.cpp ReadAndCacheNvLinkBandwidth; "
+    "NVIDIA/dcgm-exporter 4.4.2-4.7.0 etc/default-counters.csv")
+NVLINK_BYTES_PER_UNIT = 1000 * 1024  # one unit of field 449: 1000 KiB/s
+
+# kube-state-metrics: docs/metrics/cluster/node-metrics.md, kube_node_status_capacity (gauge; labels node,
+# resource, unit). Extended resources are sanitised to Prometheus label values: nvidia.com/gpu ->
+# nvidia_com_gpu, unit "integer".
+NODE_CAPACITY = ExporterMetric("kube_node_status_capacity", "gauge", ("node", "resource", "unit"),
+                               "kubernetes/kube-state-metrics docs/metrics/cluster/node-metrics.md")
+# kube-state-metrics docs/metrics/workload/pod-metrics.md: one series per phase, 1 for the pod's current one.
+POD_PHASE = ExporterMetric("kube_pod_status_phase", "gauge", ("namespace", "pod", "uid", "phase"),
+                           "kubernetes/kube-state-metrics docs/metrics/workload/pod-metrics.md")
+POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+
+# TensorRT-LLM's Triton backend, triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/
+# custom_metrics_reporter.cc (NVIDIA/TensorRT-LLM, read at a stored main-branch version; the token counts came
+# with "Add support for input output token counts", NVIDIA/TensorRT-LLM#5445, merged June 2025, before the 1.0
+# release that tensorrtllm_backend v1.0.0 pins): histograms created with TRITONSERVER_METRIC_KIND_HISTOGRAM and
+# buckets {10, 50, 100, 500, 1000}, labels model and version (the repository model: tensorrt_llm) plus
+# response_metric_type. Each observation is the tokens of one response (#5445: in streaming, each response's
+# tokens), so _sum counts every token.
+TRTLLM_OUTPUT_TOKENS = ExporterMetric(
+    "nv_llm_output_token_len", "histogram", ("model", "version", "response_metric_type"),
+    "NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/custom_metrics_reporter.cc")
+TRTLLM_INPUT_TOKENS = ExporterMetric(
+    "nv_llm_input_token_len", "histogram", ("model", "version", "response_metric_type"),
+    TRTLLM_OUTPUT_TOKENS.source)
+TRTLLM_TOKEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
+TRTLLM_OUTPUT_TOKENS_TYPE = "total_output_tokens"  # response_metric_type of nv_llm_output_token_len
+TRTLLM_INPUT_TOKENS_TYPE = "total_input_tokens"
+
+# Triton core r25.08: src/metrics.cc registers nv_inference_first_response_histogram_ms ("Duration from request
+# to first response in milliseconds"); src/metric_model_reporter.cc creates it only for decoupled models and
+# only with `--metrics-config histogram_latencies=true`; src/infer_response.cc observes it once per request,
+# at the first response. Labels model and version (src/metric_model_reporter.cc GetMetricLabels). Default
+# buckets {100, 500, 2000, 5000} ms (src/metric_model_reporter.h), overridable per model (model_metrics).
+FIRST_RESPONSE_HISTOGRAM = ExporterMetric(
+    "nv_inference_first_response_histogram_ms", "histogram", ("model", "version"),
+    "triton-inference-server/core r25.08 src/metrics.cc, src/metric_model_reporter.{h,cc}, src/infer_response.cc")
+FIRST_RESPONSE_DEFAULT_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)
