@@ -41,7 +41,7 @@ CLIENT_PARENT = "00f067aa0ba902b7"
 
 def stack(ratio: float) -> PlatformConfig:
     return parse({
-        "target": {"provider": "existing", "kubeconfig": "/dev/null"},
+        "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "standard"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
         "tenants": {"alpha": {"gpuQuota": 8}},
         "models": {MODEL: {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}},
