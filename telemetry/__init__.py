@@ -14,7 +14,18 @@ exporters from the environment), names (metric and label names shared with dashb
 """
 
 from telemetry.critical_path import StepInterval, critical_path
-from telemetry.instrument import Scope, StepRun, Telemetry, WorkflowRun, current, install, step, workflow
+from telemetry.instrument import (
+    Scope,
+    StepRun,
+    Telemetry,
+    WorkflowRun,
+    current,
+    headers,
+    install,
+    remaining_budget_ms,
+    step,
+    workflow,
+)
 from telemetry.providers import Installation, Settings, settings_from_env, setup
 
 __all__ = [
@@ -27,7 +38,9 @@ __all__ = [
     "WorkflowRun",
     "critical_path",
     "current",
+    "headers",
     "install",
+    "remaining_budget_ms",
     "settings_from_env",
     "setup",
     "step",

@@ -18,13 +18,29 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Protocol
 
-__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "StepInterval", "critical_path"]
+__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "Interval", "StepInterval", "critical_path"]
 
 DEFAULT_IDLE_KIND = "other"
 ROOT = -1  # parent of a step that no other step encloses
 
 _EVENT_ORDER = itemgetter(0, 1, 2)
+
+
+class Interval(Protocol):
+    """What critical_path() reads of a finished step (StepInterval, or the instrumentation's own step runs)."""
+
+    @property
+    def kind(self) -> str: ...
+    @property
+    def start(self) -> int: ...
+    @property
+    def end(self) -> int: ...
+    @property
+    def seq(self) -> int: ...
+    @property
+    def parent(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,7 +55,7 @@ class StepInterval:
     parent: int = ROOT
 
 
-def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
+def critical_path(steps: Iterable[Interval], *, start: int, end: int,
                   idle_kind: str = DEFAULT_IDLE_KIND) -> dict[str, float]:
     """Time of [start, end] owned by each step kind (same unit as the inputs), keys sorted.
 
@@ -47,6 +63,10 @@ def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
     """
     if end < start:
         raise ValueError(f"workflow window ends before it starts: start={start}, end={end}")
+    steps = steps if isinstance(steps, list | tuple) else list(steps)
+    serial = _serial(steps, start, end, idle_kind)
+    if serial is not None:
+        return serial
     kind_of: dict[int, str] = {}
     parent_of: dict[int, int] = {}
     events: list[tuple[int, int, int]] = []
@@ -96,6 +116,23 @@ def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
                         n_leaves += 1
     if end > now:
         _share(owned, leaves, n_leaves, end - now, idle_kind)
+    return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+
+
+def _serial(steps: Iterable[Interval], start: int, end: int, idle_kind: str) -> dict[str, float] | None:
+    """The common case in one pass, without sorting: top-level steps that never overlap, in start order (a
+    sequential agent). None when the steps are anything else (nested, parallel, out of order, outside the window)."""
+    owned: dict[str, float] = {}
+    covered = 0
+    now = start
+    for step in steps:
+        if step.parent != ROOT or step.start < now or step.end > end:
+            return None
+        owned[step.kind] = owned.get(step.kind, 0.0) + (step.end - step.start)
+        covered += step.end - step.start
+        now = step.end
+    if end - start > covered:
+        owned[idle_kind] = owned.get(idle_kind, 0.0) + (end - start - covered)
     return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
 
 
