@@ -14,6 +14,7 @@ exporters from the environment), names (metric and label names shared with dashb
 """
 
 from telemetry.critical_path import StepInterval, critical_path
+from telemetry.genai_spans import GenAiSpanProcessor
 from telemetry.instrument import (
     Scope,
     StepRun,
@@ -29,6 +30,7 @@ from telemetry.instrument import (
 from telemetry.providers import Installation, Settings, settings_from_env, setup
 
 __all__ = [
+    "GenAiSpanProcessor",
     "Installation",
     "Scope",
     "Settings",
