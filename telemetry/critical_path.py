@@ -16,11 +16,10 @@ One sweep over the sorted step boundaries; O(n log n) for n steps.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from operator import itemgetter
-from typing import Protocol
+from typing import NamedTuple
 
-__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "Interval", "StepInterval", "critical_path"]
+__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "StepInterval", "critical_path"]
 
 DEFAULT_IDLE_KIND = "other"
 ROOT = -1  # parent of a step that no other step encloses
@@ -28,25 +27,10 @@ ROOT = -1  # parent of a step that no other step encloses
 _EVENT_ORDER = itemgetter(0, 1, 2)
 
 
-class Interval(Protocol):
-    """What critical_path() reads of a finished step (StepInterval, or the instrumentation's own step runs)."""
-
-    @property
-    def kind(self) -> str: ...
-    @property
-    def start(self) -> int: ...
-    @property
-    def end(self) -> int: ...
-    @property
-    def seq(self) -> int: ...
-    @property
-    def parent(self) -> int: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StepInterval:
+class StepInterval(NamedTuple):
     """One finished step: its kind, its [start, end] (any time unit, usually ns), its sequence number
-    (unique within the workflow, in start order) and the sequence number of its parent step (ROOT if none)."""
+    (unique within the workflow, in start order) and the sequence number of its parent step (ROOT if none).
+    A named tuple: the instrumentation makes one per step, so it is cheap to build."""
 
     kind: str
     start: int
@@ -55,7 +39,7 @@ class StepInterval:
     parent: int = ROOT
 
 
-def critical_path(steps: Iterable[Interval], *, start: int, end: int,
+def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
                   idle_kind: str = DEFAULT_IDLE_KIND) -> dict[str, float]:
     """Time of [start, end] owned by each step kind (same unit as the inputs), keys sorted.
 
@@ -119,7 +103,7 @@ def critical_path(steps: Iterable[Interval], *, start: int, end: int,
     return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
 
 
-def _serial(steps: Iterable[Interval], start: int, end: int, idle_kind: str) -> dict[str, float] | None:
+def _serial(steps: Iterable[StepInterval], start: int, end: int, idle_kind: str) -> dict[str, float] | None:
     """The common case in one pass, without sorting: top-level steps that never overlap, in start order (a
     sequential agent). None when the steps are anything else (nested, parallel, out of order, outside the window)."""
     owned: dict[str, float] = {}

@@ -108,7 +108,7 @@ UNKNOWN_TENANT = "unknown"  # tenant label when nothing named one (see telemetry
 BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # W3C baggage: the workflow's latency budget, ms (remaining, in headers())
 DEADLINE_BAGGAGE_KEY = "aifactory.deadline_ms"  # W3C baggage: the workflow's deadline, ms since the epoch
 STATUS_OK, STATUS_ERROR = "ok", "error"
-SCOPE_CACHE_SIZE = 1024  # distinct (kind, name, model, provider, operation) step scopes kept ready per Telemetry
+SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
 _NS_PER_S = 1e9
 _NS_PER_MS = 1_000_000
 _KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
@@ -156,7 +156,7 @@ class WorkflowRun:
         self.name = name
         self.span = span
         self.start = start
-        self.steps: list[StepRun | StepInterval] = []  # finished steps, in the order they ended
+        self.steps: list[StepInterval] = []  # finished steps, in the order they ended
         self.seqs: Iterator[int] = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
         self.outer = outer
         self.outer_parent = outer_parent
@@ -169,10 +169,9 @@ class WorkflowRun:
 
 
 class StepRun:
-    """A running step: what `with tel.step(...) as run` gives you. Once finished it is also the step's
-    interval in its workflow's critical path (kind, start, end, seq, parent)."""
+    """A running step: what `with tel.step(...) as run` gives you."""
 
-    __slots__ = ("kind", "name", "span", "start", "end", "seq", "parent", "workflow", "genai", "_telemetry", "_token")
+    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_token")
 
     def __init__(self, telemetry: Telemetry, kind: str, name: str, span: trace.Span, start: int, seq: int,
                  parent: int, workflow: WorkflowRun | None, genai_attrs: dict[str, str] | None) -> None:
@@ -181,7 +180,6 @@ class StepRun:
         self.name = name
         self.span = span
         self.start = start
-        self.end = start
         self.seq = seq
         self.parent = parent
         self.workflow = workflow
@@ -313,7 +311,15 @@ class Telemetry:
     # --- public API -------------------------------------------------------------------------
     def workflow(self, name: str, *, agent: str | None = None, budget_s: float | None = None,
                  **attributes: Any) -> Scope:
-        return workflow_scope(self, name, agent=agent, budget_s=budget_s, **attributes)
+        if attributes:
+            return workflow_scope(self, name, agent=agent, budget_s=budget_s, **attributes)
+        key = ("workflow", name, agent, budget_s)
+        scope = self._scopes.get(key)
+        if scope is None:
+            if len(self._scopes) >= SCOPE_CACHE_SIZE:
+                self._scopes.clear()
+            scope = self._scopes[key] = workflow_scope(self, name, agent=agent, budget_s=budget_s)
+        return scope
 
     def step(self, kind: str, name: str, *, model: str | None = None, provider: str | None = None,
              operation: str | None = None, **attributes: Any) -> Scope:
@@ -361,7 +367,7 @@ class Telemetry:
 
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
-        error_type = self._fail(run.span, exc)
+        error_type = None if exc is None else self._fail(run.span, exc)
         otel_context.detach(run._token)  # type: ignore[arg-type]
         owned = self._finish_workflow(run, end, error_type)
         run.span.set_attributes({f"aifactory.critical_path.{kind}": seconds for kind, seconds in owned.items()})
@@ -385,8 +391,7 @@ class Telemetry:
         self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name))
         outer = run.outer
         if outer is not None and not outer.finished:
-            outer.steps.extend(s if s.parent != ROOT else StepInterval(s.kind, s.start, s.end, s.seq, run.outer_parent)
-                               for s in run.steps)
+            outer.steps.extend(s if s.parent != ROOT else s._replace(parent=run.outer_parent) for s in run.steps)
         return owned
 
     # --- step -------------------------------------------------------------------------------
@@ -415,14 +420,13 @@ class Telemetry:
 
     def _exit_step(self, run: StepRun, exc: BaseException | None) -> None:
         end = self.clock()
-        error_type = self._fail(run.span, exc)
+        error_type = None if exc is None else self._fail(run.span, exc)
         run.span.end(end_time=end)
         otel_context.detach(run._token)  # type: ignore[arg-type]
         self._finish_step(run, end, error_type)
 
     def _finish_step(self, run: StepRun, end: int, error_type: str | None) -> None:
         """Record a finished step's metrics and add it to its workflow's critical path."""
-        run.end = end
         seconds = (end - run.start) / _NS_PER_S
         workflow = run.workflow
         wf_name = workflow.name if workflow is not None else NO_WORKFLOW
@@ -436,7 +440,7 @@ class Telemetry:
             self._operation_duration.record(seconds, run.genai if error_type is None
                                             else {**run.genai, ERROR_TYPE: error_type})
         if workflow is not None and not workflow.finished:
-            workflow.steps.append(run)
+            workflow.steps.append(StepInterval(run.kind, run.start, end, run.seq, run.parent))
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
@@ -505,10 +509,8 @@ class Telemetry:
         return attrs
 
     @staticmethod
-    def _fail(span: trace.Span, exc: BaseException | None) -> str | None:
-        """Mark the span failed by `exc`; its error.type (None: no error)."""
-        if exc is None:
-            return None
+    def _fail(span: trace.Span, exc: BaseException) -> str:
+        """Mark the span failed by `exc`; its error.type."""
         error_type = _error_type(exc)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
         span.set_attribute(ERROR_TYPE, error_type)
