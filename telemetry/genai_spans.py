@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
@@ -44,6 +44,7 @@ from opentelemetry.trace import StatusCode
 from telemetry.instrument import (
     _RUN_KEY,
     INSTRUMENTATION_NAME,
+    Run,
     Telemetry,
     WorkflowRun,
     _foreign_runs,
@@ -95,7 +96,7 @@ class GenAiSpanProcessor(SpanProcessor):
             owner = _foreign_runs[parent.span_id]
         else:
             ctx = otel_context.get_current() if parent_context is None else parent_context
-            owner = ctx.get(_RUN_KEY)  # the kit's workflow or step current where this span started
+            owner = cast(Run | None, ctx.get(_RUN_KEY))  # the kit's workflow or step current where it started
         attributes = span.attributes or {}
         operation = attributes.get(genai.GEN_AI_OPERATION_NAME)
         run: Any = owner

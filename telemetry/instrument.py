@@ -461,10 +461,10 @@ class Telemetry:
             self._warned = True
             where = (f"under a span of the trace of open workflow {self._open[span_context.trace_id].name!r}"
                      if lost_in_trace else f"in thread {threading.current_thread().name!r} while workflows are open")
-            _log.warning("step %s %r started outside any workflow %s: its context was lost on the way, so "
-                         "workflow metrics miss it. For threads and executors instrument threading "
-                         "(opentelemetry-instrumentation-threading: ThreadingInstrumentor().instrument()) or "
-                         "submit contextvars.copy_context().run; see README 'What carries the context'. "
+            _log.warning("step %s %r started outside any workflow %s: if it belongs to one, its context was "
+                         "lost on the way and the workflow's metrics miss it. For threads and executors instrument "
+                         "threading (opentelemetry-instrumentation-threading: ThreadingInstrumentor().instrument()) "
+                         "or submit contextvars.copy_context().run; see README 'What carries the workflow'. "
                          "(Warned once.)", scope._kind, scope._name, where)
         return None
 
