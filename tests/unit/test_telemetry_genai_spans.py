@@ -287,3 +287,33 @@ def test_the_budget_reaches_the_server_through_the_openai_client(monkeypatch: py
     sent = server.received[0].headers
     assert sent["baggage"].split(",") == [f"aifactory.deadline_ms={1_700_000_003_000}", "aifactory.budget_ms=2500"]
     assert json.loads(json.dumps(server.received[0].body))["model"] == CHAT_MODEL
+
+
+def test_agents_inside_an_instrumented_workflow_are_nested_workflows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """invoke_workflow > two invoke_agent children (a multi-agent run): each agent is its own workflow, and
+    its steps also count in the outer workflow's critical path, as with nested telemetry.workflow."""
+    with harness() as h:
+        monkeypatch.setattr("opentelemetry.sdk.trace.time_ns", h.clock)
+        telemetry.install(h.tel)
+        h.tracer_provider.add_span_processor(telemetry.GenAiSpanProcessor())  # the installed Telemetry
+        handler = TelemetryHandler(tracer_provider=h.tracer_provider, meter_provider=h.meter_provider)
+        try:
+            with handler.workflow("triage"):
+                h.clock.advance(0.5)
+                with handler.invoke_local_agent(agent_name="researcher"):
+                    with handler.tool("search"):
+                        h.clock.advance(2)
+                with handler.invoke_local_agent(agent_name="writer"):
+                    with handler.retrieval(data_source_id="style-guide"):
+                        h.clock.advance(1)
+                    h.clock.advance(0.25)
+        finally:
+            telemetry.install(None)
+    assert h.points(names.CRITICAL_PATH) == {
+        labels(workflow="triage", step_kind="other"): 0.75, labels(workflow="triage", step_kind="tool"): 2.0,
+        labels(workflow="triage", step_kind="retrieval"): 1.0,
+        labels(workflow="researcher", step_kind="tool"): 2.0,
+        labels(workflow="writer", step_kind="retrieval"): 1.0, labels(workflow="writer", step_kind="other"): 0.25}
+    assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="triage", status="ok"): (3.75, 1),
+                                                 labels(workflow="researcher", status="ok"): (2.0, 1),
+                                                 labels(workflow="writer", status="ok"): (1.25, 1)}
