@@ -340,16 +340,16 @@ class Telemetry:
 
     def remaining_budget_ms(self, *, context: Context | None = None) -> int | None:
         """Milliseconds left before the current workflow's deadline (0 when past it); None: no budget."""
-        deadline = baggage.get_baggage(DEADLINE_BAGGAGE_KEY, context)
-        if deadline is None:
-            return None
-        return max(0, int(str(deadline)) - -(-self.clock() // _NS_PER_MS))
+        deadline = str(baggage.get_baggage(DEADLINE_BAGGAGE_KEY, context) or "")
+        if not deadline.isdigit():
+            return None  # none, or not ours to read (baggage comes from callers too)
+        return max(0, int(deadline) - -(-self.clock() // _NS_PER_MS))
 
     # --- workflow ---------------------------------------------------------------------------
     def _enter_workflow(self, scope: Scope) -> WorkflowRun:
         start = self.clock()
         ctx = otel_context.get_current()
-        owner = ctx.get(_RUN_KEY) or current_run(ctx)
+        owner = current_run(ctx)
         span = self._tracer.start_span(scope._span_name, ctx, SpanKind.INTERNAL, scope._attributes, start_time=start)
         run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._budget_ns is not None:

@@ -278,6 +278,23 @@ def test_the_budget_travels_into_executor_threads(h: Harness) -> None:
     assert baggage_of(sent) == {"aifactory.deadline_ms": str(DEADLINE_MS), "aifactory.budget_ms": "1250"}
 
 
+def test_a_callers_deadline_is_inherited_and_a_malformed_one_ignored(h: Harness) -> None:
+    """Baggage arrives from callers too (extracted by a server instrumentation): a workflow started under it
+    keeps the caller's deadline; a value that is not epoch milliseconds is not a budget."""
+    from opentelemetry import baggage
+    from opentelemetry import context as otel_context
+
+    for deadline, expected in ((str(at(1.5) // 10**6), 1500), ("soon", None)):
+        token = otel_context.attach(baggage.set_baggage("aifactory.deadline_ms", deadline))
+        try:
+            with h.tel.workflow("served"):
+                assert h.tel.remaining_budget_ms() == expected
+            with h.tel.workflow("served", budget_s=1):
+                assert h.tel.remaining_budget_ms() == 1000
+        finally:
+            otel_context.detach(token)
+
+
 def test_module_level_headers_use_the_installed_telemetry(h: Harness) -> None:
     telemetry.install(h.tel)
     try:
