@@ -380,7 +380,7 @@ class Telemetry:
             if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
                 self._open[run.trace_id] = run.outer
             else:
-                del self._open[run.trace_id]
+                self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         owned = {kind: ns / _NS_PER_S
                  for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items()}
         for kind, seconds in owned.items():

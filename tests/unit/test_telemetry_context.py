@@ -205,6 +205,25 @@ def test_asyncio_to_thread_carries_them(h: Harness) -> None:
 
 
 @pytest.mark.usefixtures("threading_instrumented")
+def test_run_in_executor_carries_them_with_the_threading_instrumentation(h: Harness) -> None:
+    """loop.run_in_executor does not copy the context itself; its executor's submit() is instrumented."""
+    tel, clock = h.tel, h.clock
+
+    def lookup() -> None:
+        with tel.step("tool", "search"):
+            clock.advance(1.5)
+
+    async def agent() -> None:
+        async with tel.workflow("loop-agent"):
+            clock.advance(0.5)
+            await asyncio.get_running_loop().run_in_executor(None, lookup)
+
+    asyncio.run(agent())
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="loop-agent", step_kind="other"): 0.5,
+                                             labels(workflow="loop-agent", step_kind="tool"): 1.5}
+
+
+@pytest.mark.usefixtures("threading_instrumented")
 def test_nested_workflow_in_an_executor_counts_in_the_outer_critical_path(h: Harness) -> None:
     tel, clock = h.tel, h.clock
 
