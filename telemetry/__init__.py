@@ -9,8 +9,9 @@
 
     with telemetry.step("tool", "search-kb"): ...
 
-Modules: instrument (scopes, spans, metrics), critical_path (the pure sweep), providers (setup():
-exporters from the environment), names (metric and label names shared with dashboards and rules).
+Modules: instrument (scopes, spans, metrics), critical_path (the pure sweep), genai_spans (the same metrics
+from GenAI-instrumented agents), providers (setup(): exporters from the environment), names (metric and
+label names shared with dashboards and rules).
 
 Exports are lazy (PEP 562 module `__getattr__`): `import telemetry.names` (what dashboards, rules and
 node-check read) loads no OpenTelemetry SDK; `telemetry.workflow` and the others import their module on
@@ -24,10 +25,23 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run time
     from telemetry.critical_path import StepInterval, critical_path
-    from telemetry.instrument import Scope, StepRun, Telemetry, WorkflowRun, current, install, step, workflow
+    from telemetry.genai_spans import GenAiSpanProcessor
+    from telemetry.instrument import (
+        Scope,
+        StepRun,
+        Telemetry,
+        WorkflowRun,
+        current,
+        headers,
+        install,
+        remaining_budget_ms,
+        step,
+        workflow,
+    )
     from telemetry.providers import Installation, Settings, settings_from_env, setup
 
 __all__ = [
+    "GenAiSpanProcessor",
     "Installation",
     "Scope",
     "Settings",
@@ -37,14 +51,16 @@ __all__ = [
     "WorkflowRun",
     "critical_path",
     "current",
+    "headers",
     "install",
+    "remaining_budget_ms",
     "settings_from_env",
     "setup",
     "step",
     "workflow",
 ]
 
-_MODULES = ("telemetry.critical_path", "telemetry.instrument", "telemetry.providers")
+_MODULES = ("telemetry.critical_path", "telemetry.genai_spans", "telemetry.instrument", "telemetry.providers")
 
 
 def __getattr__(name: str) -> Any:

@@ -2,19 +2,22 @@
 
     tel = Telemetry(tenant="search")          # or telemetry.setup() from OTEL_* variables
 
-    @tel.workflow("answer-question")
+    @tel.workflow("answer-question", budget_s=8)
     async def answer(q):
         with tel.step("planning", "plan"):
             plan = await planner(q)
         async with tel.step("llm", "draft", model="llama-3-70b", provider="vllm") as s:
-            reply = await llm(plan)
+            reply = await llm(plan, headers=tel.headers())   # trace context + remaining budget (W3C baggage)
             s.usage(input_tokens=reply.prompt_tokens, output_tokens=reply.completion_tokens)
         await asyncio.gather(*(tool(t) for t in plan.tools))   # each tool() decorated with tel.step("tool", ...)
 
 Scopes are context managers (`with` and `async with`) and decorators (sync and async functions). The
-current workflow and step travel in context variables, so steps started in tasks under asyncio.gather
-belong to the workflow and step that created the tasks; the OTel span is also made current, so
-auto-instrumented client spans (HTTP, gRPC) nest under the step.
+current workflow and step live in OpenTelemetry's own context (one context key next to the current span),
+so whatever carries that context carries them too: asyncio tasks, asyncio.to_thread, contextvars.copy_context,
+and OpenTelemetry's threading instrumentation for threads and ThreadPoolExecutor. Auto-instrumented client
+spans (HTTP, gRPC, GenAI SDKs) nest under the current step. Process pools carry no context: see README.
+A step that finds no workflow in its context while a workflow of the same trace is open (or, in a thread that
+got no context, while any workflow is open) logs one warning per Telemetry: its context was lost on the way.
 
 Spans (OTel GenAI semantic conventions, development status):
     workflow             invoke_workflow {workflow}   INTERNAL  gen_ai.workflow.name
@@ -38,32 +41,44 @@ An exception leaving nested steps fails each of them (each is counted in the err
 Steps outside any workflow still get spans and step metrics (workflow label "none").
 A workflow started inside another is its own workflow, and its steps also count in the outer one's
 critical path, under the outer step that was current when it started.
+
+Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
+baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
+does; a nested workflow keeps the earlier deadline. headers() gives `traceparent` and `baggage` with the
+budget *remaining now*, for a request to the gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote
 
+from opentelemetry import baggage, metrics, trace
 from opentelemetry import context as otel_context
-from opentelemetry import metrics, trace
+from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry.context import Context
+from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from telemetry import names
 from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, StepInterval, critical_path
 
 __all__ = [
+    "BUDGET_BAGGAGE_KEY",
+    "DEADLINE_BAGGAGE_KEY",
     "DEFAULT_CLOCK",
     "NO_WORKFLOW",
     "UNKNOWN_TENANT",
@@ -76,8 +91,11 @@ __all__ = [
     "INSTRUMENTATION_NAME",
     "install",
     "current",
+    "current_run",
     "workflow",
     "step",
+    "headers",
+    "remaining_budget_ms",
     "workflow_scope",
     "step_scope",
     "resource_attributes",
@@ -87,9 +105,23 @@ INSTRUMENTATION_NAME = "aifactory.telemetry"
 DEFAULT_CLOCK: Callable[[], int] = time.time_ns  # epoch ns: span timestamps and durations come from one clock
 NO_WORKFLOW = "none"  # workflow label of steps run outside any workflow
 UNKNOWN_TENANT = "unknown"  # tenant label when nothing named one (see telemetry.setup)
+BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # W3C baggage: the workflow's latency budget, ms (remaining, in headers())
+DEADLINE_BAGGAGE_KEY = "aifactory.deadline_ms"  # W3C baggage: the workflow's deadline, ms since the epoch
 STATUS_OK, STATUS_ERROR = "ok", "error"
+SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
 _NS_PER_S = 1e9
+_NS_PER_MS = 1_000_000
 _KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+_log = logging.getLogger(__name__)
+
+# The current WorkflowRun or StepRun, stored next to the current span in OpenTelemetry's context.
+_RUN_KEY = otel_context.create_key("aifactory.telemetry.run")
+# The key trace.set_span_in_context() uses, found through that public call: a step's context is built in
+# one copy holding both the span and the run.
+_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+# The gateway reads W3C trace context and baggage (https://www.w3.org/TR/trace-context/,
+# https://www.w3.org/TR/baggage/), whatever OTEL_PROPAGATORS the process configured for its own clients.
+_W3C = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -118,18 +150,19 @@ _GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_N
 class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
-    __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "_tokens")
+    __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
         self.span = span
         self.start = start
-        self.steps: list[StepInterval] = []
+        self.steps: list[StepInterval] = []  # finished steps, in the order they ended
         self.seqs: Iterator[int] = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
         self.outer = outer
         self.outer_parent = outer_parent
         self.finished = False
-        self._tokens: tuple[Any, Any] = (None, None)
+        self.trace_id = span.get_span_context().trace_id
+        self._token: object = None
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -138,7 +171,7 @@ class WorkflowRun:
 class StepRun:
     """A running step: what `with tel.step(...) as run` gives you."""
 
-    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_tokens")
+    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_token")
 
     def __init__(self, telemetry: Telemetry, kind: str, name: str, span: trace.Span, start: int, seq: int,
                  parent: int, workflow: WorkflowRun | None, genai_attrs: dict[str, str] | None) -> None:
@@ -151,27 +184,44 @@ class StepRun:
         self.parent = parent
         self.workflow = workflow
         self.genai = genai_attrs
-        self._tokens: tuple[Any, Any] = (None, None)
+        self._token: object = None
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
 
     def usage(self, *, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
         """Token usage of this (LLM) step: span attributes and gen_ai.client.token.usage."""
+        for attribute, tokens in ((genai.GEN_AI_USAGE_INPUT_TOKENS, input_tokens),
+                                  (genai.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)):
+            if tokens is not None:
+                self.span.set_attribute(attribute, tokens)
         self._telemetry._record_usage(self, input_tokens, output_tokens)
 
 
-_current: ContextVar[WorkflowRun | StepRun | None] = ContextVar("aifactory_telemetry_current", default=None)
+Run = WorkflowRun | StepRun
+
+# Runs opened from other instrumentations' spans (telemetry.genai_spans), by span id: a kit step started under
+# such a span (a tool of an instrumented agent framework) joins that run's workflow.
+_foreign_runs: dict[int, Run | None] = {}
+
+
+def current_run(context: Context | None = None) -> Run | None:
+    """The workflow or step current in `context` (default: the current context), or None."""
+    ctx = otel_context.get_current() if context is None else context
+    run = ctx.get(_RUN_KEY)
+    if run is None:
+        run = _foreign_runs.get(trace.get_current_span(ctx).get_span_context().span_id)
+    return run  # type: ignore[return-value]
 
 
 class Scope:
     """A workflow or step to run: a context manager (sync and async) and a decorator. Stateless, so one
     scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
 
-    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes")
+    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes", "_budget_ns")
 
     def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
-                 span_name: str, span_kind: SpanKind, attributes: dict[str, Any]) -> None:
+                 span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None) -> None:
         self._telemetry = telemetry
         self._workflow = workflow
         self._kind = kind
@@ -179,6 +229,7 @@ class Scope:
         self._span_name = span_name
         self._span_kind = span_kind
         self._attributes = attributes
+        self._budget_ns = budget_ns
 
     def _tel(self) -> Telemetry:
         tel = self._telemetry
@@ -187,16 +238,15 @@ class Scope:
     def __enter__(self) -> Any:
         tel = self._tel()
         if self._workflow:
-            return tel._enter_workflow(self._name, self._span_name, self._attributes)
-        return tel._enter_step(self._kind, self._name, self._span_name, self._span_kind, self._attributes)
+            return tel._enter_workflow(self)
+        return tel._enter_step(self)
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        run = _current.get()
-        tel = self._tel()
-        if isinstance(run, WorkflowRun):
-            tel._exit_workflow(run, exc)
+        run = otel_context.get_current().get(_RUN_KEY)
+        if type(run) is StepRun:
+            run._telemetry._exit_step(run, exc)
         elif run is not None:
-            tel._exit_step(run, exc)
+            self._tel()._exit_workflow(run, exc)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -254,96 +304,187 @@ class Telemetry:
         self._critical_path = counter(names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
+        self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
+        self._open: dict[int, WorkflowRun] = {}  # trace id -> innermost open workflow (lost-context warning)
+        self._warned = False
 
     # --- public API -------------------------------------------------------------------------
-    def workflow(self, name: str, *, agent: str | None = None, **attributes: Any) -> Scope:
-        return workflow_scope(self, name, agent=agent, **attributes)
+    def workflow(self, name: str, *, agent: str | None = None, budget_s: float | None = None,
+                 **attributes: Any) -> Scope:
+        if attributes:
+            return workflow_scope(self, name, agent=agent, budget_s=budget_s, **attributes)
+        key = ("workflow", name, agent, budget_s)
+        scope = self._scopes.get(key)
+        if scope is None:
+            if len(self._scopes) >= SCOPE_CACHE_SIZE:
+                self._scopes.clear()
+            scope = self._scopes[key] = workflow_scope(self, name, agent=agent, budget_s=budget_s)
+        return scope
 
     def step(self, kind: str, name: str, *, model: str | None = None, provider: str | None = None,
              operation: str | None = None, **attributes: Any) -> Scope:
-        return step_scope(self, kind, name, model=model, provider=provider, operation=operation, **attributes)
+        if attributes:
+            return step_scope(self, kind, name, model=model, provider=provider, operation=operation, **attributes)
+        return _cached_scope(self._scopes, self, kind, name, model, provider, operation)
+
+    def headers(self, *, context: Context | None = None) -> dict[str, str]:
+        """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
+        the baggage carries BUDGET_BAGGAGE_KEY as the budget remaining now (never below 0), and the deadline."""
+        ctx = otel_context.get_current() if context is None else context
+        remaining = self.remaining_budget_ms(context=ctx)
+        if remaining is not None:
+            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining), ctx)
+        carrier: dict[str, str] = {}
+        _W3C.inject(carrier, context=ctx)
+        return carrier
+
+    def remaining_budget_ms(self, *, context: Context | None = None) -> int | None:
+        """Milliseconds left before the current workflow's deadline (0 when past it); None: no budget."""
+        deadline = str(baggage.get_baggage(DEADLINE_BAGGAGE_KEY, context) or "")
+        if not deadline.isdigit():
+            return None  # none, or not ours to read (baggage comes from callers too)
+        return max(0, int(deadline) - -(-self.clock() // _NS_PER_MS))
 
     # --- workflow ---------------------------------------------------------------------------
-    def _enter_workflow(self, name: str, span_name: str, attributes: dict[str, Any]) -> WorkflowRun:
+    def _enter_workflow(self, scope: Scope) -> WorkflowRun:
         start = self.clock()
-        outer_run = _current.get()
-        outer = outer_run if isinstance(outer_run, WorkflowRun) else outer_run.workflow if outer_run else None
-        outer_parent = outer_run.seq if isinstance(outer_run, StepRun) else ROOT
-        span = self._tracer.start_span(span_name, kind=SpanKind.INTERNAL, attributes=attributes, start_time=start)
+        ctx = otel_context.get_current()
+        owner = current_run(ctx)
+        span = self._tracer.start_span(scope._span_name, ctx, SpanKind.INTERNAL, scope._attributes, start_time=start)
+        run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
+        if scope._budget_ns is not None:
+            ctx = _with_budget(ctx, start, scope._budget_ns)
+        run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
+        return run
+
+    def _open_workflow(self, name: str, span: trace.Span, start: int, owner: Run | None) -> WorkflowRun:
+        """A workflow run starting at `start` under `owner` (the run current where it started, if any)."""
+        outer = owner if type(owner) is WorkflowRun else owner.workflow if owner is not None else None  # type: ignore[union-attr]
+        outer_parent = owner.seq if type(owner) is StepRun else ROOT  # type: ignore[union-attr]
         run = WorkflowRun(name, span, start, outer, outer_parent)
-        run._tokens = (_current.set(run), otel_context.attach(trace.set_span_in_context(span)))
+        self._open[run.trace_id] = run
         return run
 
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
-        run.finished = True
-        status = self._fail(run.span, exc)
-        for kind, owned_ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items():
-            seconds = owned_ns / _NS_PER_S
-            run.span.set_attribute(f"aifactory.critical_path.{kind}", seconds)
-            self._critical_path.add(seconds, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+        error_type = None if exc is None else self._fail(run.span, exc)
+        otel_context.detach(run._token)  # type: ignore[arg-type]
+        owned = self._finish_workflow(run, end, error_type)
+        run.span.set_attributes({f"aifactory.critical_path.{kind}": seconds for kind, seconds in owned.items()})
         run.span.end(end_time=end)
-        self._leave(run._tokens)
+
+    def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> dict[str, float]:
+        """Record a finished workflow's metrics and hand its steps to the outer workflow; critical path in s."""
+        run.finished = True
+        if self._open.get(run.trace_id) is run:
+            if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
+                self._open[run.trace_id] = run.outer
+            else:
+                self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
+        owned = {kind: ns / _NS_PER_S
+                 for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items()}
+        for kind, seconds in owned.items():
+            self._critical_path.add(seconds, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+        status = STATUS_OK if error_type is None else STATUS_ERROR
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STATUS, status))
         self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name))
         outer = run.outer
         if outer is not None and not outer.finished:
-            outer.steps.extend(s if s.parent != ROOT else StepInterval(s.kind, s.start, s.end, s.seq, run.outer_parent)
-                               for s in run.steps)
+            outer.steps.extend(s if s.parent != ROOT else s._replace(parent=run.outer_parent) for s in run.steps)
+        return owned
 
     # --- step -------------------------------------------------------------------------------
-    def _enter_step(self, kind: str, name: str, span_name: str, span_kind: SpanKind,
-                    attributes: dict[str, Any]) -> StepRun:
+    def _enter_step(self, scope: Scope) -> StepRun:
         start = self.clock()
-        parent = _current.get()
-        if parent is None:
-            workflow, seq, parent_seq = None, 0, ROOT
-        elif isinstance(parent, WorkflowRun):
-            workflow, seq, parent_seq = parent, next(parent.seqs), ROOT
-        else:
-            workflow, parent_seq = parent.workflow, parent.seq
-            seq = next(workflow.seqs) if workflow is not None else 0
-        span = self._tracer.start_span(span_name, kind=span_kind, attributes=attributes, start_time=start)
-        genai_attrs = self._genai_attrs(attributes, workflow) if kind == _MODEL_KIND else None
-        run = StepRun(self, kind, name, span, start, seq, parent_seq, workflow, genai_attrs)
-        run._tokens = (_current.set(run), otel_context.attach(trace.set_span_in_context(span)))
+        ctx = otel_context.get_current()
+        owner = ctx.get(_RUN_KEY)
+        if owner is None:
+            owner = self._orphan(scope, ctx)
+        span = self._tracer.start_span(scope._span_name, ctx, scope._span_kind, scope._attributes, start_time=start)
+        run = self._open_step(scope._kind, scope._name, span, start, owner)  # type: ignore[arg-type]
+        if scope._kind == _MODEL_KIND:
+            run.genai = self._genai_attrs(scope._attributes, run.workflow)
+        run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
+
+    def _open_step(self, kind: str, name: str, span: trace.Span, start: int, owner: Run | None) -> StepRun:
+        """A step run starting at `start` under `owner` (the run current where it started, if any)."""
+        if owner is None:
+            return StepRun(self, kind, name, span, start, 0, ROOT, None, None)
+        if type(owner) is WorkflowRun:
+            return StepRun(self, kind, name, span, start, next(owner.seqs), ROOT, owner, None)
+        workflow = owner.workflow  # type: ignore[union-attr]
+        return StepRun(self, kind, name, span, start, next(workflow.seqs) if workflow is not None else 0,
+                       owner.seq, workflow, None)  # type: ignore[union-attr]
 
     def _exit_step(self, run: StepRun, exc: BaseException | None) -> None:
         end = self.clock()
-        status = self._fail(run.span, exc)
+        error_type = None if exc is None else self._fail(run.span, exc)
         run.span.end(end_time=end)
-        self._leave(run._tokens)
+        otel_context.detach(run._token)  # type: ignore[arg-type]
+        self._finish_step(run, end, error_type)
+
+    def _finish_step(self, run: StepRun, end: int, error_type: str | None) -> None:
+        """Record a finished step's metrics and add it to its workflow's critical path."""
         seconds = (end - run.start) / _NS_PER_S
         workflow = run.workflow
         wf_name = workflow.name if workflow is not None else NO_WORKFLOW
-        self._step_duration.record(seconds, self._metric_attrs(names.L_WORKFLOW, wf_name, names.L_STEP_KIND,
-                                                               run.kind, names.L_STEP_NAME, run.name,
-                                                               names.L_STATUS, status))
-        if exc is not None:
+        if error_type is None:
+            self._step_duration.record(seconds, self._step_attrs(wf_name, run.kind, run.name, STATUS_OK))
+        else:
+            self._step_duration.record(seconds, self._step_attrs(wf_name, run.kind, run.name, STATUS_ERROR))
             self._step_errors.add(1, self._metric_attrs(names.L_WORKFLOW, wf_name, names.L_STEP_KIND, run.kind,
-                                                        names.L_STEP_NAME, run.name, ERROR_TYPE, _error_type(exc)))
+                                                        names.L_STEP_NAME, run.name, ERROR_TYPE, error_type))
         if run.genai is not None:
-            attrs = run.genai if exc is None else {**run.genai, ERROR_TYPE: _error_type(exc)}
-            self._operation_duration.record(seconds, attrs)
+            self._operation_duration.record(seconds, run.genai if error_type is None
+                                            else {**run.genai, ERROR_TYPE: error_type})
         if workflow is not None and not workflow.finished:
             workflow.steps.append(StepInterval(run.kind, run.start, end, run.seq, run.parent))
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
-        for attribute, token_type, tokens in ((genai.GEN_AI_USAGE_INPUT_TOKENS, "input", input_tokens),
-                                              (genai.GEN_AI_USAGE_OUTPUT_TOKENS, "output", output_tokens)):
-            if tokens is None:
-                continue
-            run.span.set_attribute(attribute, tokens)
-            self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type))
+        for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):
+            if tokens is not None:
+                self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type))
+
+    def _orphan(self, scope: Scope, ctx: Context) -> Run | None:
+        """The run of a step whose context holds none of the kit's: a foreign run (an instrumented framework's
+        span), else None, warning once when the context was evidently lost on the way."""
+        span_context = trace.get_current_span(ctx).get_span_context()
+        run = _foreign_runs.get(span_context.span_id)
+        if run is not None or self._warned or not self._open:
+            return run
+        lost_in_trace = span_context.is_valid and span_context.trace_id in self._open
+        lost_in_thread = not span_context.is_valid and threading.current_thread() is not threading.main_thread()
+        if lost_in_trace or lost_in_thread:
+            self._warned = True
+            where = (f"under a span of the trace of open workflow {self._open[span_context.trace_id].name!r}"
+                     if lost_in_trace else f"in thread {threading.current_thread().name!r} while workflows are open")
+            _log.warning("step %s %r started outside any workflow %s: if it belongs to one, its context was "
+                         "lost on the way and the workflow's metrics miss it. For threads and executors instrument "
+                         "threading (opentelemetry-instrumentation-threading: ThreadingInstrumentor().instrument()) "
+                         "or submit contextvars.copy_context().run; see README 'What carries the workflow'. "
+                         "(Warned once.)", scope._kind, scope._name, where)
+        return None
 
     # --- helpers ----------------------------------------------------------------------------
     def _metric_attrs(self, *pairs: str) -> dict[str, str]:
         """tenant + the given (key, value) pairs; one dict per distinct set, reused (no per-step allocation)."""
-        return self._cached(pairs, lambda: {names.L_TENANT: self.tenant,
-                                            **dict(zip(pairs[::2], pairs[1::2], strict=True))})
+        attrs = self._attrs.get(pairs)
+        if attrs is None:
+            attrs = self._attrs[pairs] = {names.L_TENANT: self.tenant,
+                                          **dict(zip(pairs[::2], pairs[1::2], strict=True))}
+        return attrs
+
+    def _step_attrs(self, workflow: str, kind: str, name: str, status: str) -> dict[str, str]:
+        """Step-duration attributes (the per-step hot path: a 4-tuple key)."""
+        key = (workflow, kind, name, status)
+        attrs = self._attrs.get(key)
+        if attrs is None:
+            attrs = self._attrs[key] = self._metric_attrs(names.L_WORKFLOW, workflow, names.L_STEP_KIND, kind,
+                                                          names.L_STEP_NAME, name, names.L_STATUS, status)
+        return attrs
 
     def _token_attrs(self, genai_attrs: dict[str, str], token_type: str) -> dict[str, str]:
         return self._cached(("tokens", token_type, *genai_attrs.values()),
@@ -368,26 +509,48 @@ class Telemetry:
         return attrs
 
     @staticmethod
-    def _fail(span: trace.Span, exc: BaseException | None) -> str:
-        if exc is None:
-            return STATUS_OK
+    def _fail(span: trace.Span, exc: BaseException) -> str:
+        """Mark the span failed by `exc`; its error.type."""
+        error_type = _error_type(exc)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-        span.set_attribute(ERROR_TYPE, _error_type(exc))
+        span.set_attribute(ERROR_TYPE, error_type)
         span.record_exception(exc)
-        return STATUS_ERROR
+        return error_type
 
-    @staticmethod
-    def _leave(tokens: tuple[Any, Any]) -> None:
-        ours, theirs = tokens
-        otel_context.detach(theirs)
-        _current.reset(ours)
+
+def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
+    """ctx with the workflow's deadline and budget in baggage; an outer, earlier deadline is kept."""
+    deadline_ms = (start + budget_ns) // _NS_PER_MS
+    outer = baggage.get_baggage(DEADLINE_BAGGAGE_KEY, ctx)
+    if outer is not None and str(outer).isdigit():
+        deadline_ms = min(deadline_ms, int(str(outer)))
+    ctx = baggage.set_baggage(DEADLINE_BAGGAGE_KEY, str(deadline_ms), ctx)
+    return baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(max(0, deadline_ms - start // _NS_PER_MS)), ctx)
+
+
+def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Callable[[], Telemetry], kind: str,
+                  name: str, model: str | None, provider: str | None, operation: str | None) -> Scope:
+    """A step scope without extra attributes, built once per distinct arguments (scopes are stateless)."""
+    key = (kind, name, model, provider, operation)
+    scope = cache.get(key)
+    if scope is None:
+        if len(cache) >= SCOPE_CACHE_SIZE:
+            cache.clear()
+        scope = cache[key] = step_scope(telemetry, kind, name, model=model, provider=provider, operation=operation)
+    return scope
 
 
 def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *, agent: str | None = None,
-                   **attributes: Any) -> Scope:
-    """The scope of one workflow run (see the module docstring for its span)."""
+                   budget_s: float | None = None, **attributes: Any) -> Scope:
+    """The scope of one workflow run (see the module docstring for its span).
+
+    budget_s: the workflow's latency budget, carried as W3C baggage (see headers()); default: none.
+    """
     if not isinstance(name, str) or not name:
         raise ValueError(f"workflow name must be a non-empty string, got {name!r}")
+    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, int | float)
+                                 or not budget_s >= 0):
+        raise ValueError(f"workflow {name!r}: budget_s must be a number of seconds >= 0, got {budget_s!r}")
     if agent is None:
         base = {genai.GEN_AI_OPERATION_NAME: "invoke_workflow", genai.GEN_AI_WORKFLOW_NAME: name}
         span_name = f"invoke_workflow {name}"
@@ -395,7 +558,8 @@ def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *,
         base = {genai.GEN_AI_OPERATION_NAME: "invoke_agent", genai.GEN_AI_AGENT_NAME: agent}
         span_name = f"invoke_agent {agent}"
     return Scope(telemetry, workflow=True, kind="", name=name, span_name=span_name, span_kind=SpanKind.INTERNAL,
-                 attributes={**base, **attributes})
+                 attributes={**base, **attributes},
+                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S))
 
 
 def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: str, *, model: str | None = None,
@@ -437,16 +601,32 @@ def current() -> Telemetry:
     return _installed
 
 
-def workflow(name: str, *, agent: str | None = None, **attributes: Any) -> Scope:
+def workflow(name: str, *, agent: str | None = None, budget_s: float | None = None, **attributes: Any) -> Scope:
     """A workflow scope over the installed Telemetry (resolved when the scope is entered, so decorating
     at import time, before telemetry.setup(), is fine)."""
-    return workflow_scope(current, name, agent=agent, **attributes)
+    return workflow_scope(current, name, agent=agent, budget_s=budget_s, **attributes)
 
 
 def step(kind: str, name: str, *, model: str | None = None, provider: str | None = None,
          operation: str | None = None, **attributes: Any) -> Scope:
     """A step scope over the installed Telemetry (resolved when the scope is entered)."""
-    return step_scope(current, kind, name, model=model, provider=provider, operation=operation, **attributes)
+    if attributes:
+        return step_scope(current, kind, name, model=model, provider=provider, operation=operation, **attributes)
+    return _cached_scope(_module_scopes, current, kind, name, model, provider, operation)
+
+
+_module_scopes: dict[tuple[Any, ...], Scope] = {}
+
+
+def headers(*, context: Context | None = None) -> dict[str, str]:
+    """Trace context and baggage (with the remaining budget) for an outgoing request: Telemetry.headers()
+    of the installed Telemetry."""
+    return current().headers(context=context)
+
+
+def remaining_budget_ms(*, context: Context | None = None) -> int | None:
+    """Milliseconds left in the current workflow's budget, by the installed Telemetry's clock; None: no budget."""
+    return current().remaining_budget_ms(context=context)
 
 
 def resource_attributes(environ: Mapping[str, str]) -> dict[str, str]:

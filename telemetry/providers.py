@@ -126,11 +126,16 @@ class Installation:
 
 
 def setup(*, service_name: str | None = None, tenant: str | None = None, set_global: bool = True,
-          clock: Callable[[], int] = DEFAULT_CLOCK) -> Installation:
+          clock: Callable[[], int] = DEFAULT_CLOCK, genai_spans: bool = False, threads: bool = True) -> Installation:
     """Providers, exporters and the installed Telemetry for this process (see the module docstring).
 
     set_global: also make the providers OTel's global ones, so other instrumentation (HTTP clients,
     gRPC) exports through them; default: True (OTel allows that once per process).
+    genai_spans: also compute the workflow metrics from other instrumentations' GenAI spans
+    (telemetry.genai_spans, for agents already instrumented); default: False.
+    threads: carry the OTel context (and so the current workflow) into threads and executors with
+    OpenTelemetry's threading instrumentation, when opentelemetry-instrumentation-threading is installed;
+    default: True. shutdown() undoes it.
     """
     settings = settings_from_env(os.environ, service_name=service_name, tenant=tenant)
     attributes = {names.L_TENANT: settings.tenant}
@@ -156,8 +161,27 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
         metrics.set_meter_provider(meter_provider)
     tel = Telemetry(tenant=settings.tenant, tracer_provider=tracer_provider, meter_provider=meter_provider,
                     clock=clock)
+    if genai_spans:
+        from telemetry.genai_spans import GenAiSpanProcessor
+
+        tracer_provider.add_span_processor(GenAiSpanProcessor(tel))
+    if threads:
+        stops.extend(_instrument_threads())
     install(tel)
     return Installation(settings, tel, tracer_provider, meter_provider, prometheus_url, stops)
+
+
+def _instrument_threads() -> list[Callable[[], None]]:
+    """Instrument threading if the instrumentation is installed and nothing instrumented it yet; the undo."""
+    try:
+        from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+    except ImportError:
+        return []
+    instrumentor = ThreadingInstrumentor()
+    if instrumentor.is_instrumented_by_opentelemetry:
+        return []
+    instrumentor.instrument()
+    return [instrumentor.uninstrument]
 
 
 def _prometheus_endpoint(host: str, port: int) -> tuple[MetricReader, str, Callable[[], None]]:

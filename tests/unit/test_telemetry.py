@@ -5,72 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.metrics.export import HistogramDataPoint
 from opentelemetry.trace import SpanKind, StatusCode
 
 import telemetry
 from telemetry import names
-from telemetry.testing import DEFAULT_START_NS, VirtualClock
-
-S = 10**9  # ns per second
-
-
-@dataclass
-class Harness:
-    tel: telemetry.Telemetry
-    clock: VirtualClock
-    spans_exporter: InMemorySpanExporter
-    reader: InMemoryMetricReader
-
-    def spans(self) -> dict[str, ReadableSpan]:
-        finished = self.spans_exporter.get_finished_spans()
-        by_name = {s.name: s for s in finished}
-        assert len(by_name) == len(finished), "span names are unique in these tests"
-        return by_name
-
-    def points(self, metric: names.Metric) -> dict[frozenset[tuple[str, Any]], Any]:
-        """attributes -> value (counters) or (sum, count, bucket_counts) (histograms)."""
-        data = self.reader.get_metrics_data()
-        out: dict[frozenset[tuple[str, Any]], Any] = {}
-        for rm in data.resource_metrics if data else ():
-            for sm in rm.scope_metrics:
-                for m in sm.metrics:
-                    if m.name != metric.otel:
-                        continue
-                    for p in m.data.data_points:
-                        key = frozenset(p.attributes.items())
-                        out[key] = (p.sum, p.count) if isinstance(p, HistogramDataPoint) else p.value
-        return out
-
-
-def labels(**kv: str) -> frozenset[tuple[str, str]]:
-    return frozenset({"tenant": "acme", **kv}.items())
+from tests.support.telemetry import Harness, at, harness, labels
 
 
 @pytest.fixture
 def h() -> Iterator[Harness]:
-    exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[reader])
-    clock = VirtualClock()
-    yield Harness(telemetry.Telemetry(tenant="acme", tracer_provider=tracer_provider, meter_provider=meter_provider,
-                                      clock=clock), clock, exporter, reader)
-    meter_provider.shutdown()
-    tracer_provider.shutdown()
-
-
-def at(seconds: float) -> int:
-    return DEFAULT_START_NS + round(seconds * S)
+    with harness() as instrumented:
+        yield instrumented
 
 
 # --- spans --------------------------------------------------------------------------------------

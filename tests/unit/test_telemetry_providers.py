@@ -137,3 +137,43 @@ def test_otlp_export_carries_tenant_on_resource_and_data_points(
     assert {a.key: a.value.string_value for a in point.attributes} == {
         "tenant": "support", "workflow": "answer", "status": "ok"}
     assert (point.sum, point.count) == (2.0, 1)
+
+
+def test_setup_adds_the_genai_span_processor_and_carries_context_into_threads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup(genai_spans=True): an instrumented agent (util-genai spans) gets the workflow metrics; threads
+    are instrumented while the installation lives, so its tool run in an executor lands in the workflow."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from opentelemetry.instrumentation.threading import ThreadingInstrumentor
+    from opentelemetry.util.genai.handler import TelemetryHandler
+
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_EXPORTER_PROMETHEUS_PORT", "0")
+    clock = VirtualClock()
+    monkeypatch.setattr("opentelemetry.sdk.trace.time_ns", clock)  # the instrumentation's spans, in virtual time
+    handle = telemetry.setup(service_name="agent", tenant="search", set_global=False, clock=clock, genai_spans=True)
+    try:
+        assert ThreadingInstrumentor().is_instrumented_by_opentelemetry
+        handler = TelemetryHandler(tracer_provider=handle.tracer_provider, meter_provider=handle.meter_provider)
+
+        def tool() -> None:
+            with handler.tool("search"):
+                clock.advance(2)
+
+        with ThreadPoolExecutor(max_workers=1) as pool, handler.invoke_local_agent(agent_name="answer"):
+            clock.advance(1)
+            pool.submit(tool).result(timeout=10)
+        assert handle.prometheus_url is not None
+        with urllib.request.urlopen(handle.prometheus_url, timeout=10) as resp:
+            text = resp.read().decode()
+    finally:
+        handle.shutdown()
+    assert not ThreadingInstrumentor().is_instrumented_by_opentelemetry  # shutdown undid it
+    samples = {(s.name, s.labels.get("workflow"), s.labels.get("step_kind")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples if s.labels.get("tenant") == "search"}
+    assert samples[("aifactory_workflow_critical_path_seconds_total", "answer", "tool")] == 2.0
+    assert samples[("aifactory_workflow_critical_path_seconds_total", "answer", "other")] == 1.0
+    assert samples[("aifactory_workflow_duration_seconds_sum", "answer", None)] == 3.0
+    telemetry.install(None)
