@@ -358,12 +358,18 @@ def startup_probe_seconds(model: Model) -> int:
     return PROBE_PERIOD_SECONDS * _startup_failures(model)
 
 
-def await_timeout_seconds(model: Model) -> int:
-    """How long `pulumi up` waits for the model's Deployment: each pod may pull its image, sync an s3:// model
-    (up to the start-up budget again) and start within its probe budget; a rolling update replaces the pods
-    one at a time (maxSurge 1, maxUnavailable 0), up to replicas.max of them."""
+def pod_start_seconds(model: Model) -> int:
+    """How long one pod may take to become ready: pull its image, sync an s3:// model (up to the start-up
+    budget again) and start within its probe budget."""
     fetch = model.startup_budget_seconds if model.uri.startswith("s3://") else 0
-    return max(1, model.replicas.max) * (DEFAULT_IMAGE_PULL_SECONDS + fetch + startup_probe_seconds(model))
+    return DEFAULT_IMAGE_PULL_SECONDS + fetch + startup_probe_seconds(model)
+
+
+def await_timeout_seconds(model: Model) -> int:
+    """How long `pulumi up` waits for the model's Deployment: a rolling update replaces the pods one at a
+    time (maxSurge 1, maxUnavailable 0), up to replicas.max of them, each within pod_start_seconds. A pod
+    that never becomes ready is reported sooner by the Deployment's progress deadline (see workload())."""
+    return max(1, model.replicas.max) * pod_start_seconds(model)
 
 
 def await_annotations(cfg: PlatformConfig, model: Model) -> dict[str, str]:
@@ -554,6 +560,11 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
             **replicas,
             "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
+            # The controller marks a rollout failed (Progressing=False, ProgressDeadlineExceeded) when no new pod
+            # becomes available for this long; the default 600 s (apps/v1 DeploymentSpec) is shorter than one
+            # model pod's start, so every slow model would read as stuck. pulumi-kubernetes reports the condition
+            # as a warning while it waits (provider/pkg/await/deployment.go processDeploymentEvent).
+            "progressDeadlineSeconds": pod_start_seconds(model),
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "template": _template(cfg, model, "single"),
         }}

@@ -247,6 +247,16 @@ def test_model_deployments_are_awaited_for_their_start_up_budget_not_ten_minutes
         assert budget == 1800 and timeouts[name] >= budget + 600 > DEPLOYMENT_DEFAULT_TIMEOUT_S
 
 
+def test_a_slow_model_pod_is_not_reported_as_a_stuck_rollout() -> None:
+    """apps/v1 DeploymentSpec.progressDeadlineSeconds defaults to 600 s: past it without a new available pod, the
+    controller sets Progressing=False/ProgressDeadlineExceeded (`kubectl rollout status` exits 1; pulumi-kubernetes
+    logs it as a warning, provider/pkg/await/deployment.go). One model pod may take its image pull (600 s) plus its
+    start-up budget (1800 s), plus the budget again for an s3:// sync, so the deadline is one pod's whole start."""
+    deps = {d.inputs["metadata"]["name"]: d.inputs["spec"] for d in of("staging", DEPLOYMENT) if "model-" in d.name}
+    assert {n: d["progressDeadlineSeconds"] for n, d in deps.items()} == {
+        "llama-70b": 600 + 1800, "llama-8b-trt": 600 + 1800 + 1800}
+
+
 def test_models_on_a_capacity_block_are_not_awaited_outside_its_window() -> None:
     """prod assistant-fast runs on h100-block (a capacity block, no nodes outside its window): `pulumi up` must
     not hang on it; the pods start when the scheduled action scales the pool up."""
