@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup synth test bench lint promtool amtool clean
+.PHONY: setup synth test bench mutate lint promtool amtool clean
 
 # The stamp depends on pyproject.toml so a changed pin reinstalls.
 $(VENV)/.installed: pyproject.toml
@@ -44,6 +44,13 @@ test: setup promtool amtool ## the whole suite (unit, artifacts with real tools,
 
 bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
 	$(BIN)/python -m tests.bench
+
+# Mutation testing of the modules that encode decisions (not CI: slow). MUTATE=<module.py ...> narrows it;
+# mutmut is installed here, on first use, rather than in the test extras.
+MUTMUT_VERSION := 3.8.1
+mutate: setup promtool ## mutation score per decision module (mutmut); MUTATE="policies/fabric.py" for one
+	@$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install --quiet 'mutmut==$(MUTMUT_VERSION)'
+	$(BIN)/python -m tests.mutation $(MUTATE)
 
 lint: setup
 	$(BIN)/ruff check infra components dashboards policies telemetry tests

@@ -133,9 +133,11 @@ def efa_security_groups(lt_props: Mapping[str, Any]) -> list[str]:
 
 
 def _rule_is_self(rule: Mapping[str, Any], sg_id: str) -> bool:
+    """An inline rule whose only peer is the group itself: `self: true`, or its own id as the one group."""
     others = [k for k in ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds") if rule.get(k)]
-    groups = [g for g in rule.get("securityGroups") or () if g != sg_id]
-    return rule.get("self") is True and not others and not groups
+    named = list(rule.get("securityGroups") or ())
+    groups = [g for g in named if g != sg_id]
+    return (rule.get("self") is True or bool(sg_id) and sg_id in named) and not others and not groups
 
 
 def _all_traffic(rule: Mapping[str, Any]) -> bool:
@@ -159,7 +161,8 @@ def self_only_problems(sg: Any, rules: Sequence[Any]) -> list[str]:
         p = r.props
         direction = p.get("type") or ("ingress" if r.resource_type == VPC_INGRESS else "egress")
         is_self = p.get("self") is True or sg_id in (p.get("sourceSecurityGroupId"), p.get("referencedSecurityGroupId"))
-        open_to = p.get("cidrBlocks") or p.get("cidrIpv4") or p.get("cidrIpv6") or p.get("prefixListId")
+        open_to = [k for k in ("cidrBlocks", "ipv6CidrBlocks", "prefixListIds", "cidrIpv4", "cidrIpv6", "prefixListId")
+                   if p.get(k)]
         if not is_self or open_to:
             out.append(f"{direction} rule {r.name!r} allows traffic other than the group itself")
         elif str(p.get("protocol") or p.get("ipProtocol")) in ("-1", "all"):

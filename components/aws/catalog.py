@@ -5,11 +5,12 @@ instance list, the cost dashboards (default prices) and the node acceptance suit
 count, NVLink, PCIe, EFA devices, peak TFLOPs and bandwidth) all read this module.
 
 Sources (see shared/reference/FACTS.md): EFA device counts from aws-samples/awsome-distributed-training
-`instance-profiles.conf`; on-demand prices us-east-1 Linux mid-2026 (config defaults only, every one
-overridable by `observability.prices`); peak dense BF16 TFLOPs and HBM bandwidth from NVIDIA data sheets
-(SXM parts; dense, i.e. without 2:4 sparsity). Types marked `onprem=True` describe servers of an
-existing cluster (InfiniBand data plane); they have no on-demand price, so a stack that uses one must
-give an amortised price in `observability.prices`.
+`instance-profiles.conf`; vCPUs, memory, GPUs, network cards and EFA interfaces checked against EC2's
+DescribeInstanceTypes answers in tests/fixtures/aws_instance_types.yaml; on-demand prices us-east-1 Linux
+mid-2026 (config defaults only, every one overridable by `observability.prices`); peak dense BF16 TFLOPs
+and HBM bandwidth from NVIDIA data sheets (SXM parts; dense, i.e. without 2:4 sparsity). Types marked
+`onprem=True` describe servers of an existing cluster (InfiniBand data plane); they have no on-demand price,
+so a stack that uses one must give an amortised price in `observability.prices`.
 """
 
 from __future__ import annotations
@@ -83,22 +84,22 @@ def _types() -> dict[str, InstanceType]:
         t("p5e.48xlarge", 192, 2048, H200, 8, 32, 32, 60.00),
         t("p5en.48xlarge", 192, 2048, H200, 8, 16, 16, 63.30),
         t("p6-b200.48xlarge", 192, 2048, B200, 8, 8, 8, 113.93),
-        # --- single-GPU Hopper (AWS "P5 single GPU", Aug 2025): one H100 SXM, 16 vCPUs, 256 GiB, up to 100 Gbps
-        # (aws.amazon.com/ec2/instance-types/p5/). EFA on this size is not verified here: no EFA device counted,
-        # so an EFA pool cannot be configured on it. AWS sells no single-H200 size (p5e/p5en are 48xlarge only).
-        t("p5.4xlarge", 16, 256, H100, 1, 1, 0, 6.88),
-        # --- g-family: no EFA except the largest sizes
+        # --- single-GPU Hopper (AWS "P5 single GPU", Aug 2025): one H100 SXM, 16 vCPUs, 256 GiB, up to 100 Gbps,
+        # one network card with one EFA interface (DescribeInstanceTypes, as recorded in tests/fixtures/
+        # aws_instance_types.yaml). AWS sells no single-H200 size (p5e/p5en are 48xlarge only).
+        t("p5.4xlarge", 16, 256, H100, 1, 1, 1, 6.88),
+        # --- g-family: EFA (one interface) from the 8xlarge sizes up; four on g6e.48xlarge
         t("g5.xlarge", 4, 16, A10G, 1, 1, 0, 1.006),
         t("g5.2xlarge", 8, 32, A10G, 1, 1, 0, 1.212),
-        t("g5.12xlarge", 48, 192, A10G, 4, 1, 0, 5.672),
+        t("g5.12xlarge", 48, 192, A10G, 4, 1, 1, 5.672),
         t("g5.48xlarge", 192, 768, A10G, 8, 1, 1, 16.288),
         t("g6.xlarge", 4, 16, L4, 1, 1, 0, 0.805),
         t("g6.2xlarge", 8, 32, L4, 1, 1, 0, 0.978),
-        t("g6.12xlarge", 48, 192, L4, 4, 1, 0, 4.602),
+        t("g6.12xlarge", 48, 192, L4, 4, 1, 1, 4.602),
         t("g6.48xlarge", 192, 768, L4, 8, 1, 1, 13.350),
         t("g6e.xlarge", 4, 32, L40S, 1, 1, 0, 1.861),
         t("g6e.2xlarge", 8, 64, L40S, 1, 1, 0, 2.242),
-        t("g6e.12xlarge", 48, 384, L40S, 4, 1, 0, 10.49),
+        t("g6e.12xlarge", 48, 384, L40S, 4, 1, 1, 10.49),
         t("g6e.48xlarge", 192, 1536, L40S, 8, 4, 4, 30.13),
         # --- CPU types for system pools
         t("m6i.xlarge", 4, 16, None, 0, 1, 0, 0.192),

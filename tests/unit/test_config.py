@@ -129,8 +129,9 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("unknown instance type", with_("nodePools.gpu-a.instanceType", "p9.mega"),
      "nodePools.gpu-a.instanceType: 'p9.mega' is not a known instance type; known: "),
     ("efa on a type without efa", with_("nodePools.gpu-a.instanceType", "g6e.xlarge"),
-     "nodePools.gpu-a.fabric: 'efa' is not available on g6e.xlarge; EFA types: g5.48xlarge, g6.48xlarge, "
-     "g6e.48xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"),
+     "nodePools.gpu-a.fabric: 'efa' is not available on g6e.xlarge; EFA types: g5.12xlarge, g5.48xlarge, "
+     "g6.12xlarge, g6.48xlarge, g6e.12xlarge, g6e.48xlarge, p4d.24xlarge, p4de.24xlarge, p5.48xlarge, p5.4xlarge, "
+     "p5e.48xlarge, p5en.48xlarge, p6-b200.48xlarge"),
     ("efa across zones", with_("nodePools.gpu-a.availabilityZones", ["us-east-1a", "us-east-1b"]),
      "nodePools.gpu-a.availabilityZones: [\"us-east-1a\", \"us-east-1b\"]: an EFA pool must be in exactly one "
      "zone (EFA traffic does not cross zones)"),

@@ -1,0 +1,100 @@
+"""`make mutate`: mutation testing (mutmut 3) of the modules that encode decisions, each with the tests that cover it.
+
+Not part of CI (slow). Each module runs in its own scratch copy of the tracked tree (build/mutate/<name>/), so
+mutmut's config and its mutants/ folder never touch the worktree. Prints one line per module: mutants killed /
+total and the score, then the surviving mutants (`mutmut show <name>` in that copy shows each diff).
+
+    python -m tests.mutation                       # every module below
+    python -m tests.mutation telemetry/critical_path.py policies/fabric.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+OUT = ROOT / "build" / "mutate"
+# module -> the tests that cover it (mutmut runs, per mutant, the subset of these that executes the mutated function)
+MODULES: dict[str, tuple[str, ...]] = {
+    "policies/fabric.py": ("tests/unit/test_policies.py", "tests/unit/test_policy_efa_security_group.py",
+                           "tests/unit/test_policy_fabric_cases.py"),
+    "policies/isolation.py": ("tests/unit/test_policies.py",),
+    "policies/kube.py": ("tests/unit/test_policies.py",),
+    "policies/aws_security.py": ("tests/unit/test_policies.py",),
+    "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
+                            "tests/artifacts/test_upstream_metric_names.py"),
+    "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
+                                       "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py"),
+    "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
+                                   "tests/unit/test_critical_path_window.py"),
+    "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py"),
+    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py"),
+}
+PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
+STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
+                    r"segfault|not checked|caught by type check)\s*$")
+
+
+def _copy_tree(dest: Path) -> None:
+    """The tracked files (and untracked, not ignored ones) into `dest`, fresh."""
+    if dest.exists():
+        shutil.rmtree(dest)
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split("\n")
+    for name in filter(None, files):
+        src = ROOT / name
+        if src.is_file():
+            (dest / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / name)
+
+
+def _config(module: str, tests: tuple[str, ...]) -> str:
+    quoted = "\n    ".join  # setup.cfg: one list item per line
+    return (f"[mutmut]\nsource_paths =\n    {quoted(PACKAGES)}\nonly_mutate =\n    {module}\n"
+            f"pytest_add_cli_args_test_selection =\n    {quoted(tests)}\n"
+            "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
+
+
+def run(module: str, *, max_children: int) -> tuple[int, int, list[str]]:
+    """(killed, total, surviving mutant names) for one module."""
+    work = OUT / module.replace("/", "_").removesuffix(".py")
+    _copy_tree(work)
+    (work / "setup.cfg").write_text(_config(module, MODULES[module]))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    mutmut = [sys.executable, "-m", "mutmut"]
+    subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, check=False)
+    res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, check=True,
+                         capture_output=True, text=True)
+    statuses = {m["name"]: m["status"] for m in (STATUS.match(x) for x in res.stdout.splitlines()) if m}
+    killed = sum(s in ("killed", "timeout", "caught by type check", "segfault") for s in statuses.values())
+    survivors = sorted(n for n, s in statuses.items() if s in ("survived", "no tests", "suspicious"))
+    return killed, killed + len(survivors), survivors
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
+    ap.add_argument("--max-children", type=int, default=2, help="parallel test processes (default: 2)")
+    args = ap.parse_args()
+    unknown = [m for m in args.modules if m not in MODULES]
+    if unknown:
+        print(f"unknown module(s): {', '.join(unknown)}; known: {', '.join(MODULES)}", file=sys.stderr)
+        return 2
+    report = []
+    for module in args.modules or list(MODULES):
+        killed, total, survivors = run(module, max_children=args.max_children)
+        score = f"{100 * killed / total:.1f}%" if total else "n/a"
+        report.append(f"{module}: {killed}/{total} mutants killed ({score})")
+        report += [f"  survived: {s}" for s in survivors]
+    print("\n".join(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The generated Envoy bootstrap carries what the stack config says (and the kit's documented defaults where the
+config says nothing). Expected values are written here from the stack's own YAML or from the test's overrides,
+never read back from the builder.
+
+Values are found by walking the bootstrap (clusters by name, the local_ratelimit filter by name, every
+route's retry_policy), so they do not depend on where the builder nests them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from components.k8s import envoy_config as ec
+from tests.support.stacks import stack_config
+
+# stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
+# documented default of tenants.X.rateLimit: 50 requests/s, burst max(100, rps)) -> (per second, burst)
+PROD_TENANT_BUCKETS = {"assistant": (400, 800), "research": (50, 100), "search": (50, 100), "finance": (20, 40)}
+# stacks/Pulumi.prod.yaml, `aifactory:models`: the model backends (one Envoy cluster each)
+PROD_MODELS = ["assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
+
+
+def _walk(node: Any) -> Iterator[dict[str, Any]]:
+    if isinstance(node, dict):
+        yield node
+        for v in node.values():
+            yield from _walk(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _walk(v)
+
+
+def _rate_limit(boot: dict[str, Any]) -> dict[str, Any]:
+    [f] = [d for d in _walk(boot) if d.get("name") == "envoy.filters.http.local_ratelimit"]
+    return f["typed_config"]
+
+
+def _retry_policies(boot: dict[str, Any]) -> list[dict[str, Any]]:
+    return [d["retry_policy"] for d in _walk(boot) if "retry_policy" in d]
+
+
+def _clusters(boot: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["name"]: c for c in boot["static_resources"]["clusters"]}
+
+
+def _bucket(per_second: int, burst: int) -> dict[str, Any]:
+    return {"max_tokens": burst, "tokens_per_fill": per_second, "fill_interval": "1s"}
+
+
+def test_each_tenant_bucket_is_its_rate_limit_from_the_stack() -> None:
+    """One token bucket per tenant with models: tokens_per_fill = requestsPerSecond each second, max_tokens =
+    burst."""
+    rl = _rate_limit(ec.bootstrap(stack_config("prod")))
+    got = {d["entries"][0]["value"]: d["token_bucket"] for d in rl["descriptors"]}
+    assert got == {t: _bucket(rps, burst) for t, (rps, burst) in PROD_TENANT_BUCKETS.items()}
+
+
+def test_unrouted_requests_share_a_default_bucket_of_100_per_second() -> None:
+    """Requests that match no model (404s, scanners, typos) are limited by the filter's default bucket:
+    100 requests/s per replica (the kit's documented default, components/k8s/envoy_config.py), refilled every
+    second, so a client with a wrong model name is told 404 rather than 429, and a scan cannot exhaust any
+    tenant's bucket (always_consume_default_token_bucket false: routed requests spend only their tenant's)."""
+    rl = _rate_limit(ec.bootstrap(stack_config("prod")))
+    assert rl["token_bucket"] == _bucket(100, 100)
+    assert rl["always_consume_default_token_bucket"] is False
+
+
+def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_stack() -> None:
+    """Every model route retries `gateway.retries.attempts` times (here 4, set by the test), each retry
+    avoiding the hosts already tried (previous_hosts predicate) with up to 3 host re-selections: Envoy's default
+    is one re-selection (route.v3.RetryPolicy.host_selection_retry_max_attempts: "If unspecified, this will
+    default to retrying once"), after which the host last picked is used even if it just failed; with
+    LEAST_REQUEST's two random choices over a few replicas that retries onto the failed replica too often."""
+    cfg = stack_config("prod", gateway={"retries": {"attempts": 4, "budgetPercent": 25}})
+    policies = _retry_policies(ec.bootstrap(cfg))
+    assert len(policies) == 10  # 4 workloads x (header, path) + the batch model's (header, path)
+    for p in policies:
+        assert p["num_retries"] == 4
+        assert p["host_selection_retry_max_attempts"] == 3
+        assert [h["name"] for h in p["retry_host_predicate"]] == ["envoy.retry_host_predicates.previous_hosts"]
+
+
+def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None:
+    """gateway.outlierDetection / circuitBreakers / retries.budgetPercent land on every model cluster."""
+    cfg = stack_config("prod", gateway={
+        "retries": {"budgetPercent": 25},
+        "outlierDetection": {"consecutive5xx": 4, "intervalSeconds": 5, "baseEjectionSeconds": 60,
+                             "maxEjectionPercent": 35},
+        "circuitBreakers": {"maxConnections": 1000, "maxPendingRequests": 500, "maxRequests": 900}})
+    clusters = _clusters(ec.bootstrap(cfg))
+    assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == PROD_MODELS
+    for name in PROD_MODELS:
+        c = clusters[name]
+        assert c["outlier_detection"] == {"consecutive_5xx": 4, "interval": "5s", "base_ejection_time": "60s",
+                                          "max_ejection_percent": 35}
+        [t] = c["circuit_breakers"]["thresholds"]
+        assert (t["max_connections"], t["max_pending_requests"], t["max_requests"]) == (1000, 500, 900)
+        assert t["retry_budget"]["budget_percent"] == {"value": 25.0}
