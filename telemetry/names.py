@@ -230,6 +230,11 @@ class ENVOY:
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
     L_CLUSTER = "envoy_cluster_name"
+    # Every HTTP connection manager's stats carry its stat_prefix in this label: the gateway listener's, the stats
+    # listener's (Prometheus scrapes, probes) and the admin interface's ("admin") are separate series.
+    L_HCM_PREFIX = "envoy_http_conn_manager_prefix"
+    GATEWAY_HCM_PREFIX = "gateway"  # the gateway listener's stat_prefix (components/k8s/envoy_config.py)
+    STATS_HCM_PREFIX = "stats"
 
 
 class KSM:
