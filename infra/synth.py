@@ -17,6 +17,7 @@ import os
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem
 __all__ = [
     "PROJECT",
     "DEFAULT_STACKS_DIR",
+    "SHIPPED_STACKS",
     "StackFileError",
     "SynthResult",
     "SynthSummary",
@@ -47,6 +49,7 @@ __all__ = [
 
 PROJECT = NAMESPACE
 DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+SHIPPED_STACKS = ("dev", "onprem", "prod", "staging")  # the stacks the kit ships in stacks/
 EXPORT_TIME = "1970-01-01T00:00:00Z"  # fixed: same config, same bytes
 
 Progress = Callable[[str], None]
@@ -118,9 +121,9 @@ def raw_for_validation(values: Mapping[str, str]) -> dict[str, Any]:
 
 
 def shipped_stacks(stacks_dir: Path | None = None) -> list[str]:
-    """Names of the stacks that have a Pulumi.<stack>.yaml file."""
-    files = (stacks_dir or DEFAULT_STACKS_DIR).glob("Pulumi.*.yaml")
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in files)
+    """The kit's own stacks (SHIPPED_STACKS) that have a file in `stacks_dir`; a user's other stack files there
+    are theirs, and tests and benchmarks never pick them up."""
+    return [s for s in SHIPPED_STACKS if stack_file(s, stacks_dir).is_file()]
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
@@ -140,9 +143,41 @@ def run_program(stack: str, values: Mapping[str, str], program: Callable[[Platfo
     asyncio.set_event_loop(loop)
     try:
         return contextvars.Context().run(_run_program, stack, dict(values), program)
+    except BaseException:
+        # The run's own error (or Ctrl-C) is what the caller reports: the tasks it left behind say nothing
+        # more, so their "Task exception was never retrieved" / "destroyed but pending" noise is dropped.
+        loop.set_exception_handler(lambda _loop, _context: None)
+        raise
     finally:
+        _finish_loop(loop)
         asyncio.set_event_loop(previous)
         loop.close()
+
+
+def _finish_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and collect what a failed run left on its loop, so nothing outlives it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_default_executor())
+
+
+def _own_output_tracking() -> None:
+    """Give this run its own set of tracked outputs (and its lock).
+
+    The SDK's `wait_for_rpcs` awaits every Output in `SETTINGS.outputs` before a program ends. That set is
+    a context property, but `set_mocks` (MockSettings.__init__ skips Settings.__init__) never resets it, so
+    in a fresh context it falls back to one process-wide set. A run that fails before `run_pulumi_func`
+    (a ConfigError in `load()`, Ctrl-C) leaves Outputs of its now-closed loop there, and the next run in
+    the same process waits on them forever. (pulumi 3.272: pulumi/runtime/mocks.py MockSettings,
+    pulumi/_utils.py ContextProperty, pulumi/runtime/stack.py wait_for_rpcs.)
+    """
+    from pulumi.runtime.settings import SETTINGS
+
+    SETTINGS.outputs = set()
+    SETTINGS.lock = threading.Lock()
 
 
 def _run_program(stack: str, values: dict[str, str], program: Callable[[PlatformConfig], None] | None
@@ -160,6 +195,7 @@ def _run_program(stack: str, values: dict[str, str], program: Callable[[Platform
 
         program = default_program
 
+    _own_output_tracking()
     runtime_config.set_all_config(values, [])
     mocks = PlatformMocks()
     monitor = RecordingMonitor(mocks)
