@@ -385,7 +385,8 @@ POLICIES = [
         remediation="Mirror the image into an allowed registry, or add its registry to allowedRegistries in the "
                     "pack config after review.",
         types=POD_TYPES, settings=(ALLOWED_REGISTRIES,),
-        check=_pod_check(lambda site, cfg: source_problems(site.spec, cfg[ALLOWED_REGISTRIES.name]),
-                         exempt_agents=False),
+        # The configured list extends the kit's defaults (the platform's own images must stay allowed).
+        check=_pod_check(lambda site, cfg: source_problems(
+            site.spec, [*ALLOWED_REGISTRIES.default, *cfg[ALLOWED_REGISTRIES.name]]), exempt_agents=False),
     ),
 ]

@@ -31,3 +31,22 @@ def test_readme_names_the_two_commands_and_every_cli_command() -> None:
     for command in ("make synth", "make test", "aifactory synth", "aifactory validate", "aifactory policy check",
                     "aifactory node-check", "pulumi up -s dev"):
         assert command in text, command
+
+
+def test_policy_config_example_keeps_the_kit_stacks_clean_and_extends_the_registries(synthesized) -> None:
+    """README's `allowedRegistries` example adds a registry: the kit's own stack still passes it."""
+    import yaml
+
+    from policies.runner import parse_config, read_state, run_policies
+
+    example = yaml.safe_load(re.findall(r"```yaml\n(images-from-allowed-registries:.*?)```", README.read_text(),
+                                        flags=re.S)[0])
+    config = parse_config(example)
+    violations = run_policies(read_state(synthesized("prod") / "state.json"), config)
+    assert [(v.policy, v.resource_name) for v in violations] == []
+    added = example["images-from-allowed-registries"]["allowedRegistries"][0]
+    pod = {"urn": "urn:pulumi:s::aifactory::kubernetes:core/v1:Pod::p", "type": "kubernetes:core/v1:Pod",
+           "custom": True, "inputs": {"metadata": {"name": "p", "namespace": "t"}, "spec": {"containers": [
+               {"name": "a", "image": f"{added}/agent:1.0"}, {"name": "b", "image": "evil.example.com/x:1.0"}]}}}
+    assert [v.message for v in run_policies([pod], config) if v.policy == "images-from-allowed-registries"] == [
+        "spec: container 'b' image 'evil.example.com/x:1.0' is not from an allowed registry"]
