@@ -81,6 +81,8 @@ SYSTEM_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
      "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
 )
+# Namespaces of the platform's components other than the gateway and observability (whose names are settings).
+_KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
@@ -532,6 +534,14 @@ class _Reader:
         return out
 
 
+def _reserved_namespace(value: str) -> str | None:
+    """Why a namespace cannot be a tenant's (Kubernetes' own, kube-*, or one the platform runs in), or None."""
+    if value in SYSTEM_NAMESPACES or value.startswith("kube-"):
+        return (f"is reserved for the platform (kube-*, {', '.join(sorted(n for n in SYSTEM_NAMESPACES if not n.startswith('kube-')))}"
+                ")")
+    return None
+
+
 def _dns_label(value: str) -> str | None:
     return None if DNS_LABEL.match(value) else "is not a DNS label (lowercase letters, digits, '-')"
 
@@ -798,16 +808,18 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     for key in d:
         if key not in allowed:
             r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
-    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or (
-        f"is reserved for the platform ({', '.join(sorted(SYSTEM_NAMESPACES))})" if v in SYSTEM_NAMESPACES
-        else None))
+    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
+    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
+        # No namespace set: the tenant's name is its namespace, and must pass the same check.
+        r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
+                     f"{path}.namespace to a namespace of its own")
     quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
     rl_path = f"{path}.rateLimit"
     rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst"))
     rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
     return Tenant(
         name=name,
-        namespace=ns if ns not in SYSTEM_NAMESPACES else name,
+        namespace=ns,
         gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
         cpu_quota=r.value(d, "cpuQuota", path, str, "64",
                           check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
@@ -1071,8 +1083,15 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
             r.fail(f"observability.prices.{pool.instance_type}",
                    f"is required: {pool.instance_type} (pool {pool.name!r}) has no on-demand price; "
                    "give its amortised $/hour")
-    if gateway.namespace in seen_ns or observability.namespace in seen_ns:
-        r.fail("tenants", "a tenant namespace collides with the gateway or observability namespace")
+    for section, ns in (("gateway", gateway.namespace), ("observability", observability.namespace)):
+        if ns in seen_ns and _reserved_namespace(ns) is None:  # a reserved one is reported with the tenant
+            r.fail(f"tenants.{seen_ns[ns]}", f"namespace {ns!r} is {section}.namespace; a tenant needs a namespace "
+                                             "of its own")
+        if ns == "default" or ns.startswith("kube-") or ns in _KIT_NAMESPACES:
+            r.fail(f"{section}.namespace", f"{ns!r} is reserved for Kubernetes or another platform component "
+                                           f"(kube-*, default, {', '.join(sorted(_KIT_NAMESPACES))})")
+    if gateway.namespace == observability.namespace:
+        r.fail("gateway.namespace", f"{gateway.namespace!r} is also observability.namespace; give each its own")
 
     if r.problems or target is None:
         raise ConfigError(r.problems or [Problem("target", "is required")])

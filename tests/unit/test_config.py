@@ -288,3 +288,46 @@ def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None
     assert values["aifactory:kubernetesVersion"] == "1.34"  # scalars stay text
     assert json.loads(values["aifactory:nodePools"]) == {"a": {"instanceType": "g6.xlarge"}}  # objects as JSON
     assert values["aws:region"] == "us-east-1"
+
+
+# --- issue 19: reserved namespaces by every path, capacity -------------------------------------------------
+
+
+def _tenant_named(name: str) -> dict[str, Any]:
+    raw = with_("tenants", {name: {"gpuQuota": 16}})
+    raw["models"]["m1"]["tenant"] = name
+    return raw
+
+
+RESERVED = ("is reserved for the platform (kube-*, aifactory-gateway, aifactory-system, default, gpu-operator, "
+            "istio-system, monitoring, nvidia-network-operator)")
+
+
+@pytest.mark.parametrize("name", ["kube-system", "default", "istio-system", "kube-anything", "monitoring",
+                                  "aifactory-gateway", "aifactory-system", "gpu-operator"])
+def test_a_tenant_named_after_a_platform_namespace_is_rejected(name: str) -> None:
+    assert problems(_tenant_named(name)) == [
+        f"tenants.{name}: the tenant's namespace defaults to its name, and {name!r} {RESERVED}; rename the tenant "
+        f"or set tenants.{name}.namespace to a namespace of its own"]
+    ok = _tenant_named(name)
+    ok["tenants"][name]["namespace"] = "team-a"
+    assert parse(ok, stack="t").tenants[name].namespace == "team-a"
+
+
+@pytest.mark.parametrize("ns", ["kube-system", "default", "kube-public", "istio-system"])
+def test_an_explicit_platform_namespace_is_rejected(ns: str) -> None:
+    assert problems(with_("tenants.t1.namespace", ns)) == [f"tenants.t1.namespace: {ns!r} {RESERVED}"]
+
+
+@pytest.mark.parametrize(("section", "ns"), [("gateway", "kube-system"), ("observability", "default"),
+                                             ("gateway", "istio-system"), ("observability", "gpu-operator")])
+def test_gateway_and_observability_stay_out_of_other_platform_namespaces(section: str, ns: str) -> None:
+    assert problems(with_(f"{section}.namespace", ns)) == [
+        f"{section}.namespace: {ns!r} is reserved for Kubernetes or another platform component (kube-*, default, "
+        "aifactory-system, gpu-operator, istio-system, nvidia-network-operator)"]
+
+
+def test_a_tenant_namespace_equal_to_the_gateways_names_the_tenant() -> None:
+    raw = with_("tenants.t1.namespace", "edge")
+    raw["gateway"] = {"namespace": "edge"}
+    assert problems(raw) == ["tenants.t1: namespace 'edge' is gateway.namespace; a tenant needs a namespace of its own"]
