@@ -537,8 +537,8 @@ class _Reader:
 def _reserved_namespace(value: str) -> str | None:
     """Why a namespace cannot be a tenant's (Kubernetes' own, kube-*, or one the platform runs in), or None."""
     if value in SYSTEM_NAMESPACES or value.startswith("kube-"):
-        return (f"is reserved for the platform (kube-*, {', '.join(sorted(n for n in SYSTEM_NAMESPACES if not n.startswith('kube-')))}"
-                ")")
+        named = sorted(n for n in SYSTEM_NAMESPACES if not n.startswith("kube-"))
+        return f"is reserved for the platform (kube-*, {', '.join(named)})"
     return None
 
 
