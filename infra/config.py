@@ -434,6 +434,10 @@ class _Reader:
     def fail(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
 
+    def problems_at(self, path: str) -> bool:
+        """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
+        return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
+
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
         if not isinstance(raw, dict):
             self.fail(path, f"expected a mapping, got {_kind(raw)} {_show(raw)}")
@@ -860,6 +864,15 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     if mig is None and gpus != tp * pp:
         r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
     per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
+    # The key the user wrote for the replica's shape, so every message below names it.
+    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if k in d), "tensorParallel")
+    if tp & (tp - 1):
+        # vLLM checks total_num_attention_heads % tensor_parallel_size == 0 when it loads the model (vllm
+        # config/model.py, verify_with_parallel_config); the kit cannot read the model's head count, and head
+        # counts are powers of two times small factors (Llama 3.x: 32, 64, 128), so 3, 5, 6 or 7 rarely divide.
+        r.fail(f"{path}.tensorParallel", f"{tp} is not a power of two: the engine splits the model's attention heads "
+                                         "evenly across tensorParallel GPUs (vLLM requires heads % tensorParallel "
+                                         "== 0); use 1, 2, 4, 8 or 16")
     if pool is not None and pool.gpu:
         if mig is not None:
             if pool.mig is None:
@@ -868,14 +881,18 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                 r.fail(f"{path}.migProfile",
                        "a MIG slice serves one shard: tensorParallel and pipelineParallel must be 1")
         elif gpus > per_node and gpus % per_node:
-            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
-                                             f"a multi-node replica needs a multiple of {per_node}")
+            r.fail(f"{path}.{shape}", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
+                                      f"a multi-node replica needs a multiple of {per_node}")
         elif gpus > per_node and engine == "triton":
             r.fail(f"{path}.engine", f"'triton' cannot serve a replica of {gpus} GPUs across nodes of {per_node} "
                                      f"({pool.instance_type}); use engine 'vllm' or fit the replica on one node")
         elif gpus > per_node and pool.fabric == "none":
-            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
-                                             f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
+            r.fail(f"{path}.{shape}", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
+                                      f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
+        elif gpus > per_node and gpus // per_node > pool.max_size:
+            r.fail(f"{path}.{shape}", f"one replica of {gpus} GPUs (tensorParallel x pipelineParallel) needs "
+                                      f"{gpus // per_node} nodes of {per_node} GPUs ({pool.instance_type}), but "
+                                      f"nodePools.{pool.name}.maxSize is {pool.max_size}")
     quant = r.value(d, "quantization", path, str, "none", choices=("none", "fp8", "awq", "gptq", "int8"))
     if engine == "triton" and quant == "gptq":
         r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
@@ -906,6 +923,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{rp}.min", f"{rmin} is greater than max {rmax}")
     replicas = Replicas(rmin, rmax, r.value(rd, "targetQueueDepth", rp, int, 5, minimum=1),
                         r.value(rd, "targetQueueTimeMs", rp, int, 100, minimum=1))
+    if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
+        _fits_pool(r, path, gpus, per_node, rmax, pool)
     sp_ = f"{path}.slo"
     sd_ = r.mapping(d.get("slo") or {}, sp_, ("ttftSeconds", "interTokenSeconds", "e2eSeconds"))
     slo = ModelSlo(r.value(sd_, "ttftSeconds", sp_, float, 0.5, minimum=0.001),
@@ -929,6 +948,25 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
         gpus_per_node_hint=per_node,
     )
+
+
+def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool: NodePool) -> None:
+    """replicas.max replicas of this model fit in its pool at maxSize.
+
+    Assumes the model has the pool to itself (models sharing a pool are checked one at a time) and that a
+    replica's GPUs are on nodes of their own: a multi-node replica takes whole nodes (replicas.max x nodes per
+    replica <= maxSize); single-node replicas pack onto nodes (a node holds GPUs-per-node // gpusPerReplica).
+    """
+    if gpus > per_node:
+        need = rmax * (gpus // per_node)
+        how = f"{rmax} x {gpus // per_node} nodes per replica"
+    else:
+        need = -(-rmax // (per_node // gpus))
+        how = f"{rmax} replicas of {gpus} GPU(s), {per_node // gpus} per {per_node}-GPU node"
+    if need > pool.max_size:
+        r.fail(f"{path}.replicas.max", f"{rmax} replicas need {need} nodes of {pool.instance_type} ({how}), but "
+                                       f"nodePools.{pool.name}.maxSize is {pool.max_size}; lower replicas.max "
+                                       f"or raise maxSize to {need}")
 
 
 def _model_uri(value: str, *, aws: bool) -> str | None:
