@@ -50,3 +50,30 @@ def test_policy_config_example_keeps_the_kit_stacks_clean_and_extends_the_regist
                {"name": "a", "image": f"{added}/agent:1.0"}, {"name": "b", "image": "evil.example.com/x:1.0"}]}}}
     assert [v.message for v in run_policies([pod], config) if v.policy == "images-from-allowed-registries"] == [
         "spec: container 'b' image 'evil.example.com/x:1.0' is not from an allowed registry"]
+
+
+def test_the_unit_test_example_passes_under_pytest(tmp_path: Path) -> None:
+    """README's unit-test example for teams using the components, run as they would run it (pytest)."""
+    import subprocess
+    import sys
+
+    example = next(b for b in python_blocks() if "@pulumi.runtime.test" in b)
+    (tmp_path / "test_my_pools.py").write_text(example)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 passed" in res.stdout
+    broken = example.replace("len(interfaces) == 32", "len(interfaces) == 31")
+    (tmp_path / "test_my_pools.py").write_text(broken)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert res.returncode == 1 and "1 failed" in res.stdout, "the example's assertion really runs"
+
+
+def test_components_k8s_exports_what_readme_names() -> None:
+    from components.k8s import ClusterAutoscaler, Gateway, ModelDeployment, Platform
+    from components.k8s.platform import Platform as Direct
+
+    assert Platform is Direct
+    assert {c.__name__ for c in (ClusterAutoscaler, Gateway, ModelDeployment)} == {
+        "ClusterAutoscaler", "Gateway", "ModelDeployment"}
