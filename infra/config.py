@@ -359,6 +359,8 @@ class ObservabilitySettings:
     prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
     default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
     workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
+    # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
+    runbook_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1023,7 +1025,8 @@ def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> Workflo
 def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
     p = "observability"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
-                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows"))
+                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows",
+                                                      "runbookUrl"))
     prices: dict[str, float] = {}
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
@@ -1049,6 +1052,9 @@ def _observability(r: _Reader, raw: Any) -> ObservabilitySettings:
         prices=prices,
         default_workflow_slo=base,
         workflows=workflows,
+        runbook_url=r.value(d, "runbookUrl", p, str, None,
+                            check=lambda v: None if re.match(r"^https?://[^\s#]+$", v) else
+                            "is not an http(s) URL without a #fragment (alerts append #<alert>)"),
     )
 
 

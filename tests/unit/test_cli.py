@@ -333,3 +333,25 @@ def test_validate_json(tmp_path: Path) -> None:
         {"path": "tenants.t.gpuQuota", "message": "-1 is below the minimum 0"},
         {"path": "tenants.t.gpuQuota", "message": "0 is less than the 1 GPUs its models can scale to "
                                                   "(replicas.max x gpusPerReplica); raise it to at least 1"}]}
+
+
+def test_generate_dashboards_on_a_bad_stack_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """grafanalib's scripts print a DashboardError as one `ERROR:` line (grafanalib 0.7.1 _gen.py)."""
+    repo = Path(__file__).resolve().parents[2]
+    bin_dir = Path(sys.executable).parent
+    before = sorted(p.name for p in (repo / "dashboards").iterdir())
+    for script in ("generate-dashboards", "generate-dashboard"):
+        res = subprocess.run([str(bin_dir / script), str(repo / "dashboards" / "mesh.dashboard.py")], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, check=False,
+                             env={**os.environ, "AIFACTORY_STACK": "nope"})
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert res.stderr == (f"ERROR: AIFACTORY_STACK=nope: {repo / 'stacks' / 'Pulumi.nope.yaml'}: no such stack "
+                              "file; stacks: dev, onprem, prod, staging\n")
+    assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before
+    out = tmp_path / "mesh.json"
+    res = subprocess.run([str(bin_dir / "generate-dashboard"), "-o", str(out),
+                          str(repo / "dashboards" / "mesh.dashboard.py")], capture_output=True, text=True,
+                         timeout=120, check=False, env={**os.environ, "AIFACTORY_STACK": "staging"}, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text())["uid"]
+    assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before

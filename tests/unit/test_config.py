@@ -370,3 +370,15 @@ def test_fabricless_multi_node_error_names_the_key_the_user_wrote() -> None:
                 with_("models.m1.tensorParallel", 16))
     assert "models.m1.tensorParallel: 16 GPUs need 2 nodes, but pool 'gpu-a' has no data-plane fabric (efa or " \
            "infiniband)" in problems(raw)
+
+
+def test_runbook_url_base_comes_from_stack_config() -> None:
+    from dashboards.core import prometheus_rules
+
+    raw = with_("observability", {"runbookUrl": "https://wiki.example.com/ml/runbooks"})
+    doc = prometheus_rules(parse(raw, stack="t"))
+    urls = {r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    assert urls and all(u.startswith("https://wiki.example.com/ml/runbooks#") for u in urls), urls
+    assert problems(with_("observability", {"runbookUrl": "wiki/runbooks#x"})) == [
+        "observability.runbookUrl: 'wiki/runbooks#x' is not an http(s) URL without a #fragment (alerts append "
+        "#<alert>)"]
