@@ -176,7 +176,8 @@ def _cmd_node_check(args: argparse.Namespace) -> int:
     from infra.nodecheck import node_check_command
 
     return node_check_command(stack=args.stack, pool=args.pool, hosts=args.hosts,
-                              stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None)
+                              stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                              json_out=json_target(args.json))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -220,6 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--hosts", required=True,
                    help="comma-separated testinfra host URLs: local://, ssh://user@host, kubectl://POD?namespace=NS")
     n.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    n.add_argument("--json", metavar="OUT", help="also write every host's results as JSON to OUT (`-`: stdout)")
     n.set_defaults(func=_cmd_node_check)
     return p
 

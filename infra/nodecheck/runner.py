@@ -137,7 +137,8 @@ def _stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None) -> int:
+def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None,
+                       json_out: Path | None = None) -> int:
     """The CLI entry point: check every host against the pool's profile; exit 0 only if all applicable pass."""
     try:
         profile = load_pool(stack, pool, stacks_dir)
@@ -158,6 +159,14 @@ def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | 
 
     with ThreadPoolExecutor(max_workers=min(len(urls), DEFAULT_PARALLEL_HOSTS)) as pool_:
         results = [r for per_host in pool_.map(one, urls) for r in per_host]
-    print(format_table(results))
-    print(_summary(stack, profile, len(urls), results))
+    human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
+    print(format_table(results), file=human)
+    print(_summary(stack, profile, len(urls), results), file=human)
+    if json_out is not None:  # `--json OUT` (`-`: stdout); infra.cli checked the target before any work
+        from infra.cli import write_json
+
+        write_json(json_out, {"stack": stack, "pool": profile.name, "instanceType": profile.instance_type,
+                              "accepted": all(r.status != "fail" for r in results),
+                              "results": [{"host": r.host, "check": r.check, "status": r.status, "detail": r.detail}
+                                          for r in results]})
     return EXIT_OK if all(r.status != "fail" for r in results) else EXIT_FAILURE

@@ -355,3 +355,18 @@ def test_generate_dashboards_on_a_bad_stack_is_one_line_and_writes_nothing(tmp_p
     assert res.returncode == 0, res.stderr
     assert json.loads(out.read_text())["uid"]
     assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before
+
+
+def test_node_check_json(tmp_path: Path) -> None:
+    """node-check's results as JSON, through the console script, against this machine (local://, a CPU pool)."""
+    stacks = Path(__file__).resolve().parents[1] / "node" / "stacks"
+    res = run("node-check", "--stack", "nodes-onprem", "--pool", "cpu", "--hosts", "local://", "--stacks-dir",
+              str(stacks), "--json", "-")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert {k: doc[k] for k in ("stack", "pool", "accepted")} == {"stack": "nodes-onprem", "pool": "cpu",
+                                                                  "accepted": True}
+    statuses = [(r["host"], r["check"], r["status"]) for r in doc["results"]]
+    assert statuses[0] == ("local://", "host", "pass")
+    assert {s for _, _, s in statuses[1:]} == {"n/a"} and len(statuses) == 15
+    assert "ACCEPTED" in res.stderr
