@@ -77,3 +77,37 @@ def test_components_k8s_exports_what_readme_names() -> None:
     assert Platform is Direct
     assert {c.__name__ for c in (ClusterAutoscaler, Gateway, ModelDeployment)} == {
         "ClusterAutoscaler", "Gateway", "ModelDeployment"}
+
+
+def test_the_commands_after_make_synth_work_as_written(tmp_path: Path) -> None:
+    """README's block of commands to run after `make synth`, run as written from a directory laid out like the
+    repository root (.venv beside it), through a shell."""
+    import os
+    import subprocess
+    import sys
+
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+                 if ".venv/bin/aifactory validate dev" in b)
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert commands and all(c.startswith(".venv/bin/aifactory ") for c in commands)
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {**os.environ, "AIFACTORY_DEBUG": ""}
+    subprocess.run([".venv/bin/aifactory", "synth", "dev", "-q"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=120)  # what `make synth` leaves: build/dev
+    for command in commands:
+        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert res.returncode == 0, (command, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
+def test_make_targets_named_in_readme_exist() -> None:
+    import subprocess
+
+    repo = README.parent
+    for target in ("synth", "validate", "policy", "test", "bench", "lint", "setup"):
+        assert f"make {target}" in README.read_text(), target
+    res = subprocess.run(["make", "-n", "-o", ".venv/.installed", "validate", "policy", "STACK=prod"], cwd=repo,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert ".venv/bin/aifactory validate prod" in res.stdout
+    assert ".venv/bin/aifactory policy check build/prod/state.json" in res.stdout
