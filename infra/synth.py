@@ -402,7 +402,9 @@ def check_output_dir(out: Path) -> Path:
     if dest == cwd or dest in cwd.parents:
         raise OutputDirError(f"--out {out}: is the current directory or contains it ({dest}); synth replaces its "
                              "output directory as a whole, so choose a new directory such as build/<stack>")
-    if dest.is_symlink() or (dest.exists() and not dest.is_dir()):
+    if dest.is_symlink():
+        raise OutputDirError(f"--out {out}: is a symbolic link; give the directory it points to, or a new one")
+    if dest.exists() and not dest.is_dir():
         raise OutputDirError(f"--out {out}: exists and is not a directory; choose a new directory")
     if dest.is_dir() and any(dest.iterdir()) and not is_synth_output(dest):
         held = sorted(p.name for p in dest.iterdir())

@@ -143,3 +143,28 @@ def test_tests_and_benchmarks_use_the_shipped_stacks_only(tmp_path: Path) -> Non
         (stacks / f"Pulumi.{name}.yaml").write_text("config: {}\n")
     assert shipped_stacks(stacks) == ["dev"]
     assert SHIPPED_STACKS == ["dev", "onprem", "prod", "staging"]
+
+
+@pytest.mark.parametrize("failure", ["config", "interrupt"])
+def test_a_failed_run_leaves_no_asyncio_noise(failure: str) -> None:
+    """What Ctrl-C (or a bad config) in the middle of a run used to print on exit: asyncio's 'Task was destroyed
+    but it is pending!' / 'Task exception was never retrieved' blocks for the tasks the run left behind."""
+    script = f"""
+from infra.synth import read_stack_config, run_program, stack_file
+good = read_stack_config(stack_file("dev"))
+bad = {{**good, "aifactory:nodePools": '{{"gpu-a": {{"instanceType": "nope"}}}}'}}
+def interrupted(cfg):
+    import pulumi_kubernetes as k8s
+    k8s.core.v1.Namespace("x", metadata={{"name": "x"}})
+    raise KeyboardInterrupt
+try:
+    run_program("dev", bad) if {failure!r} == "config" else run_program("dev", good, interrupted)
+except (Exception, KeyboardInterrupt) as err:
+    print(type(err).__name__)
+import gc
+gc.collect()
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
+                         cwd=Path(__file__).parents[2])
+    assert res.returncode == 0 and res.stdout.strip() in ("ConfigError", "KeyboardInterrupt"), res.stderr
+    assert res.stderr == "", res.stderr
