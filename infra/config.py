@@ -968,7 +968,7 @@ def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool:
     if need > pool.max_size:
         r.fail(f"{path}.replicas.max", f"{rmax} replicas need {need} nodes of {pool.instance_type} ({how}), but "
                                        f"nodePools.{pool.name}.maxSize is {pool.max_size}; lower replicas.max "
-                                       f"or raise maxSize to {need}")
+                                       f"or raise maxSize to {need} (this assumes the model has the pool to itself)")
 
 
 def _model_uri(value: str, *, aws: bool) -> str | None:

@@ -346,13 +346,15 @@ def test_more_replicas_than_the_pool_holds_are_rejected() -> None:
     raw["tenants"]["t1"]["gpuQuota"] = 24
     assert problems(raw) == [
         "models.m1.replicas.max: 3 replicas need 3 nodes of p5.48xlarge (3 replicas of 8 GPU(s), 1 per 8-GPU node), "
-        "but nodePools.gpu-a.maxSize is 1; lower replicas.max or raise maxSize to 3"]
+        "but nodePools.gpu-a.maxSize is 1; lower replicas.max or raise maxSize to 3 (this assumes the model has the pool "
+        "to itself)"]
     multi = with_("nodePools.gpu-a.maxSize", 3, with_("models.m1", {**BASE["models"]["m1"], "pipelineParallel": 2,
                                                                     "replicas": {"max": 2}}))
     multi["tenants"]["t1"]["gpuQuota"] = 32
     assert problems(multi) == [
         "models.m1.replicas.max: 2 replicas need 4 nodes of p5.48xlarge (2 x 2 nodes per replica), but "
-        "nodePools.gpu-a.maxSize is 3; lower replicas.max or raise maxSize to 4"]
+        "nodePools.gpu-a.maxSize is 3; lower replicas.max or raise maxSize to 4 (this assumes the model has the pool "
+        "to itself)"]
     multi["nodePools"]["gpu-a"]["maxSize"] = 4
     assert parse(multi, stack="t").models["m1"].nodes_per_replica == 2
 
