@@ -345,8 +345,9 @@ def test_generate_dashboards_on_a_bad_stack_is_one_line_and_writes_nothing(tmp_p
                              capture_output=True, text=True, timeout=120, check=False,
                              env={**os.environ, "AIFACTORY_STACK": "nope"})
         assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
-        assert res.stderr == (f"ERROR: AIFACTORY_STACK=nope: {repo / 'stacks' / 'Pulumi.nope.yaml'}: no such stack "
-                              "file; stacks: dev, onprem, prod, staging\n")
+        assert len(res.stderr.splitlines()) == 1
+        assert res.stderr.startswith(f"ERROR: AIFACTORY_STACK=nope: {repo / 'stacks' / 'Pulumi.nope.yaml'}: no such "
+                                     "stack file; stacks: ")
     assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before
     out = tmp_path / "mesh.json"
     res = subprocess.run([str(bin_dir / "generate-dashboard"), "-o", str(out),
