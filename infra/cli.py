@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import sys
 import traceback
@@ -37,6 +38,9 @@ def _prog() -> str:
     """How the user ran the kit (`.venv/bin/aifactory` or `aifactory`), for the commands it suggests."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "aifactory"
     if Path(argv0).name != "aifactory" or os.sep not in argv0:
+        return "aifactory"
+    on_path = shutil.which("aifactory")
+    if on_path is not None and Path(on_path).resolve() == Path(argv0).resolve():  # an activated virtualenv
         return "aifactory"
     rel = os.path.relpath(argv0)
     return rel if not rel.startswith("..") else argv0

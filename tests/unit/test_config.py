@@ -346,8 +346,8 @@ def test_more_replicas_than_the_pool_holds_are_rejected() -> None:
     raw["tenants"]["t1"]["gpuQuota"] = 24
     assert problems(raw) == [
         "models.m1.replicas.max: 3 replicas need 3 nodes of p5.48xlarge (3 replicas of 8 GPU(s), 1 per 8-GPU node), "
-        "but nodePools.gpu-a.maxSize is 1; lower replicas.max or raise maxSize to 3 (this assumes the model has the pool "
-        "to itself)"]
+        "but nodePools.gpu-a.maxSize is 1; lower replicas.max or raise maxSize to 3 (this assumes the model has the "
+        "pool to itself)"]
     multi = with_("nodePools.gpu-a.maxSize", 3, with_("models.m1", {**BASE["models"]["m1"], "pipelineParallel": 2,
                                                                     "replicas": {"max": 2}}))
     multi["tenants"]["t1"]["gpuQuota"] = 32
