@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup synth test bench mutate lint promtool amtool clean
+.PHONY: setup synth validate policy test bench mutate lint promtool amtool clean
 
 # The stamp depends on pyproject.toml so a changed pin reinstalls.
 $(VENV)/.installed: pyproject.toml
@@ -26,6 +26,12 @@ setup: $(VENV)/.installed ## .venv with the kit (editable) and its test tools
 
 synth: setup ## render the dev stack offline into build/dev (STACK=... for another)
 	$(BIN)/aifactory synth $(STACK)
+
+validate: setup ## check a stack's config, every problem with its key path (STACK=...)
+	$(BIN)/aifactory validate $(STACK)
+
+policy: synth ## the policy pack over build/$(STACK)/state.json, each violation with its fix
+	$(BIN)/aifactory policy check build/$(STACK)/state.json
 
 # promtool/prometheus come from Debian's package; installed only when missing.
 promtool:

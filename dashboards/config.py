@@ -146,4 +146,5 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         objectives=(*named, default),
         idle_gpu_utilization_percent=obs.idle_gpu_utilization_percent,
         selectors=selectors or Selectors(),
+        runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
     )

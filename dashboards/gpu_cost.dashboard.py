@@ -1,10 +1,8 @@
 """grafanalib `generate-dashboards` entry: the gpu-cost dashboard of stack $AIFACTORY_STACK (default: dev).
 
-    AIFACTORY_STACK=prod generate-dashboards dashboards/gpu_cost.dashboard.py
+    AIFACTORY_STACK=prod generate-dashboard -o build/gpu_cost.json dashboards/gpu_cost.dashboard.py
 """
-
-import os
 
 import dashboards
 
-dashboard = dashboards.build(dashboards.load_stack(os.environ.get("AIFACTORY_STACK", "dev")))["gpu-cost"]
+dashboard = dashboards.stack_board("gpu-cost")

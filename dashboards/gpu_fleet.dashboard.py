@@ -1,10 +1,8 @@
 """grafanalib `generate-dashboards` entry: the gpu-fleet dashboard of stack $AIFACTORY_STACK (default: dev).
 
-    AIFACTORY_STACK=prod generate-dashboards dashboards/gpu_fleet.dashboard.py
+    AIFACTORY_STACK=prod generate-dashboard -o build/gpu_fleet.json dashboards/gpu_fleet.dashboard.py
 """
-
-import os
 
 import dashboards
 
-dashboard = dashboards.build(dashboards.load_stack(os.environ.get("AIFACTORY_STACK", "dev")))["gpu-fleet"]
+dashboard = dashboards.stack_board("gpu-fleet")

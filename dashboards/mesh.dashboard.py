@@ -1,10 +1,8 @@
 """grafanalib `generate-dashboards` entry: the mesh dashboard of stack $AIFACTORY_STACK (default: dev).
 
-    AIFACTORY_STACK=prod generate-dashboards dashboards/mesh.dashboard.py
+    AIFACTORY_STACK=prod generate-dashboard -o build/mesh.json dashboards/mesh.dashboard.py
 """
-
-import os
 
 import dashboards
 
-dashboard = dashboards.build(dashboards.load_stack(os.environ.get("AIFACTORY_STACK", "dev")))["mesh"]
+dashboard = dashboards.stack_board("mesh")

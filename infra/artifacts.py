@@ -29,6 +29,8 @@ class ArtifactContext:
     out: Path
     # Messages of mandatory failures (policy violations): synth writes everything, then exits 1.
     failures: list[str] = field(default_factory=list)
+    # The policy report (policy-report.json's content), for synth's summary.
+    policy: dict[str, Any] = field(default_factory=dict)
 
 
 Writer = Callable[[ArtifactContext], list[Path]]

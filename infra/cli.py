@@ -7,14 +7,21 @@ Exit codes: 0 ok; 2 config or usage error (a message naming the key path, no tra
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import signal
 import sys
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["main", "entry", "build_parser", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
+if TYPE_CHECKING:
+    from infra.synth import SynthSummary
+
+__all__ = ["main", "entry", "build_parser", "json_target", "write_json", "synth_summary_lines", "synth_summary_doc",
+           "UsageError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
 EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
@@ -23,28 +30,142 @@ def _err(msg: str) -> None:
     print(f"aifactory: {msg}", file=sys.stderr, flush=True)
 
 
+class UsageError(Exception):
+    """A bad argument (an unusable --json target, ...): exit 2 with the message, nothing written."""
+
+
+def _prog() -> str:
+    """How the user ran the kit (`.venv/bin/aifactory` or `aifactory`), for the commands it suggests."""
+    argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "aifactory"
+    if Path(argv0).name != "aifactory" or os.sep not in argv0:
+        return "aifactory"
+    on_path = shutil.which("aifactory")
+    if on_path is not None and Path(on_path).resolve() == Path(argv0).resolve():  # an activated virtualenv
+        return "aifactory"
+    rel = os.path.relpath(argv0)
+    return rel if not rel.startswith("..") else argv0
+
+
+def json_target(value: str | None) -> Path | None:
+    """`--json OUT`: `-` is stdout; a file is written only into an existing directory and never over a directory.
+    Checked before any work, so a bad target writes nothing."""
+    if value is None or value == "-":
+        return Path("-") if value == "-" else None
+    path = Path(value)
+    if path.is_dir():
+        raise UsageError(f"--json {value}: is a directory; give a file name such as {Path(value) / 'report.json'}")
+    if not path.parent.is_dir():
+        raise UsageError(f"--json {value}: directory {path.parent} does not exist; create it first or use "
+                         "`--json -` for stdout")
+    return path
+
+
+def write_json(target: Path, doc: Any) -> None:
+    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+    if str(target) == "-":
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    else:
+        target.write_text(text)
+
+
+def _policy_counts(report: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:
+    """Per-policy violation counts (mandatory, advisory) from a policy report."""
+    mandatory: dict[str, int] = {}
+    advisory: dict[str, int] = {}
+    for v in report.get("violations", []):
+        side = mandatory if v["enforcement"] in ("mandatory", "remediate") else advisory
+        side[v["policy"]] = side.get(v["policy"], 0) + 1
+    return mandatory, advisory
+
+
+def _named(counts: dict[str, int]) -> str:
+    return ", ".join(f"{name} x{n}" for name, n in sorted(counts.items()))
+
+
+def synth_summary_doc(summary: SynthSummary) -> dict[str, Any]:
+    """What `synth --json` writes: where the output is, counts, the policy verdict and the next command."""
+    mandatory, advisory = _policy_counts(summary.policy)
+    return {
+        "stack": summary.stack,
+        "out": str(summary.out),
+        "resources": summary.resources,
+        "resourcesByType": dict(sorted(summary.by_type.items())),
+        "artifacts": {kind: len(files) for kind, files in summary.artifacts.items()},
+        "policy": {"mandatory": sum(mandatory.values()), "advisory": sum(advisory.values()),
+                   "mandatoryPolicies": mandatory, "advisoryPolicies": advisory,
+                   "report": str(summary.out / "policy-report.json")},
+        "next": _next_command(summary),
+    }
+
+
+def _next_command(summary: SynthSummary) -> str:
+    mandatory, advisory = _policy_counts(summary.policy)
+    if mandatory or advisory:  # each violation with its remediation
+        return f"{_prog()} policy check {summary.out / 'state.json'}"
+    return f"pulumi preview -s {summary.stack}   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"
+
+
+def synth_summary_lines(summary: SynthSummary) -> list[str]:
+    """The short summary synth prints last; every artifact count is in the progress lines or `--json`."""
+    mandatory, advisory = _policy_counts(summary.policy)
+    files = sum(len(f) for f in summary.artifacts.values())
+    policy = f"{sum(mandatory.values())} mandatory, {sum(advisory.values())} advisory violation(s)"
+    if mandatory:
+        policy += f"; mandatory: {_named(mandatory)}"
+    if advisory:
+        policy += f"; advisory: {_named(advisory)}"
+    lines = [f"synth {summary.stack}: {summary.resources} resources, {files} files in {summary.seconds:.1f}s",
+             f"  output:    {summary.out}",
+             f"  policy:    {policy}"]
+    # preflight: one line with the preflight verdict goes here (`aifactory preflight`, preflight-report.json).
+    lines.append(f"  next:      {_next_command(summary)}")
+    return lines
+
+
+def _resource_table(summary: SynthSummary) -> list[str]:
+    width = max((len(t) for t in summary.by_type), default=0)
+    return [f"  {typ:<{width}}  {n:>4}" for typ, n in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from infra.synth import synth
 
-    summary = synth(args.stack, Path(args.out) if args.out else None,
+    json_out = json_target(args.json)
+    human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
+    summary = synth(args.stack, Path(args.out) if args.out is not None else None,
                     stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
                     progress=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
-    print(f"synth {summary.stack}: {summary.resources} resources in {summary.seconds:.1f}s -> {summary.out}")
-    width = max((len(t) for t in summary.by_type), default=0)
-    for typ, n in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {typ:<{width}}  {n:>4}")
-    print("artifacts: " + ", ".join(f"{k} ({len(v)})" for k, v in summary.artifacts.items()))
     for failure in summary.failures:
         _err(failure)
+    if args.resources:
+        print(f"resources by type ({summary.resources}):", file=human)
+        print("\n".join(_resource_table(summary)), file=human)
+    print("\n".join(synth_summary_lines(summary)), file=human, flush=True)
+    if json_out is not None:
+        write_json(json_out, synth_summary_doc(summary))
     return EXIT_FAILURE if summary.failures else EXIT_OK
 
 
 def _cmd_validate(args: argparse.Namespace) -> int:
+    from infra.config import ConfigError
     from infra.synth import load_stack
 
-    cfg = load_stack(args.stack, Path(args.stacks_dir) if args.stacks_dir else None)
-    print(f"{args.stack}: valid ({cfg.target.provider}, {len(cfg.node_pools)} pools, {len(cfg.tenants)} tenants, "
-          f"{len(cfg.models)} models)")
+    json_out = json_target(args.json)
+    try:
+        cfg = load_stack(args.stack, Path(args.stacks_dir) if args.stacks_dir else None)
+    except ConfigError as err:
+        if json_out is not None:
+            write_json(json_out, {"stack": args.stack, "valid": False,
+                                  "problems": [{"path": p.path, "message": p.message} for p in err.problems]})
+        raise
+    line = (f"{args.stack}: valid ({cfg.target.provider}, {len(cfg.node_pools)} pools, {len(cfg.tenants)} tenants, "
+            f"{len(cfg.models)} models)")
+    print(line, file=sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout)
+    if json_out is not None:
+        write_json(json_out, {"stack": args.stack, "valid": True, "provider": cfg.target.provider,
+                              "nodePools": sorted(cfg.node_pools), "tenants": sorted(cfg.tenants),
+                              "models": sorted(cfg.models)})
     return EXIT_OK
 
 
@@ -52,14 +173,15 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
     from policies.runner import check_command
 
     return check_command(Path(args.state), config=Path(args.config) if args.config else None,
-                         json_out=Path(args.json) if args.json else None)
+                         json_out=json_target(args.json))
 
 
 def _cmd_node_check(args: argparse.Namespace) -> int:
     from infra.nodecheck import node_check_command
 
     return node_check_command(stack=args.stack, pool=args.pool, hosts=args.hosts,
-                              stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None)
+                              stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                              json_out=json_target(args.json))
 
 
 def _cmd_fabric_check(args: argparse.Namespace) -> int:
@@ -74,6 +196,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aifactory",
                                 description="GPU clusters for compound AI: synth, policy, node checks.")
     p.add_argument("--debug", action="store_true", help="show a traceback on internal errors")
+    p.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     s = sub.add_parser("synth", help="render a stack offline (no Pulumi CLI, no cloud) into build/STACK",
@@ -83,11 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="output directory (default: build/STACK)")
     s.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files (default: the repo's stacks/)")
     s.add_argument("-q", "--quiet", action="store_true", help="no progress lines, only the summary")
+    s.add_argument("--resources", action="store_true", help="also print the resource count per type")
+    s.add_argument("--json", metavar="OUT", help="also write the summary as JSON to OUT (`-`: stdout, and the "
+                                                 "human summary goes to stderr)")
     s.set_defaults(func=_cmd_synth)
 
     v = sub.add_parser("validate", help="validate a stack's config and report every problem with its key path")
     v.add_argument("stack")
     v.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    v.add_argument("--json", metavar="OUT", help="also write the verdict (and every problem) as JSON to OUT "
+                                                 "(`-`: stdout)")
     v.set_defaults(func=_cmd_validate)
 
     pol = sub.add_parser("policy", help="the CrossGuard policy pack, offline")
@@ -95,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     pc = psub.add_parser("check", help="run the pack over a stack export (synth's state.json or `pulumi stack export`)")
     pc.add_argument("state", metavar="STATE_JSON")
     pc.add_argument("--config", help="policy pack config (JSON or YAML): allow-lists, enforcement overrides")
-    pc.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
+    pc.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT (`-`: stdout, and the "
+                                                  "text report goes to stderr)")
     pc.set_defaults(func=_cmd_policy_check)
 
     n = sub.add_parser("node-check", help="acceptance checks of GPU nodes (pytest-testinfra) against the pool profile")
@@ -104,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     n.add_argument("--hosts", required=True,
                    help="comma-separated testinfra host URLs: local://, ssh://user@host, kubectl://POD?namespace=NS")
     n.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    n.add_argument("--json", metavar="OUT", help="also write every host's results as JSON to OUT (`-`: stdout)")
     n.set_defaults(func=_cmd_node_check)
 
     f = sub.add_parser("fabric-check", help="NCCL all-reduce across 2+ nodes of an EFA/InfiniBand pool (mpirun over "
@@ -119,9 +249,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("aifactory")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from infra.config import ConfigError
-    from infra.synth import StackFileError
+    from infra.synth import OutputDirError, StackFileError
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -130,7 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as err:
         _err(f"invalid config: {err}")
         return EXIT_USAGE
-    except StackFileError as err:
+    except (StackFileError, OutputDirError, UsageError) as err:
         _err(str(err))
         return EXIT_USAGE
     except KeyboardInterrupt:

@@ -92,6 +92,8 @@ SYSTEM_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
      "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
 )
+# Namespaces of the platform's components other than the gateway and observability (whose names are settings).
+_KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
@@ -437,6 +439,8 @@ class ObservabilitySettings:
     control_plane_metrics: bool = False  # default: false on aws (EKS exposes none), true on existing
     ingest: Ingest = field(default_factory=Ingest)
     alerting: Alerting = field(default_factory=Alerting)
+    # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
+    runbook_url: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,6 +515,10 @@ class _Reader:
 
     def fail(self, path: str, message: str) -> None:
         self.problems.append(Problem(path, message))
+
+    def problems_at(self, path: str) -> bool:
+        """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
+        return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
 
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
         if not isinstance(raw, dict):
@@ -610,6 +618,14 @@ class _Reader:
             elif (m := self.mapping(body, f"{path}.{name}", None)) is not None:
                 out[name] = m
         return out
+
+
+def _reserved_namespace(value: str) -> str | None:
+    """Why a namespace cannot be a tenant's (Kubernetes' own, kube-*, or one the platform runs in), or None."""
+    if value in SYSTEM_NAMESPACES or value.startswith("kube-"):
+        named = sorted(n for n in SYSTEM_NAMESPACES if not n.startswith("kube-"))
+        return f"is reserved for the platform (kube-*, {', '.join(named)})"
+    return None
 
 
 def _dns_label(value: str) -> str | None:
@@ -976,16 +992,18 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     for key in d:
         if key not in allowed:
             r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
-    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or (
-        f"is reserved for the platform ({', '.join(sorted(SYSTEM_NAMESPACES))})" if v in SYSTEM_NAMESPACES
-        else None))
+    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
+    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
+        # No namespace set: the tenant's name is its namespace, and must pass the same check.
+        r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
+                     f"{path}.namespace to a namespace of its own")
     quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
     rl_path = f"{path}.rateLimit"
     rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst"))
     rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
     return Tenant(
         name=name,
-        namespace=ns if ns not in SYSTEM_NAMESPACES else name,
+        namespace=ns,
         gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
         cpu_quota=r.value(d, "cpuQuota", path, str, "0",
                           check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
@@ -1111,6 +1129,15 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     if mig is None and gpus != tp * pp:
         r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
     per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
+    # The key the user wrote for the replica's shape, so every message below names it.
+    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if k in d), "tensorParallel")
+    if tp & (tp - 1):
+        # vLLM checks total_num_attention_heads % tensor_parallel_size == 0 when it loads the model (vllm
+        # config/model.py, verify_with_parallel_config); the kit cannot read the model's head count, and head
+        # counts are powers of two times small factors (Llama 3.x: 32, 64, 128), so 3, 5, 6 or 7 rarely divide.
+        r.fail(f"{path}.tensorParallel", f"{tp} is not a power of two: the engine splits the model's attention heads "
+                                         "evenly across tensorParallel GPUs (vLLM requires heads % tensorParallel "
+                                         "== 0); use 1, 2, 4, 8 or 16")
     if pool is not None and pool.gpu:
         if mig is not None:
             if pool.mig is None:
@@ -1119,14 +1146,18 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                 r.fail(f"{path}.migProfile",
                        "a MIG slice serves one shard: tensorParallel and pipelineParallel must be 1")
         elif gpus > per_node and gpus % per_node:
-            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
-                                             f"a multi-node replica needs a multiple of {per_node}")
+            r.fail(f"{path}.{shape}", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
+                                      f"a multi-node replica needs a multiple of {per_node}")
         elif gpus > per_node and engine == "triton":
             r.fail(f"{path}.engine", f"'triton' cannot serve a replica of {gpus} GPUs across nodes of {per_node} "
                                      f"({pool.instance_type}); use engine 'vllm' or fit the replica on one node")
         elif gpus > per_node and pool.fabric == "none":
-            r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
-                                             f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
+            r.fail(f"{path}.{shape}", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
+                                      f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
+        elif gpus > per_node and gpus // per_node > pool.max_size:
+            r.fail(f"{path}.{shape}", f"one replica of {gpus} GPUs (tensorParallel x pipelineParallel) needs "
+                                      f"{gpus // per_node} nodes of {per_node} GPUs ({pool.instance_type}), but "
+                                      f"nodePools.{pool.name}.maxSize is {pool.max_size}")
     quant = r.value(d, "quantization", path, str, "none", choices=("none", "fp8", "awq", "gptq", "int8"))
     if engine == "triton" and quant == "gptq":
         r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
@@ -1157,6 +1188,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{rp}.min", f"{rmin} is greater than max {rmax}")
     replicas = Replicas(rmin, rmax, r.value(rd, "targetQueueDepth", rp, int, 5, minimum=1),
                         r.value(rd, "targetQueueTimeMs", rp, int, 100, minimum=1))
+    if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
+        _fits_pool(r, path, gpus, per_node, rmax, pool)
     sp_ = f"{path}.slo"
     sd_ = r.mapping(d.get("slo") or {}, sp_, ("ttftSeconds", "interTokenSeconds", "e2eSeconds"))
     slo = ModelSlo(r.value(sd_, "ttftSeconds", sp_, float, 0.5, minimum=0.001),
@@ -1182,6 +1215,25 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                                        minimum=60, maximum=86400),
         gpus_per_node_hint=per_node,
     )
+
+
+def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool: NodePool) -> None:
+    """replicas.max replicas of this model fit in its pool at maxSize.
+
+    Assumes the model has the pool to itself (models sharing a pool are checked one at a time) and that a
+    replica's GPUs are on nodes of their own: a multi-node replica takes whole nodes (replicas.max x nodes per
+    replica <= maxSize); single-node replicas pack onto nodes (a node holds GPUs-per-node // gpusPerReplica).
+    """
+    if gpus > per_node:
+        need = rmax * (gpus // per_node)
+        how = f"{rmax} x {gpus // per_node} nodes per replica"
+    else:
+        need = -(-rmax // (per_node // gpus))
+        how = f"{rmax} replicas of {gpus} GPU(s), {per_node // gpus} per {per_node}-GPU node"
+    if need > pool.max_size:
+        r.fail(f"{path}.replicas.max", f"{rmax} replicas need {need} nodes of {pool.instance_type} ({how}), but "
+                                       f"nodePools.{pool.name}.maxSize is {pool.max_size}; lower replicas.max "
+                                       f"or raise maxSize to {need} (this assumes the model has the pool to itself)")
 
 
 def _model_uri(value: str, *, aws: bool) -> str | None:
@@ -1316,7 +1368,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
                                                       "idleGpuUtilizationPercent", "prices", "slo", "workflows",
                                                       "traceRetention", "meshTraceSamplingPercent",
-                                                      "controlPlaneMetrics", "ingest", "alerting"))
+                                                      "controlPlaneMetrics", "ingest", "alerting", "runbookUrl"))
     prices: dict[str, float] = {}
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
@@ -1351,6 +1403,9 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, not aws),
         ingest=_ingest(r, (d or {}).get("ingest")),
         alerting=_alerting(r, (d or {}).get("alerting")),
+        runbook_url=r.value(d, "runbookUrl", p, str, None,
+                            check=lambda v: None if re.match(r"^https?://[^\s#]+$", v) else
+                            "is not an http(s) URL without a #fragment (alerts append #<alert>)"),
     )
 
 
@@ -1424,8 +1479,15 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
             r.fail(f"observability.prices.{pool.instance_type}",
                    f"is required: {pool.instance_type} (pool {pool.name!r}) has no on-demand price; "
                    "give its amortised $/hour")
-    if gateway.namespace in seen_ns or observability.namespace in seen_ns:
-        r.fail("tenants", "a tenant namespace collides with the gateway or observability namespace")
+    for section, ns in (("gateway", gateway.namespace), ("observability", observability.namespace)):
+        if ns in seen_ns and _reserved_namespace(ns) is None:  # a reserved one is reported with the tenant
+            r.fail(f"tenants.{seen_ns[ns]}", f"namespace {ns!r} is {section}.namespace; a tenant needs a namespace "
+                                             "of its own")
+        if ns == "default" or ns.startswith("kube-") or ns in _KIT_NAMESPACES:
+            r.fail(f"{section}.namespace", f"{ns!r} is reserved for Kubernetes or another platform component "
+                                           f"(kube-*, default, {', '.join(sorted(_KIT_NAMESPACES))})")
+    if gateway.namespace == observability.namespace:
+        r.fail("gateway.namespace", f"{gateway.namespace!r} is also observability.namespace; give each its own")
 
     if r.problems or target is None:
         raise ConfigError(r.problems or [Problem("target", "is required")])

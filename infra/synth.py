@@ -10,16 +10,19 @@ of them have succeeded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import heapq
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -32,7 +35,12 @@ from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem
 __all__ = [
     "PROJECT",
     "DEFAULT_STACKS_DIR",
+    "SHIPPED_STACKS",
     "StackFileError",
+    "OutputDirError",
+    "OUTPUT_MARKER",
+    "check_output_dir",
+    "is_synth_output",
     "SynthResult",
     "SynthSummary",
     "stack_file",
@@ -47,6 +55,7 @@ __all__ = [
 
 PROJECT = NAMESPACE
 DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
+SHIPPED_STACKS = ("dev", "onprem", "prod", "staging")  # the stacks the kit ships in stacks/
 EXPORT_TIME = "1970-01-01T00:00:00Z"  # fixed: same config, same bytes
 
 Progress = Callable[[str], None]
@@ -74,6 +83,7 @@ class SynthSummary:
     artifacts: dict[str, list[Path]]
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    policy: dict[str, Any] = field(default_factory=dict)  # policy-report.json's content
 
 
 def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
@@ -86,7 +96,12 @@ def read_stack_config(path: Path) -> dict[str, str]:
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         raise StackFileError(f"{path}: no such stack file; stacks: {', '.join(known) or '(none)'}")
     try:
-        doc = yaml.safe_load(path.read_text())
+        doc = yaml.safe_load(path.read_bytes().decode("utf-8"))
+    except OSError as err:
+        raise StackFileError(f"{path}: cannot read: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise StackFileError(f"{path}: not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset {err.start}); "
+                             "save it as UTF-8") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
@@ -118,9 +133,9 @@ def raw_for_validation(values: Mapping[str, str]) -> dict[str, Any]:
 
 
 def shipped_stacks(stacks_dir: Path | None = None) -> list[str]:
-    """Names of the stacks that have a Pulumi.<stack>.yaml file."""
-    files = (stacks_dir or DEFAULT_STACKS_DIR).glob("Pulumi.*.yaml")
-    return sorted(p.name[len("Pulumi."):-len(".yaml")] for p in files)
+    """The kit's own stacks (SHIPPED_STACKS) that have a file in `stacks_dir`; a user's other stack files there
+    are theirs, and tests and benchmarks never pick them up."""
+    return [s for s in SHIPPED_STACKS if stack_file(s, stacks_dir).is_file()]
 
 
 def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
@@ -140,9 +155,41 @@ def run_program(stack: str, values: Mapping[str, str], program: Callable[[Platfo
     asyncio.set_event_loop(loop)
     try:
         return contextvars.Context().run(_run_program, stack, dict(values), program)
+    except BaseException:
+        # The run's own error (or Ctrl-C) is what the caller reports: the tasks it left behind say nothing
+        # more, so their "Task exception was never retrieved" / "destroyed but pending" noise is dropped.
+        loop.set_exception_handler(lambda _loop, _context: None)
+        raise
     finally:
+        _finish_loop(loop)
         asyncio.set_event_loop(previous)
         loop.close()
+
+
+def _finish_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel and collect what a failed run left on its loop, so nothing outlives it."""
+    pending = asyncio.all_tasks(loop)
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    loop.run_until_complete(loop.shutdown_default_executor())
+
+
+def _own_output_tracking() -> None:
+    """Give this run its own set of tracked outputs (and its lock).
+
+    The SDK's `wait_for_rpcs` awaits every Output in `SETTINGS.outputs` before a program ends. That set is
+    a context property, but `set_mocks` (MockSettings.__init__ skips Settings.__init__) never resets it, so
+    in a fresh context it falls back to one process-wide set. A run that fails before `run_pulumi_func`
+    (a ConfigError in `load()`, Ctrl-C) leaves Outputs of its now-closed loop there, and the next run in
+    the same process waits on them forever. (pulumi 3.272: pulumi/runtime/mocks.py MockSettings,
+    pulumi/_utils.py ContextProperty, pulumi/runtime/stack.py wait_for_rpcs.)
+    """
+    from pulumi.runtime.settings import SETTINGS
+
+    SETTINGS.outputs = set()
+    SETTINGS.lock = threading.Lock()
 
 
 def _run_program(stack: str, values: dict[str, str], program: Callable[[PlatformConfig], None] | None
@@ -160,6 +207,7 @@ def _run_program(stack: str, values: dict[str, str], program: Callable[[Platform
 
         program = default_program
 
+    _own_output_tracking()
     runtime_config.set_all_config(values, [])
     mocks = PlatformMocks()
     monitor = RecordingMonitor(mocks)
@@ -276,7 +324,11 @@ def _stderr(msg: str) -> None:
 
 def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None,
           progress: Progress | None = _stderr) -> SynthSummary:
-    """Render one stack offline into `out` (default build/<stack>), atomically."""
+    """Render one stack offline into `out` (default build/<stack>), atomically.
+
+    `out` is replaced only when it is a previous output of synth (it holds OUTPUT_MARKER), is empty or does
+    not exist; anything else raises OutputDirError before any work, and nothing is written or removed.
+    """
     from infra.artifacts import ArtifactContext, writers
 
     say = progress or (lambda _msg: None)
@@ -288,27 +340,120 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
     from infra.config import parse
 
     parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
+    dest = check_output_dir(out)
     say("[2/3] program  running infra/ under the Pulumi SDK mock monitor")
     result = run_program(stack, values)
     say(f"               {len(result.resources)} resources registered")
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    _remove_leftovers(dest)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp-{os.getpid()}-", dir=dest.parent))
     ctx = ArtifactContext(result=result, out=tmp)
     artifacts: dict[str, list[Path]] = {}
     try:
+        (tmp / OUTPUT_MARKER).write_text(_marker_text(stack))
         all_writers = writers()
         say(f"[3/3] write    {len(all_writers)} artifact kinds -> {out}")
         for name, write in all_writers:
             files = write(ctx)
             artifacts[name] = [f.relative_to(tmp) for f in files]
             say(f"               {name:<16} {len(files)} file(s)")
-        _replace_dir(tmp, out)
+        with _interrupts_deferred():
+            _replace_dir(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthSummary(stack, out, len(result.resources), Counter(r.type for r in result.resources), artifacts,
-                        ctx.failures, time.perf_counter() - started)
+                        ctx.failures, time.perf_counter() - started, ctx.policy)
+
+
+# ---------------------------------------------------------------------------------------------
+# the output directory: only synth's own output is ever replaced
+
+OUTPUT_MARKER = ".aifactory-synth"  # written into every output; its presence makes a directory replaceable
+# What synth writes at the top of an output; a directory holding only these (and state.json) is an output of a
+# kit version older than the marker.
+_OUTPUT_ENTRIES = frozenset({OUTPUT_MARKER, "state.json", "policy-report.json", "manifests", "helm", "dashboards",
+                             "rules", "envoy", "otel"})
+
+
+class OutputDirError(Exception):
+    """`--out` names something synth must not replace; the message says what and what to do instead."""
+
+
+def _marker_text(stack: str) -> str:
+    return json.dumps({"generator": "aifactory synth", "stack": stack}, sort_keys=True) + "\n"
+
+
+def is_synth_output(path: Path) -> bool:
+    """Whether `path` is a directory synth wrote (its marker, or only the entries older versions wrote)."""
+    if (path / OUTPUT_MARKER).is_file():
+        return True
+    names = {p.name for p in path.iterdir()}
+    return "state.json" in names and names <= _OUTPUT_ENTRIES
+
+
+def check_output_dir(out: Path) -> Path:
+    """The absolute directory synth may write `out` to, or OutputDirError saying why not."""
+    dest = Path(os.path.abspath(out))
+    cwd = Path.cwd()
+    if dest == Path(dest.anchor):
+        raise OutputDirError(f"--out {out}: is the filesystem root; choose a directory such as build/<stack>")
+    if dest == cwd or dest in cwd.parents:
+        raise OutputDirError(f"--out {out}: is the current directory or contains it ({dest}); synth replaces its "
+                             "output directory as a whole, so choose a new directory such as build/<stack>")
+    if dest.is_symlink():
+        raise OutputDirError(f"--out {out}: is a symbolic link; give the directory it points to, or a new one")
+    if dest.exists() and not dest.is_dir():
+        raise OutputDirError(f"--out {out}: exists and is not a directory; choose a new directory")
+    if dest.is_dir() and any(dest.iterdir()) and not is_synth_output(dest):
+        held = sorted(p.name for p in dest.iterdir())
+        shown = ", ".join(held[:5]) + (f", ... ({len(held)} entries)" if len(held) > 5 else "")
+        raise OutputDirError(f"--out {out}: is not an output of aifactory synth (no {OUTPUT_MARKER} marker) and is "
+                             f"not empty (it holds {shown}); synth replaces its output directory as a whole, so "
+                             "choose a new or empty directory, or remove this one yourself")
+    return dest
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return pid < 2**31
+    return True
+
+
+def _remove_leftovers(dest: Path) -> None:
+    """Remove what an interrupted earlier synth into `dest` left beside it (`.<name>.old-PID`, `.<name>.tmp-PID-*`):
+    only directories that carry synth's marker and whose process is gone."""
+    for p in dest.parent.glob(f".{dest.name}.*-*"):
+        kind, _, rest = p.name[len(dest.name) + 2:].partition("-")
+        pid = rest.split("-", 1)[0]
+        if kind not in ("old", "tmp") or not pid.isdigit() or _pid_alive(int(pid)):
+            continue
+        if p.is_dir() and not p.is_symlink() and (p / OUTPUT_MARKER).is_file():
+            shutil.rmtree(p)
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while the output is swapped, then deliver them: an interrupt never leaves a
+    half-swapped or half-deleted output behind."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = {sig: signal.signal(sig, lambda signum, _frame: held.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if held:
+            signal.raise_signal(held[0])
 
 
 def _replace_dir(new: Path, dest: Path) -> None:
@@ -320,4 +465,4 @@ def _replace_dir(new: Path, dest: Path) -> None:
     os.rename(new, dest)
     os.chmod(dest, 0o755)
     if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
+        shutil.rmtree(old)

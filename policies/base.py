@@ -91,8 +91,8 @@ GATEWAY_NAMESPACES = Setting(
 )
 ALLOWED_REGISTRIES = Setting(
     "allowedRegistries",
-    "Image sources allowed: a registry host or registry/path prefix, shell wildcards allowed "
-    "(Docker Hub images are docker.io/<org>/...).",
+    "Image sources allowed in addition to the kit's defaults (the list extends them; it never removes one): a "
+    "registry host or registry/path prefix, shell wildcards allowed (Docker Hub images are docker.io/<org>/...).",
     [
         "*.dkr.ecr.*.amazonaws.com",
         "docker.io/envoyproxy",

@@ -38,6 +38,7 @@ __all__ = [
     "gpu_toleration_problems",
     "pin_problems",
     "source_problems",
+    "platform_namespace_problems",
     "POD_TYPES",
 ]
 
@@ -265,6 +266,25 @@ def _pod_check(problems: Callable[[kube.PodSite, dict[str, Any]], list[str]], *,
     return check
 
 
+TENANT_LABEL = "aifactory.io/tenant"  # components.k8s.naming.LABEL_TENANT: what the kit puts on tenant objects
+
+
+def platform_namespace_problems(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
+    """A tenant's object (labelled aifactory.io/tenant) in, or as, a platform namespace (or any kube-*)."""
+    if not resource_type.startswith("kubernetes:") or resource_type == kube.HELM_RELEASE:
+        return []
+    meta = props.get("metadata") or {}
+    tenant = (meta.get("labels") or {}).get(TENANT_LABEL)
+    if tenant is None:
+        return []
+    ns = kube.name_of(props) if resource_type == kube.NAMESPACE else kube.namespace_of(props)
+    if ns in cfg[PLATFORM_NAMESPACES.name] or ns.startswith("kube-"):
+        what = "is the namespace" if resource_type == kube.NAMESPACE else "is in namespace"
+        return [f"{kube.kind_of(resource_type)[1]} {kube.name_of(props)!r} of tenant {tenant!r} {what} {ns!r}, "
+                "which belongs to the platform"]
+    return []
+
+
 def _service_check(resource_type: str, props: Mapping[str, Any], cfg: dict[str, Any]) -> list[str]:
     kind = (props.get("spec") or {}).get("type") or "ClusterIP"
     ns = kube.namespace_of(props)
@@ -282,6 +302,15 @@ POLICIES = [
         remediation="Create a NetworkPolicy in the namespace with podSelector: {} and policyTypes [Ingress, Egress] "
                     "and no rules (components.k8s tenancy does this per tenant); allow traffic with further policies.",
         check=_default_deny, settings=(PLATFORM_NAMESPACES,),
+    ),
+    resource_policy(
+        name="tenant-outside-platform-namespaces",
+        description="No tenant workload, quota or network/mesh policy is created in (or as) a platform namespace.",
+        severity=Severity.CRITICAL, enforcement=MANDATORY,
+        remediation="Give the tenant a namespace of its own (tenants.<name>.namespace); the platform's namespaces "
+                    "(kube-*, default, istio-system, the kit's system, gateway and monitoring namespaces) hold "
+                    "no tenant objects.",
+        types=None, check=platform_namespace_problems, settings=(PLATFORM_NAMESPACES,),
     ),
     stack_policy(
         name="mesh-strict-mtls",
@@ -385,7 +414,8 @@ POLICIES = [
         remediation="Mirror the image into an allowed registry, or add its registry to allowedRegistries in the "
                     "pack config after review.",
         types=POD_TYPES, settings=(ALLOWED_REGISTRIES,),
-        check=_pod_check(lambda site, cfg: source_problems(site.spec, cfg[ALLOWED_REGISTRIES.name]),
-                         exempt_agents=False),
+        # The configured list extends the kit's defaults (the platform's own images must stay allowed).
+        check=_pod_check(lambda site, cfg: source_problems(
+            site.spec, [*ALLOWED_REGISTRIES.default, *cfg[ALLOWED_REGISTRIES.name]]), exempt_agents=False),
     ),
 ]

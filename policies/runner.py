@@ -84,6 +84,7 @@ class Violation:
     enforcement: str
     resource_name: str
     resource_type: str
+    remediation: str = ""  # the policy's remediation steps: what to change to comply
 
     @property
     def mandatory(self) -> bool:
@@ -96,9 +97,12 @@ class Violation:
 
 def _load(path: Path, what: str) -> Any:
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except OSError as err:
         raise PolicyInputError(f"{path}: cannot read {what}: {err.strerror or err}") from None
+    except UnicodeDecodeError as err:
+        raise PolicyInputError(f"{path}: {what} is not UTF-8 text (byte 0x{err.object[err.start]:02x} at offset "
+                               f"{err.start}); save it as UTF-8") from None
     try:
         return json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as err:
@@ -254,7 +258,8 @@ def run_policies(entries: Sequence[Mapping[str, Any]], config: PackConfig | None
             def report_violation(message: str, urn: str | None = None) -> None:
                 where = default_urn or urn or ""
                 out.append(Violation(severity, policy.name, where, message, level.value,
-                                     _name(where) if where else "(stack)", by_urn.get(where, {}).get("type", "")))
+                                     _name(where) if where else "(stack)", by_urn.get(where, {}).get("type", ""),
+                                     policy.remediation_steps or ""))
             return report_violation
 
         if isinstance(policy, ResourceValidationPolicy):
@@ -282,7 +287,8 @@ def report(violations: Sequence[Violation], *, resources: int, policies: Sequenc
         "pack": PACK_NAME,
         "resources": resources,
         "policies": [{"name": p.name, "severity": p.severity.value if p.severity else "unspecified",
-                      "enforcement": config.level(p).value, "description": p.description} for p in policies],
+                      "enforcement": config.level(p).value, "description": p.description,
+                      "remediation": p.remediation_steps or ""} for p in policies],
         "summary": {"mandatory": sum(v.mandatory for v in violations),
                     "advisory": sum(not v.mandatory for v in violations)},
         "violations": [asdict(v) for v in violations],
@@ -297,14 +303,21 @@ def format_text(violations: Sequence[Violation], *, resources: int, policies: in
         group = [v for v in violations if v.severity == severity]
         if group:
             lines.append(f"\n{severity.upper()} ({len(group)})")
-            for v in group:
+            for i, v in enumerate(group):
                 what = f"{v.resource_name} ({v.resource_type})" if v.resource_type else v.resource_name
                 lines.append(f"  [{v.enforcement}] {v.policy}  {what}\n      {v.message}")
+                last_of_policy = i + 1 == len(group) or group[i + 1].policy != v.policy
+                if last_of_policy and v.remediation:  # once per policy, after its violations
+                    lines.append(f"    fix ({v.policy}): {v.remediation}")
     return "\n".join(lines) + "\n"
 
 
 def check_command(state_path: Path, *, config: Path | None, json_out: Path | None) -> int:
-    """`aifactory policy check`: 0 clean or advisory only, 1 mandatory violations, 2 unusable input."""
+    """`aifactory policy check`: 0 clean or advisory only, 1 mandatory violations, 2 unusable input.
+
+    `json_out`: also write the report as JSON there; `-` writes it to stdout (the text report then goes to
+    stderr). The caller checks that the target is writable before calling (nothing is created here).
+    """
     try:
         entries = read_state(state_path)
         pack_config = read_config(config) if config is not None else PackConfig()
@@ -313,9 +326,13 @@ def check_command(state_path: Path, *, config: Path | None, json_out: Path | Non
         return EXIT_BAD_INPUT
     resources = sum(e["type"] != _STACK_TYPE for e in entries)
     violations = run_policies(entries, pack_config)
-    sys.stdout.write(format_text(violations, resources=resources, policies=len(POLICIES)))
+    to_stdout = json_out is not None and str(json_out) == "-"
+    (sys.stderr if to_stdout else sys.stdout).write(format_text(violations, resources=resources,
+                                                                policies=len(POLICIES)))
     if json_out is not None:
-        json_out.parent.mkdir(parents=True, exist_ok=True)
-        json_out.write_text(json.dumps(report(violations, resources=resources, config=pack_config), indent=2,
-                                       sort_keys=True) + "\n")
+        text = json.dumps(report(violations, resources=resources, config=pack_config), indent=2, sort_keys=True) + "\n"
+        if to_stdout:
+            sys.stdout.write(text)
+        else:
+            json_out.write_text(text)
     return EXIT_VIOLATIONS if any(v.mandatory for v in violations) else EXIT_OK

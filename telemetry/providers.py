@@ -21,10 +21,15 @@ resource_to_telemetry_conversion is off), while the dashboards filter every seri
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
-from collections.abc import Callable, Mapping
+import socket
+import sys
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -47,6 +52,8 @@ __all__ = [
     "Installation",
     "settings_from_env",
     "setup",
+    "otlp_endpoint",
+    "DEFAULT_PROBE_TIMEOUT_SECONDS",
 ]
 
 DEFAULT_PROMETHEUS_HOST = "127.0.0.1"  # local use only; the platform scrapes through the Collector (OTLP)
@@ -55,6 +62,7 @@ DEFAULT_OTLP_PROTOCOL = "http/protobuf"  # the OTel specification's default
 TRACES_EXPORTERS = ("otlp", "none")
 METRICS_EXPORTERS = ("otlp", "prometheus", "none")
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
+DEFAULT_PROBE_TIMEOUT_SECONDS = 1.0  # shutdown: an OTLP endpoint that accepts no TCP connection in this long is down
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +127,22 @@ class Installation:
     prometheus_url: str | None = None  # http://host:port/metrics when metrics_exporter is prometheus
     _stops: list[Callable[[], Any]] = field(default_factory=list)
 
+    _otlp: list[tuple[str, Any]] = field(default_factory=list)  # (signal, exporter) of each OTLP exporter
+
     def shutdown(self) -> None:
+        """Flush and stop. An OTLP endpoint that does not accept a connection within
+        DEFAULT_PROBE_TIMEOUT_SECONDS is reported once and its exporter stopped first, so shutdown never waits out
+        the exporters' retries (about 10 s each, OTEL_EXPORTER_OTLP_TIMEOUT) for a collector that is not there."""
         install(None)
-        for stop in (self.tracer_provider.shutdown, self.meter_provider.shutdown, *self._stops):
-            stop()
+        for signal, exporter in self._otlp:
+            endpoint = otlp_endpoint(signal, self.settings, os.environ)
+            if (why := _unreachable(endpoint)) is not None:
+                _UNREACHABLE.say(endpoint, why)
+                with _UNREACHABLE.silenced():
+                    exporter.shutdown()
+        with _UNREACHABLE.silenced() if _UNREACHABLE.said else _nothing():
+            for stop in (self.tracer_provider.shutdown, self.meter_provider.shutdown, *self._stops):
+                stop()
 
 
 def setup(*, service_name: str | None = None, tenant: str | None = None, set_global: bool = True,
@@ -144,13 +164,17 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
     resource = Resource.create(attributes)
 
     tracer_provider = TracerProvider(resource=resource)
+    otlp: list[tuple[str, Any]] = []
+    _UNREACHABLE.install()
     if settings.traces_exporter == "otlp":
-        tracer_provider.add_span_processor(BatchSpanProcessor(_otlp_span_exporter(settings.traces_protocol)))
+        otlp.append(("traces", _otlp_span_exporter(settings.traces_protocol)))
+        tracer_provider.add_span_processor(BatchSpanProcessor(otlp[-1][1]))
     readers: list[MetricReader] = []
     stops: list[Callable[[], Any]] = []
     prometheus_url = None
     if settings.metrics_exporter == "otlp":
-        readers.append(PeriodicExportingMetricReader(_otlp_metric_exporter(settings.metrics_protocol)))
+        otlp.append(("metrics", _otlp_metric_exporter(settings.metrics_protocol)))
+        readers.append(PeriodicExportingMetricReader(otlp[-1][1]))
     elif settings.metrics_exporter == "prometheus":
         reader, prometheus_url, stop = _prometheus_endpoint(settings.prometheus_host, settings.prometheus_port)
         readers.append(reader)
@@ -168,7 +192,76 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
     if threads:
         stops.extend(_instrument_threads())
     install(tel)
-    return Installation(settings, tel, tracer_provider, meter_provider, prometheus_url, stops)
+    return Installation(settings, tel, tracer_provider, meter_provider, prometheus_url, stops, otlp)
+
+
+def otlp_endpoint(signal: str, settings: Settings, environ: Mapping[str, str]) -> str:
+    """Where the `signal` (traces, metrics) exporter sends: the OTel specification's variables and defaults
+    (OTEL_EXPORTER_OTLP_<SIGNAL>_ENDPOINT, then OTEL_EXPORTER_OTLP_ENDPOINT; http://localhost:4318 for
+    http/protobuf, http://localhost:4317 for grpc)."""
+    protocol = settings.traces_protocol if signal == "traces" else settings.metrics_protocol
+    default = "http://localhost:4317" if protocol == "grpc" else "http://localhost:4318"
+    return (environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT") or
+            environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or default)
+
+
+def _unreachable(endpoint: str, timeout: float = DEFAULT_PROBE_TIMEOUT_SECONDS) -> str | None:
+    """Why nothing accepts a TCP connection at `endpoint`, or None when something does."""
+    url = urlsplit(endpoint if "://" in endpoint else f"http://{endpoint}")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    try:
+        with socket.create_connection((url.hostname or "localhost", port), timeout=timeout):
+            return None
+    except OSError as err:
+        return err.strerror or type(err).__name__
+
+
+class _SayOnce(logging.Filter):
+    """Turns the OTLP exporters' per-batch retry warnings into one line per process: the endpoint is unreachable."""
+
+    LOGGERS = ("opentelemetry.exporter.otlp.common.http", "opentelemetry.exporter.otlp.proto.grpc.exporter",
+               "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+               "opentelemetry.exporter.otlp.proto.http.metric_exporter", "opentelemetry.sdk.trace.export",
+               "opentelemetry.sdk._shared_internal")
+    NOISE = ("Transient error", "Failed to export", "already shutdown", "Exception while exporting")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.said = False
+        self._silent = 0
+
+    def install(self) -> None:
+        for name in self.LOGGERS:
+            if self not in logging.getLogger(name).filters:
+                logging.getLogger(name).addFilter(self)
+
+    def say(self, endpoint: str | None, why: str) -> None:
+        if not self.said:
+            self.said = True
+            where = f" {endpoint}" if endpoint else ""
+            print(f"telemetry: the OTLP endpoint{where} is unreachable ({why}); spans and metrics are dropped (set "
+                  "OTEL_EXPORTER_OTLP_ENDPOINT to the platform's Collector, or OTEL_*_EXPORTER=none)",
+                  file=sys.stderr, flush=True)
+
+    @contextlib.contextmanager
+    def silenced(self) -> Iterator[None]:
+        self._silent += 1
+        try:
+            yield
+        finally:
+            self._silent -= 1
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if not any(n in message for n in self.NOISE):
+            return True
+        if not self._silent and not self.said:
+            self.say(None, message.split("(Caused by", 1)[0].strip()[:160])
+        return False
+
+
+_UNREACHABLE = _SayOnce()
+_nothing = contextlib.nullcontext
 
 
 def _instrument_threads() -> list[Callable[[], None]]:

@@ -15,7 +15,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.aws import catalog, iam
-from components.aws.errors import Problems
+from components.aws.errors import Problems, check_shape
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
 
 __all__ = [
@@ -152,6 +152,7 @@ def addon_configuration(addon: str) -> str | None:
 
 
 def _validate(name: str, args: GpuClusterArgs) -> None:
+    check_shape("GpuCluster", name, args, GpuClusterArgs)  # typos, unknown keys, wrong types: before any read
     problems = Problems("GpuCluster", name)
     access = api_access(args)
     if access not in API_ACCESS:

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws import iam
-from components.aws.errors import Problems
+from components.aws.errors import Problems, check_shape
 
 __all__ = [
     "TYPE",
@@ -77,6 +77,7 @@ def subnet_tags(cluster_name: str, *, public: bool) -> dict[str, str]:
 
 
 def _validate(name: str, args: NetworkArgs) -> None:
+    check_shape("Network", name, args, NetworkArgs)  # typos, unknown keys, wrong types: before any read
     problems = Problems("Network", name)
     zones = args["availability_zones"]
     if not 2 <= len(zones) <= MAX_ZONES:

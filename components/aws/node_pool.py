@@ -17,7 +17,7 @@ import pulumi_aws as aws
 
 from components.aws import catalog, iam
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.aws.errors import Problems
+from components.aws.errors import Problems, check_shape
 from components.aws.nodes import (
     AMI_TYPE_CPU,
     AMI_TYPE_GPU,
@@ -129,6 +129,7 @@ def _sizes(problems: Problems, lo: int, hi: int, want: int) -> None:
 
 def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("GpuNodePool", name, args, GpuNodePoolArgs)  # typos, unknown keys, wrong types: before any read
     problems = Problems("GpuNodePool", name)
     itype = args["instance_type"]
     inst = catalog.CATALOG.get(itype)

@@ -184,7 +184,7 @@ def _stderr(message: str) -> None:
 
 
 def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None,
-                       kubectl: Kubectl | None = None) -> int:
+                       kubectl: Kubectl | None = None, json_out: Path | None = None) -> int:
     """The CLI entry point: check every host against the pool's profile; exit 0 only if all applicable pass.
 
     `kubectl` (default: the stack's cluster, see kubectl_for) finds the DCGM exporter pod of each node."""
@@ -209,6 +209,14 @@ def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | 
 
     with ThreadPoolExecutor(max_workers=min(len(urls), DEFAULT_PARALLEL_HOSTS)) as pool_:
         results = [r for per_host in pool_.map(one, urls) for r in per_host]
-    print(format_table(results))
-    print(_summary(stack, profile, len(urls), results))
+    human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
+    print(format_table(results), file=human)
+    print(_summary(stack, profile, len(urls), results), file=human)
+    if json_out is not None:  # `--json OUT` (`-`: stdout); infra.cli checked the target before any work
+        from infra.cli import write_json
+
+        write_json(json_out, {"stack": stack, "pool": profile.name, "instanceType": profile.instance_type,
+                              "accepted": all(r.status != "fail" for r in results),
+                              "results": [{"host": r.host, "check": r.check, "status": r.status, "detail": r.detail}
+                                          for r in results]})
     return EXIT_OK if all(r.status != "fail" for r in results) else EXIT_FAILURE

@@ -16,7 +16,8 @@ def write_policy_report(ctx: ArtifactContext) -> list[Path]:
     entries = [e for e in state_resources(state_export(ctx.result)) if e["type"] != "pulumi:pulumi:Stack"]
     violations = run_policies(entries)
     path = ctx.out / "policy-report.json"
-    path.write_text(dump_json(report(violations, resources=len(entries))))
+    ctx.policy = report(violations, resources=len(entries))
+    path.write_text(dump_json(ctx.policy))
     ctx.failures.extend(f"policy {v.policy} ({v.severity}, mandatory): {v.resource_name}: {v.message}"
                         for v in violations if v.mandatory)
     return [path]

@@ -211,3 +211,44 @@ def test_bad_arguments_raise_input_properties_error_with_paths(extra, paths) -> 
         pool_spec("bad", args)
     assert [e["property_path"] for e in err.value.errors] == paths
     assert "GpuNodePool 'bad'" in str(err.value)
+
+
+ALLOWED = ", ".join(sorted(GpuNodePoolArgs.__annotations__))  # the declared argument names (the API)
+
+
+def _shape_errors(args: dict) -> list[tuple[str, str]]:
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        pool_spec("gpu", args)  # type: ignore[arg-type]
+    return [(e["property_path"], e["reason"]) for e in err.value.errors]
+
+
+def test_a_misspelt_key_names_the_property_and_the_likely_one() -> None:
+    args = pool_args("p5.48xlarge")
+    args["instance_typ"] = args.pop("instance_type")  # type: ignore[typeddict-unknown-key]
+    assert _shape_errors(dict(args)) == [
+        ("instanceTyp", f"unknown property 'instance_typ'; did you mean 'instance_type'? allowed: {ALLOWED}"),
+        ("instanceType", "is required ('instance_type')")]
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ({"min_size": "two"}, [("minSize", "expected an integer, got a string 'two'")]),
+    ({"fabrik": "efa"}, [("fabrik", f"unknown property 'fabrik'; did you mean 'fabric'? allowed: {ALLOWED}")]),
+    ({"availability_zones": "us-east-1a"},
+     [("availabilityZones", "expected a list of strings, got a string 'us-east-1a'")]),
+    ({"placement_group": "yes", "capacity": {"type": "odcr", "reservation": "cr-1"}},
+     [("placementGroup", "expected a boolean, got a string 'yes'"),
+      ("capacity.reservation", "unknown property 'reservation'; did you mean 'reservation_id'? allowed: "
+                                "reservation_id, type")]),
+    ({"taints": [{"key": "a", "effect": 1}]}, [("taints[0].effect", "expected a string, got an integer 1")]),
+    ({"vpc_id": 12}, [("vpcId", "expected a string or an Output, got an integer 12")]),
+])
+def test_wrong_types_and_unknown_keys_raise_input_properties_error(extra: dict, expected: list) -> None:
+    assert _shape_errors(dict(pool_args("p5.48xlarge", **extra))) == expected
+
+
+def test_string_zone_is_not_split_into_letters_through_the_component() -> None:
+    def build() -> None:
+        GpuNodePool("gpu", pool_args("p5.48xlarge", availability_zones="us-east-1a"))  # type: ignore[arg-type]
+
+    with pytest.raises(pulumi.InputPropertiesError, match=r"availabilityZones: expected a list of strings"):
+        register(build)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -93,5 +95,280 @@ def test_synth_staging_prints_progress_and_summary(tmp_path: Path) -> None:
     assert res.returncode == 0, res.stderr
     assert "[1/3] config" in res.stderr and "[3/3] write" in res.stderr
     assert res.stdout.startswith("synth staging: ")
-    assert "artifacts: state (1)" in res.stdout
     assert (tmp_path / "s" / "state.json").is_file()
+
+
+# --- synth's output directory (issue 19, items 1 and 6) ------------------------------------------------------
+
+
+def test_synth_refuses_a_directory_it_did_not_write_and_deletes_nothing(tmp_path: Path) -> None:
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("my notes")
+    res = run("synth", "dev", "--out", str(mine))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr.splitlines()[-1] == (
+        f"aifactory: --out {mine}: is not an output of aifactory synth (no .aifactory-synth marker) and is not "
+        "empty (it holds notes.txt); synth replaces its output directory as a whole, so choose a new or empty "
+        "directory, or remove this one yourself")
+    assert [p.name for p in tmp_path.iterdir()] == ["mine"] and (mine / "notes.txt").read_text() == "my notes"
+
+
+def test_synth_into_a_parent_of_other_outputs_keeps_the_siblings(tmp_path: Path) -> None:
+    build = tmp_path / "build"
+    assert run("synth", "dev", "--out", str(build / "dev"), "-q").returncode == 0
+    assert json.loads((build / "dev" / ".aifactory-synth").read_text()) == {"generator": "aifactory synth",
+                                                                            "stack": "dev"}
+    res = run("synth", "staging", "--out", str(build), "-q")
+    assert res.returncode == 2 and "(it holds dev)" in res.stderr
+    assert (build / "dev" / "state.json").is_file()
+    assert run("synth", "dev", "--out", str(build / "dev"), "-q").returncode == 0, "its own output is replaced"
+
+
+@pytest.mark.parametrize("out", [".", "", ".."])
+def test_synth_out_the_current_directory_is_refused_cleanly(tmp_path: Path, out: str) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    res = run("synth", "dev", "--out", out, cwd=work)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert f"aifactory: --out {Path(out)}: is the current directory or contains it" in res.stderr
+    assert list(tmp_path.rglob("*")) == [work]
+
+
+def test_synth_out_a_file_is_refused(tmp_path: Path) -> None:
+    f = tmp_path / "dev"
+    f.write_text("x")
+    res = run("synth", "dev", "--out", str(f))
+    assert res.returncode == 2 and f"--out {f}: exists and is not a directory" in res.stderr
+    assert f.read_text() == "x"
+
+
+def test_an_interrupt_during_the_swap_leaves_no_half_deleted_output(tmp_path: Path, monkeypatch) -> None:
+    """Ctrl-C while the old output is being removed: the new output is complete, the old one is gone, and the
+    interrupt is delivered after the swap."""
+    import signal
+
+    import infra.synth as synth_mod
+
+    out = tmp_path / "dev"
+    synth_mod.synth("dev", out, progress=None)
+    real_rmtree = shutil.rmtree
+
+    def interrupted_rmtree(path, *args, **kwargs):
+        if ".old-" in str(path):
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(synth_mod.shutil, "rmtree", interrupted_rmtree)
+    with pytest.raises(KeyboardInterrupt):
+        synth_mod.synth("dev", out, progress=None)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dev"]
+    assert (out / "policy-report.json").is_file()
+
+
+def test_leftovers_of_an_interrupted_run_are_cleaned_and_nothing_else(tmp_path: Path) -> None:
+    out = tmp_path / "dev"
+    assert run("synth", "dev", "--out", str(out), "-q").returncode == 0
+    stale = tmp_path / ".dev.old-999999999"  # a pid no process has
+    shutil.copytree(out, stale)
+    users = tmp_path / ".dev.old-999999998"
+    users.mkdir()
+    (users / "keep.txt").write_text("not the kit's")
+    assert run("synth", "dev", "--out", str(out), "-q").returncode == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".dev.old-999999998", "dev"]
+
+
+def test_ctrl_c_during_synth_prints_one_line_and_no_asyncio_traceback(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    exe = Path(sys.executable).with_name("aifactory")
+    proc = subprocess.Popen([str(exe), "synth", "prod", "--out", str(tmp_path / "p")], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "AIFACTORY_DEBUG": ""})
+    try:
+        deadline = time.monotonic() + 60
+        assert proc.stderr is not None
+        while time.monotonic() < deadline:  # interrupt while the program runs under the mocks
+            line = proc.stderr.readline()
+            if line.startswith("[2/3]") or not line:
+                break
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "never retrieved" not in err and "Task was destroyed" not in err, err
+    assert err.strip().splitlines()[-1] == "aifactory: interrupted"
+    assert not (tmp_path / "p").exists() and list(tmp_path.iterdir()) == []
+
+
+# --- bad input: non-UTF-8 files, --json targets (item 5) -----------------------------------------------------
+
+
+def test_non_utf8_stack_file_exits_2_naming_it(tmp_path: Path) -> None:
+    d = tmp_path / "stacks"
+    d.mkdir()
+    text = b"config:\n  aifactory:target: {provider: aws, region: caf\xe9}\n"
+    (d / "Pulumi.x.yaml").write_bytes(text)
+    res = run("validate", "x", "--stacks-dir", str(d))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert res.stderr == (f"aifactory: {d / 'Pulumi.x.yaml'}: not UTF-8 text (byte 0xe9 at offset "
+                          f"{text.index(bytes([0xe9]))}); "
+                          "save it as UTF-8\n")
+
+
+@pytest.mark.parametrize("which", ["state", "config"])
+def test_non_utf8_policy_inputs_exit_2_naming_them(tmp_path: Path, synthesized, which: str) -> None:
+    bad = tmp_path / ("state.json" if which == "state" else "cfg.yaml")
+    bad.write_bytes(b"{\"x\": \"\xff\"}")
+    state = bad if which == "state" else synthesized("dev") / "state.json"
+    args = ["policy", "check", str(state)] + (["--config", str(bad)] if which == "config" else [])
+    res = run(*args)
+    what = "stack export" if which == "state" else "policy config"
+    assert res.returncode == 2
+    assert res.stderr == (f"aifactory: policy check: {bad}: {what} is not UTF-8 text (byte 0xff at offset 7); "
+                          "save it as UTF-8\n")
+
+
+@pytest.mark.parametrize("command", ["policy", "validate", "synth"])
+def test_json_to_a_directory_or_a_missing_directory_exits_2_and_creates_nothing(
+        tmp_path: Path, synthesized, command: str) -> None:
+    head = {"policy": ["policy", "check", str(synthesized("dev") / "state.json")], "validate": ["validate", "dev"],
+            "synth": ["synth", "dev", "--out", str(tmp_path / "o")]}[command]
+    res = run(*head, "--json", str(tmp_path))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == f"aifactory: --json {tmp_path}: is a directory; give a file name such as " \
+                         f"{tmp_path / 'report.json'}\n"
+    missing = tmp_path / "no" / "such" / "r.json"
+    res = run(*head, "--json", str(missing))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr == f"aifactory: --json {missing}: directory {missing.parent} does not exist; create it " \
+                         "first or use `--json -` for stdout\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_json_dash_is_stdout_for_policy_check(tmp_path: Path, synthesized) -> None:
+    res = run("policy", "check", str(synthesized("dev") / "state.json"), "--json", "-", cwd=tmp_path)
+    assert res.returncode == 0
+    doc = json.loads(res.stdout)
+    assert doc["summary"] == {"advisory": 0, "mandatory": 0}
+    assert res.stderr.startswith("policy check: ")
+    assert list(tmp_path.iterdir()) == [], "no file named '-'"
+
+
+# --- says what happened and what to do next (items 9, 10, 12) ------------------------------------------------
+
+
+def test_synth_prints_a_short_summary_last_with_the_policy_verdict(tmp_path: Path) -> None:
+    out = tmp_path / "dev"
+    res = run("synth", "dev", "--out", str(out))
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 4, res.stdout
+    assert lines[0].startswith("synth dev: 127 resources, 63 files in ")
+    assert lines[1:] == [
+        f"  output:    {out}",
+        "  policy:    0 mandatory, 0 advisory violation(s)",
+        "  next:      pulumi preview -s dev   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"]
+    assert res.stderr.count("state            1 file(s)") == 1, "artifact counts are printed once"
+    table = run("synth", "dev", "--out", str(out), "--resources", "-q")
+    assert "resources by type (127):" in table.stdout
+    assert "  kubernetes:core/v1:Namespace" in table.stdout
+
+
+def test_synth_summary_names_violated_policies_and_the_next_command(tmp_path: Path) -> None:
+    stacks = write_stack(tmp_path / "stacks", "adv", {
+        **GOOD, "aifactory:nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa",
+                                                  "placementGroup": False}}})
+    out = tmp_path / "adv"
+    res = run("synth", "adv", "--stacks-dir", str(stacks), "--out", str(out), "--json", "-", "-q")
+    doc = json.loads(res.stdout)
+    assert doc["policy"]["mandatory"] + doc["policy"]["advisory"] > 0, res.stderr
+    named = {**doc["policy"]["mandatoryPolicies"], **doc["policy"]["advisoryPolicies"]}
+    summary = res.stderr.splitlines()
+    policy_line = next(line for line in summary if line.startswith("  policy:"))
+    for name, n in named.items():
+        assert f"{name} x{n}" in policy_line
+    exe = Path(sys.executable).with_name("aifactory")
+    assert doc["next"] == f"{exe} policy check {out / 'state.json'}" or \
+        doc["next"].endswith(f"aifactory policy check {out / 'state.json'}")
+    assert summary[-1] == f"  next:      {doc['next']}"
+
+
+def test_policy_check_prints_each_violated_policys_remediation(tmp_path: Path) -> None:
+    state = tmp_path / "state.json"
+    sg = {"urn": "urn:pulumi:s::aifactory::aws:ec2/securityGroup:SecurityGroup::sg", "custom": True,
+          "type": "aws:ec2/securityGroup:SecurityGroup", "inputs": {"ingress": [
+              {"description": "a", "protocol": "tcp", "fromPort": 22, "toPort": 22, "cidrBlocks": ["0.0.0.0/0"]},
+              {"description": "b", "protocol": "tcp", "fromPort": 23, "toPort": 23, "cidrBlocks": ["0.0.0.0/0"]}]},
+          "outputs": {}}
+    state.write_text(json.dumps({"version": 3, "deployment": {"resources": [sg]}}))
+    from policies.pack import POLICIES
+
+    fix = next(p.remediation_steps for p in POLICIES if p.name == "no-public-ingress")
+    res = run("policy", "check", str(state), "--json", str(tmp_path / "r.json"))
+    assert res.returncode == 1
+    assert res.stdout.count(f"    fix (no-public-ingress): {fix}") == 1, res.stdout
+    doc = json.loads((tmp_path / "r.json").read_text())
+    assert {v["remediation"] for v in doc["violations"]} == {fix}
+    assert next(p for p in doc["policies"] if p["name"] == "no-public-ingress")["remediation"] == fix
+
+
+def test_version() -> None:
+    from importlib import metadata
+
+    res = run("--version")
+    assert res.returncode == 0 and res.stdout == f"aifactory {metadata.version('aifactory')}\n"
+
+
+def test_validate_json(tmp_path: Path) -> None:
+    stacks = write_stack(tmp_path / "stacks", "good", GOOD)
+    res = run("validate", "good", "--stacks-dir", str(stacks), "--json", "-")
+    assert res.returncode == 0 and json.loads(res.stdout) == {
+        "stack": "good", "valid": True, "provider": "aws", "nodePools": ["gpu-a"], "tenants": ["t"], "models": ["m"]}
+    write_stack(stacks, "bad", {**GOOD, "aifactory:tenants": {"t": {"gpuQuota": -1}}})
+    res = run("validate", "bad", "--stacks-dir", str(stacks), "--json", str(tmp_path / "v.json"))
+    assert res.returncode == 2
+    assert json.loads((tmp_path / "v.json").read_text()) == {"stack": "bad", "valid": False, "problems": [
+        {"path": "tenants.t.gpuQuota", "message": "-1 is below the minimum 0"},
+        {"path": "tenants.t.gpuQuota", "message": "0 is less than the 1 GPUs its models can scale to "
+                                                  "(replicas.max x gpusPerReplica); raise it to at least 1"}]}
+
+
+def test_generate_dashboards_on_a_bad_stack_is_one_line_and_writes_nothing(tmp_path: Path) -> None:
+    """grafanalib's scripts print a DashboardError as one `ERROR:` line (grafanalib 0.7.1 _gen.py)."""
+    repo = Path(__file__).resolve().parents[2]
+    bin_dir = Path(sys.executable).parent
+    before = sorted(p.name for p in (repo / "dashboards").iterdir())
+    for script in ("generate-dashboards", "generate-dashboard"):
+        res = subprocess.run([str(bin_dir / script), str(repo / "dashboards" / "mesh.dashboard.py")], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120, check=False,
+                             env={**os.environ, "AIFACTORY_STACK": "nope"})
+        assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.splitlines()) == 1
+        assert res.stderr.startswith(f"ERROR: AIFACTORY_STACK=nope: {repo / 'stacks' / 'Pulumi.nope.yaml'}: no such "
+                                     "stack file; stacks: ")
+    assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before
+    out = tmp_path / "mesh.json"
+    res = subprocess.run([str(bin_dir / "generate-dashboard"), "-o", str(out),
+                          str(repo / "dashboards" / "mesh.dashboard.py")], capture_output=True, text=True,
+                         timeout=120, check=False, env={**os.environ, "AIFACTORY_STACK": "staging"}, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(out.read_text())["uid"]
+    assert sorted(p.name for p in (repo / "dashboards").iterdir()) == before
+
+
+def test_node_check_json(tmp_path: Path) -> None:
+    """node-check's results as JSON, through the console script, against this machine (local://, a CPU pool)."""
+    stacks = Path(__file__).resolve().parents[1] / "node" / "stacks"
+    res = run("node-check", "--stack", "nodes-onprem", "--pool", "cpu", "--hosts", "local://", "--stacks-dir",
+              str(stacks), "--json", "-")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert {k: doc[k] for k in ("stack", "pool", "accepted")} == {"stack": "nodes-onprem", "pool": "cpu",
+                                                                  "accepted": True}
+    statuses = [(r["host"], r["check"], r["status"]) for r in doc["results"]]
+    assert statuses[0] == ("local://", "host", "pass")
+    assert {s for _, _, s in statuses[1:]} == {"n/a"} and len(statuses) == 15
+    assert "ACCEPTED" in res.stderr

@@ -170,7 +170,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("model on unknown pool", with_("models.m1.pool", "nope"),
      "models.m1.pool: 'nope' is not a node pool; pools: gpu-a"),
     ("tp does not fit", with_("models.m1.tensorParallel", 12),
-     "models.m1.gpusPerReplica: 12 GPUs span nodes of 8 GPUs (p5.48xlarge); a multi-node replica needs a "
+     "models.m1.tensorParallel: 12 GPUs span nodes of 8 GPUs (p5.48xlarge); a multi-node replica needs a "
      "multiple of 8"),
     ("triton across nodes",
      with_("models.m1", {"engine": "triton", "model": "o/m", "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
@@ -293,3 +293,99 @@ def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None
     assert values["aifactory:kubernetesVersion"] == "1.34"  # scalars stay text
     assert json.loads(values["aifactory:nodePools"]) == {"a": {"instanceType": "g6.xlarge"}}  # objects as JSON
     assert values["aws:region"] == "us-east-1"
+
+
+# --- issue 19: reserved namespaces by every path, capacity -------------------------------------------------
+
+
+def _tenant_named(name: str) -> dict[str, Any]:
+    raw = with_("tenants", {name: {"gpuQuota": 16}})
+    raw["models"]["m1"]["tenant"] = name
+    return raw
+
+
+RESERVED = ("is reserved for the platform (kube-*, aifactory-gateway, aifactory-system, default, gpu-operator, "
+            "istio-system, monitoring, nvidia-network-operator)")
+
+
+@pytest.mark.parametrize("name", ["kube-system", "default", "istio-system", "kube-anything", "monitoring",
+                                  "aifactory-gateway", "aifactory-system", "gpu-operator"])
+def test_a_tenant_named_after_a_platform_namespace_is_rejected(name: str) -> None:
+    assert problems(_tenant_named(name)) == [
+        f"tenants.{name}: the tenant's namespace defaults to its name, and {name!r} {RESERVED}; rename the tenant "
+        f"or set tenants.{name}.namespace to a namespace of its own"]
+    ok = _tenant_named(name)
+    ok["tenants"][name]["namespace"] = "team-a"
+    assert parse(ok, stack="t").tenants[name].namespace == "team-a"
+
+
+@pytest.mark.parametrize("ns", ["kube-system", "default", "kube-public", "istio-system"])
+def test_an_explicit_platform_namespace_is_rejected(ns: str) -> None:
+    assert problems(with_("tenants.t1.namespace", ns)) == [f"tenants.t1.namespace: {ns!r} {RESERVED}"]
+
+
+@pytest.mark.parametrize(("section", "ns"), [("gateway", "kube-system"), ("observability", "default"),
+                                             ("gateway", "istio-system"), ("observability", "gpu-operator")])
+def test_gateway_and_observability_stay_out_of_other_platform_namespaces(section: str, ns: str) -> None:
+    assert problems(with_(f"{section}.namespace", ns)) == [
+        f"{section}.namespace: {ns!r} is reserved for Kubernetes or another platform component (kube-*, default, "
+        "aifactory-system, gpu-operator, istio-system, nvidia-network-operator)"]
+
+
+def test_a_tenant_namespace_equal_to_the_gateways_names_the_tenant() -> None:
+    raw = with_("tenants.t1.namespace", "edge")
+    raw["gateway"] = {"namespace": "edge"}
+    assert problems(raw) == ["tenants.t1: namespace 'edge' is gateway.namespace; a tenant needs a namespace of its own"]
+
+
+def test_a_multi_node_replica_larger_than_the_pool_is_rejected() -> None:
+    """vLLM tensorParallel 16 on p5.48xlarge (8 GPUs, catalog) with maxSize 1: the LeaderWorkerSet needs 2 nodes."""
+    raw = with_("nodePools.gpu-a.maxSize", 1, with_("models.m1.tensorParallel", 16))
+    assert problems(raw) == [
+        "models.m1.tensorParallel: one replica of 16 GPUs (tensorParallel x pipelineParallel) needs 2 nodes of 8 "
+        "GPUs (p5.48xlarge), but nodePools.gpu-a.maxSize is 1"]
+
+
+def test_more_replicas_than_the_pool_holds_are_rejected() -> None:
+    raw = with_("nodePools.gpu-a.maxSize", 1, with_("models.m1.replicas", {"min": 1, "max": 3}))
+    raw["tenants"]["t1"]["gpuQuota"] = 24
+    assert problems(raw) == [
+        "models.m1.replicas.max: 3 replicas need 3 nodes of p5.48xlarge (3 replicas of 8 GPU(s), 1 per 8-GPU node), "
+        "but nodePools.gpu-a.maxSize is 1; lower replicas.max or raise maxSize to 3 (this assumes the model has the "
+        "pool to itself)"]
+    multi = with_("nodePools.gpu-a.maxSize", 3, with_("models.m1", {**BASE["models"]["m1"], "pipelineParallel": 2,
+                                                                    "replicas": {"max": 2}}))
+    multi["tenants"]["t1"]["gpuQuota"] = 32
+    assert problems(multi) == [
+        "models.m1.replicas.max: 2 replicas need 4 nodes of p5.48xlarge (2 x 2 nodes per replica), but "
+        "nodePools.gpu-a.maxSize is 3; lower replicas.max or raise maxSize to 4 (this assumes the model has the pool "
+        "to itself)"]
+    multi["nodePools"]["gpu-a"]["maxSize"] = 4
+    assert parse(multi, stack="t").models["m1"].nodes_per_replica == 2
+
+
+@pytest.mark.parametrize("tp", [3, 5, 6, 7, 12])
+def test_tensor_parallel_must_be_a_power_of_two(tp: int) -> None:
+    found = problems(with_("models.m1.tensorParallel", tp))
+    assert found[0] == (f"models.m1.tensorParallel: {tp} is not a power of two: the engine splits the model's "
+                        "attention heads evenly across tensorParallel GPUs (vLLM requires heads % tensorParallel == "
+                        "0); use 1, 2, 4, 8 or 16")
+
+
+def test_fabricless_multi_node_error_names_the_key_the_user_wrote() -> None:
+    raw = with_("nodePools.gpu-a", {"instanceType": "p5.48xlarge", "minSize": 2, "maxSize": 2},
+                with_("models.m1.tensorParallel", 16))
+    assert "models.m1.tensorParallel: 16 GPUs need 2 nodes, but pool 'gpu-a' has no data-plane fabric (efa or " \
+           "infiniband)" in problems(raw)
+
+
+def test_runbook_url_base_comes_from_stack_config() -> None:
+    from dashboards.core import prometheus_rules
+
+    raw = with_("observability", {"runbookUrl": "https://wiki.example.com/ml/runbooks"})
+    doc = prometheus_rules(parse(raw, stack="t"))
+    urls = {r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
+    assert urls and all(u.startswith("https://wiki.example.com/ml/runbooks#") for u in urls), urls
+    assert problems(with_("observability", {"runbookUrl": "wiki/runbooks#x"})) == [
+        "observability.runbookUrl: 'wiki/runbooks#x' is not an http(s) URL without a #fragment (alerts append "
+        "#<alert>)"]

@@ -601,3 +601,29 @@ def test_eks_network_policy_enforced_compliant() -> None:
     on = res(ADDON, "cni", {"addonName": "vpc-cni", "configurationValues": values})
     other = res(ADDON, "coredns", {"addonName": "coredns"})
     assert found("eks-network-policy-enforced", on, other) == []
+
+
+def test_tenant_objects_in_a_platform_namespace_are_mandatory_violations() -> None:
+    """What the kit made of a tenant named kube-system before config validation caught it: the real program with
+    the tenant's namespace forced to kube-system (bypassing parse), then the pack."""
+    import dataclasses
+
+    from infra.program import program
+    from infra.synth import read_stack_config, run_program, stack_file, state_export
+    from policies.runner import state_resources
+
+    def forced(cfg: Any) -> None:
+        tenants = {n: dataclasses.replace(t, namespace="kube-system") for n, t in cfg.tenants.items()}
+        program(dataclasses.replace(cfg, tenants=tenants))
+
+    result = run_program("dev", read_stack_config(stack_file("dev")), forced)
+    violations = [v for v in run_policies(state_resources(state_export(result)))
+                  if v.policy == "tenant-outside-platform-namespaces"]
+    assert {v.enforcement for v in violations} == {"mandatory"}
+    kinds = {v.message.split(" ", 1)[0] for v in violations}
+    assert {"Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "Deployment"} <= kinds, kinds
+    assert "Namespace 'kube-system' of tenant 'demo' is the namespace 'kube-system', which belongs to the platform" \
+        in [v.message for v in violations]
+    assert found("tenant-outside-platform-namespaces", res(
+        "kubernetes:core/v1:ConfigMap", "c", {"metadata": {"name": "c", "namespace": "team-a",
+                                                           "labels": {"aifactory.io/tenant": "a"}}})) == []

@@ -55,23 +55,27 @@ def write(tmp_path: Path, doc: Any, name: str = "state.json") -> Path:
 def test_mandatory_violations_exit_1_grouped_by_severity(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = write(tmp_path, export(OPEN_SG, V1_TEMPLATE, STRAY_GPU_POD))
     assert main(["policy", "check", str(state)]) == 1
+    fix = {p.name: p.remediation_steps for p in POLICIES}
     assert capsys.readouterr().out == (
         f"policy check: {len(POLICIES)} policies over 4 resources: 2 mandatory, 1 advisory violation(s)\n"
         "\nCRITICAL (1)\n"
         "  [mandatory] no-public-ingress  node-sg (aws:ec2/securityGroup:SecurityGroup)\n"
         "      ingress rule 'ssh' allows 0.0.0.0/0\n"
+        f"    fix (no-public-ingress): {fix['no-public-ingress']}\n"
         "\nHIGH (1)\n"
         "  [mandatory] launch-template-imdsv2  gpu-lt (aws:ec2/launchTemplate:LaunchTemplate)\n"
         "      metadataOptions.httpTokens is optional; IMDSv1 is reachable\n"
+        f"    fix (launch-template-imdsv2): {fix['launch-template-imdsv2']}\n"
         "\nMEDIUM (1)\n"
         "  [advisory] gpu-pods-on-gpu-pools  llm (kubernetes:apps/v1:Deployment)\n"
         "      spec.template.spec: GPU pod does not select a GPU pool by node label 'aifactory.io/pool'\n"
+        f"    fix (gpu-pods-on-gpu-pools): {fix['gpu-pods-on-gpu-pools']}\n"
     )
 
 
 def test_advisory_only_exits_0_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = write(tmp_path, export(STRAY_GPU_POD))
-    out = tmp_path / "reports" / "policy.json"
+    out = tmp_path / "policy.json"
     assert main(["policy", "check", str(state), "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["summary"] == {"advisory": 1, "mandatory": 0} and doc["resources"] == 2
@@ -79,7 +83,8 @@ def test_advisory_only_exits_0_and_writes_json(tmp_path: Path, capsys: pytest.Ca
         "enforcement": "advisory", "message": "spec.template.spec: GPU pod does not select a GPU pool by node label "
                                               "'aifactory.io/pool'",
         "policy": "gpu-pods-on-gpu-pools", "resource_name": "llm", "resource_type": "kubernetes:apps/v1:Deployment",
-        "severity": "medium", "urn": STRAY_GPU_POD["urn"]}]
+        "severity": "medium", "urn": STRAY_GPU_POD["urn"],
+        "remediation": next(p.remediation_steps for p in POLICIES if p.name == "gpu-pods-on-gpu-pools")}]
     assert [p["name"] for p in doc["policies"]] == [p.name for p in POLICIES]
     assert "0 mandatory, 1 advisory" in capsys.readouterr().out
 

@@ -31,3 +31,83 @@ def test_readme_names_the_two_commands_and_every_cli_command() -> None:
     for command in ("make synth", "make test", "aifactory synth", "aifactory validate", "aifactory policy check",
                     "aifactory node-check", "pulumi up -s dev"):
         assert command in text, command
+
+
+def test_policy_config_example_keeps_the_kit_stacks_clean_and_extends_the_registries(synthesized) -> None:
+    """README's `allowedRegistries` example adds a registry: the kit's own stack still passes it."""
+    import yaml
+
+    from policies.runner import parse_config, read_state, run_policies
+
+    example = yaml.safe_load(re.findall(r"```yaml\n(images-from-allowed-registries:.*?)```", README.read_text(),
+                                        flags=re.S)[0])
+    config = parse_config(example)
+    violations = run_policies(read_state(synthesized("prod") / "state.json"), config)
+    assert [(v.policy, v.resource_name) for v in violations] == []
+    added = example["images-from-allowed-registries"]["allowedRegistries"][0]
+    pod = {"urn": "urn:pulumi:s::aifactory::kubernetes:core/v1:Pod::p", "type": "kubernetes:core/v1:Pod",
+           "custom": True, "inputs": {"metadata": {"name": "p", "namespace": "t"}, "spec": {"containers": [
+               {"name": "a", "image": f"{added}/agent:1.0"}, {"name": "b", "image": "evil.example.com/x:1.0"}]}}}
+    assert [v.message for v in run_policies([pod], config) if v.policy == "images-from-allowed-registries"] == [
+        "spec: container 'b' image 'evil.example.com/x:1.0' is not from an allowed registry"]
+
+
+def test_the_unit_test_example_passes_under_pytest(tmp_path: Path) -> None:
+    """README's unit-test example for teams using the components, run as they would run it (pytest)."""
+    import subprocess
+    import sys
+
+    example = next(b for b in python_blocks() if "@pulumi.runtime.test" in b)
+    (tmp_path / "test_my_pools.py").write_text(example)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "1 passed" in res.stdout
+    broken = example.replace("len(interfaces) == 32", "len(interfaces) == 31")
+    (tmp_path / "test_my_pools.py").write_text(broken)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert res.returncode == 1 and "1 failed" in res.stdout, "the example's assertion really runs"
+
+
+def test_components_k8s_exports_what_readme_names() -> None:
+    from components.k8s import ClusterAutoscaler, Gateway, ModelDeployment, Platform
+    from components.k8s.platform import Platform as Direct
+
+    assert Platform is Direct
+    assert {c.__name__ for c in (ClusterAutoscaler, Gateway, ModelDeployment)} == {
+        "ClusterAutoscaler", "Gateway", "ModelDeployment"}
+
+
+def test_the_commands_after_make_synth_work_as_written(tmp_path: Path) -> None:
+    """README's block of commands to run after `make synth`, run as written from a directory laid out like the
+    repository root (.venv beside it), through a shell."""
+    import os
+    import subprocess
+    import sys
+
+    block = next(b for b in re.findall(r"```sh\n(.*?)```", README.read_text(), flags=re.S)
+                 if ".venv/bin/aifactory validate dev" in b)
+    commands = [line for line in block.splitlines() if line.strip()]
+    assert commands and all(c.startswith(".venv/bin/aifactory ") for c in commands)
+    (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
+    env = {**os.environ, "AIFACTORY_DEBUG": ""}
+    subprocess.run([".venv/bin/aifactory", "synth", "dev", "-q"], cwd=tmp_path, env=env, check=True,
+                   capture_output=True, timeout=120)  # what `make synth` leaves: build/dev
+    for command in commands:
+        res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=120, check=False)
+        assert res.returncode == 0, (command, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
+def test_make_targets_named_in_readme_exist() -> None:
+    import subprocess
+
+    repo = README.parent
+    for target in ("synth", "validate", "policy", "test", "bench", "lint", "setup"):
+        assert f"make {target}" in README.read_text(), target
+    res = subprocess.run(["make", "-n", "-o", ".venv/.installed", "validate", "policy", "STACK=prod"], cwd=repo,
+                         capture_output=True, text=True, timeout=60, check=True)
+    assert ".venv/bin/aifactory validate prod" in res.stdout
+    assert ".venv/bin/aifactory policy check build/prod/state.json" in res.stdout

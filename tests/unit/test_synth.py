@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from infra import artifacts
-from infra.synth import synth
+from infra.synth import shipped_stacks, synth
 from tests.support.stacks import SHIPPED_STACKS
 
 
@@ -101,3 +103,68 @@ def test_rerun_replaces_output_completely(tmp_path: Path) -> None:
     (out / "stale.yaml").write_text("left over from an older run")
     synth("dev", out, progress=None)
     assert not (out / "stale.yaml").exists()
+
+
+def test_a_failed_run_leaves_the_process_able_to_run_again(tmp_path: Path) -> None:
+    """A run that fails after the mocks are set (a ConfigError in load(), Ctrl-C) used to leave Outputs of its
+    closed event loop in the SDK's process-wide SETTINGS.outputs; the next run_program then waited on them
+    forever. Run in a child process under a timeout, so a regression fails instead of hanging the suite."""
+    script = """
+import warnings
+from infra.config import ConfigError
+from infra.synth import read_stack_config, run_program, stack_file, synth
+good = read_stack_config(stack_file("dev"))
+bad = {**good, "aifactory:nodePools": '{"gpu-a": {"instanceType": "nope"}}'}
+try:
+    run_program("dev", bad)
+except ConfigError as err:
+    print("bad:", err.problems[0].path)
+def interrupted(cfg):
+    raise KeyboardInterrupt
+try:
+    run_program("dev", good, interrupted)
+except KeyboardInterrupt:
+    print("interrupted")
+print("good:", len(run_program("dev", good).resources) > 100)
+print("synth:", synth("dev", OUT, progress=None).out.name)
+"""
+    res = subprocess.run([sys.executable, "-c", f"OUT = {str(tmp_path / 'dev')!r}\n" + script],
+                         capture_output=True, text=True, timeout=120, check=False, cwd=Path(__file__).parents[2])
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["bad: nodePools.gpu-a.instanceType", "interrupted", "good: True",
+                                       "synth: dev"]
+    assert "Task was destroyed" not in res.stderr and "never retrieved" not in res.stderr, res.stderr
+
+
+def test_tests_and_benchmarks_use_the_shipped_stacks_only(tmp_path: Path) -> None:
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    for name in ("dev", "mine", "broken"):
+        (stacks / f"Pulumi.{name}.yaml").write_text("config: {}\n")
+    assert shipped_stacks(stacks) == ["dev"]
+    assert SHIPPED_STACKS == ["dev", "onprem", "prod", "staging"]
+
+
+@pytest.mark.parametrize("failure", ["config", "interrupt"])
+def test_a_failed_run_leaves_no_asyncio_noise(failure: str) -> None:
+    """What Ctrl-C (or a bad config) in the middle of a run used to print on exit: asyncio's 'Task was destroyed
+    but it is pending!' / 'Task exception was never retrieved' blocks for the tasks the run left behind."""
+    script = f"""
+from infra.synth import read_stack_config, run_program, stack_file
+good = read_stack_config(stack_file("dev"))
+bad = {{**good, "aifactory:nodePools": '{{"gpu-a": {{"instanceType": "nope"}}}}'}}
+def interrupted(cfg):
+    import pulumi_kubernetes as k8s
+    k8s.core.v1.Namespace("x", metadata={{"name": "x"}})
+    raise KeyboardInterrupt
+try:
+    run_program("dev", bad) if {failure!r} == "config" else run_program("dev", good, interrupted)
+except (Exception, KeyboardInterrupt) as err:
+    print(type(err).__name__)
+import gc
+gc.collect()
+"""
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False,
+                         cwd=Path(__file__).parents[2])
+    assert res.returncode == 0 and res.stdout.strip() in ("ConfigError", "KeyboardInterrupt"), res.stderr
+    assert res.stderr == "", res.stderr

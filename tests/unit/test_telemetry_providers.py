@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import urllib.request
 from collections.abc import Iterator
@@ -177,3 +178,35 @@ def test_setup_adds_the_genai_span_processor_and_carries_context_into_threads(
     assert samples[("aifactory_workflow_critical_path_seconds_total", "answer", "other")] == 1.0
     assert samples[("aifactory_workflow_duration_seconds_sum", "answer", None)] == 3.0
     telemetry.install(None)
+
+
+def test_no_collector_one_message_and_a_prompt_exit(tmp_path) -> None:
+    """README's instrumentation with nothing listening at the OTLP endpoint: one stderr line naming the endpoint,
+    no retry warnings (the exporters retry each batch for ~10 s by default: OTEL_EXPORTER_OTLP_TIMEOUT)."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port that nothing listens on (bound, then closed)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import asyncio, telemetry\n"
+        "handle = telemetry.setup(service_name='support-agent', tenant='support')\n"
+        "@telemetry.workflow('answer-ticket')\n"
+        "async def answer():\n"
+        "    with telemetry.step('planning', 'plan'):\n"
+        "        await asyncio.sleep(0.01)\n"
+        "asyncio.run(answer())\n"
+        "handle.shutdown()\n"
+        "print('done')\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OTEL_EXPORTER_OTLP_ENDPOINT"] = f"http://127.0.0.1:{port}"
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60, env=env,
+                         check=False)
+    assert res.returncode == 0 and res.stdout == "done\n"
+    assert res.stderr.splitlines() == [
+        f"telemetry: the OTLP endpoint http://127.0.0.1:{port} is unreachable (Connection refused); spans and "
+        "metrics are dropped (set OTEL_EXPORTER_OTLP_ENDPOINT to the platform's Collector, or "
+        "OTEL_*_EXPORTER=none)"]
