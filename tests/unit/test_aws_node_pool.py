@@ -238,7 +238,7 @@ def test_a_misspelt_key_names_the_property_and_the_likely_one() -> None:
     ({"placement_group": "yes", "capacity": {"type": "odcr", "reservation": "cr-1"}},
      [("placementGroup", "expected a boolean, got a string 'yes'"),
       ("capacity.reservation", "unknown property 'reservation'; did you mean 'reservation_id'? allowed: "
-                                "reservation_id, type")]),
+                                "end_time, reservation_id, start_time, type")]),
     ({"taints": [{"key": "a", "effect": 1}]}, [("taints[0].effect", "expected a string, got an integer 1")]),
     ({"vpc_id": 12}, [("vpcId", "expected a string or an Output, got an integer 12")]),
 ])
