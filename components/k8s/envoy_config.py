@@ -133,7 +133,8 @@ DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Servi
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
 DEFAULT_JWKS_CACHE_SECONDS = 600  # how long fetched signing keys are used before they are fetched again
 DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
-# The CA bundle of the Envoy image (Ubuntu's ca-certificates), used to check issuers' JWKS servers
+# The CA bundle of the Envoy image (its Ubuntu stage installs ca-certificates: envoyproxy/envoy
+# ci/Dockerfile-envoy), used to check the issuers' JWKS servers
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 
@@ -383,7 +384,7 @@ def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
     return [*by_header, *by_path, *by_body,
             _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/v1/(?:{'|'.join(apis)})$")}, unknown),
             _not_found("not-served", {"prefix": "/"},
-                       f"not served: the gateway routes only /v1/{{{', '.join(apis)}}} "
+                       f"not served: the gateway routes only /v1/{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
                        f"(optionally under {ROUTE_PREFIX}<model>)\n")]
 
 

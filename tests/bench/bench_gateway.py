@@ -8,7 +8,8 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    config (SCALED: a 1 s per-try idle timeout, health checks every 0.5 s) so a case takes seconds; the
    shipped defaults are 30 s and 5 s, which scale every wait below by the same factors. Reported: success
    rate, the slowest answer and how many answers took longer than the per-try protection (a retry costs
-   the try idle timeout plus one fast answer).
+   the try idle timeout plus one fast answer). Then a batch flood: one tenant's batch traffic at 3x its
+   bucket next to its interactive traffic.
 2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate
    limit, retries, access log, tracing) in front of a second Envoy that answers every request itself
    (direct_response), so the difference between "client -> backend" and "client -> gateway -> backend"
@@ -262,6 +263,40 @@ def failure_case(tmp: Path, name: str, bad: list[Behaviour]) -> tuple[str, str]:
             f"ejections {ejected}  out at end {unhealthy}")
 
 
+FLOOD_BUCKET = 100  # req/s and burst of the tenant's interactive and batch buckets
+FLOOD_BATCH_RATE, FLOOD_INTERACTIVE_RATE, FLOOD_SECONDS = 300, 50, 5.0
+
+
+def batch_flood(tmp: Path) -> tuple[str, str]:
+    """One tenant floods its workload's batch model at 3x its batch bucket while calling the interactive
+    model within its interactive bucket: the share of each that gets 429."""
+    issuer = Issuer(ISSUER)
+    raw = _raw(issuer)
+    raw["tenants"]["demo"].update(gpuQuota=4, rateLimit={"requestsPerSecond": FLOOD_BUCKET, "burst": FLOOD_BUCKET})
+    raw["models"]["chat-batch"] = {**raw["models"][MODEL], "workload": MODEL, "priority": "batch"}
+    cfg = parse(raw, stack="dev")
+    with ExitStack() as stack:
+        backends = {m: stack.enter_context(FakeBackend(m)) for m in cfg.models}
+        admin, listener = free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=free_port(), admin_port=admin,
+                        endpoints={**{m: [b.address] for m, b in backends.items()},
+                                   "otel_collector": [("127.0.0.1", free_port())]}, jwks=[issuer.jwks])
+        (tmp / "flood").mkdir()
+        stack.enter_context(EnvoyProcess(config, tmp / "flood", admin_port=admin, listener_port=listener,
+                                         concurrency=2))
+        auth = issuer.bearer("demo")
+        with ThreadPoolExecutor(2) as pool:
+            batch = pool.submit(_load, listener, {**auth, "x-model": MODEL, "x-priority": "batch"},
+                                FLOOD_BATCH_RATE, FLOOD_SECONDS, 0, lambda: None)
+            interactive = pool.submit(_load, listener, {**auth, "x-model": MODEL}, FLOOD_INTERACTIVE_RATE,
+                                      FLOOD_SECONDS, 0, lambda: None)
+            b, i = Counter(s for s, _ in batch.result()), Counter(s for s, _ in interactive.result())
+    return ("batch flood, same tenant",
+            f"interactive 429: {100.0 * i[429] / sum(i.values()):5.1f}% of {sum(i.values())} "
+            f"({FLOOD_INTERACTIVE_RATE} req/s)  batch 429: {100.0 * b[429] / sum(b.values()):5.1f}% of "
+            f"{sum(b.values())} ({FLOOD_BATCH_RATE} req/s)  buckets {FLOOD_BUCKET} req/s each")
+
+
 CASES = {
     "1 of 3 hangs": [Behaviour.HANG],
     "2 of 3 hang": [Behaviour.HANG, Behaviour.HANG],
@@ -274,6 +309,7 @@ def run() -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [failure_case(Path(tmp), f"case{i}", bad) for i, bad in enumerate(CASES.values())]
         rows = [(name, figure) for name, (_, figure) in zip(CASES, rows, strict=True)]
+        rows.append(batch_flood(Path(tmp)))
         rows.append(("  (scaled)", f"per-try idle {TRY_IDLE_S:g} s, health checks every "
                                    f"{SCALED['healthCheck']['intervalSeconds']} s; faults start {FAULT_AT_S:g} s in"))
         return rows + overhead(Path(tmp))
