@@ -1,6 +1,6 @@
 """The generated gateway config, run by the real Envoy on 127.0.0.1 in front of fake model servers.
 
-Times are scaled down through the stack config (health checks every 0.2 s, a 0.3 s try idle timeout,
+Times are scaled down through the stack config (health checks every 0.25 s, a 0.3 s try idle timeout,
 a 0.5 s stream idle timeout standing in for Envoy's 300 s default), so each case takes a second or two.
 Callers present RS256 tokens of a local issuer (tests.support.tokens, a local JWKS).
 """
@@ -67,7 +67,7 @@ RAW = {
     },
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
-        "healthCheck": {"intervalSeconds": 0.2, "timeoutSeconds": 0.1, "unhealthyThreshold": 2,
+        "healthCheck": {"intervalSeconds": 0.25, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                         "healthyThreshold": 1},
         "outlierDetection": {"intervalSeconds": 0.1},
         "requestHeadersTimeoutSeconds": REQUEST_HEADERS_TIMEOUT_S,
@@ -368,21 +368,37 @@ def test_a_hung_replica_costs_one_try_idle_timeout_then_is_taken_out(gateway: Ga
     assert codes == Counter({200: POOL_REQUESTS})  # every request answered by a healthy replica
     stats = gateway.envoy.stats()
     # requests that met the hung replica were retried after TRY_IDLE_S, not held for the route's 10 s
-    timeouts = stats["cluster.hung.upstream_rq_per_try_idle_timeout"]
-    assert 1 <= timeouts == stats["cluster.hung.upstream_rq_retry_success"]
+    assert stats["cluster.hung.upstream_rq_per_try_idle_timeout"] >= 1
+    assert stats["cluster.hung.upstream_rq_retry_success"] >= 1
     assert stats.get("cluster.hung.upstream_rq_timeout", 0) == 0
-    assert stats["cluster.hung.health_check.failure"] >= 2  # the engine's health endpoint hangs too
+    # the engine's health endpoint hangs too: active checks take it out (waited for, bounded)
+    deadline = time.monotonic() + 10 * REQUEST_TIMEOUT_S
+    while stats.get("cluster.hung.health_check.failure", 0) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+        stats = gateway.envoy.stats()
+    assert stats["cluster.hung.health_check.failure"] >= 2
     assert stats["cluster.hung.membership_healthy"] == 2
 
 
+def _paced(gateway: Gateway, model: str, rate: float, n: int) -> Counter[int]:
+    """`n` requests sent `rate` per second (each on its own connection), whatever the answers' times."""
+    headers = {"x-model": model, **gateway.auth("alpha")}
+    start = time.monotonic()
+
+    def one(i: int) -> int:
+        time.sleep(max(0.0, start + i / rate - time.monotonic()))
+        return request(gateway.port, "/v1/completions", headers)[0]
+
+    with ThreadPoolExecutor(4 * CLIENTS) as pool:
+        return Counter(pool.map(one, range(n)))
+
+
 def test_a_slow_replica_gets_little_traffic(gateway: Gateway) -> None:
-    codes = _hammer(gateway, "lagging", 800)
-    assert codes == Counter({200: 800})
+    assert _paced(gateway, "lagging", 200, 400) == Counter({200: 400})
     fast, slow = sum(b.hits for b in gateway.backends["lagging"][:2]), gateway.backends["lagging"][2].hits
-    # least requests in flight, every replica compared: the slow one holds its requests 0.2 s, so it is
-    # picked only when the fast ones are as busy. Two random choices (Envoy's default) sent it 12.5% of
-    # these requests when measured here; a full scan 1.5-6%.
-    assert slow < 0.08 * (fast + slow), (fast, slow)
+    # least requests in flight, every replica compared: the slow one holds each request 0.2 s, so it is
+    # picked only when the fast ones are as busy. Two random choices (Envoy's default) send it about 1/9.
+    assert slow < 0.05 * (fast + slow), (fast, slow)
 
 
 def test_slow_backend_times_out_with_504(gateway: Gateway) -> None:
