@@ -136,6 +136,7 @@ DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
 # The CA bundle of the Envoy image (its Ubuntu stage installs ca-certificates: envoyproxy/envoy
 # ci/Dockerfile-envoy), used to check the issuers' JWKS servers
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+DNS_CLUSTER_TYPE = "envoy.cluster.dns"
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 
 _T = "type.googleapis.com/envoy."
@@ -207,11 +208,16 @@ def _address(host: str, port: int) -> dict[str, Any]:
 
 
 def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> dict[str, Any]:
+    """Every address the name resolves to is a host (a headless Service: every replica), re-resolved often.
+
+    The DNS cluster extension: Cluster.dns_refresh_rate (type STRICT_DNS) is deprecated in 1.40
+    (https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/clusters/dns/v3/dns_cluster.proto)."""
     return {
         "name": name,
-        "type": "STRICT_DNS",
-        "dns_lookup_family": "V4_ONLY",
-        "dns_refresh_rate": _seconds(DEFAULT_DNS_REFRESH_SECONDS),
+        "cluster_type": {"name": DNS_CLUSTER_TYPE, "typed_config": {
+            "@type": _T + "extensions.clusters.dns.v3.DnsCluster",
+            "dns_refresh_rate": _seconds(DEFAULT_DNS_REFRESH_SECONDS),
+            "dns_lookup_family": "V4_ONLY"}},
         "connect_timeout": _seconds(connect_timeout),
         "load_assignment": {"cluster_name": name,
                             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]},
@@ -642,7 +648,7 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
            endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str] = ()) -> dict[str, Any]:
     """A copy of `config` listening on 127.0.0.1 ports, each DNS cluster replaced by static endpoints.
 
-    `endpoints` maps every STRICT_DNS cluster name to the (address, port) pairs to use instead. `jwks`
+    `endpoints` maps every DNS cluster name to the (address, port) pairs to use instead. `jwks`
     gives each issuer (in config order) a local JWKS document instead of its remote one; the JWKS
     clusters are dropped.
     """
@@ -659,9 +665,9 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
                     del provider["remote_jwks"]
                     provider["local_jwks"] = {"inline_string": doc}
     out["admin"]["address"] = _address("127.0.0.1", admin_port)
-    clusters = [c for c in out["static_resources"]["clusters"] if c["type"] != "LOGICAL_DNS"]
+    clusters = [c for c in out["static_resources"]["clusters"] if c.get("type") != "LOGICAL_DNS"]
     out["static_resources"]["clusters"] = clusters
-    dns = [c for c in clusters if c["type"] == "STRICT_DNS"]
+    dns = [c for c in clusters if c.get("cluster_type", {}).get("name") == DNS_CLUSTER_TYPE]
     missing = sorted({c["name"] for c in dns} - set(endpoints))
     if missing:
         raise ValueError(f"rebind: no endpoints for cluster(s) {', '.join(missing)}")
@@ -669,10 +675,9 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
         if c["name"] == ADMIN_CLUSTER:
             c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] = \
                 _address("127.0.0.1", admin_port)
-        elif c["type"] == "STRICT_DNS":
+        elif c in dns:
+            del c["cluster_type"]
             c["type"] = "STATIC"
-            for key in ("dns_lookup_family", "dns_refresh_rate"):
-                c.pop(key)
             c["load_assignment"]["endpoints"] = [{"lb_endpoints": [
                 {"endpoint": {"address": _address(host, port)}} for host, port in endpoints[c["name"]]]}]
     return out

@@ -93,7 +93,10 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
     c = ec.model_cluster(cfg, cfg.models["deep-research"])
     assert c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
         "socket_address": {"address": "deep-research.research.svc.cluster.local", "port_value": 8000}}
-    assert (c["type"], c["connect_timeout"]) == ("STRICT_DNS", "2s")
+    assert c["cluster_type"] == {"name": "envoy.cluster.dns", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster", "dns_refresh_rate": "5s",
+        "dns_lookup_family": "V4_ONLY"}}
+    assert c["connect_timeout"] == "2s"
     assert c["load_balancing_policy"] == {"policies": [{"typed_extension_config": {
         "name": "envoy.load_balancing_policies.least_request",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
@@ -284,7 +287,7 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
     assert rebound["http_filters"][1]["typed_config"]["providers"]["issuer-0"]["local_jwks"] == {
         "inline_string": '{"keys": []}'}
     chat = next(c for c in out["static_resources"]["clusters"] if c["name"] == "chat")
-    assert chat["type"] == "STATIC" and "dns_refresh_rate" not in chat
+    assert chat["type"] == "STATIC" and "cluster_type" not in chat
     assert [e["endpoint"]["address"]["socket_address"]["port_value"]
             for e in chat["load_assignment"]["endpoints"][0]["lb_endpoints"]] == [9000, 9001]
     assert [x["address"]["socket_address"] for x in out["static_resources"]["listeners"]] == [
