@@ -133,6 +133,7 @@ DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Servi
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
 DEFAULT_JWKS_CACHE_SECONDS = 600  # how long fetched signing keys are used before they are fetched again
 DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
+DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry still checked on every use)
 # The CA bundle of the Envoy image (its Ubuntu stage installs ca-certificates: envoyproxy/envoy
 # ci/Dockerfile-envoy), used to check the issuers' JWKS servers
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
@@ -457,6 +458,8 @@ def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
             },
             "forward": False,
             "claim_to_headers": [{"header_name": TENANT_HEADER, "claim_name": auth.tenant_claim}],
+            # a client reuses its token until it expires: verify each token's signature once, not per request
+            "jwt_cache_config": {"jwt_cache_size": DEFAULT_JWT_CACHE_SIZE},
         }
         if issuer.audiences:
             provider["audiences"] = list(issuer.audiences)

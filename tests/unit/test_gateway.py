@@ -182,6 +182,7 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
                         "cache_duration": "600s", "async_fetch": {}, "retry_policy": {"num_retries": 3}},
         "forward": False,
         "claim_to_headers": [{"header_name": "x-aifactory-tenant", "claim_name": "tenant"}],
+        "jwt_cache_config": {"jwt_cache_size": 1000},
         "audiences": ["api://aifactory-gateway"]}}
     assert jwt["typed_config"]["rules"] == [{"match": {"prefix": "/"}, "requires": {"provider_name": "issuer-0"}}]
     onprem = ec.jwt_filter(stack("onprem"))["typed_config"]["providers"]["issuer-0"]
