@@ -307,7 +307,8 @@ class Model:
     cache_gib: int = 200  # default: 200 GiB model cache PVC
     max_request_bytes: int = 8 * 1024 * 1024  # default: 8 MiB request body through the gateway (413 past it)
     # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
-    # the try and retries on another replica; a streamed generation resets it with every token
+    # the try and retries on another replica; a streamed generation resets it with every token, and requests
+    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
     try_idle_timeout_seconds: float = 30.0  # default: min(timeoutSeconds, 30)
 
     @property

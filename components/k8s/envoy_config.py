@@ -26,7 +26,9 @@ before matching.
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
 failures, resets and 500/502/503/504, bounded by a retry budget; a streamed generation resets the idle
-timer with every token, so long generations run up to `timeoutSeconds`. Active health checks on the
+timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
+stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
+the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
 (up to `maxEjectionPercent`, 2 of 3); the panic threshold keeps the last healthy replicas in service;
 LEAST_REQUEST with a full scan keeps traffic off slow replicas. The route's idle timeout is the model's
@@ -107,6 +109,7 @@ PRIORITY_DESCRIPTOR = "priority"
 ROUTE_PREFIX = "/models/"
 METADATA_NAMESPACE = "aifactory"  # route metadata {aifactory: {tenant, priority}}; body model: dynamic metadata
 BODY_MODEL_KEY = "model"  # dynamic metadata aifactory.model: the OpenAI request body's "model"
+BODY_STREAM_KEY = "stream"  # dynamic metadata aifactory.stream: the body's "stream" (false when absent)
 BODY_LIMIT_FILTER = "aifactory.body_limit"  # the per-route buffer filter instance (413 past the model's limit)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
@@ -151,6 +154,7 @@ _ACCESS_LOG_FORMAT = {
     "caller_tenant": f"%REQ({TENANT_HEADER.upper()})%",
     "model": "%REQ(X-MODEL)%",
     "body_model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_MODEL_KEY})%",
+    "stream": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_STREAM_KEY})%",
     "priority": "%REQ(X-PRIORITY)%",
     "route": "%ROUTE_NAME%",
     "status": "%RESPONSE_CODE%",
@@ -344,6 +348,22 @@ def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404
     return {"name": name, "match": match, "direct_response": {"status": status, "body": {"inline_string": text}}}
 
 
+def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
+    """The route for the same requests when their JSON body does not ask to stream.
+
+    A non-streamed answer says nothing until the whole generation is done, so the per-try idle timeout
+    would cut healthy long generations: such a try may stay silent up to the model's timeoutSeconds (a hung
+    replica is then taken out by its failing health checks and by outlier detection). Streamed requests and
+    requests without a JSON body keep `tryIdleTimeoutSeconds`."""
+    out = copy.deepcopy(route)
+    out["name"] = f"{route['name']}-unstreamed"
+    out["match"]["dynamic_metadata"] = [*route["match"].get("dynamic_metadata", []), {
+        "filter": METADATA_NAMESPACE, "path": [{"key": BODY_STREAM_KEY}],
+        "value": {"bool_match": False}}]
+    out["route"]["retry_policy"]["per_try_idle_timeout"] = _seconds(model.timeout_seconds)
+    return out
+
+
 def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
     """413 for a body route's requests past the model's limit.
 
@@ -384,6 +404,9 @@ def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
         if not r["match"].get("headers", True):
             del r["match"]["headers"]
     by_body = [x for r in by_body for x in (_too_large(r, cfg.models[r["route"]["cluster"]]), r)]
+    by_header, by_path, by_body = ([x for r in rs for x in ((_unstreamed(r, cfg.models[r["route"]["cluster"]]), r)
+                                                            if "route" in r else (r,))]
+                                   for rs in (by_header, by_path, by_body))
     known = ", ".join(w.name for w in ws) or "(none)"
     apis = sorted({a for apis_ in OPENAI_APIS.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
@@ -486,9 +509,14 @@ def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
     body_model = {"name": "envoy.filters.http.json_to_metadata", "typed_config": {
         "@type": _T + "extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
-        "request_rules": {"rules": [{
-            "selectors": [{"key": BODY_MODEL_KEY}],
-            "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_MODEL_KEY, "type": "STRING"}}]}}}
+        "request_rules": {"rules": [
+            {"selectors": [{"key": BODY_MODEL_KEY}],
+             "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_MODEL_KEY, "type": "STRING"}},
+            {"selectors": [{"key": BODY_STREAM_KEY}],
+             "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY,
+                            "type": "PROTOBUF_VALUE"},  # a JSON boolean stays a boolean
+             "on_missing": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY, "value": False}},
+        ]}}}
     body_limit = {"name": BODY_LIMIT_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
     rbac = {"name": "envoy.filters.http.rbac", "typed_config": {

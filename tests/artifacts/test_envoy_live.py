@@ -60,6 +60,7 @@ RAW = {
         "slow": {**_MODEL, "timeoutSeconds": SLOW_TIMEOUT_S, "tryIdleTimeoutSeconds": SLOW_TIMEOUT_S / 2},
         "long": {**_MODEL, "timeoutSeconds": 5},
         "long-stream": {**_MODEL, "timeoutSeconds": 5, "tryIdleTimeoutSeconds": TRY_IDLE_S},
+        "long-quiet": {**_MODEL, "timeoutSeconds": 5, "tryIdleTimeoutSeconds": TRY_IDLE_S},
         "beta-chat": {**_MODEL, "tenant": "beta"},
         "gamma-chat": {**_MODEL, "tenant": "gamma"},
         "lim-fast": {**_MODEL, "tenant": "capped", "workload": "lim"},
@@ -90,12 +91,14 @@ BACKENDS = {
     "slow": [Behaviour.SLOW],
     "long": [Behaviour.SLOW],
     "long-stream": [Behaviour.STREAM],
+    "long-quiet": [Behaviour.SLOW],
     "beta-chat": [Behaviour.OK],
     "gamma-chat": [Behaviour.OK],
     "lim-fast": [Behaviour.OK],
     "lim-batch": [Behaviour.OK],
 }
-DELAYS = {"lagging": 0.2, "long": LONG_SILENCE_S, "long-stream": 0.2}  # SLOW waits, STREAM chunk gaps
+# SLOW waits, STREAM chunk gaps
+DELAYS = {"lagging": 0.2, "long": LONG_SILENCE_S, "long-stream": 0.2, "long-quiet": 2 * TRY_IDLE_S}
 
 
 @dataclass
@@ -201,7 +204,8 @@ def test_unknown_model_gets_404_naming_the_models(gateway: Gateway) -> None:
     assert status == 404
     assert body["text"] == ("unknown model: name one in header x-model, path /models/<model>/v1/... or the body's "
                             "\"model\", on a path its engine serves; models: beta-chat, chat, embed, flaky-503, "
-                            "flaky-reset, gamma-chat, hung, lagging, lim, long, long-stream, slow, tri, two-500\n")
+                            "flaky-reset, gamma-chat, hung, lagging, lim, long, long-quiet, long-stream, slow, tri, "
+                            "two-500\n")
 
 
 # --- paths -------------------------------------------------------------------------------------------
@@ -422,6 +426,20 @@ def test_a_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(gatew
     assert status == 200
     assert raw.count(b"data: {}") == 4 and b'"backend": "long-stream-0"' in raw
     assert gateway.envoy.stats().get("cluster.long-stream.upstream_rq_per_try_idle_timeout", 0) == 0
+
+
+def test_a_non_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(gateway: Gateway) -> None:
+    """A non-streamed answer is silent until it is complete: its try may last the model's timeoutSeconds.
+    The same silence on a streamed request is a hung replica: abandoned after the try idle timeout."""
+    for body in ({"model": "long-quiet", "messages": []}, {"model": "long-quiet", "stream": False}):
+        status, answer = gateway.get("/v1/chat/completions", JSON, body=json.dumps(body).encode())
+        assert (status, answer["backend"]) == (200, "long-quiet-0")
+    status, _ = gateway.get("/v1/chat/completions", {**JSON, "x-model": "long-quiet"}, body=b'{"stream": false}')
+    assert status == 200
+    assert gateway.envoy.stats().get("cluster.long-quiet.upstream_rq_per_try_idle_timeout", 0) == 0
+    status, _ = gateway.get("/v1/chat/completions", JSON, body=b'{"model": "long-quiet", "stream": true}')
+    assert status == 504  # each of the 3 tries abandoned after TRY_IDLE_S, on the only replica
+    assert gateway.envoy.stats()["cluster.long-quiet.upstream_rq_per_try_idle_timeout"] == 3
 
 
 # --- slow clients and bodies ---------------------------------------------------------------------------------

@@ -27,8 +27,11 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
     body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
             "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key in the body
-    assert names == [*header, *(f"{n}-path" for n in header),
-                     *(x for n in body for x in (f"{n}-too-large", n)), "unknown-model", "not-served"]
+    # each model route has an "-unstreamed" twin just before it (see below)
+    assert names == [*(x for n in header for x in (f"{n}-unstreamed", n)),
+                     *(x for n in header for x in (f"{n}-path-unstreamed", f"{n}-path")),
+                     *(x for n in body for x in (f"{n}-too-large", f"{n}-unstreamed", n)),
+                     "unknown-model", "not-served"]
     by_name = {r["name"]: r for r in routes}
     assert [by_name[n]["route"]["cluster"] for n in header] == [
         "assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
@@ -42,6 +45,14 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
         "regex": "^/models/(?i:assistant)/v1/(?:chat/completions|completions|embeddings|models|models/[^/]+)$"}}
     assert by_name["assistant-path"]["route"]["regex_rewrite"] == {"pattern": {"regex": "^/models/[^/]+/"},
                                                                    "substitution": "/"}
+    # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
+    unstreamed = by_name["deep-research-path-unstreamed"]
+    assert unstreamed["match"] == {**by_name["deep-research-path"]["match"], "dynamic_metadata": [
+        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": False}}]}
+    assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
+    assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
+    assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
+        {k: v for k, v in by_name["deep-research-path"]["route"].items() if k != "retry_policy"}
     assert by_name["finance-8b-body"]["match"] == {
         "safe_regex": {"regex": "^/v1/(?:chat/completions|completions|embeddings|models)$"},
         "dynamic_metadata": [{"filter": "aifactory", "path": [{"key": "model"}],
@@ -172,9 +183,12 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
         "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
     strip, jwt, _, body, *_ = _hcm(stack("prod"))["http_filters"]
     assert strip["typed_config"]["mutations"] == {"request_mutations": [{"remove": "x-aifactory-tenant"}]}
-    assert body["typed_config"]["request_rules"] == {"rules": [{
-        "selectors": [{"key": "model"}],
-        "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}}]}
+    assert body["typed_config"]["request_rules"] == {"rules": [
+        {"selectors": [{"key": "model"}],
+         "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}},
+        {"selectors": [{"key": "stream"}],
+         "on_present": {"metadata_namespace": "aifactory", "key": "stream", "type": "PROTOBUF_VALUE"},
+         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}]}
     assert jwt["typed_config"]["providers"] == {"issuer-0": {
         "issuer": "https://example.okta.com/oauth2/aus4aifactoryprod",
         "remote_jwks": {"http_uri": {"uri": "https://example.okta.com/oauth2/aus4aifactoryprod/v1/keys",
