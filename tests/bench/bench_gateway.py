@@ -8,7 +8,9 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    config (SCALED: a 1 s per-try idle timeout, health checks every 0.5 s) so a case takes seconds; the
    shipped defaults are 30 s and 5 s, which scale every wait below by the same factors. Reported: success
    rate, the slowest answer and how many answers took longer than the per-try protection (a retry costs
-   the try idle timeout plus one fast answer). Then a batch flood: one tenant's batch traffic at 3x its
+   the try idle timeout plus one fast answer). The requests are bodyless GETs (the try idle timeout
+   applies); one more case sends non-streamed chat completions, whose tries may last timeoutSeconds, so
+   a request caught by the hang waits that long. Then a batch flood: one tenant's batch traffic at 3x its
    bucket next to its interactive traffic.
 2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate
    limit, retries, access log, tracing) in front of a second Envoy that answers every request itself
@@ -200,8 +202,9 @@ def _failure_raw(issuer: Issuer) -> dict[str, Any]:
 
 
 def _load(port: int, headers: dict[str, str], rate: int, seconds: float, at: float,
-          fault: Callable[[], None]) -> list[tuple[int, float]]:
-    """(status, latency s) of rate x seconds GETs paced from now; `fault` runs `at` seconds in."""
+          fault: Callable[[], None], body: bytes | None = None) -> list[tuple[int, float]]:
+    """(status, latency s) of rate x seconds requests (GET /v1/models, or POST /v1/chat/completions with
+    `body`) paced from now; `fault` runs `at` seconds in."""
     local = threading.local()
     start = time.perf_counter() + 0.05
     total = int(rate * seconds)
@@ -214,7 +217,8 @@ def _load(port: int, headers: dict[str, str], rate: int, seconds: float, at: flo
         local.conn = conn
         t0 = time.perf_counter()
         try:
-            status = _request(conn, "GET", "/v1/models", headers, None)
+            status = (_request(conn, "GET", "/v1/models", headers, None) if body is None else
+                      _request(conn, "POST", "/v1/chat/completions", headers, body))
         except (OSError, http.client.HTTPException):
             conn.close()
             local.conn = None
@@ -230,9 +234,13 @@ def _load(port: int, headers: dict[str, str], rate: int, seconds: float, at: flo
         timer.cancel()
 
 
-def failure_case(tmp: Path, name: str, bad: list[Behaviour]) -> tuple[str, str]:
+def failure_case(tmp: Path, name: str, bad: list[Behaviour], *, unstreamed: bool = False) -> tuple[str, str]:
+    """`unstreamed`: the requests are non-streamed chat completions (their tries may last timeoutSeconds)."""
     issuer = Issuer(ISSUER)
-    cfg = parse(_failure_raw(issuer), stack="dev")
+    raw = _failure_raw(issuer)
+    if unstreamed:
+        raw["models"][MODEL]["timeoutSeconds"] = UNSTREAMED_TIMEOUT_S
+    cfg = parse(raw, stack="dev")
     with ExitStack() as stack:
         replicas = [stack.enter_context(FakeBackend(f"r{i}", Behaviour.OK, delay=SLOW_DELAY_S)) for i in range(3)]
         admin, listener = free_port(), free_port()
@@ -247,8 +255,9 @@ def failure_case(tmp: Path, name: str, bad: list[Behaviour]) -> tuple[str, str]:
             for replica, behaviour in zip(replicas[1:], bad, strict=False):
                 replica.behaviour = behaviour
 
-        results = _load(listener, {"x-model": MODEL, **issuer.bearer("demo")}, FAILURE_RATE, FAILURE_SECONDS,
-                        FAULT_AT_S, fault)
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        results = _load(listener, {"x-model": MODEL, "content-type": "application/json", **issuer.bearer("demo")},
+                        FAILURE_RATE, FAILURE_SECONDS, FAULT_AT_S, fault, body if unstreamed else None)
         stats = envoy.stats()
     codes = Counter(s for s, _ in results)
     latencies = sorted(t for _, t in results)
@@ -297,6 +306,8 @@ def batch_flood(tmp: Path) -> tuple[str, str]:
             f"{sum(b.values())} ({FLOOD_BATCH_RATE} req/s)  buckets {FLOOD_BUCKET} req/s each")
 
 
+UNSTREAMED_TIMEOUT_S = 2.0  # the model's timeoutSeconds in the non-streamed case (scaled like the try idle)
+
 CASES = {
     "1 of 3 hangs": [Behaviour.HANG],
     "2 of 3 hang": [Behaviour.HANG, Behaviour.HANG],
@@ -309,6 +320,8 @@ def run() -> list[tuple[str, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [failure_case(Path(tmp), f"case{i}", bad) for i, bad in enumerate(CASES.values())]
         rows = [(name, figure) for name, (_, figure) in zip(CASES, rows, strict=True)]
+        rows.append((f"1 of 3 hangs, non-streamed POSTs (timeout {UNSTREAMED_TIMEOUT_S:g} s)",
+                     failure_case(Path(tmp), "unstreamed", [Behaviour.HANG], unstreamed=True)[1]))
         rows.append(batch_flood(Path(tmp)))
         rows.append(("  (scaled)", f"per-try idle {TRY_IDLE_S:g} s, health checks every "
                                    f"{SCALED['healthCheck']['intervalSeconds']} s; faults start {FAULT_AT_S:g} s in"))
