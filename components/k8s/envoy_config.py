@@ -357,6 +357,9 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     requests without a JSON body keep `tryIdleTimeoutSeconds`."""
     out = copy.deepcopy(route)
     out["name"] = f"{route['name']}-unstreamed"
+    # only a POST carries a generation request (a bodyless GET with a JSON content type also "lacks" stream)
+    out["match"]["headers"] = [*route["match"].get("headers", []),
+                               {"name": ":method", "string_match": {"exact": "POST"}}]
     out["match"]["dynamic_metadata"] = [*route["match"].get("dynamic_metadata", []), {
         "filter": METADATA_NAMESPACE, "path": [{"key": BODY_STREAM_KEY}],
         "value": {"bool_match": False}}]

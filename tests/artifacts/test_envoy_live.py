@@ -440,6 +440,9 @@ def test_a_non_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(g
     status, _ = gateway.get("/v1/chat/completions", JSON, body=b'{"model": "long-quiet", "stream": true}')
     assert status == 504  # each of the 3 tries abandoned after TRY_IDLE_S, on the only replica
     assert gateway.envoy.stats()["cluster.long-quiet.upstream_rq_per_try_idle_timeout"] == 3
+    # a bodyless GET is no generation: the try idle timeout applies, JSON content type or not
+    assert gateway.get("/v1/models", {**JSON, "x-model": "long-quiet"})[0] == 504
+    assert gateway.envoy.stats()["cluster.long-quiet.upstream_rq_per_try_idle_timeout"] == 6
 
 
 # --- slow clients and bodies ---------------------------------------------------------------------------------

@@ -256,6 +256,7 @@ def failure_case(tmp: Path, name: str, bad: list[Behaviour], *, unstreamed: bool
                 replica.behaviour = behaviour
 
         body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        # every request says content-type: application/json (as OpenAI clients do), bodyless GETs too
         results = _load(listener, {"x-model": MODEL, "content-type": "application/json", **issuer.bearer("demo")},
                         FAILURE_RATE, FAILURE_SECONDS, FAULT_AT_S, fault, body if unstreamed else None)
         stats = envoy.stats()

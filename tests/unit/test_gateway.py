@@ -48,7 +48,8 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
     unstreamed = by_name["deep-research-path-unstreamed"]
     assert unstreamed["match"] == {**by_name["deep-research-path"]["match"], "dynamic_metadata": [
-        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": False}}]}
+        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": False}}],
+        "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
     assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
     assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
     assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
