@@ -141,6 +141,7 @@ DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry 
 # ci/Dockerfile-envoy), used to check the issuers' JWKS servers
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 DNS_CLUSTER_TYPE = "envoy.cluster.dns"
+JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8")
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 
 _T = "type.googleapis.com/envoy."
@@ -368,10 +369,11 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
 
 
 def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
-    """413 for a body route's requests past the model's limit.
+    """413 for a route's requests past the model's limit.
 
-    A body-routed request is routed after the gateway buffered it (and set its content-length), at the
-    largest limit of any model, so its own model's limit is checked here, by the route."""
+    A JSON request is routed again once the gateway has buffered it (and set its content-length), at the
+    largest limit of any model (json_to_metadata holds the per-route buffer filter until then), so its
+    model's limit is checked here, by the route; other requests also meet the per-route buffer filter."""
     match = copy.deepcopy(route["match"])
     match["headers"] = [*match.get("headers", []), {"name": "content-length", "invert_match": True, "range_match": {
         "start": 0, "end": model.max_request_bytes + 1}}]
@@ -406,15 +408,15 @@ def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
             del r["match"]["headers"]
-    by_body = [x for r in by_body for x in (_too_large(r, cfg.models[r["route"]["cluster"]]), r)]
-    by_header, by_path, by_body = ([x for r in rs for x in ((_unstreamed(r, cfg.models[r["route"]["cluster"]]), r)
-                                                            if "route" in r else (r,))]
-                                   for rs in (by_header, by_path, by_body))
+    # each model route after its 413 and non-streamed twins
+    with_twins = [x for r in (*by_header, *by_path, *by_body)
+                  for x in (_too_large(r, cfg.models[r["route"]["cluster"]]),
+                            _unstreamed(r, cfg.models[r["route"]["cluster"]]), r)]
     known = ", ".join(w.name for w in ws) or "(none)"
     apis = sorted({a for apis_ in OPENAI_APIS.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
                f"\"model\", on a path its engine serves; models: {known}\n")
-    return [*by_header, *by_path, *by_body,
+    return [*with_twins,
             _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/v1/(?:{'|'.join(apis)})$")}, unknown),
             _not_found("not-served", {"prefix": "/"},
                        f"not served: the gateway routes only /v1/{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
@@ -519,7 +521,10 @@ def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
              "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY,
                             "type": "PROTOBUF_VALUE"},  # a JSON boolean stays a boolean
              "on_missing": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY, "value": False}},
-        ]}}}
+        ],
+            # compared exactly (the default is application/json alone): what OpenAI SDKs and other clients send
+            "allow_content_types": list(JSON_CONTENT_TYPES),
+            "allow_empty_content_type": True}}}
     body_limit = {"name": BODY_LIMIT_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
     rbac = {"name": "envoy.filters.http.rbac", "typed_config": {

@@ -188,6 +188,10 @@ def test_body_model_routes_unmodified_openai_clients(gateway: Gateway) -> None:
     assert (status, body["backend"]) == (200, "chat-batch-0")
     status, body = gateway.get("/v1/chat/completions", JSON, body=_chat("chat-batch"))  # a model's own key
     assert (status, body["backend"]) == (200, "chat-batch-0")
+    for content_type in ("application/json; charset=utf-8", None):  # what other clients send, or nothing
+        headers = {"content-type": content_type} if content_type else {}
+        status, body = gateway.get("/v1/embeddings", headers, body=_chat("embed"))
+        assert (status, body["backend"]) == (200, "embed-0"), content_type
     status, body = gateway.get("/v1/chat/completions", JSON, body=_chat("nope"))
     assert status == 404 and body["text"].startswith("unknown model: name one in header x-model")
 
@@ -498,8 +502,9 @@ def test_bodies_past_the_models_limit_get_413(gateway: Gateway) -> None:
     before = gateway.hits("embed")
     status, _ = gateway.get("/v1/embeddings", {"x-model": "embed"}, body=b"x" * (BODY_LIMIT + 1))
     assert status == 413
-    padded = json.dumps({"model": "embed", "input": "x" * BODY_LIMIT}).encode()  # routed by the body
-    assert gateway.get("/v1/embeddings", JSON, body=padded)[0] == 413
+    padded = json.dumps({"model": "embed", "input": "x" * BODY_LIMIT}).encode()
+    assert gateway.get("/v1/embeddings", JSON, body=padded)[0] == 413  # routed by the body
+    assert gateway.get("/v1/embeddings", {**JSON, "x-model": "embed"}, body=padded)[0] == 413  # by the header
     assert gateway.hits("embed") == before
     status, body = gateway.get("/v1/embeddings", {"x-model": "embed"}, body=b"x" * BODY_LIMIT)
     assert (status, body["body_bytes"]) == (200, BODY_LIMIT)

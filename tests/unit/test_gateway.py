@@ -27,10 +27,9 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
     body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
             "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key in the body
-    # each model route has an "-unstreamed" twin just before it (see below)
-    assert names == [*(x for n in header for x in (f"{n}-unstreamed", n)),
-                     *(x for n in header for x in (f"{n}-path-unstreamed", f"{n}-path")),
-                     *(x for n in body for x in (f"{n}-too-large", f"{n}-unstreamed", n)),
+    # each model route comes after its 413 and non-streamed twins (see below)
+    assert names == [*(x for n in (*header, *(f"{h}-path" for h in header), *body)
+                       for x in (f"{n}-too-large", f"{n}-unstreamed", n)),
                      "unknown-model", "not-served"]
     by_name = {r["name"]: r for r in routes}
     assert [by_name[n]["route"]["cluster"] for n in header] == [
@@ -189,7 +188,10 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
          "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}},
         {"selectors": [{"key": "stream"}],
          "on_present": {"metadata_namespace": "aifactory", "key": "stream", "type": "PROTOBUF_VALUE"},
-         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}]}
+         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}],
+        "allow_content_types": ["application/json", "application/json; charset=utf-8",
+                                "application/json;charset=utf-8"],
+        "allow_empty_content_type": True}
     assert jwt["typed_config"]["providers"] == {"issuer-0": {
         "issuer": "https://example.okta.com/oauth2/aus4aifactoryprod",
         "remote_jwks": {"http_uri": {"uri": "https://example.okta.com/oauth2/aus4aifactoryprod/v1/keys",
