@@ -52,6 +52,9 @@ __all__ = [
     "Retries",
     "OutlierDetection",
     "CircuitBreakers",
+    "GatewayAuth",
+    "JwtIssuer",
+    "HealthCheck",
     "ObservabilitySettings",
     "WorkflowSlo",
     "SecretRef",
@@ -75,6 +78,9 @@ POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by
 GPU_TAINT_KEY = "nvidia.com/gpu"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
+MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
+DEFAULT_TRY_IDLE_SECONDS = 30.0
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
@@ -262,6 +268,10 @@ class InfinibandSettings:
 class RateLimit:
     requests_per_second: int = 50  # default: 50
     burst: int = 100  # default: 100
+    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
+    # the interactive one
+    batch_requests_per_second: int = 50  # default: requestsPerSecond
+    batch_burst: int = 100  # default: burst
 
 
 @dataclass(frozen=True, slots=True)
@@ -273,6 +283,7 @@ class Tenant:
     memory_quota: str = "0Gi"  # default: as cpuQuota
     mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
     rate_limit: RateLimit = field(default_factory=RateLimit)
+    share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,6 +336,11 @@ class Model:
     callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
     cache_gib: int = 200  # default: 200 GiB model cache PVC
     startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
+    max_request_bytes: int = 8 * 1024 * 1024  # default: 8 MiB request body through the gateway (413 past it)
+    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
+    # the try and retries on another replica; a streamed generation resets it with every token, and requests
+    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
+    try_idle_timeout_seconds: float = 30.0  # default: min(timeoutSeconds, 30)
 
     @property
     def multi_node(self) -> bool:
@@ -340,7 +356,7 @@ class Model:
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    attempts: int = 2  # default: 2 retries on connect-failure, reset and 503
+    attempts: int = 2  # default: 2 retries (connect failure, reset, 500/502/503/504, a try idle too long)
     budget_percent: float = 20.0  # default: retries may add at most 20% to active requests
 
 
@@ -349,7 +365,9 @@ class OutlierDetection:
     consecutive_5xx: int = 3  # default: eject a backend after 3 consecutive 5xx
     interval_seconds: float = 2.0  # default: 2 s between ejection sweeps
     base_ejection_seconds: float = 30.0  # default: 30 s
-    max_ejection_percent: int = 50  # default: 50
+    max_ejection_percent: int = 67  # default: 67 (2 of 3 replicas; never the last one of 3)
+    # below this share of healthy replicas Envoy balances over all of them (its panic mode)
+    panic_threshold_percent: float = 30.0  # default: 30 (1 healthy replica of 3 still takes all traffic)
 
 
 @dataclass(frozen=True, slots=True)
@@ -357,6 +375,27 @@ class CircuitBreakers:
     max_connections: int = 4096  # default: 4096
     max_pending_requests: int = 2048  # default: 2048
     max_requests: int = 4096  # default: 4096
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    interval_seconds: float = 5.0  # default: 5 s
+    timeout_seconds: float = 2.0  # default: 2 s
+    unhealthy_threshold: int = 2  # default: 2 failed checks take a replica out
+    healthy_threshold: int = 2  # default: 2 passed checks bring it back
+
+
+@dataclass(frozen=True, slots=True)
+class JwtIssuer:
+    issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
+    jwks_uri: str  # where its signing keys are published (https://...)
+    audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAuth:
+    issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
+    tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
 
 
 @dataclass(frozen=True, slots=True)
@@ -369,6 +408,12 @@ class GatewaySettings:
     retries: Retries = field(default_factory=Retries)
     outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
     circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
+    auth: GatewayAuth = field(default_factory=GatewayAuth)
+    health_check: HealthCheck = field(default_factory=HealthCheck)
+    request_headers_timeout_seconds: float = 10.0  # default: 10 s to receive a request's headers (408 past it)
+    request_timeout_seconds: float = 60.0  # default: 60 s to receive a whole request, body included (408)
+    stream_idle_timeout_seconds: float = 30.0  # default: 30 s; routes to a model use its timeoutSeconds instead
+    idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
 
 
 @dataclass(frozen=True, slots=True)
@@ -988,7 +1033,7 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
-    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit")
+    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
     for key in d:
         if key not in allowed:
             r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
@@ -999,8 +1044,10 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
                      f"{path}.namespace to a namespace of its own")
     quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
     rl_path = f"{path}.rateLimit"
-    rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst"))
+    rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst", "batchRequestsPerSecond",
+                                                        "batchBurst"))
     rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
+    burst = r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)
     return Tenant(
         name=name,
         namespace=ns,
@@ -1010,7 +1057,9 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
         memory_quota=r.value(d, "memoryQuota", path, str, "0Gi",
                              check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
         mig_quota=_mig_quota(r, d, path),
-        rate_limit=RateLimit(rps, r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)),
+        rate_limit=RateLimit(rps, burst, r.value(rld, "batchRequestsPerSecond", rl_path, int, rps, minimum=1),
+                             r.value(rld, "batchBurst", rl_path, int, burst, minimum=1)),
+        share_with=r.strings(d, "shareWith", path, check=_dns_label),
     )
 
 
@@ -1100,7 +1149,8 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
 
 _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
-               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds")
+               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
+               "maxRequestBytes", "tryIdleTimeoutSeconds")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -1195,6 +1245,11 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     slo = ModelSlo(r.value(sd_, "ttftSeconds", sp_, float, 0.5, minimum=0.001),
                    r.value(sd_, "interTokenSeconds", sp_, float, 0.05, minimum=0.001),
                    r.value(sd_, "e2eSeconds", sp_, float, 20.0, minimum=0.01))
+    timeout = r.value(d, "timeoutSeconds", path, float, 60.0, minimum=0.1, maximum=3600)
+    try_idle = r.value(d, "tryIdleTimeoutSeconds", path, float, min(timeout, DEFAULT_TRY_IDLE_SECONDS), minimum=0.01)
+    if try_idle > timeout:
+        r.fail(f"{path}.tryIdleTimeoutSeconds", f"{try_idle:g} is longer than timeoutSeconds {timeout:g}; "
+                                                f"use at most {timeout:g}")
     if None in (engine, model_id, tenant, pool_name):
         return None
     return Model(
@@ -1207,13 +1262,16 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         speculative=spec, replicas=replicas,
         workload=r.value(d, "workload", path, str, name, check=_dns_label),
         priority=r.value(d, "priority", path, str, "interactive", choices=("interactive", "batch")),
-        timeout_seconds=r.value(d, "timeoutSeconds", path, float, 60.0, minimum=0.1, maximum=3600),
+        timeout_seconds=timeout,
         slo=slo,
         callers=r.strings(d, "callers", path),
         cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
         startup_budget_seconds=r.value(d, "startupBudgetSeconds", path, int, DEFAULT_STARTUP_BUDGET_SECONDS,
                                        minimum=60, maximum=86400),
         gpus_per_node_hint=per_node,
+        max_request_bytes=r.value(d, "maxRequestBytes", path, int, DEFAULT_MAX_REQUEST_BYTES, minimum=1024,
+                                  maximum=MAX_REQUEST_BYTES_LIMIT),
+        try_idle_timeout_seconds=try_idle,
     )
 
 
@@ -1248,14 +1306,17 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     p = "gateway"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "minReplicas", "maxReplicas", "serviceType",
                                                       "connectTimeoutSeconds", "retries", "outlierDetection",
-                                                      "circuitBreakers"))
+                                                      "circuitBreakers", "auth", "healthCheck",
+                                                      "requestHeadersTimeoutSeconds", "requestTimeoutSeconds",
+                                                      "streamIdleTimeoutSeconds", "idleTimeoutSeconds"))
     lo = r.value(d, "minReplicas", p, int, 2, minimum=1)
     hi = r.value(d, "maxReplicas", p, int, max(lo, 6), minimum=1)
     if lo > hi:
         r.fail(f"{p}.minReplicas", f"{lo} is greater than maxReplicas {hi}")
     rd = r.mapping((d or {}).get("retries") or {}, f"{p}.retries", ("attempts", "budgetPercent"))
     od = r.mapping((d or {}).get("outlierDetection") or {}, f"{p}.outlierDetection",
-                   ("consecutive5xx", "intervalSeconds", "baseEjectionSeconds", "maxEjectionPercent"))
+                   ("consecutive5xx", "intervalSeconds", "baseEjectionSeconds", "maxEjectionPercent",
+                    "panicThresholdPercent"))
     cd = r.mapping((d or {}).get("circuitBreakers") or {}, f"{p}.circuitBreakers",
                    ("maxConnections", "maxPendingRequests", "maxRequests"))
     return GatewaySettings(
@@ -1270,11 +1331,61 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
             r.value(od, "consecutive5xx", f"{p}.outlierDetection", int, 3, minimum=1),
             r.value(od, "intervalSeconds", f"{p}.outlierDetection", float, 2.0, minimum=0.1),
             r.value(od, "baseEjectionSeconds", f"{p}.outlierDetection", float, 30.0, minimum=0.1),
-            r.value(od, "maxEjectionPercent", f"{p}.outlierDetection", int, 50, minimum=1, maximum=100)),
+            r.value(od, "maxEjectionPercent", f"{p}.outlierDetection", int, 67, minimum=1, maximum=100),
+            r.value(od, "panicThresholdPercent", f"{p}.outlierDetection", float, 30.0, minimum=0, maximum=100)),
         circuit_breakers=CircuitBreakers(
             r.value(cd, "maxConnections", f"{p}.circuitBreakers", int, 4096, minimum=1),
             r.value(cd, "maxPendingRequests", f"{p}.circuitBreakers", int, 2048, minimum=1),
             r.value(cd, "maxRequests", f"{p}.circuitBreakers", int, 4096, minimum=1)),
+        auth=_gateway_auth(r, (d or {}).get("auth")),
+        health_check=_health_check(r, (d or {}).get("healthCheck")),
+        request_headers_timeout_seconds=r.value(d, "requestHeadersTimeoutSeconds", p, float, 10.0, minimum=0.01,
+                                                maximum=3600),
+        request_timeout_seconds=r.value(d, "requestTimeoutSeconds", p, float, 60.0, minimum=0.01, maximum=3600),
+        stream_idle_timeout_seconds=r.value(d, "streamIdleTimeoutSeconds", p, float, 30.0, minimum=0.01,
+                                            maximum=3600),
+        idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
+    )
+
+
+def _https_url(value: str) -> str | None:
+    return None if re.match(r"^https://[^/\s:]+(:\d+)?(/\S*)?$", value) else "is not an https:// URL"
+
+
+def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
+    p = "gateway.auth"
+    d = r.mapping(raw if raw is not None else {}, p, ("issuers", "tenantClaim"))
+    issuers: list[JwtIssuer] = []
+    seen: set[str] = set()
+    raw_issuers = r.value(d, "issuers", p, list, [])
+    for i, item in enumerate(raw_issuers):
+        ip = f"{p}.issuers[{i}]"
+        idd = r.mapping(item, ip, ("issuer", "jwksUri", "audiences"))
+        if idd is None:
+            continue
+        issuer = r.value(idd, "issuer", ip, str, check=lambda v: None if v.strip() else "is empty")
+        jwks = r.value(idd, "jwksUri", ip, str, check=_https_url)
+        if issuer in seen:
+            r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
+        elif issuer is not None and jwks is not None:
+            issuers.append(JwtIssuer(issuer, jwks, r.strings(idd, "audiences", ip)))
+        if issuer is not None:
+            seen.add(issuer)
+    return GatewayAuth(tuple(issuers), r.value(d, "tenantClaim", p, str, "tenant",
+                                               check=lambda v: None if re.match(r"^[A-Za-z0-9_:.-]+$", v)
+                                               else "is not a claim name (letters, digits, _ : . -)"))
+
+
+def _health_check(r: _Reader, raw: Any) -> HealthCheck:
+    p = "gateway.healthCheck"
+    d = r.mapping(raw if raw is not None else {}, p, ("intervalSeconds", "timeoutSeconds", "unhealthyThreshold",
+                                                      "healthyThreshold"))
+    interval = r.value(d, "intervalSeconds", p, float, 5.0, minimum=0.01, maximum=300)
+    return HealthCheck(
+        interval_seconds=interval,
+        timeout_seconds=r.value(d, "timeoutSeconds", p, float, min(2.0, interval), minimum=0.01, maximum=interval),
+        unhealthy_threshold=r.value(d, "unhealthyThreshold", p, int, 2, minimum=1, maximum=10),
+        healthy_threshold=r.value(d, "healthyThreshold", p, int, 2, minimum=1, maximum=10),
     )
 
 
@@ -1518,6 +1629,11 @@ def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mappin
             r.fail(f"models.{ms[1].name}.workload", f"{workload!r} already has a {priority} model ({names}); "
                                                    "a workload has at most one interactive and one batch model")
     for t in tenants.values():
+        for i, other in enumerate(t.share_with):
+            if other not in tenants or other == t.name:
+                r.fail(f"tenants.{t.name}.shareWith[{i}]",
+                       f"{other!r} is not another tenant; other tenants: "
+                       f"{', '.join(sorted(set(tenants) - {t.name})) or '(none)'}")
         need = sum(m.replicas.max * (m.gpus_per_replica if m.mig_profile is None else 0)
                    for m in models.values() if m.tenant == t.name)
         if need > t.gpu_quota:

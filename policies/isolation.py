@@ -112,6 +112,28 @@ def _allow_nothing(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
                             "allow-nothing AuthorizationPolicy")
 
 
+def _gateway_posture(resources: Sequence[Any], cfg: dict[str, Any]) -> Found:
+    """Gateway namespaces the stack creates: default-deny both ways and an allow-nothing policy, as tenants."""
+    denied: dict[str, set[str]] = {}
+    for ns, policies in _in_namespace(resources, "networking.k8s.io", "NetworkPolicy").items():
+        for p in policies:
+            denied.setdefault(ns, set()).update(denied_directions(p))
+    allow_nothing = {ns for ns, objs in _in_namespace(resources, ISTIO_SECURITY, "AuthorizationPolicy").items()
+                     if any(is_allow_nothing(o) for o in objs)}
+    gateways = set(cfg[GATEWAY_NAMESPACES.name])
+    out: Found = []
+    for r in resources:
+        if r.resource_type != kube.NAMESPACE or (ns := kube.name_of(r.props)) not in gateways:
+            continue
+        missing = sorted({"Ingress", "Egress"} - denied.get(ns, set()))
+        if missing:
+            out.append((f"gateway namespace {ns!r} has no default-deny NetworkPolicy for {' and '.join(missing)}",
+                        r.urn))
+        if ns not in allow_nothing:
+            out.append((f"gateway namespace {ns!r} has no allow-nothing AuthorizationPolicy", r.urn))
+    return out
+
+
 def limits_gpus(props: Mapping[str, Any]) -> bool:
     return f"requests.{kube.GPU_RESOURCE}" in ((props.get("spec") or {}).get("hard") or {})
 
@@ -334,6 +356,16 @@ POLICIES = [
         remediation="Create an AuthorizationPolicy with an empty spec ({}) in the namespace; allow callers with "
                     "further ALLOW policies that name their principals.",
         check=_allow_nothing, settings=(PLATFORM_NAMESPACES,),
+    ),
+    stack_policy(
+        name="gateway-namespace-default-deny",
+        description="Every gateway namespace denies all traffic by default (NetworkPolicy both ways and an "
+                    "allow-nothing Istio AuthorizationPolicy), like a tenant namespace.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Create a NetworkPolicy with podSelector: {} and policyTypes [Ingress, Egress] and no rules, "
+                    "and an AuthorizationPolicy with an empty spec, in the namespace (components.k8s.gateway "
+                    "does both); allow the listener, Prometheus, models, DNS, istiod and the Collector explicitly.",
+        check=_gateway_posture, settings=(GATEWAY_NAMESPACES,),
     ),
     stack_policy(
         name="tenant-gpu-quota",

@@ -1,55 +1,99 @@
 """The Envoy inference gateway's bootstrap, built from PlatformConfig by pure functions.
 
-One cluster per model (its headless Service: Envoy sees every replica, balances by LEAST_REQUEST and
-ejects bad replicas by outlier detection). Routes, per API model ("workload"):
+One cluster per model (its headless Service: Envoy sees every replica). Requests pass, in order:
 
-    x-model: <workload>               -> the workload's interactive model (or its only model)
-    x-model: <workload> + x-priority: batch -> the workload's batch model, when it declares one
-    /models/<workload>/...            -> the same, with the prefix rewritten to /
-    anything else                     -> 404 naming the models
+    header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it)
+    jwt_authn         401 without a valid token of a configured issuer; the tenant claim -> x-aifactory-tenant
+    buffer            the whole body is received before anything goes upstream (slow senders pin no model)
+    json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it)
+    buffer (per route) 413 past the routed model's `maxRequestBytes`
+    rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
+    local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
+    router
 
-Retries on connect-failure, reset and 503 go to another replica, bounded by a retry budget; the route
-timeout is the model's `timeoutSeconds`; each tenant's requests share one token bucket
-(`tenants.X.rateLimit`, per gateway replica) and get 429 past it. Access logs are JSON on stdout with
-the request id and upstream timing; traces go to the OpenTelemetry Collector over OTLP gRPC. The admin
-interface listens on 127.0.0.1 only; a separate stats listener exposes just /stats/prometheus and
-/ready to Prometheus and the kubelet.
+Routing, per API model ("workload"), first match wins (header > path > body):
 
-`rebind()` points a built bootstrap at other addresses (tests, local runs against port-forwards).
+    x-model: <workload> [+ x-priority: batch]       on /v1/<api> or /models/<any>/v1/<api>
+    /models/<workload>/v1/<api> [+ x-priority: batch] (the prefix is rewritten away)
+    body {"model": "<workload>" | "<model key>"}    on /v1/<api>
+    anything else                                   404 saying what is routable
+
+Header and path names and priorities are case-insensitive; the body's `model` is exact (the engine compares
+it with its served names exactly). <api> is only what the model's engine serves of the OpenAI API
+(`OPENAI_APIS`). Paths are normalised (RFC 3986 dot segments, merged slashes; escaped slashes rejected)
+before matching.
+
+Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
+first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
+failures, resets and 500/502/503/504, bounded by a retry budget; a streamed generation resets the idle
+timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
+stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
+the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
+engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
+(up to `maxEjectionPercent`, 2 of 3); the panic threshold keeps the last healthy replicas in service;
+LEAST_REQUEST with a full scan keeps traffic off slow replicas. The route's idle timeout is the model's
+`timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
+
+Access logs are JSON on stdout with the request id, the caller's tenant and upstream timing; per calling
+tenant request stats come from virtual clusters `caller-<tenant>`; traces go to the OpenTelemetry
+Collector over OTLP gRPC. The admin interface listens on 127.0.0.1 only; a separate stats listener
+exposes just /stats/prometheus and /ready to Prometheus and the kubelet.
+
+Envoy API references (v1.40): HttpConnectionManager
+https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto
+RouteAction/RetryPolicy https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/route/v3/route_components.proto
+JwtAuthentication https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/jwt_authn/v3/config.proto
+JsonToMetadata https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/json_to_metadata/v3/json_to_metadata.proto
+Cluster (health checks, outlier detection, LB) https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto
+
+`rebind()` points a built bootstrap at other addresses and local JWKS (tests, local runs).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from components.k8s import naming
 from infra.artifacts import dump_yaml
-from infra.config import Model, PlatformConfig
+from infra.config import JwtIssuer, Model, PlatformConfig
 
 __all__ = [
     "MODEL_HEADER",
     "PRIORITY_HEADER",
+    "TENANT_HEADER",
     "TENANT_DESCRIPTOR",
+    "PRIORITY_DESCRIPTOR",
     "ROUTE_PREFIX",
     "METADATA_NAMESPACE",
+    "BODY_MODEL_KEY",
+    "OPENAI_APIS",
+    "HEALTH_PATHS",
+    "RETRIABLE_STATUS_CODES",
+    "BODY_LIMIT_FILTER",
     "COLLECTOR_CLUSTER",
     "ADMIN_CLUSTER",
     "DEFAULT_UNROUTED_RPS",
     "DEFAULT_DNS_REFRESH_SECONDS",
     "DEFAULT_MIN_RETRY_CONCURRENCY",
     "DEFAULT_MAX_DOWNSTREAM_CONNECTIONS",
+    "DEFAULT_JWKS_CACHE_SECONDS",
     "Workload",
     "workloads",
     "model_host",
     "collector_host",
     "model_cluster",
     "collector_cluster",
+    "jwks_cluster",
     "admin_cluster",
     "routes",
+    "jwt_filter",
     "rate_limit_filter",
+    "http_filters",
     "gateway_listener",
     "stats_listener",
     "bootstrap",
@@ -59,17 +103,45 @@ __all__ = [
 
 MODEL_HEADER = "x-model"
 PRIORITY_HEADER = "x-priority"
+TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim; sent to the model
 TENANT_DESCRIPTOR = "tenant"
+PRIORITY_DESCRIPTOR = "priority"
 ROUTE_PREFIX = "/models/"
-METADATA_NAMESPACE = "aifactory"  # route metadata: {aifactory: {tenant: <name>}}
+METADATA_NAMESPACE = "aifactory"  # route metadata {aifactory: {tenant, priority}}; body model: dynamic metadata
+BODY_MODEL_KEY = "model"  # dynamic metadata aifactory.model: the OpenAI request body's "model"
+BODY_STREAM_KEY = "stream"  # dynamic metadata aifactory.stream: the body's "stream" (false when absent)
+BODY_LIMIT_FILTER = "aifactory.body_limit"  # the per-route buffer filter instance (413 past the model's limit)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
+# The OpenAI-compatible paths (under /v1/) each engine serves, as RE2 alternatives; nothing else is routable.
+# vLLM's OpenAI server: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models
+# (vllm-project/vllm vllm/entrypoints/openai/api_server.py). Triton's OpenAI front end also serves
+# /v1/models/{model_name} (triton-inference-server/server python/openai/openai_frontend/frontend/fastapi/routers/
+# chat.py, completions.py, embeddings.py, models.py).
+OPENAI_APIS = {
+    "vllm": ("chat/completions", "completions", "embeddings", "models"),
+    "triton": ("chat/completions", "completions", "embeddings", "models", "models/[^/]+"),
+}
+# What each engine answers on the model port when it can serve (the kit's liveness/readiness probes use the
+# same paths: components.k8s.serving): vLLM's /health fails when its engine is dead; Triton's KServe v2 ready.
+HEALTH_PATHS = {"vllm": "/health", "triton": "/v2/health/ready"}
+# 500 too: an LLM inference request has no side effect but its cost, and a replica whose engine died answers
+# 500 to every request (vLLM's EngineDeadError) until it is replaced.
+RETRIABLE_STATUS_CODES = (500, 502, 503, 504)
 DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match no model: 404s, scans
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
 DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
+DEFAULT_JWKS_CACHE_SECONDS = 600  # how long fetched signing keys are used before they are fetched again
+DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
+DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry still checked on every use)
+# The CA bundle of the Envoy image (its Ubuntu stage installs ca-certificates: envoyproxy/envoy
+# ci/Dockerfile-envoy), used to check the issuers' JWKS servers
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+DNS_CLUSTER_TYPE = "envoy.cluster.dns"
+JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8")
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 
 _T = "type.googleapis.com/envoy."
@@ -80,7 +152,10 @@ _ACCESS_LOG_FORMAT = {
     "trace_id": "%TRACE_ID%",
     "method": "%REQ(:METHOD)%",
     "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+    "caller_tenant": f"%REQ({TENANT_HEADER.upper()})%",
     "model": "%REQ(X-MODEL)%",
+    "body_model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_MODEL_KEY})%",
+    "stream": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_STREAM_KEY})%",
     "priority": "%REQ(X-PRIORITY)%",
     "route": "%ROUTE_NAME%",
     "status": "%RESPONSE_CODE%",
@@ -139,11 +214,16 @@ def _address(host: str, port: int) -> dict[str, Any]:
 
 
 def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> dict[str, Any]:
+    """Every address the name resolves to is a host (a headless Service: every replica), re-resolved often.
+
+    The DNS cluster extension: Cluster.dns_refresh_rate (type STRICT_DNS) is deprecated in 1.40
+    (https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/clusters/dns/v3/dns_cluster.proto)."""
     return {
         "name": name,
-        "type": "STRICT_DNS",
-        "dns_lookup_family": "V4_ONLY",
-        "dns_refresh_rate": _seconds(DEFAULT_DNS_REFRESH_SECONDS),
+        "cluster_type": {"name": DNS_CLUSTER_TYPE, "typed_config": {
+            "@type": _T + "extensions.clusters.dns.v3.DnsCluster",
+            "dns_refresh_rate": _seconds(DEFAULT_DNS_REFRESH_SECONDS),
+            "dns_lookup_family": "V4_ONLY"}},
         "connect_timeout": _seconds(connect_timeout),
         "load_assignment": {"cluster_name": name,
                             "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]},
@@ -152,11 +232,22 @@ def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> 
 
 def model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     gw = cfg.gateway
-    cb, od = gw.circuit_breakers, gw.outlier_detection
+    cb, od, hc = gw.circuit_breakers, gw.outlier_detection, gw.health_check
     return {
         **_dns_cluster(model.name, model_host(cfg, model), naming.MODEL_HTTP_PORT,
                        connect_timeout=gw.connect_timeout_seconds),
-        "lb_policy": "LEAST_REQUEST",
+        # Full scan: the replica with the fewest requests in flight, ties broken at random; a slow replica
+        # holds its requests longer, so it is picked only when it has no more in flight than the others.
+        "load_balancing_policy": {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                             "selection_method": "FULL_SCAN"}}}]},
+        # Below the threshold Envoy balances over every replica, healthy or not (its panic mode): the floor
+        # that keeps a model up when its health endpoint fails everywhere.
+        # Host health changes are applied at once: with the default 1 s merge window a second ejection right
+        # after the first waits up to a second while the replica keeps taking (and failing) requests.
+        "common_lb_config": {"healthy_panic_threshold": {"value": od.panic_threshold_percent},
+                             "update_merge_window": "0s"},
         "circuit_breakers": {"thresholds": [{
             "priority": "DEFAULT",
             "max_connections": cb.max_connections,
@@ -165,20 +256,34 @@ def model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
             "retry_budget": {"budget_percent": {"value": gw.retries.budget_percent},
                              "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
         }]},
+        "health_checks": [{
+            "timeout": _seconds(hc.timeout_seconds),
+            "interval": _seconds(hc.interval_seconds),
+            "no_traffic_interval": _seconds(hc.interval_seconds),  # default 60 s: too slow for a new gateway
+            "unhealthy_threshold": hc.unhealthy_threshold,
+            "healthy_threshold": hc.healthy_threshold,
+            "http_health_check": {"path": HEALTH_PATHS[model.engine]},
+        }],
         "outlier_detection": {
             "consecutive_5xx": od.consecutive_5xx,
             "interval": _seconds(od.interval_seconds),
             "base_ejection_time": _seconds(od.base_ejection_seconds),
             "max_ejection_percent": od.max_ejection_percent,
+            # a replica that fails requests but answers its health check stays ejected for its ejection time
+            # (by default a passing active check would bring it straight back)
+            "successful_active_health_check_uneject_host": False,
         },
     }
 
 
-def _retry_policy(cfg: PlatformConfig) -> dict[str, Any]:
+def _retry_policy(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     return {
-        "retry_on": "connect-failure,reset,retriable-status-codes",
-        "retriable_status_codes": [503],
+        # `reset` also covers a try abandoned by per_try_idle_timeout (the router resets it and retries when
+        # retry_on has reset, 5xx or gateway-error)
+        "retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
+        "retriable_status_codes": list(RETRIABLE_STATUS_CODES),
         "num_retries": cfg.gateway.retries.attempts,
+        "per_try_idle_timeout": _seconds(model.try_idle_timeout_seconds),
         "retry_host_predicate": [{
             "name": "envoy.retry_host_predicates.previous_hosts",
             "typed_config": {"@type": _T + "extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
@@ -187,44 +292,135 @@ def _retry_policy(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
+def _callers(cfg: PlatformConfig, model: Model) -> list[str]:
+    """Tenants allowed to call `model`: its own and those its tenant shares with, sorted."""
+    return sorted({model.tenant, *cfg.tenant_of(model).share_with})
+
+
+def _rbac_per_route(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    principals = [{"header": {"name": TENANT_HEADER, "string_match": {"exact": t}}} for t in _callers(cfg, model)]
+    return {"@type": _T + "extensions.filters.http.rbac.v3.RBACPerRoute", "rbac": {"rules": {
+        "action": "ALLOW",
+        "policies": {"callers": {"permissions": [{"any": True}], "principals": principals}}}}}
+
+
+def _api_regex(model: Model, prefix: str) -> str:
+    return f"^{prefix}/v1/(?:{'|'.join(OPENAI_APIS[model.engine])})$"
+
+
+def _regex(pattern: str) -> dict[str, Any]:
+    return {"safe_regex": {"regex": pattern}}
+
+
 def _route(cfg: PlatformConfig, name: str, match: dict[str, Any], model: Model, *, rewrite: bool
            ) -> dict[str, Any]:
     action: dict[str, Any] = {
         "cluster": model.name,
         "timeout": _seconds(model.timeout_seconds),
-        "retry_policy": _retry_policy(cfg),
+        # replaces the connection manager's stream_idle_timeout for this route: nothing shorter than the
+        # model's own timeout may cut a long request (hung replicas are the per-try idle timeout's job)
+        "idle_timeout": _seconds(model.timeout_seconds),
+        "retry_policy": _retry_policy(cfg, model),
     }
-    if rewrite:
-        action["prefix_rewrite"] = "/"
+    if rewrite:  # /models/<workload>/v1/... -> /v1/...
+        action["regex_rewrite"] = {"pattern": {"regex": f"^{ROUTE_PREFIX}[^/]+/"}, "substitution": "/"}
     return {"name": name, "match": match, "route": action,
-            "metadata": {"filter_metadata": {METADATA_NAMESPACE: {TENANT_DESCRIPTOR: model.tenant}}}}
+            # the router keeps this much of the body to replay it on a retry
+            "request_body_buffer_limit": model.max_request_bytes,
+            "typed_per_filter_config": {
+                BODY_LIMIT_FILTER: {"@type": _T + "extensions.filters.http.buffer.v3.BufferPerRoute",
+                                    "buffer": {"max_request_bytes": model.max_request_bytes}},
+                "envoy.filters.http.rbac": _rbac_per_route(cfg, model),
+            },
+            "metadata": {"filter_metadata": {METADATA_NAMESPACE: {TENANT_DESCRIPTOR: model.tenant,
+                                                                  PRIORITY_DESCRIPTOR: model.priority}}}}
 
 
 def _header(name: str, value: str) -> dict[str, Any]:
-    return {"name": name, "string_match": {"exact": value}}
+    return {"name": name, "string_match": {"exact": value, "ignore_case": True}}
+
+
+def _body_model(value: str) -> dict[str, Any]:
+    return {"filter": METADATA_NAMESPACE, "path": [{"key": BODY_MODEL_KEY}],
+            "value": {"string_match": {"exact": value}}}
+
+
+def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404) -> dict[str, Any]:
+    return {"name": name, "match": match, "direct_response": {"status": status, "body": {"inline_string": text}}}
+
+
+def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
+    """The route for the same requests when their JSON body does not ask to stream.
+
+    A non-streamed answer says nothing until the whole generation is done, so the per-try idle timeout
+    would cut healthy long generations: such a try may stay silent up to the model's timeoutSeconds (a hung
+    replica is then taken out by its failing health checks and by outlier detection). Streamed requests and
+    requests without a JSON body keep `tryIdleTimeoutSeconds`."""
+    out = copy.deepcopy(route)
+    out["name"] = f"{route['name']}-unstreamed"
+    # only a POST carries a generation request (a bodyless GET with a JSON content type also "lacks" stream)
+    out["match"]["headers"] = [*route["match"].get("headers", []),
+                               {"name": ":method", "string_match": {"exact": "POST"}}]
+    out["match"]["dynamic_metadata"] = [*route["match"].get("dynamic_metadata", []), {
+        "filter": METADATA_NAMESPACE, "path": [{"key": BODY_STREAM_KEY}],
+        "value": {"bool_match": False}}]
+    out["route"]["retry_policy"]["per_try_idle_timeout"] = _seconds(model.timeout_seconds)
+    return out
+
+
+def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
+    """413 for a route's requests past the model's limit.
+
+    A JSON request is routed again once the gateway has buffered it (and set its content-length), at the
+    largest limit of any model (json_to_metadata holds the per-route buffer filter until then), so its
+    model's limit is checked here, by the route; other requests also meet the per-route buffer filter."""
+    match = copy.deepcopy(route["match"])
+    match["headers"] = [*match.get("headers", []), {"name": "content-length", "invert_match": True, "range_match": {
+        "start": 0, "end": model.max_request_bytes + 1}}]
+    return _not_found(f"{route['name']}-too-large", match,
+                      f"request body larger than {model.max_request_bytes} bytes (models.{model.name}."
+                      "maxRequestBytes)\n", status=413)
 
 
 def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
-    """Per workload: batch (header), default (header), batch (prefix), default (prefix); then a 404."""
-    out = []
-    for w in workloads(cfg):
-        prefix = f"{ROUTE_PREFIX}{w.name}/"
-        by_header = [_header(MODEL_HEADER, w.name)]
-        batch = [_header(PRIORITY_HEADER, "batch")]
-        if w.batch is not None:
-            out.append(_route(cfg, f"{w.name}-batch", {"prefix": "/", "headers": by_header + batch}, w.batch,
-                              rewrite=False))
-        out.append(_route(cfg, w.name, {"prefix": "/", "headers": by_header}, w.default, rewrite=False))
-        if w.batch is not None:
-            out.append(_route(cfg, f"{w.name}-batch-path", {"prefix": prefix, "headers": batch}, w.batch,
-                              rewrite=True))
-        out.append(_route(cfg, f"{w.name}-path", {"prefix": prefix}, w.default, rewrite=True))
-    known = ", ".join(w.name for w in workloads(cfg)) or "(none)"
-    out.append({"name": "unknown-model", "match": {"prefix": "/"},
-                "direct_response": {"status": 404, "body": {
-                    "inline_string": f"unknown model: send header {MODEL_HEADER} or path {ROUTE_PREFIX}<model>/ "
-                                     f"with one of: {known}\n"}}})
-    return out
+    """Header routes, then path routes, then body routes (batch before default in each); then 404s."""
+    ws = workloads(cfg)
+    batch = [_header(PRIORITY_HEADER, "batch")]
+    by_header, by_path, by_body = [], [], []
+    for w in ws:
+        pairs = [(f"{w.name}-batch", w.batch, batch)] if w.batch is not None else []
+        pairs.append((w.name, w.default, []))
+        path_prefix = f"{ROUTE_PREFIX}(?i:{re.escape(w.name)})"
+        for name, model, extra in pairs:
+            by_header.append(_route(cfg, name, {
+                **_regex(_api_regex(model, f"(?:{ROUTE_PREFIX}[^/]+)?")),
+                "headers": [_header(MODEL_HEADER, w.name), *extra]}, model, rewrite=True))
+            by_path.append(_route(cfg, f"{name}-path", {**_regex(_api_regex(model, path_prefix)), "headers": extra},
+                                  model, rewrite=True))
+            by_body.append(_route(cfg, f"{name}-body", {**_regex(_api_regex(model, "")), "headers": extra,
+                                                        "dynamic_metadata": [_body_model(w.name)]},
+                                  model, rewrite=False))
+    for m in sorted(cfg.models.values(), key=lambda m: m.name):  # a model's own key in the body names it
+        if m.name != m.workload:
+            by_body.append(_route(cfg, f"{m.name}-body", {**_regex(_api_regex(m, "")),
+                                                          "dynamic_metadata": [_body_model(m.name)]},
+                                  m, rewrite=False))
+    for r in by_path + by_body:
+        if not r["match"].get("headers", True):
+            del r["match"]["headers"]
+    # each model route after its 413 and non-streamed twins
+    with_twins = [x for r in (*by_header, *by_path, *by_body)
+                  for x in (_too_large(r, cfg.models[r["route"]["cluster"]]),
+                            _unstreamed(r, cfg.models[r["route"]["cluster"]]), r)]
+    known = ", ".join(w.name for w in ws) or "(none)"
+    apis = sorted({a for apis_ in OPENAI_APIS.values() for a in apis_})
+    unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
+               f"\"model\", on a path its engine serves; models: {known}\n")
+    return [*with_twins,
+            _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/v1/(?:{'|'.join(apis)})$")}, unknown),
+            _not_found("not-served", {"prefix": "/"},
+                       f"not served: the gateway routes only /v1/{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
+                       f"(optionally under {ROUTE_PREFIX}<model>)\n")]
 
 
 def _token_bucket(per_second: int, burst: int) -> dict[str, Any]:
@@ -232,8 +428,18 @@ def _token_bucket(per_second: int, burst: int) -> dict[str, Any]:
 
 
 def rate_limit_filter(cfg: PlatformConfig) -> dict[str, Any]:
-    """One token bucket per tenant (descriptor tenant=<name>), shared by all of the tenant's routes."""
-    tenants = sorted({m.tenant for m in cfg.models.values()})
+    """One token bucket per calling tenant and priority (descriptor tenant=<caller>, priority=<route's>).
+
+    The caller is the token's tenant (x-aifactory-tenant, set by jwt_authn); the priority is the routed
+    model's. Requests that match no model use the default bucket."""
+    buckets = []
+    for t in sorted(cfg.tenants):
+        rl = cfg.tenants[t].rate_limit
+        for priority, rps, burst in (("batch", rl.batch_requests_per_second, rl.batch_burst),
+                                     ("interactive", rl.requests_per_second, rl.burst)):
+            buckets.append({"entries": [{"key": TENANT_DESCRIPTOR, "value": t},
+                                        {"key": PRIORITY_DESCRIPTOR, "value": priority}],
+                            "token_bucket": _token_bucket(rps, burst)})
     return {
         "name": "envoy.filters.http.local_ratelimit",
         "typed_config": {
@@ -243,19 +449,90 @@ def rate_limit_filter(cfg: PlatformConfig) -> dict[str, Any]:
             "filter_enabled": {"runtime_key": "tenant_rate_limit_enabled", "default_value": _ALL},
             "filter_enforced": {"runtime_key": "tenant_rate_limit_enforced", "default_value": _ALL},
             "always_consume_default_token_bucket": False,
-            # the route's tenant (route metadata) selects the descriptor, hence the bucket
-            "rate_limits": [{"actions": [{"metadata": {
-                "descriptor_key": TENANT_DESCRIPTOR, "source": "ROUTE_ENTRY",
-                "metadata_key": {"key": METADATA_NAMESPACE, "path": [{"key": TENANT_DESCRIPTOR}]}}}]}],
+            "rate_limits": [{"actions": [
+                {"request_headers": {"header_name": TENANT_HEADER, "descriptor_key": TENANT_DESCRIPTOR}},
+                {"metadata": {"descriptor_key": PRIORITY_DESCRIPTOR, "source": "ROUTE_ENTRY",
+                              "metadata_key": {"key": METADATA_NAMESPACE, "path": [{"key": PRIORITY_DESCRIPTOR}]}}},
+            ]}],
             "enable_x_ratelimit_headers": "DRAFT_VERSION_03",
-            "descriptors": [
-                {"entries": [{"key": TENANT_DESCRIPTOR, "value": t}],
-                 "token_bucket": _token_bucket(cfg.tenants[t].rate_limit.requests_per_second,
-                                               cfg.tenants[t].rate_limit.burst)}
-                for t in tenants
-            ],
+            "descriptors": buckets,
         },
     }
+
+
+def _provider_name(index: int) -> str:
+    return f"issuer-{index}"
+
+
+def _jwks_cluster_name(index: int) -> str:
+    return f"jwks-{index}"
+
+
+def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
+    """jwt_authn: a token of one of the stack's issuers is required on every request (401 otherwise).
+
+    The token itself is not forwarded; the tenant claim is, as x-aifactory-tenant."""
+    auth = cfg.gateway.auth
+    providers = {}
+    for i, issuer in enumerate(auth.issuers):
+        provider: dict[str, Any] = {
+            "issuer": issuer.issuer,
+            "remote_jwks": {
+                "http_uri": {"uri": issuer.jwks_uri, "cluster": _jwks_cluster_name(i),
+                             "timeout": _seconds(DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS)},
+                "cache_duration": _seconds(DEFAULT_JWKS_CACHE_SECONDS),
+                "async_fetch": {},  # fetched at start-up and refreshed in the background
+                "retry_policy": {"num_retries": 3},
+            },
+            "forward": False,
+            "claim_to_headers": [{"header_name": TENANT_HEADER, "claim_name": auth.tenant_claim}],
+            # a client reuses its token until it expires: verify each token's signature once, not per request
+            "jwt_cache_config": {"jwt_cache_size": DEFAULT_JWT_CACHE_SIZE},
+        }
+        if issuer.audiences:
+            provider["audiences"] = list(issuer.audiences)
+        providers[_provider_name(i)] = provider
+    names = list(providers)
+    requires: dict[str, Any] = ({"provider_name": names[0]} if len(names) == 1 else
+                                {"requires_any": {"requirements": [{"provider_name": n} for n in names]}})
+    return {"name": "envoy.filters.http.jwt_authn", "typed_config": {
+        "@type": _T + "extensions.filters.http.jwt_authn.v3.JwtAuthentication",
+        "providers": providers,
+        "rules": [{"match": {"prefix": "/"}, "requires": requires}]}}
+
+
+def _max_body(cfg: PlatformConfig) -> int:
+    return max((m.max_request_bytes for m in cfg.models.values()), default=1024 * 1024)
+
+
+def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """The gateway's HTTP filters before the router, in order (see the module docstring)."""
+    strip = {"name": "envoy.filters.http.header_mutation", "typed_config": {
+        "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
+        "mutations": {"request_mutations": [{"remove": TENANT_HEADER}]}}}
+    buffer = {"name": "envoy.filters.http.buffer", "typed_config": {
+        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
+    body_model = {"name": "envoy.filters.http.json_to_metadata", "typed_config": {
+        "@type": _T + "extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
+        "request_rules": {"rules": [
+            {"selectors": [{"key": BODY_MODEL_KEY}],
+             "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_MODEL_KEY, "type": "STRING"}},
+            {"selectors": [{"key": BODY_STREAM_KEY}],
+             "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY,
+                            "type": "PROTOBUF_VALUE"},  # a JSON boolean stays a boolean
+             "on_missing": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY, "value": False}},
+        ],
+            # compared exactly (the default is application/json alone): what OpenAI SDKs and other clients send
+            "allow_content_types": list(JSON_CONTENT_TYPES),
+            "allow_empty_content_type": True}}}
+    body_limit = {"name": BODY_LIMIT_FILTER, "typed_config": {
+        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
+    rbac = {"name": "envoy.filters.http.rbac", "typed_config": {
+        "@type": _T + "extensions.filters.http.rbac.v3.RBAC"}}  # no base rules: each model route brings its own
+    out = [strip]
+    if cfg.gateway.auth.issuers:
+        out.append(jwt_filter(cfg))
+    return [*out, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
 
 
 def _tracing(cfg: PlatformConfig) -> dict[str, Any]:
@@ -290,12 +567,36 @@ def _hcm(stat_prefix: str, route_config: dict[str, Any], filters: list[dict[str,
     }
 
 
+def _no_issuer_routes() -> list[dict[str, Any]]:
+    return [{"name": "no-issuer", "match": {"prefix": "/"}, "direct_response": {"status": 401, "body": {
+        "inline_string": "no token issuer is configured (gateway.auth.issuers): every request is refused\n"}}}]
+
+
+def _virtual_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """Request stats per calling tenant: vhost.models.vcluster.caller-<tenant>.upstream_rq_*."""
+    return [{"name": f"caller-{t}", "headers": [{"name": TENANT_HEADER, "string_match": {"exact": t}}]}
+            for t in sorted(cfg.tenants)]
+
+
 def gateway_listener(cfg: PlatformConfig) -> dict[str, Any]:
-    route_config = {"name": "models", "virtual_hosts": [{"name": "models", "domains": ["*"],
-                                                          "routes": routes(cfg)}]}
-    hcm = _hcm("gateway", route_config, [rate_limit_filter(cfg)],
+    gw = cfg.gateway
+    vhost: dict[str, Any] = {"name": "models", "domains": ["*"],
+                             "routes": routes(cfg) if gw.auth.issuers else _no_issuer_routes()}
+    if cfg.tenants:
+        vhost["virtual_clusters"] = _virtual_clusters(cfg)
+    hcm = _hcm("gateway", {"name": "models", "virtual_hosts": [vhost]}, http_filters(cfg),
                generate_request_id=True,
                use_remote_address=True,
+               # slow clients: headers, then the whole request, must arrive in time (408); idle streams and
+               # connections are closed
+               request_headers_timeout=_seconds(gw.request_headers_timeout_seconds),
+               request_timeout=_seconds(gw.request_timeout_seconds),
+               stream_idle_timeout=_seconds(gw.stream_idle_timeout_seconds),
+               common_http_protocol_options={"idle_timeout": _seconds(gw.idle_timeout_seconds)},
+               # /models/a/../b/ is /models/b/ before any route or policy sees it
+               normalize_path=True,
+               merge_slashes=True,
+               path_with_escaped_slashes_action="REJECT_REQUEST",
                access_log=[{"name": "envoy.access_loggers.stdout", "typed_config": {
                    "@type": _T + "extensions.access_loggers.stream.v3.StdoutAccessLog",
                    "log_format": {"json_format": _ACCESS_LOG_FORMAT}}}],
@@ -325,6 +626,32 @@ def collector_cluster(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
+def jwks_endpoint(issuer: JwtIssuer) -> tuple[str, int]:
+    """(host, port) of an issuer's JWKS URI (https: port 443 unless given)."""
+    parts = urlsplit(issuer.jwks_uri)
+    return parts.hostname or "", parts.port or 443
+
+
+def jwks_cluster(cfg: PlatformConfig, index: int) -> dict[str, Any]:
+    """The issuer's JWKS host over TLS (server certificate checked against the system's roots)."""
+    name = _jwks_cluster_name(index)
+    host, port = jwks_endpoint(cfg.gateway.auth.issuers[index])
+    return {
+        "name": name,
+        "type": "LOGICAL_DNS",  # one external host: connect to whatever it resolves to now
+        "dns_lookup_family": "V4_PREFERRED",
+        "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
+        "load_assignment": {"cluster_name": name,
+                            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]},
+        "transport_socket": {"name": "envoy.transport_sockets.tls", "typed_config": {
+            "@type": _T + "extensions.transport_sockets.tls.v3.UpstreamTlsContext",
+            "sni": host,
+            "common_tls_context": {"validation_context": {
+                "trusted_ca": {"filename": SYSTEM_CA_BUNDLE},
+                "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": host}}]}}}},
+    }
+
+
 def admin_cluster() -> dict[str, Any]:
     return {"name": ADMIN_CLUSTER, "type": "STATIC", "connect_timeout": "1s",
             "load_assignment": {"cluster_name": ADMIN_CLUSTER, "endpoints": [{"lb_endpoints": [
@@ -334,12 +661,14 @@ def admin_cluster() -> dict[str, Any]:
 def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
     """The complete Envoy bootstrap for the stack (deterministic: models and tenants in sorted order)."""
     models = [cfg.models[n] for n in sorted(cfg.models)]
+    jwks = [jwks_cluster(cfg, i) for i in range(len(cfg.gateway.auth.issuers))]
     return {
         "node": {"id": naming.GATEWAY_APP, "cluster": naming.GATEWAY_APP},
         "admin": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)},
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener()],
-            "clusters": [*(model_cluster(cfg, m) for m in models), collector_cluster(cfg), admin_cluster()],
+            "clusters": [*(model_cluster(cfg, m) for m in models), collector_cluster(cfg), *jwks,
+                         admin_cluster()],
         },
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",
@@ -355,28 +684,39 @@ def render(cfg: PlatformConfig) -> str:
 
 
 def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, admin_port: int,
-           endpoints: Mapping[str, Sequence[tuple[str, int]]]) -> dict[str, Any]:
+           endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str] = ()) -> dict[str, Any]:
     """A copy of `config` listening on 127.0.0.1 ports, each DNS cluster replaced by static endpoints.
 
-    `endpoints` maps every STRICT_DNS cluster name to the (address, port) pairs to use instead.
+    `endpoints` maps every DNS cluster name to the (address, port) pairs to use instead. `jwks`
+    gives each issuer (in config order) a local JWKS document instead of its remote one; the JWKS
+    clusters are dropped.
     """
     out = copy.deepcopy(dict(config))
     ports = {"gateway": listener_port, "stats": stats_port}
     for listener in out["static_resources"]["listeners"]:
         listener["address"] = _address("127.0.0.1", ports[listener["name"]])
+        for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]:
+            if f["name"] == "envoy.filters.http.jwt_authn":
+                providers = f["typed_config"]["providers"]
+                if len(jwks) != len(providers):
+                    raise ValueError(f"rebind: {len(providers)} issuer(s) need as many local JWKS, got {len(jwks)}")
+                for provider, doc in zip(providers.values(), jwks, strict=True):
+                    del provider["remote_jwks"]
+                    provider["local_jwks"] = {"inline_string": doc}
     out["admin"]["address"] = _address("127.0.0.1", admin_port)
-    dns = [c for c in out["static_resources"]["clusters"] if c["type"] == "STRICT_DNS"]
+    clusters = [c for c in out["static_resources"]["clusters"] if c.get("type") != "LOGICAL_DNS"]
+    out["static_resources"]["clusters"] = clusters
+    dns = [c for c in clusters if c.get("cluster_type", {}).get("name") == DNS_CLUSTER_TYPE]
     missing = sorted({c["name"] for c in dns} - set(endpoints))
     if missing:
         raise ValueError(f"rebind: no endpoints for cluster(s) {', '.join(missing)}")
-    for c in out["static_resources"]["clusters"]:
+    for c in clusters:
         if c["name"] == ADMIN_CLUSTER:
             c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] = \
                 _address("127.0.0.1", admin_port)
-        elif c["type"] == "STRICT_DNS":
+        elif c in dns:
+            del c["cluster_type"]
             c["type"] = "STATIC"
-            for key in ("dns_lookup_family", "dns_refresh_rate"):
-                c.pop(key)
             c["load_assignment"]["endpoints"] = [{"lb_endpoints": [
                 {"endpoint": {"address": _address(host, port)}} for host, port in endpoints[c["name"]]]}]
     return out

@@ -2,6 +2,14 @@
 
     Namespace (istio-injection) -> ServiceAccount -> ConfigMap (envoy.yaml) -> Deployment -> Service
     -> metrics Service -> HorizontalPodAutoscaler -> PodDisruptionBudget -> ServiceMonitor (/stats/prometheus)
+    -> NetworkPolicies (default deny + allows) -> AuthorizationPolicies (allow-nothing + Prometheus)
+
+The namespace has the tenants' posture. NetworkPolicies deny all ingress and egress, then allow: clients
+(the load balancer) to the listener port, Prometheus to the stats port and the sidecar's metrics, the
+gateway to model servers in the tenant namespaces, DNS, istiod, the Collector (OTLP), and the token
+issuers' JWKS ports. An empty AuthorizationPolicy denies everything the sidecar receives; Prometheus's
+mesh identity is then allowed on the stats port. The listener port bypasses the sidecar (see below), so
+caller authorization there is the gateway's own (JWT, per-model tenants).
 
 The gateway's pods join the mesh for their outbound calls only: requests to model servers and spans to
 the Collector leave through the sidecar with the gateway's mesh identity (what the tenants'
@@ -18,9 +26,10 @@ import hashlib
 from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security
-from components.k8s.envoy_config import render
+from components.k8s.envoy_config import jwks_endpoint, render
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
@@ -43,6 +52,8 @@ __all__ = [
     "disruption_budget",
     "service_monitor",
     "service_account",
+    "network_policies",
+    "authorization_policies",
     "gateway_objects",
     "Gateway",
 ]
@@ -169,6 +180,77 @@ def service_account(cfg: PlatformConfig) -> dict[str, Any]:
             "automountServiceAccountToken": False}
 
 
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+SIDECAR_METRICS_PORTS = (15020, 15090)  # istio-proxy's merged metrics and Envoy stats
+ISTIOD_PORT = 15012  # xDS and certificates
+DNS_PORTS = (("UDP", 53), ("TCP", 53))
+OTLP_PORTS = (naming.OTEL_GRPC_PORT,)
+
+
+def _ns_selector(namespace: str) -> dict[str, Any]:
+    return {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: namespace}}}
+
+
+def _tcp(*ports: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": p} for p in ports]
+
+
+def _netpol(cfg: PlatformConfig, name: str, *, ingress: list[dict[str, Any]] | None = None,
+            egress: list[dict[str, Any]] | None = None, pods: dict[str, str] | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": pods} if pods else {}, "policyTypes": []}
+    for kind, rules in (("Ingress", ingress), ("Egress", egress)):
+        if rules is not None:
+            spec["policyTypes"].append(kind)
+            spec[kind.lower()] = rules
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(cfg, name),
+            "spec": spec}
+
+
+def network_policies(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """Default deny in the gateway namespace, then each flow the gateway needs, by port."""
+    gateway_pods = _selector()
+    tenant_namespaces = sorted({cfg.tenant_of(m).namespace for m in cfg.models.values()})
+    model_servers = {"podSelector": {"matchLabels": {naming.LABEL_COMPONENT: "model-server"}}}
+    out = [
+        _netpol(cfg, "default-deny", ingress=[], egress=[]),
+        # clients reach the listener through the load balancer (node ports, client or node source addresses)
+        _netpol(cfg, "allow-clients", pods=gateway_pods, ingress=[{"ports": _tcp(naming.ENVOY_LISTENER_PORT)}]),
+        _netpol(cfg, "allow-monitoring", pods=gateway_pods, ingress=[{
+            "from": [_ns_selector(cfg.observability.namespace)],
+            "ports": _tcp(naming.ENVOY_STATS_PORT, *SIDECAR_METRICS_PORTS)}]),
+        _netpol(cfg, "allow-dns", egress=[{
+            "to": [{**_ns_selector("kube-system"), "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+            "ports": [{"protocol": proto, "port": port} for proto, port in DNS_PORTS]}]),
+        _netpol(cfg, "allow-istiod", egress=[{
+            "to": [{**_ns_selector(naming.ISTIO_NAMESPACE), "podSelector": {"matchLabels": {"app": "istiod"}}}],
+            "ports": _tcp(ISTIOD_PORT)}]),
+        _netpol(cfg, "allow-collector", pods=gateway_pods, egress=[{
+            "to": [_ns_selector(cfg.observability.namespace)], "ports": _tcp(*OTLP_PORTS)}]),
+    ]
+    if tenant_namespaces:
+        out.append(_netpol(cfg, "allow-models", pods=gateway_pods, egress=[{
+            "to": [{**_ns_selector(ns), **model_servers} for ns in tenant_namespaces],
+            "ports": _tcp(naming.MODEL_HTTP_PORT)}]))
+    jwks_ports = sorted({jwks_endpoint(i)[1] for i in cfg.gateway.auth.issuers})
+    if jwks_ports:  # issuers may be anywhere (in the cluster, the VPC or the internet): by port only
+        out.append(_netpol(cfg, "allow-token-issuers", pods=gateway_pods, egress=[{"ports": _tcp(*jwks_ports)}]))
+    return out
+
+
+def authorization_policies(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """allow-nothing for everything the gateway's sidecar receives, then Prometheus on the stats port."""
+    prometheus = naming.istio_principal(cfg.observability.namespace, naming.PROMETHEUS_SERVICE_ACCOUNT)
+
+    def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": _meta(cfg, name),
+                "spec": spec}
+
+    return [policy("allow-nothing", {}),
+            policy("allow-monitoring", {"selector": {"matchLabels": _selector()}, "action": "ALLOW", "rules": [{
+                "from": [{"source": {"principals": [prometheus]}}],
+                "to": [{"operation": {"ports": [str(naming.ENVOY_STATS_PORT)]}}]}]})]
+
+
 def gateway_objects(cfg: PlatformConfig) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
     envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
@@ -176,7 +258,9 @@ def gateway_objects(cfg: PlatformConfig) -> dict[str, dict[str, Any]]:
             "deployment": deployment(cfg, envoy_yaml),
             "service": service(cfg), "metrics-service": metrics_service(cfg),
             "horizontalpodautoscaler": autoscaler(cfg), "poddisruptionbudget": disruption_budget(cfg),
-            "servicemonitor": service_monitor(cfg)}
+            "servicemonitor": service_monitor(cfg),
+            **{f"networkpolicy-{p['metadata']['name']}": p for p in network_policies(cfg)},
+            **{f"authorizationpolicy-{p['metadata']['name']}": p for p in authorization_policies(cfg)}}
 
 
 class Gateway(pulumi.ComponentResource):
@@ -191,7 +275,11 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         for suffix, obj in gateway_objects(cfg).items():
-            register_object(f"{name}-{suffix}", obj, in_ns)
+            if obj["kind"] == "NetworkPolicy":
+                k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"], spec=obj["spec"],
+                                                opts=in_ns)
+            else:
+                register_object(f"{name}-{suffix}", obj, in_ns)
         self.register_outputs({"namespace": cfg.gateway.namespace,
                                "service": f"{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc.cluster.local",
                                "port": SERVICE_PORT})

@@ -1,33 +1,61 @@
-"""Envoy gateway overhead on loopback: p50/p99 latency added to a direct call, at 500 and 2,000 req/s.
+"""Envoy gateway: failure handling (hung, failing, slow replicas) and the latency authentication adds.
 
-The backend is a second Envoy answering every request itself (direct_response), so the backend adds
-almost nothing and the difference between "client -> backend" and "client -> gateway -> backend" is
-the gateway: the dev stack's generated config (routing, rate limit, retries, access log, tracing),
-rebound to 127.0.0.1, with the tenant's rate limit raised above the bench rate. Direct and gateway
-requests are paced at the same rate and interleaved, so machine noise hits both alike; latency is
-measured from send to last byte by the same Python client. Target: p99 overhead under 1 ms.
+Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
+
+1. Failure cases at FAILURE_RATE req/s for FAILURE_SECONDS against a model with 3 fake replicas
+   (tests.support.fake_backends), one gateway per case; the bad replicas turn bad FAULT_AT_S seconds in,
+   after the gateway has seen them healthy. Time-related settings are scaled down through the stack
+   config (SCALED: a 1 s per-try idle timeout, health checks every 0.5 s) so a case takes seconds; the
+   shipped defaults are 30 s and 5 s, which scale every wait below by the same factors. Reported: success
+   rate, the slowest answer and how many answers took longer than the per-try protection (a retry costs
+   the try idle timeout plus one fast answer). The requests are bodyless GETs (the try idle timeout
+   applies); one more case sends non-streamed chat completions, whose tries may last timeoutSeconds, so
+   a request caught by the hang waits that long. Then a batch flood: one tenant's batch traffic at 3x its
+   bucket next to its interactive traffic.
+2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate
+   limit, retries, access log, tracing) in front of a second Envoy that answers every request itself
+   (direct_response), so the difference between "client -> backend" and "client -> gateway -> backend"
+   is the gateway. Direct and gateway requests are paced at the same rate and interleaved, so machine
+   noise hits both alike; RUNS runs per rate give the spread. Target: p99 added under 1 ms at 2,000 req/s.
 """
 
 from __future__ import annotations
 
 import http.client
+import json
 import statistics
 import tempfile
 import threading
 import time
+from collections import Counter
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 from components.k8s.envoy_config import bootstrap, rebind
 from infra.config import parse
-from tests.support.fake_backends import EnvoyProcess, free_port
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.stacks import stack_raw
+from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 RATES = (500, 2000)
-SECONDS = 3.0  # per measurement
+SECONDS = 3.0  # per overhead measurement
+RUNS = 5  # overhead measurements per rate (the spread)
 CONNECTIONS = 4
 WARMUP_REQUESTS = 200
 MODEL = "chat"  # the dev stack's model
+
+FAILURE_RATE = 300  # req/s, as in the issue's measurements
+FAILURE_SECONDS = 10.0
+FAULT_AT_S = 2.0
+SLOW_DELAY_S = 0.5  # the slow replica's answer time: under the scaled try idle timeout, as 2 s is under 30 s
+CLIENT_THREADS = 128
+TRY_IDLE_S = 1.0
+SCALED = {"healthCheck": {"intervalSeconds": 0.5, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
+                          "healthyThreshold": 2}}
+ISSUER = "https://issuer.bench/realms/aifactory"
 
 
 def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
@@ -51,8 +79,31 @@ def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
     }
 
 
-def measure(direct_port: int, gateway_port: int, rate: int, seconds: float) -> tuple[list[float], list[float]]:
-    """Latencies (ms) of direct and via-gateway GETs, `rate` per second each, interleaved in alternating
+def _raw(issuer: Issuer) -> dict[str, Any]:
+    """The dev stack with the bench's issuer and a tenant rate limit above the bench rate."""
+    raw = stack_raw("dev")
+    for tenant in raw["tenants"].values():  # the bench measures latency, not the tenant's rate limit
+        tenant["rateLimit"] = {"requestsPerSecond": 10 * max(RATES), "burst": 10 * max(RATES)}
+    raw["gateway"] = {"auth": {"issuers": [{"issuer": issuer.issuer, "jwksUri": f"{issuer.issuer}/certs",
+                                            "audiences": [DEFAULT_AUDIENCE]}]}}
+    return raw
+
+
+def _request(conn: http.client.HTTPConnection, method: str, path: str, headers: dict[str, str],
+             body: bytes | None) -> int:
+    conn.request(method, path, body=body, headers=headers)
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
+
+
+# --- overhead ------------------------------------------------------------------------------------------
+
+
+def measure(direct_port: int, gateway_port: int, rate: int, seconds: float, headers: dict[str, str],
+            method: str = "GET", path: str = "/v1/models", body: bytes | None = None
+            ) -> tuple[list[float], list[float]]:
+    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, interleaved in alternating
     order over CONNECTIONS pairs of keep-alive connections (so background noise hits both alike)."""
     total = int(rate * seconds)
     start = time.perf_counter() + 0.05
@@ -70,12 +121,10 @@ def measure(direct_port: int, gateway_port: int, rate: int, seconds: float) -> t
                     time.sleep(delay)
                 for port in (direct_port, gateway_port) if i % 2 else (gateway_port, direct_port):
                     t0 = time.perf_counter()
-                    conns[port].request("GET", "/v1/models", headers={"x-model": MODEL})
-                    resp = conns[port].getresponse()
-                    resp.read()
+                    status = _request(conns[port], method, path, headers, body)
                     mine[port].append((time.perf_counter() - t0) * 1000)
-                    if resp.status != 200:
-                        raise RuntimeError(f"port {port}: status {resp.status}")
+                    if status != 200:
+                        raise RuntimeError(f"port {port}: status {status}")
         except Exception as exc:  # noqa: BLE001 - reported by the caller
             errors.append(str(exc))
         finally:
@@ -99,27 +148,182 @@ def percentile(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 1000) - 1]
 
 
-def run() -> list[tuple[str, str]]:
-    raw = stack_raw("dev")
-    for tenant in raw["tenants"].values():  # the bench measures latency, not the tenant's rate limit
-        tenant["rateLimit"] = {"requestsPerSecond": 10 * max(RATES), "burst": 10 * max(RATES)}
-    cfg = parse(raw, stack="dev")
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):+6.3f} ms (min {min(values):+6.3f}, max {max(values):+6.3f})"
+
+
+def overhead(tmp: Path) -> list[tuple[str, str]]:
+    issuer = Issuer(ISSUER)
+    cfg = parse(_raw(issuer), stack="dev")
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        b_port, b_admin, g_port, g_admin = free_port(), free_port(), free_port(), free_port()
-        (Path(tmp) / "backend").mkdir()
-        (Path(tmp) / "gateway").mkdir()
-        gateway_cfg = rebind(bootstrap(cfg), listener_port=g_port, stats_port=free_port(), admin_port=g_admin,
-                             endpoints={MODEL: [("127.0.0.1", b_port)], "otel_collector": [("127.0.0.1", free_port())]})
-        with EnvoyProcess(backend_bootstrap(b_port, b_admin), Path(tmp) / "backend", admin_port=b_admin,
-                          listener_port=b_port), \
-                EnvoyProcess(gateway_cfg, Path(tmp) / "gateway", admin_port=g_admin, listener_port=g_port,
-                             concurrency=2):
-            measure(b_port, g_port, 1000, WARMUP_REQUESTS / 1000)
+    b_port, b_admin, g_port, g_admin = free_port(), free_port(), free_port(), free_port()
+    (tmp / "backend").mkdir()
+    (tmp / "gateway").mkdir()
+    gateway_cfg = rebind(bootstrap(cfg), listener_port=g_port, stats_port=free_port(), admin_port=g_admin,
+                         endpoints={MODEL: [("127.0.0.1", b_port)], "otel_collector": [("127.0.0.1", free_port())]},
+                         jwks=[issuer.jwks])
+    auth = {"authorization": f"Bearer {issuer.token(tenant='demo')}"}
+    variants = {
+        "x-model header, GET": ({**auth, "x-model": MODEL}, "GET", "/v1/models", None),
+        "body model, POST": ({**auth, "content-type": "application/json"}, "POST", "/v1/chat/completions",
+                             json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()),
+    }
+    with EnvoyProcess(backend_bootstrap(b_port, b_admin), tmp / "backend", admin_port=b_admin,
+                      listener_port=b_port), \
+            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2):
+        for label, (headers, method, path, body) in variants.items():
+            measure(b_port, g_port, 1000, WARMUP_REQUESTS / 1000, headers, method, path, body)
             for rate in RATES:
-                direct, via = measure(b_port, g_port, rate, SECONDS)
-                for q, label in ((0.5, "p50"), (0.99, "p99")):
-                    d, g = percentile(direct, q), percentile(via, q)
-                    rows.append((f"{rate} req/s {label}", f"direct {d:6.3f} ms  via gateway {g:6.3f} ms  "
-                                                          f"added {g - d:+6.3f} ms"))
+                added: dict[str, list[float]] = {"p50": [], "p99": []}
+                direct_p99 = []
+                for _ in range(RUNS):
+                    direct, via = measure(b_port, g_port, rate, SECONDS, headers, method, path, body)
+                    direct_p99.append(percentile(direct, 0.99))
+                    for q, name in ((0.5, "p50"), (0.99, "p99")):
+                        added[name].append(percentile(via, q) - percentile(direct, q))
+                for name, values in added.items():
+                    rows.append((f"auth on, {label}, {rate} req/s, added {name}",
+                                 f"{_spread(values)}  over {RUNS} runs"))
+                rows.append((f"auth on, {label}, {rate} req/s, direct p99",
+                             f"median {statistics.median(direct_p99):6.3f} ms"))
     return rows
+
+
+# --- failure cases -----------------------------------------------------------------------------------------
+
+
+def _failure_raw(issuer: Issuer) -> dict[str, Any]:
+    raw = _raw(issuer)
+    raw["gateway"].update(SCALED)
+    raw["models"][MODEL]["tryIdleTimeoutSeconds"] = TRY_IDLE_S
+    raw["models"][MODEL]["replicas"] = {"min": 3, "max": 3}
+    raw["tenants"]["demo"]["gpuQuota"] = 3
+    return raw
+
+
+def _load(port: int, headers: dict[str, str], rate: int, seconds: float, at: float,
+          fault: Callable[[], None], body: bytes | None = None) -> list[tuple[int, float]]:
+    """(status, latency s) of rate x seconds requests (GET /v1/models, or POST /v1/chat/completions with
+    `body`) paced from now; `fault` runs `at` seconds in."""
+    local = threading.local()
+    start = time.perf_counter() + 0.05
+    total = int(rate * seconds)
+
+    def one(i: int) -> tuple[int, float]:
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        conn = getattr(local, "conn", None) or http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        local.conn = conn
+        t0 = time.perf_counter()
+        try:
+            status = (_request(conn, "GET", "/v1/models", headers, None) if body is None else
+                      _request(conn, "POST", "/v1/chat/completions", headers, body))
+        except (OSError, http.client.HTTPException):
+            conn.close()
+            local.conn = None
+            status = 0
+        return status, time.perf_counter() - t0
+
+    timer = threading.Timer(at + 0.05, fault)
+    timer.start()
+    try:
+        with ThreadPoolExecutor(CLIENT_THREADS) as pool:
+            return list(pool.map(one, range(total)))
+    finally:
+        timer.cancel()
+
+
+def failure_case(tmp: Path, name: str, bad: list[Behaviour], *, unstreamed: bool = False) -> tuple[str, str]:
+    """`unstreamed`: the requests are non-streamed chat completions (their tries may last timeoutSeconds)."""
+    issuer = Issuer(ISSUER)
+    raw = _failure_raw(issuer)
+    if unstreamed:
+        raw["models"][MODEL]["timeoutSeconds"] = UNSTREAMED_TIMEOUT_S
+    cfg = parse(raw, stack="dev")
+    with ExitStack() as stack:
+        replicas = [stack.enter_context(FakeBackend(f"r{i}", Behaviour.OK, delay=SLOW_DELAY_S)) for i in range(3)]
+        admin, listener = free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=free_port(), admin_port=admin,
+                        endpoints={MODEL: [r.address for r in replicas],
+                                   "otel_collector": [("127.0.0.1", free_port())]}, jwks=[issuer.jwks])
+        (tmp / name).mkdir()
+        envoy = stack.enter_context(EnvoyProcess(config, tmp / name, admin_port=admin, listener_port=listener,
+                                                 concurrency=2))
+
+        def fault() -> None:
+            for replica, behaviour in zip(replicas[1:], bad, strict=False):
+                replica.behaviour = behaviour
+
+        body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        # every request says content-type: application/json (as OpenAI clients do), bodyless GETs too
+        results = _load(listener, {"x-model": MODEL, "content-type": "application/json", **issuer.bearer("demo")},
+                        FAILURE_RATE, FAILURE_SECONDS, FAULT_AT_S, fault, body if unstreamed else None)
+        stats = envoy.stats()
+    codes = Counter(s for s, _ in results)
+    latencies = sorted(t for _, t in results)
+    over = sum(1 for t in latencies if t > TRY_IDLE_S + 0.1)
+    ok = 100.0 * codes[200] / len(results)
+    ejected = stats.get(f"cluster.{MODEL}.outlier_detection.ejections_enforced_total", 0)
+    unhealthy = 3 - stats.get(f"cluster.{MODEL}.membership_healthy", 3)
+    return (f"{name} ({FAILURE_RATE} req/s, {len(results)} requests)",
+            f"success {ok:7.3f}%  p50 {1000 * percentile(latencies, 0.5):7.1f} ms  "
+            f"p99 {1000 * percentile(latencies, 0.99):7.1f} ms  max {1000 * latencies[-1]:7.1f} ms  "
+            f">{TRY_IDLE_S + 0.1:.1f} s: {over}  codes {dict(sorted(codes.items()))}  "
+            f"ejections {ejected}  out at end {unhealthy}")
+
+
+FLOOD_BUCKET = 100  # req/s and burst of the tenant's interactive and batch buckets
+FLOOD_BATCH_RATE, FLOOD_INTERACTIVE_RATE, FLOOD_SECONDS = 300, 50, 5.0
+
+
+def batch_flood(tmp: Path) -> tuple[str, str]:
+    """One tenant floods its workload's batch model at 3x its batch bucket while calling the interactive
+    model within its interactive bucket: the share of each that gets 429."""
+    issuer = Issuer(ISSUER)
+    raw = _raw(issuer)
+    raw["tenants"]["demo"].update(gpuQuota=4, rateLimit={"requestsPerSecond": FLOOD_BUCKET, "burst": FLOOD_BUCKET})
+    raw["models"]["chat-batch"] = {**raw["models"][MODEL], "workload": MODEL, "priority": "batch"}
+    cfg = parse(raw, stack="dev")
+    with ExitStack() as stack:
+        backends = {m: stack.enter_context(FakeBackend(m)) for m in cfg.models}
+        admin, listener = free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=free_port(), admin_port=admin,
+                        endpoints={**{m: [b.address] for m, b in backends.items()},
+                                   "otel_collector": [("127.0.0.1", free_port())]}, jwks=[issuer.jwks])
+        (tmp / "flood").mkdir()
+        stack.enter_context(EnvoyProcess(config, tmp / "flood", admin_port=admin, listener_port=listener,
+                                         concurrency=2))
+        auth = issuer.bearer("demo")
+        with ThreadPoolExecutor(2) as pool:
+            batch = pool.submit(_load, listener, {**auth, "x-model": MODEL, "x-priority": "batch"},
+                                FLOOD_BATCH_RATE, FLOOD_SECONDS, 0, lambda: None)
+            interactive = pool.submit(_load, listener, {**auth, "x-model": MODEL}, FLOOD_INTERACTIVE_RATE,
+                                      FLOOD_SECONDS, 0, lambda: None)
+            b, i = Counter(s for s, _ in batch.result()), Counter(s for s, _ in interactive.result())
+    return ("batch flood, same tenant",
+            f"interactive 429: {100.0 * i[429] / sum(i.values()):5.1f}% of {sum(i.values())} "
+            f"({FLOOD_INTERACTIVE_RATE} req/s)  batch 429: {100.0 * b[429] / sum(b.values()):5.1f}% of "
+            f"{sum(b.values())} ({FLOOD_BATCH_RATE} req/s)  buckets {FLOOD_BUCKET} req/s each")
+
+
+UNSTREAMED_TIMEOUT_S = 2.0  # the model's timeoutSeconds in the non-streamed case (scaled like the try idle)
+
+CASES = {
+    "1 of 3 hangs": [Behaviour.HANG],
+    "2 of 3 hang": [Behaviour.HANG, Behaviour.HANG],
+    "2 of 3 return 500": [Behaviour.ERROR, Behaviour.ERROR],
+    f"1 of 3 slow ({SLOW_DELAY_S:g} s)": [Behaviour.SLOW],
+}
+
+
+def run() -> list[tuple[str, str]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = [failure_case(Path(tmp), f"case{i}", bad) for i, bad in enumerate(CASES.values())]
+        rows = [(name, figure) for name, (_, figure) in zip(CASES, rows, strict=True)]
+        rows.append((f"1 of 3 hangs, non-streamed POSTs (timeout {UNSTREAMED_TIMEOUT_S:g} s)",
+                     failure_case(Path(tmp), "unstreamed", [Behaviour.HANG], unstreamed=True)[1]))
+        rows.append(batch_flood(Path(tmp)))
+        rows.append(("  (scaled)", f"per-try idle {TRY_IDLE_S:g} s, health checks every "
+                                   f"{SCALED['healthCheck']['intervalSeconds']} s; faults start {FAULT_AT_S:g} s in"))
+        return rows + overhead(Path(tmp))

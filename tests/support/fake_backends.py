@@ -3,8 +3,11 @@
     with FakeBackend("chat", Behaviour.OK) as b, EnvoyProcess(config, workdir) as envoy:
         status, body = request(envoy.listener_port, "/v1/models", {"x-model": "chat"})
 
-A backend answers every request with JSON naming itself, or misbehaves the way an unhealthy replica
-does: 503, a connection reset (RST), or a slow answer. `EnvoyProcess` runs `.venv/bin/envoy` on a
+A backend answers every request with JSON naming itself (the path, the headers the gateway set, the body's
+size), or misbehaves the way an unhealthy replica does: 500 or 503, a connection reset (RST), a slow
+answer, a hang (accepts, never answers, health checks included), or a long generation streamed a chunk at a
+time. `behaviour` and `delay` can be changed while it serves. Health checks (`HEALTH_PATHS`) are counted
+apart from requests. `EnvoyProcess` runs `.venv/bin/envoy` on a
 bootstrap built by components.k8s.envoy_config and rebound to local ports, waits for it to be ready
 (bounded) and reads its admin stats.
 """
@@ -31,19 +34,25 @@ import yaml
 
 from tests.support.processes import free_port, stop_process
 
-__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port"]
+__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
 LOG_FLUSH_MS = 50  # access logs reach the file within this (Envoy's default is 10 s)
-SLOW_DELAY_S = 3.0  # how long a SLOW backend waits before answering
+SLOW_DELAY_S = 3.0  # default delay: how long a SLOW backend waits before answering
+HANG_LIMIT_S = 60.0  # a HANG handler gives up after this (or when the backend stops): bounded
+STREAM_CHUNKS = 4  # a STREAM answer: this many chunks, `delay` apart
+HEALTH_PATHS = ("/health", "/v2/health/ready")
 
 
 class Behaviour(enum.Enum):
     OK = "ok"
+    ERROR = "500"
     UNAVAILABLE = "503"
     RESET = "reset"
     SLOW = "slow"
+    HANG = "hang"
+    STREAM = "stream"
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -56,28 +65,68 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         srv = self.server
+        behaviour = srv.behaviour
+        health = self.path in HEALTH_PATHS
         with srv.lock:
-            srv.hits += 1
+            if health:
+                srv.health_hits += 1
+            else:
+                srv.hits += 1
         length = int(self.headers.get("content-length") or 0)
         if length:
             self.rfile.read(length)
-        if srv.behaviour is Behaviour.RESET:
+        if behaviour is Behaviour.HANG:
+            srv.release.wait(HANG_LIMIT_S)
+            self.close_connection = True
+            return
+        if health:  # a replica whose inference fails may still pass its health check
+            self._send(200, b"")
+            return
+        if behaviour is Behaviour.STREAM:
+            self._stream(length)
+            return
+        if behaviour is Behaviour.RESET:
             # SO_LINGER 0 then close: the peer sees a TCP RST, as from a crashed replica.
             self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             self.close_connection = True
             self.connection.close()
             return
-        if srv.behaviour is Behaviour.SLOW:
-            srv.release.wait(SLOW_DELAY_S)
-        status = 503 if srv.behaviour is Behaviour.UNAVAILABLE else 200
-        body = json.dumps({"backend": srv.name, "path": self.path,
+        if behaviour is Behaviour.SLOW:
+            srv.release.wait(srv.delay)
+        status = {Behaviour.UNAVAILABLE: 503, Behaviour.ERROR: 500}.get(behaviour, 200)
+        self._send(status, self._description(length))
+
+    def _description(self, length: int) -> bytes:
+        return json.dumps({"backend": self.server.name, "path": self.path,
                            "model": self.headers.get("x-model"),
+                           "tenant": self.headers.get("x-aifactory-tenant"),
+                           "authorization": self.headers.get("authorization"),
+                           "body_bytes": length,
                            "request_id": self.headers.get("x-request-id")}).encode()
+
+    def _send(self, status: int, body: bytes) -> None:
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def _stream(self, length: int) -> None:
+        """Server-sent events: headers at once, then STREAM_CHUNKS chunks `delay` apart, then the description."""
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        for _ in range(STREAM_CHUNKS):
+            if self.server.release.wait(self.server.delay):
+                return
+            self._chunk(b"data: {}\n\n")
+        self._chunk(self._description(length))
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
 
     do_GET = do_POST = _answer  # noqa: N815 (http.server's method names)
 
@@ -88,19 +137,20 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients (Envoy) closing idle keep-alive connections is normal here
 
-    def __init__(self, name: str, behaviour: Behaviour) -> None:
+    def __init__(self, name: str, behaviour: Behaviour, delay: float) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.name, self.behaviour = name, behaviour
-        self.hits = 0
+        self.name, self.behaviour, self.delay = name, behaviour, delay
+        self.hits = self.health_hits = 0
         self.lock = threading.Lock()
         self.release = threading.Event()  # set on stop: slow handlers return at once
 
 
 class FakeBackend:
-    """One fake replica on 127.0.0.1 (a free port); `hits` counts the requests it received."""
+    """One fake replica on 127.0.0.1 (a free port); `hits` counts the requests it received (health checks
+    apart, in `health_hits`). `delay` is the SLOW wait and the STREAM chunk interval (seconds)."""
 
-    def __init__(self, name: str, behaviour: Behaviour = Behaviour.OK) -> None:
-        self.name, self.behaviour = name, behaviour
+    def __init__(self, name: str, behaviour: Behaviour = Behaviour.OK, *, delay: float = SLOW_DELAY_S) -> None:
+        self.name, self._behaviour, self._delay = name, behaviour, delay
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -115,11 +165,27 @@ class FakeBackend:
         return self._server.hits
 
     @property
+    def health_hits(self) -> int:
+        assert self._server is not None
+        return self._server.health_hits
+
+    @property
+    def behaviour(self) -> Behaviour:
+        return self._behaviour
+
+    @behaviour.setter
+    def behaviour(self, value: Behaviour) -> None:
+        """Misbehave from now on (requests already being answered finish as they started)."""
+        self._behaviour = value
+        if self._server is not None:
+            self._server.behaviour = value
+
+    @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
 
     def __enter__(self) -> FakeBackend:
-        self._server = _Server(self.name, self.behaviour)
+        self._server = _Server(self.name, self._behaviour, self._delay)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"fake-{self.name}", daemon=True)
         self._thread.start()
@@ -204,12 +270,14 @@ class EnvoyProcess:
 
 
 def request(port: int, path: str, headers: Mapping[str, str] | None = None, *,
-            conn: http.client.HTTPConnection | None = None, timeout: float = 10.0) -> tuple[int, bytes]:
-    """GET `path` on 127.0.0.1:`port` (over `conn` when given, kept alive); returns (status, body)."""
+            conn: http.client.HTTPConnection | None = None, timeout: float = 10.0,
+            body: bytes | None = None) -> tuple[int, bytes]:
+    """GET `path` (POST when there is a `body`) on 127.0.0.1:`port` (over `conn` when given, kept alive);
+    returns (status, body)."""
     own = conn is None
     c = conn or http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
-        c.request("GET", path, headers=dict(headers or {}))
+        c.request("GET" if body is None else "POST", path, body=body, headers=dict(headers or {}))
         resp = c.getresponse()
         return resp.status, resp.read()
     finally:

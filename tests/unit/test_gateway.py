@@ -8,9 +8,9 @@ import pytest
 
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
-from infra.config import PlatformConfig
+from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
-from tests.support.stacks import stack_config
+from tests.support.stacks import stack_config, stack_raw
 
 stack = stack_config
 
@@ -21,22 +21,63 @@ def test_workloads_pair_interactive_and_batch_models() -> None:
                   "embed-rerank": ("embed-rerank", None), "finance-8b": ("finance-8b", None)}
 
 
-def test_route_table_order_and_matches() -> None:
+def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     routes = ec.routes(stack("prod"))
-    assert [(r["name"], r.get("route", {}).get("cluster")) for r in routes] == [
-        ("assistant-batch", "assistant-batch"), ("assistant", "assistant-fast"),
-        ("assistant-batch-path", "assistant-batch"), ("assistant-path", "assistant-fast"),
-        ("deep-research", "deep-research"), ("deep-research-path", "deep-research"),
-        ("embed-rerank", "embed-rerank"), ("embed-rerank-path", "embed-rerank"),
-        ("finance-8b", "finance-8b"), ("finance-8b-path", "finance-8b"),
-        ("unknown-model", None),
-    ]
-    assert routes[0]["match"] == {"prefix": "/", "headers": [
-        {"name": "x-model", "string_match": {"exact": "assistant"}},
-        {"name": "x-priority", "string_match": {"exact": "batch"}}]}
-    assert routes[3]["match"] == {"prefix": "/models/assistant/"}
-    assert routes[3]["route"]["prefix_rewrite"] == "/"
-    assert routes[-1]["direct_response"]["status"] == 404
+    names = [r["name"] for r in routes]
+    header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
+    body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
+            "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key in the body
+    # each model route comes after its 413 and non-streamed twins (see below)
+    assert names == [*(x for n in (*header, *(f"{h}-path" for h in header), *body)
+                       for x in (f"{n}-too-large", f"{n}-unstreamed", n)),
+                     "unknown-model", "not-served"]
+    by_name = {r["name"]: r for r in routes}
+    assert [by_name[n]["route"]["cluster"] for n in header] == [
+        "assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
+    # header routes: any model name case, on the engine's OpenAI paths, with or without a /models/<x> prefix
+    assert by_name["assistant-batch"]["match"] == {
+        "safe_regex": {"regex": "^(?:/models/[^/]+)?/v1/(?:chat/completions|completions|embeddings|models)$"},
+        "headers": [{"name": "x-model", "string_match": {"exact": "assistant", "ignore_case": True}},
+                    {"name": "x-priority", "string_match": {"exact": "batch", "ignore_case": True}}]}
+    # assistant-fast is Triton: its OpenAI front end also serves /v1/models/{model_name}
+    assert by_name["assistant-path"]["match"] == {"safe_regex": {
+        "regex": "^/models/(?i:assistant)/v1/(?:chat/completions|completions|embeddings|models|models/[^/]+)$"}}
+    assert by_name["assistant-path"]["route"]["regex_rewrite"] == {"pattern": {"regex": "^/models/[^/]+/"},
+                                                                   "substitution": "/"}
+    # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
+    unstreamed = by_name["deep-research-path-unstreamed"]
+    assert unstreamed["match"] == {**by_name["deep-research-path"]["match"], "dynamic_metadata": [
+        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": False}}],
+        "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
+    assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
+    assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
+    assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
+        {k: v for k, v in by_name["deep-research-path"]["route"].items() if k != "retry_policy"}
+    assert by_name["finance-8b-body"]["match"] == {
+        "safe_regex": {"regex": "^/v1/(?:chat/completions|completions|embeddings|models)$"},
+        "dynamic_metadata": [{"filter": "aifactory", "path": [{"key": "model"}],
+                              "value": {"string_match": {"exact": "finance-8b"}}}]}
+    assert "regex_rewrite" not in by_name["finance-8b-body"]["route"]
+    assert by_name["finance-8b-body-too-large"]["match"]["headers"] == [
+        {"name": "content-length", "invert_match": True, "range_match": {"start": 0, "end": 8 * 1024 * 1024 + 1}}]
+    assert by_name["finance-8b-body-too-large"]["direct_response"]["status"] == 413
+    assert [by_name[n]["direct_response"]["status"] for n in ("unknown-model", "not-served")] == [404, 404]
+    assert by_name["not-served"]["match"] == {"prefix": "/"}
+
+
+def test_every_model_route_gives_its_callers_and_body_limit() -> None:
+    by_name = {r["name"]: r for r in ec.routes(stack("prod"))}
+    # search shares its models with assistant (stacks/Pulumi.prod.yaml)
+    rbac = by_name["embed-rerank"]["typed_per_filter_config"]["envoy.filters.http.rbac"]
+    assert rbac["rbac"]["rules"] == {"action": "ALLOW", "policies": {"callers": {
+        "permissions": [{"any": True}],
+        "principals": [{"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "assistant"}}},
+                       {"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "search"}}}]}}}
+    finance = by_name["finance-8b-path"]["typed_per_filter_config"]
+    assert finance["envoy.filters.http.rbac"]["rbac"]["rules"]["policies"]["callers"]["principals"] == [
+        {"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "finance"}}}]
+    assert finance["aifactory.body_limit"]["buffer"] == {"max_request_bytes": 8388608}
+    assert by_name["finance-8b"]["request_body_buffer_limit"] == 8388608
 
 
 def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
@@ -44,11 +85,18 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     assert by_name["assistant-batch"]["route"]["timeout"] == "600s"
     assert by_name["embed-rerank"]["route"]["timeout"] == "10s"
     assert by_name["finance-8b"]["route"]["timeout"] == "60s"
+    # the route's idle timeout replaces the connection manager's: a 900 s request is not cut at 300 s
+    assert by_name["deep-research"]["route"]["timeout"] == by_name["deep-research"]["route"]["idle_timeout"] == "900s"
     retry = by_name["assistant"]["route"]["retry_policy"]
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
-        ("connect-failure,reset,retriable-status-codes", [503], 2)
+        ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503, 504], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"
-    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {"tenant": "finance"}}}
+    # per-try protection: min(timeoutSeconds, 30 s) of silence
+    assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
+            ("assistant", "assistant-batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
+    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {"tenant": "finance",
+                                                                                   "priority": "interactive"}}}
+    assert by_name["assistant-batch"]["metadata"]["filter_metadata"]["aifactory"]["priority"] == "batch"
 
 
 def test_model_cluster_balancing_breakers_and_ejection() -> None:
@@ -56,22 +104,47 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
     c = ec.model_cluster(cfg, cfg.models["deep-research"])
     assert c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
         "socket_address": {"address": "deep-research.research.svc.cluster.local", "port_value": 8000}}
-    assert (c["type"], c["lb_policy"], c["connect_timeout"]) == ("STRICT_DNS", "LEAST_REQUEST", "2s")
+    assert c["cluster_type"] == {"name": "envoy.cluster.dns", "typed_config": {
+        "@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster", "dns_refresh_rate": "5s",
+        "dns_lookup_family": "V4_ONLY"}}
+    assert c["connect_timeout"] == "2s"
+    assert c["load_balancing_policy"] == {"policies": [{"typed_extension_config": {
+        "name": "envoy.load_balancing_policies.least_request",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
+                                  "LeastRequest", "selection_method": "FULL_SCAN"}}}]}
+    # Envoy's default panic threshold is 50%: with 2 of 3 replicas out it would balance over all three
+    assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 30.0}, "update_merge_window": "0s"}
     assert c["circuit_breakers"]["thresholds"] == [{
         "priority": "DEFAULT", "max_connections": 4096, "max_pending_requests": 2048, "max_requests": 4096,
         "retry_budget": {"budget_percent": {"value": 20.0}, "min_retry_concurrency": 16}}]
     assert c["outlier_detection"] == {"consecutive_5xx": 3, "interval": "2s", "base_ejection_time": "30s",
-                                      "max_ejection_percent": 50}
+                                      "max_ejection_percent": 67,
+                                      "successful_active_health_check_uneject_host": False}
+    assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "5s",
+                                   "unhealthy_threshold": 2, "healthy_threshold": 2,
+                                   "http_health_check": {"path": "/health"}}]
+    triton = ec.model_cluster(cfg, cfg.models["assistant-fast"])
+    assert triton["health_checks"][0]["http_health_check"] == {"path": "/v2/health/ready"}
 
 
-def test_one_token_bucket_per_tenant_with_models() -> None:
+def test_one_token_bucket_per_calling_tenant_and_priority() -> None:
     f = ec.rate_limit_filter(stack("prod"))["typed_config"]
-    assert [(d["entries"], d["token_bucket"]) for d in f["descriptors"]] == [
-        ([{"key": "tenant", "value": "assistant"}], {"max_tokens": 800, "tokens_per_fill": 400, "fill_interval": "1s"}),
-        ([{"key": "tenant", "value": "finance"}], {"max_tokens": 40, "tokens_per_fill": 20, "fill_interval": "1s"}),
-        ([{"key": "tenant", "value": "research"}], {"max_tokens": 100, "tokens_per_fill": 50, "fill_interval": "1s"}),
-        ([{"key": "tenant", "value": "search"}], {"max_tokens": 100, "tokens_per_fill": 50, "fill_interval": "1s"}),
+
+    def bucket(rps: int, burst: int) -> dict[str, object]:
+        return {"max_tokens": burst, "tokens_per_fill": rps, "fill_interval": "1s"}
+
+    assert [(d["entries"][0]["value"], d["entries"][1]["value"], d["token_bucket"]) for d in f["descriptors"]] == [
+        ("assistant", "batch", bucket(400, 800)), ("assistant", "interactive", bucket(400, 800)),
+        ("finance", "batch", bucket(20, 40)), ("finance", "interactive", bucket(20, 40)),
+        ("research", "batch", bucket(50, 100)), ("research", "interactive", bucket(50, 100)),
+        ("search", "batch", bucket(50, 100)), ("search", "interactive", bucket(50, 100)),
     ]
+    assert [d["entries"][0]["key"] for d in f["descriptors"]] == ["tenant"] * 8
+    # the caller's tenant (the header the gateway sets from the token), then the routed model's priority
+    assert f["rate_limits"] == [{"actions": [
+        {"request_headers": {"header_name": "x-aifactory-tenant", "descriptor_key": "tenant"}},
+        {"metadata": {"descriptor_key": "priority", "source": "ROUTE_ENTRY",
+                      "metadata_key": {"key": "aifactory", "path": [{"key": "priority"}]}}}]}]
     assert f["always_consume_default_token_bucket"] is False
     assert f["filter_enforced"]["default_value"] == {"numerator": 100, "denominator": "HUNDRED"}
 
@@ -89,6 +162,122 @@ def test_tracing_goes_to_the_collector_at_the_stack_sample_ratio() -> None:
         "request_id", "upstream_service_time_ms", "duration_ms", "upstream_host", "trace_id"}
 
 
+def _hcm(cfg: PlatformConfig) -> dict:
+    return ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
+
+
+def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
+    hcm = _hcm(stack("prod"))
+    assert {k: hcm[k] for k in ("request_headers_timeout", "request_timeout", "stream_idle_timeout",
+                                "common_http_protocol_options", "normalize_path", "merge_slashes",
+                                "path_with_escaped_slashes_action")} == {
+        "request_headers_timeout": "10s", "request_timeout": "60s", "stream_idle_timeout": "30s",
+        "common_http_protocol_options": {"idle_timeout": "300s"}, "normalize_path": True, "merge_slashes": True,
+        "path_with_escaped_slashes_action": "REJECT_REQUEST"}
+
+
+def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_then_limit() -> None:
+    assert [f["name"] for f in _hcm(stack("prod"))["http_filters"]] == [
+        "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "envoy.filters.http.buffer",
+        "envoy.filters.http.json_to_metadata", "aifactory.body_limit", "envoy.filters.http.rbac",
+        "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
+    strip, jwt, _, body, *_ = _hcm(stack("prod"))["http_filters"]
+    assert strip["typed_config"]["mutations"] == {"request_mutations": [{"remove": "x-aifactory-tenant"}]}
+    assert body["typed_config"]["request_rules"] == {"rules": [
+        {"selectors": [{"key": "model"}],
+         "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}},
+        {"selectors": [{"key": "stream"}],
+         "on_present": {"metadata_namespace": "aifactory", "key": "stream", "type": "PROTOBUF_VALUE"},
+         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}],
+        "allow_content_types": ["application/json", "application/json; charset=utf-8",
+                                "application/json;charset=utf-8"],
+        "allow_empty_content_type": True}
+    assert jwt["typed_config"]["providers"] == {"issuer-0": {
+        "issuer": "https://example.okta.com/oauth2/aus4aifactoryprod",
+        "remote_jwks": {"http_uri": {"uri": "https://example.okta.com/oauth2/aus4aifactoryprod/v1/keys",
+                                     "cluster": "jwks-0", "timeout": "5s"},
+                        "cache_duration": "600s", "async_fetch": {}, "retry_policy": {"num_retries": 3}},
+        "forward": False,
+        "claim_to_headers": [{"header_name": "x-aifactory-tenant", "claim_name": "tenant"}],
+        "jwt_cache_config": {"jwt_cache_size": 1000},
+        "audiences": ["api://aifactory-gateway"]}}
+    assert jwt["typed_config"]["rules"] == [{"match": {"prefix": "/"}, "requires": {"provider_name": "issuer-0"}}]
+    onprem = ec.jwt_filter(stack("onprem"))["typed_config"]["providers"]["issuer-0"]
+    assert onprem["claim_to_headers"] == [{"header_name": "x-aifactory-tenant", "claim_name": "aifactory_tenant"}]
+
+
+def test_two_issuers_are_alternatives() -> None:
+    raw = stack_raw("dev")
+    raw["gateway"]["auth"]["issuers"].append({"issuer": "https://b.example.com", "jwksUri": "https://b.example.com:8443/k"})
+    cfg = parse(raw, stack="dev")
+    jwt = ec.jwt_filter(cfg)["typed_config"]
+    assert jwt["rules"][0]["requires"] == {"requires_any": {"requirements": [
+        {"provider_name": "issuer-0"}, {"provider_name": "issuer-1"}]}}
+    assert "audiences" not in jwt["providers"]["issuer-1"]  # none configured: any audience
+    cluster = ec.jwks_cluster(cfg, 1)
+    assert (cluster["type"], cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]) == (
+        "LOGICAL_DNS", {"address": {"socket_address": {"address": "b.example.com", "port_value": 8443}}})
+    tls = cluster["transport_socket"]["typed_config"]
+    assert tls["sni"] == "b.example.com"
+    assert tls["common_tls_context"]["validation_context"] == {
+        "trusted_ca": {"filename": "/etc/ssl/certs/ca-certificates.crt"},
+        "match_typed_subject_alt_names": [{"san_type": "DNS", "matcher": {"exact": "b.example.com"}}]}
+
+
+def test_without_an_issuer_every_request_is_refused() -> None:
+    raw = stack_raw("dev")
+    del raw["gateway"]
+    cfg = parse(raw, stack="dev")
+    vhost = _hcm(cfg)["route_config"]["virtual_hosts"][0]
+    assert vhost["routes"] == [{"name": "no-issuer", "match": {"prefix": "/"}, "direct_response": {
+        "status": 401, "body": {"inline_string": "no token issuer is configured (gateway.auth.issuers): every "
+                                                 "request is refused\n"}}}]
+    assert "envoy.filters.http.jwt_authn" not in [f["name"] for f in _hcm(cfg)["http_filters"]]
+
+
+def test_request_stats_per_calling_tenant() -> None:
+    assert _hcm(stack("staging"))["route_config"]["virtual_hosts"][0]["virtual_clusters"] == [
+        {"name": "caller-search", "headers": [{"name": "x-aifactory-tenant", "string_match": {"exact": "search"}}]},
+        {"name": "caller-support", "headers": [{"name": "x-aifactory-tenant", "string_match": {"exact": "support"}}]}]
+
+
+def _problems(raw: dict) -> list[str]:
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="t")
+    return [str(p) for p in err.value.problems]
+
+
+def test_gateway_auth_and_limits_config_errors_name_the_key() -> None:
+    raw = stack_raw("dev")
+    raw["gateway"]["auth"] = {"tenantClaim": "a b", "issuers": [
+        {"issuer": "https://a", "jwksUri": "http://a/keys"}, {"jwksUri": "https://a/keys"},
+        {"issuer": "https://a", "jwksUri": "https://a/k2"}]}
+    raw["tenants"]["demo"]["shareWith"] = ["nobody"]
+    raw["models"]["chat"].update(tryIdleTimeoutSeconds=90, maxRequestBytes=10)
+    assert sorted(_problems(raw)) == sorted([
+        "gateway.auth.issuers[0].jwksUri: 'http://a/keys' is not an https:// URL",
+        "gateway.auth.issuers[1].issuer: is required",
+        "gateway.auth.issuers[2].issuer: 'https://a' is listed twice",
+        "gateway.auth.tenantClaim: 'a b' is not a claim name (letters, digits, _ : . -)",
+        "tenants.demo.shareWith[0]: 'nobody' is not another tenant; other tenants: (none)",
+        "models.chat.tryIdleTimeoutSeconds: 90 is longer than timeoutSeconds 60; use at most 60",
+        "models.chat.maxRequestBytes: 10 is below the minimum 1024",
+    ])
+
+
+def test_gateway_defaults_are_documented_values() -> None:
+    cfg = stack_config("staging")
+    gw_cfg, model, tenant = cfg.gateway, cfg.models["llama-70b"], cfg.tenants["search"]
+    assert (gw_cfg.auth.tenant_claim, gw_cfg.request_headers_timeout_seconds, gw_cfg.request_timeout_seconds,
+            gw_cfg.stream_idle_timeout_seconds, gw_cfg.idle_timeout_seconds) == ("tenant", 10.0, 60.0, 30.0, 300.0)
+    assert (gw_cfg.outlier_detection.max_ejection_percent, gw_cfg.outlier_detection.panic_threshold_percent) == (
+        67, 30.0)
+    assert (model.max_request_bytes, model.try_idle_timeout_seconds) == (8 * 1024 * 1024, 30.0)
+    assert cfg.models["llama-8b-trt"].try_idle_timeout_seconds == 30.0  # min(timeoutSeconds 30, 30)
+    assert (tenant.rate_limit.batch_requests_per_second, tenant.rate_limit.batch_burst) == (100, 200)
+    assert cfg.tenants["support"].share_with == ("search",)
+
+
 def test_stats_listener_exposes_only_metrics_and_readiness() -> None:
     listener = ec.stats_listener()
     routes = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]["routes"]
@@ -98,6 +287,9 @@ def test_stats_listener_exposes_only_metrics_and_readiness() -> None:
 
 def test_rebind_needs_endpoints_for_every_dns_cluster() -> None:
     with pytest.raises(ValueError, match=r"^rebind: no endpoints for cluster\(s\) chat, otel_collector$"):
+        ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={},
+                  jwks=["{}"])
+    with pytest.raises(ValueError, match=r"^rebind: 1 issuer\(s\) need as many local JWKS, got 0$"):
         ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={})
 
 
@@ -105,9 +297,15 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
     original = ec.bootstrap(stack("dev"))
     out = ec.rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
                     endpoints={"chat": [("127.0.0.1", 9000), ("127.0.0.1", 9001)],
-                               "otel_collector": [("127.0.0.1", 9002)]})
+                               "otel_collector": [("127.0.0.1", 9002)]}, jwks=['{"keys": []}'])
+    assert "jwks-0" not in [c["name"] for c in out["static_resources"]["clusters"]]
+    jwt = ec.http_filters(stack("dev"))[1]["typed_config"]
+    assert "remote_jwks" in jwt["providers"]["issuer-0"]
+    rebound = out["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert rebound["http_filters"][1]["typed_config"]["providers"]["issuer-0"]["local_jwks"] == {
+        "inline_string": '{"keys": []}'}
     chat = next(c for c in out["static_resources"]["clusters"] if c["name"] == "chat")
-    assert chat["type"] == "STATIC" and "dns_refresh_rate" not in chat
+    assert chat["type"] == "STATIC" and "cluster_type" not in chat
     assert [e["endpoint"]["address"]["socket_address"]["port_value"]
             for e in chat["load_assignment"]["endpoints"][0]["lb_endpoints"]] == [9000, 9001]
     assert [x["address"]["socket_address"] for x in out["static_resources"]["listeners"]] == [
@@ -171,6 +369,36 @@ def test_configmap_holds_the_rendered_bootstrap_and_pods_roll_on_change() -> Non
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "stats"}
 
 
+def test_gateway_namespace_denies_by_default_and_allows_each_flow() -> None:
+    cfg = stack("prod")
+    pols = {p["metadata"]["name"]: p["spec"] for p in gw.network_policies(cfg)}
+    gateway_pods = {"matchLabels": {"app.kubernetes.io/name": "aifactory-gateway"}}
+
+    def ns(name: str) -> dict:
+        return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": name}}}
+
+    assert pols["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [],
+                                    "egress": []}
+    assert pols["allow-clients"] == {"podSelector": gateway_pods, "policyTypes": ["Ingress"],
+                                     "ingress": [{"ports": [{"protocol": "TCP", "port": 8080}]}]}
+    assert pols["allow-monitoring"]["ingress"] == [{"from": [ns("monitoring")], "ports": [
+        {"protocol": "TCP", "port": 9902}, {"protocol": "TCP", "port": 15020}, {"protocol": "TCP", "port": 15090}]}]
+    assert pols["allow-models"] == {"podSelector": gateway_pods, "policyTypes": ["Egress"], "egress": [{
+        "to": [{**ns(t), "podSelector": {"matchLabels": {"app.kubernetes.io/component": "model-server"}}}
+               for t in ("assistant", "finance", "research", "search")],
+        "ports": [{"protocol": "TCP", "port": 8000}]}]}
+    assert pols["allow-dns"]["egress"][0]["ports"] == [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]
+    assert pols["allow-istiod"]["egress"][0]["ports"] == [{"protocol": "TCP", "port": 15012}]
+    assert pols["allow-collector"]["egress"] == [{"to": [ns("monitoring")], "ports": [{"protocol": "TCP",
+                                                                                         "port": 4317}]}]
+    assert pols["allow-token-issuers"]["egress"] == [{"ports": [{"protocol": "TCP", "port": 443}]}]
+    authz = {p["metadata"]["name"]: p["spec"] for p in gw.authorization_policies(cfg)}
+    assert authz == {"allow-nothing": {}, "allow-monitoring": {
+        "selector": gateway_pods, "action": "ALLOW", "rules": [{
+            "from": [{"source": {"principals": ["cluster.local/ns/monitoring/sa/prometheus"]}}],
+            "to": [{"operation": {"ports": ["9902"]}}]}]}}
+
+
 def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> None:
     def program(cfg: PlatformConfig) -> None:
         gw.Gateway("gateway", cfg=cfg)
@@ -178,9 +406,17 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     result = run_program("dev", read_stack_config(stack_file("dev")), program)
     comp = next(r for r in result.resources if r.type == "aifactory:k8s:Gateway")
     children = {r.name: r for r in result.resources if r.parent == comp.urn}
-    assert sorted(children) == ["gateway-configmap", "gateway-deployment", "gateway-horizontalpodautoscaler",
-                                "gateway-metrics-service", "gateway-ns", "gateway-poddisruptionbudget",
-                                "gateway-service", "gateway-serviceaccount", "gateway-servicemonitor"]
+    assert sorted(children) == [
+        "gateway-authorizationpolicy-allow-monitoring", "gateway-authorizationpolicy-allow-nothing",
+        "gateway-configmap", "gateway-deployment", "gateway-horizontalpodautoscaler", "gateway-metrics-service",
+        "gateway-networkpolicy-allow-clients", "gateway-networkpolicy-allow-collector",
+        "gateway-networkpolicy-allow-dns", "gateway-networkpolicy-allow-istiod",
+        "gateway-networkpolicy-allow-models", "gateway-networkpolicy-allow-monitoring",
+        "gateway-networkpolicy-allow-token-issuers", "gateway-networkpolicy-default-deny", "gateway-ns",
+        "gateway-poddisruptionbudget", "gateway-service", "gateway-serviceaccount", "gateway-servicemonitor"]
+    assert children["gateway-networkpolicy-default-deny"].type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
+    assert children["gateway-authorizationpolicy-allow-nothing"].type == \
+        "kubernetes:security.istio.io/v1:AuthorizationPolicy"
     assert children["gateway-metrics-service"].inputs["metadata"]["name"] == "aifactory-gateway-metrics"
     ns = children["gateway-ns"].inputs["metadata"]
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"

@@ -113,6 +113,21 @@ def test_default_deny_with_allow_rules_is_not_default_deny() -> None:
         ("team-a", "tenant namespace 'team-a' has no default-deny NetworkPolicy for Egress")]
 
 
+def test_gateway_namespace_needs_default_deny_and_allow_nothing() -> None:
+    gw = "aifactory-gateway"
+    assert found("gateway-namespace-default-deny", ns(gw), obj(NETPOL, "deny", gw,
+                 {"podSelector": {}, "policyTypes": ["Ingress"]}), ns("team-a")) == [
+        (gw, "gateway namespace 'aifactory-gateway' has no default-deny NetworkPolicy for Egress"),
+        (gw, "gateway namespace 'aifactory-gateway' has no allow-nothing AuthorizationPolicy"),
+    ]
+    assert found("gateway-namespace-default-deny", ns(gw), obj(NETPOL, "deny", gw, DENY_ALL),
+                 obj(AUTHZ, "allow-nothing", gw, {})) == []
+    assert found("gateway-namespace-default-deny", ns("edge"), config={
+        "gateway-namespace-default-deny": {"gatewayNamespaces": ["edge"]}}) == [
+        ("edge", "gateway namespace 'edge' has no default-deny NetworkPolicy for Egress and Ingress"),
+        ("edge", "gateway namespace 'edge' has no allow-nothing AuthorizationPolicy")]
+
+
 def test_platform_namespaces_come_from_config() -> None:
     assert found("tenant-default-deny", ns("team-a"), config={
         "tenant-default-deny": {"platformNamespaces": ["team-a"]}}) == []
