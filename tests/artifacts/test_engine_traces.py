@@ -32,11 +32,13 @@ from components.k8s import serving
 from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap, rebind
 from infra.config import PlatformConfig, parse
 from tests.support.fake_backends import EnvoyProcess, free_port, request
+from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 MODEL = "chat"
 WAIT_S = 15.0  # Envoy's OpenTelemetry tracer flushes every 5 s (runtime tracing.opentelemetry.flush_interval_ms)
 CLIENT_TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 CLIENT_PARENT = "00f067aa0ba902b7"
+ISSUER = Issuer("https://issuer.test")  # the gateway refuses every request without a token of a stack issuer
 
 
 def stack(ratio: float) -> PlatformConfig:
@@ -46,6 +48,8 @@ def stack(ratio: float) -> PlatformConfig:
         "tenants": {"alpha": {"gpuQuota": 8}},
         "models": {MODEL: {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}},
         "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": ratio},
+        "gateway": {"auth": {"issuers": [{"issuer": ISSUER.issuer, "jwksUri": f"{ISSUER.issuer}/certs",
+                                          "audiences": [DEFAULT_AUDIENCE]}]}},
     }, stack="traces")
 
 
@@ -113,11 +117,13 @@ def _engine_handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
             pass
 
         def do_GET(self) -> None:  # noqa: N802
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            engine.headers.append(headers)
-            context = TraceContextTextMapPropagator().extract(headers)
-            with tracer.start_as_current_span("llm_request", context=context, kind=SpanKind.SERVER):
-                body = b'{"ok": true}'
+            body = b'{"ok": true}'
+            if self.path != "/health":  # the gateway's active health checks: vLLM traces only API requests
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                engine.headers.append(headers)
+                context = TraceContextTextMapPropagator().extract(headers)
+                with tracer.start_as_current_span("llm_request", context=context, kind=SpanKind.SERVER):
+                    pass
             self.send_response(200)
             self.send_header("content-type", "application/json")
             self.send_header("content-length", str(len(body)))
@@ -157,7 +163,7 @@ def gateway(request_ratio: float, sink: tuple[_Sink, int], tmp_path: Path, monke
     admin, listener, stats = free_port(), free_port(), free_port()
     config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
                     endpoints={MODEL: [("127.0.0.1", server.server_address[1])],
-                               COLLECTOR_CLUSTER: [("127.0.0.1", collector_port)]})
+                               COLLECTOR_CLUSTER: [("127.0.0.1", collector_port)]}, jwks=[ISSUER.jwks])
     try:
         with ExitStack() as stack_:
             stack_.enter_context(EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener))
@@ -177,7 +183,8 @@ def test_one_request_shares_a_trace_id_across_gateway_and_engine(gateway: tuple[
     port, engine = gateway
     spans, _ = sink
     traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-01"
-    status, _ = request(port, "/v1/chat/completions", {"x-model": MODEL, "traceparent": traceparent})
+    status, _ = request(port, "/v1/chat/completions",
+                        {"x-model": MODEL, "traceparent": traceparent, **ISSUER.bearer("alpha")})
     assert status == 200
     [engine_span] = spans.wait(MODEL)
     gateway_spans = spans.wait(SERVICE_NAME)
@@ -192,7 +199,7 @@ def test_one_request_shares_a_trace_id_across_gateway_and_engine(gateway: tuple[
 def test_a_trace_the_gateway_starts_reaches_the_engine(gateway: tuple[int, _Engine], sink: tuple[_Sink, int]) -> None:
     port, engine = gateway
     spans, _ = sink
-    assert request(port, "/v1/completions", {"x-model": MODEL})[0] == 200
+    assert request(port, "/v1/completions", {"x-model": MODEL, **ISSUER.bearer("alpha")})[0] == 200
     [engine_span] = spans.wait(MODEL)
     [gateway_span] = spans.wait(SERVICE_NAME)
     assert engine_span.trace_id == gateway_span.trace_id != "0" * 32
@@ -207,7 +214,7 @@ def test_a_request_the_gateway_does_not_sample_exports_no_engine_span(gateway: t
     of starting traces of its own. (Triton r25.08 would not: src/tracer.cc force-samples any valid context.)"""
     port, engine = gateway
     spans, _ = sink
-    assert request(port, "/v1/completions", {"x-model": MODEL})[0] == 200
+    assert request(port, "/v1/completions", {"x-model": MODEL, **ISSUER.bearer("alpha")})[0] == 200
     assert spans.wait(MODEL, timeout=2.0) == []
     [headers] = engine.headers
     assert headers["traceparent"].endswith("-00")

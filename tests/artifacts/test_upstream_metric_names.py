@@ -35,6 +35,7 @@ from telemetry.names import DCGM, TRITON, VLLM
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
 from tests.support.stacks import stack_config
+from tests.support.tokens import Issuer
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 ENVOY = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "envoy"
@@ -257,11 +258,15 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
     cfg = stack_config("prod")
     work = tmp_path_factory.mktemp("envoy-scrape")
     admin, listener, stats = free_port(), free_port(), free_port()
+    # The gateway admits only tokens of the stack's issuers: stand in for each with a local key.
+    issuers = [Issuer(i.issuer) for i in cfg.gateway.auth.issuers]
+    first = cfg.gateway.auth.issuers[0]
     with _backend() as backend:
         boot = ec.bootstrap(cfg)
-        dns = [c["name"] for c in boot["static_resources"]["clusters"] if c["type"] == "STRICT_DNS"]
+        dns = [c["name"] for c in boot["static_resources"]["clusters"]
+               if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
         config = ec.rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
-                           endpoints={name: [backend] for name in dns})
+                           endpoints={name: [backend] for name in dns}, jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:
             proc = subprocess.Popen([str(ENVOY), "-c", str(work / "envoy.yaml"), "--use-dynamic-base-id",
@@ -274,8 +279,10 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
                 assert time.monotonic() < deadline, "envoy not ready in 30 s"
                 time.sleep(0.05)
             for w in ec.workloads(cfg):
-                assert _get(listener, f"{ec.ROUTE_PREFIX}{w.name}/v1/models") == 200
-            assert _get(listener, "/nowhere") == 404
+                token = issuers[0].token(tenant=w.default.tenant, audience=first.audiences[0])
+                assert _get(listener, f"{ec.ROUTE_PREFIX}{w.name}/v1/models",
+                            {"authorization": f"Bearer {token}"}) == 200
+            assert _get(listener, "/nowhere", {"authorization": f"Bearer {token}"}) == 404
             with urllib.request.urlopen(f"http://127.0.0.1:{stats}/stats/prometheus", timeout=5) as r:
                 return _parse(r.read().decode())
         finally:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from components.k8s import envoy_config as ec
-from tests.support.stacks import stack_config
+from tests.support.stacks import stack_config, stack_raw
 
 # stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
 # documented default of tenants.X.rateLimit: 50 requests/s, burst max(100, rps)) -> (per second, burst)
@@ -37,7 +37,8 @@ def _rate_limit(boot: dict[str, Any]) -> dict[str, Any]:
 
 
 def _retry_policies(boot: dict[str, Any]) -> list[dict[str, Any]]:
-    return [d["retry_policy"] for d in _walk(boot) if "retry_policy" in d]
+    """Route retry policies (route.v3.RetryPolicy has retry_on; the JWKS fetch's core RetryPolicy has not)."""
+    return [d["retry_policy"] for d in _walk(boot) if "retry_on" in d.get("retry_policy", {})]
 
 
 def _clusters(boot: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -72,9 +73,12 @@ def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_st
     is one re-selection (route.v3.RetryPolicy.host_selection_retry_max_attempts: "If unspecified, this will
     default to retrying once"), after which the host last picked is used even if it just failed; with
     LEAST_REQUEST's two random choices over a few replicas that retries onto the failed replica too often."""
-    cfg = stack_config("prod", gateway={"retries": {"attempts": 4, "budgetPercent": 25}})
+    cfg = stack_config("prod", gateway={**stack_raw("prod")["gateway"],
+                                        "retries": {"attempts": 4, "budgetPercent": 25}})
     policies = _retry_policies(ec.bootstrap(cfg))
-    assert len(policies) == 10  # 4 workloads x (header, path) + the batch model's (header, path)
+    routes = [d["route"] for d in _walk(ec.bootstrap(cfg)) if isinstance(d.get("route"), dict)
+              and d["route"].get("cluster") in {m.name for m in cfg.models.values()}]
+    assert routes and all("retry_policy" in r for r in routes)  # every route to a model retries
     for p in policies:
         assert p["num_retries"] == 4
         assert p["host_selection_retry_max_attempts"] == 3
@@ -84,6 +88,7 @@ def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_st
 def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None:
     """gateway.outlierDetection / circuitBreakers / retries.budgetPercent land on every model cluster."""
     cfg = stack_config("prod", gateway={
+        **stack_raw("prod")["gateway"],
         "retries": {"budgetPercent": 25},
         "outlierDetection": {"consecutive5xx": 4, "intervalSeconds": 5, "baseEjectionSeconds": 60,
                              "maxEjectionPercent": 35},
@@ -92,8 +97,11 @@ def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None
     assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == PROD_MODELS
     for name in PROD_MODELS:
         c = clusters[name]
+        # and a replica that passes its health check but fails every request stays ejected (the health check
+        # would un-eject it by default: cluster.v3.OutlierDetection.successful_active_health_check_uneject_host)
         assert c["outlier_detection"] == {"consecutive_5xx": 4, "interval": "5s", "base_ejection_time": "60s",
-                                          "max_ejection_percent": 35}
+                                          "max_ejection_percent": 35,
+                                          "successful_active_health_check_uneject_host": False}
         [t] = c["circuit_breakers"]["thresholds"]
         assert (t["max_connections"], t["max_pending_requests"], t["max_requests"]) == (1000, 500, 900)
         assert t["retry_budget"]["budget_percent"] == {"value": 25.0}
