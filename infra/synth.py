@@ -23,6 +23,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -151,6 +152,8 @@ def run_program(stack: str, values: Mapping[str, str], program: Callable[[Platfo
     # A fresh context (Pulumi keeps its settings, config and root resource in context variables) and a
     # fresh event loop per run: runs stay independent of each other and of whatever ran before.
     loop = asyncio.new_event_loop()
+    executor, thread_loops = _rpc_executor()
+    loop.set_default_executor(executor)
     previous = asyncio.get_event_loop_policy()._local._loop  # type: ignore[attr-defined]
     asyncio.set_event_loop(loop)
     try:
@@ -164,6 +167,25 @@ def run_program(stack: str, values: Mapping[str, str], program: Callable[[Platfo
         _finish_loop(loop)
         asyncio.set_event_loop(previous)
         loop.close()
+        for thread_loop in thread_loops:  # the executor's threads are gone: close the loops they held
+            thread_loop.close()
+
+
+def _rpc_executor() -> tuple[ThreadPoolExecutor, list[asyncio.AbstractEventLoop]]:
+    """The run loop's default executor, where the SDK makes its (mock) RPC calls, and the event loops its threads
+    use. The SDK gives each such thread a loop of its own (pulumi/runtime/sync_await.py _ensure_event_loop) and
+    never closes it; left to the garbage collector after its self-pipe socket, a loop's __del__ fails with
+    "Invalid file descriptor: -1" noise on stderr. Here each thread starts with a loop the run closes itself."""
+    loops: list[asyncio.AbstractEventLoop] = []
+    lock = threading.Lock()
+
+    def own_loop() -> None:
+        thread_loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(thread_loop)
+        with lock:
+            loops.append(thread_loop)
+
+    return ThreadPoolExecutor(thread_name_prefix="aifactory-rpc", initializer=own_loop), loops
 
 
 def _finish_loop(loop: asyncio.AbstractEventLoop) -> None:
