@@ -434,7 +434,7 @@ class ObservabilitySettings:
     workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
     trace_retention: str = "7d"  # default: 7d of traces in Jaeger
     mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
-    control_plane_metrics: bool = False  # default: false on aws (EKS exposes none), true on existing
+    control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
     ingest: Ingest = field(default_factory=Ingest)
     alerting: Alerting = field(default_factory=Alerting)
 
@@ -1348,7 +1348,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         trace_retention=r.value(d, "traceRetention", p, str, "7d", check=lambda v: None if DURATION.match(v) else
                                 "is not a retention such as 7d or 168h"),
         mesh_trace_sampling_percent=r.value(d, "meshTraceSamplingPercent", p, float, 1.0, minimum=0, maximum=100),
-        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, not aws),
+        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, False),
         ingest=_ingest(r, (d or {}).get("ingest")),
         alerting=_alerting(r, (d or {}).get("alerting")),
     )

@@ -338,17 +338,19 @@ def test_plain_text_credentials_and_unknown_receivers_are_refused() -> None:
 # --- 5. Control-plane targets -------------------------------------------------------------------
 
 
-def test_eks_scrapes_no_control_plane_component_an_existing_cluster_does() -> None:
+def test_no_cluster_scrapes_the_control_plane_unless_asked() -> None:
     """EKS exposes neither controller manager, scheduler nor etcd, and its kube-proxy add-on binds metrics to
-    127.0.0.1:10249 (aws/containers-roadmap#657, terraform-aws-eks#742): scraping them only fires *Down alerts."""
+    127.0.0.1:10249 (aws/containers-roadmap#657, terraform-aws-eks#742); kubeadm binds the controller manager's
+    and scheduler's metrics (--bind-address) and etcd's (--listen-metrics-urls) to 127.0.0.1 (kubeadm's
+    static-pod manifests, "kubeadm init" phases control-plane/etcd). Scraping them only fires *Down alerts
+    (critical) forever, so the targets are opt-in everywhere."""
     off = {"enabled": False}
-    prod = obs.kube_prometheus_stack_values(stack_cfg("prod"))
-    assert [prod[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == [off] * 4
-    onprem = obs.kube_prometheus_stack_values(stack_cfg("onprem"))
-    assert [onprem[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == \
-        [{"enabled": True}] * 4
-    forced = obs.kube_prometheus_stack_values(with_obs("onprem", controlPlaneMetrics=False))
-    assert forced["kubeScheduler"] == off
+    parts = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+    for stack in ("prod", "onprem"):
+        values = obs.kube_prometheus_stack_values(stack_cfg(stack))
+        assert [values[k] for k in parts] == [off] * 4, stack
+    forced = obs.kube_prometheus_stack_values(with_obs("onprem", controlPlaneMetrics=True))
+    assert [forced[k] for k in parts] == [{"enabled": True}] * 4
 
 
 # --- 6. Collector rollouts ----------------------------------------------------------------------
