@@ -57,6 +57,7 @@ __all__ = [
     "SecretRef",
     "AlertReceiver",
     "Alerting",
+    "VolumeSizes",
     "Ingest",
     "ALERT_SEVERITIES",
     "ALERT_RECEIVER_TYPES",
@@ -423,6 +424,17 @@ class Ingest:
 
 
 @dataclass(frozen=True, slots=True)
+class VolumeSizes:
+    """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
+    change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
+    Changing a pinned size needs a volume resize (README, "Observability data")."""
+
+    prometheus_gib: int | None = None  # default: sized from ingest and retention
+    loki_gib: int | None = None  # default: sized from ingest and retention (filesystem mode)
+    jaeger_gib: int | None = None  # default: sized from span ingest and traceRetention
+
+
+@dataclass(frozen=True, slots=True)
 class ObservabilitySettings:
     namespace: str = "monitoring"  # default: monitoring
     retention: str = "15d"  # default: 15d Prometheus retention
@@ -437,6 +449,7 @@ class ObservabilitySettings:
     control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
     ingest: Ingest = field(default_factory=Ingest)
     alerting: Alerting = field(default_factory=Alerting)
+    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
 
 
 @dataclass(frozen=True, slots=True)
@@ -1311,12 +1324,19 @@ def _ingest(r: _Reader, raw: Any) -> Ingest:
                   r.value(d, "spansPerSecond", path, int, base.spans_per_second, minimum=1))
 
 
+def _volumes(r: _Reader, raw: Any) -> VolumeSizes:
+    path = "observability.volumes"
+    d = r.mapping(raw if raw is not None else {}, path, ("prometheusGiB", "lokiGiB", "jaegerGiB"))
+    return VolumeSizes(*(r.value(d, key, path, int, None, minimum=1) for key in ("prometheusGiB", "lokiGiB",
+                                                                                 "jaegerGiB")))
+
+
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
                                                       "idleGpuUtilizationPercent", "prices", "slo", "workflows",
                                                       "traceRetention", "meshTraceSamplingPercent",
-                                                      "controlPlaneMetrics", "ingest", "alerting"))
+                                                      "controlPlaneMetrics", "ingest", "alerting", "volumes"))
     prices: dict[str, float] = {}
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
@@ -1351,6 +1371,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, False),
         ingest=_ingest(r, (d or {}).get("ingest")),
         alerting=_alerting(r, (d or {}).get("alerting")),
+        volumes=_volumes(r, (d or {}).get("volumes")),
     )
 
 

@@ -173,22 +173,31 @@ def _volume_gib(bytes_retained: float) -> int:
 
 
 def prometheus_volume_gib(cfg: PlatformConfig) -> int:
-    """samples/s x seconds retained x bytes/sample, plus headroom (the Prometheus docs' sizing formula)."""
+    """`observability.volumes.prometheusGiB` when pinned, else samples/s x seconds retained x bytes/sample,
+    plus headroom (the Prometheus docs' sizing formula)."""
     obs = cfg.observability
+    if obs.volumes.prometheus_gib is not None:
+        return obs.volumes.prometheus_gib
     return _volume_gib(obs.ingest.samples_per_second * 86_400 * retention_days(obs.retention)
                        * PROMETHEUS_BYTES_PER_SAMPLE)
 
 
 def jaeger_volume_gib(cfg: PlatformConfig) -> int:
-    """Spans kept (after the Collector's sampling) x bytes/span x the trace retention, plus headroom."""
+    """`observability.volumes.jaegerGiB` when pinned, else spans kept (after the Collector's sampling) x
+    bytes/span x the trace retention, plus headroom."""
     obs = cfg.observability
+    if obs.volumes.jaeger_gib is not None:
+        return obs.volumes.jaeger_gib
     return _volume_gib(obs.ingest.spans_per_second * obs.trace_sample_ratio * 86_400
                        * retention_days(obs.trace_retention) * JAEGER_BYTES_PER_SPAN)
 
 
 def loki_volume_gib(cfg: PlatformConfig) -> int:
-    """Filesystem mode: compressed log bytes for the whole retention, plus headroom."""
+    """Filesystem mode: `observability.volumes.lokiGiB` when pinned, else compressed log bytes for the whole
+    retention, plus headroom."""
     obs = cfg.observability
+    if obs.volumes.loki_gib is not None:
+        return obs.volumes.loki_gib
     return _volume_gib(obs.ingest.log_gib_per_day * GIB / LOKI_COMPRESSION_RATIO * retention_days(obs.retention))
 
 
@@ -464,7 +473,13 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
     sc = cache_storage_class_name(cfg)
 
     def persistence(size_gib: int) -> dict[str, Any]:
-        return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {})}}
+        # Keep the claims when the StatefulSet is deleted or scaled: the chart (loki 6.53.0 values.yaml,
+        # `singleBinary|write|backend.persistence.enableStatefulSetAutoDeletePVC: true`, `whenDeleted/whenScaled:
+        # Delete`) renders persistentVolumeClaimRetentionPolicy Delete, which on one binary in filesystem mode
+        # deletes the only copy of the logs. Retain is the Kubernetes default with the policy unset.
+        return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {}),
+                                "enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain",
+                                "whenScaled": "Retain"}}
 
     storage: dict[str, Any] = {"type": store}
     service_account: dict[str, Any] = {"create": True, "name": LOKI_SERVICE_ACCOUNT}

@@ -172,7 +172,7 @@ def test_loki_on_aws_stores_in_the_kits_bucket_through_irsa() -> None:
         "index": {"prefix": "loki_index_", "period": "24h"}}]
     assert values["loki"]["limits_config"]["retention_period"] == "720h"
     assert [values[t]["replicas"] for t in ("read", "write", "backend")] == [3, 3, 3]
-    assert values["write"]["persistence"] == {"size": "10Gi", "storageClass": "aifactory-gp3"}
+    assert values["write"]["persistence"] == {"size": "10Gi", "storageClass": "aifactory-gp3", **RETAIN_CLAIMS}
     assert values["loki"]["commonConfig"] == {"replication_factor": 3}
 
 
@@ -195,6 +195,47 @@ def test_loki_on_an_existing_cluster_is_one_binary_on_a_volume_sized_from_ingest
     # 20 GiB/day / 5 (compression) x 15 d = 60 GiB, x 1.3 = 78 GiB
     assert values["singleBinary"]["persistence"]["size"] == "78Gi"
     assert values["singleBinary"]["persistence"].get("storageClass") == cache_storage_class_name(cfg)
+
+
+RETAIN_CLAIMS = {"enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain", "whenScaled": "Retain"}
+
+
+@pytest.mark.parametrize("stack", ["onprem", "prod"])
+def test_loki_keeps_its_claims_when_its_statefulsets_go(stack: str) -> None:
+    """The loki 6.53.0 chart defaults `enableStatefulSetAutoDeletePVC: true` with `whenDeleted: Delete` and
+    `whenScaled: Delete` for singleBinary, write and backend (production/helm/loki/values.yaml at tag
+    helm-loki-6.53.0), and its StatefulSet templates render `persistentVolumeClaimRetentionPolicy` from them
+    when the flag is on: deleting or scaling down one binary in filesystem mode would delete every log."""
+    values = obs.loki_values(stack_cfg(stack), None if stack == "onprem" else BUCKET)
+    for target in ("singleBinary", "write", "backend"):
+        persistence = values[target]["persistence"]
+        assert {k: persistence[k] for k in RETAIN_CLAIMS} == RETAIN_CLAIMS, target
+
+
+def test_pinned_volume_sizes_stop_following_retention_and_retention_size_follows_the_pin() -> None:
+    """A StatefulSet's volumeClaimTemplates cannot be updated, and prometheus-operator does not resize an
+    existing claim when storageSpec changes (prometheus-operator docs, "Resizing volumes"): with the sizes
+    pinned, doubling the retention changes neither template, and retentionSize stays 85% of the disk that
+    exists (126 GiB -> 107 GB), not of the 252 GiB a 60d retention would ask for."""
+    pins = {"prometheusGiB": 126, "lokiGiB": 78, "jaegerGiB": 40}
+    prod = with_obs("prod", retention="60d", traceRetention="14d", volumes=pins)
+    spec = obs.kube_prometheus_stack_values(prod)["prometheus"]["prometheusSpec"]
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "126Gi"}}
+    assert spec["retentionSize"] == "107GB"
+    assert obs.jaeger_volume_claim(prod)["spec"]["resources"] == {"requests": {"storage": "40Gi"}}
+    onprem = with_obs("onprem", retention="30d", volumes=pins)
+    assert obs.loki_values(onprem)["singleBinary"]["persistence"]["size"] == "78Gi"
+    # unpinned, the template follows the retention: 20,000 x 86,400 x 60 d x 2 B x 1.3 = 251 GiB -> 252 GiB
+    unpinned = obs.kube_prometheus_stack_values(with_obs("prod", retention="60d"))["prometheus"]["prometheusSpec"]
+    assert unpinned["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "252Gi"}}
+
+
+def test_a_pinned_volume_size_must_be_a_whole_number_of_gib() -> None:
+    with pytest.raises(ConfigError) as err:
+        with_obs("prod", volumes={"prometheusGiB": 0, "lokiGb": 5})
+    assert [str(p) for p in err.value.problems] == [
+        "observability.volumes.lokiGb: unknown key; allowed keys: prometheusGiB, lokiGiB, jaegerGiB",
+        "observability.volumes.prometheusGiB: 0 is below the minimum 1"]
 
 
 def test_simple_scalable_loki_needs_the_aws_bucket() -> None:
