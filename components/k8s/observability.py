@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.log_store import LOKI_INDEX_TABLE_PREFIX
 from components.k8s import naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.mesh import PROMETHEUS_CERTS_DIR
@@ -498,7 +499,7 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
             "commonConfig": {"replication_factor": 1 if single else 3},
             "storage": storage,
             "schemaConfig": {"configs": [{"from": LOKI_SCHEMA_FROM, "store": "tsdb", "object_store": store,
-                                          "schema": "v13", "index": {"prefix": "loki_index_", "period": "24h"}}]},
+                                          "schema": "v13", "index": {"prefix": LOKI_INDEX_TABLE_PREFIX, "period": "24h"}}]},
             "limits_config": {"retention_period": _hours(obs.retention), "allow_structured_metadata": True},
             "compactor": {"retention_enabled": True, "delete_request_store": store},
         },

@@ -271,9 +271,20 @@ def test_log_bucket_is_private_encrypted_tls_only_and_expires_after_retention(pr
                                     "Action": "s3:*", "Resource": [arn, f"{arn}/*"],
                                     "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
     lifecycle = _one(prod_resources, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
-    assert lifecycle.inputs["rules"] == [{"id": "expire-after-retention", "status": "Enabled", "filter": {},
-                                          "expiration": {"days": 31},  # retention 30d, then one day of grace
-                                          "abortIncompleteMultipartUpload": {"daysAfterInitiation": 1}}]
+    # Only Loki's chunks (tenant `fake` with auth_enabled false: grafana/loki v3.6.x pkg/util/fakeauth; chunk keys
+    # `<tenant>/<fingerprint>/...`, pkg/storage/config/schema_config.go newerExternalKey) and its TSDB index tables
+    # (`index/loki_index_<period>/`) expire, 31 days = retention 30d + one day of grace. The ruler's `rules/`
+    # (pkg/ruler/rulestore/bucketclient, rulesPrefix) and the compactor's `index/delete_requests/`
+    # (compactor.delete-request-store.key-prefix default "index/") match neither prefix.
+    assert lifecycle.inputs["rules"] == [
+        {"id": "expire-chunks", "status": "Enabled", "filter": {"prefix": "fake/"}, "expiration": {"days": 31}},
+        {"id": "expire-index", "status": "Enabled", "filter": {"prefix": "index/loki_index_"},
+         "expiration": {"days": 31}},
+        {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
+         "abortIncompleteMultipartUpload": {"daysAfterInitiation": 1}}]
+    kept = ("rules/fake/aifactory/cost.yaml", "index/delete_requests/delete_requests.gz")
+    expiring = [r["filter"]["prefix"] for r in lifecycle.inputs["rules"] if "expiration" in r]
+    assert not [key for key in kept if any(key.startswith(p) for p in expiring)]
 
 
 def test_loki_irsa_role_trusts_lokis_service_account_and_reaches_only_its_bucket(prod_resources: list) -> None:
