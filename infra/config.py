@@ -97,7 +97,8 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 min before the block ends
+CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
+MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -194,6 +195,7 @@ class Capacity:
     reservation_id: str | None = None  # required for odcr and capacity-block
     start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
     end_time: str | None = None  # capacity-block: required, the block's end (UTC)
+    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
 
     @property
     def reserved(self) -> bool:
@@ -840,7 +842,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     cap_raw = d.get("capacity")
     capacity = Capacity()
     if cap_raw is not None:
-        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime"))
+        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime",
+                                                     "drainMinutes"))
         ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
                         choices=("on-demand", "odcr", "capacity-block"))
         rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
@@ -851,8 +854,14 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
         if not aws and target is not None:
             r.fail(f"{path}.capacity", "only applies to provider 'aws'")
-        start, end = _block_window(r, cd, f"{path}.capacity", ctype)
-        capacity = Capacity(ctype, rid, start, end)
+        drain = r.value(cd, "drainMinutes", f"{path}.capacity", int, CAPACITY_BLOCK_DRAIN_MINUTES,
+                        check=lambda v: None if v >= MIN_CAPACITY_BLOCK_DRAIN_MINUTES else
+                        "must be more than 30: EKS asks to scale a capacity-block node group to zero more than "
+                        "30 minutes before the block ends")
+        if ctype != "capacity-block" and cd is not None and "drainMinutes" in cd:
+            r.fail(f"{path}.capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
+        start, end = _block_window(r, cd, f"{path}.capacity", ctype, drain_minutes=drain)
+        capacity = Capacity(ctype, rid, start, end, drain)
         if ctype == "odcr" and not (lo == hi == want):
             r.fail(f"{path}.desiredSize", f"an ODCR reservation fixes the node count: set minSize, maxSize and "
                                           f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
@@ -931,8 +940,9 @@ def _dns_subdomain(value: str) -> str | None:
     return None if DNS_SUBDOMAIN.match(value) else "is not a Kubernetes object name (a DNS subdomain)"
 
 
-def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str) -> tuple[str | None, str | None]:
-    """A capacity block's start and end (UTC): the pool scales up at the start and to zero 30 minutes before
+def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str, *,
+                  drain_minutes: int) -> tuple[str | None, str | None]:
+    """A capacity block's start and end (UTC): the pool scales up at the start and to zero `drainMinutes` before
     the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
     times = {}
     for key in ("startTime", "endTime"):
@@ -946,9 +956,9 @@ def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str) 
     start, end = times["startTime"], times["endTime"]
     if start is not None and end is not None:
         s, e = _utc(start), _utc(end)
-        if s is not None and e is not None and (e - s).total_seconds() <= CAPACITY_BLOCK_DRAIN_SECONDS:
-            r.fail(f"{path}.endTime", f"{end!r} must be more than 30 minutes after startTime {start!r} (the pool "
-                                      "scales to zero 30 minutes before the block ends)")
+        if s is not None and e is not None and (e - s).total_seconds() <= drain_minutes * 60:
+            r.fail(f"{path}.endTime", f"{end!r} must be more than {drain_minutes} minutes after startTime {start!r} "
+                                      f"(the pool scales to zero drainMinutes={drain_minutes} before the block ends)")
     return start, end
 
 

@@ -47,6 +47,7 @@ class Registration:
     outputs: dict[str, Any]
     dependencies: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    retain_on_delete: bool = False  # the engine leaves the cloud resource in place when Pulumi deletes it
 
 
 class PlatformMocks(pmocks.Mocks):
@@ -249,6 +250,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             dependencies=sorted(set(request.dependencies)),
             property_dependencies={k: sorted(set(v.urns)) for k, v in request.propertyDependencies.items()
                                    if v.urns},
+            retain_on_delete=bool(request.retainOnDelete),
         )
         self.registrations[urn] = reg
         return response

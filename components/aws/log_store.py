@@ -110,7 +110,7 @@ class LogStore(pulumi.ComponentResource):
                             opts=on_bucket)
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle", bucket=bucket.id,
-            rules=lifecycle_rules(retention),
+            rules=lifecycle_rules(retention),  # type: ignore[arg-type]  # engine-shaped dicts, as the schema allows
             opts=on_bucket)
         # The bucket's ARN is known only after creation: the role's policy is its own child resource.
         self.role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=args["namespace"],

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -499,7 +499,8 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
             "commonConfig": {"replication_factor": 1 if single else 3},
             "storage": storage,
             "schemaConfig": {"configs": [{"from": LOKI_SCHEMA_FROM, "store": "tsdb", "object_store": store,
-                                          "schema": "v13", "index": {"prefix": LOKI_INDEX_TABLE_PREFIX, "period": "24h"}}]},
+                                          "schema": "v13",
+                                          "index": {"prefix": LOKI_INDEX_TABLE_PREFIX, "period": "24h"}}]},
             "limits_config": {"retention_period": _hours(obs.retention), "allow_structured_metadata": True},
             "compactor": {"retention_enabled": True, "delete_request_store": store},
         },
