@@ -563,9 +563,12 @@ class Observability(pulumi.ComponentResource):
     prometheus_stack: k8s.helm.v3.Release
 
     def __init__(self, name: str, *, cfg: PlatformConfig, loki_bucket: pulumi.Output[LokiBucket] | None = None,
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+                 after: Sequence[pulumi.Resource] = (), mesh: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         """`loki_bucket`: the S3 bucket and IRSA role Loki uses (AWS); without it Loki keeps logs on its volume.
-        `after`: what the releases wait for (system nodes, DNS, the storage class their claims name)."""
+        `after`: what the releases wait for (system nodes, DNS, the storage class their claims name).
+        `mesh`: what Prometheus waits for (default: nothing): istiod, whose injector gives its pod the sidecar
+        that writes the mesh certificate its https scrapes present; a pod created first has none until restarted."""
         super().__init__("aifactory:k8s:Observability", name, None, opts)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.
@@ -581,7 +584,8 @@ class Observability(pulumi.ComponentResource):
                                     values=values, opts=opts)
 
         self.prometheus_stack = chart("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE,
-                                      kube_prometheus_stack_values(cfg))
+                                      kube_prometheus_stack_values(cfg), pulumi.ResourceOptions(
+                                          parent=self, depends_on=[self.namespace, *after, *mesh]))
         pvc = jaeger_volume_claim(cfg)
         claim = k8s.core.v1.PersistentVolumeClaim(f"{name}-jaeger-storage", metadata=pvc["metadata"],
                                                   spec=pvc["spec"], opts=in_ns)
