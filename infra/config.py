@@ -57,6 +57,7 @@ __all__ = [
     "SecretRef",
     "AlertReceiver",
     "Alerting",
+    "Heartbeat",
     "VolumeSizes",
     "Ingest",
     "ALERT_SEVERITIES",
@@ -409,11 +410,21 @@ class AlertReceiver:
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
+    the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
+
+    receiver: str  # required: one of alerting.receivers
+    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
+
+
+@dataclass(frozen=True, slots=True)
 class Alerting:
     """Where alerts go: receivers by name, and per severity the receivers that get it."""
 
     receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
     routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
+    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1309,7 +1320,7 @@ def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
 
 def _alerting(r: _Reader, raw: Any) -> Alerting:
     path = "observability.alerting"
-    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes"))
+    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes", "heartbeat"))
     receivers = {n: rc for n, b in r.named((d or {}).get("receivers") or {}, f"{path}.receivers").items()
                  if (rc := _receiver(r, n, b)) is not None}
     routes: dict[str, tuple[str, ...]] = {}
@@ -1322,7 +1333,21 @@ def _alerting(r: _Reader, raw: Any) -> Alerting:
                        f"{n!r} is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
         if names:
             routes[severity] = names
-    return Alerting(receivers, routes)
+    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers))
+
+
+def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> Heartbeat | None:
+    path = "observability.alerting.heartbeat"
+    if raw is None:
+        return None
+    d = r.mapping(raw, path, ("receiver", "repeatInterval"))
+    if d is None:
+        return None
+    name = r.value(d, "receiver", path, str, check=lambda v: None if v in receivers else
+                   f"is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+    every = r.value(d, "repeatInterval", path, str, "5m", check=lambda v: None if re.match(r"^[1-9][0-9]*(m|h)$", v)
+                    else "is not an interval of whole minutes or hours such as 5m or 1h")
+    return Heartbeat(name, every) if name is not None and name in receivers else None
 
 
 def _ingest(r: _Reader, raw: Any) -> Ingest:

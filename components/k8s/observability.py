@@ -61,6 +61,8 @@ __all__ = [
     "jaeger_volume_gib",
     "loki_volume_gib",
     "alertmanager_config",
+    "watchdog_route",
+    "alertmanager_secret_reads",
     "alert_templates",
     "control_plane_values",
     "jaeger_config",
@@ -105,6 +107,9 @@ ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
 # templateFiles land in /etc/alertmanager/config/, which the chart's default `templates` glob reads.
 ALERT_TEMPLATE_FILE = "aifactory.tmpl"
 ALERT_TEMPLATES_GLOB = "/etc/alertmanager/config/*.tmpl"
+# Alertmanager re-sends a firing group only at a group_interval tick, so repeat_interval takes effect rounded up
+# to a multiple of it (alertmanager docs, configuration, <route>): 1m keeps the heartbeat close to its interval.
+WATCHDOG_GROUP_INTERVAL = "1m"
 CONFIG_CHECKSUM_ANNOTATION = "checksum/aifactory-config"
 CONFIG_HASH_LABEL = "aifactory.io/config-hash"
 
@@ -254,11 +259,24 @@ def _receiver_config(receiver: AlertReceiver) -> dict[str, Any]:
     return out
 
 
+def watchdog_route(cfg: PlatformConfig) -> dict[str, Any]:
+    """The always-firing Watchdog alert (kube-prometheus-stack's general rules): to the heartbeat receiver, sent
+    at once and again every `heartbeat.repeatInterval`, so the heartbeat service pages when the pings stop (the
+    alerting pipeline is down). Without a heartbeat it goes to "null"."""
+    heartbeat = cfg.observability.alerting.heartbeat
+    route: dict[str, Any] = {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
+    if heartbeat is not None:
+        route.update(receiver=heartbeat.receiver, group_wait="0s", group_interval=WATCHDOG_GROUP_INTERVAL,
+                     repeat_interval=heartbeat.repeat_interval)
+    return route
+
+
 def alertmanager_config(cfg: PlatformConfig) -> dict[str, Any]:
     """The whole Alertmanager configuration: severity routes to the configured receivers (each severity's
-    receivers all get it), Watchdog and unrouted severities to "null", and the chart's inhibition rules."""
+    receivers all get it), Watchdog to the heartbeat receiver (or "null"), unrouted severities to "null", and
+    the chart's inhibition rules."""
     alerting = cfg.observability.alerting
-    routes: list[dict[str, Any]] = [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}]
+    routes: list[dict[str, Any]] = [watchdog_route(cfg)]
     for severity, names in alerting.routes.items():
         for i, name in enumerate(names):
             route: dict[str, Any] = {"receiver": name, "matchers": [f'severity = "{severity}"']}
@@ -295,6 +313,18 @@ def alert_templates() -> dict[str, str]:
 
 def _alertmanager_secrets(cfg: PlatformConfig) -> list[str]:
     return sorted({r.secret.name for r in cfg.observability.alerting.receivers.values() if r.secret is not None})
+
+
+def alertmanager_secret_reads(name: str, cfg: PlatformConfig, *,
+                              opts: pulumi.ResourceOptions) -> list[k8s.core.v1.Secret]:
+    """Reads every Secret a receiver names (`name`-receiver-secret-<Secret>), so `pulumi preview` and `up` stop
+    with the Secret's name when one is missing, before the release that needs it: the chart mounts each of
+    `alertmanagerSpec.secrets` as a volume, and a pod whose Secret volume is missing stays ContainerCreating
+    (FailedMount) while the release itself succeeds. The read keeps the Secret's data in the stack's state, as
+    a Pulumi secret (encrypted)."""
+    ns = cfg.observability.namespace
+    return [k8s.core.v1.Secret.get(f"{name}-receiver-secret-{secret}", f"{ns}/{secret}", opts=opts)
+            for secret in _alertmanager_secrets(cfg)]
 
 
 KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
@@ -583,9 +613,11 @@ class Observability(pulumi.ComponentResource):
             return versions.release(f"{name}-{suffix}", chart_, release_name=release_name, namespace=ns_name,
                                     values=values, opts=opts)
 
+        receiver_secrets = alertmanager_secret_reads(
+            name, cfg, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after]))
         self.prometheus_stack = chart("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE,
                                       kube_prometheus_stack_values(cfg), pulumi.ResourceOptions(
-                                          parent=self, depends_on=[self.namespace, *after, *mesh]))
+                                          parent=self, depends_on=[self.namespace, *after, *mesh, *receiver_secrets]))
         pvc = jaeger_volume_claim(cfg)
         claim = k8s.core.v1.PersistentVolumeClaim(f"{name}-jaeger-storage", metadata=pvc["metadata"],
                                                   spec=pvc["spec"], opts=in_ns)

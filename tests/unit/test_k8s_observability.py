@@ -341,7 +341,8 @@ def test_alertmanager_routes_by_severity_to_receivers_reading_secrets_from_files
     values = obs.kube_prometheus_stack_values(stack_cfg("prod"))["alertmanager"]
     config = values["config"]
     assert config["route"]["routes"] == [
-        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+        {"receiver": "deadman-switch", "matchers": ['alertname = "Watchdog"'], "group_wait": "0s",
+         "group_interval": "1m", "repeat_interval": "5m"},
         {"receiver": "oncall-pagerduty", "matchers": ['severity = "critical"'], "continue": True},
         {"receiver": "platform-slack", "matchers": ['severity = "critical"']},
         {"receiver": "platform-slack", "matchers": ['severity = "warning"']},
@@ -367,6 +368,38 @@ def test_webhook_token_is_a_bearer_credentials_file() -> None:
     assert hook["webhook_configs"] == [{"url": "https://hooks.example.com/aifactory/staging", "send_resolved": True,
                                         "http_config": {"authorization": {"type": "Bearer",
                                                                           "credentials_file": token}}}]
+
+
+def test_watchdog_is_a_dead_mans_switch_when_a_heartbeat_is_configured() -> None:
+    """kube-prometheus-stack's Watchdog alert always fires (its general.rules: "ensure that the entire alerting
+    pipeline is functional"); sent to a heartbeat receiver every repeatInterval, its absence pages. Alertmanager
+    re-sends only at group_interval ticks (alertmanager docs, configuration, <route>), hence 1m there."""
+    staging = with_obs("staging", alerting={**stack_raw("staging")["observability"]["alerting"],
+                                            "heartbeat": {"receiver": "incident-webhook", "repeatInterval": "2m"}})
+    assert obs.watchdog_route(staging) == {"receiver": "incident-webhook", "matchers": ['alertname = "Watchdog"'],
+                                           "group_wait": "0s", "group_interval": "1m", "repeat_interval": "2m"}
+    assert obs.watchdog_route(stack_cfg("dev")) == {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
+
+
+def test_a_heartbeat_names_a_receiver_and_an_interval_in_minutes_or_hours() -> None:
+    assert _problems(alerting={"receivers": {"hb": {"type": "webhook", "url": "https://hb.example.com/x"}},
+                               "heartbeat": {"receiver": "nobody", "repeatInterval": "30s"}}) == [
+        "observability.alerting.heartbeat.receiver: 'nobody' is not a receiver; receivers: hb",
+        "observability.alerting.heartbeat.repeatInterval: '30s' is not an interval of whole minutes or hours "
+        "such as 5m or 1h"]
+
+
+def test_the_prometheus_release_waits_for_every_receiver_secret_it_mounts(prod_resources: list) -> None:
+    """Alertmanager mounts each receiver Secret as a volume (kube-prometheus-stack values.yaml,
+    `alertmanagerSpec.secrets`): a missing one leaves its pod ContainerCreating while the release succeeds. The
+    program reads each Secret (`Secret.get`, an `external` resource in the state), so `pulumi up` stops on the
+    missing Secret's name before the release, which records the reads as dependencies."""
+    reads = {r.id: r for r in prod_resources if r.external}
+    assert sorted(reads) == ["monitoring/alertmanager-pagerduty", "monitoring/alertmanager-slack",
+                             "monitoring/alertmanager-smtp"]
+    assert {r.type for r in reads.values()} == {"kubernetes:core/v1:Secret"}
+    (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
+    assert {r.urn for r in reads.values()} <= set(kps.dependencies)
 
 
 def _problems(**observability: Any) -> list[str]:
