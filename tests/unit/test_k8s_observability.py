@@ -402,6 +402,20 @@ def test_the_prometheus_release_waits_for_every_receiver_secret_it_mounts(prod_r
     assert {r.urn for r in reads.values()} <= set(kps.dependencies)
 
 
+def test_receiver_secret_reads_are_external_in_the_stack_export_and_never_manifests() -> None:
+    """A read resource is `external: true` in `pulumi stack export` (the engine's resource state) and is not an
+    object the kit applies."""
+    from infra.synth import state_export
+    from infra.writers.kubernetes import kubernetes_objects
+
+    result = run_program("prod", read_stack_config(stack_file("prod")))
+    exported = [r for r in state_export(result)["deployment"]["resources"] if r.get("external")]
+    assert sorted((r["type"], r["id"], str(r["inputs"])) for r in exported) == [
+        ("kubernetes:core/v1:Secret", f"monitoring/{name}", "{}")
+        for name in ("alertmanager-pagerduty", "alertmanager-slack", "alertmanager-smtp")]
+    assert [o for o in kubernetes_objects(result.resources) if o.get("kind") == "Secret"] == []
+
+
 def _problems(**observability: Any) -> list[str]:
     with pytest.raises(ConfigError) as err:
         with_obs("dev", **observability)
