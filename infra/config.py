@@ -60,6 +60,8 @@ __all__ = [
     "SecretRef",
     "AlertReceiver",
     "Alerting",
+    "Heartbeat",
+    "VolumeSizes",
     "Ingest",
     "ALERT_SEVERITIES",
     "ALERT_RECEIVER_TYPES",
@@ -104,7 +106,8 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 min before the block ends
+CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
+MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
@@ -201,6 +204,7 @@ class Capacity:
     reservation_id: str | None = None  # required for odcr and capacity-block
     start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
     end_time: str | None = None  # capacity-block: required, the block's end (UTC)
+    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
 
     @property
     def reserved(self) -> bool:
@@ -453,11 +457,21 @@ class AlertReceiver:
 
 
 @dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
+    the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
+
+    receiver: str  # required: one of alerting.receivers
+    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
+
+
+@dataclass(frozen=True, slots=True)
 class Alerting:
     """Where alerts go: receivers by name, and per severity the receivers that get it."""
 
     receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
     routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
+    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,6 +481,17 @@ class Ingest:
     samples_per_second: int = 10_000  # default: 10,000 Prometheus samples/s
     log_gib_per_day: float = 5.0  # default: 5 GiB/day of raw log lines
     spans_per_second: int = 500  # default: 500 spans/s reaching the Collector (after mesh sampling)
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeSizes:
+    """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
+    change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
+    Changing a pinned size needs a volume resize (README, "Observability data")."""
+
+    prometheus_gib: int | None = None  # default: sized from ingest and retention
+    loki_gib: int | None = None  # default: sized from ingest and retention (filesystem mode)
+    jaeger_gib: int | None = None  # default: sized from span ingest and traceRetention
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,11 +506,12 @@ class ObservabilitySettings:
     workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
     trace_retention: str = "7d"  # default: 7d of traces in Jaeger
     mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
-    control_plane_metrics: bool = False  # default: false on aws (EKS exposes none), true on existing
+    control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
     ingest: Ingest = field(default_factory=Ingest)
     alerting: Alerting = field(default_factory=Alerting)
     # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
     runbook_url: str | None = None
+    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
 
 
 @dataclass(frozen=True, slots=True)
@@ -888,7 +914,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     cap_raw = d.get("capacity")
     capacity = Capacity()
     if cap_raw is not None:
-        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime"))
+        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime",
+                                                     "drainMinutes"))
         ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
                         choices=("on-demand", "odcr", "capacity-block"))
         rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
@@ -899,8 +926,14 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
         if not aws and target is not None:
             r.fail(f"{path}.capacity", "only applies to provider 'aws'")
-        start, end = _block_window(r, cd, f"{path}.capacity", ctype)
-        capacity = Capacity(ctype, rid, start, end)
+        drain = r.value(cd, "drainMinutes", f"{path}.capacity", int, CAPACITY_BLOCK_DRAIN_MINUTES,
+                        check=lambda v: None if v >= MIN_CAPACITY_BLOCK_DRAIN_MINUTES else
+                        "must be more than 30: EKS asks to scale a capacity-block node group to zero more than "
+                        "30 minutes before the block ends")
+        if ctype != "capacity-block" and cd is not None and "drainMinutes" in cd:
+            r.fail(f"{path}.capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
+        start, end = _block_window(r, cd, f"{path}.capacity", ctype, drain_minutes=drain)
+        capacity = Capacity(ctype, rid, start, end, drain)
         if ctype == "odcr" and not (lo == hi == want):
             r.fail(f"{path}.desiredSize", f"an ODCR reservation fixes the node count: set minSize, maxSize and "
                                           f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
@@ -979,8 +1012,9 @@ def _dns_subdomain(value: str) -> str | None:
     return None if DNS_SUBDOMAIN.match(value) else "is not a Kubernetes object name (a DNS subdomain)"
 
 
-def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str) -> tuple[str | None, str | None]:
-    """A capacity block's start and end (UTC): the pool scales up at the start and to zero 30 minutes before
+def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str, *,
+                  drain_minutes: int) -> tuple[str | None, str | None]:
+    """A capacity block's start and end (UTC): the pool scales up at the start and to zero `drainMinutes` before
     the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
     times = {}
     for key in ("startTime", "endTime"):
@@ -994,9 +1028,9 @@ def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str) 
     start, end = times["startTime"], times["endTime"]
     if start is not None and end is not None:
         s, e = _utc(start), _utc(end)
-        if s is not None and e is not None and (e - s).total_seconds() <= CAPACITY_BLOCK_DRAIN_SECONDS:
-            r.fail(f"{path}.endTime", f"{end!r} must be more than 30 minutes after startTime {start!r} (the pool "
-                                      "scales to zero 30 minutes before the block ends)")
+        if s is not None and e is not None and (e - s).total_seconds() <= drain_minutes * 60:
+            r.fail(f"{path}.endTime", f"{end!r} must be more than {drain_minutes} minutes after startTime {start!r} "
+                                      f"(the pool scales to zero drainMinutes={drain_minutes} before the block ends)")
     return start, end
 
 
@@ -1449,7 +1483,7 @@ def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
 
 def _alerting(r: _Reader, raw: Any) -> Alerting:
     path = "observability.alerting"
-    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes"))
+    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes", "heartbeat"))
     receivers = {n: rc for n, b in r.named((d or {}).get("receivers") or {}, f"{path}.receivers").items()
                  if (rc := _receiver(r, n, b)) is not None}
     routes: dict[str, tuple[str, ...]] = {}
@@ -1462,7 +1496,21 @@ def _alerting(r: _Reader, raw: Any) -> Alerting:
                        f"{n!r} is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
         if names:
             routes[severity] = names
-    return Alerting(receivers, routes)
+    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers))
+
+
+def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> Heartbeat | None:
+    path = "observability.alerting.heartbeat"
+    if raw is None:
+        return None
+    d = r.mapping(raw, path, ("receiver", "repeatInterval"))
+    if d is None:
+        return None
+    name = r.value(d, "receiver", path, str, check=lambda v: None if v in receivers else
+                   f"is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+    every = r.value(d, "repeatInterval", path, str, "5m", check=lambda v: None if re.match(r"^[1-9][0-9]*(m|h)$", v)
+                    else "is not an interval of whole minutes or hours such as 5m or 1h")
+    return Heartbeat(name, every) if name is not None and name in receivers else None
 
 
 def _ingest(r: _Reader, raw: Any) -> Ingest:
@@ -1474,12 +1522,20 @@ def _ingest(r: _Reader, raw: Any) -> Ingest:
                   r.value(d, "spansPerSecond", path, int, base.spans_per_second, minimum=1))
 
 
+def _volumes(r: _Reader, raw: Any) -> VolumeSizes:
+    path = "observability.volumes"
+    d = r.mapping(raw if raw is not None else {}, path, ("prometheusGiB", "lokiGiB", "jaegerGiB"))
+    return VolumeSizes(*(r.value(d, key, path, int, None, minimum=1) for key in ("prometheusGiB", "lokiGiB",
+                                                                                 "jaegerGiB")))
+
+
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
                                                       "idleGpuUtilizationPercent", "prices", "slo", "workflows",
                                                       "traceRetention", "meshTraceSamplingPercent",
-                                                      "controlPlaneMetrics", "ingest", "alerting", "runbookUrl"))
+                                                      "controlPlaneMetrics", "ingest", "alerting", "runbookUrl",
+                                                      "volumes"))
     prices: dict[str, float] = {}
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
@@ -1511,12 +1567,13 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         trace_retention=r.value(d, "traceRetention", p, str, "7d", check=lambda v: None if DURATION.match(v) else
                                 "is not a retention such as 7d or 168h"),
         mesh_trace_sampling_percent=r.value(d, "meshTraceSamplingPercent", p, float, 1.0, minimum=0, maximum=100),
-        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, not aws),
+        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, False),
         ingest=_ingest(r, (d or {}).get("ingest")),
         alerting=_alerting(r, (d or {}).get("alerting")),
         runbook_url=r.value(d, "runbookUrl", p, str, None,
                             check=lambda v: None if re.match(r"^https?://[^\s#]+$", v) else
                             "is not an http(s) URL without a #fragment (alerts append #<alert>)"),
+        volumes=_volumes(r, (d or {}).get("volumes")),
     )
 
 

@@ -47,6 +47,8 @@ class Registration:
     outputs: dict[str, Any]
     dependencies: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
+    retain_on_delete: bool = False  # the engine leaves the cloud resource in place when Pulumi deletes it
+    external: bool = False  # read (`Resource.get`), not managed: the stack export marks it `external`
 
 
 class PlatformMocks(pmocks.Mocks):
@@ -91,6 +93,9 @@ class PlatformMocks(pmocks.Mocks):
             rid = out.get("id", rid)
         elif typ.startswith("kubernetes:"):
             meta = dict(inputs.get("metadata") or {})
+            if args.resource_id and not meta:  # a read (`Resource.get`): the object the id names
+                ns_part, _, obj_name = args.resource_id.rpartition("/")
+                meta = {"name": obj_name, **({"namespace": ns_part} if ns_part else {})}
             meta.setdefault("name", name)
             meta.setdefault("uid", _uuid(typ, name))
             out["metadata"] = meta
@@ -249,8 +254,19 @@ class RecordingMonitor(pmocks.MockMonitor):
             dependencies=sorted(set(request.dependencies)),
             property_dependencies={k: sorted(set(v.urns)) for k, v in request.propertyDependencies.items()
                                    if v.urns},
+            retain_on_delete=bool(request.retainOnDelete),
         )
         self.registrations[urn] = reg
+        return response
+
+    def ReadResource(self, request):  # noqa: N802
+        response = super().ReadResource(request)
+        _ensure_event_loop()
+        state = self.resources[response.urn].state
+        self.registrations[response.urn] = Registration(
+            urn=response.urn, type=request.type, name=request.name, custom=True, parent=request.parent,
+            provider=request.provider, id=request.id, inputs={}, outputs=_plain(state),
+            dependencies=sorted(set(request.dependencies)), external=True)
         return response
 
     def RegisterResourceOutputs(self, request):  # noqa: N802

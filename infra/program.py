@@ -70,13 +70,16 @@ def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
                             "desired_size": sp.desired_size}}
 
 
-def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluster: GpuCluster) -> GpuNodePoolArgs:
+def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluster: GpuCluster,
+                   now: str | None = None) -> GpuNodePoolArgs:
+    """`now`: the UTC time capacity-block schedules are computed against (default: the wall clock)."""
     capacity: CapacityArgs = {"type": pool.capacity.type}
     if pool.capacity.reservation_id is not None:
         capacity["reservation_id"] = pool.capacity.reservation_id
     if pool.capacity.start_time is not None and pool.capacity.end_time is not None:
         capacity["start_time"], capacity["end_time"] = pool.capacity.start_time, pool.capacity.end_time
-    return {"cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
+        capacity["drain_minutes"] = pool.capacity.drain_minutes
+    args: GpuNodePoolArgs = {"cluster_name": cluster.cluster_name, "vpc_id": network.vpc_id,
             "cluster_security_group_id": cluster.node_security_group_id,
             "availability_zones": list(pool.availability_zones),
             "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in pool.availability_zones],
@@ -87,9 +90,12 @@ def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluste
             "root_volume_gib": pool.root_volume_gib, "hugepages_mib": pool.hugepages_mib,
             "labels": {**pool.labels, **mig_node_labels(pool)},
             "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}
+    if now is not None:
+        args["now"] = now
+    return args
 
 
-def aws_cluster(cfg: PlatformConfig) -> AwsCluster:
+def aws_cluster(cfg: PlatformConfig, now: str | None = None) -> AwsCluster:
     """Network -> GpuCluster (EKS) -> one GpuNodePool per configured pool, on an explicit AWS provider."""
     assert cfg.cluster is not None
     name = cfg.cluster.name
@@ -97,7 +103,8 @@ def aws_cluster(cfg: PlatformConfig) -> AwsCluster:
         "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
     network = Network(name, network_args(cfg), opts=on_aws)
     cluster = GpuCluster(name, cluster_args(cfg, network), opts=on_aws)
-    pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster), opts=on_aws)
+    pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster, now),
+                                    opts=on_aws)
              for pool in cfg.node_pools.values()}
     return AwsCluster(cluster, on_aws, pools)
 
@@ -114,9 +121,11 @@ def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBu
         lambda a: LokiBucket(bucket=a[0], region=region, role_arn=a[1]))
 
 
-def program(cfg: PlatformConfig) -> None:
+def program(cfg: PlatformConfig, *, now: str | None = None) -> None:
+    """`now`: the UTC time (2026-12-01T11:30:00Z) capacity-block schedules are computed against: only actions
+    still ahead of it are created (default: the wall clock)."""
     # --- cluster: EKS on AWS, or an existing cluster by kubeconfig --------------------------
-    on_aws = aws_cluster(cfg) if cfg.is_aws else None
+    on_aws = aws_cluster(cfg, now) if cfg.is_aws else None
     provider = on_aws.cluster.provider if on_aws is not None else existing_cluster_provider(cfg)
     on_cluster = pulumi.ResourceOptions(provider=provider)
 

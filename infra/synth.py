@@ -319,6 +319,8 @@ def state_export(result: SynthResult) -> dict[str, Any]:
         entry: dict[str, Any] = {"urn": r.urn, "custom": r.custom}
         if r.custom:
             entry["id"] = r.id
+        if r.external:
+            entry["external"] = True
         entry["type"] = r.type
         entry["inputs"] = r.inputs
         entry["outputs"] = r.outputs

@@ -5,7 +5,9 @@ The bucket is private (all four public-access blocks on), encrypted at rest (SSE
 only (a bucket policy denies every request with `aws:SecureTransport` false) and expires objects one day
 after the log retention: Loki's compactor deletes expired logs itself, and its retention docs ask that the
 bucket's lifecycle never remove objects before the retention period ends (grafana.com/docs/loki,
-"Log retention": "the lifecycle policy ... should be longer than the retention period"). The role trusts
+"Log retention": "the lifecycle policy ... should be longer than the retention period"). Only chunks and index
+tables expire: the ruler's rules and the compactor's delete-request store live in the same bucket and must
+outlive any retention (EXPIRING_PREFIXES). The role trusts
 one service account of the cluster's OIDC provider and reaches this bucket only.
 """
 
@@ -23,12 +25,21 @@ from components.aws.iam import irsa_role
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster
 
-__all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "OBJECT_ACTIONS", "tls_only_policy",
-           "bucket_access_policy", "expiration_days", "LogStore"]
+__all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "OBJECT_ACTIONS", "LOKI_TENANT",
+           "LOKI_INDEX_TABLE_PREFIX", "EXPIRING_PREFIXES", "tls_only_policy", "bucket_access_policy",
+           "expiration_days", "lifecycle_rules", "LogStore"]
 
 DEFAULT_LOG_RETENTION_DAYS = 15
 LIFECYCLE_GRACE_DAYS = 1  # the compactor deletes at the retention; S3 expires a day later as a backstop
 OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")  # Loki reads, writes and compacts chunks
+# Loki 3.x's object keys (grafana/loki v3.6.x): with auth_enabled false every request is tenant `fake`
+# (pkg/util/fakeauth) and v12+ schemas write chunks at `<tenant>/<fingerprint>/<from>:<through>:<checksum>`
+# (pkg/storage/config/schema_config.go, newerExternalKey); TSDB index tables at `index/<table prefix><period>/`
+# (IndexTables.PathPrefix "index/"). Not expired: the ruler's `rules/` (pkg/ruler/rulestore/bucketclient) and the
+# compactor's delete requests at `index/delete_requests/` (compactor.delete-request-store.key-prefix "index/").
+LOKI_TENANT = "fake"
+LOKI_INDEX_TABLE_PREFIX = "loki_index_"  # Loki's schemaConfig index prefix (components.k8s.observability)
+EXPIRING_PREFIXES = {"chunks": f"{LOKI_TENANT}/", "index": f"index/{LOKI_INDEX_TABLE_PREFIX}"}
 
 
 class LogStoreArgs(TypedDict):
@@ -56,6 +67,14 @@ def bucket_access_policy(bucket_arn: str) -> dict[str, Any]:
 
 def expiration_days(retention_days: int) -> int:
     return retention_days + LIFECYCLE_GRACE_DAYS
+
+
+def lifecycle_rules(retention_days: int) -> list[dict[str, Any]]:
+    """Expire chunks and index tables a day after the retention; abort stale multipart uploads anywhere."""
+    expire = [{"id": f"expire-{what}", "status": "Enabled", "filter": {"prefix": prefix},
+               "expiration": {"days": expiration_days(retention_days)}} for what, prefix in EXPIRING_PREFIXES.items()]
+    return [*expire, {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
+                      "abort_incomplete_multipart_upload": {"days_after_initiation": 1}}]
 
 
 class LogStore(pulumi.ComponentResource):
@@ -91,9 +110,7 @@ class LogStore(pulumi.ComponentResource):
                             opts=on_bucket)
         aws.s3.BucketLifecycleConfiguration(
             f"{name}-lifecycle", bucket=bucket.id,
-            rules=[{"id": "expire-after-retention", "status": "Enabled", "filter": {},
-                    "expiration": {"days": expiration_days(retention)},
-                    "abort_incomplete_multipart_upload": {"days_after_initiation": 1}}],
+            rules=lifecycle_rules(retention),  # type: ignore[arg-type]  # engine-shaped dicts, as the schema allows
             opts=on_bucket)
         # The bucket's ARN is known only after creation: the role's policy is its own child resource.
         self.role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=args["namespace"],

@@ -6,10 +6,12 @@ capacity block), which fixes placement itself: then the launch template names th
 (market type `capacity-block` for a block). An ODCR pool is pinned at the reserved count; a capacity-block
 pool follows the EKS user guide (capacity-blocks, capacity-blocks-mng): desired size 0 outside the block's
 window, a scheduled action on its Auto Scaling group that scales it to the reserved count when the block
-starts and one that scales it to 0 thirty minutes before the block ends, and a desired size Pulumi never
-resets (`ignore_changes`), so an update inside the window does not fight the schedule.
+starts and one that scales it to 0 `drain_minutes` (default 60; EKS: more than 30) before the block ends, only
+those actions still ahead of `now`, no cluster-autoscaler discovery, and a desired size Pulumi never resets
+(`ignore_changes`), so an update inside the window does not fight the schedule.
 """
 
+import datetime
 from typing import NotRequired, TypedDict
 
 import pulumi
@@ -21,7 +23,10 @@ from components.aws.errors import Problems, check_shape
 from components.aws.nodes import (
     AMI_TYPE_CPU,
     AMI_TYPE_GPU,
+    DEFAULT_BLOCK_DRAIN_MINUTES,
     GPU_RESOURCE,
+    MIN_BLOCK_DRAIN_MINUTES,
+    UTC_FORMAT,
     NodeGroupSpec,
     Taint,
     efa_network_interfaces,
@@ -61,6 +66,8 @@ class CapacityArgs(TypedDict):
     """A capacity block's start, UTC (2026-12-01T11:30:00Z); required for capacity-block. Default: none."""
     end_time: NotRequired[str]
     """A capacity block's end, UTC; required for capacity-block. Default: none."""
+    drain_minutes: NotRequired[int]
+    """capacity-block: scale the pool to 0 this many minutes before the end; more than 30 (EKS). Default: 60."""
 
 
 class TaintArgs(TypedDict):
@@ -115,6 +122,9 @@ class GpuNodePoolArgs(TypedDict):
     """Default: nvidia.com/gpu=true:NoSchedule on GPU types, none on CPU types."""
     node_role_arn: NotRequired[pulumi.Input[str]]
     """Node IAM role. Default: a role of the pool's own with the worker, CNI, ECR read-only and SSM policies."""
+    now: NotRequired[str]
+    """UTC time (2026-12-01T11:30:00Z) a capacity block's schedule is computed against: only actions after it are
+    created. Default: the wall clock when the program runs."""
 
 
 def _sizes(problems: Problems, lo: int, hi: int, want: int) -> None:
@@ -125,6 +135,14 @@ def _sizes(problems: Problems, lo: int, hi: int, want: int) -> None:
         problems.add("minSize", f"{lo} is greater than maxSize {hi}")
     elif not lo <= want <= hi:
         problems.add("desiredSize", f"{want} is outside minSize..maxSize ({lo}..{hi})")
+
+
+def _utc_problem(value: str) -> bool:
+    try:
+        _now(value)
+    except (TypeError, ValueError):
+        return True
+    return False
 
 
 def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
@@ -173,6 +191,14 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
         if ctype == "capacity-block" and (lo, want) != (0, 0):
             problems.add("desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
                                         f"desiredSize to 0, maxSize to the reserved count (got {lo}, {hi}, {want})")
+    if "now" in args and _utc_problem(args["now"]):
+        problems.add("now", f"{args['now']!r} is not a UTC time such as 2026-12-01T11:30:00Z")
+    drain = cap.get("drain_minutes", DEFAULT_BLOCK_DRAIN_MINUTES)
+    if ctype != "capacity-block" and "drain_minutes" in cap:
+        problems.add("capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
+    elif drain < MIN_BLOCK_DRAIN_MINUTES:
+        problems.add("capacity.drainMinutes", f"{drain} must be more than 30: EKS asks to scale a capacity-block "
+                                              "node group to zero more than 30 minutes before the block ends")
     for key in ("start_time", "end_time"):
         if ctype == "capacity-block" and not cap.get(key):
             problems.add(f"capacity.{key.replace('_t', 'T')}", "is required for capacity type 'capacity-block'")
@@ -208,8 +234,13 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
         capacity_type=ctype,
         reservation_id=rid,
         block_window=(cap["start_time"], cap["end_time"]) if ctype == "capacity-block" else None,
+        block_drain_minutes=drain,
         placement_group=placement,
     )
+
+
+def _now(now: str | None) -> datetime.datetime | None:
+    return None if now is None else datetime.datetime.strptime(now, UTC_FORMAT).replace(tzinfo=datetime.UTC)
 
 
 class GpuNodePool(pulumi.ComponentResource):
@@ -246,6 +277,7 @@ class GpuNodePool(pulumi.ComponentResource):
             subnet_ids=args["subnet_ids"],
             network_interfaces=interfaces,
             placement_group=placement.name if placement is not None else None,
+            now=_now(args.get("now")),
             opts=child,
         )
         self.spec = spec

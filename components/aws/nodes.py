@@ -11,6 +11,15 @@ tags. It learns a managed node group's labels and taints from DescribeNodegroup,
 resources (nvidia.com/gpu, vpc.amazonaws.com/efa, hugepages-2Mi) only from Auto Scaling group tags,
 and EKS does not copy node group tags to the group's ASG (eksctl #1571, containers-roadmap #608/#724):
 `node_group` tags the ASG itself, so a pool can scale from zero for pods that request them.
+
+A capacity-block pool is sized by its schedule, not by the autoscaler: its node group carries neither the
+auto-discovery tags nor the node template, so cluster-autoscaler neither launches into the block outside its
+window (the launch fails, and it keeps retrying) nor scales the pool back up after the drain. The schedule is
+one-time Auto Scaling actions, and AWS rejects a one-time action whose start time is in the past and deletes each
+one after it runs (EC2 Auto Scaling API, PutScheduledUpdateGroupAction, StartTime; user guide, "Scheduled scaling"):
+`node_group` creates only the actions still ahead of `now`, starts a group created inside the window at the
+reserved count, and never deletes an action itself (`retain_on_delete`: an action that ran is already gone, and
+the ASG's actions go with the ASG).
 """
 
 from __future__ import annotations
@@ -54,6 +63,9 @@ __all__ = [
     "efa_security_group",
     "asg_node_template_tags",
     "block_schedule",
+    "block_desired_size",
+    "DEFAULT_BLOCK_DRAIN_MINUTES",
+    "MIN_BLOCK_DRAIN_MINUTES",
     "node_group",
 ]
 
@@ -65,7 +77,11 @@ ROOT_DEVICE_NAME = "/dev/xvda"  # AL2023 root device
 # node"); every kit pod that calls AWS uses IRSA, and host-network agents (VPC CNI) are one hop away. The EBS
 # CSI node plugin falls back to Kubernetes metadata (aws-ebs-csi-driver docs/install.md, "Kubernetes metadata").
 DEFAULT_IMDS_HOP_LIMIT = 1
-CAPACITY_BLOCK_DRAIN_SECONDS = 1800  # EKS: scale to zero more than 30 minutes before a block ends
+# EKS user guide, "Capacity Blocks for ML" with managed node groups: scale the node group to zero *more* than
+# 30 minutes before the block's end time (EC2 starts terminating the block's instances 30 minutes before it ends).
+DEFAULT_BLOCK_DRAIN_MINUTES = 60
+MIN_BLOCK_DRAIN_MINUTES = 31
+UTC_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 DEFAULT_ROOT_VOLUME_TYPE = "gp3"
 # Kubelet settings every pool gets: graceful node shutdown lets serving pods drain their requests,
 # parallel pulls keep multi-GB inference images from queueing behind each other.
@@ -111,6 +127,7 @@ class NodeGroupSpec:
     capacity_type: str = "on-demand"  # on-demand | odcr | capacity-block
     reservation_id: str | None = None
     block_window: tuple[str, str] | None = None  # capacity-block: (start, end) UTC, e.g. 2026-12-01T11:30:00Z
+    block_drain_minutes: int = DEFAULT_BLOCK_DRAIN_MINUTES  # capacity-block: scale to 0 this long before the end
     placement_group: bool = False  # a cluster placement group (EFA pools on on-demand capacity)
 
     @property
@@ -204,6 +221,8 @@ def node_template_tags(spec: NodeGroupSpec) -> dict[str, str]:
 def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:
     """The node group's tags: cluster-autoscaler auto-discovery, and the node template too (the autoscaler
     also caches the tags DescribeNodegroup returns, next to the labels and taints)."""
+    if spec.capacity_type == "capacity-block":
+        return {}  # the schedule owns the size (module docstring)
     return {f"{AUTOSCALER_TAG}/enabled": "true", f"{AUTOSCALER_TAG}/{cluster_name}": "owned",
             **node_template_tags(spec)}
 
@@ -262,19 +281,38 @@ def asg_node_template_tags(name: str, spec: NodeGroupSpec, *, node_group: aws.ek
     return [aws.autoscaling.Tag(f"{name}-asg-{key.removeprefix(prefix)}", autoscaling_group_name=asg_name,
                                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                                 opts=opts)
-            for key, value in node_template_tags(spec).items()]
+            for key, value in node_template_tags(spec).items() if spec.capacity_type != "capacity-block"]
 
 
-def block_schedule(spec: NodeGroupSpec) -> list[tuple[str, str, int]]:
-    """(suffix, UTC time, desired size) of a capacity-block pool's scheduled actions: the reserved count when
-    the block starts, 0 thirty minutes before it ends (EKS user guide, capacity-blocks). Min and max sizes
-    stay as the node group sets them (-1: unchanged)."""
+def _utc(value: str) -> datetime.datetime:
+    return datetime.datetime.strptime(value, UTC_FORMAT).replace(tzinfo=datetime.UTC)
+
+
+def _block_times(spec: NodeGroupSpec) -> list[tuple[str, datetime.datetime, int]]:
+    assert spec.block_window is not None
+    start, end = spec.block_window
+    drain = _utc(end) - datetime.timedelta(minutes=spec.block_drain_minutes)
+    return [("block-start", _utc(start), spec.max_size), ("block-end", drain, 0)]
+
+
+def block_schedule(spec: NodeGroupSpec, *, now: datetime.datetime) -> list[tuple[str, str, int]]:
+    """(suffix, UTC time, desired size) of a capacity-block pool's scheduled actions still ahead of `now`: the
+    reserved count when the block starts, 0 `block_drain_minutes` before it ends. Min and max sizes stay as the
+    node group sets them (-1: unchanged). An action at or before `now` is left out: AWS refuses a start time in
+    the past, and a one-time action that ran no longer exists."""
     if spec.block_window is None:
         return []
-    start, end = spec.block_window
-    fmt = "%Y-%m-%dT%H:%M:%SZ"
-    drain = datetime.datetime.strptime(end, fmt) - datetime.timedelta(seconds=CAPACITY_BLOCK_DRAIN_SECONDS)
-    return [("block-start", start, spec.max_size), ("block-end", drain.strftime(fmt), 0)]
+    return [(suffix, when.strftime(UTC_FORMAT), desired) for suffix, when, desired in _block_times(spec)
+            if when > now]
+
+
+def block_desired_size(spec: NodeGroupSpec, *, now: datetime.datetime) -> int:
+    """The desired size a node group is created with: a capacity-block pool created inside its window (start
+    passed, drain ahead) starts at the reserved count, since its start action can no longer be scheduled."""
+    if spec.block_window is None:
+        return spec.desired_size
+    (_, start, reserved), (_, drain, _) = _block_times(spec)
+    return reserved if start <= now < drain else spec.desired_size
 
 
 def node_group(
@@ -288,8 +326,11 @@ def node_group(
     network_interfaces: list[dict] | None,
     placement_group: pulumi.Input[str] | None,
     opts: pulumi.ResourceOptions,
+    now: datetime.datetime | None = None,
 ) -> tuple[aws.ec2.LaunchTemplate, aws.eks.NodeGroup]:
-    """The launch template (`name`-lt), managed node group (`name`-ng) and its ASG's node-template tags."""
+    """The launch template (`name`-lt), managed node group (`name`-ng), its ASG's node-template tags and, for a
+    capacity block, the scheduled actions still ahead of `now` (UTC; default: the wall clock)."""
+    now = now if now is not None else datetime.datetime.now(datetime.UTC)
     # Nested inputs are plain dicts (engine-shaped, as the schema allows); the SDK's overloads only type
     # its Args classes, hence the ignores on these constructors.
     lt = aws.ec2.LaunchTemplate(  # type: ignore[call-overload]
@@ -314,7 +355,8 @@ def node_group(
         ami_type=spec.ami_type,
         instance_types=[spec.instance_type],
         capacity_type=_eks_capacity_type(spec.capacity_type),
-        scaling_config={"min_size": spec.min_size, "max_size": spec.max_size, "desired_size": spec.desired_size},
+        scaling_config={"min_size": spec.min_size, "max_size": spec.max_size,
+                        "desired_size": block_desired_size(spec, now=now)},
         update_config={"max_unavailable": 1},
         launch_template={"id": lt.id, "version": lt.latest_version.apply(str)},
         labels=node_labels(spec),
@@ -324,8 +366,9 @@ def node_group(
     )
     asg_node_template_tags(name, spec, node_group=ng, opts=opts)
     asg_name = ng.resources.apply(_asg_name) if spec.block_window is not None else None
-    for suffix, when, desired in block_schedule(spec):
+    for suffix, when, desired in block_schedule(spec, now=now):
         aws.autoscaling.Schedule(f"{name}-{suffix}", autoscaling_group_name=asg_name,
                                  scheduled_action_name=f"aifactory-{spec.pool}-{suffix}", start_time=when,
-                                 desired_capacity=desired, min_size=-1, max_size=-1, opts=opts)
+                                 desired_capacity=desired, min_size=-1, max_size=-1,
+                                 opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(retain_on_delete=True)))
     return lt, ng

@@ -25,6 +25,7 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.log_store import LOKI_INDEX_TABLE_PREFIX
 from components.k8s import naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.mesh import PROMETHEUS_CERTS_DIR
@@ -60,6 +61,8 @@ __all__ = [
     "jaeger_volume_gib",
     "loki_volume_gib",
     "alertmanager_config",
+    "watchdog_route",
+    "alertmanager_secret_reads",
     "alert_templates",
     "control_plane_values",
     "jaeger_config",
@@ -104,6 +107,9 @@ ALERTMANAGER_SECRETS_DIR = "/etc/alertmanager/secrets"
 # templateFiles land in /etc/alertmanager/config/, which the chart's default `templates` glob reads.
 ALERT_TEMPLATE_FILE = "aifactory.tmpl"
 ALERT_TEMPLATES_GLOB = "/etc/alertmanager/config/*.tmpl"
+# Alertmanager re-sends a firing group only at a group_interval tick, so repeat_interval takes effect rounded up
+# to a multiple of it (alertmanager docs, configuration, <route>): 1m keeps the heartbeat close to its interval.
+WATCHDOG_GROUP_INTERVAL = "1m"
 CONFIG_CHECKSUM_ANNOTATION = "checksum/aifactory-config"
 CONFIG_HASH_LABEL = "aifactory.io/config-hash"
 
@@ -173,22 +179,31 @@ def _volume_gib(bytes_retained: float) -> int:
 
 
 def prometheus_volume_gib(cfg: PlatformConfig) -> int:
-    """samples/s x seconds retained x bytes/sample, plus headroom (the Prometheus docs' sizing formula)."""
+    """`observability.volumes.prometheusGiB` when pinned, else samples/s x seconds retained x bytes/sample,
+    plus headroom (the Prometheus docs' sizing formula)."""
     obs = cfg.observability
+    if obs.volumes.prometheus_gib is not None:
+        return obs.volumes.prometheus_gib
     return _volume_gib(obs.ingest.samples_per_second * 86_400 * retention_days(obs.retention)
                        * PROMETHEUS_BYTES_PER_SAMPLE)
 
 
 def jaeger_volume_gib(cfg: PlatformConfig) -> int:
-    """Spans kept (after the Collector's sampling) x bytes/span x the trace retention, plus headroom."""
+    """`observability.volumes.jaegerGiB` when pinned, else spans kept (after the Collector's sampling) x
+    bytes/span x the trace retention, plus headroom."""
     obs = cfg.observability
+    if obs.volumes.jaeger_gib is not None:
+        return obs.volumes.jaeger_gib
     return _volume_gib(obs.ingest.spans_per_second * obs.trace_sample_ratio * 86_400
                        * retention_days(obs.trace_retention) * JAEGER_BYTES_PER_SPAN)
 
 
 def loki_volume_gib(cfg: PlatformConfig) -> int:
-    """Filesystem mode: compressed log bytes for the whole retention, plus headroom."""
+    """Filesystem mode: `observability.volumes.lokiGiB` when pinned, else compressed log bytes for the whole
+    retention, plus headroom."""
     obs = cfg.observability
+    if obs.volumes.loki_gib is not None:
+        return obs.volumes.loki_gib
     return _volume_gib(obs.ingest.log_gib_per_day * GIB / LOKI_COMPRESSION_RATIO * retention_days(obs.retention))
 
 
@@ -244,11 +259,24 @@ def _receiver_config(receiver: AlertReceiver) -> dict[str, Any]:
     return out
 
 
+def watchdog_route(cfg: PlatformConfig) -> dict[str, Any]:
+    """The always-firing Watchdog alert (kube-prometheus-stack's general rules): to the heartbeat receiver, sent
+    at once and again every `heartbeat.repeatInterval`, so the heartbeat service pages when the pings stop (the
+    alerting pipeline is down). Without a heartbeat it goes to "null"."""
+    heartbeat = cfg.observability.alerting.heartbeat
+    route: dict[str, Any] = {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
+    if heartbeat is not None:
+        route.update(receiver=heartbeat.receiver, group_wait="0s", group_interval=WATCHDOG_GROUP_INTERVAL,
+                     repeat_interval=heartbeat.repeat_interval)
+    return route
+
+
 def alertmanager_config(cfg: PlatformConfig) -> dict[str, Any]:
     """The whole Alertmanager configuration: severity routes to the configured receivers (each severity's
-    receivers all get it), Watchdog and unrouted severities to "null", and the chart's inhibition rules."""
+    receivers all get it), Watchdog to the heartbeat receiver (or "null"), unrouted severities to "null", and
+    the chart's inhibition rules."""
     alerting = cfg.observability.alerting
-    routes: list[dict[str, Any]] = [{"receiver": "null", "matchers": ['alertname = "Watchdog"']}]
+    routes: list[dict[str, Any]] = [watchdog_route(cfg)]
     for severity, names in alerting.routes.items():
         for i, name in enumerate(names):
             route: dict[str, Any] = {"receiver": name, "matchers": [f'severity = "{severity}"']}
@@ -285,6 +313,18 @@ def alert_templates() -> dict[str, str]:
 
 def _alertmanager_secrets(cfg: PlatformConfig) -> list[str]:
     return sorted({r.secret.name for r in cfg.observability.alerting.receivers.values() if r.secret is not None})
+
+
+def alertmanager_secret_reads(name: str, cfg: PlatformConfig, *,
+                              opts: pulumi.ResourceOptions) -> list[k8s.core.v1.Secret]:
+    """Reads every Secret a receiver names (`name`-receiver-secret-<Secret>), so `pulumi preview` and `up` stop
+    with the Secret's name when one is missing, before the release that needs it: the chart mounts each of
+    `alertmanagerSpec.secrets` as a volume, and a pod whose Secret volume is missing stays ContainerCreating
+    (FailedMount) while the release itself succeeds. The read keeps the Secret's data in the stack's state, as
+    a Pulumi secret (encrypted)."""
+    ns = cfg.observability.namespace
+    return [k8s.core.v1.Secret.get(f"{name}-receiver-secret-{secret}", f"{ns}/{secret}", opts=opts)
+            for secret in _alertmanager_secrets(cfg)]
 
 
 KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
@@ -464,7 +504,13 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
     sc = cache_storage_class_name(cfg)
 
     def persistence(size_gib: int) -> dict[str, Any]:
-        return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {})}}
+        # Keep the claims when the StatefulSet is deleted or scaled: the chart (loki 6.53.0 values.yaml,
+        # `singleBinary|write|backend.persistence.enableStatefulSetAutoDeletePVC: true`, `whenDeleted/whenScaled:
+        # Delete`) renders persistentVolumeClaimRetentionPolicy Delete, which on one binary in filesystem mode
+        # deletes the only copy of the logs. Retain is the Kubernetes default with the policy unset.
+        return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {}),
+                                "enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain",
+                                "whenScaled": "Retain"}}
 
     storage: dict[str, Any] = {"type": store}
     service_account: dict[str, Any] = {"create": True, "name": LOKI_SERVICE_ACCOUNT}
@@ -483,7 +529,8 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
             "commonConfig": {"replication_factor": 1 if single else 3},
             "storage": storage,
             "schemaConfig": {"configs": [{"from": LOKI_SCHEMA_FROM, "store": "tsdb", "object_store": store,
-                                          "schema": "v13", "index": {"prefix": "loki_index_", "period": "24h"}}]},
+                                          "schema": "v13",
+                                          "index": {"prefix": LOKI_INDEX_TABLE_PREFIX, "period": "24h"}}]},
             "limits_config": {"retention_period": _hours(obs.retention), "allow_structured_metadata": True},
             "compactor": {"retention_enabled": True, "delete_request_store": store},
         },
@@ -546,9 +593,12 @@ class Observability(pulumi.ComponentResource):
     prometheus_stack: k8s.helm.v3.Release
 
     def __init__(self, name: str, *, cfg: PlatformConfig, loki_bucket: pulumi.Output[LokiBucket] | None = None,
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+                 after: Sequence[pulumi.Resource] = (), mesh: Sequence[pulumi.Resource] = (),
+                 opts: pulumi.ResourceOptions | None = None) -> None:
         """`loki_bucket`: the S3 bucket and IRSA role Loki uses (AWS); without it Loki keeps logs on its volume.
-        `after`: what the releases wait for (system nodes, DNS, the storage class their claims name)."""
+        `after`: what the releases wait for (system nodes, DNS, the storage class their claims name).
+        `mesh`: what Prometheus waits for (default: nothing): istiod, whose injector gives its pod the sidecar
+        that writes the mesh certificate its https scrapes present; a pod created first has none until restarted."""
         super().__init__("aifactory:k8s:Observability", name, None, opts)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.
@@ -563,8 +613,11 @@ class Observability(pulumi.ComponentResource):
             return versions.release(f"{name}-{suffix}", chart_, release_name=release_name, namespace=ns_name,
                                     values=values, opts=opts)
 
+        receiver_secrets = alertmanager_secret_reads(
+            name, cfg, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after]))
         self.prometheus_stack = chart("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE,
-                                      kube_prometheus_stack_values(cfg))
+                                      kube_prometheus_stack_values(cfg), pulumi.ResourceOptions(
+                                          parent=self, depends_on=[self.namespace, *after, *mesh, *receiver_secrets]))
         pvc = jaeger_volume_claim(cfg)
         claim = k8s.core.v1.PersistentVolumeClaim(f"{name}-jaeger-storage", metadata=pvc["metadata"],
                                                   spec=pvc["spec"], opts=in_ns)

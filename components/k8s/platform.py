@@ -1,7 +1,8 @@
 """Platform: the Kubernetes layer under serving, composed in dependency order.
 
     system namespace -> GpuStack -> Fabric (EFA plugin | network operator + RDMA networks)
-                     -> Observability -> Tenancy -> Mesh (Istio, STRICT mTLS, tenant policies)
+                     -> Tenancy -> Mesh (Istio, STRICT mTLS, tenant policies)
+                     -> Observability (kube-prometheus-stack after istiod: Prometheus' sidecar writes its mesh certs)
                      -> metrics-server (resource metrics for CPU/memory HPAs)
 
 Every Helm release of the platform depends on `after` (on EKS: the system node group, the coredns and
@@ -71,11 +72,11 @@ class Platform(pulumi.ComponentResource):
         self.gpu = GpuStack(f"{name}-gpu", cfg=cfg, after=after, opts=child)
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
                              opts=child)
-        self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,
-                                           opts=child)
         self.tenancy = Tenancy(f"{name}-tenancy", cfg=cfg, opts=child)
         self.mesh = Mesh(f"{name}-mesh", cfg=cfg, tenant_namespaces=self.tenancy.namespaces, after=after,
                          opts=child)
+        self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,
+                                           mesh=[self.mesh.istiod], opts=child)
         self.metrics_server = versions.release(
             f"{name}-metrics-server", versions.METRICS_SERVER, release_name=METRICS_SERVER_RELEASE,
             namespace=naming.SYSTEM_NAMESPACE, values=metrics_server_values(),

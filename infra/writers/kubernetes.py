@@ -19,7 +19,7 @@ def kubernetes_objects(resources: list[Any]) -> list[dict[str, Any]]:
     """The Kubernetes objects a synth result creates, as the manifests the provider would apply."""
     objs = []
     for r in resources:
-        if not r.custom or not r.type.startswith("kubernetes:") or r.type.startswith(_NOT_OBJECTS):
+        if not r.custom or r.external or not r.type.startswith("kubernetes:") or r.type.startswith(_NOT_OBJECTS):
             continue
         obj = {k: v for k, v in r.inputs.items() if not k.startswith("__")}
         meta = obj.get("metadata") or {}

@@ -204,6 +204,10 @@ def test_user_data_is_mime_multipart_nodeconfig_plus_hugepages_script() -> None:
     ({"capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718"}, "min_size": 0,
       "max_size": 2}, ["capacity.startTime", "capacity.endTime"]),
     ({"taints": [{"key": "a", "effect": "Never"}], "subnet_ids": []}, ["subnetIds", "taints[0].effect"]),
+    # EKS: scale a capacity-block node group to zero more than 30 minutes before the block ends
+    ({"capacity": {**BLOCK, "drain_minutes": 30}, "min_size": 0, "max_size": 2}, ["capacity.drainMinutes"]),
+    ({"capacity": {"type": "on-demand", "drain_minutes": 60}}, ["capacity.drainMinutes"]),
+    ({"capacity": BLOCK, "min_size": 0, "max_size": 2, "now": "tomorrow"}, ["now"]),
 ])
 def test_bad_arguments_raise_input_properties_error_with_paths(extra, paths) -> None:
     args = pool_args(extra.pop("instance_type", "p5.48xlarge"), **extra)
@@ -238,7 +242,7 @@ def test_a_misspelt_key_names_the_property_and_the_likely_one() -> None:
     ({"placement_group": "yes", "capacity": {"type": "odcr", "reservation": "cr-1"}},
      [("placementGroup", "expected a boolean, got a string 'yes'"),
       ("capacity.reservation", "unknown property 'reservation'; did you mean 'reservation_id'? allowed: "
-                                "end_time, reservation_id, start_time, type")]),
+                                "drain_minutes, end_time, reservation_id, start_time, type")]),
     ({"taints": [{"key": "a", "effect": 1}]}, [("taints[0].effect", "expected a string, got an integer 1")]),
     ({"vpc_id": 12}, [("vpcId", "expected a string or an Output, got an integer 12")]),
 ])

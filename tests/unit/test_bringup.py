@@ -319,10 +319,10 @@ def test_an_existing_cluster_with_its_own_metrics_server_gets_none() -> None:
 def test_capacity_block_window_is_required_and_must_outlast_the_drain() -> None:
     raw = stack_raw("prod")
     block = raw["nodePools"]["h100-block"]["capacity"]
-    block["endTime"] = "2026-12-01T11:45:00Z"
+    block["endTime"] = "2026-12-01T12:15:00Z"
     assert problems(raw) == [
-        "nodePools.h100-block.capacity.endTime: '2026-12-01T11:45:00Z' must be more than 30 minutes after "
-        "startTime '2026-12-01T11:30:00Z' (the pool scales to zero 30 minutes before the block ends)"]
+        "nodePools.h100-block.capacity.endTime: '2026-12-01T12:15:00Z' must be more than 60 minutes after "
+        "startTime '2026-12-01T11:30:00Z' (the pool scales to zero drainMinutes=60 before the block ends)"]
     block["startTime"] = "1 December"
     del block["endTime"]
     assert problems(raw) == [
@@ -331,17 +331,96 @@ def test_capacity_block_window_is_required_and_must_outlast_the_drain() -> None:
         "(UTC, e.g. 2026-12-01T11:30:00Z, as `aws ec2 describe-capacity-reservations` shows it)"]
 
 
-def test_capacity_block_desired_size_is_left_to_the_schedule() -> None:
-    from components.aws import nodes
+def test_capacity_block_drain_is_more_than_thirty_minutes_and_configurable() -> None:
+    """EKS user guide, "Capacity Blocks for ML" (managed node groups): scale the node group to zero *more than*
+    30 minutes before the block's end time; EC2 begins terminating the block's instances 30 minutes before it."""
+    raw = stack_raw("prod")
+    raw["nodePools"]["h100-block"]["capacity"]["drainMinutes"] = 30
+    assert problems(raw) == [
+        "nodePools.h100-block.capacity.drainMinutes: 30 must be more than 30: EKS asks to scale a capacity-block "
+        "node group to zero more than 30 minutes before the block ends"]
+    raw["nodePools"]["h100-block"]["capacity"]["drainMinutes"] = 90
+    assert parse(raw, stack="t").node_pools["h100-block"].capacity.drain_minutes == 90
+    raw = stack_raw("prod")
+    raw["nodePools"]["h200"]["capacity"] = {"type": "on-demand", "drainMinutes": 60}
+    assert "nodePools.h200.capacity.drainMinutes: only applies to capacity type 'capacity-block'" in problems(raw)
+
+
+def _block_spec(**capacity: Any) -> Any:
     from components.aws.node_pool import pool_spec
-    spec = pool_spec("b", {"cluster_name": "c", "vpc_id": "v", "cluster_security_group_id": "sg",
+    return pool_spec("b", {"cluster_name": "c", "vpc_id": "v", "cluster_security_group_id": "sg",
                            "availability_zones": ["us-east-1a"], "subnet_ids": ["s"],
                            "instance_type": "p5.48xlarge", "fabric": "efa", "min_size": 0, "max_size": 4,
                            "capacity": {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718",
-                                        "start_time": "2026-12-01T11:30:00Z", "end_time": "2026-12-02T00:00:00Z"}})
-    assert nodes.block_schedule(spec) == [("block-start", "2026-12-01T11:30:00Z", 4),
-                                          ("block-end", "2026-12-01T23:30:00Z", 0)]
+                                        "start_time": "2026-12-01T11:30:00Z", "end_time": "2026-12-02T00:00:00Z",
+                                        **capacity}})
+
+
+def _utc(value: str) -> Any:
+    import datetime
+    return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+
+
+def test_capacity_block_desired_size_is_left_to_the_schedule() -> None:
+    from components.aws import nodes
+    spec = _block_spec()
+    before = _utc("2026-11-22T00:00:00Z")
+    assert nodes.block_schedule(spec, now=before) == [("block-start", "2026-12-01T11:30:00Z", 4),
+                                                      ("block-end", "2026-12-01T23:00:00Z", 0)]
+    assert nodes.block_schedule(_block_spec(drain_minutes=45), now=before)[1] == \
+        ("block-end", "2026-12-01T23:15:00Z", 0)
     assert nodes._autoscaled_options(spec).ignore_changes == ["scalingConfig.desiredSize"]
+
+
+def test_capacity_block_schedules_only_what_is_still_ahead() -> None:
+    """AWS rejects a one-time scheduled action whose start time is in the past, and deletes a one-time action
+    after it runs (EC2 Auto Scaling API reference, PutScheduledUpdateGroupAction, StartTime: "If you try to
+    schedule your action in the past, Amazon EC2 Auto Scaling returns an error message"; user guide, "Scheduled
+    scaling"). A group created inside the window starts at the reserved count; after the drain, at 0."""
+    from components.aws import nodes
+    spec = _block_spec()
+    assert nodes.block_schedule(spec, now=_utc("2026-12-01T11:30:00Z")) == [("block-end", "2026-12-01T23:00:00Z", 0)]
+    assert nodes.block_desired_size(spec, now=_utc("2026-12-01T11:30:00Z")) == 4
+    assert nodes.block_desired_size(spec, now=_utc("2026-12-01T11:29:59Z")) == 0
+    assert nodes.block_schedule(spec, now=_utc("2026-12-01T23:00:00Z")) == []
+    assert nodes.block_desired_size(spec, now=_utc("2026-12-01T23:00:00Z")) == 0
+
+
+def _prod_at(now: str) -> list[Registration]:
+    from infra.program import program
+    return run_program("prod", read_stack_config(stack_file("prod")), lambda cfg: program(cfg, now=now)).resources
+
+
+def test_prod_after_the_block_started_creates_no_past_action_and_retains_the_ones_that_ran() -> None:
+    """prod's block: 2026-12-01T11:30Z to 2026-12-15T11:30Z. A refresh+up, a fresh stack or a node-group
+    replacement after the start must not ask AWS for the start action again; the drain (60 minutes before the
+    end) is still ahead. Pulumi never deletes an action itself: one that ran is already gone on AWS."""
+    schedules = [r for r in _prod_at("2026-12-03T00:00:00Z") if r.type == "aws:autoscaling/schedule:Schedule"]
+    assert [(r.name, r.inputs["startTime"], r.inputs["desiredCapacity"], r.retain_on_delete) for r in schedules] == [
+        ("aifactory-prod-h100-block-block-end", "2026-12-15T10:30:00Z", 0, True)]
+    (ng,) = [r for r in _prod_at("2026-12-03T00:00:00Z") if r.type == "aws:eks/nodeGroup:NodeGroup"
+             and r.name == "aifactory-prod-h100-block-ng"]
+    assert ng.inputs["scalingConfig"] == {"minSize": 0, "maxSize": ng.inputs["scalingConfig"]["maxSize"],
+                                          "desiredSize": ng.inputs["scalingConfig"]["maxSize"]}
+    before = sorted((r.name, r.inputs["startTime"]) for r in _prod_at("2026-11-22T00:00:00Z")
+                    if r.type == "aws:autoscaling/schedule:Schedule")
+    assert before == [("aifactory-prod-h100-block-block-end", "2026-12-15T10:30:00Z"),
+                      ("aifactory-prod-h100-block-block-start", "2026-12-01T11:30:00Z")]
+    assert [r for r in _prod_at("2026-12-15T10:30:00Z") if r.type == "aws:autoscaling/schedule:Schedule"] == []
+
+
+def test_capacity_block_pool_is_not_in_autoscaler_discovery() -> None:
+    """cluster-autoscaler discovers node groups by the `k8s.io/cluster-autoscaler/enabled` and
+    `k8s.io/cluster-autoscaler/<cluster>` tags (cluster-autoscaler AWS cloudprovider README, "Auto-Discovery
+    Setup") and builds a scale-from-zero node from the node-template tags: on a block pool it would launch into
+    the block outside its window and scale the pool back up after the drain. The schedule owns its size."""
+    resources = _prod_at("2026-11-22T00:00:00Z")
+    ngs = {r.name: r.inputs.get("tags", {}) for r in resources if r.type == "aws:eks/nodeGroup:NodeGroup"}
+    assert [k for k in ngs["aifactory-prod-h100-block-ng"] if k.startswith("k8s.io/cluster-autoscaler")] == []
+    assert ngs["aifactory-prod-h200-ng"]["k8s.io/cluster-autoscaler/enabled"] == "true"
+    asg_tags = [r.name for r in resources if r.type == "aws:autoscaling/tag:Tag"]
+    assert [n for n in asg_tags if n.startswith("aifactory-prod-h100-block-")] == []
+    assert any(n.startswith("aifactory-prod-h200-asg-") for n in asg_tags)
 
 
 # --- 10. destroy order: custom resources record the controllers they need --------------------------------

@@ -37,7 +37,7 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["clusterName", "kubeconfig", "nodeSecurityGroupId", "oidcIssuer", "oidcProviderArn"])
     assert shape["aifactory:index:GpuNodePool"] == (
         ["availabilityZones", "capacity", "clusterName", "clusterSecurityGroupId", "desiredSize", "fabric",
-         "hugepagesMib", "instanceType", "kubernetesVersion", "labels", "maxSize", "minSize", "nodeRoleArn",
+         "hugepagesMib", "instanceType", "kubernetesVersion", "labels", "maxSize", "minSize", "nodeRoleArn", "now",
          "placementGroup", "poolName", "rootVolumeGib", "subnetIds", "taints", "vpcId"],
         ["availabilityZones", "clusterName", "clusterSecurityGroupId", "instanceType", "subnetIds", "vpcId"],
         ["efaSecurityGroupId", "launchTemplateId", "nodeGroupName", "nodeRoleArn", "placementGroupName"])

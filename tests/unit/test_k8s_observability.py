@@ -172,7 +172,7 @@ def test_loki_on_aws_stores_in_the_kits_bucket_through_irsa() -> None:
         "index": {"prefix": "loki_index_", "period": "24h"}}]
     assert values["loki"]["limits_config"]["retention_period"] == "720h"
     assert [values[t]["replicas"] for t in ("read", "write", "backend")] == [3, 3, 3]
-    assert values["write"]["persistence"] == {"size": "10Gi", "storageClass": "aifactory-gp3"}
+    assert values["write"]["persistence"] == {"size": "10Gi", "storageClass": "aifactory-gp3", **RETAIN_CLAIMS}
     assert values["loki"]["commonConfig"] == {"replication_factor": 3}
 
 
@@ -195,6 +195,47 @@ def test_loki_on_an_existing_cluster_is_one_binary_on_a_volume_sized_from_ingest
     # 20 GiB/day / 5 (compression) x 15 d = 60 GiB, x 1.3 = 78 GiB
     assert values["singleBinary"]["persistence"]["size"] == "78Gi"
     assert values["singleBinary"]["persistence"].get("storageClass") == cache_storage_class_name(cfg)
+
+
+RETAIN_CLAIMS = {"enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain", "whenScaled": "Retain"}
+
+
+@pytest.mark.parametrize("stack", ["onprem", "prod"])
+def test_loki_keeps_its_claims_when_its_statefulsets_go(stack: str) -> None:
+    """The loki 6.53.0 chart defaults `enableStatefulSetAutoDeletePVC: true` with `whenDeleted: Delete` and
+    `whenScaled: Delete` for singleBinary, write and backend (production/helm/loki/values.yaml at tag
+    helm-loki-6.53.0), and its StatefulSet templates render `persistentVolumeClaimRetentionPolicy` from them
+    when the flag is on: deleting or scaling down one binary in filesystem mode would delete every log."""
+    values = obs.loki_values(stack_cfg(stack), None if stack == "onprem" else BUCKET)
+    for target in ("singleBinary", "write", "backend"):
+        persistence = values[target]["persistence"]
+        assert {k: persistence[k] for k in RETAIN_CLAIMS} == RETAIN_CLAIMS, target
+
+
+def test_pinned_volume_sizes_stop_following_retention_and_retention_size_follows_the_pin() -> None:
+    """A StatefulSet's volumeClaimTemplates cannot be updated, and prometheus-operator does not resize an
+    existing claim when storageSpec changes (prometheus-operator docs, "Resizing volumes"): with the sizes
+    pinned, doubling the retention changes neither template, and retentionSize stays 85% of the disk that
+    exists (126 GiB -> 107 GB), not of the 252 GiB a 60d retention would ask for."""
+    pins = {"prometheusGiB": 126, "lokiGiB": 78, "jaegerGiB": 40}
+    prod = with_obs("prod", retention="60d", traceRetention="14d", volumes=pins)
+    spec = obs.kube_prometheus_stack_values(prod)["prometheus"]["prometheusSpec"]
+    assert spec["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "126Gi"}}
+    assert spec["retentionSize"] == "107GB"
+    assert obs.jaeger_volume_claim(prod)["spec"]["resources"] == {"requests": {"storage": "40Gi"}}
+    onprem = with_obs("onprem", retention="30d", volumes=pins)
+    assert obs.loki_values(onprem)["singleBinary"]["persistence"]["size"] == "78Gi"
+    # unpinned, the template follows the retention: 20,000 x 86,400 x 60 d x 2 B x 1.3 = 251 GiB -> 252 GiB
+    unpinned = obs.kube_prometheus_stack_values(with_obs("prod", retention="60d"))["prometheus"]["prometheusSpec"]
+    assert unpinned["storageSpec"]["volumeClaimTemplate"]["spec"]["resources"] == {"requests": {"storage": "252Gi"}}
+
+
+def test_a_pinned_volume_size_must_be_a_whole_number_of_gib() -> None:
+    with pytest.raises(ConfigError) as err:
+        with_obs("prod", volumes={"prometheusGiB": 0, "lokiGb": 5})
+    assert [str(p) for p in err.value.problems] == [
+        "observability.volumes.lokiGb: unknown key; allowed keys: prometheusGiB, lokiGiB, jaegerGiB",
+        "observability.volumes.prometheusGiB: 0 is below the minimum 1"]
 
 
 def test_simple_scalable_loki_needs_the_aws_bucket() -> None:
@@ -230,9 +271,20 @@ def test_log_bucket_is_private_encrypted_tls_only_and_expires_after_retention(pr
                                     "Action": "s3:*", "Resource": [arn, f"{arn}/*"],
                                     "Condition": {"Bool": {"aws:SecureTransport": "false"}}}]
     lifecycle = _one(prod_resources, "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
-    assert lifecycle.inputs["rules"] == [{"id": "expire-after-retention", "status": "Enabled", "filter": {},
-                                          "expiration": {"days": 31},  # retention 30d, then one day of grace
-                                          "abortIncompleteMultipartUpload": {"daysAfterInitiation": 1}}]
+    # Only Loki's chunks (tenant `fake` with auth_enabled false: grafana/loki v3.6.x pkg/util/fakeauth; chunk keys
+    # `<tenant>/<fingerprint>/...`, pkg/storage/config/schema_config.go newerExternalKey) and its TSDB index tables
+    # (`index/loki_index_<period>/`) expire, 31 days = retention 30d + one day of grace. The ruler's `rules/`
+    # (pkg/ruler/rulestore/bucketclient, rulesPrefix) and the compactor's `index/delete_requests/`
+    # (compactor.delete-request-store.key-prefix default "index/") match neither prefix.
+    assert lifecycle.inputs["rules"] == [
+        {"id": "expire-chunks", "status": "Enabled", "filter": {"prefix": "fake/"}, "expiration": {"days": 31}},
+        {"id": "expire-index", "status": "Enabled", "filter": {"prefix": "index/loki_index_"},
+         "expiration": {"days": 31}},
+        {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
+         "abortIncompleteMultipartUpload": {"daysAfterInitiation": 1}}]
+    kept = ("rules/fake/aifactory/cost.yaml", "index/delete_requests/delete_requests.gz")
+    expiring = [r["filter"]["prefix"] for r in lifecycle.inputs["rules"] if "expiration" in r]
+    assert not [key for key in kept if any(key.startswith(p) for p in expiring)]
 
 
 def test_loki_irsa_role_trusts_lokis_service_account_and_reaches_only_its_bucket(prod_resources: list) -> None:
@@ -289,7 +341,8 @@ def test_alertmanager_routes_by_severity_to_receivers_reading_secrets_from_files
     values = obs.kube_prometheus_stack_values(stack_cfg("prod"))["alertmanager"]
     config = values["config"]
     assert config["route"]["routes"] == [
-        {"receiver": "null", "matchers": ['alertname = "Watchdog"']},
+        {"receiver": "deadman-switch", "matchers": ['alertname = "Watchdog"'], "group_wait": "0s",
+         "group_interval": "1m", "repeat_interval": "5m"},
         {"receiver": "oncall-pagerduty", "matchers": ['severity = "critical"'], "continue": True},
         {"receiver": "platform-slack", "matchers": ['severity = "critical"']},
         {"receiver": "platform-slack", "matchers": ['severity = "warning"']},
@@ -317,6 +370,52 @@ def test_webhook_token_is_a_bearer_credentials_file() -> None:
                                                                           "credentials_file": token}}}]
 
 
+def test_watchdog_is_a_dead_mans_switch_when_a_heartbeat_is_configured() -> None:
+    """kube-prometheus-stack's Watchdog alert always fires (its general.rules: "ensure that the entire alerting
+    pipeline is functional"); sent to a heartbeat receiver every repeatInterval, its absence pages. Alertmanager
+    re-sends only at group_interval ticks (alertmanager docs, configuration, <route>), hence 1m there."""
+    staging = with_obs("staging", alerting={**stack_raw("staging")["observability"]["alerting"],
+                                            "heartbeat": {"receiver": "incident-webhook", "repeatInterval": "2m"}})
+    assert obs.watchdog_route(staging) == {"receiver": "incident-webhook", "matchers": ['alertname = "Watchdog"'],
+                                           "group_wait": "0s", "group_interval": "1m", "repeat_interval": "2m"}
+    assert obs.watchdog_route(stack_cfg("dev")) == {"receiver": "null", "matchers": ['alertname = "Watchdog"']}
+
+
+def test_a_heartbeat_names_a_receiver_and_an_interval_in_minutes_or_hours() -> None:
+    assert _problems(alerting={"receivers": {"hb": {"type": "webhook", "url": "https://hb.example.com/x"}},
+                               "heartbeat": {"receiver": "nobody", "repeatInterval": "30s"}}) == [
+        "observability.alerting.heartbeat.receiver: 'nobody' is not a receiver; receivers: hb",
+        "observability.alerting.heartbeat.repeatInterval: '30s' is not an interval of whole minutes or hours "
+        "such as 5m or 1h"]
+
+
+def test_the_prometheus_release_waits_for_every_receiver_secret_it_mounts(prod_resources: list) -> None:
+    """Alertmanager mounts each receiver Secret as a volume (kube-prometheus-stack values.yaml,
+    `alertmanagerSpec.secrets`): a missing one leaves its pod ContainerCreating while the release succeeds. The
+    program reads each Secret (`Secret.get`, an `external` resource in the state), so `pulumi up` stops on the
+    missing Secret's name before the release, which records the reads as dependencies."""
+    reads = {r.id: r for r in prod_resources if r.external}
+    assert sorted(reads) == ["monitoring/alertmanager-pagerduty", "monitoring/alertmanager-slack",
+                             "monitoring/alertmanager-smtp"]
+    assert {r.type for r in reads.values()} == {"kubernetes:core/v1:Secret"}
+    (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
+    assert {r.urn for r in reads.values()} <= set(kps.dependencies)
+
+
+def test_receiver_secret_reads_are_external_in_the_stack_export_and_never_manifests() -> None:
+    """A read resource is `external: true` in `pulumi stack export` (the engine's resource state) and is not an
+    object the kit applies."""
+    from infra.synth import state_export
+    from infra.writers.kubernetes import kubernetes_objects
+
+    result = run_program("prod", read_stack_config(stack_file("prod")))
+    exported = [r for r in state_export(result)["deployment"]["resources"] if r.get("external")]
+    assert sorted((r["type"], r["id"], str(r["inputs"])) for r in exported) == [
+        ("kubernetes:core/v1:Secret", f"monitoring/{name}", "{}")
+        for name in ("alertmanager-pagerduty", "alertmanager-slack", "alertmanager-smtp")]
+    assert [o for o in kubernetes_objects(result.resources) if o.get("kind") == "Secret"] == []
+
+
 def _problems(**observability: Any) -> list[str]:
     with pytest.raises(ConfigError) as err:
         with_obs("dev", **observability)
@@ -338,17 +437,19 @@ def test_plain_text_credentials_and_unknown_receivers_are_refused() -> None:
 # --- 5. Control-plane targets -------------------------------------------------------------------
 
 
-def test_eks_scrapes_no_control_plane_component_an_existing_cluster_does() -> None:
+def test_no_cluster_scrapes_the_control_plane_unless_asked() -> None:
     """EKS exposes neither controller manager, scheduler nor etcd, and its kube-proxy add-on binds metrics to
-    127.0.0.1:10249 (aws/containers-roadmap#657, terraform-aws-eks#742): scraping them only fires *Down alerts."""
+    127.0.0.1:10249 (aws/containers-roadmap#657, terraform-aws-eks#742); kubeadm binds the controller manager's
+    and scheduler's metrics (--bind-address) and etcd's (--listen-metrics-urls) to 127.0.0.1 (kubeadm's
+    static-pod manifests, "kubeadm init" phases control-plane/etcd). Scraping them only fires *Down alerts
+    (critical) forever, so the targets are opt-in everywhere."""
     off = {"enabled": False}
-    prod = obs.kube_prometheus_stack_values(stack_cfg("prod"))
-    assert [prod[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == [off] * 4
-    onprem = obs.kube_prometheus_stack_values(stack_cfg("onprem"))
-    assert [onprem[k] for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")] == \
-        [{"enabled": True}] * 4
-    forced = obs.kube_prometheus_stack_values(with_obs("onprem", controlPlaneMetrics=False))
-    assert forced["kubeScheduler"] == off
+    parts = ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")
+    for stack in ("prod", "onprem"):
+        values = obs.kube_prometheus_stack_values(stack_cfg(stack))
+        assert [values[k] for k in parts] == [off] * 4, stack
+    forced = obs.kube_prometheus_stack_values(with_obs("onprem", controlPlaneMetrics=True))
+    assert [forced[k] for k in parts] == [{"enabled": True}] * 4
 
 
 # --- 6. Collector rollouts ----------------------------------------------------------------------

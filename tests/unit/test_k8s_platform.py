@@ -287,3 +287,19 @@ def test_autoscaler_in_the_aws_program_with_an_irsa_role() -> None:
         "Effect": "Allow", "Principal": {"Federated": oidc.outputs["arn"]}, "Action": "sts:AssumeRoleWithWebIdentity",
         "Condition": {"StringEquals": {f"{issuer}:sub": "system:serviceaccount:aifactory-system:cluster-autoscaler",
                                        f"{issuer}:aud": "sts.amazonaws.com"}}}
+
+
+def test_prometheus_release_waits_for_istiod_and_no_urn_changes() -> None:
+    """Prometheus gets its sidecar (and the mesh certificate the sidecar writes to /etc/prom-certs for https
+    scrapes) from istiod's injection webhook at pod creation; Istio injects only pods created while the webhook
+    is up (istio.io docs, "Installing the Sidecar": injection happens at pod creation). The release records
+    istiod as a dependency, and reordering the composition keeps every URN (same names, same parents)."""
+    for stack in ("prod", "onprem"):
+        result = platform_only(stack)
+        by_name = {r.name: r for r in result.resources}
+        kps, istiod = by_name["platform-observability-kube-prometheus-stack"], by_name["platform-mesh-istiod"]
+        assert istiod.urn in kps.dependencies, stack
+        assert kps.urn == ("urn:pulumi:" + stack + "::aifactory::aifactory:k8s:Platform$aifactory:k8s:Observability"
+                           "$kubernetes:helm.sh/v3:Release::platform-observability-kube-prometheus-stack")
+        assert istiod.urn == ("urn:pulumi:" + stack + "::aifactory::aifactory:k8s:Platform$aifactory:k8s:Mesh"
+                              "$kubernetes:helm.sh/v3:Release::platform-mesh-istiod")

@@ -111,3 +111,16 @@ def test_make_targets_named_in_readme_exist() -> None:
                          capture_output=True, text=True, timeout=60, check=True)
     assert ".venv/bin/aifactory validate prod" in res.stdout
     assert ".venv/bin/aifactory policy check build/prod/state.json" in res.stdout
+
+
+def test_readme_says_which_placeholders_the_shipped_stacks_carry() -> None:
+    """Documentation ranges (RFC 5737) and example.com (RFC 2606) reach nothing: the README must say so for each
+    kind of placeholder that a shipped stack file really contains."""
+    stacks = "".join(p.read_text() for p in sorted((README.parent / "stacks").glob("Pulumi.*.yaml")))
+    text = README.read_text()
+    placeholders = {r"\b(192\.0\.2|198\.51\.100|203\.0\.113)\.\d+/\d+": "RFC 5737", r"example\.com": "RFC 2606",
+                    r"\b123456789012\b": "`123456789012`", r"cr-0a1b2c3d4e5f60718": "`cr-0a1b2c3d4e5f60718`"}
+    found = [says for pattern, says in placeholders.items() if re.search(pattern, stacks)]
+    assert len(found) == 4
+    assert "edit them before `pulumi up`" in text
+    assert [says for says in found if says not in text] == []
