@@ -29,6 +29,8 @@ class ArtifactContext:
     out: Path
     # Messages of mandatory failures (policy violations): synth writes everything, then exits 1.
     failures: list[str] = field(default_factory=list)
+    # Findings of `aifactory preflight` (policies.preflight.Finding): reported, not failures.
+    preflight: list[Any] = field(default_factory=list)
 
 
 Writer = Callable[[ArtifactContext], list[Path]]

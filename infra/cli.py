@@ -34,6 +34,8 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     for typ, n in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0])):
         print(f"  {typ:<{width}}  {n:>4}")
     print("artifacts: " + ", ".join(f"{k} ({len(v)})" for k, v in summary.artifacts.items()))
+    listed = f" (preflight-report.json; `aifactory preflight {summary.stack}` lists them)" if summary.preflight else ""
+    print(f"preflight: {len(summary.preflight)} finding(s){listed}")
     for failure in summary.failures:
         _err(failure)
     return EXIT_FAILURE if summary.failures else EXIT_OK
@@ -53,6 +55,13 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
 
     return check_command(Path(args.state), config=Path(args.config) if args.config else None,
                          json_out=Path(args.json) if args.json else None)
+
+
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    from infra.preflight import preflight_command
+
+    return preflight_command(args.stack, state=Path(args.state) if args.state else None,
+                             stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, as_json=args.json)
 
 
 def _cmd_node_check(args: argparse.Namespace) -> int:
@@ -89,6 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--config", help="policy pack config (JSON or YAML): allow-lists, enforcement overrides")
     pc.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT")
     pc.set_defaults(func=_cmd_policy_check)
+
+    pf = sub.add_parser("preflight", help="predict what the real cluster and engine would reject, leave Pending or "
+                                          "time out on (exit 1 on findings)",
+                        description="Run the program offline (or read --state) and check quota and Pod Security "
+                                    "admission, storage classes, CRD order, await timeouts, API endpoint reach and "
+                                    "scheduling against the stack config.")
+    pf.add_argument("stack", help="stack name: stacks/Pulumi.STACK.yaml (its config is always read)")
+    pf.add_argument("--state", metavar="STATE_JSON", help="read this stack export instead of running the program")
+    pf.add_argument("--json", action="store_true", help="print the report as JSON")
+    pf.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    pf.set_defaults(func=_cmd_preflight)
 
     n = sub.add_parser("node-check", help="acceptance checks of GPU nodes (pytest-testinfra) against the pool profile")
     n.add_argument("--stack", required=True)

@@ -137,6 +137,7 @@ class Target:
     kubeconfig: str | None = None  # existing: required, path to a kubeconfig file
     context: str | None = None  # existing: default: the kubeconfig's current-context
     hosts_have_drivers: bool = False  # existing: default false (the GPU operator installs driver + toolkit)
+    storage_class: str | None = None  # default: none (claims use the cluster's default class)
 
     @property
     def is_aws(self) -> bool:
@@ -157,6 +158,7 @@ class ClusterSettings:
     public_access_cidrs: tuple[str, ...] = ()  # default: none (private API endpoint only)
     admin_role_arns: tuple[str, ...] = ()  # default: none (only the creator has access)
     system_pool: SystemPool = field(default_factory=SystemPool)
+    deployer_in_vpc: bool = False  # default: false (`pulumi up` runs outside the VPC)
 
 
 @dataclass(frozen=True, slots=True)

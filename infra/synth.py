@@ -74,6 +74,7 @@ class SynthSummary:
     artifacts: dict[str, list[Path]]
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    preflight: list[Any] = field(default_factory=list)  # policies.preflight.Finding (preflight-report.json)
 
 
 def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
@@ -308,7 +309,7 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthSummary(stack, out, len(result.resources), Counter(r.type for r in result.resources), artifacts,
-                        ctx.failures, time.perf_counter() - started)
+                        ctx.failures, time.perf_counter() - started, ctx.preflight)
 
 
 def _replace_dir(new: Path, dest: Path) -> None:
