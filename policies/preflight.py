@@ -33,11 +33,11 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from pulumi_policy import Severity
+from pulumi_policy import ReportViolation, ResourceValidationArgs, ResourceValidationPolicy, Severity
 
 from components.aws import catalog
 from policies import kube
-from policies.base import MANDATORY, resource_policy, stack_policy
+from policies.base import MANDATORY, stack_policy
 
 __all__ = [
     "Res",
@@ -1143,19 +1143,24 @@ def _stack_check(rule: Any) -> Any:
     return check
 
 
-def _await_check(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
-    problem = _await_problem(Res("", resource_type, props), DEFAULT_IMAGE_PULL_ALLOWANCE_SECONDS)
-    return [problem] if problem else []
+def _await_validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:
+    """The resource's own customTimeouts.create (CrossGuard passes it in opts) counts like the annotation."""
+    timeouts = getattr(getattr(args, "opts", None), "custom_timeouts", None)
+    create = float(getattr(timeouts, "create_seconds", 0) or 0) or None
+    problem = _await_problem(Res(args.urn, args.resource_type, args.props, custom_timeout_create=create),
+                             DEFAULT_IMAGE_PULL_ALLOWANCE_SECONDS)
+    if problem:
+        report_violation(problem, None)
 
 
 POLICIES = [
-    resource_policy(
+    ResourceValidationPolicy(
         name="await-covers-startup",
         description="A Deployment or StatefulSet is awaited at least as long as its pods' startup probe plus an "
                     "image pull may take.",
-        severity=Severity.HIGH, enforcement=MANDATORY,
-        remediation=f"Set metadata.annotations['{TIMEOUT_ANNOTATION}'] to the startup budget plus the image pull.",
-        types=("kubernetes:apps/v1:Deployment", "kubernetes:apps/v1:StatefulSet"), check=_await_check,
+        validate=_await_validate, enforcement_level=MANDATORY, severity=Severity.HIGH,
+        remediation_steps=f"Set metadata.annotations['{TIMEOUT_ANNOTATION}'] (or customTimeouts.create) to the "
+                          "startup budget plus the image pull.",
     ),
     stack_policy(
         name="quota-admits-pods",

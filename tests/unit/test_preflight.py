@@ -491,6 +491,14 @@ def test_state_only_rules_are_mandatory_policies() -> None:
         ("await-covers-startup", "t-m", "mandatory"), ("quota-admits-pods", "t-m", "mandatory")]
     assert violations[1].message == ("Deployment/t/m: ResourceQuota/t/q rejects every pod: one pod needs more than "
                                      "the whole namespace's quota: requests.cpu 8 > 4")
+    timed = deployment("m", "t", pod(container(cpu="1", startupProbe=probe(180))), customTimeouts={"create": 2100})
+    assert run_policies([ns, q, timed], policies=[by_name()["await-covers-startup"]]) == []
+    # the pack does not require the CRD's release to be in the stack (a cluster may have it); ordering it does check
+    scaled = k8s(SCALED, "m", "t", {"scaleTargetRef": {"name": "m"}})
+    keda = entry(HELM, "keda", {"name": "keda", "namespace": "s", "chart": "keda"})
+    crd_policy = [by_name()["crds-before-custom-resources"]]
+    assert run_policies([scaled], policies=crd_policy) == []
+    assert [v.resource_name for v in run_policies([keda, scaled], policies=crd_policy)] == ["t-m"]
 
 
 # --------------------------------------------------------------------------------------------
