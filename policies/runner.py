@@ -216,8 +216,9 @@ def _props(values: Any) -> Mapping[str, Any]:
 
 def _timeouts(entry: Mapping[str, Any]) -> PolicyCustomTimeouts:
     """The resource's customTimeouts as the export records them (seconds; 0 = the provider's default)."""
-    ct = entry.get("customTimeouts") if isinstance(entry.get("customTimeouts"), Mapping) else {}
-    return PolicyCustomTimeouts(*(float(ct.get(k) or 0) for k in ("create", "update", "delete")))
+    ct = entry.get("customTimeouts")
+    seconds = [float(ct.get(k) or 0) if isinstance(ct, Mapping) else 0.0 for k in ("create", "update", "delete")]
+    return PolicyCustomTimeouts(*seconds)
 
 
 def _options(entry: Mapping[str, Any]) -> PolicyResourceOptions:
