@@ -153,9 +153,10 @@ EKS_TAINT_EFFECTS = {"NO_SCHEDULE": "NoSchedule", "NO_EXECUTE": "NoExecute", "PR
 DNS_ADDON, EBS_ADDON = "coredns", "aws-ebs-csi-driver"
 
 # System reserve subtracted from a node's capacity (the EKS AMI's kubelet settings, awslabs/amazon-eks-ami
-# bootstrap: kube-reserved CPU 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% above;
-# memory 255Mi + 11Mi per pod with max pods 110 (< 30 vCPUs) or 250; eviction-hard memory.available 100Mi).
-# Applied to on-prem servers as well (a documented approximation there). DaemonSet pods are not subtracted.
+# bootstrap.sh: kube-reserved CPU 6% of the first core, 1% of the second, 0.5% of the next two, 0.25% above;
+# memory `get_memory_mebibytes_to_reserve` = 11Mi x max pods + 255Mi; eviction-hard memory.available 100Mi).
+# Max pods is approximated as 110 (< 30 vCPUs) or 250 (the AMI reads its ENI table); applied to on-prem servers
+# as well (an approximation there). DaemonSet pods' requests are not subtracted.
 RESERVE_EVICTION_MIB = 100
 MIG_SLICES_PER_GPU = {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}  # NVIDIA MIG user guide, A100/H100 profiles
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
