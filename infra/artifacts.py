@@ -31,6 +31,8 @@ class ArtifactContext:
     failures: list[str] = field(default_factory=list)
     # The policy report (policy-report.json's content), for synth's summary.
     policy: dict[str, Any] = field(default_factory=dict)
+    # Findings of `aifactory preflight` (policies.preflight.Finding): reported, not failures.
+    preflight: list[Any] = field(default_factory=list)
 
 
 Writer = Callable[[ArtifactContext], list[Path]]

@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import traceback
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -95,14 +96,25 @@ def synth_summary_doc(summary: SynthSummary) -> dict[str, Any]:
         "policy": {"mandatory": sum(mandatory.values()), "advisory": sum(advisory.values()),
                    "mandatoryPolicies": mandatory, "advisoryPolicies": advisory,
                    "report": str(summary.out / "policy-report.json")},
+        "preflight": {"findings": len(summary.preflight), "rules": dict(Counter(f.rule for f in summary.preflight)),
+                      "report": str(summary.out / "preflight-report.json")},
         "next": _next_command(summary),
     }
+
+
+def _preflight_verdict(summary: SynthSummary) -> str:
+    """How many findings preflight made, by rule (preflight-report.json has them whole)."""
+    rules = Counter(f.rule for f in summary.preflight)
+    verdict = f"{len(summary.preflight)} finding(s)"
+    return verdict + (f": {_named(dict(rules))}" if rules else "")
 
 
 def _next_command(summary: SynthSummary) -> str:
     mandatory, advisory = _policy_counts(summary.policy)
     if mandatory or advisory:  # each violation with its remediation
         return f"{_prog()} policy check {summary.out / 'state.json'}"
+    if summary.preflight:  # each finding with the resource and the fix
+        return f"{_prog()} preflight {summary.stack} --state {summary.out / 'state.json'}"
     return f"pulumi preview -s {summary.stack}   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"
 
 
@@ -118,7 +130,7 @@ def synth_summary_lines(summary: SynthSummary) -> list[str]:
     lines = [f"synth {summary.stack}: {summary.resources} resources, {files} files in {summary.seconds:.1f}s",
              f"  output:    {summary.out}",
              f"  policy:    {policy}"]
-    # preflight: one line with the preflight verdict goes here (`aifactory preflight`, preflight-report.json).
+    lines.append(f"  preflight: {_preflight_verdict(summary)}")
     lines.append(f"  next:      {_next_command(summary)}")
     return lines
 
@@ -176,6 +188,13 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
                          json_out=json_target(args.json))
 
 
+def _cmd_preflight(args: argparse.Namespace) -> int:
+    from infra.preflight import preflight_command
+
+    return preflight_command(args.stack, state=Path(args.state) if args.state else None,
+                             stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, as_json=args.json)
+
+
 def _cmd_node_check(args: argparse.Namespace) -> int:
     from infra.nodecheck import node_check_command
 
@@ -226,6 +245,17 @@ def build_parser() -> argparse.ArgumentParser:
     pc.add_argument("--json", metavar="OUT", help="also write the report as JSON to OUT (`-`: stdout, and the "
                                                   "text report goes to stderr)")
     pc.set_defaults(func=_cmd_policy_check)
+
+    pf = sub.add_parser("preflight", help="predict what the real cluster and engine would reject, leave Pending or "
+                                          "time out on (exit 1 on findings)",
+                        description="Run the program offline (or read --state) and check quota and Pod Security "
+                                    "admission, storage classes, CRD order, await timeouts, API endpoint reach and "
+                                    "scheduling against the stack config.")
+    pf.add_argument("stack", help="stack name: stacks/Pulumi.STACK.yaml (its config is always read)")
+    pf.add_argument("--state", metavar="STATE_JSON", help="read this stack export instead of running the program")
+    pf.add_argument("--json", action="store_true", help="print the report as JSON")
+    pf.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    pf.set_defaults(func=_cmd_preflight)
 
     n = sub.add_parser("node-check", help="acceptance checks of GPU nodes (pytest-testinfra) against the pool profile")
     n.add_argument("--stack", required=True)

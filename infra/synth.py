@@ -85,6 +85,7 @@ class SynthSummary:
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
     policy: dict[str, Any] = field(default_factory=dict)  # policy-report.json's content
+    preflight: list[Any] = field(default_factory=list)  # policies.preflight.Finding (preflight-report.json)
 
 
 def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
@@ -388,7 +389,8 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return SynthSummary(stack, out, len(result.resources), Counter(r.type for r in result.resources), artifacts,
-                        ctx.failures, time.perf_counter() - started, ctx.policy)
+                        ctx.failures, time.perf_counter() - started, ctx.policy,
+                        ctx.preflight)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
     fabric.py        EFA interface layout, security group, zone, placement, device plugin, FI_PROVIDER
     aws_security.py  IMDSv2, EBS, EKS endpoint/secrets/logging, open ingress, S3, IAM wildcards
     base.py          settings (config schema and defaults) and the policy constructors
+    preflight.py     admission (quota, Pod Security), CRD order, awaits: what the real system would reject
     kube.py          where pod specs live in workloads and Helm values; images, tolerations
     runner.py        `aifactory policy check` and synth's policy report: the same validate functions
 """

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pulumi_policy import Policy
 
-from policies import aws_security, fabric, isolation
+from policies import aws_security, fabric, isolation, preflight
 
 __all__ = ["PACK_NAME", "PACK_DESCRIPTION", "POLICIES", "by_name"]
 
 PACK_NAME = "aifactory"
-PACK_DESCRIPTION = "Tenant isolation, data-plane fabric correctness and AWS security for aifactory GPU clusters."
-POLICIES: list[Policy] = [*isolation.POLICIES, *fabric.POLICIES, *aws_security.POLICIES]
+PACK_DESCRIPTION = ("Tenant isolation, data-plane fabric correctness, AWS security and admission/await preflight "
+                    "for aifactory GPU clusters.")
+POLICIES: list[Policy] = [*isolation.POLICIES, *fabric.POLICIES, *aws_security.POLICIES, *preflight.POLICIES]
 
 
 def by_name() -> dict[str, Policy]:

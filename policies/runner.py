@@ -218,8 +218,15 @@ def _props(values: Any) -> Mapping[str, Any]:
     return unknown_checking_proxy(deserialize_properties(_secrets_opened(dict(values or {}))))
 
 
+def _timeouts(entry: Mapping[str, Any]) -> PolicyCustomTimeouts:
+    """The resource's customTimeouts as the export records them (seconds; 0 = the provider's default)."""
+    ct = entry.get("customTimeouts")
+    seconds = [float(ct.get(k) or 0) if isinstance(ct, Mapping) else 0.0 for k in ("create", "update", "delete")]
+    return PolicyCustomTimeouts(*seconds)
+
+
 def _options(entry: Mapping[str, Any]) -> PolicyResourceOptions:
-    return PolicyResourceOptions(bool(entry.get("protect")), [], None, [], PolicyCustomTimeouts(0, 0, 0), [],
+    return PolicyResourceOptions(bool(entry.get("protect")), [], None, [], _timeouts(entry), [],
                                  entry.get("parent"))
 
 

@@ -265,7 +265,7 @@ def test_synth_prints_a_short_summary_last_with_the_policy_verdict(tmp_path: Pat
     res = run("synth", "dev", "--out", str(out))
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
-    assert len(lines) == 4, res.stdout
+    assert len(lines) == 5, res.stdout
     # the counts are what was written: state.json's resources under the stack and every artifact file (the
     # marker aside)
     state = json.loads((out / "state.json").read_text())
@@ -275,6 +275,7 @@ def test_synth_prints_a_short_summary_last_with_the_policy_verdict(tmp_path: Pat
     assert lines[1:] == [
         f"  output:    {out}",
         "  policy:    0 mandatory, 0 advisory violation(s)",
+        "  preflight: 0 finding(s)",
         "  next:      pulumi preview -s dev   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"]
     assert res.stderr.count("state            1 file(s)") == 1, "artifact counts are printed once"
     table = run("synth", "dev", "--out", str(out), "--resources", "-q")
@@ -377,3 +378,20 @@ def test_node_check_json(tmp_path: Path) -> None:
     assert statuses[0] == ("local://", "host", "pass")
     assert {s for _, _, s in statuses[1:]} == {"n/a"} and len(statuses) == 15
     assert "ACCEPTED" in res.stderr
+
+
+def test_synth_summary_names_preflight_findings_and_points_to_preflight(tmp_path: Path) -> None:
+    from collections import Counter
+
+    from infra.cli import synth_summary_lines
+    from infra.synth import SynthSummary
+    from policies.preflight import Finding
+
+    found = [Finding("await-timeout", "Deployment/t/m", "awaited 600 s", "raise it"),
+             Finding("await-timeout", "Deployment/t/n", "awaited 600 s", "raise it"),
+             Finding("storage-class", "HelmRelease/monitoring/loki", "Pending", "name a class")]
+    summary = SynthSummary("dev", tmp_path / "dev", 3, Counter(), {}, policy={"violations": []}, preflight=found)
+    lines = synth_summary_lines(summary)
+    assert lines[3:] == [
+        "  preflight: 3 finding(s): await-timeout x2, storage-class x1",
+        f"  next:      aifactory preflight dev --state {tmp_path / 'dev' / 'state.json'}"]

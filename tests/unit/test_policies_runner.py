@@ -169,6 +169,7 @@ def test_secrets_of_a_real_export_are_read_or_masked() -> None:
 
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_shipped_stacks_have_no_violations(stack: str) -> None:
+    """The shipped stacks pass the whole pack, the preflight policies included."""
     result = run_program(stack, read_stack_config(stack_file(stack)))
     violations = run_policies(state_resources(state_export(result)))
-    assert [(v.policy, v.resource_name, v.message) for v in violations] == []
+    assert sorted({(v.policy, v.resource_name) for v in violations}) == []

@@ -1,0 +1,116 @@
+"""`aifactory preflight STACK`: predict, before `pulumi up`, what the real system would reject or time out on.
+
+The rules live in policies/preflight.py (one implementation: the state-only ones are also mandatory
+policies of the pack). This module adds what only the stack config knows: where the deployer runs
+(`cluster.deployerInVpc`), the node pools of an existing cluster (EKS pools come from the node groups in
+the state), and an existing cluster's storage class (`target.storageClass`). It reads the state that
+synth produces (the program run in-process under mocks) or a given stack export.
+
+Exit codes: 0 no findings, 1 findings, 2 config or usage error.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from infra.config import POOL_LABEL, PlatformConfig
+from policies import preflight as rules
+
+__all__ = ["REPORT_FILE", "config_pools", "run_rules", "report", "format_text", "preflight_command"]
+
+REPORT_FILE = "preflight-report.json"
+
+
+NODE_PATCH = "kubernetes:core/v1:NodePatch"
+
+
+def config_pools(cfg: PlatformConfig, resources: Sequence[rules.Res] = ()) -> list[rules.Pool]:
+    """An existing cluster's pools as the config declares them: nodes carry `aifactory.io/pool=<name>` and the
+    pool's `labels`, its taints, and a catalog entry's capacity, plus the labels the stack's NodePatches put on
+    the pool's nodes. A MIG layout counts only where the nodes carry the `nvidia.com/mig.config` label the GPU
+    operator's MIG manager acts on (the kit applies it with a NodePatch per listed node)."""
+    patched: dict[str, dict[str, str]] = {}
+    for r in resources:
+        if r.type == NODE_PATCH:
+            node_labels = dict((r.props.get("metadata") or {}).get("labels") or {})
+            if POOL_LABEL in node_labels:
+                patched.setdefault(node_labels[POOL_LABEL], {}).update(node_labels)
+    out = []
+    for pool in cfg.node_pools.values():
+        labels = {POOL_LABEL: pool.name, **pool.labels, **patched.get(pool.name, {})}
+        taints = tuple((t.key, t.value, t.effect) for t in pool.taints)
+        out.append(rules.Pool(pool.name, labels, taints,
+                              rules.allocatable(pool.instance_type, mig=labels.get(rules.MIG_CONFIG_LABEL)),
+                              pool.instance_type))
+    return out
+
+
+def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig) -> list[rules.Finding]:
+    """Every preflight rule over a stack's resources, in a fixed order (rule, then resource)."""
+    eks = any(r.type == rules.EKS_CLUSTER for r in resources)
+    pools = rules.node_group_pools(resources) if eks else config_pools(cfg, resources)
+    deployer_in_vpc = cfg.cluster.deployer_in_vpc if cfg.cluster is not None else False
+    findings = [
+        *rules.quota_findings(resources),
+        *rules.pod_security_findings(resources),
+        *rules.storage_findings(resources, eks=eks, configured_class=cfg.target.storage_class),
+        *rules.crd_order_findings(resources),
+        *rules.await_findings(resources),
+        *rules.release_order_findings(resources),
+        *rules.endpoint_findings(resources, deployer_in_vpc=deployer_in_vpc),
+        *rules.schedule_findings(resources, pools),
+    ]
+    return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))
+
+
+def report(findings: Sequence[rules.Finding], *, stack: str, resources: int) -> dict[str, Any]:
+    counts = {rule: sum(f.rule == rule for f in findings) for rule in rules.RULES}
+    return {"stack": stack, "resources": resources, "rules": list(rules.RULES), "summary": counts,
+            "findings": [f.as_dict() for f in findings]}
+
+
+def format_text(findings: Sequence[rules.Finding], *, stack: str, resources: int) -> str:
+    lines = [f"preflight {stack}: {len(rules.RULES)} rules over {resources} resources: {len(findings)} finding(s)"]
+    for rule in rules.RULES:
+        group = [f for f in findings if f.rule == rule]
+        if group:
+            lines.append(f"\n{rule} ({len(group)})")
+            lines.extend(f"  {f.resource}\n      {f.message}\n      fix: {f.fix}" for f in group)
+    return "\n".join(lines) + "\n"
+
+
+def _state_entries(stack: str, state: Path | None, stacks_dir: Path | None) -> tuple[list[dict[str, Any]],
+                                                                                     PlatformConfig]:
+    from infra.config import parse
+    from infra.synth import raw_for_validation, read_stack_config, run_program, stack_file, state_export
+    from policies.runner import read_state
+
+    values = read_stack_config(stack_file(stack, stacks_dir))
+    cfg = parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work (as synth)
+    if state is not None:
+        return read_state(state), cfg
+    return state_export(run_program(stack, values))["deployment"]["resources"], cfg
+
+
+def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path | None = None,
+                      as_json: bool = False) -> int:
+    """`aifactory preflight`: 0 clean, 1 findings, 2 unusable state (config errors raise ConfigError)."""
+    from policies.runner import PolicyInputError
+
+    try:
+        entries, cfg = _state_entries(stack, state, stacks_dir)
+    except PolicyInputError as err:
+        print(f"aifactory: preflight: {err}", file=sys.stderr, flush=True)
+        return 2
+    resources = rules.from_entries(entries)
+    findings = run_rules(resources, cfg)
+    if as_json:
+        sys.stdout.write(json.dumps(report(findings, stack=stack, resources=len(resources)), indent=2,
+                                    sort_keys=True) + "\n")
+    else:
+        sys.stdout.write(format_text(findings, stack=stack, resources=len(resources)))
+    return 1 if findings else 0
