@@ -1252,7 +1252,7 @@ LOAD_TIME_METHODS = ("fp8",)  # vLLM quantizes BF16 weights on load only to FP8 
 
 
 def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None,
-                  pool: NodePool | None) -> tuple[str, bool]:
+                  pool: NodePool | None) -> tuple[Any, bool]:
     """(method, pre-quantized checkpoint) of `quantization`: a method name, or {method, checkpoint}.
 
     A pre-quantized checkpoint carries its own quantization config (config.json quantization_config), which
@@ -1277,12 +1277,12 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None,
         r.fail(f"{path}.checkpoint", "'load-time' is not possible with engine 'triton': TensorRT-LLM quantizes when "
                                      "the engine is built; use checkpoint: pre-quantized")
     gpu = pool.instance.gpu if pool is not None else None
-    if method == "fp8" and gpu is not None and not catalog.supports_fp8(gpu):
+    if method == "fp8" and pool is not None and gpu is not None and not catalog.supports_fp8(gpu):
         need = ".".join(map(str, catalog.FP8_MIN_COMPUTE_CAPABILITY))
         r.fail(f"{path}.method" if isinstance(raw, dict) else path,
                f"'fp8' needs compute capability {need} or newer (Ada Lovelace, Hopper, Blackwell); pool "
                f"{pool.name!r} has {gpu.name} ({gpu.generation}, {'.'.join(map(str, gpu.compute_capability))}): "
-               "use a Hopper pool, or an awq/gptq/int8 checkpoint")  # type: ignore[union-attr]
+               "use a Hopper pool, or an awq/gptq/int8 checkpoint")
     return method, ckpt == "pre-quantized"
 
 

@@ -214,7 +214,8 @@ def test_ipoib_network_ip_pool_and_what_model_pods_use() -> None:
         "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "aifactory.io/pool", "operator": "In", "values": ["h100-ib"]}]}]}}
     assert fabric.rdma_networks_annotation(cfg.infiniband) == {
-        "k8s.v1.cni.cncf.io/networks": ",".join(f"nvidia-network-operator/aifactory-rdma-{r}" for r in DGX_H100_NETDEVS)}
+        "k8s.v1.cni.cncf.io/networks": ",".join(f"nvidia-network-operator/aifactory-rdma-{r}"
+                                                for r in DGX_H100_NETDEVS)}
     assert cfg.infiniband.hcas == tuple(DGX_H100_HCAS)
     assert fabric.rdma_pod_resources(cfg.infiniband) == {"rdma/rdma_shared_device_a": 1}
 
