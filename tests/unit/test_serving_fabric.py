@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import email
 import json
+import re
 import shlex
 import subprocess
 import sys
@@ -350,3 +351,18 @@ def test_serving_module_documents_its_engine_ports() -> None:
     # the pinned ports do not collide with the engines' own (8000 HTTP, Triton 8001/8002) or each other
     ports = serving.multi_node_ports()
     assert len(ports) == len(set(ports)) and not {8000, 8001, 8002} & set(ports)
+
+
+def test_readme_cold_start_table_matches_the_estimate() -> None:
+    """README's "Cold start" table: each shipped model's load time and budget, as the kit computes them."""
+    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    rows = re.findall(r"^\| (dev|staging|prod|onprem) ([\w-]+)[^|]*\|[^|]*\|[^|]*\| ([^|]*) \| ([\d,]+) s \|$", text,
+                      re.MULTILINE)
+    seen = set()
+    for stack, name, load, budget in rows:
+        cfg = stack_config(stack)
+        est = model_cold_start(cfg, cfg.models[name])
+        assert int(budget.replace(",", "")) == cfg.models[name].startup_budget_seconds, name
+        assert (load == "n/a") if est is None else load.endswith(f"{est.load_seconds:,} s"), (name, load)
+        seen.add((stack, name))
+    assert seen == {(s, m) for s in ("dev", "staging", "prod", "onprem") for m in stack_config(s).models}
