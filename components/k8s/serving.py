@@ -39,10 +39,16 @@ from components.aws import catalog
 from components.aws.iam import irsa_role
 from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
-from components.k8s.gpu_stack import mig_resource
+from components.k8s.gpu_stack import mig_resource, pool_tolerations
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.otel_config import OTLP_HTTP_PORT
-from components.k8s.storage import cache_storage_class_name
+from components.k8s.storage import (
+    cache_prep_daemonset,
+    cache_storage_class_name,
+    node_cache_claim_name,
+    node_cache_objects,
+    node_cache_path,
+)
 from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
 
@@ -104,6 +110,7 @@ __all__ = [
     "wake_query",
     "model_objects",
     "required_controllers",
+    "cache_prep",
     "register_object",
     "ModelDeployment",
     "ServingControllers",
@@ -491,13 +498,18 @@ def model_cold_start(cfg: PlatformConfig, model: Model) -> coldstart.ColdStart |
                                 budget_seconds=model.startup_budget_seconds)
 
 
+def _node_cache(cfg: PlatformConfig, model: Model) -> bool:
+    """True when the model's pool caches weights on the node's NVMe array, shared by the node's pods."""
+    return coldstart.cache_medium(instance_type=cfg.pool_of(model).instance_type,
+                                  aws=cfg.is_aws).kind == "instance-store"
+
+
 def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    """The pod's model cache. On AWS types with NVMe instance store, an emptyDir: nodeadm's RAID0 local storage
-    puts the kubelet's directory (and so every emptyDir) on the NVMe array (coldstart.py), 8 x 1 GB/s instead
-    of an EBS volume. Elsewhere a generic ephemeral volume (a claim created and deleted with the pod)."""
-    medium = coldstart.cache_medium(instance_type=cfg.pool_of(model).instance_type, aws=cfg.is_aws)
-    if medium.kind == "instance-store":
-        return {"name": "model-cache", "emptyDir": {"sizeLimit": f"{model.cache_gib}Gi"}}
+    """The pod's model cache. On AWS types with NVMe instance store, the model's node-local cache on the RAID0
+    array (storage.node_cache_objects: one download per node, shared by the node's pods of the model, 8 x 1 GB/s
+    instead of an EBS volume). Elsewhere a generic ephemeral volume (a claim created and deleted with the pod)."""
+    if _node_cache(cfg, model):
+        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": node_cache_claim_name(model.name)}}
     spec: dict[str, Any] = {"accessModes": [CACHE_ACCESS_MODE],
                             "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}
     if (storage_class := cache_storage_class_name(cfg)) is not None:
@@ -780,7 +792,9 @@ def service_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
 def model_objects(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
                   ) -> list[dict[str, Any]]:
     """Every object of one model, in apply order (`role_arn`: the IRSA role of an s3:// model)."""
-    objs = [service_account(cfg, model, role_arn=role_arn), workload(cfg, model), service(cfg, model),
+    cache = node_cache_objects(namespace=_namespace(cfg, model), model=model.name, size_gib=model.cache_gib,
+                               labels=_labels(model)) if _node_cache(cfg, model) else []
+    objs = [service_account(cfg, model, role_arn=role_arn), *cache, workload(cfg, model), service(cfg, model),
             disruption_budget(cfg, model)]
     if model.replicas.autoscaled:
         objs.append(scaled_object(cfg, model))
@@ -797,6 +811,9 @@ _TYPED = {
     "Deployment": k8s.apps.v1.Deployment,
     "Service": k8s.core.v1.Service,
     "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
+    "PersistentVolume": k8s.core.v1.PersistentVolume,
+    "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
+    "DaemonSet": k8s.apps.v1.DaemonSet,
 }
 
 
@@ -857,7 +874,21 @@ class ServingControllers(pulumi.ComponentResource):
                              namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)
             for chart in required_controllers(cfg)
         ]
+        if (prep := cache_prep(cfg)) is not None:
+            register_object(f"{name}-cache-prep", prep, child)
         self.register_outputs({"charts": [r.chart for r in self.releases]})
+
+
+def cache_prep(cfg: PlatformConfig) -> dict[str, Any] | None:
+    """The DaemonSet that makes the node-local cache directories of the models on NVMe pools (None: no such model)."""
+    models = [m for m in cfg.models.values() if _node_cache(cfg, m)]
+    if not models:
+        return None
+    pools = [cfg.node_pools[p] for p in sorted({m.pool for m in models})]
+    return cache_prep_daemonset(paths=[node_cache_path(_namespace(cfg, m), m.name) for m in models],
+                                uid=security.DEFAULT_UID, pool_names=[p.name for p in pools],
+                                pool_label=naming.LABEL_POOL, tolerations=pool_tolerations(pools),
+                                namespace=naming.SYSTEM_NAMESPACE)
 
 
 def required_controllers(cfg: PlatformConfig) -> list[versions.HelmChart]:

@@ -268,11 +268,45 @@ def test_nvme_types_raid0_their_instance_store_and_others_do_not() -> None:
     assert "instance" not in _node_config(_user_data("g6e.12xlarge"))["spec"]
 
 
-def test_model_caches_on_nvme_types_are_node_local_and_elsewhere_gp3() -> None:
+def test_model_caches_on_nvme_types_are_one_node_local_copy_shared_by_the_nodes_pods() -> None:
     cfg = stack_config("prod")
-    assert cache_volume(cfg, cfg.models["deep-research"]) == {"name": "model-cache",
-                                                              "emptyDir": {"sizeLimit": "1000Gi"}}
-    assert "ephemeral" in cache_volume(cfg, cfg.models["finance-8b"])
+    model = cfg.models["assistant-batch"]  # TP 4 on 8-GPU p5en nodes: two pods per node, one download
+    assert cache_volume(cfg, model) == {"name": "model-cache",
+                                        "persistentVolumeClaim": {"claimName": "assistant-batch-node-cache"}}
+    objs = {o["kind"]: o for o in serving.model_objects(cfg, model)}
+    pv, pvc = objs["PersistentVolume"], objs["PersistentVolumeClaim"]
+    # nodeadm's RAID0 array is mounted at /mnt/k8s-disks/0 (LocalStorageOptions.MountPath default /mnt/k8s-disks/)
+    assert pv["spec"]["hostPath"] == {"path": "/mnt/k8s-disks/0/aifactory-models/assistant/assistant-batch",
+                                      "type": "Directory"}
+    assert pv["spec"]["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "assistant",
+                                      "name": "assistant-batch-node-cache"}
+    assert (pvc["metadata"]["namespace"], pvc["spec"]["volumeName"], pvc["spec"]["storageClassName"]) == (
+        "assistant", pv["metadata"]["name"], "")
+    # tenant pods mount a claim, never a host path (Pod Security `restricted`)
+    spec = workload(cfg, model)["spec"]["template"]["spec"]
+    assert not [v for v in spec["volumes"] if "hostPath" in v]
+    assert "ephemeral" in cache_volume(cfg, cfg.models["finance-8b"])  # g6e: no instance store, gp3
+
+
+def test_the_cache_prep_daemonset_makes_each_models_directory_for_the_pods_uid() -> None:
+    cfg = stack_config("prod")
+    ds = serving.cache_prep(cfg)
+    assert ds is not None and ds["metadata"]["namespace"] == "aifactory-system"
+    pod = ds["spec"]["template"]["spec"]
+    script = pod["containers"][0]["command"][-1]
+    uid = pod_uid = 65532  # the model pods' runAsUser (security.DEFAULT_UID, "nonroot")
+    assert workload(cfg, cfg.models["assistant-batch"])["spec"]["template"]["spec"]["securityContext"][
+        "runAsUser"] == pod_uid
+    for ns, name in (("assistant", "assistant-fast"), ("assistant", "assistant-batch"),
+                     ("research", "deep-research")):
+        path = f"/mnt/k8s-disks/0/aifactory-models/{ns}/{name}"
+        assert f"mkdir -p {path} && chown {uid}:{uid} {path} && chmod 0750 {path}" in script
+    assert "finance-8b" not in script  # gp3 pool
+    terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": "aifactory.io/pool", "operator": "In",
+                                            "values": ["h100-block", "h200"]}]}]
+    assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
+    assert serving.cache_prep(stack_config("onprem")) is None
 
 
 @pytest.mark.parametrize(("stack", "model", "seconds"), [
