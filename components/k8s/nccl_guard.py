@@ -1,6 +1,6 @@
 """Start-up guard of a multi-node vLLM leader (sent as `python3 -c`, so it uses only the standard library).
 
-    python3 -c "$(this file)" FABRIC -- vllm serve ...
+    python3 -c "<this file's text>" FABRIC -- vllm serve ...
 
 Runs the engine, copies its output line by line, and stops it loudly (exit 3) when NCCL did not select the
 fabric's network: NCCL's INFO log (NCCL_DEBUG=INFO) prints `NCCL INFO Using network <name>` for every

@@ -400,3 +400,9 @@ def test_readme_cold_start_table_matches_the_estimate() -> None:
         assert (load == "n/a") if est is None else load.endswith(f"{est.load_seconds:,} s"), (name, load)
         seen.add((stack, name))
     assert seen == {(s, m) for s in ("dev", "staging", "prod", "onprem") for m in stack_config(s).models}
+
+
+def test_the_guard_survives_kubernetes_command_expansion() -> None:
+    """The kubelet expands `$(NAME)` in a container's command (Kubernetes docs, "Define a command and arguments":
+    dependent environment variables); the guard's text is passed verbatim, so it must hold no `$(`."""
+    assert "$(" not in serving.nccl_guard_script()
