@@ -1169,7 +1169,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             r.fail(f"{path}.gpusPerReplica", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
                                              f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
     quant, prequantized = _quantization(r, d.get("quantization", "none"), f"{path}.quantization", engine=engine,
-                                        pool=pool)
+                                        pool=pool, model_id=model_id)
     if engine == "triton" and quant == "gptq":
         r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
                                        "choose one of: none, fp8, awq, int8")
@@ -1249,10 +1249,13 @@ def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> 
 QUANT_METHODS = ("none", "fp8", "awq", "gptq", "int8")
 QUANT_CHECKPOINTS = ("pre-quantized", "load-time")
 LOAD_TIME_METHODS = ("fp8",)  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
+# Model ids that name their checkpoint's quantization (Meta's -FP8, RedHatAI/neuralmagic -FP8-dynamic / -w8a8,
+# -AWQ, -GPTQ-Int4, ...): such a checkpoint is pre-quantized whatever the config says.
+QUANTIZED_ID = re.compile(r"(?<![a-zA-Z0-9])(FP8|AWQ|GPTQ|W8A8|W4A16|INT4|INT8)(?![a-zA-Z0-9])", re.IGNORECASE)
 
 
-def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None,
-                  pool: NodePool | None) -> tuple[Any, bool]:
+def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: NodePool | None,
+                  model_id: str | None = None) -> tuple[Any, bool]:
     """(method, pre-quantized checkpoint) of `quantization`: a method name, or {method, checkpoint}.
 
     A pre-quantized checkpoint carries its own quantization config (config.json quantization_config), which
@@ -1273,6 +1276,11 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None,
     if ckpt == "load-time" and method not in LOAD_TIME_METHODS:
         r.fail(f"{path}.checkpoint", f"'load-time' is not possible for {method!r}: vLLM quantizes on load only to "
                                      f"{', '.join(LOAD_TIME_METHODS)}; {method} needs a pre-quantized checkpoint")
+    named = QUANTIZED_ID.search(model_id.rsplit("/", 1)[-1]) if isinstance(model_id, str) else None
+    if ckpt == "load-time" and named is not None:
+        r.fail(path, f"{model_id!r} is a quantized checkpoint ({named.group(1)} in its name) but quantization "
+                     f"{_show(raw)} quantizes on load, and vLLM refuses a --quantization that contradicts the "
+                     f"checkpoint: set quantization: {{method: {method}, checkpoint: pre-quantized}}")
     if ckpt == "load-time" and engine == "triton":
         r.fail(f"{path}.checkpoint", "'load-time' is not possible with engine 'triton': TensorRT-LLM quantizes when "
                                      "the engine is built; use checkpoint: pre-quantized")

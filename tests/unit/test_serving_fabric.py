@@ -406,3 +406,14 @@ def test_the_guard_survives_kubernetes_command_expansion() -> None:
     """The kubelet expands `$(NAME)` in a container's command (Kubernetes docs, "Define a command and arguments":
     dependent environment variables); the guard's text is passed verbatim, so it must hold no `$(`."""
     assert "$(" not in serving.nccl_guard_script()
+
+
+def test_the_old_prod_config_of_a_pre_quantized_checkpoint_is_refused_with_the_fix() -> None:
+    """`quantization: fp8` on Meta's FP8 checkpoint would become `--quantization fp8`, which vLLM refuses against
+    the checkpoint's own fbgemm_fp8 config: the model would crash-loop after a successful `pulumi up`."""
+    raw = stack_raw("prod")
+    old = {**raw["models"]["deep-research"], "quantization": "fp8"}
+    assert ("models.deep-research.quantization: 'meta-llama/Llama-3.1-405B-Instruct-FP8' is a quantized checkpoint "
+            "(FP8 in its name) but quantization 'fp8' quantizes on load, and vLLM refuses a --quantization that "
+            "contradicts the checkpoint: set quantization: {method: fp8, checkpoint: pre-quantized}") in problems(
+        {**raw, "models": {**raw["models"], "deep-research": old}}, "prod")
