@@ -23,6 +23,7 @@ from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
+from components.k8s import coldstart
 
 __all__ = [
     "NAMESPACE",
@@ -247,6 +248,7 @@ class NodePool:
     mig: str | None = None  # default: no MIG layout
     nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
     node_check: NodeCheck = field(default_factory=NodeCheck)
+    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
 
     @property
     def instance(self) -> catalog.InstanceType:
@@ -260,12 +262,13 @@ class NodePool:
 @dataclass(frozen=True, slots=True)
 class InfinibandSettings:
     network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
-    interfaces: tuple[str, ...] = ("ib0",)  # default: [ib0] (IPoIB parent / SR-IOV PF names)
+    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
     ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
     hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
     rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
     rdma_hca_max: int = 63  # default: 63
     hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
+    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +348,13 @@ class Model:
     # the try and retries on another replica; a streamed generation resets it with every token, and requests
     # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
     try_idle_timeout_seconds: float = 30.0  # default: min(timeoutSeconds, 30)
+    # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
+    # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
+    # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
+    quantized_checkpoint: bool = False
+    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
+    kv_offload_cpu_blocks: int | None = None  # default: none (no KV cache offload to host memory)
+    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
 
     @property
     def multi_node(self) -> bool:
@@ -856,7 +866,8 @@ def _network(r: _Reader, raw: Any) -> NetworkSettings:
 
 
 _POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "availabilityZones", "capacity",
-              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodes", "nodeCheck")
+              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodes", "nodeCheck",
+              "vllmImage")
 
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
@@ -1004,8 +1015,11 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                                 f"nvidia.com/mig.config={mig} so the GPU operator's MIG manager partitions them")
     if len(set(nodes)) != len(nodes):
         r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
+    image = r.value(d, "vllmImage", path, str, None,
+                    check=lambda v: None if re.match(r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", v)
+                    else "is not an image reference with a tag or digest (registry/repo:tag)")
     return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
-                    tuple(taints), mig, nodes, node_check)
+                    tuple(taints), mig, nodes, node_check, image)
 
 
 def _dns_subdomain(value: str) -> str | None:
@@ -1049,7 +1063,7 @@ def _utc(value: str) -> datetime.datetime | None:
 def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
     path = "infiniband"
     d = r.mapping(raw if raw is not None else {}, path, ("network", "interfaces", "ipRange", "hcaDeviceIds",
-                                                         "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed"))
+                                                         "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed", "hcas"))
     return InfinibandSettings(
         network=r.value(d, "network", path, str, "ipoib", choices=("ipoib", "sriov")),
         interfaces=r.strings(d, "interfaces", path, ("ib0",)),
@@ -1062,7 +1076,33 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
                                    "may hold only lowercase letters, digits and '_'"),
         rdma_hca_max=r.value(d, "rdmaHcaMax", path, int, 63, minimum=1, maximum=1000),
         hosts_have_ofed=r.value(d, "hostsHaveOfed", path, bool, False),
+        hcas=r.strings(d, "hcas", path, (), check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
+                       "is not an RDMA device name such as mlx5_0"),
     )
+
+
+def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, NodePool]) -> InfinibandSettings:
+    """Every compute rail of the InfiniBand pools' servers: interfaces and HCAs default to the catalog's rails
+    (catalog.IB_RAILS); fewer than the catalog's ports would leave rails idle, so that is refused."""
+    d = raw if isinstance(raw, dict) else {}
+    ib_pools = [p for p in pools.values() if p.fabric == "infiniband"]
+    types = sorted({p.instance_type for p in ib_pools})
+    rails = {catalog.IB_RAILS.get(t, ()) for t in types}
+    known = next(iter(rails)) if len(rails) == 1 else ()
+    interfaces = ib.interfaces if "interfaces" in d else tuple(x.netdev for x in known) or ib.interfaces
+    hcas = ib.hcas if "hcas" in d else () if "interfaces" in d else tuple(x.hca for x in known)
+    for t in types:
+        ports = catalog.get(t).ib_ports
+        if len(interfaces) < ports:
+            hint = (f"the catalog's rails: {', '.join(x.netdev for x in catalog.IB_RAILS[t])}"
+                    if t in catalog.IB_RAILS else f"list all {ports} compute ports (IPoIB netdevs)")
+            r.fail("infiniband.interfaces", f"{_show(list(interfaces))} uses {len(interfaces)} of the {ports} "
+                                            f"InfiniBand rails of {t}: cross-node traffic would get "
+                                            f"{len(interfaces)}/{ports} of the bandwidth; remove it for {hint}")
+    if hcas and len(hcas) != len(interfaces):
+        r.fail("infiniband.hcas", f"{_show(list(hcas))} names {len(hcas)} RDMA devices for {len(interfaces)} "
+                                  "interfaces: give one per interface, in the same order")
+    return dataclasses.replace(ib, interfaces=interfaces, hcas=hcas)
 
 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
@@ -1184,7 +1224,7 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
 _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
                "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
-               "maxRequestBytes", "tryIdleTimeoutSeconds")
+               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadCpuBlocks", "weightsGiB")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -1242,7 +1282,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             r.fail(f"{path}.{shape}", f"one replica of {gpus} GPUs (tensorParallel x pipelineParallel) needs "
                                       f"{gpus // per_node} nodes of {per_node} GPUs ({pool.instance_type}), but "
                                       f"nodePools.{pool.name}.maxSize is {pool.max_size}")
-    quant = r.value(d, "quantization", path, str, "none", choices=("none", "fp8", "awq", "gptq", "int8"))
+    quant, prequantized = _quantization(r, d.get("quantization", "none"), f"{path}.quantization", engine=engine,
+                                        pool=pool, model_id=model_id)
     if engine == "triton" and quant == "gptq":
         r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
                                        "choose one of: none, fp8, awq, int8")
@@ -1286,13 +1327,13 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                                                 f"use at most {timeout:g}")
     if None in (engine, model_id, tenant, pool_name):
         return None
-    return Model(
+    model = Model(
         name=name, engine=engine, model=model_id, tenant=tenant, pool=pool_name,
         uri=r.value(d, "uri", path, str, f"hf://{model_id}",
                     check=lambda v: _model_uri(v, aws=aws)),
         tensor_parallel=tp, pipeline_parallel=pp, gpus_per_replica=gpus, mig_profile=mig, quantization=quant,
         max_model_length=r.value(d, "maxModelLength", path, int, None, minimum=256),
-        prefix_caching=r.value(d, "prefixCaching", path, bool, True),
+        prefix_caching=_prefix_caching(r, d, path, engine),
         speculative=spec, replicas=replicas,
         workload=r.value(d, "workload", path, str, name, check=_dns_label),
         priority=r.value(d, "priority", path, str, "interactive", choices=("interactive", "batch")),
@@ -1306,7 +1347,119 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         max_request_bytes=r.value(d, "maxRequestBytes", path, int, DEFAULT_MAX_REQUEST_BYTES, minimum=1024,
                                   maximum=MAX_REQUEST_BYTES_LIMIT),
         try_idle_timeout_seconds=try_idle,
+        quantized_checkpoint=prequantized,
+        expert_parallel=_expert_parallel(r, d, path, engine, tp),
+        kv_offload_cpu_blocks=_kv_offload(r, d, path, engine),
+        weights_gib=r.value(d, "weightsGiB", path, float, None, minimum=0.01),
     )
+    if pool is not None and pool.gpu:
+        _cold_start_fits(r, model, pool, aws=aws)
+    return model
+
+
+def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> None:
+    """The start-up budget must cover at least reading the weights from the node's cache (coldstart.py)."""
+    est = coldstart.cold_start(model_id=model.model, quantization=model.quantization,
+                               prequantized=model.quantized_checkpoint or model.engine == "triton",
+                               configured_gib=model.weights_gib, instance_type=pool.instance_type, aws=aws,
+                               budget_seconds=model.startup_budget_seconds)
+    if est is not None and not est.fits:
+        r.fail(f"models.{model.name}.startupBudgetSeconds",
+               f"{model.startup_budget_seconds} s is shorter than the expected load time: {est.explain()}; raise "
+               f"it to at least {est.load_seconds} s plus download and warm-up (or set weightsGiB if the estimate "
+               "from the model id is wrong)")
+
+
+QUANT_METHODS = ("none", "fp8", "awq", "gptq", "int8")
+QUANT_CHECKPOINTS = ("pre-quantized", "load-time")
+LOAD_TIME_METHODS = ("fp8",)  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
+# Model ids that name their checkpoint's quantization (Meta's -FP8, RedHatAI/neuralmagic -FP8-dynamic / -w8a8,
+# -AWQ, -GPTQ-Int4, ...): such a checkpoint is pre-quantized whatever the config says.
+QUANTIZED_ID = re.compile(r"(?<![a-zA-Z0-9])(FP8|AWQ|GPTQ|W8A8|W4A16|INT4|INT8)(?![a-zA-Z0-9])", re.IGNORECASE)
+
+
+def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: NodePool | None,
+                  model_id: str | None = None) -> tuple[Any, bool]:
+    """(method, pre-quantized checkpoint) of `quantization`: a method name, or {method, checkpoint}.
+
+    A pre-quantized checkpoint carries its own quantization config (config.json quantization_config), which
+    vLLM reads; an explicit `--quantization` that contradicts it is refused at start-up (vLLM v0.11.0
+    vllm/config/model.py ModelConfig._verify_quantization: "Quantization method specified in the model config
+    (...) does not match the quantization method specified in the `quantization` argument (...)").
+    Meta's Llama-3.1-405B-Instruct-FP8 declares fbgemm_fp8, so `--quantization fp8` crash-loops it."""
+    if isinstance(raw, dict):
+        qd = r.mapping(raw, path, ("method", "checkpoint"))
+        method = r.value(qd, "method", path, str, choices=QUANT_METHODS) or "none"
+        ckpt = r.value(qd, "checkpoint", path, str, _default_checkpoint(method, engine), choices=QUANT_CHECKPOINTS)
+    else:
+        method = r.value({"quantization": raw}, "quantization", path.rsplit(".", 1)[0], str, "none",
+                         choices=QUANT_METHODS) or "none"
+        ckpt = _default_checkpoint(method, engine)
+    if method == "none":
+        return method, False
+    if ckpt == "load-time" and method not in LOAD_TIME_METHODS:
+        r.fail(f"{path}.checkpoint", f"'load-time' is not possible for {method!r}: vLLM quantizes on load only to "
+                                     f"{', '.join(LOAD_TIME_METHODS)}; {method} needs a pre-quantized checkpoint")
+    named = QUANTIZED_ID.search(model_id.rsplit("/", 1)[-1]) if isinstance(model_id, str) else None
+    if ckpt == "load-time" and named is not None:
+        r.fail(path, f"{model_id!r} is a quantized checkpoint ({named.group(1)} in its name) but quantization "
+                     f"{_show(raw)} quantizes on load, and vLLM refuses a --quantization that contradicts the "
+                     f"checkpoint: set quantization: {{method: {method}, checkpoint: pre-quantized}}")
+    if ckpt == "load-time" and engine == "triton":
+        r.fail(f"{path}.checkpoint", "'load-time' is not possible with engine 'triton': TensorRT-LLM quantizes when "
+                                     "the engine is built; use checkpoint: pre-quantized")
+    gpu = pool.instance.gpu if pool is not None else None
+    if method == "fp8" and pool is not None and gpu is not None and not catalog.supports_fp8(gpu):
+        need = ".".join(map(str, catalog.FP8_MIN_COMPUTE_CAPABILITY))
+        r.fail(f"{path}.method" if isinstance(raw, dict) else path,
+               f"'fp8' needs compute capability {need} or newer (Ada Lovelace, Hopper, Blackwell); pool "
+               f"{pool.name!r} has {gpu.name} ({gpu.generation}, {'.'.join(map(str, gpu.compute_capability))}): "
+               "use a Hopper pool, or an awq/gptq/int8 checkpoint")
+    return method, ckpt == "pre-quantized"
+
+
+def _default_checkpoint(method: str, engine: str | None) -> str:
+    return "load-time" if method in LOAD_TIME_METHODS and engine == "vllm" else "pre-quantized"
+
+
+def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> bool:
+    """vLLM: on by default (agent workloads resend long shared prefixes). Triton/TensorRT-LLM reuses KV blocks
+    only when the model repository's tensorrt_llm config sets `enable_kv_cache_reuse` (tensorrtllm_backend
+    docs/model_config.md), which the kit does not write: off, and an explicit true is refused."""
+    if engine == "triton":
+        if d.get("prefixCaching") is True:
+            r.fail(f"{path}.prefixCaching", "Triton's TensorRT-LLM backend reuses KV blocks only when the model "
+                                            "repository's tensorrt_llm config.pbtxt sets enable_kv_cache_reuse "
+                                            "(the kit does not write it): set it there and remove prefixCaching")
+        return False
+    return bool(r.value(d, "prefixCaching", path, bool, True))
+
+
+def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
+    """`--enable-expert-parallel` (vLLM v0.11.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
+    MoE experts are placed whole on the tensor-parallel ranks instead of sharded across them."""
+    ep = bool(r.value(d, "expertParallel", path, bool, False))
+    if ep and engine == "triton":
+        r.fail(f"{path}.expertParallel", "is configured for vLLM only (TensorRT-LLM sets expert parallelism when "
+                                         "the engine is built); remove it or use engine 'vllm'")
+    if ep and tp == 1:
+        r.fail(f"{path}.expertParallel", "needs tensorParallel > 1: expert parallelism spreads the experts over the "
+                                         "tensor-parallel GPUs")
+    return ep
+
+
+def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> int | None:
+    """KV cache offload to host memory: vLLM v0.11.0's OffloadingConnector (vllm/distributed/kv_transfer/
+    kv_connector/v1/offloading_connector.py) with the CPU spec (vllm/v1/kv_offload/cpu.py, which reads
+    `num_cpu_blocks` from kv_connector_extra_config). Offloaded blocks are found by their prefix-cache hashes,
+    so prefix caching must stay on."""
+    blocks = r.value(d, "kvOffloadCpuBlocks", path, int, None, minimum=1)
+    if blocks is not None and engine == "triton":
+        r.fail(f"{path}.kvOffloadCpuBlocks", "is configured for vLLM only; remove it or use engine 'vllm'")
+    if blocks is not None and d.get("prefixCaching") is False:
+        r.fail(f"{path}.kvOffloadCpuBlocks", "needs prefixCaching: offloaded KV blocks are found by their prefix "
+                                             "hashes; remove prefixCaching: false or kvOffloadCpuBlocks")
+    return blocks
 
 
 def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool: NodePool) -> None:
@@ -1621,6 +1774,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
     infiniband = None
     if any(p.fabric == "infiniband" for p in pools.values()) or "infiniband" in raw:
         infiniband = _infiniband(r, raw.get("infiniband"))
+        infiniband = _ib_rails(r, infiniband, raw.get("infiniband"), pools)
         if aws and "infiniband" in raw:
             r.fail("infiniband", "only applies to provider 'existing'")
         _ip_range_fits(r, infiniband, pools)

@@ -297,8 +297,9 @@ def platform_namespace_problems(resource_type: str, props: Mapping[str, Any], cf
         return []
     meta = props.get("metadata") or {}
     tenant = (meta.get("labels") or {}).get(TENANT_LABEL)
-    if tenant is None:
-        return []
+    if tenant is None or (resource_type != kube.NAMESPACE and
+                          kube.kind_of(resource_type)[1] in kube.CLUSTER_SCOPED_KINDS):
+        return []  # a cluster-scoped object (a tenant's model-cache PersistentVolume) is in no namespace
     ns = kube.name_of(props) if resource_type == kube.NAMESPACE else kube.namespace_of(props)
     if ns in cfg[PLATFORM_NAMESPACES.name] or ns.startswith("kube-"):
         what = "is the namespace" if resource_type == kube.NAMESPACE else "is in namespace"

@@ -90,6 +90,15 @@ def _get(value: Any, *path: str) -> Any:
     return value
 
 
+# Kinds the Kubernetes API serves cluster-wide (`kubectl api-resources --namespaced=false`): they have no
+# namespace, so "default" must not be read into them.
+CLUSTER_SCOPED_KINDS = frozenset({
+    "Namespace", "Node", "NodePatch", "PersistentVolume", "StorageClass", "ClusterRole", "ClusterRoleBinding",
+    "CustomResourceDefinition", "PriorityClass", "RuntimeClass", "IngressClass", "CSIDriver",
+    "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "APIService",
+})
+
+
 def namespace_of(props: Mapping[str, Any]) -> str:
     return _get(props, "metadata", "namespace") or "default"
 

@@ -813,9 +813,22 @@ def storage_findings(resources: Sequence[Res], *, eks: bool, configured_class: s
                      == "true")
     known = set(classes) | (set(EKS_BUILTIN_CLASSES) if eks else set()) | \
         ({configured_class} if configured_class else set())
+    # storageClassName "" asks for no class at all: the claim binds only to a PersistentVolume without a class
+    # (core/v1 PersistentVolumeClaimSpec.storageClassName; static provisioning), named by its volumeName.
+    classless_pvs = {r.name for r in resources if r.kind == "PersistentVolume" and r.group in CORE
+                     and not _get(r.props, "spec", "storageClassName")}
     out = []
     for c in claims(resources):
-        if c.storage_class is None:
+        if c.storage_class == "":
+            volume = _get(c.res.props, "spec", "volumeName") if c.where == "spec" else None
+            if volume not in classless_pvs:
+                out.append(Finding("storage-class", c.res.label,
+                                   f"{c.where}: storageClassName \"\" binds only to a pre-created PersistentVolume "
+                                   "without a class, and the stack creates none for it (volumeName "
+                                   f"{volume!r}): the claim stays Pending",
+                                   "Create the PersistentVolume (no storageClassName) and name it in the claim's "
+                                   "spec.volumeName, or give the claim a class.", c.res.urn))
+        elif c.storage_class is None:
             if default or (configured_class and not eks):
                 continue
             what = "EKS clusters created at 1.30 or later have no default StorageClass and the stack marks none" \

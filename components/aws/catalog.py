@@ -18,8 +18,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import MappingProxyType
 
-__all__ = ["GpuSpec", "InstanceType", "CATALOG", "EFA_GBPS", "get", "efa_types", "gpu_types", "known_types",
-           "fabric_gbps"]
+__all__ = ["GpuSpec", "InstanceType", "CATALOG", "EFA_GBPS", "INSTANCE_STORE", "InstanceStore", "IB_RAILS",
+           "IbRail", "EFA_GPUDIRECT_RDMA", "FP8_MIN_COMPUTE_CAPABILITY", "get", "efa_types", "gpu_types",
+           "known_types", "fabric_gbps", "supports_fp8"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,13 @@ class GpuSpec:
     pcie_gen: int
     pcie_width: int
     mig_capable: bool
+    compute_capability: tuple[int, int] = (0, 0)  # CUDA compute capability (NVIDIA "CUDA GPUs" table)
+
+    @property
+    def generation(self) -> str:
+        """The architecture name of the compute capability (8.0/8.6 Ampere, 8.9 Ada, 9.0 Hopper, 10.x Blackwell)."""
+        return {(8, 0): "Ampere", (8, 6): "Ampere", (8, 9): "Ada Lovelace", (9, 0): "Hopper",
+                (10, 0): "Blackwell"}.get(self.compute_capability, "unknown")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +72,14 @@ class InstanceType:
         return self.gpu is not None and self.gpu.nvlink_links > 0
 
 
-A100_40 = GpuSpec("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB", 40, 312.0, 1555.0, 12, 4, 16, True)
-A100_80 = GpuSpec("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB", 80, 312.0, 2039.0, 12, 4, 16, True)
-H100 = GpuSpec("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", 80, 989.0, 3350.0, 18, 5, 16, True)
-H200 = GpuSpec("NVIDIA H200", "NVIDIA-H200", 141, 989.0, 4800.0, 18, 5, 16, True)
-B200 = GpuSpec("NVIDIA B200", "NVIDIA-B200", 180, 2250.0, 7700.0, 18, 5, 16, True)
-A10G = GpuSpec("NVIDIA A10G", "NVIDIA-A10G", 24, 70.0, 600.0, 0, 4, 16, False)
-L4 = GpuSpec("NVIDIA L4", "NVIDIA-L4", 24, 121.0, 300.0, 0, 4, 16, False)
-L40S = GpuSpec("NVIDIA L40S", "NVIDIA-L40S", 48, 362.0, 864.0, 0, 4, 16, False)
+A100_40 = GpuSpec("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB", 40, 312.0, 1555.0, 12, 4, 16, True, (8, 0))
+A100_80 = GpuSpec("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB", 80, 312.0, 2039.0, 12, 4, 16, True, (8, 0))
+H100 = GpuSpec("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", 80, 989.0, 3350.0, 18, 5, 16, True, (9, 0))
+H200 = GpuSpec("NVIDIA H200", "NVIDIA-H200", 141, 989.0, 4800.0, 18, 5, 16, True, (9, 0))
+B200 = GpuSpec("NVIDIA B200", "NVIDIA-B200", 180, 2250.0, 7700.0, 18, 5, 16, True, (10, 0))
+A10G = GpuSpec("NVIDIA A10G", "NVIDIA-A10G", 24, 70.0, 600.0, 0, 4, 16, False, (8, 6))
+L4 = GpuSpec("NVIDIA L4", "NVIDIA-L4", 24, 121.0, 300.0, 0, 4, 16, False, (8, 9))
+L40S = GpuSpec("NVIDIA L40S", "NVIDIA-L40S", 48, 362.0, 864.0, 0, 4, 16, False, (8, 9))
 
 
 def _types() -> dict[str, InstanceType]:
@@ -125,6 +133,67 @@ CATALOG: MappingProxyType[str, InstanceType] = MappingProxyType(_types())
 EFA_GBPS: MappingProxyType[str, int] = MappingProxyType({
     "p4d.24xlarge": 400, "p4de.24xlarge": 400, "p5.48xlarge": 3200, "p5e.48xlarge": 3200, "p5en.48xlarge": 3200,
     "p6-b200.48xlarge": 3200, "g5.48xlarge": 100, "g6.48xlarge": 100, "g6e.48xlarge": 400,
+})
+
+
+# Compute capabilities: NVIDIA "CUDA GPUs - Compute Capability" (developer.nvidia.com/cuda-gpus): A100 8.0,
+# A10G 8.6, L4/L40S 8.9, H100/H200 9.0, B200 10.0.
+# FP8 tensor-core math (W8A8) needs compute capability 8.9 or newer: vLLM v0.11.0
+# docs/features/quantization/fp8.md ("FP8 computation is supported on NVIDIA GPUs with compute capability > 8.9
+# (Ada Lovelace, Hopper)"; Ampere only runs FP8 checkpoints weight-only through FP8 Marlin, W8A16), and
+# TensorRT-LLM's FP8 recipes require Ada/Hopper or newer. The kit refuses FP8 below 8.9.
+FP8_MIN_COMPUTE_CAPABILITY = (8, 9)
+
+
+def supports_fp8(gpu: GpuSpec) -> bool:
+    return gpu.compute_capability >= FP8_MIN_COMPUTE_CAPABILITY
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceStore:
+    """Local NVMe instance store of an instance type (AWS "Instance store volumes" table, EC2 docs
+    instance-store-volumes.html / the accelerated computing specifications)."""
+
+    drives: int
+    drive_gb: int  # decimal GB per drive, as AWS lists it
+
+    @property
+    def total_gb(self) -> int:
+        return self.drives * self.drive_gb
+
+
+# Instance store per type (EC2 accelerated computing specifications, "Instance storage"): p5/p5e/p5en and
+# p6-b200 8 x 3,840 GB NVMe SSD; p4d/p4de 8 x 1,000 GB NVMe SSD. g-family sizes have fewer, smaller drives
+# and are left out (their caches stay on gp3).
+INSTANCE_STORE: MappingProxyType[str, InstanceStore] = MappingProxyType({
+    "p4d.24xlarge": InstanceStore(8, 1000), "p4de.24xlarge": InstanceStore(8, 1000),
+    "p5.48xlarge": InstanceStore(8, 3840), "p5e.48xlarge": InstanceStore(8, 3840),
+    "p5en.48xlarge": InstanceStore(8, 3840), "p6-b200.48xlarge": InstanceStore(8, 3840),
+})
+
+# GPUDirect RDMA over EFA (FI_EFA_USE_DEVICE_RDMA=1): the p4d and later P types (AWS EFA docs, "Supported
+# instance types": RDMA read on p4d/p4de/p5/p5e/p5en/p6); the g-family EFA sizes have no GPUDirect RDMA.
+EFA_GPUDIRECT_RDMA = frozenset({"p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
+                                "p6-b200.48xlarge"})
+
+
+@dataclass(frozen=True, slots=True)
+class IbRail:
+    """One compute InfiniBand port: its RDMA device (NCCL_IB_HCA) and its IPoIB netdev (network attachment)."""
+
+    hca: str
+    netdev: str
+
+
+# The compute rails of a DGX H100: 8 single-port ConnectX-7 (400 Gb/s NDR) behind the OSFP cages, one per GPU;
+# mlx5_1/2 and mlx5_7/8 are the two dual-port storage/in-band ConnectX-7 cards and carry no NCCL traffic.
+# NVIDIA DGX H100/H200 user guide, "Network ports" (netdev, RDMA device per OSFP port), and the NCCL_IB_HCA
+# list NVIDIA's DGX H100 recipes use (mlx5_0,3,4,5,6,9,10,11). tests/node/recordings/dgx-h100 has the same
+# device names. Other on-prem types have vendor-specific names: set `infiniband.interfaces` / `hcas`.
+IB_RAILS: MappingProxyType[str, tuple[IbRail, ...]] = MappingProxyType({
+    "dgx-h100": tuple(IbRail(h, n) for h, n in (
+        ("mlx5_0", "ibp24s0"), ("mlx5_3", "ibp64s0"), ("mlx5_4", "ibp79s0"), ("mlx5_5", "ibp94s0"),
+        ("mlx5_6", "ibp154s0"), ("mlx5_9", "ibp192s0"), ("mlx5_10", "ibp206s0"), ("mlx5_11", "ibp220s0"))),
 })
 
 

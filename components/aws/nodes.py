@@ -55,6 +55,8 @@ __all__ = [
     "metadata_options",
     "root_volume",
     "user_data",
+    "LOCAL_STORAGE_STRATEGY",
+    "MEMLOCK_DROPIN",
     "node_labels",
     "eks_taints",
     "node_template_tags",
@@ -97,6 +99,9 @@ GPU_RESOURCE = "nvidia.com/gpu"
 EFA_RESOURCE = "vpc.amazonaws.com/efa"
 HUGEPAGES_RESOURCE = "hugepages-2Mi"
 MIME_BOUNDARY = "==AIFACTORY=="
+LOCAL_STORAGE_STRATEGY = "RAID0"
+CONTAINERD_DROPIN_DIR = "/etc/systemd/system/containerd.service.d"
+MEMLOCK_DROPIN = "90-aifactory-memlock.conf"
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 _EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",
                      "NoExecute": "NO_EXECUTE"}
@@ -168,16 +173,33 @@ def root_volume(size_gib: int) -> dict:
                     "delete_on_termination": "true"}}
 
 
-def user_data(*, hugepages_mib: int, kubelet_config: Mapping[str, object] = DEFAULT_KUBELET_CONFIG) -> str:
+def user_data(*, hugepages_mib: int, kubelet_config: Mapping[str, object] = DEFAULT_KUBELET_CONFIG,
+              local_storage: bool = False, memlock: bool = False) -> str:
     """nodeadm user data (MIME multipart): a NodeConfig with kubelet settings, and hugepages when asked.
 
     EKS merges its own NodeConfig (cluster endpoint, CA) into managed node groups; this part only adds
     kubelet settings. The hugepages script runs in cloud-final, before nodeadm starts the kubelet, so
     the kubelet advertises `hugepages-2Mi` from its first registration (EFA's libfabric uses them).
+
+    `local_storage` (types with NVMe instance store): `instance.localStorage.strategy: RAID0` (nodeadm
+    NodeConfig API, InstanceOptions.LocalStorage): nodeadm builds one RAID0 array of the drives and mounts the
+    kubelet's and containerd's directories on it, so emptyDir model caches and image layers live on NVMe.
+    `memlock` (RDMA pools): containerd's upstream unit sets no LimitMEMLOCK, so containers start with the
+    8 MiB default and cannot register (pin) RDMA buffers without IPC_LOCK, which Pod Security `restricted`
+    forbids. A systemd drop-in raises it to infinity before nodeadm starts containerd (try-restart covers
+    an AMI that started it earlier); containers inherit containerd's limit.
     """
-    node_config = {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig",
-                   "spec": {"kubelet": {"config": dict(kubelet_config)}}}
+    spec: dict[str, object] = {"kubelet": {"config": dict(kubelet_config)}}
+    if local_storage:
+        spec["instance"] = {"localStorage": {"strategy": LOCAL_STORAGE_STRATEGY}}
+    node_config = {"apiVersion": "node.eks.aws/v1alpha1", "kind": "NodeConfig", "spec": spec}
     parts = [("application/node.eks.aws", "---\n" + json.dumps(node_config, sort_keys=True) + "\n")]
+    if memlock:
+        parts.append(('text/x-shellscript; charset="us-ascii"',
+                      "#!/bin/bash\nset -euo pipefail\n"
+                      f"mkdir -p {CONTAINERD_DROPIN_DIR}\n"
+                      f"printf '[Service]\\nLimitMEMLOCK=infinity\\n' > {CONTAINERD_DROPIN_DIR}/{MEMLOCK_DROPIN}\n"
+                      "systemctl daemon-reload\nsystemctl try-restart containerd.service\n"))
     if hugepages_mib:
         pages = hugepages_mib // 2
         parts.append(('text/x-shellscript; charset="us-ascii"',
@@ -338,7 +360,9 @@ def node_group(
         description=f"{spec.pool}: {spec.instance_type} ({spec.fabric})",
         metadata_options=metadata_options(),
         block_device_mappings=[root_volume(spec.root_volume_gib)],
-        user_data=base64.b64encode(user_data(hugepages_mib=spec.hugepages_mib).encode()).decode(),
+        user_data=base64.b64encode(user_data(
+            hugepages_mib=spec.hugepages_mib, local_storage=spec.instance_type in catalog.INSTANCE_STORE,
+            memlock=spec.fabric == "efa").encode()).decode(),
         network_interfaces=network_interfaces,
         placement={"group_name": placement_group} if placement_group is not None else None,
         tag_specifications=[{"resource_type": "instance", "tags": {LABEL_POOL: spec.pool}}],

@@ -8,6 +8,14 @@ InfiniBand (existing clusters): the NVIDIA network operator, a NicClusterPolicy 
 the hosts ship OFED, secondary network with Multus, nv-ipam) and the RDMA network model pods attach
 to: IPoIB (the RDMA shared device plugin hands out `rdma/<name>`) or SR-IOV (virtual functions,
 `nvidia.com/<name>`). `rdma_networks_annotation` and `rdma_pod_resources` are what serving uses.
+
+Rails: every compute HCA of the servers is a rail (infiniband.interfaces, by default the catalog's rails, e.g.
+8 x ConnectX-7 NDR on a DGX H100). Each rail gets its own network attachment; with SR-IOV also its own RDMA
+resource (`<rdmaResourceName>_<interface>`), so a pod holds exactly one virtual function per rail instead of
+whatever VFs one pooled resource hands out. GPU-NIC affinity: NCCL pairs each GPU with its nearest HCA from the
+PCI topology it reads in the pod (NCCL_IB_HCA lists every rail; serving.py), and the SR-IOV device plugin
+reports each VF's NUMA node to the kubelet's Topology Manager (sriov-network-device-plugin, topology hints);
+the IPoIB shared device plugin exposes all rails to the pod and has no per-device topology.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ __all__ = [
     "rdma_network_names",
     "rdma_networks_annotation",
     "rdma_pod_resources",
+    "sriov_rail_resource",
     "nic_cluster_policy",
     "ip_pool",
     "rdma_network_objects",
@@ -101,10 +110,16 @@ def rdma_networks_annotation(ib: InfinibandSettings) -> dict[str, str]:
     return {NETWORKS_ANNOTATION: refs}
 
 
+def sriov_rail_resource(ib: InfinibandSettings, iface: str) -> str:
+    """The SR-IOV resource name of one rail (resource names allow letters, digits and '_')."""
+    return f"{ib.rdma_resource_name}_{iface.replace('-', '_').replace('.', '_')}"
+
+
 def rdma_pod_resources(ib: InfinibandSettings) -> dict[str, int]:
-    """Extended resources a model pod requests (and limits) to use the RDMA devices."""
+    """Extended resources a model pod requests (and limits) to use the RDMA devices: the shared device
+    (every rail) with IPoIB, one virtual function of every rail with SR-IOV."""
     if ib.network == "sriov":
-        return {f"{SRIOV_RESOURCE_PREFIX}/{ib.rdma_resource_name}": len(ib.interfaces)}
+        return {f"{SRIOV_RESOURCE_PREFIX}/{sriov_rail_resource(ib, i)}": 1 for i in ib.interfaces}
     return {f"rdma/{ib.rdma_resource_name}": 1}
 
 
@@ -174,13 +189,13 @@ def rdma_network_objects(cfg: PlatformConfig) -> list[dict[str, Any]]:
             continue
         objs.append({"apiVersion": "sriovnetwork.openshift.io/v1", "kind": "SriovNetworkNodePolicy",
                      "metadata": {"name": net, "namespace": naming.NETWORK_OPERATOR_NAMESPACE, "labels": meta},
-                     "spec": {"resourceName": ib.rdma_resource_name, "linkType": "ib", "isRdma": True,
+                     "spec": {"resourceName": sriov_rail_resource(ib, iface), "linkType": "ib", "isRdma": True,
                               "deviceType": "netdevice", "numVfs": DEFAULT_SRIOV_NUM_VFS,
                               "nicSelector": {"vendor": MELLANOX_VENDOR_ID, "pfNames": [iface]},
                               "nodeSelector": {SRIOV_CAPABLE_LABEL: "true"}}})
         objs.append({"apiVersion": "sriovnetwork.openshift.io/v1", "kind": "SriovIBNetwork",
                      "metadata": {"name": net, "namespace": naming.NETWORK_OPERATOR_NAMESPACE, "labels": meta},
-                     "spec": {"resourceName": ib.rdma_resource_name,
+                     "spec": {"resourceName": sriov_rail_resource(ib, iface),
                               "networkNamespace": naming.NETWORK_OPERATOR_NAMESPACE, "ipam": ipam}})
     return objs
 

@@ -8,6 +8,17 @@ everything; explicit ALLOW policies then admit, by mesh identity (SPIFFE princip
 - callers a model declares (`models.X.callers`) to that model's HTTP port;
 - the pods of one multi-node replica set to each other (leader and workers);
 - Prometheus (which joins the mesh for its scrapes only, see `MESH_SCRAPE_TLS`) to metrics ports.
+
+Multi-node replicas (one vLLM replica over a LeaderWorkerSet): Ray and NCCL connect pod IP to pod IP on ports
+no Service declares, several of them ephemeral (NCCL's bootstrap and socket listeners, gloo, torch's store bind
+port 0). A sender's sidecar passes such traffic through in plaintext, and the receiver's STRICT sidecar rejects
+it, so a replica never forms. The kit keeps the sidecar, and mTLS, on the model's HTTP port only
+(`traffic.sidecar.istio.io/includeInboundPorts`), and exempts the replica's pinned Ray and vLLM ports from
+outbound capture (`excludeOutboundPorts`; serving.multi_node_ports). What stays outside mTLS: the Ray control
+plane, vLLM's tensor-parallel bootstrap and NCCL's TCP bootstrap between the pods of ONE model. Why that is
+acceptable: the tenant's NetworkPolicies (tenancy.py, `allow-peers-<model>` on top of default-deny) admit that
+traffic only from pods of the same model in the same namespace, every other port still requires mTLS and an
+ALLOW policy, and the bulk tensor traffic rides EFA/InfiniBand RDMA, which no sidecar can see or encrypt anyway.
 """
 
 from __future__ import annotations
@@ -31,6 +42,9 @@ __all__ = [
     "tracing_telemetry",
     "istiod_values",
     "authorization_policies",
+    "INCLUDE_INBOUND_PORTS_ANNOTATION",
+    "EXCLUDE_OUTBOUND_PORTS_ANNOTATION",
+    "multi_node_sidecar_annotations",
     "Mesh",
 ]
 
@@ -92,6 +106,19 @@ def istiod_values(cfg: PlatformConfig) -> dict[str, Any]:
                                     "opentelemetry": {"service": collector, "port": naming.OTEL_GRPC_PORT}}],
         },
     }
+
+
+# Istio's sidecar traffic annotations (istio.io "Annotations": traffic.sidecar.istio.io/includeInboundPorts,
+# excludeOutboundPorts; honoured by the istio-cni plugin as by the init container). Ports, comma-separated.
+INCLUDE_INBOUND_PORTS_ANNOTATION = "traffic.sidecar.istio.io/includeInboundPorts"
+EXCLUDE_OUTBOUND_PORTS_ANNOTATION = "traffic.sidecar.istio.io/excludeOutboundPorts"
+
+
+def multi_node_sidecar_annotations(*, outbound_excluded: Sequence[int]) -> dict[str, str]:
+    """Pod annotations of a multi-node replica's leader and workers: inbound capture (and mTLS) on the model's
+    HTTP port only; the replica's pinned peer ports bypass the outbound capture."""
+    return {INCLUDE_INBOUND_PORTS_ANNOTATION: str(naming.MODEL_HTTP_PORT),
+            EXCLUDE_OUTBOUND_PORTS_ANNOTATION: ",".join(str(p) for p in sorted(set(outbound_excluded)))}
 
 
 def _policy(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:

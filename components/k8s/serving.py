@@ -24,6 +24,7 @@ component only registers them.
 
 from __future__ import annotations
 
+import importlib.resources
 import json
 import math
 import shlex
@@ -34,13 +35,20 @@ import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
+from components.aws import catalog
 from components.aws.iam import irsa_role
-from components.k8s import fabric, naming, security, versions
+from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
-from components.k8s.gpu_stack import mig_resource
+from components.k8s.gpu_stack import mig_resource, pool_tolerations
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.otel_config import OTLP_HTTP_PORT
-from components.k8s.storage import cache_storage_class_name
+from components.k8s.storage import (
+    cache_prep_daemonset,
+    cache_storage_class_name,
+    node_cache_claim_name,
+    node_cache_objects,
+    node_cache_path,
+)
 from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
 
@@ -49,6 +57,17 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_VLLM_IMAGE",
+    "DEFAULT_EFA_VLLM_IMAGE",
+    "vllm_image",
+    "RAY_GCS_PORT",
+    "RAY_NODE_PORTS",
+    "RAY_HEAD_PORTS",
+    "RAY_WORKER_PORTS",
+    "VLLM_PORT_RANGE",
+    "ray_start_flags",
+    "multi_node_ports",
+    "nccl_guard_script",
+    "model_cold_start",
     "DEFAULT_TRITON_IMAGE",
     "DEFAULT_FETCH_IMAGE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
@@ -91,12 +110,21 @@ __all__ = [
     "wake_query",
     "model_objects",
     "required_controllers",
+    "cache_prep",
     "register_object",
     "ModelDeployment",
     "ServingControllers",
 ]
 
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"
+DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"  # also the InfiniBand default: NCCL's built-in IB transport
+# needs only libibverbs, which vLLM's docker/Dockerfile installs in its vllm-base stage (libibverbs-dev)
+# Multi-node replicas on EFA: the stock image has no libfabric or aws-ofi-nccl (NCCL would fall back to TCP
+# sockets). AWS's vLLM Deep Learning Container is the same vLLM release (FROM vllm/vllm-openai) plus the EFA
+# installer (libfabric, aws-ofi-nccl under /opt/amazon, on LD_LIBRARY_PATH): aws/deep-learning-containers
+# vllm/x86_64/gpu/Dockerfile and vllm/CHANGELOG.md ("[0.11.0] - 2025-10-08 ... EFA installer version 1.43.3",
+# 763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.11.0-gpu-py312-cu128-ubuntu22.04-ec2). `{region}` is the
+# stack's region (DLC images are published per region); nodePools.X.vllmImage overrides it.
+DEFAULT_EFA_VLLM_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/vllm:0.11.0-gpu-py312-cu128-ubuntu22.04-ec2"
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
 DEFAULT_FETCH_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.50"  # s3:// model URIs: `aws s3 sync` into the cache
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM: share of GPU memory for weights + KV cache
@@ -118,6 +146,24 @@ CACHE_MOUNT = "/model-cache"
 STORE_MOUNT = "/models"  # pvc:// URIs: the claim, read-only
 HF_TOKEN_SECRET = "hf-token"  # optional Secret (key `token`) in the tenant namespace for gated HF models
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
+# Every port the Ray processes of a multi-node replica listen on, pinned (Ray's defaults are random ports and
+# a 10002-19999 worker range): `ray start` options (Ray docs, "Cluster Management CLI", ray start; Ray
+# python/ray/scripts/scripts.py). multi-node-serving.sh (vLLM v0.11.0 examples/online_serving) passes every
+# argument it does not know to `ray start`, and starts the head with `--port=$ray_port` (default 6379: GCS).
+RAY_GCS_PORT = 6379
+RAY_NODE_PORTS: dict[str, int] = {  # on the leader and every worker
+    "--node-manager-port": 6380,  # raylet
+    "--object-manager-port": 6381,
+    "--runtime-env-agent-port": 6382,
+    "--dashboard-agent-grpc-port": 6383,  # also the metrics agent port
+    "--dashboard-agent-listen-port": 6384,  # default 52365
+    "--metrics-export-port": 6385,
+}
+RAY_HEAD_PORTS: dict[str, int] = {"--ray-client-server-port": 6386}  # default 10001; the leader only
+RAY_WORKER_PORTS = (6400, 6463)  # --min/--max-worker-port: 64 Ray worker processes per node (vLLM: one per GPU)
+# vLLM's own sockets (torch.distributed init, its ZeroMQ message queues) take ports from get_open_port(),
+# which counts up from VLLM_PORT when it is set (vllm/envs.py VLLM_PORT; vllm/utils get_open_port).
+VLLM_PORT_RANGE = (6500, 6515)
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 KEDA_API_VERSION = "keda.sh/v1alpha1"
@@ -214,6 +260,25 @@ def _trace_env(model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
             {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
 
 
+def vllm_image(cfg: PlatformConfig, model: Model) -> str:
+    """The vLLM image of a model: nodePools.X.vllmImage, else the fabric's image for multi-node replicas (EFA:
+    AWS's DLC with libfabric + aws-ofi-nccl), else the stock image."""
+    pool = cfg.pool_of(model)
+    if pool.vllm_image is not None:
+        return pool.vllm_image
+    if model.multi_node and pool.fabric == "efa":
+        return DEFAULT_EFA_VLLM_IMAGE.format(region=cfg.target.region)
+    return DEFAULT_VLLM_IMAGE
+
+
+def _quantization_flag(model: Model) -> str | None:
+    """`--quantization` only where vLLM must quantize on load: a pre-quantized checkpoint declares its own
+    method (config.json quantization_config), which vLLM reads, and refuses a contradicting flag."""
+    if model.quantized_checkpoint:
+        return None
+    return VLLM_QUANTIZATION[model.quantization]
+
+
 def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str]:
     """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features.
 
@@ -226,8 +291,10 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
             "--tensor-parallel-size", str(model.tensor_parallel),
             "--pipeline-parallel-size", str(model.pipeline_parallel),
             "--gpu-memory-utilization", str(DEFAULT_GPU_MEMORY_UTILIZATION)]
-    if (quant := VLLM_QUANTIZATION[model.quantization]) is not None:
+    if (quant := _quantization_flag(model)) is not None:
         args += ["--quantization", quant]
+    if model.expert_parallel:
+        args.append("--enable-expert-parallel")
     if model.max_model_length is not None:
         args += ["--max-model-len", str(model.max_model_length)]
     args.append("--enable-prefix-caching" if model.prefix_caching else "--no-enable-prefix-caching")
@@ -239,6 +306,10 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
         else:  # ngram drafts from the prompt: the longest n-gram it looks up
             spec["prompt_lookup_max"] = DEFAULT_NGRAM_LOOKUP_MAX
         args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+    if model.kv_offload_cpu_blocks is not None:
+        kv = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
+              "kv_connector_extra_config": {"num_cpu_blocks": model.kv_offload_cpu_blocks}}
+        args += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
     if model.multi_node:
         args += ["--distributed-executor-backend", "ray"]
     if tracing is not None:
@@ -331,9 +402,26 @@ def container_resources(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
 
 
 def _fabric_env(cfg: PlatformConfig, model: Model) -> list[dict[str, str]]:
-    if model.multi_node and cfg.pool_of(model).fabric == "efa":
-        return [{"name": "FI_PROVIDER", "value": "efa"}, {"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"}]
-    return []
+    """NCCL and libfabric settings of a multi-node replica's pods.
+
+    NCCL_DEBUG=INFO (INIT and NET subsystems) prints the network NCCL selected, which the leader's guard
+    checks (nccl_guard.py). Bootstrap and Ray/vLLM sockets use the pod network (eth0), never an IPoIB
+    attachment. EFA: FI_PROVIDER=efa, and FI_EFA_USE_DEVICE_RDMA=1 on types with GPUDirect RDMA
+    (catalog.EFA_GPUDIRECT_RDMA; aws-ofi-nccl 1.6-era setting, harmless later). InfiniBand: NCCL_IB_HCA lists
+    the rails' RDMA devices exactly (`=` prefix: NCCL otherwise matches prefixes, mlx5_1 would match mlx5_10)."""
+    if not model.multi_node:
+        return []
+    pool = cfg.pool_of(model)
+    env = [{"name": "NCCL_DEBUG", "value": "INFO"}, {"name": "NCCL_DEBUG_SUBSYS", "value": "INIT,NET"},
+           {"name": "NCCL_SOCKET_IFNAME", "value": "eth0"}, {"name": "GLOO_SOCKET_IFNAME", "value": "eth0"},
+           {"name": "VLLM_PORT", "value": str(VLLM_PORT_RANGE[0])}]
+    if pool.fabric == "efa":
+        env.append({"name": "FI_PROVIDER", "value": "efa"})
+        if pool.instance_type in catalog.EFA_GPUDIRECT_RDMA:
+            env.append({"name": "FI_EFA_USE_DEVICE_RDMA", "value": "1"})
+    elif pool.fabric == "infiniband" and cfg.infiniband is not None and cfg.infiniband.hcas:
+        env.append({"name": "NCCL_IB_HCA", "value": "=" + ",".join(cfg.infiniband.hcas)})
+    return env
 
 
 def _rdma(cfg: PlatformConfig, model: Model) -> bool:
@@ -407,8 +495,27 @@ def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
     ]
 
 
+def model_cold_start(cfg: PlatformConfig, model: Model) -> coldstart.ColdStart | None:
+    """The model's expected load time from its node's cache medium, next to its start-up budget."""
+    return coldstart.cold_start(model_id=model.model, quantization=model.quantization,
+                                prequantized=model.quantized_checkpoint or model.engine == "triton",
+                                configured_gib=model.weights_gib, instance_type=cfg.pool_of(model).instance_type,
+                                aws=cfg.is_aws,
+                                budget_seconds=model.startup_budget_seconds)
+
+
+def _node_cache(cfg: PlatformConfig, model: Model) -> bool:
+    """True when the model's pool caches weights on the node's NVMe array, shared by the node's pods."""
+    return coldstart.cache_medium(instance_type=cfg.pool_of(model).instance_type,
+                                  aws=cfg.is_aws).kind == "instance-store"
+
+
 def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
-    """The pod's own model cache: a generic ephemeral volume (a claim created and deleted with the pod)."""
+    """The pod's model cache. On AWS types with NVMe instance store, the model's node-local cache on the RAID0
+    array (storage.node_cache_objects: one download per node, shared by the node's pods of the model, 8 x 1 GB/s
+    instead of an EBS volume). Elsewhere a generic ephemeral volume (a claim created and deleted with the pod)."""
+    if _node_cache(cfg, model):
+        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": node_cache_claim_name(model.name)}}
     spec: dict[str, Any] = {"accessModes": [CACHE_ACCESS_MODE],
                             "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}
     if (storage_class := cache_storage_class_name(cfg)) is not None:
@@ -451,7 +558,27 @@ def _fetch_container(model: Model) -> list[dict[str, Any]]:
     }]
 
 
-def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = None) -> list[str]:
+def ray_start_flags(*, head: bool) -> list[str]:
+    """`ray start` options that pin every port a Ray node opens (the GCS port is the script's --ray_port)."""
+    ports = {**RAY_NODE_PORTS, **(RAY_HEAD_PORTS if head else {})}
+    flags = [f"{flag}={port}" for flag, port in ports.items()]
+    flags += [f"--min-worker-port={RAY_WORKER_PORTS[0]}", f"--max-worker-port={RAY_WORKER_PORTS[1]}"]
+    return [f"--ray_port={RAY_GCS_PORT}", *flags, *(["--include-dashboard=false"] if head else [])]
+
+
+def multi_node_ports() -> list[int]:
+    """Every fixed port the leader's and workers' processes listen on besides the model's HTTP port."""
+    ranges = [range(lo, hi + 1) for lo, hi in (RAY_WORKER_PORTS, VLLM_PORT_RANGE)]
+    return sorted({RAY_GCS_PORT, *RAY_NODE_PORTS.values(), *RAY_HEAD_PORTS.values(), *(p for r in ranges for p in r)})
+
+
+def nccl_guard_script() -> str:
+    """The text of nccl_guard.py, run by the leader image's python3 around `vllm serve`."""
+    return importlib.resources.files("components.k8s").joinpath("nccl_guard.py").read_text()
+
+
+def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = None, fabric_name: str = "none"
+                    ) -> list[str]:
     """The engine container's command. role: single (Deployment), leader or worker (LeaderWorkerSet)."""
     if model.engine == "triton":
         return triton_command(model, tracing=tracing)
@@ -459,9 +586,12 @@ def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = 
     if role == "single":
         return serve
     if role == "leader":
-        start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)"]
+        start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)", *ray_start_flags(head=True)]
+        if fabric_name in ("efa", "infiniband"):
+            serve = ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
         return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
-    return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)"])]
+    return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
+                                           *ray_start_flags(head=False)])]
 
 
 def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict[str, Any]:
@@ -470,14 +600,16 @@ def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict
     volumes, mounts = _volumes(cfg, model)
     container: dict[str, Any] = {
         "name": model.engine,
-        "image": DEFAULT_VLLM_IMAGE if model.engine == "vllm" else DEFAULT_TRITON_IMAGE,
-        "command": _engine_command(model, role, tracing=engine_tracing(cfg)),
+        "image": vllm_image(cfg, model) if model.engine == "vllm" else DEFAULT_TRITON_IMAGE,
+        "command": _engine_command(model, role, tracing=engine_tracing(cfg), fabric_name=pool.fabric),
         "env": [*_env(cfg, model), *_trace_env(model, engine_tracing(cfg))],
         "resources": container_resources(cfg, model),
         "volumeMounts": mounts,
         # No IPC_LOCK, even for RDMA: Pod Security `restricted` forbids adding it, and none is needed to
-        # register (pin) memory because containerd runs containers with RLIMIT_MEMLOCK unlimited (its
-        # systemd unit sets LimitMEMLOCK=infinity, which containers inherit).
+        # register (pin) memory when containers start with RLIMIT_MEMLOCK unlimited. containerd's upstream
+        # unit sets no LimitMEMLOCK, so the kit raises it on the node (AWS: a containerd drop-in in the user
+        # data, components/aws/nodes.py; on-prem: the documented drop-in, README) and node-check's `memlock`
+        # check verifies it on containerd's running process.
         "securityContext": security.container_security_context(),
     }
     if role != "worker":
@@ -501,6 +633,8 @@ def _template(cfg: PlatformConfig, model: Model, role: str) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if _rdma(cfg, model) and cfg.infiniband is not None:
         annotations |= fabric.rdma_networks_annotation(cfg.infiniband)
+    if model.multi_node:
+        annotations |= mesh.multi_node_sidecar_annotations(outbound_excluded=multi_node_ports())
     if model.engine == "triton":
         annotations[QFORMAT_ANNOTATION] = TRTLLM_QFORMAT[model.quantization]
     meta: dict[str, Any] = {"labels": _labels(model)}
@@ -669,7 +803,9 @@ def service_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
 def model_objects(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
                   ) -> list[dict[str, Any]]:
     """Every object of one model, in apply order (`role_arn`: the IRSA role of an s3:// model)."""
-    objs = [service_account(cfg, model, role_arn=role_arn), workload(cfg, model), service(cfg, model),
+    cache = node_cache_objects(namespace=_namespace(cfg, model), model=model.name, size_gib=model.cache_gib,
+                               labels=_labels(model)) if _node_cache(cfg, model) else []
+    objs = [service_account(cfg, model, role_arn=role_arn), *cache, workload(cfg, model), service(cfg, model),
             disruption_budget(cfg, model)]
     if model.replicas.autoscaled:
         objs.append(scaled_object(cfg, model))
@@ -686,6 +822,9 @@ _TYPED = {
     "Deployment": k8s.apps.v1.Deployment,
     "Service": k8s.core.v1.Service,
     "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
+    "PersistentVolume": k8s.core.v1.PersistentVolume,
+    "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
+    "DaemonSet": k8s.apps.v1.DaemonSet,
 }
 
 
@@ -746,7 +885,21 @@ class ServingControllers(pulumi.ComponentResource):
                              namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)
             for chart in required_controllers(cfg)
         ]
+        if (prep := cache_prep(cfg)) is not None:
+            register_object(f"{name}-cache-prep", prep, child)
         self.register_outputs({"charts": [r.chart for r in self.releases]})
+
+
+def cache_prep(cfg: PlatformConfig) -> dict[str, Any] | None:
+    """The DaemonSet that makes the node-local cache directories of the models on NVMe pools (None: no such model)."""
+    models = [m for m in cfg.models.values() if _node_cache(cfg, m)]
+    if not models:
+        return None
+    pools = [cfg.node_pools[p] for p in sorted({m.pool for m in models})]
+    return cache_prep_daemonset(paths=[node_cache_path(_namespace(cfg, m), m.name) for m in models],
+                                uid=security.DEFAULT_UID, pool_names=[p.name for p in pools],
+                                pool_label=naming.LABEL_POOL, tolerations=pool_tolerations(pools),
+                                namespace=naming.SYSTEM_NAMESPACE)
 
 
 def required_controllers(cfg: PlatformConfig) -> list[versions.HelmChart]:

@@ -7,8 +7,16 @@ that cannot name one) and orders it after the EBS CSI add-on; every claim of the
 existing cluster the class is the stack's `target.storageClass` (required: the kit cannot know which
 classes exist there, nor whether one is the default).
 
-Model caches: each model pod gets its own cache volume (a generic ephemeral volume, ReadWriteOnce, see
-serving.cache_volume): EKS clusters the kit creates run only the EBS CSI driver, which has no
+Model caches: on types with NVMe instance store (p4d/p5/p5en/p6) the cache is shared by the node's pods of a
+model, one download per node: nodeadm RAID0s the drives at /mnt/k8s-disks/0 (LocalStorageOptions.MountPath
+default "/mnt/k8s-disks/"), a small DaemonSet in the kit's system namespace creates one directory per model there,
+owned by the model pods' UID, and each model gets a platform-owned hostPath PersistentVolume pre-bound (claimRef)
+to its own claim in its tenant's namespace. Tenant pods stay Pod Security `restricted` (they mount a claim, not a
+host path; only the kit creates PersistentVolumes), every node has its own copy under the same path, and the
+weights survive pod restarts on that node. Hugging Face downloads take per-file locks in the shared HF_HOME
+(huggingface_hub file_download: `.locks`), so a second pod on the node waits for the first pod's files instead
+of fetching them again. Elsewhere each model pod gets its own cache volume (a generic
+ephemeral volume, ReadWriteOnce): EKS clusters the kit creates run only the EBS CSI driver, which has no
 ReadWriteMany. Volumes bind when their pod is scheduled (WaitForFirstConsumer), so each lands in its
 pod's zone.
 """
@@ -21,10 +29,15 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import naming
+from components.k8s import coldstart, naming, security
 from infra.config import PlatformConfig
 
 __all__ = [
+    "NODE_CACHE_ROOT",
+    "node_cache_path",
+    "node_cache_claim_name",
+    "node_cache_objects",
+    "cache_prep_daemonset",
     "MODEL_CACHE_STORAGE_CLASS",
     "EBS_CSI_PROVISIONER",
     "DEFAULT_CLASS_ANNOTATION",
@@ -35,10 +48,89 @@ __all__ = [
 
 MODEL_CACHE_STORAGE_CLASS = "aifactory-gp3"
 EBS_CSI_PROVISIONER = "ebs.csi.aws.com"
-EBS_PARAMETERS = {"type": "gp3", "encrypted": "true"}  # the account's default EBS key (aws/ebs)
+# gp3 at its maximum throughput instead of the 125 MiB/s baseline, with the IOPS that throughput needs
+# (0.25 MiB/s per IOPS): a 140 GB model reads in ~2.2 minutes instead of ~18 (coldstart.py). aws-ebs-csi-driver
+# docs/parameters.md: `iops`, `throughput` (MiB/s, gp3 only). The account's default EBS key (aws/ebs).
+EBS_PARAMETERS = {"type": "gp3", "encrypted": "true", "iops": str(coldstart.DEFAULT_GP3_IOPS),
+                  "throughput": str(coldstart.DEFAULT_GP3_THROUGHPUT_MIBPS)}
 # The annotation that makes a class the default for claims that name none (Kubernetes docs, "Change the
 # default StorageClass"; DefaultStorageClass admission plugin).
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
+
+
+NODE_CACHE_ROOT = "/mnt/k8s-disks/0/aifactory-models"  # on nodeadm's RAID0 array (its default mount path)
+CACHE_PREP_NAME = "aifactory-model-cache-prep"
+CACHE_PREP_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.50"  # Amazon Linux: sh, mkdir, chown, sleep
+
+
+def node_cache_path(namespace: str, model: str) -> str:
+    """The model's directory on every node of its pool (tenant namespace / model: never shared across models)."""
+    return f"{NODE_CACHE_ROOT}/{namespace}/{model}"
+
+
+def node_cache_claim_name(model: str) -> str:
+    return f"{model}-node-cache"
+
+
+def _pv_name(namespace: str, model: str) -> str:
+    return f"aifactory-cache-{namespace}-{model}"
+
+
+def node_cache_objects(*, namespace: str, model: str, size_gib: int, labels: dict[str, str]
+                       ) -> list[dict[str, Any]]:
+    """The PersistentVolume (cluster-scoped, pre-bound to the model's claim) and the claim the model's pods mount.
+
+    hostPath type Directory: a pod cannot start on a node before the prep DaemonSet made the directory (the
+    kubelet retries the mount), so the cache is never root-owned. ReadWriteOnce: hostPath volumes are not
+    attachable, so pods on several nodes each mount their own node's directory."""
+    pv = _pv_name(namespace, model)
+    claim = node_cache_claim_name(model)
+    size = {"storage": f"{size_gib}Gi"}
+    return [
+        {"apiVersion": "v1", "kind": "PersistentVolume",
+         "metadata": {"name": pv, "labels": {**labels, **naming.MANAGED_BY}},
+         "spec": {"capacity": size, "accessModes": ["ReadWriteOnce"], "persistentVolumeReclaimPolicy": "Retain",
+                  "storageClassName": "", "volumeMode": "Filesystem",
+                  "hostPath": {"path": node_cache_path(namespace, model), "type": "Directory"},
+                  "claimRef": {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": namespace,
+                               "name": claim}}},
+        {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+         "metadata": {"name": claim, "namespace": namespace, "labels": labels},
+         "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "", "volumeName": pv,
+                  "resources": {"requests": size}}},
+    ]
+
+
+def cache_prep_daemonset(*, paths: list[str], uid: int, pool_names: list[str], pool_label: str,
+                         tolerations: list[dict[str, str]], namespace: str) -> dict[str, Any]:
+    """Creates every model's cache directory on the NVMe pools' nodes, owned by the model pods' UID, then idles.
+
+    Root in its own container with only CAP_CHOWN (the system namespace is `privileged`); it mounts the cache
+    root only. A new model's directory appears when the DaemonSet's pods restart with the new list (rollout)."""
+    script = "set -eu\n" + "".join(
+        f"mkdir -p {p} && chown {uid}:{uid} {p} && chmod 0750 {p}\n" for p in sorted(paths)) + "exec sleep infinity\n"
+    sc = security.container_security_context(add_capabilities=("CHOWN",))
+    sc["runAsNonRoot"] = False
+    sc["runAsUser"] = 0
+    labels = {"app.kubernetes.io/name": CACHE_PREP_NAME, **naming.MANAGED_BY}
+    return {"apiVersion": "apps/v1", "kind": "DaemonSet",
+            "metadata": {"name": CACHE_PREP_NAME, "namespace": namespace, "labels": labels},
+            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": CACHE_PREP_NAME}},
+                     "template": {"metadata": {"labels": labels}, "spec": {
+                         "automountServiceAccountToken": False,
+                         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+                             "nodeSelectorTerms": [{"matchExpressions": [
+                                 {"key": pool_label, "operator": "In", "values": sorted(pool_names)}]}]}}},
+                         "tolerations": tolerations,
+                         "containers": [{"name": "prep", "image": CACHE_PREP_IMAGE,
+                                         "command": ["/bin/sh", "-c", script],
+                                         "resources": security.resources("10m", "16Mi", cpu_limit="100m",
+                                                                         memory_limit="64Mi"),
+                                         "securityContext": sc,
+                                         "volumeMounts": [{"name": "cache-root", "mountPath": NODE_CACHE_ROOT}]}],
+                         "volumes": [{"name": "cache-root",
+                                      "hostPath": {"path": NODE_CACHE_ROOT, "type": "DirectoryOrCreate"}}],
+                     }}}}
 
 
 def cache_storage_class_name(cfg: PlatformConfig) -> str:

@@ -38,6 +38,7 @@ __all__ = [
     "CMD_MEMINFO",
     "CMD_IBSTAT",
     "CMD_CONTAINERD",
+    "CMD_CONTAINERD_LIMITS",
     "dcgm_command",
     "DEFAULT_HTTP_TIMEOUT_S",
     "DEFAULT_BURN_IN_STARTUP_S",
@@ -69,6 +70,9 @@ CMD_EFA = "fi_info -p efa -t FI_EP_RDM"
 CMD_MEMINFO = "cat /proc/meminfo"
 CMD_IBSTAT = "ibstat"
 CMD_CONTAINERD = "containerd config dump 2>/dev/null || cat /etc/containerd/config.toml"
+# The limits of the running containerd (its oldest process), which every container inherits: RDMA memory
+# registration (EFA, InfiniBand) pins memory, capped by RLIMIT_MEMLOCK unless the container has IPC_LOCK.
+CMD_CONTAINERD_LIMITS = "pid=$(pgrep -xo containerd) && cat /proc/$pid/limits"
 
 
 def dcgm_command(url: str) -> str:
@@ -122,6 +126,10 @@ def _hugepages(pool: NodePool) -> str | None:
 
 def _infiniband(pool: NodePool) -> str | None:
     return None if pool.fabric == "infiniband" else f"fabric is {pool.fabric!r}"
+
+
+def _rdma(pool: NodePool) -> str | None:
+    return None if pool.fabric in ("efa", "infiniband") else f"fabric is {pool.fabric!r}"
 
 
 def _burn_in(pool: NodePool) -> str | None:
@@ -292,6 +300,15 @@ def check_infiniband(probe: Probe, pool: NodePool) -> str:
         f" (also listed: {', '.join(bad)})" if bad else "")
 
 
+def check_memlock(probe: Probe, pool: NodePool) -> str:
+    soft, hard = _parsed(parsers.parse_memlock, probe.output(CMD_CONTAINERD_LIMITS))
+    if (soft, hard) != ("unlimited", "unlimited"):
+        raise CheckFailed(f"containerd runs with locked memory {soft}/{hard} bytes (soft/hard): containers "
+                          f"inherit it and cannot register {pool.fabric} RDMA buffers; set LimitMEMLOCK=infinity "
+                          "in a containerd.service drop-in (README, 'Locked memory for RDMA') and restart containerd")
+    return "containerd's locked-memory limit is unlimited (soft and hard)"
+
+
 def check_container_runtime(probe: Probe, pool: NodePool) -> str:
     runtimes, default = _parsed(parsers.parse_nvidia_runtimes, probe.output(CMD_CONTAINERD))
     if not runtimes:
@@ -384,6 +401,7 @@ CHECKS: tuple[Check, ...] = (
     Check("efa", "fi_info shows the catalog's EFA device count", _efa, check_efa),
     Check("hugepages", "huge pages reserved as nodePools.X.hugepagesMiB", _hugepages, check_hugepages),
     Check("infiniband", "ibstat: the catalog's InfiniBand ports Active at its rate", _infiniband, check_infiniband),
+    Check("memlock", "containerd (and so every container) may lock unlimited memory for RDMA", _rdma, check_memlock),
     Check("container-runtime", "containerd has the NVIDIA container runtime", _gpu, check_container_runtime),
     Check("dcgm-exporter", f"the node's DCGM exporter answers with {DCGM.GPU_UTIL}", _gpu, check_dcgm_exporter),
     Check("burn-in", "BF16 matmul TFLOP/s and memory bandwidth per GPU above the nodeCheck floors", _burn_in,

@@ -39,6 +39,7 @@ __all__ = [
     "parse_efa_devices",
     "parse_ibstat",
     "parse_hugepages_mib",
+    "parse_memlock",
     "parse_nvidia_runtimes",
     "metric_samples",
     "parse_burn_in",
@@ -220,6 +221,15 @@ def parse_hugepages_mib(text: str) -> int:
     if len(values) != 2:
         raise ParseError("no HugePages_Total / Hugepagesize lines in /proc/meminfo")
     return int(values["HugePages_Total"]) * int(values["Hugepagesize"]) // 1024
+
+
+def parse_memlock(text: str) -> tuple[str, str]:
+    """(soft, hard) of `Max locked memory` in /proc/PID/limits (proc(5): "Limit Soft Limit Hard Limit Units"
+    columns; values are a byte count or `unlimited`)."""
+    m = re.search(r"^Max locked memory\s+(\S+)\s+(\S+)", text, re.MULTILINE)
+    if m is None:
+        raise ParseError("no 'Max locked memory' line in /proc/PID/limits")
+    return m.group(1), m.group(2)
 
 
 CRI_PLUGINS = ("io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime")

@@ -41,6 +41,7 @@ FILES = {
     checks.CMD_MEMINFO: "proc-meminfo.txt",
     checks.CMD_IBSTAT: "ibstat.txt",
     checks.CMD_CONTAINERD: "containerd-config.toml",
+    checks.CMD_CONTAINERD_LIMITS: "containerd-limits.txt",
 }
 # commands that carry a per-run token: matched by pattern
 PATTERNS = ((re.compile(r"^timeout --verbose --kill-after=\d+ \d+ python3 - ", re.MULTILINE), "burn-in.jsonl"),

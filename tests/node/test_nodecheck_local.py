@@ -34,10 +34,10 @@ def test_cpu_pool_on_local_host_passes(capsys: pytest.CaptureFixture[str]) -> No
     assert rows[0] == ["local://", "host", "PASS", UNAME]
     assert {r[1]: r[2] for r in rows[1:]} == {c: "N/A" for c in (
         "driver", "gpus", "persistence", "ecc", "xid", "nvlink", "pcie", "mig", "efa", "hugepages", "infiniband",
-        "container-runtime", "dcgm-exporter", "burn-in")}
+        "memlock", "container-runtime", "dcgm-exporter", "burn-in")}
     assert {r[3] for r in rows[1:]} == {"cpu-server has no GPU", "fabric is 'none'", "nodePools.cpu.hugepagesMiB is 0"}
     assert out.splitlines()[-1] == ("node-check nodes-onprem/cpu (cpu-server, fabric none): ACCEPTED: 1 host(s), "
-                                    "1 passed, 0 failed, 14 not applicable")
+                                    "1 passed, 0 failed, 15 not applicable")
     assert err.splitlines() == ["node-check nodes-onprem/cpu: 1 host(s); checks: host", "[local://] 1/1 host: PASS"]
 
 

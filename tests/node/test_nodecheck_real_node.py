@@ -259,7 +259,8 @@ def test_a_single_h100_node_is_accepted() -> None:
     assert results["gpus"] == ("pass", "1 x NVIDIA H100 80GB HBM3")
     assert results["nvlink"] == ("n/a", "p5.4xlarge has one GPU: no NVLink peer")
     assert results["burn-in"] == ("pass", "1 GPUs, lowest 714.8 TFLOP/s (72% of peak), 2926.3 GB/s (87% of peak)")
-    assert {c for c, (s, _) in results.items() if s == "n/a"} == {"nvlink", "mig", "efa", "hugepages", "infiniband"}
+    assert {c for c, (s, _) in results.items() if s == "n/a"} == {"nvlink", "mig", "efa", "hugepages", "infiniband",
+                                                                          "memlock"}
 
 
 def test_node_check_imports_no_opentelemetry_sdk(tmp_path: Path) -> None:

@@ -59,6 +59,7 @@ def test_healthy_p5_details_name_what_was_verified() -> None:
         "pcie": "8 GPUs at Gen5 x16",
         "efa": "32 EFA devices",
         "hugepages": "5120 MiB of huge pages (>= 5120)",
+        "memlock": "containerd's locked-memory limit is unlimited (soft and hard)",
         "container-runtime": "runtime 'nvidia' -> /usr/bin/nvidia-container-runtime (default)",
         "dcgm-exporter": "8 DCGM_FI_DEV_GPU_UTIL series from pod gpu-operator/nvidia-dcgm-exporter-7xk2p",
         "burn-in": "8 GPUs, lowest 707.5 TFLOP/s (72% of peak), 2911.9 GB/s (87% of peak)",
@@ -85,6 +86,11 @@ def test_healthy_dgx_reads_containerd_2_config_and_ignores_ethernet_ports() -> N
      "GPU 3: 17/18 links up (link 7 <inactive>)"),
     ("nodes-aws", "h100", "p5.48xlarge+efa-31", "efa",
      "31 EFA devices, expected 32 on p5.48xlarge"),
+    # containerd's upstream unit sets no LimitMEMLOCK: systemd's default (8 MiB since v253) reaches containers
+    ("nodes-aws", "h100", "p5.48xlarge+memlock-8m", "memlock",
+     "containerd runs with locked memory 8388608/8388608 bytes (soft/hard): containers inherit it and cannot "
+     "register efa RDMA buffers; set LimitMEMLOCK=infinity in a containerd.service drop-in (README, 'Locked "
+     "memory for RDMA') and restart containerd"),
     ("nodes-aws", "h100", "p5.48xlarge+slow-gpu", "burn-in",
      "GPU 5: 598.3 TFLOP/s; floor 692 TFLOP/s (70% of 989) and 2345 GB/s (70% of 3350)"),
     ("nodes-onprem", "h100-ib", "dgx-h100+ib-port-down", "infiniband",
@@ -166,15 +172,15 @@ def test_cli_end_to_end_over_replay_urls(monkeypatch: pytest.MonkeyPatch, capsys
                      out, re.MULTILINE)
     assert re.search(r"^replay://p5\.48xlarge\s+efa\s+PASS\s+32 EFA devices$", out, re.MULTILINE)
     assert lines[-1] == ("node-check nodes-aws/h100 (p5.48xlarge, fabric efa): REJECTED: 2 host(s), "
-                         "25 passed, 1 failed, 4 not applicable")
-    assert "[replay://p5.48xlarge+efa-31] 9/13 efa: FAIL - 31 EFA devices, expected 32 on p5.48xlarge" in err
-    assert "[replay://p5.48xlarge] 13/13 burn-in: PASS" in err
+                         "27 passed, 1 failed, 4 not applicable")
+    assert "[replay://p5.48xlarge+efa-31] 9/14 efa: FAIL - 31 EFA devices, expected 32 on p5.48xlarge" in err
+    assert "[replay://p5.48xlarge] 14/14 burn-in: PASS" in err
 
     assert node_check_command(stack="nodes-onprem", pool="h100-ib", hosts="replay://dgx-h100",
                               stacks_dir=STACKS, kubectl=replay.replay_kubectl("dgx-h100")) == 0
     assert capsys.readouterr().out.splitlines()[-1] == (
         "node-check nodes-onprem/h100-ib (dgx-h100, fabric infiniband): ACCEPTED: 1 host(s), "
-        "12 passed, 0 failed, 3 not applicable")
+        "13 passed, 0 failed, 3 not applicable")
 
 
 def test_an_unusable_host_is_one_failed_row(monkeypatch: pytest.MonkeyPatch,

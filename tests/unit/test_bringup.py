@@ -177,7 +177,10 @@ def _claim_classes(stack: str) -> set[str | None]:
     kps = _named(stack, RELEASE, "kube-prometheus-stack").inputs["values"]
     out.add(kps["prometheus"]["prometheusSpec"]["storageSpec"]["volumeClaimTemplate"]["spec"]["storageClassName"])
     out.add(kps["alertmanager"]["alertmanagerSpec"]["storage"]["volumeClaimTemplate"]["spec"]["storageClassName"])
-    out |= {c.inputs["spec"].get("storageClassName") for c in of(stack, "kubernetes:core/v1:PersistentVolumeClaim")}
+    # (claims pre-bound to a kit PersistentVolume, the node-local model caches on NVMe pools, name class "" on
+    # purpose: a static binding needs no class and no provisioner)
+    out |= {c.inputs["spec"].get("storageClassName") for c in of(stack, "kubernetes:core/v1:PersistentVolumeClaim")
+            if "volumeName" not in c.inputs["spec"]}
     return out
 
 

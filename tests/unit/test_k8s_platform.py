@@ -175,6 +175,11 @@ def test_efa_plugin_only_where_efa_pools_exist() -> None:
 
 # --- InfiniBand ----------------------------------------------------------------------------
 
+# A DGX H100's 8 compute rails, netdev and RDMA device per OSFP port (NVIDIA DGX H100/H200 user guide, "Network
+# ports"; the NCCL_IB_HCA list of NVIDIA's DGX H100 recipes); mlx5_1/2/7/8 are the storage cards.
+DGX_H100_NETDEVS = ["ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0", "ibp192s0", "ibp206s0", "ibp220s0"]
+DGX_H100_HCAS = ["mlx5_0", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", "mlx5_9", "mlx5_10", "mlx5_11"]
+
 
 def test_nic_cluster_policy_ipoib() -> None:
     policy = fabric.nic_cluster_policy(stack_cfg("onprem").infiniband)
@@ -188,7 +193,7 @@ def test_nic_cluster_policy_ipoib() -> None:
                                                    "timeoutSeconds": 300}}},
         "rdmaSharedDevicePlugin": {"image": "k8s-rdma-shared-dev-plugin", **image, "config": json.dumps(
             {"configList": [{"rdmaHcaMax": 63, "resourceName": "rdma_shared_device_a",
-                             "selectors": {"deviceIDs": ["101b", "1021"], "ifNames": ["ibs1f0"],
+                             "selectors": {"deviceIDs": ["101b", "1021"], "ifNames": DGX_H100_NETDEVS,
                                            "vendors": ["15b3"]}}]}, sort_keys=True)},
         "secondaryNetwork": {"cniPlugins": {"image": "plugins", **image}, "multus": {"image": "multus-cni", **image},
                              "ipoib": {"image": "ipoib-cni", **image}},
@@ -198,36 +203,44 @@ def test_nic_cluster_policy_ipoib() -> None:
 
 def test_ipoib_network_ip_pool_and_what_model_pods_use() -> None:
     cfg = stack_cfg("onprem")
+    # one network attachment per compute rail of the DGX H100s (not 1 of 8: issue #16 item 4)
     assert fabric.rdma_network_objects(cfg) == [{
         "apiVersion": "mellanox.com/v1alpha1", "kind": "IPoIBNetwork",
-        "metadata": {"name": "aifactory-rdma-ibs1f0", "labels": {"app.kubernetes.io/managed-by": "aifactory"}},
-        "spec": {"networkNamespace": "nvidia-network-operator", "master": "ibs1f0",
-                 "ipam": '{"poolName": "aifactory-rdma", "type": "nv-ipam"}'}}]
+        "metadata": {"name": f"aifactory-rdma-{rail}", "labels": {"app.kubernetes.io/managed-by": "aifactory"}},
+        "spec": {"networkNamespace": "nvidia-network-operator", "master": rail,
+                 "ipam": '{"poolName": "aifactory-rdma", "type": "nv-ipam"}'}} for rail in DGX_H100_NETDEVS]
     assert fabric.ip_pool(cfg)["spec"] == {
         "subnet": "192.168.100.0/22", "perNodeBlockSize": 16,
         "nodeSelector": {"nodeSelectorTerms": [{"matchExpressions": [
             {"key": "aifactory.io/pool", "operator": "In", "values": ["h100-ib"]}]}]}}
     assert fabric.rdma_networks_annotation(cfg.infiniband) == {
-        "k8s.v1.cni.cncf.io/networks": "nvidia-network-operator/aifactory-rdma-ibs1f0"}
+        "k8s.v1.cni.cncf.io/networks": ",".join(f"nvidia-network-operator/aifactory-rdma-{r}"
+                                                for r in DGX_H100_NETDEVS)}
+    assert cfg.infiniband.hcas == tuple(DGX_H100_HCAS)
     assert fabric.rdma_pod_resources(cfg.infiniband) == {"rdma/rdma_shared_device_a": 1}
+
+
+RAILS = [f"ib{i}" for i in range(8)]
 
 
 def test_sriov_infiniband_uses_virtual_functions_and_no_shared_device_plugin() -> None:
     raw = stack_raw("onprem")
-    cfg = stack_cfg("onprem", infiniband={**raw["infiniband"], "network": "sriov", "interfaces": ["ib0", "ib1"],
+    cfg = stack_cfg("onprem", infiniband={**raw["infiniband"], "network": "sriov", "interfaces": RAILS,
                                           "hostsHaveOfed": True})
     policy = fabric.nic_cluster_policy(cfg.infiniband)
     assert set(policy["spec"]) == {"secondaryNetwork", "nvIpam"}
     assert set(policy["spec"]["secondaryNetwork"]) == {"cniPlugins", "multus"}
     objs = fabric.rdma_network_objects(cfg)
     assert [(o["kind"], o["metadata"]["name"]) for o in objs] == [
-        ("SriovNetworkNodePolicy", "aifactory-rdma-ib0"), ("SriovIBNetwork", "aifactory-rdma-ib0"),
-        ("SriovNetworkNodePolicy", "aifactory-rdma-ib1"), ("SriovIBNetwork", "aifactory-rdma-ib1")]
-    assert objs[0]["spec"] == {"resourceName": "rdma_shared_device_a", "linkType": "ib", "isRdma": True,
+        (kind, f"aifactory-rdma-{rail}") for rail in RAILS for kind in ("SriovNetworkNodePolicy", "SriovIBNetwork")]
+    # one RDMA resource per rail: a pod gets one VF of every rail, not two VFs of one PF
+    assert objs[0]["spec"] == {"resourceName": "rdma_shared_device_a_ib0", "linkType": "ib", "isRdma": True,
                                "deviceType": "netdevice", "numVfs": 8,
                                "nicSelector": {"vendor": "15b3", "pfNames": ["ib0"]},
                                "nodeSelector": {"feature.node.kubernetes.io/network-sriov.capable": "true"}}
-    assert fabric.rdma_pod_resources(cfg.infiniband) == {"nvidia.com/rdma_shared_device_a": 2}
+    assert objs[1]["spec"]["resourceName"] == "rdma_shared_device_a_ib0"
+    assert objs[3]["spec"]["resourceName"] == "rdma_shared_device_a_ib1"
+    assert fabric.rdma_pod_resources(cfg.infiniband) == {f"nvidia.com/rdma_shared_device_a_{r}": 1 for r in RAILS}
     assert fabric.network_operator_values(cfg.infiniband)["sriovNetworkOperator"] == {"enabled": True}
 
 

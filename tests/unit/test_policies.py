@@ -642,3 +642,8 @@ def test_tenant_objects_in_a_platform_namespace_are_mandatory_violations() -> No
     assert found("tenant-outside-platform-namespaces", res(
         "kubernetes:core/v1:ConfigMap", "c", {"metadata": {"name": "c", "namespace": "team-a",
                                                            "labels": {"aifactory.io/tenant": "a"}}})) == []
+    # A PersistentVolume is cluster-scoped (core/v1 API: no metadata.namespace), so a tenant's volume is in no
+    # namespace at all, not in "default"
+    assert found("tenant-outside-platform-namespaces", res(
+        "kubernetes:core/v1:PersistentVolume", "pv", {"metadata": {"name": "pv",
+                                                                   "labels": {"aifactory.io/tenant": "a"}}})) == []

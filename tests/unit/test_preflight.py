@@ -267,6 +267,19 @@ def test_claim_naming_a_class_that_does_not_exist() -> None:
                         configured_class=None) == []
 
 
+def test_a_classless_claim_binds_only_to_a_classless_volume_the_stack_creates() -> None:
+    """storageClassName "" means no class (static provisioning): the claim waits for a PersistentVolume without a
+    class; the kit's per-node model caches name theirs in spec.volumeName."""
+    claim = k8s(PVC, "cache", "t", {"storageClassName": "", "volumeName": "pv-cache"})
+    assert findings(pf.storage_findings, claim, eks=True, configured_class=None) == [
+        ("PersistentVolumeClaim/t/cache", "spec: storageClassName \"\" binds only to a pre-created PersistentVolume "
+                                          "without a class, and the stack creates none for it (volumeName "
+                                          "'pv-cache'): the claim stays Pending")]
+    pv = k8s("kubernetes:core/v1:PersistentVolume", "pv-cache", None, {"storageClassName": "",
+                                                                        "hostPath": {"path": "/mnt/cache"}})
+    assert findings(pf.storage_findings, claim, pv, eks=True, configured_class=None) == []
+
+
 def test_existing_cluster_claims_need_the_configured_class() -> None:
     eph = deployment("m", "t", pod(container(), volumes=[{"name": "cache", "ephemeral": {"volumeClaimTemplate": {
         "spec": {"accessModes": ["ReadWriteOnce"]}}}}]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from typing import Any
 
 import pytest
@@ -82,17 +83,18 @@ def test_served_names_put_the_config_key_first_for_metrics_then_the_routed_workl
 
 
 def test_vllm_args_multi_node() -> None:
+    # Llama-3.1-405B-Instruct-FP8 is an FP8 checkpoint (its config.json declares fbgemm_fp8): no --quantization,
+    # which vLLM would refuse as contradicting the checkpoint (issue #16 item 2)
     args = vllm_args(stack("prod").models["deep-research"])
     assert args[args.index("--tensor-parallel-size"):] == [
         "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--gpu-memory-utilization", "0.92",
-        "--quantization", "fp8", "--max-model-len", "131072", "--enable-prefix-caching",
-        "--distributed-executor-backend", "ray"]
+        "--max-model-len", "131072", "--enable-prefix-caching", "--distributed-executor-backend", "ray"]
 
 
 def test_vllm_args_eagle3_speculative_decoding_and_awq() -> None:
     args = vllm_args(stack("prod").models["finance-8b"])
-    assert args[args.index("--quantization"):] == [
-        "--quantization", "awq_marlin", "--enable-prefix-caching", "--speculative-config",
+    assert args[args.index("--gpu-memory-utilization") + 2:] == [  # an AWQ checkpoint: vLLM reads its config
+        "--enable-prefix-caching", "--speculative-config",
         '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}']
 
 
@@ -105,8 +107,13 @@ def test_vllm_args_ngram_speculation_needs_no_draft_model() -> None:
 
 
 @pytest.mark.parametrize(("quantization", "flag"), [
-    ("none", None), ("fp8", "fp8"), ("awq", "awq_marlin"), ("gptq", "gptq_marlin"), ("int8", "compressed-tensors")])
-def test_vllm_quantization_flags(quantization: str, flag: str | None) -> None:
+    ("none", None), ("fp8", "fp8"), ("awq", None), ("gptq", None), ("int8", None),
+    ({"method": "fp8", "checkpoint": "load-time"}, "fp8"), ({"method": "fp8", "checkpoint": "pre-quantized"}, None),
+    ({"method": "awq"}, None)])
+def test_vllm_quantization_flags(quantization: Any, flag: str | None) -> None:
+    """`--quantization` only when vLLM quantizes on load (BF16 weights -> FP8); a pre-quantized checkpoint
+    (AWQ, GPTQ, INT8 W8A8, FP8) declares its method in config.json and vLLM v0.11.0 refuses a flag that
+    contradicts it (vllm/config/model.py ModelConfig._verify_quantization)."""
     args = vllm_args(small(quantization=quantization).models["m"])
     assert (args[args.index("--quantization") + 1] if "--quantization" in args else None) == flag
 
@@ -222,11 +229,12 @@ def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_work
                                             "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "5120Mi"}, role
         assert {"name": "FI_PROVIDER", "value": "efa"} in c["env"], role
     leader, worker = (c for _, c in containers(lws))
-    assert leader["command"][-1].startswith(
-        "/vllm-workspace/examples/online_serving/multi-node-serving.sh leader '--ray_cluster_size=$(LWS_GROUP_SIZE)'"
-        " && exec vllm serve meta-llama/Llama-3.1-405B-Instruct-FP8 ")
-    assert worker["command"] == ["/bin/bash", "-c", "/vllm-workspace/examples/online_serving/multi-node-serving.sh "
-                                                    "worker '--ray_address=$(LWS_LEADER_ADDRESS)'"]
+    start, serve = leader["command"][-1].split(" && exec ")
+    assert shlex.split(start)[:3] == ["/vllm-workspace/examples/online_serving/multi-node-serving.sh", "leader",
+                                      "--ray_cluster_size=$(LWS_GROUP_SIZE)"]
+    assert shlex.split(serve)[3:7] == ["efa", "--", "vllm", "serve"]  # behind the NCCL guard (python3 -c GUARD)
+    assert shlex.split(worker["command"][-1])[:3] == ["/vllm-workspace/examples/online_serving/multi-node-serving.sh",
+                                                      "worker", "--ray_address=$(LWS_LEADER_ADDRESS)"]
     assert "ports" not in worker and "readinessProbe" not in worker
 
 
@@ -244,8 +252,9 @@ def test_infiniband_multi_node_replica_gets_rdma_network_and_no_capabilities() -
     lws = workload(cfg, cfg.models["llama-405b"])
     for template in ("leaderTemplate", "workerTemplate"):
         t = lws["spec"]["leaderWorkerTemplate"][template]
-        assert t["metadata"]["annotations"] == {
-            "k8s.v1.cni.cncf.io/networks": "nvidia-network-operator/aifactory-rdma-ibs1f0"}
+        assert t["metadata"]["annotations"]["k8s.v1.cni.cncf.io/networks"] == ",".join(
+            f"nvidia-network-operator/aifactory-rdma-{rail}" for rail in (
+                "ibp24s0", "ibp64s0", "ibp79s0", "ibp94s0", "ibp154s0", "ibp192s0", "ibp206s0", "ibp220s0"))
         c = t["spec"]["containers"][0]
         assert c["resources"]["requests"]["rdma/rdma_shared_device_a"] == "1"
         # Pod Security `restricted` (tenant namespaces) rejects any added capability, IPC_LOCK included
@@ -285,16 +294,18 @@ def test_pvc_model_mounts_the_claim_read_only() -> None:
 
 
 def test_aws_model_cache_is_a_per_pod_gp3_volume_of_the_configured_size() -> None:
-    cfg = stack("staging")
-    model = cfg.models["llama-8b-trt"]
+    cfg = stack("prod")  # g6e.12xlarge: no NVMe instance store in the catalog, the cache stays on gp3
+    model = cfg.models["finance-8b"]
     assert cache_volume(cfg, model) == {"name": "model-cache", "ephemeral": {"volumeClaimTemplate": {
-        "metadata": {"labels": naming.model_labels("llama-8b-trt", "support", "h100")},
+        "metadata": {"labels": naming.model_labels("finance-8b", "finance", "l40s")},
         "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}},
                  "storageClassName": "aifactory-gp3"}}}}
     spec = pod_spec(cfg, model)
     assert cache_volume(cfg, model) in spec["volumes"]
     assert {"name": "model-cache", "mountPath": "/model-cache"} in spec["containers"][0]["volumeMounts"]
-    assert {"name": "model-cache", "mountPath": "/model-cache"} in spec["initContainers"][0]["volumeMounts"]
+    s3 = stack("staging")
+    assert {"name": "model-cache", "mountPath": "/model-cache"} in \
+        pod_spec(s3, s3.models["llama-8b-trt"])["initContainers"][0]["volumeMounts"]
 
 
 def test_existing_cluster_model_cache_names_the_configured_storage_class() -> None:
@@ -367,7 +378,10 @@ def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registrati
     sc = staging["model-cache-storageclass"]
     assert {k: v for k, v in sc.inputs.items() if k != "metadata"} == {
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "ebs.csi.aws.com",
-        "parameters": {"type": "gp3", "encrypted": "true"}, "reclaimPolicy": "Delete",
+        # gp3 raised from its 125 MiB/s baseline to its 1,000 MiB/s maximum (0.25 MiB/s per IOPS: 4,000 IOPS);
+        # aws-ebs-csi-driver docs/parameters.md `iops`, `throughput`
+        "parameters": {"type": "gp3", "encrypted": "true", "iops": "4000", "throughput": "1000"},
+        "reclaimPolicy": "Delete",
         "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
     assert sc.inputs["metadata"]["name"] == "aifactory-gp3"
     for model in ("model-llama-8b-trt", "model-llama-70b"):
