@@ -20,7 +20,10 @@ import subprocess
 import sys
 
 NETWORK = re.compile(r"NCCL INFO Using network (\S.*?)\s*$")
-PROVIDER = re.compile(r"NCCL INFO NET/OFI Selected Provider is (\S+)")
+# aws-ofi-nccl: "Selected Provider is efa (found 32 nics)" in 1.x releases, "Selected provider is efa, fabric is
+# efa-direct (found 32 nics)" in current ones (nccl_net_ofi_query_provider_capabilities)
+PROVIDER = re.compile(r"NCCL INFO NET/OFI Selected [Pp]rovider is ([\w-]+)")
+IB_NETWORKS = ("IB", "IBext")  # NCCL's own verbs transport; IBext when the SHARP plugin (nccl-rdma-sharp) is in
 READY = "Application startup complete"
 EXPECTED = {"efa": "Libfabric (aws-ofi-nccl) with provider efa", "infiniband": "IB"}
 FATAL_EXIT = 3
@@ -33,7 +36,7 @@ def problem(fabric: str, line: str, seen: set[str]) -> str | None:
     if m:
         name = m.group(1)
         seen.add(name)
-        ok = "Libfabric" in name if fabric == "efa" else name == "IB"
+        ok = "Libfabric" in name if fabric == "efa" else name in IB_NETWORKS
         return None if ok else f"NCCL uses network {name!r}, expected {EXPECTED[fabric]}"
     m = PROVIDER.search(line)
     if m and fabric == "efa" and m.group(1) != "efa":

@@ -106,9 +106,12 @@ def cache_prep_daemonset(*, paths: list[str], uid: int, pool_names: list[str], p
     """Creates every model's cache directory on the NVMe pools' nodes, owned by the model pods' UID, then idles.
 
     Root in its own container with only CAP_CHOWN (the system namespace is `privileged`); it mounts the cache
-    root only. A new model's directory appears when the DaemonSet's pods restart with the new list (rollout)."""
+    root only. A new model's directory appears when the DaemonSet's pods restart with the new list (rollout).
+    Without CAP_FOWNER only a file's owner may chmod it (chmod(2)): each directory is given back to root, set to
+    0750, then handed to the pods' UID, so the same script also runs again on a restart."""
     script = "set -eu\n" + "".join(
-        f"mkdir -p {p} && chown {uid}:{uid} {p} && chmod 0750 {p}\n" for p in sorted(paths)) + "exec sleep infinity\n"
+        f"mkdir -p {p} && chown 0:0 {p} && chmod 0750 {p} && chown {uid}:{uid} {p}\n"
+        for p in sorted(paths)) + "exec sleep infinity\n"
     sc = security.container_security_context(add_capabilities=("CHOWN",))
     sc["runAsNonRoot"] = False
     sc["runAsUser"] = 0

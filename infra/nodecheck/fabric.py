@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 import testinfra
 
 from components.aws import catalog
+from components.k8s import nccl_guard
 from infra.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from infra.config import NodePool
 from infra.nodecheck.checks import CMD_HOSTNAME
@@ -106,7 +107,7 @@ def parse_nccl_tests(text: str) -> list[NcclRow]:
 
 def parse_nccl_log(text: str) -> NcclLog:
     networks = frozenset(m.group(1).strip() for m in re.finditer(r"NCCL INFO Using network (.+)$", text, re.MULTILINE))
-    providers = frozenset(re.findall(r"NCCL INFO NET/OFI Selected Provider is (\S+)", text))
+    providers = frozenset(nccl_guard.PROVIDER.findall(text))
     version = re.search(r"NCCL version (\S+)", text)
     return NcclLog(networks, providers, version.group(1) if version else "")
 
@@ -137,7 +138,7 @@ def judge(rows: Sequence[NcclRow], log: NcclLog, *, pool: NodePool, hosts: int) 
         if log.providers - {"efa"}:
             problems.append(f"aws-ofi-nccl selected provider {', '.join(sorted(log.providers - {'efa'}))}, not efa")
     else:
-        want, plugin_ok = "IB", "IB" in log.networks
+        want, plugin_ok = "IB", bool(set(nccl_guard.IB_NETWORKS) & set(log.networks))
     used = ", ".join(sorted(log.networks)) or "none (no 'NCCL INFO Using network' line: NCCL_DEBUG=INFO not set?)"
     if "Socket" in log.networks or not plugin_ok:
         problems.insert(0, f"NCCL used network {used}, expected {want}: traffic went over TCP sockets, "

@@ -9,8 +9,11 @@ from __future__ import annotations
 import base64
 import email
 import json
+import os
 import re
 import shlex
+import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -19,7 +22,7 @@ from typing import Any
 import pytest
 
 from components.aws.node_pool import GpuNodePool
-from components.k8s import serving, tenancy
+from components.k8s import serving, storage, tenancy
 from components.k8s.serving import cache_volume, model_cold_start, vllm_args, workload
 from infra.config import ConfigError, PlatformConfig, parse
 from tests.support.stacks import stack_config, stack_raw
@@ -217,6 +220,22 @@ def test_the_leader_stops_loudly_when_nccl_does_not_use_the_fabric(fabric: str, 
         assert done.stdout.startswith(log)  # the engine's output passes through unchanged
 
 
+@pytest.mark.parametrize(("fabric", "lines", "rc"), [
+    # aws-ofi-nccl 1.x: "Selected Provider is %s (found %d nics)"; current: "Selected provider is %s, fabric is %s
+    # (found %d nics)" (nccl_net_ofi_query_provider_capabilities): both name the provider the same way
+    ("efa", ["NCCL INFO NET/OFI Selected provider is tcp, fabric is 172.31.0.0/16 (found 1 nics)",
+             "NCCL INFO Using network Libfabric"], 3),
+    ("efa", ["NCCL INFO NET/OFI Selected provider is efa, fabric is efa-direct (found 32 nics)",
+             "NCCL INFO Using network Libfabric"], 0),
+    ("efa", ["NCCL INFO NET/OFI Selected Provider is efa (found 32 nics)", "NCCL INFO Using network AWS Libfabric"], 0),
+    # NCCL's verbs transport registers as IBext when the SHARP collective plugin is installed
+    ("infiniband", ["NCCL INFO Using network IBext"], 0),
+])
+def test_the_guard_reads_both_aws_ofi_nccl_provider_lines_and_ibext(fabric: str, lines: list[str], rc: int) -> None:
+    done = _guard(fabric, "".join(f"node-0:1:1 [0] {line}\n" for line in lines) + READY)
+    assert done.returncode == rc, done.stderr
+
+
 def test_the_leader_stops_when_nccl_printed_no_network_line() -> None:
     done = _guard("efa", "INFO: loading weights\n" + READY)
     assert done.returncode == 3
@@ -300,13 +319,32 @@ def test_the_cache_prep_daemonset_makes_each_models_directory_for_the_pods_uid()
     for ns, name in (("assistant", "assistant-fast"), ("assistant", "assistant-batch"),
                      ("research", "deep-research")):
         path = f"/mnt/k8s-disks/0/aifactory-models/{ns}/{name}"
-        assert f"mkdir -p {path} && chown {uid}:{uid} {path} && chmod 0750 {path}" in script
+        assert f"mkdir -p {path} && chown 0:0 {path} && chmod 0750 {path} && chown {uid}:{uid} {path}" in script
     assert "finance-8b" not in script  # gp3 pool
     terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchExpressions": [{"key": "aifactory.io/pool", "operator": "In",
                                             "values": ["h100-block", "h200"]}]}]
     assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"], "add": ["CHOWN"]}
     assert serving.cache_prep(stack_config("onprem")) is None
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None,
+                    reason="runs the script as root with only CAP_CHOWN, which needs root and util-linux setpriv")
+def test_the_cache_prep_script_runs_with_only_cap_chown_and_again_on_restart(tmp_path: Path) -> None:
+    """The script as the container runs it: root with every capability but CHOWN dropped (the container's
+    securityContext). chmod(2) on a file one does not own needs CAP_FOWNER, so chmod after chown failed there and
+    `set -e` stopped the script after the first model; a restart must also pass over directories it made."""
+    paths = [str(tmp_path / "cache" / ns / name) for ns, name in (("a", "m1"), ("b", "m2"))]
+    ds = storage.cache_prep_daemonset(paths=paths, uid=65532, pool_names=["p"], pool_label="l", tolerations=[],
+                                      namespace="s")
+    script = ds["spec"]["template"]["spec"]["containers"][0]["command"][-1].replace("exec sleep infinity\n", "")
+    for _ in range(2):  # first start, then a restart over the existing directories
+        res = subprocess.run(["setpriv", "--bounding-set=-all,+chown", "--inh-caps=-all", "--", "/bin/sh", "-c",
+                              script], capture_output=True, text=True, timeout=30, check=False)
+        assert res.returncode == 0, res.stderr
+        for p in paths:
+            st = os.stat(p)
+            assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (65532, 65532, 0o750)
 
 
 @pytest.mark.parametrize(("stack", "model", "seconds"), [
