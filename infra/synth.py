@@ -150,6 +150,14 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
 def run_program(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None = None,
                 ) -> SynthResult:
     """Run `program` (default: infra.program.program) under mocks in a fresh context; return what it registered."""
+    # Ctrl-C waits for the run (seconds): a KeyboardInterrupt raised inside the SDK's event loop, its RPC threads
+    # or an import half-way hangs the process or is swallowed; held, it is delivered as soon as the run is over.
+    with _interrupts_deferred():
+        return _run_in_fresh_loop(stack, values, program)
+
+
+def _run_in_fresh_loop(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None,
+                       ) -> SynthResult:
     # A fresh context (Pulumi keeps its settings, config and root resource in context variables) and a
     # fresh event loop per run: runs stay independent of each other and of whatever ran before.
     loop = asyncio.new_event_loop()
@@ -465,8 +473,8 @@ def _remove_leftovers(dest: Path) -> None:
 
 @contextlib.contextmanager
 def _interrupts_deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while the output is swapped, then deliver them: an interrupt never leaves a
-    half-swapped or half-deleted output behind."""
+    """Hold SIGINT/SIGTERM while the program runs or the output is swapped, then deliver them: an interrupt
+    never hangs the SDK's runtime, nor leaves a half-swapped or half-deleted output behind."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

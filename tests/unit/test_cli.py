@@ -398,3 +398,33 @@ def test_synth_summary_names_preflight_findings_and_points_to_preflight(tmp_path
     assert lines[3:] == [
         "  preflight: 3 finding(s): await-timeout x2, storage-class x1",
         f"  next:      aifactory preflight dev --state {tmp_path / 'dev' / 'state.json'}"]
+
+
+@pytest.mark.parametrize("delay_s", [0.0, 0.4, 0.8, 1.2])  # the program phase of prod takes about 2 s here
+def test_ctrl_c_during_the_program_phase_ends_with_one_line_and_130(tmp_path: Path, delay_s: float) -> None:
+    """SIGINT while the program runs under the SDK's runtime (its event loop, RPC threads, imports): it used to
+    hang the process, vanish into an 'Exception ignored' traceback or surface as a bogus AttributeError. Held
+    until the run is over, it ends synth with exit 130 and one line, writing nothing."""
+    import signal
+    import time
+
+    exe = Path(sys.executable).with_name("aifactory")
+    out = tmp_path / "prod"
+    proc = subprocess.Popen([str(exe), "synth", "prod", "--out", str(out)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "AIFACTORY_DEBUG": ""})
+    try:
+        assert proc.stderr is not None
+        while "[2/3] program" not in proc.stderr.readline():
+            assert proc.poll() is None, "synth ended before its program phase"
+        time.sleep(delay_s)
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert proc.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1] == "aifactory: interrupted", stderr
+    assert "Traceback" not in stderr and "Exception ignored" not in stderr
+    assert stdout == "" and not out.exists()
+    assert [p.name for p in tmp_path.iterdir()] == []
