@@ -192,7 +192,8 @@ def _cmd_preflight(args: argparse.Namespace) -> int:
     from infra.preflight import preflight_command
 
     return preflight_command(args.stack, state=Path(args.state) if args.state else None,
-                             stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, as_json=args.json)
+                             stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                             json_out=json_target(args.json))
 
 
 def _cmd_node_check(args: argparse.Namespace) -> int:
@@ -253,7 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                                     "scheduling against the stack config.")
     pf.add_argument("stack", help="stack name: stacks/Pulumi.STACK.yaml (its config is always read)")
     pf.add_argument("--state", metavar="STATE_JSON", help="read this stack export instead of running the program")
-    pf.add_argument("--json", action="store_true", help="print the report as JSON")
+    pf.add_argument("--json", metavar="OUT", nargs="?", const="-",
+                    help="also write the report as JSON to OUT (`-`, or no OUT: stdout, and the text goes to stderr)")
     pf.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
     pf.set_defaults(func=_cmd_preflight)
 

@@ -11,7 +11,6 @@ Exit codes: 0 no findings, 1 findings, 2 config or usage error.
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -97,8 +96,11 @@ def _state_entries(stack: str, state: Path | None, stacks_dir: Path | None) -> t
 
 
 def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path | None = None,
-                      as_json: bool = False) -> int:
-    """`aifactory preflight`: 0 clean, 1 findings, 2 unusable state (config errors raise ConfigError)."""
+                      json_out: Path | None = None) -> int:
+    """`aifactory preflight`: 0 clean, 1 findings, 2 unusable state (config errors raise ConfigError).
+
+    `json_out`: also write the report as JSON there (`-`: stdout, and the text goes to stderr)."""
+    from infra.cli import write_json
     from policies.runner import PolicyInputError
 
     try:
@@ -108,9 +110,8 @@ def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path
         return 2
     resources = rules.from_entries(entries)
     findings = run_rules(resources, cfg)
-    if as_json:
-        sys.stdout.write(json.dumps(report(findings, stack=stack, resources=len(resources)), indent=2,
-                                    sort_keys=True) + "\n")
-    else:
-        sys.stdout.write(format_text(findings, stack=stack, resources=len(resources)))
+    human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
+    human.write(format_text(findings, stack=stack, resources=len(resources)))
+    if json_out is not None:
+        write_json(json_out, report(findings, stack=stack, resources=len(resources)))
     return 1 if findings else 0

@@ -124,3 +124,22 @@ def test_readme_says_which_placeholders_the_shipped_stacks_carry() -> None:
     assert len(found) == 4
     assert "edit them before `pulumi up`" in text
     assert [says for says in found if says not in text] == []
+
+
+def test_the_validate_example_is_what_validate_prints(tmp_path: Path) -> None:
+    """README's `validate broken` block: dev with its only pool replaced by an EFA g6e.xlarge pool, min 3 > max 1."""
+    import subprocess
+    import sys
+
+    import yaml
+
+    stack = yaml.safe_load((README.parent / "stacks" / "Pulumi.dev.yaml").read_text())
+    stack["config"]["aifactory:nodePools"] = {"gpu-a": {"instanceType": "g6e.xlarge", "fabric": "efa", "minSize": 3,
+                                                        "maxSize": 1}}
+    (tmp_path / "Pulumi.broken.yaml").write_text(yaml.safe_dump(stack))
+    block = re.search(r"\$ \.venv/bin/aifactory validate broken\n(.*?)\$ echo \$\?\n(\d+)", README.read_text(),
+                      flags=re.S)
+    assert block is not None
+    res = subprocess.run([str(Path(sys.executable).with_name("aifactory")), "validate", "broken", "--stacks-dir",
+                          str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
+    assert (res.stdout + res.stderr, res.returncode) == (block.group(1), int(block.group(2)))
