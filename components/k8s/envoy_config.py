@@ -77,8 +77,10 @@ Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overv
 The decision is visible: requests reach the model with, and clients get back, `x-aifactory-route:
 <chosen variant>; reason=<fits-budget|rescued|default>`, and `x-aifactory-variant: <variant that served>`
 (they differ when the request overflowed). Each decision's route has stat_prefix
-`<workload>__<variant>__<reason>` (vhost.models.route.<prefix>.upstream_rq_*), each variant its cluster's
-upstream_rq_* (what it served, overflow included); the access log has the route and the upstream cluster.
+`<workload>__<variant>__<reason>` (vhost.models.route.<prefix>.upstream_rq_*; Prometheus:
+envoy_vhost_route_upstream_rq_completed{envoy_route=...}), whose upstream_rq_retry counts tries sent on to the
+next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included); the
+aggregate clusters are `<workload>__<chosen variant>`; the access log has the route and the upstream cluster.
 
 `rebind()` points a built bootstrap at other addresses and local JWKS (tests, local runs).
 """
@@ -121,7 +123,12 @@ __all__ = [
     "BUDGET_BAGGAGE_KEY",
     "ROUTE_DECISION_HEADER",
     "VARIANT_HEADER",
+    "VARIANT_KEY",
     "at_least_regex",
+    "overflow_cluster_name",
+    "overflow_order",
+    "overflow_cluster",
+    "variant_clusters",
     "decisions",
     "Decision",
     "Workload",
@@ -324,8 +331,9 @@ def decisions(cfg: PlatformConfig, w: Workload) -> list[Decision]:
 
 
 def overflow_cluster_name(workload: str, chosen: Model) -> str:
-    """The aggregate cluster that tries `chosen` first (model names are DNS labels: no dot, no clash)."""
-    return f"{workload}.{chosen.name}"
+    """The aggregate cluster that tries `chosen` first. Model names are DNS labels: "__" clashes with none, and
+    no dot, so Prometheus' envoy_cluster_name tag holds the whole name (Envoy's tag extractor cuts at a dot)."""
+    return f"{workload}__{chosen.name}"
 
 
 def overflow_order(w: Workload, chosen: Model) -> list[Model]:

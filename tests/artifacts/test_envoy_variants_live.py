@@ -173,11 +173,17 @@ def test_a_workload_without_variants_shows_no_decision(gateway: Gateway) -> None
 
 
 def test_a_saturated_variant_overflows_to_the_next(gateway: Gateway) -> None:
-    """sat-cheap answers 503 (its queue is full): the try is retried on the next variant, not failed."""
+    """sat-cheap answers 503 (its queue is full): the try is retried on the next variant, not failed; the
+    decision's route counts the overflow as a retry, the fast variant's cluster the request it served."""
+    retries = "vhost.models.route.sat__sat-cheap__fits-budget.upstream_rq_retry"
+    served = "cluster.sat-fast.upstream_rq_total"  # per-code stats go to the route's (aggregate) cluster
+    before = gateway.envoy.stats()
     for _ in range(3):
         a = gateway.ask("sat", {"x-aifactory-budget-ms": "60000"})
         assert (a.status, a.backend, a.route, a.variant) == (
             200, "sat-fast-0", _decision("sat-cheap", "fits-budget"), "sat-fast")
+    after = gateway.envoy.stats()
+    assert (after[retries] - before.get(retries, 0), after[served] - before.get(served, 0)) == (3, 3)
 
 
 def _wait_unhealthy(envoy: EnvoyProcess, cluster: str) -> None:
