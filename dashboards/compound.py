@@ -122,6 +122,20 @@ def _hops() -> list:
     ]
 
 
+def _variants() -> list:
+    return [
+        timeseries("Requests per workload by variant and reason",
+                   "Requests the gateway routed to each variant of a workload, by why: fits-budget (the cheapest "
+                   "variant whose expected latency fits the caller's remaining budget), rescued (nothing fits: the "
+                   "fastest), default (no budget: the workload's policy).", "reqps",
+                   Q(R.ROUTE_DECISIONS, "{{workload}} {{variant}} {{reason}}"), stacked=True),
+        timeseries("Overflow to another variant",
+                   "Tries the gateway sent on to the next variant because the chosen one failed them (503 from a "
+                   "saturated engine, reset, timeout), by the decision that chose it.", "reqps",
+                   Q(R.ROUTE_OVERFLOW, "{{workload}} from {{variant}} ({{reason}})")),
+    ]
+
+
 def build(cfg: ObservabilityConfig) -> Dashboard:
     namespaces = "|".join(cfg.log_namespaces)
     return dashboard(
@@ -143,6 +157,7 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             ("Where the time goes (critical path)", _critical_path()),
             ("Models", _models()),
             ("Gateway and mesh hops", _hops()),
+            ("Variant routing (gateway)", _variants()),
             ("Logs", [logs("Logs for request id",
                            "Log lines in tenant and gateway namespaces that contain the request id typed above "
                            "(x-request-id, propagated by the gateway and the mesh).",

@@ -209,6 +209,8 @@ class R:
     ENVOY_QUANTILE = "cluster:envoy_cluster_upstream_rq_time:histogram_quantile"
     ENVOY_REQUESTS = "cluster:envoy_cluster_upstream_rq_xx:rate5m"
     ENVOY_RETRIES = "cluster:envoy_cluster_upstream_rq_retry:rate5m"
+    ROUTE_DECISIONS = "workload:envoy_vhost_route_upstream_rq_completed:rate5m"  # {workload, variant, reason}
+    ROUTE_OVERFLOW = "workload:envoy_vhost_route_upstream_rq_retry:rate5m"  # {workload, variant, reason}
 
     @staticmethod
     def vllm_bucket(metric: str) -> str:
@@ -461,7 +463,21 @@ def _mesh_records(cfg: ObservabilityConfig) -> list[Record]:
         *quantile_record(R.ENVOY_QUANTILE, R.ENVOY_BUCKET, ENVOY.L_CLUSTER),
         Record(R.ENVOY_REQUESTS, rate(ENVOY.RQ_XX, f"{ENVOY.L_CLUSTER}, envoy_response_code_class")),
         Record(R.ENVOY_RETRIES, rate(ENVOY.RQ_RETRY, ENVOY.L_CLUSTER)),
+        Record(R.ROUTE_DECISIONS, _by_decision(rate(ENVOY.ROUTE_RQ_COMPLETED, ENVOY.L_ROUTE, _DECISION_ROUTE))),
+        Record(R.ROUTE_OVERFLOW, _by_decision(rate(ENVOY.ROUTE_RQ_RETRY, ENVOY.L_ROUTE, _DECISION_ROUTE))),
     ]
+
+
+# The gateway's variant decision routes: stat_prefix <workload>__<variant>__<reason> (DNS labels, no "_")
+_DECISION_ROUTE = f'{ENVOY.L_ROUTE}=~"[a-z0-9-]+__[a-z0-9-]+__[a-z-]+"'
+
+
+def _by_decision(expr: str) -> str:
+    """`expr` (by envoy_route) split into workload, variant and reason labels."""
+    for label, regex in (("workload", "([a-z0-9-]+)__.*"), ("variant", "[a-z0-9-]+__([a-z0-9-]+)__.*"),
+                         ("reason", ".*__([a-z-]+)")):
+        expr = f'label_replace({expr}, "{label}", "$1", "{ENVOY.L_ROUTE}", "{regex}")'
+    return f"sum by (workload, variant, reason) ({expr})"
 
 
 # --------------------------------------------------------------------------------------------

@@ -34,6 +34,8 @@ __all__ = [
     "ConfigError",
     "Problem",
     "PlatformConfig",
+    "Variant",
+    "ROUTING_POLICIES",
     "Target",
     "ClusterSettings",
     "SystemPool",
@@ -320,6 +322,18 @@ class Speculative:
 
 
 @dataclass(frozen=True, slots=True)
+class Variant:
+    """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
+    remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
+
+    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
+    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
+
+
+ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
+
+
+@dataclass(frozen=True, slots=True)
 class Model:
     name: str
     engine: Literal["vllm", "triton"]
@@ -355,6 +369,7 @@ class Model:
     expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
     kv_offload_cpu_blocks: int | None = None  # default: none (no KV cache offload to host memory)
     weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
+    variant: Variant | None = None  # default: none (the workload's only interactive model)
 
     @property
     def multi_node(self) -> bool:
@@ -428,6 +443,8 @@ class GatewaySettings:
     request_timeout_seconds: float = 60.0  # default: 60 s to receive a whole request, body included (408)
     stream_idle_timeout_seconds: float = 30.0  # default: 30 s; routes to a model use its timeoutSeconds instead
     idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
+    # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
+    routing: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -568,6 +585,28 @@ class PlatformConfig:
 
     def tenant_of(self, model: Model) -> Tenant:
         return self.tenants[model.tenant]
+
+    def variants_of(self, workload: str) -> list[Model]:
+        """The workload's variants, cheapest first (ties: faster first, then by name); empty without variants."""
+        vs = [m for m in self.models.values() if m.workload == workload and m.variant is not None]
+        return sorted(vs, key=lambda m: (self.cost_per_request(m), m.slo.e2e_seconds, m.name))
+
+    def cost_per_request(self, model: Model) -> float:
+        """$ per request of a variant: its costPerRequest, else one replica's GPUs at the pool's price per GPU-hour
+        over the requests it serves in an hour (parse() guarantees one of the two is known)."""
+        v = model.variant
+        if v is None:
+            raise KeyError(f"{model.name} is not a variant")
+        if v.cost_per_request is not None:
+            return v.cost_per_request
+        pool = self.pool_of(model)
+        per_gpu_hour = self.price_per_hour(pool.instance_type) / pool.instance.gpu_count
+        assert v.requests_per_second is not None  # parse() guarantees it
+        return per_gpu_hour * model.gpus_per_replica / (v.requests_per_second * 3600)
+
+    def routing_policy(self, workload: str) -> str:
+        """The workload's routing policy among its variants."""
+        return self.gateway.routing.get(workload, ROUTING_POLICIES[0])
 
 
 # --------------------------------------------------------------------------------------------
@@ -1224,7 +1263,8 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
 _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
                "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
-               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadCpuBlocks", "weightsGiB")
+               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadCpuBlocks", "weightsGiB",
+               "variant")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -1351,10 +1391,64 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         expert_parallel=_expert_parallel(r, d, path, engine, tp),
         kv_offload_cpu_blocks=_kv_offload(r, d, path, engine),
         weights_gib=r.value(d, "weightsGiB", path, float, None, minimum=0.01),
+        variant=_variant(r, d, path),
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
     return model
+
+
+def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:
+    if "variant" not in d:
+        return None
+    vp = f"{path}.variant"
+    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp, ("costPerRequest", "requestsPerSecond"))
+    cost = r.value(vd, "costPerRequest", vp, float, None, minimum=0)
+    rps = r.value(vd, "requestsPerSecond", vp, float, None, minimum=0.0001)
+    if vd is not None and "costPerRequest" in vd and "requestsPerSecond" in vd:
+        r.fail(f"{vp}.costPerRequest", "contradicts requestsPerSecond (the cost is derived from it); give one of them")
+    return Variant(cost, rps)
+
+
+def _variant_checks(r: _Reader, models: Mapping[str, Model],
+                    routing: Mapping[str, str]) -> None:
+    """Variants of one workload: at least two, interactive, one tenant, no plain interactive model beside them,
+    a cost that can be derived; gateway.routing names only workloads with variants."""
+    groups: dict[str, list[Model]] = {}
+    for m in sorted(models.values(), key=lambda m: m.name):
+        if m.variant is not None:
+            groups.setdefault(m.workload, []).append(m)
+            path = f"models.{m.name}"
+            if m.priority != "interactive":
+                r.fail(f"{path}.priority", f"{m.priority!r}: variants serve interactive requests; a workload's batch "
+                                           "requests (x-priority: batch) go to its one batch model, without variant")
+            if r.problems_at(f"{path}.variant"):
+                pass
+            elif m.variant.cost_per_request is None and m.variant.requests_per_second is None:
+                r.fail(f"{path}.variant.requestsPerSecond", "is required to derive the cost per request (pool GPU "
+                                                            "price x GPUs per replica / throughput); or give "
+                                                            "costPerRequest")
+            elif m.variant.cost_per_request is None and m.mig_profile is not None:
+                r.fail(f"{path}.variant.costPerRequest", f"is required: a MIG slice ({m.mig_profile}) has no price "
+                                                         "per GPU to derive it from")
+    for workload, vs in groups.items():
+        first = vs[0]
+        if len(vs) < 2:
+            r.fail(f"models.{first.name}.variant", f"workload {workload!r} has no other variant; declare another model "
+                                                   f"with workload {workload!r} and variant, or remove variant")
+        for m in vs[1:]:
+            if m.tenant != first.tenant:
+                r.fail(f"models.{m.name}.tenant", f"{m.tenant!r} differs from {first.tenant!r} (models.{first.name}): "
+                                                  f"variants of workload {workload!r} share one tenant")
+        for m in sorted(models.values(), key=lambda m: m.name):
+            if m.workload == workload and m.variant is None and m.priority == "interactive":
+                r.fail(f"models.{m.name}.variant", f"is required: workload {workload!r} has variants "
+                                                   f"({', '.join(v.name for v in vs)}); its interactive models are "
+                                                   "all variants")
+    for workload in routing:
+        if workload not in groups:
+            r.fail(f"gateway.routing.{workload}", f"{workload!r} is not a workload with variants; workloads with "
+                                                  f"variants: {', '.join(sorted(groups)) or '(none)'}")
 
 
 def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> None:
@@ -1495,7 +1589,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
                                                       "connectTimeoutSeconds", "retries", "outlierDetection",
                                                       "circuitBreakers", "auth", "healthCheck",
                                                       "requestHeadersTimeoutSeconds", "requestTimeoutSeconds",
-                                                      "streamIdleTimeoutSeconds", "idleTimeoutSeconds"))
+                                                      "streamIdleTimeoutSeconds", "idleTimeoutSeconds", "routing"))
     lo = r.value(d, "minReplicas", p, int, 2, minimum=1)
     hi = r.value(d, "maxReplicas", p, int, max(lo, 6), minimum=1)
     if lo > hi:
@@ -1532,7 +1626,19 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
         stream_idle_timeout_seconds=r.value(d, "streamIdleTimeoutSeconds", p, float, 30.0, minimum=0.01,
                                             maximum=3600),
         idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
+        routing=_routing(r, (d or {}).get("routing")),
     )
+
+
+def _routing(r: _Reader, raw: Any) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
+        wp = f"gateway.routing.{workload}"
+        wd = r.mapping(body, wp, ("policy",))
+        policy = r.value(wd, "policy", wp, str, ROUTING_POLICIES[0], choices=ROUTING_POLICIES)
+        if policy is not None:
+            out[workload] = policy
+    return out
 
 
 def _https_url(value: str) -> str | None:
@@ -1794,6 +1900,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
     tenants = _derive_quotas(r, raw.get("tenants"), tenants, models, pools)
 
     gateway = _gateway(r, raw.get("gateway"))
+    _variant_checks(r, models, gateway.routing)
     observability = _observability(r, raw.get("observability"), aws=aws)
     for pool in pools.values():
         if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \
@@ -1829,7 +1936,8 @@ def _ip_range_fits(r: _Reader, ib: InfinibandSettings, pools: Mapping[str, NodeP
 def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant]) -> None:
     by_workload: dict[tuple[str, str], list[Model]] = {}
     for m in models.values():
-        by_workload.setdefault((m.workload, m.priority), []).append(m)
+        if m.variant is None:  # variants: _variant_checks
+            by_workload.setdefault((m.workload, m.priority), []).append(m)
         for i, caller in enumerate(m.callers):
             if caller not in models:
                 r.fail(f"models.{m.name}.callers[{i}]",

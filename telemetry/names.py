@@ -229,6 +229,12 @@ class ENVOY:
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
+    # Per route stat_prefix (vhost.<vhost>.route.<prefix>.*): the gateway's variant decisions are routes with
+    # prefix <workload>__<variant>__<reason> (components/k8s/envoy_config.py)
+    ROUTE_RQ_COMPLETED = "envoy_vhost_route_upstream_rq_completed"  # requests completed per route
+    ROUTE_RQ_RETRY = "envoy_vhost_route_upstream_rq_retry"  # retries: on a variant route, tries sent to the next one
+    L_ROUTE = "envoy_route"
+    L_VHOST = "envoy_virtual_host"
     L_CLUSTER = "envoy_cluster_name"
     # Every HTTP connection manager's stats carry its stat_prefix in this label: the gateway listener's, the stats
     # listener's (Prometheus scrapes, probes) and the admin interface's ("admin") are separate series.

@@ -46,6 +46,42 @@ JwtAuthentication https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions
 JsonToMetadata https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/json_to_metadata/v3/json_to_metadata.proto
 Cluster (health checks, outlier detection, LB) https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto
 
+Deadline-aware routing between a workload's variants (models of one workload that declare `variant`,
+cheapest first by cost per request; expected latency = the variant's slo.e2eSeconds, in whole ms):
+
+    x-aifactory-budget-ms: <ms>                     the caller's remaining budget, or else
+    baggage: ...,aifactory.budget_ms=<ms>,...       W3C baggage as telemetry's `headers()` sends it
+
+Policy `cost-within-deadline` (the default): the cheapest variant whose expected latency fits the budget
+(reason `fits-budget`); a budget below every variant's latency takes the fastest (`rescued`); no budget (or
+one that is not a whole number of ms) takes the cheapest (`default`). Policies `cheapest` and `fastest`
+ignore the budget (`default`). x-priority: batch still goes to the workload's batch model.
+
+Why plain route matching: the decision is a pure function of one number and a handful of thresholds known
+when the config is built, so it compiles to ordered routes, first match wins: per useful variant (cheaper
+ones first, a pricier variant only if it is faster than every cheaper one) a route whose header matcher
+accepts budgets >= its latency: `range_match` on x-aifactory-budget-ms, an RE2 `safe_regex` for "a decimal
+integer >= N" on the baggage member (Envoy matches repeated headers joined by commas). No Lua, no ext_proc,
+no extra hop; the explicit header wins over baggage (the baggage routes require it absent).
+
+Overflow: each decision routes to an aggregate cluster (`envoy.clusters.aggregate`) listing the chosen
+variant, then the others fastest first. Its load balancer sends traffic on to the next variant as the chosen
+one loses healthy hosts (health checks, outlier ejection: a variant that is down or shedding load), and the
+route's retry policy adds `envoy.retry_priorities.previous_priorities`, so a try that failed on one variant
+(503 from a saturated engine, reset, per-try idle timeout) is retried on the next variant, not queued behind
+it. Envoy never retries a request refused by its own circuit breaker (RetryStateImpl::wouldRetryFromReset
+returns NoRetry for StreamResetReason::Overflow, envoyproxy/envoy source/common/router/retry_state_impl.cc),
+so the variants' circuit breakers are not the overflow signal: the engine's own 503s are.
+Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
+
+The decision is visible: requests reach the model with, and clients get back, `x-aifactory-route:
+<chosen variant>; reason=<fits-budget|rescued|default>`, and `x-aifactory-variant: <variant that served>`
+(they differ when the request overflowed). Each decision's route has stat_prefix
+`<workload>__<variant>__<reason>` (vhost.models.route.<prefix>.upstream_rq_*; Prometheus:
+envoy_vhost_route_upstream_rq_completed{envoy_route=...}), whose upstream_rq_retry counts tries sent on to the
+next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included); the
+aggregate clusters are `<workload>__<chosen variant>`; the access log has the route and the upstream cluster.
+
 `rebind()` points a built bootstrap at other addresses and local JWKS (tests, local runs).
 """
 
@@ -82,6 +118,19 @@ __all__ = [
     "DEFAULT_MIN_RETRY_CONCURRENCY",
     "DEFAULT_MAX_DOWNSTREAM_CONNECTIONS",
     "DEFAULT_JWKS_CACHE_SECONDS",
+    "BUDGET_HEADER",
+    "BAGGAGE_HEADER",
+    "BUDGET_BAGGAGE_KEY",
+    "ROUTE_DECISION_HEADER",
+    "VARIANT_HEADER",
+    "VARIANT_KEY",
+    "at_least_regex",
+    "overflow_cluster_name",
+    "overflow_order",
+    "overflow_cluster",
+    "variant_clusters",
+    "decisions",
+    "Decision",
     "Workload",
     "workloads",
     "model_host",
@@ -143,6 +192,13 @@ SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 DNS_CLUSTER_TYPE = "envoy.cluster.dns"
 JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8")
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
+BUDGET_HEADER = "x-aifactory-budget-ms"  # the caller's remaining latency budget, whole ms (wins over baggage)
+BAGGAGE_HEADER = "baggage"  # W3C baggage (https://www.w3.org/TR/baggage/)
+BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # telemetry.instrument.BUDGET_BAGGAGE_KEY (headers() sends it)
+ROUTE_DECISION_HEADER = "x-aifactory-route"  # to the model and back: "<chosen variant>; reason=<reason>"
+VARIANT_HEADER = "x-aifactory-variant"  # back to the client: the variant (cluster) that served the request
+VARIANT_KEY = "variant"  # a variant's endpoints carry metadata aifactory.variant = its model name
+BUDGET_MAX_MS = 10**12  # the open end of the budget range matches (Envoy's range is [start, end))
 
 _T = "type.googleapis.com/envoy."
 _ALL = {"numerator": 100, "denominator": "HUNDRED"}
@@ -177,8 +233,9 @@ class Workload:
     """One API model: the interactive model and, optionally, a batch model serving the same name."""
 
     name: str
-    default: Model  # the interactive model, or the only model
+    default: Model  # the interactive model, or the only model (with variants: the no-budget policy's pick)
     batch: Model | None  # set when the workload declares both priorities
+    variants: tuple[Model, ...] = ()  # cheapest first; empty without variants
 
 
 def workloads(cfg: PlatformConfig) -> list[Workload]:
@@ -189,10 +246,149 @@ def workloads(cfg: PlatformConfig) -> list[Workload]:
     out = []
     for name in sorted(groups):
         g = groups[name]
-        if "interactive" in g:
+        if variants := cfg.variants_of(name):
+            out.append(Workload(name, _no_budget_pick(cfg, name, variants), g.get("batch"), tuple(variants)))
+        elif "interactive" in g:
             out.append(Workload(name, g["interactive"], g.get("batch")))
         else:  # a batch-only workload: every request goes to its batch model
             out.append(Workload(name, g["batch"], None))
+    return out
+
+
+def _latency_ms(model: Model) -> int:
+    """A variant's expected latency: its p95 end-to-end SLO, whole ms rounded up."""
+    return -(-round(model.slo.e2e_seconds * 1e6) // 1000)
+
+
+def _fastest(variants: Sequence[Model]) -> Model:
+    """The lowest expected latency; ties go to the cheaper (variants come cheapest first)."""
+    return min(variants, key=lambda m: _latency_ms(m))
+
+
+def _no_budget_pick(cfg: PlatformConfig, workload: str, variants: Sequence[Model]) -> Model:
+    return _fastest(variants) if cfg.routing_policy(workload) == "fastest" else variants[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One routing decision of a workload with variants: requests whose headers match `headers` go to `chosen`."""
+
+    name: str  # the route's name (its -path/-body/-unstreamed/-too-large twins add suffixes)
+    chosen: Model
+    reason: str  # fits-budget | rescued | default
+    headers: tuple[dict[str, Any], ...]
+
+
+def at_least_regex(n: int) -> str:
+    """RE2 for a decimal integer (leading zeros allowed) >= n: more digits, or as many and larger at the first
+    digit that differs."""
+    if n <= 0:
+        return r"\d+"
+    s = str(n)
+    alts = [f"[1-9]\\d{{{len(s)},}}", s]
+    for i, digit in enumerate(s):
+        if digit != "9":
+            rest = len(s) - i - 1
+            alts.append(f"{s[:i]}[{int(digit) + 1}-9]" + (f"\\d{{{rest}}}" if rest else ""))
+    return f"0*(?:{'|'.join(alts)})"
+
+
+def _baggage_budget(regex: str) -> dict[str, Any]:
+    """The baggage carries aifactory.budget_ms whose value matches `regex` (W3C baggage: list-members
+    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS)."""
+    key = re.escape(BUDGET_BAGGAGE_KEY)
+    return {"name": BAGGAGE_HEADER, "string_match": {"safe_regex": {
+        "regex": f"^(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*(?:{regex})[ \\t]*(?:[;,].*)?$"}}}
+
+
+_NO_BUDGET_HEADER = {"name": BUDGET_HEADER, "present_match": True, "invert_match": True}
+
+
+def decisions(cfg: PlatformConfig, w: Workload) -> list[Decision]:
+    """The workload's routing decisions in match order (empty without variants): see the module docstring."""
+    if not w.variants:
+        return []
+    out: list[Decision] = []
+    if cfg.routing_policy(w.name) == "cost-within-deadline":
+        best: int | None = None
+        for v in w.variants:  # cheapest first: a pricier variant is useful only if it is faster
+            lat = _latency_ms(v)
+            if best is not None and lat >= best:
+                continue
+            best = lat
+            name = f"{w.name}.{v.name}.fits-budget"
+            out.append(Decision(name, v, "fits-budget", (
+                {"name": BUDGET_HEADER, "range_match": {"start": lat, "end": BUDGET_MAX_MS}},)))
+            out.append(Decision(f"{name}.baggage", v, "fits-budget",
+                                (_NO_BUDGET_HEADER, _baggage_budget(at_least_regex(lat)))))
+        fast = _fastest(w.variants)
+        name = f"{w.name}.{fast.name}.rescued"
+        out.append(Decision(name, fast, "rescued", (
+            {"name": BUDGET_HEADER, "range_match": {"start": 0, "end": _latency_ms(fast)}},)))
+        out.append(Decision(f"{name}.baggage", fast, "rescued", (_NO_BUDGET_HEADER, _baggage_budget(r"\d+"))))
+    out.append(Decision(f"{w.name}.{w.default.name}.default", w.default, "default", ()))
+    return out
+
+
+def overflow_cluster_name(workload: str, chosen: Model) -> str:
+    """The aggregate cluster that tries `chosen` first. Model names are DNS labels: "__" clashes with none, and
+    no dot, so Prometheus' envoy_cluster_name tag holds the whole name (Envoy's tag extractor cuts at a dot)."""
+    return f"{workload}__{chosen.name}"
+
+
+def overflow_order(w: Workload, chosen: Model) -> list[Model]:
+    """`chosen`, then the workload's other variants fastest first (ties: cheaper first)."""
+    rest = sorted((v for v in w.variants if v is not chosen), key=lambda m: _latency_ms(m))
+    return [chosen, *rest]
+
+
+def overflow_cluster(cfg: PlatformConfig, w: Workload, chosen: Model) -> dict[str, Any]:
+    """An aggregate cluster over the variants in overflow order (each keeps its own LB, health checks, breakers)."""
+    return {
+        "name": overflow_cluster_name(w.name, chosen),
+        "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
+        "lb_policy": "CLUSTER_PROVIDED",
+        "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+            "@type": _T + "extensions.clusters.aggregate.v3.ClusterConfig",
+            "clusters": [m.name for m in overflow_order(w, chosen)]}},
+        # the router checks the retry budget on the route's cluster: this one
+        "circuit_breakers": {"thresholds": [{
+            "priority": "DEFAULT",
+            "retry_budget": {"budget_percent": {"value": cfg.gateway.retries.budget_percent},
+                             "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY}}]},
+    }
+
+
+def variant_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+    """One aggregate cluster per variant a decision can choose, sorted by name."""
+    out = {}
+    for w in workloads(cfg):
+        for d in decisions(cfg, w):
+            c = overflow_cluster(cfg, w, d.chosen)
+            out[c["name"]] = c
+    return [out[k] for k in sorted(out)]
+
+
+def _decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str, Any]:
+    """A model route turned into one decision's route: its headers, its overflow cluster, the decision shown."""
+    out = copy.deepcopy(route)
+    out["name"] = route["name"].replace(w.name, d.name, 1)
+    out["match"]["headers"] = [*route["match"].get("headers", []), *d.headers]
+    out["route"]["cluster"] = overflow_cluster_name(w.name, d.chosen)
+    # a failed try goes to the next variant (the next priority of the aggregate cluster)
+    out["route"]["retry_policy"]["retry_priority"] = {
+        "name": "envoy.retry_priorities.previous_priorities",
+        "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                         "update_frequency": 1}}
+    out["stat_prefix"] = f"{w.name}__{d.chosen.name}__{d.reason}"
+    decision = f"{d.chosen.name}; reason={d.reason}"
+    out["request_headers_to_add"] = [{"header": {"key": ROUTE_DECISION_HEADER, "value": decision},
+                                      "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    out["response_headers_to_add"] = [
+        {"header": {"key": ROUTE_DECISION_HEADER, "value": decision}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"},
+        # the serving host's metadata (model_cluster): %UPSTREAM_CLUSTER% names the aggregate cluster here
+        {"header": {"key": VARIANT_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:{VARIANT_KEY})%"},
+         "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
     return out
 
 
@@ -231,6 +427,14 @@ def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> 
 
 
 def model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    out = _model_cluster(cfg, model)
+    if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
+        for e in out["load_assignment"]["endpoints"][0]["lb_endpoints"]:
+            e["metadata"] = {"filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
+    return out
+
+
+def _model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     gw = cfg.gateway
     cb, od, hc = gw.circuit_breakers, gw.outlier_detection, gw.health_check
     return {
@@ -386,32 +590,45 @@ def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
     """Header routes, then path routes, then body routes (batch before default in each); then 404s."""
     ws = workloads(cfg)
     batch = [_header(PRIORITY_HEADER, "batch")]
-    by_header, by_path, by_body = [], [], []
+    by_header: list[dict[str, Any]] = []
+    by_path: list[dict[str, Any]] = []
+    by_body: list[dict[str, Any]] = []
+    model_of: dict[str, Model] = {}  # route name -> the model whose limits it applies (its twins need them)
     for w in ws:
         pairs = [(f"{w.name}-batch", w.batch, batch)] if w.batch is not None else []
         pairs.append((w.name, w.default, []))
         path_prefix = f"{ROUTE_PREFIX}(?i:{re.escape(w.name)})"
         for name, model, extra in pairs:
-            by_header.append(_route(cfg, name, {
+            group = (_route(cfg, name, {
                 **_regex(_api_regex(model, f"(?:{ROUTE_PREFIX}[^/]+)?")),
-                "headers": [_header(MODEL_HEADER, w.name), *extra]}, model, rewrite=True))
-            by_path.append(_route(cfg, f"{name}-path", {**_regex(_api_regex(model, path_prefix)), "headers": extra},
-                                  model, rewrite=True))
-            by_body.append(_route(cfg, f"{name}-body", {**_regex(_api_regex(model, "")), "headers": extra,
-                                                        "dynamic_metadata": [_body_model(w.name)]},
-                                  model, rewrite=False))
+                "headers": [_header(MODEL_HEADER, w.name), *extra]}, model, rewrite=True),
+                _route(cfg, f"{name}-path", {**_regex(_api_regex(model, path_prefix)), "headers": extra},
+                       model, rewrite=True),
+                _route(cfg, f"{name}-body", {**_regex(_api_regex(model, "")), "headers": extra,
+                                             "dynamic_metadata": [_body_model(w.name)]},
+                       model, rewrite=False))
+            ds = decisions(cfg, w) if model is w.default else []
+            for out_list, r in zip((by_header, by_path, by_body), group, strict=True):
+                if not ds:
+                    model_of[r["name"]] = model
+                    out_list.append(r)
+                for d in ds:  # the variant's own limits (timeouts, body size) on its decision's route
+                    dr = _decision_route(_route(cfg, r["name"], copy.deepcopy(r["match"]), d.chosen,
+                                                rewrite=r["name"] != f"{name}-body"), w, d)
+                    model_of[dr["name"]] = d.chosen
+                    out_list.append(dr)
     for m in sorted(cfg.models.values(), key=lambda m: m.name):  # a model's own key in the body names it
         if m.name != m.workload:
             by_body.append(_route(cfg, f"{m.name}-body", {**_regex(_api_regex(m, "")),
                                                           "dynamic_metadata": [_body_model(m.name)]},
                                   m, rewrite=False))
+            model_of[f"{m.name}-body"] = m
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
             del r["match"]["headers"]
     # each model route after its 413 and non-streamed twins
     with_twins = [x for r in (*by_header, *by_path, *by_body)
-                  for x in (_too_large(r, cfg.models[r["route"]["cluster"]]),
-                            _unstreamed(r, cfg.models[r["route"]["cluster"]]), r)]
+                  for x in (_too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
     known = ", ".join(w.name for w in ws) or "(none)"
     apis = sorted({a for apis_ in OPENAI_APIS.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
@@ -667,8 +884,8 @@ def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
         "admin": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)},
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener()],
-            "clusters": [*(model_cluster(cfg, m) for m in models), collector_cluster(cfg), *jwks,
-                         admin_cluster()],
+            "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
+                         *jwks, admin_cluster()],
         },
         "overload_manager": {"resource_monitors": [{
             "name": "envoy.resource_monitors.global_downstream_max_connections",
@@ -717,6 +934,8 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
         elif c in dns:
             del c["cluster_type"]
             c["type"] = "STATIC"
+            meta = c["load_assignment"]["endpoints"][0]["lb_endpoints"][0].get("metadata")
             c["load_assignment"]["endpoints"] = [{"lb_endpoints": [
-                {"endpoint": {"address": _address(host, port)}} for host, port in endpoints[c["name"]]]}]
+                {"endpoint": {"address": _address(host, port)}, **({"metadata": meta} if meta else {})}
+                for host, port in endpoints[c["name"]]]}]
     return out

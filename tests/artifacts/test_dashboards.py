@@ -263,3 +263,17 @@ def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: Obs
     assert sorted(outs[0]) == sorted([f"dashboards/{k}.json" for k in dashboards.BOARDS] + [f"rules/{RULES_FILE}"])
     assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(cfg)
     assert configmap_name("gpu-cost") == "aifactory-dashboard-gpu-cost"
+
+
+def test_variant_decisions_per_workload_variant_and_reason(prod: ObservabilityConfig, prom: PrometheusServer,
+                                                           data: Synthetic) -> None:
+    """Route stats <workload>__<variant>__<reason> split into labels and summed over gateway replicas; plain
+    model routes (no decision) are left out."""
+    [decisions] = _panel("compound-latency", "Requests per workload by variant and reason", prod)
+    got = {(r["metric"]["workload"], r["metric"]["variant"], r["metric"]["reason"]): float(r["value"][1])
+           for r in prom.query(decisions, data.end)}
+    assert got == pytest.approx(dict(data.truth.route_decisions), rel=TOLERANCE)
+    [overflow] = _panel("compound-latency", "Overflow to another variant", prod)
+    got = {(r["metric"]["workload"], r["metric"]["variant"], r["metric"]["reason"]): float(r["value"][1])
+           for r in prom.query(overflow, data.end)}
+    assert got == pytest.approx(dict(data.truth.route_overflow), rel=TOLERANCE)

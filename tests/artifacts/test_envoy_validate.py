@@ -11,8 +11,10 @@ import yaml
 from components.k8s import naming
 from components.k8s.envoy_config import bootstrap, render
 from infra.artifacts import ArtifactContext
+from infra.config import parse
 from infra.synth import read_stack_config, run_program, stack_file
 from infra.writers.envoy import ENVOY_CONFIG_PATH, write_envoy
+from tests.artifacts.test_envoy_variants_live import RAW as VARIANTS_RAW
 from tests.support.fake_backends import ENVOY
 from tests.support.stacks import SHIPPED_STACKS, stack_config
 
@@ -53,3 +55,15 @@ def test_render_is_deterministic_and_binds_admin_to_loopback() -> None:
     doc = bootstrap(cfg)
     assert doc["admin"]["address"]["socket_address"] == {"address": "127.0.0.1",
                                                          "port_value": naming.ENVOY_ADMIN_PORT}
+
+
+def test_a_config_with_variants_passes_envoy_validate(tmp_path: Path) -> None:
+    """Variant decision routes (range and RE2 header matchers, stat_prefix, header formatters), aggregate
+    clusters and retry priorities: every field as Envoy 1.40 knows it, none deprecated."""
+    doc = bootstrap(parse(VARIANTS_RAW, stack="t"))
+    names = [c["name"] for c in doc["static_resources"]["clusters"]]
+    assert {"plan__plan-cheap", "plan__plan-fast", "quick__quick-fast"} <= set(names)
+    (tmp_path / "variants.yaml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    res = validate(tmp_path / "variants.yaml")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "Deprecated field" not in res.stderr

@@ -19,7 +19,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ import dashboards
 from components.k8s import envoy_config as ec
 from components.k8s.gpu_stack import DCGM_COUNTERS
 from dashboards.config import from_platform
+from infra.config import PlatformConfig, Variant
 from infra.synth import shipped_stacks
 from telemetry.names import DCGM, TRITON, VLLM
 from tests.support.processes import free_port, stop_process
@@ -254,8 +255,9 @@ def _parse(text: str) -> Scrape:
 @pytest.fixture(scope="module")
 def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
     """The prod stack's bootstrap on 127.0.0.1, every model cluster on one local backend: a routed request per
-    workload, an unrouted one (404), then the stats listener's /stats/prometheus (what Prometheus scrapes)."""
-    cfg = stack_config("prod")
+    workload, an unrouted one (404), then the stats listener's /stats/prometheus (what Prometheus scrapes).
+    Two variants of one more workload are added, so the variant decision routes' stats exist too."""
+    cfg = _with_variants(stack_config("prod"))
     work = tmp_path_factory.mktemp("envoy-scrape")
     admin, listener, stats = free_port(), free_port(), free_port()
     # The gateway admits only tokens of the stack's issuers: stand in for each with a local key.
@@ -287,6 +289,15 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
                 return _parse(r.read().decode())
         finally:
             stop_process(proc, timeout=5)
+
+
+def _with_variants(cfg: PlatformConfig) -> PlatformConfig:
+    """`cfg` plus two variants (copies of its first model) of a workload `variants-probe`."""
+    base = cfg.models[sorted(cfg.models)[0]]
+    extra = {name: replace(base, name=name, workload="variants-probe", priority="interactive",
+                           variant=Variant(cost_per_request=cost), slo=replace(base.slo, e2e_seconds=e2e))
+             for name, cost, e2e in (("probe-cheap", 0.001, 4.0), ("probe-fast", 0.004, 1.0))}
+    return replace(cfg, models={**cfg.models, **extra})
 
 
 def _get_ready(admin: int) -> int:

@@ -59,6 +59,10 @@ OTHER_WORKFLOW = "adhoc-agent"  # a workflow with no SLO of its own (the default
 ISTIO_BUCKETS_MS = (0.5, 1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000, 300000, 600000,
                     1800000, 3600000)
 ENVOY_BUCKETS_MS = ISTIO_BUCKETS_MS
+# The gateway's variant decisions, requests/s over all gateway replicas: (workload, variant, reason) -> rate
+ROUTE_DECISIONS_PER_S = {("plan", "plan-int4", "fits-budget"): 3.0, ("plan", "plan-fp8", "fits-budget"): 1.0,
+                         ("plan", "plan-fp8", "rescued"): 0.5, ("plan", "plan-int4", "default"): 0.25}
+ROUTE_OVERFLOW_PER_S = {("plan", "plan-int4", "fits-budget"): 0.2}
 FINISHED_PER_S = {"stop": 4.5, "length": 0.45, "abort": 0.05}  # vLLM's finish reasons, per model
 UPSTREAM_PER_S = {"2": 10.0, "4": 0.2, "5": 0.1}  # the gateway's requests to one model, by response class
 GATEWAY = "aifactory-gateway"  # the gateway's workload, namespace and Envoy job
@@ -81,6 +85,8 @@ class Truth:
     triton_ttft_p95: Mapping[str, float]  # seconds, per Triton model
     workflow_p95: Mapping[str, float]
     critical_path_share: Mapping[str, float]
+    route_decisions: Mapping[tuple[str, str, str], float]  # (workload, variant, reason) -> requests/s, all gateways
+    route_overflow: Mapping[tuple[str, str, str], float]  # the same, tries sent on to the next variant per second
 
 
 @dataclass(frozen=True)
@@ -425,6 +431,13 @@ def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale:
         w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, stats, ENVOY_BUCKETS_MS, _uniform(0, 2), 100 * share, 1,
                     python_client=False)
         w.counter(ENVOY.RATELIMITED, prefix, 0.2 * share)
+        for stats_of, rates in ((ENVOY.ROUTE_RQ_COMPLETED, ROUTE_DECISIONS_PER_S),
+                                (ENVOY.ROUTE_RQ_RETRY, ROUTE_OVERFLOW_PER_S)):
+            for (workload, variant, reason), rate in rates.items():
+                w.counter(stats_of, {ENVOY.L_VHOST: "models", ENVOY.L_ROUTE: f"{workload}__{variant}__{reason}",
+                                     **envoy}, rate * share)
+        # a route that is no variant decision (a plain model route) stays out of the variant panels
+        w.counter(ENVOY.ROUTE_RQ_COMPLETED, {ENVOY.L_VHOST: "models", ENVOY.L_ROUTE: "chat-body", **envoy}, 7 * share)
 
 
 def _workflow_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
@@ -479,5 +492,6 @@ def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, 
     p95 = _workflows(w, cfg, scale)
     pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
     truth = Truth(pool_cost, sum(pool_cost.values()), fleet.idle_cost, fleet.unallocated, fleet.working, per_mtok,
-                  fleet.nvlink, fleet.nvlink_gpu, ttft, p95, dict(CRITICAL_PATH_SHARES))
+                  fleet.nvlink, fleet.nvlink_gpu, ttft, p95, dict(CRITICAL_PATH_SHARES), dict(ROUTE_DECISIONS_PER_S),
+                  dict(ROUTE_OVERFLOW_PER_S))
     return Synthetic(w.text(), times[0], times[-1], step, truth, w.series)

@@ -389,3 +389,74 @@ def test_runbook_url_base_comes_from_stack_config() -> None:
     assert problems(with_("observability", {"runbookUrl": "wiki/runbooks#x"})) == [
         "observability.runbookUrl: 'wiki/runbooks#x' is not an http(s) URL without a #fragment (alerts append "
         "#<alert>)"]
+
+
+# --- workload variants and deadline-aware routing (#15)
+
+_VARIANT = {"engine": "vllm", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
+VARIANTS: dict[str, Any] = {
+    **BASE,
+    "tenants": {"t1": {"gpuQuota": 16}, "t2": {"gpuQuota": 8}},
+    "observability": {"prices": {"p5.48xlarge": 72.0}},  # 9 $/GPU-hour
+    "models": {
+        "chat-int4": {**_VARIANT, "model": "org/chat-awq", "quantization": "awq", "tensorParallel": 1,
+                      "slo": {"e2eSeconds": 4}, "variant": {"requestsPerSecond": 2}},
+        "chat-fp8": {**_VARIANT, "model": "org/chat", "tensorParallel": 2, "slo": {"e2eSeconds": 1},
+                     "variant": {"costPerRequest": 0.004}},
+    },
+}
+
+
+def test_variant_cost_is_gpu_price_times_gpus_over_throughput_or_explicit() -> None:
+    cfg = parse(VARIANTS, stack="t")
+    int4, fp8 = cfg.models["chat-int4"], cfg.models["chat-fp8"]
+    # 72 $/h / 8 GPUs = 9 $/GPU-hour; 1 GPU; 2 requests/s = 7200 requests/h -> 9 / 7200 $ per request
+    assert cfg.cost_per_request(int4) == pytest.approx(0.00125)
+    assert cfg.cost_per_request(fp8) == 0.004
+    assert [m.name for m in cfg.variants_of("chat")] == ["chat-int4", "chat-fp8"]
+    assert cfg.routing_policy("chat") == "cost-within-deadline"
+    assert cfg.variants_of("m1") == []
+
+
+def test_routing_policy_is_per_workload() -> None:
+    cfg = parse(with_("gateway.routing", {"chat": {"policy": "fastest"}}, VARIANTS), stack="t")
+    assert cfg.routing_policy("chat") == "fastest"
+
+
+def test_a_batch_model_beside_variants_keeps_x_priority() -> None:
+    raw = with_("models.chat-batch", {**_VARIANT, "model": "org/chat", "priority": "batch", "tensorParallel": 1},
+                VARIANTS)
+    cfg = parse(raw, stack="t")
+    assert cfg.models["chat-batch"].variant is None and len(cfg.variants_of("chat")) == 2
+
+
+@pytest.mark.parametrize(("path", "value", "expected"), [
+    ("models.chat-int4.tenant", "t2",
+     "models.chat-int4.tenant: 't2' differs from 't1' (models.chat-fp8)"),
+    ("models.chat-int4.variant", {},
+     "models.chat-int4.variant.requestsPerSecond: is required to derive the cost per request"),
+    ("models.chat-int4.variant", {"requestsPerSecond": 2, "costPerRequest": 0.1},
+     "models.chat-int4.variant.costPerRequest: contradicts requestsPerSecond"),
+    ("models.chat-int4.variant", {"requestsPerSecond": 0},
+     "models.chat-int4.variant.requestsPerSecond: 0.0 is below the minimum"),
+    ("models.chat-int4.variant", {"speed": 1}, "models.chat-int4.variant.speed: unknown key"),
+    ("models.chat-fp8.priority", "batch", "models.chat-fp8.priority: 'batch': variants serve interactive requests"),
+    ("models.chat-fp8.variant", DELETE, "models.chat-int4.variant: workload 'chat' has no other variant"),
+    ("models.chat-plain", {**_VARIANT, "model": "org/chat", "tensorParallel": 1},
+     "models.chat-plain.variant: is required: workload 'chat' has variants (chat-fp8, chat-int4)"),
+    ("gateway.routing", {"chat": {"policy": "random"}},
+     "gateway.routing.chat.policy: 'random' is not allowed; choose one of: cost-within-deadline, fastest, cheapest"),
+    ("gateway.routing", {"m9": {"policy": "fastest"}},
+     "gateway.routing.m9: 'm9' is not a workload with variants; workloads with variants: chat"),
+])
+def test_variant_contradictions_name_the_key_path(path: str, value: Any, expected: str) -> None:
+    found = problems(with_(path, value, VARIANTS))
+    assert any(p.startswith(expected) for p in found), found
+
+
+def test_a_mig_variant_needs_an_explicit_cost() -> None:
+    raw = with_("nodePools.mig", {"instanceType": "p5.48xlarge", "mig": {"profile": "all-1g.10gb"}}, VARIANTS)
+    raw = with_("models.chat-int4.pool", "mig", raw)
+    raw = with_("models.chat-int4.migProfile", "1g.10gb", raw)
+    found = problems(raw)
+    assert any(p.startswith("models.chat-int4.variant.costPerRequest: is required: a MIG slice") for p in found), found

@@ -1,0 +1,66 @@
+"""Deadline-aware routing decisions and their budget matchers, without Envoy (the live test runs them)."""
+
+from __future__ import annotations
+
+import copy
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from components.k8s import envoy_config
+from components.k8s.envoy_config import at_least_regex, decisions, overflow_order, workloads
+from infra.config import parse
+from telemetry.instrument import BUDGET_BAGGAGE_KEY
+from tests.artifacts.test_envoy_variants_live import RAW
+
+
+@given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
+       zeros=st.integers(min_value=0, max_value=2))
+def test_at_least_regex_matches_exactly_the_integers_from_n(n: int, x: int, zeros: int) -> None:
+    # Python's re and RE2 agree on this subset (classes, counted repetition, alternation)
+    assert bool(re.fullmatch(at_least_regex(n), "0" * zeros + str(x))) == (x >= n)
+
+
+def test_the_gateway_reads_the_baggage_key_telemetry_sends() -> None:
+    assert envoy_config.BUDGET_BAGGAGE_KEY == BUDGET_BAGGAGE_KEY
+
+
+def _three_variants() -> dict:
+    raw = copy.deepcopy(RAW)
+    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "w"}
+    raw["models"] = {
+        "w-int4": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
+        "w-mid": {**m, "slo": {"e2eSeconds": 3}, "variant": {"costPerRequest": 0.002}},  # pricier and slower
+        "w-fp8": {**m, "slo": {"e2eSeconds": 0.25}, "variant": {"costPerRequest": 0.004}},
+    }
+    raw["gateway"] = {k: v for k, v in raw["gateway"].items() if k != "routing"}
+    return raw
+
+
+def test_a_variant_that_is_pricier_and_slower_is_never_chosen_by_budget() -> None:
+    cfg = parse(_three_variants(), stack="t")
+    (w,) = workloads(cfg)
+    got = [(d.name, d.chosen.name, d.reason) for d in decisions(cfg, w)]
+    assert got == [
+        ("w.w-int4.fits-budget", "w-int4", "fits-budget"),
+        ("w.w-int4.fits-budget.baggage", "w-int4", "fits-budget"),
+        ("w.w-fp8.fits-budget", "w-fp8", "fits-budget"),
+        ("w.w-fp8.fits-budget.baggage", "w-fp8", "fits-budget"),
+        ("w.w-fp8.rescued", "w-fp8", "rescued"),
+        ("w.w-fp8.rescued.baggage", "w-fp8", "rescued"),
+        ("w.w-int4.default", "w-int4", "default"),
+    ]
+    fits = decisions(cfg, w)[2].headers
+    assert fits == ({"name": "x-aifactory-budget-ms", "range_match": {"start": 250, "end": 10**12}},)
+    # overflow: the chosen one, then the others fastest first
+    assert [m.name for m in overflow_order(w, cfg.models["w-int4"])] == ["w-int4", "w-fp8", "w-mid"]
+    assert [m.name for m in overflow_order(w, cfg.models["w-fp8"])] == ["w-fp8", "w-int4", "w-mid"]
+
+
+def test_policy_cheapest_routes_everything_to_the_cheapest() -> None:
+    raw = _three_variants()
+    raw["gateway"]["routing"] = {"w": {"policy": "cheapest"}}
+    cfg = parse(raw, stack="t")
+    (w,) = workloads(cfg)
+    assert [(d.chosen.name, d.reason, d.headers) for d in decisions(cfg, w)] == [("w-int4", "default", ())]
