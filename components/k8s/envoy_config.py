@@ -190,7 +190,10 @@ DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry 
 # ci/Dockerfile-envoy), used to check the issuers' JWKS servers
 SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 DNS_CLUSTER_TYPE = "envoy.cluster.dns"
-JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8")
+# compared exactly by json_to_metadata: the spellings clients send (Spring's APPLICATION_JSON_UTF8 is the
+# upper-case one)
+JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8",
+                      "application/json; charset=UTF-8", "application/json;charset=UTF-8")
 SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
 BUDGET_HEADER = "x-aifactory-budget-ms"  # the caller's remaining latency budget, whole ms (wins over baggage)
 BAGGAGE_HEADER = "baggage"  # W3C baggage (https://www.w3.org/TR/baggage/)
@@ -554,20 +557,23 @@ def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404
 
 
 def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
-    """The route for the same requests when their JSON body does not ask to stream.
+    """The route for the same requests when their body does not ask to stream.
 
     A non-streamed answer says nothing until the whole generation is done, so the per-try idle timeout
     would cut healthy long generations: such a try may stay silent up to the model's timeoutSeconds (a hung
-    replica is then taken out by its failing health checks and by outlier detection). Streamed requests and
-    requests without a JSON body keep `tryIdleTimeoutSeconds`."""
+    replica is then taken out by its failing health checks and by outlier detection). Only a POST whose JSON
+    body says `"stream": true` keeps `tryIdleTimeoutSeconds`, as do bodyless requests: a POST whose body the
+    gateway did not parse (a content type json_to_metadata does not take, such as `text/plain`) is treated as
+    non-streamed, so a healthy generation is never cut and retried three times into a 504."""
     out = copy.deepcopy(route)
     out["name"] = f"{route['name']}-unstreamed"
     # only a POST carries a generation request (a bodyless GET with a JSON content type also "lacks" stream)
     out["match"]["headers"] = [*route["match"].get("headers", []),
                                {"name": ":method", "string_match": {"exact": "POST"}}]
+    # not (stream == true): also matches when no metadata was set (envoy.type.matcher.v3.MetadataMatcher.invert)
     out["match"]["dynamic_metadata"] = [*route["match"].get("dynamic_metadata", []), {
         "filter": METADATA_NAMESPACE, "path": [{"key": BODY_STREAM_KEY}],
-        "value": {"bool_match": False}}]
+        "value": {"bool_match": True}, "invert": True}]
     out["route"]["retry_policy"]["per_try_idle_timeout"] = _seconds(model.timeout_seconds)
     return out
 

@@ -440,6 +440,11 @@ def test_a_non_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(g
         assert (status, answer["backend"]) == (200, "long-quiet-0")
     status, _ = gateway.get("/v1/chat/completions", {**JSON, "x-model": "long-quiet"}, body=b'{"stream": false}')
     assert status == 200
+    # content types json_to_metadata compares exactly, or does not parse at all: still a non-streamed generation
+    for content_type in ("application/json; charset=UTF-8", "application/json;charset=UTF-8", "text/plain"):
+        status, _ = gateway.get("/v1/chat/completions", {**JSON, "content-type": content_type, "x-model": "long-quiet"},
+                                body=b'{"messages": []}')
+        assert status == 200, content_type
     assert gateway.envoy.stats().get("cluster.long-quiet.upstream_rq_per_try_idle_timeout", 0) == 0
     status, _ = gateway.get("/v1/chat/completions", JSON, body=b'{"model": "long-quiet", "stream": true}')
     assert status == 504  # each of the 3 tries abandoned after TRY_IDLE_S, on the only replica

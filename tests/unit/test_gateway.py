@@ -47,7 +47,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
     unstreamed = by_name["deep-research-path-unstreamed"]
     assert unstreamed["match"] == {**by_name["deep-research-path"]["match"], "dynamic_metadata": [
-        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": False}}],
+        {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": True}, "invert": True}],
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
     assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
     assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
@@ -190,7 +190,8 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
          "on_present": {"metadata_namespace": "aifactory", "key": "stream", "type": "PROTOBUF_VALUE"},
          "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}],
         "allow_content_types": ["application/json", "application/json; charset=utf-8",
-                                "application/json;charset=utf-8"],
+                                "application/json;charset=utf-8", "application/json; charset=UTF-8",
+                                "application/json;charset=UTF-8"],
         "allow_empty_content_type": True}
     assert jwt["typed_config"]["providers"] == {"issuer-0": {
         "issuer": "https://example.okta.com/oauth2/aus4aifactoryprod",
