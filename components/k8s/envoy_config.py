@@ -708,6 +708,9 @@ def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
                 "retry_policy": {"num_retries": 3},
             },
             "forward": False,
+            # only the Authorization header: by default jwt_authn also reads an `access_token` query parameter
+            # (JwtProvider.from_headers/from_params), and tokens in URLs end up in logs and browser histories
+            "from_headers": [{"name": "Authorization", "value_prefix": "Bearer "}],
             "claim_to_headers": [{"header_name": TENANT_HEADER, "claim_name": auth.tenant_claim}],
             # a client reuses its token until it expires: verify each token's signature once, not per request
             "jwt_cache_config": {"jwt_cache_size": DEFAULT_JWT_CACHE_SIZE},

@@ -253,6 +253,9 @@ def test_requests_without_a_valid_token_get_401(gateway: Gateway) -> None:
     status, body = gateway.get("/v1/models", {"x-model": "chat", **gateway.auth("alpha", audience="someone-else")},
                                tenant=None)
     assert (status, body["text"]) == (403, "Audiences in Jwt are not allowed")
+    # a valid token in the URL (jwt_authn's default access_token parameter) is not taken: the header only
+    token = gateway.auth("alpha")["authorization"].removeprefix("Bearer ")
+    assert gateway.get(f"/v1/models?access_token={token}", {"x-model": "chat"}, tenant=None)[0] == 401
     assert gateway.hits("chat-fast") == before
 
 

@@ -198,7 +198,7 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
         "remote_jwks": {"http_uri": {"uri": "https://example.okta.com/oauth2/aus4aifactoryprod/v1/keys",
                                      "cluster": "jwks-0", "timeout": "5s"},
                         "cache_duration": "600s", "async_fetch": {}, "retry_policy": {"num_retries": 3}},
-        "forward": False,
+        "forward": False, "from_headers": [{"name": "Authorization", "value_prefix": "Bearer "}],
         "claim_to_headers": [{"header_name": "x-aifactory-tenant", "claim_name": "tenant"}],
         "jwt_cache_config": {"jwt_cache_size": 1000},
         "audiences": ["api://aifactory-gateway"]}}
