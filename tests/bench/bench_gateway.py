@@ -197,6 +197,7 @@ def _failure_raw(issuer: Issuer) -> dict[str, Any]:
     raw["gateway"].update(SCALED)
     raw["models"][MODEL]["tryIdleTimeoutSeconds"] = TRY_IDLE_S
     raw["models"][MODEL]["replicas"] = {"min": 3, "max": 3}
+    raw["nodePools"]["gpu-small"]["maxSize"] = 3  # three 1-GPU replicas need three nodes (config capacity check)
     raw["tenants"]["demo"]["gpuQuota"] = 3
     return raw
 
