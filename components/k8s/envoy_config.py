@@ -183,6 +183,13 @@ DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match n
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
 DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
+GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway.py)
+# The overload manager's heap budget: 75% of the container limit, so Envoy sheds load before the kernel OOM-kills
+# it. Bodies are buffered whole before routing, so many slow or large uploads could otherwise fill the heap.
+MAX_HEAP_BYTES = GATEWAY_MEMORY_LIMIT_GIB * 1024**3 * 3 // 4
+# Streams buffering at least 2^20 bytes are tracked, and the largest are reset first under memory pressure
+# (overload action envoy.overload_actions.reset_high_memory_stream needs buffer_factory_config).
+TRACKED_STREAM_BUFFER_POWER_OF_TWO = 20
 DEFAULT_JWKS_CACHE_SECONDS = 600  # how long fetched signing keys are used before they are fetched again
 DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
 DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry still checked on every use)
@@ -896,11 +903,26 @@ def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },
-        "overload_manager": {"resource_monitors": [{
-            "name": "envoy.resource_monitors.global_downstream_max_connections",
-            "typed_config": {
-                "@type": _T + "extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
-                "max_active_downstream_connections": DEFAULT_MAX_DOWNSTREAM_CONNECTIONS}}]},
+        "overload_manager": {
+            "refresh_interval": "0.25s",
+            "resource_monitors": [
+                {"name": "envoy.resource_monitors.global_downstream_max_connections",
+                 "typed_config": {
+                     "@type": _T + "extensions.resource_monitors.downstream_connections.v3.DownstreamConnectionsConfig",
+                     "max_active_downstream_connections": DEFAULT_MAX_DOWNSTREAM_CONNECTIONS}},
+                {"name": "envoy.resource_monitors.fixed_heap",
+                 "typed_config": {"@type": _T + "extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
+                                  "max_heap_size_bytes": MAX_HEAP_BYTES}}],
+            # config/overload/v3: from 85% of the heap budget the streams buffering most are reset (scaled),
+            # at 95% new requests are refused with 503; the gateway stays up for everyone else's streams
+            "actions": [
+                {"name": "envoy.overload_actions.reset_high_memory_stream",
+                 "triggers": [{"name": "envoy.resource_monitors.fixed_heap",
+                               "scaled": {"scaling_threshold": 0.85, "saturation_threshold": 0.95}}]},
+                {"name": "envoy.overload_actions.stop_accepting_requests",
+                 "triggers": [{"name": "envoy.resource_monitors.fixed_heap", "threshold": {"value": 0.95}}]}],
+            "buffer_factory_config": {"minimum_account_to_track_power_of_two": TRACKED_STREAM_BUFFER_POWER_OF_TWO},
+        },
     }
 
 

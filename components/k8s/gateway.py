@@ -29,7 +29,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security
-from components.k8s.envoy_config import jwks_endpoint, render
+from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, jwks_endpoint, render
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
@@ -103,7 +103,8 @@ def deployment(cfg: PlatformConfig, envoy_yaml: str) -> dict[str, Any]:
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "stats"}, "periodSeconds": 5,
                            "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
-        "resources": security.resources("1", "512Mi", cpu_limit="2", memory_limit="1Gi"),
+        "resources": security.resources("1", "512Mi", cpu_limit="2",
+                                        memory_limit=f"{GATEWAY_MEMORY_LIMIT_GIB}Gi"),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         "securityContext": security.container_security_context(),
     }

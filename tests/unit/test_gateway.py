@@ -423,3 +423,25 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"
     assert children["gateway-serviceaccount"].inputs["metadata"]["name"] == "aifactory-gateway"
     assert children["gateway-deployment"].dependencies == [children["gateway-ns"].urn]
+
+
+def test_envoy_sheds_load_before_its_container_is_oom_killed() -> None:
+    """Bodies are buffered whole before RBAC and the rate limit run, so many large or slow uploads could fill the
+    heap and the kernel would OOM-kill the gateway (every tenant's streams with it). The overload manager's heap
+    budget is 3/4 of the container's memory limit: from 85% the streams buffering most are reset, at 95% new
+    requests get 503 (config/overload/v3: fixed_heap monitor, reset_high_memory_stream needs
+    buffer_factory_config)."""
+    cfg = stack("prod")
+    boot = ec.bootstrap(cfg)
+    limit = gw.deployment(cfg, ec.render(cfg))["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limit["memory"] == "1Gi"
+    om = boot["overload_manager"]
+    heap = next(m for m in om["resource_monitors"] if m["name"] == "envoy.resource_monitors.fixed_heap")
+    assert heap["typed_config"]["max_heap_size_bytes"] == 3 * 1024**3 // 4
+    assert {a["name"]: a["triggers"] for a in om["actions"]} == {
+        "envoy.overload_actions.reset_high_memory_stream": [
+            {"name": "envoy.resource_monitors.fixed_heap",
+             "scaled": {"scaling_threshold": 0.85, "saturation_threshold": 0.95}}],
+        "envoy.overload_actions.stop_accepting_requests": [
+            {"name": "envoy.resource_monitors.fixed_heap", "threshold": {"value": 0.95}}]}
+    assert om["buffer_factory_config"] == {"minimum_account_to_track_power_of_two": 20}
