@@ -34,7 +34,7 @@ from typing import Any
 
 from components.k8s.envoy_config import bootstrap, rebind
 from infra.config import parse
-from tests.support.fake_backends import HEALTH_PATHS, EnvoyProcess, free_port
+from tests.support.fake_backends import HEALTH_PATHS, EnvoyProcess, free_port, send_json
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 SEED = 15
@@ -80,11 +80,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, json.dumps({"backend": srv.variant}).encode())
 
     def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, body)
 
     do_GET = do_POST = _answer  # noqa: N815
 

@@ -34,7 +34,7 @@ import yaml
 
 from tests.support.processes import free_port, stop_process
 
-__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS"]
+__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
@@ -53,6 +53,15 @@ class Behaviour(enum.Enum):
     SLOW = "slow"
     HANG = "hang"
     STREAM = "stream"
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None:
+    """A whole JSON response with its content-length (what an engine answers a non-streamed request with)."""
+    handler.send_response(status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -105,11 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
                            "request_id": self.headers.get("x-request-id")}).encode()
 
     def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, body)
 
     def _stream(self, length: int) -> None:
         """Server-sent events: headers at once, then STREAM_CHUNKS chunks `delay` apart, then the description."""

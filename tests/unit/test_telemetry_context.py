@@ -20,11 +20,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import pytest
 from opentelemetry import trace
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
-from opentelemetry.instrumentation.threading import ThreadingInstrumentor
 
 import telemetry
 from telemetry import names
 from tests.support.telemetry import Harness, at, harness, labels
+from tests.support.threads import threads_instrumented
 
 WAIT_S = 10.0  # bound on every wait for a thread
 
@@ -37,12 +37,8 @@ def h() -> Iterator[Harness]:
 
 @pytest.fixture
 def threading_instrumented() -> Iterator[None]:
-    instrumentor = ThreadingInstrumentor()
-    instrumentor.instrument()
-    try:
+    with threads_instrumented():
         yield
-    finally:
-        instrumentor.uninstrument()
 
 
 class Gate:

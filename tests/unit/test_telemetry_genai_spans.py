@@ -21,13 +21,13 @@ from typing import Any
 import openai
 import pytest
 from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor
-from opentelemetry.instrumentation.threading import ThreadingInstrumentor
 from opentelemetry.util.genai.handler import TelemetryHandler
 
 import telemetry
 from telemetry import names
 from tests.support.fake_openai import FakeOpenAI, Reply, chat, embedding, tool_call
 from tests.support.telemetry import Harness, harness, labels
+from tests.support.threads import threads_instrumented
 
 WAIT_S = 10.0
 CHAT_MODEL = "gpt-4o-mini"
@@ -54,12 +54,8 @@ EXPECTED_CRITICAL_PATH = {"other": 0.25, "retrieval": 0.25, "llm": 3.25, "tool":
 
 @pytest.fixture(autouse=True)
 def threads_carry_context() -> Iterator[None]:
-    instrumentor = ThreadingInstrumentor()
-    instrumentor.instrument()
-    try:
+    with threads_instrumented():
         yield
-    finally:
-        instrumentor.uninstrument()
 
 
 class ParallelTools:
