@@ -35,6 +35,11 @@ class UsageError(Exception):
     """A bad argument (an unusable --json target, ...): exit 2 with the message, nothing written."""
 
 
+def _count(n: int, noun: str) -> str:
+    """'1 pool', '2 pools'."""
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _prog() -> str:
     """How the user ran the kit (`.venv/bin/aifactory` or `aifactory`), for the commands it suggests."""
     argv0 = sys.argv[0] if sys.argv and sys.argv[0] else "aifactory"
@@ -171,8 +176,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             write_json(json_out, {"stack": args.stack, "valid": False,
                                   "problems": [{"path": p.path, "message": p.message} for p in err.problems]})
         raise
-    line = (f"{args.stack}: valid ({cfg.target.provider}, {len(cfg.node_pools)} pools, {len(cfg.tenants)} tenants, "
-            f"{len(cfg.models)} models)")
+    line = (f"{args.stack}: valid ({cfg.target.provider}, {_count(len(cfg.node_pools), 'pool')}, "
+            f"{_count(len(cfg.tenants), 'tenant')}, {_count(len(cfg.models), 'model')})")
     print(line, file=sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout)
     if json_out is not None:
         write_json(json_out, {"stack": args.stack, "valid": True, "provider": cfg.target.provider,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import difflib
 import ipaddress
 import json
 import math
@@ -128,6 +129,26 @@ TOP_LEVEL_KEYS = (
     "gateway",
     "observability",
 )
+
+
+def did_you_mean(key: str, allowed: tuple[str, ...] | list[str]) -> str:
+    """' (did you mean 'x'?)' for the allowed key `key` most likely meant (same letters in another case, else a
+    close spelling), or '' when none is close."""
+    same_case = [a for a in allowed if a.lower() == key.lower()]
+    close = same_case or difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def unknown_key(key: str, allowed: tuple[str, ...] | list[str]) -> str:
+    """The message for a key that is not allowed: the likely intended key, then every allowed one."""
+    return f"unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
+
+
+def namespace_typo(namespace: str) -> bool:
+    """Whether a stack config namespace is a misspelling of the kit's own (`aifactroy:`, `AIFactory:`): its keys
+    would be passed to nobody. Provider namespaces (aws:, kubernetes:, pulumi:) are far from it."""
+    return namespace != NAMESPACE and (namespace.lower() == NAMESPACE
+                                       or bool(difflib.get_close_matches(namespace.lower(), [NAMESPACE], cutoff=0.75)))
 
 
 # --------------------------------------------------------------------------------------------
@@ -649,7 +670,7 @@ class _Reader:
             if not isinstance(key, str):
                 self.fail(path, f"key {_show(key)} is not a string")
             elif allowed is not None and key not in allowed:
-                self.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
+                self.fail(f"{path}.{key}", unknown_key(key, allowed))
             else:
                 good[key] = value
         return good
@@ -913,7 +934,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     path = f"nodePools.{name}"
     for key in d:
         if key not in _POOL_KEYS:
-            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(_POOL_KEYS)}")
+            r.fail(f"{path}.{key}", unknown_key(key, _POOL_KEYS))
     itype = r.value(d, "instanceType", path, str, check=_known_type)
     if itype is None:
         return None
@@ -1149,7 +1170,7 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
     for key in d:
         if key not in allowed:
-            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(allowed)}")
+            r.fail(f"{path}.{key}", unknown_key(key, allowed))
     ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
     if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
         # No namespace set: the tenant's name is its namespace, and must pass the same check.
@@ -1272,7 +1293,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     path = f"models.{name}"
     for key in d:
         if key not in _MODEL_KEYS:
-            r.fail(f"{path}.{key}", f"unknown key; allowed keys: {', '.join(_MODEL_KEYS)}")
+            r.fail(f"{path}.{key}", unknown_key(key, _MODEL_KEYS))
     engine = r.value(d, "engine", path, str, choices=("vllm", "triton"))
     model_id = r.value(d, "model", path, str)
     tenant = r.value(d, "tenant", path, str)
@@ -1721,7 +1742,8 @@ def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
             r.fail(f"{path}.{key}", "credentials never go into the stack config; store it in a Kubernetes Secret "
                                     "and reference it with secret: {name, key}")
         elif typ is not None and key not in _RECEIVER_KEYS[typ]:
-            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}; allowed keys: {', '.join(_RECEIVER_KEYS[typ])}")
+            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}{did_you_mean(key, _RECEIVER_KEYS[typ])}; "
+                                   f"allowed keys: {', '.join(_RECEIVER_KEYS[typ])}")
     if typ is None:
         return None
     secret = _secret_ref(r, d, path, required=typ in ("slack", "pagerduty"))
@@ -1850,7 +1872,8 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         raise ConfigError([Problem("config", f"expected a mapping, got {_kind(raw)}")])
     for key in raw:
         if key not in TOP_LEVEL_KEYS:
-            r.fail(str(key), f"unknown key; allowed keys under '{NAMESPACE}:': {', '.join(TOP_LEVEL_KEYS)}")
+            r.fail(str(key), f"unknown key{did_you_mean(str(key), TOP_LEVEL_KEYS)}; allowed keys under "
+                             f"'{NAMESPACE}:': {', '.join(TOP_LEVEL_KEYS)}")
     if "target" not in raw:
         r.fail("target", "is required (provider: aws with region and availabilityZones, or provider: existing "
                          "with kubeconfig)")
@@ -1968,6 +1991,11 @@ def raw_from_pulumi() -> dict[str, Any]:
     keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
     cfg = pulumi.Config(NAMESPACE)
     raw: dict[str, Any] = {}
+    typos = [Problem(full, f"namespace {ns!r} is not the kit's: nothing reads this key; did you mean "
+                           f"'{NAMESPACE}:{key}'?")
+             for full in sorted(keys) for ns, _, key in [full.partition(":")] if namespace_typo(ns)]
+    if typos:
+        raise ConfigError(typos)
     for full in sorted(keys):
         ns, _, key = full.partition(":")
         if ns != NAMESPACE:

@@ -84,10 +84,40 @@ def test_secret_values_are_refused_offline(tmp_path: Path, capsys: pytest.Captur
     assert "gateway: is a Pulumi secret; offline synth cannot decrypt it" in capsys.readouterr().err
 
 
+def test_misspelt_namespace_is_refused_naming_the_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A key under `aifactroy:` would reach nobody: the stack would deploy without it, silently.
+    stacks = write_stack(tmp_path / "stacks", "s", {**GOOD, "aifactroy:gateway": {"minReplicas": 3}})
+    assert main(["validate", "s", "--stacks-dir", str(stacks)]) == 2
+    assert ("aifactroy:gateway: namespace 'aifactroy' is not the kit's: nothing reads this key; did you mean "
+            "'aifactory:gateway'?") in capsys.readouterr().err
+
+
+def test_provider_namespaces_are_left_to_their_providers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = write_stack(tmp_path / "stacks", "s", {**GOOD, "aws:region": "us-east-1", "kubernetes:context": "x",
+                                                    "pulumi:tags": {"team": "ml"}})
+    assert main(["validate", "s", "--stacks-dir", str(stacks)]) == 0, capsys.readouterr().err
+
+
+def test_misspelt_namespace_is_refused_under_pulumi_up() -> None:
+    import pulumi.runtime.config as runtime_config
+
+    from infra.config import ConfigError, raw_from_pulumi
+    saved = dict(runtime_config.CONFIG.get())
+    try:
+        runtime_config.set_all_config({"AIFactory:models": "{}", "aws:region": "us-east-1"})
+        with pytest.raises(ConfigError) as err:
+            raw_from_pulumi()
+        assert [(p.path, p.message) for p in err.value.problems] == [
+            ("AIFactory:models", "namespace 'AIFactory' is not the kit's: nothing reads this key; did you mean "
+                                 "'aifactory:models'?")]
+    finally:
+        runtime_config.set_all_config(saved)
+
+
 def test_validate_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     stacks = write_stack(tmp_path / "stacks", "good", GOOD)
     assert main(["validate", "good", "--stacks-dir", str(stacks)]) == 0
-    assert capsys.readouterr().out == "good: valid (aws, 1 pools, 1 tenants, 1 models)\n"
+    assert capsys.readouterr().out == "good: valid (aws, 1 pool, 1 tenant, 1 model)\n"
 
 
 def test_synth_staging_prints_progress_and_summary(tmp_path: Path) -> None:

@@ -120,10 +120,16 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("bool is not int", with_("nodePools.gpu-a.maxSize", True),
      "nodePools.gpu-a.maxSize: expected an integer, got a boolean true"),
     ("unknown top-level key", with_("nodepools", {}),
-     "nodepools: unknown key; allowed keys under 'aifactory:': target, kubernetesVersion, cluster, network, "
+     "nodepools: unknown key (did you mean 'nodePools'?); allowed keys under 'aifactory:': target, "
+     "kubernetesVersion, cluster, network, "
      "nodePools, infiniband, tenants, models, gateway, observability"),
+    ("misspelt model key", with_("models.chat.tenent", "team-a"),
+     "models.chat.tenent: unknown key (did you mean 'tenant'?); allowed keys: "),
+    ("unknown key, nothing close", with_("models.chat.colour", "blue"),
+     "models.chat.colour: unknown key; allowed keys: "),
     ("unknown pool key", with_("nodePools.gpu-a.instancetype", "p5.48xlarge"),
-     "nodePools.gpu-a.instancetype: unknown key; allowed keys: instanceType, minSize, maxSize, desiredSize, "
+     "nodePools.gpu-a.instancetype: unknown key (did you mean 'instanceType'?); allowed keys: instanceType, "
+     "minSize, maxSize, desiredSize, "
      "fabric, availabilityZones, capacity, placementGroup, rootVolumeGiB, hugepagesMiB, labels, taints, mig, "
      "nodes, nodeCheck"),
     ("unknown instance type", with_("nodePools.gpu-a.instanceType", "p9.mega"),

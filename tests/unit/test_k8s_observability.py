@@ -234,7 +234,8 @@ def test_a_pinned_volume_size_must_be_a_whole_number_of_gib() -> None:
     with pytest.raises(ConfigError) as err:
         with_obs("prod", volumes={"prometheusGiB": 0, "lokiGb": 5})
     assert [str(p) for p in err.value.problems] == [
-        "observability.volumes.lokiGb: unknown key; allowed keys: prometheusGiB, lokiGiB, jaegerGiB",
+        "observability.volumes.lokiGb: unknown key (did you mean 'lokiGiB'?); allowed keys: prometheusGiB, lokiGiB, "
+        "jaegerGiB",
         "observability.volumes.prometheusGiB: 0 is below the minimum 1"]
 
 
