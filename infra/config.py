@@ -1978,7 +1978,7 @@ def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mappin
                        f"{', '.join(sorted(set(tenants) - {t.name})) or '(none)'}")
         need = sum(m.replicas.max * (m.gpus_per_replica if m.mig_profile is None else 0)
                    for m in models.values() if m.tenant == t.name)
-        if need > t.gpu_quota:
+        if need > t.gpu_quota and not r.problems_at(f"tenants.{t.name}.gpuQuota"):  # a malformed quota is not 0
             r.fail(f"tenants.{t.name}.gpuQuota", f"{t.gpu_quota} is less than the {need} GPUs its models can scale "
                                                  f"to (replicas.max x gpusPerReplica); raise it to at least {need}")
 

@@ -219,6 +219,12 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
 ]
 
 
+def test_a_malformed_quota_is_reported_once_not_read_as_zero() -> None:
+    # Not also "0 is less than the 2 GPUs its models can scale to": the user wrote no 0.
+    assert problems(with_("tenants.t1.gpuQuota", "two")) == [
+        "tenants.t1.gpuQuota: expected an integer, got a string 'two'"]
+
+
 @pytest.mark.parametrize(("raw", "expected"), [(raw, exp) for _, raw, exp in BAD], ids=[i for i, _, _ in BAD])
 def test_bad_config_reports_key_path(raw: dict[str, Any], expected: str) -> None:
     found = problems(raw)
