@@ -146,13 +146,20 @@ def _resource_table(summary: SynthSummary) -> list[str]:
 
 
 def _cmd_synth(args: argparse.Namespace) -> int:
+    from infra.config import ConfigError
     from infra.synth import synth
 
     json_out = json_target(args.json)
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
-    summary = synth(args.stack, Path(args.out) if args.out is not None else None,
-                    stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
-                    progress=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
+    try:
+        summary = synth(args.stack, Path(args.out) if args.out is not None else None,
+                        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                        progress=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
+    except ConfigError as err:
+        if json_out is not None:  # a CI job reading the JSON learns why, as from `validate --json`
+            write_json(json_out, {"stack": args.stack, "valid": False,
+                                  "problems": [{"path": p.path, "message": p.message} for p in err.problems]})
+        raise
     for failure in summary.failures:
         _err(failure)
     if args.resources:

@@ -378,7 +378,7 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
     from infra.config import parse
 
     parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
-    dest = check_output_dir(out)
+    dest = check_output_dir(out, stack=stack)
     say("[2/3] program  running infra/ under the Pulumi SDK mock monitor")
     result = run_program(stack, values)
     say(f"               {len(result.resources)} resources registered")
@@ -432,8 +432,19 @@ def is_synth_output(path: Path) -> bool:
     return "state.json" in names and names <= _OUTPUT_ENTRIES
 
 
-def check_output_dir(out: Path) -> Path:
-    """The absolute directory synth may write `out` to, or OutputDirError saying why not."""
+def _marker_stack(path: Path) -> str | None:
+    """The stack whose output `path` holds, from its marker; None when the marker does not say (older outputs)."""
+    try:
+        doc = json.loads((path / OUTPUT_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+    stack = doc.get("stack") if isinstance(doc, dict) else None
+    return stack if isinstance(stack, str) else None
+
+
+def check_output_dir(out: Path, *, stack: str | None = None) -> Path:
+    """The absolute directory synth may write `out` to, or OutputDirError saying why not. With `stack`, an output
+    of another stack is not replaced either (`synth dev --out build/staging` would lose staging's render)."""
     dest = Path(os.path.abspath(out))
     cwd = Path.cwd()
     if dest == Path(dest.anchor):
@@ -451,6 +462,11 @@ def check_output_dir(out: Path) -> Path:
         raise OutputDirError(f"--out {out}: is not an output of aifactory synth (no {OUTPUT_MARKER} marker) and is "
                              f"not empty (it holds {shown}); synth replaces its output directory as a whole, so "
                              "choose a new or empty directory, or remove this one yourself")
+    other = _marker_stack(dest) if stack is not None and dest.is_dir() else None
+    if other is not None and other != stack:
+        raise OutputDirError(f"--out {out}: holds the output of stack {other!r}, not {stack!r}; synth replaces its "
+                             f"output directory as a whole, so choose build/{stack} or a new directory, or remove "
+                             "this one yourself")
     return dest
 
 

@@ -155,6 +155,30 @@ def test_synth_into_a_parent_of_other_outputs_keeps_the_siblings(tmp_path: Path)
     assert run("synth", "dev", "--out", str(build / "dev"), "-q").returncode == 0, "its own output is replaced"
 
 
+def test_synth_does_not_replace_another_stacks_output(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = write_stack(write_stack(tmp_path / "stacks", "one", GOOD), "two", GOOD)
+    out = tmp_path / "build" / "one"
+    assert main(["synth", "one", "--stacks-dir", str(stacks), "--out", str(out), "-q"]) == 0
+    before = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    capsys.readouterr()
+    assert main(["synth", "two", "--stacks-dir", str(stacks), "--out", str(out), "-q"]) == 2
+    assert capsys.readouterr().err == (
+        f"aifactory: --out {out}: holds the output of stack 'one', not 'two'; synth replaces its output directory as "
+        "a whole, so choose build/two or a new directory, or remove this one yourself\n")
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")) == before
+    assert json.loads((out / ".aifactory-synth").read_text())["stack"] == "one"
+
+
+def test_synth_json_says_why_an_invalid_config_wrote_nothing(tmp_path: Path) -> None:
+    stacks = write_stack(tmp_path / "stacks", "s", {**GOOD, "aifactory:tenants": {"t": {"gpuQuota": "two"}}})
+    report = tmp_path / "synth.json"
+    assert main(["synth", "s", "--stacks-dir", str(stacks), "--out", str(tmp_path / "out"), "--json", str(report),
+                 "-q"]) == 2
+    assert json.loads(report.read_text()) == {"stack": "s", "valid": False, "problems": [
+        {"path": "tenants.t.gpuQuota", "message": "expected an integer, got a string 'two'"}]}
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("out", [".", "", ".."])
 def test_synth_out_the_current_directory_is_refused_cleanly(tmp_path: Path, out: str) -> None:
     work = tmp_path / "work"
