@@ -161,7 +161,19 @@ def parse_hosts(hosts: str) -> list[str]:
         if scheme not in testinfra.backend.BACKENDS:
             raise UsageError(f"host {url!r}: unknown or missing scheme {scheme!r}; use one of: "
                              + ", ".join(f"{s}://" for s in sorted(testinfra.backend.BACKENDS)))
+        host = url.partition("://")[2].partition("?")[0].rpartition("@")[2]
+        if scheme not in _HOSTLESS_BACKENDS and not host.strip("/"):
+            raise UsageError(f"host {url!r}: names no {_EXAMPLE.get(scheme, ('host', ''))[0]} after {scheme}://"
+                             f"{_EXAMPLE.get(scheme, ('', ''))[1]}")
     return urls
+
+
+# testinfra backends whose URL needs no host: this machine, or a directory on it
+_HOSTLESS_BACKENDS = frozenset({"local", "chroot", "ansible"})  # ansible:// is every host of the inventory
+_EXAMPLE = {"ssh": ("host", "; e.g. ssh://user@10.0.0.5"), "safe-ssh": ("host", "; e.g. safe-ssh://user@10.0.0.5"),
+            "paramiko": ("host", "; e.g. paramiko://user@10.0.0.5"),
+            "kubectl": ("pod", "; e.g. kubectl://POD?namespace=NS"), "openshift": ("pod", "; e.g. openshift://POD"),
+            "docker": ("container", ""), "podman": ("container", ""), "lxc": ("container", "")}
 
 
 def format_table(results: Sequence[CheckResult]) -> str:

@@ -97,6 +97,11 @@ def test_cli_wiring_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None
          "Pulumi.nodes-nope.yaml: no such stack file; stacks: nodes-aws, nodes-onprem"),
         (("nodes-onprem", "cpu", "node-7"), "host 'node-7': unknown or missing scheme ''; use one of: ansible://, "),
         (("nodes-onprem", "cpu", " , "), "--hosts is empty; give testinfra URLs such as local://, ssh://user@node"),
+        # no host: a usage error, not a node reported unreachable
+        (("nodes-onprem", "cpu", "ssh://user@"), "host 'ssh://user@': names no host after ssh://; e.g. "
+                                                 "ssh://user@10.0.0.5"),
+        (("nodes-onprem", "cpu", "local://,kubectl://?namespace=gpu"),
+         "host 'kubectl://?namespace=gpu': names no pod after kubectl://; e.g. kubectl://POD?namespace=NS"),
     ]
     for (stack, pool, hosts), message in cases:
         assert main(["node-check", "--stack", stack, "--pool", pool, "--hosts", hosts,
