@@ -9,6 +9,7 @@ policy name -> enforcement level, or -> {enforcementLevel?, <property>: value}; 
 
 from __future__ import annotations
 
+import difflib
 import json
 import sys
 from collections.abc import Mapping, Sequence
@@ -133,7 +134,9 @@ def parse_config(raw: Any, *, source: str = "config", policies: Sequence[Policy]
             level(name, body)
             continue
         if name not in known:
-            problems.append(f"{name}: unknown policy; policies: {', '.join(sorted(known))}")
+            close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"{name}: unknown policy{hint}; policies: {', '.join(sorted(known))}")
             continue
         if isinstance(body, str):
             level(name, body)

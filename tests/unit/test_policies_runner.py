@@ -133,6 +133,13 @@ def test_bad_config_lists_every_problem_with_its_key_path(tmp_path: Path, capsys
     )
 
 
+def test_a_misspelt_policy_name_names_the_policy_meant() -> None:
+    with pytest.raises(PolicyInputError) as err:
+        parse_config({"no-public-ingres": "mandatory"}, source="cfg")
+    assert str(err.value).startswith("cfg: 1 problem(s):\n  - no-public-ingres: unknown policy (did you mean "
+                                     "'no-public-ingress'?); policies: ")
+
+
 def test_parse_config_rejects_a_non_mapping() -> None:
     with pytest.raises(PolicyInputError, match=r"^cfg: expected a mapping of policy name to settings, got list$"):
         parse_config([], source="cfg")
