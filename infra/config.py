@@ -440,6 +440,9 @@ class JwtIssuer:
     issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
     jwks_uri: str  # where its signing keys are published (https://...)
     audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
+    # the tenants this issuer may name in its tokens' tenant claim; default: None (any tenant). Set it when
+    # several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
+    tenants: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -1674,7 +1677,7 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
     raw_issuers = r.value(d, "issuers", p, list, [])
     for i, item in enumerate(raw_issuers):
         ip = f"{p}.issuers[{i}]"
-        idd = r.mapping(item, ip, ("issuer", "jwksUri", "audiences"))
+        idd = r.mapping(item, ip, ("issuer", "jwksUri", "audiences", "tenants"))
         if idd is None:
             continue
         issuer = r.value(idd, "issuer", ip, str, check=lambda v: None if v.strip() else "is empty")
@@ -1682,7 +1685,8 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
         if issuer in seen:
             r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
         elif issuer is not None and jwks is not None:
-            issuers.append(JwtIssuer(issuer, jwks, r.strings(idd, "audiences", ip)))
+            issuers.append(JwtIssuer(issuer, jwks, r.strings(idd, "audiences", ip),
+                                     r.strings(idd, "tenants", ip) if "tenants" in idd else None))
         if issuer is not None:
             seen.add(issuer)
     return GatewayAuth(tuple(issuers), r.value(d, "tenantClaim", p, str, "tenant",
@@ -1924,6 +1928,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
 
     gateway = _gateway(r, raw.get("gateway"))
     _variant_checks(r, models, gateway.routing)
+    _issuer_tenants(r, gateway.auth, tenants)
     observability = _observability(r, raw.get("observability"), aws=aws)
     for pool in pools.values():
         if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \
@@ -1954,6 +1959,20 @@ def _ip_range_fits(r: _Reader, ib: InfinibandSettings, pools: Mapping[str, NodeP
         prefix = 32 - max(1, (IPAM_BLOCK_SIZE * nodes - 1).bit_length())
         r.fail("infiniband.ipRange", f"{ib.ip_range!r} has {have} addresses, too few for {nodes} InfiniBand nodes x "
                                      f"{IPAM_BLOCK_SIZE} per node; use a /{prefix} or larger")
+
+
+def _issuer_tenants(r: _Reader, auth: GatewayAuth, tenants: Mapping[str, Tenant]) -> None:
+    """An issuer's `tenants` name tenants of the stack, at least one."""
+    for i, issuer in enumerate(auth.issuers):
+        path = f"gateway.auth.issuers[{i}].tenants"
+        if issuer.tenants is None or r.problems_at(path):
+            continue
+        if not issuer.tenants:
+            r.fail(path, "is empty: its tokens could call nothing; list the tenants it may name, or leave tenants "
+                         "out (any tenant)")
+        for j, t in enumerate(issuer.tenants):
+            if t not in tenants:
+                r.fail(f"{path}[{j}]", f"{t!r} is not a tenant; tenants: {', '.join(sorted(tenants)) or '(none)'}")
 
 
 def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant]) -> None:

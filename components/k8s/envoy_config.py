@@ -4,6 +4,7 @@ One cluster per model (its headless Service: Envoy sees every replica). Requests
 
     header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it)
     jwt_authn         401 without a valid token of a configured issuer; the tenant claim -> x-aifactory-tenant
+    rbac (issuers)    403 when the issuer may not name that tenant (only with `issuers[].tenants`)
     buffer            the whole body is received before anything goes upstream (slow senders pin no model)
     json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
@@ -160,6 +161,8 @@ METADATA_NAMESPACE = "aifactory"  # route metadata {aifactory: {tenant, priority
 BODY_MODEL_KEY = "model"  # dynamic metadata aifactory.model: the OpenAI request body's "model"
 BODY_STREAM_KEY = "stream"  # dynamic metadata aifactory.stream: the body's "stream" (false when absent)
 BODY_LIMIT_FILTER = "aifactory.body_limit"  # the per-route buffer filter instance (413 past the model's limit)
+JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespace of verified payloads
+ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
 # The OpenAI-compatible paths (under /v1/) each engine serves, as RE2 alternatives; nothing else is routable.
@@ -724,14 +727,50 @@ def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
         }
         if issuer.audiences:
             provider["audiences"] = list(issuer.audiences)
+        if _issuer_tenants_restricted(cfg):
+            # the verified payload -> dynamic metadata envoy.filters.http.jwt_authn/issuer-<i>, read by issuer_tenants
+            provider["payload_in_metadata"] = _provider_name(i)
         providers[_provider_name(i)] = provider
     names = list(providers)
     requires: dict[str, Any] = ({"provider_name": names[0]} if len(names) == 1 else
                                 {"requires_any": {"requirements": [{"provider_name": n} for n in names]}})
-    return {"name": "envoy.filters.http.jwt_authn", "typed_config": {
+    return {"name": JWT_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.jwt_authn.v3.JwtAuthentication",
         "providers": providers,
         "rules": [{"match": {"prefix": "/"}, "requires": requires}]}}
+
+
+def _issuer_tenants_restricted(cfg: PlatformConfig) -> bool:
+    return any(i.tenants is not None for i in cfg.gateway.auth.issuers)
+
+
+def _payload_claim(index: int, claim: str, value: dict[str, Any]) -> dict[str, Any]:
+    """Principal: the payload that issuer `index` verified has `claim` matching `value`."""
+    return {"sourced_metadata": {"metadata_matcher": {
+        "filter": JWT_FILTER, "path": [{"key": _provider_name(index)}, *([{"key": claim}] if claim else [])],
+        "value": value}}}
+
+
+def issuer_tenants_filter(cfg: PlatformConfig) -> dict[str, Any]:
+    """RBAC after jwt_authn: a token's tenant claim must be one its issuer may name (`issuers[].tenants`), else 403.
+
+    jwt_authn proves who signed a token, not that the signer speaks for the tenant it names: with two issuers
+    (two teams' IdPs) either could mint a token for the other's tenant. Each issuer's verified payload is in
+    dynamic metadata under its provider name; one ALLOW policy per issuer accepts its payload only with a
+    permitted tenant (an issuer without `tenants` may name any)."""
+    auth = cfg.gateway.auth
+    policies = {}
+    for i, issuer in enumerate(auth.issuers):
+        if issuer.tenants is None:
+            principals = [_payload_claim(i, "", {"present_match": True})]
+        else:
+            principals = [_payload_claim(i, auth.tenant_claim, {"string_match": {"exact": t}})
+                          for t in issuer.tenants]
+        policies[_provider_name(i)] = {"permissions": [{"any": True}], "principals": principals}
+    return {"name": ISSUER_TENANTS_FILTER, "typed_config": {
+        "@type": _T + "extensions.filters.http.rbac.v3.RBAC",
+        "rules_stat_prefix": "issuer_tenants",
+        "rules": {"action": "ALLOW", "policies": policies}}}
 
 
 def _max_body(cfg: PlatformConfig) -> int:
@@ -765,6 +804,8 @@ def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
     out = [strip]
     if cfg.gateway.auth.issuers:
         out.append(jwt_filter(cfg))
+        if _issuer_tenants_restricted(cfg):
+            out.append(issuer_tenants_filter(cfg))
     return [*out, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
 
 

@@ -266,6 +266,25 @@ def test_gateway_auth_and_limits_config_errors_name_the_key() -> None:
     ])
 
 
+def test_issuer_tenants_must_be_tenants_of_the_stack() -> None:
+    raw = stack_raw("dev")
+    raw["gateway"]["auth"] = {"issuers": [
+        {"issuer": "https://a", "jwksUri": "https://a/keys", "tenants": ["demo", "nobody"]},
+        {"issuer": "https://b", "jwksUri": "https://b/keys", "tenants": []},
+        {"issuer": "https://c", "jwksUri": "https://c/keys", "tenants": "demo"}]}
+    assert _problems(raw) == [
+        "gateway.auth.issuers[2].tenants: expected a list, got a string 'demo'",
+        "gateway.auth.issuers[0].tenants[1]: 'nobody' is not a tenant; tenants: demo",
+        "gateway.auth.issuers[1].tenants: is empty: its tokens could call nothing; list the tenants it may name, or "
+        "leave tenants out (any tenant)"]
+
+
+def test_without_issuer_tenants_no_issuer_check_is_added() -> None:
+    # one IdP for every tenant (the shipped stacks): no payload in metadata, no extra filter
+    names = [f["name"] for f in _hcm(stack("staging"))["http_filters"]]
+    assert "aifactory.issuer_tenants" not in names and "envoy.filters.http.jwt_authn" in names
+
+
 def test_gateway_defaults_are_documented_values() -> None:
     cfg = stack_config("staging")
     gw_cfg, model, tenant = cfg.gateway, cfg.models["llama-70b"], cfg.tenants["search"]
