@@ -515,7 +515,8 @@ def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     array (storage.node_cache_objects: one download per node, shared by the node's pods of the model, 8 x 1 GB/s
     instead of an EBS volume). Elsewhere a generic ephemeral volume (a claim created and deleted with the pod)."""
     if _node_cache(cfg, model):
-        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": node_cache_claim_name(model.name)}}
+        claim = node_cache_claim_name(model.name, model.cache_gib)
+        return {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}
     spec: dict[str, Any] = {"accessModes": [CACHE_ACCESS_MODE],
                             "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}
     if (storage_class := cache_storage_class_name(cfg)) is not None:

@@ -15,7 +15,10 @@ to its own claim in its tenant's namespace. Tenant pods stay Pod Security `restr
 host path; only the kit creates PersistentVolumes), every node has its own copy under the same path, and the
 weights survive pod restarts on that node. Hugging Face downloads take per-file locks in the shared HF_HOME
 (huggingface_hub file_download: `.locks`), so a second pod on the node waits for the first pod's files instead
-of fetching them again. Elsewhere each model pod gets its own cache volume (a generic
+of fetching them again. The pair's names carry the size (a static claim cannot be resized), so a new `cacheGiB`
+rolls the pods onto a new pair. A claim deleted by hand leaves its volume Released (Retain keeps the claim's old
+uid in claimRef) and a recreated claim would stay Pending: delete the volume too, then `pulumi up --refresh`
+recreates both. Elsewhere each model pod gets its own cache volume (a generic
 ephemeral volume, ReadWriteOnce): EKS clusters the kit creates run only the EBS CSI driver, which has no
 ReadWriteMany. Volumes bind when their pod is scheduled (WaitForFirstConsumer), so each lands in its
 pod's zone.
@@ -68,12 +71,15 @@ def node_cache_path(namespace: str, model: str) -> str:
     return f"{NODE_CACHE_ROOT}/{namespace}/{model}"
 
 
-def node_cache_claim_name(model: str) -> str:
-    return f"{model}-node-cache"
+def node_cache_claim_name(model: str, size_gib: int) -> str:
+    """The claim's name carries its size: a bound claim of a static volume cannot be resized (the API server
+    allows resizing only dynamically provisioned claims of a class with allowVolumeExpansion), so a new
+    `cacheGiB` is a new claim and volume, swapped in by the pods' rollout; the weights stay on the node."""
+    return f"{model}-node-cache-{size_gib}gi"
 
 
-def _pv_name(namespace: str, model: str) -> str:
-    return f"aifactory-cache-{namespace}-{model}"
+def _pv_name(namespace: str, model: str, size_gib: int) -> str:
+    return f"aifactory-cache-{namespace}-{model}-{size_gib}gi"
 
 
 def node_cache_objects(*, namespace: str, model: str, size_gib: int, labels: dict[str, str]
@@ -83,8 +89,8 @@ def node_cache_objects(*, namespace: str, model: str, size_gib: int, labels: dic
     hostPath type Directory: a pod cannot start on a node before the prep DaemonSet made the directory (the
     kubelet retries the mount), so the cache is never root-owned. ReadWriteOnce: hostPath volumes are not
     attachable, so pods on several nodes each mount their own node's directory."""
-    pv = _pv_name(namespace, model)
-    claim = node_cache_claim_name(model)
+    pv = _pv_name(namespace, model, size_gib)
+    claim = node_cache_claim_name(model, size_gib)
     size = {"storage": f"{size_gib}Gi"}
     return [
         {"apiVersion": "v1", "kind": "PersistentVolume",

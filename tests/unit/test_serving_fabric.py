@@ -7,6 +7,7 @@ time vs start-up budget, and the engine features (expert parallelism, KV offload
 from __future__ import annotations
 
 import base64
+import dataclasses
 import email
 import json
 import os
@@ -291,20 +292,38 @@ def test_model_caches_on_nvme_types_are_one_node_local_copy_shared_by_the_nodes_
     cfg = stack_config("prod")
     model = cfg.models["assistant-batch"]  # TP 4 on 8-GPU p5en nodes: two pods per node, one download
     assert cache_volume(cfg, model) == {"name": "model-cache",
-                                        "persistentVolumeClaim": {"claimName": "assistant-batch-node-cache"}}
+                                        "persistentVolumeClaim": {"claimName": "assistant-batch-node-cache-200gi"}}
     objs = {o["kind"]: o for o in serving.model_objects(cfg, model)}
     pv, pvc = objs["PersistentVolume"], objs["PersistentVolumeClaim"]
     # nodeadm's RAID0 array is mounted at /mnt/k8s-disks/0 (LocalStorageOptions.MountPath default /mnt/k8s-disks/)
     assert pv["spec"]["hostPath"] == {"path": "/mnt/k8s-disks/0/aifactory-models/assistant/assistant-batch",
                                       "type": "Directory"}
     assert pv["spec"]["claimRef"] == {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "namespace": "assistant",
-                                      "name": "assistant-batch-node-cache"}
+                                      "name": "assistant-batch-node-cache-200gi"}
     assert (pvc["metadata"]["namespace"], pvc["spec"]["volumeName"], pvc["spec"]["storageClassName"]) == (
         "assistant", pv["metadata"]["name"], "")
     # tenant pods mount a claim, never a host path (Pod Security `restricted`)
     spec = workload(cfg, model)["spec"]["template"]["spec"]
     assert not [v for v in spec["volumes"] if "hostPath" in v]
     assert "ephemeral" in cache_volume(cfg, cfg.models["finance-8b"])  # g6e: no instance store, gp3
+
+
+def test_a_new_cache_size_is_a_new_claim_and_volume_not_a_resize() -> None:
+    """Kubernetes refuses to resize a bound claim unless it was dynamically provisioned by a class with
+    allowVolumeExpansion (API validation of PersistentVolumeClaim updates; "Expanding Persistent Volumes Claims",
+    kubernetes.io/docs/concepts/storage/persistent-volumes): patching the static claim's size would fail
+    `pulumi up`. A new size gets new names, so Pulumi creates the pair, rolls the pods onto it, then deletes the
+    old pair; the weights stay in the same node directory."""
+    cfg = stack_config("prod")
+    small, big = cfg.models["assistant-batch"], dataclasses.replace(cfg.models["assistant-batch"], cache_gib=400)
+    old = {o["kind"]: o for o in serving.model_objects(cfg, small)}
+    new = {o["kind"]: o for o in serving.model_objects(cfg, big)}
+    assert (new["PersistentVolumeClaim"]["metadata"]["name"], new["PersistentVolume"]["metadata"]["name"]) == (
+        "assistant-batch-node-cache-400gi", "aifactory-cache-assistant-assistant-batch-400gi")
+    assert old["PersistentVolumeClaim"]["metadata"]["name"] != new["PersistentVolumeClaim"]["metadata"]["name"]
+    assert new["PersistentVolume"]["spec"]["claimRef"]["name"] == "assistant-batch-node-cache-400gi"
+    assert new["PersistentVolume"]["spec"]["hostPath"] == old["PersistentVolume"]["spec"]["hostPath"]
+    assert cache_volume(cfg, big)["persistentVolumeClaim"] == {"claimName": "assistant-batch-node-cache-400gi"}
 
 
 def test_the_cache_prep_daemonset_makes_each_models_directory_for_the_pods_uid() -> None:
