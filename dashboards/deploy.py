@@ -16,7 +16,7 @@ __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "confi
 
 # the label kube-prometheus-stack's Grafana sidecar watches (set in components.k8s.observability)
 DASHBOARD_LABEL = {backends.DASHBOARD_LABEL: backends.DASHBOARD_LABEL_VALUE}
-FOLDER_ANNOTATION = "grafana_folder"  # read when the sidecar sets folderAnnotation to it
+FOLDER_ANNOTATION = backends.DASHBOARD_FOLDER_ANNOTATION  # the sidecar's folderAnnotation
 FOLDER = "aifactory"
 RULE_NAME = "aifactory-rules"
 

@@ -73,6 +73,8 @@ __all__ = [
     "collector_configmap",
     "collector_values",
     "collector_service_monitor",
+    "sidecar_pod_monitor",
+    "DASHBOARD_FOLDER_ANNOTATION",
     "jaeger_values",
     "loki_values",
     "alloy_config",
@@ -82,6 +84,17 @@ __all__ = [
 
 DASHBOARD_LABEL = "grafana_dashboard"
 DASHBOARD_LABEL_VALUE = "1"
+# the ConfigMap annotation naming a dashboard's Grafana folder: the sidecar reads it only when told its name
+# (grafana chart 11.2.0 `sidecar.dashboards.folderAnnotation`, default null -> no FOLDER_ANNOTATION env, every
+# dashboard in General) and the provider builds folders from the sidecar's subdirectories only with
+# `provider.foldersFromFilesStructure: true` (default false)
+DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+COLLECTOR_TELEMETRY_PORT = 8888  # the Collector's own metrics (otel_config: service.telemetry.metrics)
+# istio-proxy's Envoy stats (istio_requests_total, istio_request_duration_milliseconds) on its container port
+# `http-envoy-prom` 15090, plain HTTP and never redirected into the sidecar (Istio 1.28.3 injection-template.yaml:
+# containerPort 15090 name http-envoy-prom; excluded from inbound capture with 15021)
+SIDECAR_STATS_PORT_NAME = "http-envoy-prom"
+SIDECAR_STATS_JOB = "envoy-stats"
 KPS_RELEASE = "kube-prometheus-stack"
 COLLECTOR_RELEASE = naming.OTEL_COLLECTOR_SERVICE  # fullnameOverride: the Service is named after it
 COLLECTOR_CONFIGMAP = "otel-collector-config"
@@ -358,7 +371,8 @@ def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
         },
         "grafana": {
             "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
-                                       "searchNamespace": "ALL"}},
+                                       "searchNamespace": "ALL", "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
+                                       "provider": {"foldersFromFilesStructure": True}}},
             "additionalDataSources": _datasources(cfg),
             "resources": _res("100m", "256Mi", "1", "1Gi"),
         },
@@ -402,6 +416,10 @@ def collector_values(cfg: PlatformConfig) -> dict[str, Any]:
             "jaeger-compact": off, "jaeger-thrift": off, "jaeger-grpc": off, "zipkin": off,
             "prometheus": {"enabled": True, "containerPort": PROMETHEUS_EXPORTER_PORT,
                            "servicePort": PROMETHEUS_EXPORTER_PORT, "protocol": "TCP"},
+            # the Collector's own metrics (otelcol_exporter_sent_spans_total, queue sizes, refused data): the
+            # chart leaves this port off the Service (opentelemetry-collector 0.143.0 values.yaml ports.metrics)
+            "metrics": {"enabled": True, "containerPort": COLLECTOR_TELEMETRY_PORT,
+                        "servicePort": COLLECTOR_TELEMETRY_PORT, "protocol": "TCP"},
         },
         "clusterRole": {"create": True, "rules": [
             {"apiGroups": [""], "resources": ["pods", "namespaces", "nodes"], "verbs": ["get", "list", "watch"]},
@@ -415,13 +433,32 @@ def collector_values(cfg: PlatformConfig) -> dict[str, Any]:
 
 
 def collector_service_monitor(cfg: PlatformConfig) -> dict[str, Any]:
-    """Scrapes the Collector's prometheus exporter (spanmetrics and the kit's OTLP metrics)."""
+    """Scrapes the Collector's prometheus exporter (spanmetrics and the kit's OTLP metrics) and its own
+    telemetry (what it received, sent, refused and dropped)."""
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
             "metadata": {"name": "otel-collector", "namespace": cfg.observability.namespace,
                          "labels": dict(naming.MANAGED_BY)},
             "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector",
                                                   "app.kubernetes.io/instance": COLLECTOR_RELEASE}},
-                     "endpoints": [{"port": "prometheus", "interval": "15s"}]}}
+                     "endpoints": [{"port": "prometheus", "interval": "15s"},
+                                   {"port": "metrics", "interval": "30s"}]}}
+
+
+def sidecar_pod_monitor(cfg: PlatformConfig) -> dict[str, Any]:
+    """Scrapes every sidecar of the meshed namespaces (the tenants' and the gateway's) for Istio's standard
+    metrics, which the Mesh dashboard and the workload:istio_* rules read. Plain HTTP: port 15090 is outside the
+    mesh's capture, so STRICT mTLS does not apply to it (and a PodMonitor could not present the mesh
+    certificate anyway: mesh.MESH_SCRAPE_TLS). The tenants' NetworkPolicies admit Prometheus on it."""
+    namespaces = sorted({t.namespace for t in cfg.tenants.values()} | {cfg.gateway.namespace})
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": "istio-sidecars", "namespace": cfg.observability.namespace,
+                         "labels": dict(naming.MANAGED_BY)},
+            "spec": {"namespaceSelector": {"matchNames": namespaces},
+                     # the label Istio's injector puts on every pod it gives a sidecar
+                     "selector": {"matchExpressions": [{"key": "security.istio.io/tlsMode", "operator": "Exists"}]},
+                     "podMetricsEndpoints": [{
+                         "port": SIDECAR_STATS_PORT_NAME, "path": "/stats/prometheus", "interval": "15s",
+                         "relabelings": [{"targetLabel": "job", "replacement": SIDECAR_STATS_JOB}]}]}}
 
 
 def _hours(retention: str) -> str:
@@ -508,9 +545,10 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
         # `singleBinary|write|backend.persistence.enableStatefulSetAutoDeletePVC: true`, `whenDeleted/whenScaled:
         # Delete`) renders persistentVolumeClaimRetentionPolicy Delete, which on one binary in filesystem mode
         # deletes the only copy of the logs. Retain is the Kubernetes default with the policy unset.
+        # With it false the chart renders no policy at all (whenDeleted/whenScaled are read only when it is true,
+        # and write/backend hard-code Delete then: templates/write/statefulset-write.yaml).
         return {"persistence": {"size": f"{size_gib}Gi", **({"storageClass": sc} if sc is not None else {}),
-                                "enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain",
-                                "whenScaled": "Retain"}}
+                                "enableStatefulSetAutoDeletePVC": False}}
 
     storage: dict[str, Any] = {"type": store}
     service_account: dict[str, Any] = {"create": True, "name": LOKI_SERVICE_ACCOUNT}
@@ -541,6 +579,11 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
         "backend": {"replicas": replicas, "resources": _res("250m", "512Mi", "1", "2Gi"),
                     **persistence(MIN_VOLUME_GIB)},
         "minio": {"enabled": False},  # never the chart's demo store (default credentials, one replica)
+        # Loki's own metrics (loki_distributor_bytes_received_total: what README's ingest calibration reads).
+        # The chart renders the ServiceMonitor only if the CRD exists at install time (templates/monitoring/
+        # servicemonitor.yaml: .Capabilities.APIVersions.Has), so the release waits for kube-prometheus-stack.
+        # No MetricsInstance: that is the deprecated Grafana Agent Operator's CRD.
+        "monitoring": {"serviceMonitor": {"enabled": True, "metricsInstance": {"enabled": False}}},
         "chunksCache": {"enabled": False},
         "resultsCache": {"enabled": False},
     }
@@ -624,7 +667,8 @@ class Observability(pulumi.ComponentResource):
         chart("jaeger", versions.JAEGER, JAEGER_RELEASE, jaeger_values(cfg),
               pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, claim, *after]))
         chart("loki", versions.LOKI, LOKI_RELEASE,
-              loki_values(cfg) if loki_bucket is None else loki_bucket.apply(lambda b: loki_values(cfg, b)))
+              loki_values(cfg) if loki_bucket is None else loki_bucket.apply(lambda b: loki_values(cfg, b)),
+              pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after, self.prometheus_stack]))
         chart("alloy", versions.ALLOY, ALLOY_RELEASE, alloy_values(cfg))
         cm = collector_configmap(cfg)
         config = k8s.core.v1.ConfigMap(f"{name}-collector-config", metadata=cm["metadata"], data=cm["data"],
@@ -635,6 +679,10 @@ class Observability(pulumi.ComponentResource):
         k8s.apiextensions.CustomResource(
             f"{name}-collector-monitor", api_version=sm["apiVersion"], kind=sm["kind"], metadata=sm["metadata"],
             spec=sm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
+        pm = sidecar_pod_monitor(cfg)
+        k8s.apiextensions.CustomResource(
+            f"{name}-sidecar-monitor", api_version=pm["apiVersion"], kind=pm["kind"], metadata=pm["metadata"],
+            spec=pm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
         collector = service_host(COLLECTOR_RELEASE, ns_name)
         self.register_outputs({"namespace": ns_name, "collectorOtlpGrpc": f"{collector}:{naming.OTEL_GRPC_PORT}",
                                "collectorOtlpHttp": f"{collector}:{OTLP_HTTP_PORT}"})

@@ -60,8 +60,12 @@ def test_prometheus_joins_the_mesh_for_scrapes_only() -> None:
 
 def test_grafana_sidecar_watches_dashboard_label_in_all_namespaces() -> None:
     grafana = obs.kube_prometheus_stack_values(stack_cfg("dev"))["grafana"]
+    # folderAnnotation: without it the sidecar gets no FOLDER_ANNOTATION env and every dashboard lands in General;
+    # foldersFromFilesStructure: the provider makes folders of the sidecar's subdirectories (grafana chart 11.2.0,
+    # templates/_pod.tpl FOLDER_ANNOTATION; values.yaml sidecar.dashboards.provider, default false)
     assert grafana["sidecar"] == {"dashboards": {"enabled": True, "label": "grafana_dashboard", "labelValue": "1",
-                                                 "searchNamespace": "ALL"}}
+                                                 "searchNamespace": "ALL", "folderAnnotation": "grafana_folder",
+                                                 "provider": {"foldersFromFilesStructure": True}}}
     assert [(d["uid"], d["url"]) for d in grafana["additionalDataSources"]] == [
         ("loki", "http://loki-gateway.monitoring.svc.cluster.local"),
         ("jaeger", "http://jaeger.monitoring.svc.cluster.local:16686")]
@@ -86,6 +90,12 @@ def test_collector_release_runs_the_kit_config_as_a_gateway() -> None:
         "deployment", 2, {"create": False, "existingName": "otel-collector-config"})
     assert values["ports"]["prometheus"] == {"enabled": True, "containerPort": 8889, "servicePort": 8889,
                                              "protocol": "TCP"}
+    # the Collector's own telemetry reader listens on 8888; the chart's Service omits it unless enabled
+    # (opentelemetry-collector 0.143.0 values.yaml ports.metrics.enabled: false)
+    assert values["ports"]["metrics"] == {"enabled": True, "containerPort": 8888, "servicePort": 8888,
+                                          "protocol": "TCP"}
+    assert collector_config(cfg)["service"]["telemetry"]["metrics"]["readers"][0]["pull"]["exporter"][
+        "prometheus"]["port"] == 8888
     assert values["securityContext"] == {"allowPrivilegeEscalation": False, "privileged": False,
                                          "readOnlyRootFilesystem": True, "runAsNonRoot": True,
                                          "capabilities": {"drop": ["ALL"]},
@@ -96,7 +106,7 @@ def test_collector_release_runs_the_kit_config_as_a_gateway() -> None:
     assert obs.collector_service_monitor(cfg)["spec"] == {
         "selector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector",
                                      "app.kubernetes.io/instance": "otel-collector"}},
-        "endpoints": [{"port": "prometheus", "interval": "15s"}]}
+        "endpoints": [{"port": "prometheus", "interval": "15s"}, {"port": "metrics", "interval": "30s"}]}
 
 
 # --- 1. Jaeger ---------------------------------------------------------------------------------
@@ -197,7 +207,7 @@ def test_loki_on_an_existing_cluster_is_one_binary_on_a_volume_sized_from_ingest
     assert values["singleBinary"]["persistence"].get("storageClass") == cache_storage_class_name(cfg)
 
 
-RETAIN_CLAIMS = {"enableStatefulSetAutoDeletePVC": False, "whenDeleted": "Retain", "whenScaled": "Retain"}
+RETAIN_CLAIMS = {"enableStatefulSetAutoDeletePVC": False}
 
 
 @pytest.mark.parametrize("stack", ["onprem", "prod"])
@@ -205,7 +215,9 @@ def test_loki_keeps_its_claims_when_its_statefulsets_go(stack: str) -> None:
     """The loki 6.53.0 chart defaults `enableStatefulSetAutoDeletePVC: true` with `whenDeleted: Delete` and
     `whenScaled: Delete` for singleBinary, write and backend (production/helm/loki/values.yaml at tag
     helm-loki-6.53.0), and its StatefulSet templates render `persistentVolumeClaimRetentionPolicy` from them
-    when the flag is on: deleting or scaling down one binary in filesystem mode would delete every log."""
+    when the flag is on: deleting or scaling down one binary in filesystem mode would delete every log. With the
+    flag off no policy is rendered (Kubernetes then retains claims); whenDeleted/whenScaled would be dead keys
+    (templates/write/statefulset-write.yaml hard-codes Delete when the flag is on)."""
     values = obs.loki_values(stack_cfg(stack), None if stack == "onprem" else BUCKET)
     for target in ("singleBinary", "write", "backend"):
         persistence = values[target]["persistence"]
@@ -501,3 +513,40 @@ def test_a_jaeger_config_change_rolls_its_pod() -> None:
     assert base == obs.jaeger_values(stack_cfg("prod"))["jaeger"]["podLabels"]
     assert list(base) == ["aifactory.io/config-hash"] and len(base["aifactory.io/config-hash"]) == 16
     assert obs.jaeger_values(with_obs("prod", traceRetention="14d"))["jaeger"]["podLabels"] != base
+
+
+def test_every_sidecar_of_the_meshed_namespaces_is_scraped_for_istio_metrics(prod_resources: list) -> None:
+    """Without a scrape of the sidecars nothing carries istio_requests_total and the Mesh dashboard and the
+    workload:istio_* rules stay empty. istio-proxy serves Envoy's stats (Istio's standard metrics among them) on
+    its container port `http-envoy-prom` 15090, which the injector excludes from inbound capture (Istio 1.28.3
+    manifests/charts/istio-control/istio-discovery/files/injection-template.yaml), so the scrape is plain HTTP;
+    the injector labels every pod it gives a sidecar `security.istio.io/tlsMode`."""
+    cfg = stack_cfg("prod")
+    pm = obs.sidecar_pod_monitor(cfg)
+    assert (pm["kind"], pm["metadata"]["namespace"]) == ("PodMonitor", "monitoring")
+    assert pm["spec"] == {
+        "namespaceSelector": {"matchNames": ["aifactory-gateway", "assistant", "finance", "research", "search"]},
+        "selector": {"matchExpressions": [{"key": "security.istio.io/tlsMode", "operator": "Exists"}]},
+        "podMetricsEndpoints": [{"port": "http-envoy-prom", "path": "/stats/prometheus", "interval": "15s",
+                                 "relabelings": [{"targetLabel": "job", "replacement": "envoy-stats"}]}]}
+    (monitor,) = [r for r in prod_resources if r.name == "platform-observability-sidecar-monitor"]
+    (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
+    assert kps.urn in monitor.dependencies, "the PodMonitor CRD comes with kube-prometheus-stack"
+
+
+def test_the_meshed_namespaces_admit_prometheus_on_the_sidecar_stats_port() -> None:
+    from components.k8s import gateway, tenancy
+
+    assert 15090 in tenancy.PROMETHEUS_SCRAPE_PORTS and 15090 in gateway.SIDECAR_METRICS_PORTS
+
+
+def test_loki_exports_its_own_metrics_once_the_servicemonitor_crd_exists(prod_resources: list) -> None:
+    """README's ingest calibration reads loki_distributor_bytes_received_total: the chart scrapes Loki only with
+    monitoring.serviceMonitor.enabled (default false), and renders the ServiceMonitor only when the CRD is
+    already there (loki 6.53.0 templates/monitoring/servicemonitor.yaml: .Capabilities.APIVersions.Has), so the
+    release must come after kube-prometheus-stack or it silently has none."""
+    values = obs.loki_values(stack_cfg("prod"), BUCKET)
+    assert values["monitoring"] == {"serviceMonitor": {"enabled": True, "metricsInstance": {"enabled": False}}}
+    (loki,) = [r for r in prod_resources if r.name == "platform-observability-loki"]
+    (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
+    assert kps.urn in loki.dependencies
