@@ -133,11 +133,16 @@ CRD_CHARTS: dict[str, str] = {
     "extensions.istio.io": "base",
     "monitoring.coreos.com": "kube-prometheus-stack",
     "mellanox.com": "network-operator",
-    "nv-ipam.nvidia.com": "network-operator",
     "sriovnetwork.openshift.io": "network-operator",
     "k8s.cni.cncf.io": "network-operator",
     "nvidia.com": "gpu-operator",
 }
+
+# API groups whose CRDs an operator applies at run time, from one of its own custom resources: (group, kind)
+# of that resource. The network operator's chart ships no nv-ipam CRD; the operator applies it when it reconciles
+# a NicClusterPolicy's nvIpam state (network-operator 26.1.1 manifests/state-nv-ipam-cni/005-*.yaml).
+RUNTIME_CRD_OWNERS: dict[str, tuple[str, str]] = {"nv-ipam.nvidia.com": ("mellanox.com", "NicClusterPolicy")}
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
 
 CORE = ("", "core")  # the core API group: kubernetes:core/v1:<Kind> in Pulumi type tokens
 # Charts whose release runs no pods (Istio's base chart: CRDs, a ServiceAccount, webhook configurations), so
@@ -864,6 +869,9 @@ def crd_order_findings(resources: Sequence[Res], *, require_installer: bool = Tr
             releases.setdefault(_chart(r), []).append(r)
     out = []
     for r in resources:
+        if r.group in RUNTIME_CRD_OWNERS and r.type.startswith("kubernetes:"):
+            out.extend(_runtime_crd_finding(r, resources, after))
+            continue
         chart = CRD_CHARTS.get(r.group)
         if chart is None or not r.type.startswith("kubernetes:"):
             continue
@@ -879,6 +887,28 @@ def crd_order_findings(resources: Sequence[Res], *, require_installer: bool = Tr
                                f"the API server may answer 'no matches for kind {r.kind}' and the create fails",
                                f"Add depends_on=[the {chart} release] to the resource or its component.", r.urn))
     return out
+
+
+def _runtime_crd_finding(r: Res, resources: Sequence[Res], after: Mapping[str, frozenset[str]]) -> list[Finding]:
+    """A custom resource whose CRD an operator applies while reconciling its owner resource: created after that
+    owner, and the owner awaited until ready (pulumi-kubernetes awaits no custom resource without
+    `pulumi.com/waitFor`, and retries 'no matches for kind' for about a minute only)."""
+    group, kind = RUNTIME_CRD_OWNERS[r.group]
+    owners = [o for o in resources if (o.group, o.kind) == (group, kind) and o.urn in after[r.urn]]
+    if not owners:
+        return [Finding("crd-before-custom-resource", r.label,
+                        f"the {r.group} CRDs are applied by the operator when it reconciles a {kind}, and {r.kind} "
+                        f"is not created after one: the create fails with 'no matches for kind {r.kind}'",
+                        f"Add depends_on=[the {kind}] and give the {kind} a pulumi.com/waitFor annotation.", r.urn)]
+    awaited = [o for o in owners if WAIT_FOR_ANNOTATION in ((o.props.get("metadata") or {}).get("annotations") or {})]
+    if not awaited:
+        return [Finding("crd-before-custom-resource", r.label,
+                        f"created after {owners[0].label}, which is not awaited: the operator applies the {r.group} "
+                        f"CRDs only once it reconciles it, and the create may fail with 'no matches for kind "
+                        f"{r.kind}'",
+                        f"Annotate the {kind} with pulumi.com/waitFor (e.g. jsonpath={{.status.state}}=ready).",
+                        r.urn)]
+    return []
 
 
 # --------------------------------------------------------------------------------------------

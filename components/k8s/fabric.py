@@ -56,6 +56,9 @@ __all__ = [
 
 EFA_RELEASE_NAME = "aws-efa-k8s-device-plugin"
 NETWORK_OPERATOR_RELEASE_NAME = "network-operator"
+WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
+TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
+NIC_CLUSTER_POLICY_READY_SECONDS = 3600  # the DOCA driver container compiles and loads its modules on every IB node
 INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 MELLANOX_VENDOR_ID = "15b3"
 NIC_CLUSTER_POLICY_NAME = "nic-cluster-policy"  # the operator reconciles only this name
@@ -87,11 +90,13 @@ def efa_plugin_values(cfg: PlatformConfig) -> dict[str, Any]:
 
 
 def network_operator_values(ib: InfinibandSettings) -> dict[str, Any]:
-    """The operator only: the kit creates the NicClusterPolicy itself. Node feature discovery comes
-    from the GPU operator (its NFD labels Mellanox NICs by PCI vendor), so no second NFD runs."""
+    """The operator only: the kit creates the NicClusterPolicy itself (the 26.1 chart renders none). Node feature
+    discovery comes from the GPU operator (its NFD labels Mellanox NICs pci-15b3 by PCI vendor), so no second NFD
+    runs, and neither does the chart's NodeFeatureRule: its CRD (nfd.k8s-sigs.io) comes only with an NFD chart,
+    and Helm refuses the whole release when a kind is unknown at install time (network-operator 26.1.1
+    templates/nodefeaturerules.yaml, rendered unless nfd.deployNodeFeatureRules is false)."""
     return {
-        "deployCR": False,
-        "nfd": {"enabled": False},
+        "nfd": {"enabled": False, "deployNodeFeatureRules": False},
         "sriovNetworkOperator": {"enabled": ib.network == "sriov"},
         "sriov-network-operator": {"operator": {"resourcePrefix": SRIOV_RESOURCE_PREFIX}},
         "operator": {"resources": {"requests": {"cpu": "100m", "memory": "128Mi"},
@@ -154,8 +159,15 @@ def nic_cluster_policy(ib: InfinibandSettings) -> dict[str, Any]:
         secondary["ipoib"] = _image("ipoib-cni")
     spec["secondaryNetwork"] = secondary
     spec["nvIpam"] = {**_image("nvidia-k8s-ipam"), "enableWebhook": False}
+    # Awaited until the operator reports every state ready: the nv-ipam state is what applies the IPPool CRD
+    # (network-operator 26.1.1 manifests/state-nv-ipam-cni/005-nv-ipam.nvidia.com_ippools.yaml; the chart ships
+    # none), and the DOCA driver state builds and loads kernel modules node by node (minutes per node).
+    # pulumi-kubernetes >= 4.18 awaits `pulumi.com/waitFor` (provider/pkg/metadata/overrides.go ReadyCondition).
+    annotations = {WAIT_FOR_ANNOTATION: "jsonpath={.status.state}=ready",
+                   TIMEOUT_ANNOTATION: str(NIC_CLUSTER_POLICY_READY_SECONDS)}
     return {"apiVersion": "mellanox.com/v1alpha1", "kind": "NicClusterPolicy",
-            "metadata": {"name": NIC_CLUSTER_POLICY_NAME, "labels": dict(naming.MANAGED_BY)}, "spec": spec}
+            "metadata": {"name": NIC_CLUSTER_POLICY_NAME, "labels": dict(naming.MANAGED_BY),
+                         "annotations": annotations}, "spec": spec}
 
 
 def _ib_node_affinity(cfg: PlatformConfig) -> dict[str, Any]:
@@ -224,9 +236,13 @@ class Fabric(pulumi.ComponentResource):
             f"{name}-network-operator", versions.NETWORK_OPERATOR, release_name=NETWORK_OPERATOR_RELEASE_NAME,
             namespace=naming.NETWORK_OPERATOR_NAMESPACE, values=network_operator_values(cfg.infiniband),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[ns]))
-        after = pulumi.ResourceOptions(parent=self, depends_on=[operator])
-        for obj in [nic_cluster_policy(cfg.infiniband), ip_pool(cfg), *rdma_network_objects(cfg)]:
-            k8s.apiextensions.CustomResource(
+        def create(obj: dict[str, Any], after: pulumi.Resource) -> k8s.apiextensions.CustomResource:
+            return k8s.apiextensions.CustomResource(
                 f"{name}-{obj['kind'].lower()}-{obj['metadata']['name']}",
                 api_version=obj["apiVersion"], kind=obj["kind"], metadata=obj["metadata"], spec=obj["spec"],
-                opts=after)
+                opts=pulumi.ResourceOptions(parent=self, depends_on=[after]))
+
+        policy = create(nic_cluster_policy(cfg.infiniband), operator)
+        # the IPPool's CRD exists only once the operator has reconciled the policy's nv-ipam state
+        for obj in [ip_pool(cfg), *rdma_network_objects(cfg)]:
+            create(obj, policy)

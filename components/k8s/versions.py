@@ -71,7 +71,7 @@ NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1", SLOW_REL
 # Operand images the NicClusterPolicy names: the network operator release tags them with its own version.
 NETWORK_OPERATOR_IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
 NETWORK_OPERATOR_IMAGE_TAG = f"network-operator-v{NETWORK_OPERATOR.version}"
-DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-0"  # the DOCA driver released with network operator 26.1
+DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-4"  # network-operator 26.1.1 hack/release.yaml Mofed.version
 EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26",
                               SLOW_RELEASE_TIMEOUT_SECONDS)
 CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.52.1")

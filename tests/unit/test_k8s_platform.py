@@ -185,9 +185,13 @@ def test_nic_cluster_policy_ipoib() -> None:
     policy = fabric.nic_cluster_policy(stack_cfg("onprem").infiniband)
     image = {"repository": "nvcr.io/nvidia/mellanox", "version": "network-operator-v26.1.1"}
     assert policy["metadata"]["name"] == "nic-cluster-policy"
+    # awaited until the operator says every state is ready (CRD status.state enum: ignore, notReady, ready, error)
+    assert policy["metadata"]["annotations"] == {"pulumi.com/waitFor": "jsonpath={.status.state}=ready",
+                                                 "pulumi.com/timeoutSeconds": "3600"}
     assert policy["spec"] == {
+        # the DOCA driver network-operator 26.1.1 ships (its hack/release.yaml, Mofed.version)
         "ofedDriver": {"image": "doca-driver", "repository": "nvcr.io/nvidia/mellanox",
-                       "version": "doca3.3.0-26.01-1.0.0.0-0",
+                       "version": "doca3.3.0-26.01-1.0.0.0-4",
                        "upgradePolicy": {"autoUpgrade": True, "maxParallelUpgrades": 1,
                                          "drain": {"enable": True, "force": True, "deleteEmptyDir": True,
                                                    "timeoutSeconds": 300}}},
@@ -199,6 +203,26 @@ def test_nic_cluster_policy_ipoib() -> None:
                              "ipoib": {"image": "ipoib-cni", **image}},
         "nvIpam": {"image": "nvidia-k8s-ipam", **image, "enableWebhook": False},
     }
+
+
+def test_the_network_operator_release_renders_no_kind_a_fresh_cluster_lacks() -> None:
+    """network-operator 26.1.1 renders a NodeFeatureRule (nfd.k8s-sigs.io, templates/nodefeaturerules.yaml) unless
+    nfd.deployNodeFeatureRules is false; with its NFD subchart off, that CRD exists only if the GPU operator's
+    NFD got there first, and Helm fails the whole install on an unknown kind. `deployCR` is not a value of the
+    26.1 chart (it renders no NicClusterPolicy)."""
+    values = fabric.network_operator_values(stack_cfg("onprem").infiniband)
+    assert values["nfd"] == {"enabled": False, "deployNodeFeatureRules": False}
+    assert "deployCR" not in values
+
+
+def test_the_ip_pool_waits_for_the_policy_whose_nv_ipam_state_installs_its_crd() -> None:
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    res = {r.name: r for r in run_program("onprem", read_stack_config(stack_file("onprem"))).resources}
+    policy = res["platform-fabric-nicclusterpolicy-nic-cluster-policy"]
+    assert policy.urn in res["platform-fabric-ippool-aifactory-rdma"].dependencies
+    assert policy.urn in res["platform-fabric-ipoibnetwork-aifactory-rdma-ibp24s0"].dependencies
+    assert res["platform-fabric-network-operator"].urn in policy.dependencies
 
 
 def test_ipoib_network_ip_pool_and_what_model_pods_use() -> None:

@@ -329,6 +329,34 @@ def test_custom_resource_must_wait_for_the_release_installing_its_crd() -> None:
                              "rejects ScaledObject unless they already exist")]
 
 
+NIC = "kubernetes:mellanox.com/v1alpha1:NicClusterPolicy"
+IPPOOL = "kubernetes:nv-ipam.nvidia.com/v1alpha1:IPPool"
+
+
+def test_an_ip_pool_waits_for_an_awaited_nic_cluster_policy() -> None:
+    """The network-operator chart ships no nv-ipam CRD: the operator applies it when it reconciles a
+    NicClusterPolicy's nvIpam state (network-operator 26.1.1 manifests/state-nv-ipam-cni/005-*.yaml), and
+    pulumi-kubernetes awaits no custom resource unless it carries pulumi.com/waitFor."""
+    operator = entry(HELM, "network-operator", {"name": "network-operator", "namespace": "net",
+                                                "chart": "network-operator"})
+    awaited = k8s(NIC, "nic-cluster-policy", None, {"nvIpam": {}}, deps=[operator["urn"]],
+                  meta={"annotations": {"pulumi.com/waitFor": "jsonpath={.status.state}=ready"}})
+    plain = k8s(NIC, "nic-cluster-policy", None, {"nvIpam": {}}, deps=[operator["urn"]])
+    assert findings(pf.crd_order_findings, operator, awaited,
+                    k8s(IPPOOL, "pool", "net", {"subnet": "10.0.0.0/16"}, deps=[awaited["urn"]])) == []
+    assert findings(pf.crd_order_findings, operator, plain,
+                    k8s(IPPOOL, "pool", "net", {"subnet": "10.0.0.0/16"}, deps=[plain["urn"]])) == [
+        ("IPPool/net/pool",
+         "created after NicClusterPolicy/nic-cluster-policy, which is not awaited: the operator applies the "
+         "nv-ipam.nvidia.com CRDs only once it reconciles it, and the create may fail with 'no matches for kind "
+         "IPPool'")]
+    assert findings(pf.crd_order_findings, operator, awaited,
+                    k8s(IPPOOL, "pool", "net", {"subnet": "10.0.0.0/16"})) == [
+        ("IPPool/net/pool", "the nv-ipam.nvidia.com CRDs are applied by the operator when it reconciles a "
+                            "NicClusterPolicy, and IPPool is not created after one: the create fails with 'no "
+                            "matches for kind IPPool'")]
+
+
 def test_oci_chart_reference_counts_as_its_chart() -> None:
     lws_release = entry(HELM, "lws", {"name": "lws", "namespace": "s", "chart": "oci://registry.k8s.io/lws/charts/lws"})
     lws = k8s(LWS, "m", "t", {"leaderWorkerTemplate": {"size": 1}}, deps=[lws_release["urn"]])
@@ -578,6 +606,8 @@ def test_onprem_before_the_fixes_is_flagged_for_items_2_3_5_and_6() -> None:
     assert ("storage-class", "Deployment/ml-platform/llama-70b") in messages
     # 5: awaits
     assert ("await-timeout", "Deployment/ml-platform/llama-70b") in messages
+    # the IPPool was created beside the NicClusterPolicy whose reconciliation applies its CRD
+    assert ("crd-before-custom-resource", "IPPool/nvidia-network-operator/aifactory-rdma") in messages
     # 6: nothing labels the a100-mig nodes with nvidia.com/mig.config, so no slice is ever advertised
     assert messages[("schedulable", "Deployment/analytics-ai/classifier")] == (
         "no node pool can run it, its pods stay Pending (a100-mig: requests nvidia.com/mig-1g.10gb 1 > allocatable 0 "
