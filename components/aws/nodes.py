@@ -12,8 +12,9 @@ resources (nvidia.com/gpu, vpc.amazonaws.com/efa, hugepages-2Mi) only from Auto 
 and EKS does not copy node group tags to the group's ASG (eksctl #1571, containers-roadmap #608/#724):
 `node_group` tags the ASG itself, so a pool can scale from zero for pods that request them.
 
-A capacity-block pool is sized by its schedule, not by the autoscaler: its node group carries neither the
-auto-discovery tags nor the node template, so cluster-autoscaler neither launches into the block outside its
+A capacity-block pool is sized by its schedule, not by the autoscaler: its Auto Scaling group lacks the kit's
+discovery tag (AUTOSCALED_TAG; EKS's own autoscaler tags are on every managed group, so the kit's autoscaler does
+not discover by them) and the node template, so cluster-autoscaler neither launches into the block outside its
 window (the launch fails, and it keeps retrying) nor scales the pool back up after the drain. The schedule is
 one-time Auto Scaling actions, and AWS rejects a one-time action whose start time is in the past and deletes each
 one after it runs (EC2 Auto Scaling API, PutScheduledUpdateGroupAction, StartTime; user guide, "Scheduled scaling"):
@@ -64,6 +65,8 @@ __all__ = [
     "capacity_options",
     "efa_security_group",
     "asg_node_template_tags",
+    "asg_tags",
+    "AUTOSCALED_TAG",
     "block_schedule",
     "block_desired_size",
     "DEFAULT_BLOCK_DRAIN_MINUTES",
@@ -103,6 +106,11 @@ LOCAL_STORAGE_STRATEGY = "RAID0"
 CONTAINERD_DROPIN_DIR = "/etc/systemd/system/containerd.service.d"
 MEMLOCK_DROPIN = "90-aifactory-memlock.conf"
 AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
+# What the kit's cluster-autoscaler discovers groups by. Not the upstream pair (k8s.io/cluster-autoscaler/enabled,
+# .../<cluster>): EKS puts those on the Auto Scaling group of EVERY managed node group itself (EKS user guide,
+# "Managed node groups": node group resources are tagged for the Cluster Autoscaler), and nothing can take them off
+# a capacity-block pool's group. Only groups the autoscaler may size carry this tag, on the group itself.
+AUTOSCALED_TAG = "aifactory.io/autoscaled"
 _EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",
                      "NoExecute": "NO_EXECUTE"}
 
@@ -246,7 +254,15 @@ def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:
     if spec.capacity_type == "capacity-block":
         return {}  # the schedule owns the size (module docstring)
     return {f"{AUTOSCALER_TAG}/enabled": "true", f"{AUTOSCALER_TAG}/{cluster_name}": "owned",
-            **node_template_tags(spec)}
+            AUTOSCALED_TAG: "true", **node_template_tags(spec)}
+
+
+def asg_tags(spec: NodeGroupSpec) -> dict[str, str]:
+    """What the kit puts on the node group's Auto Scaling group (EKS copies no node group tag there): the
+    autoscaler's discovery tag and the node template; nothing on a capacity-block pool's group."""
+    if spec.capacity_type == "capacity-block":
+        return {}
+    return {AUTOSCALED_TAG: "true", **node_template_tags(spec)}
 
 
 def capacity_options(capacity_type: str, reservation_id: str | None) -> dict:
@@ -296,14 +312,15 @@ def _asg_name(resources: Sequence[aws.eks.outputs.NodeGroupResource]) -> str:
 
 def asg_node_template_tags(name: str, spec: NodeGroupSpec, *, node_group: aws.eks.NodeGroup,
                            opts: pulumi.ResourceOptions) -> list[aws.autoscaling.Tag]:
-    """The node template on the node group's Auto Scaling group (`name`-asg-<what>), where the autoscaler
-    reads it. Not propagated: instances get their labels from the kubelet, not from tags."""
+    """The discovery tag and node template on the node group's Auto Scaling group (`name`-asg-<what>), where the
+    autoscaler reads them. Not propagated: instances get their labels from the kubelet, not from tags."""
     asg_name = node_group.resources.apply(_asg_name)
     prefix = f"{AUTOSCALER_TAG}/node-template/"
-    return [aws.autoscaling.Tag(f"{name}-asg-{key.removeprefix(prefix)}", autoscaling_group_name=asg_name,
+    return [aws.autoscaling.Tag(f"{name}-asg-" + ("autoscaled" if key == AUTOSCALED_TAG else key.removeprefix(prefix)),
+                                autoscaling_group_name=asg_name,
                                 tag=aws.autoscaling.TagTagArgs(key=key, value=value, propagate_at_launch=False),
                                 opts=opts)
-            for key, value in node_template_tags(spec).items() if spec.capacity_type != "capacity-block"]
+            for key, value in asg_tags(spec).items()]
 
 
 def _utc(value: str) -> datetime.datetime:

@@ -1,7 +1,8 @@
 """ClusterAutoscaler (AWS): scales every node group of the kit between its minSize and maxSize.
 
-Auto-discovery finds the node groups' autoscaling groups by the tags EKS managed node groups carry
-(`k8s.io/cluster-autoscaler/enabled`, `k8s.io/cluster-autoscaler/<cluster>`); the autoscaler reads
+Auto-discovery finds the node groups' autoscaling groups by the kit's tag (`aifactory.io/autoscaled`, on every
+group the autoscaler may size) and `k8s.io/cluster-autoscaler/<cluster>`: not by `.../enabled`, which EKS puts on
+every managed group, capacity blocks included (components.aws.nodes.AUTOSCALED_TAG); the autoscaler reads
 each group's labels and taints from EKS (DescribeNodegroup), so GPU pools can scale from zero. It runs
 as its own service account with an IRSA role whose write actions only reach this cluster's groups.
 """
@@ -15,6 +16,7 @@ import pulumi_kubernetes as k8s
 
 from components.aws.cluster import GpuCluster
 from components.aws.iam import irsa_role
+from components.aws.nodes import AUTOSCALED_TAG
 from components.k8s import naming, security, versions
 from infra.config import PlatformConfig
 
@@ -41,11 +43,13 @@ WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanc
 
 
 def autoscaler_policy(cluster_name: str) -> dict[str, Any]:
-    """The IAM policy: describe anything, change only autoscaling groups tagged as this cluster's."""
+    """The IAM policy: describe anything, change only this cluster's autoscaling groups that the kit marked
+    autoscaled (never a capacity block's)."""
     return {"Version": "2012-10-17", "Statement": [
         {"Sid": "Describe", "Effect": "Allow", "Action": list(READ_ACTIONS), "Resource": "*"},
         {"Sid": "ScaleOwnGroups", "Effect": "Allow", "Action": list(WRITE_ACTIONS), "Resource": "*",
-         "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned"}}},
+         "Condition": {"StringEquals": {f"aws:ResourceTag/k8s.io/cluster-autoscaler/{cluster_name}": "owned",
+                                        f"aws:ResourceTag/{AUTOSCALED_TAG}": "true"}}},
     ]}
 
 
@@ -54,7 +58,10 @@ def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[
         "fullnameOverride": RELEASE_NAME,
         "cloudProvider": "aws",
         "awsRegion": region,
-        "autoDiscovery": {"clusterName": cluster_name},
+        # the chart joins these into --node-group-auto-discovery=asg:tag=... (cluster-autoscaler chart 9.52.1
+        # templates/deployment.yaml); a group must carry every one
+        "autoDiscovery": {"clusterName": cluster_name,
+                          "tags": [AUTOSCALED_TAG, f"k8s.io/cluster-autoscaler/{cluster_name}"]},
         "rbac": {"serviceAccount": {"create": True, "name": SERVICE_ACCOUNT,
                                     "annotations": {IRSA_ANNOTATION: role_arn}}},
         "extraArgs": {

@@ -122,7 +122,7 @@ def test_gpu_pool_taint_labels_and_autoscaler_tags() -> None:
     assert ng.inputs["labels"] == labels
     ca = "k8s.io/cluster-autoscaler"
     assert ng.inputs["tags"] == {
-        f"{ca}/enabled": "true", f"{ca}/c1": "owned",
+        f"{ca}/enabled": "true", f"{ca}/c1": "owned", "aifactory.io/autoscaled": "true",
         **{f"{ca}/node-template/label/{k}": v for k, v in labels.items()},
         f"{ca}/node-template/taint/nvidia.com/gpu": "true:NoSchedule",
         f"{ca}/node-template/resources/nvidia.com/gpu": "8",
@@ -151,15 +151,18 @@ def test_efa_pool_asg_carries_the_node_template_for_scale_from_zero() -> None:
         "taint/nvidia.com/gpu": "true:NoSchedule", "resources/nvidia.com/gpu": "8",
         "resources/vpc.amazonaws.com/efa": "32", "resources/hugepages-2Mi": "5120Mi",
     }
-    assert asg_tags(res) == {f"c1-h100-asg-{what}": (f"{template}/{what}", value, False, asg, pool)
-                             for what, value in expected.items()}
+    assert asg_tags(res) == {**{f"c1-h100-asg-{what}": (f"{template}/{what}", value, False, asg, pool)
+                                for what, value in expected.items()},
+                             # the kit's autoscaler discovers groups by this tag (EKS tags every group with the
+                             # upstream pair, capacity blocks included)
+                             "c1-h100-asg-autoscaled": ("aifactory.io/autoscaled", "true", False, asg, pool)}
 
 
 def test_cpu_pool_asg_carries_labels_only_and_custom_hugepages_count() -> None:
     res = register(lambda: GpuNodePool("cpu", pool_args("m7i.2xlarge", hugepages_mib=1024)))
     template = "k8s.io/cluster-autoscaler/node-template"
     assert {key: value for key, value, *_ in asg_tags(res).values()} == {
-        f"{template}/label/aifactory.io/pool": "cpu", f"{template}/label/aifactory.io/instance-type": "m7i.2xlarge",
+        "aifactory.io/autoscaled": "true", f"{template}/label/aifactory.io/pool": "cpu", f"{template}/label/aifactory.io/instance-type": "m7i.2xlarge",
         f"{template}/label/aifactory.io/fabric": "none", f"{template}/resources/hugepages-2Mi": "1024Mi",
     }
 

@@ -413,17 +413,35 @@ def test_prod_after_the_block_started_creates_no_past_action_and_retains_the_one
 
 
 def test_capacity_block_pool_is_not_in_autoscaler_discovery() -> None:
-    """cluster-autoscaler discovers node groups by the `k8s.io/cluster-autoscaler/enabled` and
-    `k8s.io/cluster-autoscaler/<cluster>` tags (cluster-autoscaler AWS cloudprovider README, "Auto-Discovery
-    Setup") and builds a scale-from-zero node from the node-template tags: on a block pool it would launch into
-    the block outside its window and scale the pool back up after the drain. The schedule owns its size."""
+    """cluster-autoscaler discovers the Auto Scaling groups that carry every tag of its
+    --node-group-auto-discovery=asg:tag=... list (cluster-autoscaler AWS cloudprovider README, "Auto-Discovery
+    Setup"; the chart builds it from autoDiscovery.tags) and builds a scale-from-zero node from the node-template
+    tags: on a block pool it would launch into the block outside its window and scale the pool back up after the
+    drain. EKS itself tags EVERY managed node group's ASG with k8s.io/cluster-autoscaler/enabled and
+    k8s.io/cluster-autoscaler/<cluster> (EKS user guide, "Managed node groups"), and copies no node group tag to
+    it: what the autoscaler sees is those two plus the aws:autoscaling/tag:Tag resources of the stack."""
     resources = _prod_at("2026-11-22T00:00:00Z")
-    ngs = {r.name: r.inputs.get("tags", {}) for r in resources if r.type == "aws:eks/nodeGroup:NodeGroup"}
-    assert [k for k in ngs["aifactory-prod-h100-block-ng"] if k.startswith("k8s.io/cluster-autoscaler")] == []
-    assert ngs["aifactory-prod-h200-ng"]["k8s.io/cluster-autoscaler/enabled"] == "true"
-    asg_tags = [r.name for r in resources if r.type == "aws:autoscaling/tag:Tag"]
-    assert [n for n in asg_tags if n.startswith("aifactory-prod-h100-block-")] == []
-    assert any(n.startswith("aifactory-prod-h200-asg-") for n in asg_tags)
+    cluster = "aifactory-prod"
+    groups = [r.name.removesuffix("-ng") for r in resources if r.type == "aws:eks/nodeGroup:NodeGroup"]
+    seen = {g: {"k8s.io/cluster-autoscaler/enabled": "true", f"k8s.io/cluster-autoscaler/{cluster}": "owned"}
+            for g in groups}
+    for r in resources:
+        if r.type == "aws:autoscaling/tag:Tag":
+            group = next(g for g in groups if r.name.startswith(f"{g}-asg-"))
+            seen[group][r.inputs["tag"]["key"]] = r.inputs["tag"]["value"]
+    (release,) = [r for r in resources if r.type == "kubernetes:helm.sh/v3:Release"
+                  and r.inputs.get("name") == "cluster-autoscaler"]
+    wanted = release.inputs["values"]["autoDiscovery"]["tags"]
+    discovered = sorted(g for g in groups if all(t in seen[g] for t in wanted))
+    assert "aifactory-prod-h100-block" in groups and "aifactory-prod-h100-block" not in discovered
+    assert discovered == sorted(g for g in groups if g != "aifactory-prod-h100-block")
+    assert not [k for k in seen["aifactory-prod-h100-block"] if "node-template" in k]
+    # and its IAM role may not resize the block's group even by hand: every condition tag must match
+    (policy,) = [r for r in resources if r.type == "aws:iam/rolePolicy:RolePolicy" and "autoscaler" in r.name]
+    condition = json.loads(policy.inputs["policy"])["Statement"][1]["Condition"]["StringEquals"]
+    may_scale = sorted(g for g in groups if all(seen[g].get(k.removeprefix("aws:ResourceTag/")) == v
+                                               for k, v in condition.items()))
+    assert may_scale == discovered
 
 
 # --- 10. destroy order: custom resources record the controllers they need --------------------------------

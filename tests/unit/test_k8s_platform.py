@@ -296,7 +296,9 @@ def test_every_platform_resource_uses_the_given_provider() -> None:
 def test_autoscaler_values_and_scoped_policy() -> None:
     values = autoscaler.autoscaler_values(cluster_name="aifactory-prod", region="us-east-1",
                                           role_arn="arn:aws:iam::123456789012:role/ca")
-    assert values["autoDiscovery"] == {"clusterName": "aifactory-prod"}
+    # not the chart's default k8s.io/cluster-autoscaler/enabled: EKS puts it on every managed group's ASG
+    assert values["autoDiscovery"] == {"clusterName": "aifactory-prod", "tags": [
+        "aifactory.io/autoscaled", "k8s.io/cluster-autoscaler/aifactory-prod"]}
     assert values["awsRegion"] == "us-east-1" and values["cloudProvider"] == "aws"
     assert values["rbac"] == {"serviceAccount": {"create": True, "name": "cluster-autoscaler", "annotations": {
         "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/ca"}}}
@@ -305,7 +307,8 @@ def test_autoscaler_values_and_scoped_policy() -> None:
     assert write == {"Sid": "ScaleOwnGroups", "Effect": "Allow",
                      "Action": ["autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"],
                      "Resource": "*", "Condition": {"StringEquals": {
-                         "aws:ResourceTag/k8s.io/cluster-autoscaler/aifactory-prod": "owned"}}}
+                         "aws:ResourceTag/k8s.io/cluster-autoscaler/aifactory-prod": "owned",
+                         "aws:ResourceTag/aifactory.io/autoscaled": "true"}}}
 
 
 def test_autoscaler_in_the_aws_program_with_an_irsa_role() -> None:
