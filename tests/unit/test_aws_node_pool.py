@@ -162,7 +162,8 @@ def test_cpu_pool_asg_carries_labels_only_and_custom_hugepages_count() -> None:
     res = register(lambda: GpuNodePool("cpu", pool_args("m7i.2xlarge", hugepages_mib=1024)))
     template = "k8s.io/cluster-autoscaler/node-template"
     assert {key: value for key, value, *_ in asg_tags(res).values()} == {
-        "aifactory.io/autoscaled": "true", f"{template}/label/aifactory.io/pool": "cpu", f"{template}/label/aifactory.io/instance-type": "m7i.2xlarge",
+        "aifactory.io/autoscaled": "true", f"{template}/label/aifactory.io/pool": "cpu",
+        f"{template}/label/aifactory.io/instance-type": "m7i.2xlarge",
         f"{template}/label/aifactory.io/fabric": "none", f"{template}/resources/hugepages-2Mi": "1024Mi",
     }
 
