@@ -207,7 +207,8 @@ class SystemPool:
 class ClusterSettings:
     name: str  # default: aifactory-<stack>
     public_access_cidrs: tuple[str, ...] = ()  # required (non-empty) for apiAccess public-and-private
-    admin_role_arns: tuple[str, ...] = ()  # default: none (only the creator has access)
+    # default: none (only the creator has access); when set, exactly these roles: list the one you deploy with
+    admin_role_arns: tuple[str, ...] = ()
     system_pool: SystemPool = field(default_factory=SystemPool)
     # required on AWS (parse() has no default: a wrong guess leaves `pulumi up` unable to reach the endpoint)
     api_access: Literal["public-and-private", "private"] = "private"

@@ -87,7 +87,8 @@ class GpuClusterArgs(TypedDict):
     public_access_cidrs: NotRequired[list[str]]
     """Networks allowed to reach the public API endpoint; required for public-and-private. Default: none."""
     admin_role_arns: NotRequired[list[str]]
-    """IAM roles granted cluster admin through access entries. Default: none (only the creator)."""
+    """IAM roles granted cluster admin through access entries; when given, the creator gets no entry of its own, so
+    the role that deploys must be listed. Default: none (only the creator)."""
     system_pool: NotRequired[SystemPoolArgs]
     """Default: m7i.2xlarge, 2 to 6 nodes, 3 desired."""
     log_retention_days: NotRequired[int]
@@ -184,6 +185,14 @@ def _validate(name: str, args: GpuClusterArgs) -> None:
     problems.raise_any()
 
 
+def bootstrap_creator(admin_role_arns: list[str]) -> bool:
+    """Whether EKS makes the cluster's creator an admin (`bootstrapClusterCreatorAdminPermissions`). Only without
+    listed admins: EKS creates that access entry itself, so listing the creator's role as well fails its
+    AccessEntry with ResourceInUseException (409) minutes into the first `pulumi up`; with admins listed, exactly
+    they administer the cluster, and the role that runs `pulumi up` must be one of them."""
+    return not admin_role_arns
+
+
 class GpuCluster(pulumi.ComponentResource):
     """An EKS cluster for GPU node pools: private endpoint, KMS secrets, logging, IRSA, add-ons, system pool."""
 
@@ -203,6 +212,7 @@ class GpuCluster(pulumi.ComponentResource):
         _validate(name, args)
         cluster_name = args.get("cluster_name", name)
         child = pulumi.ResourceOptions(parent=self)
+        admin_roles = list(args.get("admin_role_arns") or [])
 
         role = iam.role(f"{name}-cluster", assume_role_policy=iam.service_trust_policy("eks.amazonaws.com"),
                         managed_policy_arns=iam.CLUSTER_POLICIES, opts=child)
@@ -218,10 +228,14 @@ class GpuCluster(pulumi.ComponentResource):
             role_arn=role.arn,
             vpc_config=vpc_config(args["subnet_ids"], list(args.get("public_access_cidrs") or []),
                                   access=api_access(args)),
-            access_config={"authentication_mode": "API", "bootstrap_cluster_creator_admin_permissions": True},
+            access_config={"authentication_mode": "API",
+                           "bootstrap_cluster_creator_admin_permissions": bootstrap_creator(admin_roles)},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, role]),
+            # the bootstrap setting exists only at creation (changing it replaces the cluster): a cluster created
+            # before the kit turned it off for listed admins keeps its creator entry
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, role],
+                                        ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.cluster_name = self.eks.name
         issuer_url = self.eks.identities.apply(lambda ids: ids[0].oidcs[0].issuer)
@@ -230,7 +244,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.oidc_provider_arn = oidc.arn
         self.oidc_issuer = issuer_url.apply(lambda url: url.removeprefix("https://"))
         self.node_security_group_id = self.eks.vpc_config.cluster_security_group_id
-        self._admins(name, list(args.get("admin_role_arns") or []))
+        admin_access = self._admins(name, admin_roles)
 
         # Not outputs of the component package (no class annotation): the program orders the platform after them.
         self.system_node_group: aws.eks.NodeGroup = node_group(
@@ -242,8 +256,9 @@ class GpuCluster(pulumi.ComponentResource):
 
         self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data,
                                             self.eks.arn).apply(lambda a: kubeconfig(a[0], a[1], a[2], region_of(a[3])))
+        # with listed admins, the deployer reaches the API only once its own entry and policy exist
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
-                                     opts=child)
+                                     opts=pulumi.ResourceOptions(parent=self, depends_on=admin_access))
         self.register_outputs({
             "clusterName": self.cluster_name,
             "kubeconfig": self.kubeconfig,
@@ -252,15 +267,17 @@ class GpuCluster(pulumi.ComponentResource):
             "nodeSecurityGroupId": self.node_security_group_id,
         })
 
-    def _admins(self, name: str, role_arns: list[str]) -> None:
+    def _admins(self, name: str, role_arns: list[str]) -> list[pulumi.Resource]:
+        out: list[pulumi.Resource] = []
         for arn in role_arns:
             role_name = arn.rsplit("/", 1)[-1]
             entry = aws.eks.AccessEntry(f"{name}-admin-{role_name}", cluster_name=self.eks.name, principal_arn=arn,
                                         type="STANDARD", opts=pulumi.ResourceOptions(parent=self))
-            aws.eks.AccessPolicyAssociation(f"{name}-admin-{role_name}", cluster_name=self.eks.name,
-                                            principal_arn=entry.principal_arn, policy_arn=ADMIN_POLICY_ARN,
-                                            access_scope={"type": "cluster"},
-                                            opts=pulumi.ResourceOptions(parent=self))
+            out.append(aws.eks.AccessPolicyAssociation(
+                f"{name}-admin-{role_name}", cluster_name=self.eks.name, principal_arn=entry.principal_arn,
+                policy_arn=ADMIN_POLICY_ARN, access_scope={"type": "cluster"},
+                opts=pulumi.ResourceOptions(parent=self)))
+        return out
 
     @property
     def platform_prerequisites(self) -> list[pulumi.Resource]:

@@ -47,7 +47,8 @@ def test_prod_eks_endpoint_answers_its_deployer_only_encrypted_and_logs_everythi
     assert eks.inputs["encryptionConfig"] == {"provider": {"keyArn": key.outputs["arn"]}, "resources": ["secrets"]}
     assert key.inputs["enableKeyRotation"] is True
     assert eks.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
-    assert eks.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": True}
+    # prod lists its admins: EKS's own creator entry is off, or listing the deploying role would fail with 409
+    assert eks.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
     assert eks.inputs["version"] == "1.34"
 
 
@@ -63,6 +64,19 @@ def test_staging_public_endpoint_only_with_its_allow_list() -> None:
     (eks,) = of(synth("staging"), EKS)
     assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is True
     assert eks.inputs["vpcConfig"]["publicAccessCidrs"] == ["203.0.113.0/24"]
+
+
+def test_with_listed_admins_the_creator_gets_no_second_entry_and_the_provider_waits_for_theirs(prod) -> None:
+    """EKS creates an access entry for the creator when bootstrapClusterCreatorAdminPermissions is true; an
+    AccessEntry for the same principal then fails with ResourceInUseException (EKS API CreateAccessEntry). So the
+    bootstrap is on only when no admin is listed (dev), and the Kubernetes provider, which every Kubernetes
+    object uses, waits for the listed admins' policy associations."""
+    (dev_eks,) = of(synth("dev"), EKS)
+    assert dev_eks.inputs["accessConfig"]["bootstrapClusterCreatorAdminPermissions"] is True
+    assert of(synth("dev"), "aws:eks/accessEntry:AccessEntry") == []
+    (provider,) = [r for r in prod if r.type == "pulumi:providers:kubernetes"]
+    associations = of(prod, "aws:eks/accessPolicyAssociation:AccessPolicyAssociation")
+    assert len(associations) == 2 and {a.urn for a in associations} <= set(provider.dependencies)
 
 
 def test_prod_has_every_piece_of_the_cluster(prod) -> None:
@@ -211,7 +225,7 @@ def test_every_node_group_asg_carries_the_node_template_of_its_node_group(prod) 
         on_asg.setdefault(tag.inputs["autoscalingGroupName"], {})[tag.inputs["tag"]["key"]] = tag.inputs["tag"]["value"]
     template = "k8s.io/cluster-autoscaler/node-template/"
     expected = {ng.outputs["resources"][0]["autoscalingGroups"][0]["name"]:
-                {k: v for k, v in ng.inputs["tags"].items() if k.startswith(template)}
+                {k: v for k, v in ng.inputs["tags"].items() if k.startswith(template) or k == "aifactory.io/autoscaled"}
                 for ng in of(prod, "aws:eks/nodeGroup:NodeGroup") if ng.inputs["capacityType"] != "CAPACITY_BLOCK"}
     assert on_asg == expected and len(expected) == 3  # the capacity block's size is its schedule's
     h200 = next(tags for asg, tags in on_asg.items() if asg.startswith("eks-aifactory-prod-h200-ng-"))
