@@ -5,12 +5,13 @@ from __future__ import annotations
 import copy
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from components.k8s import envoy_config
 from components.k8s.envoy_config import at_least_regex, decisions, overflow_order, workloads
-from infra.config import parse
+from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
 
@@ -52,7 +53,8 @@ def test_a_variant_that_is_pricier_and_slower_is_never_chosen_by_budget() -> Non
         ("w.w-int4.default", "w-int4", "default"),
     ]
     fits = decisions(cfg, w)[2].headers
-    assert fits == ({"name": "x-aifactory-budget-ms", "range_match": {"start": 250, "end": 10**12}},)
+    # 0.25 s plus the default 25% margin: 312.5 ms, rounded up
+    assert fits == ({"name": "x-aifactory-budget-ms", "range_match": {"start": 313, "end": 10**12}},)
     # overflow: the chosen one, then the others fastest first
     assert [m.name for m in overflow_order(w, cfg.models["w-int4"])] == ["w-int4", "w-fp8", "w-mid"]
     assert [m.name for m in overflow_order(w, cfg.models["w-fp8"])] == ["w-fp8", "w-int4", "w-mid"]
@@ -64,3 +66,31 @@ def test_policy_cheapest_routes_everything_to_the_cheapest() -> None:
     cfg = parse(raw, stack="t")
     (w,) = workloads(cfg)
     assert [(d.chosen.name, d.reason, d.headers) for d in decisions(cfg, w)] == [("w-int4", "default", ())]
+
+
+def test_the_workloads_margin_moves_every_threshold() -> None:
+    """marginPercent 10: the cheap variant (2 s) fits from 2200 ms, the fast one (0.25 s) from 275 ms; 0: the SLOs."""
+    for margin, cheap, fast in ((10, 2200, 275), (0, 2000, 250)):
+        raw = _three_variants()
+        raw["gateway"]["routing"] = {"w": {"marginPercent": margin}}
+        cfg = parse(raw, stack="t")
+        (w,) = workloads(cfg)
+        starts = [(d.chosen.name, d.reason, d.headers[0]["range_match"]) for d in decisions(cfg, w)
+                  if d.headers and "range_match" in d.headers[0]]
+        assert starts == [("w-int4", "fits-budget", {"start": cheap, "end": 10**12}),
+                          ("w-fp8", "fits-budget", {"start": fast, "end": 10**12}),
+                          ("w-fp8", "rescued", {"start": 0, "end": fast})]
+        assert decisions(cfg, w)[1].headers[1]["string_match"]["safe_regex"]["regex"].find(at_least_regex(cheap)) > 0
+
+
+@pytest.mark.parametrize(("margin", "problem"), [
+    (-5, "gateway.routing.w.marginPercent: -5.0 is below the minimum 0"),
+    ("wide", "gateway.routing.w.marginPercent: expected a number, got a string 'wide'"),
+    (1001, "gateway.routing.w.marginPercent: 1001.0 is above the maximum 1000"),
+])
+def test_a_bad_margin_names_its_key(margin: object, problem: str) -> None:
+    raw = _three_variants()
+    raw["gateway"]["routing"] = {"w": {"marginPercent": margin}}
+    with pytest.raises(ConfigError) as e:
+        parse(raw, stack="t")
+    assert problem in str(e.value)
