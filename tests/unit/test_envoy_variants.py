@@ -14,6 +14,7 @@ from components.k8s.envoy_config import at_least_regex, decisions, overflow_orde
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
+from tests.support.stacks import stack_config
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
@@ -94,3 +95,27 @@ def test_a_bad_margin_names_its_key(margin: object, problem: str) -> None:
     with pytest.raises(ConfigError) as e:
         parse(raw, stack="t")
     assert problem in str(e.value)
+
+
+def test_each_variant_is_reached_through_its_overflow_gate() -> None:
+    """The aggregate clusters list the variants' gates; a gate is an internal listener whose router forwards to the
+    variant's cluster and drops x-envoy-overloaded (which forbids a retry); prod, without variants, has none."""
+    cfg = parse(_three_variants(), stack="t")
+    boot = envoy_config.bootstrap(cfg)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    assert clusters["w__w-int4"]["cluster_type"]["typed_config"]["clusters"] == [
+        "w-int4__gate", "w-fp8__gate", "w-mid__gate"]
+    gate = clusters["w-int4__gate"]
+    assert gate["load_assignment"]["endpoints"][0]["lb_endpoints"][0] == {
+        "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": "w-int4__gate"}}},
+        "metadata": {"filter_metadata": {"aifactory": {"variant": "w-int4"}}}}
+    listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
+    assert sorted(listeners) == ["gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
+    hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert hcm["route_config"]["virtual_hosts"][0]["routes"] == [
+        {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s"}}]
+    assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
+    assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
+    prod = envoy_config.bootstrap(stack_config("prod"))
+    assert "bootstrap_extensions" not in prod
+    assert [lst["name"] for lst in prod["static_resources"]["listeners"]] == ["gateway", "stats"]
