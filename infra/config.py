@@ -329,13 +329,16 @@ class Variant:
 
     cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
     requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
+    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
+    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
+    max_requests: int | None = None
 
 
 ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
 # A variant fits a budget when the budget covers its slo.e2eSeconds plus this margin (gateway.routing.<workload>.
 # marginPercent): the SLO is the engine's p95, while the caller also waits in the gateway and, when the variant is
-# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py) queueing at the saturated
-# cheap variant made a margin of 0 miss deadlines 1-4 points more often than all-fastest; 25 misses none more.
+# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
+# saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
 DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
 
 
@@ -1414,12 +1417,13 @@ def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:
     if "variant" not in d:
         return None
     vp = f"{path}.variant"
-    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp, ("costPerRequest", "requestsPerSecond"))
+    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp,
+                   ("costPerRequest", "requestsPerSecond", "maxRequests"))
     cost = r.value(vd, "costPerRequest", vp, float, None, minimum=0)
     rps = r.value(vd, "requestsPerSecond", vp, float, None, minimum=0.0001)
     if vd is not None and "costPerRequest" in vd and "requestsPerSecond" in vd:
         r.fail(f"{vp}.costPerRequest", "contradicts requestsPerSecond (the cost is derived from it); give one of them")
-    return Variant(cost, rps)
+    return Variant(cost, rps, r.value(vd, "maxRequests", vp, int, None, minimum=1))
 
 
 def _variant_checks(r: _Reader, models: Mapping[str, Model],

@@ -70,19 +70,21 @@ no other process and no network hop (the overflow gates below are in process); t
 baggage (the baggage routes require it absent).
 
 Overflow: each decision routes to an aggregate cluster (`envoy.clusters.aggregate`) listing the chosen
-variant, then the others fastest first, each through its overflow gate. Its load balancer sends traffic on to
-the next variant as the chosen one loses healthy hosts, and the route's retry policy adds
-`envoy.retry_priorities.previous_priorities`, so a try that failed on one variant (503 from a saturated engine,
-reset, per-try idle timeout, a tripped circuit breaker) is retried on the next variant, not queued behind it.
+variant, then the others fastest first, each through its overflow gate. The first try goes to the chosen
+variant; the route's retry policy adds `envoy.retry_priorities.previous_priorities`, so a try that failed on one
+variant (503 from a saturated engine, reset, per-try idle timeout, a tripped circuit breaker, no healthy replica)
+is retried on the next variant, not queued behind it.
 The gate is needed for the breaker: Envoy never retries a request refused by its own circuit breaker
 (RetryPolicyImpl::wouldRetryFromReset returns false for StreamResetReason::Overflow, and wouldRetryFromHeaders
 for a response carrying x-envoy-overloaded: envoyproxy/envoy source/common/router/retry_policy_impl.cc). So the
 aggregate cluster reaches each variant through `<variant>__gate`, an internal listener (in process, no socket:
 envoy.bootstrap.internal_listener) whose router forwards to the variant's cluster with `suppress_envoy_headers`:
 a try the variant's breaker refuses comes back to the decision's route as a plain 503, which it retries on the
-next variant. The variant's cluster keeps its health checks, outlier detection, LB and breakers; the gate
-clusters are not health-checked (Envoy's health checker cannot reach internal listeners), so a variant that is
-down costs each request one fast-failing try before the next variant serves it.
+next variant. A variant's breaker is its `variant.maxRequests` (default gateway.circuitBreakers.maxRequests):
+set to what the variant's replicas serve at once, tries past it overflow instead of queueing at the engine.
+The variant's cluster keeps its health checks, outlier detection, LB and breakers (within the variant they
+pick the replica); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
+listeners), so a variant that is down costs each request one fast-failing try before the next variant serves it.
 Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
 Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
 
@@ -534,7 +536,9 @@ def _model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
             "priority": "DEFAULT",
             "max_connections": cb.max_connections,
             "max_pending_requests": cb.max_pending_requests,
-            "max_requests": cb.max_requests,
+            # a variant's own limit: past it, tries overflow to the next variant (see the module docstring)
+            "max_requests": model.variant.max_requests if model.variant and model.variant.max_requests else
+            cb.max_requests,
             "retry_budget": {"budget_percent": {"value": gw.retries.budget_percent},
                              "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
         }]},

@@ -216,8 +216,8 @@ def test_decisions_are_counted_per_route_stat_prefix(gateway: Gateway) -> None:
 
 
 # --- a variant whose circuit breaker is tripped ---------------------------------------------------------------
-# One request in flight per model cluster (gateway.circuitBreakers.maxRequests 1): while busy-cheap holds one
-# (its backend answers after HOLD_S), Envoy's breaker refuses a second try there.
+# One request in flight to busy-cheap (its variant.maxRequests 1; busy-fast keeps gateway.circuitBreakers'
+# default): while busy-cheap holds one (its backend answers after HOLD_S), Envoy's breaker refuses a second try.
 # Envoy never retries that refusal itself (RetryPolicyImpl::wouldRetryFromReset returns false for
 # StreamResetReason::Overflow, and wouldRetryFromHeaders for a response with x-envoy-overloaded: envoyproxy/envoy
 # source/common/router/retry_policy_impl.cc), so the gateway reaches each variant through its overflow gate (see
@@ -231,7 +231,8 @@ BUSY = _variants("busy")
 def busy_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, FakeBackend]]:
     raw = copy.deepcopy(RAW)
     raw["models"] = copy.deepcopy(BUSY)
-    raw["gateway"] = {**raw["gateway"], "routing": {}, "circuitBreakers": {"maxRequests": 1}}
+    raw["models"]["busy-cheap"]["variant"]["maxRequests"] = 1
+    raw["gateway"] = {**raw["gateway"], "routing": {}}
     cfg = parse(raw, stack="live")
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:

@@ -14,11 +14,13 @@ step. Each workflow runs under the real telemetry SDK (workflow(budget_s=deadlin
 request) and sends what telemetry's headers() gives: W3C baggage whose aifactory.budget_ms is the step's share of
 the remaining budget (remaining / steps left). Arrivals, step counts and every request's draw u are seeded per
 seed, so the policies (gateway.routing.<workload>.policy: fastest, cheapest, cost-within-deadline with the
-default margin, and with marginPercent 0 for comparison) see the same work. Reported per seed and policy: cost per
-workflow (the serving variant's cost, read from x-aifactory-variant), deadline-miss rate (late or failed
-workflows), requests that overflowed, failed requests, and the share of the run the cheap variant had every
-slot busy (saturated); then the means over the seeds. Target (issue #15): deadline-aware at least 30% cheaper
-than all-fastest, misses at most 0.5 points above it, far fewer than all-cheapest.
+default margin, with marginPercent 0 for comparison, and with the cheap variant's breaker at its slot count,
+variant.maxRequests CHEAP_SLOTS, so a try past its capacity overflows to the fast one) see the same work.
+Reported per seed and policy: cost per workflow (the serving variant's cost, read from x-aifactory-variant),
+deadline-miss rate (late or failed workflows), requests that overflowed, failed requests, and the share of the
+run the cheap variant had every slot busy (saturated); then the means over the seeds. Target (issue #15):
+deadline-aware at least 30% cheaper than all-fastest, misses at most 0.5 points above it, far fewer than
+all-cheapest.
 
     .venv/bin/python -m tests.bench variant_routing                 # the default seeds
     .venv/bin/python -m tests.bench.bench_variant_routing 1 2 3 4   # seeds of your choice
@@ -54,10 +56,11 @@ STEP_DEADLINE_S = 0.3
 CHEAP_SLOTS, FAST_SLOTS = 6, 64
 QUEUE_LIMIT = 8
 COST = {"cheap": 1.0, "fast": 4.0}
-# (label, policy, marginPercent or None for the default)
-POLICIES = (("fastest", "fastest", None), ("cheapest", "cheapest", None),
-            ("cost-within-deadline", "cost-within-deadline", None),
-            ("cost-within-deadline, margin 0", "cost-within-deadline", 0))
+# (label, policy, marginPercent or None for the default, the cheap variant's maxRequests or None for the default)
+POLICIES = (("fastest", "fastest", None, None), ("cheapest", "cheapest", None, None),
+            ("cost-within-deadline", "cost-within-deadline", None, None),
+            ("cost-within-deadline, margin 0", "cost-within-deadline", 0, None),
+            (f"cost-within-deadline, cheap maxRequests {CHEAP_SLOTS}", "cost-within-deadline", None, CHEAP_SLOTS))
 ISSUER = "https://issuer.bench/realms/aifactory"
 
 
@@ -141,13 +144,14 @@ def arrivals(seed: int) -> list[Workflow]:
         out.append(Workflow(t, tuple(rng.random() for _ in range(rng.randint(*STEPS)))))
 
 
-def _raw(policy: str, margin: float | None) -> dict[str, Any]:
+def _raw(policy: str, margin: float | None, cheap_max: int | None) -> dict[str, Any]:
     m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "agent"}
     return {
         "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
         "tenants": {"alpha": {"gpuQuota": 16, "rateLimit": {"requestsPerSecond": 100000, "burst": 100000}}},
-        "models": {"cheap": {**m, "slo": {"e2eSeconds": 0.4}, "variant": {"costPerRequest": COST["cheap"]}},
+        "models": {"cheap": {**m, "slo": {"e2eSeconds": 0.4}, "variant": {
+                       "costPerRequest": COST["cheap"], **({} if cheap_max is None else {"maxRequests": cheap_max})}},
                    "fast": {**m, "slo": {"e2eSeconds": 0.1}, "variant": {"costPerRequest": COST["fast"]}}},
         "gateway": {"auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs",
                                           "audiences": [DEFAULT_AUDIENCE]}]},
@@ -194,11 +198,12 @@ def _run_workflow(tel: Telemetry, port: int, token: str, wf: Workflow, t0: float
     return out
 
 
-def run_policy(policy: str, margin: float | None, work: list[Workflow], tmp: Path) -> tuple[list[Outcome], float]:
+def run_policy(policy: str, margin: float | None, cheap_max: int | None, work: list[Workflow],
+               tmp: Path) -> tuple[list[Outcome], float]:
     """Each workflow's outcome, and the share of the run the cheap variant had every slot busy."""
     issuer = Issuer(ISSUER)
     tel = Telemetry(tenant="alpha")  # over the global OTel providers: no-ops here, only the budget headers matter
-    cfg = parse(_raw(policy, margin), stack="bench")
+    cfg = parse(_raw(policy, margin, cheap_max), stack="bench")
     engines = {"cheap": Engine("cheap", CHEAP_SLOTS), "fast": Engine("fast", FAST_SLOTS)}
     threads = [threading.Thread(target=e.serve_forever, daemon=True) for e in engines.values()]
     for t in threads:
@@ -225,14 +230,15 @@ def run_policy(policy: str, margin: float | None, work: list[Workflow], tmp: Pat
 
 def run(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str]]:
     rows = []
-    saving: dict[str, list[float]] = {label: [] for label, _, _ in POLICIES}
-    extra_misses: dict[str, list[float]] = {label: [] for label, _, _ in POLICIES}
+    saving: dict[str, list[float]] = {label: [] for label, *_ in POLICIES}
+    extra_misses: dict[str, list[float]] = {label: [] for label, *_ in POLICIES}
     with tempfile.TemporaryDirectory() as d:
         for seed in seeds:
             work = arrivals(seed)
             rows.append((f"seed {seed}: workflows (same arrivals for each policy)",
                          f"{len(work)}, {sum(len(w.draws) for w in work)} steps"))
-            results = {label: run_policy(policy, margin, work, Path(d)) for label, policy, margin in POLICIES}
+            results = {label: run_policy(policy, margin, cheap_max, work, Path(d))
+                       for label, policy, margin, cheap_max in POLICIES}
             base_cost = sum(o.cost for o in results["fastest"][0]) / len(work)
             base_misses = sum(o.late for o in results["fastest"][0]) / len(work)
             for label, (outs, saturated) in results.items():
@@ -244,7 +250,7 @@ def run(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str]]:
                              f"cost/workflow {cost:.2f} ({cost / base_cost - 1:+.1%}), misses {misses:.1%}, "
                              f"overflowed/failed {sum(o.overflowed for o in outs)}/{sum(o.failed for o in outs)}, "
                              f"cheap saturated {saturated:.0%}"))
-    for label, _, _ in POLICIES:
+    for label, *_ in POLICIES:
         rows.append((f"mean over seeds {', '.join(map(str, seeds))}: {label}",
                      f"cost {sum(saving[label]) / len(seeds):+.1%} vs all-fastest, misses "
                      f"{100 * sum(extra_misses[label]) / len(seeds):+.1f} points vs all-fastest"))

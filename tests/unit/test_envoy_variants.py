@@ -119,3 +119,16 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     prod = envoy_config.bootstrap(stack_config("prod"))
     assert "bootstrap_extensions" not in prod
     assert [lst["name"] for lst in prod["static_resources"]["listeners"]] == ["gateway", "stats"]
+
+
+def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
+    raw = _three_variants()
+    raw["models"]["w-int4"]["variant"]["maxRequests"] = 12
+    boot = envoy_config.bootstrap(parse(raw, stack="t"))
+    limits = {c["name"]: c["circuit_breakers"]["thresholds"][0]["max_requests"]
+              for c in boot["static_resources"]["clusters"] if c["name"] in ("w-int4", "w-fp8")}
+    assert limits == {"w-int4": 12, "w-fp8": 4096}  # w-fp8: gateway.circuitBreakers.maxRequests' default
+    raw["models"]["w-int4"]["variant"]["maxRequests"] = 0
+    with pytest.raises(ConfigError) as e:
+        parse(raw, stack="t")
+    assert "models.w-int4.variant.maxRequests: 0 is below the minimum 1" in str(e.value)
