@@ -122,7 +122,7 @@ def _hops() -> list:
     ]
 
 
-def _variants() -> list:
+def _variants(cfg: ObservabilityConfig) -> list:
     return [
         timeseries("Requests per workload by variant and reason",
                    "Requests the gateway routed to each variant of a workload, by why: fits-budget (the cheapest "
@@ -133,6 +133,33 @@ def _variants() -> list:
                    "Tries the gateway sent on to the next variant because the chosen one failed them (503 from a "
                    "saturated engine, reset, timeout), by the decision that chose it.", "reqps",
                    Q(R.ROUTE_OVERFLOW, "{{workload}} from {{variant}} ({{reason}})")),
+        timeseries("Budget left at step start",
+                   "Latency budget the workflow had left when its steps started, by step kind: the median, and the "
+                   "tightest tenth (p10). Workflows with a deadline only (telemetry workflow(budget_s=...)).", "s",
+                   *(Q(f"histogram_quantile({q}, sum by (step_kind, le) ({R.STEP_BUDGET_BUCKET}{{{WF}}}))",
+                       f"{{{{step_kind}}}} p{p}") for q, p in (("0.5", "50"), ("0.1", "10")))),
+        timeseries("Deadline misses",
+                   "Share of workflows with a deadline that ended after it (5-minute rate), per workflow.",
+                   "percentunit",
+                   Q(f'(sum by (workflow) ({R.WF_DEADLINES}{{deadline="missed", {WF}}}) or '
+                     f"sum by (workflow) ({R.WF_DEADLINES}{{{WF}}}) * 0) / "
+                     f"sum by (workflow) ({R.WF_DEADLINES}{{{WF}}})",
+                     "{{workflow}}")),
+        *(_variant_spend() if cfg.variants else []),
+    ]
+
+
+def _variant_spend() -> list:
+    return [
+        timeseries("Spend vs all-fastest",
+                   "What the requests the gateway sent to each workload's variants cost ($/hour: each variant's "
+                   "served tries times its cost per request from the stack config), against the same requests all "
+                   "sent to the workload's fastest variant.", "currencyUSD",
+                   Q(f"{R.VARIANT_SPEND} * 3600", "{{workload}} spent"),
+                   Q(f"{R.VARIANT_SPEND_ALL_FASTEST} * 3600", "{{workload}} all fastest")),
+        timeseries("Saving vs all-fastest",
+                   "Share of the all-fastest spend the variant routing saved, per workload.", "percentunit",
+                   Q(f"1 - {R.VARIANT_SPEND} / {R.VARIANT_SPEND_ALL_FASTEST}", "{{workload}}")),
     ]
 
 
@@ -157,7 +184,7 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             ("Where the time goes (critical path)", _critical_path()),
             ("Models", _models()),
             ("Gateway and mesh hops", _hops()),
-            ("Variant routing (gateway)", _variants()),
+            ("Variant routing (gateway)", _variants(cfg)),
             ("Logs", [logs("Logs for request id",
                            "Log lines in tenant and gateway namespaces that contain the request id typed above "
                            "(x-request-id, propagated by the gateway and the mesh).",

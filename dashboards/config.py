@@ -24,6 +24,7 @@ __all__ = [
     "Selectors",
     "Pool",
     "ServedModel",
+    "VariantCost",
     "Objective",
     "ObservabilityConfig",
     "from_platform",
@@ -85,6 +86,16 @@ class ServedModel:
 
 
 @dataclass(frozen=True, slots=True)
+class VariantCost:
+    """A model the gateway routes to as one of its workload's variants (its Envoy cluster is named after it)."""
+
+    workload: str
+    model: str
+    cost_per_request: float  # $ (stack config: costPerRequest, or derived from the pool's GPU price)
+    fastest: bool  # the workload's fastest variant (lowest slo.e2eSeconds; ties: the cheaper): the counterfactual
+
+
+@dataclass(frozen=True, slots=True)
 class Objective:
     """A workflow SLO. `workflow` None is the default objective for every workflow not named."""
 
@@ -109,6 +120,7 @@ class ObservabilityConfig:
     queue_alert_factor: float = DEFAULT_QUEUE_ALERT_FACTOR
     runbook_url: str = DEFAULT_RUNBOOK_URL
     jaeger_url: str = DEFAULT_JAEGER_URL
+    variants: tuple[VariantCost, ...] = ()  # default: none (no workload has variants)
 
     @property
     def named_workflows(self) -> tuple[str, ...]:
@@ -147,4 +159,14 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         idle_gpu_utilization_percent=obs.idle_gpu_utilization_percent,
         selectors=selectors or Selectors(),
         runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
+        variants=_variant_costs(cfg),
     )
+
+
+def _variant_costs(cfg: PlatformConfig) -> tuple[VariantCost, ...]:
+    out: list[VariantCost] = []
+    for workload in sorted({m.workload for m in cfg.models.values()}):
+        variants = cfg.variants_of(workload)  # cheapest first: min() keeps the cheaper of equally fast ones
+        fastest = min(variants, key=lambda m: m.slo.e2e_seconds) if variants else None
+        out.extend(VariantCost(workload, m.name, cfg.cost_per_request(m), m is fastest) for m in variants)
+    return tuple(out)

@@ -29,11 +29,13 @@ from telemetry.names import (
     ENVOY,
     ISTIO,
     KSM,
+    STEP_BUDGET,
     STEP_DURATION,
     STEP_ERRORS,
     TRITON,
     VLLM,
     WORKFLOW_BUCKETS_S,
+    WORKFLOW_DEADLINES,
     WORKFLOW_DURATION,
 )
 
@@ -211,6 +213,16 @@ class R:
     ENVOY_RETRIES = "cluster:envoy_cluster_upstream_rq_retry:rate5m"
     ROUTE_DECISIONS = "workload:envoy_vhost_route_upstream_rq_completed:rate5m"  # {workload, variant, reason}
     ROUTE_OVERFLOW = "workload:envoy_vhost_route_upstream_rq_retry:rate5m"  # {workload, variant, reason}
+    # The stack config's $ per request of each variant {workload, variant, fastest: "true" for the workload's fastest}
+    VARIANT_COST = "aifactory:variant_cost_per_request_dollars"
+    # tries each variant's cluster served {workload, variant}
+    VARIANT_REQUESTS = "variant:envoy_cluster_upstream_rq:rate5m"
+    VARIANT_SPEND = "workload:aifactory_variant_spend_dollars:rate5m"  # $/s {workload}
+    # $/s had every one of those requests gone to the workload's fastest variant {workload}
+    VARIANT_SPEND_ALL_FASTEST = "workload:aifactory_variant_spend_all_fastest_dollars:rate5m"
+    # {workflow, tenant, step_kind, le}
+    STEP_BUDGET_BUCKET = "workflow:aifactory_step_budget_remaining_seconds_bucket:rate5m"
+    WF_DEADLINES = "workflow:aifactory_workflow_deadlines:rate5m"  # {workflow, tenant, deadline: met | missed}
 
     @staticmethod
     def vllm_bucket(metric: str) -> str:
@@ -275,6 +287,9 @@ def _config_records(cfg: ObservabilityConfig) -> list[Record]:
             out.append(Record(R.QUEUE_DEPTH_TARGET, f"vector({m.target_queue_depth})", {"model": m.name}))
         else:
             out.append(Record(R.QUEUE_TIME_TARGET, f"vector({m.target_queue_seconds!r})", {"model": m.name}))
+    for v in cfg.variants:
+        out.append(Record(R.VARIANT_COST, f"vector({v.cost_per_request!r})",
+                          {"workload": v.workload, "variant": v.model, "fastest": "true" if v.fastest else "false"}))
     return out
 
 
@@ -331,6 +346,20 @@ def _cost_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.MODEL_COST_PER_MTOK,
                f"{R.MODEL_COST} / on (model) group_left () ({R.GENERATED_TOKENS} > 0) / 3600 * 1e6"),
         Record(R.TENANT_COST_PER_WORKFLOW, f"sum by (tenant) ({R.MODEL_COST}) / on (tenant) ({done} > 0) / 3600"),
+        *_variant_spend_records(cfg),
+    ]
+
+
+def _variant_spend_records(cfg: ObservabilityConfig) -> list[Record]:
+    """What the gateway's variant routing spends, and what sending every one of those requests to the workload's
+    fastest variant would have spent ($/s; none without variants)."""
+    if not cfg.variants:
+        return []
+    return [
+        Record(R.VARIANT_SPEND, f"sum by (workload) ({R.VARIANT_REQUESTS} * on (workload, variant) group_left "
+                                f"{R.VARIANT_COST})"),
+        Record(R.VARIANT_SPEND_ALL_FASTEST, f"sum by (workload) ({R.VARIANT_REQUESTS}) * on (workload) "
+                                            f'sum by (workload) ({R.VARIANT_COST}{{fastest="true"}})'),
     ]
 
 
@@ -349,6 +378,8 @@ def _workflow_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.STEP_BUCKET, rate(f"{step}_bucket", "workflow, tenant, step_kind, le")),
         *quantile_record(R.STEP_QUANTILE, R.STEP_BUCKET, "workflow, tenant, step_kind"),
         Record(R.STEP_ERRORS, rate(STEP_ERRORS.prom, "workflow, tenant, step_kind, error_type")),
+        Record(R.STEP_BUDGET_BUCKET, rate(f"{STEP_BUDGET.prom}_bucket", "workflow, tenant, step_kind, le")),
+        Record(R.WF_DEADLINES, rate(WORKFLOW_DEADLINES.prom, "workflow, tenant, deadline")),
     ]
 
 
@@ -465,7 +496,14 @@ def _mesh_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.ENVOY_RETRIES, rate(ENVOY.RQ_RETRY, ENVOY.L_CLUSTER)),
         Record(R.ROUTE_DECISIONS, _by_decision(rate(ENVOY.ROUTE_RQ_COMPLETED, ENVOY.L_ROUTE, _DECISION_ROUTE))),
         Record(R.ROUTE_OVERFLOW, _by_decision(rate(ENVOY.ROUTE_RQ_RETRY, ENVOY.L_ROUTE, _DECISION_ROUTE))),
+        # every try a variant's cluster (named after its model) served, overflow from another variant included
+        *(Record(R.VARIANT_REQUESTS, f"sum(rate({series(cfg, ENVOY.RQ_TOTAL, _cluster(v.model))}[{RATE}]))",
+                 {"workload": v.workload, "variant": v.model}) for v in cfg.variants),
     ]
+
+
+def _cluster(name: str) -> str:
+    return f'{ENVOY.L_CLUSTER}="{name}"'
 
 
 # The gateway's variant decision routes: stat_prefix <workload>__<variant>__<reason> (DNS labels, no "_")

@@ -37,6 +37,7 @@ __all__ = [
     "PlatformConfig",
     "Variant",
     "ROUTING_POLICIES",
+    "DEFAULT_ROUTING_MARGIN_PERCENT",
     "Target",
     "ClusterSettings",
     "SystemPool",
@@ -350,9 +351,17 @@ class Variant:
 
     cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
     requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
+    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
+    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
+    max_requests: int | None = None
 
 
 ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
+# A variant fits a budget when the budget covers its slo.e2eSeconds plus this margin (gateway.routing.<workload>.
+# marginPercent): the SLO is the engine's p95, while the caller also waits in the gateway and, when the variant is
+# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
+# saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
+DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -470,6 +479,8 @@ class GatewaySettings:
     idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
     # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
     routing: Mapping[str, str] = field(default_factory=dict)
+    # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
+    routing_margins: Mapping[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -632,6 +643,10 @@ class PlatformConfig:
     def routing_policy(self, workload: str) -> str:
         """The workload's routing policy among its variants."""
         return self.gateway.routing.get(workload, ROUTING_POLICIES[0])
+
+    def routing_margin_percent(self, workload: str) -> float:
+        """How much more than a variant's slo.e2eSeconds a budget must hold for the variant to fit it, percent."""
+        return self.gateway.routing_margins.get(workload, DEFAULT_ROUTING_MARGIN_PERCENT)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1427,12 +1442,13 @@ def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:
     if "variant" not in d:
         return None
     vp = f"{path}.variant"
-    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp, ("costPerRequest", "requestsPerSecond"))
+    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp,
+                   ("costPerRequest", "requestsPerSecond", "maxRequests"))
     cost = r.value(vd, "costPerRequest", vp, float, None, minimum=0)
     rps = r.value(vd, "requestsPerSecond", vp, float, None, minimum=0.0001)
     if vd is not None and "costPerRequest" in vd and "requestsPerSecond" in vd:
         r.fail(f"{vp}.costPerRequest", "contradicts requestsPerSecond (the cost is derived from it); give one of them")
-    return Variant(cost, rps)
+    return Variant(cost, rps, r.value(vd, "maxRequests", vp, int, None, minimum=1))
 
 
 def _variant_checks(r: _Reader, models: Mapping[str, Model],
@@ -1652,6 +1668,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
                                             maximum=3600),
         idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
         routing=_routing(r, (d or {}).get("routing")),
+        routing_margins=_routing_margins(r, (d or {}).get("routing")),
     )
 
 
@@ -1659,10 +1676,21 @@ def _routing(r: _Reader, raw: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
         wp = f"gateway.routing.{workload}"
-        wd = r.mapping(body, wp, ("policy",))
+        wd = r.mapping(body, wp, ("policy", "marginPercent"))
         policy = r.value(wd, "policy", wp, str, ROUTING_POLICIES[0], choices=ROUTING_POLICIES)
         if policy is not None:
             out[workload] = policy
+    return out
+
+
+def _routing_margins(r: _Reader, raw: Any) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for workload, body in (raw if isinstance(raw, dict) else {}).items():
+        if isinstance(body, dict) and "marginPercent" in body:
+            margin = r.value(body, "marginPercent", f"gateway.routing.{workload}", float, None, minimum=0,
+                             maximum=1000)
+            if margin is not None:
+                out[workload] = margin
     return out
 
 

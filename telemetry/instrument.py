@@ -44,8 +44,12 @@ critical path, under the outer step that was current when it started.
 
 Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
 baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
-does; a nested workflow keeps the earlier deadline. headers() gives `traceparent` and `baggage` with the
-budget *remaining now*, for a request to the gateway.
+does; a nested workflow keeps the earlier deadline. headers() gives `traceparent` and `baggage` whose
+BUDGET_BAGGAGE_KEY is the budget for *this request*: the budget remaining now, divided by the steps left when
+the workflow declared how many it runs (workflow(..., steps=N): N sequential top-level steps; steps left = N
+minus its top-level steps already finished, at least 1), else the whole remaining budget. The nearest
+enclosing workflow that declared steps decides. Workflows with a deadline also record the budget left when
+each step starts (STEP_BUDGET) and, when they end, whether they met the deadline (WORKFLOW_DEADLINES).
 """
 
 from __future__ import annotations
@@ -150,7 +154,8 @@ _GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_N
 class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
-    __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token")
+    __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
+                 "deadline_ns", "expected_steps", "done_steps")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
@@ -163,6 +168,9 @@ class WorkflowRun:
         self.finished = False
         self.trace_id = span.get_span_context().trace_id
         self._token: object = None
+        self.deadline_ns: int | None = None  # the deadline in force (own or inherited), epoch ns; None: no budget
+        self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
+        self.done_steps = 0  # top-level steps finished
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -218,10 +226,12 @@ class Scope:
     """A workflow or step to run: a context manager (sync and async) and a decorator. Stateless, so one
     scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
 
-    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes", "_budget_ns")
+    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes", "_budget_ns",
+                 "_steps")
 
     def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
-                 span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None) -> None:
+                 span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
+                 steps: int | None = None) -> None:
         self._telemetry = telemetry
         self._workflow = workflow
         self._kind = kind
@@ -230,6 +240,7 @@ class Scope:
         self._span_kind = span_kind
         self._attributes = attributes
         self._budget_ns = budget_ns
+        self._steps = steps
 
     def _tel(self) -> Telemetry:
         tel = self._telemetry
@@ -303,6 +314,8 @@ class Telemetry:
         self._operation_duration = histogram(names.GENAI_OPERATION_DURATION, names.STEP_BUCKETS_S)
         self._critical_path = counter(names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
+        self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
+        self._deadlines = counter(names.WORKFLOW_DEADLINES)
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
         self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
         self._open: dict[int, WorkflowRun] = {}  # trace id -> innermost open workflow (lost-context warning)
@@ -310,15 +323,15 @@ class Telemetry:
 
     # --- public API -------------------------------------------------------------------------
     def workflow(self, name: str, *, agent: str | None = None, budget_s: float | None = None,
-                 **attributes: Any) -> Scope:
+                 steps: int | None = None, **attributes: Any) -> Scope:
         if attributes:
-            return workflow_scope(self, name, agent=agent, budget_s=budget_s, **attributes)
-        key = ("workflow", name, agent, budget_s)
+            return workflow_scope(self, name, agent=agent, budget_s=budget_s, steps=steps, **attributes)
+        key = ("workflow", name, agent, budget_s, steps)
         scope = self._scopes.get(key)
         if scope is None:
             if len(self._scopes) >= SCOPE_CACHE_SIZE:
                 self._scopes.clear()
-            scope = self._scopes[key] = workflow_scope(self, name, agent=agent, budget_s=budget_s)
+            scope = self._scopes[key] = workflow_scope(self, name, agent=agent, budget_s=budget_s, steps=steps)
         return scope
 
     def step(self, kind: str, name: str, *, model: str | None = None, provider: str | None = None,
@@ -329,11 +342,12 @@ class Telemetry:
 
     def headers(self, *, context: Context | None = None) -> dict[str, str]:
         """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
-        the baggage carries BUDGET_BAGGAGE_KEY as the budget remaining now (never below 0), and the deadline."""
+        the baggage carries BUDGET_BAGGAGE_KEY as this request's budget (never below 0; see the module docstring:
+        the remaining budget, or its share per step left), and the deadline."""
         ctx = otel_context.get_current() if context is None else context
         remaining = self.remaining_budget_ms(context=ctx)
         if remaining is not None:
-            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining), ctx)
+            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining // _steps_left(current_run(ctx))), ctx)
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=ctx)
         return carrier
@@ -354,6 +368,8 @@ class Telemetry:
         run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._budget_ns is not None:
             ctx = _with_budget(ctx, start, scope._budget_ns)
+        run.deadline_ns = _deadline_ns(ctx)
+        run.expected_steps = scope._steps
         run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
@@ -389,6 +405,9 @@ class Telemetry:
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STATUS, status))
         self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name))
+        if run.deadline_ns is not None:
+            met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
+            self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met))
         outer = run.outer
         if outer is not None and not outer.finished:
             outer.steps.extend(s if s.parent != ROOT else s._replace(parent=run.outer_parent) for s in run.steps)
@@ -405,6 +424,10 @@ class Telemetry:
         run = self._open_step(scope._kind, scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._kind == _MODEL_KIND:
             run.genai = self._genai_attrs(scope._attributes, run.workflow)
+        workflow = run.workflow
+        if workflow is not None and workflow.deadline_ns is not None:
+            self._step_budget.record(max(0, workflow.deadline_ns - start) / _NS_PER_S,
+                                     self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, run.kind))
         run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
@@ -441,6 +464,8 @@ class Telemetry:
                                             else {**run.genai, ERROR_TYPE: error_type})
         if workflow is not None and not workflow.finished:
             workflow.steps.append(StepInterval(run.kind, run.start, end, run.seq, run.parent))
+        if workflow is not None and run.parent == ROOT:
+            workflow.done_steps += 1
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
@@ -528,6 +553,23 @@ def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
     return baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(max(0, deadline_ms - start // _NS_PER_MS)), ctx)
 
 
+def _deadline_ns(ctx: Context) -> int | None:
+    """The deadline in ctx's baggage (set by this or an enclosing workflow, or by a caller), epoch ns."""
+    deadline = str(baggage.get_baggage(DEADLINE_BAGGAGE_KEY, ctx) or "")
+    return int(deadline) * _NS_PER_MS if deadline.isdigit() else None
+
+
+def _steps_left(run: Run | None) -> int:
+    """Steps left in the nearest workflow around `run` that declared its steps (the current one included, at
+    least 1); 1 when none did: the request gets the whole remaining budget."""
+    workflow = run if type(run) is WorkflowRun else run.workflow if run is not None else None  # type: ignore[union-attr]
+    while workflow is not None:
+        if workflow.expected_steps is not None:
+            return max(1, workflow.expected_steps - workflow.done_steps)
+        workflow = workflow.outer
+    return 1
+
+
 def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Callable[[], Telemetry], kind: str,
                   name: str, model: str | None, provider: str | None, operation: str | None) -> Scope:
     """A step scope without extra attributes, built once per distinct arguments (scopes are stateless)."""
@@ -541,16 +583,20 @@ def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Ca
 
 
 def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *, agent: str | None = None,
-                   budget_s: float | None = None, **attributes: Any) -> Scope:
+                   budget_s: float | None = None, steps: int | None = None, **attributes: Any) -> Scope:
     """The scope of one workflow run (see the module docstring for its span).
 
     budget_s: the workflow's latency budget, carried as W3C baggage (see headers()); default: none.
+    steps: how many sequential top-level steps the workflow expects to run; headers() then sends each request
+    the remaining budget divided by the steps left; default: none (each request gets the whole remaining budget).
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"workflow name must be a non-empty string, got {name!r}")
     if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, int | float)
                                  or not budget_s >= 0):
         raise ValueError(f"workflow {name!r}: budget_s must be a number of seconds >= 0, got {budget_s!r}")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"workflow {name!r}: steps must be a whole number >= 1, got {steps!r}")
     if agent is None:
         base = {genai.GEN_AI_OPERATION_NAME: "invoke_workflow", genai.GEN_AI_WORKFLOW_NAME: name}
         span_name = f"invoke_workflow {name}"
@@ -559,7 +605,7 @@ def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *,
         span_name = f"invoke_agent {agent}"
     return Scope(telemetry, workflow=True, kind="", name=name, span_name=span_name, span_kind=SpanKind.INTERNAL,
                  attributes={**base, **attributes},
-                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S))
+                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S), steps=steps)
 
 
 def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: str, *, model: str | None = None,
@@ -601,10 +647,11 @@ def current() -> Telemetry:
     return _installed
 
 
-def workflow(name: str, *, agent: str | None = None, budget_s: float | None = None, **attributes: Any) -> Scope:
+def workflow(name: str, *, agent: str | None = None, budget_s: float | None = None, steps: int | None = None,
+             **attributes: Any) -> Scope:
     """A workflow scope over the installed Telemetry (resolved when the scope is entered, so decorating
     at import time, before telemetry.setup(), is fine)."""
-    return workflow_scope(current, name, agent=agent, budget_s=budget_s, **attributes)
+    return workflow_scope(current, name, agent=agent, budget_s=budget_s, steps=steps, **attributes)
 
 
 def step(kind: str, name: str, *, model: str | None = None, provider: str | None = None,

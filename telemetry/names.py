@@ -23,6 +23,8 @@ __all__ = [
     "STEP_ERRORS",
     "GENAI_TOKEN_USAGE",
     "GENAI_OPERATION_DURATION",
+    "STEP_BUDGET",
+    "WORKFLOW_DEADLINES",
     "KIT_METRICS",
     "L_WORKFLOW",
     "L_TENANT",
@@ -34,10 +36,14 @@ __all__ = [
     "L_REQUEST_MODEL",
     "L_OPERATION",
     "L_PROVIDER",
+    "L_DEADLINE",
+    "DEADLINE_MET",
+    "DEADLINE_MISSED",
     "WORKFLOW_BUCKETS_S",
     "STEP_BUCKETS_S",
     "STEPS_BUCKETS",
     "TOKEN_BUCKETS",
+    "BUDGET_BUCKETS_S",
     "DCGM",
     "VLLM",
     "TRITON",
@@ -63,6 +69,8 @@ L_TOKEN_TYPE = "gen_ai_token_type"  # OTel attribute gen_ai.token.type
 L_REQUEST_MODEL = "gen_ai_request_model"  # OTel attribute gen_ai.request.model
 L_OPERATION = "gen_ai_operation_name"  # OTel attribute gen_ai.operation.name (chat, execute_tool, ...)
 L_PROVIDER = "gen_ai_provider_name"  # OTel attribute gen_ai.provider.name (openai, vllm, ...)
+L_DEADLINE = "deadline"  # met | missed: whether a workflow with a deadline ended by it
+DEADLINE_MET, DEADLINE_MISSED = "met", "missed"
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +92,8 @@ WORKFLOW_BUCKETS_S = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 45, 60, 90, 12
 STEP_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300)
 STEPS_BUCKETS = (1, 2, 3, 5, 8, 13, 21, 34, 55, 89)
 TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576)  # OTel GenAI semconv advice
+# Latency budget left when a step starts: 0 (the deadline has passed) up to a long workflow's whole budget.
+BUDGET_BUCKETS_S = (0, 0.1, 0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 60, 120, 300, 600)
 
 _WF = (L_TENANT, L_WORKFLOW)
 _GENAI = (*_WF, L_OPERATION, L_PROVIDER, L_REQUEST_MODEL)
@@ -107,8 +117,14 @@ GENAI_TOKEN_USAGE = Metric("gen_ai.client.token.usage", "gen_ai_client_token_usa
 GENAI_OPERATION_DURATION = Metric("gen_ai.client.operation.duration", "gen_ai_client_operation_duration_seconds",
                                   "s", "histogram", "Duration of GenAI client operations (OTel GenAI semconv); "
                                   "error_type is set on failed calls only.", (*_GENAI, L_ERROR_TYPE))
+STEP_BUDGET = Metric("aifactory.step.budget_remaining", "aifactory_step_budget_remaining_seconds", "s", "histogram",
+                     "Latency budget the workflow had left when a step started (workflows with a deadline only; "
+                     "0 once the deadline has passed).", (*_WF, L_STEP_KIND))
+WORKFLOW_DEADLINES = Metric("aifactory.workflow.deadlines", "aifactory_workflow_deadlines_total", "{workflow}",
+                            "counter", "Workflows with a deadline that ended, by whether they ended by it "
+                            "(deadline met | missed).", (*_WF, L_DEADLINE))
 KIT_METRICS = (WORKFLOW_DURATION, STEP_DURATION, CRITICAL_PATH, WORKFLOW_STEPS, STEP_ERRORS, GENAI_TOKEN_USAGE,
-               GENAI_OPERATION_DURATION)
+               GENAI_OPERATION_DURATION, STEP_BUDGET, WORKFLOW_DEADLINES)
 
 
 class DCGM:

@@ -48,31 +48,45 @@ JsonToMetadata https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/fi
 Cluster (health checks, outlier detection, LB) https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto
 
 Deadline-aware routing between a workload's variants (models of one workload that declare `variant`,
-cheapest first by cost per request; expected latency = the variant's slo.e2eSeconds, in whole ms):
+cheapest first by cost per request). The budget is what this one request may take, in ms:
 
-    x-aifactory-budget-ms: <ms>                     the caller's remaining budget, or else
-    baggage: ...,aifactory.budget_ms=<ms>,...       W3C baggage as telemetry's `headers()` sends it
+    x-aifactory-budget-ms: <ms>                     the request's budget, or else
+    baggage: ...,aifactory.budget_ms=<ms>,...       W3C baggage as telemetry's `headers()` sends it (its step's
+                                                    share of the workflow's remaining budget)
 
-Policy `cost-within-deadline` (the default): the cheapest variant whose expected latency fits the budget
-(reason `fits-budget`); a budget below every variant's latency takes the fastest (`rescued`); no budget (or
-one that is not a whole number of ms) takes the cheapest (`default`). Policies `cheapest` and `fastest`
-ignore the budget (`default`). x-priority: batch still goes to the workload's batch model.
+A variant fits a budget of at least its threshold: its slo.e2eSeconds (the engine's p95) plus the workload's
+margin (gateway.routing.<workload>.marginPercent, default 25%: the gateway and, under load, the variant's queue
+add to the engine's latency), in whole ms rounded up (`threshold_ms`). Policy `cost-within-deadline` (the
+default): the cheapest variant that fits (reason `fits-budget`); a budget below every threshold takes the
+fastest (`rescued`); no budget (or one that is not a whole number of ms) takes the cheapest (`default`).
+Policies `cheapest` and `fastest` ignore the budget (`default`). x-priority: batch still goes to the workload's
+batch model.
 
 Why plain route matching: the decision is a pure function of one number and a handful of thresholds known
 when the config is built, so it compiles to ordered routes, first match wins: per useful variant (cheaper
 ones first, a pricier variant only if it is faster than every cheaper one) a route whose header matcher
-accepts budgets >= its latency: `range_match` on x-aifactory-budget-ms, an RE2 `safe_regex` for "a decimal
+accepts budgets >= its threshold: `range_match` on x-aifactory-budget-ms, an RE2 `safe_regex` for "a decimal
 integer >= N" on the baggage member (Envoy matches repeated headers joined by commas). No Lua, no ext_proc,
-no extra hop; the explicit header wins over baggage (the baggage routes require it absent).
+no other process and no network hop (the overflow gates below are in process); the explicit header wins over
+baggage (the baggage routes require it absent).
 
 Overflow: each decision routes to an aggregate cluster (`envoy.clusters.aggregate`) listing the chosen
-variant, then the others fastest first. Its load balancer sends traffic on to the next variant as the chosen
-one loses healthy hosts (health checks, outlier ejection: a variant that is down or shedding load), and the
-route's retry policy adds `envoy.retry_priorities.previous_priorities`, so a try that failed on one variant
-(503 from a saturated engine, reset, per-try idle timeout) is retried on the next variant, not queued behind
-it. Envoy never retries a request refused by its own circuit breaker (RetryStateImpl::wouldRetryFromReset
-returns NoRetry for StreamResetReason::Overflow, envoyproxy/envoy source/common/router/retry_state_impl.cc),
-so the variants' circuit breakers are not the overflow signal: the engine's own 503s are.
+variant, then the others fastest first, each through its overflow gate. The first try goes to the chosen
+variant; the route's retry policy adds `envoy.retry_priorities.previous_priorities`, so a try that failed on one
+variant (503 from a saturated engine, reset, per-try idle timeout, a tripped circuit breaker, no healthy replica)
+is retried on the next variant, not queued behind it.
+The gate is needed for the breaker: Envoy never retries a request refused by its own circuit breaker
+(RetryPolicyImpl::wouldRetryFromReset returns false for StreamResetReason::Overflow, and wouldRetryFromHeaders
+for a response carrying x-envoy-overloaded: envoyproxy/envoy source/common/router/retry_policy_impl.cc). So the
+aggregate cluster reaches each variant through `<variant>__gate`, an internal listener (in process, no socket:
+envoy.bootstrap.internal_listener) whose router forwards to the variant's cluster with `suppress_envoy_headers`:
+a try the variant's breaker refuses comes back to the decision's route as a plain 503, which it retries on the
+next variant. A variant's breaker is its `variant.maxRequests` (default gateway.circuitBreakers.maxRequests):
+set to what the variant's replicas serve at once, tries past it overflow instead of queueing at the engine.
+The variant's cluster keeps its health checks, outlier detection, LB and breakers (within the variant they
+pick the replica); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
+listeners), so a variant that is down costs each request one fast-failing try before the next variant serves it.
+Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
 Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
 
 The decision is visible: requests reach the model with, and clients get back, `x-aifactory-route:
@@ -80,8 +94,9 @@ The decision is visible: requests reach the model with, and clients get back, `x
 (they differ when the request overflowed). Each decision's route has stat_prefix
 `<workload>__<variant>__<reason>` (vhost.models.route.<prefix>.upstream_rq_*; Prometheus:
 envoy_vhost_route_upstream_rq_completed{envoy_route=...}), whose upstream_rq_retry counts tries sent on to the
-next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included); the
-aggregate clusters are `<workload>__<chosen variant>`; the access log has the route and the upstream cluster.
+next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included; a try its
+breaker refused counts in upstream_rq_active_overflow instead); the aggregate clusters are
+`<workload>__<chosen variant>`; the access log has the route and the upstream cluster (the gate).
 
 `rebind()` points a built bootstrap at other addresses and local JWKS (tests, local runs).
 """
@@ -126,6 +141,7 @@ __all__ = [
     "VARIANT_HEADER",
     "VARIANT_KEY",
     "at_least_regex",
+    "threshold_ms",
     "overflow_cluster_name",
     "overflow_order",
     "overflow_cluster",
@@ -273,9 +289,14 @@ def _latency_ms(model: Model) -> int:
     return -(-round(model.slo.e2e_seconds * 1e6) // 1000)
 
 
+def threshold_ms(cfg: PlatformConfig, workload: str, model: Model) -> int:
+    """The least budget the variant fits: its expected latency plus the workload's margin, whole ms rounded up."""
+    return -(-round(model.slo.e2e_seconds * 1e6 * (100 + cfg.routing_margin_percent(workload))) // 100_000)
+
+
 def _fastest(variants: Sequence[Model]) -> Model:
     """The lowest expected latency; ties go to the cheaper (variants come cheapest first)."""
-    return min(variants, key=lambda m: _latency_ms(m))
+    return min(variants, key=lambda m: m.slo.e2e_seconds)
 
 
 def _no_budget_pick(cfg: PlatformConfig, workload: str, variants: Sequence[Model]) -> Model:
@@ -325,7 +346,7 @@ def decisions(cfg: PlatformConfig, w: Workload) -> list[Decision]:
     if cfg.routing_policy(w.name) == "cost-within-deadline":
         best: int | None = None
         for v in w.variants:  # cheapest first: a pricier variant is useful only if it is faster
-            lat = _latency_ms(v)
+            lat = threshold_ms(cfg, w.name, v)
             if best is not None and lat >= best:
                 continue
             best = lat
@@ -337,7 +358,7 @@ def decisions(cfg: PlatformConfig, w: Workload) -> list[Decision]:
         fast = _fastest(w.variants)
         name = f"{w.name}.{fast.name}.rescued"
         out.append(Decision(name, fast, "rescued", (
-            {"name": BUDGET_HEADER, "range_match": {"start": 0, "end": _latency_ms(fast)}},)))
+            {"name": BUDGET_HEADER, "range_match": {"start": 0, "end": threshold_ms(cfg, w.name, fast)}},)))
         out.append(Decision(f"{name}.baggage", fast, "rescued", (_NO_BUDGET_HEADER, _baggage_budget(r"\d+"))))
     out.append(Decision(f"{w.name}.{w.default.name}.default", w.default, "default", ()))
     return out
@@ -356,14 +377,15 @@ def overflow_order(w: Workload, chosen: Model) -> list[Model]:
 
 
 def overflow_cluster(cfg: PlatformConfig, w: Workload, chosen: Model) -> dict[str, Any]:
-    """An aggregate cluster over the variants in overflow order (each keeps its own LB, health checks, breakers)."""
+    """An aggregate cluster over the variants' gates in overflow order (each variant keeps its own LB, health
+    checks and breakers)."""
     return {
         "name": overflow_cluster_name(w.name, chosen),
         "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
         "lb_policy": "CLUSTER_PROVIDED",
         "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
             "@type": _T + "extensions.clusters.aggregate.v3.ClusterConfig",
-            "clusters": [m.name for m in overflow_order(w, chosen)]}},
+            "clusters": [gate_name(m) for m in overflow_order(w, chosen)]}},
         # the router checks the retry budget on the route's cluster: this one
         "circuit_breakers": {"thresholds": [{
             "priority": "DEFAULT",
@@ -373,13 +395,61 @@ def overflow_cluster(cfg: PlatformConfig, w: Workload, chosen: Model) -> dict[st
 
 
 def variant_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
-    """One aggregate cluster per variant a decision can choose, sorted by name."""
+    """One aggregate cluster per variant a decision can choose, then every variant's gate cluster, sorted by name."""
     out = {}
     for w in workloads(cfg):
         for d in decisions(cfg, w):
             c = overflow_cluster(cfg, w, d.chosen)
             out[c["name"]] = c
-    return [out[k] for k in sorted(out)]
+    return [out[k] for k in sorted(out)] + [gate_cluster(cfg, m) for m in _variant_models(cfg)]
+
+
+def _variant_models(cfg: PlatformConfig) -> list[Model]:
+    return [m for w in workloads(cfg) for m in sorted(w.variants, key=lambda v: v.name)]
+
+
+def gate_name(model: Model) -> str:
+    """The variant's overflow gate: an internal listener and the cluster that reaches it."""
+    return f"{model.name}__gate"
+
+
+# The gate's own limits are not the variant's: its breaker must never be what refuses a request.
+GATE_MAX = 1_000_000
+
+
+def gate_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+    """The variant as the aggregate clusters see it: its gate listener, in process (no socket). Not health-checked:
+    Envoy's health checker runs on the main thread, which reaches no internal listener (Envoy 1.40 counts every
+    such check as health_check.network_failure, logging "connect to previously closed peer"); a try on a variant
+    that is down fails at once behind the gate (503) and is retried on the next variant."""
+    return {
+        "name": gate_name(model),
+        "type": "STATIC",
+        "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
+        "load_assignment": {"cluster_name": gate_name(model), "endpoints": [{"lb_endpoints": [{
+            "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": gate_name(model)}}},
+            # the response's x-aifactory-variant (%UPSTREAM_METADATA%): the variant behind this gate
+            "metadata": {"filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}}]}]},
+        "transport_socket": {"name": "envoy.transport_sockets.internal_upstream", "typed_config": {
+            "@type": _T + "extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport",
+            "transport_socket": {"name": "envoy.transport_sockets.raw_buffer", "typed_config": {
+                "@type": _T + "extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}}},
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": GATE_MAX,
+                                             "max_pending_requests": GATE_MAX, "max_requests": GATE_MAX,
+                                             "max_retries": GATE_MAX}]},
+    }
+
+
+def gate_listener(model: Model) -> dict[str, Any]:
+    """The variant's overflow gate: an internal listener whose router sends everything to the variant's cluster
+    and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
+    x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
+    No timeouts or retries here: the decision's route has them."""
+    route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": model.name, "timeout": "0s"}}]}]}
+    hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
+    hcm["typed_config"]["http_filters"][-1]["typed_config"]["suppress_envoy_headers"] = True
+    return {"name": gate_name(model), "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}
 
 
 def _decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str, Any]:
@@ -469,7 +539,9 @@ def _model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
             "priority": "DEFAULT",
             "max_connections": cb.max_connections,
             "max_pending_requests": cb.max_pending_requests,
-            "max_requests": cb.max_requests,
+            # a variant's own limit: past it, tries overflow to the next variant (see the module docstring)
+            "max_requests": model.variant.max_requests if model.variant and model.variant.max_requests else
+            cb.max_requests,
             "retry_budget": {"budget_percent": {"value": gw.retries.budget_percent},
                              "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
         }]},
@@ -939,8 +1011,12 @@ def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
     return {
         "node": {"id": naming.GATEWAY_APP, "cluster": naming.GATEWAY_APP},
         "admin": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)},
+        # internal listeners (the variants' overflow gates); none without variants
+        **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
+            "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
+           if _variant_models(cfg) else {}),
         "static_resources": {
-            "listeners": [gateway_listener(cfg), stats_listener()],
+            "listeners": [gateway_listener(cfg), stats_listener(), *(gate_listener(m) for m in _variant_models(cfg))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },
@@ -983,6 +1059,8 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
     out = copy.deepcopy(dict(config))
     ports = {"gateway": listener_port, "stats": stats_port}
     for listener in out["static_resources"]["listeners"]:
+        if "internal_listener" in listener:
+            continue  # in process: nothing to bind
         listener["address"] = _address("127.0.0.1", ports[listener["name"]])
         for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]:
             if f["name"] == "envoy.filters.http.jwt_authn":

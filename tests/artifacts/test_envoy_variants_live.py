@@ -2,8 +2,9 @@
 
 Each workload has a cheap, slow variant (expected latency 2 s, slo.e2eSeconds) and a fast, pricier one
 (0.5 s). The budget arrives as x-aifactory-budget-ms or as the W3C baggage member aifactory.budget_ms that
-telemetry's headers() sends. Expected decisions follow the issue's rule, worked by hand from the thresholds
-above (2000 ms, 500 ms): cheapest variant that fits, else the fastest; no budget: the workload's policy.
+telemetry's headers() sends. Expected decisions follow the issue's rule, worked by hand from the thresholds:
+each SLO plus the default 25% margin (gateway.routing.<workload>.marginPercent), 2500 ms and 625 ms: cheapest
+variant that fits, else the fastest; no budget: the workload's policy.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import http.client
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
@@ -115,10 +117,11 @@ def _decision(variant: str, reason: str) -> str:
 
 @pytest.mark.parametrize(("budget", "variant", "reason"), [
     ("60000", "plan-cheap", "fits-budget"),
-    ("2000", "plan-cheap", "fits-budget"),  # exactly the cheap variant's expected latency: it fits
-    ("1999", "plan-fast", "fits-budget"),  # too tight for the cheap one
-    ("500", "plan-fast", "fits-budget"),
-    ("499", "plan-fast", "rescued"),  # nothing fits: the fastest
+    ("2500", "plan-cheap", "fits-budget"),  # exactly the cheap variant's threshold (2 s + 25%): it fits
+    ("2499", "plan-fast", "fits-budget"),  # too tight for the cheap one
+    ("2000", "plan-fast", "fits-budget"),  # the cheap one's SLO alone, without the margin: too tight
+    ("625", "plan-fast", "fits-budget"),
+    ("624", "plan-fast", "rescued"),  # nothing fits: the fastest
     ("0", "plan-fast", "rescued"),
 ])
 def test_budget_header_picks_the_cheapest_variant_that_fits(gateway: Gateway, budget: str, variant: str,
@@ -210,3 +213,59 @@ def test_decisions_are_counted_per_route_stat_prefix(gateway: Gateway) -> None:
         gateway.ask("plan", {"x-aifactory-budget-ms": "10"})
     gateway.ask("plan", {"baggage": f"{BUDGET_BAGGAGE_KEY}=10"})
     assert gateway.envoy.stats()[key] - before.get(key, 0) == 3
+
+
+# --- a variant whose circuit breaker is tripped ---------------------------------------------------------------
+# One request in flight to busy-cheap (its variant.maxRequests 1; busy-fast keeps gateway.circuitBreakers'
+# default): while busy-cheap holds one (its backend answers after HOLD_S), Envoy's breaker refuses a second try.
+# Envoy never retries that refusal itself (RetryPolicyImpl::wouldRetryFromReset returns false for
+# StreamResetReason::Overflow, and wouldRetryFromHeaders for a response with x-envoy-overloaded: envoyproxy/envoy
+# source/common/router/retry_policy_impl.cc), so the gateway reaches each variant through its overflow gate (see
+# components/k8s/envoy_config.py): the breaker's refusal comes back to the route as a plain 503, which the route
+# retries on the next variant.
+HOLD_S = 2.0
+BUSY = _variants("busy")
+
+
+@pytest.fixture(scope="module")
+def busy_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gateway, FakeBackend]]:
+    raw = copy.deepcopy(RAW)
+    raw["models"] = copy.deepcopy(BUSY)
+    raw["models"]["busy-cheap"]["variant"]["maxRequests"] = 1
+    raw["gateway"] = {**raw["gateway"], "routing": {}}
+    cfg = parse(raw, stack="live")
+    issuer = Issuer(ISSUER)
+    with ExitStack() as stack:
+        cheap = stack.enter_context(FakeBackend("busy-cheap-0", Behaviour.SLOW, delay=HOLD_S))
+        fast = stack.enter_context(FakeBackend("busy-fast-0"))
+        endpoints = {"busy-cheap": [cheap.address], "busy-fast": [fast.address],
+                     "otel_collector": [("127.0.0.1", free_port())]}
+        admin, listener, stats = free_port(), free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
+                        endpoints=endpoints, jwks=[issuer.jwks])
+        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy-busy"), admin_port=admin,
+                                                 listener_port=listener))
+        yield Gateway(envoy, issuer), cheap
+
+
+def test_a_variant_whose_breaker_is_tripped_overflows_to_the_next(busy_gateway: tuple[Gateway, FakeBackend]) -> None:
+    gateway, cheap = busy_gateway
+    before = gateway.envoy.stats()
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        held = pool.submit(gateway.ask, "busy", {"x-aifactory-budget-ms": "60000"})
+        deadline = time.monotonic() + 5
+        while cheap.hits < 1:  # the first request holds busy-cheap's one allowed request
+            assert time.monotonic() < deadline, "the first request never reached busy-cheap"
+            time.sleep(0.01)
+        a = gateway.ask("busy", {"x-aifactory-budget-ms": "60000"})
+        assert (a.status, a.backend, a.route, a.variant) == (
+            200, "busy-fast-0", _decision("busy-cheap", "fits-budget"), "busy-fast")
+        first = held.result(timeout=HOLD_S + 5)
+    assert (first.status, first.backend, first.variant) == (200, "busy-cheap-0", "busy-cheap")
+    after = gateway.envoy.stats()
+    # the breaker's refusal (Envoy 1.40 counts a max_requests refusal in upstream_rq_active_overflow), the retry on
+    # the decision's route, and busy-cheap's cluster counting only the try it served
+    keys = ("cluster.busy-cheap.upstream_rq_active_overflow",
+            "vhost.models.route.busy__busy-cheap__fits-budget.upstream_rq_retry",
+            "cluster.busy-cheap.upstream_rq_total", "cluster.busy-fast.upstream_rq_total")
+    assert [after[k] - before.get(k, 0) for k in keys] == [1, 1, 1, 1]

@@ -29,17 +29,20 @@ from dataclasses import dataclass, field
 
 from dashboards.config import ObservabilityConfig
 from telemetry.names import (
+    BUDGET_BUCKETS_S,
     CRITICAL_PATH,
     DCGM,
     ENVOY,
     ISTIO,
     KSM,
     STEP_BUCKETS_S,
+    STEP_BUDGET,
     STEP_DURATION,
     STEP_ERRORS,
     TRITON,
     VLLM,
     WORKFLOW_BUCKETS_S,
+    WORKFLOW_DEADLINES,
     WORKFLOW_DURATION,
 )
 from tests.support import exporter_facts as facts
@@ -472,6 +475,11 @@ def _workflows(w: _Writer, cfg: ObservabilityConfig, scale: Scale) -> dict[str, 
                 w.histogram(STEP_DURATION.prom, {**labels, "step_name": kind, "status": "ok"}, STEP_BUCKETS_S,
                             _uniform(0.1, 2.0), 4 * share, 1.05, python_client=True)
                 w.counter(STEP_ERRORS.prom, {**labels, "error_type": "TimeoutError"}, 0.01 * share)
+                # budget left at step start: uniform on 0 s up to the workflow's shortest run
+                w.histogram(STEP_BUDGET.prom, labels, BUDGET_BUCKETS_S, _uniform(0, lo), 4 * share, lo / 2,
+                            python_client=True)
+            for met, rate in (("met", WORKFLOWS_PER_S), ("missed", WORKFLOW_ERRORS_PER_S)):
+                w.counter(WORKFLOW_DEADLINES.prom, {**agent, "deadline": met}, rate * share)
     return truth
 
 

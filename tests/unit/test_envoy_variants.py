@@ -5,14 +5,16 @@ from __future__ import annotations
 import copy
 import re
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from components.k8s import envoy_config
 from components.k8s.envoy_config import at_least_regex, decisions, overflow_order, workloads
-from infra.config import parse
+from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
+from tests.support.stacks import stack_config
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
@@ -52,7 +54,8 @@ def test_a_variant_that_is_pricier_and_slower_is_never_chosen_by_budget() -> Non
         ("w.w-int4.default", "w-int4", "default"),
     ]
     fits = decisions(cfg, w)[2].headers
-    assert fits == ({"name": "x-aifactory-budget-ms", "range_match": {"start": 250, "end": 10**12}},)
+    # 0.25 s plus the default 25% margin: 312.5 ms, rounded up
+    assert fits == ({"name": "x-aifactory-budget-ms", "range_match": {"start": 313, "end": 10**12}},)
     # overflow: the chosen one, then the others fastest first
     assert [m.name for m in overflow_order(w, cfg.models["w-int4"])] == ["w-int4", "w-fp8", "w-mid"]
     assert [m.name for m in overflow_order(w, cfg.models["w-fp8"])] == ["w-fp8", "w-int4", "w-mid"]
@@ -64,3 +67,68 @@ def test_policy_cheapest_routes_everything_to_the_cheapest() -> None:
     cfg = parse(raw, stack="t")
     (w,) = workloads(cfg)
     assert [(d.chosen.name, d.reason, d.headers) for d in decisions(cfg, w)] == [("w-int4", "default", ())]
+
+
+def test_the_workloads_margin_moves_every_threshold() -> None:
+    """marginPercent 10: the cheap variant (2 s) fits from 2200 ms, the fast one (0.25 s) from 275 ms; 0: the SLOs."""
+    for margin, cheap, fast in ((10, 2200, 275), (0, 2000, 250)):
+        raw = _three_variants()
+        raw["gateway"]["routing"] = {"w": {"marginPercent": margin}}
+        cfg = parse(raw, stack="t")
+        (w,) = workloads(cfg)
+        starts = [(d.chosen.name, d.reason, d.headers[0]["range_match"]) for d in decisions(cfg, w)
+                  if d.headers and "range_match" in d.headers[0]]
+        assert starts == [("w-int4", "fits-budget", {"start": cheap, "end": 10**12}),
+                          ("w-fp8", "fits-budget", {"start": fast, "end": 10**12}),
+                          ("w-fp8", "rescued", {"start": 0, "end": fast})]
+        assert decisions(cfg, w)[1].headers[1]["string_match"]["safe_regex"]["regex"].find(at_least_regex(cheap)) > 0
+
+
+@pytest.mark.parametrize(("margin", "problem"), [
+    (-5, "gateway.routing.w.marginPercent: -5.0 is below the minimum 0"),
+    ("wide", "gateway.routing.w.marginPercent: expected a number, got a string 'wide'"),
+    (1001, "gateway.routing.w.marginPercent: 1001.0 is above the maximum 1000"),
+])
+def test_a_bad_margin_names_its_key(margin: object, problem: str) -> None:
+    raw = _three_variants()
+    raw["gateway"]["routing"] = {"w": {"marginPercent": margin}}
+    with pytest.raises(ConfigError) as e:
+        parse(raw, stack="t")
+    assert problem in str(e.value)
+
+
+def test_each_variant_is_reached_through_its_overflow_gate() -> None:
+    """The aggregate clusters list the variants' gates; a gate is an internal listener whose router forwards to the
+    variant's cluster and drops x-envoy-overloaded (which forbids a retry); prod, without variants, has none."""
+    cfg = parse(_three_variants(), stack="t")
+    boot = envoy_config.bootstrap(cfg)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    assert clusters["w__w-int4"]["cluster_type"]["typed_config"]["clusters"] == [
+        "w-int4__gate", "w-fp8__gate", "w-mid__gate"]
+    gate = clusters["w-int4__gate"]
+    assert gate["load_assignment"]["endpoints"][0]["lb_endpoints"][0] == {
+        "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": "w-int4__gate"}}},
+        "metadata": {"filter_metadata": {"aifactory": {"variant": "w-int4"}}}}
+    listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
+    assert sorted(listeners) == ["gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
+    hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
+    assert hcm["route_config"]["virtual_hosts"][0]["routes"] == [
+        {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s"}}]
+    assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
+    assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
+    prod = envoy_config.bootstrap(stack_config("prod"))
+    assert "bootstrap_extensions" not in prod
+    assert [lst["name"] for lst in prod["static_resources"]["listeners"]] == ["gateway", "stats"]
+
+
+def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
+    raw = _three_variants()
+    raw["models"]["w-int4"]["variant"]["maxRequests"] = 12
+    boot = envoy_config.bootstrap(parse(raw, stack="t"))
+    limits = {c["name"]: c["circuit_breakers"]["thresholds"][0]["max_requests"]
+              for c in boot["static_resources"]["clusters"] if c["name"] in ("w-int4", "w-fp8")}
+    assert limits == {"w-int4": 12, "w-fp8": 4096}  # w-fp8: gateway.circuitBreakers.maxRequests' default
+    raw["models"]["w-int4"]["variant"]["maxRequests"] = 0
+    with pytest.raises(ConfigError) as e:
+        parse(raw, stack="t")
+    assert "models.w-int4.variant.maxRequests: 0 is below the minimum 1" in str(e.value)

@@ -19,8 +19,8 @@ EXPORTER_LABELS = {"otel_scope_name", "otel_scope_version", "otel_scope_schema_u
 
 
 def exercise(tel: telemetry.Telemetry, clock: VirtualClock) -> None:
-    """Touch every instrument, including the error paths."""
-    with tel.workflow("w"):
+    """Touch every instrument, including the error paths (a budget: the step budget and deadline metrics)."""
+    with tel.workflow("w", budget_s=10):
         with tel.step("llm", "draft", model="m", provider="vllm") as run:
             clock.advance(1)
             run.usage(input_tokens=10, output_tokens=2)
