@@ -1024,6 +1024,11 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
         start, end = _block_window(r, cd, f"{path}.capacity", ctype, drain_minutes=drain)
         capacity = Capacity(ctype, rid, start, end, drain)
+        if aws and ctype != "on-demand" and len(azs) != 1 and not r.problems_at(f"{path}.availabilityZones"):
+            # ODCRs and capacity blocks are zonal (EKS user guide, capacity blocks: give the node group only the
+            # subnet of the reservation's zone): other zones have nothing reserved to launch into
+            r.fail(f"{path}.availabilityZones", f"{_show(list(azs))}: a {ctype} reservation is in one zone; list "
+                                                "exactly that zone")
         if ctype == "odcr" and not (lo == hi == want):
             r.fail(f"{path}.desiredSize", f"an ODCR reservation fixes the node count: set minSize, maxSize and "
                                           f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
@@ -1953,6 +1958,8 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         if (m := _model(r, name, body, pools, tenants, aws=aws)) is not None:
             models[name] = m
     _cross_model_checks(r, models, tenants)
+    if cluster is not None:
+        _aws_name_lengths(r, cluster.name, pools, models)
     tenants = _derive_quotas(r, raw.get("tenants"), tenants, models, pools)
 
     gateway = _gateway(r, raw.get("gateway"))
@@ -1988,6 +1995,37 @@ def _ip_range_fits(r: _Reader, ib: InfinibandSettings, pools: Mapping[str, NodeP
         prefix = 32 - max(1, (IPAM_BLOCK_SIZE * nodes - 1).bit_length())
         r.fail("infiniband.ipRange", f"{ib.ip_range!r} has {have} addresses, too few for {nodes} InfiniBand nodes x "
                                      f"{IPAM_BLOCK_SIZE} per node; use a /{prefix} or larger")
+
+
+# Pulumi autonames a resource `<name>-<7 random characters>` and refuses (at preview) a name whose result is longer
+# than the provider's limit (pulumi-aws resources.go: IAM roles AutoName("name", 64, "-"); S3 buckets 63). The kit's
+# longest autonamed names: "<cluster>-logs-bucket" (bucket), "<cluster>-<pool>-node" (node role),
+# "model-<model>-s3" (an s3:// model's IRSA role).
+AUTONAME_SUFFIX = 8
+IAM_ROLE_NAME_MAX = 64
+S3_BUCKET_NAME_MAX = 63
+
+
+def _aws_name_lengths(r: _Reader, cluster: str, pools: Mapping[str, NodePool], models: Mapping[str, Model]) -> None:
+    room = S3_BUCKET_NAME_MAX - AUTONAME_SUFFIX - len("-logs-bucket")
+    if len(cluster) > room:
+        r.fail("cluster.name", f"{cluster!r} is {len(cluster)} characters; at most {room} fit the names AWS allows "
+                               f"for what the kit derives from it (the Loki bucket '{cluster}-logs-bucket-xxxxxxx' "
+                               f"would pass S3's {S3_BUCKET_NAME_MAX})")
+        return
+    for p in pools.values():
+        role = f"{cluster}-{p.name}-node"
+        if len(role) + AUTONAME_SUFFIX > IAM_ROLE_NAME_MAX:
+            r.fail(f"nodePools.{p.name}", f"pool name {p.name!r} is too long with cluster {cluster!r}: the node "
+                                          f"role '{role}-xxxxxxx' would pass IAM's {IAM_ROLE_NAME_MAX} characters; "
+                                          f"keep cluster name + pool name within "
+                                          f"{IAM_ROLE_NAME_MAX - AUTONAME_SUFFIX - len('--node')} characters")
+    for m in models.values():
+        role = f"model-{m.name}-s3"
+        if m.uri.startswith("s3://") and len(role) + AUTONAME_SUFFIX > IAM_ROLE_NAME_MAX:
+            r.fail(f"models.{m.name}", f"an s3:// model's name is at most "
+                                       f"{IAM_ROLE_NAME_MAX - AUTONAME_SUFFIX - len('model--s3')} characters: its "
+                                       f"IRSA role '{role}-xxxxxxx' would pass IAM's {IAM_ROLE_NAME_MAX}")
 
 
 def _issuer_tenants(r: _Reader, auth: GatewayAuth, tenants: Mapping[str, Tenant]) -> None:

@@ -472,3 +472,60 @@ def test_a_mig_variant_needs_an_explicit_cost() -> None:
     raw = with_("models.chat-int4.migProfile", "1g.10gb", raw)
     found = problems(raw)
     assert any(p.startswith("models.chat-int4.variant.costPerRequest: is required: a MIG slice") for p in found), found
+
+
+# --- names AWS must accept ------------------------------------------------------------------------------
+
+IAM_ROLE_MAX, S3_BUCKET_MAX, AUTONAME = 64, 63, 8  # pulumi-aws resources.go AutoName limits; "-" + 7 random
+
+
+def test_names_that_would_pass_aws_limits_are_refused_with_their_key() -> None:
+    long_cluster = with_("cluster.name", "c" * 44)
+    assert [p for p in problems(long_cluster) if p.startswith("cluster.name")] == [
+        f"cluster.name: '{'c' * 44}' is 44 characters; at most 43 fit the names AWS allows for what the kit derives "
+        f"from it (the Loki bucket '{'c' * 44}-logs-bucket-xxxxxxx' would pass S3's 63)"]
+    pool = "p" * 40  # aifactory-t (11) + 40 = 51 > 64 - 8 - len("--node")
+    raw = with_(f"nodePools.{pool}", {"instanceType": "g6e.xlarge", "minSize": 1, "maxSize": 1})
+    assert [p for p in problems(raw) if p.startswith(f"nodePools.{pool}:")] == [
+        f"nodePools.{pool}: pool name '{pool}' is too long with cluster 'aifactory-t': the node role "
+        f"'aifactory-t-{pool}-node-xxxxxxx' would pass IAM's 64 characters; keep cluster name + pool name within 50 "
+        "characters"]
+    model = "m" * 48
+    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "uri": "s3://bucket/weights",
+                                    "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8})
+    assert [p for p in problems(raw) if p.startswith(f"models.{model}:")] == [
+        f"models.{model}: an s3:// model's name is at most 47 characters: its IRSA role 'model-{model}-s3-xxxxxxx' "
+        "would pass IAM's 64"]
+
+
+def test_names_at_the_limits_fit_every_autonamed_role_and_bucket_of_the_stack() -> None:
+    """The other side: synthesize a stack at every limit and check each autonamed IAM role and S3 bucket against
+    AWS's maximum (IAM role names 64, bucket names 63), with Pulumi's 8-character autoname suffix."""
+    from infra.program import program
+    from infra.synth import run_program
+
+    cluster, pool, model = "c" * 43, "p" * 7, "m" * 47  # 43 + 7 = 50
+    raw = with_("cluster.name", cluster, with_(f"nodePools.{pool}", {"instanceType": "g6e.xlarge", "minSize": 1,
+                                                                     "maxSize": 1}))
+    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "uri": "s3://bucket/weights",
+                                    "tenant": "t1", "pool": pool}, raw)
+    raw["observability"] = {"retention": "7d"}
+    values = {f"aifactory:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}
+    result = run_program("t", values, program)
+    roles = [r.name for r in result.resources if r.type == "aws:iam/role:Role" and not r.inputs.get("name")]
+    buckets = [r.name for r in result.resources if r.type == "aws:s3/bucket:Bucket" and not r.inputs.get("bucket")]
+    assert f"{cluster}-{pool}-node" in roles and f"model-{model}-s3" in roles and buckets
+    assert [n for n in roles if len(n) + AUTONAME > IAM_ROLE_MAX] == []
+    assert [n for n in buckets if len(n) + AUTONAME > S3_BUCKET_MAX] == []
+
+
+def test_a_reserved_pool_is_in_exactly_its_reservations_zone() -> None:
+    # ODCRs and capacity blocks are zonal (EKS user guide, "Capacity Blocks for ML": the node group gets only the
+    # subnet of the reservation's zone); a non-EFA pool defaults to every target zone
+    raw = with_("nodePools.odcr", {"instanceType": "g6e.xlarge", "minSize": 2, "maxSize": 2, "desiredSize": 2,
+                                   "capacity": {"type": "odcr", "reservationId": "cr-0123456789abcdef0"}})
+    assert [p for p in problems(raw) if p.startswith("nodePools.odcr")] == [
+        'nodePools.odcr.availabilityZones: ["us-east-1a", "us-east-1b"]: a odcr reservation is in one zone; list '
+        "exactly that zone"]
+    raw["nodePools"]["odcr"]["availabilityZones"] = ["us-east-1b"]
+    parse(raw, stack="t")
