@@ -225,7 +225,7 @@ class GpuCluster(pulumi.ComponentResource):
             f"{name}-eks",
             name=cluster_name,
             version=args["kubernetes_version"],
-            role_arn=role.arn,
+            role_arn=iam.arn_with_policies(role),
             vpc_config=vpc_config(args["subnet_ids"], list(args.get("public_access_cidrs") or []),
                                   access=api_access(args)),
             access_config={"authentication_mode": "API",
@@ -250,7 +250,7 @@ class GpuCluster(pulumi.ComponentResource):
         self.system_node_group: aws.eks.NodeGroup = node_group(
             f"{name}-{SYSTEM_POOL}", system_pool_spec(args.get("system_pool") or {}),
             cluster_name=self.eks.name, kubernetes_version=args["kubernetes_version"],
-            node_role_arn=iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child).arn,
+            node_role_arn=iam.arn_with_policies(iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child)),
             subnet_ids=args["subnet_ids"], network_interfaces=None, placement_group=None, opts=child)[1]
         self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group)
 
@@ -295,7 +295,7 @@ class GpuCluster(pulumi.ComponentResource):
                 configuration_values=addon_configuration(addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
-                service_account_role_arn=ebs_role.arn if addon == "aws-ebs-csi-driver" else None,
+                service_account_role_arn=iam.arn_with_policies(ebs_role) if addon == "aws-ebs-csi-driver" else None,
                 opts=pulumi.ResourceOptions(parent=self,
                                             depends_on=[system] if addon in ADDONS_NEEDING_NODES else None),
             ) for addon in ADDONS}

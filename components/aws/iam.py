@@ -31,6 +31,7 @@ __all__ = [
     "role",
     "node_role",
     "irsa_role",
+    "arn_with_policies",
 ]
 
 AWS_MANAGED_POLICY = "arn:aws:iam::aws:policy/"
@@ -105,13 +106,29 @@ def role(
         problems.raise_any()
     created = aws.iam.Role(name, assume_role_policy=assume_role_policy, opts=opts)
     child = pulumi.ResourceOptions(parent=created)
-    for arn in managed_policy_arns:
+    policies: list[pulumi.CustomResource] = [
         aws.iam.RolePolicyAttachment(f"{name}-{arn.rsplit('/', 1)[-1]}", role=created.name, policy_arn=arn,
                                      opts=child)
+        for arn in managed_policy_arns]
     if inline_policy is not None:
-        aws.iam.RolePolicy(f"{name}-inline", role=created.id, policy=json.dumps(inline_policy, sort_keys=True),
-                           opts=child)
+        policies.append(aws.iam.RolePolicy(f"{name}-inline", role=created.id,
+                                           policy=json.dumps(inline_policy, sort_keys=True), opts=child))
+    setattr(created, _POLICIES_ATTR, policies)
     return created
+
+
+_POLICIES_ATTR = "_aifactory_policies"
+
+
+def arn_with_policies(role_: aws.iam.Role) -> pulumi.Output[str]:
+    """The role's ARN as an input that records the role's policy attachments as dependencies too.
+
+    A dependency on the role alone does not cover its attachments (children of a custom resource), so
+    `pulumi destroy` detaches the policies in its first wave, while EKS still needs them to delete its own
+    security groups, network interfaces, load balancers and volumes (pulumi-aws eks.Cluster docs: depend on the
+    role's permissions "otherwise EKS cannot delete EKS managed EC2 infrastructure")."""
+    policies: list[pulumi.CustomResource] = getattr(role_, _POLICIES_ATTR, [])
+    return pulumi.Output.all(role_.arn, *(p.id for p in policies)).apply(lambda values: str(values[0]))
 
 
 def node_role(name: str, *, opts: pulumi.ResourceOptions | None = None) -> aws.iam.Role:

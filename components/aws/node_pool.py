@@ -261,7 +261,8 @@ class GpuNodePool(pulumi.ComponentResource):
         super().__init__(TYPE, name, None, opts)
         spec = pool_spec(name, args)
         child = pulumi.ResourceOptions(parent=self)
-        role_arn = args["node_role_arn"] if "node_role_arn" in args else iam.node_role(f"{name}-node", opts=child).arn
+        role_arn = args["node_role_arn"] if "node_role_arn" in args else \
+            iam.arn_with_policies(iam.node_role(f"{name}-node", opts=child))
         efa_sg = efa_security_group(f"{name}-efa", vpc_id=args["vpc_id"], opts=child) \
             if spec.fabric == "efa" else None
         placement = aws.ec2.PlacementGroup(f"{name}-pg", strategy="cluster", opts=child) \

@@ -232,3 +232,23 @@ def test_every_node_group_asg_carries_the_node_template_of_its_node_group(prod) 
     resources = f"{template}resources/"
     assert {k.removeprefix(resources): v for k, v in h200.items() if k.startswith(resources)} == \
         {"nvidia.com/gpu": "8", "vpc.amazonaws.com/efa": "16", "hugepages-2Mi": "5120Mi"}
+
+
+def test_what_uses_a_role_records_its_policy_attachments_so_destroy_detaches_them_last(prod) -> None:
+    """`pulumi destroy` deletes in reverse recorded-dependency order, and a dependency on a role does not cover its
+    attachments (children of a custom resource): without these, the policies go first while EKS still needs them
+    to delete its security groups, interfaces, load balancers and volumes (pulumi-aws eks.Cluster docs)."""
+    by_urn = {r.urn: r for r in prod}
+    attachments = [r for r in prod if r.type == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
+
+    def policies_of(role_arn_user) -> set[str]:
+        return {a.inputs["policyArn"].rsplit("/", 1)[-1] for a in attachments
+                if a.urn in role_arn_user.dependencies and by_urn[a.parent].urn in role_arn_user.dependencies}
+
+    (eks,) = of(prod, EKS)
+    assert policies_of(eks) == {"AmazonEKSClusterPolicy"}
+    for ng in of(prod, "aws:eks/nodeGroup:NodeGroup"):
+        assert policies_of(ng) == {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
+                                   "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore"}, ng.name
+    (ebs,) = [a for a in of(prod, "aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-ebs-csi-driver"]
+    assert policies_of(ebs) == {"AmazonEBSCSIDriverPolicy"}
