@@ -38,6 +38,8 @@ def run() -> list[tuple[str, str]]:
     histogram = meter_provider.get_meter("bench").create_histogram(
         "bench.step.duration", unit="s", explicit_bucket_boundaries_advisory=names.STEP_BUCKETS_S)
     tel = telemetry.Telemetry(tenant="bench", tracer_provider=tracer_provider, meter_provider=meter_provider)
+    tel_exemplars = telemetry.Telemetry(tenant="bench", tracer_provider=tracer_provider,
+                                        meter_provider=meter_provider, exemplars=True)
     attrs = {"tenant": "bench", "workflow": "w", "step_kind": "tool", "step_name": "search", "status": "ok"}
     span_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}  # a semconv tool span
     n = WORKFLOWS * STEPS_PER_WORKFLOW
@@ -86,6 +88,8 @@ def run() -> list[tuple[str, str]]:
         # What a kit workflow of tool steps emits, done by hand with the same SDK calls: a current workflow
         # span, current step spans, one record per step, and per workflow its duration, its step count and
         # one critical-path add per kind (tool, other). The floor for this telemetry on this SDK.
+        # Its step records carry exemplars (the workflow span is current), as the kit's did before exemplars
+        # became opt-in (Telemetry(exemplars=True): the row below).
         for _ in range(WORKFLOWS):
             w_start = time.time_ns()
             w_span = tracer.start_span("invoke_workflow w", attributes={"gen_ai.operation.name": "invoke_workflow"})
@@ -115,6 +119,13 @@ def run() -> list[tuple[str, str]]:
                     with tel.step("tool", "search"):
                         pass
 
+    def kit_steps_exemplars() -> None:
+        for _ in range(WORKFLOWS):
+            with tel_exemplars.workflow("w"):
+                for _ in range(STEPS_PER_WORKFLOW):
+                    with tel_exemplars.step("tool", "search"):
+                        pass
+
     def kit_llm_steps() -> None:
         for _ in range(WORKFLOWS):
             with tel.workflow("w"):
@@ -123,14 +134,18 @@ def run() -> list[tuple[str, str]]:
                         run.usage(input_tokens=100, output_tokens=10)
 
     kit_steps()  # warm the attribute caches and instruments
-    bare, bare_current, bare_llm, by_hand, kit, kit_llm = _best_us_per_step(
-        [bare_span, bare_current_span, bare_llm_span, by_hand_workflows, kit_steps, kit_llm_steps], n)
+    kit_steps_exemplars()
+    bare, bare_current, bare_llm, by_hand, kit, kit_llm, kit_exemplars = _best_us_per_step(
+        [bare_span, bare_current_span, bare_llm_span, by_hand_workflows, kit_steps, kit_llm_steps,
+         kit_steps_exemplars], n)
     per_step = f"per step, {STEPS_PER_WORKFLOW} steps/workflow, workflow span + critical path amortised"
     return [
         ("bare span + histogram record", f"{bare:6.2f} us"),
         ("bare current span + histogram record", f"{bare_current:6.2f} us"),
         ("same tool-step telemetry by hand", f"{by_hand:6.2f} us  {by_hand / bare:4.2f}x bare  ({per_step})"),
         ("kit tool step", f"{kit:6.2f} us  {kit / bare:4.2f}x bare  {kit / by_hand:4.2f}x by hand  ({per_step})"),
+        ("kit tool step, exemplars=True", f"{kit_exemplars:6.2f} us  {kit_exemplars / bare:4.2f}x bare  "
+                                          f"{kit_exemplars / by_hand:4.2f}x by hand  (the by-hand side has exemplars)"),
         ("bare chat span + the same 4 records", f"{bare_llm:6.2f} us"),
         ("kit llm step + token usage",
          f"{kit_llm:6.2f} us  {kit_llm / bare_llm:4.2f}x the same telemetry by hand  "
