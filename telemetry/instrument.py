@@ -215,7 +215,7 @@ def current_run(context: Context | None = None) -> Run | None:
     """The workflow or step current in `context` (default: the current context), or None."""
     ctx = otel_context.get_current() if context is None else context
     run = ctx.get(_RUN_KEY)
-    if run is None:
+    if run is None and _foreign_runs:  # none without telemetry.genai_spans: skip the span look-up
         run = _foreign_runs.get(trace.get_current_span(ctx).get_span_context().span_id)
     return run  # type: ignore[return-value]
 
