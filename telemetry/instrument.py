@@ -41,6 +41,9 @@ An exception leaving nested steps fails each of them (each is counted in the err
 Steps outside any workflow still get spans and step metrics (workflow label "none").
 A workflow started inside another is its own workflow, and its steps also count in the outer one's
 critical path, under the outer step that was current when it started.
+Exemplars: none by default (the kit records outside any span context; its Collector's prometheus exporter
+drops exemplars anyway, and its dashboards link traces by label). Telemetry(exemplars=True) records each step's
+and workflow's metrics in that span's own context, so the SDK's exemplar filter links each point to it.
 
 Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
 baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
@@ -123,6 +126,9 @@ _RUN_KEY = otel_context.create_key("aifactory.telemetry.run")
 # The key trace.set_span_in_context() uses, found through that public call: a step's context is built in
 # one copy holding both the span and the run.
 _SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+# The context of the kit's metric records with exemplars off: no valid span, so no exemplar filter samples them
+# (trace_based needs a sampled span). Not empty: the SDK records an empty (falsy) context in the current one.
+_NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN, Context())
 # The gateway reads W3C trace context and baggage (https://www.w3.org/TR/trace-context/,
 # https://www.w3.org/TR/baggage/), whatever OTEL_PROPAGATORS the process configured for its own clients.
 _W3C = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
@@ -217,7 +223,7 @@ def current_run(context: Context | None = None) -> Run | None:
     """The workflow or step current in `context` (default: the current context), or None."""
     ctx = otel_context.get_current() if context is None else context
     run = ctx.get(_RUN_KEY)
-    if run is None:
+    if run is None and _foreign_runs:  # none without telemetry.genai_spans: skip the span look-up
         run = _foreign_runs.get(trace.get_current_span(ctx).get_span_context().span_id)
     return run  # type: ignore[return-value]
 
@@ -247,7 +253,9 @@ class Scope:
         return tel if isinstance(tel, Telemetry) else tel()
 
     def __enter__(self) -> Any:
-        tel = self._tel()
+        tel = self._telemetry
+        if not isinstance(tel, Telemetry):
+            tel = tel()
         if self._workflow:
             return tel._enter_workflow(self)
         return tel._enter_step(self)
@@ -287,16 +295,20 @@ class Telemetry:
     tracer_provider / meter_provider: default: the global OTel providers (no-ops until configured).
     clock: nanoseconds since the epoch; default: time.time_ns (inject one in tests for exact numbers).
     idle_kind: the step kind that owns workflow time covered by no step; default: "other".
+    exemplars: record each step's (workflow's) metrics in its own span's context, so the SDK's exemplar
+    filter (default trace_based: sampled spans) attaches exemplars linking them to that span; default: False
+    (no trace context on the kit's records, no exemplars: the kit's pipeline drops them, see README).
     """
 
     def __init__(self, *, tenant: str, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None, clock: Callable[[], int] = DEFAULT_CLOCK,
-                 idle_kind: str = DEFAULT_IDLE_KIND) -> None:
+                 idle_kind: str = DEFAULT_IDLE_KIND, exemplars: bool = False) -> None:
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
         self.tenant = tenant
         self.clock = clock
         self.idle_kind = _check_kind(idle_kind, "idle_kind")
+        self.exemplars = exemplars
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
 
@@ -338,7 +350,8 @@ class Telemetry:
              operation: str | None = None, **attributes: Any) -> Scope:
         if attributes:
             return step_scope(self, kind, name, model=model, provider=provider, operation=operation, **attributes)
-        return _cached_scope(self._scopes, self, kind, name, model, provider, operation)
+        scope = self._scopes.get((kind, name, model, provider, operation))
+        return scope if scope is not None else _cached_scope(self._scopes, self, kind, name, model, provider, operation)
 
     def headers(self, *, context: Context | None = None) -> dict[str, str]:
         """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
@@ -399,15 +412,17 @@ class Telemetry:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         owned = {kind: ns / _NS_PER_S
                  for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items()}
+        ctx = self._record_context(run)
         for kind, seconds in owned.items():
-            self._critical_path.add(seconds, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+            self._critical_path.add(seconds, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind),
+                                    ctx)
         status = STATUS_OK if error_type is None else STATUS_ERROR
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
-                                       self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STATUS, status))
-        self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name))
+                                       self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STATUS, status), ctx)
+        self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name), ctx)
         if run.deadline_ns is not None:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
-            self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met))
+            self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met), ctx)
         outer = run.outer
         if outer is not None and not outer.finished:
             outer.steps.extend(s if s.parent != ROOT else s._replace(parent=run.outer_parent) for s in run.steps)
@@ -421,13 +436,17 @@ class Telemetry:
         if owner is None:
             owner = self._orphan(scope, ctx)
         span = self._tracer.start_span(scope._span_name, ctx, scope._span_kind, scope._attributes, start_time=start)
-        run = self._open_step(scope._kind, scope._name, span, start, owner)  # type: ignore[arg-type]
+        if type(owner) is WorkflowRun:  # the common case, inline: a top-level step of a workflow
+            run = StepRun(self, scope._kind, scope._name, span, start, next(owner.seqs), ROOT, owner, None)
+        else:
+            run = self._open_step(scope._kind, scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._kind == _MODEL_KIND:
             run.genai = self._genai_attrs(scope._attributes, run.workflow)
         workflow = run.workflow
         if workflow is not None and workflow.deadline_ns is not None:
             self._step_budget.record(max(0, workflow.deadline_ns - start) / _NS_PER_S,
-                                     self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, run.kind))
+                                     self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, run.kind),
+                                     _NO_TRACE)
         run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
@@ -453,25 +472,30 @@ class Telemetry:
         seconds = (end - run.start) / _NS_PER_S
         workflow = run.workflow
         wf_name = workflow.name if workflow is not None else NO_WORKFLOW
+        ctx = self._record_context(run) if self.exemplars else _NO_TRACE
         if error_type is None:
-            self._step_duration.record(seconds, self._step_attrs(wf_name, run.kind, run.name, STATUS_OK))
+            attrs = self._attrs.get((wf_name, run.kind, run.name, STATUS_OK))  # _step_attrs' key, without its frame
+            self._step_duration.record(seconds, attrs if attrs is not None else
+                                       self._step_attrs(wf_name, run.kind, run.name, STATUS_OK), ctx)
         else:
-            self._step_duration.record(seconds, self._step_attrs(wf_name, run.kind, run.name, STATUS_ERROR))
+            self._step_duration.record(seconds, self._step_attrs(wf_name, run.kind, run.name, STATUS_ERROR), ctx)
             self._step_errors.add(1, self._metric_attrs(names.L_WORKFLOW, wf_name, names.L_STEP_KIND, run.kind,
-                                                        names.L_STEP_NAME, run.name, ERROR_TYPE, error_type))
+                                                        names.L_STEP_NAME, run.name, ERROR_TYPE, error_type), ctx)
         if run.genai is not None:
             self._operation_duration.record(seconds, run.genai if error_type is None
-                                            else {**run.genai, ERROR_TYPE: error_type})
+                                            else {**run.genai, ERROR_TYPE: error_type}, ctx)
         if workflow is not None and not workflow.finished:
-            workflow.steps.append(StepInterval(run.kind, run.start, end, run.seq, run.parent))
+            # tuple.__new__: the named tuple without its Python-level __new__ frame (one per step)
+            workflow.steps.append(tuple.__new__(StepInterval, (run.kind, run.start, end, run.seq, run.parent)))
         if workflow is not None and run.parent == ROOT:
             workflow.done_steps += 1
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
+        ctx = self._record_context(run)
         for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):
             if tokens is not None:
-                self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type))
+                self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type), ctx)
 
     def _orphan(self, scope: Scope, ctx: Context) -> Run | None:
         """The run of a step whose context holds none of the kit's: a foreign run (an instrumented framework's
@@ -494,6 +518,12 @@ class Telemetry:
         return None
 
     # --- helpers ----------------------------------------------------------------------------
+    def _record_context(self, run: Run) -> Context:
+        """The context the run's metrics are recorded in: its own span's with exemplars on, else one without a
+        span (never the caller's current context: a step ends in its workflow's, whose exemplars would point
+        at the workflow span)."""
+        return trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
+
     def _metric_attrs(self, *pairs: str) -> dict[str, str]:
         """tenant + the given (key, value) pairs; one dict per distinct set, reused (no per-step allocation)."""
         attrs = self._attrs.get(pairs)

@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from opentelemetry import context, trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -38,6 +39,8 @@ def run() -> list[tuple[str, str]]:
     histogram = meter_provider.get_meter("bench").create_histogram(
         "bench.step.duration", unit="s", explicit_bucket_boundaries_advisory=names.STEP_BUCKETS_S)
     tel = telemetry.Telemetry(tenant="bench", tracer_provider=tracer_provider, meter_provider=meter_provider)
+    tel_exemplars = telemetry.Telemetry(tenant="bench", tracer_provider=tracer_provider,
+                                        meter_provider=meter_provider, exemplars=True)
     attrs = {"tenant": "bench", "workflow": "w", "step_kind": "tool", "step_name": "search", "status": "ok"}
     span_attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}  # a semconv tool span
     n = WORKFLOWS * STEPS_PER_WORKFLOW
@@ -82,37 +85,52 @@ def run() -> list[tuple[str, str]]:
     workflow_attrs = {"tenant": "bench", "workflow": "w", "status": "ok"}
     step_span_attrs = {"aifactory.step.kind": "tool", **span_attrs}
 
-    def by_hand_workflows() -> None:
+    def by_hand(step_record_context: Context | None) -> Callable[[], None]:
         # What a kit workflow of tool steps emits, done by hand with the same SDK calls: a current workflow
         # span, current step spans, one record per step, and per workflow its duration, its step count and
         # one critical-path add per kind (tool, other). The floor for this telemetry on this SDK.
-        for _ in range(WORKFLOWS):
-            w_start = time.time_ns()
-            w_span = tracer.start_span("invoke_workflow w", attributes={"gen_ai.operation.name": "invoke_workflow"})
-            w_token = context.attach(trace.set_span_in_context(w_span))
-            busy = 0
-            for _ in range(STEPS_PER_WORKFLOW):
-                start = time.time_ns()
-                span = tracer.start_span("execute_tool search", attributes=step_span_attrs)
-                token = context.attach(trace.set_span_in_context(span))
-                span.end()
-                context.detach(token)
-                end = time.time_ns()
-                busy += end - start
-                histogram.record((end - start) / 1e9, attrs)
-            w_end = time.time_ns()
-            context.detach(w_token)
-            for kind, ns in (("tool", busy), ("other", w_end - w_start - busy)):
-                counter.add(ns / 1e9, {"tenant": "bench", "workflow": "w", "step_kind": kind})
-            histogram.record((w_end - w_start) / 1e9, workflow_attrs)
-            steps_histogram.record(STEPS_PER_WORKFLOW, {"tenant": "bench", "workflow": "w"})
-            w_span.end()
+        # With step_record_context None the step records carry exemplars (the workflow span is current), as
+        # the kit's did before exemplars became opt-in; with a span-less context they carry none, as the
+        # kit's default now.
+        def body() -> None:
+            for _ in range(WORKFLOWS):
+                w_start = time.time_ns()
+                w_span = tracer.start_span("invoke_workflow w", attributes={"gen_ai.operation.name": "invoke_workflow"})
+                w_token = context.attach(trace.set_span_in_context(w_span))
+                busy = 0
+                for _ in range(STEPS_PER_WORKFLOW):
+                    start = time.time_ns()
+                    span = tracer.start_span("execute_tool search", attributes=step_span_attrs)
+                    token = context.attach(trace.set_span_in_context(span))
+                    span.end()
+                    context.detach(token)
+                    end = time.time_ns()
+                    busy += end - start
+                    histogram.record((end - start) / 1e9, attrs, step_record_context)
+                w_end = time.time_ns()
+                context.detach(w_token)
+                for kind, ns in (("tool", busy), ("other", w_end - w_start - busy)):
+                    counter.add(ns / 1e9, {"tenant": "bench", "workflow": "w", "step_kind": kind})
+                histogram.record((w_end - w_start) / 1e9, workflow_attrs)
+                steps_histogram.record(STEPS_PER_WORKFLOW, {"tenant": "bench", "workflow": "w"})
+                w_span.end()
+        return body
+
+    by_hand_workflows = by_hand(None)
+    by_hand_no_exemplars = by_hand(trace.set_span_in_context(trace.INVALID_SPAN, Context()))
 
     def kit_steps() -> None:
         for _ in range(WORKFLOWS):
             with tel.workflow("w"):
                 for _ in range(STEPS_PER_WORKFLOW):
                     with tel.step("tool", "search"):
+                        pass
+
+    def kit_steps_exemplars() -> None:
+        for _ in range(WORKFLOWS):
+            with tel_exemplars.workflow("w"):
+                for _ in range(STEPS_PER_WORKFLOW):
+                    with tel_exemplars.step("tool", "search"):
                         pass
 
     def kit_llm_steps() -> None:
@@ -123,14 +141,21 @@ def run() -> list[tuple[str, str]]:
                         run.usage(input_tokens=100, output_tokens=10)
 
     kit_steps()  # warm the attribute caches and instruments
-    bare, bare_current, bare_llm, by_hand, kit, kit_llm = _best_us_per_step(
-        [bare_span, bare_current_span, bare_llm_span, by_hand_workflows, kit_steps, kit_llm_steps], n)
+    kit_steps_exemplars()
+    bare, bare_current, bare_llm, by_hand_us, kit, kit_llm, kit_exemplars, by_hand_floor = _best_us_per_step(
+        [bare_span, bare_current_span, bare_llm_span, by_hand_workflows, kit_steps, kit_llm_steps,
+         kit_steps_exemplars, by_hand_no_exemplars], n)
     per_step = f"per step, {STEPS_PER_WORKFLOW} steps/workflow, workflow span + critical path amortised"
     return [
         ("bare span + histogram record", f"{bare:6.2f} us"),
         ("bare current span + histogram record", f"{bare_current:6.2f} us"),
-        ("same tool-step telemetry by hand", f"{by_hand:6.2f} us  {by_hand / bare:4.2f}x bare  ({per_step})"),
-        ("kit tool step", f"{kit:6.2f} us  {kit / bare:4.2f}x bare  {kit / by_hand:4.2f}x by hand  ({per_step})"),
+        ("same tool-step telemetry by hand", f"{by_hand_us:6.2f} us  {by_hand_us / bare:4.2f}x bare  ({per_step})"),
+        ("same, by hand, no exemplars", f"{by_hand_floor:6.2f} us  {by_hand_floor / bare:4.2f}x bare  "
+                                        f"(the kit's default telemetry by hand)"),
+        ("kit tool step", f"{kit:6.2f} us  {kit / bare:4.2f}x bare  {kit / by_hand_us:4.2f}x by hand  ({per_step})"
+                          f"  {kit / by_hand_floor:4.2f}x by hand with no exemplars"),
+        ("kit tool step, exemplars=True",
+         f"{kit_exemplars:6.2f} us  {kit_exemplars / bare:4.2f}x bare  {kit_exemplars / by_hand_us:4.2f}x by hand"),
         ("bare chat span + the same 4 records", f"{bare_llm:6.2f} us"),
         ("kit llm step + token usage",
          f"{kit_llm:6.2f} us  {kit_llm / bare_llm:4.2f}x the same telemetry by hand  "

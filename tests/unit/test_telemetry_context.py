@@ -325,3 +325,52 @@ def test_module_level_headers_use_the_installed_telemetry(h: Harness) -> None:
 def test_bad_budget_is_refused(h: Harness, budget: object) -> None:
     with pytest.raises(ValueError, match=f"workflow 'w': budget_s must be a number of seconds >= 0, got {budget!r}"):
         h.tel.workflow("w", budget_s=budget)  # type: ignore[arg-type]
+
+
+# --- process pools: no context crosses; the README's recipe (headers in, extract there) ---------------------
+
+PROCESS_WAIT_S = 60.0  # bound on a spawned worker: it imports the kit and pytest before it runs anything
+
+
+def child_workflow(headers: dict[str, str] | None) -> tuple[int, int | None, int | None]:
+    """In a worker process: attach the extracted headers (if given) and run a workflow with a step there.
+    Returns the workflow span's trace id, its parent span id (None: a root span) and the budget left (ms)."""
+    from opentelemetry import context as otel_context
+    from opentelemetry import propagate
+
+    with harness() as child:
+        token = otel_context.attach(propagate.extract(headers)) if headers is not None else None
+        try:
+            with child.tel.workflow("in-child"):
+                with child.tel.step("tool", "crunch"):
+                    child.clock.advance(0.25)
+                remaining = child.tel.remaining_budget_ms()
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        span = child.spans()["invoke_workflow in-child"]
+        return span.context.trace_id, span.parent.span_id if span.parent else None, remaining
+
+
+@pytest.mark.parametrize("recipe", [False, True], ids=["plain-submit", "headers-and-extract"])
+def test_process_pools_carry_nothing_unless_headers_are_passed(h: Harness, recipe: bool) -> None:
+    """A ProcessPoolExecutor job starts in an empty context (its own root trace, no budget); with
+    telemetry.headers() passed in and opentelemetry.propagate.extract() attached there (the README's recipe,
+    default OTEL_PROPAGATORS tracecontext,baggage), its workflow joins the trace under the submitting step
+    and keeps the deadline: 2 s from the start; the child's virtual clock starts where the parent's did and
+    spends 0.25 s, so 1750 ms are left there."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    tel, clock = h.tel, h.clock
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        with tel.workflow("parent", budget_s=2):
+            clock.advance(0.5)
+            with tel.step("tool", "offload") as step:
+                job = pool.submit(child_workflow, tel.headers() if recipe else None)
+                trace_id, parent_id, remaining = job.result(timeout=PROCESS_WAIT_S)
+                sent_from = step.span.get_span_context()
+    if recipe:
+        assert (trace_id, parent_id, remaining) == (sent_from.trace_id, sent_from.span_id, 1750)
+    else:
+        assert trace_id != sent_from.trace_id and (parent_id, remaining) == (None, None)

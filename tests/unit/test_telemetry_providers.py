@@ -210,3 +210,27 @@ def test_no_collector_one_message_and_a_prompt_exit(tmp_path) -> None:
         f"telemetry: the OTLP endpoint http://127.0.0.1:{port} is unreachable (Connection refused); spans and "
         "metrics are dropped (set OTEL_EXPORTER_OTLP_ENDPOINT to the platform's Collector, or "
         "OTEL_*_EXPORTER=none)"]
+
+
+@pytest.mark.parametrize("exemplars", [False, True], ids=["default-off", "on"])
+def test_otlp_export_carries_step_exemplars_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch, otlp_receiver: tuple[str, dict[str, list[bytes]]], exemplars: bool) -> None:
+    """setup(exemplars=True): the step-duration point exported over OTLP carries an exemplar with the step
+    span's ids (the SDK's default trace_based filter, sampled spans); by default it carries none."""
+    endpoint, received = otlp_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    monkeypatch.delenv("OTEL_METRICS_EXEMPLAR_FILTER", raising=False)
+    clock = VirtualClock()
+    handle = telemetry.setup(service_name="agent", tenant="search", set_global=False, clock=clock, exemplars=exemplars)
+    try:
+        run_agent(clock)
+    finally:
+        handle.shutdown()
+    traces = ExportTraceServiceRequest.FromString(received["/v1/traces"][0])
+    step = next(s for rs in traces.resource_spans for ss in rs.scope_spans for s in ss.spans
+                if s.name == "execute_tool search")
+    request = ExportMetricsServiceRequest.FromString(received["/v1/metrics"][-1])
+    metrics = {m.name: m for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics}
+    found = [(e.as_double, e.span_id, e.trace_id) for p in metrics["aifactory.step.duration"].histogram.data_points
+             for e in p.exemplars]
+    assert found == ([(2.0, step.span_id, step.trace_id)] if exemplars else [])
