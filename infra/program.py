@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_aws as aws
@@ -58,16 +59,39 @@ def network_args(cfg: PlatformConfig) -> NetworkArgs:
             "flow_log_retention_days": cfg.network.flow_log_retention_days}
 
 
+# Stack settings of the default AWS provider that an explicit provider ignores unless given them (Pulumi docs,
+# "Default provider configuration": `aws:*` config configures only the default provider): which credentials, and
+# which accounts the stack may (not) touch.
+AWS_ACCOUNT_SETTINGS = {"profile": "profile", "allowedAccountIds": "allowed_account_ids",
+                        "forbiddenAccountIds": "forbidden_account_ids"}
+
+
+def aws_account_settings() -> dict[str, Any]:
+    """`aws:profile`, `aws:allowedAccountIds`, `aws:forbiddenAccountIds` from the stack config, for the kit's
+    explicit provider (default: none set: the ambient credentials, any account)."""
+    conf = pulumi.Config("aws")
+    out: dict[str, Any] = {}
+    for key, arg in AWS_ACCOUNT_SETTINGS.items():
+        value = conf.get(key) if key == "profile" else conf.get_object(key)
+        if value:
+            out[arg] = value
+    return out
+
+
 def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
     assert cfg.cluster is not None
     sp = cfg.cluster.system_pool
-    return {"kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
-            "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in cfg.target.availability_zones],
-            "api_access": cfg.cluster.api_access,
-            "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
-            "admin_role_arns": list(cfg.cluster.admin_role_arns),
-            "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
-                            "desired_size": sp.desired_size}}
+    args: GpuClusterArgs = {
+        "kubernetes_version": cfg.kubernetes_version, "vpc_id": network.vpc_id,
+        "subnet_ids": [network.private_subnet_ids_by_zone[z] for z in cfg.target.availability_zones],
+        "api_access": cfg.cluster.api_access,
+        "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
+        "admin_role_arns": list(cfg.cluster.admin_role_arns),
+        "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
+                        "desired_size": sp.desired_size}}
+    if (profile := pulumi.Config("aws").get("profile")) is not None:
+        args["aws_profile"] = profile  # the provider's credentials make the kubeconfig's tokens too
+    return args
 
 
 def node_pool_args(cfg: PlatformConfig, pool: NodePool, network: Network, cluster: GpuCluster,
@@ -100,7 +124,7 @@ def aws_cluster(cfg: PlatformConfig, now: str | None = None) -> AwsCluster:
     assert cfg.cluster is not None
     name = cfg.cluster.name
     on_aws = pulumi.ResourceOptions(providers=[aws.Provider("aws", region=cfg.target.region, default_tags={
-        "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}})])
+        "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}}, **aws_account_settings())])
     network = Network(name, network_args(cfg), opts=on_aws)
     cluster = GpuCluster(name, cluster_args(cfg, network), opts=on_aws)
     pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster, now),

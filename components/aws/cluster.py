@@ -8,7 +8,7 @@ kubeconfig plus a Kubernetes provider for the layers above. GPU pools are separa
 
 import ipaddress
 import json
-from typing import NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_aws as aws
@@ -86,6 +86,9 @@ class GpuClusterArgs(TypedDict):
     Default: public-and-private with public_access_cidrs, else private."""
     public_access_cidrs: NotRequired[list[str]]
     """Networks allowed to reach the public API endpoint; required for public-and-private. Default: none."""
+    aws_profile: NotRequired[str]
+    """The AWS CLI profile the kubeconfig's `aws eks get-token` uses (set it to the provider's profile). Default:
+    the CLI's ambient credentials."""
     admin_role_arns: NotRequired[list[str]]
     """IAM roles granted cluster admin through access entries; when given, the creator gets no entry of its own, so
     the role that deploys must be listed. Default: none (only the creator)."""
@@ -114,23 +117,28 @@ def region_of(cluster_arn: str) -> str:
     return cluster_arn.split(":")[3]
 
 
-def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str) -> str:
+def kubeconfig(cluster_name: str, endpoint: str, ca_data: str, region: str, profile: str | None = None) -> str:
     """A kubeconfig (JSON) that authenticates with `aws eks get-token`: no long-lived secret in state.
 
     `--region` is explicit: without it the AWS CLI takes the deployer's default region (AWS_REGION or its
-    profile), and a token for a cluster of another region is refused (or, with no default, none is made)."""
+    profile), and a token for a cluster of another region is refused (or, with no default, none is made).
+    `profile`: the AWS CLI profile the token is made with (AWS_PROFILE in the exec environment), the one the
+    stack's AWS provider uses; default: the CLI's own (ambient credentials)."""
+    user: dict[str, Any] = {
+        "apiVersion": "client.authentication.k8s.io/v1beta1",
+        "command": "aws",
+        "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
+        "interactiveMode": "Never",
+    }
+    if profile:
+        user["env"] = [{"name": "AWS_PROFILE", "value": profile}]
     return json.dumps({
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [{"name": cluster_name, "cluster": {"server": endpoint, "certificate-authority-data": ca_data}}],
         "contexts": [{"name": cluster_name, "context": {"cluster": cluster_name, "user": cluster_name}}],
         "current-context": cluster_name,
-        "users": [{"name": cluster_name, "user": {"exec": {
-            "apiVersion": "client.authentication.k8s.io/v1beta1",
-            "command": "aws",
-            "args": ["eks", "get-token", "--cluster-name", cluster_name, "--region", region, "--output", "json"],
-            "interactiveMode": "Never",
-        }}}],
+        "users": [{"name": cluster_name, "user": {"exec": user}}],
     }, sort_keys=True)
 
 
@@ -255,7 +263,8 @@ class GpuCluster(pulumi.ComponentResource):
         self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group)
 
         self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data,
-                                            self.eks.arn).apply(lambda a: kubeconfig(a[0], a[1], a[2], region_of(a[3])))
+                                            self.eks.arn).apply(
+            lambda a: kubeconfig(a[0], a[1], a[2], region_of(a[3]), args.get("aws_profile")))
         # with listed admins, the deployer reaches the API only once its own entry and policy exist
         self.provider = k8s.Provider(f"{name}-k8s", kubeconfig=self.kubeconfig, enable_server_side_apply=True,
                                      opts=pulumi.ResourceOptions(parent=self, depends_on=admin_access))

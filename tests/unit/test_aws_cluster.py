@@ -252,3 +252,22 @@ def test_what_uses_a_role_records_its_policy_attachments_so_destroy_detaches_the
                                    "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore"}, ng.name
     (ebs,) = [a for a in of(prod, "aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-ebs-csi-driver"]
     assert policies_of(ebs) == {"AmazonEBSCSIDriverPolicy"}
+
+
+def test_the_stacks_aws_profile_and_account_guards_reach_the_kits_provider_and_kubeconfig() -> None:
+    """`aws:*` stack settings configure only the default provider (Pulumi docs, "Default provider configuration");
+    the kit's explicit provider would deploy with the ambient credentials into whatever account they reach."""
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    values = {**read_stack_config(stack_file("dev")), "aws:profile": "ml-prod",
+              "aws:allowedAccountIds": json.dumps(["123456789012"])}
+    res = run_program("dev", values).resources
+    (provider,) = [r for r in res if r.type == "pulumi:providers:aws" and r.name == "aws"]
+    assert (provider.inputs["profile"], json.loads(provider.inputs["allowedAccountIds"])) == (
+        "ml-prod", ["123456789012"])
+    (cluster,) = [r for r in res if r.type == "aifactory:index:GpuCluster"]
+    user = json.loads(cluster.outputs["kubeconfig"])["users"][0]["user"]["exec"]
+    assert user["env"] == [{"name": "AWS_PROFILE", "value": "ml-prod"}]
+    plain = [r for r in run_program("dev", read_stack_config(stack_file("dev"))).resources
+             if r.type == "pulumi:providers:aws" and r.name == "aws"][0]
+    assert "profile" not in plain.inputs and "allowedAccountIds" not in plain.inputs
