@@ -260,7 +260,7 @@ class GpuCluster(pulumi.ComponentResource):
             cluster_name=self.eks.name, kubernetes_version=args["kubernetes_version"],
             node_role_arn=iam.arn_with_policies(iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child)),
             subnet_ids=args["subnet_ids"], network_interfaces=None, placement_group=None, opts=child)[1]
-        self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group)
+        self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group, args["kubernetes_version"])
 
         self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data,
                                             self.eks.arn).apply(
@@ -293,7 +293,12 @@ class GpuCluster(pulumi.ComponentResource):
         """What the platform's pods need before they can run: system nodes, cluster DNS, volume provisioning."""
         return [self.system_node_group, *(self.addons[a] for a in ADDONS_NEEDING_NODES_ORDERED)]
 
-    def _addons(self, name: str, system: aws.eks.NodeGroup) -> dict[str, aws.eks.Addon]:
+    def _addons(self, name: str, system: aws.eks.NodeGroup, kubernetes_version: str) -> dict[str, aws.eks.Addon]:
+        """The add-ons at EKS's default version for the cluster's Kubernetes version (DescribeAddonVersions'
+        defaultVersion): without a version an add-on keeps the one of the day it was created, and raising
+        `kubernetesVersion` would leave vpc-cni, coredns, kube-proxy and EBS CSI behind (EKS supports each version
+        only with some Kubernetes versions). Not `mostRecent`: an upgrade happens when the Kubernetes version moves,
+        not whenever AWS publishes a build."""
         ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
                                  service_account=EBS_CSI_SERVICE_ACCOUNT[1],
                                  managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
@@ -301,6 +306,9 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-{addon}",
                 cluster_name=self.eks.name,
                 addon_name=addon,
+                addon_version=aws.eks.get_addon_version_output(
+                    addon_name=addon, kubernetes_version=kubernetes_version,
+                    opts=pulumi.InvokeOutputOptions(parent=self)).version,
                 configuration_values=addon_configuration(addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",

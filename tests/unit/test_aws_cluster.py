@@ -271,3 +271,28 @@ def test_the_stacks_aws_profile_and_account_guards_reach_the_kits_provider_and_k
     plain = [r for r in run_program("dev", read_stack_config(stack_file("dev"))).resources
              if r.type == "pulumi:providers:aws" and r.name == "aws"][0]
     assert "profile" not in plain.inputs and "allowedAccountIds" not in plain.inputs
+
+
+def test_addons_run_ekss_default_version_for_the_clusters_kubernetes_version(monkeypatch) -> None:
+    """Without addon_version an add-on keeps the version of the day it was created: raising kubernetesVersion would
+    leave it behind. The kit asks EKS (DescribeAddonVersions, the default for that Kubernetes version), not the most
+    recent build, so versions move with kubernetesVersion only."""
+    from infra.mocks import PlatformMocks
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    asked: list[dict] = []
+    real_call = PlatformMocks.call
+
+    def call(self, args):  # type: ignore[no-untyped-def]
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+            asked.append(dict(args.args))
+            return {"version": f"v-{args.args['addonName']}-{args.args['kubernetesVersion']}", "id": "x"}
+        return real_call(self, args)
+
+    monkeypatch.setattr(PlatformMocks, "call", call)
+    res = run_program("prod", read_stack_config(stack_file("prod"))).resources
+    k8s_version = "1.34"  # stacks/Pulumi.prod.yaml aifactory:kubernetesVersion
+    assert sorted((a["addonName"], a["kubernetesVersion"], a.get("mostRecent")) for a in asked) == [
+        (name, k8s_version, None) for name in ("aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni")]
+    assert {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")} == {
+        name: f"v-{name}-{k8s_version}" for name in ("aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni")}
