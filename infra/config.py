@@ -36,6 +36,8 @@ __all__ = [
     "PlatformConfig",
     "Variant",
     "ROUTING_POLICIES",
+    "Fidelity",
+    "DEFAULT_MAX_DROP",
     "Target",
     "ClusterSettings",
     "SystemPool",
@@ -331,6 +333,18 @@ class Variant:
 
 
 ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
+DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
+    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
+    the baseline's on the same items (infra/fidelity.py, README "Fidelity")."""
+
+    suite: str  # a directory under stacks/evals/
+    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
+    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +459,8 @@ class GatewaySettings:
     idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
     # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
     routing: Mapping[str, str] = field(default_factory=dict)
+    # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
+    fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1627,6 +1643,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
                                             maximum=3600),
         idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
         routing=_routing(r, (d or {}).get("routing")),
+        fidelity=_fidelity(r, (d or {}).get("routing")),
     )
 
 
@@ -1634,11 +1651,36 @@ def _routing(r: _Reader, raw: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
         wp = f"gateway.routing.{workload}"
-        wd = r.mapping(body, wp, ("policy",))
+        wd = r.mapping(body, wp, ("policy", "fidelity"))
         policy = r.value(wd, "policy", wp, str, ROUTING_POLICIES[0], choices=ROUTING_POLICIES)
         if policy is not None:
             out[workload] = policy
     return out
+
+
+def _fidelity(r: _Reader, raw: Any) -> dict[str, Fidelity]:
+    out: dict[str, Fidelity] = {}
+    for workload, body in (raw if isinstance(raw, dict) else {}).items():
+        if not isinstance(body, dict) or body.get("fidelity") is None:
+            continue  # _routing reports the mapping itself
+        fp = f"gateway.routing.{workload}.fidelity"
+        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop"))
+        suite = r.value(fd, "suite", fp, str, check=lambda v: None if DNS_LABEL.match(v) else
+                        "is not a suite directory name (a DNS label: lowercase letters, digits, '-')")
+        baseline = r.value(fd, "baseline", fp, str)
+        max_drop = r.value(fd, "maxDrop", fp, float, DEFAULT_MAX_DROP, minimum=0, maximum=1)
+        if suite is not None and baseline is not None:
+            out[workload] = Fidelity(suite, baseline, max_drop)
+    return out
+
+
+def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[str, Fidelity]) -> None:
+    """A gate's baseline is one of its workload's variants (the workload itself is checked with gateway.routing)."""
+    for workload, gate in fidelity.items():
+        variants = sorted(m.name for m in models.values() if m.workload == workload and m.variant is not None)
+        if variants and gate.baseline not in variants:
+            r.fail(f"gateway.routing.{workload}.fidelity.baseline",
+                   f"{gate.baseline!r} is not a variant of workload {workload!r}; its variants: {', '.join(variants)}")
 
 
 def _https_url(value: str) -> str | None:
@@ -1901,6 +1943,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
 
     gateway = _gateway(r, raw.get("gateway"))
     _variant_checks(r, models, gateway.routing)
+    _fidelity_checks(r, models, gateway.fidelity)
     observability = _observability(r, raw.get("observability"), aws=aws)
     for pool in pools.values():
         if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \
