@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import socket
 import sys
@@ -137,12 +138,11 @@ def _probe(url: str, *, seconds: float = DEFAULT_CONNECT_SECONDS) -> None:
 
 
 def _cause(err: BaseException) -> str:
-    try:
-        from tenacity import RetryError
-    except ImportError:  # pragma: no cover - tenacity comes with lm-eval[api]
-        RetryError = ()  # type: ignore[assignment]  # noqa: N806
-    while isinstance(err, RetryError) and err.last_attempt.exception() is not None:  # type: ignore[union-attr]
-        err = err.last_attempt.exception()  # type: ignore[union-attr,assignment]
+    """The error under the harness's retries (tenacity's RetryError holds the last try's)."""
+    from tenacity import RetryError
+
+    while isinstance(err, RetryError) and (last := err.last_attempt.exception()) is not None:
+        err = last
     status = getattr(err, "status", None)
     text = getattr(err, "message", None) or str(err) or type(err).__name__
     return f"HTTP {status}: {text}" if isinstance(status, int) else f"{type(err).__name__}: {text}"
@@ -163,6 +163,11 @@ def run_items(*, task_dir: Path, task: str, url: str, model_key: str, token: str
                             "tokenized_requests": False, "tokenizer_backend": None}
     if token is not None:
         args["header"] = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    # The harness logs each failed try with the request's headers, the bearer token included: its logger stays
+    # quiet during the run (a failure ends the run as one EndpointError line instead).
+    harness_log = logging.getLogger("lm_eval")
+    level = harness_log.level
+    harness_log.setLevel(logging.CRITICAL)
     try:
         out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=args, tasks=[task],
                                       task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
@@ -170,6 +175,8 @@ def run_items(*, task_dir: Path, task: str, url: str, model_key: str, token: str
                                       bootstrap_iters=0)
     except Exception as err:  # the harness surfaces aiohttp/tenacity errors as they are
         raise EndpointError(_cause(err)) from None
+    finally:
+        harness_log.setLevel(level)
     if out is None:
         raise EndpointError("the harness returned no results")
     by_id = {s["doc"]["id"]: float(s[METRIC]) for s in out["samples"][task]}

@@ -60,6 +60,7 @@ __all__ = [
     "routable",
     "suite_digests",
     "load_verdicts",
+    "default_stacks_dir",
 ]
 
 EVALS_DIR = "evals"  # under the stacks directory
@@ -156,7 +157,7 @@ def _item(raw: Any, where: str) -> tuple[Item | None, list[str]]:
                 problems.append(f"{where}: reference: not a valid JSON Schema: {err.message}")
     if problems or text is None:
         return None, problems
-    return Item(raw["id"], raw["prompt"], scorer, text, float(tolerance)), []
+    return Item(raw["id"], raw["prompt"], str(scorer), text, float(tolerance)), []
 
 
 def load_suite(stacks_dir: Path, name: str) -> Suite:
@@ -297,7 +298,7 @@ def write_results(path: Path, results: Mapping[str, Any]) -> None:
     """Write the results file atomically (a temporary file in the same directory, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     header = (f"# Written by `{_GENERATOR}`: what each variant scored on its workload's suite, and what was\n"
-              "# evaluated (the fingerprint). Review and commit it; the gate reads it at synth, preflight and deploy.\n")
+              "# evaluated (the fingerprint). Review and commit it: synth, preflight and deploy read it.\n")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
@@ -404,6 +405,12 @@ def suite_digests(cfg: PlatformConfig, stacks_dir: Path) -> dict[str, str]:
     if problems:
         raise ConfigError(problems, source=f"stack {cfg.stack!r} fidelity suites")
     return out
+
+
+def default_stacks_dir() -> Path:
+    from infra.synth import DEFAULT_STACKS_DIR
+
+    return DEFAULT_STACKS_DIR
 
 
 def load_verdicts(cfg: PlatformConfig, stacks_dir: Path) -> list[Verdict]:

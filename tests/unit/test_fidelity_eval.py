@@ -4,6 +4,8 @@ models that are right a known share of the time (tests/support/graded_backend.py
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -11,8 +13,12 @@ import pytest
 import yaml
 
 from infra import cli, fidelity
-from infra.synth import load_stack
+from infra.preflight import preflight_command
+from infra.synth import load_stack, synth
+from policies.fidelity import fidelity_findings, routed_variants
+from policies.preflight import from_entries
 from tests.support.graded_backend import GradedBackend, draw
+from tests.support.processes import free_port
 
 N_ITEMS = 200
 ACCURACY = {"chat-bf16": 0.95, "chat-good": 0.94, "chat-bad": 0.80}
@@ -63,30 +69,202 @@ def right_answer(item: dict[str, Any]) -> str:
             "json-schema": f'```json\n{{"item": {i}}}\n```'}[item["scorer"]]
 
 
-@pytest.fixture
-def stacks(tmp_path: Path) -> Path:
-    d = tmp_path / "stacks"
+def make_stacks(d: Path) -> Path:
     (d / "evals" / "chat-arith").mkdir(parents=True)
     (d / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": STACK}))
     (d / "evals" / "chat-arith" / "suite.yaml").write_text("description: arithmetic\nmaxTokens: 32\n")
     (d / "evals" / "chat-arith" / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items()))
-    (tmp_path / "token").write_text(TOKEN + "\n")
+    (d / "token").write_text(TOKEN + "\n")
     return d
 
 
-@pytest.fixture
-def backend() -> Any:
-    answers = {i["prompt"]: (i["id"], right_answer(i)) for i in items()}
-    with GradedBackend(answers, accuracy=ACCURACY, token=TOKEN) as b:
-        yield b
+def run_eval(stacks: Path, url: str, *extra: str) -> int:
+    return cli.main(["eval", "t", "--workload", "chat", "--url", url, "--token-file", str(stacks / "token"),
+                     "--stacks-dir", str(stacks), "--concurrency", "8", "--timeout", "10", *extra])
 
 
-def test_eval_scores_each_variant_and_records_the_gate(stacks: Path, backend: GradedBackend,
-                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    code = cli.main(["eval", "t", "--workload", "chat", "--url", backend.url, "--token-file",
-                     str(stacks.parent / "token"), "--stacks-dir", str(stacks), "--concurrency", "8"])
-    out, err = capsys.readouterr()
-    print(out, err)
+def results(stacks: Path) -> dict[str, Any]:
+    return yaml.safe_load((stacks / "evals" / "results" / "t.yaml").read_text())
+
+
+def graded(accuracy: dict[str, float]) -> GradedBackend:
+    return GradedBackend({i["prompt"]: (i["id"], right_answer(i)) for i in items()}, accuracy=accuracy, token=TOKEN)
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One `aifactory eval` of the three variants (95%, 94%, 80% right), recorded; with its printed report."""
+    stacks = make_stacks(tmp_path_factory.mktemp("evaluated") / "stacks")
+    with graded(ACCURACY) as b, pytest.MonkeyPatch.context() as mp:
+        out: list[str] = []
+        mp.setattr("sys.stdout.write", out.append)
+        code = run_eval(stacks, b.url)
     assert code == 0
-    results = yaml.safe_load((stacks / "evals" / "results" / "t.yaml").read_text())
-    print(results)
+    yield stacks, "".join(out)
+
+
+def expected_right(accuracy: float) -> int:
+    """How many of the suite's items the fake gets right at `accuracy` (its draw per item, not the kit's code)."""
+    return sum(draw(i["id"]) < accuracy for i in items())
+
+
+def test_each_variant_scores_what_its_backend_answers_right(evaluated: tuple[Path, str]) -> None:
+    stacks, _ = evaluated
+    rec = results(stacks)["workloads"]["chat"]
+    assert (rec["suite"], rec["baseline"], rec["items"]) == ("chat-arith", "chat-bf16", N_ITEMS)
+    for variant, accuracy in ACCURACY.items():
+        v = rec["variants"][variant]
+        right = expected_right(accuracy)
+        assert v["correct"] == right and v["score"] == right / N_ITEMS
+        # the Wilson interval holds the backend's true accuracy, and is about +-3-6 points wide at n=200
+        low, high = v["ci95"]
+        assert low < accuracy < high and 0.05 < high - low < 0.13
+
+
+def test_the_paired_difference_counts_only_the_items_the_two_disagree_on(evaluated: tuple[Path, str]) -> None:
+    stacks, _ = evaluated
+    rec = results(stacks)["workloads"]["chat"]["variants"]
+    base = expected_right(ACCURACY["chat-bf16"])
+    for variant in ("chat-good", "chat-bad"):
+        # the fake's right items are nested (a draw below 0.80 is below 0.95): every disagreement is a loss
+        lost = base - expected_right(ACCURACY[variant])
+        d = -lost / N_ITEMS
+        # McNemar's paired design: var of the per-item difference = (lost/n)(1 - lost/n) x n/(n-1)
+        half = 1.959963984540054 * math.sqrt((lost / N_ITEMS) * (1 - lost / N_ITEMS) / (N_ITEMS - 1))
+        got = rec[variant]["vsBaseline"]
+        assert got["difference"] == pytest.approx(d, abs=1e-6)
+        assert got["ci95"] == pytest.approx([d - half, d + half], abs=1e-6)
+    assert "vsBaseline" not in rec["chat-bf16"]
+
+
+def test_the_gate_passes_the_good_variant_and_refuses_the_bad_one_by_name(evaluated: tuple[Path, str]) -> None:
+    stacks, report = evaluated
+    cfg = load_stack("t", stacks)
+    found = {v.variant: v for v in fidelity.load_verdicts(cfg, stacks)}
+    assert {k: v.status for k, v in found.items()} == {"chat-bad": "failed", "chat-bf16": "baseline",
+                                                       "chat-good": "passed"}
+    base, bad = expected_right(0.95) / N_ITEMS, expected_right(0.80) / N_ITEMS
+    worst = -results(stacks)["workloads"]["chat"]["variants"]["chat-bad"]["vsBaseline"]["ci95"][0]
+    assert found["chat-bad"].message == (
+        f"workload 'chat': variant 'chat-bad' scored {bad:.3f} on suite 'chat-arith' vs baseline 'chat-bf16' "
+        f"{base:.3f}: drop {base - bad:.3f}, at most {worst:.3f} (95%), more than maxDrop 0.050")
+    assert found["chat-bad"].message in report
+    assert found["chat-good"].message.endswith("within maxDrop 0.050")
+
+
+def test_routing_chooses_only_among_variants_that_passed(evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    stacks, _ = evaluated
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    resources = from_entries(state["deployment"]["resources"])
+    ((_, routed),) = routed_variants(resources).values()
+    assert sorted(routed) == ["chat-bf16", "chat-good"]
+    assert fidelity_findings(resources) == []  # the state's own gate agrees with its routing
+
+
+def test_a_changed_variant_needs_a_new_result(evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    stacks, _ = evaluated
+    changed = make_stacks(tmp_path / "stacks")
+    (changed / "evals" / "results").mkdir()
+    (changed / "evals" / "results" / "t.yaml").write_text((stacks / "evals" / "results" / "t.yaml").read_text())
+    doc = yaml.safe_load((changed / "Pulumi.t.yaml").read_text())
+    doc["config"]["aifactory:models"]["chat-good"]["quantization"] = "int8"
+    doc["config"]["aifactory:models"]["chat-good"]["model"] = "org/chat-w8a8"
+    (changed / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    found = {v.variant: v for v in fidelity.load_verdicts(load_stack("t", changed), changed)}
+    assert (found["chat-good"].status, found["chat-good"].message) == ("stale", (
+        "workload 'chat': variant 'chat-good' has a stale result: it changed since it was evaluated (args changed, "
+        "model changed (org/chat -> org/chat-w8a8), preQuantizedCheckpoint changed (False -> True), quantization "
+        "changed (fp8 -> int8), uri changed (hf://org/chat -> hf://org/chat-w8a8)); run `aifactory eval t "
+        "--workload chat`"))
+    # a changed suite makes every result of it stale
+    with (changed / "evals" / "chat-arith" / "items.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "extra", "prompt": "One more?", "scorer": "exact", "reference": "yes"}) + "\n")
+    found = {v.variant: v for v in fidelity.load_verdicts(load_stack("t", changed), changed)}
+    assert found["chat-bad"].message == ("workload 'chat': variant 'chat-bad' has a stale result: suite "
+                                         "'chat-arith' changed since it was evaluated; run `aifactory eval t "
+                                         "--workload chat`")
+
+
+def test_preflight_refuses_a_deployed_gateway_that_routes_a_variant_whose_result_went_stale(
+        evaluated: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks, _ = evaluated
+    synth("t", tmp_path / "deployed", stacks_dir=stacks, progress=None)  # routes chat-good (passed)
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    changed = make_stacks(tmp_path / "stacks")
+    (changed / "evals" / "results").mkdir()
+    (changed / "evals" / "results" / "t.yaml").write_text((stacks / "evals" / "results" / "t.yaml").read_text())
+    doc["config"]["aifactory:models"]["chat-good"]["model"] = "org/chat-v2"
+    (changed / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    code = preflight_command("t", state=tmp_path / "deployed" / "state.json", stacks_dir=changed)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("fidelity-gate (1)\n  ConfigMap/aifactory-gateway/envoy-config\n      workload 'chat': variant "
+            "'chat-good' has a stale result: it changed since it was evaluated (args changed, model changed "
+            "(org/chat -> org/chat-v2), uri changed (hf://org/chat -> hf://org/chat-v2)); run `aifactory eval t "
+            "--workload chat`; yet the gateway routes workload 'chat''s traffic to it (aggregate clusters "
+            "chat__chat-bf16, chat__chat-good)\n") in out
+
+
+def test_an_unreachable_endpoint_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    port = free_port()
+    assert run_eval(stacks, f"http://127.0.0.1:{port}") == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (f"aifactory: eval: variant 'chat-bf16' at http://127.0.0.1:{port}: cannot reach "
+                                    f"127.0.0.1:{port} (Connection refused)")
+    assert "Traceback" not in err and not (stacks / "evals" / "results").exists()
+
+
+def test_a_gateway_refusing_the_token_is_one_line_and_exit_1(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    (stacks / "token").write_text("wrong\n")
+    with graded(ACCURACY) as b:
+        assert run_eval(stacks, b.url) == 1
+    err = capsys.readouterr().err
+    # the last line, after the harness's progress bar; the token appears nowhere
+    assert err.endswith(f"aifactory: eval: variant 'chat-bf16' at {b.url}: HTTP 401: Unauthorized\n")
+    assert "Traceback" not in err and "wrong" not in err
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"gateway.routing.chat.fidelity.baseline": "chat-x"},
+     "gateway.routing.chat.fidelity.baseline: 'chat-x' is not a variant of workload 'chat'; its variants: chat-bad, "
+     "chat-bf16, chat-good"),
+    ({"gateway.routing.chat.fidelity.maxDrop": 1.5}, "gateway.routing.chat.fidelity.maxDrop: 1.5 is above the "
+                                                     "maximum 1"),
+    ({"gateway.routing.chat.fidelity.suite": "nope"},
+     "gateway.routing.chat.fidelity.suite: 'nope' has no suite: {stacks}/evals/nope/items.jsonl does not exist"),
+    ({"gateway.routing.chat.fidelity.suite": None}, "gateway.routing.chat.fidelity.suite: is required"),
+])
+def test_gate_contradictions_name_the_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               change: dict[str, Any], expected: str) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    ((path, value),) = change.items()
+    node = doc["config"]["aifactory:gateway"]
+    *parents, last = path.split(".")[1:]
+    for key in parents:
+        node = node[key]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    err = capsys.readouterr().err
+    assert f"  - {expected.format(stacks=stacks)}\n" in err and "Traceback" not in err
+
+
+def test_a_broken_suite_names_the_file_line_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    with (stacks / "evals" / "chat-arith" / "items.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "q0", "prompt": "again", "scorer": "fuzzy", "reference": "x"}) + "\n")
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    err = capsys.readouterr().err
+    items_file = stacks / "evals" / "chat-arith" / "items.jsonl"
+    assert (f"  - gateway.routing.chat.fidelity.suite: {items_file}:{N_ITEMS + 1}: scorer: 'fuzzy' is not allowed; "
+            "choose one of: exact, regex, numeric, json-schema\n") in err
+
+
