@@ -22,6 +22,7 @@ Exit codes: 0 every variant evaluated (and recorded), 1 an endpoint unreachable 
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import logging
 import os
@@ -163,11 +164,13 @@ def run_items(*, task_dir: Path, task: str, url: str, model_key: str, token: str
                             "tokenized_requests": False, "tokenizer_backend": None}
     if token is not None:
         args["header"] = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
-    # The harness logs each failed try with the request's headers, the bearer token included: its logger stays
-    # quiet during the run (a failure ends the run as one EndpointError line instead).
-    harness_log = logging.getLogger("lm_eval")
-    level = harness_log.level
-    harness_log.setLevel(logging.CRITICAL)
+    # The harness logs each failed try with the request's headers, the bearer token included, and a failed run
+    # leaves its other requests' tasks to asyncio's "exception never retrieved" tracebacks: both loggers stay quiet
+    # until those tasks are collected (a failure ends the run as one EndpointError line instead).
+    quiet = [logging.getLogger(name) for name in ("lm_eval", "asyncio")]
+    levels = [log.level for log in quiet]
+    for log in quiet:
+        log.setLevel(logging.CRITICAL)
     try:
         out = lm_eval.simple_evaluate(model="local-chat-completions", model_args=args, tasks=[task],
                                       task_manager=TaskManager(include_path=str(task_dir), include_defaults=False),
@@ -176,7 +179,9 @@ def run_items(*, task_dir: Path, task: str, url: str, model_key: str, token: str
     except Exception as err:  # the harness surfaces aiohttp/tenacity errors as they are
         raise EndpointError(_cause(err)) from None
     finally:
-        harness_log.setLevel(level)
+        gc.collect()
+        for log, level in zip(quiet, levels, strict=True):
+            log.setLevel(level)
     if out is None:
         raise EndpointError("the harness returned no results")
     by_id = {s["doc"]["id"]: float(s[METRIC]) for s in out["samples"][task]}
