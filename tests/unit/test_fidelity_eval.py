@@ -84,8 +84,12 @@ def run_eval(stacks: Path, url: str, *extra: str) -> int:
                      "--stacks-dir", str(stacks), "--concurrency", "8", "--timeout", "10", *extra])
 
 
+def results_of(stacks: Path, stack: str) -> dict[str, Any]:
+    return yaml.safe_load((stacks / "evals" / "results" / f"{stack}.yaml").read_text())
+
+
 def results(stacks: Path) -> dict[str, Any]:
-    return yaml.safe_load((stacks / "evals" / "results" / "t.yaml").read_text())
+    return results_of(stacks, "t")
 
 
 def graded(accuracy: dict[str, float]) -> GradedBackend:
@@ -271,3 +275,74 @@ def test_a_broken_suite_names_the_file_line_and_key(tmp_path: Path, capsys: pyte
             "choose one of: exact, regex, numeric, json-schema\n") in err
 
 
+
+
+# --- the shipped example suite: prod's finance-8b (AWQ INT4) against an unquantised baseline
+
+# What a right model answers each item, in the forms models write them (currency signs, thousands separators,
+# percent signs, fenced JSON): the suite's scorers must accept all of them.
+FINANCE_ANSWERS = {
+    "simple-interest": "$1,620.00", "compound-annual": "$16,288.95", "compound-monthly": "$5,635.80",
+    "percent-change": "15%", "gross-margin": "35%", "current-ratio": "1.5", "debt-to-equity": "1.5",
+    "eps": "$3.00", "pe-ratio": "25", "loan-payment": "$1,199.10", "npv": "$41.32", "cagr": "10%", "vat": "$96.00",
+    "fx": "2,700 USD", "basis-points": "35", "straight-line": "$5,000", "break-even": "6,000 units",
+    "dividend-yield": "4%", "statement-revenue": "income", "statement-assets": "balance", "debit-credit": "debit",
+    "side-prepaid": "asset", "side-unearned": "liability", "bond-price-rates": "down", "iso-currency-yen": "JPY",
+    "iso-currency-franc": "CHF", "fiscal-quarter": "Q2", "date-iso": "2025-03-31",
+    "extract-invoice": '{"invoice": "INV-2041", "total": 1250.00, "currency": "EUR"}',
+    "extract-transaction": '```json\n{"date": "2025-02-14", "amount": 89.99, "direction": "debit"}\n```',
+}
+SHIPPED = Path(__file__).resolve().parents[2] / "stacks"
+
+
+def test_the_shipped_finance_suite_scores_a_right_model_fully_and_gates_the_awq_variant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    suite = fidelity.load_suite(SHIPPED, "finance-qa")
+    assert sorted(i.id for i in suite.items) == sorted(FINANCE_ANSWERS)
+    assert {i.scorer for i in suite.items} == {"exact", "regex", "numeric", "json-schema"}
+    stacks = tmp_path / "stacks"
+    shutil.copytree(SHIPPED / "evals" / "finance-qa", stacks / "evals" / "finance-qa")
+    doc = yaml.safe_load((SHIPPED / "Pulumi.prod.yaml").read_text())
+    conf = doc["config"]
+    conf["aifactory:tenants"]["finance"]["gpuQuota"] = 6
+    awq = conf["aifactory:models"]["finance-8b"]
+    awq.update({"slo": {"e2eSeconds": 6}, "variant": {"requestsPerSecond": 4}})
+    conf["aifactory:models"]["finance-8b-bf16"] = {
+        **awq, "model": "meta-llama/Llama-3.1-8B-Instruct", "workload": "finance-8b", "quantization": "none",
+        "replicas": {"min": 1, "max": 2}, "slo": {"e2eSeconds": 4}, "variant": {"requestsPerSecond": 2}}
+    conf["aifactory:gateway"]["routing"] = {"finance-8b": {"fidelity": {
+        "suite": "finance-qa", "baseline": "finance-8b-bf16", "maxDrop": 0.03}}}
+    (stacks / "Pulumi.prod.yaml").write_text(yaml.safe_dump(doc))
+    (stacks / "token").write_text(TOKEN)
+    # the AWQ variant loses the items whose draw is at or above 0.8: 30 items are too few to show a drop <= 0.03
+    answers = {i.prompt: (i.id, FINANCE_ANSWERS[i.id]) for i in suite.items}
+    with GradedBackend(answers, accuracy={"finance-8b-bf16": 1.0, "finance-8b": 0.8}, token=TOKEN) as b:
+        code = cli.main(["eval", "prod", "--workload", "finance-8b", "--url", b.url, "--token-file",
+                         str(stacks / "token"), "--stacks-dir", str(stacks)])
+    assert code == 0
+    rec = results_of(stacks, "prod")["workloads"]["finance-8b"]["variants"]
+    assert rec["finance-8b-bf16"]["correct"] == 30
+    assert rec["finance-8b"]["correct"] == sum(draw(i) < 0.8 for i in FINANCE_ANSWERS)
+    found = {v.variant: v.status for v in fidelity.load_verdicts(load_stack("prod", stacks), stacks)}
+    assert found == {"finance-8b": "failed", "finance-8b-bf16": "baseline"}
+
+
+@pytest.mark.parametrize(("scorer", "reference", "answer", "tolerance", "right"), [
+    ("exact", "asset", "  asset\n", 0.0, True),
+    ("exact", "asset", "Asset", 0.0, False),  # case counts: write the reference as the workload needs it
+    ("regex", r"^\s*Q2\b", "Q2 (August)", 0.0, True),
+    ("regex", r"^\s*Q2\b", "It is Q2", 0.0, False),
+    ("numeric", "1199.1", "The payment is $1,199.10 a month", 0.5, True),
+    ("numeric", "1199.1", "$1,200.00", 0.5, False),
+    ("numeric", "-3.5", "-3.5e0", 0.0, True),
+    ("numeric", "3", "three", 0.0, False),
+    ("json-schema", '{"type": "object", "required": ["a"]}', '{"a": 1}', 0.0, True),
+    ("json-schema", '{"type": "object", "required": ["a"]}', '{"b": 1}', 0.0, False),
+    ("json-schema", '{"type": "object"}', 'Here: {"a": 1}', 0.0, False),  # prose around the JSON is not JSON
+])
+def test_scorers(scorer: str, reference: str, answer: str, tolerance: float, right: bool) -> None:
+    from infra.fidelity_scorers import score
+
+    assert score(scorer=scorer, reference=reference, answer=answer, tolerance=tolerance) is right
