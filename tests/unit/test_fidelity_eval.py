@@ -346,3 +346,32 @@ def test_scorers(scorer: str, reference: str, answer: str, tolerance: float, rig
     from infra.fidelity_scorers import score
 
     assert score(scorer=scorer, reference=reference, answer=answer, tolerance=tolerance) is right
+
+
+def test_the_pack_refuses_a_state_whose_gateway_routes_a_variant_its_gate_record_holds_back(
+        evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    """CrossGuard sees only the state: its `aifactory-fidelity` ConfigMap against the Envoy config's routing. A
+    state built by the kit agrees with itself; one whose routing was built without the gate (here: the record
+    says chat-good's result went stale, the routing still has it) is refused."""
+    from components.k8s.fidelity import GATE_CONFIG_MAP, GATE_KEY
+    from policies.pack import by_name
+    from policies.runner import run_policies
+
+    stacks, _ = evaluated
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    entries = json.loads((tmp_path / "out" / "state.json").read_text())["deployment"]["resources"]
+    policy = [by_name()["fidelity-gate"]]
+    assert run_policies(entries, policies=policy) == []
+    (cm,) = [e for e in entries if e["type"] == "kubernetes:core/v1:ConfigMap"
+             and e["inputs"]["metadata"]["name"] == GATE_CONFIG_MAP]
+    gate = json.loads(cm["inputs"]["data"][GATE_KEY])
+    gate["chat"]["variants"]["chat-good"] = {"status": "stale", "message": "workload 'chat': variant 'chat-good' "
+                                                                          "has a stale result: it changed"}
+    for side in ("inputs", "outputs"):
+        cm[side]["data"][GATE_KEY] = json.dumps(gate)
+    (v,) = run_policies(entries, policies=policy)
+    assert (v.policy, v.enforcement, v.message) == (
+        "fidelity-gate", "mandatory",
+        "ConfigMap/aifactory-gateway/envoy-config: workload 'chat': variant 'chat-good' has a stale result: it "
+        "changed; yet the gateway routes workload 'chat''s traffic to it (aggregate clusters chat__chat-bf16, "
+        "chat__chat-good)")
