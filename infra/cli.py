@@ -218,7 +218,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return eval_command(args.stack, workload=args.workload, url=args.url, url_for=args.url_for or (),
                         token_file=Path(args.token_file) if args.token_file else None,
                         concurrency=args.concurrency, timeout_seconds=args.timeout,
-                        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, write=not args.no_record)
+                        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, write=not args.no_record,
+                        otlp_endpoint=args.otlp_endpoint)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -307,6 +308,8 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS,
                    help=f"seconds per request, retries apart (default: {DEFAULT_TIMEOUT_SECONDS})")
     e.add_argument("--no-record", action="store_true", help="print the report only; leave the results file alone")
+    e.add_argument("--otlp-endpoint", metavar="URL", help="also push the scores as OTLP/HTTP gauges to this base URL "
+                                                          "(the OpenTelemetry Collector, :4318)")
     e.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files and evals/")
     e.set_defaults(func=_cmd_eval)
     return p

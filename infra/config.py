@@ -37,6 +37,7 @@ __all__ = [
     "Variant",
     "ROUTING_POLICIES",
     "Fidelity",
+    "FidelityJob",
     "DEFAULT_MAX_DROP",
     "Target",
     "ClusterSettings",
@@ -337,6 +338,17 @@ DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points
 
 
 @dataclass(frozen=True, slots=True)
+class FidelityJob:
+    """The evaluation as a Kubernetes Job in the gateway namespace (components/k8s/fidelity.py), run again
+    whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
+    OpenTelemetry Collector as metrics."""
+
+    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
+    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
+    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
+
+
+@dataclass(frozen=True, slots=True)
 class Fidelity:
     """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
     traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
@@ -345,6 +357,7 @@ class Fidelity:
     suite: str  # a directory under stacks/evals/
     baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
     max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
+    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1664,14 +1677,30 @@ def _fidelity(r: _Reader, raw: Any) -> dict[str, Fidelity]:
         if not isinstance(body, dict) or body.get("fidelity") is None:
             continue  # _routing reports the mapping itself
         fp = f"gateway.routing.{workload}.fidelity"
-        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop"))
+        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop", "job"))
         suite = r.value(fd, "suite", fp, str, check=lambda v: None if DNS_LABEL.match(v) else
                         "is not a suite directory name (a DNS label: lowercase letters, digits, '-')")
         baseline = r.value(fd, "baseline", fp, str)
         max_drop = r.value(fd, "maxDrop", fp, float, DEFAULT_MAX_DROP, minimum=0, maximum=1)
+        job = _fidelity_job(r, (fd or {}).get("job"), f"{fp}.job")
         if suite is not None and baseline is not None:
-            out[workload] = Fidelity(suite, baseline, max_drop)
+            out[workload] = Fidelity(suite, baseline, max_drop, job)
     return out
+
+
+def _fidelity_job(r: _Reader, raw: Any, path: str) -> FidelityJob | None:
+    if raw is None:
+        return None
+    d = r.mapping(raw, path, ("image", "tokenSecret", "timeoutSeconds"))
+    image = r.value(d, "image", path, str, check=lambda v: None if v.strip() and " " not in v else
+                    "is not an image reference")
+    sd = r.mapping((d or {}).get("tokenSecret") or {}, f"{path}.tokenSecret", ("name", "key"))
+    name = r.value(sd, "name", f"{path}.tokenSecret", str)
+    key = r.value(sd, "key", f"{path}.tokenSecret", str)
+    timeout = r.value(d, "timeoutSeconds", path, int, 3600, minimum=60, maximum=86400)
+    if image is None or name is None or key is None:
+        return None
+    return FidelityJob(image, SecretRef(name, key), timeout)
 
 
 def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[str, Fidelity]) -> None:

@@ -43,12 +43,13 @@ from infra.fidelity_scorers import METRIC
 
 __all__ = ["DEFAULT_CONCURRENCY", "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_MAX_RETRIES", "CHAT_PATH", "EndpointError",
            "VariantScore", "Report", "write_task", "run_items", "evaluate", "record", "format_report",
-           "gateway_url", "eval_command"]
+           "gateway_url", "eval_command", "metric_points", "push_metrics"]
 
 DEFAULT_CONCURRENCY = 8  # requests in flight per variant
 DEFAULT_TIMEOUT_SECONDS = 60  # one request, connection to last byte (lm-eval's `timeout`, whole seconds)
 DEFAULT_MAX_RETRIES = 2  # tries per request (lm-eval's `max_retries` is the number of attempts)
 DEFAULT_CONNECT_SECONDS = 5.0  # the reachability probe before a variant's run
+DEFAULT_PUSH_SECONDS = 10.0  # the OTLP push of the scores, retries included (at most --timeout)
 CHAT_PATH = "/v1/chat/completions"
 TASK_PREFIX = "aifactory_"
 _SHIM = "aifactory_scorers"
@@ -274,6 +275,53 @@ def format_report(report: Report, found: Sequence[fidelity.Verdict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def metric_points(report: Report, found: Sequence[fidelity.Verdict]) -> list[tuple[str, float, dict[str, str]]]:
+    """(OTel instrument name, value, attributes) per variant for telemetry.names.FIDELITY_METRICS."""
+    from telemetry import names
+
+    base = next(s for s in report.variants if s.variant == report.baseline)
+    status = {v.variant: v.status for v in found if v.workload == report.workload}
+    out = []
+    for s in report.variants:
+        attrs = {names.L_WORKLOAD: report.workload, names.L_VARIANT: s.variant, names.L_SUITE: report.suite.name}
+        bound = 0.0 if s.variant == report.baseline else -fidelity.paired_difference(s.scores, base.scores)[1]
+        out += [(names.FIDELITY_SCORE.otel, s.score, attrs), (names.FIDELITY_DROP_BOUND.otel, bound, attrs),
+                (names.FIDELITY_PASSED.otel, 1.0 if status.get(s.variant) in ("baseline", "passed") else 0.0, attrs)]
+    return out
+
+
+def push_metrics(points: Sequence[tuple[str, float, Mapping[str, str]]], *, endpoint: str,
+                 timeout_seconds: float = 10.0) -> None:
+    """Push the points once as OTLP/HTTP gauges to `endpoint` (the Collector's base URL); EndpointError if refused."""
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader, MetricExportResult
+    from opentelemetry.sdk.resources import Resource
+
+    from telemetry import names
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(resource=Resource.create({"service.name": "aifactory-eval"}), metric_readers=[reader])
+    meter = provider.get_meter("aifactory.fidelity")
+    gauges = {m.otel: meter.create_gauge(m.otel, unit=m.unit, description=m.description)
+              for m in names.FIDELITY_METRICS}
+    for name, value, attrs in points:
+        gauges[name].set(value, dict(attrs))
+    data = reader.get_metrics_data()
+    provider.shutdown()
+    exporter = OTLPMetricExporter(endpoint=endpoint.rstrip("/") + "/v1/metrics", timeout=timeout_seconds)
+    quiet = logging.getLogger("opentelemetry.exporter.otlp")
+    level = quiet.level
+    quiet.setLevel(logging.CRITICAL)  # its retries log tracebacks; the outcome is one line below
+    try:
+        result = exporter.export(data) if data is not None else MetricExportResult.FAILURE
+    finally:
+        quiet.setLevel(level)
+        exporter.shutdown()
+    if result is not MetricExportResult.SUCCESS:
+        raise EndpointError(f"scores not exported to {endpoint} (OTLP/HTTP)")
+
+
 def _url_for(pairs: Sequence[str]) -> dict[str, str]:
     out = {}
     for p in pairs:
@@ -287,7 +335,7 @@ def _url_for(pairs: Sequence[str]) -> dict[str, str]:
 def eval_command(stack: str, *, workload: str, url: str | None = None, url_for: Sequence[str] = (),
                  token_file: Path | None = None, concurrency: int = DEFAULT_CONCURRENCY,
                  timeout_seconds: int = DEFAULT_TIMEOUT_SECONDS, stacks_dir: Path | None = None,
-                 write: bool = True, now: str | None = None) -> int:
+                 write: bool = True, now: str | None = None, otlp_endpoint: str | None = None) -> int:
     """Evaluate, print the report, record the results (unless `write` is false). ConfigError for bad input."""
     from infra.synth import DEFAULT_STACKS_DIR, load_stack
 
@@ -317,4 +365,12 @@ def eval_command(stack: str, *, workload: str, url: str | None = None, url_for: 
     if write:
         fidelity.write_results(path, results)
         print(f"recorded in {path}", file=sys.stderr, flush=True)
+    if otlp_endpoint is not None:
+        try:
+            push_metrics(metric_points(report, found), endpoint=otlp_endpoint,
+                         timeout_seconds=min(timeout_seconds, DEFAULT_PUSH_SECONDS))
+        except EndpointError as err:
+            print(f"aifactory: eval: {err}", file=sys.stderr, flush=True)
+            return 1
+        print(f"scores pushed to {otlp_endpoint}", file=sys.stderr, flush=True)
     return 0

@@ -61,6 +61,7 @@ __all__ = [
     "suite_digests",
     "load_verdicts",
     "default_stacks_dir",
+    "evaluates",
 ]
 
 EVALS_DIR = "evals"  # under the stacks directory
@@ -419,3 +420,15 @@ def load_verdicts(cfg: PlatformConfig, stacks_dir: Path) -> list[Verdict]:
         return []
     digests = suite_digests(cfg, stacks_dir)
     return verdicts(cfg, read_results(results_file(stacks_dir, cfg.stack)), suite_digests=digests)
+
+
+def evaluates(cfg: PlatformConfig, stacks_dir: Path) -> dict[str, str]:
+    """Per gated workload, a digest of what its evaluation covers: each variant's fingerprint, the suite's digest,
+    the baseline. The evaluation Job carries it, so any change runs the Job again."""
+    digests = suite_digests(cfg, stacks_dir)
+    out = {}
+    for workload, gate in sorted(cfg.gateway.fidelity.items()):
+        body = {"suite": digests[gate.suite], "baseline": gate.baseline,
+                "variants": {v.name: fingerprint(evaluated_facts(cfg, v)) for v in cfg.variants_of(workload)}}
+        out[workload] = fingerprint(body)
+    return out

@@ -167,8 +167,9 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     gateway = Gateway("gateway", cfg=fidelity.routable(cfg, gate), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
     if cfg.gateway.fidelity:
-        FidelityGate("fidelity", cfg=cfg, verdicts=gate, opts=on_cluster.merge(
-            pulumi.ResourceOptions(depends_on=[gateway])))
+        FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, stacks_dir or
+                                                                                   fidelity.default_stacks_dir()),
+                     opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))
 
     # --- dashboards and rules ---------------------------------------------------------------
     Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])
