@@ -25,6 +25,7 @@ __all__ = [
     "Pool",
     "ServedModel",
     "Objective",
+    "VariantView",
     "ObservabilityConfig",
     "from_platform",
 ]
@@ -95,6 +96,15 @@ class Objective:
 
 
 @dataclass(frozen=True, slots=True)
+class VariantView:
+    """A variant of a workload as the dashboards show it: its configured cost per request (PlatformConfig)."""
+
+    workload: str
+    name: str
+    cost_per_request: float
+
+
+@dataclass(frozen=True, slots=True)
 class ObservabilityConfig:
     stack: str
     namespace: str  # where the PrometheusRule and dashboard ConfigMaps live
@@ -109,6 +119,7 @@ class ObservabilityConfig:
     queue_alert_factor: float = DEFAULT_QUEUE_ALERT_FACTOR
     runbook_url: str = DEFAULT_RUNBOOK_URL
     jaeger_url: str = DEFAULT_JAEGER_URL
+    variants: tuple[VariantView, ...] = ()  # default: none; every workload's variants, by workload then name
 
     @property
     def named_workflows(self) -> tuple[str, ...]:
@@ -147,4 +158,7 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         idle_gpu_utilization_percent=obs.idle_gpu_utilization_percent,
         selectors=selectors or Selectors(),
         runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
+        variants=tuple(VariantView(m.workload, m.name, cfg.cost_per_request(m))
+                       for m in sorted(cfg.models.values(), key=lambda m: (m.workload, m.name))
+                       if m.variant is not None),
     )
