@@ -1710,6 +1710,11 @@ def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[
         if variants and gate.baseline not in variants:
             r.fail(f"gateway.routing.{workload}.fidelity.baseline",
                    f"{gate.baseline!r} is not a variant of workload {workload!r}; its variants: {', '.join(variants)}")
+        if gate.job is not None and workload in variants:
+            r.fail(f"gateway.routing.{workload}.fidelity.job",
+                   f"cannot reach variant {workload!r} through the gateway: a model named like its workload has no "
+                   "route of its own (the name routes to the workload); rename the model, or evaluate it with "
+                   "`aifactory eval --url-for`")
 
 
 def _https_url(value: str) -> str | None:

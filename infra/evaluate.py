@@ -211,6 +211,14 @@ def evaluate(cfg: PlatformConfig, workload: str, *, stacks_dir: Path, url: str |
     if unknown:
         raise ConfigError([Problem("--url-for", f"{', '.join(unknown)}: not a variant of workload {workload!r}; "
                                                 f"its variants: {', '.join(v.name for v in variants)}")])
+    # A model named like its workload has no route of its own: the gateway sends that name to the workload's
+    # routing (components/k8s/envoy_config.py routes(): only keys other than the workload get a body route).
+    shadowed = sorted(v.name for v in variants if v.name == workload and v.name not in (url_for or {}))
+    if shadowed:
+        raise ConfigError([Problem("--url-for", f"is required for variant {n!r}: it is named like its workload, and "
+                                                "the gateway routes that name to the workload's routing, not to this "
+                                                f"variant; give --url-for {n}=URL (its engine's base URL)")
+                           for n in shadowed])
     order = sorted(variants, key=lambda m: m.name != gate.baseline)
     ids = [i.id for i in suite.items]
     scores: dict[str, VariantScore] = {}

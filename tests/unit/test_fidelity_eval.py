@@ -375,3 +375,24 @@ def test_the_pack_refuses_a_state_whose_gateway_routes_a_variant_its_gate_record
         "ConfigMap/aifactory-gateway/envoy-config: workload 'chat': variant 'chat-good' has a stale result: it "
         "changed; yet the gateway routes workload 'chat''s traffic to it (aggregate clusters chat__chat-bf16, "
         "chat__chat-good)")
+
+
+def test_a_variant_named_like_its_workload_needs_its_own_url(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The gateway routes a workload's name to the workload: a variant with that name cannot be reached by it."""
+    stacks = make_stacks(tmp_path / "stacks")
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    models = doc["config"]["aifactory:models"]
+    models["chat"] = models.pop("chat-bad")
+    doc["config"]["aifactory:gateway"]["routing"]["chat"]["fidelity"]["job"] = {
+        "image": "registry.example.com/aifactory:1", "tokenSecret": {"name": "t", "key": "token"}}
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert cli.main(["validate", "t", "--stacks-dir", str(stacks)]) == 2
+    assert ("  - gateway.routing.chat.fidelity.job: cannot reach variant 'chat' through the gateway: a model named "
+            "like its workload has no route of its own") in capsys.readouterr().err
+    del doc["config"]["aifactory:gateway"]["routing"]["chat"]["fidelity"]["job"]
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    assert ("  - --url-for: is required for variant 'chat': it is named like its workload, and the gateway routes "
+            "that name to the workload's routing, not to this variant; give --url-for chat=URL (its engine's base "
+            "URL)\n") in capsys.readouterr().err
