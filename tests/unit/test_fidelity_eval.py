@@ -40,7 +40,9 @@ STACK: dict[str, Any] = {
                      "variant": {"costPerRequest": 0.001}},
     },
     "aifactory:gateway": {"routing": {"chat": {"fidelity": {"suite": "chat-arith", "baseline": "chat-bf16",
-                                                            "maxDrop": 0.05}}}},
+                                                            "maxDrop": 0.05}}},
+                          "auth": {"issuers": [{"issuer": "https://sso.example.com/realms/t",
+                                                "jwksUri": "https://sso.example.com/realms/t/certs"}]}},
 }
 
 
@@ -396,3 +398,28 @@ def test_a_variant_named_like_its_workload_needs_its_own_url(tmp_path: Path,
     assert ("  - --url-for: is required for variant 'chat': it is named like its workload, and the gateway routes "
             "that name to the workload's routing, not to this variant; give --url-for chat=URL (its engine's base "
             "URL)\n") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_without_a_result_only_the_baseline_is_routed_and_envoy_accepts_the_config(tmp_path: Path) -> None:
+    """The promote flow's first step: variants deployed, nothing recorded. The real Envoy validates the bootstrap
+    whose workload routes only to the baseline, and every variant keeps its own model key's route."""
+    import subprocess
+
+    from infra.writers.envoy import ENVOY_CONFIG_PATH
+    from tests.support.fake_backends import ENVOY
+
+    stacks = make_stacks(tmp_path / "stacks")
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    ((_, routed),) = routed_variants(from_entries(state["deployment"]["resources"])).values()
+    assert routed == {"chat-bf16": ["chat__chat-bf16"]}
+    path = tmp_path / "out" / ENVOY_CONFIG_PATH
+    res = subprocess.run([str(ENVOY), "--mode", "validate", "-c", str(path), "--use-dynamic-base-id", "-l",
+                          "warning"], capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    routes = {r["name"] for listener in yaml.safe_load(path.read_text())["static_resources"]["listeners"]
+              for chain in listener["filter_chains"] for f in chain["filters"]
+              for vh in f["typed_config"].get("route_config", {}).get("virtual_hosts", []) for r in vh["routes"]
+              if "name" in r}
+    assert {"chat-good-body", "chat-bad-body", "chat-bf16-body"} <= routes
