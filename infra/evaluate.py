@@ -90,7 +90,10 @@ class Report:
 
 def gateway_url(cfg: PlatformConfig) -> str:
     """The gateway's in-cluster address (what the evaluation Job uses; from outside, give --url)."""
-    return f"http://aifactory-gateway.{cfg.gateway.namespace}.svc:80"
+    from components.k8s.gateway import SERVICE_PORT
+    from components.k8s.naming import GATEWAY_APP
+
+    return f"http://{GATEWAY_APP}.{cfg.gateway.namespace}.svc:{SERVICE_PORT}"
 
 
 def write_task(suite: fidelity.Suite, into: Path) -> str:

@@ -321,8 +321,9 @@ def test_the_shipped_finance_suite_scores_a_right_model_fully_and_gates_the_awq_
     # the AWQ variant loses the items whose draw is at or above 0.8: 30 items are too few to show a drop <= 0.03
     answers = {i.prompt: (i.id, FINANCE_ANSWERS[i.id]) for i in suite.items}
     with GradedBackend(answers, accuracy={"finance-8b-bf16": 1.0, "finance-8b": 0.8}, token=TOKEN) as b:
-        code = cli.main(["eval", "prod", "--workload", "finance-8b", "--url", b.url, "--token-file",
-                         str(stacks / "token"), "--stacks-dir", str(stacks)])
+        # finance-8b is named like its workload, which the gateway routes by that name: it is called at its own URL
+        code = cli.main(["eval", "prod", "--workload", "finance-8b", "--url", b.url, "--url-for",
+                         f"finance-8b={b.url}", "--token-file", str(stacks / "token"), "--stacks-dir", str(stacks)])
     assert code == 0
     rec = results_of(stacks, "prod")["workloads"]["finance-8b"]["variants"]
     assert rec["finance-8b-bf16"]["correct"] == 30

@@ -178,14 +178,11 @@ def test_eval_pushes_each_variants_score_bound_and_verdict_as_otlp_gauges(tmp_pa
     assert not (stacks / "evals" / "results").exists()  # --no-record
 
 
-def test_a_collector_that_refuses_the_scores_is_one_line_and_exit_1(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    stacks = make_stacks(tmp_path / "stacks")
-    port = free_port()
-    with graded(ACCURACY) as b:
-        assert run_eval(stacks, b.url, "--no-record", "--otlp-endpoint", f"http://127.0.0.1:{port}",
-                        "--timeout", "2") == 1
-    err = capsys.readouterr().err
-    assert err.endswith(f"aifactory: eval: scores not exported to http://127.0.0.1:{port} (OTLP/HTTP)\n")
-    assert "Traceback" not in err
+def test_a_collector_that_refuses_the_scores_is_one_clear_error() -> None:
+    from infra.evaluate import EndpointError, push_metrics
 
+    port = free_port()
+    points = [(names.FIDELITY_SCORE.otel, 0.9, {"workload": "chat", "variant": "chat-bf16", "suite": "s"})]
+    with pytest.raises(EndpointError) as err:
+        push_metrics(points, endpoint=f"http://127.0.0.1:{port}", timeout_seconds=2)
+    assert str(err.value) == f"scores not exported to http://127.0.0.1:{port} (OTLP/HTTP)"
