@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security
-from components.k8s.gateway import SERVICE_PORT
+from components.k8s.gateway import NAMESPACE_NAME_LABEL, SERVICE_PORT
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
 from infra.config import Fidelity, PlatformConfig
@@ -39,7 +39,6 @@ GATE_KEY = "gate.json"
 EVAL_APP = "fidelity-eval"  # app.kubernetes.io/name of the evaluation Jobs' pods, and their ServiceAccount
 TOKEN_MOUNT = "/var/run/secrets/aifactory-eval"
 EVALUATES_ANNOTATION = "aifactory.io/evaluates"  # digest of the variants' fingerprints and the suite
-NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"  # set by the API server on every namespace
 COLLECTOR_APP = "opentelemetry-collector"  # the Collector chart's pods (components/k8s/observability.py selects it)
 
 
