@@ -19,7 +19,15 @@ from dashboards.panels import (
     timeseries,
 )
 from dashboards.rules import R
-from telemetry.names import VLLM, WORKFLOW_DURATION
+from telemetry.names import (
+    ENVOY,
+    FIDELITY_DROP_BOUND,
+    FIDELITY_SCORE,
+    L_VARIANT,
+    L_WORKLOAD,
+    VLLM,
+    WORKFLOW_DURATION,
+)
 
 __all__ = ["UID", "build"]
 
@@ -163,6 +171,32 @@ def _variant_spend() -> list:
     ]
 
 
+def _trilemma(cfg: ObservabilityConfig) -> list:
+    """Each variant's latency, cost and fidelity side by side (README, "Fidelity")."""
+    names = "|".join(v.model for v in cfg.variants)
+    workloads = "|".join(sorted({v.workload for v in cfg.variants}))
+    cost = " or ".join(f'label_replace(label_replace(vector({v.cost_per_request!r}), "variant", "{v.model}", "", ""), '
+                       f'"workload", "{v.workload}", "", "")' for v in cfg.variants)
+    return [
+        timeseries("Latency p95 by variant",
+                   "95th percentile of the time each variant takes to answer the gateway (Envoy's upstream request "
+                   "time of the variant's cluster), 5-minute window.", "ms",
+                   Q(f"histogram_quantile(0.95, sum by ({ENVOY.L_CLUSTER}, le) (rate({ENVOY.RQ_TIME}_bucket"
+                     f'{{{ENVOY.L_CLUSTER}=~"{names}"}}[5m])))', f"{{{{{ENVOY.L_CLUSTER}}}}}"), width=8),
+        timeseries("Cost per request by variant",
+                   "The variant's configured cost per request (its costPerRequest, or its pool's GPU price x GPUs "
+                   "over its throughput).", "currencyUSD", Q(cost, "{{workload}} {{variant}}"), width=8),
+        timeseries("Fidelity by variant (last evaluation)",
+                   "Share of the workload's suite each variant answered right in its last evaluation (`aifactory "
+                   "eval --otlp-endpoint`, the evaluation Job), and the upper end of its drop against the baseline "
+                   "(95%); the gate passes a variant whose drop bound is at most maxDrop.", "percentunit",
+                   Q(f"max by ({L_WORKLOAD}, {L_VARIANT}) (last_over_time({FIDELITY_SCORE.prom}"
+                     f'{{{L_WORKLOAD}=~"{workloads}"}}[30d]))', "{{workload}} {{variant}} score"),
+                   Q(f"max by ({L_WORKLOAD}, {L_VARIANT}) (last_over_time({FIDELITY_DROP_BOUND.prom}"
+                     f'{{{L_WORKLOAD}=~"{workloads}"}}[30d]))', "{{workload}} {{variant}} drop bound"), width=8),
+    ]
+
+
 def build(cfg: ObservabilityConfig) -> Dashboard:
     namespaces = "|".join(cfg.log_namespaces)
     return dashboard(
@@ -185,6 +219,7 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             ("Models", _models()),
             ("Gateway and mesh hops", _hops()),
             ("Variant routing (gateway)", _variants(cfg)),
+            *([("Latency, cost and fidelity per variant", _trilemma(cfg))] if cfg.variants else []),
             ("Logs", [logs("Logs for request id",
                            "Log lines in tenant and gateway namespaces that contain the request id typed above "
                            "(x-request-id, propagated by the gateway and the mesh).",

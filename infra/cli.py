@@ -224,6 +224,16 @@ def _cmd_fabric_check(args: argparse.Namespace) -> int:
                                 all_reduce_perf=args.all_reduce_perf)
 
 
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from infra.evaluate import eval_command
+
+    return eval_command(args.stack, workload=args.workload, url=args.url, url_for=args.url_for or (),
+                        token_file=Path(args.token_file) if args.token_file else None,
+                        concurrency=args.concurrency, timeout_seconds=args.timeout,
+                        stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, write=not args.no_record,
+                        otlp_endpoint=args.otlp_endpoint)
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aifactory",
                                 description="GPU clusters for compound AI: synth, policy, node checks.")
@@ -290,6 +300,30 @@ def build_parser() -> argparse.ArgumentParser:
                    help="path of nccl-tests' all_reduce_perf on the nodes (default: all_reduce_perf on PATH)")
     f.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
     f.set_defaults(func=_cmd_fabric_check)
+
+    from infra.evaluate import DEFAULT_CONCURRENCY, DEFAULT_TIMEOUT_SECONDS
+
+    e = sub.add_parser("eval", help="run a workload's fidelity suite against each of its variants (lm-eval) and "
+                                    "record the scores in stacks/evals/results/STACK.yaml",
+                       description="Each variant is called by its model key through the gateway (or --url-for), "
+                                   "the same items for each; prints score, 95%% interval and the paired difference "
+                                   "against the baseline. Exit 1 when an endpoint fails.")
+    e.add_argument("stack", help="stack name: stacks/Pulumi.STACK.yaml")
+    e.add_argument("--workload", required=True, help="a workload with gateway.routing.<workload>.fidelity")
+    e.add_argument("--url", help="the gateway's base URL (default: its in-cluster Service, "
+                                 "http://aifactory-gateway.<namespace>.svc:80)")
+    e.add_argument("--url-for", action="append", metavar="VARIANT=URL",
+                   help="call this variant at URL instead (an engine's own base URL); repeatable")
+    e.add_argument("--token-file", help="file holding the bearer token the gateway expects (default: none)")
+    e.add_argument("--concurrency", type=int, default=DEFAULT_CONCURRENCY,
+                   help=f"requests in flight per variant (default: {DEFAULT_CONCURRENCY})")
+    e.add_argument("--timeout", type=int, default=DEFAULT_TIMEOUT_SECONDS,
+                   help=f"seconds per request, retries apart (default: {DEFAULT_TIMEOUT_SECONDS})")
+    e.add_argument("--no-record", action="store_true", help="print the report only; leave the results file alone")
+    e.add_argument("--otlp-endpoint", metavar="URL", help="also push the scores as OTLP/HTTP gauges to this base URL "
+                                                          "(the OpenTelemetry Collector, :4318)")
+    e.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files and evals/")
+    e.set_defaults(func=_cmd_eval)
     return p
 
 

@@ -38,6 +38,9 @@ __all__ = [
     "Variant",
     "ROUTING_POLICIES",
     "DEFAULT_ROUTING_MARGIN_PERCENT",
+    "Fidelity",
+    "FidelityJob",
+    "DEFAULT_MAX_DROP",
     "Target",
     "ClusterSettings",
     "SystemPool",
@@ -362,6 +365,30 @@ ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
 # busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
 # saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
 DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
+DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityJob:
+    """The evaluation as a Kubernetes Job in the gateway namespace (components/k8s/fidelity.py), run again
+    whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
+    OpenTelemetry Collector as metrics."""
+
+    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
+    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
+    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
+    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
+    the baseline's on the same items (infra/fidelity.py, README "Fidelity")."""
+
+    suite: str  # a directory under stacks/evals/
+    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
+    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
+    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
 
 
 @dataclass(frozen=True, slots=True)
@@ -481,6 +508,8 @@ class GatewaySettings:
     routing: Mapping[str, str] = field(default_factory=dict)
     # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
     routing_margins: Mapping[str, float] = field(default_factory=dict)
+    # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
+    fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1674,6 +1703,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
         idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
         routing=_routing(r, (d or {}).get("routing")),
         routing_margins=_routing_margins(r, (d or {}).get("routing")),
+        fidelity=_fidelity(r, (d or {}).get("routing")),
     )
 
 
@@ -1681,7 +1711,7 @@ def _routing(r: _Reader, raw: Any) -> dict[str, str]:
     out: dict[str, str] = {}
     for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
         wp = f"gateway.routing.{workload}"
-        wd = r.mapping(body, wp, ("policy", "marginPercent"))
+        wd = r.mapping(body, wp, ("policy", "marginPercent", "fidelity"))
         policy = r.value(wd, "policy", wp, str, ROUTING_POLICIES[0], choices=ROUTING_POLICIES)
         if policy is not None:
             out[workload] = policy
@@ -1697,6 +1727,52 @@ def _routing_margins(r: _Reader, raw: Any) -> dict[str, float]:
             if margin is not None:
                 out[workload] = margin
     return out
+
+
+def _fidelity(r: _Reader, raw: Any) -> dict[str, Fidelity]:
+    out: dict[str, Fidelity] = {}
+    for workload, body in (raw if isinstance(raw, dict) else {}).items():
+        if not isinstance(body, dict) or body.get("fidelity") is None:
+            continue  # _routing reports the mapping itself
+        fp = f"gateway.routing.{workload}.fidelity"
+        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop", "job"))
+        suite = r.value(fd, "suite", fp, str, check=lambda v: None if DNS_LABEL.match(v) else
+                        "is not a suite directory name (a DNS label: lowercase letters, digits, '-')")
+        baseline = r.value(fd, "baseline", fp, str)
+        max_drop = r.value(fd, "maxDrop", fp, float, DEFAULT_MAX_DROP, minimum=0, maximum=1)
+        job = _fidelity_job(r, (fd or {}).get("job"), f"{fp}.job")
+        if suite is not None and baseline is not None:
+            out[workload] = Fidelity(suite, baseline, max_drop, job)
+    return out
+
+
+def _fidelity_job(r: _Reader, raw: Any, path: str) -> FidelityJob | None:
+    if raw is None:
+        return None
+    d = r.mapping(raw, path, ("image", "tokenSecret", "timeoutSeconds"))
+    image = r.value(d, "image", path, str, check=lambda v: None if v.strip() and " " not in v else
+                    "is not an image reference")
+    sd = r.mapping((d or {}).get("tokenSecret") or {}, f"{path}.tokenSecret", ("name", "key"))
+    name = r.value(sd, "name", f"{path}.tokenSecret", str)
+    key = r.value(sd, "key", f"{path}.tokenSecret", str)
+    timeout = r.value(d, "timeoutSeconds", path, int, 3600, minimum=60, maximum=86400)
+    if image is None or name is None or key is None:
+        return None
+    return FidelityJob(image, SecretRef(name, key), timeout)
+
+
+def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[str, Fidelity]) -> None:
+    """A gate's baseline is one of its workload's variants (the workload itself is checked with gateway.routing)."""
+    for workload, gate in fidelity.items():
+        variants = sorted(m.name for m in models.values() if m.workload == workload and m.variant is not None)
+        if variants and gate.baseline not in variants:
+            r.fail(f"gateway.routing.{workload}.fidelity.baseline",
+                   f"{gate.baseline!r} is not a variant of workload {workload!r}; its variants: {', '.join(variants)}")
+        if gate.job is not None and workload in variants:
+            r.fail(f"gateway.routing.{workload}.fidelity.job",
+                   f"cannot reach variant {workload!r} through the gateway: a model named like its workload has no "
+                   "route of its own (the name routes to the workload); rename the model, or evaluate it with "
+                   "`aifactory eval --url-for`")
 
 
 def _https_url(value: str) -> str | None:
@@ -1965,6 +2041,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
     gateway = _gateway(r, raw.get("gateway"))
     _variant_checks(r, models, gateway.routing)
     _issuer_tenants(r, gateway.auth, tenants)
+    _fidelity_checks(r, models, gateway.fidelity)
     observability = _observability(r, raw.get("observability"), aws=aws)
     for pool in pools.values():
         if catalog.get(pool.instance_type).on_demand_usd_per_hour is None and \

@@ -12,7 +12,7 @@ Exit codes: 0 no findings, 1 findings, 2 config or usage error.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,8 +48,12 @@ def config_pools(cfg: PlatformConfig, resources: Sequence[rules.Res] = ()) -> li
     return out
 
 
-def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig) -> list[rules.Finding]:
-    """Every preflight rule over a stack's resources, in a fixed order (rule, then resource)."""
+def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
+              gate: Mapping[str, Any] | None = None) -> list[rules.Finding]:
+    """Every preflight rule over a stack's resources, in a fixed order (rule, then resource). `gate`: the fidelity
+    gate as the stack's files say now (default: the state's own record of it)."""
+    from policies.fidelity import fidelity_findings
+
     eks = any(r.type == rules.EKS_CLUSTER for r in resources)
     pools = rules.node_group_pools(resources) if eks else config_pools(cfg, resources)
     deployer_in_vpc = cfg.cluster.deployer_in_vpc if cfg.cluster is not None else False
@@ -62,6 +66,7 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig) -> list[rules
         *rules.release_order_findings(resources),
         *rules.endpoint_findings(resources, deployer_in_vpc=deployer_in_vpc),
         *rules.schedule_findings(resources, pools),
+        *fidelity_findings(resources, gate),
     ]
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))
 
@@ -92,7 +97,16 @@ def _state_entries(stack: str, state: Path | None, stacks_dir: Path | None) -> t
     cfg = parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work (as synth)
     if state is not None:
         return read_state(state), cfg
-    return state_export(run_program(stack, values))["deployment"]["resources"], cfg
+    return state_export(run_program(stack, values, stacks_dir=stacks_dir))["deployment"]["resources"], cfg
+
+
+def _current_gate(cfg: PlatformConfig, stacks_dir: Path | None) -> dict[str, Any]:
+    """The fidelity gate from the stack's results file and suites as they are now (a deployed state is checked
+    against today's results, not the ones it was built with)."""
+    from components.k8s.fidelity import gate_document
+    from infra import fidelity
+
+    return gate_document(cfg, fidelity.load_verdicts(cfg, stacks_dir or fidelity.default_stacks_dir()))
 
 
 def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path | None = None,
@@ -109,7 +123,7 @@ def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path
         print(f"aifactory: preflight: {err}", file=sys.stderr, flush=True)
         return 2
     resources = rules.from_entries(entries)
-    findings = run_rules(resources, cfg)
+    findings = run_rules(resources, cfg, gate=_current_gate(cfg, stacks_dir))
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
     human.write(format_text(findings, stack=stack, resources=len(resources)))
     if json_out is not None:

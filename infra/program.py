@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -20,6 +21,7 @@ from components.aws.log_store import LogStore
 from components.aws.network import Network, NetworkArgs
 from components.aws.node_pool import CapacityArgs, GpuNodePool, GpuNodePoolArgs
 from components.k8s.autoscaler import ClusterAutoscaler
+from components.k8s.fidelity import FidelityGate
 from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.observability import LOKI_SERVICE_ACCOUNT, LokiBucket, retention_days
@@ -27,6 +29,7 @@ from components.k8s.platform import Platform
 from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
+from infra import fidelity
 from infra.config import NodePool, PlatformConfig
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
@@ -145,9 +148,10 @@ def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBu
         lambda a: LokiBucket(bucket=a[0], region=region, role_arn=a[1]))
 
 
-def program(cfg: PlatformConfig, *, now: str | None = None) -> None:
+def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | None = None) -> None:
     """`now`: the UTC time (2026-12-01T11:30:00Z) capacity-block schedules are computed against: only actions
-    still ahead of it are created (default: the wall clock)."""
+    still ahead of it are created (default: the wall clock). `stacks_dir`: where the fidelity suites and results
+    are (evals/ under it; default: the repo's stacks/)."""
     # --- cluster: EKS on AWS, or an existing cluster by kubeconfig --------------------------
     on_aws = aws_cluster(cfg, now) if cfg.is_aws else None
     provider = on_aws.cluster.provider if on_aws is not None else existing_cluster_provider(cfg)
@@ -182,8 +186,14 @@ def program(cfg: PlatformConfig, *, now: str | None = None) -> None:
                                            platform.observability, controllers, *cache,
                                            *([on_aws.pools[m.pool]] if on_aws is not None else [])])))
               for m in cfg.models.values()]
-    Gateway("gateway", cfg=cfg, opts=on_cluster.merge(
+    # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
+    gate = fidelity.load_verdicts(cfg, stacks_dir or fidelity.default_stacks_dir())
+    gateway = Gateway("gateway", cfg=fidelity.routable(cfg, gate), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
+    if cfg.gateway.fidelity:
+        FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, stacks_dir or
+                                                                                   fidelity.default_stacks_dir()),
+                     opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))
 
     # --- dashboards and rules ---------------------------------------------------------------
     Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import heapq
 import json
 import os
@@ -153,10 +154,14 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
 
 
 def run_program(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None = None,
-                ) -> SynthResult:
+                *, stacks_dir: Path | None = None) -> SynthResult:
     """Run `program` (default: infra.program.program) under mocks in a fresh context; return what it registered."""
     # Ctrl-C waits for the run (seconds): a KeyboardInterrupt raised inside the SDK's event loop, its RPC threads
     # or an import half-way hangs the process or is swallowed; held, it is delivered as soon as the run is over.
+    if program is None and stacks_dir is not None:  # the default program reads the fidelity results there
+        from infra.program import program as default_program
+
+        program = functools.partial(default_program, stacks_dir=stacks_dir)
     with _interrupts_deferred():
         return _run_in_fresh_loop(stack, values, program)
 
@@ -377,10 +382,15 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
     values = read_stack_config(path)
     from infra.config import parse
 
-    parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
+    cfg = parse(raw_for_validation(values), stack=stack)  # fail fast, before any Pulumi runtime work
+    from infra import fidelity
+
+    for v in fidelity.load_verdicts(cfg, stacks_dir or DEFAULT_STACKS_DIR):  # fidelity suites too (ConfigError)
+        if not v.routable:
+            say(f"               fidelity: {v.variant} gets none of workload {v.workload}'s traffic: {v.message}")
     dest = check_output_dir(out, stack=stack)
     say("[2/3] program  running infra/ under the Pulumi SDK mock monitor")
-    result = run_program(stack, values)
+    result = run_program(stack, values, stacks_dir=stacks_dir)
     say(f"               {len(result.resources)} resources registered")
 
     dest.parent.mkdir(parents=True, exist_ok=True)

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pulumi_policy import Policy
 
-from policies import aws_security, fabric, isolation, preflight
+from policies import aws_security, fabric, fidelity, isolation, preflight
 
 __all__ = ["PACK_NAME", "PACK_DESCRIPTION", "POLICIES", "by_name"]
 
 PACK_NAME = "aifactory"
 PACK_DESCRIPTION = ("Tenant isolation, data-plane fabric correctness, AWS security and admission/await preflight "
                     "for aifactory GPU clusters.")
-POLICIES: list[Policy] = [*isolation.POLICIES, *fabric.POLICIES, *aws_security.POLICIES, *preflight.POLICIES]
+POLICIES: list[Policy] = [*isolation.POLICIES, *fabric.POLICIES, *aws_security.POLICIES, *preflight.POLICIES,
+                         *fidelity.POLICIES]
 
 
 def by_name() -> dict[str, Policy]:

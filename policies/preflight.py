@@ -1173,7 +1173,7 @@ def _name(pool: Pool) -> str:
 
 
 RULES = ("quota-admission", "pod-security-admission", "storage-class", "crd-before-custom-resource",
-         "await-timeout", "release-bring-up-order", "api-endpoint-reachable", "schedulable")
+         "await-timeout", "release-bring-up-order", "api-endpoint-reachable", "schedulable", "fidelity-gate")
 
 
 # --------------------------------------------------------------------------------------------

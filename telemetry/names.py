@@ -126,6 +126,22 @@ WORKFLOW_DEADLINES = Metric("aifactory.workflow.deadlines", "aifactory_workflow_
 KIT_METRICS = (WORKFLOW_DURATION, STEP_DURATION, CRITICAL_PATH, WORKFLOW_STEPS, STEP_ERRORS, GENAI_TOKEN_USAGE,
                GENAI_OPERATION_DURATION, STEP_BUDGET, WORKFLOW_DEADLINES)
 
+# What `aifactory eval --otlp-endpoint` pushes after evaluating a workload (infra/evaluate.py): one point per
+# variant. No unit: the Collector's Prometheus exporter would otherwise suffix a unit of 1 with `_ratio`.
+L_WORKLOAD = "workload"
+L_VARIANT = "variant"
+L_SUITE = "suite"
+_FIDELITY = (L_WORKLOAD, L_VARIANT, L_SUITE)
+FIDELITY_SCORE = Metric("aifactory.fidelity.score", "aifactory_fidelity_score", "", "gauge",
+                        "Share of the workload's fidelity suite the variant answered right (0-1).", _FIDELITY)
+FIDELITY_DROP_BOUND = Metric("aifactory.fidelity.drop_bound", "aifactory_fidelity_drop_bound", "", "gauge",
+                             "Upper end of the 95% interval of the variant's paired drop against the baseline "
+                             "(0 for the baseline).", _FIDELITY)
+FIDELITY_PASSED = Metric("aifactory.fidelity.passed", "aifactory_fidelity_passed", "", "gauge",
+                         "1 when the variant passed the workload's fidelity gate (the baseline always), else 0.",
+                         _FIDELITY)
+FIDELITY_METRICS = (FIDELITY_SCORE, FIDELITY_DROP_BOUND, FIDELITY_PASSED)
+
 
 class DCGM:
     """DCGM exporter (port 9400). Gauges unless noted; labels gpu, UUID, pci_bus_id, device, modelName,

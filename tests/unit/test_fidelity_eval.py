@@ -1,0 +1,426 @@
+"""`aifactory eval` and the fidelity gate with the real lm-evaluation-harness against fake OpenAI-compatible
+models that are right a known share of the time (tests/support/graded_backend.py)."""
+
+from __future__ import annotations
+
+import gc
+import json
+import math
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infra import cli, fidelity
+from infra.preflight import preflight_command
+from infra.synth import load_stack, synth
+from policies.fidelity import fidelity_findings, routed_variants
+from policies.preflight import from_entries
+from tests.support.graded_backend import GradedBackend, draw
+from tests.support.processes import free_port
+
+N_ITEMS = 200
+ACCURACY = {"chat-bf16": 0.95, "chat-good": 0.94, "chat-bad": 0.80}
+TOKEN = "test-token"
+
+_VARIANT = {"engine": "vllm", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
+STACK: dict[str, Any] = {
+    "aifactory:target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
+    "aifactory:cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
+    "aifactory:nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2}},
+    "aifactory:tenants": {"t1": {"gpuQuota": 16}},
+    "aifactory:models": {
+        "chat-bf16": {**_VARIANT, "model": "org/chat", "tensorParallel": 2, "slo": {"e2eSeconds": 1},
+                      "variant": {"costPerRequest": 0.004}},
+        "chat-good": {**_VARIANT, "model": "org/chat", "quantization": "fp8", "slo": {"e2eSeconds": 2},
+                      "variant": {"costPerRequest": 0.002}},
+        "chat-bad": {**_VARIANT, "model": "org/chat-awq", "quantization": "awq", "slo": {"e2eSeconds": 4},
+                     "variant": {"costPerRequest": 0.001}},
+    },
+    "aifactory:gateway": {"routing": {"chat": {"fidelity": {"suite": "chat-arith", "baseline": "chat-bf16",
+                                                            "maxDrop": 0.05}}},
+                          "auth": {"issuers": [{"issuer": "https://sso.example.com/realms/t",
+                                                "jwksUri": "https://sso.example.com/realms/t/certs"}]}},
+}
+
+
+def items() -> list[dict[str, Any]]:
+    """Every fourth item of each scorer kind; answers the fake's right answers satisfy."""
+    out: list[dict[str, Any]] = []
+    for i in range(N_ITEMS):
+        kind = i % 4
+        if kind == 0:
+            out.append({"id": f"q{i}", "prompt": f"Spell {i} in digits.", "scorer": "exact", "reference": str(i)})
+        elif kind == 1:
+            out.append({"id": f"q{i}", "prompt": f"Name ticket {i}.", "scorer": "regex",
+                        "reference": rf"^TICKET-{i}\b"})
+        elif kind == 2:
+            out.append({"id": f"q{i}", "prompt": f"What is {i} / 8?", "scorer": "numeric", "reference": i / 8,
+                        "tolerance": 0.01})
+        else:
+            out.append({"id": f"q{i}", "prompt": f"Give item {i} as JSON.", "scorer": "json-schema",
+                        "reference": {"type": "object", "required": ["item"],
+                                      "properties": {"item": {"const": i}}}})
+    return out
+
+
+def right_answer(item: dict[str, Any]) -> str:
+    i = int(item["id"][1:])
+    return {"exact": str(i), "regex": f"TICKET-{i} (open)", "numeric": f"About {i / 8:.3f}.",
+            "json-schema": f'```json\n{{"item": {i}}}\n```'}[item["scorer"]]
+
+
+def make_stacks(d: Path) -> Path:
+    (d / "evals" / "chat-arith").mkdir(parents=True)
+    (d / "Pulumi.t.yaml").write_text(yaml.safe_dump({"config": STACK}))
+    (d / "evals" / "chat-arith" / "suite.yaml").write_text("description: arithmetic\nmaxTokens: 32\n")
+    (d / "evals" / "chat-arith" / "items.jsonl").write_text("".join(json.dumps(i) + "\n" for i in items()))
+    (d / "token").write_text(TOKEN + "\n")
+    return d
+
+
+def run_eval(stacks: Path, url: str, *extra: str) -> int:
+    return cli.main(["eval", "t", "--workload", "chat", "--url", url, "--token-file", str(stacks / "token"),
+                     "--stacks-dir", str(stacks), "--concurrency", "8", "--timeout", "10", *extra])
+
+
+def results_of(stacks: Path, stack: str) -> dict[str, Any]:
+    return yaml.safe_load((stacks / "evals" / "results" / f"{stack}.yaml").read_text())
+
+
+def results(stacks: Path) -> dict[str, Any]:
+    return results_of(stacks, "t")
+
+
+def graded(accuracy: dict[str, float]) -> GradedBackend:
+    return GradedBackend({i["prompt"]: (i["id"], right_answer(i)) for i in items()}, accuracy=accuracy, token=TOKEN)
+
+
+@pytest.fixture(scope="module")
+def evaluated(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str]]:
+    """One `aifactory eval` of the three variants (95%, 94%, 80% right), recorded; with its printed report."""
+    stacks = make_stacks(tmp_path_factory.mktemp("evaluated") / "stacks")
+    with graded(ACCURACY) as b, pytest.MonkeyPatch.context() as mp:
+        out: list[str] = []
+        mp.setattr("sys.stdout.write", out.append)
+        code = run_eval(stacks, b.url)
+    assert code == 0
+    yield stacks, "".join(out)
+
+
+def expected_right(accuracy: float) -> int:
+    """How many of the suite's items the fake gets right at `accuracy` (its draw per item, not the kit's code)."""
+    return sum(draw(i["id"]) < accuracy for i in items())
+
+
+def test_each_variant_scores_what_its_backend_answers_right(evaluated: tuple[Path, str]) -> None:
+    stacks, _ = evaluated
+    rec = results(stacks)["workloads"]["chat"]
+    assert (rec["suite"], rec["baseline"], rec["items"]) == ("chat-arith", "chat-bf16", N_ITEMS)
+    for variant, accuracy in ACCURACY.items():
+        v = rec["variants"][variant]
+        right = expected_right(accuracy)
+        assert v["correct"] == right and v["score"] == right / N_ITEMS
+        # the Wilson interval holds the backend's true accuracy, and is about +-3-6 points wide at n=200
+        low, high = v["ci95"]
+        assert low < accuracy < high and 0.05 < high - low < 0.13
+
+
+def test_the_paired_difference_counts_only_the_items_the_two_disagree_on(evaluated: tuple[Path, str]) -> None:
+    stacks, _ = evaluated
+    rec = results(stacks)["workloads"]["chat"]["variants"]
+    base = expected_right(ACCURACY["chat-bf16"])
+    for variant in ("chat-good", "chat-bad"):
+        # the fake's right items are nested (a draw below 0.80 is below 0.95): every disagreement is a loss
+        lost = base - expected_right(ACCURACY[variant])
+        d = -lost / N_ITEMS
+        # McNemar's paired design: var of the per-item difference = (lost/n)(1 - lost/n) x n/(n-1)
+        half = 1.959963984540054 * math.sqrt((lost / N_ITEMS) * (1 - lost / N_ITEMS) / (N_ITEMS - 1))
+        got = rec[variant]["vsBaseline"]
+        assert got["difference"] == pytest.approx(d, abs=1e-6)
+        assert got["ci95"] == pytest.approx([d - half, d + half], abs=1e-6)
+    assert "vsBaseline" not in rec["chat-bf16"]
+
+
+def test_the_gate_passes_the_good_variant_and_refuses_the_bad_one_by_name(evaluated: tuple[Path, str]) -> None:
+    stacks, report = evaluated
+    cfg = load_stack("t", stacks)
+    found = {v.variant: v for v in fidelity.load_verdicts(cfg, stacks)}
+    assert {k: v.status for k, v in found.items()} == {"chat-bad": "failed", "chat-bf16": "baseline",
+                                                       "chat-good": "passed"}
+    base, bad = expected_right(0.95) / N_ITEMS, expected_right(0.80) / N_ITEMS
+    worst = -results(stacks)["workloads"]["chat"]["variants"]["chat-bad"]["vsBaseline"]["ci95"][0]
+    assert found["chat-bad"].message == (
+        f"workload 'chat': variant 'chat-bad' scored {bad:.3f} on suite 'chat-arith' vs baseline 'chat-bf16' "
+        f"{base:.3f}: drop {base - bad:.3f}, at most {worst:.3f} (95%), more than maxDrop 0.050")
+    assert found["chat-bad"].message in report
+    assert found["chat-good"].message.endswith("within maxDrop 0.050")
+
+
+def test_routing_chooses_only_among_variants_that_passed(evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    stacks, _ = evaluated
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    resources = from_entries(state["deployment"]["resources"])
+    ((_, routed),) = routed_variants(resources).values()
+    assert sorted(routed) == ["chat-bf16", "chat-good"]
+    assert fidelity_findings(resources) == []  # the state's own gate agrees with its routing
+
+
+def test_a_changed_variant_needs_a_new_result(evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    stacks, _ = evaluated
+    changed = make_stacks(tmp_path / "stacks")
+    (changed / "evals" / "results").mkdir()
+    (changed / "evals" / "results" / "t.yaml").write_text((stacks / "evals" / "results" / "t.yaml").read_text())
+    doc = yaml.safe_load((changed / "Pulumi.t.yaml").read_text())
+    doc["config"]["aifactory:models"]["chat-good"]["quantization"] = "int8"
+    doc["config"]["aifactory:models"]["chat-good"]["model"] = "org/chat-w8a8"
+    (changed / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    found = {v.variant: v for v in fidelity.load_verdicts(load_stack("t", changed), changed)}
+    assert (found["chat-good"].status, found["chat-good"].message) == ("stale", (
+        "workload 'chat': variant 'chat-good' has a stale result: it changed since it was evaluated (args changed, "
+        "model changed (org/chat -> org/chat-w8a8), preQuantizedCheckpoint changed (False -> True), quantization "
+        "changed (fp8 -> int8), uri changed (hf://org/chat -> hf://org/chat-w8a8)); run `aifactory eval t "
+        "--workload chat`"))
+    # a changed suite makes every result of it stale
+    with (changed / "evals" / "chat-arith" / "items.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "extra", "prompt": "One more?", "scorer": "exact", "reference": "yes"}) + "\n")
+    found = {v.variant: v for v in fidelity.load_verdicts(load_stack("t", changed), changed)}
+    assert found["chat-bad"].message == ("workload 'chat': variant 'chat-bad' has a stale result: suite "
+                                         "'chat-arith' changed since it was evaluated; run `aifactory eval t "
+                                         "--workload chat`")
+
+
+def test_preflight_refuses_a_deployed_gateway_that_routes_a_variant_whose_result_went_stale(
+        evaluated: tuple[Path, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks, _ = evaluated
+    synth("t", tmp_path / "deployed", stacks_dir=stacks, progress=None)  # routes chat-good (passed)
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    changed = make_stacks(tmp_path / "stacks")
+    (changed / "evals" / "results").mkdir()
+    (changed / "evals" / "results" / "t.yaml").write_text((stacks / "evals" / "results" / "t.yaml").read_text())
+    doc["config"]["aifactory:models"]["chat-good"]["model"] = "org/chat-v2"
+    (changed / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    code = preflight_command("t", state=tmp_path / "deployed" / "state.json", stacks_dir=changed)
+    out = capsys.readouterr().out
+    assert code == 1
+    assert ("fidelity-gate (1)\n  ConfigMap/aifactory-gateway/envoy-config\n      workload 'chat': variant "
+            "'chat-good' has a stale result: it changed since it was evaluated (args changed, model changed "
+            "(org/chat -> org/chat-v2), uri changed (hf://org/chat -> hf://org/chat-v2)); run `aifactory eval t "
+            "--workload chat`; yet the gateway routes workload 'chat''s traffic to it (aggregate clusters "
+            "chat__chat-bf16, chat__chat-good)\n") in out
+
+
+def test_an_unreachable_endpoint_is_one_line_and_exit_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    port = free_port()
+    assert run_eval(stacks, f"http://127.0.0.1:{port}") == 1
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == (f"aifactory: eval: variant 'chat-bf16' at http://127.0.0.1:{port}: cannot reach "
+                                    f"127.0.0.1:{port} (Connection refused)")
+    assert "Traceback" not in err and not (stacks / "evals" / "results").exists()
+
+
+def test_a_gateway_refusing_the_token_is_one_line_and_exit_1(tmp_path: Path,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    (stacks / "token").write_text("wrong\n")
+    with graded(ACCURACY) as b:
+        assert run_eval(stacks, b.url) == 1
+    err = capsys.readouterr().err
+    # the last line, after the harness's progress bar; the token appears nowhere
+    assert err.endswith(f"aifactory: eval: variant 'chat-bf16' at {b.url}: HTTP 401: Unauthorized\n")
+    assert "Traceback" not in err and "wrong" not in err
+    gc.collect()  # the harness's failed requests leave tasks behind: collected, they print nothing either
+    assert "Traceback" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ({"gateway.routing.chat.fidelity.baseline": "chat-x"},
+     "gateway.routing.chat.fidelity.baseline: 'chat-x' is not a variant of workload 'chat'; its variants: chat-bad, "
+     "chat-bf16, chat-good"),
+    ({"gateway.routing.chat.fidelity.maxDrop": 1.5}, "gateway.routing.chat.fidelity.maxDrop: 1.5 is above the "
+                                                     "maximum 1"),
+    ({"gateway.routing.chat.fidelity.suite": "nope"},
+     "gateway.routing.chat.fidelity.suite: 'nope' has no suite: {stacks}/evals/nope/items.jsonl does not exist"),
+    ({"gateway.routing.chat.fidelity.suite": None}, "gateway.routing.chat.fidelity.suite: is required"),
+])
+def test_gate_contradictions_name_the_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                               change: dict[str, Any], expected: str) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    ((path, value),) = change.items()
+    node = doc["config"]["aifactory:gateway"]
+    *parents, last = path.split(".")[1:]
+    for key in parents:
+        node = node[key]
+    if value is None:
+        del node[last]
+    else:
+        node[last] = value
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    err = capsys.readouterr().err
+    assert f"  - {expected.format(stacks=stacks)}\n" in err and "Traceback" not in err
+
+
+def test_a_broken_suite_names_the_file_line_and_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = make_stacks(tmp_path / "stacks")
+    with (stacks / "evals" / "chat-arith" / "items.jsonl").open("a") as f:
+        f.write(json.dumps({"id": "q0", "prompt": "again", "scorer": "fuzzy", "reference": "x"}) + "\n")
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    err = capsys.readouterr().err
+    items_file = stacks / "evals" / "chat-arith" / "items.jsonl"
+    assert (f"  - gateway.routing.chat.fidelity.suite: {items_file}:{N_ITEMS + 1}: scorer: 'fuzzy' is not allowed; "
+            "choose one of: exact, regex, numeric, json-schema\n") in err
+
+
+
+
+# --- the shipped example suite: prod's finance-8b (AWQ INT4) against an unquantised baseline
+
+# What a right model answers each item, in the forms models write them (currency signs, thousands separators,
+# percent signs, fenced JSON): the suite's scorers must accept all of them.
+FINANCE_ANSWERS = {
+    "simple-interest": "$1,620.00", "compound-annual": "$16,288.95", "compound-monthly": "$5,635.80",
+    "percent-change": "15%", "gross-margin": "35%", "current-ratio": "1.5", "debt-to-equity": "1.5",
+    "eps": "$3.00", "pe-ratio": "25", "loan-payment": "$1,199.10", "npv": "$41.32", "cagr": "10%", "vat": "$96.00",
+    "fx": "2,700 USD", "basis-points": "35", "straight-line": "$5,000", "break-even": "6,000 units",
+    "dividend-yield": "4%", "statement-revenue": "income", "statement-assets": "balance", "debit-credit": "debit",
+    "side-prepaid": "asset", "side-unearned": "liability", "bond-price-rates": "down", "iso-currency-yen": "JPY",
+    "iso-currency-franc": "CHF", "fiscal-quarter": "Q2", "date-iso": "2025-03-31",
+    "extract-invoice": '{"invoice": "INV-2041", "total": 1250.00, "currency": "EUR"}',
+    "extract-transaction": '```json\n{"date": "2025-02-14", "amount": 89.99, "direction": "debit"}\n```',
+}
+SHIPPED = Path(__file__).resolve().parents[2] / "stacks"
+
+
+def test_the_shipped_finance_suite_scores_a_right_model_fully_and_gates_the_awq_variant(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import shutil
+
+    suite = fidelity.load_suite(SHIPPED, "finance-qa")
+    assert sorted(i.id for i in suite.items) == sorted(FINANCE_ANSWERS)
+    assert {i.scorer for i in suite.items} == {"exact", "regex", "numeric", "json-schema"}
+    stacks = tmp_path / "stacks"
+    shutil.copytree(SHIPPED / "evals" / "finance-qa", stacks / "evals" / "finance-qa")
+    doc = yaml.safe_load((SHIPPED / "Pulumi.prod.yaml").read_text())
+    conf = doc["config"]
+    conf["aifactory:tenants"]["finance"]["gpuQuota"] = 6
+    awq = conf["aifactory:models"]["finance-8b"]
+    awq.update({"slo": {"e2eSeconds": 6}, "variant": {"requestsPerSecond": 4}})
+    conf["aifactory:models"]["finance-8b-bf16"] = {
+        **awq, "model": "meta-llama/Llama-3.1-8B-Instruct", "workload": "finance-8b", "quantization": "none",
+        "replicas": {"min": 1, "max": 2}, "slo": {"e2eSeconds": 4}, "variant": {"requestsPerSecond": 2}}
+    conf["aifactory:gateway"]["routing"] = {"finance-8b": {"fidelity": {
+        "suite": "finance-qa", "baseline": "finance-8b-bf16", "maxDrop": 0.03}}}
+    (stacks / "Pulumi.prod.yaml").write_text(yaml.safe_dump(doc))
+    (stacks / "token").write_text(TOKEN)
+    # the AWQ variant loses the items whose draw is at or above 0.8: 30 items are too few to show a drop <= 0.03
+    answers = {i.prompt: (i.id, FINANCE_ANSWERS[i.id]) for i in suite.items}
+    with GradedBackend(answers, accuracy={"finance-8b-bf16": 1.0, "finance-8b": 0.8}, token=TOKEN) as b:
+        # finance-8b is named like its workload, which the gateway routes by that name: it is called at its own URL
+        code = cli.main(["eval", "prod", "--workload", "finance-8b", "--url", b.url, "--url-for",
+                         f"finance-8b={b.url}", "--token-file", str(stacks / "token"), "--stacks-dir", str(stacks)])
+    assert code == 0
+    rec = results_of(stacks, "prod")["workloads"]["finance-8b"]["variants"]
+    assert rec["finance-8b-bf16"]["correct"] == 30
+    assert rec["finance-8b"]["correct"] == sum(draw(i) < 0.8 for i in FINANCE_ANSWERS)
+    found = {v.variant: v.status for v in fidelity.load_verdicts(load_stack("prod", stacks), stacks)}
+    assert found == {"finance-8b": "failed", "finance-8b-bf16": "baseline"}
+
+
+@pytest.mark.parametrize(("scorer", "reference", "answer", "tolerance", "right"), [
+    ("exact", "asset", "  asset\n", 0.0, True),
+    ("exact", "asset", "Asset", 0.0, False),  # case counts: write the reference as the workload needs it
+    ("regex", r"^\s*Q2\b", "Q2 (August)", 0.0, True),
+    ("regex", r"^\s*Q2\b", "It is Q2", 0.0, False),
+    ("numeric", "1199.1", "The payment is $1,199.10 a month", 0.5, True),
+    ("numeric", "1199.1", "$1,200.00", 0.5, False),
+    ("numeric", "-3.5", "-3.5e0", 0.0, True),
+    ("numeric", "3", "three", 0.0, False),
+    ("json-schema", '{"type": "object", "required": ["a"]}', '{"a": 1}', 0.0, True),
+    ("json-schema", '{"type": "object", "required": ["a"]}', '{"b": 1}', 0.0, False),
+    ("json-schema", '{"type": "object"}', 'Here: {"a": 1}', 0.0, False),  # prose around the JSON is not JSON
+])
+def test_scorers(scorer: str, reference: str, answer: str, tolerance: float, right: bool) -> None:
+    from infra.fidelity_scorers import score
+
+    assert score(scorer=scorer, reference=reference, answer=answer, tolerance=tolerance) is right
+
+
+def test_the_pack_refuses_a_state_whose_gateway_routes_a_variant_its_gate_record_holds_back(
+        evaluated: tuple[Path, str], tmp_path: Path) -> None:
+    """CrossGuard sees only the state: its `aifactory-fidelity` ConfigMap against the Envoy config's routing. A
+    state built by the kit agrees with itself; one whose routing was built without the gate (here: the record
+    says chat-good's result went stale, the routing still has it) is refused."""
+    from components.k8s.fidelity import GATE_CONFIG_MAP, GATE_KEY
+    from policies.pack import by_name
+    from policies.runner import run_policies
+
+    stacks, _ = evaluated
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    entries = json.loads((tmp_path / "out" / "state.json").read_text())["deployment"]["resources"]
+    policy = [by_name()["fidelity-gate"]]
+    assert run_policies(entries, policies=policy) == []
+    (cm,) = [e for e in entries if e["type"] == "kubernetes:core/v1:ConfigMap"
+             and e["inputs"]["metadata"]["name"] == GATE_CONFIG_MAP]
+    gate = json.loads(cm["inputs"]["data"][GATE_KEY])
+    gate["chat"]["variants"]["chat-good"] = {"status": "stale", "message": "workload 'chat': variant 'chat-good' "
+                                                                          "has a stale result: it changed"}
+    for side in ("inputs", "outputs"):
+        cm[side]["data"][GATE_KEY] = json.dumps(gate)
+    (v,) = run_policies(entries, policies=policy)
+    assert (v.policy, v.enforcement, v.message) == (
+        "fidelity-gate", "mandatory",
+        "ConfigMap/aifactory-gateway/envoy-config: workload 'chat': variant 'chat-good' has a stale result: it "
+        "changed; yet the gateway routes workload 'chat''s traffic to it (aggregate clusters chat__chat-bf16, "
+        "chat__chat-good)")
+
+
+def test_a_variant_named_like_its_workload_needs_its_own_url(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The gateway routes a workload's name to the workload: a variant with that name cannot be reached by it."""
+    stacks = make_stacks(tmp_path / "stacks")
+    doc = yaml.safe_load((stacks / "Pulumi.t.yaml").read_text())
+    models = doc["config"]["aifactory:models"]
+    models["chat"] = models.pop("chat-bad")
+    doc["config"]["aifactory:gateway"]["routing"]["chat"]["fidelity"]["job"] = {
+        "image": "registry.example.com/aifactory:1", "tokenSecret": {"name": "t", "key": "token"}}
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert cli.main(["validate", "t", "--stacks-dir", str(stacks)]) == 2
+    assert ("  - gateway.routing.chat.fidelity.job: cannot reach variant 'chat' through the gateway: a model named "
+            "like its workload has no route of its own") in capsys.readouterr().err
+    del doc["config"]["aifactory:gateway"]["routing"]["chat"]["fidelity"]["job"]
+    (stacks / "Pulumi.t.yaml").write_text(yaml.safe_dump(doc))
+    assert run_eval(stacks, "http://127.0.0.1:9") == 2
+    assert ("  - --url-for: is required for variant 'chat': it is named like its workload, and the gateway routes "
+            "that name to the workload's routing, not to this variant; give --url-for chat=URL (its engine's base "
+            "URL)\n") in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_without_a_result_only_the_baseline_is_routed_and_envoy_accepts_the_config(tmp_path: Path) -> None:
+    """The promote flow's first step: variants deployed, nothing recorded. The real Envoy validates the bootstrap
+    whose workload routes only to the baseline, and every variant keeps its own model key's route."""
+    import subprocess
+
+    from infra.writers.envoy import ENVOY_CONFIG_PATH
+    from tests.support.fake_backends import ENVOY
+
+    stacks = make_stacks(tmp_path / "stacks")
+    synth("t", tmp_path / "out", stacks_dir=stacks, progress=None)
+    state = json.loads((tmp_path / "out" / "state.json").read_text())
+    ((_, routed),) = routed_variants(from_entries(state["deployment"]["resources"])).values()
+    assert routed == {"chat-bf16": ["chat__chat-bf16"]}
+    path = tmp_path / "out" / ENVOY_CONFIG_PATH
+    res = subprocess.run([str(ENVOY), "--mode", "validate", "-c", str(path), "--use-dynamic-base-id", "-l",
+                          "warning"], capture_output=True, text=True, timeout=60, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    routes = {r["name"] for listener in yaml.safe_load(path.read_text())["static_resources"]["listeners"]
+              for chain in listener["filter_chains"] for f in chain["filters"]
+              for vh in f["typed_config"].get("route_config", {}).get("virtual_hosts", []) for r in vh["routes"]
+              if "name" in r}
+    assert {"chat-good-body", "chat-bad-body", "chat-bf16-body"} <= routes
