@@ -4,7 +4,8 @@ their overflow) only to variants with a passing, current fidelity result, the ba
 The gate is the state's `aifactory-fidelity` ConfigMap (components/k8s/fidelity.py: each gated variant's
 verdict when the gateway was built), or, in `aifactory preflight`, the verdicts the stack's results file and
 suites give now (infra/fidelity.py). The variants routed are the members of the aggregate clusters
-(`envoy.clusters.aggregate`, named `<workload>__<variant>`) in the gateway's Envoy bootstrap (ConfigMap
+(`envoy.clusters.aggregate`, named `<workload>__<variant>`, whose members reach each variant through its overflow
+gate `<variant>__gate`) in the gateway's Envoy bootstrap (ConfigMap
 `envoy-config`, key envoy.yaml; components/k8s/envoy_config.py).
 """
 
@@ -16,6 +17,7 @@ from typing import Any
 import yaml
 from pulumi_policy import Severity
 
+from components.k8s.envoy_config import variant_of_member
 from components.k8s.fidelity import GATE_CONFIG_MAP, read_gate
 from policies.base import MANDATORY, stack_policy
 from policies.preflight import Finding, Res, from_policy_resources
@@ -46,7 +48,7 @@ def routed_variants(resources: Sequence[Res]) -> dict[str, tuple[Res, dict[str, 
             ct = c.get("cluster_type") or {}
             if ct.get("name") == AGGREGATE:
                 for member in (ct.get("typed_config") or {}).get("clusters") or []:
-                    routed.setdefault(member, []).append(c["name"])
+                    routed.setdefault(variant_of_member(member), []).append(c["name"])
         out[r.label] = (r, {k: sorted(v) for k, v in routed.items()})
     return out
 

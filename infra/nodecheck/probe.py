@@ -151,13 +151,26 @@ def run_bounded(probe: Probe, script: str, args: Sequence[str], *, limit_s: int,
     report leftovers."""
     token = token or new_token()
     result = probe.run(bounded_command(script, args, limit_s=limit_s, token=token, kill_after_s=kill_after_s))
-    found = probe.run(leftover_command(token))
+    found = probe.run(settled_leftover_command(token))
     if found.rc not in (0, 1):  # 1: no process matched
         raise CannotRun("cannot verify that nothing was left behind: "
                         + describe_failure(leftover_command(token), found.rc, found.stderr))
     pids = tuple(int(p) for p in found.stdout.split() if p.isdigit())
     killed = not pids or probe.run(kill_command(pids, token)).rc == 0
     return BoundedRun(result.rc, result.stdout, result.stderr, pids, killed)
+
+
+LEFTOVER_SETTLE_S = 2  # a process SIGKILLed as `timeout` returns may still be exiting: how long to let it go
+
+
+def settled_leftover_command(token: str) -> str:
+    """leftover_command once the run's processes had up to LEFTOVER_SETTLE_S to finish exiting: pgrep's output
+    and status (1: none) as soon as nothing matches, else what still matches at the end. Without the wait, a
+    script SIGKILLed by `timeout` on a busy node could be reported as left behind while the kernel still tears
+    it down."""
+    tries = int(LEFTOVER_SETTLE_S / 0.1)
+    return (f"i=0; while [ $i -lt {tries} ]; do {leftover_command(token)} >/dev/null || exit 1; "
+            f"i=$((i+1)); sleep 0.1; done; {leftover_command(token)}")
 
 
 def kill_command(pids: Sequence[int], token: str) -> str:

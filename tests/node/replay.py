@@ -45,7 +45,8 @@ FILES = {
 }
 # commands that carry a per-run token: matched by pattern
 PATTERNS = ((re.compile(r"^timeout --verbose --kill-after=\d+ \d+ python3 - ", re.MULTILINE), "burn-in.jsonl"),
-            (re.compile(r"^pgrep -f "), "burn-in-leftovers.txt"),
+            # the leftover check, alone or after its settle loop (probe.settled_leftover_command): what pgrep says last
+            (re.compile(r"^(i=0; while .* done; )?pgrep -f "), "burn-in-leftovers.txt"),
             (re.compile(r"^curl -sS --max-time \d+ https?://\S+$"), "dcgm-exporter-metrics.txt"),
             (re.compile(r"^timeout --verbose --kill-after=\d+ \d+ mpirun ", re.MULTILINE), "nccl-all-reduce.txt"),
             (re.compile(r"^pgrep -x all_reduce_perf$"), "nccl-leftovers.txt"))

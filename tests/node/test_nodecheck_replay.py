@@ -156,7 +156,10 @@ def test_the_node_is_asked_once_per_command_and_the_burn_in_is_bounded_and_verif
     assert m is not None, lines[1]
     assert burn[0] == "\n".join([lines[0], lines[1], nc.burn_in_script(), "AIFACTORY_NODE_CHECK_EOF", lines[-1]])
     token = m.group(1)
-    assert f"pgrep -f '[a]{token[1:]}'" in commands
+    # the run's own token is looked for afterwards, after up to 2 s for SIGKILLed processes to finish exiting
+    leftover = [c for c in commands if c.endswith(f"pgrep -f '[a]{token[1:]}'")]
+    assert leftover == [f"i=0; while [ $i -lt 20 ]; do pgrep -f '[a]{token[1:]}' >/dev/null || exit 1; i=$((i+1)); "
+                        f"sleep 0.1; done; pgrep -f '[a]{token[1:]}'"]
 
 
 def test_cli_end_to_end_over_replay_urls(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

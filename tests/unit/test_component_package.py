@@ -31,8 +31,8 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["availabilityZones", "clusterName"],
         ["privateSubnetIds", "publicSubnetIds", "vpcId"])
     assert shape["aifactory:index:GpuCluster"] == (
-        ["adminRoleArns", "apiAccess", "clusterName", "kubernetesVersion", "logRetentionDays", "publicAccessCidrs",
-         "subnetIds", "systemPool", "vpcId"],
+        ["adminRoleArns", "apiAccess", "awsProfile", "clusterName", "kubernetesVersion", "logRetentionDays",
+         "publicAccessCidrs", "subnetIds", "systemPool", "vpcId"],
         ["kubernetesVersion", "subnetIds", "vpcId"],
         ["clusterName", "kubeconfig", "nodeSecurityGroupId", "oidcIssuer", "oidcProviderArn"])
     assert shape["aifactory:index:GpuNodePool"] == (
