@@ -26,7 +26,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                            "tests/unit/test_policy_fabric_cases.py"),
     "policies/isolation.py": ("tests/unit/test_policies.py",),
     "policies/kube.py": ("tests/unit/test_policies.py",),
-    "policies/aws_security.py": ("tests/unit/test_policies.py",),
+    "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
@@ -37,6 +37,9 @@ MODULES: dict[str, tuple[str, ...]] = {
     "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
+# What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
+# stacks (tests synth them) and the Pulumi project file.
+ALSO_COPY = ("stacks", "Pulumi.yaml")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 
@@ -58,6 +61,7 @@ def _config(module: str, tests: tuple[str, ...]) -> str:
     quoted = "\n    ".join  # setup.cfg: one list item per line
     return (f"[mutmut]\nsource_paths =\n    {quoted(PACKAGES)}\nonly_mutate =\n    {module}\n"
             f"pytest_add_cli_args_test_selection =\n    {quoted(tests)}\n"
+            f"also_copy =\n    {quoted(ALSO_COPY)}\n"
             "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
 
 
