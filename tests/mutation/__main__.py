@@ -24,8 +24,8 @@ OUT = ROOT / "build" / "mutate"
 MODULES: dict[str, tuple[str, ...]] = {
     "policies/fabric.py": ("tests/unit/test_policies.py", "tests/unit/test_policy_efa_security_group.py",
                            "tests/unit/test_policy_fabric_cases.py"),
-    "policies/isolation.py": ("tests/unit/test_policies.py",),
-    "policies/kube.py": ("tests/unit/test_policies.py",),
+    "policies/isolation.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_isolation_reading.py"),
+    "policies/kube.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_kube_reading.py"),
     "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py"),
