@@ -33,7 +33,9 @@ MODULES: dict[str, tuple[str, ...]] = {
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py"),
     "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
                                    "tests/unit/test_critical_path_window.py"),
-    "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py"),
+    "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
+                                  "tests/node/test_nodecheck_real_node.py",
+                                  "tests/node/test_nodecheck_fault_recordings.py"),
     "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
