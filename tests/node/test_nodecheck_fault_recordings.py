@@ -30,23 +30,30 @@ H100 = ("nodes-aws", "h100")
 
 # check -> the recorded faults that fail it: (stack, pool, replay host)
 FAULTS: dict[str, list[tuple[str, str, str]]] = {
-    "driver": [("nodes-aws", "h100-strict", "p5.48xlarge")],  # 570.133.20 under the pool's 575.51 floor
-    "gpus": [(*H100, "p5.48xlarge+wrong-gpu-count")],
+    "driver": [("nodes-aws", "h100-strict", "p5.48xlarge"),  # 570.133.20 under the pool's 575.51 floor
+               (*H100, "p5.48xlarge+no-driver")],
+    "gpus": [(*H100, "p5.48xlarge+wrong-gpu-count"), (*H100, "p5.48xlarge+mixed-gpus")],
     "persistence": [(*H100, "p5.48xlarge+persistence-off")],
     "ecc": [(*H100, "p5.48xlarge+row-remap-pending"), (*H100, "p5.48xlarge+row-remap-failure"),
             (*H100, "p5.48xlarge+ecc-off")],
-    "xid": [(*H100, "p5.48xlarge+xid"), (*H100, "p5.48xlarge+kernel-log-unreadable")],
+    "xid": [(*H100, "p5.48xlarge+xid"), (*H100, "p5.48xlarge+kernel-log-unreadable"),
+            (*H100, "p5.48xlarge+kernel-log-fails"), (*H100, "p5.48xlarge+kernel-log-empty-root")],
     "nvlink": [(*H100, "p5.48xlarge+nvlink-down")],
     "pcie": [(*H100, "p5.48xlarge+pcie-x8")],
     "mig": [("nodes-aws", "a100-mig", "p4d.24xlarge+mig-partial"), ("nodes-aws", "a100-mig", "p4d.24xlarge")],
     "efa": [(*H100, "p5.48xlarge+efa-31")],
     "hugepages": [("nodes-aws", "h100-strict", "p5.48xlarge")],  # 5120 MiB under the pool's 8192
-    "infiniband": [("nodes-onprem", "h100-ib", "dgx-h100+ib-port-down")],
+    "infiniband": [("nodes-onprem", "h100-ib", "dgx-h100+ib-port-down"),
+                   ("nodes-onprem", "h100-ib", "dgx-h100+ib-port-slow"),
+                   ("nodes-onprem", "h100-ib", "dgx-h100+ib-ethernet-only")],
     "memlock": [(*H100, "p5.48xlarge+memlock-8m")],
     "container-runtime": [(*H100, "p5.48xlarge+no-nvidia-runtime")],
     "dcgm-exporter": [(*H100, "p5.48xlarge+exporter-not-ready"), (*H100, "p5.48xlarge+exporter-without-gpu-util")],
     "burn-in": [(*H100, "p5.48xlarge+slow-gpu"), (*H100, "p5.48xlarge+burn-in-7-gpus"),
-                (*H100, "p5.48xlarge+burn-in-ignores-term")],
+                (*H100, "p5.48xlarge+burn-in-ignores-term"), (*H100, "p5.48xlarge+burn-in-timeout"),
+                (*H100, "p5.48xlarge+burn-in-leftovers"), (*H100, "p5.48xlarge+burn-in-leftovers-unkillable"),
+                (*H100, "p5.48xlarge+burn-in-no-python"), (*H100, "p5.48xlarge+burn-in-cuda-error"),
+                (*H100, "p5.48xlarge+burn-in-no-gpu"), (*H100, "p5.48xlarge+burn-in-slow-memory")],
 }
 # `host` fails only when the node cannot be asked at all: test_nodecheck_replay.py::
 # test_an_unusable_host_is_one_failed_row (a replay host with no recordings).
@@ -92,6 +99,33 @@ def test_each_fault_recording_fails_its_check(check: str, stack: str, pool: str,
     (*H100, "p5.48xlarge+exporter-without-gpu-util", "dcgm-exporter",
      "http://10.1.77.201:9400/metrics (pod gpu-operator/nvidia-dcgm-exporter-7xk2p) answers without "
      "DCGM_FI_DEV_GPU_UTIL", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+kernel-log-fails", "xid",
+     "could not run: cannot read the kernel log (the journal has no kernel messages and dmesg failed): `dmesg` failed "
+     "(exit 1): dmesg: read kernel buffer failed: Operation not permitted", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+kernel-log-empty-root", "xid",
+     "could not run: the kernel log is empty although read as root: the journal holds no kernel messages and the ring "
+     "buffer is empty (cleared with dmesg -C?); XIDs cannot be ruled out", NA_EFA_POOL),
+    # burn-in: what the bounded run and the leftover search report (infra/nodecheck/probe.py run_bounded)
+    (*H100, "p5.48xlarge+burn-in-timeout", "burn-in", "burn-in did not finish within 130 s and was stopped",
+     NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-leftovers", "burn-in", "left 2 process(es) behind (pids 48211, 48212; killed)",
+     NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-leftovers-unkillable", "burn-in",
+     "left 2 process(es) behind (pids 48211, 48212; still running after SIGKILL)", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-no-python", "burn-in",
+     "could not run: burn-in: python3: command not found on the node (exit 127): sh: 2: python3: not found",
+     NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-cuda-error", "burn-in",
+     "could not run: `burn-in` failed (exit 1): RuntimeError: CUDA error: no CUDA-capable device is detected",
+     NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-no-gpu", "burn-in", "could not run: burn-in measured no GPU", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+burn-in-slow-memory", "burn-in",
+     "GPU 3: 2101.6 GB/s; floor 692 TFLOP/s (70% of 989) and 2345 GB/s (70% of 3350)", NA_EFA_POOL),
+    ("nodes-onprem", "h100-ib", "dgx-h100+ib-port-slow", "infiniband",
+     "7 of 8 InfiniBand ports Active at 400 Gb/s; mlx5_0/1 Active (LinkUp, 200 Gb/s)", {"mig", "efa", "hugepages"}),
+    ("nodes-onprem", "h100-ib", "dgx-h100+ib-ethernet-only", "infiniband",
+     "0 of 8 InfiniBand ports Active at 400 Gb/s (12 ports listed, 0 with link layer InfiniBand)",
+     {"mig", "efa", "hugepages"}),
     ("nodes-aws", "a100-mig", "p4d.24xlarge+mig-partial", "mig",
      "MIG mode not enabled on GPU 7; layout all-balanced needs it on every GPU", NA_MIG_POOL),
     ("nodes-aws", "a100-mig", "p4d.24xlarge", "mig",
@@ -109,3 +143,30 @@ def test_a_mig_node_with_mig_on_everywhere_passes() -> None:
     result = _outcome("nodes-aws", "a100-mig", "p4d.24xlarge+mig-on")
     assert result["mig"] == ("pass", "MIG enabled on 8 GPUs (layout all-balanced)")
     assert {c for c, (s, _) in result.items() if s == "fail"} == set()
+
+
+def test_a_gpu_of_another_model_and_a_missing_one_are_both_named() -> None:
+    assert _outcome(*H100, "p5.48xlarge+mixed-gpus")["gpus"] == (
+        "fail", "7 GPUs visible; GPU 7 is 'NVIDIA H100 PCIe'; p5.48xlarge has 8 x NVIDIA H100 80GB HBM3")
+
+
+def test_without_the_kernel_module_the_driver_check_says_so_and_nvidia_smi_checks_cannot_run() -> None:
+    """nvidia-smi exits 9 when the NVIDIA driver is not loaded (nvidia-smi(1), RETURN VALUE)."""
+    result = _outcome(*H100, "p5.48xlarge+no-driver")
+    assert result["driver"] == ("fail", "NVIDIA kernel module not loaded: `cat /proc/driver/nvidia/version` failed "
+                                        "(exit 1): cat: /proc/driver/nvidia/version: No such file or directory")
+    assert {c for c, (s, _) in result.items() if s == "fail"} == {
+        "driver", "gpus", "persistence", "ecc", "nvlink", "pcie", "dcgm-exporter", "burn-in"}
+    assert result["nvlink"] == ("fail", "could not run: `nvidia-smi nvlink --status` failed (exit 9): NVIDIA-SMI has "
+                                        "failed because it couldn't communicate with the NVIDIA driver. Make sure "
+                                        "that the latest NVIDIA driver is installed and running.")
+
+
+def test_boundaries_pass_a_driver_at_the_floor_a_burn_in_at_the_floors_and_a_spare_ib_port_down() -> None:
+    assert _outcome("nodes-aws", "h100-driver-at-floor", "p5.48xlarge")["driver"] == (
+        "pass", "driver 570.133.20 (>= 570.133.20)")
+    # GPU 2 measured exactly 70% of 989 TFLOP/s and of 3350 GB/s: at the floor is not below it
+    assert _outcome(*H100, "p5.48xlarge+burn-in-at-floor")["burn-in"] == (
+        "pass", "8 GPUs, lowest 692.3 TFLOP/s (70% of peak), 2345 GB/s (70% of peak)")
+    assert _outcome("nodes-onprem", "h100-ib", "dgx-h100+ib-storage-port-down")["infiniband"] == (
+        "pass", "8 InfiniBand ports Active at 400 Gb/s (also listed: mlx5_1/1 Down (Polling, 10 Gb/s))")
