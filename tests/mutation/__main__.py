@@ -6,6 +6,9 @@ total and the score, then the surviving mutants (`mutmut show <name>` in that co
 
     python -m tests.mutation                       # every module below
     python -m tests.mutation telemetry/critical_path.py policies/fabric.py
+    python -m tests.mutation infra/config.py --only 'infra.config.x__bounds*'   # some functions' mutants only
+
+A run narrowed with --only scores the mutants it checked; the others stay "not checked" and out of the total.
 """
 
 from __future__ import annotations
@@ -67,14 +70,14 @@ def _config(module: str, tests: tuple[str, ...]) -> str:
             "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
 
 
-def run(module: str, *, max_children: int) -> tuple[int, int, list[str]]:
-    """(killed, total, surviving mutant names) for one module."""
+def run(module: str, *, max_children: int, only: tuple[str, ...] = ()) -> tuple[int, int, list[str]]:
+    """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all)."""
     work = OUT / module.replace("/", "_").removesuffix(".py")
     _copy_tree(work)
     (work / "setup.cfg").write_text(_config(module, MODULES[module]))
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     mutmut = [sys.executable, "-m", "mutmut"]
-    subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, check=False)
+    subprocess.run([*mutmut, "run", "--max-children", str(max_children), *only], cwd=work, env=env, check=False)
     res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, check=True,
                          capture_output=True, text=True)
     statuses = {m["name"]: m["status"] for m in (STATUS.match(x) for x in res.stdout.splitlines()) if m}
@@ -87,6 +90,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
     ap.add_argument("--max-children", type=int, default=2, help="parallel test processes (default: 2)")
+    ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                    help="run only mutants whose names match (mutmut's wildcards; repeatable; default: all)")
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -94,7 +99,7 @@ def main() -> int:
         return 2
     report = []
     for module in args.modules or list(MODULES):
-        killed, total, survivors = run(module, max_children=args.max_children)
+        killed, total, survivors = run(module, max_children=args.max_children, only=tuple(args.only))
         score = f"{100 * killed / total:.1f}%" if total else "n/a"
         report.append(f"{module}: {killed}/{total} mutants killed ({score})")
         report += [f"  survived: {s}" for s in survivors]
