@@ -29,7 +29,8 @@ MODULES: dict[str, tuple[str, ...]] = {
                            "tests/unit/test_policy_fabric_cases.py"),
     "policies/isolation.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_isolation_reading.py"),
     "policies/kube.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_kube_reading.py"),
-    "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py"),
+    "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py",
+                                 "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
@@ -43,8 +44,9 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
-# stacks (tests synth them) and the Pulumi project file.
-ALSO_COPY = ("stacks", "Pulumi.yaml")
+# stacks (tests synth them), the Pulumi project file and .venv/bin/envoy (the Envoy tests run ROOT/.venv/bin/envoy;
+# the scratch copy gets that one launcher, which runs the worktree's venv).
+ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 
@@ -74,6 +76,10 @@ def run(module: str, *, max_children: int, only: tuple[str, ...] = ()) -> tuple[
     """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all)."""
     work = OUT / module.replace("/", "_").removesuffix(".py")
     _copy_tree(work)
+    envoy = ROOT / ".venv" / "bin" / "envoy"
+    if envoy.is_file():
+        (work / ".venv" / "bin").mkdir(parents=True)
+        shutil.copy2(envoy, work / ".venv" / "bin" / "envoy")
     (work / "setup.cfg").write_text(_config(module, MODULES[module]))
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
     mutmut = [sys.executable, "-m", "mutmut"]

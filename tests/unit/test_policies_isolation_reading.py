@@ -154,3 +154,22 @@ def test_default_deny_names_the_missing_directions_of_each_tenant_namespace() ->
         "tenant namespace 'team-a' has no default-deny NetworkPolicy for Egress and Ingress"]
     assert [m for _, m in found("tenant-default-deny", ns, ingress_only)] == [
         "tenant namespace 'team-a' has no default-deny NetworkPolicy for Egress"]
+
+
+def test_the_gateway_namespace_is_found_wherever_it_is_in_the_stack() -> None:
+    from tests.unit.test_policies import found, res
+
+    first = res("kubernetes:core/v1:ConfigMap", "c", {"metadata": {"name": "c", "namespace": "aifactory-gateway"}})
+    gw = res("kubernetes:core/v1:Namespace", "aifactory-gateway", {"metadata": {"name": "aifactory-gateway"}})
+    assert [m for _, m in found("gateway-namespace-default-deny", first, gw)] == [
+        "gateway namespace 'aifactory-gateway' has no default-deny NetworkPolicy for Egress and Ingress",
+        "gateway namespace 'aifactory-gateway' has no allow-nothing AuthorizationPolicy"]
+
+
+def test_only_peer_authentications_are_read_for_mtls_downgrades() -> None:
+    props = {"metadata": {"name": "x", "namespace": "team-a"}, "spec": {"mtls": {"mode": "DISABLE"}}}
+    assert iso._no_downgrade("kubernetes:networking.istio.io/v1:DestinationRule", props, CFG) == []
+    assert iso._no_downgrade("kubernetes:security.istio.io/v1:PeerAuthentication", props, CFG) == [
+        "PeerAuthentication 'x' in tenant namespace 'team-a' sets mtls.mode DISABLE"]
+    assert iso._no_downgrade("kubernetes:security.istio.io/v1:PeerAuthentication",
+                             {**props, "metadata": {"name": "x", "namespace": "istio-system"}}, CFG) == []

@@ -175,6 +175,8 @@ def test_requests_gpu() -> None:
     assert requests_gpu({"containers": [{"resources": {"requests": {"nvidia.com/mig-1g.10gb": "1"}}}]})
     assert not requests_gpu({"containers": [{"resources": {"limits": {"nvidia.com/gpu": 0}}}]})
     assert not requests_gpu({"containers": [{"resources": {"limits": {"cpu": 4}}}]})
+    # an empty quantity (a Helm values placeholder) asks for nothing
+    assert not requests_gpu({"containers": [{"resources": {"limits": {"nvidia.com/gpu": ""}}}]})
 
 
 def test_tolerated_keys() -> None:
