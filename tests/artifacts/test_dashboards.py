@@ -1,8 +1,8 @@
 """Dashboards against a real Prometheus: synthetic exporter data with known answers is backfilled, the
 recording rules are backfilled over it, and every panel's query (variables on All) must return exactly the
 series and values panel_answers.py works out from the data (test_panel_known_answer; a panel without a known
-answer fails test_every_panel_has_a_known_answer); the key numbers must equal the ground truth within 2%. Also the Grafana 10-12 contract of every dashboard,
-and what synth writes."""
+answer fails test_every_panel_has_a_known_answer); the key numbers must equal the ground truth within 2%. Also
+the Grafana 10-12 contract of every dashboard, and what synth writes."""
 
 from __future__ import annotations
 

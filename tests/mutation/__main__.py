@@ -32,7 +32,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py",
                                  "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
-                            "tests/artifacts/test_upstream_metric_names.py"),
+                            "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py"),
     "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
