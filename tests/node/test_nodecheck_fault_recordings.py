@@ -35,17 +35,19 @@ FAULTS: dict[str, list[tuple[str, str, str]]] = {
     "gpus": [(*H100, "p5.48xlarge+wrong-gpu-count"), (*H100, "p5.48xlarge+mixed-gpus")],
     "persistence": [(*H100, "p5.48xlarge+persistence-off")],
     "ecc": [(*H100, "p5.48xlarge+row-remap-pending"), (*H100, "p5.48xlarge+row-remap-failure"),
-            (*H100, "p5.48xlarge+ecc-off")],
+            (*H100, "p5.48xlarge+ecc-off"), (*H100, "p5.48xlarge+remaps-on-three-gpus")],
     "xid": [(*H100, "p5.48xlarge+xid"), (*H100, "p5.48xlarge+kernel-log-unreadable"),
-            (*H100, "p5.48xlarge+kernel-log-fails"), (*H100, "p5.48xlarge+kernel-log-empty-root")],
-    "nvlink": [(*H100, "p5.48xlarge+nvlink-down")],
+            (*H100, "p5.48xlarge+kernel-log-fails"), (*H100, "p5.48xlarge+kernel-log-empty-root"),
+            (*H100, "p5.48xlarge+xid-twice")],
+    "nvlink": [(*H100, "p5.48xlarge+nvlink-down"), (*H100, "p5.48xlarge+nvlink-two-down")],
     "pcie": [(*H100, "p5.48xlarge+pcie-x8")],
     "mig": [("nodes-aws", "a100-mig", "p4d.24xlarge+mig-partial"), ("nodes-aws", "a100-mig", "p4d.24xlarge")],
     "efa": [(*H100, "p5.48xlarge+efa-31")],
     "hugepages": [("nodes-aws", "h100-strict", "p5.48xlarge")],  # 5120 MiB under the pool's 8192
     "infiniband": [("nodes-onprem", "h100-ib", "dgx-h100+ib-port-down"),
                    ("nodes-onprem", "h100-ib", "dgx-h100+ib-port-slow"),
-                   ("nodes-onprem", "h100-ib", "dgx-h100+ib-ethernet-only")],
+                   ("nodes-onprem", "h100-ib", "dgx-h100+ib-ethernet-only"),
+                   ("nodes-onprem", "h100-ib", "dgx-h100+ib-two-ports-down")],
     "memlock": [(*H100, "p5.48xlarge+memlock-8m")],
     "container-runtime": [(*H100, "p5.48xlarge+no-nvidia-runtime")],
     "dcgm-exporter": [(*H100, "p5.48xlarge+exporter-not-ready"), (*H100, "p5.48xlarge+exporter-without-gpu-util")],
@@ -126,6 +128,17 @@ def test_each_fault_recording_fails_its_check(check: str, stack: str, pool: str,
     ("nodes-onprem", "h100-ib", "dgx-h100+ib-ethernet-only", "infiniband",
      "0 of 8 InfiniBand ports Active at 400 Gb/s (12 ports listed, 0 with link layer InfiniBand)",
      {"mig", "efa", "hugepages"}),
+    # several faults of one kind are all named, in the tool's order
+    (*H100, "p5.48xlarge+remaps-on-three-gpus", "ecc",
+     "row remapping pending on 00000000:B9:00.0, 00000000:CA:00.0 (reset the GPU); row remapping failed on "
+     "00000000:64:00.0 (replace the GPU)", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+xid-twice", "xid",
+     "2 XID event(s) since boot: XID 119 on PCI:0000:97:00, XID 48 on PCI:0000:b9:00", NA_EFA_POOL),
+    (*H100, "p5.48xlarge+nvlink-two-down", "nvlink",
+     "GPU 3: 16/18 links up (link 6 <inactive>, link 7 <inactive>)", NA_EFA_POOL),
+    ("nodes-onprem", "h100-ib", "dgx-h100+ib-two-ports-down", "infiniband",
+     "6 of 8 InfiniBand ports Active at 400 Gb/s; mlx5_0/1 Down (Disabled, 10 Gb/s), mlx5_5/1 Down (Polling, "
+     "10 Gb/s)", {"mig", "efa", "hugepages"}),
     ("nodes-aws", "a100-mig", "p4d.24xlarge+mig-partial", "mig",
      "MIG mode not enabled on GPU 7; layout all-balanced needs it on every GPU", NA_MIG_POOL),
     ("nodes-aws", "a100-mig", "p4d.24xlarge", "mig",
@@ -169,4 +182,15 @@ def test_boundaries_pass_a_driver_at_the_floor_a_burn_in_at_the_floors_and_a_spa
     assert _outcome(*H100, "p5.48xlarge+burn-in-at-floor")["burn-in"] == (
         "pass", "8 GPUs, lowest 692.3 TFLOP/s (70% of peak), 2345 GB/s (70% of peak)")
     assert _outcome("nodes-onprem", "h100-ib", "dgx-h100+ib-storage-port-down")["infiniband"] == (
-        "pass", "8 InfiniBand ports Active at 400 Gb/s (also listed: mlx5_1/1 Down (Polling, 10 Gb/s))")
+        "pass", "8 InfiniBand ports Active at 400 Gb/s (also listed: mlx5_1/1 Down (Polling, 10 Gb/s), "
+                "mlx5_2/1 Down (Polling, 10 Gb/s))")
+
+
+def test_gpu_checks_do_not_apply_to_a_cpu_pool_nor_nvlink_to_a_gpu_without_it() -> None:
+    cpu = _outcome("nodes-onprem", "cpu", "p5.48xlarge")
+    assert {c: d for c, (s, d) in cpu.items() if s == "n/a" and d == "cpu-server has no GPU"}.keys() == {
+        "driver", "gpus", "persistence", "ecc", "xid", "nvlink", "pcie", "mig", "container-runtime", "dcgm-exporter",
+        "burn-in"}
+    assert cpu["host"][0] == "pass"
+    # the L40S has no NVLink (components/aws/catalog.py, NVIDIA L40S datasheet: PCIe only)
+    assert _outcome("nodes-aws", "l40s", "p5.48xlarge")["nvlink"] == ("n/a", "NVIDIA L40S has no NVLink")
