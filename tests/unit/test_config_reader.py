@@ -1,0 +1,72 @@
+"""How config validation reports bad input (infra/config.py's reader): every problem names the key path, the value
+and what is allowed, and the reader keeps going so one run lists them all.
+
+YAML allows non-string mapping keys (`1: x` is an integer key, YAML 1.2 core schema) and null values; Pulumi
+stack config hands them to the kit as parsed.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infra.config import ConfigError, _Reader, parse
+from tests.support.stacks import stack_raw
+
+
+def _problems(r: _Reader) -> list[str]:
+    return [str(p) for p in r.problems]
+
+
+def test_a_mapping_keeps_its_good_keys_and_names_each_bad_one() -> None:
+    r = _Reader()
+    good = r.mapping({1: "a", "x": 2, "zz": 3, "y": 4}, "gateway.retries", ("x", "y"))
+    assert good == {"x": 2, "y": 4}
+    assert _problems(r) == ["gateway.retries: key 1 is not a string",
+                            "gateway.retries.zz: unknown key; allowed keys: x, y"]
+    assert r.mapping(["not", "a", "mapping"], "gateway", None) is None
+    assert _problems(r)[-1] == 'gateway: expected a mapping, got a list ["not", "a", "mapping"]'
+
+
+@pytest.mark.parametrize(("raw", "want", "problems"), [
+    ({"k": 3}, 3, []),
+    ({"k": "three"}, "three", []),
+    ({"k": 1.5}, None, ["p.k: expected an integer or a string, got a number 1.5"]),
+    ({"k": True}, None, ["p.k: expected an integer or a string, got a boolean true"]),
+])
+def test_a_value_of_one_of_several_kinds(raw: dict[str, Any], want: Any, problems: list[str]) -> None:
+    r = _Reader()
+    assert r.value(raw, "k", "p", (int, str), None) == want
+    assert _problems(r) == problems
+
+
+def test_an_integer_is_a_number_where_a_number_or_a_string_is_wanted() -> None:
+    r = _Reader()
+    got = r.value({"k": 2}, "k", "p", (float, str), None)
+    assert (got, type(got)) == (2.0, float)
+    assert _problems(r) == []
+
+
+def test_a_string_map_keeps_string_pairs_and_names_every_other_entry() -> None:
+    r = _Reader()
+    got = r.string_map({"labels": {"team": "ml", "tier": 2, "on": None, 3: "x"}}, "labels", "nodePools.gpu")
+    assert got == {"team": "ml"}
+    assert _problems(r)[0] == "nodePools.gpu.labels.tier: expected a string value, got an integer 2"
+    # a null value and a non-string key are refused too, at their paths
+    assert [p.path for p in r.problems][1:] == ["nodePools.gpu.labels.on", "nodePools.gpu.labels.3"]
+    assert r.string_map({}, "labels", "nodePools.gpu") == {}
+    assert r.string_map({"labels": "team=ml"}, "labels", "nodePools.gpu") == {}
+    assert _problems(r)[-1] == "nodePools.gpu.labels: expected a mapping, got a string 'team=ml'"
+
+
+def test_pool_labels_reach_the_pool_and_a_bad_one_fails_parse_with_its_path() -> None:
+    raw = stack_raw("dev")
+    pool = next(iter(raw["nodePools"]))
+    raw["nodePools"][pool]["labels"] = {"team": "ml"}
+    assert parse(raw, stack="dev").node_pools[pool].labels == {"team": "ml"}
+    raw["nodePools"][pool]["labels"] = {"team": 7}
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="dev")
+    assert [str(p) for p in err.value.problems] == [f"nodePools.{pool}.labels.team: expected a string value, "
+                                                    "got an integer 7"]
