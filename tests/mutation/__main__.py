@@ -41,7 +41,8 @@ MODULES: dict[str, tuple[str, ...]] = {
     "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
                                   "tests/node/test_nodecheck_real_node.py",
                                   "tests/node/test_nodecheck_fault_recordings.py"),
-    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py", "tests/unit/test_config_reader.py"),
+    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
+                        "tests/unit/test_config_reader.py"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped

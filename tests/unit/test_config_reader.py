@@ -70,3 +70,29 @@ def test_pool_labels_reach_the_pool_and_a_bad_one_fails_parse_with_its_path() ->
         parse(raw, stack="dev")
     assert [str(p) for p in err.value.problems] == [f"nodePools.{pool}.labels.team: expected a string value, "
                                                     "got an integer 7"]
+
+
+def test_null_as_an_allowed_kind_is_named_null() -> None:
+    r = _Reader()
+    assert r.value({"k": 5}, "k", "p", (str, type(None)), "d") == "d"
+    assert _problems(r) == ["p.k: expected a string or null, got an integer 5"]
+
+
+@pytest.mark.parametrize(("value", "options", "problem"), [
+    ("x", {}, "p.k: expected an integer, got a string 'x'"),
+    (4, {"choices": (1, 2)}, "p.k: 4 is not allowed; choose one of: 1, 2"),
+    (0, {"minimum": 1}, "p.k: 0 is below the minimum 1"),
+    (11, {"maximum": 10}, "p.k: 11 is above the maximum 10"),
+    (3, {"check": lambda v: "must be even" if v % 2 else None}, "p.k: 3 must be even"),
+])
+def test_a_refused_value_falls_back_to_the_default_or_to_none_when_required(value: Any, options: dict[str, Any],
+                                                                           problem: str) -> None:
+    """One problem per refused value; the walk goes on with the default (or nothing, for a required key), so a
+    later check does not report the same mistake again."""
+    r = _Reader()
+    assert r.value({"k": value}, "k", "p", int, 6, **options) == 6
+    assert r.value({"k": value}, "k", "p", int, **options) is None
+    assert _problems(r) == [problem, problem]
+    assert r.value({}, "k", "p", int) is None
+    assert _problems(r)[-1] == "p.k: is required"
+    assert r.value(None, "k", "p", int) is None and len(r.problems) == 3
