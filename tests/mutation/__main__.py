@@ -84,7 +84,7 @@ def run(module: str, *, max_children: int, only: tuple[str, ...] = ()) -> tuple[
         (work / ".venv" / "bin").mkdir(parents=True)
         shutil.copy2(envoy, work / ".venv" / "bin" / "envoy")
     (work / "setup.cfg").write_text(_config(module, MODULES[module]))
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AIFACTORY_MUTATION_STATS": "1"}  # tests/mutation/widen.py
     mutmut = [sys.executable, "-m", "mutmut"]
     subprocess.run([*mutmut, "run", "--max-children", str(max_children), *only], cwd=work, env=env, check=False)
     res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, check=True,
