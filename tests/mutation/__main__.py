@@ -43,7 +43,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                   "tests/node/test_nodecheck_real_node.py",
                                   "tests/node/test_nodecheck_fault_recordings.py"),
     "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
-                        "tests/unit/test_config_reader.py"),
+                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
