@@ -96,3 +96,21 @@ def test_a_refused_value_falls_back_to_the_default_or_to_none_when_required(valu
     assert r.value({}, "k", "p", int) is None
     assert _problems(r)[-1] == "p.k: is required"
     assert r.value(None, "k", "p", int) is None and len(r.problems) == 3
+
+
+def test_a_string_list_keeps_its_strings_and_names_each_other_item() -> None:
+    r = _Reader()
+    assert r.strings({"zones": ["a", 2, "b"]}, "zones", "target") == ("a", "b")
+    assert r.strings({"zones": "a"}, "zones", "target", default=("x",)) == ("x",)
+    assert r.strings({"zones": ["a", "B"]}, "zones", "target", check=lambda v: None if v.islower() else "is upper"
+                     ) == ("a",)
+    assert _problems(r) == ["target.zones[1]: expected a string, got an integer 2",
+                            "target.zones: expected a list, got a string 'a'",
+                            "target.zones[1]: 'B' is upper"]
+
+
+def test_names_of_pools_tenants_and_models_are_dns_labels() -> None:
+    r = _Reader()
+    assert r.named({"gpu-a": {}, "GPU_B": {}, "c": "not a mapping"}, "nodePools") == {"gpu-a": {}}
+    assert _problems(r) == ["nodePools.GPU_B: name must be a DNS label (lowercase letters, digits, '-')",
+                            "nodePools.c: expected a mapping, got a string 'not a mapping'"]
