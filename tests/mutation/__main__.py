@@ -75,15 +75,17 @@ def _config(module: str, tests: tuple[str, ...]) -> str:
             "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
 
 
-def run(module: str, *, max_children: int, only: tuple[str, ...] = ()) -> tuple[int, int, list[str]]:
-    """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all)."""
+def run(module: str, *, max_children: int, only: tuple[str, ...] = (), tests: tuple[str, ...] = ()
+        ) -> tuple[int, int, list[str]]:
+    """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all);
+    `tests`: test files instead of the module's own (default: MODULES[module])."""
     work = OUT / module.replace("/", "_").removesuffix(".py")
     _copy_tree(work)
     envoy = ROOT / ".venv" / "bin" / "envoy"
     if envoy.is_file():
         (work / ".venv" / "bin").mkdir(parents=True)
         shutil.copy2(envoy, work / ".venv" / "bin" / "envoy")
-    (work / "setup.cfg").write_text(_config(module, MODULES[module]))
+    (work / "setup.cfg").write_text(_config(module, tests or MODULES[module]))
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AIFACTORY_MUTATION_STATS": "1"}  # tests/mutation/widen.py
     mutmut = [sys.executable, "-m", "mutmut"]
     subprocess.run([*mutmut, "run", "--max-children", str(max_children), *only], cwd=work, env=env, check=False)
@@ -101,6 +103,9 @@ def main() -> int:
     ap.add_argument("--max-children", type=int, default=2, help="parallel test processes (default: 2)")
     ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
                     help="run only mutants whose names match (mutmut's wildcards; repeatable; default: all)")
+    ap.add_argument("--tests", action="append", default=[], metavar="FILE",
+                    help="test files to run instead of the module's own (repeatable; e.g. without the timing-"
+                         "sensitive live tests on a loaded machine)")
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -108,7 +113,8 @@ def main() -> int:
         return 2
     report = []
     for module in args.modules or list(MODULES):
-        killed, total, survivors = run(module, max_children=args.max_children, only=tuple(args.only))
+        killed, total, survivors = run(module, max_children=args.max_children, only=tuple(args.only),
+                                       tests=tuple(args.tests))
         score = f"{100 * killed / total:.1f}%" if total else "n/a"
         report.append(f"{module}: {killed}/{total} mutants killed ({score})")
         report += [f"  survived: {s}" for s in survivors]
