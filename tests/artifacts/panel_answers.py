@@ -121,19 +121,16 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
     # vLLM's histograms are uniform between their 3rd and 9th bucket boundaries (vLLM v0.11.0's buckets)
     ttft_span = (syn.VLLM_TTFT_BUCKETS[2], syn.VLLM_TTFT_BUCKETS[8])  # 0.01 .. 0.25 s
     request_span = (syn.VLLM_REQUEST_BUCKETS[2], syn.VLLM_REQUEST_BUCKETS[8])  # 0.8 .. 10 s
-    hop = Answer(("source_workload", "destination_workload"), {})
-
     def hops(q: float) -> Answer:
         pairs = [(gateway, m) for m in models] + [(a, gateway) for a in agents]
-        return Answer(hop.by, {p: _quantile(50, 500, q) for p in pairs})  # every hop uniform on 50-500 ms
+        return Answer(("source_workload", "destination_workload"),
+                      {p: _quantile(50, 500, q) for p in pairs})  # every hop uniform on 50-500 ms
 
     destinations = {**{m: model_requests for m in models}, gateway: agent_requests * len(agents)}
     five_xx = {**{m: syn.MODEL_REQUESTS_PER_S["503"] / model_requests for m in models},
                gateway: syn.AGENT_REQUESTS_PER_S["503"] / agent_requests}
-    clusters = Answer(("envoy_cluster_name",), {})
-
-    def per_cluster(v: float) -> Answer:
-        return Answer(clusters.by, {(m,): v for m in models})
+    def per_cluster(v: float) -> Answer:  # the gateway's cluster of each model
+        return Answer(("envoy_cluster_name",), {(m,): v for m in models})
 
     idle_alloc = [g for g in gpus if g.state == "idle"]
     free = [g for g in gpus if g.state == "free"]
