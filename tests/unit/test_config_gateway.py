@@ -56,6 +56,20 @@ def test_every_key_is_read() -> None:
             g.idle_timeout_seconds) == (5.0, 120.0, 15.0, 600.0)
 
 
+def test_the_lower_bounds_themselves_are_accepted() -> None:
+    g = _gateway({"connectTimeoutSeconds": 0.01, "retries": {"budgetPercent": 0, "attempts": 0}})
+    assert (g.connect_timeout_seconds, g.retries.budget_percent, g.retries.attempts) == (0.01, 0.0, 0)
+    assert _gateway({"connectTimeoutSeconds": 0.5}).connect_timeout_seconds == 0.5
+
+
+def test_auth_is_read() -> None:
+    auth = stack_raw("dev")["gateway"]["auth"]
+    [issuer] = _gateway({"auth": auth}).auth.issuers
+    assert (issuer.issuer, issuer.jwks_uri, issuer.audiences) == (
+        "https://sso.dev.example.com/realms/aifactory",
+        "https://sso.dev.example.com/realms/aifactory/protocol/openid-connect/certs", ("aifactory-gateway",))
+
+
 def test_defaults() -> None:
     """As documented: 2-6 replicas behind a LoadBalancer, 2 s connect timeout, 2 retries within a 20 % budget, ejection
     after 3 consecutive 5xx (2 s interval, 30 s base, at most 67 %, panic under 30 %), 4096/2048/4096 circuit
@@ -97,6 +111,16 @@ def test_replica_bounds(gateway: dict[str, Any], bounds: tuple[int, int]) -> Non
     ({"replicas": 3}, [f"gateway.replicas: unknown key; allowed keys: {', '.join(KEYS)}"]),
     ({"healthCheck": {"intervalSeconds": 2, "timeoutSeconds": 3}},
      ["gateway.healthCheck.timeoutSeconds: 3.0 is above the maximum 2"]),
+    ({"retries": {"tries": 3}}, ["gateway.retries.tries: unknown key; allowed keys: attempts, budgetPercent"]),
+    ({"outlierDetection": {"ejections": 3}},
+     ["gateway.outlierDetection.ejections: unknown key; allowed keys: consecutive5xx, intervalSeconds, "
+      "baseEjectionSeconds, maxEjectionPercent, panicThresholdPercent"]),
+    ({"circuitBreakers": {"maxRetries": 3}},
+     ["gateway.circuitBreakers.maxRetries: unknown key; allowed keys: maxConnections, maxPendingRequests, "
+      "maxRequests"]),
+    ({"namespace": "Edge_GW"}, ["gateway.namespace: 'Edge_GW' is not a DNS label (lowercase letters, digits, '-')"]),
+    ({"connectTimeoutSeconds": 0}, ["gateway.connectTimeoutSeconds: 0.0 is below the minimum 0.01"]),
+    ({"retries": {"budgetPercent": -1}}, ["gateway.retries.budgetPercent: -1.0 is below the minimum 0"]),
 ])
 def test_bad_gateway_settings_name_the_key(gateway: dict[str, Any], problems: list[str]) -> None:
     assert _problems(gateway) == problems
