@@ -33,7 +33,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                                  "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py",
-                            "tests/artifacts/test_rules_idle_threshold.py"),
+                            "tests/artifacts/test_rules_thresholds_and_texts.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py",
                                        "tests/artifacts/test_upstream_metric_names.py"),

@@ -1,5 +1,6 @@
-"""The idle-GPU threshold is exactly observability.idleGpuUtilizationPercent (prod: the default 10 %), through
-promtool: a GPU at the threshold is working, one a hair under it is idle.
+"""Rules details the known-answer data does not reach: the idle-GPU threshold is exactly
+observability.idleGpuUtilizationPercent (prod: the default 10 %), through promtool: a GPU at the threshold is
+working, one a hair under it is idle; and the SLO alerts' texts name the objective they judge.
 
 DCGM_FI_DEV_GPU_UTIL is a percentage 0-100 (dcgm-exporter etc/default-counters.csv, "GPU utilization (in %)").
 """
@@ -37,3 +38,21 @@ def test_a_gpu_at_the_idle_threshold_works_and_one_just_under_it_idles(tmp_path:
              for record, value in ((R.POOL_WORKING_GPUS, 2), (R.POOL_ALLOCATED_IDLE_GPUS, 2))]
     _run_promtool_tests(cfg, tmp_path, ("1m", [{"interval": "1m", "input_series": [
         {"series": s, "values": v} for s, v in series.items()], "promql_expr_test": tests}]))
+
+
+def test_slo_alerts_name_the_objective_they_judge() -> None:
+    """An on-call reading a burn alert learns which objective (a workflow's own, or the default for workflows
+    without one) and which threshold and target were missed."""
+    from dashboards.rules import alerts
+
+    cfg = from_platform(dashboards.load_stack("prod"))
+    text = {(a.alert, a.labels["objective"], a.severity): a.to_dict()["annotations"]["description"]
+            for a in alerts(cfg) if a.alert in ("WorkflowLatencyBudgetBurn", "WorkflowErrorBudgetBurn")}
+    assert text[("WorkflowLatencyBudgetBurn", "assistant-chat", "critical")] == (
+        "Workflow {{ $labels.workflow }} (tenant {{ $labels.tenant }}, workflow assistant-chat) is slower than 10s "
+        "(target 99.000% within): {{ $value | humanizePercentage }} of runs missed the SLO over the short window, "
+        "enough to spend the 30-day budget within days.")
+    assert text[("WorkflowErrorBudgetBurn", "default", "warning")] == (
+        "Workflow {{ $labels.workflow }} (tenant {{ $labels.tenant }}, workflows without their own SLO) is failing "
+        "(target 99.500% succeed): {{ $value | humanizePercentage }} of runs missed the SLO over the short window, "
+        "enough to spend the 30-day budget before the window ends.")
