@@ -124,3 +124,44 @@ def test_replica_bounds(gateway: dict[str, Any], bounds: tuple[int, int]) -> Non
 ])
 def test_bad_gateway_settings_name_the_key(gateway: dict[str, Any], problems: list[str]) -> None:
     assert _problems(gateway) == problems
+
+
+# (section, key, kind, minimum, maximum or None): the gateway's numeric settings and their documented limits
+NUMBERS = [
+    ("outlierDetection", "consecutive5xx", int, 1, None),
+    ("outlierDetection", "intervalSeconds", float, 0.1, None),
+    ("outlierDetection", "baseEjectionSeconds", float, 0.1, None),
+    ("outlierDetection", "panicThresholdPercent", float, 0.0, 100.0),
+    ("circuitBreakers", "maxConnections", int, 1, None),
+    ("circuitBreakers", "maxPendingRequests", int, 1, None),
+    ("circuitBreakers", "maxRequests", int, 1, None),
+    ("retries", "attempts", int, 0, 10),
+    ("retries", "budgetPercent", float, 0.0, 100.0),
+    ("healthCheck", "intervalSeconds", float, 0.01, 300.0),
+    ("healthCheck", "unhealthyThreshold", int, 1, 10),
+    ("healthCheck", "healthyThreshold", int, 1, 10),
+    ("", "requestHeadersTimeoutSeconds", float, 0.01, 3600.0),
+    ("", "requestTimeoutSeconds", float, 0.01, 3600.0),
+    ("", "streamIdleTimeoutSeconds", float, 0.01, 3600.0),
+    ("", "idleTimeoutSeconds", float, 1.0, 86400.0),
+]
+
+
+def _set(section: str, key: str, value: Any) -> dict[str, Any]:
+    return {section: {key: value}} if section else {key: value}
+
+
+@pytest.mark.parametrize(("section", "key", "kind", "lo", "hi"), NUMBERS,
+                         ids=lambda x: x if isinstance(x, str) else None)
+def test_numeric_settings_accept_their_limits_and_refuse_past_them_naming_the_key(
+        section: str, key: str, kind: type, lo: float, hi: float | None) -> None:
+    path = f"gateway.{section}.{key}" if section else f"gateway.{key}"
+    for limit in (lo, hi):
+        if limit is not None:
+            _gateway(_set(section, key, kind(limit)))  # the limits themselves are accepted
+    below = lo - 1 if kind is int else (lo / 2 if lo else -1.0)
+    assert _problems(_set(section, key, kind(below))) == [f"{path}: {kind(below)!r} is below the minimum {lo:g}"]
+    if hi is not None:
+        above = hi + 1 if kind is int else hi * 2
+        assert _problems(_set(section, key, kind(above))) == [
+            f"{path}: {kind(above)!r} is above the maximum {hi:g}"]
