@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,3 +23,7 @@ def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Pat
         return done[stack].out
 
     return get
+
+
+if os.environ.get("AIFACTORY_MUTATION_STATS"):  # `make mutate` (tests/mutation): credit fixture calls to every test
+    from tests.mutation.widen import pytest_runtest_teardown  # noqa: F401

@@ -1,7 +1,8 @@
 """Dashboards against a real Prometheus: synthetic exporter data with known answers is backfilled, the
-recording rules are backfilled over it, and every panel's query (variables on All) must return data;
-the key numbers must equal the ground truth within 2%. Also the Grafana 10-12 contract of every dashboard,
-and what synth writes."""
+recording rules are backfilled over it, and every panel's query (variables on All) must return exactly the
+series and values panel_answers.py works out from the data (test_panel_known_answer; a panel without a known
+answer fails test_every_panel_has_a_known_answer); the key numbers must equal the ground truth within 2%. Also
+the Grafana 10-12 contract of every dashboard, and what synth writes."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from dashboards.rules import records
 from infra.artifacts import ArtifactContext
 from infra.synth import read_stack_config, run_program, stack_file
 from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
+from tests.artifacts.panel_answers import ANSWERED_ELSEWHERE, answers
 from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
 from tests.support.synthetic import Synthetic, generate
 
@@ -277,3 +279,35 @@ def test_variant_decisions_per_workload_variant_and_reason(prod: ObservabilityCo
     got = {(r["metric"]["workload"], r["metric"]["variant"], r["metric"]["reason"]): float(r["value"][1])
            for r in prom.query(overflow, data.end)}
     assert got == pytest.approx(dict(data.truth.route_overflow), rel=TOLERANCE)
+
+
+# --- every panel's known answer (tests/artifacts/panel_answers.py) ------------------------------------------------
+
+PROD_ANSWERS = answers(from_platform(dashboards.load_stack("prod")), NODES)
+
+
+@pytest.mark.parametrize(("board", "title"), sorted(PROD_ANSWERS), ids=lambda x: x)
+def test_panel_known_answer(board: str, title: str, prod: ObservabilityConfig, prom: PrometheusServer,
+                            data: Synthetic) -> None:
+    """Each query of the panel (variables on All) returns exactly the series and values worked out from the
+    synthetic data in panel_answers.py."""
+    exprs = _panel(board, title, prod)
+    want = PROD_ANSWERS[(board, title)]
+    assert len(exprs) == len(want), f"{len(exprs)} queries, {len(want)} known answers"
+    for expr, answer in zip(exprs, want, strict=True):
+        rows = prom.query(expr, data.end)
+        got = {tuple(r["metric"].get(label, "") for label in answer.by): float(r["value"][1]) for r in rows}
+        assert len(got) == len(rows), f"{expr}: series not told apart by {answer.by}"
+        assert got == pytest.approx(dict(answer.values), rel=1e-6, abs=1e-9), expr
+
+
+def test_every_panel_has_a_known_answer(prod: ObservabilityConfig) -> None:
+    """Every panel of every dashboard (prod: every board and row) has a known answer: in panel_answers.ANSWERS, or
+    named in panel_answers.ANSWERED_ELSEWHERE with the test that asserts it. A panel added without one fails here."""
+    panels = {(board, title) for board, d in dashboards.build(prod).items() for title, _ in dashboards.queries(d)}
+    assert sorted(panels - set(PROD_ANSWERS) - set(ANSWERED_ELSEWHERE)) == []
+    assert sorted(set(PROD_ANSWERS) - panels) == []  # no answer for a panel that is gone
+    root = Path(__file__).resolve().parents[2]
+    for panel, where in ANSWERED_ELSEWHERE.items():
+        path, _, function = where.partition("::")
+        assert f"def {function}(" in (root / path).read_text(), (panel, where)

@@ -8,7 +8,9 @@ Callers present RS256 tokens of a local issuer (tests.support.tokens, a local JW
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
+import re
 import socket
 import time
 from collections import Counter
@@ -537,3 +539,14 @@ def test_stats_port_serves_prometheus_metrics_and_nothing_else_of_the_admin_inte
     assert request(gateway.stats_port, "/ready")[0] == 200
     for admin_only in ("/config_dump", "/clusters", "/quitquitquit", "/stats"):
         assert request(gateway.stats_port, admin_only)[0] == 404, admin_only
+
+
+def test_the_gateway_is_the_edge_it_appends_the_client_address_and_sets_a_request_id(gateway: Gateway) -> None:
+    """Envoy appends the downstream peer's address to x-forwarded-for only with use_remote_address true (Envoy docs,
+    HTTP header manipulation, "x-forwarded-for"), and sets x-request-id with generate_request_id (UUID-shaped)."""
+    status, body = gateway.get("/v1/models", {"x-model": "embed"})
+    assert status == 200
+    # the client sent none: the one address is the peer Envoy saw (this sandbox's loopback peers may not read
+    # 127.0.0.1); without use_remote_address the header would be absent
+    assert ipaddress.ip_address(body["forwarded_for"])
+    assert re.fullmatch(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", body["request_id"])

@@ -6,6 +6,9 @@ total and the score, then the surviving mutants (`mutmut show <name>` in that co
 
     python -m tests.mutation                       # every module below
     python -m tests.mutation telemetry/critical_path.py policies/fabric.py
+    python -m tests.mutation infra/config.py --only 'infra.config.x__bounds*'   # some functions' mutants only
+
+A run narrowed with --only scores the mutants it checked; the others stay "not checked" and out of the total.
 """
 
 from __future__ import annotations
@@ -24,19 +27,29 @@ OUT = ROOT / "build" / "mutate"
 MODULES: dict[str, tuple[str, ...]] = {
     "policies/fabric.py": ("tests/unit/test_policies.py", "tests/unit/test_policy_efa_security_group.py",
                            "tests/unit/test_policy_fabric_cases.py"),
-    "policies/isolation.py": ("tests/unit/test_policies.py",),
-    "policies/kube.py": ("tests/unit/test_policies.py",),
-    "policies/aws_security.py": ("tests/unit/test_policies.py",),
+    "policies/isolation.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_isolation_reading.py"),
+    "policies/kube.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_kube_reading.py"),
+    "policies/aws_security.py": ("tests/unit/test_policies.py", "tests/unit/test_policies_s3.py",
+                                 "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
-                            "tests/artifacts/test_upstream_metric_names.py"),
+                            "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py",
+                            "tests/artifacts/test_rules_thresholds_and_texts.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
-                                       "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py"),
+                                       "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py",
+                                       "tests/artifacts/test_upstream_metric_names.py"),
     "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
                                    "tests/unit/test_critical_path_window.py"),
-    "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py"),
-    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py"),
+    "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
+                                  "tests/node/test_nodecheck_real_node.py",
+                                  "tests/node/test_nodecheck_fault_recordings.py"),
+    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
+                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
+# What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
+# stacks (tests synth them), the Pulumi project file and .venv/bin/envoy (the Envoy tests run ROOT/.venv/bin/envoy;
+# the scratch copy gets that one launcher, which runs the worktree's venv).
+ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 
@@ -58,17 +71,24 @@ def _config(module: str, tests: tuple[str, ...]) -> str:
     quoted = "\n    ".join  # setup.cfg: one list item per line
     return (f"[mutmut]\nsource_paths =\n    {quoted(PACKAGES)}\nonly_mutate =\n    {module}\n"
             f"pytest_add_cli_args_test_selection =\n    {quoted(tests)}\n"
+            f"also_copy =\n    {quoted(ALSO_COPY)}\n"
             "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
 
 
-def run(module: str, *, max_children: int) -> tuple[int, int, list[str]]:
-    """(killed, total, surviving mutant names) for one module."""
+def run(module: str, *, max_children: int, only: tuple[str, ...] = (), tests: tuple[str, ...] = ()
+        ) -> tuple[int, int, list[str]]:
+    """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all);
+    `tests`: test files instead of the module's own (default: MODULES[module])."""
     work = OUT / module.replace("/", "_").removesuffix(".py")
     _copy_tree(work)
-    (work / "setup.cfg").write_text(_config(module, MODULES[module]))
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    envoy = ROOT / ".venv" / "bin" / "envoy"
+    if envoy.is_file():
+        (work / ".venv" / "bin").mkdir(parents=True)
+        shutil.copy2(envoy, work / ".venv" / "bin" / "envoy")
+    (work / "setup.cfg").write_text(_config(module, tests or MODULES[module]))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AIFACTORY_MUTATION_STATS": "1"}  # tests/mutation/widen.py
     mutmut = [sys.executable, "-m", "mutmut"]
-    subprocess.run([*mutmut, "run", "--max-children", str(max_children)], cwd=work, env=env, check=False)
+    subprocess.run([*mutmut, "run", "--max-children", str(max_children), *only], cwd=work, env=env, check=False)
     res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, check=True,
                          capture_output=True, text=True)
     statuses = {m["name"]: m["status"] for m in (STATUS.match(x) for x in res.stdout.splitlines()) if m}
@@ -81,6 +101,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
     ap.add_argument("--max-children", type=int, default=2, help="parallel test processes (default: 2)")
+    ap.add_argument("--only", action="append", default=[], metavar="PATTERN",
+                    help="run only mutants whose names match (mutmut's wildcards; repeatable; default: all)")
+    ap.add_argument("--tests", action="append", default=[], metavar="FILE",
+                    help="test files to run instead of the module's own (repeatable; e.g. without the timing-"
+                         "sensitive live tests on a loaded machine)")
     args = ap.parse_args()
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
@@ -88,7 +113,8 @@ def main() -> int:
         return 2
     report = []
     for module in args.modules or list(MODULES):
-        killed, total, survivors = run(module, max_children=args.max_children)
+        killed, total, survivors = run(module, max_children=args.max_children, only=tuple(args.only),
+                                       tests=tuple(args.tests))
         score = f"{100 * killed / total:.1f}%" if total else "n/a"
         report.append(f"{module}: {killed}/{total} mutants killed ({score})")
         report += [f"  survived: {s}" for s in survivors]

@@ -49,7 +49,8 @@ PATTERNS = ((re.compile(r"^timeout --verbose --kill-after=\d+ \d+ python3 - ", r
             (re.compile(r"^(i=0; while .* done; )?pgrep -f "), "burn-in-leftovers.txt"),
             (re.compile(r"^curl -sS --max-time \d+ https?://\S+$"), "dcgm-exporter-metrics.txt"),
             (re.compile(r"^timeout --verbose --kill-after=\d+ \d+ mpirun ", re.MULTILINE), "nccl-all-reduce.txt"),
-            (re.compile(r"^pgrep -x all_reduce_perf$"), "nccl-leftovers.txt"))
+            (re.compile(r"^pgrep -x all_reduce_perf$"), "nccl-leftovers.txt"),
+            (re.compile(r"^kill -KILL "), "kill-leftovers.txt"))
 
 
 class ReplayBackend(BaseBackend):

@@ -17,6 +17,11 @@ def main(argv: list[str]) -> int:
     kind, _, case = argv[1].partition("+")
     args = [a for a in argv[2:] if not a.startswith("--")]
     if args[:2] == ["get", "pods"]:
+        # only what node-check asks: the GPU operator's exporter pods (namespace gpu-operator, label
+        # app=nvidia-dcgm-exporter on the operator's DaemonSet pods)
+        if args[2:] != ["-n", "gpu-operator", "-l", "app=nvidia-dcgm-exporter", "-o", "json"]:
+            print(f"replay_kubectl: recorded only the exporter pods, not: {' '.join(args)}", file=sys.stderr)
+            return 1
         name = "kubectl-get-pods-dcgm-exporter.json"
     elif args[:2] == ["get", "pod"]:
         name = f"kubectl-get-pod-{args[2]}.json"

@@ -111,7 +111,8 @@ class _Handler(BaseHTTPRequestHandler):
                            "tenant": self.headers.get("x-aifactory-tenant"),
                            "authorization": self.headers.get("authorization"),
                            "body_bytes": length,
-                           "request_id": self.headers.get("x-request-id")}).encode()
+                           "request_id": self.headers.get("x-request-id"),
+                           "forwarded_for": self.headers.get("x-forwarded-for")}).encode()
 
     def _send(self, status: int, body: bytes) -> None:
         send_json(self, status, body)

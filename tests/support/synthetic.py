@@ -28,28 +28,40 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dashboards.config import ObservabilityConfig
+
+# Only the kit's own names come from telemetry/names.py: its instruments (the kit emits them), its buckets, the pod
+# label its monitors copy (aifactory_io_model) and its Envoy listeners' stat prefixes. Every exporter family is
+# named here as upstream emits it and checked against tests/fixtures/metrics/*.yaml (name, type, labels) as it is
+# written (tests.support.upstream); Envoy's names are the ones the real Envoy's scrape shows
+# (tests/artifacts/test_upstream_metric_names.py), Istio's and kube-state-metrics' those of FACTS.md.
 from telemetry.names import (
     BUDGET_BUCKETS_S,
     CRITICAL_PATH,
-    DCGM,
     ENVOY,
-    ISTIO,
-    KSM,
     STEP_BUCKETS_S,
     STEP_BUDGET,
     STEP_DURATION,
     STEP_ERRORS,
     TRITON,
-    VLLM,
     WORKFLOW_BUCKETS_S,
     WORKFLOW_DEADLINES,
     WORKFLOW_DURATION,
 )
+from telemetry.names import VLLM as _VLLM_BUCKETS
 from tests.support import exporter_facts as facts
+from tests.support import upstream
 
 __all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WORKFLOW_SPANS", "OTHER_WORKFLOW",
            "GATEWAY", "Truth", "Synthetic", "Scale", "Allocation", "allocate", "generate"]
 
+# The DCGM exporter's host label, in the fixture's spellings: 4.4.2-4.7.0's and the later exporters'.
+HOSTNAME_LABELS = ("Hostname", "hostname")
+# vLLM v0.11.0's histogram buckets (vllm/v1/metrics/loggers.py), as telemetry/names.py records them.
+VLLM_TTFT_BUCKETS, VLLM_REQUEST_BUCKETS = _VLLM_BUCKETS.TTFT_BUCKETS, _VLLM_BUCKETS.REQUEST_BUCKETS
+TRITON_ENGINE_MODEL = "tensorrt_llm"  # the TensorRT-LLM repository's engine model (tensorrtllm_backend all_models/)
+# Labels the scrape puts on every series (Prometheus: job, instance; the operator's monitors: namespace, pod,
+# container), besides the exporter's own.
+SCRAPE_LABELS = frozenset({"job", "instance", "namespace", "pod", "container"})
 IDLE_UTIL_PERCENT = 3.0
 BUSY_UTIL_PERCENT = 60.0
 CRITICAL_PATH_SHARES = {"llm": 0.55, "tool": 0.2, "retrieval": 0.12, "planning": 0.08, "network": 0.03,
@@ -126,7 +138,7 @@ class Allocation:
     gpus: tuple[int, ...]
 
 
-TRITON_REPOSITORY = ("ensemble", "preprocessing", TRITON.ENGINE_MODEL, "postprocessing")
+TRITON_REPOSITORY = ("ensemble", "preprocessing", TRITON_ENGINE_MODEL, "postprocessing")
 
 
 def _node(pool: str, i: int) -> str:
@@ -168,6 +180,18 @@ def _le(value: float, python_client: bool) -> str:
     return repr(float(value)) if python_client else _fmt(value)
 
 
+def _check(name: str, kind: str, labels: Mapping[str, str]) -> None:
+    """An exporter family the fixtures record is written only under its upstream name, as its upstream type, with
+    the exporter's and the scrape's labels (plus the pod labels the kit's monitors copy, aifactory_io_*)."""
+    if not upstream.is_upstream(name):
+        return
+    fam = upstream.family(name)
+    if fam.kind != kind:
+        raise ValueError(f"{name}: written as a {kind}, but it is a {fam.kind} upstream ({fam.exporter})")
+    if extra := sorted(k for k in labels if k not in fam.labels | SCRAPE_LABELS and not k.startswith("aifactory_io_")):
+        raise ValueError(f"{name}: labels {', '.join(extra)} are not the exporter's ({fam.exporter})")
+
+
 class _Writer:
     def __init__(self, times: Sequence[int]) -> None:
         self.times = times
@@ -181,6 +205,10 @@ class _Writer:
         return {"namespace": namespace, "pod": pod, "container": container, "instance": f"{ip}:{port}", "job": job}
 
     def gauge(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        _check(name, "gauge", labels)
+        self._gauge(name, labels, value)
+
+    def _gauge(self, name: str, labels: Mapping[str, str], value: float) -> None:
         self.series += 1
         key, v = f"{name}{_labels(labels)}", _fmt(value)
         self.lines.extend(f"{key} {v} {t}" for t in self.times)
@@ -189,6 +217,7 @@ class _Writer:
         """A gauge that alternates between `high` and `low` sample by sample (a throughput read each scrape:
         every fall is what `rate()` would take for a counter reset), its last two samples equal (recording
         rules backfilled up to the last sample read the one before); returns its last value."""
+        _check(name, "gauge", labels)
         self.series += 1
         key = f"{name}{_labels(labels)}"
         values = [low if i % 2 else high for i in range(len(self.times) - 1)]
@@ -197,17 +226,30 @@ class _Writer:
         return values[-1]
 
     def counter(self, name: str, labels: Mapping[str, str], per_second: float) -> None:
+        _check(name, "counter", labels)
+        self._counter(name, labels, per_second)
+
+    def _counter(self, name: str, labels: Mapping[str, str], per_second: float) -> None:
         self.series += 1
         key, t0 = f"{name}{_labels(labels)}", self.times[0]
         self.lines.extend(f"{key} {_fmt(per_second * (t - t0 + 3600))} {t}" for t in self.times)
 
+    def level(self, name: str, labels: Mapping[str, str], value: float) -> None:
+        """An upstream family written as its fixture types it: a gauge holds `value`, a counter grows by
+        `value` per second."""
+        kind = upstream.family(name).kind
+        if kind not in ("gauge", "counter"):
+            raise ValueError(f"{name}: a {kind} upstream, neither a gauge nor a counter")
+        (self.gauge if kind == "gauge" else self.counter)(name, labels, value)
+
     def histogram(self, name: str, labels: Mapping[str, str], buckets: Sequence[float],
                   cdf: Callable[[float], float], per_second: float, mean: float, *, python_client: bool) -> None:
+        _check(name, "histogram", labels)
         for b in buckets:
-            self.counter(f"{name}_bucket", {**labels, "le": _le(b, python_client)}, per_second * cdf(b))
-        self.counter(f"{name}_bucket", {**labels, "le": "+Inf"}, per_second)
-        self.counter(f"{name}_count", labels, per_second)
-        self.counter(f"{name}_sum", labels, per_second * mean)
+            self._counter(f"{name}_bucket", {**labels, "le": _le(b, python_client)}, per_second * cdf(b))
+        self._counter(f"{name}_bucket", {**labels, "le": "+Inf"}, per_second)
+        self._counter(f"{name}_count", labels, per_second)
+        self._counter(f"{name}_sum", labels, per_second * mean)
 
     def text(self) -> str:
         return "\n".join(self.lines) + "\n# EOF\n"
@@ -220,6 +262,21 @@ def _uniform(lo: float, hi: float) -> Callable[[float], float]:
 # NVLink throughput of one GPU, in DCGM's units (1000 KiB/s), alternating sample by sample: working GPUs
 # move about 6.6e10 B/s, idle ones a trickle, GPUs no pod holds nothing.
 NVLINK_UNITS = {"busy": (70_000.0, 58_000.0), "idle": (120.0, 80.0), "free": (0.0, 0.0)}
+
+
+# Each DCGM family a GPU exports and its value at a utilisation (%); how it is written (a level or a count) is
+# the fixture's type, so DCGM_FI_DEV_POWER_USAGE is a level in watts and the energy counter grows 400 J/s.
+DCGM_VALUES: tuple[tuple[str, Callable[[float], float]], ...] = (
+    ("DCGM_FI_DEV_GPU_UTIL", lambda u: u), ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", lambda u: u / 100),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", lambda u: u / 200), ("DCGM_FI_PROF_DRAM_ACTIVE", lambda u: u / 150),
+    ("DCGM_FI_DEV_FB_USED", lambda u: 60000), ("DCGM_FI_DEV_FB_FREE", lambda u: 21000),
+    ("DCGM_FI_DEV_POWER_USAGE", lambda u: 100 + 5 * u), ("DCGM_FI_DEV_GPU_TEMP", lambda u: 40 + u / 3),
+    ("DCGM_FI_DEV_MEMORY_TEMP", lambda u: 45 + u / 3), ("DCGM_FI_DEV_SM_CLOCK", lambda u: 1980),
+    ("DCGM_FI_DEV_MEM_CLOCK", lambda u: 2619), ("DCGM_FI_DEV_XID_ERRORS", lambda u: 0),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", lambda u: 2e9), ("DCGM_FI_PROF_PCIE_RX_BYTES", lambda u: 3e9),
+    ("DCGM_FI_DEV_ROW_REMAP_PENDING", lambda u: 0), ("DCGM_FI_DEV_ROW_REMAP_FAILURE", lambda u: 0),
+    ("DCGM_FI_DEV_CLOCK_THROTTLE_REASONS", lambda u: 0), ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", lambda u: 400_000),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", lambda u: 0))
 
 
 @dataclass
@@ -238,12 +295,12 @@ def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs
     held = {(a.node, g): (a, i) for a in allocs for i, g in enumerate(a.gpus)}
     fleet = _Fleet()
     for p_index, pool in enumerate(cfg.pools):
-        host_label = DCGM.HOSTNAME_LABELS[p_index % 2]
+        host_label = HOSTNAME_LABELS[p_index % 2]
         price = pool.gpu_price_per_hour
         fleet.unallocated[pool.name] = fleet.working[pool.name] = fleet.nvlink[pool.name] = 0.0
         for n in range(nodes[pool.name]):
             node = _node(pool.name, n)
-            w.gauge(KSM.NODE_LABELS, {"node": node, "label_aifactory_io_pool": pool.name}, 1)
+            w.gauge("kube_node_labels", {"node": node, "label_aifactory_io_pool": pool.name}, 1)
             w.gauge(facts.NODE_CAPACITY.name, {"node": node, "resource": "nvidia_com_gpu", "unit": "integer"},
                     pool.gpus_per_node)
             for g in range(pool.gpus_per_node):
@@ -263,22 +320,14 @@ def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs
                 labels = {"gpu": str(g), "UUID": f"GPU-{node}-{g}", "pci_bus_id": f"00000000:{g:02X}:00.0",
                           "device": f"nvidia{g}", "modelName": "NVIDIA H100 80GB HBM3", host_label: node,
                           "DCGM_FI_DRIVER_VERSION": "570.124.06", **owner}
-                w.gauge(DCGM.GPU_UTIL, labels, util)
-                for metric, value in ((DCGM.GR_ENGINE_ACTIVE, util / 100), (DCGM.TENSOR_ACTIVE, util / 200),
-                                      (DCGM.DRAM_ACTIVE, util / 150), (DCGM.FB_USED, 60000), (DCGM.FB_FREE, 21000),
-                                      (DCGM.POWER, 100 + 5 * util), (DCGM.GPU_TEMP, 40 + util / 3),
-                                      (DCGM.MEMORY_TEMP, 45 + util / 3), (DCGM.SM_CLOCK, 1980),
-                                      (DCGM.MEM_CLOCK, 2619), (DCGM.XID, 0), (DCGM.PCIE_TX, 2e9),
-                                      (DCGM.PCIE_RX, 3e9), (DCGM.ROW_REMAP_PENDING, 0),
-                                      (DCGM.ROW_REMAP_FAILURE, 0), (DCGM.CLOCK_THROTTLE_REASONS, 0)):
-                    w.gauge(metric, labels, value)
+                # the value of each family: a gauge's level, a counter's growth per second (mJ/s for energy)
+                for metric, value in DCGM_VALUES:
+                    w.level(metric, labels, value(util))
                 last = w.fluctuating(facts.NVLINK_BANDWIDTH_TOTAL.name, labels, *NVLINK_UNITS[state])
                 fleet.nvlink_gpu[(node, str(g))] = last * facts.NVLINK_BYTES_PER_UNIT
                 fleet.nvlink[pool.name] += last * facts.NVLINK_BYTES_PER_UNIT
-                for metric, rate in ((DCGM.ENERGY, 400_000), (DCGM.PCIE_REPLAY, 0)):
-                    w.counter(metric, labels, rate)
     for a in allocs:
-        w.gauge(KSM.POD_LABELS, {"namespace": a.tenant, "pod": a.pod, "label_aifactory_io_model": a.model,
+        w.gauge("kube_pod_labels", {"namespace": a.tenant, "pod": a.pod, "label_aifactory_io_model": a.model,
                                  "label_aifactory_io_tenant": a.tenant}, 1)
         _pod(w, a.tenant, a.pod, a.node, len(a.gpus), "Running")
     # A finished batch job on the first node no model holds: kube-state-metrics still exports its GPU
@@ -292,8 +341,9 @@ def _dcgm(w: _Writer, cfg: ObservabilityConfig, nodes: Mapping[str, int], allocs
 
 def _pod(w: _Writer, namespace: str, pod: str, node: str, gpus: int, phase: str) -> None:
     """kube-state-metrics' series of one pod: its GPU requests and its phase (tests.support.exporter_facts)."""
-    w.gauge(KSM.POD_REQUESTS, {"namespace": namespace, "pod": pod, "container": "server", "node": node,
-                               "resource": "nvidia_com_gpu", "unit": "integer"}, gpus)
+    w.gauge("kube_pod_container_resource_requests", {"namespace": namespace, "pod": pod, "container": "server",
+                                                     "node": node, "resource": "nvidia_com_gpu", "unit": "integer"},
+            gpus)
     for p in facts.POD_PHASES:
         w.gauge(facts.POD_PHASE.name, {"namespace": namespace, "pod": pod, "uid": f"uid-{pod}", "phase": p},
                 1 if p == phase else 0)
@@ -338,25 +388,28 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
                 labels = {"model_name": m.name, "engine": "0",
                           **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
                 share = 1 / len(pods)
-                for h, buckets in ((VLLM.TTFT, VLLM.TTFT_BUCKETS), (VLLM.ITL, VLLM.TTFT_BUCKETS),
-                                   (VLLM.TPOT, VLLM.TTFT_BUCKETS), (VLLM.E2E, VLLM.REQUEST_BUCKETS),
-                                   (VLLM.QUEUE, VLLM.REQUEST_BUCKETS), (VLLM.PREFILL, VLLM.REQUEST_BUCKETS),
-                                   (VLLM.DECODE, VLLM.REQUEST_BUCKETS)):
+                for h, buckets in (("vllm:time_to_first_token_seconds", VLLM_TTFT_BUCKETS),
+                                   ("vllm:inter_token_latency_seconds", VLLM_TTFT_BUCKETS),
+                                   ("vllm:request_time_per_output_token_seconds", VLLM_TTFT_BUCKETS),
+                                   ("vllm:e2e_request_latency_seconds", VLLM_REQUEST_BUCKETS),
+                                   ("vllm:request_queue_time_seconds", VLLM_REQUEST_BUCKETS),
+                                   ("vllm:request_prefill_time_seconds", VLLM_REQUEST_BUCKETS),
+                                   ("vllm:request_decode_time_seconds", VLLM_REQUEST_BUCKETS)):
                     lo, hi = buckets[2], buckets[8]
                     w.histogram(h, labels, buckets, _uniform(lo, hi), 5 * share, (lo + hi) / 2, python_client=True)
-                w.counter(VLLM.GENERATION_TOKENS, labels, tokens * share)
-                w.counter(VLLM.PROMPT_TOKENS, labels, 4 * tokens * share)
-                w.counter(VLLM.PREFIX_QUERIES, labels, 4 * tokens * share)
-                w.counter(VLLM.PREFIX_HITS, labels, 2 * tokens * share)
-                w.counter(VLLM.SPEC_DRAFT_TOKENS, labels, 100 * share)
-                w.counter(VLLM.SPEC_ACCEPTED_TOKENS, labels, 70 * share)
-                w.counter(VLLM.SPEC_DRAFTS, labels, 25 * share)
-                w.counter(VLLM.PREEMPTIONS, labels, 0.01 * share)
+                w.level("vllm:generation_tokens_total", labels, tokens * share)
+                w.level("vllm:prompt_tokens_total", labels, 4 * tokens * share)
+                w.level("vllm:prefix_cache_queries_total", labels, 4 * tokens * share)
+                w.level("vllm:prefix_cache_hits_total", labels, 2 * tokens * share)
+                w.level("vllm:spec_decode_num_draft_tokens_total", labels, 100 * share)
+                w.level("vllm:spec_decode_num_accepted_tokens_total", labels, 70 * share)
+                w.level("vllm:spec_decode_num_drafts_total", labels, 25 * share)
+                w.level("vllm:num_preemptions_total", labels, 0.01 * share)
                 for reason, rate in FINISHED_PER_S.items():
-                    w.counter(VLLM.REQUEST_SUCCESS, {**labels, "finished_reason": reason}, rate * share)
-                w.gauge(VLLM.RUNNING, labels, 12)
-                w.gauge(VLLM.WAITING, labels, 1)
-                w.gauge(VLLM.KV_CACHE, labels, 0.4)
+                    w.level("vllm:request_success_total", {**labels, "finished_reason": reason}, rate * share)
+                w.level("vllm:num_requests_running", labels, 12)
+                w.level("vllm:num_requests_waiting", labels, 1)
+                w.level("vllm:kv_cache_usage_perc", labels, 0.4)
         else:
             # As Triton really labels a TensorRT-LLM repository: one series per repository model, the kit's
             # model only in the pod label the ServiceMonitor copies. Only tensorrt_llm carries the truth; the
@@ -365,25 +418,27 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
             for a, repo_model in ((a, r) for a in pods for r in TRITON_REPOSITORY):
                 labels = {"model": repo_model, "version": "1", TRITON.L_POD_MODEL: m.name,
                           **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
-                if repo_model != TRITON.ENGINE_MODEL:
-                    w.counter(TRITON.REQUEST_SUCCESS, labels, 7 * share)
-                    w.counter(TRITON.QUEUE_DURATION_US, labels, 7 * 900_000 * share)
-                    w.gauge(TRITON.PENDING, labels, 40)
+                if repo_model != TRITON_ENGINE_MODEL:
+                    w.level("nv_inference_request_success", labels, 7 * share)
+                    w.level("nv_inference_queue_duration_us", labels, 7 * 900_000 * share)
+                    w.level("nv_inference_pending_request_count", labels, 40)
                     if repo_model == "ensemble":  # decoupled too: its own first-response histogram
                         w.histogram(facts.FIRST_RESPONSE_HISTOGRAM.name, labels,
                                     facts.FIRST_RESPONSE_DEFAULT_BUCKETS_MS, _uniform(2000, 5000), 7 * share, 3500,
                                     python_client=False)
                     continue
                 _trtllm(w, labels, tokens, share)
-                w.counter(TRITON.REQUEST_SUCCESS, labels, 20 * share)
-                w.counter(TRITON.REQUEST_FAILURE, {**labels, "reason": "REJECTED"}, 0.1 * share)
-                w.counter(TRITON.INFERENCE_COUNT, labels, 20 * share)
-                w.counter(TRITON.EXEC_COUNT, labels, 5 * share)
-                for metric, us in ((TRITON.REQUEST_DURATION_US, 300_000), (TRITON.QUEUE_DURATION_US, 10_000),
-                                   (TRITON.COMPUTE_INPUT_US, 1_000), (TRITON.COMPUTE_INFER_US, 280_000),
-                                   (TRITON.COMPUTE_OUTPUT_US, 1_000)):
-                    w.counter(metric, labels, 20 * us * share)
-                w.gauge(TRITON.PENDING, labels, 3)
+                w.level("nv_inference_request_success", labels, 20 * share)
+                w.level("nv_inference_request_failure", {**labels, "reason": "REJECTED"}, 0.1 * share)
+                w.level("nv_inference_count", labels, 20 * share)
+                w.level("nv_inference_exec_count", labels, 5 * share)
+                for metric, us in (("nv_inference_request_duration_us", 300_000),
+                                   ("nv_inference_queue_duration_us", 10_000),
+                                   ("nv_inference_compute_input_duration_us", 1_000),
+                                   ("nv_inference_compute_infer_duration_us", 280_000),
+                                   ("nv_inference_compute_output_duration_us", 1_000)):
+                    w.level(metric, labels, 20 * us * share)
+                w.level("nv_inference_pending_request_count", labels, 3)
             lo, hi = TRITON_FIRST_RESPONSE_MS
             ttft[m.name] = (lo + 0.95 * (hi - lo)) / 1000
     return truth, ttft
@@ -395,14 +450,14 @@ def _istio_hop(w: _Writer, source: tuple[str, str], destination: tuple[str, str]
     (src, src_ns), (dest, dest_ns) = source, destination
     base = {"reporter": "destination", "source_workload": src, "source_workload_namespace": src_ns,
             "destination_workload": dest, "destination_workload_namespace": dest_ns,
-            "destination_service": f"{dest}.{dest_ns}.svc.cluster.local", ISTIO.MTLS_LABEL: "mutual_tls"}
+            "destination_service": f"{dest}.{dest_ns}.svc.cluster.local", "connection_security_policy": "mutual_tls"}
     for namespace, pod in pods:
         labels = {**base, **w.target(namespace, pod, container="istio-proxy", port=SIDECAR_PORT, job="envoy-stats")}
         for code, rate in per_s.items():
-            w.counter(ISTIO.REQUESTS, {**labels, "response_code": code}, rate / len(pods))
+            w.counter("istio_requests_total", {**labels, "response_code": code}, rate / len(pods))
         ok = per_s["200"] / len(pods)
-        w.histogram(ISTIO.DURATION, {**labels, "response_code": "200"}, ISTIO_BUCKETS_MS, _uniform(50, 500), ok,
-                    275, python_client=False)
+        w.histogram("istio_request_duration_milliseconds", {**labels, "response_code": "200"}, ISTIO_BUCKETS_MS,
+                    _uniform(50, 500), ok, 275, python_client=False)
 
 
 def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale: Scale) -> None:
@@ -417,30 +472,33 @@ def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale:
     for namespace, pod in gateways:
         envoy = w.target(namespace, pod, container="envoy", port=ENVOY_ADMIN_PORT, job=GATEWAY)
         for m in cfg.models:
-            cluster = {ENVOY.L_CLUSTER: m.name, **envoy}
+            cluster = {"envoy_cluster_name": m.name, **envoy}
             total = sum(UPSTREAM_PER_S.values()) * share
-            w.counter(ENVOY.RQ_TOTAL, cluster, total)
+            w.counter("envoy_cluster_upstream_rq_total", cluster, total)
             for klass, rate in UPSTREAM_PER_S.items():
-                w.counter(ENVOY.RQ_XX, {**cluster, "envoy_response_code_class": klass}, rate * share)
-            w.histogram(ENVOY.RQ_TIME, cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), total, 275, python_client=False)
-            w.counter(ENVOY.RQ_RETRY, cluster, 0.05 * share)
-            w.gauge(ENVOY.EJECTIONS, cluster, 0)
-        prefix = {ENVOY.L_HCM_PREFIX: ENVOY.GATEWAY_HCM_PREFIX, **envoy}
-        w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, prefix, ENVOY_BUCKETS_MS, _uniform(50, 1000), 50 * share, 525,
+                w.counter("envoy_cluster_upstream_rq_xx", {**cluster, "envoy_response_code_class": klass},
+                          rate * share)
+            w.histogram("envoy_cluster_upstream_rq_time", cluster, ENVOY_BUCKETS_MS, _uniform(50, 500), total, 275,
+                        python_client=False)
+            w.counter("envoy_cluster_upstream_rq_retry", cluster, 0.05 * share)
+            w.gauge("envoy_cluster_outlier_detection_ejections_active", cluster, 0)
+        prefix = {"envoy_http_conn_manager_prefix": ENVOY.GATEWAY_HCM_PREFIX, **envoy}
+        w.histogram("envoy_http_downstream_rq_time", prefix, ENVOY_BUCKETS_MS, _uniform(50, 1000), 50 * share, 525,
                     python_client=False)
         # The stats listener answers Prometheus and kubelet probes in about a millisecond, more often than clients
         # call: a query that does not select the gateway's connection manager reads a far lower p95.
-        stats = {ENVOY.L_HCM_PREFIX: ENVOY.STATS_HCM_PREFIX, **envoy}
-        w.histogram(ENVOY.DOWNSTREAM_RQ_TIME, stats, ENVOY_BUCKETS_MS, _uniform(0, 2), 100 * share, 1,
+        stats = {"envoy_http_conn_manager_prefix": ENVOY.STATS_HCM_PREFIX, **envoy}
+        w.histogram("envoy_http_downstream_rq_time", stats, ENVOY_BUCKETS_MS, _uniform(0, 2), 100 * share, 1,
                     python_client=False)
-        w.counter(ENVOY.RATELIMITED, prefix, 0.2 * share)
-        for stats_of, rates in ((ENVOY.ROUTE_RQ_COMPLETED, ROUTE_DECISIONS_PER_S),
-                                (ENVOY.ROUTE_RQ_RETRY, ROUTE_OVERFLOW_PER_S)):
+        w.counter("envoy_http_local_rate_limit_rate_limited", prefix, 0.2 * share)
+        for stats_of, rates in (("envoy_vhost_route_upstream_rq_completed", ROUTE_DECISIONS_PER_S),
+                                ("envoy_vhost_route_upstream_rq_retry", ROUTE_OVERFLOW_PER_S)):
             for (workload, variant, reason), rate in rates.items():
-                w.counter(stats_of, {ENVOY.L_VHOST: "models", ENVOY.L_ROUTE: f"{workload}__{variant}__{reason}",
+                w.counter(stats_of, {"envoy_virtual_host": "models", "envoy_route": f"{workload}__{variant}__{reason}",
                                      **envoy}, rate * share)
         # a route that is no variant decision (a plain model route) stays out of the variant panels
-        w.counter(ENVOY.ROUTE_RQ_COMPLETED, {ENVOY.L_VHOST: "models", ENVOY.L_ROUTE: "chat-body", **envoy}, 7 * share)
+        w.counter("envoy_vhost_route_upstream_rq_completed",
+                  {"envoy_virtual_host": "models", "envoy_route": "chat-body", **envoy}, 7 * share)
 
 
 def _workflow_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
