@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.processes import free_port, stop_process
+from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]
 
@@ -225,7 +225,7 @@ class EnvoyProcess:
             self._proc = subprocess.Popen(
                 [str(ENVOY), "-c", str(cfg), "--use-dynamic-base-id", "--concurrency", str(self.concurrency),
                  "-l", "warning", "--disable-hot-restart", "--file-flush-interval-msec", str(LOG_FLUSH_MS)],
-                stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+                stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         try:
             self._wait_ready()
         except BaseException:

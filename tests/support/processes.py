@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import signal
 import socket
 import subprocess
+import sys
 
-__all__ = ["free_port", "stop_process"]
+__all__ = ["free_port", "stop_process", "die_with_parent"]
 
 DEFAULT_STOP_TIMEOUT_S = 10.0
 
@@ -15,6 +18,15 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def die_with_parent() -> None:
+    """Popen preexec_fn: the child gets SIGKILL when the test process dies (Linux prctl PR_SET_PDEATHSIG), so a
+    server outlives no test run, not even one killed with SIGKILL (a CI timeout, a mutation run's time limit),
+    where fixtures get no chance to stop it."""
+    if sys.platform.startswith("linux"):
+        pr_set_pdeathsig = 1  # <linux/prctl.h>
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
 
 
 def stop_process(proc: subprocess.Popen, timeout: float = DEFAULT_STOP_TIMEOUT_S) -> None:

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.processes import free_port, stop_process
+from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["PrometheusServer", "backfill", "backfill_rules", "rule_levels", "free_port", "require_binaries",
            "promtool"]
@@ -134,7 +134,7 @@ class PrometheusServer:
                 [prom, f"--config.file={conf}", f"--storage.tsdb.path={self.tsdb}",
                  f"--web.listen-address=127.0.0.1:{self.port}", "--storage.tsdb.retention.time=100y",
                  "--query.lookback-delta=5m", *self.extra_args],
-                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                stdout=log, stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=die_with_parent)
         try:
             self._wait_ready()
         except BaseException:

@@ -84,7 +84,8 @@ GATEWAY = "aifactory-gateway"  # the gateway's workload, namespace and Envoy job
 MODEL_REQUESTS_PER_S = {"200": 10.0, "503": 0.1}  # per model, over all its pods
 AGENT_REQUESTS_PER_S = {"200": 6.0, "503": 0.06}  # per workflow's agents, to the gateway
 # Target ports the scrape puts in `instance`.
-SERVING_PORT, SIDECAR_PORT, ENVOY_ADMIN_PORT, AGENT_PORT = 8000, 15020, 9901, 9464
+# SIDECAR_PORT: istio-proxy's http-envoy-prom, scraped by the istio-sidecars PodMonitor (k8s/observability.py)
+SERVING_PORT, SIDECAR_PORT, ENVOY_ADMIN_PORT, AGENT_PORT = 8000, 15090, 9901, 9464
 
 
 @dataclass(frozen=True)
