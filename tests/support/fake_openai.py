@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from telemetry.testing import VirtualClock
+from tests.support.processes import ServedInThread
 
 __all__ = ["FakeOpenAI", "Reply", "chat", "embedding", "tool_call"]
 
@@ -99,7 +100,7 @@ class _Server(ThreadingHTTPServer):
         self.lock = threading.Lock()
 
 
-class FakeOpenAI:
+class FakeOpenAI(ServedInThread):
     def __init__(self, clock: VirtualClock, script: list[Reply]) -> None:
         self._server = _Server(clock, script)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -117,11 +118,3 @@ class FakeOpenAI:
     def unused(self) -> int:
         return len(self._server.script)
 
-    def __enter__(self) -> FakeOpenAI:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)

@@ -20,6 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from tests.support.fake_backends import send_json
+from tests.support.processes import ServedInThread
 
 __all__ = ["GradedBackend", "draw", "WRONG"]
 
@@ -74,7 +75,7 @@ class _Server(ThreadingHTTPServer):
         self.tokens: set[str] = set()
 
 
-class GradedBackend:
+class GradedBackend(ServedInThread):
     def __init__(self, answers: Mapping[str, tuple[str, str]], *, accuracy: Mapping[str, float],
                  token: str | None = None) -> None:
         self._server = _Server(answers, accuracy, token)
@@ -89,11 +90,3 @@ class GradedBackend:
     def requests(self) -> int:
         return self._server.requests
 
-    def __enter__(self) -> GradedBackend:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)

@@ -7,8 +7,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
+from typing import Any, Self
 
-__all__ = ["free_port", "stop_process", "die_with_parent"]
+__all__ = ["free_port", "stop_process", "die_with_parent", "ServedInThread"]
 
 DEFAULT_STOP_TIMEOUT_S = 10.0
 
@@ -39,3 +41,20 @@ def stop_process(proc: subprocess.Popen, timeout: float = DEFAULT_STOP_TIMEOUT_S
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait(timeout=timeout)
+
+
+class ServedInThread:
+    """Base of the in-process fake servers: `_server` (a socketserver) runs in `_thread` from entering to leaving,
+    and leaving shuts it down, closes its socket and joins the thread (bounded)."""
+
+    _server: Any
+    _thread: threading.Thread
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
