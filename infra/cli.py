@@ -7,7 +7,6 @@ Exit codes: 0 ok; 2 config or usage error (a message naming the key path, no tra
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -18,21 +17,18 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infra.outputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError, json_target, write_json
+
 if TYPE_CHECKING:
     from infra.synth import SynthSummary
 
 __all__ = ["main", "entry", "build_parser", "json_target", "write_json", "synth_summary_lines", "synth_summary_doc",
            "UsageError", "EXIT_OK", "EXIT_FAILURE", "EXIT_USAGE"]
 
-EXIT_OK, EXIT_FAILURE, EXIT_USAGE = 0, 1, 2
 
 
 def _err(msg: str) -> None:
     print(f"aifactory: {msg}", file=sys.stderr, flush=True)
-
-
-class UsageError(Exception):
-    """A bad argument (an unusable --json target, ...): exit 2 with the message, nothing written."""
 
 
 def _count(n: int, noun: str) -> str:
@@ -50,29 +46,6 @@ def _prog() -> str:
         return "aifactory"
     rel = os.path.relpath(argv0)
     return rel if not rel.startswith("..") else argv0
-
-
-def json_target(value: str | None) -> Path | None:
-    """`--json OUT`: `-` is stdout; a file is written only into an existing directory and never over a directory.
-    Checked before any work, so a bad target writes nothing."""
-    if value is None or value == "-":
-        return Path("-") if value == "-" else None
-    path = Path(value)
-    if path.is_dir():
-        raise UsageError(f"--json {value}: is a directory; give a file name such as {Path(value) / 'report.json'}")
-    if not path.parent.is_dir():
-        raise UsageError(f"--json {value}: directory {path.parent} does not exist; create it first or use "
-                         "`--json -` for stdout")
-    return path
-
-
-def write_json(target: Path, doc: Any) -> None:
-    text = json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    if str(target) == "-":
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    else:
-        target.write_text(text)
 
 
 def _policy_counts(report: dict[str, Any]) -> tuple[dict[str, int], dict[str, int]]:

@@ -114,7 +114,7 @@ def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path
     """`aifactory preflight`: 0 clean, 1 findings, 2 unusable state (config errors raise ConfigError).
 
     `json_out`: also write the report as JSON there (`-`: stdout, and the text goes to stderr)."""
-    from infra.cli import write_json
+    from infra.outputs import write_json
     from policies.runner import PolicyInputError
 
     try:

@@ -24,11 +24,11 @@ from typing import Any, Literal
 import testinfra
 import testinfra.backend
 
-from infra.cli import EXIT_FAILURE, EXIT_OK, EXIT_USAGE
 from infra.config import ConfigError, NodePool, PlatformConfig
 from infra.nodecheck.checks import CHECKS, Check, CheckFailed
 from infra.nodecheck.cluster import Kubectl
 from infra.nodecheck.probe import CannotRun, Probe
+from infra.outputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError
 from infra.synth import StackFileError, load_stack
 
 __all__ = [
@@ -57,10 +57,6 @@ class CheckResult:
     check: str
     status: Status
     detail: str
-
-
-class UsageError(Exception):
-    """Bad stack, pool or hosts argument: exit 2."""
 
 
 def plan(pool: NodePool) -> list[tuple[Check, str | None]]:
@@ -225,7 +221,7 @@ def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | 
     print(format_table(results), file=human)
     print(_summary(stack, profile, len(urls), results), file=human)
     if json_out is not None:  # `--json OUT` (`-`: stdout); infra.cli checked the target before any work
-        from infra.cli import write_json
+        from infra.outputs import write_json
 
         write_json(json_out, {"stack": stack, "pool": profile.name, "instanceType": profile.instance_type,
                               "accepted": all(r.status != "fail" for r in results),
