@@ -1019,6 +1019,10 @@ def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
     return {
         "node": {"id": naming.GATEWAY_APP, "cluster": naming.GATEWAY_APP},
         "admin": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)},
+        # runtime overrides through the admin interface (127.0.0.1 only: `kubectl exec` or port-forward), e.g.
+        # tenant_rate_limit_enforced=0 lifts the per-tenant limits during an incident; without an admin layer
+        # Envoy refuses /runtime_modify (503). Overrides live in the process: a restarted pod has the config's.
+        "layered_runtime": {"layers": [{"name": "admin", "admin_layer": {}}]},
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}

@@ -318,6 +318,23 @@ def test_buckets_are_per_calling_tenant_and_batch_cannot_starve_interactive(gate
     assert gateway.envoy.stats()["tenant_rate_limit.http_local_rate_limit.rate_limited"] >= 2 * TENANT_BURST
 
 
+def test_an_operator_can_lift_the_tenant_limits_at_runtime_without_a_redeploy(gateway: Gateway) -> None:
+    """The limiter's enforcement is the runtime key tenant_rate_limit_enforced (LocalRateLimit.filter_enforced,
+    a RuntimeFractionalPercent): during an incident an operator sets it to 0 on the admin interface
+    (`POST /runtime_modify?tenant_rate_limit_enforced=0`) and callers over their bucket are served, still counted
+    as rate limited; 100 puts the limits back."""
+    def over_the_bucket() -> list[int]:
+        return [gateway.get("/v1/models", {"x-model": "lim"}, tenant="capped")[0] for _ in range(3 * TENANT_BURST)]
+
+    assert 429 in over_the_bucket()
+    try:
+        assert request(gateway.envoy.admin_port, "/runtime_modify?tenant_rate_limit_enforced=0", body=b"")[0] == 200
+        assert 429 not in over_the_bucket()
+    finally:
+        request(gateway.envoy.admin_port, "/runtime_modify?tenant_rate_limit_enforced=100", body=b"")
+    assert 429 in over_the_bucket()
+
+
 # --- failing, hung and slow replicas -----------------------------------------------------------------------
 
 
