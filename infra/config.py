@@ -1101,6 +1101,12 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
         mig_types = [n for n, t in catalog.CATALOG.items() if t.gpu is not None and t.gpu.mig_capable]
         r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: {', '.join(sorted(mig_types))}")
+    elif mig is not None and inst.gpu is not None and mig in catalog.MIG_LAYOUT_DEVICES and \
+            catalog.mig_devices_per_gpu(mig, inst.gpu) is None:
+        fitting = [lay for lay in MIG_LAYOUTS if catalog.mig_devices_per_gpu(lay, inst.gpu) is not None
+                   or lay not in catalog.MIG_LAYOUT_DEVICES]
+        r.fail(f"{path}.mig", f"{mig!r} does not fit {itype}'s {inst.gpu.name} ({inst.gpu.memory_gib} GB): the GPU "
+                              f"operator's MIG manager would fail to apply it; layouts for it: {', '.join(fitting)}")
 
     nc_path = f"{path}.nodeCheck"
     ncd = r.mapping(d.get("nodeCheck") or {}, nc_path,

@@ -163,7 +163,6 @@ DNS_ADDON, EBS_ADDON = "coredns", "aws-ebs-csi-driver"
 # Max pods is approximated as 110 (< 30 vCPUs) or 250 (the AMI reads its ENI table); applied to on-prem servers
 # as well (an approximation there). DaemonSet pods' requests are not subtracted.
 RESERVE_EVICTION_MIB = 100
-MIG_SLICES_PER_GPU = {1: 7, 2: 3, 3: 2, 4: 1, 7: 1}  # NVIDIA MIG user guide, A100/H100 profiles
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 GPU = "nvidia.com/gpu"
 EFA = "vpc.amazonaws.com/efa"
@@ -1054,7 +1053,8 @@ def allocatable(instance_type: str, *, mig: str | None = None) -> dict[str, Frac
     if t.gpu_count:
         layout = mig.removeprefix("all-") if mig and mig.startswith("all-") else None
         if layout and re.match(r"^\d+g\.\d+gb$", layout):
-            out[f"{MIG_PREFIX}{layout}"] = Fraction(t.gpu_count * MIG_SLICES_PER_GPU.get(int(layout.split("g")[0]), 0))
+            per_gpu = catalog.mig_devices_per_gpu(f"all-{layout}", t.gpu) if t.gpu is not None else None
+            out[f"{MIG_PREFIX}{layout}"] = Fraction(t.gpu_count * (per_gpu or 0))
         elif mig is None:
             out[GPU] = Fraction(t.gpu_count)
     if t.efa_devices:

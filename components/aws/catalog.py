@@ -72,6 +72,25 @@ class InstanceType:
         return self.gpu is not None and self.gpu.nvlink_links > 0
 
 
+# MIG devices per GPU of the single-profile layouts the kit offers, by GPU memory (GiB), as the GPU operator's MIG
+# manager applies them (gpu-operator v25.10.1 assets/state-mig-manager/0400_configmap.yaml, mig-parted's default
+# config: device filters per GPU model). A layout a GPU has no entry for is one the MIG manager fails to apply.
+MIG_LAYOUT_DEVICES: dict[str, dict[int, int]] = {
+    "all-1g.10gb": {80: 7, 40: 4},  # A100/H100 80 GB: 7 x 1g.10gb; A100 40 GB: 4 (a 1g.10gb holds 2 memory slices)
+    "all-1g.20gb": {80: 4},
+    "all-2g.20gb": {80: 3},
+    "all-3g.40gb": {80: 2},
+    "all-4g.40gb": {80: 1},
+    "all-7g.80gb": {80: 1},
+}
+
+
+def mig_devices_per_gpu(layout: str, gpu: GpuSpec) -> int | None:
+    """How many MIG devices a single-profile layout gives one GPU of this model; None: the layout does not apply to
+    it (or is not a single-profile layout)."""
+    return MIG_LAYOUT_DEVICES.get(layout, {}).get(gpu.memory_gib) if gpu.mig_capable else None
+
+
 A100_40 = GpuSpec("NVIDIA A100-SXM4-40GB", "NVIDIA-A100-SXM4-40GB", 40, 312.0, 1555.0, 12, 4, 16, True, (8, 0))
 A100_80 = GpuSpec("NVIDIA A100-SXM4-80GB", "NVIDIA-A100-SXM4-80GB", 80, 312.0, 2039.0, 12, 4, 16, True, (8, 0))
 H100 = GpuSpec("NVIDIA H100 80GB HBM3", "NVIDIA-H100-80GB-HBM3", 80, 989.0, 3350.0, 18, 5, 16, True, (9, 0))

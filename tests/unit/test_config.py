@@ -529,3 +529,29 @@ def test_a_reserved_pool_is_in_exactly_its_reservations_zone() -> None:
         "exactly that zone"]
     raw["nodePools"]["odcr"]["availabilityZones"] = ["us-east-1b"]
     parse(raw, stack="t")
+
+
+def test_a_mig_layout_must_fit_the_pools_gpu() -> None:
+    """gpu-operator v25.10.1's MIG manager config (assets/state-mig-manager/0400_configmap.yaml) has all-1g.20gb,
+    all-2g.20gb, ... only for 80 GB A100/H100 parts and all-1g.10gb for 40 GB A100s too; an H200's profiles are
+    other sizes. A layout without an entry for the GPU is never applied: the MIG manager fails and no slice is
+    advertised."""
+    def pool(itype: str, mig: str) -> dict[str, Any]:
+        return with_("nodePools.gpu-a", {"instanceType": itype, "mig": mig, "minSize": 1, "maxSize": 1})
+
+    assert [p for p in problems(pool("p4d.24xlarge", "all-1g.20gb")) if p.startswith("nodePools.gpu-a.mig")] == [
+        "nodePools.gpu-a.mig: 'all-1g.20gb' does not fit p4d.24xlarge's NVIDIA A100-SXM4-40GB (40 GB): the GPU "
+        "operator's MIG manager would fail to apply it; layouts for it: all-1g.10gb, all-balanced"]
+    assert [p for p in problems(pool("p5en.48xlarge", "all-1g.10gb")) if p.startswith("nodePools.gpu-a.mig")] == [
+        "nodePools.gpu-a.mig: 'all-1g.10gb' does not fit p5en.48xlarge's NVIDIA H200 (141 GB): the GPU operator's MIG "
+        "manager would fail to apply it; layouts for it: all-balanced"]
+    for ok in (pool("p4d.24xlarge", "all-1g.10gb"), pool("p5.48xlarge", "all-3g.40gb")):
+        assert not [p for p in (problems(ok) if _invalid(ok) else []) if ".mig" in p]
+
+
+def _invalid(raw: dict[str, Any]) -> bool:
+    try:
+        parse(raw, stack="t")
+    except ConfigError:
+        return True
+    return False

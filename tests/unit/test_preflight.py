@@ -656,3 +656,14 @@ def test_synth_writes_the_preflight_report(tmp_path: Path) -> None:
     assert doc["findings"] == []
     assert [f.as_dict() for f in summary.preflight] == doc["findings"]
     assert doc["rules"] == list(pf.RULES) and doc["stack"] == "dev"
+
+
+def test_mig_slices_a_node_advertises_are_what_the_mig_manager_makes_of_its_gpus() -> None:
+    # gpu-operator v25.10.1 mig-parted default config: all-1g.10gb is 7 per 80 GB GPU and 4 per 40 GB A100;
+    # all-1g.20gb is 4, all-2g.20gb 3, all-3g.40gb 2 per 80 GB GPU (8 GPUs a node here)
+    assert pf.allocatable("p4d.24xlarge", mig="all-1g.10gb")["nvidia.com/mig-1g.10gb"] == 32
+    assert pf.allocatable("p5.48xlarge", mig="all-1g.10gb")["nvidia.com/mig-1g.10gb"] == 56
+    assert pf.allocatable("p5.48xlarge", mig="all-1g.20gb")["nvidia.com/mig-1g.20gb"] == 32
+    assert pf.allocatable("p5.48xlarge", mig="all-2g.20gb")["nvidia.com/mig-2g.20gb"] == 24
+    assert pf.allocatable("dgx-a100", mig="all-3g.40gb")["nvidia.com/mig-3g.40gb"] == 16
+    assert "nvidia.com/gpu" not in pf.allocatable("p5.48xlarge", mig="all-1g.10gb")
