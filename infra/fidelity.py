@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from components.k8s.fidelity import Verdict
 from infra.config import ConfigError, Fidelity, Model, PlatformConfig, Problem
 from infra.fidelity_scorers import SCORERS
 
@@ -312,18 +313,6 @@ def write_results(path: Path, results: Mapping[str, Any]) -> None:
 
 # --------------------------------------------------------------------------------------------
 # the gate
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    workload: str
-    variant: str
-    status: str  # baseline | passed | failed | stale | missing
-    message: str
-
-    @property
-    def routable(self) -> bool:
-        return self.status in ("baseline", "passed")
 
 
 def _f(x: float) -> str:
