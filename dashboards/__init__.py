@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "dashboard_json", "load_stack", "stack_board"]
+__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "dashboard_json"]
 
 
 def __getattr__(name: str) -> Any:

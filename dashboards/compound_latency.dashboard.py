@@ -3,6 +3,6 @@
     AIFACTORY_STACK=prod generate-dashboard -o build/compound_latency.json dashboards/compound_latency.dashboard.py
 """
 
-import dashboards
+from infra.dashboard_scripts import stack_board
 
-dashboard = dashboards.stack_board("compound-latency")
+dashboard = stack_board("compound-latency")

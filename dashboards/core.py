@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -16,10 +15,8 @@ from dashboards.panels import PROMETHEUS
 from dashboards.promql import substitute
 from dashboards.rules import rules_document
 from infra.config import PlatformConfig
-from infra.synth import load_stack
 
-__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "load_stack",
-           "observability", "stack_board"]
+__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "observability"]
 
 # key -> builder; the key names the file (dashboards/<key>.json) and the ConfigMap.
 BOARDS: Mapping[str, Callable[[ObservabilityConfig], Dashboard]] = {
@@ -82,22 +79,3 @@ def dashboard_json(dashboard: Dashboard) -> str:
     """The dashboard as Grafana imports it: deterministic JSON (sorted keys, no id)."""
     data = json.loads(json.dumps(dashboard.to_json_data(), cls=DashboardEncoder))
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-
-
-def stack_board(key: str, *, environ: Mapping[str, str] | None = None) -> Dashboard:
-    """The `key` dashboard of stack $AIFACTORY_STACK (default: dev), for grafanalib's `generate-dashboard(s)`.
-
-    A missing or invalid stack raises grafanalib's DashboardError, which its scripts print as one `ERROR:` line
-    (exit 1) before writing anything.
-    """
-    from grafanalib._gen import DashboardError
-
-    from infra.config import ConfigError
-    from infra.synth import StackFileError
-
-    stack = (environ if environ is not None else os.environ).get("AIFACTORY_STACK", "dev")
-    try:
-        cfg = load_stack(stack)
-    except (ConfigError, StackFileError) as err:
-        raise DashboardError(f"AIFACTORY_STACK={stack}: {err}") from None
-    return build(cfg)[key]

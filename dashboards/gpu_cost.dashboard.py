@@ -3,6 +3,6 @@
     AIFACTORY_STACK=prod generate-dashboard -o build/gpu_cost.json dashboards/gpu_cost.dashboard.py
 """
 
-import dashboards
+from infra.dashboard_scripts import stack_board
 
-dashboard = dashboards.stack_board("gpu-cost")
+dashboard = stack_board("gpu-cost")

@@ -3,6 +3,6 @@
     AIFACTORY_STACK=prod generate-dashboard -o build/gpu_fleet.json dashboards/gpu_fleet.dashboard.py
 """
 
-import dashboards
+from infra.dashboard_scripts import stack_board
 
-dashboard = dashboards.stack_board("gpu-fleet")
+dashboard = stack_board("gpu-fleet")

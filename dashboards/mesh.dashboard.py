@@ -3,6 +3,6 @@
     AIFACTORY_STACK=prod generate-dashboard -o build/mesh.json dashboards/mesh.dashboard.py
 """
 
-import dashboards
+from infra.dashboard_scripts import stack_board
 
-dashboard = dashboards.stack_board("mesh")
+dashboard = stack_board("mesh")

@@ -3,6 +3,6 @@
     AIFACTORY_STACK=prod generate-dashboard -o build/serving.json dashboards/serving.dashboard.py
 """
 
-import dashboards
+from infra.dashboard_scripts import stack_board
 
-dashboard = dashboards.stack_board("serving")
+dashboard = stack_board("serving")

@@ -13,7 +13,7 @@ import pytest
 import dashboards
 from dashboards.config import ObservabilityConfig, from_platform
 from infra.config import parse
-from infra.synth import raw_for_validation
+from infra.synth import load_stack, raw_for_validation
 from tests.support.prometheus import PrometheusServer, backfill
 from tests.unit.test_fidelity_eval import STACK
 
@@ -85,7 +85,7 @@ def test_the_row_has_latency_cost_and_fidelity_side_by_side(obs: ObservabilityCo
     assert titles[i:i + 4] == ["Latency p95 by variant", "Cost per request by variant",
                                "Fidelity by variant (last evaluation)", "Fidelity by variant (last evaluation)"]
     # a stack without variants has no such row
-    plain = dashboards.build(from_platform(dashboards.load_stack("dev")))["compound-latency"]
+    plain = dashboards.build(from_platform(load_stack("dev")))["compound-latency"]
     assert "Latency p95 by variant" not in [t for t, _ in dashboards.queries(plain)]
 
 

@@ -20,7 +20,7 @@ from dashboards.deploy import configmap_name
 from dashboards.promql import expand
 from dashboards.rules import records
 from infra.artifacts import ArtifactContext
-from infra.synth import read_stack_config, run_program, stack_file
+from infra.synth import load_stack, read_stack_config, run_program, stack_file
 from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
 from tests.artifacts.panel_answers import ANSWERED_ELSEWHERE, answers
 from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
@@ -32,7 +32,7 @@ TOLERANCE = 0.02
 
 @pytest.fixture(scope="module")
 def prod() -> ObservabilityConfig:
-    return from_platform(dashboards.load_stack("prod"))
+    return from_platform(load_stack("prod"))
 
 
 @pytest.fixture(scope="module")
@@ -254,7 +254,7 @@ def test_queries_substitute_variables_and_grafana_builtins(prod: ObservabilityCo
 
 def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: ObservabilityConfig,
                                                                        tmp_path: Path) -> None:
-    cfg = dashboards.load_stack("prod")
+    cfg = load_stack("prod")
     outs = []
     for run in ("a", "b"):
         # the dashboards writer copies the program's ConfigMaps
@@ -283,7 +283,7 @@ def test_variant_decisions_per_workload_variant_and_reason(prod: ObservabilityCo
 
 # --- every panel's known answer (tests/artifacts/panel_answers.py) ------------------------------------------------
 
-PROD_ANSWERS = answers(from_platform(dashboards.load_stack("prod")), NODES)
+PROD_ANSWERS = answers(from_platform(load_stack("prod")), NODES)
 
 
 @pytest.mark.parametrize(("board", "title"), sorted(PROD_ANSWERS), ids=lambda x: x)

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import dashboards
 from dashboards.config import from_platform
 from dashboards.rules import R
+from infra.synth import load_stack
 from telemetry.names import DCGM, KSM
 from tests.artifacts.test_rules import _phase, _run_promtool_tests, _sel
 from tests.support import exporter_facts as facts
 
 
 def test_a_gpu_at_the_idle_threshold_works_and_one_just_under_it_idles(tmp_path: Path) -> None:
-    cfg = from_platform(dashboards.load_stack("prod"))
+    cfg = from_platform(load_stack("prod"))
     threshold = cfg.idle_gpu_utilization_percent
     assert threshold == 10.0
     node, pod = "node-a", {"namespace": "search", "pod": "embed-rerank-0"}
@@ -45,7 +45,7 @@ def test_slo_alerts_name_the_objective_they_judge() -> None:
     without one) and which threshold and target were missed."""
     from dashboards.rules import alerts
 
-    cfg = from_platform(dashboards.load_stack("prod"))
+    cfg = from_platform(load_stack("prod"))
     text = {(a.alert, a.labels["objective"], a.severity): a.to_dict()["annotations"]["description"]
             for a in alerts(cfg) if a.alert in ("WorkflowLatencyBudgetBurn", "WorkflowErrorBudgetBurn")}
     assert text[("WorkflowLatencyBudgetBurn", "assistant-chat", "critical")] == (
