@@ -16,6 +16,7 @@ import pytest
 
 import dashboards
 from dashboards.config import ObservabilityConfig, from_platform
+from infra.synth import load_stack
 from telemetry.names import DCGM, TRITON, VLLM
 from tests.support import upstream
 from tests.support.promql_uses import uses
@@ -30,7 +31,7 @@ SUFFIXES = ("_bucket", "_sum", "_count")
 
 @pytest.fixture(scope="module")
 def prod() -> ObservabilityConfig:
-    return from_platform(dashboards.load_stack("prod"))
+    return from_platform(load_stack("prod"))
 
 
 @pytest.fixture(scope="module")
@@ -91,7 +92,7 @@ def _read_as(prod: ObservabilityConfig) -> dict[str, set[str]]:
     """name -> the kinds the kit's panels and rules read it as: through rate()/increase() a counter, by its
     _bucket/_sum/_count a histogram, otherwise a gauge."""
     exprs = [e for d in dashboards.build(prod).values() for _, e in dashboards.queries(d)]
-    exprs += [r["expr"] for g in dashboards.prometheus_rules(dashboards.load_stack("prod"))["groups"]
+    exprs += [r["expr"] for g in dashboards.prometheus_rules(load_stack("prod"))["groups"]
               for r in g["rules"]]
     out: dict[str, set[str]] = defaultdict(set)
     for expr in exprs:

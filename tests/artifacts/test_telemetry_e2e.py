@@ -15,6 +15,7 @@ import yaml
 
 import dashboards
 import telemetry
+from infra.synth import load_stack
 from telemetry.testing import VirtualClock
 from tests.support.prometheus import PrometheusServer
 
@@ -72,7 +73,7 @@ def agent(clock: VirtualClock) -> Callable[[], Any]:
 
 @pytest.fixture(scope="module")
 def stack() -> Any:
-    return dashboards.load_stack(STACK)
+    return load_stack(STACK)
 
 
 @pytest.fixture

@@ -31,7 +31,7 @@ from components.k8s import envoy_config as ec
 from components.k8s.gpu_stack import DCGM_COUNTERS
 from dashboards.config import from_platform
 from infra.config import PlatformConfig, Variant
-from infra.synth import shipped_stacks
+from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, TRITON, VLLM
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
@@ -106,7 +106,7 @@ def _problems(use: Use, r: Resolved | None, *, where: str) -> list[str]:
 
 def _queries(stack: str) -> list[tuple[str, str]]:
     """(where, PromQL) for every dashboard panel and every rule of a shipped stack."""
-    cfg = dashboards.load_stack(stack)
+    cfg = load_stack(stack)
     out = [(f"{stack} {board}/{title}", expr)
            for board, d in dashboards.build(from_platform(cfg)).items() for title, expr in dashboards.queries(d)]
     out += [(f"{stack} rule {r.get('record') or r.get('alert')}", r["expr"])
