@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from components.k8s.fidelity import Verdict
+from components.k8s.verdicts import Verdict
 from infra.config import ConfigError, Fidelity, Model, PlatformConfig, Problem
 from infra.fidelity_scorers import SCORERS
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pulumi
@@ -29,22 +28,8 @@ from components.k8s import naming, security
 from components.k8s.gateway import NAMESPACE_NAME_LABEL, SERVICE_PORT
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
+from components.k8s.verdicts import Verdict
 from infra.config import Fidelity, PlatformConfig
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """A gated variant's verdict when the gateway is built (infra/fidelity.py judges it; this component records it)."""
-
-    workload: str
-    variant: str
-    status: str  # baseline | passed | failed | stale | missing
-    message: str
-
-    @property
-    def routable(self) -> bool:
-        return self.status in ("baseline", "passed")
-
 
 __all__ = ["Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document", "gate_config_map",
            "job_name", "eval_service_account", "eval_network_policy", "eval_job", "FidelityGate"]
