@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from infra.outputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError, json_target, write_json
 
 if TYPE_CHECKING:
+    from infra.config import ConfigError
     from infra.synth import SynthSummary
 
 __all__ = ["main", "entry", "build_parser", "json_target", "write_json", "synth_summary_lines", "synth_summary_doc",
@@ -118,6 +119,12 @@ def _resource_table(summary: SynthSummary) -> list[str]:
     return [f"  {typ:<{width}}  {n:>4}" for typ, n in sorted(summary.by_type.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
+def _invalid_doc(stack: str, err: ConfigError) -> dict[str, Any]:
+    """What `validate --json` and `synth --json` write for an invalid config."""
+    return {"stack": stack, "valid": False,
+            "problems": [{"path": p.path, "message": p.message} for p in err.problems]}
+
+
 def _cmd_synth(args: argparse.Namespace) -> int:
     from infra.config import ConfigError
     from infra.synth import synth
@@ -130,8 +137,7 @@ def _cmd_synth(args: argparse.Namespace) -> int:
                         progress=None if args.quiet else (lambda m: print(m, file=sys.stderr, flush=True)))
     except ConfigError as err:
         if json_out is not None:  # a CI job reading the JSON learns why, as from `validate --json`
-            write_json(json_out, {"stack": args.stack, "valid": False,
-                                  "problems": [{"path": p.path, "message": p.message} for p in err.problems]})
+            write_json(json_out, _invalid_doc(args.stack, err))
         raise
     for failure in summary.failures:
         _err(failure)
@@ -153,8 +159,7 @@ def _cmd_validate(args: argparse.Namespace) -> int:
         cfg = load_stack(args.stack, Path(args.stacks_dir) if args.stacks_dir else None)
     except ConfigError as err:
         if json_out is not None:
-            write_json(json_out, {"stack": args.stack, "valid": False,
-                                  "problems": [{"path": p.path, "message": p.message} for p in err.problems]})
+            write_json(json_out, _invalid_doc(args.stack, err))
         raise
     line = (f"{args.stack}: valid ({cfg.target.provider}, {_count(len(cfg.node_pools), 'pool')}, "
             f"{_count(len(cfg.tenants), 'tenant')}, {_count(len(cfg.models), 'model')})")

@@ -148,6 +148,15 @@ def unknown_key(key: str, allowed: tuple[str, ...] | list[str]) -> str:
     return f"unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
 
 
+def namespace_typo_problem(full_key: str, path: str) -> Problem | None:
+    """The problem of a `ns:key` whose namespace misspells the kit's (reported at `path`), or None."""
+    ns, _, key = full_key.partition(":")
+    if not namespace_typo(ns):
+        return None
+    return Problem(path, f"namespace {ns!r} is not the kit's: nothing reads this key; did you mean "
+                         f"'{NAMESPACE}:{key}'?")
+
+
 def namespace_typo(namespace: str) -> bool:
     """Whether a stack config namespace is a misspelling of the kit's own (`aifactroy:`, `AIFactory:`): its keys
     would be passed to nobody. Provider namespaces (aws:, kubernetes:, pulumi:) are far from it."""
@@ -2160,9 +2169,7 @@ def raw_from_pulumi() -> dict[str, Any]:
     keys = set(runtime_config.CONFIG.get()) | set(runtime_config.get_config_env())
     cfg = pulumi.Config(NAMESPACE)
     raw: dict[str, Any] = {}
-    typos = [Problem(full, f"namespace {ns!r} is not the kit's: nothing reads this key; did you mean "
-                           f"'{NAMESPACE}:{key}'?")
-             for full in sorted(keys) for ns, _, key in [full.partition(":")] if namespace_typo(ns)]
+    typos = [p for full in sorted(keys) if (p := namespace_typo_problem(full, full)) is not None]
     if typos:
         raise ConfigError(typos)
     for full in sorted(keys):

@@ -92,7 +92,7 @@ def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
         "admin_role_arns": list(cfg.cluster.admin_role_arns),
         "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
                         "desired_size": sp.desired_size}}
-    if (profile := pulumi.Config("aws").get("profile")) is not None:
+    if (profile := aws_account_settings().get("profile")) is not None:
         args["aws_profile"] = profile  # the provider's credentials make the kubeconfig's tokens too
     return args
 
@@ -187,12 +187,12 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
                                            *([on_aws.pools[m.pool]] if on_aws is not None else [])])))
               for m in cfg.models.values()]
     # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
-    gate = fidelity.load_verdicts(cfg, stacks_dir or fidelity.default_stacks_dir())
+    evals = stacks_dir or fidelity.default_stacks_dir()
+    gate = fidelity.load_verdicts(cfg, evals)
     gateway = Gateway("gateway", cfg=fidelity.routable(cfg, gate), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
     if cfg.gateway.fidelity:
-        FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, stacks_dir or
-                                                                                   fidelity.default_stacks_dir()),
+        FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, evals),
                      opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))
 
     # --- dashboards and rules ---------------------------------------------------------------

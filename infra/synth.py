@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo
+from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
 
 __all__ = [
     "PROJECT",
@@ -116,10 +116,8 @@ def read_stack_config(path: Path) -> dict[str, str]:
     for key, value in (doc.get("config") or {}).items():
         key = str(key)
         full = key if ":" in key else f"{PROJECT}:{key}"
-        ns, _, bare = full.partition(":")
-        if namespace_typo(ns):
-            problems.append(Problem(key, f"namespace {ns!r} is not the kit's: nothing reads this key; did you mean "
-                                    f"'{PROJECT}:{bare}'?"))
+        if (typo := namespace_typo_problem(full, key)) is not None:
+            problems.append(typo)
             continue
         if isinstance(value, dict) and set(value) == {"secure"}:
             problems.append(Problem(key.partition(":")[2] or key, "is a Pulumi secret; offline synth cannot "

@@ -18,6 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from telemetry.testing import VirtualClock
+from tests.support.fake_backends import send_json
 from tests.support.processes import ServedInThread
 
 __all__ = ["FakeOpenAI", "Reply", "chat", "embedding", "tool_call"]
@@ -81,12 +82,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, reply.body)
 
     def _send(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_json(self, status, json.dumps(body).encode())
 
 
 class _Server(ThreadingHTTPServer):
