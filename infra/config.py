@@ -1322,7 +1322,7 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
         path = f"tenants.{name}"
         mine = [m for m in models.values() if m.tenant == name]
         need_mig = {p: sum(m.replicas.max for m in mine if m.mig_profile == p) for p in profiles}
-        mig = {p: t.mig_quota.get(p, need_mig[p]) for p in sorted(set(profiles) | set(t.mig_quota))}
+        mig = {p: t.mig_quota[p] if p in t.mig_quota else need_mig[p] for p in sorted(set(profiles) | set(t.mig_quota))}
         for p, n in t.mig_quota.items():
             if n < need_mig.get(p, 0):
                 r.fail(f"{path}.migQuota.{p}", f"{n} is less than the {need_mig[p]} slices its models can scale "
