@@ -732,6 +732,17 @@ class _Reader:
                 good[key] = value
         return good
 
+    def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
+              ) -> None:
+        """Declares a mapping whose keys the caller checks by hand (prices by instance type, MIG quotas by
+        profile): nothing to do when reading; infra/config_schema.py records it."""
+
+    def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
+        """Report each key of an already-read mapping (a named pool, tenant or model) that is not `allowed`."""
+        for key in d:
+            if key not in allowed:
+                self.fail(f"{path}.{key}", unknown_key(key, allowed))
+
     def value(
         self,
         d: Mapping[str, Any] | None,
@@ -744,7 +755,10 @@ class _Reader:
         minimum: float | None = None,
         maximum: float | None = None,
         check: Callable[[Any], str | None] | None = None,
+        derived: bool = False,
     ) -> Any:
+        """`derived`: the default only stands in for a value computed later from other settings (the JSON Schema
+        then states no default)."""
         full = f"{path}.{key}" if path else key
         if d is None or key not in d or d[key] is None:
             if default is _REQUIRED:
@@ -989,9 +1003,7 @@ _POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "av
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
     path = f"nodePools.{name}"
-    for key in d:
-        if key not in _POOL_KEYS:
-            r.fail(f"{path}.{key}", unknown_key(key, _POOL_KEYS))
+    r.allow(d, path, _POOL_KEYS)
     itype = r.value(d, "instanceType", path, str, check=_known_type)
     if itype is None:
         return None
@@ -1236,9 +1248,7 @@ def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
     allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
-    for key in d:
-        if key not in allowed:
-            r.fail(f"{path}.{key}", unknown_key(key, allowed))
+    r.allow(d, path, allowed)
     ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
     if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
         # No namespace set: the tenant's name is its namespace, and must pass the same check.
@@ -1254,9 +1264,9 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
         name=name,
         namespace=ns,
         gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
-        cpu_quota=r.value(d, "cpuQuota", path, str, "0",
+        cpu_quota=r.value(d, "cpuQuota", path, str, "0", derived=True,
                           check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
-        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi",
+        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi", derived=True,
                              check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
         mig_quota=_mig_quota(r, d, path),
         rate_limit=RateLimit(rps, burst, r.value(rld, "batchRequestsPerSecond", rl_path, int, rps, minimum=1),
@@ -1267,6 +1277,7 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
 
 def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
     out: dict[str, int] = {}
+    r.keyed(f"{path}.migQuota", int, key_pattern=MIG_PROFILE_RE.pattern, minimum=0)
     for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
         if not MIG_PROFILE_RE.match(str(profile)):
             r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")
@@ -1359,9 +1370,7 @@ _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pi
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
-    for key in d:
-        if key not in _MODEL_KEYS:
-            r.fail(f"{path}.{key}", unknown_key(key, _MODEL_KEYS))
+    r.allow(d, path, _MODEL_KEYS)
     engine = r.value(d, "engine", path, str, choices=("vllm", "triton"))
     model_id = r.value(d, "model", path, str)
     tenant = r.value(d, "tenant", path, str)
@@ -1947,6 +1956,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
                                                       "controlPlaneMetrics", "ingest", "alerting", "runbookUrl",
                                                       "volumes"))
     prices: dict[str, float] = {}
+    r.keyed(f"{p}.prices", float, minimum=0)
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
             r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
@@ -1991,12 +2001,13 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
 # entry points
 
 
-def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
+def parse(raw: Mapping[str, Any], *, stack: str, reader: _Reader | None = None) -> PlatformConfig:
     """Validate raw `aifactory:*` values (structured, key without namespace) into a PlatformConfig.
 
-    Raises ConfigError listing every problem found, each with its key path.
+    Raises ConfigError listing every problem found, each with its key path. `reader`: the reader to walk the
+    values with (default: a fresh one; infra/config_schema.py passes one that also records what it reads).
     """
-    r = _Reader()
+    r = reader if reader is not None else _Reader()
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("config", f"expected a mapping, got {_kind(raw)}")])
     for key in raw:
