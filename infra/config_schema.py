@@ -188,8 +188,8 @@ def _literal(node: ast.expr) -> bool:
     """A default written as a constant: a literal, a NAMED_CONSTANT, or a list/tuple of them."""
     if isinstance(node, ast.Constant):
         return True
-    if isinstance(node, ast.Name):
-        return node.id.isupper()
+    if isinstance(node, ast.Name | ast.Attribute):  # DEFAULT_X, or module.DEFAULT_X
+        return (node.id if isinstance(node, ast.Name) else node.attr).isupper()
     if isinstance(node, ast.Subscript):
         return isinstance(node.value, ast.Name) and node.value.id.isupper()
     if isinstance(node, ast.Tuple | ast.List):
