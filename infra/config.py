@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 NAMESPACE = "aifactory"
+DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"  # Pulumi.yaml's stackConfigDir
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")

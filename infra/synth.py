@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
+from infra.config import DEFAULT_STACKS_DIR, NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
 
 __all__ = [
     "PROJECT",
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 PROJECT = NAMESPACE
-DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 SHIPPED_STACKS = ("dev", "onprem", "prod", "staging")  # the stacks the kit ships in stacks/
 EXPORT_TIME = "1970-01-01T00:00:00Z"  # fixed: same config, same bytes
 
