@@ -702,6 +702,11 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _got(value: Any) -> str:
+    """What a message says it got: its kind and value ("an integer 3"), or just "null"."""
+    return "null" if value is None else f"{_kind(value)} {_show(value)}"
+
+
 def _kind(value: Any) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
@@ -722,7 +727,7 @@ class _Reader:
 
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
         if not isinstance(raw, dict):
-            self.fail(path, f"expected a mapping, got {_kind(raw)} {_show(raw)}")
+            self.fail(path, f"expected a mapping, got {_got(raw)}")
             return None
         good: dict[str, Any] = {}
         for key, value in raw.items():
@@ -775,7 +780,7 @@ class _Reader:
             value, ok = float(value), True
         if not ok:
             want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
-            self.fail(full, f"expected {want}, got {_kind(value)} {_show(value)}")
+            self.fail(full, f"expected {want}, got {_got(value)}")
             return default if default is not _REQUIRED else None
         if choices is not None and value not in choices:
             self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
@@ -801,7 +806,7 @@ class _Reader:
         out: list[str] = []
         for i, item in enumerate(raw):
             if not isinstance(item, str):
-                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_kind(item)} {_show(item)}")
+                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_got(item)}")
             elif check is not None and (msg := check(item)) is not None:
                 self.fail(f"{path}.{key}[{i}]", f"{_show(item)} {msg}")
             else:
@@ -815,7 +820,7 @@ class _Reader:
         out: dict[str, str] = {}
         for k, v in raw.items():
             if not isinstance(k, str) or not isinstance(v, str):
-                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_kind(v)} {_show(v)}")
+                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_got(v)}")
             else:
                 out[k] = v
         return out

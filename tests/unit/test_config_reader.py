@@ -27,6 +27,8 @@ def test_a_mapping_keeps_its_good_keys_and_names_each_bad_one() -> None:
                             "gateway.retries.zz: unknown key; allowed keys: x, y"]
     assert r.mapping(["not", "a", "mapping"], "gateway", None) is None
     assert _problems(r)[-1] == 'gateway: expected a mapping, got a list ["not", "a", "mapping"]'
+    assert r.mapping(None, "gateway.auth", None) is None
+    assert _problems(r)[-1] == "gateway.auth: expected a mapping, got null"
 
 
 @pytest.mark.parametrize(("raw", "want", "problems"), [
@@ -53,8 +55,9 @@ def test_a_string_map_keeps_string_pairs_and_names_every_other_entry() -> None:
     got = r.string_map({"labels": {"team": "ml", "tier": 2, "on": None, 3: "x"}}, "labels", "nodePools.gpu")
     assert got == {"team": "ml"}
     assert _problems(r)[0] == "nodePools.gpu.labels.tier: expected a string value, got an integer 2"
-    # a null value and a non-string key are refused too, at their paths
+    # a null value and a non-string key are refused too, at their paths; null is said once ("got null")
     assert [p.path for p in r.problems][1:] == ["nodePools.gpu.labels.on", "nodePools.gpu.labels.3"]
+    assert _problems(r)[1] == "nodePools.gpu.labels.on: expected a string value, got null"
     assert r.string_map({}, "labels", "nodePools.gpu") == {}
     assert r.string_map({"labels": "team=ml"}, "labels", "nodePools.gpu") == {}
     assert _problems(r)[-1] == "nodePools.gpu.labels: expected a mapping, got a string 'team=ml'"
