@@ -33,6 +33,7 @@ __all__ = ["COVERAGE", "Recorder", "schema", "stack_file_schema", "missing_keys"
 # Draft 7: what editors validate with (VS Code's JSON language service and the YAML language server support draft 7
 # fully and later drafts only in part: redhat-developer/yaml-language-server#856, vscode-json-languageservice#117).
 DRAFT = "http://json-schema.org/draft-07/schema#"
+REQUIRED_KEYS = ("target", "nodePools")  # parse() requires them whatever else the stack sets
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
                type(None): "null"}
 _INDEX = re.compile(r"\[\d+\]")
@@ -85,6 +86,7 @@ class _Node:
     defaults: list[Any] = field(default_factory=list)
     derived_default: bool = False  # the reader computes the default from other values (not a literal)
     conditional: bool = False  # read as required only under a condition (provider, engine, method, ...)
+    dynamic_bounds: bool = False  # choices or bounds computed from other values (timeoutSeconds <= intervalSeconds)
     optional: bool = False
     required_reads: int = 0  # reads of this key with no default
     observed: int = 0  # times this mapping was read
@@ -117,13 +119,14 @@ class Recorder(_Reader):
     def _node(self, path: str) -> _Node:
         return self.nodes.setdefault(self._path(path), _Node())
 
-    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
+    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
+                keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
         node = self._node(path)
         node.types.add("object")
         node.observed += 1
         if allowed is not None:
             node.allowed = (node.allowed or set()) | set(allowed)
-        return super().mapping(raw, path, allowed)
+        return super().mapping(raw, path, allowed, keep_null=keep_null)
 
     def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
         node = self._node(path)
@@ -135,31 +138,33 @@ class Recorder(_Reader):
               maximum: float | None = None, check: Any = None, derived: bool = False) -> Any:
         if not self._quiet and d is not None:
             node = self._node(f"{path}.{key}" if path else key)
+            site = _site(sys._getframe(1), key)
             node.types |= {_JSON_TYPES[k] for k in (kind if isinstance(kind, tuple) else (kind,))}
             node.enums.add(choices)
             node.minimums.add(minimum)
             node.maximums.add(maximum)
+            node.dynamic_bounds |= site.dynamic_bounds
             if default is _REQUIRED:
                 node.required_reads += 1
-                node.conditional |= (sys._getframe(1).f_lineno, key) in _call_sites()[1]
+                node.conditional |= site.conditional
             else:
                 node.optional = True
                 node.defaults.append(default)
-                node.derived_default |= derived or (sys._getframe(1).f_lineno, key) in _derived_defaults()
+                node.derived_default |= derived or site.derived
         return super().value(d, key, path, kind, default, choices=choices, minimum=minimum, maximum=maximum,
                              check=check, derived=derived)
 
     def strings(self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
-                check: Any = None) -> tuple[str, ...]:
+                check: Any = None, derived: bool = False) -> tuple[str, ...]:
         if d is not None:
             node = self._node(f"{path}.{key}")
             node.types.add("array")
             node.items, node.optional = "string", True
             node.defaults.append(list(default))
-            node.derived_default |= (sys._getframe(1).f_lineno, key) in _derived_defaults()
+            node.derived_default |= derived or _site(sys._getframe(1), key).derived
         self._quiet += 1
         try:
-            return super().strings(d, key, path, default, check)
+            return super().strings(d, key, path, default, check, derived)
         finally:
             self._quiet -= 1
 
@@ -181,11 +186,15 @@ class Recorder(_Reader):
         node.values = {"type": _JSON_TYPES[value_kind]} | ({"minimum": minimum} if minimum is not None else {})
         node.key_pattern = key_pattern
 
-    def named(self, raw: Any, path: str) -> dict[str, Any]:
+    def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
+        node = self._node(path)
+        node.allowed = (node.allowed or set()) | set(allowed)
+
+    def named(self, raw: Any, path: str, *, keep_null: tuple[str, ...] = ()) -> dict[str, Any]:
         node = self._node(path)
         node.types.add("object")
         node.named = True
-        return super().named(raw, path)
+        return super().named(raw, path, keep_null=keep_null)
 
 
 def _literal(node: ast.expr) -> bool:
@@ -214,31 +223,53 @@ def _under_condition(node: ast.AST, parents: Mapping[ast.AST, ast.AST]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class _Site:
+    """What the source says of one reader call: its default is computed, its key is required only under a
+    condition, its choices or bounds are computed."""
+
+    derived: bool
+    conditional: bool
+    dynamic_bounds: bool
+
+
+_UNKNOWN_SITE = _Site(derived=True, conditional=True, dynamic_bounds=True)  # claim nothing a call site may break
+
+
+def _site(frame: Any, key: str) -> _Site:
+    """The call site reading `key` in the caller's frame; outside infra/config.py (a reader helper elsewhere) or
+    where the source names no key, nothing is claimed."""
+    if frame.f_globals.get("__name__") != config.__name__:
+        return _UNKNOWN_SITE
+    sites = _call_sites()
+    return sites.get((frame.f_lineno, key)) or sites.get((frame.f_lineno, "*")) or _Site(False, False, False)
+
+
+def _literal_args(call: ast.Call, names: tuple[str, ...]) -> bool:
+    return all(_literal(k.value) for k in call.keywords if k.arg in names)
+
+
 @cache
-def _call_sites() -> tuple[frozenset[tuple[int, str]], frozenset[tuple[int, str]]]:
-    """(line, key) of the reader calls in infra/config.py (every line a call spans) whose default is computed
-    (`max(lo, 6)`, a tenant's name: the schema states no default, since none holds for every config), and of
-    those that read a key as required only under a condition (the schema does not require it)."""
+def _call_sites() -> dict[tuple[int, str], _Site]:
+    """(line, key) -> _Site for every reader call in infra/config.py (every line a call spans; key "*" where the
+    source computes the key, e.g. in a loop over keys: such a site claims nothing)."""
     tree = ast.parse(inspect.getsource(config))
     parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
-    derived: set[tuple[int, str]] = set()
-    conditional: set[tuple[int, str]] = set()
+    out: dict[tuple[int, str], _Site] = {}
     for n in ast.walk(tree):
         if not (isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in ("value", "strings")
-                and len(n.args) > 1 and isinstance(n.args[1], ast.Constant)):
+                and len(n.args) > 1):
             continue
         at = 4 if n.func.attr == "value" else 3
         default = n.args[at] if len(n.args) > at else next((k.value for k in n.keywords if k.arg == "default"), None)
-        lines = {(line, str(n.args[1].value)) for line in range(n.lineno, (n.end_lineno or n.lineno) + 1)}
-        if default is not None and not _literal(default):
-            derived |= lines
-        if default is None and _under_condition(n, parents):
-            conditional |= lines
-    return frozenset(derived), frozenset(conditional)
-
-
-def _derived_defaults() -> frozenset[tuple[int, str]]:
-    return _call_sites()[0]
+        literal_key = isinstance(n.args[1], ast.Constant)
+        site = _Site(derived=not literal_key or (default is not None and not _literal(default)),
+                     conditional=not literal_key or (default is None and _under_condition(n, parents)),
+                     dynamic_bounds=not literal_key or not _literal_args(n, ("choices", "minimum", "maximum")))
+        key = str(n.args[1].value) if literal_key and isinstance(n.args[1], ast.Constant) else "*"
+        for line in range(n.lineno, (n.end_lineno or n.lineno) + 1):
+            out[(line, key)] = site
+    return out
 
 
 def _walk(corpus: Iterable[Mapping[str, Any]]) -> Recorder:
@@ -270,30 +301,33 @@ def _to_json(value: Any) -> Any:
 
 def _build(nodes: Mapping[str, _Node], path: str) -> dict[str, Any]:
     node = nodes[path]
+    # A section below the top level reads null as empty (`replicas:` with every child commented out); a top-level
+    # key, a named entry (a pool, a model) or a list item must be a mapping.
+    nullable = "object" in node.types and "." in path and not path.endswith((".*", "[]"))
     scalars = node.types - {"object"}
     if "object" in node.types and scalars and (node.allowed is not None or _children(nodes, path)):
         # a key that takes a scalar or a mapping (`quantization: fp8` or `{method, checkpoint}`): one branch each,
         # so the scalar's choices do not apply to the mapping
-        scalar, mapping = _scalar(node, scalars), _object(nodes, path, node)
+        scalar, mapping = _scalar(node, scalars, nullable=nullable), _object(nodes, path, node)
         return {"anyOf": [scalar, mapping]} | ({"default": scalar.pop("default")} if "default" in scalar else {})
-    return _scalar(node, node.types) | _object(nodes, path, node)
+    return _scalar(node, node.types, nullable=nullable) | _object(nodes, path, node)
 
 
-def _scalar(node: _Node, types_: set[str]) -> dict[str, Any]:
+def _scalar(node: _Node, types_: set[str], *, nullable: bool) -> dict[str, Any]:
     out: dict[str, Any] = {}
     types = sorted(types_)
-    if node.optional:
-        types.append("null")  # a key set to null reads as unset (its default)
+    if node.optional or nullable:
+        types.append("null")  # a key set to null reads as unset (its default), a section as empty
     out["type"] = types[0] if len(types) == 1 else types
-    if len(node.enums) == 1 and (enum := next(iter(node.enums))) is not None:
+    if len(node.enums) == 1 and (enum := next(iter(node.enums))) is not None and not node.dynamic_bounds:
         out["enum"] = [_to_json(v) for v in enum] + ([None] if node.optional else [])
-    if len(node.minimums) == 1 and (lo := next(iter(node.minimums))) is not None:
+    if len(node.minimums) == 1 and (lo := next(iter(node.minimums))) is not None and not node.dynamic_bounds:
         out["minimum"] = lo
-    if len(node.maximums) == 1 and (hi := next(iter(node.maximums))) is not None:
+    if len(node.maximums) == 1 and (hi := next(iter(node.maximums))) is not None and not node.dynamic_bounds:
         out["maximum"] = hi
     constant = {json.dumps(_to_json(d)) for d in node.defaults}
     if node.derived_default:
-        out["description"] = "default: derived from other settings (see README)"
+        out["description"] = "default: derived from other settings (infra/config.py says how)"
     elif len(constant) == 1 and None not in node.defaults:
         out["default"] = json.loads(constant.pop())
     if node.items == "string":
@@ -362,7 +396,11 @@ def stack_file_schema(corpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "properties": {"config": {
             "type": "object",
             "properties": props,
-            # unknown aifactory:* keys are typos (the reader reports them too); other namespaces are not ours
-            "patternProperties": {f"^{NAMESPACE}:(?!(?:{known})$)": False},
+            # unknown aifactory:* keys, and unknown keys without a namespace (Pulumi reads those in the project's,
+            # aifactory), are typos, as the reader says; other namespaces (aws:, pulumi:) are not ours
+            "patternProperties": {f"^{NAMESPACE}:(?!(?:{known})$)": False, f"^(?!(?:{known})$)[^:]+$": False},
+            "allOf": [{"anyOf": [{"required": [f"{NAMESPACE}:{key}"]}, {"required": [key]}]}
+                      for key in REQUIRED_KEYS],
         }},
+        "required": ["config"],
     }

@@ -117,3 +117,30 @@ def test_names_of_pools_tenants_and_models_are_dns_labels() -> None:
     assert r.named({"gpu-a": {}, "GPU_B": {}, "c": "not a mapping"}, "nodePools") == {"gpu-a": {}}
     assert _problems(r) == ["nodePools.GPU_B: name must be a DNS label (lowercase letters, digits, '-')",
                             "nodePools.c: expected a mapping, got a string 'not a mapping'"]
+
+
+def test_a_key_set_to_null_is_unset_everywhere_the_reader_looks() -> None:
+    """`endTime:` left empty in YAML is null: it used to pass the capacity-block window's "is required" check
+    (which asked `key in d`) and leave the block without an end; value() already read it as unset."""
+    raw = stack_raw("prod")
+    raw["nodePools"]["h100-block"]["capacity"]["endTime"] = None
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="prod")
+    assert [p.path for p in err.value.problems] == ["nodePools.h100-block.capacity.endTime"]
+    assert "is required for capacity type 'capacity-block'" in str(err.value.problems[0])
+
+
+def test_a_variant_marked_with_null_is_still_a_variant() -> None:
+    """`variant:` alone marks a variant with every default: null keeps that meaning there (it is not left out as
+    unset), so the variant is read and asked for its throughput or cost."""
+    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "plan"}
+    raw = {"target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
+           "nodePools": {"gpu": {"instanceType": "dgx-h100"}}, "tenants": {"alpha": {"gpuQuota": 16}},
+           "models": {"slow": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
+                      "fast": {**m, "slo": {"e2eSeconds": 0.5}, "variant": None}},
+           "observability": {"prices": {"dgx-h100": 30.0}}}
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="t")
+    assert [p.path for p in err.value.problems] == ["models.fast.variant.requestsPerSecond"]
+    raw["models"]["fast"]["variant"] = {"requestsPerSecond": 4}
+    assert parse(raw, stack="t").models["fast"].variant is not None

@@ -119,6 +119,21 @@ def test_an_unknown_top_level_aifactory_key_is_rejected_and_other_namespaces_are
     assert _reader_paths(doc, "dev") == ["gateways"]
 
 
+def test_a_bare_unknown_key_and_a_missing_target_are_rejected_as_the_reader_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Pulumi reads a key without a namespace in the project's (aifactory): a misspelt one is a typo too."""
+    doc = copy.deepcopy(_stack("dev"))
+    doc["config"]["kubernetesVersoin"] = "1.33"
+    assert [e.message for e in _validator().iter_errors(doc)] == ["False schema does not allow '1.33'"]
+    (tmp_path / "Pulumi.typo.yaml").write_text(yaml.safe_dump(doc))
+    assert cli.main(["validate", "typo", "--stacks-dir", str(tmp_path)]) == 2
+    assert "kubernetesVersoin: unknown key" in capsys.readouterr().err
+    del doc["config"]["kubernetesVersoin"]
+    del doc["config"]["aifactory:target"]
+    assert [e.validator for e in _validator().iter_errors(doc)] == ["anyOf"]
+    assert "target" in _reader_paths(doc, "dev")
+
+
 # valid configs that take the branches the shipped stacks do not: the schema must not reject what the reader takes
 GOOD = [
     ("dev", "models.{m}.quantization", {"method": "fp8", "checkpoint": "load-time"}),  # a mapping, not a string
@@ -157,3 +172,86 @@ def test_the_schema_command_writes_the_file_whole_and_refuses_a_missing_director
     assert json.loads(out.read_text()) == json.loads(SHIPPED.read_text())
     assert cli.main(["schema", "--out", str(tmp_path / "no" / "s.json")]) == 2
     assert "directory" in capsys.readouterr().err and not (tmp_path / "no").exists()
+
+
+# --- what the schema states holds for the reader: a stated default is what leaving the key out gives, and null is
+# --- unset, on every instance of the key in the shipped stacks ------------------------------------------------------
+
+NULL_IS_NOT_UNSET = {("models", "*", "variant")}  # `variant:` alone still marks a variant (config.py)
+
+
+def _keys(node: dict[str, Any], at: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], dict[str, Any]]]:
+    """(path, schema) of every key below `node`; "*" stands for any name, "[]" for any list item."""
+    out = []
+    for branch in node.get("anyOf", [node]):
+        for key, sub in branch.get("properties", {}).items():
+            out += [((*at, key), sub), *_keys(sub, (*at, key))]
+        if isinstance(branch.get("additionalProperties"), dict):
+            out += _keys(branch["additionalProperties"], (*at, "*"))
+        if isinstance(branch.get("items"), dict):
+            out += _keys(branch["items"], (*at, "[]"))
+    return out
+
+
+def _where(raw: Any, path: tuple[str, ...], at: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """The concrete paths of `path` in `raw` whose parent exists (names and list indices filled in)."""
+    if len(path) == 1:
+        return [(*at, path[0])] if isinstance(raw, dict) else []
+    head, rest = path[0], path[1:]
+    if head == "*":
+        return [p for k, v in raw.items() for p in _where(v, rest, (*at, k))] if isinstance(raw, dict) else []
+    if head == "[]":
+        return [p for i, v in enumerate(raw) for p in _where(v, rest, (*at, i))] if isinstance(raw, list) else []
+    return _where(raw.get(head), rest, (*at, head)) if isinstance(raw, dict) and head in raw else []
+
+
+def _with(raw: dict[str, Any], path: tuple[Any, ...], value: Any, *, remove: bool = False) -> dict[str, Any]:
+    out = copy.deepcopy(raw)
+    node: Any = out
+    for step in path[:-1]:
+        node = node[step]
+    node.pop(path[-1], None)
+    if not remove:
+        node[path[-1]] = value
+    return out
+
+
+def _outcome(raw: dict[str, Any], stack: str) -> Any:
+    """The config, or the key paths of its problems (a message may quote the value as given)."""
+    try:
+        return parse(raw, stack=stack)
+    except ConfigError as err:
+        return sorted(p.path for p in err.problems)
+
+
+def _disagreements(check: Any) -> list[str]:
+    defs = json.loads(SHIPPED.read_text())["definitions"]
+    out = []
+    for stack in STACKS:
+        doc = _stack(stack)
+        raw = {k.removeprefix("aifactory:"): v for k, v in doc["config"].items() if k.startswith("aifactory:")}
+        for top, node in defs.items():
+            for path, sub in _keys(node, (top,)):
+                for where in _where(raw, path):
+                    unset = _with(raw, where, None, remove=True)
+                    if (value := check(path, sub)) is not _SKIP and \
+                            _outcome(_with(unset, where, value), stack) != _outcome(unset, stack):
+                        out.append(f"{stack}: {'.'.join(map(str, where))}: {json.dumps(value)}")
+    return out
+
+
+_SKIP = object()
+
+
+def test_every_stated_default_is_what_leaving_the_key_out_gives() -> None:
+    assert _disagreements(lambda path, sub: sub["default"] if "default" in sub else _SKIP) == []
+
+
+def test_null_is_unset_wherever_the_schema_allows_it() -> None:
+    def null(path: tuple[str, ...], sub: dict[str, Any]) -> Any:
+        types = \
+            [t for b in sub.get("anyOf", [sub]) for t in ([b["type"]] if isinstance(b.get("type"), str)
+                                                          else b.get("type", []))]
+        return None if "null" in types and path not in NULL_IS_NOT_UNSET else _SKIP
+
+    assert _disagreements(null) == []
