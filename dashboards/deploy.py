@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import observability as backends
+from components.k8s import naming
 from components.k8s.naming import common_labels
 from dashboards.config import ObservabilityConfig
 from dashboards.core import build, dashboard_json, prometheus_rules
@@ -15,8 +15,8 @@ from dashboards.core import build, dashboard_json, prometheus_rules
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
 
 # the label kube-prometheus-stack's Grafana sidecar watches (set in components.k8s.observability)
-DASHBOARD_LABEL = {backends.DASHBOARD_LABEL: backends.DASHBOARD_LABEL_VALUE}
-FOLDER_ANNOTATION = backends.DASHBOARD_FOLDER_ANNOTATION  # the sidecar's folderAnnotation
+DASHBOARD_LABEL = {naming.DASHBOARD_LABEL: naming.DASHBOARD_LABEL_VALUE}
+FOLDER_ANNOTATION = naming.DASHBOARD_FOLDER_ANNOTATION  # the sidecar's folderAnnotation
 FOLDER = "aifactory"
 RULE_NAME = "aifactory-rules"
 

@@ -22,17 +22,14 @@ VOCABULARY = ("components.vocabulary", "telemetry.names", "components.aws.catalo
 ENTRY_SCRIPTS = ".dashboard.py"
 
 # (importer, imported) module pairs that break the layering today, to be removed (#18): the Kubernetes components
-# still take the kit's PlatformConfig; policies read conventions that live in component modules.
+# still take the kit's PlatformConfig.
 KNOWN: frozenset[tuple[str, str]] = frozenset({
     *((f"components.k8s.{m}", "infra.config") for m in (
         "autoscaler", "envoy_config", "fabric", "fidelity", "gateway", "gpu_stack", "mesh", "observability",
         "otel_config", "platform", "serving", "storage", "tenancy")),
     ("components.k8s.envoy_config", "infra.artifacts"),
     ("components.k8s.observability", "infra.artifacts"),
-    ("dashboards.deploy", "components.k8s.observability"),
     ("policies.base", "infra.config"),
-    ("policies.fidelity", "components.k8s.envoy_config"),
-    ("policies.fidelity", "components.k8s.fidelity"),
 })
 
 
