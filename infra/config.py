@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.k8s import coldstart
+from components.k8s import coldstart, naming
 
 __all__ = [
     "NAMESPACE",
@@ -106,10 +106,7 @@ MIG_LAYOUTS = (
 )
 SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
-SYSTEM_NAMESPACES = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
-     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
-)
+SYSTEM_NAMESPACES = naming.SYSTEM_NAMESPACES  # Kubernetes' own and the platform's: never a tenant's
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
