@@ -1,9 +1,11 @@
-"""dashboards: grafanalib dashboards and Prometheus rules built from a stack's PlatformConfig.
+"""dashboards: grafanalib dashboards and Prometheus rules built from an ObservabilityConfig (dashboards/config.py).
 
     import dashboards
-    boards = dashboards.build(cfg)                       # {"compound-latency": Dashboard, ...}
+    boards = dashboards.build(obs)                       # {"compound-latency": Dashboard, ...}
     dashboards.queries(boards["compound-latency"])       # [(panel title, PromQL), ...]
-    dashboards.prometheus_rules(cfg)                              # {"groups": [...]} (a Prometheus rules file)
+    dashboards.prometheus_rules(obs)                     # {"groups": [...]} (a Prometheus rules file)
+
+A stack's ObservabilityConfig is infra.monitoring.from_platform(cfg); a platform team may build one by hand.
 
 Importing the package is cheap: grafanalib and the builders load on first use.
 """

@@ -1,18 +1,17 @@
 """The one observability config that dashboards and rules are built from.
 
-`from_platform(cfg)` reduces a stack's PlatformConfig to what monitoring needs, in the style of a
-monitoring mixin's `_config`: selectors per exporter family, GPU pools with their prices, models with
-their SLOs and autoscaling targets, tenants, workflow SLO objectives and alert thresholds. Prices and
-SLOs come only from the stack config (`observability.prices`, the instance catalog's on-demand
-defaults, `observability.slo` / `observability.workflows`, `models.*.slo`); nothing here hard-codes one.
+ObservabilityConfig is what monitoring needs, in the style of a monitoring mixin's `_config`: selectors per
+exporter family, GPU pools with their prices, models with their SLOs and autoscaling targets, tenants, workflow SLO
+objectives and alert thresholds. A platform team builds one by hand; the kit's program builds it from the stack
+config (infra/monitoring.py `from_platform`), where prices and SLOs come only from `observability.prices`, the
+instance catalog's on-demand defaults, `observability.slo` / `observability.workflows` and `models.*.slo`; nothing
+here hard-codes one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Literal
-
-from infra.config import PlatformConfig
 
 __all__ = [
     "DEFAULT_KV_CACHE_SATURATION",
@@ -27,7 +26,6 @@ __all__ = [
     "VariantCost",
     "Objective",
     "ObservabilityConfig",
-    "from_platform",
 ]
 
 DEFAULT_KV_CACHE_SATURATION = 0.95  # alert when a model's KV cache stays above 95% used
@@ -128,45 +126,3 @@ class ObservabilityConfig:
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
-
-
-def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) -> ObservabilityConfig:
-    """The observability view of one stack: only GPU pools are priced (GPU cost), every model served."""
-    obs = cfg.observability
-    pools = tuple(
-        Pool(p.name, p.instance_type, p.instance.gpu_count, cfg.price_per_hour(p.instance_type))
-        for p in sorted(cfg.gpu_pools, key=lambda p: p.name)
-    )
-    models = tuple(
-        ServedModel(m.name, m.engine, m.tenant, m.pool, m.slo.ttft_seconds, m.slo.inter_token_seconds,
-                    m.slo.e2e_seconds, m.replicas.target_queue_depth, m.replicas.target_queue_time_ms / 1000)
-        for m in sorted(cfg.models.values(), key=lambda m: m.name)
-    )
-    named = tuple(
-        Objective(name, slo.latency_seconds, slo.latency_target, slo.availability_target)
-        for name, slo in sorted(obs.workflows.items())
-    )
-    base = obs.default_workflow_slo
-    default = Objective(None, base.latency_seconds, base.latency_target, base.availability_target)
-    return ObservabilityConfig(
-        stack=cfg.stack,
-        namespace=obs.namespace,
-        pools=pools,
-        models=models,
-        tenants=tuple(sorted(cfg.tenants)),
-        log_namespaces=tuple(sorted({t.namespace for t in cfg.tenants.values()} | {cfg.gateway.namespace})),
-        objectives=(*named, default),
-        idle_gpu_utilization_percent=obs.idle_gpu_utilization_percent,
-        selectors=selectors or Selectors(),
-        runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
-        variants=_variant_costs(cfg),
-    )
-
-
-def _variant_costs(cfg: PlatformConfig) -> tuple[VariantCost, ...]:
-    out: list[VariantCost] = []
-    for workload in sorted({m.workload for m in cfg.models.values()}):
-        variants = cfg.variants_of(workload)  # cheapest first: min() keeps the cheaper of equally fast ones
-        fastest = min(variants, key=lambda m: m.slo.e2e_seconds) if variants else None
-        out.extend(VariantCost(workload, m.name, cfg.cost_per_request(m), m is fastest) for m in variants)
-    return tuple(out)

@@ -10,13 +10,12 @@ from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
 from dashboards import compound, cost, fleet, mesh, serving
-from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.config import ObservabilityConfig
 from dashboards.panels import PROMETHEUS
 from dashboards.promql import substitute
 from dashboards.rules import rules_document
-from infra.config import PlatformConfig
 
-__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "observability"]
+__all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json"]
 
 # key -> builder; the key names the file (dashboards/<key>.json) and the ConfigMap.
 BOARDS: Mapping[str, Callable[[ObservabilityConfig], Dashboard]] = {
@@ -28,19 +27,14 @@ BOARDS: Mapping[str, Callable[[ObservabilityConfig], Dashboard]] = {
 }
 
 
-def observability(cfg: PlatformConfig | ObservabilityConfig) -> ObservabilityConfig:
-    return cfg if isinstance(cfg, ObservabilityConfig) else from_platform(cfg)
-
-
-def build(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Dashboard]:
+def build(cfg: ObservabilityConfig) -> dict[str, Dashboard]:
     """Every dashboard of a stack, by key."""
-    ocfg = observability(cfg)
-    return {key: make(ocfg) for key, make in BOARDS.items()}
+    return {key: make(cfg) for key, make in BOARDS.items()}
 
 
-def prometheus_rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any]:
+def prometheus_rules(cfg: ObservabilityConfig) -> dict[str, Any]:
     """The stack's recording and alerting rules as a Prometheus rules file."""
-    return rules_document(observability(cfg))
+    return rules_document(cfg)
 
 
 def default_variables(dashboard: Dashboard) -> dict[str, str]:

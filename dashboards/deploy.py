@@ -7,16 +7,16 @@ from collections.abc import Sequence
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import observability as backends
+from components.k8s import naming
 from components.k8s.naming import common_labels
-from dashboards.core import build, dashboard_json, observability, prometheus_rules
-from infra.config import PlatformConfig
+from dashboards.config import ObservabilityConfig
+from dashboards.core import build, dashboard_json, prometheus_rules
 
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
 
 # the label kube-prometheus-stack's Grafana sidecar watches (set in components.k8s.observability)
-DASHBOARD_LABEL = {backends.DASHBOARD_LABEL: backends.DASHBOARD_LABEL_VALUE}
-FOLDER_ANNOTATION = backends.DASHBOARD_FOLDER_ANNOTATION  # the sidecar's folderAnnotation
+DASHBOARD_LABEL = {naming.DASHBOARD_LABEL: naming.DASHBOARD_LABEL_VALUE}
+FOLDER_ANNOTATION = naming.DASHBOARD_FOLDER_ANNOTATION  # the sidecar's folderAnnotation
 FOLDER = "aifactory"
 RULE_NAME = "aifactory-rules"
 
@@ -28,17 +28,16 @@ def configmap_name(key: str) -> str:
 class Monitoring(pulumi.ComponentResource):
     """Every dashboard (one ConfigMap each) and the recording/alerting rules of one stack."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, provider: k8s.Provider,
+    def __init__(self, name: str, *, config: ObservabilityConfig, provider: k8s.Provider,
                  depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:dashboards:Monitoring", name, None, opts)
-        ocfg = observability(cfg)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
         labels = common_labels("aifactory-monitoring", "monitoring")
-        boards = build(ocfg)
+        boards = build(config)
         self.dashboards = [
             k8s.core.v1.ConfigMap(
                 f"{name}-dashboard-{key}",
-                metadata=k8s.meta.v1.ObjectMetaArgs(name=configmap_name(key), namespace=ocfg.namespace,
+                metadata=k8s.meta.v1.ObjectMetaArgs(name=configmap_name(key), namespace=config.namespace,
                                                     labels={**labels, **DASHBOARD_LABEL},
                                                     annotations={FOLDER_ANNOTATION: FOLDER}),
                 data={f"{key}.json": dashboard_json(board)},
@@ -50,8 +49,8 @@ class Monitoring(pulumi.ComponentResource):
             f"{name}-rules",
             api_version="monitoring.coreos.com/v1",
             kind="PrometheusRule",
-            metadata=k8s.meta.v1.ObjectMetaArgs(name=RULE_NAME, namespace=ocfg.namespace, labels=labels),
-            spec=prometheus_rules(ocfg),
+            metadata=k8s.meta.v1.ObjectMetaArgs(name=RULE_NAME, namespace=config.namespace, labels=labels),
+            spec=prometheus_rules(config),
             opts=child,
         )
         self.register_outputs({"dashboards": [configmap_name(key) for key in boards], "rules": RULE_NAME})

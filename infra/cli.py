@@ -171,6 +171,15 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from infra.config_schema import COVERAGE, stack_file_schema
+
+    target = json_target(args.out or "-", flag="--out", example="aifactory.schema.json")
+    assert target is not None
+    write_json(target, stack_file_schema(COVERAGE))
+    return EXIT_OK
+
+
 def _cmd_policy_check(args: argparse.Namespace) -> int:
     from policies.runner import check_command
 
@@ -237,6 +246,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--json", metavar="OUT", help="also write the verdict (and every problem) as JSON to OUT "
                                                  "(`-`: stdout)")
     v.set_defaults(func=_cmd_validate)
+
+    sc = sub.add_parser("schema", help="print the stack config's JSON Schema (for editors), generated from the "
+                                       "config reader",
+                        description="The JSON Schema of stacks/Pulumi.<env>.yaml: keys, types, choices, bounds and "
+                                    "defaults, as infra/config.py reads them. The repo ships it as "
+                                    "stacks/aifactory.schema.json.")
+    sc.add_argument("--out", metavar="FILE", help="write it to FILE, whole (default: stdout)")
+    sc.set_defaults(func=_cmd_schema)
 
     pol = sub.add_parser("policy", help="the CrossGuard policy pack, offline")
     psub = pol.add_subparsers(dest="policy_command", required=True, metavar="SUBCOMMAND")

@@ -20,11 +20,12 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.k8s import coldstart
+from components.k8s import coldstart, naming
 
 __all__ = [
     "NAMESPACE",
@@ -81,6 +82,7 @@ __all__ = [
 ]
 
 NAMESPACE = "aifactory"
+DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"  # Pulumi.yaml's stackConfigDir
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
@@ -104,10 +106,7 @@ MIG_LAYOUTS = (
 )
 SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
-SYSTEM_NAMESPACES = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
-     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
-)
+SYSTEM_NAMESPACES = naming.SYSTEM_NAMESPACES  # Kubernetes' own and the platform's: never a tenant's
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -700,6 +699,16 @@ def _show(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
+def _got(value: Any) -> str:
+    """What a message says it got: its kind and value ("an integer 3"), or just "null"."""
+    return "null" if value is None else f"{_kind(value)} {_show(value)}"
+
+
+def _given(d: Mapping[str, Any] | None, key: str) -> bool:
+    """Whether `key` is set in `d`: a key set to null is unset, as `_Reader.value` reads it."""
+    return d is not None and d.get(key) is not None
+
+
 def _kind(value: Any) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
@@ -718,9 +727,13 @@ class _Reader:
         """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
         return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
 
-    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None) -> dict[str, Any] | None:
+    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
+                keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """The mapping's good keys. A key set to null is left out, as if unset (`replicas:` with every child
+        commented out is YAML null), so every later `key in d` agrees with value(); `keep_null` keeps it for the
+        listed keys (or all: a mapping of names, whose null entries are reported where they are read)."""
         if not isinstance(raw, dict):
-            self.fail(path, f"expected a mapping, got {_kind(raw)} {_show(raw)}")
+            self.fail(path, f"expected a mapping, got {_got(raw)}")
             return None
         good: dict[str, Any] = {}
         for key, value in raw.items():
@@ -728,9 +741,24 @@ class _Reader:
                 self.fail(path, f"key {_show(key)} is not a string")
             elif allowed is not None and key not in allowed:
                 self.fail(f"{path}.{key}", unknown_key(key, allowed))
-            else:
+            elif value is not None or keep_null is True or (keep_null and key in keep_null):
                 good[key] = value
         return good
+
+    def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
+              ) -> None:
+        """Declares a mapping whose keys the caller checks by hand (prices by instance type, MIG quotas by
+        profile): nothing to do when reading; infra/config_schema.py records it."""
+
+    def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
+        """Declares every key a mapping whose keys the caller checks by hand may have (an alert receiver's, by
+        type): nothing to do when reading; infra/config_schema.py records it."""
+
+    def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
+        """Report each key of an already-read mapping (a named pool, tenant or model) that is not `allowed`."""
+        for key in d:
+            if key not in allowed:
+                self.fail(f"{path}.{key}", unknown_key(key, allowed))
 
     def value(
         self,
@@ -744,7 +772,10 @@ class _Reader:
         minimum: float | None = None,
         maximum: float | None = None,
         check: Callable[[Any], str | None] | None = None,
+        derived: bool = False,
     ) -> Any:
+        """`derived`: the default only stands in for a value computed later from other settings (the JSON Schema
+        then states no default)."""
         full = f"{path}.{key}" if path else key
         if d is None or key not in d or d[key] is None:
             if default is _REQUIRED:
@@ -759,7 +790,7 @@ class _Reader:
             value, ok = float(value), True
         if not ok:
             want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
-            self.fail(full, f"expected {want}, got {_kind(value)} {_show(value)}")
+            self.fail(full, f"expected {want}, got {_got(value)}")
             return default if default is not _REQUIRED else None
         if choices is not None and value not in choices:
             self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
@@ -777,15 +808,16 @@ class _Reader:
 
     def strings(
         self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
-        check: Callable[[str], str | None] | None = None,
+        check: Callable[[str], str | None] | None = None, derived: bool = False,
     ) -> tuple[str, ...]:
+        """A list of strings; `derived` as for value()."""
         raw = self.value(d, key, path, list, None)
         if raw is None:
             return default
         out: list[str] = []
         for i, item in enumerate(raw):
             if not isinstance(item, str):
-                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_kind(item)} {_show(item)}")
+                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_got(item)}")
             elif check is not None and (msg := check(item)) is not None:
                 self.fail(f"{path}.{key}[{i}]", f"{_show(item)} {msg}")
             else:
@@ -799,21 +831,22 @@ class _Reader:
         out: dict[str, str] = {}
         for k, v in raw.items():
             if not isinstance(k, str) or not isinstance(v, str):
-                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_kind(v)} {_show(v)}")
+                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_got(v)}")
             else:
                 out[k] = v
         return out
 
-    def named(self, raw: Any, path: str) -> dict[str, Any]:
-        """A mapping of DNS-label names to objects (pools, tenants, models)."""
-        d = self.mapping(raw, path, None)
+    def named(self, raw: Any, path: str, *, keep_null: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A mapping of DNS-label names to objects (pools, tenants, models); `keep_null`: keys of the objects whose
+        null means something (see mapping())."""
+        d = self.mapping(raw, path, None, keep_null=True)
         if d is None:
             return {}
         out = {}
         for name, body in d.items():
             if not DNS_LABEL.match(name):
                 self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits, '-')")
-            elif (m := self.mapping(body, f"{path}.{name}", None)) is not None:
+            elif (m := self.mapping(body, f"{path}.{name}", None, keep_null=keep_null)) is not None:
                 out[name] = m
         return out
 
@@ -856,13 +889,13 @@ def _target(r: _Reader, raw: Any) -> Target | None:
     provider = r.value(d, "provider", "target", str, choices=("aws", "existing"))
     if provider == "aws":
         for key in ("kubeconfig", "context", "hostsHaveDrivers", "storageClass", "installMetricsServer"):
-            if key in d:
+            if _given(d, key):
                 r.fail(f"target.{key}", "only applies to provider 'existing'")
         region = r.value(d, "region", "target", str,
                          check=lambda v: None if re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", v) else
                          "is not an AWS region such as us-east-1")
-        azs = r.strings(d, "availabilityZones", "target")
-        if "availabilityZones" not in d:
+        azs = r.strings(d, "availabilityZones", "target", derived=True)
+        if not _given(d, "availabilityZones"):
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
         elif not 2 <= len(azs) <= 6:
             r.fail("target.availabilityZones", f"{_show(list(azs))} must list 2 to 6 zones (EKS needs two)")
@@ -875,15 +908,15 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         return Target("aws", region=region, availability_zones=azs)
     if provider == "existing":
         for key in ("region", "availabilityZones"):
-            if key in d:
+            if _given(d, key):
                 r.fail(f"target.{key}", "only applies to provider 'aws'")
         return Target(
             "existing",
             kubeconfig=r.value(d, "kubeconfig", "target", str),
             context=r.value(d, "context", "target", str, None),
-            hosts_have_drivers=r.value(d, "hostsHaveDrivers", "target", bool, False),
+            hosts_have_drivers=r.value(d, "hostsHaveDrivers", "target", bool, False, derived=True),  # existing only
             storage_class=_storage_class(r, d),
-            install_metrics_server=r.value(d, "installMetricsServer", "target", bool, True),
+            install_metrics_server=r.value(d, "installMetricsServer", "target", bool, True, derived=True),
         )
     return None
 
@@ -891,7 +924,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
 def _storage_class(r: _Reader, d: dict[str, Any]) -> str | None:
     """Required on existing clusters: the kit cannot know which class exists there, nor whether one is the
     default, and a claim without a class that exists stays Pending (its Helm release then times out)."""
-    if "storageClass" not in d:
+    if not _given(d, "storageClass"):
         r.fail("target.storageClass", "is required for provider 'existing': name the StorageClass every claim "
                                       "the kit creates uses (model caches, Loki, Prometheus); "
                                       "`kubectl get storageclass` lists them")
@@ -951,7 +984,7 @@ def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], st
     through its endpoint, so the endpoint must answer the deployer. A private-only endpoint answers only
     inside the VPC and networks connected to it (EKS user guide, cluster-endpoint)."""
     access = r.value(d, "apiAccess", "cluster", str, None, choices=API_ACCESS)
-    if d is not None and "apiAccess" not in d:
+    if d is not None and not _given(d, "apiAccess"):
         r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
                                     "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
@@ -989,9 +1022,7 @@ _POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "av
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
     path = f"nodePools.{name}"
-    for key in d:
-        if key not in _POOL_KEYS:
-            r.fail(f"{path}.{key}", unknown_key(key, _POOL_KEYS))
+    r.allow(d, path, _POOL_KEYS)
     itype = r.value(d, "instanceType", path, str, check=_known_type)
     if itype is None:
         return None
@@ -1023,8 +1054,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
 
     target_azs = target.availability_zones if target is not None else ()
-    azs = r.strings(d, "availabilityZones", path)
-    if "availabilityZones" in d:
+    azs = r.strings(d, "availabilityZones", path, derived=True)  # default: the pool's zones (below)
+    if _given(d, "availabilityZones"):
         if not aws:
             r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
         for i, az in enumerate(azs):
@@ -1093,8 +1124,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
 
     taints: list[Taint] = []
-    if "taints" in d:
-        raw_t = r.value(d, "taints", path, list, [])
+    if _given(d, "taints"):
+        raw_t = r.value(d, "taints", path, list, [], derived=True)  # default: the GPU taint (below)
         for i, t in enumerate(raw_t):
             tp = f"{path}.taints[{i}]"
             td = r.mapping(t, tp, ("key", "value", "effect"))
@@ -1134,8 +1165,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         min_bus_bandwidth_fraction=r.value(ncd, "minBusBandwidthFraction", nc_path, float, 0.6, minimum=0, maximum=1),
         fabric_test_seconds=r.value(ncd, "fabricTestSeconds", nc_path, int, 300, minimum=30, maximum=3600),
     )
-    nodes = r.strings(d, "nodes", path, check=_dns_subdomain)
-    if "nodes" in d and aws:
+    nodes = r.strings(d, "nodes", path, check=_dns_subdomain, derived=True)  # provider existing only
+    if _given(d, "nodes") and aws:
         r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
     if mig is not None and target is not None and not aws and not nodes:
         r.fail(f"{path}.nodes", f"is required for a MIG pool on provider 'existing': list the pool's node names "
@@ -1194,7 +1225,7 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
                                                          "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed", "hcas"))
     return InfinibandSettings(
         network=r.value(d, "network", path, str, "ipoib", choices=("ipoib", "sriov")),
-        interfaces=r.strings(d, "interfaces", path, ("ib0",)),
+        interfaces=r.strings(d, "interfaces", path, ("ib0",), derived=True),  # default: the catalog's rails
         ip_range=r.value(d, "ipRange", path, str, "192.168.100.0/22", check=_cidr),
         hca_device_ids=r.strings(d, "hcaDeviceIds", path, ("101b",),
                                  check=lambda v: None if re.match(r"^[0-9a-f]{4}$", v) else
@@ -1204,7 +1235,7 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
                                    "may hold only lowercase letters, digits and '_'"),
         rdma_hca_max=r.value(d, "rdmaHcaMax", path, int, 63, minimum=1, maximum=1000),
         hosts_have_ofed=r.value(d, "hostsHaveOfed", path, bool, False),
-        hcas=r.strings(d, "hcas", path, (), check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
+        hcas=r.strings(d, "hcas", path, (), derived=True, check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
                        "is not an RDMA device name such as mlx5_0"),
     )
 
@@ -1217,8 +1248,8 @@ def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, 
     types = sorted({p.instance_type for p in ib_pools})
     rails = {catalog.IB_RAILS.get(t, ()) for t in types}
     known = next(iter(rails)) if len(rails) == 1 else ()
-    interfaces = ib.interfaces if "interfaces" in d else tuple(x.netdev for x in known) or ib.interfaces
-    hcas = ib.hcas if "hcas" in d else () if "interfaces" in d else tuple(x.hca for x in known)
+    interfaces = ib.interfaces if _given(d, "interfaces") else tuple(x.netdev for x in known) or ib.interfaces
+    hcas = ib.hcas if _given(d, "hcas") else () if _given(d, "interfaces") else tuple(x.hca for x in known)
     for t in types:
         ports = catalog.get(t).ib_ports
         if len(interfaces) < ports:
@@ -1236,11 +1267,9 @@ def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
     allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
-    for key in d:
-        if key not in allowed:
-            r.fail(f"{path}.{key}", unknown_key(key, allowed))
+    r.allow(d, path, allowed)
     ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
-    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
+    if not _given(d, "namespace") and (why := _reserved_namespace(name)) is not None:
         # No namespace set: the tenant's name is its namespace, and must pass the same check.
         r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
                      f"{path}.namespace to a namespace of its own")
@@ -1254,9 +1283,9 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
         name=name,
         namespace=ns,
         gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
-        cpu_quota=r.value(d, "cpuQuota", path, str, "0",
+        cpu_quota=r.value(d, "cpuQuota", path, str, "0", derived=True,
                           check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
-        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi",
+        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi", derived=True,
                              check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
         mig_quota=_mig_quota(r, d, path),
         rate_limit=RateLimit(rps, burst, r.value(rld, "batchRequestsPerSecond", rl_path, int, rps, minimum=1),
@@ -1267,6 +1296,7 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
 
 def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
     out: dict[str, int] = {}
+    r.keyed(f"{path}.migQuota", int, key_pattern=MIG_PROFILE_RE.pattern, minimum=0)
     for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
         if not MIG_PROFILE_RE.match(str(profile)):
             r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")
@@ -1322,7 +1352,7 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
         path = f"tenants.{name}"
         mine = [m for m in models.values() if m.tenant == name]
         need_mig = {p: sum(m.replicas.max for m in mine if m.mig_profile == p) for p in profiles}
-        mig = {p: t.mig_quota.get(p, need_mig[p]) for p in sorted(set(profiles) | set(t.mig_quota))}
+        mig = {p: t.mig_quota[p] if p in t.mig_quota else need_mig[p] for p in sorted(set(profiles) | set(t.mig_quota))}
         for p, n in t.mig_quota.items():
             if n < need_mig.get(p, 0):
                 r.fail(f"{path}.migQuota.{p}", f"{n} is less than the {need_mig[p]} slices its models can scale "
@@ -1333,13 +1363,13 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
         cpu = math.ceil(gpus * max((p.instance.vcpus / p.instance.gpu_count for p in gpu_pools), default=0))
         mem = math.ceil(gpus * max((p.instance.memory_gib / p.instance.gpu_count for p in gpu_pools), default=0))
         cpu_q, mem_q = str(cpu), f"{mem}Gi"
-        if "cpuQuota" in given:
+        if _given(given, "cpuQuota"):
             if _quantity(t.cpu_quota) < cpu:
                 r.fail(f"{path}.cpuQuota", f"{t.cpu_quota!r} is less than the {cpu} cores its GPU quota implies on "
                                            "its pools; pods the GPU quota admits would be rejected: raise it or "
                                            "remove it (default: derived)")
             cpu_q = t.cpu_quota
-        if "memoryQuota" in given:
+        if _given(given, "memoryQuota"):
             if _quantity(t.memory_quota) < mem * 2 ** 30:
                 r.fail(f"{path}.memoryQuota", f"{t.memory_quota!r} is less than the {mem}Gi its GPU quota implies on "
                                               "its pools; pods the GPU quota admits would be rejected: raise it or "
@@ -1359,9 +1389,7 @@ _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pi
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
-    for key in d:
-        if key not in _MODEL_KEYS:
-            r.fail(f"{path}.{key}", unknown_key(key, _MODEL_KEYS))
+    r.allow(d, path, _MODEL_KEYS)
     engine = r.value(d, "engine", path, str, choices=("vllm", "triton"))
     model_id = r.value(d, "model", path, str)
     tenant = r.value(d, "tenant", path, str)
@@ -1383,7 +1411,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
     per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
     # The key the user wrote for the replica's shape, so every message below names it.
-    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if k in d), "tensorParallel")
+    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if _given(d, k)),
+                 "tensorParallel")
     if tp & (tp - 1):
         # vLLM checks total_num_attention_heads % tensor_parallel_size == 0 when it loads the model (vllm
         # config/model.py, verify_with_parallel_config); the kit cannot read the model's head count, and head
@@ -1616,7 +1645,7 @@ def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None
                                             "repository's tensorrt_llm config.pbtxt sets enable_kv_cache_reuse "
                                             "(the kit does not write it): set it there and remove prefixCaching")
         return False
-    return bool(r.value(d, "prefixCaching", path, bool, True))
+    return bool(r.value(d, "prefixCaching", path, bool, True, derived=True))  # default: on for vLLM only
 
 
 def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
@@ -1811,7 +1840,7 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
             r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
         elif issuer is not None and jwks is not None:
             issuers.append(JwtIssuer(issuer, jwks, r.strings(idd, "audiences", ip),
-                                     r.strings(idd, "tenants", ip) if "tenants" in idd else None))
+                                     r.strings(idd, "tenants", ip, derived=True) if _given(idd, "tenants") else None))
         if issuer is not None:
             seen.add(issuer)
     return GatewayAuth(tuple(issuers), r.value(d, "tenantClaim", p, str, "tenant",
@@ -1865,6 +1894,7 @@ _PLAIN_SECRETS = ("apiUrl", "routingKey", "serviceKey", "password", "authPasswor
 
 def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
     path = f"observability.alerting.receivers.{name}"
+    r.keys_by_hand(path, tuple(sorted({k for keys in _RECEIVER_KEYS.values() for k in keys})))
     typ = r.value(d, "type", path, str, choices=ALERT_RECEIVER_TYPES)
     for key in d:
         if key in _PLAIN_SECRETS:
@@ -1947,6 +1977,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
                                                       "controlPlaneMetrics", "ingest", "alerting", "runbookUrl",
                                                       "volumes"))
     prices: dict[str, float] = {}
+    r.keyed(f"{p}.prices", float, minimum=0)
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
         if _known_type(str(itype)) is not None:
             r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
@@ -1991,12 +2022,13 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
 # entry points
 
 
-def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
+def parse(raw: Mapping[str, Any], *, stack: str, reader: _Reader | None = None) -> PlatformConfig:
     """Validate raw `aifactory:*` values (structured, key without namespace) into a PlatformConfig.
 
-    Raises ConfigError listing every problem found, each with its key path.
+    Raises ConfigError listing every problem found, each with its key path. `reader`: the reader to walk the
+    values with (default: a fresh one; infra/config_schema.py passes one that also records what it reads).
     """
-    r = _Reader()
+    r = reader if reader is not None else _Reader()
     if not isinstance(raw, Mapping):
         raise ConfigError([Problem("config", f"expected a mapping, got {_kind(raw)}")])
     for key in raw:
@@ -2045,7 +2077,8 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
         seen_ns[t.namespace] = t.name
 
     models: dict[str, Model] = {}
-    for name, body in r.named(raw.get("models", {}), "models").items():
+    # `variant:` alone (null) still marks a model as a variant of its workload (then asked for its cost)
+    for name, body in r.named(raw.get("models", {}), "models", keep_null=("variant",)).items():
         if (m := _model(r, name, body, pools, tenants, aws=aws)) is not None:
             models[name] = m
     _cross_model_checks(r, models, tenants)

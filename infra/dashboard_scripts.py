@@ -23,6 +23,7 @@ def stack_board(key: str, *, environ: Mapping[str, str] | None = None) -> Dashbo
 
     from dashboards.core import build
     from infra.config import ConfigError
+    from infra.monitoring import from_platform
     from infra.synth import StackFileError, load_stack
 
     stack = (environ if environ is not None else os.environ).get("AIFACTORY_STACK", "dev")
@@ -30,4 +31,4 @@ def stack_board(key: str, *, environ: Mapping[str, str] | None = None) -> Dashbo
         cfg = load_stack(stack)
     except (ConfigError, StackFileError) as err:
         raise DashboardError(f"AIFACTORY_STACK={stack}: {err}") from None
-    return build(cfg)[key]
+    return build(from_platform(cfg))[key]

@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from components.k8s.verdicts import Verdict
-from infra.config import ConfigError, Fidelity, Model, PlatformConfig, Problem
+from infra.config import DEFAULT_STACKS_DIR, ConfigError, Fidelity, Model, PlatformConfig, Problem
 from infra.fidelity_scorers import SCORERS
 
 __all__ = [
@@ -398,8 +398,6 @@ def suite_digests(cfg: PlatformConfig, stacks_dir: Path) -> dict[str, str]:
 
 
 def default_stacks_dir() -> Path:
-    from infra.synth import DEFAULT_STACKS_DIR
-
     return DEFAULT_STACKS_DIR
 
 

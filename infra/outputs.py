@@ -22,17 +22,17 @@ class UsageError(Exception):
     """A bad argument (an unusable --json target, ...): exit 2 with the message, nothing written."""
 
 
-def json_target(value: str | None) -> Path | None:
-    """`--json OUT`: `-` is stdout; a file is written only into an existing directory and never over a directory.
-    Checked before any work, so a bad target writes nothing."""
+def json_target(value: str | None, *, flag: str = "--json", example: str = "report.json") -> Path | None:
+    """`--json OUT` (or `flag`): `-` is stdout; a file is written only into an existing directory and never over a
+    directory. Checked before any work, so a bad target writes nothing."""
     if value is None or value == "-":
         return Path("-") if value == "-" else None
     path = Path(value)
     if path.is_dir():
-        raise UsageError(f"--json {value}: is a directory; give a file name such as {Path(value) / 'report.json'}")
+        raise UsageError(f"{flag} {value}: is a directory; give a file name such as {Path(value) / example}")
     if not path.parent.is_dir():
-        raise UsageError(f"--json {value}: directory {path.parent} does not exist; create it first or use "
-                         "`--json -` for stdout")
+        raise UsageError(f"{flag} {value}: directory {path.parent} does not exist; create it first or use "
+                         f"`{flag} -` for stdout")
     return path
 
 

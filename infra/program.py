@@ -31,6 +31,7 @@ from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
 from infra.config import NodePool, PlatformConfig
+from infra.monitoring import from_platform
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
            "loki_bucket"]
@@ -196,7 +197,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
                      opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))
 
     # --- dashboards and rules ---------------------------------------------------------------
-    Monitoring("monitoring", cfg=cfg, provider=provider, depends_on=[platform])
+    Monitoring("monitoring", config=from_platform(cfg), provider=provider, depends_on=[platform])
 
     # --- exports ----------------------------------------------------------------------------
     pulumi.export("stack", cfg.stack)

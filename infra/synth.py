@@ -32,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
+from infra.config import DEFAULT_STACKS_DIR, NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
 
 __all__ = [
     "PROJECT",
@@ -56,7 +56,6 @@ __all__ = [
 ]
 
 PROJECT = NAMESPACE
-DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"
 SHIPPED_STACKS = ("dev", "onprem", "prod", "staging")  # the stacks the kit ships in stacks/
 EXPORT_TIME = "1970-01-01T00:00:00Z"  # fixed: same config, same bytes
 
@@ -93,13 +92,24 @@ def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
     return (stacks_dir or DEFAULT_STACKS_DIR) / f"Pulumi.{stack}.yaml"
 
 
+class _StackLoader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, but an unquoted date or time stays the text it is (`startTime: 2026-12-01T11:30:00Z`),
+    as the Pulumi CLI passes it to the program (yaml.v3 decodes a timestamp into a string for an untyped value),
+    instead of a datetime that is neither JSON nor what the user wrote."""
+
+
+_StackLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
 def read_stack_config(path: Path) -> dict[str, str]:
     """The stack's config as the Pulumi CLI hands it to a program: `ns:key` -> text (JSON for objects)."""
     if not path.is_file():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         raise StackFileError(f"{path}: no such stack file; stacks: {', '.join(known) or '(none)'}")
     try:
-        doc = yaml.safe_load(path.read_bytes().decode("utf-8"))
+        doc = yaml.load(path.read_bytes().decode("utf-8"), Loader=_StackLoader)  # noqa: S506 - a SafeLoader
     except OSError as err:
         raise StackFileError(f"{path}: cannot read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:

@@ -11,14 +11,14 @@ gate `<variant>__gate`) in the gateway's Envoy bootstrap (ConfigMap
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import yaml
 from pulumi_policy import Severity
 
-from components.k8s.envoy_config import variant_of_member
-from components.k8s.fidelity import GATE_CONFIG_MAP, read_gate
+from components.k8s.naming import FIDELITY_CONFIG_MAP, FIDELITY_KEY, variant_of_member
 from policies.base import MANDATORY, stack_policy
 from policies.preflight import Finding, Res, from_policy_resources
 
@@ -56,9 +56,18 @@ def routed_variants(resources: Sequence[Res]) -> dict[str, tuple[Res, dict[str, 
 def state_gate(resources: Sequence[Res]) -> dict[str, Any]:
     """The gate document of the state's `aifactory-fidelity` ConfigMap (empty without one)."""
     for r in _config_maps(resources):
-        if r.name == GATE_CONFIG_MAP:
+        if r.name == FIDELITY_CONFIG_MAP:
             return read_gate(r.props.get("data") or {})
     return {}
+
+
+def read_gate(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The gate document from a ConfigMap's data (empty when absent or unreadable)."""
+    try:
+        doc = json.loads(str(data.get(FIDELITY_KEY) or "{}"))
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}
 
 
 def fidelity_findings(resources: Sequence[Res], gate: Mapping[str, Any] | None = None) -> list[Finding]:

@@ -408,17 +408,13 @@ def _variant_models(cfg: PlatformConfig) -> list[Model]:
     return [m for w in workloads(cfg) for m in sorted(w.variants, key=lambda v: v.name)]
 
 
-GATE_SUFFIX = "__gate"
+GATE_SUFFIX = naming.GATE_SUFFIX
+variant_of_member = naming.variant_of_member
 
 
 def gate_name(model: Model) -> str:
     """The variant's overflow gate: an internal listener and the cluster that reaches it."""
     return f"{model.name}{GATE_SUFFIX}"
-
-
-def variant_of_member(cluster: str) -> str:
-    """The variant an aggregate cluster's member reaches: its gate's (`<variant>__gate`) or its own name."""
-    return cluster.removesuffix(GATE_SUFFIX)
 
 
 # The gate's own limits are not the variant's: its breaker must never be what refuses a request.

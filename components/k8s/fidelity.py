@@ -34,8 +34,8 @@ from infra.config import Fidelity, PlatformConfig
 __all__ = ["Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document", "gate_config_map",
            "job_name", "eval_service_account", "eval_network_policy", "eval_job", "FidelityGate"]
 
-GATE_CONFIG_MAP = "aifactory-fidelity"
-GATE_KEY = "gate.json"
+GATE_CONFIG_MAP = naming.FIDELITY_CONFIG_MAP
+GATE_KEY = naming.FIDELITY_KEY
 EVAL_APP = "fidelity-eval"  # app.kubernetes.io/name of the evaluation Jobs' pods, and their ServiceAccount
 TOKEN_MOUNT = "/var/run/secrets/aifactory-eval"
 EVALUATES_ANNOTATION = "aifactory.io/evaluates"  # digest of the variants' fingerprints and the suite
@@ -58,15 +58,6 @@ def gate_config_map(cfg: PlatformConfig, verdicts: Sequence[Verdict]) -> dict[st
                          "labels": {"app.kubernetes.io/name": GATE_CONFIG_MAP,
                                     "app.kubernetes.io/part-of": "aifactory"}},
             "data": {GATE_KEY: json.dumps(gate_document(cfg, verdicts), indent=2, sort_keys=True) + "\n"}}
-
-
-def read_gate(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The gate document from a ConfigMap's data (empty when absent or unreadable)."""
-    try:
-        doc = json.loads(str(data.get(GATE_KEY) or "{}"))
-    except ValueError:
-        return {}
-    return doc if isinstance(doc, dict) else {}
 
 
 def _meta(cfg: PlatformConfig, name: str) -> dict[str, Any]:

@@ -27,6 +27,14 @@ __all__ = [
     "NETWORK_OPERATOR_NAMESPACE",
     "ISTIO_NAMESPACE",
     "SYSTEM_NAMESPACE",
+    "SYSTEM_NAMESPACES",
+    "GATE_SUFFIX",
+    "variant_of_member",
+    "FIDELITY_CONFIG_MAP",
+    "FIDELITY_KEY",
+    "DASHBOARD_LABEL",
+    "DASHBOARD_LABEL_VALUE",
+    "DASHBOARD_FOLDER_ANNOTATION",
     "model_labels",
     "model_service_account",
     "istio_principal",
@@ -56,6 +64,31 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
 ISTIO_NAMESPACE = "istio-system"
 SYSTEM_NAMESPACE = "aifactory-system"  # cluster add-ons the kit runs (EFA plugin, autoscaler, collectors)
+# Kubernetes' own namespaces and the platform's (the gateway's and observability's at their default names): never a
+# tenant's (the config reader and the policy pack both refuse them).
+SYSTEM_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", ISTIO_NAMESPACE, "monitoring",
+     GPU_OPERATOR_NAMESPACE, NETWORK_OPERATOR_NAMESPACE, "aifactory-gateway", SYSTEM_NAMESPACE}
+)
+
+# The gateway's Envoy reaches each variant of a workload through an in-process "overflow gate": an internal listener
+# and the cluster `<variant>__gate` (components/k8s/envoy_config.py); the policy pack reads routes back through it.
+GATE_SUFFIX = "__gate"
+# The fidelity gate's ConfigMap (gateway namespace) and its key: which variants passed their workload's evaluation.
+FIDELITY_CONFIG_MAP = "aifactory-fidelity"
+FIDELITY_KEY = "gate.json"
+# kube-prometheus-stack's Grafana sidecar loads ConfigMaps carrying this label (and value) as dashboards, into the
+# folder named by the annotation: the sidecar reads it only when told its name (grafana chart 11.2.0
+# `sidecar.dashboards.folderAnnotation`, default null -> every dashboard in General), and the provider builds folders
+# from the sidecar's subdirectories only with `provider.foldersFromFilesStructure: true` (default false).
+DASHBOARD_LABEL = "grafana_dashboard"
+DASHBOARD_LABEL_VALUE = "1"
+DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+
+
+def variant_of_member(cluster: str) -> str:
+    """The variant an aggregate cluster's member reaches: its gate's (`<variant>__gate`) or its own name."""
+    return cluster.removesuffix(GATE_SUFFIX)
 
 
 def common_labels(name: str, component: str) -> dict[str, str]:

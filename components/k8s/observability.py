@@ -82,13 +82,9 @@ __all__ = [
     "Observability",
 ]
 
-DASHBOARD_LABEL = "grafana_dashboard"
-DASHBOARD_LABEL_VALUE = "1"
-# the ConfigMap annotation naming a dashboard's Grafana folder: the sidecar reads it only when told its name
-# (grafana chart 11.2.0 `sidecar.dashboards.folderAnnotation`, default null -> no FOLDER_ANNOTATION env, every
-# dashboard in General) and the provider builds folders from the sidecar's subdirectories only with
-# `provider.foldersFromFilesStructure: true` (default false)
-DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
+DASHBOARD_LABEL = naming.DASHBOARD_LABEL  # the Grafana sidecar's dashboard label (and value) and folder annotation
+DASHBOARD_LABEL_VALUE = naming.DASHBOARD_LABEL_VALUE
+DASHBOARD_FOLDER_ANNOTATION = naming.DASHBOARD_FOLDER_ANNOTATION
 COLLECTOR_TELEMETRY_PORT = 8888  # the Collector's own metrics (otel_config: service.telemetry.metrics)
 # istio-proxy's Envoy stats (istio_requests_total, istio_request_duration_milliseconds) on its container port
 # `http-envoy-prom` 15090, plain HTTP and never redirected into the sidecar (Istio 1.28.3 injection-template.yaml:

@@ -37,8 +37,9 @@ def write_rules(ctx: ArtifactContext) -> list[Path]:
     # Rendered from the same pure function as the PrometheusRule's spec, not read back from it: the
     # recorded spec has lost its key order (protobuf Structs are unordered) and rules are read by people.
     from dashboards.core import prometheus_rules
+    from infra.monitoring import from_platform
 
     path = ctx.out / "rules" / RULES_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dump_yaml(prometheus_rules(ctx.result.config)))
+    path.write_text(dump_yaml(prometheus_rules(from_platform(ctx.result.config))))
     return [path]

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import pytest
 
 import dashboards
-from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.config import ObservabilityConfig
 from infra.config import parse
+from infra.monitoring import from_platform
 from infra.synth import load_stack, raw_for_validation
 from tests.support.prometheus import PrometheusServer, backfill
 from tests.unit.test_fidelity_eval import STACK

@@ -15,11 +15,12 @@ import pytest
 import yaml
 
 import dashboards
-from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.config import ObservabilityConfig
 from dashboards.deploy import configmap_name
 from dashboards.promql import expand
 from dashboards.rules import records
 from infra.artifacts import ArtifactContext
+from infra.monitoring import from_platform
 from infra.synth import load_stack, read_stack_config, run_program, stack_file
 from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
 from tests.artifacts.panel_answers import ANSWERED_ELSEWHERE, answers
@@ -254,7 +255,6 @@ def test_queries_substitute_variables_and_grafana_builtins(prod: ObservabilityCo
 
 def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: ObservabilityConfig,
                                                                        tmp_path: Path) -> None:
-    cfg = load_stack("prod")
     outs = []
     for run in ("a", "b"):
         # the dashboards writer copies the program's ConfigMaps
@@ -263,7 +263,7 @@ def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: Obs
         outs.append({p.relative_to(ctx.out).as_posix(): p.read_bytes() for p in written})
     assert outs[0] == outs[1]
     assert sorted(outs[0]) == sorted([f"dashboards/{k}.json" for k in dashboards.BOARDS] + [f"rules/{RULES_FILE}"])
-    assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(cfg)
+    assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(prod)
     assert configmap_name("gpu-cost") == "aifactory-dashboard-gpu-cost"
 
 

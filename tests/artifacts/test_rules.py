@@ -13,9 +13,10 @@ import pytest
 import yaml
 
 import dashboards
-from dashboards.config import Objective, ObservabilityConfig, from_platform
+from dashboards.config import Objective, ObservabilityConfig
 from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, records
 from infra.artifacts import dump_yaml
+from infra.monitoring import from_platform
 from infra.synth import DEFAULT_STACKS_DIR, load_stack
 from telemetry.names import DCGM, KSM, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
 from tests.support import exporter_facts as facts
@@ -33,7 +34,7 @@ def prod() -> ObservabilityConfig:
 @pytest.mark.parametrize("stack", STACKS)
 def test_promtool_check_rules_passes_for_every_stack(stack: str, tmp_path: Path) -> None:
     path = tmp_path / "rules.yaml"
-    path.write_text(dump_yaml(dashboards.prometheus_rules(load_stack(stack))))
+    path.write_text(dump_yaml(dashboards.prometheus_rules(from_platform(load_stack(stack)))))
     res = promtool("check", "rules", str(path))
     assert res.returncode == 0, res.stdout + res.stderr
     assert "SUCCESS" in res.stdout

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dashboards.config import from_platform
 from dashboards.rules import R
+from infra.monitoring import from_platform
 from infra.synth import load_stack
 from telemetry.names import DCGM, KSM
 from tests.artifacts.test_rules import _phase, _run_promtool_tests, _sel

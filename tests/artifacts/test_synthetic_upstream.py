@@ -15,7 +15,8 @@ from collections import defaultdict
 import pytest
 
 import dashboards
-from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.config import ObservabilityConfig
+from infra.monitoring import from_platform
 from infra.synth import load_stack
 from telemetry.names import DCGM, TRITON, VLLM
 from tests.support import upstream
@@ -92,7 +93,7 @@ def _read_as(prod: ObservabilityConfig) -> dict[str, set[str]]:
     """name -> the kinds the kit's panels and rules read it as: through rate()/increase() a counter, by its
     _bucket/_sum/_count a histogram, otherwise a gauge."""
     exprs = [e for d in dashboards.build(prod).values() for _, e in dashboards.queries(d)]
-    exprs += [r["expr"] for g in dashboards.prometheus_rules(load_stack("prod"))["groups"]
+    exprs += [r["expr"] for g in dashboards.prometheus_rules(prod)["groups"]
               for r in g["rules"]]
     out: dict[str, set[str]] = defaultdict(set)
     for expr in exprs:

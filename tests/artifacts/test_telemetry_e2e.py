@@ -15,6 +15,7 @@ import yaml
 
 import dashboards
 import telemetry
+from infra.monitoring import from_platform
 from infra.synth import load_stack
 from telemetry.testing import VirtualClock
 from tests.support.prometheus import PrometheusServer
@@ -73,7 +74,7 @@ def agent(clock: VirtualClock) -> Callable[[], Any]:
 
 @pytest.fixture(scope="module")
 def stack() -> Any:
-    return load_stack(STACK)
+    return from_platform(load_stack(STACK))
 
 
 @pytest.fixture

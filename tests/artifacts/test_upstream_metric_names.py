@@ -29,8 +29,8 @@ import yaml
 import dashboards
 from components.k8s import envoy_config as ec
 from components.k8s.gpu_stack import DCGM_COUNTERS
-from dashboards.config import from_platform
 from infra.config import PlatformConfig, Variant
+from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, TRITON, VLLM
 from tests.support.processes import free_port, stop_process
@@ -110,7 +110,7 @@ def _queries(stack: str) -> list[tuple[str, str]]:
     out = [(f"{stack} {board}/{title}", expr)
            for board, d in dashboards.build(from_platform(cfg)).items() for title, expr in dashboards.queries(d)]
     out += [(f"{stack} rule {r.get('record') or r.get('alert')}", r["expr"])
-            for g in dashboards.prometheus_rules(cfg)["groups"] for r in g["rules"]]
+            for g in dashboards.prometheus_rules(from_platform(cfg))["groups"] for r in g["rules"]]
     return out
 
 

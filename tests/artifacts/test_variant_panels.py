@@ -31,10 +31,11 @@ from typing import Any
 import pytest
 
 import dashboards
-from dashboards.config import ObservabilityConfig, VariantCost, from_platform
+from dashboards.config import ObservabilityConfig, VariantCost
 from dashboards.rules import R
 from infra.artifacts import dump_yaml
 from infra.config import parse
+from infra.monitoring import from_platform
 from infra.synth import load_stack
 from telemetry.names import BUDGET_BUCKETS_S, ENVOY, STEP_BUDGET, WORKFLOW_DEADLINES
 from tests.artifacts.test_envoy_variants_live import RAW

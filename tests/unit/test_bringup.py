@@ -163,6 +163,14 @@ def test_quotas_below_what_the_gpu_quota_implies_are_rejected() -> None:
         "raise it to at least 7"]
 
 
+def test_a_mig_quota_for_a_profile_no_pool_offers_is_kept_not_a_crash() -> None:
+    """staging has no MIG pool: a tenant's migQuota for 1g.10gb used to raise KeyError (a traceback) while the
+    derived quotas were computed; a quota for a resource no node offers admits nothing and harms nothing."""
+    raw = stack_raw("staging")
+    raw["tenants"]["support"]["migQuota"] = {"1g.10gb": 2}
+    assert parse(raw, stack="staging").tenants["support"].mig_quota == {"1g.10gb": 2}
+
+
 # --- 3. every claim names a class that exists -----------------------------------------------------------
 
 def _claim_classes(stack: str) -> set[str | None]:

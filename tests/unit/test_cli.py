@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from infra.cli import build_parser, main
+from infra.synth import DEFAULT_STACKS_DIR, load_stack
 
 GOOD = {
     "aifactory:target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
@@ -76,6 +77,20 @@ def test_invalid_yaml_exits_2_with_line(tmp_path: Path, capsys: pytest.CaptureFi
     (d / "Pulumi.x.yaml").write_text("config:\n  aifactory:target: {provider: aws\n")
     assert main(["validate", "x", "--stacks-dir", str(d)]) == 2
     assert "not valid YAML" in capsys.readouterr().err
+
+
+def test_an_unquoted_capacity_block_time_is_read_as_written(tmp_path: Path) -> None:
+    """YAML 1.1 resolves `2026-12-01T11:30:00Z` to a timestamp; it used to reach json.dumps and fail the command
+    with a TypeError. The Pulumi CLI hands the program the text (go-yaml v3 decodes a timestamp into a string
+    for an untyped value), and so does synth."""
+    d = tmp_path / "stacks"
+    d.mkdir()
+    text = (DEFAULT_STACKS_DIR / "Pulumi.prod.yaml").read_text()
+    quoted = '"2026-12-01T11:30:00Z"'
+    assert quoted in text
+    (d / "Pulumi.prod.yaml").write_text(text.replace(quoted, "2026-12-01T11:30:00Z"))
+    assert main(["validate", "prod", "--stacks-dir", str(d)]) == 0
+    assert load_stack("prod", d).node_pools["h100-block"].capacity.start_time == "2026-12-01T11:30:00Z"
 
 
 def test_secret_values_are_refused_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

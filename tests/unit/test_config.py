@@ -393,9 +393,10 @@ def test_fabricless_multi_node_error_names_the_key_the_user_wrote() -> None:
 
 def test_runbook_url_base_comes_from_stack_config() -> None:
     from dashboards.core import prometheus_rules
+    from infra.monitoring import from_platform
 
     raw = with_("observability", {"runbookUrl": "https://wiki.example.com/ml/runbooks"})
-    doc = prometheus_rules(parse(raw, stack="t"))
+    doc = prometheus_rules(from_platform(parse(raw, stack="t")))
     urls = {r["annotations"]["runbook_url"] for g in doc["groups"] for r in g["rules"] if "alert" in r}
     assert urls and all(u.startswith("https://wiki.example.com/ml/runbooks#") for u in urls), urls
     assert problems(with_("observability", {"runbookUrl": "wiki/runbooks#x"})) == [

@@ -27,6 +27,8 @@ def test_a_mapping_keeps_its_good_keys_and_names_each_bad_one() -> None:
                             "gateway.retries.zz: unknown key; allowed keys: x, y"]
     assert r.mapping(["not", "a", "mapping"], "gateway", None) is None
     assert _problems(r)[-1] == 'gateway: expected a mapping, got a list ["not", "a", "mapping"]'
+    assert r.mapping(None, "gateway.auth", None) is None
+    assert _problems(r)[-1] == "gateway.auth: expected a mapping, got null"
 
 
 @pytest.mark.parametrize(("raw", "want", "problems"), [
@@ -53,8 +55,9 @@ def test_a_string_map_keeps_string_pairs_and_names_every_other_entry() -> None:
     got = r.string_map({"labels": {"team": "ml", "tier": 2, "on": None, 3: "x"}}, "labels", "nodePools.gpu")
     assert got == {"team": "ml"}
     assert _problems(r)[0] == "nodePools.gpu.labels.tier: expected a string value, got an integer 2"
-    # a null value and a non-string key are refused too, at their paths
+    # a null value and a non-string key are refused too, at their paths; null is said once ("got null")
     assert [p.path for p in r.problems][1:] == ["nodePools.gpu.labels.on", "nodePools.gpu.labels.3"]
+    assert _problems(r)[1] == "nodePools.gpu.labels.on: expected a string value, got null"
     assert r.string_map({}, "labels", "nodePools.gpu") == {}
     assert r.string_map({"labels": "team=ml"}, "labels", "nodePools.gpu") == {}
     assert _problems(r)[-1] == "nodePools.gpu.labels: expected a mapping, got a string 'team=ml'"
@@ -114,3 +117,30 @@ def test_names_of_pools_tenants_and_models_are_dns_labels() -> None:
     assert r.named({"gpu-a": {}, "GPU_B": {}, "c": "not a mapping"}, "nodePools") == {"gpu-a": {}}
     assert _problems(r) == ["nodePools.GPU_B: name must be a DNS label (lowercase letters, digits, '-')",
                             "nodePools.c: expected a mapping, got a string 'not a mapping'"]
+
+
+def test_a_key_set_to_null_is_unset_everywhere_the_reader_looks() -> None:
+    """`endTime:` left empty in YAML is null: it used to pass the capacity-block window's "is required" check
+    (which asked `key in d`) and leave the block without an end; value() already read it as unset."""
+    raw = stack_raw("prod")
+    raw["nodePools"]["h100-block"]["capacity"]["endTime"] = None
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="prod")
+    assert [p.path for p in err.value.problems] == ["nodePools.h100-block.capacity.endTime"]
+    assert "is required for capacity type 'capacity-block'" in str(err.value.problems[0])
+
+
+def test_a_variant_marked_with_null_is_still_a_variant() -> None:
+    """`variant:` alone marks a variant with every default: null keeps that meaning there (it is not left out as
+    unset), so the variant is read and asked for its throughput or cost."""
+    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "plan"}
+    raw = {"target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
+           "nodePools": {"gpu": {"instanceType": "dgx-h100"}}, "tenants": {"alpha": {"gpuQuota": 16}},
+           "models": {"slow": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
+                      "fast": {**m, "slo": {"e2eSeconds": 0.5}, "variant": None}},
+           "observability": {"prices": {"dgx-h100": 30.0}}}
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="t")
+    assert [p.path for p in err.value.problems] == ["models.fast.variant.requestsPerSecond"]
+    raw["models"]["fast"]["variant"] = {"requestsPerSecond": 4}
+    assert parse(raw, stack="t").models["fast"].variant is not None

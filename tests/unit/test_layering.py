@@ -1,0 +1,130 @@
+"""The layering of shared/DESIGN.md, read from the code's imports (every `import`/`from` in the tree, function
+bodies included; not those under `if TYPE_CHECKING:`, which never run): infra/ on top; components/, dashboards/,
+policies/ and telemetry/ are libraries that never import infra/ and talk to each other only through the shared
+vocabulary; no module imports itself back through others.
+
+KNOWN lists the imports still to be removed (#18): a new upward or sideways import fails here, and so does a listed
+edge once it is gone (so the list only shrinks)."""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("infra", "components", "dashboards", "policies", "telemetry")
+LIBRARIES = ("components", "dashboards", "policies", "telemetry")
+# The bottom: names and facts every layer reads, each importing nothing of the kit (checked below): label and taint
+# keys and the YAML rendering, metric names, instance facts, and the names the kit gives Kubernetes objects.
+VOCABULARY = ("components.vocabulary", "telemetry.names", "components.aws.catalog", "components.k8s.naming")
+# grafanalib's `generate-dashboards` runs these files by path; nothing imports them (application entry scripts).
+ENTRY_SCRIPTS = ".dashboard.py"
+
+# (importer, imported) module pairs that break the layering today, to be removed (#18): the Kubernetes components
+# still take the kit's PlatformConfig.
+KNOWN: frozenset[tuple[str, str]] = frozenset({
+    *((f"components.k8s.{m}", "infra.config") for m in (
+        "autoscaler", "envoy_config", "fabric", "fidelity", "gateway", "gpu_stack", "mesh", "observability",
+        "otel_config", "platform", "serving", "storage", "tenancy")),
+    ("components.k8s.envoy_config", "infra.artifacts"),
+    ("components.k8s.observability", "infra.artifacts"),
+    ("policies.base", "infra.config"),
+})
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
+    """Every node but those under `if TYPE_CHECKING:` (imports that only name argument types never run)."""
+    yield node
+    for child in ast.iter_child_nodes(node):
+        test = child.test if isinstance(child, ast.If) else None
+        if test is not None and (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING":
+            yield from (n for orelse in child.orelse for n in _runtime_nodes(orelse))
+            continue
+        yield from _runtime_nodes(child)
+
+
+def _imports(path: Path, modules: set[str]) -> Iterator[str]:
+    """Kit modules `path` imports (absolute and relative imports): `from pkg import mod` imports pkg.mod, and
+    `from pkg.mod import name` imports pkg.mod."""
+    here = _module(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name in modules)
+        elif isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            module = ".".join([*base, *(node.module.split(".") if node.module else [])])
+            for alias in node.names:
+                if f"{module}.{alias.name}" in modules:
+                    yield f"{module}.{alias.name}"
+                elif module in modules:
+                    yield module
+
+
+def _sources() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py")
+                  if not p.name.endswith(ENTRY_SCRIPTS) and "__pycache__" not in p.parts)
+
+
+def _graph() -> dict[str, set[str]]:
+    """module -> kit modules it imports (only names that are modules of the tree)."""
+    modules = {_module(p): p for p in _sources()}
+    return {m: {n for n in _imports(p, set(modules)) if n != m} for m, p in modules.items()}
+
+
+def _layer(module: str) -> str:
+    return module if module in VOCABULARY else module.split(".")[0]
+
+
+def test_libraries_import_neither_infra_nor_each_other_but_through_the_vocabulary() -> None:
+    found = {(importer, target) for importer, imported in _graph().items() for target in imported
+             if _layer(importer) in LIBRARIES and _layer(target) not in (_layer(importer), *VOCABULARY)}
+    assert sorted(found - KNOWN) == [], "new upward or sideways imports"
+    assert sorted(KNOWN - found) == [], "gone from the code: remove them from KNOWN"
+
+
+def test_the_vocabulary_imports_nothing_of_the_kit() -> None:
+    graph = _graph()
+    assert {m: sorted(graph[m]) for m in VOCABULARY if graph.get(m)} == {}
+
+
+def test_no_module_imports_itself_back_through_others() -> None:
+    """No circle in the module graph (Tarjan's strongly connected components larger than one module)."""
+    graph = _graph()
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            scc = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                scc.append(w)
+                if w == v:
+                    break
+            if len(scc) > 1:
+                circles.append(sorted(scc))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert circles == [], circles
