@@ -56,13 +56,17 @@ MODULES: dict[str, tuple[str, ...]] = {
                                   "tests/node/test_nodecheck_real_node.py",
                                   "tests/node/test_nodecheck_fault_recordings.py"),
     "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
-                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py"),
+                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py",
+                        "tests/unit/test_config_every_key.py", "tests/unit/test_bringup.py",
+                        "tests/unit/test_serving_fabric.py", "tests/unit/test_envoy_variants.py",
+                        "tests/unit/test_gateway.py", "tests/unit/test_fidelity_eval.py",
+                        "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
-# stacks (tests synth them), the Pulumi project file and .venv/bin/envoy (the Envoy tests run ROOT/.venv/bin/envoy;
-# the scratch copy gets that one launcher, which runs the worktree's venv).
-ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin")
+# stacks (tests synth them), the Pulumi project file, README.md (tests check its tables) and .venv/bin/envoy (the
+# Envoy tests run ROOT/.venv/bin/envoy; the scratch copy gets that one launcher, which runs the worktree's venv).
+ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin", "README.md")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 
