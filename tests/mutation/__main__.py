@@ -46,10 +46,13 @@ MODULES: dict[str, tuple[str, ...]] = {
                                  "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py",
-                            "tests/artifacts/test_rules_thresholds_and_texts.py"),
+                            "tests/artifacts/test_rules_thresholds_and_texts.py",
+                            "tests/artifacts/test_variant_panels.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py",
-                                       "tests/artifacts/test_upstream_metric_names.py"),
+                                       "tests/artifacts/test_upstream_metric_names.py",
+                                       "tests/unit/test_envoy_variants.py",
+                                       "tests/artifacts/test_envoy_issuer_tenants_live.py"),
     "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
                                    "tests/unit/test_critical_path_window.py"),
     "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
@@ -60,7 +63,8 @@ MODULES: dict[str, tuple[str, ...]] = {
                         "tests/unit/test_config_every_key.py", "tests/unit/test_bringup.py",
                         "tests/unit/test_serving_fabric.py", "tests/unit/test_envoy_variants.py",
                         "tests/unit/test_gateway.py", "tests/unit/test_fidelity_eval.py",
-                        "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up"),
+                        "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up",
+                        "tests/unit/test_fidelity_job.py::test_job_config_errors_name_the_key_path"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped

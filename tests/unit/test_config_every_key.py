@@ -368,3 +368,17 @@ def test_infiniband_settings_on_aws_are_refused() -> None:
     raw = stack_raw("dev")
     raw["infiniband"] = {"network": "ipoib"}
     assert _problems(raw, "dev") == ["infiniband: only applies to provider 'existing'"]
+
+
+@pytest.mark.parametrize(("end", "ok"), [("2026-12-01T12:30:00Z", False), ("2026-12-01T12:31:00Z", True)])
+def test_a_capacity_block_must_last_more_than_the_drain_by_the_minute(end: str, ok: bool) -> None:
+    # the pool scales to zero drainMinutes (60) before the block ends (EKS user guide, Capacity Blocks for ML), so a
+    # block of exactly 60 minutes leaves no time at all and one of 61 minutes leaves one minute
+    raw = stack_raw("prod")
+    raw["nodePools"]["h100-block"]["capacity"].update(startTime="2026-12-01T11:30:00Z", endTime=end, drainMinutes=60)
+    if ok:
+        assert _parse(raw, "prod").node_pools["h100-block"].capacity.end_time == end
+    else:
+        assert _problems(raw, "prod") == [
+            f"nodePools.h100-block.capacity.endTime: '{end}' must be more than 60 minutes after startTime "
+            "'2026-12-01T11:30:00Z' (the pool scales to zero drainMinutes=60 before the block ends)"]
