@@ -56,3 +56,15 @@ def test_slo_alerts_name_the_objective_they_judge() -> None:
         "Workflow {{ $labels.workflow }} (tenant {{ $labels.tenant }}, workflows without their own SLO) is failing "
         "(target 99.500% succeed): {{ $value | humanizePercentage }} of runs missed the SLO over the short window, "
         "enough to spend the 30-day budget before the window ends.")
+
+
+def test_the_kv_cache_alert_says_what_saturation_does_and_what_to_do() -> None:
+    """vLLM preempts running requests when its KV cache is full (vLLM docs, "Optimization and Tuning",
+    Preemption: KV cache space is insufficient, requests are preempted and recomputed); the on-call reads which
+    share of the cache was exceeded for how long, what it causes and the two remedies."""
+    from dashboards.rules import alerts
+
+    (alert,) = [a.to_dict() for a in alerts(from_platform(load_stack("prod"))) if a.alert == "ModelKvCacheSaturated"]
+    assert alert["annotations"]["description"] == (
+        "Model {{ $labels.model }} has used more than 95% of its KV cache for 10 minutes: requests are preempted "
+        "or queue; add replicas or cut max model length.")

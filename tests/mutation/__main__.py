@@ -9,17 +9,30 @@ total and the score, then the surviving mutants (`mutmut show <name>` in that co
     python -m tests.mutation infra/config.py --only 'infra.config.x__bounds*'   # some functions' mutants only
 
 A run narrowed with --only scores the mutants it checked; the others stay "not checked" and out of the total.
+
+A module whose whole run takes hours can be estimated from a sample instead:
+
+    python -m tests.mutation infra/config.py --sample 200 --seed 22 --max-children 1
+
+mutmut first generates all of the module's mutants (no test runs), `mutmut results --all true` lists their names
+("not checked"), and random.Random(SEED).sample over the sorted names picks N of them (with --only, N of the
+matching ones); only those run. The line then reads killed/checked of N sampled from the total, with the Wilson 95%
+interval of the module's score (tests/mutation/sampling.py). The same seed on the same code picks the same mutants.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import NamedTuple
+
+from tests.mutation.sampling import sample_names, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "mutate"
@@ -33,23 +46,31 @@ MODULES: dict[str, tuple[str, ...]] = {
                                  "tests/unit/test_policies_aws_reading.py"),
     "dashboards/rules.py": ("tests/artifacts/test_rules.py", "tests/artifacts/test_rules_burn_rate.py",
                             "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py",
-                            "tests/artifacts/test_rules_thresholds_and_texts.py"),
+                            "tests/artifacts/test_rules_thresholds_and_texts.py",
+                            "tests/artifacts/test_variant_panels.py"),
     "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py",
-                                       "tests/artifacts/test_upstream_metric_names.py"),
+                                       "tests/artifacts/test_upstream_metric_names.py",
+                                       "tests/unit/test_envoy_variants.py",
+                                       "tests/artifacts/test_envoy_issuer_tenants_live.py"),
     "telemetry/critical_path.py": ("tests/unit/test_telemetry_critical_path.py",
                                    "tests/unit/test_critical_path_window.py"),
     "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
                                   "tests/node/test_nodecheck_real_node.py",
                                   "tests/node/test_nodecheck_fault_recordings.py"),
     "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
-                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py"),
+                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py",
+                        "tests/unit/test_config_every_key.py", "tests/unit/test_bringup.py",
+                        "tests/unit/test_serving_fabric.py", "tests/unit/test_envoy_variants.py",
+                        "tests/unit/test_gateway.py", "tests/unit/test_fidelity_eval.py",
+                        "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up",
+                        "tests/unit/test_fidelity_job.py::test_job_config_errors_name_the_key_path"),
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
-# stacks (tests synth them), the Pulumi project file and .venv/bin/envoy (the Envoy tests run ROOT/.venv/bin/envoy;
-# the scratch copy gets that one launcher, which runs the worktree's venv).
-ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin")
+# stacks (tests synth them), the Pulumi project file, README.md (tests check its tables) and .venv/bin/envoy (the
+# Envoy tests run ROOT/.venv/bin/envoy; the scratch copy gets that one launcher, which runs the worktree's venv).
+ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin", "README.md")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 
@@ -75,10 +96,35 @@ def _config(module: str, tests: tuple[str, ...]) -> str:
             "pytest_add_cli_args =\n    -p\n    no:cacheprovider\n    -q\n")
 
 
-def run(module: str, *, max_children: int, only: tuple[str, ...] = (), tests: tuple[str, ...] = ()
-        ) -> tuple[int, int, list[str]]:
-    """(killed, total, surviving mutant names) for one module; `only`: mutant name patterns to run (default: all);
-    `tests`: test files instead of the module's own (default: MODULES[module])."""
+# mutmut 3.8.1's `mutmut run` up to the generation of the mutants (copy, source paths, mutants/ and the .meta files
+# that `mutmut results` reads), without its stats collection and test runs; a later `mutmut run` finds the files
+# unmodified and keeps them.
+_GENERATE = ("import os, mutmut.__main__ as m\n"
+             "m.set_mutant_under_test('mutant_generation')\n"
+             "os.makedirs('mutants', exist_ok=True)\n"
+             "m.copy_src_dir(); m.copy_also_copy_files(); m.setup_source_paths(); m.store_lines_covered_by_tests()\n"
+             "m.create_mutants(1)\n")
+
+
+class Result(NamedTuple):
+    killed: int
+    checked: int  # killed + survivors
+    survivors: list[str]
+    population: int | None = None  # with --sample: how many mutants the sample was drawn from (default: None)
+
+
+def _statuses(work: Path, env: dict[str, str]) -> dict[str, str]:
+    """mutant name -> mutmut's status for every generated mutant (those not run read "not checked")."""
+    res = subprocess.run([sys.executable, "-m", "mutmut", "results", "--all", "true"], cwd=work, env=env,
+                         check=True, capture_output=True, text=True)
+    return {m["name"]: m["status"] for m in (STATUS.match(x) for x in res.stdout.splitlines()) if m}
+
+
+def run(module: str, *, max_children: int, only: tuple[str, ...] = (), tests: tuple[str, ...] = (),
+        sample: int | None = None, seed: int = 0) -> Result:
+    """Killed, checked and surviving mutant names for one module; `only`: mutant name patterns to run (default:
+    all); `tests`: test files instead of the module's own (default: MODULES[module]); `sample`: run only that many
+    mutants drawn with `seed` (from those `only` matches; default: None, all of them)."""
     work = OUT / module.replace("/", "_").removesuffix(".py")
     _copy_tree(work)
     envoy = ROOT / ".venv" / "bin" / "envoy"
@@ -87,14 +133,32 @@ def run(module: str, *, max_children: int, only: tuple[str, ...] = (), tests: tu
         shutil.copy2(envoy, work / ".venv" / "bin" / "envoy")
     (work / "setup.cfg").write_text(_config(module, tests or MODULES[module]))
     env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "AIFACTORY_MUTATION_STATS": "1"}  # tests/mutation/widen.py
-    mutmut = [sys.executable, "-m", "mutmut"]
-    subprocess.run([*mutmut, "run", "--max-children", str(max_children), *only], cwd=work, env=env, check=False)
-    res = subprocess.run([*mutmut, "results", "--all", "true"], cwd=work, env=env, check=True,
-                         capture_output=True, text=True)
-    statuses = {m["name"]: m["status"] for m in (STATUS.match(x) for x in res.stdout.splitlines()) if m}
+    names, population = only, None
+    if sample is not None:
+        subprocess.run([sys.executable, "-c", _GENERATE], cwd=work, env=env, check=True, stdout=subprocess.DEVNULL)
+        pool = [n for n in _statuses(work, env) if not only or any(fnmatch.fnmatch(n, p) for p in only)]
+        names, population = tuple(sample_names(pool, n=sample, seed=seed)), len(pool)
+        print(f"{module}: sampled {len(names)} of {population} mutants (seed {seed})", flush=True)
+    subprocess.run([sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children), *names], cwd=work,
+                   env=env, check=False)
+    statuses = _statuses(work, env)
+    if sample is not None:
+        statuses = {n: statuses[n] for n in names}
     killed = sum(s in ("killed", "timeout", "caught by type check", "segfault") for s in statuses.values())
     survivors = sorted(n for n, s in statuses.items() if s in ("survived", "no tests", "suspicious"))
-    return killed, killed + len(survivors), survivors
+    return Result(killed, killed + len(survivors), survivors, population)
+
+
+def summary(module: str, result: Result) -> str:
+    """One line: killed/checked and the score; for a sample also how many it was drawn from and the Wilson 95%
+    interval of the whole module's score."""
+    killed, checked, _, population = result
+    score = f"{100 * killed / checked:.1f}%" if checked else "n/a"
+    line = f"{module}: {killed}/{checked} mutants killed ({score})"
+    if population is not None and checked:
+        low, high = wilson_interval(killed=killed, checked=checked)
+        line += f", drawn from {population}: module score 95% CI [{100 * low:.1f}%, {100 * high:.1f}%]"
+    return line
 
 
 def main() -> int:
@@ -106,18 +170,24 @@ def main() -> int:
     ap.add_argument("--tests", action="append", default=[], metavar="FILE",
                     help="test files to run instead of the module's own (repeatable; e.g. without the timing-"
                          "sensitive live tests on a loaded machine)")
+    ap.add_argument("--sample", type=int, metavar="N",
+                    help="run N mutants drawn at random (of those --only matches) and estimate the module's score "
+                         "with its Wilson 95%% interval (default: run all)")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's random seed (default: 0)")
     args = ap.parse_args()
+    if args.sample is not None and args.sample < 1:
+        print(f"--sample: {args.sample} is not a positive number of mutants", file=sys.stderr)
+        return 2
     unknown = [m for m in args.modules if m not in MODULES]
     if unknown:
         print(f"unknown module(s): {', '.join(unknown)}; known: {', '.join(MODULES)}", file=sys.stderr)
         return 2
     report = []
     for module in args.modules or list(MODULES):
-        killed, total, survivors = run(module, max_children=args.max_children, only=tuple(args.only),
-                                       tests=tuple(args.tests))
-        score = f"{100 * killed / total:.1f}%" if total else "n/a"
-        report.append(f"{module}: {killed}/{total} mutants killed ({score})")
-        report += [f"  survived: {s}" for s in survivors]
+        result = run(module, max_children=args.max_children, only=tuple(args.only), tests=tuple(args.tests),
+                     sample=args.sample, seed=args.seed)
+        report.append(summary(module, result))
+        report += [f"  survived: {s}" for s in result.survivors]
     print("\n".join(report))
     return 0
 
