@@ -123,7 +123,9 @@ def _serial(steps: Iterable[StepInterval | Step], start: int, end: int, idle_kin
         now = b
     if end - start > covered:
         owned[idle_kind] = owned.get(idle_kind, 0.0) + (end - start - covered)
-    return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+    if 0.0 in owned.values():  # zero-length steps
+        return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+    return dict(sorted(owned.items()))
 
 
 def _share(owned: dict[str, float], leaves: dict[str, int], n_leaves: int, dt: int, idle_kind: str) -> None:

@@ -342,7 +342,8 @@ class Scope:
                 _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
             tel._finish_step(run, end, error_type)
         elif run is not None:
-            self._tel()._exit_workflow(run, exc)  # type: ignore[arg-type]
+            tel = self._telemetry
+            (tel if isinstance(tel, Telemetry) else tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -481,13 +482,12 @@ class Telemetry:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
         _detach(run._token)  # type: ignore[arg-type]
-        owned = self._finish_workflow(run, end, error_type)
-        run.span.set_attributes({_CRITICAL_PATH_ATTRIBUTES.get(kind) or _critical_path_attribute(kind): seconds
-                                 for kind, seconds in owned.items()})
+        run.span.set_attributes(self._finish_workflow(run, end, error_type))
         run.span.end(end_time=end)
 
     def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> dict[str, float]:
-        """Record a finished workflow's metrics and hand its steps to the outer workflow; critical path in s."""
+        """Record a finished workflow's metrics and hand its steps to the outer workflow; its span's critical-path
+        attributes (aifactory.critical_path.<kind>: seconds)."""
         run.finished = True
         if self._open.get(run.trace_id) is run:
             if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
@@ -496,9 +496,10 @@ class Telemetry:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
         ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
-        owned: dict[str, float] = {}
+        span_attributes: dict[str, float] = {}
         for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items():
-            owned[kind] = seconds = ns / _NS_PER_S
+            seconds = ns / _NS_PER_S
+            span_attributes[_CRITICAL_PATH_ATTRIBUTES.get(kind) or _critical_path_attribute(kind)] = seconds
             attrs = labels.critical_path.get(kind)
             if attrs is None:
                 attrs = labels.critical_path[kind] = self._metric_attrs(names.L_WORKFLOW, run.name,
@@ -514,7 +515,7 @@ class Telemetry:
         if outer is not None and not outer.finished:
             outer.steps.extend(s if s[4] != ROOT else (*s[:4], run.outer_parent)  # type: ignore[misc]
                                for s in run.steps)  # (kind, start, end, seq, parent): top-level ones re-parented
-        return owned
+        return span_attributes
 
     # --- step -------------------------------------------------------------------------------
     # (Scope.__enter__ and __exit__ run a kit step: the per-step hot path, without extra frames.)
