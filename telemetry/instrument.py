@@ -481,7 +481,10 @@ class Telemetry:
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
-        _detach(run._token)  # type: ignore[arg-type]
+        try:
+            _reset(run._token)  # type: ignore[arg-type]
+        except Exception:
+            _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
         run.span.set_attributes(self._finish_workflow(run, end, error_type))
         run.span.end(end_time=end)
 
@@ -652,14 +655,6 @@ def _critical_path_attribute(kind: str) -> str:
     """The workflow span attribute of a step kind's critical-path seconds."""
     name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
     return name
-
-
-def _detach(token: Token[Context]) -> None:
-    """opentelemetry.context.detach(token): a failure (a token from another context) is logged, never raised."""
-    try:
-        _reset(token)
-    except Exception:
-        _context_log.exception("Failed to detach context")
 
 
 def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
