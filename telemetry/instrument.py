@@ -342,8 +342,8 @@ class Scope:
                 _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
             tel._finish_step(run, end, error_type)
         elif run is not None:
-            tel = self._telemetry
-            (tel if isinstance(tel, Telemetry) else tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
+            scope_tel = self._telemetry
+            (scope_tel if isinstance(scope_tel, Telemetry) else scope_tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
