@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "StepInterval", "critical_path"]
+__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "Step", "StepInterval", "critical_path"]
 
 DEFAULT_IDLE_KIND = "other"
 ROOT = -1  # parent of a step that no other step encloses
@@ -39,30 +39,36 @@ class StepInterval(NamedTuple):
     parent: int = ROOT
 
 
-def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
+# A StepInterval as a plain tuple, fields in the same order: what the instrumentation keeps per finished step
+# (a plain tuple costs less to build than the named tuple, once per step).
+Step = tuple[str, int, int, int, int]
+
+
+def critical_path(steps: Iterable[StepInterval | Step], *, start: int, end: int,
                   idle_kind: str = DEFAULT_IDLE_KIND) -> dict[str, float]:
     """Time of [start, end] owned by each step kind (same unit as the inputs), keys sorted.
 
+    steps: StepIntervals, or plain tuples in the same order (kind, start, end, seq, parent).
     Steps are clipped to the window. Kinds that own no time are left out.
     """
     if end < start:
         raise ValueError(f"workflow window ends before it starts: start={start}, end={end}")
-    steps = steps if isinstance(steps, list | tuple) else list(steps)
+    steps = steps if isinstance(steps, (list, tuple)) else list(steps)
     serial = _serial(steps, start, end, idle_kind)
     if serial is not None:
         return serial
     kind_of: dict[int, str] = {}
     parent_of: dict[int, int] = {}
     events: list[tuple[int, int, int]] = []
-    for step in steps:
-        a, b = max(step.start, start), min(step.end, end)
+    for kind, step_start, step_end, step_seq, step_parent in steps:
+        a, b = max(step_start, start), min(step_end, end)
         if a > b:
             continue
-        kind_of[step.seq] = step.kind
-        parent_of[step.seq] = step.parent
+        kind_of[step_seq] = kind
+        parent_of[step_seq] = step_parent
         # At equal times: starts before ends; parents start before and end after their children.
-        events.append((a, 0, step.seq))
-        events.append((b, 1, -step.seq))
+        events.append((a, 0, step_seq))
+        events.append((b, 1, -step_seq))
     events.sort(key=_EVENT_ORDER)
 
     owned: dict[str, float] = {}
@@ -103,7 +109,7 @@ def critical_path(steps: Iterable[StepInterval], *, start: int, end: int,
     return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
 
 
-def _serial(steps: Iterable[StepInterval], start: int, end: int, idle_kind: str) -> dict[str, float] | None:
+def _serial(steps: Iterable[StepInterval | Step], start: int, end: int, idle_kind: str) -> dict[str, float] | None:
     """The common case in one pass, without sorting: top-level steps that never overlap, in start order (a
     sequential agent). None when the steps are anything else (nested, parallel, out of order, outside the window)."""
     owned: dict[str, float] = {}
@@ -117,7 +123,9 @@ def _serial(steps: Iterable[StepInterval], start: int, end: int, idle_kind: str)
         now = b
     if end - start > covered:
         owned[idle_kind] = owned.get(idle_kind, 0.0) + (end - start - covered)
-    return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+    if 0.0 in owned.values():  # zero-length steps
+        return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
+    return dict(sorted(owned.items()))
 
 
 def _share(owned: dict[str, float], leaves: dict[str, int], n_leaves: int, dt: int, idle_kind: str) -> None:

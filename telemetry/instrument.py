@@ -65,6 +65,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from itertools import count
 from typing import Any, ParamSpec, TypeVar
@@ -74,6 +75,7 @@ from opentelemetry import baggage, metrics, trace
 from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
@@ -81,7 +83,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from telemetry import names
-from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, StepInterval, critical_path
+from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, Step, critical_path
 
 __all__ = [
     "BUDGET_BAGGAGE_KEY",
@@ -126,9 +128,32 @@ _RUN_KEY = otel_context.create_key("aifactory.telemetry.run")
 # The key trace.set_span_in_context() uses, found through that public call: a step's context is built in
 # one copy holding both the span and the run.
 _SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
+# The key W3C baggage lives under in a context, found the same way: a context without it carries no deadline.
+_BAGGAGE_KEY = next(iter(baggage.set_baggage(DEADLINE_BAGGAGE_KEY, "0", Context())))
 # The context of the kit's metric records with exemplars off: no valid span, so no exemplar filter samples them
 # (trace_based needs a sampled span). Not empty: the SDK records an empty (falsy) context in the current one.
 _NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN, Context())
+
+
+def _runtime_context_var() -> ContextVar[Context] | None:
+    """The ContextVar that holds OpenTelemetry's current context, when the process uses the API's default runtime
+    context (contextvars; OTEL_PYTHON_CONTEXT unset), else None. In opentelemetry-api 1.45.2
+    (opentelemetry/context/__init__.py, context/contextvars_context.py) get_current(), attach() and detach() are
+    that ContextVar's get(), set() and reset() behind two calls each: the per-step path calls it directly (the same
+    operation on the same variable, so whatever carries the context carries the kit's runs alike) and falls back
+    to the API for any other runtime, or if a later API release moves it."""
+    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None) if type(runtime) is ContextVarsRuntimeContext else None
+    return var if isinstance(var, ContextVar) else None
+
+
+_CONTEXT_VAR = _runtime_context_var()
+_get_current: Callable[[], Context] = _CONTEXT_VAR.get if _CONTEXT_VAR is not None else otel_context.get_current
+_attach: Callable[[Context], Token[Context]] = (_CONTEXT_VAR.set if _CONTEXT_VAR is not None
+                                                else otel_context.attach)
+_reset: Callable[[Token[Context]], None] = _CONTEXT_VAR.reset if _CONTEXT_VAR is not None else otel_context.detach
+_context_log = logging.getLogger(otel_context.__name__)  # where opentelemetry.context.detach logs a failed detach
+
 # The gateway reads W3C trace context and baggage (https://www.w3.org/TR/trace-context/,
 # https://www.w3.org/TR/baggage/), whatever OTEL_PROPAGATORS the process configured for its own clients.
 _W3C = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
@@ -161,13 +186,13 @@ class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
     __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps")
+                 "deadline_ns", "expected_steps", "done_steps", "labels")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
         self.span = span
         self.start = start
-        self.steps: list[StepInterval] = []  # finished steps, in the order they ended
+        self.steps: list[Step] = []  # finished steps (StepInterval's fields), in the order they ended
         self.seqs: Iterator[int] = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
         self.outer = outer
         self.outer_parent = outer_parent
@@ -177,6 +202,7 @@ class WorkflowRun:
         self.deadline_ns: int | None = None  # the deadline in force (own or inherited), epoch ns; None: no budget
         self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
         self.done_steps = 0  # top-level steps finished
+        self.labels: WorkflowLabels | None = None  # its metric attribute sets (set by the Telemetry that opens it)
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -212,7 +238,24 @@ class StepRun:
         self._telemetry._record_usage(self, input_tokens, output_tokens)
 
 
+class WorkflowLabels:
+    """The metric attribute sets of one workflow name under one Telemetry (tenant): built when a workflow of that
+    name first opens, then shared by every run of it, so a workflow's end looks none of them up. Each set is the
+    one Telemetry._metric_attrs gives for the same labels."""
+
+    __slots__ = ("tenant", "workflow", "ok", "error", "steps", "critical_path")
+
+    def __init__(self, telemetry: Telemetry, workflow: str) -> None:
+        self.tenant = telemetry.tenant
+        self.workflow = workflow
+        self.ok = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_OK)
+        self.error = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_ERROR)
+        self.steps = telemetry._metric_attrs(names.L_WORKFLOW, workflow)
+        self.critical_path: dict[str, dict[str, str]] = {}  # step kind -> its critical-path attributes (as met)
+
+
 Run = WorkflowRun | StepRun
+_new_step_run = object.__new__
 
 # Runs opened from other instrumentations' spans (telemetry.genai_spans), by span id: a kit step started under
 # such a span (a tool of an instrumented agent framework) joins that run's workflow.
@@ -258,14 +301,49 @@ class Scope:
             tel = tel()
         if self._workflow:
             return tel._enter_workflow(self)
-        return tel._enter_step(self)
+        # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
+        start = tel.clock()
+        ctx = _get_current()
+        owner = ctx.get(_RUN_KEY)
+        if owner is None:
+            owner = tel._orphan(self, ctx)
+        span = tel._tracer.start_span(self._span_name, ctx, self._span_kind, self._attributes, start_time=start)
+        if type(owner) is WorkflowRun:  # the common case: a top-level step of a workflow
+            run = _new_step_run(StepRun)  # StepRun.__init__'s stores, without its frame
+            run._telemetry = tel
+            run.kind = self._kind
+            run.name = self._name
+            run.span = span
+            run.start = start
+            run.seq = next(owner.seqs)
+            run.parent = ROOT
+            run.workflow = owner
+            run.genai = None
+        else:
+            run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
+        if self._kind == _MODEL_KIND:
+            run.genai = tel._genai_attrs(self._attributes, run.workflow)
+        workflow = run.workflow
+        if workflow is not None and workflow.deadline_ns is not None:
+            tel._record_step_budget(workflow, run.kind, start)
+        run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
+        return run
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        run = otel_context.get_current().get(_RUN_KEY)
-        if type(run) is StepRun:
-            run._telemetry._exit_step(run, exc)
+        run = _get_current().get(_RUN_KEY)
+        if type(run) is StepRun:  # the per-step hot path, inline (Telemetry._exit_step's body)
+            tel = run._telemetry
+            end = tel.clock()
+            error_type = None if exc is None else tel._fail(run.span, exc)
+            run.span.end(end_time=end)
+            try:
+                _reset(run._token)  # type: ignore[arg-type]
+            except Exception:
+                _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
+            tel._finish_step(run, end, error_type)
         elif run is not None:
-            self._tel()._exit_workflow(run, exc)  # type: ignore[arg-type]
+            scope_tel = self._telemetry
+            (scope_tel if isinstance(scope_tel, Telemetry) else scope_tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -329,6 +407,7 @@ class Telemetry:
         self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
         self._deadlines = counter(names.WORKFLOW_DEADLINES)
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
+        self._labels: dict[str, WorkflowLabels] = {}  # workflow name -> its attribute sets, built once each
         self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
         self._open: dict[int, WorkflowRun] = {}  # trace id -> innermost open workflow (lost-context warning)
         self._warned = False
@@ -375,15 +454,18 @@ class Telemetry:
     # --- workflow ---------------------------------------------------------------------------
     def _enter_workflow(self, scope: Scope) -> WorkflowRun:
         start = self.clock()
-        ctx = otel_context.get_current()
-        owner = current_run(ctx)
+        ctx = _get_current()
+        owner = ctx.get(_RUN_KEY)
+        if owner is None and _foreign_runs:
+            owner = current_run(ctx)
         span = self._tracer.start_span(scope._span_name, ctx, SpanKind.INTERNAL, scope._attributes, start_time=start)
         run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._budget_ns is not None:
             ctx = _with_budget(ctx, start, scope._budget_ns)
-        run.deadline_ns = _deadline_ns(ctx)
+        if _BAGGAGE_KEY in ctx:  # else no baggage, so no deadline
+            run.deadline_ns = _deadline_ns(ctx)
         run.expected_steps = scope._steps
-        run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
+        run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
     def _open_workflow(self, name: str, span: trace.Span, start: int, owner: Run | None) -> WorkflowRun:
@@ -391,64 +473,60 @@ class Telemetry:
         outer = owner if type(owner) is WorkflowRun else owner.workflow if owner is not None else None  # type: ignore[union-attr]
         outer_parent = owner.seq if type(owner) is StepRun else ROOT  # type: ignore[union-attr]
         run = WorkflowRun(name, span, start, outer, outer_parent)
+        labels = self._labels.get(name)
+        run.labels = labels if labels is not None else self._workflow_labels(name)
         self._open[run.trace_id] = run
         return run
 
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
-        otel_context.detach(run._token)  # type: ignore[arg-type]
-        owned = self._finish_workflow(run, end, error_type)
-        run.span.set_attributes({f"aifactory.critical_path.{kind}": seconds for kind, seconds in owned.items()})
+        try:
+            _reset(run._token)  # type: ignore[arg-type]
+        except Exception:
+            _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
+        run.span.set_attributes(self._finish_workflow(run, end, error_type))
         run.span.end(end_time=end)
 
     def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> dict[str, float]:
-        """Record a finished workflow's metrics and hand its steps to the outer workflow; critical path in s."""
+        """Record a finished workflow's metrics and hand its steps to the outer workflow; its span's critical-path
+        attributes (aifactory.critical_path.<kind>: seconds)."""
         run.finished = True
         if self._open.get(run.trace_id) is run:
             if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
                 self._open[run.trace_id] = run.outer
             else:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
-        owned = {kind: ns / _NS_PER_S
-                 for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items()}
-        ctx = self._record_context(run)
-        for kind, seconds in owned.items():
-            self._critical_path.add(seconds, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind),
-                                    ctx)
-        status = STATUS_OK if error_type is None else STATUS_ERROR
+        labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
+        ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
+        span_attributes: dict[str, float] = {}
+        for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items():
+            seconds = ns / _NS_PER_S
+            span_attributes[_CRITICAL_PATH_ATTRIBUTES.get(kind) or _critical_path_attribute(kind)] = seconds
+            attrs = labels.critical_path.get(kind)
+            if attrs is None:
+                attrs = labels.critical_path[kind] = self._metric_attrs(names.L_WORKFLOW, run.name,
+                                                                        names.L_STEP_KIND, kind)
+            self._critical_path.add(seconds, attrs, ctx)
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
-                                       self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STATUS, status), ctx)
-        self._workflow_steps.record(len(run.steps), self._metric_attrs(names.L_WORKFLOW, run.name), ctx)
+                                       labels.ok if error_type is None else labels.error, ctx)
+        self._workflow_steps.record(len(run.steps), labels.steps, ctx)
         if run.deadline_ns is not None:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
             self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met), ctx)
         outer = run.outer
         if outer is not None and not outer.finished:
-            outer.steps.extend(s if s.parent != ROOT else s._replace(parent=run.outer_parent) for s in run.steps)
-        return owned
+            outer.steps.extend(s if s[4] != ROOT else (*s[:4], run.outer_parent)  # type: ignore[misc]
+                               for s in run.steps)  # (kind, start, end, seq, parent): top-level ones re-parented
+        return span_attributes
 
     # --- step -------------------------------------------------------------------------------
-    def _enter_step(self, scope: Scope) -> StepRun:
-        start = self.clock()
-        ctx = otel_context.get_current()
-        owner = ctx.get(_RUN_KEY)
-        if owner is None:
-            owner = self._orphan(scope, ctx)
-        span = self._tracer.start_span(scope._span_name, ctx, scope._span_kind, scope._attributes, start_time=start)
-        if type(owner) is WorkflowRun:  # the common case, inline: a top-level step of a workflow
-            run = StepRun(self, scope._kind, scope._name, span, start, next(owner.seqs), ROOT, owner, None)
-        else:
-            run = self._open_step(scope._kind, scope._name, span, start, owner)  # type: ignore[arg-type]
-        if scope._kind == _MODEL_KIND:
-            run.genai = self._genai_attrs(scope._attributes, run.workflow)
-        workflow = run.workflow
-        if workflow is not None and workflow.deadline_ns is not None:
-            self._step_budget.record(max(0, workflow.deadline_ns - start) / _NS_PER_S,
-                                     self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, run.kind),
-                                     _NO_TRACE)
-        run._token = otel_context.attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
-        return run
+    # (Scope.__enter__ and __exit__ run a kit step: the per-step hot path, without extra frames.)
+    def _record_step_budget(self, workflow: WorkflowRun, kind: str, start: int) -> None:
+        """The budget left when a step of a workflow with a deadline starts."""
+        self._step_budget.record(max(0, workflow.deadline_ns - start) / _NS_PER_S,  # type: ignore[operator]
+                                 self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, kind),
+                                 _NO_TRACE)
 
     def _open_step(self, kind: str, name: str, span: trace.Span, start: int, owner: Run | None) -> StepRun:
         """A step run starting at `start` under `owner` (the run current where it started, if any)."""
@@ -459,13 +537,6 @@ class Telemetry:
         workflow = owner.workflow  # type: ignore[union-attr]
         return StepRun(self, kind, name, span, start, next(workflow.seqs) if workflow is not None else 0,
                        owner.seq, workflow, None)  # type: ignore[union-attr]
-
-    def _exit_step(self, run: StepRun, exc: BaseException | None) -> None:
-        end = self.clock()
-        error_type = None if exc is None else self._fail(run.span, exc)
-        run.span.end(end_time=end)
-        otel_context.detach(run._token)  # type: ignore[arg-type]
-        self._finish_step(run, end, error_type)
 
     def _finish_step(self, run: StepRun, end: int, error_type: str | None) -> None:
         """Record a finished step's metrics and add it to its workflow's critical path."""
@@ -484,11 +555,11 @@ class Telemetry:
         if run.genai is not None:
             self._operation_duration.record(seconds, run.genai if error_type is None
                                             else {**run.genai, ERROR_TYPE: error_type}, ctx)
-        if workflow is not None and not workflow.finished:
-            # tuple.__new__: the named tuple without its Python-level __new__ frame (one per step)
-            workflow.steps.append(tuple.__new__(StepInterval, (run.kind, run.start, end, run.seq, run.parent)))
-        if workflow is not None and run.parent == ROOT:
-            workflow.done_steps += 1
+        if workflow is not None:
+            if not workflow.finished:
+                workflow.steps.append((run.kind, run.start, end, run.seq, run.parent))
+            if run.parent == ROOT:
+                workflow.done_steps += 1
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
@@ -523,6 +594,10 @@ class Telemetry:
         span (never the caller's current context: a step ends in its workflow's, whose exemplars would point
         at the workflow span)."""
         return trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
+
+    def _workflow_labels(self, workflow: str) -> WorkflowLabels:
+        labels = self._labels[workflow] = WorkflowLabels(self, workflow)
+        return labels
 
     def _metric_attrs(self, *pairs: str) -> dict[str, str]:
         """tenant + the given (key, value) pairs; one dict per distinct set, reused (no per-step allocation)."""
@@ -571,6 +646,15 @@ class Telemetry:
         span.set_attribute(ERROR_TYPE, error_type)
         span.record_exception(exc)
         return error_type
+
+
+_CRITICAL_PATH_ATTRIBUTES: dict[str, str] = {}  # step kind -> its workflow span attribute
+
+
+def _critical_path_attribute(kind: str) -> str:
+    """The workflow span attribute of a step kind's critical-path seconds."""
+    name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
+    return name
 
 
 def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:

@@ -1,0 +1,174 @@
+"""The per-step path's shortcuts keep the telemetry exact: cached label sets never leak between tenants,
+workflows or a workflow that has ended, and the direct use of OpenTelemetry's context variable behaves as the
+context API does (same spans and metrics; a failed detach is logged, not raised)."""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from opentelemetry import context as otel_context
+
+import telemetry
+from telemetry import instrument, names
+from tests.support.telemetry import TENANT, Harness, harness, labels
+
+
+@pytest.fixture
+def h() -> Iterator[Harness]:
+    with harness() as instrumented:
+        yield instrumented
+
+
+def _agent(tel: telemetry.Telemetry, h: Harness, workflow: str, seconds: float) -> None:
+    with tel.workflow(workflow):
+        h.clock.advance(0.5)
+        with tel.step("tool", "search"):
+            h.clock.advance(seconds)
+
+
+def _points(h: Harness, metric: names.Metric, tenant: str) -> dict[frozenset[tuple[str, Any]], Any]:
+    return {key: value for key, value in h.points(metric).items() if ("tenant", tenant) in key}
+
+
+def test_label_sets_are_per_tenant_and_per_workflow(h: Harness) -> None:
+    other = telemetry.Telemetry(tenant="other", tracer_provider=h.tracer_provider, meter_provider=h.meter_provider,
+                                clock=h.clock)
+    for tel, workflow, seconds in ((h.tel, "alpha", 1), (other, "alpha", 2), (h.tel, "beta", 3), (other, "beta", 4),
+                                   (h.tel, "alpha", 5)):
+        _agent(tel, h, workflow, seconds)
+    assert _points(h, names.STEP_DURATION, TENANT) == {
+        labels(workflow="alpha", step_kind="tool", step_name="search", status="ok"): (6.0, 2),
+        labels(workflow="beta", step_kind="tool", step_name="search", status="ok"): (3.0, 1)}
+    assert _points(h, names.STEP_DURATION, "other") == {
+        frozenset({"tenant": "other", "workflow": "alpha", "step_kind": "tool", "step_name": "search",
+                   "status": "ok"}.items()): (2.0, 1),
+        frozenset({"tenant": "other", "workflow": "beta", "step_kind": "tool", "step_name": "search",
+                   "status": "ok"}.items()): (4.0, 1)}
+    assert _points(h, names.CRITICAL_PATH, TENANT) == {
+        labels(workflow="alpha", step_kind="tool"): 6.0, labels(workflow="alpha", step_kind="other"): 1.0,
+        labels(workflow="beta", step_kind="tool"): 3.0, labels(workflow="beta", step_kind="other"): 0.5}
+    assert _points(h, names.CRITICAL_PATH, "other") == {
+        frozenset({"tenant": "other", "workflow": w, "step_kind": k}.items()): v
+        for w, k, v in (("alpha", "tool", 2.0), ("alpha", "other", 0.5), ("beta", "tool", 4.0), ("beta", "other", 0.5))}
+    assert _points(h, names.WORKFLOW_DURATION, TENANT) == {labels(workflow="alpha", status="ok"): (7.0, 2),
+                                                          labels(workflow="beta", status="ok"): (3.5, 1)}
+    assert _points(h, names.WORKFLOW_STEPS, "other") == {
+        frozenset({"tenant": "other", "workflow": w}.items()): (1, 1) for w in ("alpha", "beta")}
+
+
+def test_module_level_scopes_take_the_labels_of_the_telemetry_installed_when_entered(h: Harness) -> None:
+    other = telemetry.Telemetry(tenant="other", tracer_provider=h.tracer_provider, meter_provider=h.meter_provider,
+                                clock=h.clock)
+    scope = telemetry.step("tool", "search")  # one cached scope, entered under two installed Telemetry objects
+    try:
+        for tel, seconds in ((h.tel, 1), (other, 2)):
+            telemetry.install(tel)
+            with telemetry.workflow("shared"), scope:
+                h.clock.advance(seconds)
+    finally:
+        telemetry.install(None)
+    assert h.points(names.STEP_DURATION) == {
+        labels(workflow="shared", step_kind="tool", step_name="search", status="ok"): (1.0, 1),
+        frozenset({"tenant": "other", "workflow": "shared", "step_kind": "tool", "step_name": "search",
+                   "status": "ok"}.items()): (2.0, 1)}
+
+
+def test_a_step_after_its_workflow_ended_is_outside_it(h: Harness) -> None:
+    _agent(h.tel, h, "alpha", 1)
+    with h.tel.step("tool", "search"):
+        h.clock.advance(2)
+    with h.tel.step("tool", "search"):  # and again, now that its label set exists
+        h.clock.advance(3)
+    assert h.points(names.STEP_DURATION) == {
+        labels(workflow="alpha", step_kind="tool", step_name="search", status="ok"): (1.0, 1),
+        labels(workflow="none", step_kind="tool", step_name="search", status="ok"): (5.0, 2)}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="alpha", step_kind="tool"): 1.0,
+                                             labels(workflow="alpha", step_kind="other"): 0.5}
+    assert h.points(names.WORKFLOW_STEPS) == {labels(workflow="alpha"): (1, 1)}
+
+
+def test_a_failed_workflow_after_a_good_one_gets_the_error_labels(h: Harness) -> None:
+    _agent(h.tel, h, "alpha", 1)
+    with pytest.raises(RuntimeError), h.tel.workflow("alpha"):
+        h.clock.advance(2)
+        raise RuntimeError("boom")
+    assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="alpha", status="ok"): (1.5, 1),
+                                                 labels(workflow="alpha", status="error"): (2.0, 1)}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="alpha", step_kind="tool"): 1.0,
+                                             labels(workflow="alpha", step_kind="other"): 2.5}
+
+
+def test_the_kit_reads_and_sets_the_context_the_api_does() -> None:
+    """With opentelemetry-api 1.45.2's default runtime the step path uses the API's own context variable: what
+    the API attaches the kit sees, and what the kit attaches the API sees."""
+    assert instrument._CONTEXT_VAR is not None  # the shortcut is in use with the pinned API
+    ctx = otel_context.set_value("probe", 1)
+    token = otel_context.attach(ctx)
+    try:
+        assert instrument._get_current() is ctx
+        kit_token = instrument._attach(otel_context.set_value("probe", 2))
+        assert otel_context.get_value("probe") == 2
+        instrument._reset(kit_token)
+        assert otel_context.get_current() is ctx
+    finally:
+        otel_context.detach(token)
+
+
+def _span_facts(h: Harness) -> dict[str, Any]:
+    spans = h.spans()
+    ids = {span.context.span_id: name for name, span in spans.items()}
+    return {name: (ids.get(span.parent.span_id) if span.parent else None, span.start_time, span.end_time,
+                   dict(span.attributes or {})) for name, span in spans.items()}
+
+
+def _nested_agent(h: Harness) -> None:
+    with h.tel.workflow("agent", budget_s=60):
+        with h.tel.step("planning", "plan"):
+            h.clock.advance(1)
+            with h.tel.step("tool", "search"):
+                h.clock.advance(2)
+        with h.tel.step("llm", "draft", model="m", provider="vllm") as run:
+            h.clock.advance(3)
+            run.usage(input_tokens=10, output_tokens=5)
+        with pytest.raises(KeyError), h.tel.step("retrieval", "kb"):
+            h.clock.advance(1)
+            raise KeyError("doc")
+
+
+def test_the_context_api_fallback_gives_the_same_telemetry(monkeypatch: pytest.MonkeyPatch) -> None:
+    with harness() as fast:
+        _nested_agent(fast)
+        expected_points, expected_spans = fast.all_points(), _span_facts(fast)
+    monkeypatch.setattr(instrument, "_get_current", otel_context.get_current)
+    monkeypatch.setattr(instrument, "_attach", otel_context.attach)
+    monkeypatch.setattr(instrument, "_reset", otel_context.detach)
+    with harness() as api:
+        _nested_agent(api)
+        assert api.all_points() == expected_points
+        assert _span_facts(api) == expected_spans
+    assert expected_points[names.CRITICAL_PATH.otel] == {
+        labels(workflow="agent", step_kind="tool"): 2.0, labels(workflow="agent", step_kind="planning"): 1.0,
+        labels(workflow="agent", step_kind="llm"): 3.0, labels(workflow="agent", step_kind="retrieval"): 1.0}
+
+
+def test_a_step_ended_in_another_context_is_recorded_and_its_failed_detach_logged(
+        h: Harness, caplog: pytest.LogCaptureFixture) -> None:
+    """As opentelemetry.context.detach: resetting a token in another contextvars.Context fails; that is logged
+    on the opentelemetry.context logger and the step is still recorded."""
+    with h.tel.workflow("handoff"):
+        scope = h.tel.step("tool", "search")
+        scope.__enter__()
+        h.clock.advance(1)
+        elsewhere = contextvars.copy_context()  # holds the step, but its token belongs to this context
+        with caplog.at_level(logging.ERROR, logger="opentelemetry.context"):
+            elsewhere.run(scope.__exit__, None, None, None)
+        assert [r.getMessage() for r in caplog.records if r.name == "opentelemetry.context"] == [
+            "Failed to detach context"]
+        assert type(telemetry.instrument.current_run()) is telemetry.StepRun  # this context still holds it
+        otel_context.detach(telemetry.instrument.current_run()._token)  # type: ignore[union-attr, arg-type]
+    assert h.points(names.STEP_DURATION) == {
+        labels(workflow="handoff", step_kind="tool", step_name="search", status="ok"): (1.0, 1)}
