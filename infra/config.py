@@ -25,6 +25,8 @@ from typing import Any, Literal, TypeVar
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s import coldstart
+from components.k8s.defaults import IPAM_BLOCK_SIZE
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 
 __all__ = [
     "NAMESPACE",
@@ -84,14 +86,11 @@ NAMESPACE = "aifactory"
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
-POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
-GPU_TAINT_KEY = "nvidia.com/gpu"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 DEFAULT_TRY_IDLE_SECONDS = 30.0
-IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
     "all-1g.10gb",

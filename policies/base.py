@@ -27,7 +27,8 @@ from pulumi_policy import (
 )
 
 from components.k8s import naming
-from infra.config import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
+from infra.config import SYSTEM_NAMESPACES
 
 __all__ = [
     "MANDATORY",

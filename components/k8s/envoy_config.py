@@ -111,7 +111,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from components.k8s import naming
-from infra.artifacts import dump_yaml
+from components.vocabulary import dump_yaml
 from infra.config import JwtIssuer, Model, PlatformConfig
 
 __all__ = [

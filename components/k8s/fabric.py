@@ -28,9 +28,11 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, versions
+from components.k8s.defaults import IPAM_BLOCK_SIZE
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import IPAM_BLOCK_SIZE, POOL_LABEL, InfinibandSettings, PlatformConfig
+from components.vocabulary import POOL_LABEL
+from infra.config import InfinibandSettings, PlatformConfig
 
 __all__ = [
     "EFA_RELEASE_NAME",

@@ -25,7 +25,8 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming, versions
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import GPU_TAINT_KEY, POOL_LABEL, NodePool, PlatformConfig
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
+from infra.config import NodePool, PlatformConfig
 from telemetry.names import DCGM
 
 __all__ = [

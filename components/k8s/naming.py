@@ -6,6 +6,8 @@ accounts; the policy pack and dashboards read them too. Changing one is an API c
 
 from __future__ import annotations
 
+from components.vocabulary import POOL_LABEL
+
 __all__ = [
     "MANAGED_BY",
     "LABEL_MODEL",
@@ -36,7 +38,7 @@ __all__ = [
 MANAGED_BY = {"app.kubernetes.io/managed-by": "aifactory"}
 LABEL_MODEL = "aifactory.io/model"
 LABEL_TENANT = "aifactory.io/tenant"
-LABEL_POOL = "aifactory.io/pool"  # same key as infra.config.POOL_LABEL (node label)
+LABEL_POOL = POOL_LABEL  # node label naming a node's pool (components.vocabulary)
 LABEL_COMPONENT = "app.kubernetes.io/component"
 
 GATEWAY_APP = "aifactory-gateway"  # app.kubernetes.io/name of the Envoy gateway pods

@@ -39,7 +39,7 @@ from components.k8s.otel_config import (
     service_host,
 )
 from components.k8s.storage import cache_storage_class_name
-from infra.artifacts import dump_yaml
+from components.vocabulary import dump_yaml
 from infra.config import AlertReceiver, PlatformConfig
 
 __all__ = [
