@@ -25,7 +25,13 @@ from typing import Any, Literal, TypeVar
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s import coldstart
-from components.k8s.defaults import IPAM_BLOCK_SIZE
+from components.k8s.defaults import (
+    DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_KUBERNETES_VERSION,
+    DEFAULT_MONITORING_NAMESPACE,
+    IPAM_BLOCK_SIZE,
+)
+from components.k8s.values import RateLimit, Tenant
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 
 __all__ = [
@@ -84,7 +90,6 @@ __all__ = [
 
 NAMESPACE = "aifactory"
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
-DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
@@ -308,28 +313,6 @@ class InfinibandSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class RateLimit:
-    requests_per_second: int = 50  # default: 50
-    burst: int = 100  # default: 100
-    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
-    # the interactive one
-    batch_requests_per_second: int = 50  # default: requestsPerSecond
-    batch_burst: int = 100  # default: burst
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    name: str
-    namespace: str  # default: the tenant's name
-    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
-    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
-    memory_quota: str = "0Gi"  # default: as cpuQuota
-    mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
-    rate_limit: RateLimit = field(default_factory=RateLimit)
-    share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
-
-
-@dataclass(frozen=True, slots=True)
 class Replicas:
     min: int = 1  # default: 1
     max: int = 1  # default: min
@@ -498,7 +481,7 @@ class GatewayAuth:
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
-    namespace: str = "aifactory-gateway"  # default: aifactory-gateway
+    namespace: str = DEFAULT_GATEWAY_NAMESPACE  # default: aifactory-gateway
     min_replicas: int = 2  # default: 2
     max_replicas: int = 6  # default: 6
     service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"  # default: LoadBalancer
@@ -596,7 +579,7 @@ class VolumeSizes:
 
 @dataclass(frozen=True, slots=True)
 class ObservabilitySettings:
-    namespace: str = "monitoring"  # default: monitoring
+    namespace: str = DEFAULT_MONITORING_NAMESPACE  # default: monitoring
     retention: str = "15d"  # default: 15d Prometheus retention
     loki_mode: Literal["single-binary", "simple-scalable"] = "single-binary"  # default: single-binary
     trace_sample_ratio: float = 1.0  # default: 1.0 (every trace)
@@ -1690,7 +1673,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     cd = r.mapping((d or {}).get("circuitBreakers") or {}, f"{p}.circuitBreakers",
                    ("maxConnections", "maxPendingRequests", "maxRequests"))
     return GatewaySettings(
-        namespace=r.value(d, "namespace", p, str, "aifactory-gateway", check=_dns_label),
+        namespace=r.value(d, "namespace", p, str, DEFAULT_GATEWAY_NAMESPACE, check=_dns_label),
         min_replicas=lo, max_replicas=hi,
         service_type=r.value(d, "serviceType", p, str, "LoadBalancer",
                              choices=("LoadBalancer", "NodePort", "ClusterIP")),
@@ -1963,7 +1946,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         r.fail(f"{p}.lokiMode", "'simple-scalable' needs object storage, which the kit creates on provider aws only; "
                                 "use 'single-binary' (one replica on its volume) on provider existing")
     return ObservabilitySettings(
-        namespace=r.value(d, "namespace", p, str, "monitoring", check=_dns_label),
+        namespace=r.value(d, "namespace", p, str, DEFAULT_MONITORING_NAMESPACE, check=_dns_label),
         retention=r.value(d, "retention", p, str, "15d",
                           check=lambda v: None if DURATION.match(v) else "is not a retention such as 15d or 720h"),
         loki_mode=r.value(d, "lokiMode", p, str, "single-binary", choices=("single-binary", "simple-scalable")),

@@ -8,7 +8,8 @@
 Every Helm release of the platform depends on `after` (on EKS: the system node group, the coredns and
 EBS CSI add-ons and the gp3 StorageClass), so none starts while there is no node to run its pods, no
 cluster DNS, or no volume provisioner, and each records the dependency for `pulumi destroy`.
-Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`.
+Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`: the Tenancy's
+args (infra.component_args.tenancy_args).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from components.k8s.gpu_stack import GpuStack
 from components.k8s.mesh import Mesh
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.observability import LokiBucket, Observability
-from components.k8s.tenancy import Tenancy
+from components.k8s.tenancy import Tenancy, TenancyArgs
 from infra.config import PlatformConfig
 
 __all__ = ["METRICS_SERVER_RELEASE", "metrics_server_values", "installs_metrics_server", "Platform"]
@@ -59,7 +60,7 @@ class Platform(pulumi.ComponentResource):
     mesh: Mesh
     metrics_server: k8s.helm.v3.Release | None
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
+    def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, after: Sequence[pulumi.Resource] = (),
                  loki_bucket: pulumi.Output[LokiBucket] | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Platform", name, None, opts)
@@ -72,7 +73,7 @@ class Platform(pulumi.ComponentResource):
         self.gpu = GpuStack(f"{name}-gpu", cfg=cfg, after=after, opts=child)
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
                              opts=child)
-        self.tenancy = Tenancy(f"{name}-tenancy", cfg=cfg, opts=child)
+        self.tenancy = Tenancy(f"{name}-tenancy", tenancy, opts=child)
         self.mesh = Mesh(f"{name}-mesh", cfg=cfg, tenant_namespaces=self.tenancy.namespaces, after=after,
                          opts=child)
         self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,

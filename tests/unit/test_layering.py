@@ -1,7 +1,6 @@
 """Layering (shared/DESIGN.md, "Layering"): the shared vocabulary imports nothing of the kit, and libraries do
 not import infra/ (the application layer above them)."""
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
