@@ -1,4 +1,4 @@
-"""Host the kit's AWS components as a Pulumi component package (`pulumi package add <repo>/components`).
+"""Host the kit's components as a Pulumi component package (`pulumi package add <repo>/components`).
 
 The schema is inferred by the SDK's analyzer (pulumi.provider.experimental) from each component's
 `args` TypedDict (inputs, with each field's docstring) and its class-level `pulumi.Output` annotations.
@@ -16,12 +16,13 @@ from pulumi.provider.experimental import component_provider_host  # noqa: E402
 from components.aws.cluster import GpuCluster  # noqa: E402
 from components.aws.network import Network  # noqa: E402
 from components.aws.node_pool import GpuNodePool  # noqa: E402
+from components.k8s.tenancy import Tenancy  # noqa: E402
 
 __all__ = ["PACKAGE", "VERSION", "COMPONENTS"]
 
 PACKAGE = "aifactory"
 VERSION = "0.1.0"
-COMPONENTS: tuple[type[ComponentResource], ...] = (Network, GpuCluster, GpuNodePool)
+COMPONENTS: tuple[type[ComponentResource], ...] = (Network, GpuCluster, GpuNodePool, Tenancy)
 
 if __name__ == "__main__":
     component_provider_host(list(COMPONENTS), PACKAGE, version=VERSION)

@@ -23,7 +23,8 @@ def test_plugin_manifest_declares_python() -> None:
 
 def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
     resources = schema["resources"]
-    assert sorted(resources) == ["aifactory:index:GpuCluster", "aifactory:index:GpuNodePool", "aifactory:index:Network"]
+    assert sorted(resources) == ["aifactory:index:GpuCluster", "aifactory:index:GpuNodePool", "aifactory:index:Network",
+                                 "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
              for token, r in resources.items()}
     assert shape["aifactory:index:Network"] == (
@@ -41,8 +42,13 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
          "placementGroup", "poolName", "rootVolumeGib", "subnetIds", "taints", "vpcId"],
         ["availabilityZones", "clusterName", "clusterSecurityGroupId", "instanceType", "subnetIds", "vpcId"],
         ["efaSecurityGroupId", "launchTemplateId", "nodeGroupName", "nodeRoleArn", "placementGroupName"])
+    assert shape["aifactory:index:Tenancy"] == (
+        ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants"],
+        ["tenants"],
+        ["namespaceNames"])
     assert sorted(schema["types"]) == ["aifactory:index:CapacityArgs", "aifactory:index:SystemPoolArgs",
-                                       "aifactory:index:TaintArgs"]
+                                       "aifactory:index:TaintArgs", "aifactory:index:TenantArgs",
+                                       "aifactory:index:TenantModelArgs"]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
@@ -63,3 +69,23 @@ def test_config_inputs_are_plain_and_ids_accept_outputs(schema) -> None:
                                                    "e.g. p5.48xlarge."}
     assert "plain" not in pool["clusterName"]
     assert pool["capacity"]["$ref"] == "#/types/aifactory:index:CapacityArgs"
+
+
+def test_tenancy_inputs_are_maps_of_typed_tenants_and_models(schema) -> None:
+    tenancy = schema["resources"]["aifactory:index:Tenancy"]["inputProperties"]
+    assert tenancy["tenants"]["type"] == "object"
+    assert tenancy["tenants"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:TenantArgs"
+    assert tenancy["models"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:TenantModelArgs"
+    assert tenancy["kubernetesVersion"]["type"] == "string"
+    tenant = schema["types"]["aifactory:index:TenantArgs"]
+    assert {k: v["type"] for k, v in tenant["properties"].items()} == {
+        "cpuQuota": "string", "memoryQuota": "string", "namespace": "string", "gpuQuota": "integer",
+        "migQuota": "object"}
+    assert tenant["properties"]["migQuota"]["additionalProperties"]["type"] == "integer"
+    assert tenant["required"] == ["cpuQuota", "memoryQuota"]
+    model = schema["types"]["aifactory:index:TenantModelArgs"]
+    assert model["properties"]["callers"]["items"]["type"] == "string"
+    assert model["properties"]["multiNode"]["type"] == "boolean"
+    assert model["required"] == ["tenant"]
+    outputs = schema["resources"]["aifactory:index:Tenancy"]["properties"]
+    assert outputs["namespaceNames"]["additionalProperties"]["type"] == "string"
