@@ -6,10 +6,11 @@ this module is the only place that knows both shapes.
 
 from __future__ import annotations
 
+from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.tenancy import TenancyArgs
-from infra.config import PlatformConfig
+from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args"]
+__all__ = ["tenancy_args", "gateway_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -26,4 +27,74 @@ def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
         "kubernetes_version": cfg.kubernetes_version,
         "gateway_namespace": cfg.gateway.namespace,
         "monitoring_namespace": cfg.observability.namespace,
+    }
+
+
+def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
+    out: GatewayModelArgs = {"tenant": m.tenant, "engine": m.engine, "workload": m.workload, "priority": m.priority,
+                             "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
+                             "max_request_bytes": m.max_request_bytes,
+                             "try_idle_timeout_seconds": m.try_idle_timeout_seconds}
+    if m.variant is not None:  # the cost from the stack's prices when the config gives requestsPerSecond instead
+        out["variant"] = {"cost_per_request": cfg.cost_per_request(m)}
+        if m.variant.max_requests is not None:
+            out["variant"]["max_requests"] = m.variant.max_requests
+    return out
+
+
+def _gateway_tenant(t: Tenant) -> GatewayTenantArgs:
+    rl = t.rate_limit
+    return {"namespace": t.namespace, "share_with": list(t.share_with), "rate_limit": {
+        "requests_per_second": rl.requests_per_second, "burst": rl.burst,
+        "batch_requests_per_second": rl.batch_requests_per_second, "batch_burst": rl.batch_burst}}
+
+
+def _issuer(i: JwtIssuer) -> JwtIssuerArgs:
+    out: JwtIssuerArgs = {"issuer": i.issuer, "jwks_uri": i.jwks_uri, "audiences": list(i.audiences)}
+    if i.tenants is not None:  # None: any tenant; [] would be none
+        out["tenants"] = list(i.tenants)
+    return out
+
+
+def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
+    """The models the gateway routes to (for a fidelity-gated stack: from infra.fidelity.routable(cfg, ...)), their
+    tenants and every gateway setting of the stack."""
+    gw = cfg.gateway
+    routing: dict[str, RoutingArgs] = {}
+    for workload, policy in gw.routing.items():
+        routing.setdefault(workload, {})["policy"] = policy
+    for workload, margin in gw.routing_margins.items():
+        routing.setdefault(workload, {})["margin_percent"] = margin
+    return {
+        "models": {m.name: _gateway_model(cfg, m) for m in cfg.models.values()},
+        "tenants": {t.name: _gateway_tenant(t) for t in cfg.tenants.values()},
+        "namespace": gw.namespace,
+        "kubernetes_version": cfg.kubernetes_version,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sample_ratio": cfg.observability.trace_sample_ratio,
+        "aws_internal_load_balancer": cfg.is_aws,
+        "service_type": gw.service_type,
+        "min_replicas": gw.min_replicas,
+        "max_replicas": gw.max_replicas,
+        "connect_timeout_seconds": gw.connect_timeout_seconds,
+        "request_headers_timeout_seconds": gw.request_headers_timeout_seconds,
+        "request_timeout_seconds": gw.request_timeout_seconds,
+        "stream_idle_timeout_seconds": gw.stream_idle_timeout_seconds,
+        "idle_timeout_seconds": gw.idle_timeout_seconds,
+        "retries": {"attempts": gw.retries.attempts, "budget_percent": gw.retries.budget_percent},
+        "outlier_detection": {
+            "consecutive_5xx": gw.outlier_detection.consecutive_5xx,
+            "interval_seconds": gw.outlier_detection.interval_seconds,
+            "base_ejection_seconds": gw.outlier_detection.base_ejection_seconds,
+            "max_ejection_percent": gw.outlier_detection.max_ejection_percent,
+            "panic_threshold_percent": gw.outlier_detection.panic_threshold_percent},
+        "circuit_breakers": {"max_connections": gw.circuit_breakers.max_connections,
+                             "max_pending_requests": gw.circuit_breakers.max_pending_requests,
+                             "max_requests": gw.circuit_breakers.max_requests},
+        "health_check": {"interval_seconds": gw.health_check.interval_seconds,
+                         "timeout_seconds": gw.health_check.timeout_seconds,
+                         "unhealthy_threshold": gw.health_check.unhealthy_threshold,
+                         "healthy_threshold": gw.health_check.healthy_threshold},
+        "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
+        "routing": routing,
     }

@@ -30,7 +30,7 @@ from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
-from infra.component_args import tenancy_args
+from infra.component_args import gateway_args, tenancy_args
 from infra.config import NodePool, PlatformConfig
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
@@ -190,7 +190,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)
-    gateway = Gateway("gateway", cfg=fidelity.routable(cfg, gate), opts=on_cluster.merge(
+    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
     if cfg.gateway.fidelity:
         FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, evals),

@@ -39,6 +39,7 @@ from components.aws import catalog
 from components.aws.iam import irsa_role
 from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
+from components.k8s.defaults import DEFAULT_STARTUP_BUDGET_SECONDS
 from components.k8s.gpu_stack import mig_resource, pool_tolerations
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.otel_config import OTLP_HTTP_PORT
@@ -49,7 +50,7 @@ from components.k8s.storage import (
     node_cache_objects,
     node_cache_path,
 )
-from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
+from infra.config import Model, NodePool, PlatformConfig
 from telemetry.names import ENVOY, TRITON, VLLM
 
 if TYPE_CHECKING:

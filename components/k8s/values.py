@@ -8,8 +8,37 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Literal
 
-__all__ = ["RateLimit", "Tenant"]
+from components.k8s.defaults import (
+    DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_STARTUP_BUDGET_SECONDS,
+    DEFAULT_TRY_IDLE_SECONDS,
+)
+
+__all__ = [
+    "RateLimit",
+    "Tenant",
+    "Replicas",
+    "ModelSlo",
+    "Speculative",
+    "Variant",
+    "ROUTING_POLICIES",
+    "DEFAULT_ROUTING_MARGIN_PERCENT",
+    "DEFAULT_MAX_DROP",
+    "FidelityJob",
+    "Fidelity",
+    "Model",
+    "Retries",
+    "OutlierDetection",
+    "CircuitBreakers",
+    "HealthCheck",
+    "JwtIssuer",
+    "GatewayAuth",
+    "GatewaySettings",
+    "SecretRef",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,3 +61,202 @@ class Tenant:
     mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
     rate_limit: RateLimit = field(default_factory=RateLimit)
     share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    min: int = 1  # default: 1
+    max: int = 1  # default: min
+    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
+    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max > self.min
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSlo:
+    ttft_seconds: float = 0.5  # default: p95 time to first token 0.5 s
+    inter_token_seconds: float = 0.05  # default: p95 inter-token latency 50 ms
+    e2e_seconds: float = 20.0  # default: p95 end-to-end request latency 20 s
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    draft_model: str | None  # the drafter (EAGLE head); none for ngram
+    num_speculative_tokens: int = 5  # default: 5
+    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
+    remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
+
+    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
+    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
+    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
+    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
+    max_requests: int | None = None
+
+
+ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
+# A variant fits a budget when the budget covers its slo.e2eSeconds plus this margin (gateway.routing.<workload>.
+# marginPercent): the SLO is the engine's p95, while the caller also waits in the gateway and, when the variant is
+# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
+# saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
+DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
+DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityJob:
+    """The evaluation as a Kubernetes Job in the gateway namespace (components/k8s/fidelity.py), run again
+    whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
+    OpenTelemetry Collector as metrics."""
+
+    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
+    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
+    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
+    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
+    the baseline's on the same items (infra/fidelity.py, README "Fidelity")."""
+
+    suite: str  # a directory under stacks/evals/
+    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
+    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
+    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    engine: Literal["vllm", "triton"]
+    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
+    tenant: str
+    pool: str
+    uri: str  # default: hf://<model>
+    tensor_parallel: int = 1  # default: 1
+    pipeline_parallel: int = 1  # default: 1
+    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
+    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
+    quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
+    max_model_length: int | None = None  # default: the engine's (the model's own context length)
+    prefix_caching: bool = True  # default: true
+    speculative: Speculative | None = None  # default: none (vLLM only)
+    replicas: Replicas = field(default_factory=Replicas)
+    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
+    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
+    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
+    slo: ModelSlo = field(default_factory=ModelSlo)
+    callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
+    cache_gib: int = 200  # default: 200 GiB model cache PVC
+    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: 8 MiB request body through the gateway (413 past it)
+    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
+    # the try and retries on another replica; a streamed generation resets it with every token, and requests
+    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
+    try_idle_timeout_seconds: float = DEFAULT_TRY_IDLE_SECONDS  # default: min(timeoutSeconds, 30)
+    # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
+    # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
+    # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
+    quantized_checkpoint: bool = False
+    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
+    kv_offload_cpu_blocks: int | None = None  # default: none (no KV cache offload to host memory)
+    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
+    variant: Variant | None = None  # default: none (the workload's only interactive model)
+
+    @property
+    def multi_node(self) -> bool:
+        return self.mig_profile is None and self.gpus_per_replica > self.gpus_per_node_hint
+
+    # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
+    gpus_per_node_hint: int = 8
+
+    @property
+    def nodes_per_replica(self) -> int:
+        return max(1, self.gpus_per_replica // self.gpus_per_node_hint) if self.multi_node else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Retries:
+    attempts: int = 2  # default: 2 retries (connect failure, reset, 500/502/503/504, a try idle too long)
+    budget_percent: float = 20.0  # default: retries may add at most 20% to active requests
+
+
+@dataclass(frozen=True, slots=True)
+class OutlierDetection:
+    consecutive_5xx: int = 3  # default: eject a backend after 3 consecutive 5xx
+    interval_seconds: float = 2.0  # default: 2 s between ejection sweeps
+    base_ejection_seconds: float = 30.0  # default: 30 s
+    max_ejection_percent: int = 67  # default: 67 (2 of 3 replicas; never the last one of 3)
+    # below this share of healthy replicas Envoy balances over all of them (its panic mode)
+    panic_threshold_percent: float = 30.0  # default: 30 (1 healthy replica of 3 still takes all traffic)
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakers:
+    max_connections: int = 4096  # default: 4096
+    max_pending_requests: int = 2048  # default: 2048
+    max_requests: int = 4096  # default: 4096
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    interval_seconds: float = 5.0  # default: 5 s
+    timeout_seconds: float = 2.0  # default: 2 s
+    unhealthy_threshold: int = 2  # default: 2 failed checks take a replica out
+    healthy_threshold: int = 2  # default: 2 passed checks bring it back
+
+
+@dataclass(frozen=True, slots=True)
+class JwtIssuer:
+    issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
+    jwks_uri: str  # where its signing keys are published (https://...)
+    audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
+    # the tenants this issuer may name in its tokens' tenant claim; default: None (any tenant). Set it when
+    # several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
+    tenants: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAuth:
+    issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
+    tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    namespace: str = DEFAULT_GATEWAY_NAMESPACE  # default: aifactory-gateway
+    min_replicas: int = 2  # default: 2
+    max_replicas: int = 6  # default: 6
+    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"  # default: LoadBalancer
+    connect_timeout_seconds: float = 2.0  # default: 2 s
+    retries: Retries = field(default_factory=Retries)
+    outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
+    circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
+    auth: GatewayAuth = field(default_factory=GatewayAuth)
+    health_check: HealthCheck = field(default_factory=HealthCheck)
+    request_headers_timeout_seconds: float = 10.0  # default: 10 s to receive a request's headers (408 past it)
+    request_timeout_seconds: float = 60.0  # default: 60 s to receive a whole request, body included (408)
+    stream_idle_timeout_seconds: float = 30.0  # default: 30 s; routes to a model use its timeoutSeconds instead
+    idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
+    # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
+    routing: Mapping[str, str] = field(default_factory=dict)
+    # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
+    routing_margins: Mapping[str, float] = field(default_factory=dict)
+    # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
+    fidelity: Mapping[str, Fidelity] = field(default_factory=dict)

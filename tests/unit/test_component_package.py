@@ -23,8 +23,8 @@ def test_plugin_manifest_declares_python() -> None:
 
 def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
     resources = schema["resources"]
-    assert sorted(resources) == ["aifactory:index:GpuCluster", "aifactory:index:GpuNodePool", "aifactory:index:Network",
-                                 "aifactory:index:Tenancy"]
+    assert sorted(resources) == ["aifactory:index:Gateway", "aifactory:index:GpuCluster", "aifactory:index:GpuNodePool",
+                                 "aifactory:index:Network", "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
              for token, r in resources.items()}
     assert shape["aifactory:index:Network"] == (
@@ -46,9 +46,17 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants"],
         ["tenants"],
         ["namespaceNames"])
-    assert sorted(schema["types"]) == ["aifactory:index:CapacityArgs", "aifactory:index:SystemPoolArgs",
-                                       "aifactory:index:TaintArgs", "aifactory:index:TenantArgs",
-                                       "aifactory:index:TenantModelArgs"]
+    assert shape["aifactory:index:Gateway"] == (
+        ["auth", "awsInternalLoadBalancer", "circuitBreakers", "connectTimeoutSeconds", "healthCheck",
+         "idleTimeoutSeconds", "kubernetesVersion", "maxReplicas", "minReplicas", "models", "monitoringNamespace",
+         "namespace", "outlierDetection", "requestHeadersTimeoutSeconds", "requestTimeoutSeconds", "retries",
+         "routing", "serviceType", "streamIdleTimeoutSeconds", "tenants", "traceSampleRatio"],
+        ["models", "tenants"],
+        ["namespace", "service"])
+    assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
+        "CapacityArgs", "CircuitBreakersArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs",
+        "GatewayVariantArgs", "HealthCheckArgs", "JwtIssuerArgs", "OutlierDetectionArgs", "RateLimitArgs",
+        "RetriesArgs", "RoutingArgs", "SystemPoolArgs", "TaintArgs", "TenantArgs", "TenantModelArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
@@ -89,3 +97,21 @@ def test_tenancy_inputs_are_maps_of_typed_tenants_and_models(schema) -> None:
     assert model["required"] == ["tenant"]
     outputs = schema["resources"]["aifactory:index:Tenancy"]["properties"]
     assert outputs["namespaceNames"]["additionalProperties"]["type"] == "string"
+
+
+def test_gateway_inputs_type_models_tenants_and_settings(schema) -> None:
+    gateway = schema["resources"]["aifactory:index:Gateway"]["inputProperties"]
+    assert gateway["models"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:GatewayModelArgs"
+    assert gateway["tenants"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:GatewayTenantArgs"
+    assert gateway["routing"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:RoutingArgs"
+    assert gateway["minReplicas"]["type"] == "integer"
+    assert gateway["traceSampleRatio"]["type"] == "number"
+    assert gateway["awsInternalLoadBalancer"]["type"] == "boolean"
+    model = schema["types"]["aifactory:index:GatewayModelArgs"]
+    assert sorted(model["required"]) == ["engine", "tenant"]
+    assert model["properties"]["timeoutSeconds"]["type"] == "number"
+    assert model["properties"]["maxRequestBytes"]["type"] == "integer"
+    assert model["properties"]["variant"]["$ref"] == "#/types/aifactory:index:GatewayVariantArgs"
+    auth = schema["types"]["aifactory:index:GatewayAuthArgs"]["properties"]
+    assert auth["issuers"]["items"]["$ref"] == "#/types/aifactory:index:JwtIssuerArgs"
+    assert schema["types"]["aifactory:index:JwtIssuerArgs"]["required"] == ["issuer", "jwksUri"]
