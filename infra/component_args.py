@@ -7,10 +7,11 @@ this module is the only place that knows both shapes.
 from __future__ import annotations
 
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
+from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args"]
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -98,3 +99,44 @@ def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
         "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
         "routing": routing,
     }
+
+
+def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
+    """One model of the stack with its pool, its tenant's namespace and where the cluster runs."""
+    pool = cfg.pool_of(m)
+    args: ModelDeploymentArgs = {
+        "engine": m.engine, "model": m.model, "tenant": m.tenant, "model_name": m.name,
+        "namespace": cfg.tenant_of(m).namespace, "uri": m.uri,
+        "pool": {"name": pool.name, "instance_type": pool.instance_type, "fabric": pool.fabric,
+                 "hugepages_mib": pool.hugepages_mib, "capacity_type": pool.capacity.type,
+                 "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]},
+        "tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
+        "gpus_per_replica": m.gpus_per_replica, "quantization": m.quantization,
+        "quantized_checkpoint": m.quantized_checkpoint, "prefix_caching": m.prefix_caching,
+        "expert_parallel": m.expert_parallel,
+        "replicas": {"min": m.replicas.min, "max": m.replicas.max, "target_queue_depth": m.replicas.target_queue_depth,
+                     "target_queue_time_ms": m.replicas.target_queue_time_ms},
+        "workload": m.workload, "cache_gib": m.cache_gib, "startup_budget_seconds": m.startup_budget_seconds,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sample_ratio": cfg.observability.trace_sample_ratio,
+    }
+    for key, value in (("mig_profile", m.mig_profile), ("max_model_length", m.max_model_length),
+                       ("kv_offload_cpu_blocks", m.kv_offload_cpu_blocks), ("weights_gib", m.weights_gib),
+                       ("aws_region", cfg.target.region if cfg.is_aws else None),
+                       ("storage_class", cfg.target.storage_class)):
+        if value is not None:
+            args[key] = value  # type: ignore[literal-required]
+    if pool.vllm_image is not None:
+        args["pool"]["vllm_image"] = pool.vllm_image
+    if m.speculative is not None:
+        sp = m.speculative
+        args["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}
+        if sp.draft_model is not None:
+            args["speculative"]["draft_model"] = sp.draft_model
+    if cfg.infiniband is not None:
+        ib = cfg.infiniband
+        infiniband: ModelInfinibandArgs = {"hcas": list(ib.hcas), "network": ib.network,
+                                           "interfaces": list(ib.interfaces),
+                                           "rdma_resource_name": ib.rdma_resource_name}
+        args["infiniband"] = infiniband
+    return args

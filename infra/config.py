@@ -26,6 +26,8 @@ from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s import coldstart
 from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
+    DEFAULT_DRIVER_MIN_VERSION,
     DEFAULT_GATEWAY_NAMESPACE,
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -38,21 +40,26 @@ from components.k8s.values import (
     DEFAULT_MAX_DROP,
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
+    Capacity,
     CircuitBreakers,
     Fidelity,
     FidelityJob,
     GatewayAuth,
     GatewaySettings,
     HealthCheck,
+    InfinibandSettings,
     JwtIssuer,
     Model,
     ModelSlo,
+    NodeCheck,
+    NodePool,
     OutlierDetection,
     RateLimit,
     Replicas,
     Retries,
     SecretRef,
     Speculative,
+    Taint,
     Tenant,
     Variant,
 )
@@ -115,7 +122,6 @@ __all__ = [
 NAMESPACE = "aifactory"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
-DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
@@ -139,7 +145,6 @@ DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
@@ -259,78 +264,6 @@ class NetworkSettings:
     vpc_cidr: str = "10.0.0.0/16"  # default: 10.0.0.0/16
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
     flow_log_retention_days: int = 30  # default: 30
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
-    reservation_id: str | None = None  # required for odcr and capacity-block
-    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
-    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
-    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
-
-    @property
-    def reserved(self) -> bool:
-        return self.type != "on-demand"
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    value: str = ""  # default: empty
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCheck:
-    driver_min_version: str = DEFAULT_DRIVER_MIN_VERSION  # default: 550.54.15
-    min_tflops_fraction: float = 0.7  # default: 0.7 of the catalog's dense BF16 peak
-    min_bandwidth_fraction: float = 0.7  # default: 0.7 of the catalog's memory bandwidth
-    burn_in_seconds: int = 10  # default: 10
-    dcgm_exporter_url: str | None = None  # default: the GPU operator's exporter pod on the node, found with kubectl
-    min_bus_bandwidth_fraction: float = 0.6  # default: 0.6 of the fabric's line rate (fabric-check)
-    fabric_test_seconds: int = 300  # default: 300 s hard limit for the all-reduce across nodes (fabric-check)
-
-
-@dataclass(frozen=True, slots=True)
-class NodePool:
-    name: str
-    instance_type: str
-    min_size: int = 1  # default: 1
-    max_size: int = 1  # default: max(minSize, desiredSize)
-    desired_size: int = 1  # default: minSize
-    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
-    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
-    capacity: Capacity = field(default_factory=Capacity)
-    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
-    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
-    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
-    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
-    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
-    mig: str | None = None  # default: no MIG layout
-    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
-    node_check: NodeCheck = field(default_factory=NodeCheck)
-    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
-
-    @property
-    def instance(self) -> catalog.InstanceType:
-        return catalog.get(self.instance_type)
-
-    @property
-    def gpu(self) -> bool:
-        return self.instance.has_gpu
-
-
-@dataclass(frozen=True, slots=True)
-class InfinibandSettings:
-    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
-    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
-    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
-    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
-    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
-    rdma_hca_max: int = 63  # default: 63
-    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
-    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
-from infra.component_args import gateway_args, tenancy_args
+from infra.component_args import gateway_args, model_deployment_args, tenancy_args
 from infra.config import NodePool, PlatformConfig
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
@@ -181,7 +181,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
     # The mesh first: a model pod created before istiod's injection webhook runs without a sidecar,
     # outside the tenant's AuthorizationPolicies, until something restarts it.
-    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m,
+    models = [ModelDeployment(f"model-{m.name}", model_deployment_args(cfg, m),
                               cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
         pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.mesh,
                                            platform.observability, controllers, *cache,

@@ -10,7 +10,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from components.aws import catalog
+from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
+    DEFAULT_DRIVER_MIN_VERSION,
     DEFAULT_GATEWAY_NAMESPACE,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_STARTUP_BUDGET_SECONDS,
@@ -38,6 +42,11 @@ __all__ = [
     "GatewayAuth",
     "GatewaySettings",
     "SecretRef",
+    "Capacity",
+    "Taint",
+    "NodeCheck",
+    "NodePool",
+    "InfinibandSettings",
 ]
 
 
@@ -260,3 +269,75 @@ class GatewaySettings:
     routing_margins: Mapping[str, float] = field(default_factory=dict)
     # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
     fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
+    reservation_id: str | None = None  # required for odcr and capacity-block
+    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
+    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
+    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
+
+    @property
+    def reserved(self) -> bool:
+        return self.type != "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str = ""  # default: empty
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    driver_min_version: str = DEFAULT_DRIVER_MIN_VERSION  # default: 550.54.15
+    min_tflops_fraction: float = 0.7  # default: 0.7 of the catalog's dense BF16 peak
+    min_bandwidth_fraction: float = 0.7  # default: 0.7 of the catalog's memory bandwidth
+    burn_in_seconds: int = 10  # default: 10
+    dcgm_exporter_url: str | None = None  # default: the GPU operator's exporter pod on the node, found with kubectl
+    min_bus_bandwidth_fraction: float = 0.6  # default: 0.6 of the fabric's line rate (fabric-check)
+    fabric_test_seconds: int = 300  # default: 300 s hard limit for the all-reduce across nodes (fabric-check)
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    name: str
+    instance_type: str
+    min_size: int = 1  # default: 1
+    max_size: int = 1  # default: max(minSize, desiredSize)
+    desired_size: int = 1  # default: minSize
+    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
+    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
+    capacity: Capacity = field(default_factory=Capacity)
+    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
+    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
+    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
+    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
+    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
+    mig: str | None = None  # default: no MIG layout
+    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
+    node_check: NodeCheck = field(default_factory=NodeCheck)
+    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def gpu(self) -> bool:
+        return self.instance.has_gpu
+
+
+@dataclass(frozen=True, slots=True)
+class InfinibandSettings:
+    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
+    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
+    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
+    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
+    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
+    rdma_hca_max: int = 63  # default: 63
+    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
+    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface

@@ -24,7 +24,8 @@ def test_plugin_manifest_declares_python() -> None:
 def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
     resources = schema["resources"]
     assert sorted(resources) == ["aifactory:index:Gateway", "aifactory:index:GpuCluster", "aifactory:index:GpuNodePool",
-                                 "aifactory:index:Network", "aifactory:index:Tenancy"]
+                                 "aifactory:index:ModelDeployment", "aifactory:index:Network",
+                                 "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
              for token, r in resources.items()}
     assert shape["aifactory:index:Network"] == (
@@ -53,10 +54,19 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
          "routing", "serviceType", "streamIdleTimeoutSeconds", "tenants", "traceSampleRatio"],
         ["models", "tenants"],
         ["namespace", "service"])
+    assert shape["aifactory:index:ModelDeployment"] == (
+        ["awsRegion", "cacheGib", "engine", "expertParallel", "gpusPerReplica", "infiniband", "kvOffloadCpuBlocks",
+         "maxModelLength", "migProfile", "model", "modelName", "monitoringNamespace", "namespace", "pipelineParallel",
+         "pool", "prefixCaching", "quantization", "quantizedCheckpoint", "replicas", "speculative",
+         "startupBudgetSeconds", "storageClass", "tenant", "tensorParallel", "traceSampleRatio", "uri", "weightsGib",
+         "workload"],
+        ["engine", "model", "pool", "tenant"],
+        ["kind", "namespace", "service"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
         "CapacityArgs", "CircuitBreakersArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs",
-        "GatewayVariantArgs", "HealthCheckArgs", "JwtIssuerArgs", "OutlierDetectionArgs", "RateLimitArgs",
-        "RetriesArgs", "RoutingArgs", "SystemPoolArgs", "TaintArgs", "TenantArgs", "TenantModelArgs")]
+        "GatewayVariantArgs", "HealthCheckArgs", "JwtIssuerArgs", "ModelInfinibandArgs", "ModelPoolArgs",
+        "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SpeculativeArgs",
+        "SystemPoolArgs", "TaintArgs", "TenantArgs", "TenantModelArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
@@ -115,3 +125,16 @@ def test_gateway_inputs_type_models_tenants_and_settings(schema) -> None:
     auth = schema["types"]["aifactory:index:GatewayAuthArgs"]["properties"]
     assert auth["issuers"]["items"]["$ref"] == "#/types/aifactory:index:JwtIssuerArgs"
     assert schema["types"]["aifactory:index:JwtIssuerArgs"]["required"] == ["issuer", "jwksUri"]
+
+
+def test_model_deployment_inputs_type_the_model_and_its_pool(schema) -> None:
+    deployment = schema["resources"]["aifactory:index:ModelDeployment"]["inputProperties"]
+    assert deployment["pool"]["$ref"] == "#/types/aifactory:index:ModelPoolArgs"
+    assert deployment["tensorParallel"]["type"] == "integer"
+    assert deployment["weightsGib"]["type"] == "number"
+    assert deployment["prefixCaching"]["type"] == "boolean"
+    assert deployment["replicas"]["$ref"] == "#/types/aifactory:index:ReplicasArgs"
+    pool = schema["types"]["aifactory:index:ModelPoolArgs"]
+    assert sorted(pool["required"]) == ["instanceType", "name"]
+    assert pool["properties"]["taints"]["items"]["$ref"] == "#/types/aifactory:index:TaintArgs"  # GpuNodePool's
+    assert pool["properties"]["hugepagesMib"]["type"] == "integer"
