@@ -7,11 +7,12 @@ this module is the only place that knows both shapes.
 from __future__ import annotations
 
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
+from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args", "model_deployment_args"]
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -139,4 +140,23 @@ def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
                                            "interfaces": list(ib.interfaces),
                                            "rdma_resource_name": ib.rdma_resource_name}
         args["infiniband"] = infiniband
+    return args
+
+
+def gpu_stack_args(cfg: PlatformConfig) -> GpuStackArgs:
+    """The GPU pools' taints and MIG layouts; on EKS the node images bring the drivers and the node groups label
+    their own nodes, on an existing cluster the kit labels the listed nodes of MIG pools."""
+    pools: dict[str, GpuPoolArgs] = {}
+    for pool in cfg.gpu_pools:
+        p: GpuPoolArgs = {"taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}
+        if pool.mig:
+            p["mig"] = pool.mig
+            if not cfg.is_aws and pool.nodes:
+                p["nodes"] = list(pool.nodes)
+        pools[pool.name] = p
+    rdma = bool(cfg.infiniband_pools)
+    args: GpuStackArgs = {"pools": pools, "hosts_have_drivers": cfg.is_aws or cfg.target.hosts_have_drivers,
+                          "rdma": rdma, "kubernetes_version": cfg.kubernetes_version}
+    if rdma and cfg.infiniband is not None:
+        args["hosts_have_ofed"] = cfg.infiniband.hosts_have_ofed
     return args

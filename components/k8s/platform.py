@@ -8,8 +8,8 @@
 Every Helm release of the platform depends on `after` (on EKS: the system node group, the coredns and
 EBS CSI add-ons and the gp3 StorageClass), so none starts while there is no node to run its pods, no
 cluster DNS, or no volume provisioner, and each records the dependency for `pulumi destroy`.
-Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`: the Tenancy's
-args (infra.component_args.tenancy_args).
+Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`, `gpu`: the
+Tenancy's and GpuStack's args (infra.component_args).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security, versions
 from components.k8s.fabric import Fabric
-from components.k8s.gpu_stack import GpuStack
+from components.k8s.gpu_stack import GpuStack, GpuStackArgs
 from components.k8s.mesh import Mesh
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.observability import LokiBucket, Observability
@@ -60,7 +60,8 @@ class Platform(pulumi.ComponentResource):
     mesh: Mesh
     metrics_server: k8s.helm.v3.Release | None
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, after: Sequence[pulumi.Resource] = (),
+    def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, gpu: GpuStackArgs,
+                 after: Sequence[pulumi.Resource] = (),
                  loki_bucket: pulumi.Output[LokiBucket] | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Platform", name, None, opts)
@@ -70,7 +71,7 @@ class Platform(pulumi.ComponentResource):
             f"{name}-system-ns", naming.SYSTEM_NAMESPACE,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=child)
-        self.gpu = GpuStack(f"{name}-gpu", cfg=cfg, after=after, opts=child)
+        self.gpu = GpuStack(f"{name}-gpu", gpu, opts=child, after=after)
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
                              opts=child)
         self.tenancy = Tenancy(f"{name}-tenancy", tenancy, opts=child)

@@ -24,8 +24,8 @@ def test_plugin_manifest_declares_python() -> None:
 def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
     resources = schema["resources"]
     assert sorted(resources) == ["aifactory:index:Gateway", "aifactory:index:GpuCluster", "aifactory:index:GpuNodePool",
-                                 "aifactory:index:ModelDeployment", "aifactory:index:Network",
-                                 "aifactory:index:Tenancy"]
+                                 "aifactory:index:GpuStack", "aifactory:index:ModelDeployment",
+                                 "aifactory:index:Network", "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
              for token, r in resources.items()}
     assert shape["aifactory:index:Network"] == (
@@ -62,9 +62,11 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
          "workload"],
         ["engine", "model", "pool", "tenant"],
         ["kind", "namespace", "service"])
+    assert shape["aifactory:index:GpuStack"] == (
+        ["hostsHaveDrivers", "hostsHaveOfed", "kubernetesVersion", "pools", "rdma"], ["pools"], ["releaseName"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
         "CapacityArgs", "CircuitBreakersArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs",
-        "GatewayVariantArgs", "HealthCheckArgs", "JwtIssuerArgs", "ModelInfinibandArgs", "ModelPoolArgs",
+        "GatewayVariantArgs", "GpuPoolArgs", "HealthCheckArgs", "JwtIssuerArgs", "ModelInfinibandArgs", "ModelPoolArgs",
         "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SpeculativeArgs",
         "SystemPoolArgs", "TaintArgs", "TenantArgs", "TenantModelArgs")]
 
@@ -138,3 +140,12 @@ def test_model_deployment_inputs_type_the_model_and_its_pool(schema) -> None:
     assert sorted(pool["required"]) == ["instanceType", "name"]
     assert pool["properties"]["taints"]["items"]["$ref"] == "#/types/aifactory:index:TaintArgs"  # GpuNodePool's
     assert pool["properties"]["hugepagesMib"]["type"] == "integer"
+
+
+def test_gpu_stack_inputs_are_pools_by_name(schema) -> None:
+    stack = schema["resources"]["aifactory:index:GpuStack"]["inputProperties"]
+    assert stack["pools"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:GpuPoolArgs"
+    assert stack["hostsHaveDrivers"]["type"] == "boolean"
+    pool = schema["types"]["aifactory:index:GpuPoolArgs"]["properties"]
+    assert pool["nodes"]["items"]["type"] == "string"
+    assert pool["taints"]["items"]["$ref"] == "#/types/aifactory:index:TaintArgs"
