@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
+from components.k8s.mesh import MeshArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args"]
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -160,3 +161,16 @@ def gpu_stack_args(cfg: PlatformConfig) -> GpuStackArgs:
     if rdma and cfg.infiniband is not None:
         args["hosts_have_ofed"] = cfg.infiniband.hosts_have_ofed
     return args
+
+
+def mesh_args(cfg: PlatformConfig) -> MeshArgs:
+    """The tenants' namespaces, their models' callers and multi-node peers, where the gateway and Prometheus run."""
+    return {
+        "tenants": {t.name: {"namespace": t.namespace} for t in cfg.tenants.values()},
+        "models": {m.name: {"tenant": m.tenant, "callers": list(m.callers), "multi_node": m.multi_node}
+                   for m in cfg.models.values()},
+        "kubernetes_version": cfg.kubernetes_version,
+        "gateway_namespace": cfg.gateway.namespace,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sampling_percent": cfg.observability.mesh_trace_sampling_percent,
+    }

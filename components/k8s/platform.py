@@ -8,8 +8,8 @@
 Every Helm release of the platform depends on `after` (on EKS: the system node group, the coredns and
 EBS CSI add-ons and the gp3 StorageClass), so none starts while there is no node to run its pods, no
 cluster DNS, or no volume provisioner, and each records the dependency for `pulumi destroy`.
-Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`, `gpu`: the
-Tenancy's and GpuStack's args (infra.component_args).
+Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`, `gpu`, `mesh`:
+the Tenancy's, GpuStack's and Mesh's args (infra.component_args).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import naming, security, versions
 from components.k8s.fabric import Fabric
 from components.k8s.gpu_stack import GpuStack, GpuStackArgs
-from components.k8s.mesh import Mesh
+from components.k8s.mesh import Mesh, MeshArgs
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.observability import LokiBucket, Observability
 from components.k8s.tenancy import Tenancy, TenancyArgs
@@ -60,7 +60,7 @@ class Platform(pulumi.ComponentResource):
     mesh: Mesh
     metrics_server: k8s.helm.v3.Release | None
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, gpu: GpuStackArgs,
+    def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, gpu: GpuStackArgs, mesh: MeshArgs,
                  after: Sequence[pulumi.Resource] = (),
                  loki_bucket: pulumi.Output[LokiBucket] | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
@@ -75,8 +75,7 @@ class Platform(pulumi.ComponentResource):
         self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
                              opts=child)
         self.tenancy = Tenancy(f"{name}-tenancy", tenancy, opts=child)
-        self.mesh = Mesh(f"{name}-mesh", cfg=cfg, tenant_namespaces=self.tenancy.namespaces, after=after,
-                         opts=child)
+        self.mesh = Mesh(f"{name}-mesh", mesh, opts=child, tenant_namespaces=self.tenancy.namespaces, after=after)
         self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,
                                            mesh=[self.mesh.istiod], opts=child)
         self.metrics_server = versions.release(
