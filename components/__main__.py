@@ -16,6 +16,7 @@ from pulumi.provider.experimental import component_provider_host  # noqa: E402
 from components.aws.cluster import GpuCluster  # noqa: E402
 from components.aws.network import Network  # noqa: E402
 from components.aws.node_pool import GpuNodePool  # noqa: E402
+from components.k8s.fabric import Fabric  # noqa: E402
 from components.k8s.gateway import Gateway  # noqa: E402
 from components.k8s.gpu_stack import GpuStack  # noqa: E402
 from components.k8s.mesh import Mesh  # noqa: E402
@@ -27,7 +28,7 @@ __all__ = ["PACKAGE", "VERSION", "COMPONENTS"]
 PACKAGE = "aifactory"
 VERSION = "0.1.0"
 COMPONENTS: tuple[type[ComponentResource], ...] = (Network, GpuCluster, GpuNodePool, Tenancy, Gateway,
-                                                  ModelDeployment, GpuStack, Mesh)
+                                                  ModelDeployment, GpuStack, Mesh, Fabric)
 
 if __name__ == "__main__":
     component_provider_host(list(COMPONENTS), PACKAGE, version=VERSION)

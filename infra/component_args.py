@@ -6,6 +6,7 @@ this module is the only place that knows both shapes.
 
 from __future__ import annotations
 
+from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.mesh import MeshArgs
@@ -13,7 +14,7 @@ from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args"]
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -174,3 +175,20 @@ def mesh_args(cfg: PlatformConfig) -> MeshArgs:
         "monitoring_namespace": cfg.observability.namespace,
         "trace_sampling_percent": cfg.observability.mesh_trace_sampling_percent,
     }
+
+
+def fabric_args(cfg: PlatformConfig) -> FabricArgs:
+    """The EFA pools (their types and taints), or the InfiniBand pools with the stack's infiniband settings."""
+    args: FabricArgs = {"kubernetes_version": cfg.kubernetes_version}
+    if cfg.efa_pools:
+        args["efa_pools"] = {p.name: {"instance_type": p.instance_type, "taints": [
+            {"key": t.key, "effect": t.effect, "value": t.value} for t in p.taints]} for p in cfg.efa_pools}
+    if cfg.infiniband_pools and cfg.infiniband is not None:
+        ib = cfg.infiniband
+        infiniband: FabricInfinibandArgs = {
+            "pools": [p.name for p in cfg.infiniband_pools], "network": ib.network, "interfaces": list(ib.interfaces),
+            "ip_range": ib.ip_range, "hca_device_ids": list(ib.hca_device_ids),
+            "rdma_resource_name": ib.rdma_resource_name, "rdma_hca_max": ib.rdma_hca_max,
+            "hosts_have_ofed": ib.hosts_have_ofed, "hcas": list(ib.hcas)}
+        args["infiniband"] = infiniband
+    return args

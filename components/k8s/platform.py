@@ -8,8 +8,8 @@
 Every Helm release of the platform depends on `after` (on EKS: the system node group, the coredns and
 EBS CSI add-ons and the gp3 StorageClass), so none starts while there is no node to run its pods, no
 cluster DNS, or no volume provisioner, and each records the dependency for `pulumi destroy`.
-Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`, `gpu`, `mesh`:
-the Tenancy's, GpuStack's and Mesh's args (infra.component_args).
+Serving depends on `tenant_namespaces` (by tenant name), `mesh` and `observability`. `tenancy`, `gpu`, `mesh`,
+`fabric`: the Tenancy's, GpuStack's, Mesh's and Fabric's args (infra.component_args).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security, versions
-from components.k8s.fabric import Fabric
+from components.k8s.fabric import Fabric, FabricArgs
 from components.k8s.gpu_stack import GpuStack, GpuStackArgs
 from components.k8s.mesh import Mesh, MeshArgs
 from components.k8s.namespaces import create_namespace, namespace_labels
@@ -61,7 +61,7 @@ class Platform(pulumi.ComponentResource):
     metrics_server: k8s.helm.v3.Release | None
 
     def __init__(self, name: str, *, cfg: PlatformConfig, tenancy: TenancyArgs, gpu: GpuStackArgs, mesh: MeshArgs,
-                 after: Sequence[pulumi.Resource] = (),
+                 fabric: FabricArgs, after: Sequence[pulumi.Resource] = (),
                  loki_bucket: pulumi.Output[LokiBucket] | None = None,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:Platform", name, None, opts)
@@ -72,8 +72,8 @@ class Platform(pulumi.ComponentResource):
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=child)
         self.gpu = GpuStack(f"{name}-gpu", gpu, opts=child, after=after)
-        self.fabric = Fabric(f"{name}-fabric", cfg=cfg, system_namespace=self.system_namespace, after=after,
-                             opts=child)
+        self.fabric = Fabric(f"{name}-fabric", fabric, opts=child, system_namespace=self.system_namespace,
+                             after=after)
         self.tenancy = Tenancy(f"{name}-tenancy", tenancy, opts=child)
         self.mesh = Mesh(f"{name}-mesh", mesh, opts=child, tenant_namespaces=self.tenancy.namespaces, after=after)
         self.observability = Observability(f"{name}-observability", cfg=cfg, loki_bucket=loki_bucket, after=after,

@@ -64,6 +64,7 @@ from components.k8s.values import (
     Speculative,
     Taint,
     Tenant,
+    infiniband_settings,
 )
 from components.vocabulary import GPU_TAINT_KEY
 from telemetry.names import ENVOY, TRITON, VLLM
@@ -1147,11 +1148,6 @@ def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> M
         gpus_per_node_hint=pool.instance.gpu_count if pool.gpu else 8)
 
 
-def _infiniband(ib: ModelInfinibandArgs) -> InfinibandSettings:
-    given: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in ib.items()}
-    return InfinibandSettings(**given)
-
-
 def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
     """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
     check_shape("ModelDeployment", name, args, ModelDeploymentArgs)  # typos, unknown keys, wrong types
@@ -1165,7 +1161,7 @@ def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
         target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
         observability=_Observability(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
                                      trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
-        infiniband=_infiniband(args["infiniband"]) if "infiniband" in args else None)
+        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None)
 
 
 class ModelDeployment(pulumi.ComponentResource):

@@ -7,8 +7,8 @@ file and re-exports them. A light module on purpose: no Pulumi, nothing of infra
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Literal
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
@@ -47,6 +47,7 @@ __all__ = [
     "NodeCheck",
     "NodePool",
     "InfinibandSettings",
+    "infiniband_settings",
 ]
 
 
@@ -341,3 +342,11 @@ class InfinibandSettings:
     rdma_hca_max: int = 63  # default: 63
     hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
     hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
+
+
+def infiniband_settings(given: Mapping[str, Any]) -> InfinibandSettings:
+    """InfinibandSettings from a component's args (snake_case keys, lists for tuples); other keys are ignored and
+    absent ones keep their defaults."""
+    known = {f.name for f in fields(InfinibandSettings)}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if k in known}
+    return InfinibandSettings(**values)

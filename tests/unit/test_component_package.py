@@ -23,7 +23,8 @@ def test_plugin_manifest_declares_python() -> None:
 
 def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> None:
     resources = schema["resources"]
-    assert sorted(resources) == ["aifactory:index:Gateway", "aifactory:index:GpuCluster", "aifactory:index:GpuNodePool",
+    assert sorted(resources) == ["aifactory:index:Fabric", "aifactory:index:Gateway", "aifactory:index:GpuCluster",
+                                 "aifactory:index:GpuNodePool",
                                  "aifactory:index:GpuStack", "aifactory:index:Mesh", "aifactory:index:ModelDeployment",
                                  "aifactory:index:Network", "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
@@ -64,15 +65,17 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["kind", "namespace", "service"])
     assert shape["aifactory:index:GpuStack"] == (
         ["hostsHaveDrivers", "hostsHaveOfed", "kubernetesVersion", "pools", "rdma"], ["pools"], ["releaseName"])
+    assert shape["aifactory:index:Fabric"] == (
+        ["efaPools", "infiniband", "kubernetesVersion"], [], ["efaInstanceTypes"])
     assert shape["aifactory:index:Mesh"] == (
         ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants", "traceSamplingPercent"],
         ["tenants"], ["istioVersion", "mtls"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
-        "CapacityArgs", "CircuitBreakersArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs",
-        "GatewayVariantArgs", "GpuPoolArgs", "HealthCheckArgs", "JwtIssuerArgs", "MeshTenantArgs",
-        "ModelInfinibandArgs", "ModelPoolArgs", "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs",
-        "RetriesArgs", "RoutingArgs", "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenantArgs",
-        "TenantModelArgs")]
+        "CapacityArgs", "CircuitBreakersArgs", "EfaPoolArgs", "FabricInfinibandArgs", "GatewayAuthArgs",
+        "GatewayModelArgs", "GatewayTenantArgs", "GatewayVariantArgs", "GpuPoolArgs", "HealthCheckArgs",
+        "JwtIssuerArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs", "OutlierDetectionArgs",
+        "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SpeculativeArgs", "SystemPoolArgs",
+        "TaintArgs", "TenantArgs", "TenantModelArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
