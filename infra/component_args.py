@@ -6,6 +6,7 @@ this module is the only place that knows both shapes.
 
 from __future__ import annotations
 
+from components.k8s.autoscaler import ClusterAutoscalerArgs
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
@@ -14,7 +15,8 @@ from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args"]
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args",
+           "cluster_autoscaler_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -192,3 +194,9 @@ def fabric_args(cfg: PlatformConfig) -> FabricArgs:
             "hosts_have_ofed": ib.hosts_have_ofed, "hcas": list(ib.hcas)}
         args["infiniband"] = infiniband
     return args
+
+
+def cluster_autoscaler_args(cfg: PlatformConfig) -> ClusterAutoscalerArgs:
+    """AWS stacks only: the EKS cluster's name and region."""
+    assert cfg.cluster is not None and cfg.target.region is not None
+    return {"cluster_name": cfg.cluster.name, "region": cfg.target.region}

@@ -31,6 +31,7 @@ from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
 from infra.component_args import (
+    cluster_autoscaler_args,
     fabric_args,
     gateway_args,
     gpu_stack_args,
@@ -177,7 +178,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
                         fabric=fabric_args(cfg), after=after,
                         loki_bucket=loki_bucket(cfg, on_aws) if on_aws is not None else None, opts=on_cluster)
     if on_aws is not None:
-        ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=on_aws.cluster,
+        ClusterAutoscaler("cluster-autoscaler", cluster_autoscaler_args(cfg), cluster=on_aws.cluster,
                           system_namespace=platform.system_namespace,
                           opts=pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider])))
 
