@@ -20,6 +20,8 @@ from components.k8s.fabric import Fabric  # noqa: E402
 from components.k8s.gateway import Gateway  # noqa: E402
 from components.k8s.gpu_stack import GpuStack  # noqa: E402
 from components.k8s.mesh import Mesh  # noqa: E402
+from components.k8s.observability import Observability  # noqa: E402
+from components.k8s.platform import Platform  # noqa: E402
 from components.k8s.serving import ModelDeployment  # noqa: E402
 from components.k8s.tenancy import Tenancy  # noqa: E402
 
@@ -28,7 +30,7 @@ __all__ = ["PACKAGE", "VERSION", "COMPONENTS"]
 PACKAGE = "aifactory"
 VERSION = "0.1.0"
 COMPONENTS: tuple[type[ComponentResource], ...] = (Network, GpuCluster, GpuNodePool, Tenancy, Gateway,
-                                                  ModelDeployment, GpuStack, Mesh, Fabric)
+                                                  ModelDeployment, GpuStack, Mesh, Fabric, Observability, Platform)
 
 if __name__ == "__main__":
     component_provider_host(list(COMPONENTS), PACKAGE, version=VERSION)

@@ -11,12 +11,14 @@ from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.mesh import MeshArgs
+from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs, VolumeSizesArgs
+from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
-from infra.config import JwtIssuer, Model, PlatformConfig, Tenant
+from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant, VolumeSizes
 
 __all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args",
-           "cluster_autoscaler_args"]
+           "cluster_autoscaler_args", "observability_args", "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -200,3 +202,61 @@ def cluster_autoscaler_args(cfg: PlatformConfig) -> ClusterAutoscalerArgs:
     """AWS stacks only: the EKS cluster's name and region."""
     assert cfg.cluster is not None and cfg.target.region is not None
     return {"cluster_name": cfg.cluster.name, "region": cfg.target.region}
+
+
+def _receiver(r: AlertReceiver) -> AlertReceiverArgs:
+    out: AlertReceiverArgs = {"type": r.type}
+    if r.secret is not None:
+        out["secret"] = {"name": r.secret.name, "key": r.secret.key}
+    for key, value in (("channel", r.channel), ("to", r.to), ("sender", r.sender), ("smarthost", r.smarthost),
+                       ("username", r.username), ("url", r.url)):
+        if value is not None:
+            out[key] = value  # type: ignore[literal-required]
+    return out
+
+
+def _pinned(v: VolumeSizes) -> VolumeSizesArgs:
+    out: VolumeSizesArgs = {}
+    if v.prometheus_gib is not None:
+        out["prometheus_gib"] = v.prometheus_gib
+    if v.loki_gib is not None:
+        out["loki_gib"] = v.loki_gib
+    if v.jaeger_gib is not None:
+        out["jaeger_gib"] = v.jaeger_gib
+    return out
+
+
+def observability_args(cfg: PlatformConfig) -> ObservabilityArgs:
+    """The stack's observability settings the backends read, the tenants' and the gateway's namespaces (their
+    sidecars are scraped), and where the cluster runs (the volumes' StorageClass)."""
+    obs = cfg.observability
+    alerting: AlertingArgs = {"receivers": {k: _receiver(r) for k, r in obs.alerting.receivers.items()},
+                              "routes": {s: list(names) for s, names in obs.alerting.routes.items()}}
+    if obs.alerting.heartbeat is not None:
+        alerting["heartbeat"] = {"receiver": obs.alerting.heartbeat.receiver,
+                                 "repeat_interval": obs.alerting.heartbeat.repeat_interval}
+    args: ObservabilityArgs = {
+        "namespace": obs.namespace, "retention": obs.retention, "trace_retention": obs.trace_retention,
+        "loki_mode": obs.loki_mode, "trace_sample_ratio": obs.trace_sample_ratio,
+        "control_plane_metrics": obs.control_plane_metrics,
+        "ingest": {"samples_per_second": obs.ingest.samples_per_second, "log_gib_per_day": obs.ingest.log_gib_per_day,
+                   "spans_per_second": obs.ingest.spans_per_second},
+        "volumes": _pinned(obs.volumes),
+        "alerting": alerting,
+        "tenant_namespaces": [t.namespace for t in cfg.tenants.values()],
+        "gateway_namespace": cfg.gateway.namespace,
+        "kubernetes_version": cfg.kubernetes_version,
+    }
+    if cfg.is_aws and cfg.target.region is not None:
+        args["aws_region"] = cfg.target.region
+    if cfg.target.storage_class is not None:
+        args["storage_class"] = cfg.target.storage_class
+    return args
+
+
+def platform_args(cfg: PlatformConfig) -> PlatformArgs:
+    """Each part of the platform layer from the stack; EKS installs no metrics-server, an existing cluster may."""
+    return {"tenancy": tenancy_args(cfg), "gpu": gpu_stack_args(cfg), "mesh": mesh_args(cfg),
+            "fabric": fabric_args(cfg), "observability": observability_args(cfg),
+            "kubernetes_version": cfg.kubernetes_version,
+            "install_metrics_server": cfg.is_aws or cfg.target.install_metrics_server}

@@ -37,9 +37,13 @@ from components.k8s.defaults import (
     IPAM_BLOCK_SIZE,
 )
 from components.k8s.values import (
+    ALERT_RECEIVER_TYPES,
+    ALERT_SEVERITIES,
     DEFAULT_MAX_DROP,
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
+    Alerting,
+    AlertReceiver,
     Capacity,
     CircuitBreakers,
     Fidelity,
@@ -47,12 +51,15 @@ from components.k8s.values import (
     GatewayAuth,
     GatewaySettings,
     HealthCheck,
+    Heartbeat,
     InfinibandSettings,
+    Ingest,
     JwtIssuer,
     Model,
     ModelSlo,
     NodeCheck,
     NodePool,
+    ObservabilitySettings,
     OutlierDetection,
     RateLimit,
     Replicas,
@@ -62,6 +69,8 @@ from components.k8s.values import (
     Taint,
     Tenant,
     Variant,
+    VolumeSizes,
+    WorkflowSlo,
 )
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 
@@ -264,92 +273,6 @@ class NetworkSettings:
     vpc_cidr: str = "10.0.0.0/16"  # default: 10.0.0.0/16
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
     flow_log_retention_days: int = 30  # default: 30
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowSlo:
-    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
-    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
-    availability_target: float = 0.995  # default: 99.5% of workflows succeed
-
-
-ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
-ALERT_RECEIVER_TYPES = ("slack", "pagerduty", "email", "webhook")
-
-
-@dataclass(frozen=True, slots=True)
-class AlertReceiver:
-    """One Alertmanager receiver. Credentials are only ever a `secret` reference, never a config value:
-    slack: the incoming-webhook URL; pagerduty: the Events v2 routing key; email: the SMTP password
-    (optional); webhook: a bearer token (optional)."""
-
-    name: str
-    type: Literal["slack", "pagerduty", "email", "webhook"]
-    secret: SecretRef | None = None  # slack, pagerduty: required; email, webhook: default: none
-    channel: str | None = None  # slack: required
-    to: str | None = None  # email: required
-    sender: str | None = None  # email (`from`): required
-    smarthost: str | None = None  # email: required, host:port
-    username: str | None = None  # email: default: no SMTP authentication
-    url: str | None = None  # webhook: required, http(s)://
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
-    the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
-
-    receiver: str  # required: one of alerting.receivers
-    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
-
-
-@dataclass(frozen=True, slots=True)
-class Alerting:
-    """Where alerts go: receivers by name, and per severity the receivers that get it."""
-
-    receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
-    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
-    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
-
-
-@dataclass(frozen=True, slots=True)
-class Ingest:
-    """Expected ingest, the basis of every backend's disk size (see README, "Observability data")."""
-
-    samples_per_second: int = 10_000  # default: 10,000 Prometheus samples/s
-    log_gib_per_day: float = 5.0  # default: 5 GiB/day of raw log lines
-    spans_per_second: int = 500  # default: 500 spans/s reaching the Collector (after mesh sampling)
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeSizes:
-    """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
-    change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
-    Changing a pinned size needs a volume resize (README, "Observability data")."""
-
-    prometheus_gib: int | None = None  # default: sized from ingest and retention
-    loki_gib: int | None = None  # default: sized from ingest and retention (filesystem mode)
-    jaeger_gib: int | None = None  # default: sized from span ingest and traceRetention
-
-
-@dataclass(frozen=True, slots=True)
-class ObservabilitySettings:
-    namespace: str = DEFAULT_MONITORING_NAMESPACE  # default: monitoring
-    retention: str = "15d"  # default: 15d Prometheus retention
-    loki_mode: Literal["single-binary", "simple-scalable"] = "single-binary"  # default: single-binary
-    trace_sample_ratio: float = 1.0  # default: 1.0 (every trace)
-    idle_gpu_utilization_percent: float = 10.0  # default: GPUs under 10% utilisation count as idle
-    prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
-    default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
-    workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
-    trace_retention: str = "7d"  # default: 7d of traces in Jaeger
-    mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
-    control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
-    ingest: Ingest = field(default_factory=Ingest)
-    alerting: Alerting = field(default_factory=Alerting)
-    # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
-    runbook_url: str | None = None
-    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
 
 
 @dataclass(frozen=True, slots=True)

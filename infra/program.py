@@ -30,15 +30,7 @@ from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
-from infra.component_args import (
-    cluster_autoscaler_args,
-    fabric_args,
-    gateway_args,
-    gpu_stack_args,
-    mesh_args,
-    model_deployment_args,
-    tenancy_args,
-)
+from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
 from infra.config import NodePool, PlatformConfig
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
@@ -174,8 +166,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
         if on_aws is not None else []
 
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
-    platform = Platform("platform", cfg=cfg, tenancy=tenancy_args(cfg), gpu=gpu_stack_args(cfg), mesh=mesh_args(cfg),
-                        fabric=fabric_args(cfg), after=after,
+    platform = Platform("platform", platform_args(cfg), after=after,
                         loki_bucket=loki_bucket(cfg, on_aws) if on_aws is not None else None, opts=on_cluster)
     if on_aws is not None:
         ClusterAutoscaler("cluster-autoscaler", cluster_autoscaler_args(cfg), cluster=on_aws.cluster,

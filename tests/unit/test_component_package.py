@@ -26,7 +26,8 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
     assert sorted(resources) == ["aifactory:index:Fabric", "aifactory:index:Gateway", "aifactory:index:GpuCluster",
                                  "aifactory:index:GpuNodePool",
                                  "aifactory:index:GpuStack", "aifactory:index:Mesh", "aifactory:index:ModelDeployment",
-                                 "aifactory:index:Network", "aifactory:index:Tenancy"]
+                                 "aifactory:index:Network", "aifactory:index:Observability", "aifactory:index:Platform",
+                                 "aifactory:index:Tenancy"]
     shape = {token: (sorted(r["inputProperties"]), sorted(r.get("requiredInputs", [])), sorted(r["properties"]))
              for token, r in resources.items()}
     assert shape["aifactory:index:Network"] == (
@@ -67,15 +68,24 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["hostsHaveDrivers", "hostsHaveOfed", "kubernetesVersion", "pools", "rdma"], ["pools"], ["releaseName"])
     assert shape["aifactory:index:Fabric"] == (
         ["efaPools", "infiniband", "kubernetesVersion"], [], ["efaInstanceTypes"])
+    assert shape["aifactory:index:Observability"] == (
+        ["alerting", "awsRegion", "controlPlaneMetrics", "gatewayNamespace", "ingest", "kubernetesVersion", "lokiMode",
+         "namespace", "retention", "storageClass", "tenantNamespaces", "traceRetention", "traceSampleRatio", "volumes"],
+        [], ["collectorOtlpGrpc", "collectorOtlpHttp"])
+    assert shape["aifactory:index:Platform"] == (
+        ["fabric", "gpu", "installMetricsServer", "kubernetesVersion", "mesh", "observability", "tenancy"],
+        ["gpu", "mesh", "observability", "tenancy"], ["monitoringNamespace", "systemNamespaceName"])
     assert shape["aifactory:index:Mesh"] == (
         ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants", "traceSamplingPercent"],
         ["tenants"], ["istioVersion", "mtls"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
-        "CapacityArgs", "CircuitBreakersArgs", "EfaPoolArgs", "FabricInfinibandArgs", "GatewayAuthArgs",
-        "GatewayModelArgs", "GatewayTenantArgs", "GatewayVariantArgs", "GpuPoolArgs", "HealthCheckArgs",
-        "JwtIssuerArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs", "OutlierDetectionArgs",
-        "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SpeculativeArgs", "SystemPoolArgs",
-        "TaintArgs", "TenantArgs", "TenantModelArgs")]
+        "AlertReceiverArgs", "AlertingArgs", "CapacityArgs", "CircuitBreakersArgs", "EfaPoolArgs", "FabricArgs",
+        "FabricInfinibandArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs", "GatewayVariantArgs",
+        "GpuPoolArgs", "GpuStackArgs", "HealthCheckArgs", "HeartbeatArgs", "IngestArgs", "JwtIssuerArgs",
+        "MeshArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs", "ObservabilityArgs",
+        "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SecretRefArgs",
+        "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenancyArgs", "TenantArgs", "TenantModelArgs",
+        "VolumeSizesArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
@@ -156,3 +166,25 @@ def test_gpu_stack_inputs_are_pools_by_name(schema) -> None:
     pool = schema["types"]["aifactory:index:GpuPoolArgs"]["properties"]
     assert pool["nodes"]["items"]["type"] == "string"
     assert pool["taints"]["items"]["$ref"] == "#/types/aifactory:index:TaintArgs"
+
+
+def test_observability_inputs_type_alerting(schema) -> None:
+    inputs = schema["resources"]["aifactory:index:Observability"]["inputProperties"]
+    assert inputs["alerting"]["$ref"] == "#/types/aifactory:index:AlertingArgs"
+    assert inputs["tenantNamespaces"]["items"]["type"] == "string"
+    alerting = schema["types"]["aifactory:index:AlertingArgs"]["properties"]
+    assert alerting["receivers"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:AlertReceiverArgs"
+    assert alerting["routes"]["additionalProperties"]["items"]["type"] == "string"
+    assert schema["types"]["aifactory:index:AlertReceiverArgs"]["required"] == ["type"]
+    assert sorted(schema["types"]["aifactory:index:SecretRefArgs"]["required"]) == ["key", "name"]
+
+
+def test_platform_inputs_are_its_parts_args(schema) -> None:
+    """The same TypedDicts as the parts' own inputs: one type each in the schema, referenced from both."""
+    inputs = schema["resources"]["aifactory:index:Platform"]["inputProperties"]
+    assert {k: v.get("$ref") for k, v in inputs.items()} == {
+        "tenancy": "#/types/aifactory:index:TenancyArgs", "gpu": "#/types/aifactory:index:GpuStackArgs",
+        "mesh": "#/types/aifactory:index:MeshArgs", "observability": "#/types/aifactory:index:ObservabilityArgs",
+        "fabric": "#/types/aifactory:index:FabricArgs", "kubernetesVersion": None, "installMetricsServer": None}
+    tenancy = schema["types"]["aifactory:index:TenancyArgs"]["properties"]
+    assert tenancy["tenants"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:TenantArgs"
