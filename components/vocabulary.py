@@ -12,10 +12,16 @@ from typing import Any
 
 import yaml
 
-__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "dump_yaml"]
+__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "dump_yaml"]
 
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
 GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
+# Namespaces of Kubernetes itself and of the kit's platform (default names): no tenant may take one (stack
+# config), and the policy pack treats workloads in them as the platform's, not a tenant's.
+SYSTEM_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
+     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
+)
 
 
 # libyaml's emitter when PyYAML has it (the wheels do): a large fleet's Envoy bootstrap and manifests are the

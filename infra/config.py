@@ -72,7 +72,7 @@ from components.k8s.values import (
     VolumeSizes,
     WorkflowSlo,
 )
-from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
 
 __all__ = [
     "NAMESPACE",
@@ -144,10 +144,6 @@ MIG_LAYOUTS = (
 )
 SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
-SYSTEM_NAMESPACES = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
-     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
-)
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")

@@ -27,8 +27,7 @@ from pulumi_policy import (
 )
 
 from components.k8s import naming
-from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
-from infra.config import SYSTEM_NAMESPACES
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
 
 __all__ = [
     "MANDATORY",

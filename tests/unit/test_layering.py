@@ -42,7 +42,6 @@ STILL_IMPORTING_INFRA = {
     "dashboards/config.py", "dashboards/core.py", "dashboards/deploy.py",  # the grafanalib entry scripts:
     "dashboards/compound_latency.dashboard.py", "dashboards/gpu_cost.dashboard.py",
     "dashboards/gpu_fleet.dashboard.py", "dashboards/mesh.dashboard.py", "dashboards/serving.dashboard.py",
-    "policies/base.py",
 }
 
 
