@@ -1,4 +1,4 @@
-"""dashboards: grafanalib dashboards and Prometheus rules built from a stack's PlatformConfig.
+"""dashboards: grafanalib dashboards and Prometheus rules built from a stack's config (dashboards.config.StackView).
 
     import dashboards
     boards = dashboards.build(cfg)                       # {"compound-latency": Dashboard, ...}

@@ -1,6 +1,7 @@
 """The one observability config that dashboards and rules are built from.
 
-`from_platform(cfg)` reduces a stack's PlatformConfig to what monitoring needs, in the style of a
+`from_platform(cfg)` reduces a stack's config (a StackView: the kit's PlatformConfig is one) to what monitoring
+needs, in the style of a
 monitoring mixin's `_config`: selectors per exporter family, GPU pools with their prices, models with
 their SLOs and autoscaling targets, tenants, workflow SLO objectives and alert thresholds. Prices and
 SLOs come only from the stack config (`observability.prices`, the instance catalog's on-demand
@@ -9,10 +10,9 @@ defaults, `observability.slo` / `observability.workflows`, `models.*.slo`); noth
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
-
-from infra.config import PlatformConfig
+from typing import Any, Literal, Protocol
 
 __all__ = [
     "DEFAULT_KV_CACHE_SATURATION",
@@ -27,6 +27,7 @@ __all__ = [
     "VariantCost",
     "Objective",
     "ObservabilityConfig",
+    "StackView",
     "from_platform",
 ]
 
@@ -130,7 +131,126 @@ class ObservabilityConfig:
         return next(p for p in self.pools if p.name == name)
 
 
-def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) -> ObservabilityConfig:
+class _SloView(Protocol):
+    @property
+    def ttft_seconds(self) -> float: ...
+
+    @property
+    def inter_token_seconds(self) -> float: ...
+
+    @property
+    def e2e_seconds(self) -> float: ...
+
+
+class _ReplicasView(Protocol):
+    @property
+    def target_queue_depth(self) -> int: ...
+
+    @property
+    def target_queue_time_ms(self) -> int: ...
+
+
+class _ModelView(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def engine(self) -> Literal["vllm", "triton"]: ...
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def pool(self) -> str: ...
+
+    @property
+    def workload(self) -> str: ...
+
+    @property
+    def slo(self) -> _SloView: ...
+
+    @property
+    def replicas(self) -> _ReplicasView: ...
+
+
+class _InstanceView(Protocol):
+    @property
+    def gpu_count(self) -> int: ...
+
+
+class _PoolView(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def instance_type(self) -> str: ...
+
+    @property
+    def instance(self) -> _InstanceView: ...
+
+
+class _NamespaceView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+
+class _WorkflowSloView(Protocol):
+    @property
+    def latency_seconds(self) -> float: ...
+
+    @property
+    def latency_target(self) -> float: ...
+
+    @property
+    def availability_target(self) -> float: ...
+
+
+class _ObservabilityView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def workflows(self) -> Mapping[str, _WorkflowSloView]: ...
+
+    @property
+    def default_workflow_slo(self) -> _WorkflowSloView: ...
+
+    @property
+    def idle_gpu_utilization_percent(self) -> float: ...
+
+    @property
+    def runbook_url(self) -> str | None: ...
+
+
+class StackView(Protocol):
+    """What monitoring reads of a stack (the kit's PlatformConfig is one): dashboards/ imports nothing of infra/."""
+
+    @property
+    def stack(self) -> str: ...
+
+    @property
+    def models(self) -> Mapping[str, _ModelView]: ...
+
+    @property
+    def tenants(self) -> Mapping[str, _NamespaceView]: ...
+
+    @property
+    def gateway(self) -> _NamespaceView: ...
+
+    @property
+    def observability(self) -> _ObservabilityView: ...
+
+    @property
+    def gpu_pools(self) -> Sequence[_PoolView]: ...
+
+    def price_per_hour(self, instance_type: str) -> float: ...
+
+    def variants_of(self, workload: str) -> Sequence[Any]: ...  # the workload's variants (models), cheapest first
+
+    def cost_per_request(self, model: Any) -> float: ...
+
+
+def from_platform(cfg: StackView, *, selectors: Selectors | None = None) -> ObservabilityConfig:
     """The observability view of one stack: only GPU pools are priced (GPU cost), every model served."""
     obs = cfg.observability
     pools = tuple(
@@ -163,7 +283,7 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
     )
 
 
-def _variant_costs(cfg: PlatformConfig) -> tuple[VariantCost, ...]:
+def _variant_costs(cfg: StackView) -> tuple[VariantCost, ...]:
     out: list[VariantCost] = []
     for workload in sorted({m.workload for m in cfg.models.values()}):
         variants = cfg.variants_of(workload)  # cheapest first: min() keeps the cheaper of equally fast ones

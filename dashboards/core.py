@@ -10,11 +10,10 @@ from grafanalib._gen import DashboardEncoder
 from grafanalib.core import Dashboard
 
 from dashboards import compound, cost, fleet, mesh, serving
-from dashboards.config import ObservabilityConfig, from_platform
+from dashboards.config import ObservabilityConfig, StackView, from_platform
 from dashboards.panels import PROMETHEUS
 from dashboards.promql import substitute
 from dashboards.rules import rules_document
-from infra.config import PlatformConfig
 
 __all__ = ["BOARDS", "build", "prometheus_rules", "queries", "default_variables", "dashboard_json", "observability"]
 
@@ -28,17 +27,17 @@ BOARDS: Mapping[str, Callable[[ObservabilityConfig], Dashboard]] = {
 }
 
 
-def observability(cfg: PlatformConfig | ObservabilityConfig) -> ObservabilityConfig:
+def observability(cfg: StackView | ObservabilityConfig) -> ObservabilityConfig:
     return cfg if isinstance(cfg, ObservabilityConfig) else from_platform(cfg)
 
 
-def build(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Dashboard]:
+def build(cfg: StackView | ObservabilityConfig) -> dict[str, Dashboard]:
     """Every dashboard of a stack, by key."""
     ocfg = observability(cfg)
     return {key: make(ocfg) for key, make in BOARDS.items()}
 
 
-def prometheus_rules(cfg: PlatformConfig | ObservabilityConfig) -> dict[str, Any]:
+def prometheus_rules(cfg: StackView | ObservabilityConfig) -> dict[str, Any]:
     """The stack's recording and alerting rules as a Prometheus rules file."""
     return rules_document(observability(cfg))
 

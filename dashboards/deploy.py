@@ -9,8 +9,8 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import observability as backends
 from components.k8s.naming import common_labels
+from dashboards.config import ObservabilityConfig, StackView
 from dashboards.core import build, dashboard_json, observability, prometheus_rules
-from infra.config import PlatformConfig
 
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
 
@@ -28,7 +28,7 @@ def configmap_name(key: str) -> str:
 class Monitoring(pulumi.ComponentResource):
     """Every dashboard (one ConfigMap each) and the recording/alerting rules of one stack."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, provider: k8s.Provider,
+    def __init__(self, name: str, *, cfg: StackView | ObservabilityConfig, provider: k8s.Provider,
                  depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:dashboards:Monitoring", name, None, opts)
         ocfg = observability(cfg)
