@@ -188,3 +188,55 @@ def test_platform_inputs_are_its_parts_args(schema) -> None:
         "fabric": "#/types/aifactory:index:FabricArgs", "kubernetesVersion": None, "installMetricsServer": None}
     tenancy = schema["types"]["aifactory:index:TenancyArgs"]["properties"]
     assert tenancy["tenants"]["additionalProperties"]["$ref"] == "#/types/aifactory:index:TenantArgs"
+
+
+def _wire(value):
+    """What the engine delivers: protobuf numbers are doubles, so every int arrives as a float."""
+    if isinstance(value, dict):
+        return {k: _wire(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def _inputs(component: str, wire_inputs: dict) -> dict:
+    provider = package.Provider(list(package.COMPONENTS), package.PACKAGE, version=package.VERSION)
+    return provider.map_inputs(wire_inputs, provider._component_defs[component])
+
+
+def test_integer_inputs_reach_the_components_as_ints() -> None:
+    """The SDK's ComponentProvider (pulumi 3.272.0 map_input_properties) leaves an integer input a float (its
+    int() result is overwritten) and never converts ints in maps: the package's Provider does, so the components'
+    checks accept what a Pulumi program in another language sends and quotas render as "8", not "8.0"."""
+    from components.k8s.serving import serving_spec
+    from components.k8s.tenancy import resource_quota, tenancy_spec
+
+    tenancy = _inputs("Tenancy", _wire({"tenants": {"chat": {"gpuQuota": 8, "cpuQuota": "96", "memoryQuota": "1Ti",
+                                                             "migQuota": {"1g.10gb": 7}}}}))
+    assert tenancy == {"tenants": {"chat": {"cpu_quota": "96", "memory_quota": "1Ti", "gpu_quota": 8,
+                                            "mig_quota": {"1g.10gb": 7}}}}
+    hard = resource_quota(tenancy_spec("teams", tenancy).tenants["chat"])["spec"]["hard"]
+    assert (hard["requests.nvidia.com/gpu"], hard["requests.nvidia.com/mig-1g.10gb"]) == ("8", "7")
+    model = _inputs("ModelDeployment", _wire({
+        "engine": "vllm", "model": "m", "tenant": "chat", "storageClass": "gp3", "tensorParallel": 2,
+        "pool": {"name": "l40s", "instanceType": "g6e.12xlarge", "taints": [{"key": "k", "effect": "NoSchedule"}]},
+        "replicas": {"min": 1, "max": 3}}))
+    spec = serving_spec("llama", model)
+    assert (spec.model.tensor_parallel, spec.model.replicas.max) == (2, 3)
+    pool = _inputs("GpuNodePool", _wire({"clusterName": "c", "vpcId": "v", "clusterSecurityGroupId": "sg",
+                                         "availabilityZones": ["us-east-1a"], "subnetIds": ["s"],
+                                         "instanceType": "p5.48xlarge", "minSize": 2, "maxSize": 2}))
+    assert (pool["min_size"], pool["max_size"]) == (2, 2) and isinstance(pool["min_size"], int)
+
+
+def test_the_sdks_own_provider_leaves_them_floats() -> None:
+    """Why the package hosts its own Provider: without it the same inputs fail the components' checks."""
+    import pulumi
+
+    from components.k8s.tenancy import tenancy_spec
+
+    plain = ComponentProvider(list(package.COMPONENTS), package.PACKAGE, version=package.VERSION)
+    inputs = plain.map_inputs(_wire({"tenants": {"chat": {"gpuQuota": 8, "cpuQuota": "96", "memoryQuota": "1Ti"}}}),
+                              plain._component_defs["Tenancy"])
+    with pytest.raises(pulumi.InputPropertiesError, match="gpuQuota: expected an integer, got a number 8.0"):
+        tenancy_spec("teams", inputs)
