@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
+from components.vocabulary import dump_yaml  # re-exported: the writers render YAML through here
 
 if TYPE_CHECKING:
     from infra.synth import SynthResult
@@ -58,29 +58,6 @@ def writers() -> list[tuple[str, Writer]]:
     for mod in sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)):
         importlib.import_module(f"{pkg.__name__}.{mod}")
     return [(name, fn) for name, (_, fn) in sorted(_REGISTRY.items(), key=lambda kv: (kv[1][0], kv[0]))]
-
-
-# libyaml's emitter when PyYAML has it (the wheels do): a large fleet's Envoy bootstrap and manifests are the
-# slowest thing synth renders with the pure-Python emitter. Representers stay Python, so the style below holds.
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
-    pass
-
-
-def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
-    # Multi-line strings (embedded configs, CSVs, scripts) as literal blocks: readable and diffable.
-    if "\n" in data:
-        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
-    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
-
-
-_Dumper.add_representer(str, _str_presenter)
-
-
-def dump_yaml(data: Any, *, multi: bool = False) -> str:
-    """Deterministic YAML: key order kept as built, literal blocks for multi-line strings."""
-    if multi:
-        return yaml.dump_all(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
-    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
 
 
 def dump_json(data: Any) -> str:

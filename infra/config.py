@@ -25,7 +25,55 @@ from typing import Any, Literal, TypeVar
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.k8s import coldstart, naming
+from components.k8s import coldstart
+from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
+    DEFAULT_DRIVER_MIN_VERSION,
+    DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_KUBERNETES_VERSION,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_STARTUP_BUDGET_SECONDS,
+    DEFAULT_TRY_IDLE_SECONDS,
+    IPAM_BLOCK_SIZE,
+)
+from components.k8s.values import (
+    ALERT_RECEIVER_TYPES,
+    ALERT_SEVERITIES,
+    DEFAULT_MAX_DROP,
+    DEFAULT_ROUTING_MARGIN_PERCENT,
+    ROUTING_POLICIES,
+    Alerting,
+    AlertReceiver,
+    Capacity,
+    CircuitBreakers,
+    Fidelity,
+    FidelityJob,
+    GatewayAuth,
+    GatewaySettings,
+    HealthCheck,
+    Heartbeat,
+    InfinibandSettings,
+    Ingest,
+    JwtIssuer,
+    Model,
+    ModelSlo,
+    NodeCheck,
+    NodePool,
+    ObservabilitySettings,
+    OutlierDetection,
+    RateLimit,
+    Replicas,
+    Retries,
+    SecretRef,
+    Speculative,
+    Taint,
+    Tenant,
+    Variant,
+    VolumeSizes,
+    WorkflowSlo,
+)
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
 
 __all__ = [
     "NAMESPACE",
@@ -83,17 +131,9 @@ __all__ = [
 
 NAMESPACE = "aifactory"
 DEFAULT_STACKS_DIR = Path(__file__).resolve().parent.parent / "stacks"  # Pulumi.yaml's stackConfigDir
-DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
-DEFAULT_KUBERNETES_VERSION = "1.34"
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
-POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
-GPU_TAINT_KEY = "nvidia.com/gpu"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
-DEFAULT_DRIVER_MIN_VERSION = "550.54.15"
-DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
-DEFAULT_TRY_IDLE_SECONDS = 30.0
-IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
     "all-1g.10gb",
@@ -106,14 +146,12 @@ MIG_LAYOUTS = (
 )
 SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
-SYSTEM_NAMESPACES = naming.SYSTEM_NAMESPACES  # Kubernetes' own and the platform's: never a tenant's
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
-CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")
 RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
@@ -233,385 +271,6 @@ class NetworkSettings:
     vpc_cidr: str = "10.0.0.0/16"  # default: 10.0.0.0/16
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
     flow_log_retention_days: int = 30  # default: 30
-
-
-@dataclass(frozen=True, slots=True)
-class Capacity:
-    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
-    reservation_id: str | None = None  # required for odcr and capacity-block
-    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
-    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
-    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
-
-    @property
-    def reserved(self) -> bool:
-        return self.type != "on-demand"
-
-
-@dataclass(frozen=True, slots=True)
-class Taint:
-    key: str
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    value: str = ""  # default: empty
-
-
-@dataclass(frozen=True, slots=True)
-class NodeCheck:
-    driver_min_version: str = DEFAULT_DRIVER_MIN_VERSION  # default: 550.54.15
-    min_tflops_fraction: float = 0.7  # default: 0.7 of the catalog's dense BF16 peak
-    min_bandwidth_fraction: float = 0.7  # default: 0.7 of the catalog's memory bandwidth
-    burn_in_seconds: int = 10  # default: 10
-    dcgm_exporter_url: str | None = None  # default: the GPU operator's exporter pod on the node, found with kubectl
-    min_bus_bandwidth_fraction: float = 0.6  # default: 0.6 of the fabric's line rate (fabric-check)
-    fabric_test_seconds: int = 300  # default: 300 s hard limit for the all-reduce across nodes (fabric-check)
-
-
-@dataclass(frozen=True, slots=True)
-class NodePool:
-    name: str
-    instance_type: str
-    min_size: int = 1  # default: 1
-    max_size: int = 1  # default: max(minSize, desiredSize)
-    desired_size: int = 1  # default: minSize
-    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
-    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
-    capacity: Capacity = field(default_factory=Capacity)
-    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
-    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
-    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
-    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
-    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
-    mig: str | None = None  # default: no MIG layout
-    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
-    node_check: NodeCheck = field(default_factory=NodeCheck)
-    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
-
-    @property
-    def instance(self) -> catalog.InstanceType:
-        return catalog.get(self.instance_type)
-
-    @property
-    def gpu(self) -> bool:
-        return self.instance.has_gpu
-
-
-@dataclass(frozen=True, slots=True)
-class InfinibandSettings:
-    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
-    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
-    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
-    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
-    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
-    rdma_hca_max: int = 63  # default: 63
-    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
-    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
-
-
-@dataclass(frozen=True, slots=True)
-class RateLimit:
-    requests_per_second: int = 50  # default: 50
-    burst: int = 100  # default: 100
-    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
-    # the interactive one
-    batch_requests_per_second: int = 50  # default: requestsPerSecond
-    batch_burst: int = 100  # default: burst
-
-
-@dataclass(frozen=True, slots=True)
-class Tenant:
-    name: str
-    namespace: str  # default: the tenant's name
-    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
-    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
-    memory_quota: str = "0Gi"  # default: as cpuQuota
-    mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
-    rate_limit: RateLimit = field(default_factory=RateLimit)
-    share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
-
-
-@dataclass(frozen=True, slots=True)
-class Replicas:
-    min: int = 1  # default: 1
-    max: int = 1  # default: min
-    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
-    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
-
-    @property
-    def autoscaled(self) -> bool:
-        return self.max > self.min
-
-
-@dataclass(frozen=True, slots=True)
-class ModelSlo:
-    ttft_seconds: float = 0.5  # default: p95 time to first token 0.5 s
-    inter_token_seconds: float = 0.05  # default: p95 inter-token latency 50 ms
-    e2e_seconds: float = 20.0  # default: p95 end-to-end request latency 20 s
-
-
-@dataclass(frozen=True, slots=True)
-class Speculative:
-    draft_model: str | None  # the drafter (EAGLE head); none for ngram
-    num_speculative_tokens: int = 5  # default: 5
-    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
-
-
-@dataclass(frozen=True, slots=True)
-class Variant:
-    """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
-    remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
-
-    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
-    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
-    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
-    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
-    max_requests: int | None = None
-
-
-ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
-# A variant fits a budget when the budget covers its slo.e2eSeconds plus this margin (gateway.routing.<workload>.
-# marginPercent): the SLO is the engine's p95, while the caller also waits in the gateway and, when the variant is
-# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
-# saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
-DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
-DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
-
-
-@dataclass(frozen=True, slots=True)
-class FidelityJob:
-    """The evaluation as a Kubernetes Job in the gateway namespace (components/k8s/fidelity.py), run again
-    whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
-    OpenTelemetry Collector as metrics."""
-
-    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
-    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
-    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
-
-
-@dataclass(frozen=True, slots=True)
-class Fidelity:
-    """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
-    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
-    the baseline's on the same items (infra/fidelity.py, README "Fidelity")."""
-
-    suite: str  # a directory under stacks/evals/
-    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
-    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
-    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
-
-
-@dataclass(frozen=True, slots=True)
-class Model:
-    name: str
-    engine: Literal["vllm", "triton"]
-    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
-    tenant: str
-    pool: str
-    uri: str  # default: hf://<model>
-    tensor_parallel: int = 1  # default: 1
-    pipeline_parallel: int = 1  # default: 1
-    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
-    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
-    quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
-    max_model_length: int | None = None  # default: the engine's (the model's own context length)
-    prefix_caching: bool = True  # default: true
-    speculative: Speculative | None = None  # default: none (vLLM only)
-    replicas: Replicas = field(default_factory=Replicas)
-    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
-    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
-    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
-    slo: ModelSlo = field(default_factory=ModelSlo)
-    callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
-    cache_gib: int = 200  # default: 200 GiB model cache PVC
-    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
-    max_request_bytes: int = 8 * 1024 * 1024  # default: 8 MiB request body through the gateway (413 past it)
-    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
-    # the try and retries on another replica; a streamed generation resets it with every token, and requests
-    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
-    try_idle_timeout_seconds: float = 30.0  # default: min(timeoutSeconds, 30)
-    # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
-    # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
-    # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
-    quantized_checkpoint: bool = False
-    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
-    kv_offload_cpu_blocks: int | None = None  # default: none (no KV cache offload to host memory)
-    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
-    variant: Variant | None = None  # default: none (the workload's only interactive model)
-
-    @property
-    def multi_node(self) -> bool:
-        return self.mig_profile is None and self.gpus_per_replica > self.gpus_per_node_hint
-
-    # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
-    gpus_per_node_hint: int = 8
-
-    @property
-    def nodes_per_replica(self) -> int:
-        return max(1, self.gpus_per_replica // self.gpus_per_node_hint) if self.multi_node else 1
-
-
-@dataclass(frozen=True, slots=True)
-class Retries:
-    attempts: int = 2  # default: 2 retries (connect failure, reset, 500/502/503/504, a try idle too long)
-    budget_percent: float = 20.0  # default: retries may add at most 20% to active requests
-
-
-@dataclass(frozen=True, slots=True)
-class OutlierDetection:
-    consecutive_5xx: int = 3  # default: eject a backend after 3 consecutive 5xx
-    interval_seconds: float = 2.0  # default: 2 s between ejection sweeps
-    base_ejection_seconds: float = 30.0  # default: 30 s
-    max_ejection_percent: int = 67  # default: 67 (2 of 3 replicas; never the last one of 3)
-    # below this share of healthy replicas Envoy balances over all of them (its panic mode)
-    panic_threshold_percent: float = 30.0  # default: 30 (1 healthy replica of 3 still takes all traffic)
-
-
-@dataclass(frozen=True, slots=True)
-class CircuitBreakers:
-    max_connections: int = 4096  # default: 4096
-    max_pending_requests: int = 2048  # default: 2048
-    max_requests: int = 4096  # default: 4096
-
-
-@dataclass(frozen=True, slots=True)
-class HealthCheck:
-    interval_seconds: float = 5.0  # default: 5 s
-    timeout_seconds: float = 2.0  # default: 2 s
-    unhealthy_threshold: int = 2  # default: 2 failed checks take a replica out
-    healthy_threshold: int = 2  # default: 2 passed checks bring it back
-
-
-@dataclass(frozen=True, slots=True)
-class JwtIssuer:
-    issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
-    jwks_uri: str  # where its signing keys are published (https://...)
-    audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
-    # the tenants this issuer may name in its tokens' tenant claim; default: None (any tenant). Set it when
-    # several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
-    tenants: tuple[str, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GatewayAuth:
-    issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
-    tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
-
-
-@dataclass(frozen=True, slots=True)
-class GatewaySettings:
-    namespace: str = "aifactory-gateway"  # default: aifactory-gateway
-    min_replicas: int = 2  # default: 2
-    max_replicas: int = 6  # default: 6
-    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"  # default: LoadBalancer
-    connect_timeout_seconds: float = 2.0  # default: 2 s
-    retries: Retries = field(default_factory=Retries)
-    outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
-    circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
-    auth: GatewayAuth = field(default_factory=GatewayAuth)
-    health_check: HealthCheck = field(default_factory=HealthCheck)
-    request_headers_timeout_seconds: float = 10.0  # default: 10 s to receive a request's headers (408 past it)
-    request_timeout_seconds: float = 60.0  # default: 60 s to receive a whole request, body included (408)
-    stream_idle_timeout_seconds: float = 30.0  # default: 30 s; routes to a model use its timeoutSeconds instead
-    idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
-    # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
-    routing: Mapping[str, str] = field(default_factory=dict)
-    # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
-    routing_margins: Mapping[str, float] = field(default_factory=dict)
-    # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
-    fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class WorkflowSlo:
-    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
-    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
-    availability_target: float = 0.995  # default: 99.5% of workflows succeed
-
-
-ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
-ALERT_RECEIVER_TYPES = ("slack", "pagerduty", "email", "webhook")
-
-
-@dataclass(frozen=True, slots=True)
-class SecretRef:
-    """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
-
-    name: str
-    key: str
-
-
-@dataclass(frozen=True, slots=True)
-class AlertReceiver:
-    """One Alertmanager receiver. Credentials are only ever a `secret` reference, never a config value:
-    slack: the incoming-webhook URL; pagerduty: the Events v2 routing key; email: the SMTP password
-    (optional); webhook: a bearer token (optional)."""
-
-    name: str
-    type: Literal["slack", "pagerduty", "email", "webhook"]
-    secret: SecretRef | None = None  # slack, pagerduty: required; email, webhook: default: none
-    channel: str | None = None  # slack: required
-    to: str | None = None  # email: required
-    sender: str | None = None  # email (`from`): required
-    smarthost: str | None = None  # email: required, host:port
-    username: str | None = None  # email: default: no SMTP authentication
-    url: str | None = None  # webhook: required, http(s)://
-
-
-@dataclass(frozen=True, slots=True)
-class Heartbeat:
-    """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
-    the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
-
-    receiver: str  # required: one of alerting.receivers
-    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
-
-
-@dataclass(frozen=True, slots=True)
-class Alerting:
-    """Where alerts go: receivers by name, and per severity the receivers that get it."""
-
-    receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
-    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
-    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
-
-
-@dataclass(frozen=True, slots=True)
-class Ingest:
-    """Expected ingest, the basis of every backend's disk size (see README, "Observability data")."""
-
-    samples_per_second: int = 10_000  # default: 10,000 Prometheus samples/s
-    log_gib_per_day: float = 5.0  # default: 5 GiB/day of raw log lines
-    spans_per_second: int = 500  # default: 500 spans/s reaching the Collector (after mesh sampling)
-
-
-@dataclass(frozen=True, slots=True)
-class VolumeSizes:
-    """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
-    change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
-    Changing a pinned size needs a volume resize (README, "Observability data")."""
-
-    prometheus_gib: int | None = None  # default: sized from ingest and retention
-    loki_gib: int | None = None  # default: sized from ingest and retention (filesystem mode)
-    jaeger_gib: int | None = None  # default: sized from span ingest and traceRetention
-
-
-@dataclass(frozen=True, slots=True)
-class ObservabilitySettings:
-    namespace: str = "monitoring"  # default: monitoring
-    retention: str = "15d"  # default: 15d Prometheus retention
-    loki_mode: Literal["single-binary", "simple-scalable"] = "single-binary"  # default: single-binary
-    trace_sample_ratio: float = 1.0  # default: 1.0 (every trace)
-    idle_gpu_utilization_percent: float = 10.0  # default: GPUs under 10% utilisation count as idle
-    prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
-    default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
-    workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
-    trace_retention: str = "7d"  # default: 7d of traces in Jaeger
-    mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
-    control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
-    ingest: Ingest = field(default_factory=Ingest)
-    alerting: Alerting = field(default_factory=Alerting)
-    # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
-    runbook_url: str | None = None
-    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
 
 
 @dataclass(frozen=True, slots=True)
@@ -1720,7 +1379,7 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     cd = r.mapping((d or {}).get("circuitBreakers") or {}, f"{p}.circuitBreakers",
                    ("maxConnections", "maxPendingRequests", "maxRequests"))
     return GatewaySettings(
-        namespace=r.value(d, "namespace", p, str, "aifactory-gateway", check=_dns_label),
+        namespace=r.value(d, "namespace", p, str, DEFAULT_GATEWAY_NAMESPACE, check=_dns_label),
         min_replicas=lo, max_replicas=hi,
         service_type=r.value(d, "serviceType", p, str, "LoadBalancer",
                              choices=("LoadBalancer", "NodePort", "ClusterIP")),
@@ -1995,7 +1654,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         r.fail(f"{p}.lokiMode", "'simple-scalable' needs object storage, which the kit creates on provider aws only; "
                                 "use 'single-binary' (one replica on its volume) on provider existing")
     return ObservabilitySettings(
-        namespace=r.value(d, "namespace", p, str, "monitoring", check=_dns_label),
+        namespace=r.value(d, "namespace", p, str, DEFAULT_MONITORING_NAMESPACE, check=_dns_label),
         retention=r.value(d, "retention", p, str, "15d",
                           check=lambda v: None if DURATION.match(v) else "is not a retention such as 15d or 720h"),
         loki_mode=r.value(d, "lokiMode", p, str, "single-binary", choices=("single-binary", "simple-scalable")),

@@ -30,6 +30,7 @@ from components.k8s.serving import ModelDeployment, ServingControllers
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
+from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
 from infra.config import NodePool, PlatformConfig
 from infra.monitoring import from_platform
 
@@ -166,10 +167,10 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
         if on_aws is not None else []
 
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
-    platform = Platform("platform", cfg=cfg, after=after,
+    platform = Platform("platform", platform_args(cfg), after=after,
                         loki_bucket=loki_bucket(cfg, on_aws) if on_aws is not None else None, opts=on_cluster)
     if on_aws is not None:
-        ClusterAutoscaler("cluster-autoscaler", cfg=cfg, cluster=on_aws.cluster,
+        ClusterAutoscaler("cluster-autoscaler", cluster_autoscaler_args(cfg), cluster=on_aws.cluster,
                           system_namespace=platform.system_namespace,
                           opts=pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider])))
 
@@ -181,7 +182,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
     # The mesh first: a model pod created before istiod's injection webhook runs without a sidecar,
     # outside the tenant's AuthorizationPolicies, until something restarts it.
-    models = [ModelDeployment(f"model-{m.name}", cfg=cfg, model=m,
+    models = [ModelDeployment(f"model-{m.name}", model_deployment_args(cfg, m),
                               cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
         pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.mesh,
                                            platform.observability, controllers, *cache,
@@ -190,7 +191,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)
-    gateway = Gateway("gateway", cfg=fidelity.routable(cfg, gate), opts=on_cluster.merge(
+    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
     if cfg.gateway.fidelity:
         FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, evals),

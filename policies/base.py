@@ -27,7 +27,7 @@ from pulumi_policy import (
 )
 
 from components.k8s import naming
-from infra.config import GPU_TAINT_KEY, POOL_LABEL
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
 
 __all__ = [
     "MANDATORY",
@@ -82,7 +82,7 @@ AGENT_NAMESPACES = Setting(
 PLATFORM_NAMESPACES = Setting(
     "platformNamespaces",
     "Namespaces that belong to the platform; every other namespace the stack creates is a tenant namespace.",
-    sorted(naming.SYSTEM_NAMESPACES),
+    sorted(SYSTEM_NAMESPACES),
 )
 GATEWAY_NAMESPACES = Setting(
     "gatewayNamespaces",

@@ -1,4 +1,4 @@
-"""Kubernetes components of the kit, built from a PlatformConfig (infra.config).
+"""Kubernetes components of the kit: each takes its own typed args (infra.component_args maps the stack config).
 
 `from components.k8s import Platform` (and the other names in `__all__`) imports the component lazily, so
 importing a small module of this package (naming, versions) stays cheap and free of import cycles.

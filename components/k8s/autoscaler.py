@@ -5,24 +5,29 @@ group the autoscaler may size) and `k8s.io/cluster-autoscaler/<cluster>`: not by
 every managed group, capacity blocks included (components.aws.nodes.AUTOSCALED_TAG); the autoscaler reads
 each group's labels and taints from EKS (DescribeNodegroup), so GPU pools can scale from zero. It runs
 as its own service account with an IRSA role whose write actions only reach this cluster's groups.
+
+ClusterAutoscaler takes its own `args` (ClusterAutoscalerArgs: the cluster's name and region) and the GpuCluster
+its IRSA role trusts; infra.component_args maps PlatformConfig. It is not in the component package: the IRSA
+role needs the GpuCluster object, which a package input cannot carry.
 """
 
-from __future__ import annotations
-
-from typing import Any
+# No `from __future__ import annotations`: TypedDict reads its keys from evaluated annotations.
+import re
+from typing import Any, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.aws.cluster import GpuCluster
+from components.aws.errors import Problems, check_shape
 from components.aws.iam import irsa_role
 from components.aws.nodes import AUTOSCALED_TAG
 from components.k8s import naming, security, versions
-from infra.config import PlatformConfig
 
-__all__ = ["RELEASE_NAME", "SERVICE_ACCOUNT", "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values",
-           "ClusterAutoscaler"]
+__all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
+           "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
 
+TYPE = "aifactory:k8s:ClusterAutoscaler"  # the type token of the kit's existing stacks (part of every child's URN)
 RELEASE_NAME = "cluster-autoscaler"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
@@ -40,6 +45,29 @@ READ_ACTIONS = (
     "eks:DescribeNodegroup",
 )
 WRITE_ACTIONS = ("autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup")
+
+
+class ClusterAutoscalerArgs(TypedDict):
+    """Arguments of a ClusterAutoscaler."""
+
+    cluster_name: str
+    """The EKS cluster whose node groups it scales (auto-discovery tag k8s.io/cluster-autoscaler/<name>)."""
+    region: str
+    """The cluster's AWS region."""
+
+
+_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")  # us-east-1, ap-southeast-2, us-gov-west-1
+
+
+def check_autoscaler_args(name: str, args: ClusterAutoscalerArgs) -> None:
+    """Raise pulumi.InputPropertiesError with property paths for bad `args`."""
+    check_shape("ClusterAutoscaler", name, args, ClusterAutoscalerArgs)
+    problems = Problems("ClusterAutoscaler", name)
+    if not _REGION.match(args["region"]):
+        problems.add("region", f"{args['region']!r} is not an AWS region such as us-east-1")
+    if not args["cluster_name"]:
+        problems.add("clusterName", "must not be empty")
+    problems.raise_any()
 
 
 def autoscaler_policy(cluster_name: str) -> dict[str, Any]:
@@ -80,11 +108,11 @@ def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[
 class ClusterAutoscaler(pulumi.ComponentResource):
     """The cluster-autoscaler release and its IRSA role. `opts` must carry the Kubernetes and AWS providers."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, cluster: GpuCluster,
-                 system_namespace: k8s.core.v1.Namespace, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:ClusterAutoscaler", name, None, opts)
-        assert cfg.cluster is not None and cfg.target.region is not None  # AWS stacks only
-        cluster_name, region = cfg.cluster.name, cfg.target.region
+    def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None, *,
+                 cluster: GpuCluster, system_namespace: k8s.core.v1.Namespace) -> None:
+        super().__init__(TYPE, name, None, opts)
+        check_autoscaler_args(name, args)
+        cluster_name, region = args["cluster_name"], args["region"]
         role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=naming.SYSTEM_NAMESPACE,
                          service_account=SERVICE_ACCOUNT, inline_policy=autoscaler_policy(cluster_name),
                          opts=pulumi.ResourceOptions(parent=self))

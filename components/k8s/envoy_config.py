@@ -1,4 +1,4 @@
-"""The Envoy inference gateway's bootstrap, built from PlatformConfig by pure functions.
+"""The Envoy inference gateway's bootstrap, built by pure functions from what the gateway reads (GatewayView).
 
 One cluster per model (its headless Service: Envoy sees every replica). Requests pass, in order:
 
@@ -107,14 +107,16 @@ import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from components.k8s import naming
-from infra.artifacts import dump_yaml
-from infra.config import JwtIssuer, Model, PlatformConfig
+from components.k8s.values import GatewaySettings, JwtIssuer, Model, Tenant
+from components.vocabulary import dump_yaml
 
 __all__ = [
+    "GatewayView",
+    "ObservabilityView",
     "MODEL_HEADER",
     "PRIORITY_HEADER",
     "TENANT_HEADER",
@@ -166,6 +168,47 @@ __all__ = [
     "render",
     "rebind",
 ]
+
+class ObservabilityView(Protocol):
+    """What the gateway reads of the observability settings."""
+
+    @property
+    def namespace(self) -> str: ...  # where the OpenTelemetry Collector and Prometheus run
+
+    @property
+    def trace_sample_ratio(self) -> float: ...  # share of requests the gateway starts a trace for
+
+
+class GatewayView(Protocol):
+    """What the gateway's build functions read: the Gateway component's GatewaySpec (from its args), or the kit's
+    whole PlatformConfig, which has the same attributes."""
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def is_aws(self) -> bool: ...  # a LoadBalancer Service becomes an internal NLB
+
+    @property
+    def models(self) -> Mapping[str, Model]: ...
+
+    @property
+    def tenants(self) -> Mapping[str, Tenant]: ...
+
+    @property
+    def gateway(self) -> GatewaySettings: ...
+
+    @property
+    def observability(self) -> ObservabilityView: ...
+
+    def tenant_of(self, model: Model) -> Tenant: ...
+
+    def variants_of(self, workload: str) -> list[Model]: ...  # cheapest first; ties: faster, then by name
+
+    def routing_policy(self, workload: str) -> str: ...
+
+    def routing_margin_percent(self, workload: str) -> float: ...
+
 
 MODEL_HEADER = "x-model"
 PRIORITY_HEADER = "x-priority"
@@ -267,7 +310,7 @@ class Workload:
     variants: tuple[Model, ...] = ()  # cheapest first; empty without variants
 
 
-def workloads(cfg: PlatformConfig) -> list[Workload]:
+def workloads(cfg: GatewayView) -> list[Workload]:
     """The config's models grouped into API models, sorted by name."""
     groups: dict[str, dict[str, Model]] = {}
     for m in cfg.models.values():
@@ -289,7 +332,7 @@ def _latency_ms(model: Model) -> int:
     return -(-round(model.slo.e2e_seconds * 1e6) // 1000)
 
 
-def threshold_ms(cfg: PlatformConfig, workload: str, model: Model) -> int:
+def threshold_ms(cfg: GatewayView, workload: str, model: Model) -> int:
     """The least budget the variant fits: its expected latency plus the workload's margin, whole ms rounded up."""
     return -(-round(model.slo.e2e_seconds * 1e6 * (100 + cfg.routing_margin_percent(workload))) // 100_000)
 
@@ -299,7 +342,7 @@ def _fastest(variants: Sequence[Model]) -> Model:
     return min(variants, key=lambda m: m.slo.e2e_seconds)
 
 
-def _no_budget_pick(cfg: PlatformConfig, workload: str, variants: Sequence[Model]) -> Model:
+def _no_budget_pick(cfg: GatewayView, workload: str, variants: Sequence[Model]) -> Model:
     return _fastest(variants) if cfg.routing_policy(workload) == "fastest" else variants[0]
 
 
@@ -338,7 +381,7 @@ def _baggage_budget(regex: str) -> dict[str, Any]:
 _NO_BUDGET_HEADER = {"name": BUDGET_HEADER, "present_match": True, "invert_match": True}
 
 
-def decisions(cfg: PlatformConfig, w: Workload) -> list[Decision]:
+def decisions(cfg: GatewayView, w: Workload) -> list[Decision]:
     """The workload's routing decisions in match order (empty without variants): see the module docstring."""
     if not w.variants:
         return []
@@ -376,7 +419,7 @@ def overflow_order(w: Workload, chosen: Model) -> list[Model]:
     return [chosen, *rest]
 
 
-def overflow_cluster(cfg: PlatformConfig, w: Workload, chosen: Model) -> dict[str, Any]:
+def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, Any]:
     """An aggregate cluster over the variants' gates in overflow order (each variant keeps its own LB, health
     checks and breakers)."""
     return {
@@ -394,7 +437,7 @@ def overflow_cluster(cfg: PlatformConfig, w: Workload, chosen: Model) -> dict[st
     }
 
 
-def variant_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def variant_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
     """One aggregate cluster per variant a decision can choose, then every variant's gate cluster, sorted by name."""
     out = {}
     for w in workloads(cfg):
@@ -404,7 +447,7 @@ def variant_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)] + [gate_cluster(cfg, m) for m in _variant_models(cfg)]
 
 
-def _variant_models(cfg: PlatformConfig) -> list[Model]:
+def _variant_models(cfg: GatewayView) -> list[Model]:
     return [m for w in workloads(cfg) for m in sorted(w.variants, key=lambda v: v.name)]
 
 
@@ -421,7 +464,7 @@ def gate_name(model: Model) -> str:
 GATE_MAX = 1_000_000
 
 
-def gate_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def gate_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     """The variant as the aggregate clusters see it: its gate listener, in process (no socket). Not health-checked:
     Envoy's health checker runs on the main thread, which reaches no internal listener (Envoy 1.40 counts every
     such check as health_check.network_failure, logging "connect to previously closed peer"); a try on a variant
@@ -479,12 +522,12 @@ def _decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str
     return out
 
 
-def model_host(cfg: PlatformConfig, model: Model) -> str:
+def model_host(cfg: GatewayView, model: Model) -> str:
     """DNS name of the model's headless Service."""
     return f"{model.name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
 
 
-def collector_host(cfg: PlatformConfig) -> str:
+def collector_host(cfg: GatewayView) -> str:
     return f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
 
 
@@ -513,7 +556,7 @@ def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> 
     }
 
 
-def model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     out = _model_cluster(cfg, model)
     if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
         for e in out["load_assignment"]["endpoints"][0]["lb_endpoints"]:
@@ -521,7 +564,7 @@ def model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     return out
 
 
-def _model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def _model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     gw = cfg.gateway
     cb, od, hc = gw.circuit_breakers, gw.outlier_detection, gw.health_check
     return {
@@ -569,7 +612,7 @@ def _model_cluster(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }
 
 
-def _retry_policy(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
     return {
         # `reset` also covers a try abandoned by per_try_idle_timeout (the router resets it and retries when
         # retry_on has reset, 5xx or gateway-error)
@@ -585,12 +628,12 @@ def _retry_policy(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }
 
 
-def _callers(cfg: PlatformConfig, model: Model) -> list[str]:
+def _callers(cfg: GatewayView, model: Model) -> list[str]:
     """Tenants allowed to call `model`: its own and those its tenant shares with, sorted."""
     return sorted({model.tenant, *cfg.tenant_of(model).share_with})
 
 
-def _rbac_per_route(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def _rbac_per_route(cfg: GatewayView, model: Model) -> dict[str, Any]:
     principals = [{"header": {"name": TENANT_HEADER, "string_match": {"exact": t}}} for t in _callers(cfg, model)]
     return {"@type": _T + "extensions.filters.http.rbac.v3.RBACPerRoute", "rbac": {"rules": {
         "action": "ALLOW",
@@ -605,7 +648,7 @@ def _regex(pattern: str) -> dict[str, Any]:
     return {"safe_regex": {"regex": pattern}}
 
 
-def _route(cfg: PlatformConfig, name: str, match: dict[str, Any], model: Model, *, rewrite: bool
+def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, rewrite: bool
            ) -> dict[str, Any]:
     action: dict[str, Any] = {
         "cluster": model.name,
@@ -678,7 +721,7 @@ def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
                       "maxRequestBytes)\n", status=413)
 
 
-def routes(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     """Header routes, then path routes, then body routes (batch before default in each); then 404s."""
     ws = workloads(cfg)
     batch = [_header(PRIORITY_HEADER, "batch")]
@@ -736,7 +779,7 @@ def _token_bucket(per_second: int, burst: int) -> dict[str, Any]:
     return {"max_tokens": burst, "tokens_per_fill": per_second, "fill_interval": "1s"}
 
 
-def rate_limit_filter(cfg: PlatformConfig) -> dict[str, Any]:
+def rate_limit_filter(cfg: GatewayView) -> dict[str, Any]:
     """One token bucket per calling tenant and priority (descriptor tenant=<caller>, priority=<route's>).
 
     The caller is the token's tenant (x-aifactory-tenant, set by jwt_authn); the priority is the routed
@@ -777,7 +820,7 @@ def _jwks_cluster_name(index: int) -> str:
     return f"jwks-{index}"
 
 
-def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
+def jwt_filter(cfg: GatewayView) -> dict[str, Any]:
     """jwt_authn: a token of one of the stack's issuers is required on every request (401 otherwise).
 
     The token itself is not forwarded; the tenant claim is, as x-aifactory-tenant."""
@@ -816,7 +859,7 @@ def jwt_filter(cfg: PlatformConfig) -> dict[str, Any]:
         "rules": [{"match": {"prefix": "/"}, "requires": requires}]}}
 
 
-def _issuer_tenants_restricted(cfg: PlatformConfig) -> bool:
+def _issuer_tenants_restricted(cfg: GatewayView) -> bool:
     return any(i.tenants is not None for i in cfg.gateway.auth.issuers)
 
 
@@ -827,7 +870,7 @@ def _payload_claim(index: int, claim: str, value: dict[str, Any]) -> dict[str, A
         "value": value}}}
 
 
-def issuer_tenants_filter(cfg: PlatformConfig) -> dict[str, Any]:
+def issuer_tenants_filter(cfg: GatewayView) -> dict[str, Any]:
     """RBAC after jwt_authn: a token's tenant claim must be one its issuer may name (`issuers[].tenants`), else 403.
 
     jwt_authn proves who signed a token, not that the signer speaks for the tenant it names: with two issuers
@@ -849,11 +892,11 @@ def issuer_tenants_filter(cfg: PlatformConfig) -> dict[str, Any]:
         "rules": {"action": "ALLOW", "policies": policies}}}
 
 
-def _max_body(cfg: PlatformConfig) -> int:
+def _max_body(cfg: GatewayView) -> int:
     return max((m.max_request_bytes for m in cfg.models.values()), default=1024 * 1024)
 
 
-def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
     """The gateway's HTTP filters before the router, in order (see the module docstring)."""
     strip = {"name": "envoy.filters.http.header_mutation", "typed_config": {
         "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
@@ -885,7 +928,7 @@ def http_filters(cfg: PlatformConfig) -> list[dict[str, Any]]:
     return [*out, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
 
 
-def _tracing(cfg: PlatformConfig) -> dict[str, Any]:
+def _tracing(cfg: GatewayView) -> dict[str, Any]:
     return {
         "random_sampling": {"value": round(cfg.observability.trace_sample_ratio * 100, 4)},
         "provider": {
@@ -922,13 +965,13 @@ def _no_issuer_routes() -> list[dict[str, Any]]:
         "inline_string": "no token issuer is configured (gateway.auth.issuers): every request is refused\n"}}}]
 
 
-def _virtual_clusters(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def _virtual_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
     """Request stats per calling tenant: vhost.models.vcluster.caller-<tenant>.upstream_rq_*."""
     return [{"name": f"caller-{t}", "headers": [{"name": TENANT_HEADER, "string_match": {"exact": t}}]}
             for t in sorted(cfg.tenants)]
 
 
-def gateway_listener(cfg: PlatformConfig) -> dict[str, Any]:
+def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
     gw = cfg.gateway
     vhost: dict[str, Any] = {"name": "models", "domains": ["*"],
                              "routes": routes(cfg) if gw.auth.issuers else _no_issuer_routes()}
@@ -966,7 +1009,7 @@ def stats_listener() -> dict[str, Any]:
             "filter_chains": [{"filters": [_hcm("stats", route_config, [])]}]}
 
 
-def collector_cluster(cfg: PlatformConfig) -> dict[str, Any]:
+def collector_cluster(cfg: GatewayView) -> dict[str, Any]:
     return {
         **_dns_cluster(COLLECTOR_CLUSTER, collector_host(cfg), naming.OTEL_GRPC_PORT,
                        connect_timeout=cfg.gateway.connect_timeout_seconds),
@@ -982,7 +1025,7 @@ def jwks_endpoint(issuer: JwtIssuer) -> tuple[str, int]:
     return parts.hostname or "", parts.port or 443
 
 
-def jwks_cluster(cfg: PlatformConfig, index: int) -> dict[str, Any]:
+def jwks_cluster(cfg: GatewayView, index: int) -> dict[str, Any]:
     """The issuer's JWKS host over TLS (server certificate checked against the system's roots)."""
     name = _jwks_cluster_name(index)
     host, port = jwks_endpoint(cfg.gateway.auth.issuers[index])
@@ -1008,7 +1051,7 @@ def admin_cluster() -> dict[str, Any]:
                 {"endpoint": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)}}]}]}}
 
 
-def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
+def bootstrap(cfg: GatewayView) -> dict[str, Any]:
     """The complete Envoy bootstrap for the stack (deterministic: models and tenants in sorted order)."""
     models = [cfg.models[n] for n in sorted(cfg.models)]
     jwks = [jwks_cluster(cfg, i) for i in range(len(cfg.gateway.auth.issuers))]
@@ -1051,7 +1094,7 @@ def bootstrap(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def render(cfg: PlatformConfig) -> str:
+def render(cfg: GatewayView) -> str:
     """The bootstrap as YAML: the gateway's ConfigMap and synth's envoy/envoy.yaml hold these bytes."""
     return dump_yaml(bootstrap(cfg))
 

@@ -16,23 +16,41 @@ whatever VFs one pooled resource hands out. GPU-NIC affinity: NCCL pairs each GP
 PCI topology it reads in the pod (NCCL_IB_HCA lists every rail; serving.py), and the SR-IOV device plugin
 reports each VF's NUMA node to the kubelet's Topology Manager (sriov-network-device-plugin, topology hints);
 the IPoIB shared device plugin exposes all rails to the pod and has no per-device topology.
+
+Fabric takes its own `args` (FabricArgs: the EFA pools, or the InfiniBand pools and network), so a platform team
+can use it without the kit's stack config; infra.component_args maps PlatformConfig to them. The EFA plugin runs
+in the kit's system namespace (aifactory-system), which must exist (Platform creates it).
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
+import ipaddress
 import json
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws import catalog
+from components.aws.errors import Problems, check_shape
+from components.aws.node_pool import TAINT_EFFECTS, TaintArgs
 from components.k8s import naming, versions
+from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, IPAM_BLOCK_SIZE
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import IPAM_BLOCK_SIZE, POOL_LABEL, InfinibandSettings, PlatformConfig
+from components.k8s.values import InfinibandSettings, NodePool, Taint, infiniband_settings
+from components.vocabulary import POOL_LABEL
 
 __all__ = [
+    "TYPE",
+    "EfaPoolArgs",
+    "FabricInfinibandArgs",
+    "FabricArgs",
+    "FabricView",
+    "FabricSpec",
+    "fabric_spec",
     "EFA_RELEASE_NAME",
     "NETWORK_OPERATOR_RELEASE_NAME",
     "INSTANCE_TYPE_LABEL",
@@ -54,6 +72,7 @@ __all__ = [
     "Fabric",
 ]
 
+TYPE = "aifactory:k8s:Fabric"  # the type token of the kit's existing stacks (part of every child's URN)
 EFA_RELEASE_NAME = "aws-efa-k8s-device-plugin"
 NETWORK_OPERATOR_RELEASE_NAME = "network-operator"
 WAIT_FOR_ANNOTATION = "pulumi.com/waitFor"
@@ -69,15 +88,124 @@ SRIOV_RESOURCE_PREFIX = "nvidia.com"
 SRIOV_CAPABLE_LABEL = "feature.node.kubernetes.io/network-sriov.capable"  # set by node feature discovery
 
 
+class EfaPoolArgs(TypedDict):
+    """A pool of EFA nodes the device plugin must run on."""
+
+    instance_type: str
+    """The nodes' instance type (the plugin's supported types are set from it)."""
+    taints: NotRequired[list[TaintArgs]]
+    """The nodes' taints, which the plugin tolerates. Default: none (nvidia.com/gpu is always tolerated)."""
+
+
+class FabricInfinibandArgs(TypedDict):
+    """The InfiniBand data plane: the NVIDIA network operator and the RDMA network of the listed pools."""
+
+    pools: list[str]
+    """The InfiniBand pools (aifactory.io/pool node label values) the operator's components run on."""
+    network: NotRequired[str]
+    """ipoib or sriov. Default: ipoib."""
+    interfaces: NotRequired[list[str]]
+    """The rails' netdevs, one network attachment each. Default: [ib0]."""
+    ip_range: NotRequired[str]
+    """The nv-ipam pool of the RDMA network. Default: 192.168.100.0/22."""
+    hca_device_ids: NotRequired[list[str]]
+    """PCI device ids of the HCAs. Default: [101b] (ConnectX-6); ConnectX-7 is 1021."""
+    rdma_resource_name: NotRequired[str]
+    """Default: rdma_shared_device_a."""
+    rdma_hca_max: NotRequired[int]
+    """Pods that may share one HCA (RDMA shared device plugin). Default: 63."""
+    hosts_have_ofed: NotRequired[bool]
+    """The hosts bring MLNX OFED/DOCA. Default: false (the operator deploys the DOCA driver)."""
+    hcas: NotRequired[list[str]]
+    """The rails' RDMA devices (NCCL_IB_HCA), one per interface. Default: none."""
+
+
+class FabricArgs(TypedDict):
+    """Arguments of a Fabric."""
+
+    efa_pools: NotRequired[dict[str, EfaPoolArgs]]
+    """The EFA pools, by name. Default: none (no EFA device plugin)."""
+    infiniband: NotRequired[FabricInfinibandArgs]
+    """Default: none (no network operator)."""
+    kubernetes_version: NotRequired[str]
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+
+
+class FabricView(Protocol):
+    """What the build functions read: Fabric's FabricSpec (from its args), or the kit's PlatformConfig."""
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def efa_pools(self) -> list[NodePool]: ...
+
+    @property
+    def infiniband_pools(self) -> list[NodePool]: ...
+
+    @property
+    def infiniband(self) -> InfinibandSettings | None: ...
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    """FabricArgs with every default applied (a FabricView). Pools carry only what the fabric reads."""
+
+    efa_pools: list[NodePool] = field(default_factory=list)
+    infiniband_pools: list[NodePool] = field(default_factory=list)
+    infiniband: InfinibandSettings | None = None
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+
+
+def _taints(taints: list[TaintArgs]) -> tuple[Taint, ...]:
+    return tuple(Taint(t["key"], t["effect"], t.get("value", "")) for t in taints)  # type: ignore[arg-type]
+
+
+def fabric_spec(name: str, args: FabricArgs) -> FabricSpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("Fabric", name, args, FabricArgs)  # typos, unknown keys, wrong types: before any read
+    problems = Problems("Fabric", name)
+    efa = args.get("efa_pools") or {}
+    for key, pool in efa.items():
+        inst = catalog.CATALOG.get(pool["instance_type"])
+        if inst is None or not inst.supports_efa:
+            problems.add(f"efaPools.{key}.instanceType", f"{pool['instance_type']!r} has no EFA; EFA types: "
+                                                         f"{', '.join(catalog.efa_types())}")
+        for i, t in enumerate(pool.get("taints") or ()):
+            if t["effect"] not in TAINT_EFFECTS:
+                problems.add(f"efaPools.{key}.taints[{i}].effect",
+                             f"{t['effect']!r} is not allowed; choose one of: {', '.join(TAINT_EFFECTS)}")
+    ib_args = args.get("infiniband")
+    if ib_args is not None:
+        if ib_args.get("network", "ipoib") not in ("ipoib", "sriov"):
+            problems.add("infiniband.network", f"{ib_args['network']!r} is not allowed; choose one of: ipoib, sriov")
+        try:
+            ipaddress.ip_network(ib_args.get("ip_range", "192.168.100.0/22"))
+        except ValueError:
+            problems.add("infiniband.ipRange", f"{ib_args['ip_range']!r} is not a CIDR such as 192.168.100.0/22")
+        if not ib_args["pools"]:
+            problems.add("infiniband.pools", "must list at least one pool")
+    problems.raise_any()
+    ib = None
+    if ib_args is not None:
+        ib = infiniband_settings(ib_args)
+    return FabricSpec(
+        efa_pools=[NodePool(name=k, instance_type=p["instance_type"], fabric="efa",
+                            taints=_taints(p.get("taints") or [])) for k, p in efa.items()],
+        infiniband_pools=[NodePool(name=p, instance_type="", fabric="infiniband")
+                          for p in (ib_args["pools"] if ib_args is not None else [])],
+        infiniband=ib, kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION))
+
+
 # --- EFA ---------------------------------------------------------------------------------------
 
 
-def efa_instance_types(cfg: PlatformConfig) -> list[str]:
+def efa_instance_types(cfg: FabricView) -> list[str]:
     """The instance types of the configured EFA pools, sorted and unique."""
     return sorted({p.instance_type for p in cfg.efa_pools})
 
 
-def efa_plugin_values(cfg: PlatformConfig) -> dict[str, Any]:
+def efa_plugin_values(cfg: FabricView) -> dict[str, Any]:
     return {
         "supportedInstanceLabels": {"keys": [INSTANCE_TYPE_LABEL], "values": efa_instance_types(cfg)},
         # (the chart's DaemonSet hard-codes priorityClassName system-node-critical; it reads no value for it)
@@ -170,12 +298,12 @@ def nic_cluster_policy(ib: InfinibandSettings) -> dict[str, Any]:
                          "annotations": annotations}, "spec": spec}
 
 
-def _ib_node_affinity(cfg: PlatformConfig) -> dict[str, Any]:
+def _ib_node_affinity(cfg: FabricView) -> dict[str, Any]:
     return {"nodeSelectorTerms": [{"matchExpressions": [
         {"key": POOL_LABEL, "operator": "In", "values": sorted(p.name for p in cfg.infiniband_pools)}]}]}
 
 
-def ip_pool(cfg: PlatformConfig) -> dict[str, Any]:
+def ip_pool(cfg: FabricView) -> dict[str, Any]:
     """The nv-ipam IPPool of the RDMA networks (config validation guarantees the range fits every node)."""
     assert cfg.infiniband is not None
     return {"apiVersion": "nv-ipam.nvidia.com/v1alpha1", "kind": "IPPool",
@@ -185,7 +313,7 @@ def ip_pool(cfg: PlatformConfig) -> dict[str, Any]:
                      "nodeSelector": _ib_node_affinity(cfg)}}
 
 
-def rdma_network_objects(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def rdma_network_objects(cfg: FabricView) -> list[dict[str, Any]]:
     """IPoIBNetwork per interface, or per interface a SriovNetworkNodePolicy and its SriovIBNetwork."""
     ib = cfg.infiniband
     assert ib is not None
@@ -215,18 +343,27 @@ def rdma_network_objects(cfg: PlatformConfig) -> list[dict[str, Any]]:
 class Fabric(pulumi.ComponentResource):
     """EFA device plugin (AWS EFA pools) or the NVIDIA network operator and RDMA networks (InfiniBand)."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, system_namespace: k8s.core.v1.Namespace,
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:Fabric", name, None, opts)
+    efa_instance_types: pulumi.Output[list[str]]
+    """The instance types the EFA device plugin supports (the EFA pools')."""
+
+    def __init__(self, name: str, args: FabricArgs, opts: pulumi.ResourceOptions | None = None,
+                 system_namespace: k8s.core.v1.Namespace | None = None,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        """`system_namespace`: the aifactory-system Namespace resource the EFA plugin waits for (default: none, the
+        namespace exists already)."""
+        super().__init__(TYPE, name, None, opts)
+        cfg = fabric_spec(name, args)
         if cfg.efa_pools:
             versions.release(f"{name}-efa", versions.EFA_DEVICE_PLUGIN, release_name=EFA_RELEASE_NAME,
                              namespace=naming.SYSTEM_NAMESPACE, values=efa_plugin_values(cfg),
-                             opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, *after]))
+                             opts=pulumi.ResourceOptions(parent=self, depends_on=[
+                                 *([system_namespace] if system_namespace is not None else []), *after]))
         if cfg.infiniband_pools and cfg.infiniband is not None:
             self._infiniband(name, cfg)
+        self.efa_instance_types = pulumi.Output.from_input(efa_instance_types(cfg))
         self.register_outputs({"efaInstanceTypes": efa_instance_types(cfg)})
 
-    def _infiniband(self, name: str, cfg: PlatformConfig) -> None:
+    def _infiniband(self, name: str, cfg: FabricView) -> None:
         assert cfg.infiniband is not None
         ns = create_namespace(
             f"{name}-network-operator-ns", naming.NETWORK_OPERATOR_NAMESPACE,

@@ -12,6 +12,9 @@ Job and runs it again at the next deploy; `pulumi.com/skipAwait` keeps a long ev
 The pod: its own ServiceAccount without a token, Pod Security restricted, no Istio sidecar (a Job whose sidecar
 never exits never completes; the gateway authorises clients itself), and a NetworkPolicy that lets it reach only
 the gateway's listener and the Collector's OTLP/HTTP port (DNS: the namespace's allow-dns policy).
+
+The gate is the kit's own (its Job runs `aifactory eval <stack>`), so it is not in the component package; its
+build functions read a FidelityView, which the kit's PlatformConfig satisfies, and nothing of infra/.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -28,11 +31,11 @@ from components.k8s import naming, security
 from components.k8s.gateway import NAMESPACE_NAME_LABEL, SERVICE_PORT
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
+from components.k8s.values import Fidelity
 from components.k8s.verdicts import Verdict
-from infra.config import Fidelity, PlatformConfig
 
-__all__ = ["Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document", "gate_config_map",
-           "job_name", "eval_service_account", "eval_network_policy", "eval_job", "FidelityGate"]
+__all__ = ["FidelityView", "Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document",
+           "gate_config_map", "job_name", "eval_service_account", "eval_network_policy", "eval_job", "FidelityGate"]
 
 GATE_CONFIG_MAP = naming.FIDELITY_CONFIG_MAP
 GATE_KEY = naming.FIDELITY_KEY
@@ -42,7 +45,34 @@ EVALUATES_ANNOTATION = "aifactory.io/evaluates"  # digest of the variants' finge
 COLLECTOR_APP = "opentelemetry-collector"  # the Collector chart's pods (components/k8s/observability.py selects it)
 
 
-def gate_document(cfg: PlatformConfig, verdicts: Sequence[Verdict]) -> dict[str, Any]:
+class _GatewayView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def fidelity(self) -> Mapping[str, Fidelity]: ...  # the gated workloads
+
+
+class _NamespaceView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+
+class FidelityView(Protocol):
+    """What the gate reads of the stack: its name (the Job runs `aifactory eval <stack>`), the gateway's namespace and
+    gates, the observability namespace (the Collector)."""
+
+    @property
+    def stack(self) -> str: ...
+
+    @property
+    def gateway(self) -> _GatewayView: ...
+
+    @property
+    def observability(self) -> _NamespaceView: ...
+
+
+def gate_document(cfg: FidelityView, verdicts: Sequence[Verdict]) -> dict[str, Any]:
     """{workload: {suite, baseline, maxDrop, variants: {variant: {status, message}}}}, sorted."""
     out: dict[str, Any] = {}
     for workload, gate in sorted(cfg.gateway.fidelity.items()):
@@ -52,7 +82,7 @@ def gate_document(cfg: PlatformConfig, verdicts: Sequence[Verdict]) -> dict[str,
     return out
 
 
-def gate_config_map(cfg: PlatformConfig, verdicts: Sequence[Verdict]) -> dict[str, Any]:
+def gate_config_map(cfg: FidelityView, verdicts: Sequence[Verdict]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": GATE_CONFIG_MAP, "namespace": cfg.gateway.namespace,
                          "labels": {"app.kubernetes.io/name": GATE_CONFIG_MAP,
@@ -60,7 +90,7 @@ def gate_config_map(cfg: PlatformConfig, verdicts: Sequence[Verdict]) -> dict[st
             "data": {GATE_KEY: json.dumps(gate_document(cfg, verdicts), indent=2, sort_keys=True) + "\n"}}
 
 
-def _meta(cfg: PlatformConfig, name: str) -> dict[str, Any]:
+def _meta(cfg: FidelityView, name: str) -> dict[str, Any]:
     return {"name": name, "namespace": cfg.gateway.namespace,
             "labels": {"app.kubernetes.io/name": EVAL_APP, "app.kubernetes.io/part-of": "aifactory"}}
 
@@ -73,12 +103,12 @@ def job_name(workload: str) -> str:
     return f"{name[:54].rstrip('-')}-{hashlib.sha256(workload.encode()).hexdigest()[:8]}"
 
 
-def eval_service_account(cfg: PlatformConfig) -> dict[str, Any]:
+def eval_service_account(cfg: FidelityView) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(cfg, EVAL_APP),
             "automountServiceAccountToken": False}
 
 
-def eval_network_policy(cfg: PlatformConfig) -> dict[str, Any]:
+def eval_network_policy(cfg: FidelityView) -> dict[str, Any]:
     """Egress to the gateway's listener and the Collector's OTLP/HTTP port only; no ingress."""
     return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(cfg, EVAL_APP),
             "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": EVAL_APP}},
@@ -92,7 +122,7 @@ def eval_network_policy(cfg: PlatformConfig) -> dict[str, Any]:
                           "ports": [{"protocol": "TCP", "port": OTLP_HTTP_PORT}]}]}}
 
 
-def eval_job(cfg: PlatformConfig, workload: str, gate: Fidelity, *, evaluates: str) -> dict[str, Any]:
+def eval_job(cfg: FidelityView, workload: str, gate: Fidelity, *, evaluates: str) -> dict[str, Any]:
     """The Job that runs `aifactory eval` for `workload` (gate.job must be set)."""
     job = gate.job
     assert job is not None
@@ -126,7 +156,7 @@ def eval_job(cfg: PlatformConfig, workload: str, gate: Fidelity, *, evaluates: s
 class FidelityGate(pulumi.ComponentResource):
     """The gate's ConfigMap and, for workloads that ask for one, the evaluation Job (after the gateway)."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, verdicts: Sequence[Verdict],
+    def __init__(self, name: str, *, cfg: FidelityView, verdicts: Sequence[Verdict],
                  evaluates: Mapping[str, str], opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:FidelityGate", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)

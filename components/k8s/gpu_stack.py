@@ -13,22 +13,37 @@ MIG: a pool's `mig` layout is applied by the operator's MIG manager to nodes lab
 existing cluster the kit cannot launch or discover nodes, so the pool lists them (`nodePools.X.nodes`,
 required with `mig`) and the kit labels each with a server-side-apply patch (`NodePatch`, pulumi-kubernetes
 4.x), which owns only the labels it sets and gives them back on destroy.
+
+GpuStack takes its own `args` (GpuStackArgs: the GPU pools' taints and MIG layouts, whether the hosts bring their
+drivers), so a platform team can use it without the kit's stack config; infra.component_args maps PlatformConfig.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
+import re
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.errors import Problems, check_shape
+from components.aws.node_pool import TAINT_EFFECTS, TaintArgs
 from components.k8s import naming, versions
+from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import GPU_TAINT_KEY, POOL_LABEL, NodePool, PlatformConfig
+from components.k8s.values import InfinibandSettings, NodePool, Taint
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 from telemetry.names import DCGM
 
 __all__ = [
+    "TYPE",
+    "GpuPoolArgs",
+    "GpuStackArgs",
+    "GpuStackView",
+    "GpuStackSpec",
+    "gpu_stack_spec",
     "RELEASE_NAME",
     "DCGM_COUNTERS_CONFIGMAP",
     "MIG_CONFIG_LABEL",
@@ -43,6 +58,7 @@ __all__ = [
     "GpuStack",
 ]
 
+TYPE = "aifactory:k8s:GpuStack"  # the type token of the kit's existing stacks (part of every child's URN)
 RELEASE_NAME = "gpu-operator"
 DCGM_COUNTERS_CONFIGMAP = "aifactory-dcgm-counters"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
@@ -77,6 +93,111 @@ DCGM_COUNTERS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+class GpuPoolArgs(TypedDict):
+    """A pool of GPU nodes the operator's operands must run on."""
+
+    taints: NotRequired[list[TaintArgs]]
+    """The nodes' taints, which the operands tolerate. Default: none (nvidia.com/gpu is always tolerated)."""
+    mig: NotRequired[str]
+    """The MIG layout the MIG manager applies (a mig-parted config name, e.g. all-1g.10gb). Default: whole GPUs."""
+    nodes: NotRequired[list[str]]
+    """Existing nodes of the pool that the kit labels with the pool's name and MIG layout (node groups that label
+    their own nodes, like EKS's, list none). Default: none."""
+
+
+class GpuStackArgs(TypedDict):
+    """Arguments of a GpuStack."""
+
+    pools: dict[str, GpuPoolArgs]
+    """The GPU pools, by name (the aifactory.io/pool node label's value)."""
+    hosts_have_drivers: NotRequired[bool]
+    """The nodes bring the NVIDIA driver and container toolkit (EKS accelerated AMIs do). Default: false (the
+    operator installs both)."""
+    rdma: NotRequired[bool]
+    """GPUDirect RDMA over InfiniBand: the operator's driver loads nvidia-peermem. Default: false."""
+    hosts_have_ofed: NotRequired[bool]
+    """With rdma: the hosts bring MLNX OFED/DOCA (else the network operator's driver container). Default: false."""
+    kubernetes_version: NotRequired[str]
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+
+
+class _TargetView(Protocol):
+    @property
+    def hosts_have_drivers(self) -> bool: ...
+
+
+class GpuStackView(Protocol):
+    """What the build functions read: GpuStack's GpuStackSpec (from its args), or the kit's PlatformConfig."""
+
+    @property
+    def is_aws(self) -> bool: ...  # EKS: the node images bring drivers, node groups label their own nodes
+
+    @property
+    def target(self) -> _TargetView: ...
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def gpu_pools(self) -> list[NodePool]: ...
+
+    @property
+    def infiniband_pools(self) -> list[NodePool]: ...
+
+    @property
+    def infiniband(self) -> InfinibandSettings | None: ...
+
+
+@dataclass(frozen=True)
+class _Target:
+    hosts_have_drivers: bool
+
+
+@dataclass(frozen=True)
+class GpuStackSpec:
+    """GpuStackArgs with every default applied (a GpuStackView). Pools carry only what the operator reads."""
+
+    gpu_pools: list[NodePool]
+    target: _Target
+    infiniband: InfinibandSettings | None = None
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    is_aws: bool = False
+
+    @property
+    def infiniband_pools(self) -> list[NodePool]:
+        return self.gpu_pools if self.infiniband is not None else []
+
+
+_MIG_LAYOUT = re.compile(r"^[a-z0-9][-a-z0-9.]*$")  # a mig-parted config name (all-1g.10gb, all-balanced)
+
+
+def gpu_stack_spec(name: str, args: GpuStackArgs) -> GpuStackSpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("GpuStack", name, args, GpuStackArgs)  # typos, unknown keys, wrong types: before any read
+    problems = Problems("GpuStack", name)
+    for key, pool in args["pools"].items():
+        for i, t in enumerate(pool.get("taints") or ()):
+            if t["effect"] not in TAINT_EFFECTS:
+                problems.add(f"pools.{key}.taints[{i}].effect",
+                             f"{t['effect']!r} is not allowed; choose one of: {', '.join(TAINT_EFFECTS)}")
+        if "mig" in pool and not _MIG_LAYOUT.match(pool["mig"]):
+            problems.add(f"pools.{key}.mig", f"{pool['mig']!r} is not a MIG layout name such as all-1g.10gb")
+        if pool.get("nodes") and "mig" not in pool:
+            problems.add(f"pools.{key}.nodes", "labels nodes with a MIG layout: set mig, or remove nodes")
+    if args.get("hosts_have_ofed") and not args.get("rdma"):
+        problems.add("hostsHaveOfed", "only applies with rdma: true")
+    problems.raise_any()
+    # The operator reads each pool's name, taints, MIG layout and nodes; the instance type does not matter here.
+    pools = [NodePool(name=key, instance_type="", mig=p.get("mig"), nodes=tuple(p.get("nodes") or ()),
+                      taints=tuple(Taint(t["key"], t["effect"], t.get("value", ""))  # type: ignore[arg-type]
+                                   for t in p.get("taints") or ()))
+             for key, p in args["pools"].items()]
+    return GpuStackSpec(gpu_pools=pools, target=_Target(hosts_have_drivers=args.get("hosts_have_drivers", False)),
+                        infiniband=InfinibandSettings(hosts_have_ofed=args.get("hosts_have_ofed", False))
+                        if args.get("rdma") else None,
+                        kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION))
+
+
 def dcgm_counters_csv() -> str:
     """The exporter's collectors file (`field, type, help` per line)."""
     lines = ["# aifactory DCGM exporter counters: the defaults plus SM activity, ECC, row remaps, XID."]
@@ -84,7 +205,7 @@ def dcgm_counters_csv() -> str:
     return "\n".join(lines) + "\n"
 
 
-def mig_strategy(cfg: PlatformConfig) -> str:
+def mig_strategy(cfg: GpuStackView) -> str:
     """`mixed` as soon as one pool is partitioned: slices are then advertised per profile
     (`nvidia.com/mig-1g.10gb`), which is what models with `migProfile` request; else `single`."""
     return "mixed" if any(p.mig for p in cfg.gpu_pools) else "single"
@@ -121,7 +242,7 @@ def _resources(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> dict
     return {"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu_limit, "memory": memory_limit}}
 
 
-def gpu_operator_values(cfg: PlatformConfig) -> dict[str, Any]:
+def gpu_operator_values(cfg: GpuStackView) -> dict[str, Any]:
     """Helm values of the GPU operator for this stack."""
     install_driver = not cfg.is_aws and not cfg.target.hosts_have_drivers
     rdma = bool(cfg.infiniband_pools)
@@ -158,21 +279,23 @@ def gpu_operator_values(cfg: PlatformConfig) -> dict[str, Any]:
 class GpuStack(pulumi.ComponentResource):
     """The GPU operator release in its own (privileged: drivers and device plugins) namespace."""
 
-    namespace: k8s.core.v1.Namespace
-    release: k8s.helm.v3.Release
+    release_name: pulumi.Output[str]
+    """The GPU operator's Helm release."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, after: Sequence[pulumi.Resource] = (),
-                 opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:GpuStack", name, None, opts)
+    def __init__(self, name: str, args: GpuStackArgs, opts: pulumi.ResourceOptions | None = None,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        super().__init__(TYPE, name, None, opts)
+        cfg = gpu_stack_spec(name, args)
         child = pulumi.ResourceOptions(parent=self)
-        self.namespace = create_namespace(
+        self.namespace: k8s.core.v1.Namespace = create_namespace(
             f"{name}-ns", naming.GPU_OPERATOR_NAMESPACE,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=child)
-        self.release = versions.release(
+        self.release: k8s.helm.v3.Release = versions.release(
             f"{name}-operator", versions.GPU_OPERATOR, release_name=RELEASE_NAME,
             namespace=naming.GPU_OPERATOR_NAMESPACE, values=gpu_operator_values(cfg),
             opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after]))
         self.mig_labels = [mig_node_patch(f"{name}-mig-{node}", node=node, pool=pool, opts=child)
                            for pool in cfg.gpu_pools if pool.mig and not cfg.is_aws for node in pool.nodes]
+        self.release_name = self.release.name.apply(lambda n: n or RELEASE_NAME)
         self.register_outputs({"namespace": naming.GPU_OPERATOR_NAMESPACE})

@@ -19,21 +19,35 @@ plane, vLLM's tensor-parallel bootstrap and NCCL's TCP bootstrap between the pod
 acceptable: the tenant's NetworkPolicies (tenancy.py, `allow-peers-<model>` on top of default-deny) admit that
 traffic only from pods of the same model in the same namespace, every other port still requires mTLS and an
 ALLOW policy, and the bulk tensor traffic rides EFA/InfiniBand RDMA, which no sidecar can see or encrypt anyway.
+
+Mesh takes its own `args` (MeshArgs: the tenants, the models they serve, where the gateway and Prometheus run), so
+a platform team can use it without the kit's stack config; infra.component_args maps PlatformConfig to them.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.errors import Problems, check_shape
 from components.k8s import naming, versions
+from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import Model, PlatformConfig
+from components.k8s.tenancy import TenantModel, TenantModelArgs
+from components.k8s.values import Tenant
 
 __all__ = [
+    "TYPE",
+    "DEFAULT_TRACE_SAMPLING_PERCENT",
+    "MeshTenantArgs",
+    "MeshArgs",
+    "MeshView",
+    "MeshSpec",
+    "mesh_spec",
     "MTLS_MODE",
     "MESH_SCRAPE_TLS",
     "MODEL_SERVER_COMPONENT",
@@ -48,6 +62,8 @@ __all__ = [
     "Mesh",
 ]
 
+TYPE = "aifactory:k8s:Mesh"  # the type token of the kit's existing stacks (part of every child's URN)
+DEFAULT_TRACE_SAMPLING_PERCENT = 1.0  # Istio's own default random sampling rate
 MTLS_MODE = "STRICT"
 MODEL_SERVER_COMPONENT = "model-server"  # naming.common_labels(component=...) of every model pod
 OTEL_TRACING_PROVIDER = "otel"
@@ -67,6 +83,124 @@ MESH_SCRAPE_TLS: dict[str, Any] = {
 }
 
 
+class MeshTenantArgs(TypedDict):
+    """A tenant namespace that gets allow-nothing authorization and the kit's ALLOW policies."""
+
+    namespace: NotRequired[str]
+    """The tenant's namespace. Default: the tenant's name."""
+
+
+class MeshArgs(TypedDict):
+    """Arguments of a Mesh."""
+
+    tenants: dict[str, MeshTenantArgs]
+    """The tenants, by name."""
+    models: NotRequired[dict[str, TenantModelArgs]]
+    """The models the tenants serve, by name (their callers and multi-node peers get ALLOW policies).
+    Default: none."""
+    kubernetes_version: NotRequired[str]
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    gateway_namespace: NotRequired[str]
+    """The namespace of the gateway (its service account may call every model). Default: aifactory-gateway."""
+    monitoring_namespace: NotRequired[str]
+    """Where Prometheus (allowed to scrape) and the OpenTelemetry Collector (the mesh's spans) run.
+    Default: monitoring."""
+    trace_sampling_percent: NotRequired[float]
+    """Share of requests without a trace that sidecars start one for, percent. Default: 1."""
+
+
+class MeshModelView(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def tenant(self) -> str: ...
+
+    @property
+    def callers(self) -> tuple[str, ...]: ...
+
+    @property
+    def multi_node(self) -> bool: ...
+
+
+class _NamespaceView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+
+class _ObservabilityView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+    @property
+    def mesh_trace_sampling_percent(self) -> float: ...
+
+
+class MeshView(Protocol):
+    """What the build functions read: Mesh's MeshSpec (from its args), or the kit's PlatformConfig."""
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def tenants(self) -> Mapping[str, Tenant]: ...
+
+    @property
+    def models(self) -> Mapping[str, MeshModelView]: ...
+
+    @property
+    def gateway(self) -> _NamespaceView: ...
+
+    @property
+    def observability(self) -> _ObservabilityView: ...
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    namespace: str
+
+
+@dataclass(frozen=True)
+class _Observability:
+    namespace: str
+    mesh_trace_sampling_percent: float
+
+
+@dataclass(frozen=True)
+class MeshSpec:
+    """MeshArgs with every default applied (a MeshView)."""
+
+    tenants: Mapping[str, Tenant]
+    models: Mapping[str, TenantModel]
+    gateway: _Namespace
+    observability: _Observability
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+
+
+def mesh_spec(name: str, args: MeshArgs) -> MeshSpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("Mesh", name, args, MeshArgs)  # typos, unknown keys, wrong types: before any read
+    problems = Problems("Mesh", name)
+    tenants, models = args["tenants"], args.get("models") or {}
+    for key, m in models.items():
+        if m["tenant"] not in tenants:
+            problems.add(f"models.{key}.tenant", f"{m['tenant']!r} is not a tenant; tenants: {', '.join(tenants)}")
+        for i, caller in enumerate(m.get("callers") or ()):
+            if caller not in models:
+                problems.add(f"models.{key}.callers[{i}]", f"{caller!r} is not a model; models: {', '.join(models)}")
+    percent = args.get("trace_sampling_percent", DEFAULT_TRACE_SAMPLING_PERCENT)
+    if not 0 <= percent <= 100:
+        problems.add("traceSamplingPercent", f"{percent} is not between 0 and 100")
+    problems.raise_any()
+    return MeshSpec(
+        tenants={k: Tenant(name=k, namespace=t.get("namespace", k)) for k, t in tenants.items()},
+        models={k: TenantModel(name=k, tenant=m["tenant"], callers=tuple(m.get("callers") or ()),
+                               multi_node=m.get("multi_node", False)) for k, m in models.items()},
+        gateway=_Namespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
+        observability=_Observability(args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE), percent),
+        kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION))
+
+
 def peer_authentication() -> dict[str, Any]:
     """The mesh-wide PeerAuthentication: mTLS required on every sidecar's inbound traffic."""
     return {"apiVersion": "security.istio.io/v1", "kind": "PeerAuthentication",
@@ -74,7 +208,7 @@ def peer_authentication() -> dict[str, Any]:
             "spec": {"mtls": {"mode": MTLS_MODE}}}
 
 
-def tracing_telemetry(cfg: PlatformConfig) -> dict[str, Any]:
+def tracing_telemetry(cfg: MeshView) -> dict[str, Any]:
     """Mesh-wide tracing to the Collector. Sidecars start a trace for `observability.meshTraceSamplingPercent`
     of the requests that arrive without one (default 1%, Istio's own default sampling rate). Envoy's
     OpenTelemetry tracer follows an incoming `traceparent`'s sampled flag (envoyproxy/envoy#35721; changed by
@@ -86,7 +220,7 @@ def tracing_telemetry(cfg: PlatformConfig) -> dict[str, Any]:
                                   "randomSamplingPercentage": cfg.observability.mesh_trace_sampling_percent}]}}
 
 
-def istiod_values(cfg: PlatformConfig) -> dict[str, Any]:
+def istiod_values(cfg: MeshView) -> dict[str, Any]:
     collector = f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
     return {
         "pilot": {
@@ -126,8 +260,8 @@ def _policy(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:
             "metadata": {"name": name, "namespace": namespace, "labels": dict(naming.MANAGED_BY)}, "spec": spec}
 
 
-def _principal(cfg: PlatformConfig, model: Model) -> str:
-    return naming.istio_principal(cfg.tenant_of(model).namespace, naming.model_service_account(model.name))
+def _principal(cfg: MeshView, model: MeshModelView) -> str:
+    return naming.istio_principal(cfg.tenants[model.tenant].namespace, naming.model_service_account(model.name))
 
 
 def _allow(selector: dict[str, str], principals: list[str], ports: list[int] | None) -> dict[str, Any]:
@@ -137,7 +271,7 @@ def _allow(selector: dict[str, str], principals: list[str], ports: list[int] | N
     return {"selector": {"matchLabels": selector}, "action": "ALLOW", "rules": [rule]}
 
 
-def authorization_policies(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def authorization_policies(cfg: MeshView) -> list[dict[str, Any]]:
     """Every AuthorizationPolicy in the tenant namespaces, tenant by tenant (config order)."""
     gateway = naming.istio_principal(cfg.gateway.namespace, naming.GATEWAY_SERVICE_ACCOUNT)
     prometheus = naming.istio_principal(cfg.observability.namespace, naming.PROMETHEUS_SERVICE_ACCOUNT)
@@ -168,14 +302,20 @@ def _custom(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s
 class Mesh(pulumi.ComponentResource):
     """Istio control plane, STRICT mTLS and the tenant namespaces' authorization policies."""
 
-    namespace: k8s.core.v1.Namespace
-    istiod: k8s.helm.v3.Release
+    mtls: pulumi.Output[str]
+    """The mesh-wide mTLS mode (STRICT)."""
+    istio_version: pulumi.Output[str]
+    """The Istio release the charts are pinned to."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, tenant_namespaces: Mapping[str, k8s.core.v1.Namespace],
-                 after: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:Mesh", name, None, opts)
+    def __init__(self, name: str, args: MeshArgs, opts: pulumi.ResourceOptions | None = None,
+                 tenant_namespaces: Mapping[str, k8s.core.v1.Namespace] | None = None,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        """`tenant_namespaces`: the Namespace resources by tenant (each namespace's policies wait for it); default:
+        none (the namespaces exist already)."""
+        super().__init__(TYPE, name, None, opts)
+        cfg = mesh_spec(name, args)
         # istio-system hosts the CNI node agent (host network and host paths): privileged.
-        self.namespace = create_namespace(
+        self.namespace: k8s.core.v1.Namespace = create_namespace(
             f"{name}-ns", naming.ISTIO_NAMESPACE,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=pulumi.ResourceOptions(parent=self))
@@ -184,15 +324,17 @@ class Mesh(pulumi.ComponentResource):
                                 namespace=naming.ISTIO_NAMESPACE, values={}, opts=in_ns)
         cni = versions.release(f"{name}-cni", versions.ISTIO_CNI, release_name="istio-cni",
                                namespace=naming.ISTIO_NAMESPACE, values={}, opts=in_ns)
-        self.istiod = versions.release(
+        self.istiod: k8s.helm.v3.Release = versions.release(
             f"{name}-istiod", versions.ISTIOD, release_name="istiod", namespace=naming.ISTIO_NAMESPACE,
             values=istiod_values(cfg), opts=pulumi.ResourceOptions(parent=self, depends_on=[base, cni, *after]))
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[base])
         _custom(f"{name}-peer-authentication", peer_authentication(), after_crds)
         _custom(f"{name}-tracing", tracing_telemetry(cfg), after_crds)
-        by_ns = {t.namespace: tenant_namespaces[t.name] for t in cfg.tenants.values()}
+        by_ns = {t.namespace: [tenant_namespaces[t.name]] if tenant_namespaces else [] for t in cfg.tenants.values()}
         for policy in authorization_policies(cfg):
             ns = policy["metadata"]["namespace"]
             _custom(f"{name}-{ns}-{policy['metadata']['name']}", policy,
-                    pulumi.ResourceOptions(parent=self, depends_on=[base, by_ns[ns]]))
+                    pulumi.ResourceOptions(parent=self, depends_on=[base, *by_ns[ns]]))
+        self.mtls = pulumi.Output.from_input(MTLS_MODE)
+        self.istio_version = pulumi.Output.from_input(versions.ISTIO_VERSION)
         self.register_outputs({"mtls": MTLS_MODE, "istioVersion": versions.ISTIO_VERSION})

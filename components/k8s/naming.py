@@ -6,6 +6,8 @@ accounts; the policy pack and dashboards read them too. Changing one is an API c
 
 from __future__ import annotations
 
+from components.vocabulary import POOL_LABEL
+
 __all__ = [
     "MANAGED_BY",
     "LABEL_MODEL",
@@ -27,7 +29,6 @@ __all__ = [
     "NETWORK_OPERATOR_NAMESPACE",
     "ISTIO_NAMESPACE",
     "SYSTEM_NAMESPACE",
-    "SYSTEM_NAMESPACES",
     "GATE_SUFFIX",
     "variant_of_member",
     "FIDELITY_CONFIG_MAP",
@@ -44,7 +45,7 @@ __all__ = [
 MANAGED_BY = {"app.kubernetes.io/managed-by": "aifactory"}
 LABEL_MODEL = "aifactory.io/model"
 LABEL_TENANT = "aifactory.io/tenant"
-LABEL_POOL = "aifactory.io/pool"  # same key as infra.config.POOL_LABEL (node label)
+LABEL_POOL = POOL_LABEL  # node label naming a node's pool (components.vocabulary)
 LABEL_COMPONENT = "app.kubernetes.io/component"
 
 GATEWAY_APP = "aifactory-gateway"  # app.kubernetes.io/name of the Envoy gateway pods
@@ -64,12 +65,6 @@ GPU_OPERATOR_NAMESPACE = "gpu-operator"
 NETWORK_OPERATOR_NAMESPACE = "nvidia-network-operator"
 ISTIO_NAMESPACE = "istio-system"
 SYSTEM_NAMESPACE = "aifactory-system"  # cluster add-ons the kit runs (EFA plugin, autoscaler, collectors)
-# Kubernetes' own namespaces and the platform's (the gateway's and observability's at their default names): never a
-# tenant's (the config reader and the policy pack both refuse them).
-SYSTEM_NAMESPACES = frozenset(
-    {"default", "kube-system", "kube-public", "kube-node-lease", ISTIO_NAMESPACE, "monitoring",
-     GPU_OPERATOR_NAMESPACE, NETWORK_OPERATOR_NAMESPACE, "aifactory-gateway", SYSTEM_NAMESPACE}
-)
 
 # The gateway's Envoy reaches each variant of a workload through an in-process "overflow gate": an internal listener
 # and the cluster `<variant>__gate` (components/k8s/envoy_config.py); the policy pack reads routes back through it.

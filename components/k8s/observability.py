@@ -11,23 +11,30 @@ Every backend keeps its data across restarts: Prometheus and Alertmanager on PVC
 PVC, Loki in the kit's S3 bucket (AWS, `LokiBucket`) or on its volume (one binary), Alloy's positions on
 the node. Volumes are sized from `observability.ingest` and the retentions (README, "Observability data").
 Alertmanager routes by severity to the stack's receivers, reading credentials from mounted Secrets.
+
+Observability takes its own `args` (ObservabilityArgs: retentions, expected ingest, pinned volumes, alert
+receivers and routes, where the gateway and the tenants run), so a platform team can use it without the kit's
+stack config; infra.component_args maps PlatformConfig to them.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
 import hashlib
 import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from typing import Any, NotRequired, Protocol, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.errors import Problems, check_shape
 from components.aws.log_store import LOKI_INDEX_TABLE_PREFIX
 from components.k8s import naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
+from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION
 from components.k8s.mesh import PROMETHEUS_CERTS_DIR
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.otel_config import (
@@ -38,11 +45,33 @@ from components.k8s.otel_config import (
     collector_config,
     service_host,
 )
-from components.k8s.storage import cache_storage_class_name
-from infra.artifacts import dump_yaml
-from infra.config import AlertReceiver, PlatformConfig
+from components.k8s.storage import StorageTargetView, cache_storage_class_name
+from components.k8s.values import (
+    ALERT_RECEIVER_TYPES,
+    ALERT_SEVERITIES,
+    Alerting,
+    AlertReceiver,
+    Heartbeat,
+    Ingest,
+    ObservabilitySettings,
+    SecretRef,
+    Tenant,
+    VolumeSizes,
+)
+from components.vocabulary import dump_yaml
 
 __all__ = [
+    "TYPE",
+    "IngestArgs",
+    "VolumeSizesArgs",
+    "SecretRefArgs",
+    "AlertReceiverArgs",
+    "HeartbeatArgs",
+    "AlertingArgs",
+    "ObservabilityArgs",
+    "BackendsView",
+    "BackendsSpec",
+    "observability_spec",
     "DASHBOARD_LABEL",
     "DASHBOARD_LABEL_VALUE",
     "COLLECTOR_CONFIGMAP",
@@ -82,6 +111,7 @@ __all__ = [
     "Observability",
 ]
 
+TYPE = "aifactory:k8s:Observability"  # the type token of the kit's existing stacks (part of every child's URN)
 DASHBOARD_LABEL = naming.DASHBOARD_LABEL  # the Grafana sidecar's dashboard label (and value) and folder annotation
 DASHBOARD_LABEL_VALUE = naming.DASHBOARD_LABEL_VALUE
 DASHBOARD_FOLDER_ANNOTATION = naming.DASHBOARD_FOLDER_ANNOTATION
@@ -136,6 +166,239 @@ ISTIO_CERTS_VOLUME = "istio-certs"
 ISTIO_OUTPUT_CERTS = "/etc/istio-output-certs"
 
 
+class IngestArgs(TypedDict):
+    """Expected ingest: the basis of every backend's disk size."""
+
+    samples_per_second: NotRequired[int]
+    """Prometheus samples per second. Default: 10000."""
+    log_gib_per_day: NotRequired[float]
+    """Raw log lines per day. Default: 5."""
+    spans_per_second: NotRequired[int]
+    """Spans reaching the Collector (after mesh sampling). Default: 500."""
+
+
+class VolumeSizesArgs(TypedDict):
+    """Pinned disk sizes (GiB): once a backend's volume exists its size should stop following retention and ingest."""
+
+    prometheus_gib: NotRequired[int]
+    """Default: sized from ingest and retention."""
+    loki_gib: NotRequired[int]
+    """Default: sized from ingest and retention (filesystem mode)."""
+    jaeger_gib: NotRequired[int]
+    """Default: sized from span ingest and traceRetention."""
+
+
+class SecretRefArgs(TypedDict):
+    """A key of a Kubernetes Secret in the observability namespace (created outside the component)."""
+
+    name: str
+    """The Secret's name."""
+    key: str
+    """The key in it."""
+
+
+class AlertReceiverArgs(TypedDict):
+    """One Alertmanager receiver; credentials only ever as a Secret reference."""
+
+    type: str
+    """slack, pagerduty, email or webhook."""
+    secret: NotRequired[SecretRefArgs]
+    """slack: the webhook URL; pagerduty: the routing key; email: the SMTP password; webhook: a bearer token.
+    Required for slack and pagerduty. Default: none."""
+    channel: NotRequired[str]
+    """slack: required. Default: none."""
+    to: NotRequired[str]
+    """email: required. Default: none."""
+    sender: NotRequired[str]
+    """email (from): required. Default: none."""
+    smarthost: NotRequired[str]
+    """email: required, host:port. Default: none."""
+    username: NotRequired[str]
+    """email: the SMTP user. Default: no SMTP authentication."""
+    url: NotRequired[str]
+    """webhook: required, http(s)://. Default: none."""
+
+
+class HeartbeatArgs(TypedDict):
+    """The dead-man's switch: the always-firing Watchdog alert to `receiver` every `repeat_interval`."""
+
+    receiver: str
+    """One of alerting.receivers."""
+    repeat_interval: NotRequired[str]
+    """Default: 5m."""
+
+
+class AlertingArgs(TypedDict):
+    """Where alerts go."""
+
+    receivers: NotRequired[dict[str, AlertReceiverArgs]]
+    """By name. Default: none."""
+    routes: NotRequired[dict[str, list[str]]]
+    """Per severity (critical, warning, info) the receivers that get it. Default: none (alerts stay in the UI)."""
+    heartbeat: NotRequired[HeartbeatArgs]
+    """Default: none (Watchdog goes to "null")."""
+
+
+class ObservabilityArgs(TypedDict):
+    """Arguments of an Observability."""
+
+    namespace: NotRequired[str]
+    """The observability namespace. Default: monitoring."""
+    retention: NotRequired[str]
+    """Prometheus retention (e.g. 15d). Default: 15d."""
+    trace_retention: NotRequired[str]
+    """Traces kept in Jaeger. Default: 7d."""
+    loki_mode: NotRequired[str]
+    """single-binary or simple-scalable. Default: single-binary."""
+    trace_sample_ratio: NotRequired[float]
+    """Share of traces the Collector keeps for Jaeger (span metrics see all). Default: 1.0."""
+    control_plane_metrics: NotRequired[bool]
+    """Scrape the controller manager, scheduler, etcd and kube-proxy. Default: false."""
+    ingest: NotRequired[IngestArgs]
+    """Default: 10000 samples/s, 5 GiB of logs a day, 500 spans/s."""
+    volumes: NotRequired[VolumeSizesArgs]
+    """Default: nothing pinned."""
+    alerting: NotRequired[AlertingArgs]
+    """Default: no receivers (alerts stay in the UI)."""
+    tenant_namespaces: NotRequired[list[str]]
+    """Namespaces whose Istio sidecars Prometheus scrapes (the gateway's too). Default: none."""
+    gateway_namespace: NotRequired[str]
+    """Default: aifactory-gateway."""
+    kubernetes_version: NotRequired[str]
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    aws_region: NotRequired[str]
+    """The cluster is EKS in this region (volumes on the kit's gp3 class). Default: none (an existing cluster)."""
+    storage_class: NotRequired[str]
+    """The StorageClass of the backends' volumes; required off AWS. Default: the kit's gp3 class on AWS."""
+
+
+class _NamespaceView(Protocol):
+    @property
+    def namespace(self) -> str: ...
+
+
+class BackendsView(Protocol):
+    """What the build functions read: Observability's BackendsSpec (from its args), or the kit's PlatformConfig."""
+
+    @property
+    def observability(self) -> ObservabilitySettings: ...
+
+    @property
+    def tenants(self) -> Mapping[str, _NamespaceView]: ...
+
+    @property
+    def gateway(self) -> _NamespaceView: ...
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def is_aws(self) -> bool: ...
+
+    @property
+    def target(self) -> StorageTargetView: ...
+
+
+@dataclass(frozen=True)
+class _Namespace:
+    namespace: str
+
+
+@dataclass(frozen=True)
+class _Target:
+    storage_class: str | None
+
+
+@dataclass(frozen=True)
+class BackendsSpec:
+    """ObservabilityArgs with every default applied (a BackendsView)."""
+
+    observability: ObservabilitySettings
+    tenants: Mapping[str, Tenant]
+    gateway: _Namespace
+    target: _Target
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    is_aws: bool = False
+
+
+_DURATION = re.compile(r"^[1-9][0-9]*(h|d|w|y)$")  # Prometheus-style retention: 15d, 36h, 2w
+LOKI_MODES = ("single-binary", "simple-scalable")
+
+
+def _some(cls: type, given: Mapping[str, Any]) -> Any:
+    """A values dataclass from the keys `given` sets; the others keep their documented defaults."""
+    known = {f.name for f in fields(cls)}
+    return cls(**{k: v for k, v in given.items() if k in known})
+
+
+def _receiver(name: str, r: AlertReceiverArgs) -> AlertReceiver:
+    secret = r.get("secret")
+    rest: dict[str, Any] = {k: v for k, v in r.items() if k not in ("type", "secret")}
+    return AlertReceiver(name=name, type=r["type"],  # type: ignore[arg-type]
+                         secret=SecretRef(secret["name"], secret["key"]) if secret is not None else None, **rest)
+
+
+def _alerting_problems(problems: Problems, alerting: AlertingArgs) -> None:
+    receivers = alerting.get("receivers") or {}
+    required = {"slack": ("secret", "channel"), "pagerduty": ("secret",), "email": ("to", "sender", "smarthost"),
+                "webhook": ("url",)}
+    for key, r in receivers.items():
+        path = f"alerting.receivers.{key}"
+        if r["type"] not in ALERT_RECEIVER_TYPES:
+            problems.add(f"{path}.type", f"{r['type']!r} is not allowed; choose one of: "
+                                         f"{', '.join(ALERT_RECEIVER_TYPES)}")
+            continue
+        for needed in required[r["type"]]:
+            if needed not in r:
+                problems.add(f"{path}.{needed}", f"is required for type {r['type']!r}")
+    for severity, names in (alerting.get("routes") or {}).items():
+        if severity not in ALERT_SEVERITIES:
+            problems.add(f"alerting.routes.{severity}", f"{severity!r} is not a severity; choose one of: "
+                                                        f"{', '.join(ALERT_SEVERITIES)}")
+        for i, n in enumerate(names):
+            if n not in receivers:
+                problems.add(f"alerting.routes.{severity}[{i}]", f"{n!r} is not a receiver; receivers: "
+                                                                 f"{', '.join(receivers) or 'none'}")
+    heartbeat = alerting.get("heartbeat")
+    if heartbeat is not None and heartbeat["receiver"] not in receivers:
+        problems.add("alerting.heartbeat.receiver", f"{heartbeat['receiver']!r} is not a receiver; receivers: "
+                                                    f"{', '.join(receivers) or 'none'}")
+
+
+def observability_spec(name: str, args: ObservabilityArgs) -> BackendsSpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("Observability", name, args, ObservabilityArgs)  # typos, unknown keys, wrong types
+    problems = Problems("Observability", name)
+    for key, camel in (("retention", "retention"), ("trace_retention", "traceRetention")):
+        if key in args and not _DURATION.match(args[key]):  # type: ignore[literal-required]
+            problems.add(camel, f"{args[key]!r} is not a duration such as 15d, 36h or 2w")  # type: ignore[literal-required]
+    if args.get("loki_mode", LOKI_MODES[0]) not in LOKI_MODES:
+        problems.add("lokiMode", f"{args['loki_mode']!r} is not allowed; choose one of: {', '.join(LOKI_MODES)}")
+    if not 0 < args.get("trace_sample_ratio", 1.0) <= 1:
+        problems.add("traceSampleRatio", f"{args['trace_sample_ratio']} is not in (0, 1]")
+    _alerting_problems(problems, args.get("alerting") or {})
+    if "aws_region" not in args and "storage_class" not in args:
+        problems.add("storageClass", "is required off AWS (no awsRegion): the class the backends' volumes use")
+    problems.raise_any()
+    alerting = args.get("alerting") or {}
+    heartbeat = alerting.get("heartbeat")
+    settings = _some(ObservabilitySettings, {
+        **{k: v for k, v in args.items() if k not in ("ingest", "volumes", "alerting")},
+        "ingest": _some(Ingest, args.get("ingest") or {}),
+        "volumes": _some(VolumeSizes, args.get("volumes") or {}),
+        "alerting": Alerting(
+            receivers={k: _receiver(k, r) for k, r in (alerting.get("receivers") or {}).items()},
+            routes={s: tuple(names) for s, names in (alerting.get("routes") or {}).items()},
+            heartbeat=_some(Heartbeat, heartbeat) if heartbeat is not None else None)})
+    return BackendsSpec(
+        observability=settings,
+        tenants={ns: Tenant(name=ns, namespace=ns) for ns in args.get("tenant_namespaces") or ()},
+        gateway=_Namespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
+        target=_Target(args.get("storage_class")),
+        kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION),
+        is_aws="aws_region" in args)
+
+
 def _res(cpu: str, memory: str, cpu_limit: str, memory_limit: str) -> dict[str, Any]:
     return security.resources(cpu, memory, cpu_limit=cpu_limit, memory_limit=memory_limit)
 
@@ -159,7 +422,7 @@ def prometheus_mesh_pod_settings() -> dict[str, Any]:
     }
 
 
-def _datasources(cfg: PlatformConfig) -> list[dict[str, Any]]:
+def _datasources(cfg: BackendsView) -> list[dict[str, Any]]:
     ns = cfg.observability.namespace
     return [
         {"name": "Loki", "type": "loki", "uid": "loki", "access": "proxy",
@@ -187,7 +450,7 @@ def _volume_gib(bytes_retained: float) -> int:
     return max(MIN_VOLUME_GIB, math.ceil(bytes_retained * DISK_HEADROOM / GIB))
 
 
-def prometheus_volume_gib(cfg: PlatformConfig) -> int:
+def prometheus_volume_gib(cfg: BackendsView) -> int:
     """`observability.volumes.prometheusGiB` when pinned, else samples/s x seconds retained x bytes/sample,
     plus headroom (the Prometheus docs' sizing formula)."""
     obs = cfg.observability
@@ -197,7 +460,7 @@ def prometheus_volume_gib(cfg: PlatformConfig) -> int:
                        * PROMETHEUS_BYTES_PER_SAMPLE)
 
 
-def jaeger_volume_gib(cfg: PlatformConfig) -> int:
+def jaeger_volume_gib(cfg: BackendsView) -> int:
     """`observability.volumes.jaegerGiB` when pinned, else spans kept (after the Collector's sampling) x
     bytes/span x the trace retention, plus headroom."""
     obs = cfg.observability
@@ -207,7 +470,7 @@ def jaeger_volume_gib(cfg: PlatformConfig) -> int:
                        * retention_days(obs.trace_retention) * JAEGER_BYTES_PER_SPAN)
 
 
-def loki_volume_gib(cfg: PlatformConfig) -> int:
+def loki_volume_gib(cfg: BackendsView) -> int:
     """Filesystem mode: `observability.volumes.lokiGiB` when pinned, else compressed log bytes for the whole
     retention, plus headroom."""
     obs = cfg.observability
@@ -216,14 +479,14 @@ def loki_volume_gib(cfg: PlatformConfig) -> int:
     return _volume_gib(obs.ingest.log_gib_per_day * GIB / LOKI_COMPRESSION_RATIO * retention_days(obs.retention))
 
 
-def _claim(size_gib: int, cfg: PlatformConfig) -> dict[str, Any]:
+def _claim(size_gib: int, cfg: BackendsView) -> dict[str, Any]:
     spec: dict[str, Any] = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": f"{size_gib}Gi"}}}
     if (sc := cache_storage_class_name(cfg)) is not None:
         spec["storageClassName"] = sc
     return spec
 
 
-def control_plane_values(cfg: PlatformConfig) -> dict[str, Any]:
+def control_plane_values(cfg: BackendsView) -> dict[str, Any]:
     """Scrape the control plane only where the target exposes it. EKS runs controller manager, scheduler
     and etcd out of reach, and its kube-proxy add-on binds metrics to 127.0.0.1:10249 (kube-proxy's
     default; aws/containers-roadmap#657: the add-on reverts edits), so every target would be down and
@@ -268,7 +531,7 @@ def _receiver_config(receiver: AlertReceiver) -> dict[str, Any]:
     return out
 
 
-def watchdog_route(cfg: PlatformConfig) -> dict[str, Any]:
+def watchdog_route(cfg: BackendsView) -> dict[str, Any]:
     """The always-firing Watchdog alert (kube-prometheus-stack's general rules): to the heartbeat receiver, sent
     at once and again every `heartbeat.repeatInterval`, so the heartbeat service pages when the pings stop (the
     alerting pipeline is down). Without a heartbeat it goes to "null"."""
@@ -280,7 +543,7 @@ def watchdog_route(cfg: PlatformConfig) -> dict[str, Any]:
     return route
 
 
-def alertmanager_config(cfg: PlatformConfig) -> dict[str, Any]:
+def alertmanager_config(cfg: BackendsView) -> dict[str, Any]:
     """The whole Alertmanager configuration: severity routes to the configured receivers (each severity's
     receivers all get it), Watchdog to the heartbeat receiver (or "null"), unrouted severities to "null", and
     the chart's inhibition rules."""
@@ -320,11 +583,11 @@ def alert_templates() -> dict[str, str]:
         '{{ .Annotations.description }}\nRunbook: {{ .Annotations.runbook_url }}\n{{ end }}{{ end }}\n')}
 
 
-def _alertmanager_secrets(cfg: PlatformConfig) -> list[str]:
+def _alertmanager_secrets(cfg: BackendsView) -> list[str]:
     return sorted({r.secret.name for r in cfg.observability.alerting.receivers.values() if r.secret is not None})
 
 
-def alertmanager_secret_reads(name: str, cfg: PlatformConfig, *,
+def alertmanager_secret_reads(name: str, cfg: BackendsView, *,
                               opts: pulumi.ResourceOptions) -> list[k8s.core.v1.Secret]:
     """Reads every Secret a receiver names (`name`-receiver-secret-<Secret>), so `pulumi preview` and `up` stop
     with the Secret's name when one is missing, before the release that needs it: the chart mounts each of
@@ -338,7 +601,7 @@ def alertmanager_secret_reads(name: str, cfg: PlatformConfig, *,
 
 KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
 
-def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
+def kube_prometheus_stack_values(cfg: BackendsView) -> dict[str, Any]:
     selectors = {f"{kind}SelectorNilUsesHelmValues": False
                  for kind in ("rule", "serviceMonitor", "podMonitor", "probe", "scrapeConfig")}
     return {
@@ -384,7 +647,7 @@ def kube_prometheus_stack_values(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def collector_configmap(cfg: PlatformConfig) -> dict[str, Any]:
+def collector_configmap(cfg: BackendsView) -> dict[str, Any]:
     """The Collector's ConfigMap: the chart mounts key `relay` as /conf/relay.yaml."""
     return {"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": COLLECTOR_CONFIGMAP, "namespace": cfg.observability.namespace,
@@ -399,7 +662,7 @@ def config_checksum(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
-def collector_values(cfg: PlatformConfig) -> dict[str, Any]:
+def collector_values(cfg: BackendsView) -> dict[str, Any]:
     off = {"enabled": False}
     return {
         "mode": "deployment",
@@ -428,7 +691,7 @@ def collector_values(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def collector_service_monitor(cfg: PlatformConfig) -> dict[str, Any]:
+def collector_service_monitor(cfg: BackendsView) -> dict[str, Any]:
     """Scrapes the Collector's prometheus exporter (spanmetrics and the kit's OTLP metrics) and its own
     telemetry (what it received, sent, refused and dropped)."""
     return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
@@ -440,7 +703,7 @@ def collector_service_monitor(cfg: PlatformConfig) -> dict[str, Any]:
                                    {"port": "metrics", "interval": "30s"}]}}
 
 
-def sidecar_pod_monitor(cfg: PlatformConfig) -> dict[str, Any]:
+def sidecar_pod_monitor(cfg: BackendsView) -> dict[str, Any]:
     """Scrapes every sidecar of the meshed namespaces (the tenants' and the gateway's) for Istio's standard
     metrics, which the Mesh dashboard and the workload:istio_* rules read. Plain HTTP: port 15090 is outside the
     mesh's capture, so STRICT mTLS does not apply to it (and a PodMonitor could not present the mesh
@@ -461,7 +724,7 @@ def _hours(retention: str) -> str:
     return f"{round(retention_days(retention) * 24)}h"
 
 
-def jaeger_config(cfg: PlatformConfig) -> dict[str, Any]:
+def jaeger_config(cfg: BackendsView) -> dict[str, Any]:
     """Jaeger v2's configuration (the chart's `userconfig`, passed as `--config`): OTLP in on every
     interface, Badger on the pod's volume with the configured trace retention as its TTL.
 
@@ -498,7 +761,7 @@ def jaeger_config(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def jaeger_volume_claim(cfg: PlatformConfig) -> dict[str, Any]:
+def jaeger_volume_claim(cfg: BackendsView) -> dict[str, Any]:
     """The Badger volume. Not awaited: on a WaitForFirstConsumer class it binds when Jaeger's pod starts."""
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
             "metadata": {"name": JAEGER_VOLUME_CLAIM, "namespace": cfg.observability.namespace,
@@ -506,7 +769,7 @@ def jaeger_volume_claim(cfg: PlatformConfig) -> dict[str, Any]:
             "spec": _claim(jaeger_volume_gib(cfg), cfg)}
 
 
-def jaeger_values(cfg: PlatformConfig) -> dict[str, Any]:
+def jaeger_values(cfg: BackendsView) -> dict[str, Any]:
     """Jaeger v2 (one all-in-one pod: OTLP in, query UI on 16686) on Badger. The chart (4.x after 4.0)
     names the component `jaeger` and serves OTLP and the UI from one Service named after fullnameOverride."""
     return {
@@ -526,7 +789,7 @@ def jaeger_values(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[str, Any]:
+def loki_values(cfg: BackendsView, bucket: LokiBucket | None = None) -> dict[str, Any]:
     """Loki in the configured mode. On AWS (`bucket` given) chunks and index live in the kit's S3 bucket,
     reached through the service account's IRSA role (no keys: the SDK's web-identity credentials). On an
     existing cluster Loki runs as one binary on its own volume: a single node, no replication."""
@@ -585,7 +848,7 @@ def loki_values(cfg: PlatformConfig, bucket: LokiBucket | None = None) -> dict[s
     }
 
 
-def alloy_config(cfg: PlatformConfig) -> str:
+def alloy_config(cfg: BackendsView) -> str:
     """Alloy (River) pipeline: tail this node's pod logs, label them, push them to Loki."""
     loki = f"http://{service_host(LOKI_GATEWAY_SERVICE, cfg.observability.namespace)}/loki/api/v1/push"
     relabels = [("__meta_kubernetes_namespace", "namespace"), ("__meta_kubernetes_pod_name", "pod"),
@@ -609,7 +872,7 @@ def alloy_config(cfg: PlatformConfig) -> str:
     )
 
 
-def alloy_values(cfg: PlatformConfig) -> dict[str, Any]:
+def alloy_values(cfg: BackendsView) -> dict[str, Any]:
     return {
         "fullnameOverride": ALLOY_RELEASE,
         "controller": {"type": "daemonset", "tolerations": [{"operator": "Exists"}],  # every node's logs
@@ -628,20 +891,23 @@ def alloy_values(cfg: PlatformConfig) -> dict[str, Any]:
 class Observability(pulumi.ComponentResource):
     """Metrics, traces and logs backends plus the Collector in the observability namespace."""
 
-    namespace: k8s.core.v1.Namespace
-    prometheus_stack: k8s.helm.v3.Release
+    collector_otlp_grpc: pulumi.Output[str]
+    """The Collector's OTLP/gRPC endpoint (host:port) for the cluster's workloads."""
+    collector_otlp_http: pulumi.Output[str]
+    """The Collector's OTLP/HTTP endpoint (host:port)."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, loki_bucket: pulumi.Output[LokiBucket] | None = None,
-                 after: Sequence[pulumi.Resource] = (), mesh: Sequence[pulumi.Resource] = (),
-                 opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: ObservabilityArgs, opts: pulumi.ResourceOptions | None = None, *,
+                 loki_bucket: pulumi.Output["LokiBucket"] | None = None, after: Sequence[pulumi.Resource] = (),
+                 mesh: Sequence[pulumi.Resource] = ()) -> None:
         """`loki_bucket`: the S3 bucket and IRSA role Loki uses (AWS); without it Loki keeps logs on its volume.
         `after`: what the releases wait for (system nodes, DNS, the storage class their claims name).
         `mesh`: what Prometheus waits for (default: nothing): istiod, whose injector gives its pod the sidecar
         that writes the mesh certificate its https scrapes present; a pod created first has none until restarted."""
-        super().__init__("aifactory:k8s:Observability", name, None, opts)
+        super().__init__(TYPE, name, None, opts)
+        cfg = observability_spec(name, args)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.
-        self.namespace = create_namespace(
+        self.namespace: k8s.core.v1.Namespace = create_namespace(
             f"{name}-ns", ns_name,
             labels=namespace_labels(pod_security="privileged", kubernetes_version=cfg.kubernetes_version),
             opts=pulumi.ResourceOptions(parent=self))
@@ -654,9 +920,9 @@ class Observability(pulumi.ComponentResource):
 
         receiver_secrets = alertmanager_secret_reads(
             name, cfg, opts=pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after]))
-        self.prometheus_stack = chart("kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE,
-                                      kube_prometheus_stack_values(cfg), pulumi.ResourceOptions(
-                                          parent=self, depends_on=[self.namespace, *after, *mesh, *receiver_secrets]))
+        self.prometheus_stack: k8s.helm.v3.Release = chart(
+            "kube-prometheus-stack", versions.KUBE_PROMETHEUS_STACK, KPS_RELEASE, kube_prometheus_stack_values(cfg),
+            pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after, *mesh, *receiver_secrets]))
         pvc = jaeger_volume_claim(cfg)
         claim = k8s.core.v1.PersistentVolumeClaim(f"{name}-jaeger-storage", metadata=pvc["metadata"],
                                                   spec=pvc["spec"], opts=in_ns)
@@ -680,5 +946,7 @@ class Observability(pulumi.ComponentResource):
             f"{name}-sidecar-monitor", api_version=pm["apiVersion"], kind=pm["kind"], metadata=pm["metadata"],
             spec=pm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
         collector = service_host(COLLECTOR_RELEASE, ns_name)
+        self.collector_otlp_grpc = pulumi.Output.from_input(f"{collector}:{naming.OTEL_GRPC_PORT}")
+        self.collector_otlp_http = pulumi.Output.from_input(f"{collector}:{OTLP_HTTP_PORT}")
         self.register_outputs({"namespace": ns_name, "collectorOtlpGrpc": f"{collector}:{naming.OTEL_GRPC_PORT}",
                                "collectorOtlpHttp": f"{collector}:{OTLP_HTTP_PORT}"})

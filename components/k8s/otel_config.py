@@ -17,10 +17,9 @@ The result is what the Collector runs (its ConfigMap) and what synth writes to o
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from components.k8s import naming
-from infra.config import PlatformConfig
 from telemetry.names import STEP_BUCKETS_S
 
 __all__ = [
@@ -33,6 +32,7 @@ __all__ = [
     "POD_LABEL_ATTRIBUTE_PREFIX",
     "pod_label_attribute",
     "service_host",
+    "CollectorView",
     "collector_config",
 ]
 
@@ -51,6 +51,21 @@ POD_LABEL_ATTRIBUTE_PREFIX = "k8s.pod.label."
 LISTEN = "${env:MY_POD_IP}"  # the chart sets MY_POD_IP; listening on the pod IP only, not 0.0.0.0
 
 
+class _CollectorSettingsView(Protocol):
+    @property
+    def namespace(self) -> str: ...  # where the Collector, Jaeger and Loki run
+
+    @property
+    def trace_sample_ratio(self) -> float: ...
+
+
+class CollectorView(Protocol):
+    """What the Collector's configuration reads: the Observability component's spec or the kit's PlatformConfig."""
+
+    @property
+    def observability(self) -> _CollectorSettingsView: ...
+
+
 def pod_label_attribute(key: str) -> str:
     """The resource attribute a pod label becomes (semantic conventions: `k8s.pod.label.<key>`)."""
     return f"{POD_LABEL_ATTRIBUTE_PREFIX}{key}"
@@ -60,7 +75,7 @@ def service_host(service: str, namespace: str) -> str:
     return f"{service}.{namespace}.svc.cluster.local"
 
 
-def _processors(cfg: PlatformConfig) -> dict[str, Any]:
+def _processors(cfg: CollectorView) -> dict[str, Any]:
     processors: dict[str, Any] = {
         "memory_limiter": {"check_interval": "1s", "limit_percentage": 80, "spike_limit_percentage": 20},
         "k8sattributes": {
@@ -82,7 +97,7 @@ def _processors(cfg: PlatformConfig) -> dict[str, Any]:
     return processors
 
 
-def _pipelines(cfg: PlatformConfig) -> dict[str, Any]:
+def _pipelines(cfg: CollectorView) -> dict[str, Any]:
     common = ["memory_limiter", "k8sattributes", "batch"]
     if cfg.observability.trace_sample_ratio < 1:
         traces = {
@@ -101,7 +116,7 @@ def _pipelines(cfg: PlatformConfig) -> dict[str, Any]:
     }
 
 
-def collector_config(cfg: PlatformConfig) -> dict[str, Any]:
+def collector_config(cfg: CollectorView) -> dict[str, Any]:
     """The Collector configuration (what `otelcol --config` reads)."""
     ns = cfg.observability.namespace
     return {

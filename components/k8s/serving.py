@@ -22,23 +22,29 @@ Everything here is a pure function of (PlatformConfig, Model) returning Kubernet
 component only registers them.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
 import importlib.resources
 import json
 import math
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, NotRequired, Protocol, TypedDict, cast
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.aws import catalog
+from components.aws.defaults import DEFAULT_EFA_HUGEPAGES_MIB
+from components.aws.errors import Problems, check_shape
 from components.aws.iam import irsa_role
+from components.aws.node_pool import TaintArgs
 from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
+from components.k8s.defaults import DEFAULT_MONITORING_NAMESPACE, DEFAULT_STARTUP_BUDGET_SECONDS
+from components.k8s.envoy_config import ObservabilityView
 from components.k8s.gpu_stack import mig_resource, pool_tolerations
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.otel_config import OTLP_HTTP_PORT
@@ -49,13 +55,34 @@ from components.k8s.storage import (
     node_cache_objects,
     node_cache_path,
 )
-from infra.config import DEFAULT_STARTUP_BUDGET_SECONDS, Model, NodePool, PlatformConfig
+from components.k8s.values import (
+    Capacity,
+    InfinibandSettings,
+    Model,
+    NodePool,
+    Replicas,
+    Speculative,
+    Taint,
+    Tenant,
+    infiniband_settings,
+)
+from components.vocabulary import GPU_TAINT_KEY
 from telemetry.names import ENVOY, TRITON, VLLM
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster
 
 __all__ = [
+    "TargetView",
+    "ServingView",
+    "ControllersView",
+    "ModelPoolArgs",
+    "SpeculativeArgs",
+    "ReplicasArgs",
+    "ModelInfinibandArgs",
+    "ModelDeploymentArgs",
+    "ServingSpec",
+    "serving_spec",
     "DEFAULT_VLLM_IMAGE",
     "DEFAULT_EFA_VLLM_IMAGE",
     "vllm_image",
@@ -115,6 +142,45 @@ __all__ = [
     "ModelDeployment",
     "ServingControllers",
 ]
+
+class TargetView(Protocol):
+    @property
+    def region(self) -> str | None: ...  # AWS: the region (per-region DLC images)
+
+    @property
+    def storage_class(self) -> str | None: ...  # an existing cluster: the class every claim names
+
+
+class ServingView(Protocol):
+    """What a model's build functions read: ModelDeployment's ServingSpec (from its args), or the kit's whole
+    PlatformConfig, which has the same attributes."""
+
+    @property
+    def is_aws(self) -> bool: ...
+
+    @property
+    def target(self) -> TargetView: ...
+
+    @property
+    def infiniband(self) -> InfinibandSettings | None: ...
+
+    @property
+    def observability(self) -> ObservabilityView: ...
+
+    def tenant_of(self, model: Model) -> Tenant: ...
+
+    def pool_of(self, model: Model) -> NodePool: ...
+
+
+class ControllersView(ServingView, Protocol):
+    """What ServingControllers reads besides: every model and pool of the stack."""
+
+    @property
+    def models(self) -> Mapping[str, Model]: ...
+
+    @property
+    def node_pools(self) -> Mapping[str, NodePool]: ...
+
 
 DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"  # also the InfiniBand default: NCCL's built-in IB transport
 # needs only libibverbs, which vLLM's docker/Dockerfile installs in its vllm-base stage (libibverbs-dev)
@@ -182,15 +248,15 @@ TRTLLM_QFORMAT: dict[str, str] = {"none": "full_prec", "fp8": "fp8", "awq": "int
 QFORMAT_ANNOTATION = "aifactory.io/trtllm-qformat"
 
 
-def prometheus_url(cfg: PlatformConfig) -> str:
+def prometheus_url(cfg: ServingView) -> str:
     return f"http://{PROMETHEUS_SERVICE}.{cfg.observability.namespace}.svc.cluster.local:{PROMETHEUS_PORT}"
 
 
-def _namespace(cfg: PlatformConfig, model: Model) -> str:
+def _namespace(cfg: ServingView, model: Model) -> str:
     return cfg.tenant_of(model).namespace
 
 
-def _meta(cfg: PlatformConfig, model: Model, name: str | None = None) -> dict[str, Any]:
+def _meta(cfg: ServingView, model: Model, name: str | None = None) -> dict[str, Any]:
     return {"name": name or model.name, "namespace": _namespace(cfg, model), "labels": _labels(model)}
 
 
@@ -240,7 +306,7 @@ class EngineTracing:
         return 0 if self.sample_ratio == 0 else max(1, round(1 / self.sample_ratio))
 
 
-def engine_tracing(cfg: PlatformConfig) -> EngineTracing:
+def engine_tracing(cfg: ServingView) -> EngineTracing:
     """The stack's engine tracing: the Collector in the observability namespace, observability.traceSampleRatio
     (the gateway samples at the same ratio; a request it traced reaches the engine with its traceparent)."""
     host = f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
@@ -260,7 +326,7 @@ def _trace_env(model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
             {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
 
 
-def vllm_image(cfg: PlatformConfig, model: Model) -> str:
+def vllm_image(cfg: ServingView, model: Model) -> str:
     """The vLLM image of a model: nodePools.X.vllmImage, else the fabric's image for multi-node replicas (EFA:
     AWS's DLC with libfabric + aws-ofi-nccl), else the stock image."""
     pool = cfg.pool_of(model)
@@ -370,7 +436,7 @@ def gpu_resources(model: Model) -> dict[str, int]:
     return {"nvidia.com/gpu": _gpus_per_pod(model)}
 
 
-def fabric_resources(cfg: PlatformConfig, model: Model) -> dict[str, int | str]:
+def fabric_resources(cfg: ServingView, model: Model) -> dict[str, int | str]:
     """Data-plane devices each pod of a multi-node replica requests; none for single-node replicas."""
     pool = cfg.pool_of(model)
     if not model.multi_node:
@@ -391,7 +457,7 @@ def _node_share(model: Model, pool: NodePool) -> float:
     return _gpus_per_pod(model) / pool.instance.gpu_count
 
 
-def container_resources(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def container_resources(cfg: ServingView, model: Model) -> dict[str, Any]:
     """CPU and memory in proportion to the pod's share of the node's GPUs; requests == limits."""
     pool = cfg.pool_of(model)
     share = _node_share(model, pool) * DEFAULT_NODE_SHARE
@@ -401,7 +467,7 @@ def container_resources(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
                                                               **fabric_resources(cfg, model)})
 
 
-def _fabric_env(cfg: PlatformConfig, model: Model) -> list[dict[str, str]]:
+def _fabric_env(cfg: ServingView, model: Model) -> list[dict[str, str]]:
     """NCCL and libfabric settings of a multi-node replica's pods.
 
     NCCL_DEBUG=INFO (INIT and NET subsystems) prints the network NCCL selected, which the leader's guard
@@ -424,7 +490,7 @@ def _fabric_env(cfg: PlatformConfig, model: Model) -> list[dict[str, str]]:
     return env
 
 
-def _rdma(cfg: PlatformConfig, model: Model) -> bool:
+def _rdma(cfg: ServingView, model: Model) -> bool:
     return model.multi_node and cfg.pool_of(model).fabric == "infiniband" and cfg.infiniband is not None
 
 
@@ -460,7 +526,7 @@ def await_timeout_seconds(model: Model) -> int:
     return max(1, model.replicas.max) * pod_start_seconds(model)
 
 
-def await_annotations(cfg: PlatformConfig, model: Model) -> dict[str, str]:
+def await_annotations(cfg: ServingView, model: Model) -> dict[str, str]:
     """How pulumi-kubernetes awaits the model's Deployment. On a capacity-block pool nodes exist only inside
     the block's window, so `pulumi up` does not wait for pods there (they start when the block does)."""
     out = {AWAIT_TIMEOUT_ANNOTATION: str(await_timeout_seconds(model))}
@@ -485,7 +551,7 @@ def _ports(model: Model) -> list[dict[str, Any]]:
     return ports
 
 
-def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
+def _env(cfg: ServingView, model: Model) -> list[dict[str, Any]]:
     return [
         {"name": "HOME", "value": "/tmp"},
         {"name": "HF_HOME", "value": f"{CACHE_MOUNT}/hf"},
@@ -495,7 +561,7 @@ def _env(cfg: PlatformConfig, model: Model) -> list[dict[str, Any]]:
     ]
 
 
-def model_cold_start(cfg: PlatformConfig, model: Model) -> coldstart.ColdStart | None:
+def model_cold_start(cfg: ServingView, model: Model) -> coldstart.ColdStart | None:
     """The model's expected load time from its node's cache medium, next to its start-up budget."""
     return coldstart.cold_start(model_id=model.model, quantization=model.quantization,
                                 prequantized=model.quantized_checkpoint or model.engine == "triton",
@@ -504,13 +570,13 @@ def model_cold_start(cfg: PlatformConfig, model: Model) -> coldstart.ColdStart |
                                 budget_seconds=model.startup_budget_seconds)
 
 
-def _node_cache(cfg: PlatformConfig, model: Model) -> bool:
+def _node_cache(cfg: ServingView, model: Model) -> bool:
     """True when the model's pool caches weights on the node's NVMe array, shared by the node's pods."""
     return coldstart.cache_medium(instance_type=cfg.pool_of(model).instance_type,
                                   aws=cfg.is_aws).kind == "instance-store"
 
 
-def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def cache_volume(cfg: ServingView, model: Model) -> dict[str, Any]:
     """The pod's model cache. On AWS types with NVMe instance store, the model's node-local cache on the RAID0
     array (storage.node_cache_objects: one download per node, shared by the node's pods of the model, 8 x 1 GB/s
     instead of an EBS volume). Elsewhere a generic ephemeral volume (a claim created and deleted with the pod)."""
@@ -525,7 +591,7 @@ def cache_volume(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
         "metadata": {"labels": _labels(model)}, "spec": spec}}}
 
 
-def _volumes(cfg: PlatformConfig, model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+def _volumes(cfg: ServingView, model: Model) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     mounts: list[dict[str, Any]]
     volumes = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": DEFAULT_SHM_SIZE}},
                {"name": "tmp", "emptyDir": {}},
@@ -595,7 +661,7 @@ def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = 
                                            *ray_start_flags(head=False)])]
 
 
-def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict[str, Any]:
+def pod_spec(cfg: ServingView, model: Model, *, role: str = "single") -> dict[str, Any]:
     """The model server pod. role: single, leader or worker (workers serve no HTTP: no ports or probes)."""
     pool = cfg.pool_of(model)
     volumes, mounts = _volumes(cfg, model)
@@ -630,7 +696,7 @@ def pod_spec(cfg: PlatformConfig, model: Model, *, role: str = "single") -> dict
     }
 
 
-def _template(cfg: PlatformConfig, model: Model, role: str) -> dict[str, Any]:
+def _template(cfg: ServingView, model: Model, role: str) -> dict[str, Any]:
     annotations: dict[str, str] = {}
     if _rdma(cfg, model) and cfg.infiniband is not None:
         annotations |= fabric.rdma_networks_annotation(cfg.infiniband)
@@ -669,7 +735,7 @@ def s3_read_policy(uri: str) -> dict[str, Any]:
     ]}
 
 
-def service_account(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
+def service_account(cfg: ServingView, model: Model, *, role_arn: pulumi.Input[str] | None = None
                     ) -> dict[str, Any]:
     """The model's identity (mesh and, with `role_arn`, AWS through IRSA); no API token is mounted."""
     meta = _meta(cfg, model, naming.model_service_account(model.name))
@@ -685,7 +751,7 @@ def workload_name(model: Model) -> str:
     return f"{model.name}-lws" if model.multi_node else model.name
 
 
-def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
     """A Deployment, or a LeaderWorkerSet when one replica spans nodes.
 
     Autoscaled models leave `replicas` to KEDA (the field stays unmanaged by Pulumi)."""
@@ -718,7 +784,7 @@ def workload(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }}
 
 
-def service(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def service(cfg: ServingView, model: Model) -> dict[str, Any]:
     """Headless, so the gateway sees (and balances across, and ejects) every replica; leaders only."""
     selector = {naming.LABEL_MODEL: model.name}
     if model.multi_node:
@@ -729,19 +795,19 @@ def service(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
             "spec": {"clusterIP": "None", "selector": selector, "ports": ports}}
 
 
-def disruption_budget(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def disruption_budget(cfg: ServingView, model: Model) -> dict[str, Any]:
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cfg, model),
             "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}}}}
 
 
-def _selector(cfg: PlatformConfig, model: Model) -> str:
+def _selector(cfg: ServingView, model: Model) -> str:
     # ServiceMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model; Triton's own
     # `model` label names repository models, of which tensorrt_llm sees each request once.
     sel = f'namespace="{_namespace(cfg, model)}",{TRITON.L_POD_MODEL}="{model.name}"'
     return sel if model.engine == "vllm" else f'{sel},{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
 
 
-def scaling_query(cfg: PlatformConfig, model: Model) -> tuple[str, str, str]:
+def scaling_query(cfg: ServingView, model: Model) -> tuple[str, str, str]:
     """(PromQL, KEDA metricType, threshold) of the model's queue signal.
 
     vLLM: waiting requests summed over replicas, AverageValue (target per replica).
@@ -762,13 +828,13 @@ def wake_query(model: Model) -> str:
     return f'clamp_max(sum(rate({ENVOY.NO_HEALTHY}{{{ENVOY.L_CLUSTER}="{model.name}"}}[2m])), 1)'
 
 
-def _trigger(cfg: PlatformConfig, query: str, metric_type: str, threshold: str) -> dict[str, Any]:
+def _trigger(cfg: ServingView, query: str, metric_type: str, threshold: str) -> dict[str, Any]:
     return {"type": "prometheus", "metricType": metric_type, "metadata": {
         "serverAddress": prometheus_url(cfg), "query": query, "threshold": threshold,
         "activationThreshold": "0", "ignoreNullValues": "true"}}
 
 
-def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def scaled_object(cfg: ServingView, model: Model) -> dict[str, Any]:
     """KEDA on the queue signal; models that may scale to zero also wake on the gateway's refusals."""
     triggers = [_trigger(cfg, *scaling_query(cfg, model))]
     if model.replicas.min == 0:
@@ -787,7 +853,7 @@ def scaled_object(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }}
 
 
-def service_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
+def service_monitor(cfg: ServingView, model: Model) -> dict[str, Any]:
     """Scrapes the model Service's endpoints over mTLS: vLLM's /metrics on its HTTP port, Triton's on 8002.
 
     Selects the kit's model Service only (not the headless Service the LWS controller creates), and
@@ -801,7 +867,7 @@ def service_monitor(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     }}
 
 
-def model_objects(cfg: PlatformConfig, model: Model, *, role_arn: pulumi.Input[str] | None = None
+def model_objects(cfg: ServingView, model: Model, *, role_arn: pulumi.Input[str] | None = None
                   ) -> list[dict[str, Any]]:
     """Every object of one model, in apply order (`role_arn`: the IRSA role of an s3:// model)."""
     cache = node_cache_objects(namespace=_namespace(cfg, model), model=model.name, size_gib=model.cache_gib,
@@ -848,23 +914,285 @@ def _children_of(component: pulumi.ComponentResource, opts: pulumi.ResourceOptio
     return pulumi.ResourceOptions(parent=component, depends_on=opts.depends_on if opts is not None else None)
 
 
+TYPE = "aifactory:k8s:ModelDeployment"  # the type token of the kit's existing stacks (part of every child's URN)
+ENGINES = ("vllm", "triton")
+FABRICS = ("efa", "infiniband", "none")
+CAPACITY_TYPES = ("on-demand", "odcr", "capacity-block")
+QUANTIZATIONS = ("none", "fp8", "awq", "gptq", "int8")
+SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")
+DEFAULT_TRACE_SAMPLE_RATIO = 1.0  # every request the engine sees may be traced (the caller's sampling decides)
+DEFAULT_CACHE_GIB = 200
+
+
+class ModelPoolArgs(TypedDict):
+    """The node pool the model's pods run on: nodes labelled aifactory.io/pool=<name>."""
+
+    name: str
+    """The pool's name (the aifactory.io/pool node label's value)."""
+    instance_type: str
+    """The nodes' instance type, from the kit's catalog (components.aws.catalog): GPUs, vCPUs, memory, EFA devices."""
+    fabric: NotRequired[str]
+    """efa, infiniband or none: the data plane a multi-node replica's pods use. Default: none."""
+    hugepages_mib: NotRequired[int]
+    """2 MiB hugepages on each node; multi-node pods on EFA request them. Default: 5120 on EFA pools, else 0."""
+    capacity_type: NotRequired[str]
+    """on-demand, odcr or capacity-block (nodes exist only in the block's window: pulumi does not wait for the
+    pods). Default: on-demand."""
+    taints: NotRequired[list[TaintArgs]]
+    """The nodes' taints, which the pods tolerate. Default: nvidia.com/gpu=true:NoSchedule."""
+    vllm_image: NotRequired[str]
+    """Default: vllm/vllm-openai:v0.11.0, or AWS's vLLM image with EFA libraries for multi-node replicas on EFA."""
+
+
+class SpeculativeArgs(TypedDict):
+    """Speculative decoding (vLLM)."""
+
+    method: NotRequired[str]
+    """eagle3, eagle or ngram. Default: eagle3."""
+    draft_model: NotRequired[str]
+    """The drafter (an EAGLE head); required unless ngram. Default: none."""
+    num_speculative_tokens: NotRequired[int]
+    """Default: 5."""
+
+
+class ReplicasArgs(TypedDict):
+    """How many replicas; KEDA scales between min and max when max > min."""
+
+    min: NotRequired[int]
+    """Default: 1."""
+    max: NotRequired[int]
+    """Default: max(min, 1)."""
+    target_queue_depth: NotRequired[int]
+    """vLLM: waiting requests per replica KEDA scales to. Default: 5."""
+    target_queue_time_ms: NotRequired[int]
+    """Triton: average queue time per request KEDA scales to. Default: 100."""
+
+
+class ModelInfinibandArgs(TypedDict):
+    """The InfiniBand RDMA network a multi-node replica on an infiniband pool attaches to (NVIDIA network operator)."""
+
+    hcas: NotRequired[list[str]]
+    """The rails' RDMA devices (NCCL_IB_HCA). Default: none (NCCL picks)."""
+    network: NotRequired[str]
+    """ipoib or sriov: the network attachment the pods get. Default: ipoib."""
+    interfaces: NotRequired[list[str]]
+    """The rails' netdevs. Default: [ib0]."""
+    rdma_resource_name: NotRequired[str]
+    """The shared RDMA device plugin's resource. Default: rdma_shared_device_a."""
+
+
+class ModelDeploymentArgs(TypedDict):
+    """Arguments of a ModelDeployment."""
+
+    engine: str
+    """vllm, or triton (TensorRT-LLM)."""
+    model: str
+    """The served model id, e.g. meta-llama/Llama-3.1-8B-Instruct."""
+    tenant: str
+    """The tenant the model belongs to (the aifactory.io/tenant label)."""
+    pool: ModelPoolArgs
+    """The node pool the pods run on."""
+    model_name: NotRequired[str]
+    """The model's name: its Service, labels and service account (a DNS label). Default: the component's name."""
+    namespace: NotRequired[str]
+    """The tenant's namespace, where everything of the model is created. Default: the tenant."""
+    uri: NotRequired[str]
+    """Where the weights are: hf://<id>, s3://bucket/prefix (needs the cluster) or pvc://<claim>/<path>.
+    Default: hf://<model>."""
+    tensor_parallel: NotRequired[int]
+    """Default: 1."""
+    pipeline_parallel: NotRequired[int]
+    """Default: 1."""
+    gpus_per_replica: NotRequired[int]
+    """Default: tensorParallel x pipelineParallel (more than a node's GPUs: a multi-node LeaderWorkerSet)."""
+    mig_profile: NotRequired[str]
+    """One MIG slice per pod, e.g. 1g.10gb. Default: whole GPUs."""
+    quantization: NotRequired[str]
+    """none, fp8, awq, gptq or int8. Default: none."""
+    quantized_checkpoint: NotRequired[bool]
+    """The checkpoint carries its own quantization (the engine gets no --quantization). Default: false for fp8 on
+    vLLM (quantized on load), true otherwise."""
+    max_model_length: NotRequired[int]
+    """Default: the engine's (the model's own context length)."""
+    prefix_caching: NotRequired[bool]
+    """Default: true."""
+    expert_parallel: NotRequired[bool]
+    """Default: false."""
+    kv_offload_cpu_blocks: NotRequired[int]
+    """KV cache blocks offloaded to host memory (vLLM). Default: none."""
+    speculative: NotRequired[SpeculativeArgs]
+    """Default: none."""
+    replicas: NotRequired[ReplicasArgs]
+    """Default: one replica."""
+    workload: NotRequired[str]
+    """Another name the engine answers to (the gateway's API model). Default: the model's name."""
+    cache_gib: NotRequired[int]
+    """The model cache volume per pod. Default: 200."""
+    startup_budget_seconds: NotRequired[int]
+    """Download + load + warm-up before the startup probe gives up. Default: 1800."""
+    weights_gib: NotRequired[float]
+    """Default: estimated from the model id's parameter count and quantization."""
+    aws_region: NotRequired[str]
+    """The cluster is EKS in this region (EFA images, node-local NVMe caches, the kit's gp3 class).
+    Default: none (an existing cluster)."""
+    storage_class: NotRequired[str]
+    """The StorageClass of the model cache volumes; required off AWS. Default: the kit's gp3 class on AWS."""
+    infiniband: NotRequired[ModelInfinibandArgs]
+    """Default: none (infiniband pools then get no RDMA devices)."""
+    monitoring_namespace: NotRequired[str]
+    """Where Prometheus (KEDA's queries) and the OpenTelemetry Collector (the engines' spans) run.
+    Default: monitoring."""
+    trace_sample_ratio: NotRequired[float]
+    """Share of requests the engines trace. Default: 1.0."""
+
+
+@dataclass(frozen=True)
+class _Target:
+    region: str | None
+    storage_class: str | None
+
+
+@dataclass(frozen=True)
+class _Observability:
+    namespace: str
+    trace_sample_ratio: float
+
+
+@dataclass(frozen=True)
+class ServingSpec:
+    """ModelDeploymentArgs with every default applied: what the build functions read (a ServingView)."""
+
+    model: Model
+    tenant: Tenant
+    pool: NodePool
+    target: _Target
+    observability: _Observability
+    infiniband: InfinibandSettings | None = None
+
+    @property
+    def is_aws(self) -> bool:
+        return self.target.region is not None
+
+    def tenant_of(self, model: Model) -> Tenant:
+        return self.tenant
+
+    def pool_of(self, model: Model) -> NodePool:
+        return self.pool
+
+
+def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        problems.add(path, f"{value!r} is not allowed; choose one of: {', '.join(allowed)}")
+
+
+def _deployment_problems(problems: Problems, args: ModelDeploymentArgs) -> None:
+    _choice(problems, "engine", args["engine"], ENGINES)
+    pool = args["pool"]
+    if pool["instance_type"] not in catalog.CATALOG:
+        problems.add("pool.instanceType", f"{pool['instance_type']!r} is not a known instance type; known: "
+                                          f"{', '.join(catalog.known_types())}")
+    _choice(problems, "pool.fabric", pool.get("fabric", "none"), FABRICS)
+    _choice(problems, "pool.capacityType", pool.get("capacity_type", "on-demand"), CAPACITY_TYPES)
+    _choice(problems, "quantization", args.get("quantization", "none"), QUANTIZATIONS)
+    if "speculative" in args:
+        _choice(problems, "speculative.method", args["speculative"].get("method", "eagle3"), SPECULATIVE_METHODS)
+    for field_, camel in (("tensor_parallel", "tensorParallel"), ("pipeline_parallel", "pipelineParallel"),
+                          ("gpus_per_replica", "gpusPerReplica"), ("cache_gib", "cacheGib"),
+                          ("startup_budget_seconds", "startupBudgetSeconds")):
+        value = cast(int, args.get(field_, 1))
+        if value < 1:
+            problems.add(camel, f"{value} must be at least 1")
+    replicas = args.get("replicas") or {}
+    lo, hi = replicas.get("min", 1), replicas.get("max", max(replicas.get("min", 1), 1))
+    if lo < 0 or lo > hi:
+        problems.add("replicas.min", f"{lo} must be between 0 and replicas.max ({hi})")
+    uri = args.get("uri", "")
+    if uri and not uri.startswith(("hf://", "s3://", "pvc://")):
+        problems.add("uri", f"{uri!r} is not hf://<id>, s3://<bucket>/<prefix> or pvc://<claim>/<path>")
+    if "aws_region" not in args and "storage_class" not in args:
+        problems.add("storageClass", "is required off AWS (no awsRegion): the class the model cache volumes use")
+
+
+def _pool(p: ModelPoolArgs) -> NodePool:
+    fabric = p.get("fabric", "none")
+    taints = tuple(Taint(t["key"], cast(Any, t["effect"]), t.get("value", "")) for t in p["taints"]) \
+        if "taints" in p else (Taint(GPU_TAINT_KEY, "NoSchedule", "true"),)
+    return NodePool(name=p["name"], instance_type=p["instance_type"], fabric=cast(Any, fabric),
+                    hugepages_mib=p.get("hugepages_mib", DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0),
+                    capacity=Capacity(type=cast(Any, p.get("capacity_type", "on-demand"))), taints=taints,
+                    vllm_image=p.get("vllm_image"))
+
+
+def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> Model:
+    tp, pp = args.get("tensor_parallel", 1), args.get("pipeline_parallel", 1)
+    engine, quant = args["engine"], args.get("quantization", "none")
+    sp = args.get("speculative")
+    replicas = args.get("replicas") or {}
+    rmin = replicas.get("min", 1)
+    model_name = args.get("model_name", name)
+    return Model(
+        name=model_name, engine=cast(Literal["vllm", "triton"], engine), model=args["model"], tenant=args["tenant"],
+        pool=pool.name, uri=args.get("uri", f"hf://{args['model']}"), tensor_parallel=tp, pipeline_parallel=pp,
+        gpus_per_replica=args.get("gpus_per_replica", tp * pp), mig_profile=args.get("mig_profile"),
+        quantization=cast(Any, quant), max_model_length=args.get("max_model_length"),
+        prefix_caching=args.get("prefix_caching", True),
+        speculative=None if sp is None else Speculative(
+            sp.get("draft_model"), sp.get("num_speculative_tokens", 5), cast(Any, sp.get("method", "eagle3"))),
+        replicas=Replicas(rmin, replicas.get("max", max(rmin, 1)), replicas.get("target_queue_depth", 5),
+                          replicas.get("target_queue_time_ms", 100)),
+        workload=args.get("workload", model_name), cache_gib=args.get("cache_gib", DEFAULT_CACHE_GIB),
+        startup_budget_seconds=args.get("startup_budget_seconds", DEFAULT_STARTUP_BUDGET_SECONDS),
+        quantized_checkpoint=args.get("quantized_checkpoint", not (quant == "fp8" and engine == "vllm")),
+        expert_parallel=args.get("expert_parallel", False), kv_offload_cpu_blocks=args.get("kv_offload_cpu_blocks"),
+        weights_gib=args.get("weights_gib"),
+        gpus_per_node_hint=pool.instance.gpu_count if pool.gpu else 8)
+
+
+def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("ModelDeployment", name, args, ModelDeploymentArgs)  # typos, unknown keys, wrong types
+    problems = Problems("ModelDeployment", name)
+    _deployment_problems(problems, args)
+    problems.raise_any()
+    pool = _pool(args["pool"])
+    return ServingSpec(
+        model=_deployment_model(name, args, pool), pool=pool,
+        tenant=Tenant(name=args["tenant"], namespace=args.get("namespace", args["tenant"])),
+        target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
+        observability=_Observability(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
+                                     trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
+        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None)
+
+
 class ModelDeployment(pulumi.ComponentResource):
     """One model's serving pool in its tenant's namespace (see the module docstring for the objects).
 
     An s3:// model needs `cluster` (its IRSA role trusts the cluster's OIDC provider), and then `opts`
     must carry the Kubernetes and AWS providers."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, model: Model, cluster: GpuCluster | None = None,
-                 opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:ModelDeployment", name, None, opts)
+    namespace: pulumi.Output[str]
+    """The namespace the model runs in."""
+    service: pulumi.Output[str]
+    """The model's Service (port 8000, OpenAI API)."""
+    kind: pulumi.Output[str]
+    """Deployment, or LeaderWorkerSet for a multi-node replica."""
+
+    def __init__(self, name: str, args: ModelDeploymentArgs, opts: pulumi.ResourceOptions | None = None,
+                 cluster: "GpuCluster | None" = None) -> None:
+        super().__init__(TYPE, name, None, opts)
+        cfg = serving_spec(name, args)
+        model = cfg.model
         child = _children_of(self, opts)
         role_arn = self._s3_role(name, cfg, model, cluster).arn if model.uri.startswith("s3://") else None
         for obj in model_objects(cfg, model, role_arn=role_arn):
             register_object(f"{name}-{obj['kind'].lower()}", obj, child)
+        self.namespace = pulumi.Output.from_input(_namespace(cfg, model))
+        self.service = pulumi.Output.from_input(model.name)
+        self.kind = pulumi.Output.from_input(workload(cfg, model)["kind"])
         self.register_outputs({"namespace": _namespace(cfg, model), "service": model.name,
                                "kind": workload(cfg, model)["kind"]})
 
-    def _s3_role(self, name: str, cfg: PlatformConfig, model: Model, cluster: GpuCluster | None) -> aws.iam.Role:
+    def _s3_role(self, name: str, cfg: ServingView, model: Model, cluster: "GpuCluster | None") -> aws.iam.Role:
         if cluster is None:
             raise ValueError(f"models.{model.name}.uri: {model.uri!r} needs the EKS cluster for its IRSA role; "
                              "pass cluster= (s3:// needs provider aws; use pvc:// or hf:// elsewhere)")
@@ -878,7 +1206,7 @@ class ServingControllers(pulumi.ComponentResource):
 
     releases: list[k8s.helm.v3.Release]
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, *, cfg: ControllersView, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ServingControllers", name, None, opts)
         child = _children_of(self, opts)
         self.releases = [
@@ -891,7 +1219,7 @@ class ServingControllers(pulumi.ComponentResource):
         self.register_outputs({"charts": [r.chart for r in self.releases]})
 
 
-def cache_prep(cfg: PlatformConfig) -> dict[str, Any] | None:
+def cache_prep(cfg: ControllersView) -> dict[str, Any] | None:
     """The DaemonSet that makes the node-local cache directories of the models on NVMe pools (None: no such model)."""
     models = [m for m in cfg.models.values() if _node_cache(cfg, m)]
     if not models:
@@ -903,7 +1231,7 @@ def cache_prep(cfg: PlatformConfig) -> dict[str, Any] | None:
                                 namespace=naming.SYSTEM_NAMESPACE)
 
 
-def required_controllers(cfg: PlatformConfig) -> list[versions.HelmChart]:
+def required_controllers(cfg: ControllersView) -> list[versions.HelmChart]:
     models = cfg.models.values()
     return ([versions.KEDA] if any(m.replicas.autoscaled for m in models) else []) + \
         ([versions.LWS] if any(m.multi_node for m in models) else [])

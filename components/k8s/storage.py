@@ -27,13 +27,12 @@ pod's zone.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import coldstart, naming, security
-from infra.config import PlatformConfig
 
 __all__ = [
     "NODE_CACHE_ROOT",
@@ -142,7 +141,22 @@ def cache_prep_daemonset(*, paths: list[str], uid: int, pool_names: list[str], p
                      }}}}
 
 
-def cache_storage_class_name(cfg: PlatformConfig) -> str:
+class StorageTargetView(Protocol):
+    @property
+    def storage_class(self) -> str | None: ...  # the class an existing cluster's claims name
+
+
+class StorageView(Protocol):
+    """What the cache's StorageClass depends on: the kit's PlatformConfig or a component's spec."""
+
+    @property
+    def is_aws(self) -> bool: ...
+
+    @property
+    def target(self) -> StorageTargetView: ...
+
+
+def cache_storage_class_name(cfg: StorageView) -> str:
     """The StorageClass every claim of the stack names: the kit's gp3 class on AWS, `target.storageClass`
     on an existing cluster."""
     if cfg.is_aws:

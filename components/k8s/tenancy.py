@@ -11,21 +11,39 @@ then allow: DNS, istiod (xDS and certificates), the gateway to model servers, Pr
 telemetry to the Collector, callers declared by `models.X.callers`, the pods of one multi-node replica
 to each other, and HTTPS to the internet (not private ranges) for tenants whose models download
 weights from hf:// or s3://.
+
+Tenancy takes its own `args` (TenancyArgs), so a platform team can use it without the kit's stack config;
+infra.component_args maps PlatformConfig to them.
 """
 
-from __future__ import annotations
-
-from typing import Any
+# No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
+# evaluated annotations.
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.aws.errors import Problems, check_shape
 from components.k8s import naming
+from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.namespaces import create_namespace, namespace_labels
-from infra.config import Model, PlatformConfig, Tenant
+from components.k8s.values import Tenant
 
 __all__ = [
+    "TYPE",
+    "DEFAULT_KUBERNETES_VERSION",
+    "DEFAULT_GATEWAY_NAMESPACE",
+    "DEFAULT_MONITORING_NAMESPACE",
+    "TenantArgs",
+    "TenantModelArgs",
+    "TenancyArgs",
+    "TenantModel",
+    "TenancySpec",
+    "tenancy_spec",
     "GPU_QUOTA_KEY",
     "DEFAULT_CONTAINER_REQUEST",
     "DEFAULT_CONTAINER_LIMIT",
@@ -37,6 +55,125 @@ __all__ = [
     "network_policies",
     "Tenancy",
 ]
+
+TYPE = "aifactory:k8s:Tenancy"  # the type token of the kit's existing stacks (part of every child's URN)
+
+
+class TenantArgs(TypedDict):
+    """One tenant: a namespace of its own with quotas."""
+
+    cpu_quota: str
+    """requests.cpu and limits.cpu of the namespace, a Kubernetes quantity (e.g. 96 or 1500m)."""
+    memory_quota: str
+    """requests.memory and limits.memory of the namespace, a Kubernetes quantity (e.g. 1024Gi)."""
+    namespace: NotRequired[str]
+    """The tenant's namespace. Default: the tenant's name."""
+    gpu_quota: NotRequired[int]
+    """Whole GPUs the namespace may request (requests.nvidia.com/gpu). Default: 0."""
+    mig_quota: NotRequired[dict[str, int]]
+    """MIG slices per profile (e.g. 1g.10gb: 7) the namespace may request. Default: none (no MIG quota)."""
+
+
+class TenantModelArgs(TypedDict):
+    """A model served in a tenant namespace: what the tenant's network policies need to know of it."""
+
+    tenant: str
+    """The tenant (a key of `tenants`) whose namespace runs the model."""
+    callers: NotRequired[list[str]]
+    """Models (keys of `models`) allowed to call this one through the mesh. Default: none."""
+    multi_node: NotRequired[bool]
+    """One replica spans several nodes, whose pods talk to each other. Default: false."""
+    downloads_weights: NotRequired[bool]
+    """The model server downloads its weights over HTTPS (hf://, s3://). Default: false."""
+
+
+class TenancyArgs(TypedDict):
+    """Arguments of a Tenancy."""
+
+    tenants: dict[str, TenantArgs]
+    """The tenants, by name (a DNS label)."""
+    models: NotRequired[dict[str, TenantModelArgs]]
+    """The models the tenants serve, by name. Default: none."""
+    kubernetes_version: NotRequired[str]
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    gateway_namespace: NotRequired[str]
+    """The namespace of the gateway that calls the model servers. Default: aifactory-gateway."""
+    monitoring_namespace: NotRequired[str]
+    """The namespace of Prometheus and the OpenTelemetry Collector. Default: monitoring."""
+
+
+@dataclass(frozen=True, slots=True)
+class TenantModel:
+    """What a tenant's network policies need to know of one of its models."""
+
+    name: str
+    tenant: str
+    callers: tuple[str, ...] = ()
+    multi_node: bool = False
+    downloads_weights: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TenancySpec:
+    """TenancyArgs with every default applied: what the build functions below read."""
+
+    tenants: Mapping[str, Tenant]
+    models: Mapping[str, TenantModel]
+    kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
+    gateway_namespace: str = DEFAULT_GATEWAY_NAMESPACE
+    monitoring_namespace: str = DEFAULT_MONITORING_NAMESPACE
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")  # RFC 1123 label: namespace names
+_QUANTITY = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|Ei|M|G|T|P|E)?$")  # a Kubernetes quantity (no exponent)
+
+
+def _dns_problem(problems: Problems, path: str, value: str) -> None:
+    if not _DNS_LABEL.match(value):
+        problems.add(path, f"{value!r} is not a DNS label (lowercase letters, digits and '-', at most 63)")
+
+
+def tenancy_spec(name: str, args: TenancyArgs) -> TenancySpec:
+    """Validate `args` and resolve every default; raises pulumi.InputPropertiesError with property paths."""
+    check_shape("Tenancy", name, args, TenancyArgs)  # typos, unknown keys, wrong types: before any read
+    problems = Problems("Tenancy", name)
+    tenants: dict[str, Tenant] = {}
+    for key, t in args["tenants"].items():
+        path = f"tenants.{key}"
+        _dns_problem(problems, path, key)
+        namespace = t.get("namespace", key)
+        _dns_problem(problems, f"{path}.namespace", namespace)
+        gpus, mig = t.get("gpu_quota", 0), dict(t.get("mig_quota") or {})
+        if gpus < 0:
+            problems.add(f"{path}.gpuQuota", f"{gpus} is negative")
+        for profile, count in mig.items():
+            if count < 0:
+                problems.add(f"{path}.migQuota.{profile}", f"{count} is negative")
+        for field_, value in (("cpuQuota", t["cpu_quota"]), ("memoryQuota", t["memory_quota"])):
+            if not _QUANTITY.match(value):
+                problems.add(f"{path}.{field_}", f"{value!r} is not a Kubernetes quantity such as 96, 1500m or 1024Gi")
+        tenants[key] = Tenant(name=key, namespace=namespace, gpu_quota=gpus, cpu_quota=t["cpu_quota"],
+                              memory_quota=t["memory_quota"], mig_quota=mig)
+    models_args = args.get("models") or {}
+    models: dict[str, TenantModel] = {}
+    for key, m in models_args.items():
+        path = f"models.{key}"
+        if m["tenant"] not in args["tenants"]:
+            problems.add(f"{path}.tenant", f"{m['tenant']!r} is not a tenant; tenants: {', '.join(args['tenants'])}")
+        for i, caller in enumerate(m.get("callers") or []):
+            if caller not in models_args:
+                problems.add(f"{path}.callers[{i}]", f"{caller!r} is not a model; models: {', '.join(models_args)}")
+        models[key] = TenantModel(name=key, tenant=m["tenant"], callers=tuple(m.get("callers") or ()),
+                                  multi_node=m.get("multi_node", False),
+                                  downloads_weights=m.get("downloads_weights", False))
+    gateway = args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)
+    monitoring = args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE)
+    _dns_problem(problems, "gatewayNamespace", gateway)
+    _dns_problem(problems, "monitoringNamespace", monitoring)
+    problems.raise_any()
+    return TenancySpec(tenants=tenants, models=models, gateway_namespace=gateway, monitoring_namespace=monitoring,
+                       kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION))
+
 
 GPU_QUOTA_KEY = "requests.nvidia.com/gpu"
 DEFAULT_CONTAINER_REQUEST = {"cpu": "100m", "memory": "128Mi"}
@@ -50,8 +187,8 @@ NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 MODEL_SERVERS = {naming.LABEL_COMPONENT: "model-server"}
 
 
-def tenant_namespace_labels(cfg: PlatformConfig, tenant: Tenant) -> dict[str, str]:
-    return namespace_labels(pod_security="restricted", kubernetes_version=cfg.kubernetes_version, injection=True,
+def tenant_namespace_labels(spec: TenancySpec, tenant: Tenant) -> dict[str, str]:
+    return namespace_labels(pod_security="restricted", kubernetes_version=spec.kubernetes_version, injection=True,
                             extra={naming.LABEL_TENANT: tenant.name})
 
 
@@ -103,14 +240,18 @@ def _netpol(tenant: Tenant, name: str, *, pods: dict[str, str], ingress: list[di
             "spec": spec}
 
 
-def _model_pods(model: Model) -> dict[str, str]:
+def _model_pods(model: TenantModel) -> dict[str, str]:
     return {naming.LABEL_MODEL: model.name}
 
 
-def network_policies(cfg: PlatformConfig, tenant: Tenant) -> list[dict[str, Any]]:
+def _namespace_of(spec: TenancySpec, model: TenantModel) -> str:
+    return spec.tenants[model.tenant].namespace
+
+
+def network_policies(spec: TenancySpec, tenant: Tenant) -> list[dict[str, Any]]:
     """Every NetworkPolicy of one tenant namespace: default deny, then the allows."""
-    monitoring = cfg.observability.namespace
-    models = [m for m in cfg.models.values() if m.tenant == tenant.name]
+    monitoring = spec.monitoring_namespace
+    models = [m for m in spec.models.values() if m.tenant == tenant.name]
     out = [
         _netpol(tenant, "default-deny", pods={}, ingress=[], egress=[]),
         _netpol(tenant, "allow-dns", pods={}, egress=[{
@@ -119,27 +260,27 @@ def network_policies(cfg: PlatformConfig, tenant: Tenant) -> list[dict[str, Any]
         _netpol(tenant, "allow-istiod", pods={}, egress=[{
             "to": [_pods(naming.ISTIO_NAMESPACE, {"app": "istiod"})], "ports": _tcp(ISTIOD_PORTS)}]),
         _netpol(tenant, "allow-gateway", pods=MODEL_SERVERS, ingress=[{
-            "from": [_ns(cfg.gateway.namespace)], "ports": _tcp([naming.MODEL_HTTP_PORT])}]),
+            "from": [_ns(spec.gateway_namespace)], "ports": _tcp([naming.MODEL_HTTP_PORT])}]),
         _netpol(tenant, "allow-monitoring", pods={},
                 ingress=[{"from": [_ns(monitoring)], "ports": _tcp(PROMETHEUS_SCRAPE_PORTS)}],
                 egress=[{"to": [_ns(monitoring)], "ports": _tcp(COLLECTOR_PORTS)}]),
     ]
     for model in models:
         if model.callers:
-            sources = [_pods(cfg.tenant_of(cfg.models[c]).namespace, _model_pods(cfg.models[c]))
+            sources = [_pods(_namespace_of(spec, spec.models[c]), _model_pods(spec.models[c]))
                        for c in sorted(model.callers)]
             out.append(_netpol(tenant, f"allow-callers-{model.name}", pods=_model_pods(model), ingress=[{
                 "from": sources, "ports": _tcp([naming.MODEL_HTTP_PORT])}]))
-        callees = sorted(m.name for m in cfg.models.values() if model.name in m.callers)
+        callees = sorted(m.name for m in spec.models.values() if model.name in m.callers)
         if callees:
-            targets = [_pods(cfg.tenant_of(cfg.models[c]).namespace, _model_pods(cfg.models[c])) for c in callees]
+            targets = [_pods(_namespace_of(spec, spec.models[c]), _model_pods(spec.models[c])) for c in callees]
             out.append(_netpol(tenant, f"allow-calls-{model.name}", pods=_model_pods(model), egress=[{
                 "to": targets, "ports": _tcp([naming.MODEL_HTTP_PORT])}]))
         if model.multi_node:
             peers = [{"podSelector": {"matchLabels": _model_pods(model)}}]
             out.append(_netpol(tenant, f"allow-peers-{model.name}", pods=_model_pods(model),
                                ingress=[{"from": peers}], egress=[{"to": peers}]))
-    if any(m.uri.startswith(("hf://", "s3://")) for m in models):
+    if any(m.downloads_weights for m in models):
         out.append(_netpol(tenant, "allow-model-downloads", pods=MODEL_SERVERS, egress=[{
             "to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": list(PRIVATE_RANGES)}}], "ports": _tcp([443])}]))
     return out
@@ -155,20 +296,23 @@ def _object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pul
 
 
 class Tenancy(pulumi.ComponentResource):
-    """Tenant namespaces and their quotas, limits and network policies."""
+    """Tenant namespaces and their quotas, limits and default-deny network policies."""
 
-    namespaces: dict[str, k8s.core.v1.Namespace]  # by tenant name
+    namespace_names: pulumi.Output[dict[str, str]]
+    """Each tenant's namespace, by tenant name."""
 
-    def __init__(self, name: str, *, cfg: PlatformConfig, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__("aifactory:k8s:Tenancy", name, None, opts)
-        self.namespaces = {}
-        for tenant in cfg.tenants.values():
+    def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+        super().__init__(TYPE, name, None, opts)
+        spec = tenancy_spec(name, args)
+        self.namespaces: dict[str, k8s.core.v1.Namespace] = {}  # by tenant name
+        for tenant in spec.tenants.values():
             ns = create_namespace(f"{name}-{tenant.name}", tenant.namespace,
-                                  labels=tenant_namespace_labels(cfg, tenant),
+                                  labels=tenant_namespace_labels(spec, tenant),
                                   opts=pulumi.ResourceOptions(parent=self))
             self.namespaces[tenant.name] = ns
             in_ns = pulumi.ResourceOptions(parent=self, depends_on=[ns])
-            for obj in [resource_quota(tenant), limit_range(tenant), *network_policies(cfg, tenant)]:
+            for obj in [resource_quota(tenant), limit_range(tenant), *network_policies(spec, tenant)]:
                 _object(f"{name}-{tenant.name}-{obj['kind'].lower()}-{obj['metadata']['name']}", obj, in_ns)
+        self.namespace_names = pulumi.Output.all(**{t: ns.metadata.name for t, ns in self.namespaces.items()})
         self.register_outputs({"namespaces": {t: ns.metadata.name for t, ns in self.namespaces.items()}})
 

@@ -8,6 +8,7 @@ import pytest
 
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
+from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
 from tests.support.stacks import stack_config, stack_raw
@@ -421,7 +422,7 @@ def test_gateway_namespace_denies_by_default_and_allows_each_flow() -> None:
 
 def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> None:
     def program(cfg: PlatformConfig) -> None:
-        gw.Gateway("gateway", cfg=cfg)
+        gw.Gateway("gateway", gateway_args(cfg))
 
     result = run_program("dev", read_stack_config(stack_file("dev")), program)
     comp = next(r for r in result.resources if r.type == "aifactory:k8s:Gateway")

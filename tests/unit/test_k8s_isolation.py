@@ -5,8 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s import mesh, tenancy
+from infra.component_args import tenancy_args
+from infra.config import PlatformConfig
 from infra.writers.kubernetes import helm_releases, kubernetes_objects
 from tests.unit.test_k8s_platform import platform_only, stack_cfg
+
+
+def tenancy_of(cfg: PlatformConfig) -> tenancy.TenancySpec:
+    """What the Tenancy component builds from the stack's tenants (its args, as infra maps them)."""
+    return tenancy.tenancy_spec("tenancy", tenancy_args(cfg))
 
 MANAGED = {"app.kubernetes.io/managed-by": "aifactory"}
 GATEWAY = "cluster.local/ns/aifactory-gateway/sa/aifactory-gateway"
@@ -73,7 +80,7 @@ def test_istio_releases_share_one_version() -> None:
 
 def test_tenant_namespace_labels_enforce_restricted_and_injection() -> None:
     cfg = stack_cfg("onprem")
-    assert tenancy.tenant_namespace_labels(cfg, cfg.tenants["analytics"]) == {
+    assert tenancy.tenant_namespace_labels(tenancy_of(cfg), cfg.tenants["analytics"]) == {
         **MANAGED,
         "pod-security.kubernetes.io/enforce": "restricted",
         "pod-security.kubernetes.io/enforce-version": "v1.33",
@@ -103,7 +110,8 @@ def _ns(name: str) -> dict[str, Any]:
 
 def test_network_policies_of_a_caller_tenant() -> None:
     cfg = stack_cfg("staging")
-    policies = {p["metadata"]["name"]: p["spec"] for p in tenancy.network_policies(cfg, cfg.tenants["search"])}
+    policies = {p["metadata"]["name"]: p["spec"]
+                for p in tenancy.network_policies(tenancy_of(cfg), cfg.tenants["search"])}
     assert list(policies) == ["default-deny", "allow-dns", "allow-istiod", "allow-gateway", "allow-monitoring",
                               "allow-calls-llama-70b", "allow-model-downloads"]
     assert policies["default-deny"] == {"podSelector": {}, "policyTypes": ["Ingress", "Egress"], "ingress": [],
@@ -134,14 +142,16 @@ def test_network_policies_of_a_caller_tenant() -> None:
 
 def test_network_policies_of_a_callee_and_of_multi_node_models() -> None:
     cfg = stack_cfg("onprem")
-    policies = {p["metadata"]["name"]: p["spec"] for p in tenancy.network_policies(cfg, cfg.tenants["ml-platform"])}
+    policies = {p["metadata"]["name"]: p["spec"] for p in tenancy.network_policies(tenancy_of(cfg),
+                                                                                  cfg.tenants["ml-platform"])}
     peers = [{"podSelector": {"matchLabels": {"aifactory.io/model": "llama-405b"}}}]
     assert policies["allow-peers-llama-405b"] == {
         "podSelector": {"matchLabels": {"aifactory.io/model": "llama-405b"}}, "policyTypes": ["Ingress", "Egress"],
         "ingress": [{"from": peers}], "egress": [{"to": peers}]}
     assert "allow-model-downloads" not in policies  # weights come from a PVC (pvc://)
     staging = stack_cfg("staging")
-    support = {p["metadata"]["name"]: p["spec"] for p in tenancy.network_policies(staging, staging.tenants["support"])}
+    support = {p["metadata"]["name"]: p["spec"] for p in tenancy.network_policies(tenancy_of(staging),
+                                                                                 staging.tenants["support"])}
     assert support["allow-callers-llama-8b-trt"]["ingress"] == [{
         "from": [{**_ns("search"), "podSelector": {"matchLabels": {"aifactory.io/model": "llama-70b"}}}],
         "ports": [{"protocol": "TCP", "port": 8000}]}]

@@ -9,6 +9,7 @@ import pulumi
 
 from components.k8s import autoscaler, fabric, gpu_stack, naming, versions
 from components.k8s.platform import Platform
+from infra.component_args import platform_args
 from infra.config import PlatformConfig
 from infra.synth import SynthResult, read_stack_config, run_program, stack_file
 from infra.writers.kubernetes import HELM_RELEASE, helm_releases, kubernetes_objects
@@ -24,7 +25,7 @@ def platform_only(stack: str) -> SynthResult:
         import pulumi_kubernetes as k8s
 
         provider = k8s.Provider("cluster", kubeconfig="{}")
-        Platform("platform", cfg=cfg, opts=pulumi.ResourceOptions(provider=provider))
+        Platform("platform", platform_args(cfg), opts=pulumi.ResourceOptions(provider=provider))
 
     return run_program(stack, read_stack_config(stack_file(stack)), program=program)
 

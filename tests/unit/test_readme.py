@@ -143,3 +143,35 @@ def test_the_validate_example_is_what_validate_prints(tmp_path: Path) -> None:
     res = subprocess.run([str(Path(sys.executable).with_name("aifactory")), "validate", "broken", "--stacks-dir",
                           str(tmp_path)], capture_output=True, text=True, timeout=60, check=False)
     assert (res.stdout + res.stderr, res.returncode) == (block.group(1), int(block.group(2)))
+
+
+def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> None:
+    """README's ModelDeployment + Tenancy + Gateway program, run under the kit's mocks: it imports nothing of infra/
+    (no stack config), the model's pods run the stock vLLM image with 2 GPUs each, and the gateway it builds routes
+    the model's name to the model's Service in the tenant namespace."""
+    import yaml
+
+    snippet = next(b for b in python_blocks() if "Gateway(" in b and "ModelDeployment(" in b)
+    assert "infra" not in snippet
+    result = run_program("dev", read_stack_config(stack_file("dev")), lambda _cfg: exec(snippet, {}))
+    by_name = {r.name: r for r in result.resources}
+    assert by_name["teams-chat"].inputs["metadata"]["name"] == "chat"
+    assert by_name["teams-chat-resourcequota-tenant-quota"].inputs["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
+    pod = by_name["llama-8b-deployment"].inputs["spec"]["template"]["spec"]
+    assert by_name["llama-8b-deployment"].inputs["metadata"]["namespace"] == "chat"
+    assert pod["containers"][0]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    assert pod["nodeSelector"] == {"aifactory.io/pool": "l40s"}
+    assert by_name["llama-8b-scaledobject"].inputs["spec"]["maxReplicaCount"] == 3
+    envoy = yaml.safe_load(by_name["edge-configmap"].inputs["data"]["envoy.yaml"])
+    cluster = next(c for c in envoy["static_resources"]["clusters"] if c["name"] == "llama-8b")
+    assert cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
+        "socket_address": {"address": "llama-8b.chat.svc.cluster.local", "port_value": 8000}}
+    listener = next(li for li in envoy["static_resources"]["listeners"] if li["name"] == "gateway")
+    vhost = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
+    route = next(r for r in vhost["routes"] if r["name"] == "llama-8b")
+    assert route["match"]["headers"] == [{"name": "x-model", "string_match": {"exact": "llama-8b",
+                                                                              "ignore_case": True}}]
+    assert (route["route"]["cluster"], route["route"]["timeout"]) == ("llama-8b", "120s")
+    assert by_name["edge-ns"].inputs["metadata"]["name"] == "aifactory-gateway"
+    assert result.stack_outputs["gateway"] == "aifactory-gateway.aifactory-gateway.svc.cluster.local"

@@ -27,6 +27,7 @@ from components.k8s.serving import (
     workload,
 )
 from components.k8s.versions import KEDA, LWS
+from infra.component_args import model_deployment_args
 from infra.config import PlatformConfig, parse
 from infra.mocks import Registration
 from infra.synth import read_stack_config, run_program, stack_file
@@ -348,7 +349,7 @@ def test_service_account_carries_the_irsa_role_only_when_given() -> None:
 
 def test_s3_model_without_a_cluster_is_refused() -> None:
     def program(cfg: PlatformConfig) -> None:
-        ModelDeployment("model-llama-8b-trt", cfg=cfg, model=cfg.models["llama-8b-trt"])
+        ModelDeployment("model-llama-8b-trt", model_deployment_args(cfg, cfg.models["llama-8b-trt"]))
 
     with pytest.raises(Exception, match=r"models\.llama-8b-trt\.uri: 's3://aifactory-staging-models/llama-3\.1-8b-"
                                         r"trtllm' needs the EKS cluster for its IRSA role; pass cluster="):
@@ -499,7 +500,7 @@ def test_controllers_installed_only_when_needed(name: str, charts: list[Any]) ->
 
 def test_model_deployment_registers_children_under_itself() -> None:
     def program(cfg: PlatformConfig) -> None:
-        ModelDeployment("model-chat", cfg=cfg, model=cfg.models["chat"])
+        ModelDeployment("model-chat", model_deployment_args(cfg, cfg.models["chat"]))
 
     result = run_program("dev", read_stack_config(stack_file("dev")), program)
     comp = next(r for r in result.resources if r.type == "aifactory:k8s:ModelDeployment")

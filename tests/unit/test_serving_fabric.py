@@ -25,6 +25,7 @@ import pytest
 from components.aws.node_pool import GpuNodePool
 from components.k8s import serving, storage, tenancy
 from components.k8s.serving import cache_volume, model_cold_start, vllm_args, workload
+from infra.component_args import tenancy_args
 from infra.config import ConfigError, PlatformConfig, parse
 from tests.support.stacks import stack_config, stack_raw
 from tests.unit.test_aws_node_pool import LT, one, pool_args, register
@@ -107,7 +108,8 @@ def test_every_port_the_leader_and_workers_open_is_pinned_and_left_out_of_the_si
         assert pinned <= {int(p) for p in ann["traffic.sidecar.istio.io/excludeOutboundPorts"].split(",")}, role
     # what stays outside mTLS is reachable only from the same model's pods (default-deny + allow-peers)
     tenant = cfg.tenant_of(cfg.models[model])
-    peers = {p["metadata"]["name"]: p for p in tenancy.network_policies(cfg, tenant)}[f"allow-peers-{model}"]
+    spec = tenancy.tenancy_spec("tenancy", tenancy_args(cfg))
+    peers = {p["metadata"]["name"]: p for p in tenancy.network_policies(spec, tenant)}[f"allow-peers-{model}"]
     same_model = [{"podSelector": {"matchLabels": {"aifactory.io/model": model}}}]
     assert peers["spec"]["podSelector"] == {"matchLabels": {"aifactory.io/model": model}}
     assert peers["spec"]["ingress"] == [{"from": same_model}]

@@ -1,0 +1,27 @@
+"""Defaults and fixed sizes the Kubernetes components share with the stack config (infra.config).
+
+A light module on purpose (like components/aws/defaults.py): config validation imports it without pulling in
+pulumi_kubernetes. Each component module re-exports the defaults of its own args.
+"""
+
+__all__ = [
+    "IPAM_BLOCK_SIZE",
+    "CAPACITY_BLOCK_DRAIN_MINUTES",
+    "DEFAULT_DRIVER_MIN_VERSION",
+    "DEFAULT_KUBERNETES_VERSION",
+    "DEFAULT_GATEWAY_NAMESPACE",
+    "DEFAULT_MONITORING_NAMESPACE",
+    "DEFAULT_STARTUP_BUDGET_SECONDS",
+    "DEFAULT_MAX_REQUEST_BYTES",
+    "DEFAULT_TRY_IDLE_SECONDS",
+]
+
+IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
+DEFAULT_KUBERNETES_VERSION = "1.34"  # the cluster's minor version (Pod Security labels, chart choices)
+DEFAULT_GATEWAY_NAMESPACE = "aifactory-gateway"  # where the Envoy gateway runs
+DEFAULT_MONITORING_NAMESPACE = "monitoring"  # where Prometheus and the OpenTelemetry Collector run
+DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
+DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
+DEFAULT_TRY_IDLE_SECONDS = 30.0  # longest silence of a replica before the gateway retries elsewhere (at most timeout)
+CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
+DEFAULT_DRIVER_MIN_VERSION = "550.54.15"  # node-check: the oldest NVIDIA driver a GPU node may run

@@ -1,0 +1,47 @@
+"""The kit's shared vocabulary: node label and taint keys, and the one YAML rendering every layer uses.
+
+Every layer may import this module (infra/, components/, dashboards/, policies/, telemetry/): it imports
+nothing of the kit, and nothing heavier than PyYAML, at import time. It lives in components/ because that
+package's `__init__` imports nothing, so `import components.vocabulary` loads this file alone. Metric and
+label names of telemetry live beside it in telemetry/names.py (also import-free of the kit and the SDK).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "dump_yaml"]
+
+POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
+GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
+# Namespaces of Kubernetes itself and of the kit's platform (default names): no tenant may take one (stack
+# config), and the policy pack treats workloads in them as the platform's, not a tenant's.
+SYSTEM_NAMESPACES = frozenset(
+    {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
+     "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
+)
+
+
+# libyaml's emitter when PyYAML has it (the wheels do): a large fleet's Envoy bootstrap and manifests are the
+# slowest thing synth renders with the pure-Python emitter. Representers stay Python, so the style below holds.
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+    pass
+
+
+def _str_presenter(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    # Multi-line strings (embedded configs, CSVs, scripts) as literal blocks: readable and diffable.
+    if "\n" in data:
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style="|")
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data)
+
+
+_Dumper.add_representer(str, _str_presenter)
+
+
+def dump_yaml(data: Any, *, multi: bool = False) -> str:
+    """Deterministic YAML: key order kept as built, literal blocks for multi-line strings."""
+    if multi:
+        return yaml.dump_all(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=120)

@@ -1,0 +1,262 @@
+"""PlatformConfig -> the args of each Kubernetes component (the AWS layer's mapping is in infra/program.py).
+
+The components take their own typed args, so a platform team can use one without the kit's stack config;
+this module is the only place that knows both shapes.
+"""
+
+from __future__ import annotations
+
+from components.k8s.autoscaler import ClusterAutoscalerArgs
+from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
+from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
+from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
+from components.k8s.mesh import MeshArgs
+from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs, VolumeSizesArgs
+from components.k8s.platform import PlatformArgs
+from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
+from components.k8s.tenancy import TenancyArgs
+from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant, VolumeSizes
+
+__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args",
+           "cluster_autoscaler_args", "observability_args", "platform_args"]
+
+WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
+
+
+def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
+    """Every tenant with its (derived) quotas, and what the tenants' network policies need of each model."""
+    return {
+        "tenants": {t.name: {"namespace": t.namespace, "gpu_quota": t.gpu_quota, "mig_quota": dict(t.mig_quota),
+                             "cpu_quota": t.cpu_quota, "memory_quota": t.memory_quota}
+                    for t in cfg.tenants.values()},
+        "models": {m.name: {"tenant": m.tenant, "callers": list(m.callers), "multi_node": m.multi_node,
+                            "downloads_weights": m.uri.startswith(WEIGHT_DOWNLOAD_SCHEMES)}
+                   for m in cfg.models.values()},
+        "kubernetes_version": cfg.kubernetes_version,
+        "gateway_namespace": cfg.gateway.namespace,
+        "monitoring_namespace": cfg.observability.namespace,
+    }
+
+
+def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
+    out: GatewayModelArgs = {"tenant": m.tenant, "engine": m.engine, "workload": m.workload, "priority": m.priority,
+                             "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
+                             "max_request_bytes": m.max_request_bytes,
+                             "try_idle_timeout_seconds": m.try_idle_timeout_seconds}
+    if m.variant is not None:  # the cost from the stack's prices when the config gives requestsPerSecond instead
+        out["variant"] = {"cost_per_request": cfg.cost_per_request(m)}
+        if m.variant.max_requests is not None:
+            out["variant"]["max_requests"] = m.variant.max_requests
+    return out
+
+
+def _gateway_tenant(t: Tenant) -> GatewayTenantArgs:
+    rl = t.rate_limit
+    return {"namespace": t.namespace, "share_with": list(t.share_with), "rate_limit": {
+        "requests_per_second": rl.requests_per_second, "burst": rl.burst,
+        "batch_requests_per_second": rl.batch_requests_per_second, "batch_burst": rl.batch_burst}}
+
+
+def _issuer(i: JwtIssuer) -> JwtIssuerArgs:
+    out: JwtIssuerArgs = {"issuer": i.issuer, "jwks_uri": i.jwks_uri, "audiences": list(i.audiences)}
+    if i.tenants is not None:  # None: any tenant; [] would be none
+        out["tenants"] = list(i.tenants)
+    return out
+
+
+def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
+    """The models the gateway routes to (for a fidelity-gated stack: from infra.fidelity.routable(cfg, ...)), their
+    tenants and every gateway setting of the stack."""
+    gw = cfg.gateway
+    routing: dict[str, RoutingArgs] = {}
+    for workload, policy in gw.routing.items():
+        routing.setdefault(workload, {})["policy"] = policy
+    for workload, margin in gw.routing_margins.items():
+        routing.setdefault(workload, {})["margin_percent"] = margin
+    return {
+        "models": {m.name: _gateway_model(cfg, m) for m in cfg.models.values()},
+        "tenants": {t.name: _gateway_tenant(t) for t in cfg.tenants.values()},
+        "namespace": gw.namespace,
+        "kubernetes_version": cfg.kubernetes_version,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sample_ratio": cfg.observability.trace_sample_ratio,
+        "aws_internal_load_balancer": cfg.is_aws,
+        "service_type": gw.service_type,
+        "min_replicas": gw.min_replicas,
+        "max_replicas": gw.max_replicas,
+        "connect_timeout_seconds": gw.connect_timeout_seconds,
+        "request_headers_timeout_seconds": gw.request_headers_timeout_seconds,
+        "request_timeout_seconds": gw.request_timeout_seconds,
+        "stream_idle_timeout_seconds": gw.stream_idle_timeout_seconds,
+        "idle_timeout_seconds": gw.idle_timeout_seconds,
+        "retries": {"attempts": gw.retries.attempts, "budget_percent": gw.retries.budget_percent},
+        "outlier_detection": {
+            "consecutive_5xx": gw.outlier_detection.consecutive_5xx,
+            "interval_seconds": gw.outlier_detection.interval_seconds,
+            "base_ejection_seconds": gw.outlier_detection.base_ejection_seconds,
+            "max_ejection_percent": gw.outlier_detection.max_ejection_percent,
+            "panic_threshold_percent": gw.outlier_detection.panic_threshold_percent},
+        "circuit_breakers": {"max_connections": gw.circuit_breakers.max_connections,
+                             "max_pending_requests": gw.circuit_breakers.max_pending_requests,
+                             "max_requests": gw.circuit_breakers.max_requests},
+        "health_check": {"interval_seconds": gw.health_check.interval_seconds,
+                         "timeout_seconds": gw.health_check.timeout_seconds,
+                         "unhealthy_threshold": gw.health_check.unhealthy_threshold,
+                         "healthy_threshold": gw.health_check.healthy_threshold},
+        "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
+        "routing": routing,
+    }
+
+
+def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
+    """One model of the stack with its pool, its tenant's namespace and where the cluster runs."""
+    pool = cfg.pool_of(m)
+    args: ModelDeploymentArgs = {
+        "engine": m.engine, "model": m.model, "tenant": m.tenant, "model_name": m.name,
+        "namespace": cfg.tenant_of(m).namespace, "uri": m.uri,
+        "pool": {"name": pool.name, "instance_type": pool.instance_type, "fabric": pool.fabric,
+                 "hugepages_mib": pool.hugepages_mib, "capacity_type": pool.capacity.type,
+                 "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]},
+        "tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
+        "gpus_per_replica": m.gpus_per_replica, "quantization": m.quantization,
+        "quantized_checkpoint": m.quantized_checkpoint, "prefix_caching": m.prefix_caching,
+        "expert_parallel": m.expert_parallel,
+        "replicas": {"min": m.replicas.min, "max": m.replicas.max, "target_queue_depth": m.replicas.target_queue_depth,
+                     "target_queue_time_ms": m.replicas.target_queue_time_ms},
+        "workload": m.workload, "cache_gib": m.cache_gib, "startup_budget_seconds": m.startup_budget_seconds,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sample_ratio": cfg.observability.trace_sample_ratio,
+    }
+    for key, value in (("mig_profile", m.mig_profile), ("max_model_length", m.max_model_length),
+                       ("kv_offload_cpu_blocks", m.kv_offload_cpu_blocks), ("weights_gib", m.weights_gib),
+                       ("aws_region", cfg.target.region if cfg.is_aws else None),
+                       ("storage_class", cfg.target.storage_class)):
+        if value is not None:
+            args[key] = value  # type: ignore[literal-required]
+    if pool.vllm_image is not None:
+        args["pool"]["vllm_image"] = pool.vllm_image
+    if m.speculative is not None:
+        sp = m.speculative
+        args["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}
+        if sp.draft_model is not None:
+            args["speculative"]["draft_model"] = sp.draft_model
+    if cfg.infiniband is not None:
+        ib = cfg.infiniband
+        infiniband: ModelInfinibandArgs = {"hcas": list(ib.hcas), "network": ib.network,
+                                           "interfaces": list(ib.interfaces),
+                                           "rdma_resource_name": ib.rdma_resource_name}
+        args["infiniband"] = infiniband
+    return args
+
+
+def gpu_stack_args(cfg: PlatformConfig) -> GpuStackArgs:
+    """The GPU pools' taints and MIG layouts; on EKS the node images bring the drivers and the node groups label
+    their own nodes, on an existing cluster the kit labels the listed nodes of MIG pools."""
+    pools: dict[str, GpuPoolArgs] = {}
+    for pool in cfg.gpu_pools:
+        p: GpuPoolArgs = {"taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]}
+        if pool.mig:
+            p["mig"] = pool.mig
+            if not cfg.is_aws and pool.nodes:
+                p["nodes"] = list(pool.nodes)
+        pools[pool.name] = p
+    rdma = bool(cfg.infiniband_pools)
+    args: GpuStackArgs = {"pools": pools, "hosts_have_drivers": cfg.is_aws or cfg.target.hosts_have_drivers,
+                          "rdma": rdma, "kubernetes_version": cfg.kubernetes_version}
+    if rdma and cfg.infiniband is not None:
+        args["hosts_have_ofed"] = cfg.infiniband.hosts_have_ofed
+    return args
+
+
+def mesh_args(cfg: PlatformConfig) -> MeshArgs:
+    """The tenants' namespaces, their models' callers and multi-node peers, where the gateway and Prometheus run."""
+    return {
+        "tenants": {t.name: {"namespace": t.namespace} for t in cfg.tenants.values()},
+        "models": {m.name: {"tenant": m.tenant, "callers": list(m.callers), "multi_node": m.multi_node}
+                   for m in cfg.models.values()},
+        "kubernetes_version": cfg.kubernetes_version,
+        "gateway_namespace": cfg.gateway.namespace,
+        "monitoring_namespace": cfg.observability.namespace,
+        "trace_sampling_percent": cfg.observability.mesh_trace_sampling_percent,
+    }
+
+
+def fabric_args(cfg: PlatformConfig) -> FabricArgs:
+    """The EFA pools (their types and taints), or the InfiniBand pools with the stack's infiniband settings."""
+    args: FabricArgs = {"kubernetes_version": cfg.kubernetes_version}
+    if cfg.efa_pools:
+        args["efa_pools"] = {p.name: {"instance_type": p.instance_type, "taints": [
+            {"key": t.key, "effect": t.effect, "value": t.value} for t in p.taints]} for p in cfg.efa_pools}
+    if cfg.infiniband_pools and cfg.infiniband is not None:
+        ib = cfg.infiniband
+        infiniband: FabricInfinibandArgs = {
+            "pools": [p.name for p in cfg.infiniband_pools], "network": ib.network, "interfaces": list(ib.interfaces),
+            "ip_range": ib.ip_range, "hca_device_ids": list(ib.hca_device_ids),
+            "rdma_resource_name": ib.rdma_resource_name, "rdma_hca_max": ib.rdma_hca_max,
+            "hosts_have_ofed": ib.hosts_have_ofed, "hcas": list(ib.hcas)}
+        args["infiniband"] = infiniband
+    return args
+
+
+def cluster_autoscaler_args(cfg: PlatformConfig) -> ClusterAutoscalerArgs:
+    """AWS stacks only: the EKS cluster's name and region."""
+    assert cfg.cluster is not None and cfg.target.region is not None
+    return {"cluster_name": cfg.cluster.name, "region": cfg.target.region}
+
+
+def _receiver(r: AlertReceiver) -> AlertReceiverArgs:
+    out: AlertReceiverArgs = {"type": r.type}
+    if r.secret is not None:
+        out["secret"] = {"name": r.secret.name, "key": r.secret.key}
+    for key, value in (("channel", r.channel), ("to", r.to), ("sender", r.sender), ("smarthost", r.smarthost),
+                       ("username", r.username), ("url", r.url)):
+        if value is not None:
+            out[key] = value  # type: ignore[literal-required]
+    return out
+
+
+def _pinned(v: VolumeSizes) -> VolumeSizesArgs:
+    out: VolumeSizesArgs = {}
+    if v.prometheus_gib is not None:
+        out["prometheus_gib"] = v.prometheus_gib
+    if v.loki_gib is not None:
+        out["loki_gib"] = v.loki_gib
+    if v.jaeger_gib is not None:
+        out["jaeger_gib"] = v.jaeger_gib
+    return out
+
+
+def observability_args(cfg: PlatformConfig) -> ObservabilityArgs:
+    """The stack's observability settings the backends read, the tenants' and the gateway's namespaces (their
+    sidecars are scraped), and where the cluster runs (the volumes' StorageClass)."""
+    obs = cfg.observability
+    alerting: AlertingArgs = {"receivers": {k: _receiver(r) for k, r in obs.alerting.receivers.items()},
+                              "routes": {s: list(names) for s, names in obs.alerting.routes.items()}}
+    if obs.alerting.heartbeat is not None:
+        alerting["heartbeat"] = {"receiver": obs.alerting.heartbeat.receiver,
+                                 "repeat_interval": obs.alerting.heartbeat.repeat_interval}
+    args: ObservabilityArgs = {
+        "namespace": obs.namespace, "retention": obs.retention, "trace_retention": obs.trace_retention,
+        "loki_mode": obs.loki_mode, "trace_sample_ratio": obs.trace_sample_ratio,
+        "control_plane_metrics": obs.control_plane_metrics,
+        "ingest": {"samples_per_second": obs.ingest.samples_per_second, "log_gib_per_day": obs.ingest.log_gib_per_day,
+                   "spans_per_second": obs.ingest.spans_per_second},
+        "volumes": _pinned(obs.volumes),
+        "alerting": alerting,
+        "tenant_namespaces": [t.namespace for t in cfg.tenants.values()],
+        "gateway_namespace": cfg.gateway.namespace,
+        "kubernetes_version": cfg.kubernetes_version,
+    }
+    if cfg.is_aws and cfg.target.region is not None:
+        args["aws_region"] = cfg.target.region
+    if cfg.target.storage_class is not None:
+        args["storage_class"] = cfg.target.storage_class
+    return args
+
+
+def platform_args(cfg: PlatformConfig) -> PlatformArgs:
+    """Each part of the platform layer from the stack; EKS installs no metrics-server, an existing cluster may."""
+    return {"tenancy": tenancy_args(cfg), "gpu": gpu_stack_args(cfg), "mesh": mesh_args(cfg),
+            "fabric": fabric_args(cfg), "observability": observability_args(cfg),
+            "kubernetes_version": cfg.kubernetes_version,
+            "install_metrics_server": cfg.is_aws or cfg.target.install_metrics_server}
