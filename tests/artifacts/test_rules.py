@@ -71,6 +71,18 @@ def test_every_alert_has_severity_summary_description_and_runbook(prod: Observab
         assert d["annotations"]["runbook_url"].endswith(f"#{a.alert.lower()}")
 
 
+@pytest.mark.parametrize("stack", STACKS)
+def test_recorded_names_are_level_metric_operations(stack: str) -> None:
+    """Prometheus' naming practice for recording rules (prometheus.io/docs/practices/rules): `level:metric:operations`,
+    the metric part the source metric's own name. vLLM names its metrics with a colon (`vllm:num_requests_waiting`),
+    so the kit writes that colon as `_` in the metric part: a record name never has more than two colons, and
+    a vLLM histogram's rate reads `model:vllm_<name>_bucket:rate5m`."""
+    recorded = [r["record"] for g in dashboards.prometheus_rules(from_platform(load_stack(stack)))["groups"]
+                for r in g["rules"] if "record" in r]
+    assert recorded and [n for n in recorded if not 1 <= n.count(":") <= 2] == []
+    assert R.vllm_bucket("vllm:e2e_request_latency_seconds") == "model:vllm_e2e_request_latency_seconds_bucket:rate5m"
+
+
 # --------------------------------------------------------------------------------------------
 # promtool test rules: every alert the minute before its `for:` elapses (silent) and the minute it does (firing)
 
