@@ -347,6 +347,23 @@ def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(pro
                         (LONG_EVALUATION_INTERVAL, long_tests))
 
 
+def test_nodes_outside_the_kits_pools_belong_to_no_pool(prod: ObservabilityConfig, tmp_path: Path) -> None:
+    """kube-state-metrics exports kube_node_labels for every node, and only the kit's pools carry
+    `aifactory.io/pool` (a node group of another team, a control-plane or Fargate node carry none): such a node is in
+    no pool's count, and no pool="" group appears (a sampled mutant dropped the filter unnoticed)."""
+    series = {_sel(KSM.NODE_LABELS, {"node": "node-a", "label_aifactory_io_pool": "l40s"}): "1x10",
+              _sel(KSM.NODE_LABELS, {"node": "node-b", "label_aifactory_io_pool": "l40s"}): "1x10",
+              _sel(KSM.NODE_LABELS, {"node": "other-team-1"}): "1x10"}
+    _run_promtool_tests(prod, tmp_path, ("1m", [{
+        "interval": "1m", "input_series": [{"series": k, "values": v} for k, v in series.items()],
+        "promql_expr_test": [
+            {"expr": R.NODE_POOL, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{R.NODE_POOL}{{node="{n}", pool="l40s"}}', "value": 1}
+                             for n in ("node-a", "node-b")]},
+            {"expr": R.POOL_NODES, "eval_time": "5m",
+             "exp_samples": [{"labels": f'{R.POOL_NODES}{{pool="l40s"}}', "value": 2}]}]}]))
+
+
 # --------------------------------------------------------------------------------------------
 # unit costs: no sample, never +Inf, when the denominator is zero
 
