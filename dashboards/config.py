@@ -10,6 +10,7 @@ here hard-codes one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -26,6 +27,7 @@ __all__ = [
     "VariantCost",
     "Objective",
     "ObservabilityConfig",
+    "config_problems",
 ]
 
 DEFAULT_KV_CACHE_SATURATION = 0.95  # alert when a model's KV cache stays above 95% used
@@ -126,3 +128,42 @@ class ObservabilityConfig:
 
     def pool(self, name: str) -> Pool:
         return next(p for p in self.pools if p.name == name)
+
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+def config_problems(cfg: ObservabilityConfig) -> list[tuple[str, str]]:
+    """(property path, reason) for every value the boards and rules cannot be built from meaningfully: what a
+    hand-built ObservabilityConfig can get wrong (the stack config's reader already refuses all of it)."""
+    out: list[tuple[str, str]] = []
+
+    def need(ok: bool, path: str, reason: str) -> None:
+        if not ok:
+            out.append((path, reason))
+
+    need(bool(_DNS_LABEL.match(cfg.namespace)), "namespace", f"{cfg.namespace!r} is not a namespace (a DNS label)")
+    pools = {p.name for p in cfg.pools}
+    for i, p in enumerate(cfg.pools):
+        need(p.gpus_per_node >= 1, f"pools[{i}].gpusPerNode", f"{p.gpus_per_node} is below 1")
+        need(p.node_price_per_hour >= 0, f"pools[{i}].nodePricePerHour", f"{p.node_price_per_hour} is below 0")
+    for i, m in enumerate(cfg.models):
+        need(m.pool in pools, f"models[{i}].pool", f"{m.pool!r} is not a pool; pools: {', '.join(sorted(pools))}")
+        need(m.tenant in cfg.tenants, f"models[{i}].tenant", f"{m.tenant!r} is not one of tenants")
+        for key, value in (("ttftSeconds", m.ttft_seconds), ("interTokenSeconds", m.inter_token_seconds),
+                           ("e2eSeconds", m.e2e_seconds), ("targetQueueSeconds", m.target_queue_seconds)):
+            need(value > 0, f"models[{i}].{key}", f"{value} is not above 0")
+        need(m.target_queue_depth >= 1, f"models[{i}].targetQueueDepth", f"{m.target_queue_depth} is below 1")
+    need(bool(cfg.objectives) and cfg.objectives[-1].workflow is None, "objectives",
+         "must end with the default objective (workflow None), which every other workflow is held to")
+    for i, o in enumerate(cfg.objectives):
+        need(o.latency_seconds > 0, f"objectives[{i}].latencySeconds", f"{o.latency_seconds} is not above 0")
+        for key, value in (("latencyTarget", o.latency_target), ("availabilityTarget", o.availability_target)):
+            need(0 < value < 1, f"objectives[{i}].{key}", f"{value} is not a fraction between 0 and 1 (exclusive)")
+    need(0 <= cfg.idle_gpu_utilization_percent <= 100, "idleGpuUtilizationPercent",
+         f"{cfg.idle_gpu_utilization_percent} is not a percentage (0 to 100)")
+    need(0 < cfg.kv_cache_saturation <= 1, "kvCacheSaturation", f"{cfg.kv_cache_saturation} is not in (0, 1]")
+    need(cfg.queue_alert_factor > 0, "queueAlertFactor", f"{cfg.queue_alert_factor} is not above 0")
+    for i, v in enumerate(cfg.variants):
+        need(v.cost_per_request >= 0, f"variants[{i}].costPerRequest", f"{v.cost_per_request} is below 0")
+    return out

@@ -9,10 +9,11 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming
 from components.k8s.naming import common_labels
-from dashboards.config import ObservabilityConfig
+from dashboards.config import ObservabilityConfig, config_problems
 from dashboards.core import build, dashboard_json, prometheus_rules
 
-__all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "Monitoring"]
+__all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "check_config",
+           "Monitoring"]
 
 # the label kube-prometheus-stack's Grafana sidecar watches (set in components.k8s.observability)
 DASHBOARD_LABEL = {naming.DASHBOARD_LABEL: naming.DASHBOARD_LABEL_VALUE}
@@ -25,11 +26,20 @@ def configmap_name(key: str) -> str:
     return f"aifactory-dashboard-{key}"
 
 
+def check_config(name: str, config: ObservabilityConfig) -> None:
+    """Raise pulumi.InputPropertiesError naming every invalid value of `config`, each with its property path."""
+    if problems := config_problems(config):
+        raise pulumi.InputPropertiesError(
+            f"Monitoring {name!r}: {len(problems)} invalid argument(s) in config",
+            [{"property_path": f"config.{path}", "reason": reason} for path, reason in problems])
+
+
 class Monitoring(pulumi.ComponentResource):
     """Every dashboard (one ConfigMap each) and the recording/alerting rules of one stack."""
 
     def __init__(self, name: str, *, config: ObservabilityConfig, provider: k8s.Provider,
                  depends_on: Sequence[pulumi.Resource] = (), opts: pulumi.ResourceOptions | None = None) -> None:
+        check_config(name, config)
         super().__init__("aifactory:dashboards:Monitoring", name, None, opts)
         child = pulumi.ResourceOptions(parent=self, provider=provider, depends_on=list(depends_on))
         labels = common_labels("aifactory-monitoring", "monitoring")
