@@ -37,8 +37,23 @@ __all__ = ["PACKAGE", "VERSION", "COMPONENTS", "Provider"]
 
 PACKAGE = "aifactory"
 VERSION = "0.1.0"
-COMPONENTS: tuple[type[ComponentResource], ...] = (Network, GpuCluster, GpuNodePool, Tenancy, Gateway,
-                                                  ModelDeployment, GpuStack, Mesh, Fabric, Observability, Platform)
+
+
+def _hosted(cls: type[ComponentResource]) -> type[ComponentResource]:
+    """`cls` as the package hosts it: registered as `aifactory:index:<name>`, the type its schema names and the
+    engine asks the provider to construct. The Kubernetes components keep `aifactory:k8s:<name>` when a program
+    imports them (the kit's stacks' URNs, byte-identical since before the package hosted them); the AWS components
+    use the index token everywhere already."""
+    token = f"{PACKAGE}:index:{cls.__name__}"
+    if getattr(cls, "pulumi_type", token) == token:
+        return cls
+    return type(cls.__name__, (cls,), {"pulumi_type": token, "__module__": cls.__module__, "__doc__": cls.__doc__,
+                                       "__qualname__": cls.__qualname__})
+
+
+COMPONENTS: tuple[type[ComponentResource], ...] = tuple(
+    _hosted(c) for c in (Network, GpuCluster, GpuNodePool, Tenancy, Gateway, ModelDeployment, GpuStack, Mesh, Fabric,
+                         Observability, Platform))
 
 
 def _integral(value: Any, prop: PropertyDefinition | None) -> Any:

@@ -107,10 +107,12 @@ def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[
 
 class ClusterAutoscaler(pulumi.ComponentResource):
     """The cluster-autoscaler release and its IRSA role. `opts` must carry the Kubernetes and AWS providers."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None, *,
                  cluster: GpuCluster, system_namespace: k8s.core.v1.Namespace) -> None:
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         check_autoscaler_args(name, args)
         cluster_name, region = args["cluster_name"], args["region"]
         role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=naming.SYSTEM_NAMESPACE,

@@ -342,6 +342,8 @@ def rdma_network_objects(cfg: FabricView) -> list[dict[str, Any]]:
 
 class Fabric(pulumi.ComponentResource):
     """EFA device plugin (AWS EFA pools) or the NVIDIA network operator and RDMA networks (InfiniBand)."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     efa_instance_types: pulumi.Output[list[str]]
     """The instance types the EFA device plugin supports (the EFA pools')."""
@@ -351,7 +353,7 @@ class Fabric(pulumi.ComponentResource):
                  after: Sequence[pulumi.Resource] = ()) -> None:
         """`system_namespace`: the aifactory-system Namespace resource the EFA plugin waits for (default: none, the
         namespace exists already)."""
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = fabric_spec(name, args)
         if cfg.efa_pools:
             versions.release(f"{name}-efa", versions.EFA_DEVICE_PLUGIN, release_name=EFA_RELEASE_NAME,

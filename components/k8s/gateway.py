@@ -660,6 +660,8 @@ def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
 
 class Gateway(pulumi.ComponentResource):
     """The Envoy inference gateway: its namespace and everything in it."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     namespace: pulumi.Output[str]
     """The gateway's namespace."""
@@ -667,7 +669,7 @@ class Gateway(pulumi.ComponentResource):
     """The gateway Service's in-cluster host name."""
 
     def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = gateway_spec(name, args)
         namespace = create_namespace(
             f"{name}-ns", cfg.gateway.namespace,

@@ -278,13 +278,15 @@ def gpu_operator_values(cfg: GpuStackView) -> dict[str, Any]:
 
 class GpuStack(pulumi.ComponentResource):
     """The GPU operator release in its own (privileged: drivers and device plugins) namespace."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     release_name: pulumi.Output[str]
     """The GPU operator's Helm release."""
 
     def __init__(self, name: str, args: GpuStackArgs, opts: pulumi.ResourceOptions | None = None,
                  after: Sequence[pulumi.Resource] = ()) -> None:
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = gpu_stack_spec(name, args)
         child = pulumi.ResourceOptions(parent=self)
         self.namespace: k8s.core.v1.Namespace = create_namespace(

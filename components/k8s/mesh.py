@@ -301,6 +301,8 @@ def _custom(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> k8s
 
 class Mesh(pulumi.ComponentResource):
     """Istio control plane, STRICT mTLS and the tenant namespaces' authorization policies."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     mtls: pulumi.Output[str]
     """The mesh-wide mTLS mode (STRICT)."""
@@ -312,7 +314,7 @@ class Mesh(pulumi.ComponentResource):
                  after: Sequence[pulumi.Resource] = ()) -> None:
         """`tenant_namespaces`: the Namespace resources by tenant (each namespace's policies wait for it); default:
         none (the namespaces exist already)."""
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = mesh_spec(name, args)
         # istio-system hosts the CNI node agent (host network and host paths): privileged.
         self.namespace: k8s.core.v1.Namespace = create_namespace(

@@ -890,6 +890,8 @@ def alloy_values(cfg: BackendsView) -> dict[str, Any]:
 
 class Observability(pulumi.ComponentResource):
     """Metrics, traces and logs backends plus the Collector in the observability namespace."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     collector_otlp_grpc: pulumi.Output[str]
     """The Collector's OTLP/gRPC endpoint (host:port) for the cluster's workloads."""
@@ -903,7 +905,7 @@ class Observability(pulumi.ComponentResource):
         `after`: what the releases wait for (system nodes, DNS, the storage class their claims name).
         `mesh`: what Prometheus waits for (default: nothing): istiod, whose injector gives its pod the sidecar
         that writes the mesh certificate its https scrapes present; a pod created first has none until restarted."""
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = observability_spec(name, args)
         ns_name = cfg.observability.namespace
         # Node exporter and Alloy read host paths: the namespace cannot enforce more than privileged.

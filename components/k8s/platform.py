@@ -71,6 +71,8 @@ def metrics_server_values() -> dict[str, Any]:
 
 class Platform(pulumi.ComponentResource):
     """The Kubernetes layer under serving: GPU operator, fabric, tenants, mesh, observability, metrics-server."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     system_namespace_name: pulumi.Output[str]
     """The kit's system namespace (device plugins, the autoscaler)."""
@@ -80,7 +82,7 @@ class Platform(pulumi.ComponentResource):
     def __init__(self, name: str, args: PlatformArgs, opts: pulumi.ResourceOptions | None = None, *,
                  after: Sequence[pulumi.Resource] = (), loki_bucket: pulumi.Output[LokiBucket] | None = None) -> None:
         """`after`: what every release waits for; `loki_bucket`: Loki's S3 bucket and role (AWS)."""
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         check_shape("Platform", name, args, PlatformArgs)  # each part validates its own values
         kubernetes_version = args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION)
         monitoring = args["observability"].get("namespace", DEFAULT_MONITORING_NAMESPACE)

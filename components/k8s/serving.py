@@ -1169,6 +1169,8 @@ class ModelDeployment(pulumi.ComponentResource):
 
     An s3:// model needs `cluster` (its IRSA role trusts the cluster's OIDC provider), and then `opts`
     must carry the Kubernetes and AWS providers."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     namespace: pulumi.Output[str]
     """The namespace the model runs in."""
@@ -1179,7 +1181,7 @@ class ModelDeployment(pulumi.ComponentResource):
 
     def __init__(self, name: str, args: ModelDeploymentArgs, opts: pulumi.ResourceOptions | None = None,
                  cluster: "GpuCluster | None" = None) -> None:
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         cfg = serving_spec(name, args)
         model = cfg.model
         child = _children_of(self, opts)

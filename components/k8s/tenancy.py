@@ -297,12 +297,14 @@ def _object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pul
 
 class Tenancy(pulumi.ComponentResource):
     """Tenant namespaces and their quotas, limits and default-deny network policies."""
+    pulumi_type = TYPE  # the type token (part of every child's URN); the component package hosts a subclass
+    # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     namespace_names: pulumi.Output[dict[str, str]]
     """Each tenant's namespace, by tenant name."""
 
     def __init__(self, name: str, args: TenancyArgs, opts: pulumi.ResourceOptions | None = None) -> None:
-        super().__init__(TYPE, name, None, opts)
+        super().__init__(self.pulumi_type, name, None, opts)
         spec = tenancy_spec(name, args)
         self.namespaces: dict[str, k8s.core.v1.Namespace] = {}  # by tenant name
         for tenant in spec.tenants.values():

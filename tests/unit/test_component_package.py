@@ -240,3 +240,26 @@ def test_the_sdks_own_provider_leaves_them_floats() -> None:
                               plain._component_defs["Tenancy"])
     with pytest.raises(pulumi.InputPropertiesError, match="gpuQuota: expected an integer, got a number 8.0"):
         tenancy_spec("teams", inputs)
+
+
+def test_the_package_registers_each_component_under_the_type_its_schema_names() -> None:
+    """The engine asks the provider to construct `aifactory:index:<name>` (the schema's token); a component imported
+    into a program keeps the token the kit's stacks were created with (`aifactory:k8s:<name>` for the Kubernetes
+    ones: part of every child's URN, which must not change)."""
+    from components.k8s.tenancy import Tenancy
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    hosted = {c.__name__: c for c in package.COMPONENTS}
+    assert {n: c.pulumi_type for n, c in hosted.items() if hasattr(c, "pulumi_type")} == {
+        n: f"aifactory:index:{n}" for n in ("Tenancy", "Gateway", "ModelDeployment", "GpuStack", "Mesh", "Fabric",
+                                            "Observability", "Platform")}
+    assert Tenancy.pulumi_type == "aifactory:k8s:Tenancy" and issubclass(hosted["Tenancy"], Tenancy)
+    tenants = {"tenants": {"chat": {"cpu_quota": "8", "memory_quota": "32Gi"}}}
+
+    def program(_cfg: object) -> None:
+        hosted["Tenancy"]("hosted", tenants)
+        Tenancy("imported", tenants)
+
+    types = {r.name: r.type for r in run_program("dev", read_stack_config(stack_file("dev")), program).resources}
+    assert (types["hosted"], types["imported"]) == ("aifactory:index:Tenancy", "aifactory:k8s:Tenancy")
+    assert types["hosted-chat"] == types["imported-chat"] == "kubernetes:core/v1:Namespace"
