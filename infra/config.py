@@ -364,7 +364,8 @@ def _got(value: Any) -> str:
 
 
 def _given(d: Mapping[str, Any] | None, key: str) -> bool:
-    """Whether `key` is set in `d`: a key set to null is unset, as `_Reader.value` reads it."""
+    """Whether `key` is set in a raw mapping `d` (one _Reader.mapping did not read): a key set to null is unset, as
+    `_Reader.value` reads it (mapping() leaves null keys out)."""
     return d is not None and d.get(key) is not None
 
 
@@ -548,13 +549,13 @@ def _target(r: _Reader, raw: Any) -> Target | None:
     provider = r.value(d, "provider", "target", str, choices=("aws", "existing"))
     if provider == "aws":
         for key in ("kubeconfig", "context", "hostsHaveDrivers", "storageClass", "installMetricsServer"):
-            if _given(d, key):
+            if key in d:
                 r.fail(f"target.{key}", "only applies to provider 'existing'")
         region = r.value(d, "region", "target", str,
                          check=lambda v: None if re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", v) else
                          "is not an AWS region such as us-east-1")
         azs = r.strings(d, "availabilityZones", "target", derived=True)
-        if not _given(d, "availabilityZones"):
+        if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
         elif not 2 <= len(azs) <= 6:
             r.fail("target.availabilityZones", f"{_show(list(azs))} must list 2 to 6 zones (EKS needs two)")
@@ -567,7 +568,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         return Target("aws", region=region, availability_zones=azs)
     if provider == "existing":
         for key in ("region", "availabilityZones"):
-            if _given(d, key):
+            if key in d:
                 r.fail(f"target.{key}", "only applies to provider 'aws'")
         return Target(
             "existing",
@@ -583,7 +584,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
 def _storage_class(r: _Reader, d: dict[str, Any]) -> str | None:
     """Required on existing clusters: the kit cannot know which class exists there, nor whether one is the
     default, and a claim without a class that exists stays Pending (its Helm release then times out)."""
-    if not _given(d, "storageClass"):
+    if "storageClass" not in d:
         r.fail("target.storageClass", "is required for provider 'existing': name the StorageClass every claim "
                                       "the kit creates uses (model caches, Loki, Prometheus); "
                                       "`kubectl get storageclass` lists them")
@@ -643,7 +644,7 @@ def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], st
     through its endpoint, so the endpoint must answer the deployer. A private-only endpoint answers only
     inside the VPC and networks connected to it (EKS user guide, cluster-endpoint)."""
     access = r.value(d, "apiAccess", "cluster", str, None, choices=API_ACCESS)
-    if d is not None and not _given(d, "apiAccess"):
+    if d is not None and "apiAccess" not in d:
         r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
                                     "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
@@ -714,7 +715,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
 
     target_azs = target.availability_zones if target is not None else ()
     azs = r.strings(d, "availabilityZones", path, derived=True)  # default: the pool's zones (below)
-    if _given(d, "availabilityZones"):
+    if "availabilityZones" in d:
         if not aws:
             r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
         for i, az in enumerate(azs):
@@ -783,7 +784,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
 
     taints: list[Taint] = []
-    if _given(d, "taints"):
+    if "taints" in d:
         raw_t = r.value(d, "taints", path, list, [], derived=True)  # default: the GPU taint (below)
         for i, t in enumerate(raw_t):
             tp = f"{path}.taints[{i}]"
@@ -825,7 +826,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         fabric_test_seconds=r.value(ncd, "fabricTestSeconds", nc_path, int, 300, minimum=30, maximum=3600),
     )
     nodes = r.strings(d, "nodes", path, check=_dns_subdomain, derived=True)  # provider existing only
-    if _given(d, "nodes") and aws:
+    if "nodes" in d and aws:
         r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
     if mig is not None and target is not None and not aws and not nodes:
         r.fail(f"{path}.nodes", f"is required for a MIG pool on provider 'existing': list the pool's node names "
@@ -928,7 +929,7 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
     r.allow(d, path, allowed)
     ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
-    if not _given(d, "namespace") and (why := _reserved_namespace(name)) is not None:
+    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
         # No namespace set: the tenant's name is its namespace, and must pass the same check.
         r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
                      f"{path}.namespace to a namespace of its own")
@@ -1070,8 +1071,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
     per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
     # The key the user wrote for the replica's shape, so every message below names it.
-    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if _given(d, k)),
-                 "tensorParallel")
+    shape = next((k for k in ("tensorParallel", "pipelineParallel", "gpusPerReplica") if k in d), "tensorParallel")
     if tp & (tp - 1):
         # vLLM checks total_num_attention_heads % tensor_parallel_size == 0 when it loads the model (vllm
         # config/model.py, verify_with_parallel_config); the kit cannot read the model's head count, and head
@@ -1499,7 +1499,7 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
             r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
         elif issuer is not None and jwks is not None:
             issuers.append(JwtIssuer(issuer, jwks, r.strings(idd, "audiences", ip),
-                                     r.strings(idd, "tenants", ip, derived=True) if _given(idd, "tenants") else None))
+                                     r.strings(idd, "tenants", ip, derived=True) if "tenants" in idd else None))
         if issuer is not None:
             seen.add(issuer)
     return GatewayAuth(tuple(issuers), r.value(d, "tenantClaim", p, str, "tenant",
