@@ -38,8 +38,9 @@ _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", 
                type(None): "null"}
 _INDEX = re.compile(r"\[\d+\]")
 
-# Stack configs for the branches the shipped stacks do not take. Only walked (never deployed): each reaches keys
-# that are read only under some other value (a provider, engine, fabric, capacity type, receiver type, ...).
+# The corpus: stack configs that together take every branch of the reader. Only walked (never deployed), so they
+# need not be valid as a whole: each reaches keys read only under some other value (a provider, engine, fabric,
+# capacity type, speculative method, receiver type, ...).
 COVERAGE: tuple[dict[str, Any], ...] = (
     {"target": {"provider": "existing", "kubeconfig": "~/.kube/config", "context": "c", "hostsHaveDrivers": True,
                 "storageClass": "fast", "installMetricsServer": False},
@@ -49,8 +50,9 @@ COVERAGE: tuple[dict[str, Any], ...] = (
      "infiniband": {"rails": {"ib": 1}},
      "tenants": {"t": {"rateLimit": {}, "migQuota": {"1g.10gb": 1}}},
      "models": {"m": {"engine": "triton", "model": "m", "uri": "pvc://x", "tenant": "t", "pool": "ib",
-                      "speculative": {"method": "draft_model", "draftModel": "d"},
-                      "quantization": {"method": "fp8", "checkpoint": "load-time"}, "variant": {"of": "m"}}},
+                      "speculative": {"method": "eagle", "draftModel": "d"},
+                      "quantization": {"method": "fp8", "checkpoint": "load-time"},
+                      "variant": {"costPerRequest": 0.01}}},
      "gateway": {"auth": {"issuers": [{"issuer": "https://i", "jwksUri": "https://i/jwks", "audiences": ["a"],
                                        "tenants": ["t"]}]},
                  "routing": {"w": {"policy": "fastest", "marginPercent": 10,
@@ -66,9 +68,8 @@ COVERAGE: tuple[dict[str, Any], ...] = (
                           "capacity": {"type": "capacity-block", "reservationId": "cr-0123456789abcdef0",
                                        "startTime": "2026-01-01T00:00:00Z", "endTime": "2026-01-02T00:00:00Z"}},
                    "od": {"instanceType": "p5.48xlarge", "capacity": {"type": "on-demand"}},
-                   "odcr": {"instanceType": "p5.48xlarge", "capacity": {"type": "reservation",
-                                                                         "reservationId": "cr-0123456789abcdef0"}},
-                   "spot": {"instanceType": "p5.48xlarge", "capacity": {"type": "spot"}}},
+                   "odcr": {"instanceType": "p5.48xlarge", "capacity": {"type": "odcr",
+                                                                         "reservationId": "cr-0123456789abcdef0"}}},
      "models": {"m": {"engine": "vllm", "model": "m", "tenant": "t", "pool": "od",
                       "speculative": {"method": "eagle3", "draftModel": "d", "numSpeculativeTokens": 3},
                       "quantization": "fp8"},
@@ -92,7 +93,7 @@ class _Node:
     observed: int = 0  # times this mapping was read
     allowed: set[str] | None = None  # keys a mapping takes (None: not known)
     named: bool = False  # a mapping of DNS-label names to objects
-    items: str | None = None  # "string" for a list of strings; "object" for a list of mappings
+    string_items: bool = False  # a list of strings
     values: dict[str, Any] | None = None  # the schema of a map's values (string maps, prices, MIG quotas)
     key_pattern: str | None = None
 
@@ -119,18 +120,20 @@ class Recorder(_Reader):
     def _node(self, path: str) -> _Node:
         return self.nodes.setdefault(self._path(path), _Node())
 
+    def _allowed(self, path: str, allowed: tuple[str, ...]) -> _Node:
+        node = self._node(path)
+        node.allowed = (node.allowed or set()) | set(allowed)
+        return node
+
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
                 keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
-        node = self._node(path)
+        node = self._node(path) if allowed is None else self._allowed(path, allowed)
         node.types.add("object")
         node.observed += 1
-        if allowed is not None:
-            node.allowed = (node.allowed or set()) | set(allowed)
         return super().mapping(raw, path, allowed, keep_null=keep_null)
 
     def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
-        node = self._node(path)
-        node.allowed = (node.allowed or set()) | set(allowed)
+        self._allowed(path, allowed)
         super().allow(d, path, allowed)
 
     def value(self, d: Mapping[str, Any] | None, key: str, path: str, kind: type | tuple[type, ...],
@@ -159,7 +162,7 @@ class Recorder(_Reader):
         if d is not None:
             node = self._node(f"{path}.{key}")
             node.types.add("array")
-            node.items, node.optional = "string", True
+            node.string_items, node.optional = True, True
             node.defaults.append(list(default))
             node.derived_default |= derived or _site(sys._getframe(1), key).derived
         self._quiet += 1
@@ -187,8 +190,7 @@ class Recorder(_Reader):
         node.key_pattern = key_pattern
 
     def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
-        node = self._node(path)
-        node.allowed = (node.allowed or set()) | set(allowed)
+        self._allowed(path, allowed)
 
     def named(self, raw: Any, path: str, *, keep_null: tuple[str, ...] = ()) -> dict[str, Any]:
         node = self._node(path)
@@ -266,7 +268,7 @@ def _call_sites() -> dict[tuple[int, str], _Site]:
         site = _Site(derived=not literal_key or (default is not None and not _literal(default)),
                      conditional=not literal_key or (default is None and _under_condition(n, parents)),
                      dynamic_bounds=not literal_key or not _literal_args(n, ("choices", "minimum", "maximum")))
-        key = str(n.args[1].value) if literal_key and isinstance(n.args[1], ast.Constant) else "*"
+        key = str(n.args[1].value) if isinstance(n.args[1], ast.Constant) else "*"
         for line in range(n.lineno, (n.end_lineno or n.lineno) + 1):
             out[(line, key)] = site
     return out
@@ -330,7 +332,7 @@ def _scalar(node: _Node, types_: set[str], *, nullable: bool) -> dict[str, Any]:
         out["description"] = "default: derived from other settings (infra/config.py says how)"
     elif len(constant) == 1 and None not in node.defaults:
         out["default"] = json.loads(constant.pop())
-    if node.items == "string":
+    if node.string_items:
         out["items"] = {"type": "string"}
     if node.values is not None:
         out["additionalProperties"] = node.values
