@@ -31,7 +31,7 @@ from components.k8s import naming, security
 from components.k8s.gateway import NAMESPACE_NAME_LABEL, SERVICE_PORT
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
-from components.k8s.values import Fidelity
+from components.k8s.values import Fidelity, NamespaceView
 from components.k8s.verdicts import Verdict
 
 __all__ = ["FidelityView", "Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document",
@@ -53,11 +53,6 @@ class _GatewayView(Protocol):
     def fidelity(self) -> Mapping[str, Fidelity]: ...  # the gated workloads
 
 
-class _NamespaceView(Protocol):
-    @property
-    def namespace(self) -> str: ...
-
-
 class FidelityView(Protocol):
     """What the gate reads of the stack: its name (the Job runs `aifactory eval <stack>`), the gateway's namespace and
     gates, the observability namespace (the Collector)."""
@@ -69,7 +64,7 @@ class FidelityView(Protocol):
     def gateway(self) -> _GatewayView: ...
 
     @property
-    def observability(self) -> _NamespaceView: ...
+    def observability(self) -> NamespaceView: ...
 
 
 def gate_document(cfg: FidelityView, verdicts: Sequence[Verdict]) -> dict[str, Any]:

@@ -61,6 +61,7 @@ from components.k8s.values import (
     RateLimit,
     Retries,
     Tenant,
+    Tracing,
     Variant,
 )
 
@@ -305,19 +306,13 @@ class GatewayArgs(TypedDict):
 
 
 @dataclass(frozen=True)
-class _Observability:
-    namespace: str
-    trace_sample_ratio: float
-
-
-@dataclass(frozen=True)
 class GatewaySpec:
     """GatewayArgs with every default applied: what the build functions read (a GatewayView)."""
 
     models: Mapping[str, Model]
     tenants: Mapping[str, Tenant]
     gateway: GatewaySettings
-    observability: _Observability
+    observability: Tracing
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     is_aws: bool = False
 
@@ -446,7 +441,7 @@ def gateway_spec(name: str, args: GatewayArgs) -> GatewaySpec:
         models={k: _model(k, m) for k, m in args["models"].items()},
         tenants={k: _tenant(k, t) for k, t in args["tenants"].items()},
         gateway=_settings(args),
-        observability=_Observability(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
+        observability=Tracing(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
                                      trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
         kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION),
         is_aws=args.get("aws_internal_load_balancer", False))

@@ -38,7 +38,7 @@ from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.tenancy import TenantModel, TenantModelArgs
-from components.k8s.values import Tenant
+from components.k8s.values import InNamespace, NamespaceView, Tenant
 
 __all__ = [
     "TYPE",
@@ -123,11 +123,6 @@ class MeshModelView(Protocol):
     def multi_node(self) -> bool: ...
 
 
-class _NamespaceView(Protocol):
-    @property
-    def namespace(self) -> str: ...
-
-
 class _ObservabilityView(Protocol):
     @property
     def namespace(self) -> str: ...
@@ -149,15 +144,10 @@ class MeshView(Protocol):
     def models(self) -> Mapping[str, MeshModelView]: ...
 
     @property
-    def gateway(self) -> _NamespaceView: ...
+    def gateway(self) -> NamespaceView: ...
 
     @property
     def observability(self) -> _ObservabilityView: ...
-
-
-@dataclass(frozen=True)
-class _Namespace:
-    namespace: str
 
 
 @dataclass(frozen=True)
@@ -172,7 +162,7 @@ class MeshSpec:
 
     tenants: Mapping[str, Tenant]
     models: Mapping[str, TenantModel]
-    gateway: _Namespace
+    gateway: InNamespace
     observability: _Observability
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
 
@@ -196,7 +186,7 @@ def mesh_spec(name: str, args: MeshArgs) -> MeshSpec:
         tenants={k: Tenant(name=k, namespace=t.get("namespace", k)) for k, t in tenants.items()},
         models={k: TenantModel(name=k, tenant=m["tenant"], callers=tuple(m.get("callers") or ()),
                                multi_node=m.get("multi_node", False)) for k, m in models.items()},
-        gateway=_Namespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
+        gateway=InNamespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
         observability=_Observability(args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE), percent),
         kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION))
 

@@ -53,6 +53,8 @@ from components.k8s.values import (
     AlertReceiver,
     Heartbeat,
     Ingest,
+    InNamespace,
+    NamespaceView,
     ObservabilitySettings,
     SecretRef,
     Tenant,
@@ -272,11 +274,6 @@ class ObservabilityArgs(TypedDict):
     """The StorageClass of the backends' volumes; required off AWS. Default: the kit's gp3 class on AWS."""
 
 
-class _NamespaceView(Protocol):
-    @property
-    def namespace(self) -> str: ...
-
-
 class BackendsView(Protocol):
     """What the build functions read: Observability's BackendsSpec (from its args), or the kit's PlatformConfig."""
 
@@ -284,10 +281,10 @@ class BackendsView(Protocol):
     def observability(self) -> ObservabilitySettings: ...
 
     @property
-    def tenants(self) -> Mapping[str, _NamespaceView]: ...
+    def tenants(self) -> Mapping[str, NamespaceView]: ...
 
     @property
-    def gateway(self) -> _NamespaceView: ...
+    def gateway(self) -> NamespaceView: ...
 
     @property
     def kubernetes_version(self) -> str: ...
@@ -297,11 +294,6 @@ class BackendsView(Protocol):
 
     @property
     def target(self) -> StorageTargetView: ...
-
-
-@dataclass(frozen=True)
-class _Namespace:
-    namespace: str
 
 
 @dataclass(frozen=True)
@@ -315,7 +307,7 @@ class BackendsSpec:
 
     observability: ObservabilitySettings
     tenants: Mapping[str, Tenant]
-    gateway: _Namespace
+    gateway: InNamespace
     target: _Target
     kubernetes_version: str = DEFAULT_KUBERNETES_VERSION
     is_aws: bool = False
@@ -393,7 +385,7 @@ def observability_spec(name: str, args: ObservabilityArgs) -> BackendsSpec:
     return BackendsSpec(
         observability=settings,
         tenants={ns: Tenant(name=ns, namespace=ns) for ns in args.get("tenant_namespaces") or ()},
-        gateway=_Namespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
+        gateway=InNamespace(args.get("gateway_namespace", DEFAULT_GATEWAY_NAMESPACE)),
         target=_Target(args.get("storage_class")),
         kubernetes_version=args.get("kubernetes_version", DEFAULT_KUBERNETES_VERSION),
         is_aws="aws_region" in args)

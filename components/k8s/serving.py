@@ -64,6 +64,7 @@ from components.k8s.values import (
     Speculative,
     Taint,
     Tenant,
+    Tracing,
     infiniband_settings,
 )
 from components.vocabulary import GPU_TAINT_KEY
@@ -1053,12 +1054,6 @@ class _Target:
 
 
 @dataclass(frozen=True)
-class _Observability:
-    namespace: str
-    trace_sample_ratio: float
-
-
-@dataclass(frozen=True)
 class ServingSpec:
     """ModelDeploymentArgs with every default applied: what the build functions read (a ServingView)."""
 
@@ -1066,7 +1061,7 @@ class ServingSpec:
     tenant: Tenant
     pool: NodePool
     target: _Target
-    observability: _Observability
+    observability: Tracing
     infiniband: InfinibandSettings | None = None
 
     @property
@@ -1159,7 +1154,7 @@ def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
         model=_deployment_model(name, args, pool), pool=pool,
         tenant=Tenant(name=args["tenant"], namespace=args.get("namespace", args["tenant"])),
         target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
-        observability=_Observability(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
+        observability=Tracing(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
                                      trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
         infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None)
 

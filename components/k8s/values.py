@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
@@ -23,6 +23,9 @@ from components.k8s.defaults import (
 )
 
 __all__ = [
+    "NamespaceView",
+    "InNamespace",
+    "Tracing",
     "RateLimit",
     "Tenant",
     "Replicas",
@@ -59,6 +62,28 @@ __all__ = [
     "VolumeSizes",
     "ObservabilitySettings",
 ]
+
+
+class NamespaceView(Protocol):
+    """A section of which a component reads only where it runs (the gateway's, observability's, a tenant's)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class InNamespace:
+    """Where a part of the platform runs, when that is all a component needs of it."""
+
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """Where the OpenTelemetry Collector runs and the share of traces the engines and the gateway sample."""
+
+    namespace: str
+    trace_sample_ratio: float
 
 
 @dataclass(frozen=True, slots=True)
