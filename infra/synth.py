@@ -94,7 +94,8 @@ def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
 
 class _StackLoader(yaml.SafeLoader):
     """YAML 1.1's safe loader, but an unquoted date or time stays the text it is (`startTime: 2026-12-01T11:30:00Z`),
-    as the Pulumi CLI passes it to the program (yaml.v3 decodes a timestamp into a string for an untyped value),
+    as the Pulumi CLI passes it to the program (go-yaml's decode.go sets a timestamp decoded into an interface{}
+    as its string "for backward compatibility"; the CLI reads stack files into untyped values),
     instead of a datetime that is neither JSON nor what the user wrote."""
 
 
