@@ -28,10 +28,12 @@ Spans (OTel GenAI semantic conventions, development status):
     retrieval            retrieval {name}             CLIENT    gen_ai.data_source.id
     planning             plan {name}                  INTERNAL
     any other kind       {kind} {name}                INTERNAL  (no gen_ai.operation.name)
-Every step span also carries aifactory.step.kind, and aifactory.step.name unless a GenAI attribute
-already names the step (gen_ai.tool.name, gen_ai.data_source.id); `operation=` overrides the
-GenAI operation (e.g. "embeddings" for an llm step). Failed scopes: status ERROR, the exception event,
-error.type = the exception's qualified class name. The workflow span gets aifactory.critical_path.<kind>.
+A step span carries aifactory.step.kind where gen_ai.operation.name does not already tell the kind (by
+OPERATION_STEP_KINDS, the table the GenAI span processor reads instrumented spans with: planning and any other
+kind), and aifactory.step.name unless a GenAI attribute already names the step (gen_ai.tool.name,
+gen_ai.data_source.id); `operation=` overrides the GenAI operation (e.g. "embeddings" for an llm step).
+Failed scopes: status ERROR, the exception event, error.type = the exception's qualified class name.
+The workflow span gets aifactory.critical_path.<kind> (seconds) when it ends.
 
 Metrics (names and labels: telemetry/names.py), every one labelled with the tenant and workflow:
 workflow duration, step duration, critical-path seconds per step kind (telemetry/critical_path.py:
@@ -92,6 +94,8 @@ __all__ = [
     "NO_WORKFLOW",
     "UNKNOWN_TENANT",
     "STEP_OPERATIONS",
+    "OPERATION_STEP_KINDS",
+    "STEP_KIND_ATTRIBUTE",
     "StepOperation",
     "Telemetry",
     "Scope",
@@ -133,6 +137,14 @@ _BAGGAGE_KEY = next(iter(baggage.set_baggage(DEADLINE_BAGGAGE_KEY, "0", Context(
 # The context of the kit's metric records with exemplars off: no valid span, so no exemplar filter samples them
 # (trace_based needs a sampled span). Not empty: the SDK records an empty (falsy) context in the current one.
 _NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN, Context())
+
+
+def _detach(token: Token[Context]) -> None:
+    """Restore the context `token` replaced; as opentelemetry.context.detach, log a failure and never raise."""
+    try:
+        _reset(token)
+    except Exception:
+        _context_log.exception("Failed to detach context")
 
 
 def _runtime_context_var() -> ContextVar[Context] | None:
@@ -178,6 +190,19 @@ STEP_OPERATIONS: Mapping[str, StepOperation] = {
     "planning": StepOperation("plan", SpanKind.INTERNAL, None),
 }
 _PLAIN_STEP = StepOperation(None, SpanKind.INTERNAL, None)
+# gen_ai.operation.name -> the kit's step kind (OTel semantic conventions, gen-ai-spans.md and
+# gen-ai-agent-spans.md: chat, text_completion, generate_content, embeddings, execute_tool, retrieval): how the
+# GenAI span processor reads instrumented spans, and why a kit span of these operations needs no
+# aifactory.step.kind.
+OPERATION_STEP_KINDS: Mapping[str, str] = {
+    "chat": "llm",
+    "text_completion": "llm",
+    "generate_content": "llm",
+    "embeddings": "llm",
+    "execute_tool": "tool",
+    "retrieval": "retrieval",
+}
+STEP_KIND_ATTRIBUTE = "aifactory.step.kind"
 _MODEL_KIND = "llm"  # steps that call a model: span named after the model, operation duration recorded
 _GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_NAME, genai.GEN_AI_REQUEST_MODEL)
 
@@ -186,7 +211,7 @@ class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
     __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps", "labels")
+                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
@@ -203,6 +228,11 @@ class WorkflowRun:
         self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
         self.done_steps = 0  # top-level steps finished
         self.labels: WorkflowLabels | None = None  # its metric attribute sets (set by the Telemetry that opens it)
+        # The critical path while the steps are a serial chain (top-level steps, each starting after the previous
+        # ended: a sequential agent), summed as they finish: step kind -> ns; None once they are anything else
+        # (the workflow's end then sweeps `steps`, telemetry.critical_path). serial_end: the last such step's end.
+        self.serial: dict[str, int] | None = {}
+        self.serial_end = start
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -251,7 +281,8 @@ class WorkflowLabels:
         self.ok = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_OK)
         self.error = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_ERROR)
         self.steps = telemetry._metric_attrs(names.L_WORKFLOW, workflow)
-        self.critical_path: dict[str, dict[str, str]] = {}  # step kind -> its critical-path attributes (as met)
+        # step kind -> (its workflow span attribute, its critical-path metric attributes), as met
+        self.critical_path: dict[str, tuple[str, dict[str, str]]] = {}
 
 
 Run = WorkflowRun | StepRun
@@ -275,15 +306,17 @@ class Scope:
     """A workflow or step to run: a context manager (sync and async) and a decorator. Stateless, so one
     scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
 
-    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes", "_budget_ns",
-                 "_steps")
+    __slots__ = ("_telemetry", "_fixed", "_workflow", "_kind", "_model", "_name", "_span_name", "_span_kind",
+                 "_attributes", "_budget_ns", "_steps")
 
     def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
                  span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
                  steps: int | None = None) -> None:
         self._telemetry = telemetry
+        self._fixed = telemetry if isinstance(telemetry, Telemetry) else None  # None: resolved at each entry
         self._workflow = workflow
         self._kind = kind
+        self._model = kind == _MODEL_KIND
         self._name = name
         self._span_name = span_name
         self._span_kind = span_kind
@@ -296,9 +329,9 @@ class Scope:
         return tel if isinstance(tel, Telemetry) else tel()
 
     def __enter__(self) -> Any:
-        tel = self._telemetry
-        if not isinstance(tel, Telemetry):
-            tel = tel()
+        tel = self._fixed
+        if tel is None:
+            tel = self._telemetry()  # type: ignore[operator]
         if self._workflow:
             return tel._enter_workflow(self)
         # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
@@ -318,32 +351,61 @@ class Scope:
             run.seq = next(owner.seqs)
             run.parent = ROOT
             run.workflow = owner
-            run.genai = None
+            run.genai = tel._genai_attrs(self._attributes, owner) if self._model else None
+            if owner.deadline_ns is not None:
+                tel._record_step_budget(owner, run.kind, start)
         else:
             run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
-        if self._kind == _MODEL_KIND:
-            run.genai = tel._genai_attrs(self._attributes, run.workflow)
-        workflow = run.workflow
-        if workflow is not None and workflow.deadline_ns is not None:
-            tel._record_step_budget(workflow, run.kind, start)
+            workflow = run.workflow
+            if self._model:
+                run.genai = tel._genai_attrs(self._attributes, workflow)
+            if workflow is not None and workflow.deadline_ns is not None:
+                tel._record_step_budget(workflow, run.kind, start)
         run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         run = _get_current().get(_RUN_KEY)
-        if type(run) is StepRun:  # the per-step hot path, inline (Telemetry._exit_step's body)
+        if type(run) is StepRun:  # the per-step hot path, inline
             tel = run._telemetry
             end = tel.clock()
-            error_type = None if exc is None else tel._fail(run.span, exc)
-            run.span.end(end_time=end)
+            span = run.span
+            if exc is not None:
+                error_type = tel._fail(span, exc)
+                span.end(end_time=end)
+                _detach(run._token)
+                tel._finish_step(run, end, error_type)
+                return
+            span.end(end)
             try:
                 _reset(run._token)  # type: ignore[arg-type]
             except Exception:
                 _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
-            tel._finish_step(run, end, error_type)
+            workflow = run.workflow
+            if workflow is None or run.genai is not None or tel.exemplars or workflow.finished:
+                tel._finish_step(run, end, None)
+                return
+            # Telemetry._finish_step's body for a step that succeeded in an open workflow, without its frame.
+            kind = run.kind
+            attrs = tel._attrs.get((workflow.name, kind, run.name, STATUS_OK))  # _step_attrs' key
+            start = run.start
+            tel._step_duration.record((end - start) / _NS_PER_S, attrs if attrs is not None else
+                                      tel._step_attrs(workflow.name, kind, run.name, STATUS_OK), _NO_TRACE)
+            parent = run.parent
+            workflow.steps.append((kind, start, end, run.seq, parent))
+            if parent != ROOT:
+                workflow.serial = None
+                return
+            workflow.done_steps += 1
+            serial = workflow.serial  # _add_step's serial accumulation, inline
+            if serial is not None:
+                if start >= workflow.serial_end:
+                    workflow.serial_end = end
+                    serial[kind] = serial.get(kind, 0) + (end - start)
+                else:
+                    workflow.serial = None
         elif run is not None:
-            scope_tel = self._telemetry
-            (scope_tel if isinstance(scope_tel, Telemetry) else scope_tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
+            (self._fixed or self._telemetry())._exit_workflow(run, exc)  # type: ignore[operator, arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -481,10 +543,7 @@ class Telemetry:
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
-        try:
-            _reset(run._token)  # type: ignore[arg-type]
-        except Exception:
-            _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
+        _detach(run._token)  # type: ignore[arg-type]
         run.span.set_attributes(self._finish_workflow(run, end, error_type))
         run.span.end(end_time=end)
 
@@ -500,14 +559,25 @@ class Telemetry:
         labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
         ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
         span_attributes: dict[str, float] = {}
-        for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items():
+        serial = run.serial
+        if serial is not None and run.serial_end <= end:  # a serial chain: summed as its steps finished
+            owned: Mapping[str, float] = serial
+            idle = end - run.start - sum(serial.values())
+            if idle > 0:
+                serial[self.idle_kind] = serial.get(self.idle_kind, 0) + idle
+            if 0 in serial.values():  # zero-length steps own no time: left out, as critical_path does
+                owned = {kind: ns for kind, ns in serial.items() if ns}
+        else:
+            owned = critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind)
+        cached = labels.critical_path
+        for kind, ns in owned.items():
             seconds = ns / _NS_PER_S
-            span_attributes[_CRITICAL_PATH_ATTRIBUTES.get(kind) or _critical_path_attribute(kind)] = seconds
-            attrs = labels.critical_path.get(kind)
-            if attrs is None:
-                attrs = labels.critical_path[kind] = self._metric_attrs(names.L_WORKFLOW, run.name,
-                                                                        names.L_STEP_KIND, kind)
-            self._critical_path.add(seconds, attrs, ctx)
+            names_of_kind = cached.get(kind)
+            if names_of_kind is None:
+                names_of_kind = cached[kind] = (f"aifactory.critical_path.{kind}", self._metric_attrs(
+                    names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+            span_attributes[names_of_kind[0]] = seconds
+            self._critical_path.add(seconds, names_of_kind[1], ctx)
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        labels.ok if error_type is None else labels.error, ctx)
         self._workflow_steps.record(len(run.steps), labels.steps, ctx)
@@ -515,7 +585,8 @@ class Telemetry:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
             self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met), ctx)
         outer = run.outer
-        if outer is not None and not outer.finished:
+        if outer is not None and not outer.finished and run.steps:
+            outer.serial = None  # its steps join the outer's, which the outer's end sweeps
             outer.steps.extend(s if s[4] != ROOT else (*s[:4], run.outer_parent)  # type: ignore[misc]
                                for s in run.steps)  # (kind, start, end, seq, parent): top-level ones re-parented
         return span_attributes
@@ -556,10 +627,7 @@ class Telemetry:
             self._operation_duration.record(seconds, run.genai if error_type is None
                                             else {**run.genai, ERROR_TYPE: error_type}, ctx)
         if workflow is not None:
-            if not workflow.finished:
-                workflow.steps.append((run.kind, run.start, end, run.seq, run.parent))
-            if run.parent == ROOT:
-                workflow.done_steps += 1
+            _add_step(workflow, run.kind, run.start, end, run.seq, run.parent)
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
@@ -648,13 +716,25 @@ class Telemetry:
         return error_type
 
 
-_CRITICAL_PATH_ATTRIBUTES: dict[str, str] = {}  # step kind -> its workflow span attribute
-
-
-def _critical_path_attribute(kind: str) -> str:
-    """The workflow span attribute of a step kind's critical-path seconds."""
-    name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
-    return name
+def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, parent: int) -> None:
+    """A finished step joins its workflow: its critical path (summed at once while the steps are a serial chain)
+    and its count of top-level steps done. A workflow already finished takes no more steps."""
+    if workflow.finished:
+        if parent == ROOT:
+            workflow.done_steps += 1
+        return
+    workflow.steps.append((kind, start, end, seq, parent))
+    if parent != ROOT:
+        workflow.serial = None
+        return
+    workflow.done_steps += 1
+    serial = workflow.serial
+    if serial is not None:
+        if start >= workflow.serial_end:
+            workflow.serial_end = end
+            serial[kind] = serial.get(kind, 0) + (end - start)
+        else:
+            workflow.serial = None
 
 
 def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
@@ -730,9 +810,11 @@ def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: 
         raise ValueError(f"step name must be a non-empty string, got {name!r}")
     mapping = STEP_OPERATIONS.get(kind, _PLAIN_STEP)
     op = operation or mapping.operation
-    base: dict[str, Any] = {"aifactory.step.kind": kind}
+    base: dict[str, Any] = {}
     if op is not None:
         base[genai.GEN_AI_OPERATION_NAME] = op
+    if op is None or OPERATION_STEP_KINDS.get(op) != kind:
+        base[STEP_KIND_ATTRIBUTE] = kind  # a span attribute less per step where the operation says it
     base[mapping.name_attribute or "aifactory.step.name"] = name
     if model is not None:
         base[genai.GEN_AI_REQUEST_MODEL] = model

@@ -83,7 +83,7 @@ def run() -> list[tuple[str, str]]:
     counter = meter.create_counter("bench.critical_path", unit="s")
     steps_histogram = meter.create_histogram("bench.workflow.steps", unit="{step}")
     workflow_attrs = {"tenant": "bench", "workflow": "w", "status": "ok"}
-    step_span_attrs = {"aifactory.step.kind": "tool", **span_attrs}
+    step_span_attrs = span_attrs  # a kit tool step's span: execute_tool tells its kind (no aifactory.step.kind)
 
     def by_hand(step_record_context: Context | None) -> Callable[[], None]:
         # What a kit workflow of tool steps emits, done by hand with the same SDK calls: a current workflow
