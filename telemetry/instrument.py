@@ -33,19 +33,26 @@ OPERATION_STEP_KINDS, the table the GenAI span processor reads instrumented span
 kind), and aifactory.step.name unless a GenAI attribute already names the step (gen_ai.tool.name,
 gen_ai.data_source.id); `operation=` overrides the GenAI operation (e.g. "embeddings" for an llm step).
 Failed scopes: status ERROR, the exception event, error.type = the exception's qualified class name.
-The workflow span gets aifactory.critical_path.<kind> (seconds) when it ends.
+With Telemetry(critical_path_attributes=True) the workflow span also gets aifactory.critical_path.<kind>
+(seconds) when it ends: the metric's shares for that one trace (off by default: the spans themselves show them,
+no panel reads them, and each costs a span attribute on every workflow).
 
 Metrics (names and labels: telemetry/names.py), every one labelled with the tenant and workflow:
 workflow duration, step duration, critical-path seconds per step kind (telemetry/critical_path.py:
 innermost steps own the time, parallel steps split it, uncovered time is "other"), steps per workflow,
-step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps).
+step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps). The two sums a
+workflow's end adds to (critical-path seconds, deadlines met or missed) are kept in the process and collected
+through an observable counter: the same cumulative monotonic Sum, for a fraction of a measurement's cost.
+A sequential agent's critical path is summed as its steps end; nested or overlapping steps are swept when the
+workflow ends.
 An exception leaving nested steps fails each of them (each is counted in the errors metric).
 Steps outside any workflow still get spans and step metrics (workflow label "none").
 A workflow started inside another is its own workflow, and its steps also count in the outer one's
 critical path, under the outer step that was current when it started.
 Exemplars: none by default (the kit records outside any span context; its Collector's prometheus exporter
 drops exemplars anyway, and its dashboards link traces by label). Telemetry(exemplars=True) records each step's
-and workflow's metrics in that span's own context, so the SDK's exemplar filter links each point to it.
+and workflow's histograms (and step errors) in that span's own context, so the SDK's exemplar filter links each
+point to it; the observable sums carry none.
 
 Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
 baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
@@ -72,12 +79,14 @@ from dataclasses import dataclass
 from itertools import count
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote
+from weakref import WeakKeyDictionary
 
 from opentelemetry import baggage, metrics, trace
 from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
@@ -273,7 +282,7 @@ class WorkflowLabels:
     name first opens, then shared by every run of it, so a workflow's end looks none of them up. Each set is the
     one Telemetry._metric_attrs gives for the same labels."""
 
-    __slots__ = ("tenant", "workflow", "ok", "error", "steps", "critical_path")
+    __slots__ = ("tenant", "workflow", "ok", "error", "steps", "critical_path", "deadlines")
 
     def __init__(self, telemetry: Telemetry, workflow: str) -> None:
         self.tenant = telemetry.tenant
@@ -281,8 +290,58 @@ class WorkflowLabels:
         self.ok = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_OK)
         self.error = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_ERROR)
         self.steps = telemetry._metric_attrs(names.L_WORKFLOW, workflow)
-        # step kind -> (its workflow span attribute, its critical-path metric attributes), as met
-        self.critical_path: dict[str, tuple[str, dict[str, str]]] = {}
+        self.critical_path: dict[str, _Sum] = {}  # step kind -> its critical-path sum (as met)
+        self.deadlines: dict[str, _Sum] = {}  # met | missed -> its count (as met)
+
+
+class _Sum:
+    """One attribute set's running total of a summed metric (see _Sums)."""
+
+    __slots__ = ("attributes", "total")
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.total: float = 0
+
+
+class _Sums:
+    """A monotonic sum the kit adds to once per workflow (critical-path seconds per step kind, deadlines met or
+    missed), kept in the process and handed to the SDK by an observable counter when a reader collects. The
+    exported metric is the same cumulative Sum a synchronous counter gives (the same float additions, in the same
+    order), but a workflow's end costs a float addition per attribute set instead of an SDK measurement (its
+    attributes cleaned, copied and hashed each time: a third of a sequential workflow's metric cost). One per
+    meter and metric, shared by every Telemetry on that meter (the SDK keeps the first callback registered under
+    a name). Observable instruments carry no exemplars."""
+
+    def __init__(self, meter: metrics.Meter, metric: names.Metric) -> None:
+        self.lock = threading.Lock()  # held while totals change, so concurrent workflows lose no addition
+        self._sums: dict[tuple[tuple[str, str], ...], _Sum] = {}
+        meter.create_observable_counter(metric.otel, callbacks=[self._observe], unit=metric.unit,
+                                        description=metric.description)
+
+    def sum(self, attributes: dict[str, str]) -> _Sum:
+        """The running total of one attribute set (made on first use; dict.setdefault: no lock needed)."""
+        key = tuple(sorted(attributes.items()))
+        found = self._sums.get(key)
+        return found if found is not None else self._sums.setdefault(key, _Sum(attributes))
+
+    def _observe(self, options: CallbackOptions) -> list[Observation]:
+        with self.lock:
+            return [Observation(s.total, s.attributes) for s in list(self._sums.values())]
+
+
+_SUMS: WeakKeyDictionary[metrics.Meter, dict[str, _Sums]] = WeakKeyDictionary()
+_SUMS_LOCK = threading.Lock()
+
+
+def _sums_of(meter: metrics.Meter, metric: names.Metric) -> _Sums:
+    """The one _Sums of `metric` on `meter` (registered with it on first use)."""
+    with _SUMS_LOCK:
+        by_name = _SUMS.setdefault(meter, {})
+        found = by_name.get(metric.otel)
+        if found is None:
+            found = by_name[metric.otel] = _Sums(meter, metric)
+        return found
 
 
 Run = WorkflowRun | StepRun
@@ -373,7 +432,7 @@ class Scope:
             if exc is not None:
                 error_type = tel._fail(span, exc)
                 span.end(end_time=end)
-                _detach(run._token)
+                _detach(run._token)  # type: ignore[arg-type]
                 tel._finish_step(run, end, error_type)
                 return
             span.end(end)
@@ -438,17 +497,21 @@ class Telemetry:
     exemplars: record each step's (workflow's) metrics in its own span's context, so the SDK's exemplar
     filter (default trace_based: sampled spans) attaches exemplars linking them to that span; default: False
     (no trace context on the kit's records, no exemplars: the kit's pipeline drops them, see README).
+    critical_path_attributes: put each workflow's critical-path shares on its span as
+    aifactory.critical_path.<kind> (seconds); default: False (the metric has them; see the module docstring).
     """
 
     def __init__(self, *, tenant: str, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None, clock: Callable[[], int] = DEFAULT_CLOCK,
-                 idle_kind: str = DEFAULT_IDLE_KIND, exemplars: bool = False) -> None:
+                 idle_kind: str = DEFAULT_IDLE_KIND, exemplars: bool = False,
+                 critical_path_attributes: bool = False) -> None:
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
         self.tenant = tenant
         self.clock = clock
         self.idle_kind = _check_kind(idle_kind, "idle_kind")
         self.exemplars = exemplars
+        self.critical_path_attributes = critical_path_attributes
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
 
@@ -464,10 +527,10 @@ class Telemetry:
         self._workflow_steps = histogram(names.WORKFLOW_STEPS, names.STEPS_BUCKETS)
         self._token_usage = histogram(names.GENAI_TOKEN_USAGE, names.TOKEN_BUCKETS)
         self._operation_duration = histogram(names.GENAI_OPERATION_DURATION, names.STEP_BUCKETS_S)
-        self._critical_path = counter(names.CRITICAL_PATH)
+        self._critical_path = _sums_of(meter, names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
         self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
-        self._deadlines = counter(names.WORKFLOW_DEADLINES)
+        self._deadlines = _sums_of(meter, names.WORKFLOW_DEADLINES)
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
         self._labels: dict[str, WorkflowLabels] = {}  # workflow name -> its attribute sets, built once each
         self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
@@ -544,12 +607,14 @@ class Telemetry:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
         _detach(run._token)  # type: ignore[arg-type]
-        run.span.set_attributes(self._finish_workflow(run, end, error_type))
-        run.span.end(end_time=end)
+        shares = self._finish_workflow(run, end, error_type)
+        if self.critical_path_attributes:
+            run.span.set_attributes({_critical_path_attribute(kind): ns / _NS_PER_S for kind, ns in shares.items()})
+        run.span.end(end)
 
-    def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> dict[str, float]:
-        """Record a finished workflow's metrics and hand its steps to the outer workflow; its span's critical-path
-        attributes (aifactory.critical_path.<kind>: seconds)."""
+    def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> Mapping[str, float]:
+        """Record a finished workflow's metrics and hand its steps to the outer workflow; its critical path (step
+        kind -> the time it owns, ns)."""
         run.finished = True
         if self._open.get(run.trace_id) is run:
             if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
@@ -558,7 +623,6 @@ class Telemetry:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
         ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
-        span_attributes: dict[str, float] = {}
         serial = run.serial
         if serial is not None and run.serial_end <= end:  # a serial chain: summed as its steps finished
             owned: Mapping[str, float] = serial
@@ -570,26 +634,30 @@ class Telemetry:
         else:
             owned = critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind)
         cached = labels.critical_path
-        for kind, ns in owned.items():
-            seconds = ns / _NS_PER_S
-            names_of_kind = cached.get(kind)
-            if names_of_kind is None:
-                names_of_kind = cached[kind] = (f"aifactory.critical_path.{kind}", self._metric_attrs(
-                    names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
-            span_attributes[names_of_kind[0]] = seconds
-            self._critical_path.add(seconds, names_of_kind[1], ctx)
+        with self._critical_path.lock:
+            for kind, ns in owned.items():
+                total = cached.get(kind)
+                if total is None:
+                    total = cached[kind] = self._critical_path.sum(
+                        self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+                total.total += ns / _NS_PER_S
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        labels.ok if error_type is None else labels.error, ctx)
         self._workflow_steps.record(len(run.steps), labels.steps, ctx)
         if run.deadline_ns is not None:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
-            self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met), ctx)
+            total = labels.deadlines.get(met)
+            if total is None:
+                total = labels.deadlines[met] = self._deadlines.sum(
+                    self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met))
+            with self._deadlines.lock:
+                total.total += 1
         outer = run.outer
         if outer is not None and not outer.finished and run.steps:
             outer.serial = None  # its steps join the outer's, which the outer's end sweeps
             outer.steps.extend(s if s[4] != ROOT else (*s[:4], run.outer_parent)  # type: ignore[misc]
                                for s in run.steps)  # (kind, start, end, seq, parent): top-level ones re-parented
-        return span_attributes
+        return owned
 
     # --- step -------------------------------------------------------------------------------
     # (Scope.__enter__ and __exit__ run a kit step: the per-step hot path, without extra frames.)
@@ -714,6 +782,17 @@ class Telemetry:
         span.set_attribute(ERROR_TYPE, error_type)
         span.record_exception(exc)
         return error_type
+
+
+_CRITICAL_PATH_ATTRIBUTES: dict[str, str] = {}  # step kind -> its workflow span attribute
+
+
+def _critical_path_attribute(kind: str) -> str:
+    """The workflow span attribute of a step kind's critical-path seconds."""
+    name = _CRITICAL_PATH_ATTRIBUTES.get(kind)
+    if name is None:
+        name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
+    return name
 
 
 def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, parent: int) -> None:

@@ -27,6 +27,7 @@ def h() -> Iterator[Harness]:
 
 def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
     tel, clock = h.tel, h.clock
+    tel.critical_path_attributes = True  # the workflow span also carries its critical path
     with tel.workflow("answer", **{"gen_ai.conversation.id": "c-1"}):
         clock.advance(0.5)
         with tel.step("planning", "plan"):
@@ -71,6 +72,17 @@ def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
             assert span.parent is not None and span.parent.span_id == wf.context.span_id, name
             assert span.context.trace_id == wf.context.trace_id
             assert span.status.status_code == StatusCode.UNSET
+
+
+def test_workflow_span_carries_no_critical_path_by_default(h: Harness) -> None:
+    with h.tel.workflow("plain"):
+        h.clock.advance(1)
+        with h.tel.step("tool", "search"):
+            h.clock.advance(2)
+    assert dict(h.spans()["invoke_workflow plain"].attributes) == {
+        "gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "plain"}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="plain", step_kind="other"): 1.0,
+                                             labels(workflow="plain", step_kind="tool"): 2.0}
 
 
 def test_agent_workflow_and_operation_override(h: Harness) -> None:
@@ -160,6 +172,7 @@ def test_histograms_use_the_documented_buckets(h: Harness) -> None:
 
 def test_parallel_steps_under_gather_belong_to_their_own_workflow_and_parent(h: Harness) -> None:
     tel, clock = h.tel, h.clock
+    tel.critical_path_attributes = True
 
     async def tool(name: str, seconds: float) -> str:
         with tel.step("tool", name):

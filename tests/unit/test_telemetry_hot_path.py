@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from opentelemetry import context as otel_context
+from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter
+from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 import telemetry
 from telemetry import instrument, names
+from telemetry.critical_path import StepInterval, critical_path
+from telemetry.testing import VirtualClock
 from tests.support.telemetry import TENANT, Harness, harness, labels
 
 
@@ -172,3 +179,88 @@ def test_a_step_ended_in_another_context_is_recorded_and_its_failed_detach_logge
         otel_context.detach(telemetry.instrument.current_run()._token)  # type: ignore[union-attr, arg-type]
     assert h.points(names.STEP_DURATION) == {
         labels(workflow="handoff", step_kind="tool", step_name="search", status="ok"): (1.0, 1)}
+
+
+# --- critical path: summed as steps finish, handed to the SDK at collection ----------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3), st.sampled_from(["llm", "tool", "other"])),
+                max_size=6), st.integers(0, 3))
+def test_a_serial_chain_summed_as_it_runs_equals_the_sweep(chain: list[tuple[int, int, str]], tail: int) -> None:
+    """Sequential top-level steps (gaps and lengths of 0 included, a step kind named like the idle kind too): the
+    shares summed as each step ends equal telemetry.critical_path's sweep over the same intervals."""
+    with harness() as h:
+        start = h.clock()
+        intervals = []
+        with h.tel.workflow("chain"):
+            for seq, (gap, length, kind) in enumerate(chain):
+                h.clock.advance(gap)
+                with h.tel.step(kind, f"s{seq}"):
+                    began = h.clock()
+                    h.clock.advance(length)
+                intervals.append(StepInterval(kind, began, h.clock(), seq))
+            h.clock.advance(tail)
+        expected = critical_path(intervals, start=start, end=h.clock())
+        assert h.points(names.CRITICAL_PATH) == {labels(workflow="chain", step_kind=kind): ns / 1e9
+                                                 for kind, ns in expected.items()}
+
+
+def test_a_workflow_adds_its_shares_under_the_lock_the_collection_takes(h: Harness) -> None:
+    """Ending a workflow changes the shared totals only under their lock (the one a collection snapshots them
+    under): while another thread holds it, the workflow's end waits; released, its shares are all there."""
+    sums = instrument._sums_of(h.meter_provider.get_meter(instrument.INSTRUMENTATION_NAME), names.CRITICAL_PATH)
+    _agent(h.tel, h, "locked", 1)  # the label sets exist: the second run's end only adds
+    done = threading.Event()
+
+    def second_run() -> None:
+        _agent(h.tel, h, "locked", 2)
+        done.set()
+
+    with sums.lock:
+        thread = threading.Thread(target=second_run)
+        thread.start()
+        assert not done.wait(timeout=0.3)  # blocked on the lock, not finished
+    thread.join(timeout=10)
+    assert done.is_set()
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="locked", step_kind="tool"): 3.0,
+                                             labels(workflow="locked", step_kind="other"): 1.0}
+
+
+def test_two_telemetry_objects_with_one_label_set_add_to_one_total(h: Harness) -> None:
+    """Two Telemetry objects of the same tenant on one meter share the total of each attribute set (the SDK
+    collects one callback per instrument name): neither replaces the other's, whichever ends a workflow first."""
+    twin = telemetry.Telemetry(tenant=TENANT, tracer_provider=h.tracer_provider, meter_provider=h.meter_provider,
+                               clock=h.clock)
+    for tel, seconds in ((h.tel, 1), (twin, 2), (h.tel, 4)):
+        _agent(tel, h, "shared", seconds)
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="shared", step_kind="tool"): 7.0,
+                                             labels(workflow="shared", step_kind="other"): 1.5}
+
+
+def test_critical_path_is_a_monotonic_sum_with_delta_and_cumulative_readers() -> None:
+    """The shares export as a synchronous counter's would: a monotonic Sum, cumulative by default, and per
+    collection interval for a reader that prefers delta temporality (what OTLP exporters may ask for)."""
+    cumulative = InMemoryMetricReader()
+    delta = InMemoryMetricReader(preferred_temporality={ObservableCounter: AggregationTemporality.DELTA})
+    provider = MeterProvider(metric_readers=[cumulative, delta])
+    clock = VirtualClock()
+    tel = telemetry.Telemetry(tenant=TENANT, meter_provider=provider, clock=clock)
+
+    def run_and_collect() -> list[tuple[float, bool, AggregationTemporality]]:
+        with tel.workflow("w"), tel.step("tool", "search"):
+            clock.advance(2)
+        out = []
+        for reader in (cumulative, delta):
+            data = reader.get_metrics_data()
+            sums = [m.data for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                    if m.name == names.CRITICAL_PATH.otel]
+            out += [(p.value, s.is_monotonic, s.aggregation_temporality) for s in sums for p in s.data_points]
+        return out
+
+    try:
+        assert run_and_collect() == [(2.0, True, AggregationTemporality.CUMULATIVE),
+                                     (2.0, True, AggregationTemporality.DELTA)]
+        assert run_and_collect() == [(4.0, True, AggregationTemporality.CUMULATIVE),
+                                     (2.0, True, AggregationTemporality.DELTA)]
+    finally:
+        provider.shutdown()
