@@ -42,7 +42,8 @@ workflow duration, step duration, critical-path seconds per step kind (telemetry
 innermost steps own the time, parallel steps split it, uncovered time is "other"), steps per workflow,
 step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps). The two sums a
 workflow's end adds to (critical-path seconds, deadlines met or missed) are kept in the process and collected
-through an observable counter: the same cumulative monotonic Sum, for a fraction of a measurement's cost.
+through an observable counter: a cumulative monotonic Sum like a counter's, for a fraction of a measurement's
+cost (see _Sums for what differs).
 A sequential agent's critical path is summed as its steps end; nested or overlapping steps are swept when the
 workflow ends.
 An exception leaving nested steps fails each of them (each is counted in the errors metric).
@@ -76,6 +77,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from importlib import import_module
 from itertools import count
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote
@@ -169,6 +171,7 @@ def _runtime_context_var() -> ContextVar[Context] | None:
 
 
 _CONTEXT_VAR = _runtime_context_var()
+_thread_id = threading.get_ident
 _get_current: Callable[[], Context] = _CONTEXT_VAR.get if _CONTEXT_VAR is not None else otel_context.get_current
 _attach: Callable[[Context], Token[Context]] = (_CONTEXT_VAR.set if _CONTEXT_VAR is not None
                                                 else otel_context.attach)
@@ -220,7 +223,7 @@ class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
     __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end")
+                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end", "thread")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
@@ -237,11 +240,13 @@ class WorkflowRun:
         self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
         self.done_steps = 0  # top-level steps finished
         self.labels: WorkflowLabels | None = None  # its metric attribute sets (set by the Telemetry that opens it)
-        # The critical path while the steps are a serial chain (top-level steps, each starting after the previous
-        # ended: a sequential agent), summed as they finish: step kind -> ns; None once they are anything else
-        # (the workflow's end then sweeps `steps`, telemetry.critical_path). serial_end: the last such step's end.
+        # The critical path while the steps are a serial chain (top-level steps ended in the thread that opened the
+        # workflow, each starting after the previous ended: a sequential agent), summed as they finish: step kind
+        # -> ns; None once they are anything else (the workflow's end then sweeps `steps`,
+        # telemetry.critical_path). Only that thread changes it, so no lock. serial_end: the last such step's end.
         self.serial: dict[str, int] | None = {}
         self.serial_end = start
+        self.thread = _thread_id()
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -306,12 +311,16 @@ class _Sum:
 
 class _Sums:
     """A monotonic sum the kit adds to once per workflow (critical-path seconds per step kind, deadlines met or
-    missed), kept in the process and handed to the SDK by an observable counter when a reader collects. The
-    exported metric is the same cumulative Sum a synchronous counter gives (the same float additions, in the same
-    order), but a workflow's end costs a float addition per attribute set instead of an SDK measurement (its
-    attributes cleaned, copied and hashed each time: a third of a sequential workflow's metric cost). One per
-    meter and metric, shared by every Telemetry on that meter (the SDK keeps the first callback registered under
-    a name). Observable instruments carry no exemplars."""
+    missed), kept in the process and handed to the SDK by an observable counter when a reader collects: a
+    workflow's end costs a float addition per attribute set instead of an SDK measurement (its attributes cleaned,
+    copied and hashed each time: a third of a sequential workflow's metric cost). One per meter and metric, shared
+    by every Telemetry on that meter (the SDK keeps the first callback registered under a name).
+
+    What differs from a synchronous counter (opentelemetry-sdk 1.45.2): the totals are the same up to float
+    rounding (added per workflow here, per collection interval there); a series' start time is the first
+    collection that sees it, so a delta reader's first point for a new series covers a short interval (Prometheus
+    and the Collector's prometheus exporter read cumulative totals and ignore it); a series is kept for the life
+    of the process, also under delta temporality (bounded by workflows x step kinds); no exemplars."""
 
     def __init__(self, meter: metrics.Meter, metric: names.Metric) -> None:
         self.lock = threading.Lock()  # held while totals change, so concurrent workflows lose no addition
@@ -332,6 +341,16 @@ class _Sums:
 
 _SUMS: WeakKeyDictionary[metrics.Meter, dict[str, _Sums]] = WeakKeyDictionary()
 _SUMS_LOCK = threading.Lock()
+
+
+# The API's placeholder meter, handed out while no MeterProvider is set (opentelemetry-api 1.45.2,
+# metrics/_internal/__init__.py: _ProxyMeter; it hands each instrument to the real meter once one is set). If a
+# later API release moves it, nothing counts as a placeholder: sums register on whatever meter a Telemetry has.
+_PLACEHOLDER_METER: type | None = getattr(import_module("opentelemetry.metrics._internal"), "_ProxyMeter", None)
+
+
+def _placeholder(meter: metrics.Meter) -> bool:
+    return _PLACEHOLDER_METER is not None and type(meter) is _PLACEHOLDER_METER
 
 
 def _sums_of(meter: metrics.Meter, metric: names.Metric) -> _Sums:
@@ -397,8 +416,6 @@ class Scope:
         start = tel.clock()
         ctx = _get_current()
         owner = ctx.get(_RUN_KEY)
-        if owner is None:
-            owner = tel._orphan(self, ctx)
         span = tel._tracer.start_span(self._span_name, ctx, self._span_kind, self._attributes, start_time=start)
         if type(owner) is WorkflowRun:  # the common case: a top-level step of a workflow
             run = _new_step_run(StepRun)  # StepRun.__init__'s stores, without its frame
@@ -414,6 +431,8 @@ class Scope:
             if owner.deadline_ns is not None:
                 tel._record_step_budget(owner, run.kind, start)
         else:
+            if owner is None:
+                owner = tel._orphan(self, ctx)
             run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
             workflow = run.workflow
             if self._model:
@@ -441,28 +460,16 @@ class Scope:
             except Exception:
                 _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
             workflow = run.workflow
-            if workflow is None or run.genai is not None or tel.exemplars or workflow.finished:
+            if workflow is None or run.genai is not None or tel.exemplars:
                 tel._finish_step(run, end, None)
                 return
-            # Telemetry._finish_step's body for a step that succeeded in an open workflow, without its frame.
+            # Telemetry._finish_step's body for a step that succeeded in a workflow, without its frame.
             kind = run.kind
             attrs = tel._attrs.get((workflow.name, kind, run.name, STATUS_OK))  # _step_attrs' key
             start = run.start
             tel._step_duration.record((end - start) / _NS_PER_S, attrs if attrs is not None else
                                       tel._step_attrs(workflow.name, kind, run.name, STATUS_OK), _NO_TRACE)
-            parent = run.parent
-            workflow.steps.append((kind, start, end, run.seq, parent))
-            if parent != ROOT:
-                workflow.serial = None
-                return
-            workflow.done_steps += 1
-            serial = workflow.serial  # _add_step's serial accumulation, inline
-            if serial is not None:
-                if start >= workflow.serial_end:
-                    workflow.serial_end = end
-                    serial[kind] = serial.get(kind, 0) + (end - start)
-                else:
-                    workflow.serial = None
+            _add_step(workflow, kind, start, end, run.seq, run.parent)
         elif run is not None:
             (self._fixed or self._telemetry())._exit_workflow(run, exc)  # type: ignore[operator, arg-type]
 
@@ -494,9 +501,10 @@ class Telemetry:
     tracer_provider / meter_provider: default: the global OTel providers (no-ops until configured).
     clock: nanoseconds since the epoch; default: time.time_ns (inject one in tests for exact numbers).
     idle_kind: the step kind that owns workflow time covered by no step; default: "other".
-    exemplars: record each step's (workflow's) metrics in its own span's context, so the SDK's exemplar
-    filter (default trace_based: sampled spans) attaches exemplars linking them to that span; default: False
-    (no trace context on the kit's records, no exemplars: the kit's pipeline drops them, see README).
+    exemplars: record each step's (workflow's) histograms and step errors in its own span's context, so the SDK's
+    exemplar filter (default trace_based: sampled spans) attaches exemplars linking them to that span (the
+    critical-path and deadline sums carry none); default: False (no trace context on the kit's records, no
+    exemplars: the kit's pipeline drops them, see README).
     critical_path_attributes: put each workflow's critical-path shares on its span as
     aifactory.critical_path.<kind> (seconds); default: False (the metric has them; see the module docstring).
     """
@@ -527,10 +535,12 @@ class Telemetry:
         self._workflow_steps = histogram(names.WORKFLOW_STEPS, names.STEPS_BUCKETS)
         self._token_usage = histogram(names.GENAI_TOKEN_USAGE, names.TOKEN_BUCKETS)
         self._operation_duration = histogram(names.GENAI_OPERATION_DURATION, names.STEP_BUCKETS_S)
-        self._critical_path = _sums_of(meter, names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
         self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
-        self._deadlines = _sums_of(meter, names.WORKFLOW_DEADLINES)
+        self._meter = meter
+        self._critical_path: _Sums | None = None  # with _deadlines: bound to a real meter by _bind_sums
+        self._deadlines: _Sums | None = None
+        self._bind_sums()
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
         self._labels: dict[str, WorkflowLabels] = {}  # workflow name -> its attribute sets, built once each
         self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
@@ -623,34 +633,40 @@ class Telemetry:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
         ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
+        window_end = end if end >= run.start else run.start  # a clock stepped back: an empty window, no error
         serial = run.serial
-        if serial is not None and run.serial_end <= end:  # a serial chain: summed as its steps finished
-            owned: Mapping[str, float] = serial
-            idle = end - run.start - sum(serial.values())
+        if serial is not None and run.serial_end <= window_end:  # a serial chain: summed as its steps finished
+            run.serial = None
+            owned: dict[str, int] = dict(serial)  # a copy, whatever a late step from elsewhere still does
+            idle = window_end - run.start - sum(owned.values())
             if idle > 0:
-                serial[self.idle_kind] = serial.get(self.idle_kind, 0) + idle
-            if 0 in serial.values():  # zero-length steps own no time: left out, as critical_path does
-                owned = {kind: ns for kind, ns in serial.items() if ns}
+                owned[self.idle_kind] = owned.get(self.idle_kind, 0) + idle
+            if 0 in owned.values():  # zero-length steps own no time: left out, as critical_path does
+                owned = {kind: ns for kind, ns in owned.items() if ns}
         else:
-            owned = critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind)
-        cached = labels.critical_path
-        with self._critical_path.lock:
-            for kind, ns in owned.items():
-                total = cached.get(kind)
-                if total is None:
-                    total = cached[kind] = self._critical_path.sum(
-                        self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
-                total.total += ns / _NS_PER_S
+            owned = critical_path(run.steps, start=run.start, end=window_end,  # type: ignore[assignment]
+                                  idle_kind=self.idle_kind)
+        sums = self._critical_path or self._bind_sums()
+        if sums is not None:
+            cached = labels.critical_path
+            with sums.lock:
+                for kind, ns in owned.items():
+                    total = cached.get(kind)
+                    if total is None:
+                        total = cached[kind] = sums.sum(
+                            self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+                    total.total += ns / _NS_PER_S
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        labels.ok if error_type is None else labels.error, ctx)
         self._workflow_steps.record(len(run.steps), labels.steps, ctx)
-        if run.deadline_ns is not None:
+        deadlines = self._deadlines
+        if run.deadline_ns is not None and deadlines is not None:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
             total = labels.deadlines.get(met)
             if total is None:
-                total = labels.deadlines[met] = self._deadlines.sum(
+                total = labels.deadlines[met] = deadlines.sum(
                     self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met))
-            with self._deadlines.lock:
+            with deadlines.lock:
                 total.total += 1
         outer = run.outer
         if outer is not None and not outer.finished and run.steps:
@@ -725,6 +741,20 @@ class Telemetry:
         return None
 
     # --- helpers ----------------------------------------------------------------------------
+    def _bind_sums(self) -> _Sums | None:
+        """The critical-path sums (and the deadlines'), on this Telemetry's meter; None while that is the API's
+        placeholder (no MeterProvider set yet), whose measurements are dropped anyway. Bound later, on the real
+        meter the global provider then gives: registered on a placeholder, every placeholder's observable counter
+        would be handed to the real meter once it is set, which keeps only the first one's callback."""
+        meter = self._meter
+        if _placeholder(meter):
+            meter = metrics.get_meter_provider().get_meter(INSTRUMENTATION_NAME)
+            if _placeholder(meter):
+                return None
+        self._deadlines = _sums_of(meter, names.WORKFLOW_DEADLINES)
+        self._critical_path = _sums_of(meter, names.CRITICAL_PATH)
+        return self._critical_path
+
     def _record_context(self, run: Run) -> Context:
         """The context the run's metrics are recorded in: its own span's with exemplars on, else one without a
         span (never the caller's current context: a step ends in its workflow's, whose exemplars would point
@@ -796,8 +826,10 @@ def _critical_path_attribute(kind: str) -> str:
 
 
 def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, parent: int) -> None:
-    """A finished step joins its workflow: its critical path (summed at once while the steps are a serial chain)
-    and its count of top-level steps done. A workflow already finished takes no more steps."""
+    """A finished step joins its workflow: its critical path (summed at once while the steps are a serial chain
+    in the workflow's thread; a step from another thread, nested, overlapping or with its end before its start,
+    as a clock stepped back gives, leaves the chain to the sweep) and its count of top-level steps done. A
+    workflow already finished takes no more steps."""
     if workflow.finished:
         if parent == ROOT:
             workflow.done_steps += 1
@@ -809,7 +841,7 @@ def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, 
     workflow.done_steps += 1
     serial = workflow.serial
     if serial is not None:
-        if start >= workflow.serial_end:
+        if workflow.serial_end <= start <= end and _thread_id() == workflow.thread:
             workflow.serial_end = end
             serial[kind] = serial.get(kind, 0) + (end - start)
         else:
