@@ -116,7 +116,7 @@ def _serial(steps: Iterable[StepInterval | Step], start: int, end: int, idle_kin
     covered = 0
     now = start
     for kind, a, b, _seq, parent in steps:  # unpacked: one pass per step, no attribute look-ups (the hot path)
-        if parent != ROOT or a < now or b > end:
+        if parent != ROOT or a < now or b < a or b > end:  # b < a: a clock stepped back; the sweep drops it
             return None
         owned[kind] = owned.get(kind, 0.0) + (b - a)
         covered += b - a

@@ -44,6 +44,7 @@ from opentelemetry.trace import StatusCode
 from telemetry.instrument import (
     _RUN_KEY,
     INSTRUMENTATION_NAME,
+    OPERATION_STEP_KINDS,
     Run,
     Telemetry,
     WorkflowRun,
@@ -53,16 +54,6 @@ from telemetry.instrument import (
 
 __all__ = ["GenAiSpanProcessor", "OPERATION_STEP_KINDS", "WORKFLOW_OPERATIONS", "UNKNOWN_ERROR_TYPE"]
 
-# gen_ai.operation.name -> the kit's step kind (OTel semantic conventions, gen-ai-spans.md and
-# gen-ai-agent-spans.md: chat, text_completion, generate_content, embeddings, execute_tool, retrieval).
-OPERATION_STEP_KINDS: Mapping[str, str] = {
-    "chat": "llm",
-    "text_completion": "llm",
-    "generate_content": "llm",
-    "embeddings": "llm",
-    "execute_tool": "tool",
-    "retrieval": "retrieval",
-}
 WORKFLOW_OPERATIONS: Mapping[str, str] = {  # operation -> the attribute naming the workflow
     "invoke_agent": genai.GEN_AI_AGENT_NAME,
     "invoke_workflow": genai.GEN_AI_WORKFLOW_NAME,

@@ -28,22 +28,32 @@ Spans (OTel GenAI semantic conventions, development status):
     retrieval            retrieval {name}             CLIENT    gen_ai.data_source.id
     planning             plan {name}                  INTERNAL
     any other kind       {kind} {name}                INTERNAL  (no gen_ai.operation.name)
-Every step span also carries aifactory.step.kind, and aifactory.step.name unless a GenAI attribute
-already names the step (gen_ai.tool.name, gen_ai.data_source.id); `operation=` overrides the
-GenAI operation (e.g. "embeddings" for an llm step). Failed scopes: status ERROR, the exception event,
-error.type = the exception's qualified class name. The workflow span gets aifactory.critical_path.<kind>.
+A step span carries aifactory.step.kind where gen_ai.operation.name does not already tell the kind (by
+OPERATION_STEP_KINDS, the table the GenAI span processor reads instrumented spans with: planning and any other
+kind), and aifactory.step.name unless a GenAI attribute already names the step (gen_ai.tool.name,
+gen_ai.data_source.id); `operation=` overrides the GenAI operation (e.g. "embeddings" for an llm step).
+Failed scopes: status ERROR, the exception event, error.type = the exception's qualified class name.
+With Telemetry(critical_path_attributes=True) the workflow span also gets aifactory.critical_path.<kind>
+(seconds) when it ends: the metric's shares for that one trace (off by default: the spans themselves show them,
+no panel reads them, and each costs a span attribute on every workflow).
 
 Metrics (names and labels: telemetry/names.py), every one labelled with the tenant and workflow:
 workflow duration, step duration, critical-path seconds per step kind (telemetry/critical_path.py:
 innermost steps own the time, parallel steps split it, uncovered time is "other"), steps per workflow,
-step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps).
+step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps). The two sums a
+workflow's end adds to (critical-path seconds, deadlines met or missed) are kept in the process and collected
+through an observable counter: a cumulative monotonic Sum like a counter's, for a fraction of a measurement's
+cost (see _Sums for what differs).
+A sequential agent's critical path is summed as its steps end; nested or overlapping steps are swept when the
+workflow ends.
 An exception leaving nested steps fails each of them (each is counted in the errors metric).
 Steps outside any workflow still get spans and step metrics (workflow label "none").
 A workflow started inside another is its own workflow, and its steps also count in the outer one's
 critical path, under the outer step that was current when it started.
 Exemplars: none by default (the kit records outside any span context; its Collector's prometheus exporter
 drops exemplars anyway, and its dashboards link traces by label). Telemetry(exemplars=True) records each step's
-and workflow's metrics in that span's own context, so the SDK's exemplar filter links each point to it.
+and workflow's histograms (and step errors) in that span's own context, so the SDK's exemplar filter links each
+point to it; the observable sums carry none.
 
 Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
 baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
@@ -67,15 +77,18 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
+from importlib import import_module
 from itertools import count
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import unquote
+from weakref import WeakKeyDictionary
 
 from opentelemetry import baggage, metrics, trace
 from opentelemetry import context as otel_context
 from opentelemetry.baggage.propagation import W3CBaggagePropagator
 from opentelemetry.context import Context
 from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
@@ -92,6 +105,8 @@ __all__ = [
     "NO_WORKFLOW",
     "UNKNOWN_TENANT",
     "STEP_OPERATIONS",
+    "OPERATION_STEP_KINDS",
+    "STEP_KIND_ATTRIBUTE",
     "StepOperation",
     "Telemetry",
     "Scope",
@@ -135,6 +150,14 @@ _BAGGAGE_KEY = next(iter(baggage.set_baggage(DEADLINE_BAGGAGE_KEY, "0", Context(
 _NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN, Context())
 
 
+def _detach(token: Token[Context]) -> None:
+    """Restore the context `token` replaced; as opentelemetry.context.detach, log a failure and never raise."""
+    try:
+        _reset(token)
+    except Exception:
+        _context_log.exception("Failed to detach context")
+
+
 def _runtime_context_var() -> ContextVar[Context] | None:
     """The ContextVar that holds OpenTelemetry's current context, when the process uses the API's default runtime
     context (contextvars; OTEL_PYTHON_CONTEXT unset), else None. In opentelemetry-api 1.45.2
@@ -148,6 +171,7 @@ def _runtime_context_var() -> ContextVar[Context] | None:
 
 
 _CONTEXT_VAR = _runtime_context_var()
+_thread_id = threading.get_ident
 _get_current: Callable[[], Context] = _CONTEXT_VAR.get if _CONTEXT_VAR is not None else otel_context.get_current
 _attach: Callable[[Context], Token[Context]] = (_CONTEXT_VAR.set if _CONTEXT_VAR is not None
                                                 else otel_context.attach)
@@ -178,6 +202,19 @@ STEP_OPERATIONS: Mapping[str, StepOperation] = {
     "planning": StepOperation("plan", SpanKind.INTERNAL, None),
 }
 _PLAIN_STEP = StepOperation(None, SpanKind.INTERNAL, None)
+# gen_ai.operation.name -> the kit's step kind (OTel semantic conventions, gen-ai-spans.md and
+# gen-ai-agent-spans.md: chat, text_completion, generate_content, embeddings, execute_tool, retrieval): how the
+# GenAI span processor reads instrumented spans, and why a kit span of these operations needs no
+# aifactory.step.kind.
+OPERATION_STEP_KINDS: Mapping[str, str] = {
+    "chat": "llm",
+    "text_completion": "llm",
+    "generate_content": "llm",
+    "embeddings": "llm",
+    "execute_tool": "tool",
+    "retrieval": "retrieval",
+}
+STEP_KIND_ATTRIBUTE = "aifactory.step.kind"
 _MODEL_KIND = "llm"  # steps that call a model: span named after the model, operation duration recorded
 _GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_NAME, genai.GEN_AI_REQUEST_MODEL)
 
@@ -186,7 +223,7 @@ class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
     __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps", "labels")
+                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end", "thread")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
@@ -203,6 +240,13 @@ class WorkflowRun:
         self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
         self.done_steps = 0  # top-level steps finished
         self.labels: WorkflowLabels | None = None  # its metric attribute sets (set by the Telemetry that opens it)
+        # The critical path while the steps are a serial chain (top-level steps ended in the thread that opened the
+        # workflow, each starting after the previous ended: a sequential agent), summed as they finish: step kind
+        # -> ns; None once they are anything else (the workflow's end then sweeps `steps`,
+        # telemetry.critical_path). Only that thread changes it, so no lock. serial_end: the last such step's end.
+        self.serial: dict[str, int] | None = {}
+        self.serial_end = start
+        self.thread = _thread_id()
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -243,7 +287,7 @@ class WorkflowLabels:
     name first opens, then shared by every run of it, so a workflow's end looks none of them up. Each set is the
     one Telemetry._metric_attrs gives for the same labels."""
 
-    __slots__ = ("tenant", "workflow", "ok", "error", "steps", "critical_path")
+    __slots__ = ("tenant", "workflow", "ok", "error", "steps", "critical_path", "deadlines")
 
     def __init__(self, telemetry: Telemetry, workflow: str) -> None:
         self.tenant = telemetry.tenant
@@ -251,7 +295,72 @@ class WorkflowLabels:
         self.ok = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_OK)
         self.error = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_ERROR)
         self.steps = telemetry._metric_attrs(names.L_WORKFLOW, workflow)
-        self.critical_path: dict[str, dict[str, str]] = {}  # step kind -> its critical-path attributes (as met)
+        self.critical_path: dict[str, _Sum] = {}  # step kind -> its critical-path sum (as met)
+        self.deadlines: dict[str, _Sum] = {}  # met | missed -> its count (as met)
+
+
+class _Sum:
+    """One attribute set's running total of a summed metric (see _Sums)."""
+
+    __slots__ = ("attributes", "total")
+
+    def __init__(self, attributes: dict[str, str]) -> None:
+        self.attributes = attributes
+        self.total: float = 0
+
+
+class _Sums:
+    """A monotonic sum the kit adds to once per workflow (critical-path seconds per step kind, deadlines met or
+    missed), kept in the process and handed to the SDK by an observable counter when a reader collects: a
+    workflow's end costs a float addition per attribute set instead of an SDK measurement (its attributes cleaned,
+    copied and hashed each time: a third of a sequential workflow's metric cost). One per meter and metric, shared
+    by every Telemetry on that meter (the SDK keeps the first callback registered under a name).
+
+    What differs from a synchronous counter (opentelemetry-sdk 1.45.2): the totals are the same up to float
+    rounding (added per workflow here, per collection interval there); a series' start time is the first
+    collection that sees it, so a delta reader's first point for a new series covers a short interval (Prometheus
+    and the Collector's prometheus exporter read cumulative totals and ignore it); a series is kept for the life
+    of the process, also under delta temporality (bounded by workflows x step kinds); no exemplars."""
+
+    def __init__(self, meter: metrics.Meter, metric: names.Metric) -> None:
+        self.lock = threading.Lock()  # held while totals change, so concurrent workflows lose no addition
+        self._sums: dict[tuple[tuple[str, str], ...], _Sum] = {}
+        meter.create_observable_counter(metric.otel, callbacks=[self._observe], unit=metric.unit,
+                                        description=metric.description)
+
+    def sum(self, attributes: dict[str, str]) -> _Sum:
+        """The running total of one attribute set (made on first use; dict.setdefault: no lock needed)."""
+        key = tuple(sorted(attributes.items()))
+        found = self._sums.get(key)
+        return found if found is not None else self._sums.setdefault(key, _Sum(attributes))
+
+    def _observe(self, options: CallbackOptions) -> list[Observation]:
+        with self.lock:
+            return [Observation(s.total, s.attributes) for s in list(self._sums.values())]
+
+
+_SUMS: WeakKeyDictionary[metrics.Meter, dict[str, _Sums]] = WeakKeyDictionary()
+_SUMS_LOCK = threading.Lock()
+
+
+# The API's placeholder meter, handed out while no MeterProvider is set (opentelemetry-api 1.45.2,
+# metrics/_internal/__init__.py: _ProxyMeter; it hands each instrument to the real meter once one is set). If a
+# later API release moves it, nothing counts as a placeholder: sums register on whatever meter a Telemetry has.
+_PLACEHOLDER_METER: type | None = getattr(import_module("opentelemetry.metrics._internal"), "_ProxyMeter", None)
+
+
+def _placeholder(meter: metrics.Meter) -> bool:
+    return _PLACEHOLDER_METER is not None and type(meter) is _PLACEHOLDER_METER
+
+
+def _sums_of(meter: metrics.Meter, metric: names.Metric) -> _Sums:
+    """The one _Sums of `metric` on `meter` (registered with it on first use)."""
+    with _SUMS_LOCK:
+        by_name = _SUMS.setdefault(meter, {})
+        found = by_name.get(metric.otel)
+        if found is None:
+            found = by_name[metric.otel] = _Sums(meter, metric)
+        return found
 
 
 Run = WorkflowRun | StepRun
@@ -275,15 +384,17 @@ class Scope:
     """A workflow or step to run: a context manager (sync and async) and a decorator. Stateless, so one
     scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
 
-    __slots__ = ("_telemetry", "_workflow", "_kind", "_name", "_span_name", "_span_kind", "_attributes", "_budget_ns",
-                 "_steps")
+    __slots__ = ("_telemetry", "_fixed", "_workflow", "_kind", "_model", "_name", "_span_name", "_span_kind",
+                 "_attributes", "_budget_ns", "_steps")
 
     def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
                  span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
                  steps: int | None = None) -> None:
         self._telemetry = telemetry
+        self._fixed = telemetry if isinstance(telemetry, Telemetry) else None  # None: resolved at each entry
         self._workflow = workflow
         self._kind = kind
+        self._model = kind == _MODEL_KIND
         self._name = name
         self._span_name = span_name
         self._span_kind = span_kind
@@ -296,17 +407,15 @@ class Scope:
         return tel if isinstance(tel, Telemetry) else tel()
 
     def __enter__(self) -> Any:
-        tel = self._telemetry
-        if not isinstance(tel, Telemetry):
-            tel = tel()
+        tel = self._fixed
+        if tel is None:
+            tel = self._telemetry()  # type: ignore[operator]
         if self._workflow:
             return tel._enter_workflow(self)
         # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
         start = tel.clock()
         ctx = _get_current()
         owner = ctx.get(_RUN_KEY)
-        if owner is None:
-            owner = tel._orphan(self, ctx)
         span = tel._tracer.start_span(self._span_name, ctx, self._span_kind, self._attributes, start_time=start)
         if type(owner) is WorkflowRun:  # the common case: a top-level step of a workflow
             run = _new_step_run(StepRun)  # StepRun.__init__'s stores, without its frame
@@ -318,32 +427,51 @@ class Scope:
             run.seq = next(owner.seqs)
             run.parent = ROOT
             run.workflow = owner
-            run.genai = None
+            run.genai = tel._genai_attrs(self._attributes, owner) if self._model else None
+            if owner.deadline_ns is not None:
+                tel._record_step_budget(owner, run.kind, start)
         else:
+            if owner is None:
+                owner = tel._orphan(self, ctx)
             run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
-        if self._kind == _MODEL_KIND:
-            run.genai = tel._genai_attrs(self._attributes, run.workflow)
-        workflow = run.workflow
-        if workflow is not None and workflow.deadline_ns is not None:
-            tel._record_step_budget(workflow, run.kind, start)
+            workflow = run.workflow
+            if self._model:
+                run.genai = tel._genai_attrs(self._attributes, workflow)
+            if workflow is not None and workflow.deadline_ns is not None:
+                tel._record_step_budget(workflow, run.kind, start)
         run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         run = _get_current().get(_RUN_KEY)
-        if type(run) is StepRun:  # the per-step hot path, inline (Telemetry._exit_step's body)
+        if type(run) is StepRun:  # the per-step hot path, inline
             tel = run._telemetry
             end = tel.clock()
-            error_type = None if exc is None else tel._fail(run.span, exc)
-            run.span.end(end_time=end)
+            span = run.span
+            if exc is not None:
+                error_type = tel._fail(span, exc)
+                span.end(end_time=end)
+                _detach(run._token)  # type: ignore[arg-type]
+                tel._finish_step(run, end, error_type)
+                return
+            span.end(end)
             try:
                 _reset(run._token)  # type: ignore[arg-type]
             except Exception:
                 _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
-            tel._finish_step(run, end, error_type)
+            workflow = run.workflow
+            if workflow is None or run.genai is not None or tel.exemplars:
+                tel._finish_step(run, end, None)
+                return
+            # Telemetry._finish_step's body for a step that succeeded in a workflow, without its frame.
+            kind = run.kind
+            attrs = tel._attrs.get((workflow.name, kind, run.name, STATUS_OK))  # _step_attrs' key
+            start = run.start
+            tel._step_duration.record((end - start) / _NS_PER_S, attrs if attrs is not None else
+                                      tel._step_attrs(workflow.name, kind, run.name, STATUS_OK), _NO_TRACE)
+            _add_step(workflow, kind, start, end, run.seq, run.parent)
         elif run is not None:
-            scope_tel = self._telemetry
-            (scope_tel if isinstance(scope_tel, Telemetry) else scope_tel())._exit_workflow(run, exc)  # type: ignore[arg-type]
+            (self._fixed or self._telemetry())._exit_workflow(run, exc)  # type: ignore[operator, arg-type]
 
     async def __aenter__(self) -> Any:
         return self.__enter__()
@@ -373,20 +501,25 @@ class Telemetry:
     tracer_provider / meter_provider: default: the global OTel providers (no-ops until configured).
     clock: nanoseconds since the epoch; default: time.time_ns (inject one in tests for exact numbers).
     idle_kind: the step kind that owns workflow time covered by no step; default: "other".
-    exemplars: record each step's (workflow's) metrics in its own span's context, so the SDK's exemplar
-    filter (default trace_based: sampled spans) attaches exemplars linking them to that span; default: False
-    (no trace context on the kit's records, no exemplars: the kit's pipeline drops them, see README).
+    exemplars: record each step's (workflow's) histograms and step errors in its own span's context, so the SDK's
+    exemplar filter (default trace_based: sampled spans) attaches exemplars linking them to that span (the
+    critical-path and deadline sums carry none); default: False (no trace context on the kit's records, no
+    exemplars: the kit's pipeline drops them, see README).
+    critical_path_attributes: put each workflow's critical-path shares on its span as
+    aifactory.critical_path.<kind> (seconds); default: False (the metric has them; see the module docstring).
     """
 
     def __init__(self, *, tenant: str, tracer_provider: trace.TracerProvider | None = None,
                  meter_provider: metrics.MeterProvider | None = None, clock: Callable[[], int] = DEFAULT_CLOCK,
-                 idle_kind: str = DEFAULT_IDLE_KIND, exemplars: bool = False) -> None:
+                 idle_kind: str = DEFAULT_IDLE_KIND, exemplars: bool = False,
+                 critical_path_attributes: bool = False) -> None:
         if not isinstance(tenant, str) or not tenant:
             raise ValueError(f"tenant must be a non-empty string, got {tenant!r}")
         self.tenant = tenant
         self.clock = clock
         self.idle_kind = _check_kind(idle_kind, "idle_kind")
         self.exemplars = exemplars
+        self.critical_path_attributes = critical_path_attributes
         self._tracer = (tracer_provider or trace.get_tracer_provider()).get_tracer(INSTRUMENTATION_NAME)
         meter = (meter_provider or metrics.get_meter_provider()).get_meter(INSTRUMENTATION_NAME)
 
@@ -402,10 +535,12 @@ class Telemetry:
         self._workflow_steps = histogram(names.WORKFLOW_STEPS, names.STEPS_BUCKETS)
         self._token_usage = histogram(names.GENAI_TOKEN_USAGE, names.TOKEN_BUCKETS)
         self._operation_duration = histogram(names.GENAI_OPERATION_DURATION, names.STEP_BUCKETS_S)
-        self._critical_path = counter(names.CRITICAL_PATH)
         self._step_errors = counter(names.STEP_ERRORS)
         self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
-        self._deadlines = counter(names.WORKFLOW_DEADLINES)
+        self._meter = meter
+        self._critical_path: _Sums | None = None  # with _deadlines: bound to a real meter by _bind_sums
+        self._deadlines: _Sums | None = None
+        self._bind_sums()
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
         self._labels: dict[str, WorkflowLabels] = {}  # workflow name -> its attribute sets, built once each
         self._scopes: dict[tuple[Any, ...], Scope] = {}  # step scopes without extra attributes, built once each
@@ -481,16 +616,15 @@ class Telemetry:
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
         end = self.clock()
         error_type = None if exc is None else self._fail(run.span, exc)
-        try:
-            _reset(run._token)  # type: ignore[arg-type]
-        except Exception:
-            _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
-        run.span.set_attributes(self._finish_workflow(run, end, error_type))
-        run.span.end(end_time=end)
+        _detach(run._token)  # type: ignore[arg-type]
+        shares = self._finish_workflow(run, end, error_type)
+        if self.critical_path_attributes:
+            run.span.set_attributes({_critical_path_attribute(kind): ns / _NS_PER_S for kind, ns in shares.items()})
+        run.span.end(end)
 
-    def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> dict[str, float]:
-        """Record a finished workflow's metrics and hand its steps to the outer workflow; its span's critical-path
-        attributes (aifactory.critical_path.<kind>: seconds)."""
+    def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> Mapping[str, float]:
+        """Record a finished workflow's metrics and hand its steps to the outer workflow; its critical path (step
+        kind -> the time it owns, ns)."""
         run.finished = True
         if self._open.get(run.trace_id) is run:
             if run.outer is not None and not run.outer.finished and run.outer.trace_id == run.trace_id:
@@ -499,26 +633,47 @@ class Telemetry:
                 self._open.pop(run.trace_id, None)  # threads may race here: never a KeyError
         labels = run.labels if run.labels is not None else self._workflow_labels(run.name)
         ctx = trace.set_span_in_context(run.span) if self.exemplars else _NO_TRACE
-        span_attributes: dict[str, float] = {}
-        for kind, ns in critical_path(run.steps, start=run.start, end=end, idle_kind=self.idle_kind).items():
-            seconds = ns / _NS_PER_S
-            span_attributes[_CRITICAL_PATH_ATTRIBUTES.get(kind) or _critical_path_attribute(kind)] = seconds
-            attrs = labels.critical_path.get(kind)
-            if attrs is None:
-                attrs = labels.critical_path[kind] = self._metric_attrs(names.L_WORKFLOW, run.name,
-                                                                        names.L_STEP_KIND, kind)
-            self._critical_path.add(seconds, attrs, ctx)
+        window_end = end if end >= run.start else run.start  # a clock stepped back: an empty window, no error
+        serial = run.serial
+        if serial is not None and run.serial_end <= window_end:  # a serial chain: summed as its steps finished
+            run.serial = None
+            owned: dict[str, int] = dict(serial)  # a copy, whatever a late step from elsewhere still does
+            idle = window_end - run.start - sum(owned.values())
+            if idle > 0:
+                owned[self.idle_kind] = owned.get(self.idle_kind, 0) + idle
+            if 0 in owned.values():  # zero-length steps own no time: left out, as critical_path does
+                owned = {kind: ns for kind, ns in owned.items() if ns}
+        else:
+            owned = critical_path(run.steps, start=run.start, end=window_end,  # type: ignore[assignment]
+                                  idle_kind=self.idle_kind)
+        sums = self._critical_path or self._bind_sums()
+        if sums is not None:
+            cached = labels.critical_path
+            with sums.lock:
+                for kind, ns in owned.items():
+                    total = cached.get(kind)
+                    if total is None:
+                        total = cached[kind] = sums.sum(
+                            self._metric_attrs(names.L_WORKFLOW, run.name, names.L_STEP_KIND, kind))
+                    total.total += ns / _NS_PER_S
         self._workflow_duration.record((end - run.start) / _NS_PER_S,
                                        labels.ok if error_type is None else labels.error, ctx)
         self._workflow_steps.record(len(run.steps), labels.steps, ctx)
-        if run.deadline_ns is not None:
+        deadlines = self._deadlines
+        if run.deadline_ns is not None and deadlines is not None:
             met = names.DEADLINE_MISSED if end > run.deadline_ns else names.DEADLINE_MET
-            self._deadlines.add(1, self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met), ctx)
+            total = labels.deadlines.get(met)
+            if total is None:
+                total = labels.deadlines[met] = deadlines.sum(
+                    self._metric_attrs(names.L_WORKFLOW, run.name, names.L_DEADLINE, met))
+            with deadlines.lock:
+                total.total += 1
         outer = run.outer
-        if outer is not None and not outer.finished:
+        if outer is not None and not outer.finished and run.steps:
+            outer.serial = None  # its steps join the outer's, which the outer's end sweeps
             outer.steps.extend(s if s[4] != ROOT else (*s[:4], run.outer_parent)  # type: ignore[misc]
                                for s in run.steps)  # (kind, start, end, seq, parent): top-level ones re-parented
-        return span_attributes
+        return owned
 
     # --- step -------------------------------------------------------------------------------
     # (Scope.__enter__ and __exit__ run a kit step: the per-step hot path, without extra frames.)
@@ -556,10 +711,7 @@ class Telemetry:
             self._operation_duration.record(seconds, run.genai if error_type is None
                                             else {**run.genai, ERROR_TYPE: error_type}, ctx)
         if workflow is not None:
-            if not workflow.finished:
-                workflow.steps.append((run.kind, run.start, end, run.seq, run.parent))
-            if run.parent == ROOT:
-                workflow.done_steps += 1
+            _add_step(workflow, run.kind, run.start, end, run.seq, run.parent)
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
@@ -589,6 +741,20 @@ class Telemetry:
         return None
 
     # --- helpers ----------------------------------------------------------------------------
+    def _bind_sums(self) -> _Sums | None:
+        """The critical-path sums (and the deadlines'), on this Telemetry's meter; None while that is the API's
+        placeholder (no MeterProvider set yet), whose measurements are dropped anyway. Bound later, on the real
+        meter the global provider then gives: registered on a placeholder, every placeholder's observable counter
+        would be handed to the real meter once it is set, which keeps only the first one's callback."""
+        meter = self._meter
+        if _placeholder(meter):
+            meter = metrics.get_meter_provider().get_meter(INSTRUMENTATION_NAME)
+            if _placeholder(meter):
+                return None
+        self._deadlines = _sums_of(meter, names.WORKFLOW_DEADLINES)
+        self._critical_path = _sums_of(meter, names.CRITICAL_PATH)
+        return self._critical_path
+
     def _record_context(self, run: Run) -> Context:
         """The context the run's metrics are recorded in: its own span's with exemplars on, else one without a
         span (never the caller's current context: a step ends in its workflow's, whose exemplars would point
@@ -653,8 +819,33 @@ _CRITICAL_PATH_ATTRIBUTES: dict[str, str] = {}  # step kind -> its workflow span
 
 def _critical_path_attribute(kind: str) -> str:
     """The workflow span attribute of a step kind's critical-path seconds."""
-    name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
+    name = _CRITICAL_PATH_ATTRIBUTES.get(kind)
+    if name is None:
+        name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
     return name
+
+
+def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, parent: int) -> None:
+    """A finished step joins its workflow: its critical path (summed at once while the steps are a serial chain
+    in the workflow's thread; a step from another thread, nested, overlapping or with its end before its start,
+    as a clock stepped back gives, leaves the chain to the sweep) and its count of top-level steps done. A
+    workflow already finished takes no more steps."""
+    if workflow.finished:
+        if parent == ROOT:
+            workflow.done_steps += 1
+        return
+    workflow.steps.append((kind, start, end, seq, parent))
+    if parent != ROOT:
+        workflow.serial = None
+        return
+    workflow.done_steps += 1
+    serial = workflow.serial
+    if serial is not None:
+        if workflow.serial_end <= start <= end and _thread_id() == workflow.thread:
+            workflow.serial_end = end
+            serial[kind] = serial.get(kind, 0) + (end - start)
+        else:
+            workflow.serial = None
 
 
 def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
@@ -730,9 +921,11 @@ def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: 
         raise ValueError(f"step name must be a non-empty string, got {name!r}")
     mapping = STEP_OPERATIONS.get(kind, _PLAIN_STEP)
     op = operation or mapping.operation
-    base: dict[str, Any] = {"aifactory.step.kind": kind}
+    base: dict[str, Any] = {}
     if op is not None:
         base[genai.GEN_AI_OPERATION_NAME] = op
+    if op is None or OPERATION_STEP_KINDS.get(op) != kind:
+        base[STEP_KIND_ATTRIBUTE] = kind  # a span attribute less per step where the operation says it
     base[mapping.name_attribute or "aifactory.step.name"] = name
     if model is not None:
         base[genai.GEN_AI_REQUEST_MODEL] = model

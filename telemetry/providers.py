@@ -147,7 +147,7 @@ class Installation:
 
 def setup(*, service_name: str | None = None, tenant: str | None = None, set_global: bool = True,
           clock: Callable[[], int] = DEFAULT_CLOCK, genai_spans: bool = False, threads: bool = True,
-          exemplars: bool = False) -> Installation:
+          exemplars: bool = False, critical_path_attributes: bool = False) -> Installation:
     """Providers, exporters and the installed Telemetry for this process (see the module docstring).
 
     set_global: also make the providers OTel's global ones, so other instrumentation (HTTP clients,
@@ -159,6 +159,8 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
     default: True. shutdown() undoes it.
     exemplars: exemplars on the kit's metrics, linking each to its step's span (Telemetry(exemplars=));
     default: False.
+    critical_path_attributes: each workflow span also carries its critical-path shares
+    (Telemetry(critical_path_attributes=)); default: False.
     """
     settings = settings_from_env(os.environ, service_name=service_name, tenant=tenant)
     attributes = {names.L_TENANT: settings.tenant}
@@ -187,7 +189,7 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
         trace.set_tracer_provider(tracer_provider)
         metrics.set_meter_provider(meter_provider)
     tel = Telemetry(tenant=settings.tenant, tracer_provider=tracer_provider, meter_provider=meter_provider,
-                    clock=clock, exemplars=exemplars)
+                    clock=clock, exemplars=exemplars, critical_path_attributes=critical_path_attributes)
     if genai_spans:
         from telemetry.genai_spans import GenAiSpanProcessor
 

@@ -27,6 +27,7 @@ def h() -> Iterator[Harness]:
 
 def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
     tel, clock = h.tel, h.clock
+    tel.critical_path_attributes = True  # the workflow span also carries its critical path
     with tel.workflow("answer", **{"gen_ai.conversation.id": "c-1"}):
         clock.advance(0.5)
         with tel.step("planning", "plan"):
@@ -52,16 +53,18 @@ def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
         "aifactory.critical_path.retrieval": 0.25, "aifactory.critical_path.tool": 1.0}
     chat = spans["chat llama-3-70b"]
     assert (chat.kind, chat.start_time, chat.end_time) == (SpanKind.CLIENT, at(1.75), at(3.75))
+    # The GenAI operation tells the kind (chat, execute_tool, retrieval): no aifactory.step.kind on those spans.
     assert dict(chat.attributes) == {
-        "aifactory.step.kind": "llm", "aifactory.step.name": "draft", "gen_ai.operation.name": "chat",
+        "aifactory.step.name": "draft", "gen_ai.operation.name": "chat",
         "gen_ai.request.model": "llama-3-70b", "gen_ai.provider.name": "vllm",
         "gen_ai.usage.input_tokens": 1200, "gen_ai.usage.output_tokens": 300}
     assert dict(spans["execute_tool search"].attributes) == {
-        "aifactory.step.kind": "tool", "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "search"}
     assert spans["execute_tool search"].kind == SpanKind.INTERNAL
     assert dict(spans["retrieval kb"].attributes) == {
-        "aifactory.step.kind": "retrieval", "gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "kb"}
-    assert spans["plan plan"].attributes["gen_ai.operation.name"] == "plan"
+        "gen_ai.operation.name": "retrieval", "gen_ai.data_source.id": "kb"}
+    assert dict(spans["plan plan"].attributes) == {  # "plan" is no GenAI operation the conventions define
+        "aifactory.step.kind": "planning", "aifactory.step.name": "plan", "gen_ai.operation.name": "plan"}
     assert dict(spans["network fetch-page"].attributes) == {"aifactory.step.kind": "network",
                                                             "aifactory.step.name": "fetch-page"}
     for name, span in spans.items():
@@ -71,14 +74,31 @@ def test_serial_workflow_spans_follow_the_genai_conventions(h: Harness) -> None:
             assert span.status.status_code == StatusCode.UNSET
 
 
+def test_workflow_span_carries_no_critical_path_by_default(h: Harness) -> None:
+    with h.tel.workflow("plain"):
+        h.clock.advance(1)
+        with h.tel.step("tool", "search"):
+            h.clock.advance(2)
+    assert dict(h.spans()["invoke_workflow plain"].attributes) == {
+        "gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "plain"}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="plain", step_kind="other"): 1.0,
+                                             labels(workflow="plain", step_kind="tool"): 2.0}
+
+
 def test_agent_workflow_and_operation_override(h: Harness) -> None:
     with h.tel.workflow("triage", agent="Triage Agent"):
         with h.tel.step("llm", "embed-ticket", model="bge-m3", operation="embeddings"):
             pass
         with h.tel.step("llm", "no-model"):
             pass
+        with h.tel.step("llm", "odd", model="m", operation="execute_tool"):
+            pass
     spans = h.spans()
-    assert sorted(spans) == ["chat no-model", "embeddings bge-m3", "invoke_agent Triage Agent"]
+    assert sorted(spans) == ["chat no-model", "embeddings bge-m3", "execute_tool m", "invoke_agent Triage Agent"]
+    # An overridden operation keeps the kind implicit only where the processor's table reads it back as this kind.
+    assert dict(spans["embeddings bge-m3"].attributes) == {
+        "gen_ai.operation.name": "embeddings", "aifactory.step.name": "embed-ticket", "gen_ai.request.model": "bge-m3"}
+    assert spans["execute_tool m"].attributes["aifactory.step.kind"] == "llm"
     agent = spans["invoke_agent Triage Agent"].attributes
     assert (agent["gen_ai.operation.name"], agent["gen_ai.agent.name"]) == ("invoke_agent", "Triage Agent")
     assert "gen_ai.workflow.name" not in agent
@@ -152,6 +172,7 @@ def test_histograms_use_the_documented_buckets(h: Harness) -> None:
 
 def test_parallel_steps_under_gather_belong_to_their_own_workflow_and_parent(h: Harness) -> None:
     tel, clock = h.tel, h.clock
+    tel.critical_path_attributes = True
 
     async def tool(name: str, seconds: float) -> str:
         with tel.step("tool", name):

@@ -52,6 +52,14 @@ def test_empty_window() -> None:
     assert critical_path(steps(("llm", 0, 0, ROOT)), start=0, end=0) == {}
 
 
+def test_a_step_ending_before_it_starts_owns_nothing() -> None:
+    """A clock stepped back inside a step: the step is dropped, never a negative share (the sequential shortcut
+    and the sweep agree)."""
+    assert critical_path(steps(("tool", 11, 9, ROOT)), start=10, end=12) == {"other": 2}
+    assert critical_path(steps(("llm", 10, 11, ROOT), ("tool", 11, 9, ROOT)), start=10, end=12) == {"llm": 1,
+                                                                                                  "other": 1}
+
+
 def test_window_ending_before_it_starts_is_an_error() -> None:
     with pytest.raises(ValueError, match="ends before it starts: start=10, end=5"):
         critical_path([], start=10, end=5)

@@ -12,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.metrics.v1.metrics_pb2 import AGGREGATION_TEMPORALITY_CUMULATIVE
 from prometheus_client.parser import text_string_to_metric_families
 
 import telemetry
@@ -234,3 +235,33 @@ def test_otlp_export_carries_step_exemplars_only_when_asked(
     found = [(e.as_double, e.span_id, e.trace_id) for p in metrics["aifactory.step.duration"].histogram.data_points
              for e in p.exemplars]
     assert found == ([(2.0, step.span_id, step.trace_id)] if exemplars else [])
+
+
+@pytest.mark.parametrize("asked", [False, True], ids=["default-off", "on"])
+def test_otlp_workflow_span_carries_critical_path_only_when_asked(
+        monkeypatch: pytest.MonkeyPatch, otlp_receiver: tuple[str, dict[str, list[bytes]]], asked: bool) -> None:
+    """setup(critical_path_attributes=True): the exported workflow span carries its shares (seconds); by default
+    it carries only the GenAI attributes."""
+    endpoint, received = otlp_receiver
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
+    clock = VirtualClock()
+    handle = telemetry.setup(service_name="agent", tenant="search", set_global=False, clock=clock,
+                             critical_path_attributes=asked)
+    try:
+        run_agent(clock)
+    finally:
+        handle.shutdown()
+    traces = ExportTraceServiceRequest.FromString(received["/v1/traces"][0])
+    workflow = next(s for rs in traces.resource_spans for ss in rs.scope_spans for s in ss.spans
+                    if s.name == "invoke_workflow answer")
+    attributes = {a.key: a.value.double_value or a.value.string_value for a in workflow.attributes}
+    assert attributes == {"gen_ai.operation.name": "invoke_workflow", "gen_ai.workflow.name": "answer",
+                          **({"aifactory.critical_path.tool": 2.0} if asked else {})}
+    # Either way the metric goes out over OTLP as the cumulative monotonic Sum the Collector turns into a
+    # Prometheus counter (aifactory_workflow_critical_path_seconds_total).
+    request = ExportMetricsServiceRequest.FromString(received["/v1/metrics"][-1])
+    shares = next(m.sum for rm in request.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+                  if m.name == "aifactory.workflow.critical_path")
+    assert (shares.is_monotonic, shares.aggregation_temporality) == (True, AGGREGATION_TEMPORALITY_CUMULATIVE)
+    assert [(p.as_double, {a.key: a.value.string_value for a in p.attributes}) for p in shares.data_points] == [
+        (2.0, {"tenant": "search", "workflow": "answer", "step_kind": "tool"})]
