@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "Step", "StepInterval", "critical_path"]
+__all__ = ["DEFAULT_IDLE_KIND", "ROOT", "Step", "StepInterval", "critical_path", "serial_shares"]
 
 DEFAULT_IDLE_KIND = "other"
 ROOT = -1  # parent of a step that no other step encloses
@@ -113,19 +113,24 @@ def _serial(steps: Iterable[StepInterval | Step], start: int, end: int, idle_kin
     """The common case in one pass, without sorting: top-level steps that never overlap, in start order (a
     sequential agent). None when the steps are anything else (nested, parallel, out of order, outside the window)."""
     owned: dict[str, float] = {}
-    covered = 0
     now = start
     for kind, a, b, _seq, parent in steps:  # unpacked: one pass per step, no attribute look-ups (the hot path)
         if parent != ROOT or a < now or b < a or b > end:  # b < a: a clock stepped back; the sweep drops it
             return None
         owned[kind] = owned.get(kind, 0.0) + (b - a)
-        covered += b - a
         now = b
+    return serial_shares(owned, start=start, end=end, idle_kind=idle_kind)
+
+
+def serial_shares(owned: dict[str, float], *, start: int, end: int,
+                  idle_kind: str = DEFAULT_IDLE_KIND) -> dict[str, float]:
+    """The shares of a serial chain of top-level steps inside [start, end], from the time each kind's steps took
+    (`owned`, changed in place): the window's uncovered time goes to idle_kind, kinds that own nothing are left
+    out, keys sorted. What critical_path gives for such a chain; the instrumentation sums `owned` as steps end."""
+    covered = sum(owned.values())
     if end - start > covered:
         owned[idle_kind] = owned.get(idle_kind, 0.0) + (end - start - covered)
-    if 0.0 in owned.values():  # zero-length steps
-        return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
-    return dict(sorted(owned.items()))
+    return {kind: owned[kind] for kind in sorted(owned) if owned[kind] != 0}
 
 
 def _share(owned: dict[str, float], leaves: dict[str, int], n_leaves: int, dt: int, idle_kind: str) -> None:

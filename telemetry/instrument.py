@@ -96,7 +96,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from telemetry import names
-from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, Step, critical_path
+from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, Step, critical_path, serial_shares
 
 __all__ = [
     "BUDGET_BAGGAGE_KEY",
@@ -402,14 +402,8 @@ class Scope:
         self._budget_ns = budget_ns
         self._steps = steps
 
-    def _tel(self) -> Telemetry:
-        tel = self._telemetry
-        return tel if isinstance(tel, Telemetry) else tel()
-
     def __enter__(self) -> Any:
-        tel = self._fixed
-        if tel is None:
-            tel = self._telemetry()  # type: ignore[operator]
+        tel = self._fixed or self._telemetry()  # type: ignore[operator]
         if self._workflow:
             return tel._enter_workflow(self)
         # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
@@ -427,18 +421,16 @@ class Scope:
             run.seq = next(owner.seqs)
             run.parent = ROOT
             run.workflow = owner
-            run.genai = tel._genai_attrs(self._attributes, owner) if self._model else None
-            if owner.deadline_ns is not None:
-                tel._record_step_budget(owner, run.kind, start)
+            run.genai = None
         else:
             if owner is None:
                 owner = tel._orphan(self, ctx)
             run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
-            workflow = run.workflow
-            if self._model:
-                run.genai = tel._genai_attrs(self._attributes, workflow)
-            if workflow is not None and workflow.deadline_ns is not None:
-                tel._record_step_budget(workflow, run.kind, start)
+        workflow = run.workflow
+        if self._model:
+            run.genai = tel._genai_attrs(self._attributes, workflow)
+        if workflow is not None and workflow.deadline_ns is not None:
+            tel._record_step_budget(workflow, run.kind, start)
         run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
@@ -637,15 +629,10 @@ class Telemetry:
         serial = run.serial
         if serial is not None and run.serial_end <= window_end:  # a serial chain: summed as its steps finished
             run.serial = None
-            owned: dict[str, int] = dict(serial)  # a copy, whatever a late step from elsewhere still does
-            idle = window_end - run.start - sum(owned.values())
-            if idle > 0:
-                owned[self.idle_kind] = owned.get(self.idle_kind, 0) + idle
-            if 0 in owned.values():  # zero-length steps own no time: left out, as critical_path does
-                owned = {kind: ns for kind, ns in owned.items() if ns}
+            # a copy, whatever a late step from elsewhere still does
+            owned = serial_shares(dict(serial), start=run.start, end=window_end, idle_kind=self.idle_kind)
         else:
-            owned = critical_path(run.steps, start=run.start, end=window_end,  # type: ignore[assignment]
-                                  idle_kind=self.idle_kind)
+            owned = critical_path(run.steps, start=run.start, end=window_end, idle_kind=self.idle_kind)
         sums = self._critical_path or self._bind_sums()
         if sums is not None:
             cached = labels.critical_path
