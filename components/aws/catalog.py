@@ -4,7 +4,7 @@ Config validation, the node pool components (EFA interface layout), the EFA devi
 instance list, the cost dashboards (default prices) and the node acceptance suite (expected GPU
 count, NVLink, PCIe, EFA devices, peak TFLOPs and bandwidth) all read this module.
 
-Sources (see shared/reference/FACTS.md): EFA device counts from aws-samples/awsome-distributed-training
+Sources (docs/contracts.md, "AWS"): EFA device counts from aws-samples/awsome-distributed-training
 `instance-profiles.conf`; vCPUs, memory, GPUs, network cards and EFA interfaces checked against EC2's
 DescribeInstanceTypes answers in tests/fixtures/aws_instance_types.yaml; on-demand prices us-east-1 Linux
 mid-2026 (config defaults only, every one overridable by `observability.prices`); peak dense BF16 TFLOPs

@@ -1,7 +1,7 @@
 """Every Helm chart the kit installs, pinned in one place: chart, repository, version.
 
 Upgrading a component is a one-line change here (and a review of its values builder). Versions are
-the releases seen upstream (shared/reference/FACTS.md, the charts' own index files); repositories are
+the releases seen upstream (the charts' own index.yaml files at their official repositories); repositories are
 the projects' official ones. Charts that version their tags with a leading `v` keep it, as their
 index spells it.
 

@@ -1,6 +1,6 @@
 """Synthetic exporter data with known answers, as OpenMetrics text for `promtool tsdb create-blocks-from`.
 
-Series are named and labelled exactly as the real exporters emit them (shared/reference/FACTS.md,
+Series are named and labelled exactly as the real exporters emit them (docs/contracts.md,
 telemetry/names.py; the NVLink gauge, node GPU capacity and Triton's TensorRT-LLM token and first-response
 histograms from tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half
 the pools with `Hostname`, half with the newer `hostname`; unallocated GPUs carry the exporter's own pod, as
@@ -33,7 +33,7 @@ from dashboards.config import ObservabilityConfig
 # label its monitors copy (aifactory_io_model) and its Envoy listeners' stat prefixes. Every exporter family is
 # named here as upstream emits it and checked against tests/fixtures/metrics/*.yaml (name, type, labels) as it is
 # written (tests.support.upstream); Envoy's names are the ones the real Envoy's scrape shows
-# (tests/artifacts/test_upstream_metric_names.py), Istio's and kube-state-metrics' those of FACTS.md.
+# (tests/artifacts/test_upstream_metric_names.py), Istio's and kube-state-metrics' those of docs/contracts.md.
 from telemetry.names import (
     BUDGET_BUCKETS_S,
     CRITICAL_PATH,

@@ -1,4 +1,4 @@
-"""The layering of shared/DESIGN.md, read from the code's imports (every `import`/`from` in the tree, function
+"""The layering of docs/design.md, read from the code's imports (every `import`/`from` in the tree, function
 bodies included; not those under `if TYPE_CHECKING:`, which never run): infra/ on top; components/, dashboards/,
 policies/ and telemetry/ are libraries that never import infra/ and talk to each other only through the shared
 vocabulary; no module imports itself back through others.
