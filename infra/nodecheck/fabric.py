@@ -27,7 +27,6 @@ InfiniBand ports x rate) in GB/s.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -231,9 +230,7 @@ def fabric_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path 
                          all_reduce_perf: str = DEFAULT_ALL_REDUCE_PERF) -> int:
     """The CLI entry point: 0 the fabric passed, 1 it failed or could not run, 2 bad stack, pool or hosts."""
     from infra.nodecheck.runner import UsageError, load_pool, parse_hosts, unreachable
-
-    def err(message: str) -> None:
-        print(message, file=sys.stderr, flush=True)
+    from infra.nodecheck.runner import stderr_line as err
 
     try:
         profile = load_pool(stack, pool, stacks_dir)

@@ -15,6 +15,7 @@ pool or host URL (the message names what exists).
 from __future__ import annotations
 
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -187,8 +188,15 @@ def _summary(stack: str, pool: NodePool, hosts: int, results: Sequence[CheckResu
             f"{hosts} host(s), {count['pass']} passed, {count['fail']} failed, {count['n/a']} not applicable")
 
 
-def _stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+_STDERR_LOCK = threading.Lock()
+
+
+def stderr_line(message: str) -> None:
+    """One whole line on stderr: hosts are checked in threads, and print() writes the text and its newline in two
+    calls, so two hosts' lines could interleave on one line."""
+    with _STDERR_LOCK:
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
 
 
 def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | None,
@@ -201,19 +209,19 @@ def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | 
         profile = _pool(cfg, pool)
         urls = parse_hosts(hosts)
     except UsageError as err:
-        _stderr(f"aifactory: {err}")
+        stderr_line(f"aifactory: {err}")
         return EXIT_USAGE
     cluster = kubectl or kubectl_for(cfg)
     applicable = [c.id for c, why in plan(profile) if why is None]
-    _stderr(f"node-check {stack}/{pool}: {len(urls)} host(s); checks: {', '.join(applicable)}")
+    stderr_line(f"node-check {stack}/{pool}: {len(urls)} host(s); checks: {', '.join(applicable)}")
 
     def one(url: str) -> list[CheckResult]:
         try:
             host = testinfra.get_host(url)
         except Exception as err:  # noqa: BLE001 - an unusable host fails its row, the others still run
-            _stderr(f"[{url}] host unusable: {err}")
+            stderr_line(f"[{url}] host unusable: {err}")
             return [CheckResult(url, UNREACHABLE_CHECK, "fail", f"host unusable: {err}")]
-        return check_node(host, profile, label=url, progress=_stderr, kubectl=cluster)
+        return check_node(host, profile, label=url, progress=stderr_line, kubectl=cluster)
 
     with ThreadPoolExecutor(max_workers=min(len(urls), DEFAULT_PARALLEL_HOSTS)) as pool_:
         results = [r for per_host in pool_.map(one, urls) for r in per_host]
