@@ -433,7 +433,8 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     children = {r.name: r for r in result.resources if r.parent == comp.urn}
     assert sorted(children) == [
         "gateway-authorizationpolicy-allow-monitoring", "gateway-authorizationpolicy-allow-nothing",
-        "gateway-configmap", "gateway-deployment", "gateway-horizontalpodautoscaler", "gateway-metrics-service",
+        "gateway-configmap", "gateway-deployment", "gateway-destinationrule", "gateway-horizontalpodautoscaler",
+        "gateway-metrics-service",
         "gateway-networkpolicy-allow-clients", "gateway-networkpolicy-allow-collector",
         "gateway-networkpolicy-allow-dns", "gateway-networkpolicy-allow-istiod",
         "gateway-networkpolicy-allow-models", "gateway-networkpolicy-allow-monitoring",

@@ -10,10 +10,12 @@ sidecar.
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
 from components.k8s import envoy_config as ec
+from components.k8s import gateway as gw
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -88,4 +90,28 @@ def test_spans_name_the_collectors_service() -> None:
     tracing = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]["tracing"]
     grpc = tracing["provider"]["typed_config"]["grpc_service"]["envoy_grpc"]
     assert grpc["authority"] == _address(ec.collector_cluster(cfg)) == "otel-collector.monitoring.svc.cluster.local"
+
+
+def test_in_mesh_clients_reach_the_gateway_listener_in_plaintext() -> None:
+    """The listener port bypasses the gateway's sidecar, so an in-mesh caller's sidecar must not originate mTLS to it
+    (under STRICT it would, to any pod labelled security.istio.io/tlsMode: istio: istio/istio@1.28.3
+    pilot/pkg/networking/core/cluster_tls.go); a DestinationRule's DISABLE wins over auto mTLS."""
+    cfg = stack_config("prod")
+    objects = gw.gateway_objects(cfg)
+    ns = cfg.gateway.namespace
+    (port,) = objects["service"]["spec"]["ports"]
+    assert (port["port"], port["appProtocol"]) == (gw.SERVICE_PORT, "http")  # routed by Host: see below
+    annotations = objects["deployment"]["spec"]["template"]["metadata"]["annotations"]
+    assert annotations["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080"  # the listener (targetPort http)
+    dr = objects["destinationrule"]
+    assert (dr["apiVersion"], dr["kind"], dr["metadata"]["namespace"]) == ("networking.istio.io/v1", "DestinationRule",
+                                                                           ns)
+    assert dr["spec"] == {"host": "aifactory-gateway.aifactory-gateway.svc.cluster.local", "trafficPolicy": {
+        "portLevelSettings": [{"port": {"number": 80}, "tls": {"mode": "DISABLE"}}]}}
+    # the URL in-cluster clients are told to use names the Service for a sidecar in any namespace
+    host = urlsplit(gw.service_url(ns)).netloc
+    for caller in ("research", ns):
+        assert routes_to_service(host, service_domains("aifactory-gateway", ns, caller_namespace=caller,
+                                                       headless=False)), caller
+    assert dr["spec"]["host"] == gw.service_host(ns) == host.removesuffix(":80")
 
