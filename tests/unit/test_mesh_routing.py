@@ -16,6 +16,7 @@ import pytest
 
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
+from components.k8s import mesh, serving
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -115,3 +116,29 @@ def test_in_mesh_clients_reach_the_gateway_listener_in_plaintext() -> None:
                                                        headless=False)), caller
     assert dr["spec"]["host"] == gw.service_host(ns) == host.removesuffix(":80")
 
+
+LINUX_EPHEMERAL_PORTS = range(32768, 61000)  # net.ipv4.ip_local_port_range's default, 32768-60999
+
+
+@pytest.mark.parametrize(("stack", "cfg"), CONFIGS[:len(SHIPPED_STACKS)], ids=list(SHIPPED_STACKS))
+def test_multi_node_peers_ephemeral_ports_pass_through_the_senders_sidecar(stack: str, cfg: PlatformConfig) -> None:
+    """NCCL, gloo and torch's store listen on ephemeral ports, which excludeOutboundPorts cannot list (single ports
+    only: istio/istio@1.28.3 pkg/kube/inject/validate.go parsePorts). The sender's sidecar TCP-proxies them to
+    PassthroughCluster only under ALLOW_ANY (listener_builder.go buildOutboundCatchAllNetworkFilterChains; the kit
+    pins it), the receiver captures only the HTTP port, and no Service the kit makes gives sidecars an HTTP listener
+    on a port in the ephemeral range (listener.go: 0.0.0.0:<port> for every HTTP Service port)."""
+    assert mesh.istiod_values(cfg)["meshConfig"]["outboundTrafficPolicy"] == {"mode": "ALLOW_ANY"}
+    multi = [m for m in cfg.models.values() if m.multi_node]
+    for m in multi:
+        lws = serving.workload(cfg, m)["spec"]["leaderWorkerTemplate"]
+        for role in ("leaderTemplate", "workerTemplate"):
+            annotations = lws[role]["metadata"]["annotations"]
+            assert annotations["traffic.sidecar.istio.io/includeInboundPorts"] == "8000", (m.name, role)
+            excluded = {int(p) for p in annotations["traffic.sidecar.istio.io/excludeOutboundPorts"].split(",")}
+            assert excluded == set(serving.multi_node_ports()), (m.name, role)
+    services = [serving.service(cfg, m) for m in cfg.models.values()]
+    services += [gw.service(cfg), gw.metrics_service(cfg)]
+    http_ports = [(s["metadata"]["name"], p["port"]) for s in services for p in s["spec"]["ports"]
+                  if p.get("appProtocol") in ("http", "grpc")]
+    assert http_ports and [hp for hp in http_ports if hp[1] in LINUX_EPHEMERAL_PORTS] == []
+    assert all(p not in LINUX_EPHEMERAL_PORTS for p in serving.multi_node_ports())
