@@ -35,6 +35,18 @@ engine's health endpoint take hung replicas out; outlier detection ejects replic
 LEAST_REQUEST with a full scan keeps traffic off slow replicas. The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
 
+Through the mesh: the gateway's Istio sidecar captures every connection to a model replica and, the model Service's
+port being HTTP (`appProtocol: http`), routes it by its Host alone: one `0.0.0.0:8000` listener whose virtual hosts
+are the Services' names (`<model>.<namespace>.svc.cluster.local`, `<model>.<namespace>[.svc]`, the bare name only
+from the model's own namespace; any port in the Host is ignored). A Host naming none of them (the client's, i.e.
+the load balancer's name, or the cluster name Envoy's health checks send by default) falls to PassthroughCluster,
+in plaintext, and the model's STRICT sidecar resets it. So every try leaves with Host = the model Service's FQDN
+(`host_rewrite_literal` on each model route, and on each variant's gate route, where the serving variant is known),
+every health check sends it (`HttpHealthCheck.host`), and spans to the Collector name its Service as :authority.
+The engine sees its own Service's name as Host, not the client's. Sources: istio/istio@1.28.3
+pilot/pkg/networking/core/listener.go, httproute.go, cluster_builder.go, filterchain_options.go (docs/contracts.md,
+"Istio (mesh routing and mTLS)").
+
 Access logs are JSON on stdout with the request id, the caller's tenant and upstream timing; per calling
 tenant request stats come from virtual clusters `caller-<tenant>`; traces go to the OpenTelemetry
 Collector over OTLP gRPC. The admin interface listens on 127.0.0.1 only; a separate stats listener
@@ -487,13 +499,16 @@ def gate_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     }
 
 
-def gate_listener(model: Model) -> dict[str, Any]:
+def gate_listener(cfg: GatewayView, model: Model) -> dict[str, Any]:
     """The variant's overflow gate: an internal listener whose router sends everything to the variant's cluster
     and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
     x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
-    No timeouts or retries here: the decision's route has them."""
+    No timeouts or retries here: the decision's route has them. The Host becomes the variant's Service name here,
+    the last hop before the socket (see "Through the mesh" in the module docstring): which variant serves a try
+    is known only at its gate."""
+    route = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
     route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": {"cluster": model.name, "timeout": "0s"}}]}]}
+                    "routes": [{"match": {"prefix": "/"}, "route": route}]}]}
     hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
     hcm["typed_config"]["http_filters"][-1]["typed_config"]["suppress_envoy_headers"] = True
     return {"name": gate_name(model), "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}
@@ -505,6 +520,7 @@ def _decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str
     out["name"] = route["name"].replace(w.name, d.name, 1)
     out["match"]["headers"] = [*route["match"].get("headers", []), *d.headers]
     out["route"]["cluster"] = overflow_cluster_name(w.name, d.chosen)
+    del out["route"]["host_rewrite_literal"]  # the gate of the variant that serves the try sets it
     # a failed try goes to the next variant (the next priority of the aggregate cluster)
     out["route"]["retry_policy"]["retry_priority"] = {
         "name": "envoy.retry_priorities.previous_priorities",
@@ -523,7 +539,8 @@ def _decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str
 
 
 def model_host(cfg: GatewayView, model: Model) -> str:
-    """DNS name of the model's headless Service."""
+    """DNS name of the model's headless Service: the cluster's address, and the Host of every request and health
+    check the gateway sends the model (the name the gateway's sidecar routes by)."""
     return f"{model.name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
 
 
@@ -598,7 +615,9 @@ def _model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "no_traffic_interval": _seconds(hc.interval_seconds),  # default 60 s: too slow for a new gateway
             "unhealthy_threshold": hc.unhealthy_threshold,
             "healthy_threshold": hc.healthy_threshold,
-            "http_health_check": {"path": HEALTH_PATHS[model.engine]},
+            # Host: the Service's name, as on requests (Envoy's default is the cluster's name, which the gateway's
+            # sidecar passes through in plaintext to the model's STRICT sidecar: every check would fail)
+            "http_health_check": {"path": HEALTH_PATHS[model.engine], "host": model_host(cfg, model)},
         }],
         "outlier_detection": {
             "consecutive_5xx": od.consecutive_5xx,
@@ -652,6 +671,8 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
            ) -> dict[str, Any]:
     action: dict[str, Any] = {
         "cluster": model.name,
+        # the Host the gateway's sidecar routes to the model's Service (see "Through the mesh")
+        "host_rewrite_literal": model_host(cfg, model),
         "timeout": _seconds(model.timeout_seconds),
         # replaces the connection manager's stream_idle_timeout for this route: nothing shorter than the
         # model's own timeout may cut a long request (hung replicas are the per-try idle timeout's job)
@@ -935,7 +956,10 @@ def _tracing(cfg: GatewayView) -> dict[str, Any]:
             "name": "envoy.tracers.opentelemetry",
             "typed_config": {
                 "@type": _T + "config.trace.v3.OpenTelemetryConfig",
-                "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER}, "timeout": "0.250s"},
+                # :authority: the Collector Service's name (Envoy's default is the cluster's name, which the
+                # sidecar would only pass through: see "Through the mesh")
+                "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER, "authority": collector_host(cfg)},
+                                 "timeout": "0.250s"},
                 "service_name": SERVICE_NAME,
             },
         },
@@ -1067,7 +1091,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
            if _variant_models(cfg) else {}),
         "static_resources": {
-            "listeners": [gateway_listener(cfg), stats_listener(), *(gate_listener(m) for m in _variant_models(cfg))],
+            "listeners": [gateway_listener(cfg), stats_listener(),
+                          *(gate_listener(cfg, m) for m in _variant_models(cfg))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },

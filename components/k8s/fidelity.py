@@ -28,7 +28,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security
-from components.k8s.gateway import NAMESPACE_NAME_LABEL, SERVICE_PORT
+from components.k8s.gateway import NAMESPACE_NAME_LABEL, service_url
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
 from components.k8s.values import Fidelity, NamespaceView
@@ -121,7 +121,7 @@ def eval_job(cfg: FidelityView, workload: str, gate: Fidelity, *, evaluates: str
     """The Job that runs `aifactory eval` for `workload` (gate.job must be set)."""
     job = gate.job
     assert job is not None
-    gateway = f"http://{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc:{SERVICE_PORT}"
+    gateway = service_url(cfg.gateway.namespace)  # a name the gateway Service's routes match, sidecar or not
     collector = f"http://{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc:{OTLP_HTTP_PORT}"
     command = ["aifactory", "eval", cfg.stack, "--workload", workload, "--url", gateway,
                "--token-file", f"{TOKEN_MOUNT}/{job.token_secret.key}", "--no-record", "--otlp-endpoint", collector]

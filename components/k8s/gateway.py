@@ -3,6 +3,7 @@
     Namespace (istio-injection) -> ServiceAccount -> ConfigMap (envoy.yaml) -> Deployment -> Service
     -> metrics Service -> HorizontalPodAutoscaler -> PodDisruptionBudget -> ServiceMonitor (/stats/prometheus)
     -> NetworkPolicies (default deny + allows) -> AuthorizationPolicies (allow-nothing + Prometheus)
+    -> DestinationRule (in-mesh clients reach the listener in plaintext)
 
 The namespace has the tenants' posture. NetworkPolicies deny all ingress and egress, then allow: clients
 (the load balancer) to the listener port, Prometheus to the stats port and the sidecar's metrics, the
@@ -18,6 +19,16 @@ AuthorizationPolicies admit), while client traffic from the load balancer reache
 NLB, made by the in-tree service controller (the kit installs no AWS Load Balancer Controller), with
 the nodes as targets. Prometheus scrapes the stats port through a headless metrics Service, over
 mTLS, so the load balancer carries client traffic only.
+
+Clients inside the mesh (agents with a sidecar) call `http://aifactory-gateway.<namespace>.svc.cluster.local`
+(`service_url`; `aifactory-gateway.<namespace>` also matches, the bare name only from the gateway's namespace).
+Their sidecar routes that port by Host (Service port `appProtocol: http`), and under the mesh-wide STRICT mode it
+would originate mTLS to any pod carrying the injected `security.istio.io/tlsMode: istio` label, the gateway's
+included; the listener port is not captured, so Envoy would read a TLS handshake as HTTP. The DestinationRule
+turns TLS off for the Service's port: the caller's sidecar sends plaintext HTTP, as the load balancer does, and
+the gateway authorises the caller by its token (istio/istio@1.28.3 pilot/pkg/networking/core/cluster_tls.go
+buildUpstreamTLSSettings: a DestinationRule's DISABLE wins over auto mTLS; pilot/pkg/model/push_context.go
+BestEffortInferServiceMTLSMode reads only namespace- and mesh-wide PeerAuthentication).
 
 Gateway takes its own `args` (GatewayArgs: the models it routes to, their tenants, its settings), so a platform
 team can run it without the kit's stack config; infra.component_args maps PlatformConfig to them.
@@ -106,6 +117,9 @@ __all__ = [
     "service_account",
     "network_policies",
     "authorization_policies",
+    "service_host",
+    "service_url",
+    "destination_rule",
     "gateway_objects",
     "Gateway",
 ]
@@ -641,6 +655,24 @@ def authorization_policies(cfg: GatewayView) -> list[dict[str, Any]]:
                 "to": [{"operation": {"ports": [str(naming.ENVOY_STATS_PORT)]}}]}]})]
 
 
+def service_host(namespace: str) -> str:
+    """The gateway Service's cluster FQDN, a name every in-cluster caller's sidecar routes (see the module
+    docstring)."""
+    return f"{naming.GATEWAY_APP}.{namespace}.svc.cluster.local"
+
+
+def service_url(namespace: str) -> str:
+    """Where in-cluster clients send OpenAI requests (the fidelity Job among them)."""
+    return f"http://{service_host(namespace)}:{SERVICE_PORT}"
+
+
+def destination_rule(cfg: GatewayView) -> dict[str, Any]:
+    """In-mesh callers of the gateway Service send plaintext to its port: the listener is not behind the sidecar."""
+    return {"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule", "metadata": _meta(cfg),
+            "spec": {"host": service_host(cfg.gateway.namespace), "trafficPolicy": {"portLevelSettings": [
+                {"port": {"number": SERVICE_PORT}, "tls": {"mode": "DISABLE"}}]}}}
+
+
 def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
     envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
@@ -650,7 +682,8 @@ def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
             "horizontalpodautoscaler": autoscaler(cfg), "poddisruptionbudget": disruption_budget(cfg),
             "servicemonitor": service_monitor(cfg),
             **{f"networkpolicy-{p['metadata']['name']}": p for p in network_policies(cfg)},
-            **{f"authorizationpolicy-{p['metadata']['name']}": p for p in authorization_policies(cfg)}}
+            **{f"authorizationpolicy-{p['metadata']['name']}": p for p in authorization_policies(cfg)},
+            "destinationrule": destination_rule(cfg)}
 
 
 class Gateway(pulumi.ComponentResource):
@@ -679,7 +712,7 @@ class Gateway(pulumi.ComponentResource):
             else:
                 register_object(f"{name}-{suffix}", obj, in_ns)
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
-        self.service = pulumi.Output.from_input(f"{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc.cluster.local")
+        self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,
-                               "service": f"{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc.cluster.local",
+                               "service": service_host(cfg.gateway.namespace),
                                "port": SERVICE_PORT})

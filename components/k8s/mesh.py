@@ -20,6 +20,18 @@ acceptable: the tenant's NetworkPolicies (tenancy.py, `allow-peers-<model>` on t
 traffic only from pods of the same model in the same namespace, every other port still requires mTLS and an
 ALLOW policy, and the bulk tensor traffic rides EFA/InfiniBand RDMA, which no sidecar can see or encrypt anyway.
 
+The ephemeral ports cannot be exempted the same way: `excludeOutboundPorts` takes single ports, no ranges
+(istio/istio@1.28.3 pkg/kube/inject/validate.go parsePorts), and no Service can declare a port chosen at run time.
+So a connection to a peer's ephemeral port still crosses the sender's sidecar: its virtual outbound listener has
+no protocol detection, and its catch-all filter chain TCP-proxies the connection to PassthroughCluster, plaintext,
+to the original destination (pilot/pkg/networking/core/listener_builder.go buildVirtualOutboundListener,
+buildOutboundCatchAllNetworkFilterChains), where the receiver's sidecar does not capture it. Two conditions keep it
+working, both pinned here and in docs/contracts.md: the mesh's `outboundTrafficPolicy` stays ALLOW_ANY
+(REGISTRY_ONLY sends the same connections to BlackHoleCluster; the kit sets ALLOW_ANY explicitly, Istio's default
+in pkg/config/mesh/mesh.go), and no Service in the mesh declares an HTTP port in the nodes' ephemeral range
+(Linux: 32768-60999), which would give every sidecar a `0.0.0.0:<port>` HTTP listener that such a connection
+would meet instead (listener.go).
+
 Mesh takes its own `args` (MeshArgs: the tenants, the models they serve, where the gateway and Prometheus run), so
 a platform team can use it without the kit's stack config; infra.component_args maps PlatformConfig to them.
 """
@@ -52,6 +64,7 @@ __all__ = [
     "MESH_SCRAPE_TLS",
     "MODEL_SERVER_COMPONENT",
     "OTEL_TRACING_PROVIDER",
+    "OUTBOUND_TRAFFIC_POLICY",
     "peer_authentication",
     "tracing_telemetry",
     "istiod_values",
@@ -67,6 +80,9 @@ DEFAULT_TRACE_SAMPLING_PERCENT = 1.0  # Istio's own default random sampling rate
 MTLS_MODE = "STRICT"
 MODEL_SERVER_COMPONENT = "model-server"  # naming.common_labels(component=...) of every model pod
 OTEL_TRACING_PROVIDER = "otel"
+# Sidecars pass traffic to destinations no Service declares (multi-node replicas' ephemeral NCCL, gloo and torch
+# store ports) through, instead of dropping it (REGISTRY_ONLY): see the module docstring.
+OUTBOUND_TRAFFIC_POLICY = "ALLOW_ANY"
 PROMETHEUS_CERTS_DIR = "/etc/prom-certs"
 # What a ServiceMonitor endpoint of a meshed workload sets (Istio's pattern for Prometheus under STRICT
 # mTLS): Prometheus presents its own workload certificate, written by its sidecar (see
@@ -226,6 +242,7 @@ def istiod_values(cfg: MeshView) -> dict[str, Any]:
         "meshConfig": {
             "accessLogFile": "/dev/stdout",
             "accessLogEncoding": "JSON",
+            "outboundTrafficPolicy": {"mode": OUTBOUND_TRAFFIC_POLICY},
             "extensionProviders": [{"name": OTEL_TRACING_PROVIDER,
                                     "opentelemetry": {"service": collector, "port": naming.OTEL_GRPC_PORT}}],
         },

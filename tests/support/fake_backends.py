@@ -7,9 +7,10 @@ A backend answers every request with JSON naming itself (the path, the headers t
 size), or misbehaves the way an unhealthy replica does: 500 or 503, a connection reset (RST), a slow
 answer, a hang (accepts, never answers, health checks included), or a long generation streamed a chunk at a
 time. `behaviour` and `delay` can be changed while it serves. Health checks (`HEALTH_PATHS`) are counted
-apart from requests. `EnvoyProcess` runs `.venv/bin/envoy` on a
-bootstrap built by components.k8s.envoy_config and rebound to local ports, waits for it to be ready
-(bounded) and reads its admin stats.
+apart from requests. With `accepts_host`, a request (health checks included) whose Host it refuses is reset and
+listed in `refused_hosts`, as a meshed replica's STRICT sidecar does (tests.support.istio_sidecar).
+`EnvoyProcess` runs `.venv/bin/envoy` on a bootstrap built by components.k8s.envoy_config and rebound to local
+ports, waits for it to be ready (bounded) and reads its admin stats.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -74,6 +75,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self) -> None:
         srv = self.server
+        if srv.accepts_host is not None and not srv.accepts_host(self.headers.get("host")):
+            with srv.lock:
+                srv.refused_hosts.append(self.headers.get("host"))
+            self._reset()
+            return
         behaviour = srv.behaviour
         health = self.path in HEALTH_PATHS
         with srv.lock:
@@ -95,19 +101,23 @@ class _Handler(BaseHTTPRequestHandler):
             self._stream(length)
             return
         if behaviour is Behaviour.RESET:
-            # SO_LINGER 0 then close: the peer sees a TCP RST, as from a crashed replica.
-            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-            self.close_connection = True
-            self.connection.close()
+            self._reset()
             return
         if behaviour is Behaviour.SLOW:
             srv.release.wait(srv.delay)
         status = {Behaviour.UNAVAILABLE: 503, Behaviour.ERROR: 500}.get(behaviour, 200)
         self._send(status, self._description(length))
 
+    def _reset(self) -> None:
+        """SO_LINGER 0 then close: the peer sees a TCP RST, as from a crashed replica."""
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
+
     def _description(self, length: int) -> bytes:
         return json.dumps({"backend": self.server.name, "path": self.path,
                            "model": self.headers.get("x-model"),
+                           "host": self.headers.get("host"),
                            "tenant": self.headers.get("x-aifactory-tenant"),
                            "authorization": self.headers.get("authorization"),
                            "body_bytes": length,
@@ -143,9 +153,12 @@ class _Server(ThreadingHTTPServer):
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass  # clients (Envoy) closing idle keep-alive connections is normal here
 
-    def __init__(self, name: str, behaviour: Behaviour, delay: float) -> None:
+    def __init__(self, name: str, behaviour: Behaviour, delay: float,
+                 accepts_host: Callable[[str | None], bool] | None) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.name, self.behaviour, self.delay = name, behaviour, delay
+        self.accepts_host = accepts_host
+        self.refused_hosts: list[str | None] = []
         self.hits = self.health_hits = 0
         self.lock = threading.Lock()
         self.release = threading.Event()  # set on stop: slow handlers return at once
@@ -153,10 +166,13 @@ class _Server(ThreadingHTTPServer):
 
 class FakeBackend:
     """One fake replica on 127.0.0.1 (a free port); `hits` counts the requests it received (health checks
-    apart, in `health_hits`). `delay` is the SLOW wait and the STREAM chunk interval (seconds)."""
+    apart, in `health_hits`). `delay` is the SLOW wait and the STREAM chunk interval (seconds). `accepts_host`:
+    which Host headers get an answer (default: all); the others are reset and listed in `refused_hosts`."""
 
-    def __init__(self, name: str, behaviour: Behaviour = Behaviour.OK, *, delay: float = SLOW_DELAY_S) -> None:
+    def __init__(self, name: str, behaviour: Behaviour = Behaviour.OK, *, delay: float = SLOW_DELAY_S,
+                 accepts_host: Callable[[str | None], bool] | None = None) -> None:
         self.name, self._behaviour, self._delay = name, behaviour, delay
+        self._accepts_host = accepts_host
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -176,6 +192,12 @@ class FakeBackend:
         return self._server.health_hits
 
     @property
+    def refused_hosts(self) -> list[str | None]:
+        assert self._server is not None
+        with self._server.lock:
+            return list(self._server.refused_hosts)
+
+    @property
     def behaviour(self) -> Behaviour:
         return self._behaviour
 
@@ -191,7 +213,7 @@ class FakeBackend:
         return ("127.0.0.1", self.port)
 
     def __enter__(self) -> FakeBackend:
-        self._server = _Server(self.name, self._behaviour, self._delay)
+        self._server = _Server(self.name, self._behaviour, self._delay, self._accepts_host)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"fake-{self.name}", daemon=True)
         self._thread.start()

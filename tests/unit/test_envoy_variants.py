@@ -113,7 +113,8 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     assert sorted(listeners) == ["gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["route_config"]["virtual_hosts"][0]["routes"] == [
-        {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s"}}]
+        {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s",
+                                             "host_rewrite_literal": "w-int4.alpha.svc.cluster.local"}}]
     assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
     assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
     prod = envoy_config.bootstrap(stack_config("prod"))

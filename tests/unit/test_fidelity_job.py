@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import kubernetes_validate
 import pytest
@@ -19,6 +20,7 @@ from infra import cli
 from infra.synth import synth
 from policies.preflight import pss_violations
 from telemetry import names
+from tests.support.istio_sidecar import routes_to_service, service_domains
 from tests.support.processes import free_port
 from tests.unit.test_fidelity_eval import ACCURACY, expected_right, graded, make_stacks, run_eval
 
@@ -65,9 +67,14 @@ def test_the_job_runs_eval_through_the_gateway_and_pushes_to_the_collector(job_o
     (c,) = pod["spec"]["containers"]
     assert c["image"] == "registry.example.com/aifactory:1.0"
     assert c["command"] == ["aifactory", "eval", "t", "--workload", "chat",
-                            "--url", "http://aifactory-gateway.aifactory-gateway.svc:80",
+                            "--url", "http://aifactory-gateway.aifactory-gateway.svc.cluster.local:80",
                             "--token-file", "/var/run/secrets/aifactory-eval/token", "--no-record",
                             "--otlp-endpoint", "http://otel-collector.monitoring.svc:4318"]
+    # the Host it sends names the gateway Service for a sidecar in its namespace (were one injected), so its
+    # requests would still reach the gateway's listener rather than pass through (istio 1.28.3 httproute.go)
+    host = urlsplit(c["command"][c["command"].index("--url") + 1]).netloc
+    assert routes_to_service(host, service_domains("aifactory-gateway", "aifactory-gateway",
+                                                   caller_namespace=job["metadata"]["namespace"], headless=False))
     assert pod["spec"]["volumes"][0] == {"name": "token", "secret": {
         "secretName": "eval-token", "items": [{"key": "token", "path": "token"}]}}
     assert (pod["spec"]["serviceAccountName"], pod["spec"]["automountServiceAccountToken"]) == ("fidelity-eval", False)

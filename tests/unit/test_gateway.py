@@ -123,9 +123,11 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
                                       "successful_active_health_check_uneject_host": False}
     assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "5s",
                                    "unhealthy_threshold": 2, "healthy_threshold": 2,
-                                   "http_health_check": {"path": "/health"}}]
+                                   "http_health_check": {"path": "/health",
+                                                         "host": "deep-research.research.svc.cluster.local"}}]
     triton = ec.model_cluster(cfg, cfg.models["assistant-fast"])
-    assert triton["health_checks"][0]["http_health_check"] == {"path": "/v2/health/ready"}
+    assert triton["health_checks"][0]["http_health_check"] == {
+        "path": "/v2/health/ready", "host": "assistant-fast.assistant.svc.cluster.local"}
 
 
 def test_one_token_bucket_per_calling_tenant_and_priority() -> None:
@@ -155,7 +157,9 @@ def test_tracing_goes_to_the_collector_at_the_stack_sample_ratio() -> None:
     hcm = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["tracing"]["random_sampling"] == {"value": 20.0}
     grpc = hcm["tracing"]["provider"]["typed_config"]["grpc_service"]
-    assert grpc["envoy_grpc"] == {"cluster_name": "otel_collector"}
+    # :authority: the Collector Service's name, which the gateway's sidecar routes (not the cluster's name)
+    assert grpc["envoy_grpc"] == {"cluster_name": "otel_collector",
+                                  "authority": "otel-collector.monitoring.svc.cluster.local"}
     col = ec.collector_cluster(cfg)
     assert col["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"] == \
         {"address": "otel-collector.monitoring.svc.cluster.local", "port_value": 4317}
@@ -429,7 +433,8 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     children = {r.name: r for r in result.resources if r.parent == comp.urn}
     assert sorted(children) == [
         "gateway-authorizationpolicy-allow-monitoring", "gateway-authorizationpolicy-allow-nothing",
-        "gateway-configmap", "gateway-deployment", "gateway-horizontalpodautoscaler", "gateway-metrics-service",
+        "gateway-configmap", "gateway-deployment", "gateway-destinationrule", "gateway-horizontalpodautoscaler",
+        "gateway-metrics-service",
         "gateway-networkpolicy-allow-clients", "gateway-networkpolicy-allow-collector",
         "gateway-networkpolicy-allow-dns", "gateway-networkpolicy-allow-istiod",
         "gateway-networkpolicy-allow-models", "gateway-networkpolicy-allow-monitoring",
