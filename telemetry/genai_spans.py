@@ -37,7 +37,8 @@ else the outermost span's name. Under a kit workflow or step, workflow spans are
 join the kit's run. Step names: the model (gen_ai.request.model, llm.model_name, embedding.model_name,
 reranker.model_name), the tool (gen_ai.tool.name, tool.name), the data source (gen_ai.data_source.id), else the
 span name. Tokens: gen_ai.usage.input_tokens / output_tokens, OpenInference's llm.token_count.prompt /
-completion; none where a span carries neither.
+completion, OpenLLMetry's older gen_ai.usage.prompt_tokens / completion_tokens; none where a span carries none
+(logged once per instrumentation).
 
 A kit step run under an instrumented span (a tool of a framework's agent, wrapped in telemetry.step) is
 recorded with that span's trace, by this processor. A kit workflow under one is a workflow of its own.
@@ -124,8 +125,10 @@ _STEP_NAMES: Mapping[str, tuple[str, ...]] = {  # step kind -> attributes naming
 }
 _WORKFLOW_NAMES = (genai.GEN_AI_AGENT_NAME, genai.GEN_AI_WORKFLOW_NAME, "agent.name")
 _KIT_STEP_NAME = "aifactory.step.name"
-_INPUT_TOKENS = (genai.GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt")
-_OUTPUT_TOKENS = (genai.GEN_AI_USAGE_OUTPUT_TOKENS, "llm.token_count.completion")
+# Token counts: semconv's; OpenInference's; OpenLLMetry's older names (opentelemetry-semantic-conventions-ai 0.5.1:
+# SpanAttributes.LLM_USAGE_PROMPT_TOKENS / LLM_USAGE_COMPLETION_TOKENS), still set by some of its instrumentations.
+_INPUT_TOKENS = (genai.GEN_AI_USAGE_INPUT_TOKENS, "llm.token_count.prompt", "gen_ai.usage.prompt_tokens")
+_OUTPUT_TOKENS = (genai.GEN_AI_USAGE_OUTPUT_TOKENS, "llm.token_count.completion", "gen_ai.usage.completion_tokens")
 _PROVIDERS = (genai.GEN_AI_PROVIDER_NAME, "gen_ai.system", "llm.provider", "llm.system")  # gen_ai.system: < 1.37
 _OPENINFERENCE_OPERATIONS = {"LLM": "chat", "EMBEDDING": "embeddings"}  # the GenAI operation of their llm steps
 _CLASS_REPR = re.compile(r"<class '([^']+)'>")

@@ -23,6 +23,7 @@ from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttribu
 from opentelemetry import trace
 from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiOperationNameValues
 from opentelemetry.semconv_ai import GenAICustomOperationName, TraceloopSpanKindValues
+from opentelemetry.semconv_ai import SpanAttributes as LegacySpanAttributes
 from opentelemetry.trace import Status, StatusCode
 
 import telemetry
@@ -234,3 +235,19 @@ def test_a_kit_workflow_inside_an_instrumented_agent_is_its_own() -> None:
     assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="outer", status="ok"): (1.5, 1),
                                                  labels(workflow="inner", status="ok"): (1.0, 1)}
     assert h.points(names.CRITICAL_PATH)[labels(workflow="outer", step_kind="tool")] == 1.5
+
+
+@pytest.mark.parametrize(("input_attribute", "output_attribute"), [
+    ("gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens"),  # semconv
+    (SpanAttributes.LLM_TOKEN_COUNT_PROMPT, SpanAttributes.LLM_TOKEN_COUNT_COMPLETION),  # OpenInference
+    (LegacySpanAttributes.LLM_USAGE_PROMPT_TOKENS, LegacySpanAttributes.LLM_USAGE_COMPLETION_TOKENS),  # OpenLLMetry
+])
+def test_tokens_from_each_conventions_attributes(input_attribute: str, output_attribute: str) -> None:
+    with processed() as h:
+        s = Spans(h)
+        with s.span("agent", at_end={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "a"}):
+            with s.span("chat m", 1.0, at_end={"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                               input_attribute: 11, output_attribute: 4}):
+                pass
+    usage = {dict(k)["gen_ai.token.type"]: v for k, v in h.points(names.GENAI_TOKEN_USAGE).items()}
+    assert usage == {"input": (11, 1), "output": (4, 1)}
