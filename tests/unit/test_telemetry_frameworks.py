@@ -268,6 +268,23 @@ def test_one_workflow_per_run(ran: tuple[Combo, Ran]) -> None:
     assert list(durations.values())[0][1] == 1
 
 
+def test_parents_make_one_tree_across_the_frameworks_tasks(ran: tuple[Combo, Ran]) -> None:
+    """The steps ran in the frameworks' own asyncio tasks: their spans still descend from the run's one root."""
+    combo, r = ran
+    by_id = {s.context.span_id: s for s in r.spans}
+    roots = [s for s in r.spans if s.parent is None]
+    assert len(roots) == 1
+
+    def root_of(s: ReadableSpan) -> ReadableSpan:
+        while s.parent is not None:
+            s = by_id[s.parent.span_id]
+        return s
+
+    steps = [s for s in r.spans if combo.llm(s) or combo.tools(s) or combo.retrieval(s)]
+    assert len(steps) == sum(combo.kinds.values())
+    assert {root_of(s).context.span_id for s in steps} == {roots[0].context.span_id}
+
+
 def test_step_kinds_and_names(ran: tuple[Combo, Ran]) -> None:
     combo, r = ran
     steps = {(dict(k)["step_kind"], dict(k)["step_name"]): count
