@@ -212,10 +212,15 @@ class GenAiSpanProcessor(SpanProcessor):
 
     # --- a local trace, once its root ended ------------------------------------------------------
     def _record(self, pending: _Trace) -> None:
-        for span_id in list(pending.started):  # spans still open now are left out: forget them
+        ended = dict(pending.ended)
+        still_open = [span_id for span_id in list(pending.started) if span_id not in ended]
+        for span_id in still_open:  # left out: forget them
             if _foreign_runs.get(span_id) is pending:
                 _foreign_runs.pop(span_id, None)
-        ended = dict(pending.ended)
+        if still_open:
+            self._report("still-open", f"{len(still_open)} span(s) of a local trace were still open when its root "
+                                       f"{pending.started[pending.root].name!r} ended (work left running after it "
+                                       "returned): left out of its workflow")
         if pending.overflow:
             self._report("overflow", f"a local trace had more than {DEFAULT_MAX_TRACE_SPANS} spans "
                                      "(DEFAULT_MAX_TRACE_SPANS) before its root ended: not recorded")

@@ -251,3 +251,16 @@ def test_tokens_from_each_conventions_attributes(input_attribute: str, output_at
                 pass
     usage = {dict(k)["gen_ai.token.type"]: v for k, v in h.points(names.GENAI_TOKEN_USAGE).items()}
     assert usage == {"input": (11, 1), "output": (4, 1)}
+
+
+def test_spans_still_open_when_the_root_ends_are_reported_and_forgotten() -> None:
+    with processed() as h, warnings_of("telemetry.genai_spans") as logged:
+        s = Spans(h)
+        with s.span("agent", 1.0, at_end={OI_KIND: "AGENT", "agent.name": "a"}):
+            tool = s.tracer.start_span("late", start_time=h.clock())
+        tool.set_attributes({OI_KIND: "TOOL", "tool.name": "late"})
+        tool.end(end_time=h.clock())
+    assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="a", status="ok"): (1.0, 1)}
+    assert kinds(h) == {}
+    assert len(logged) == 1 and "1 span(s) of a local trace were still open when its root 'agent' ended" in logged[0]
+    assert telemetry.instrument._foreign_runs == {}
