@@ -79,7 +79,7 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from importlib import import_module
 from itertools import count
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 from urllib.parse import unquote
 from weakref import WeakKeyDictionary
 
@@ -255,7 +255,8 @@ class WorkflowRun:
 class StepRun:
     """A running step: what `with tel.step(...) as run` gives you."""
 
-    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_token")
+    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_token",
+                 "pending")
 
     def __init__(self, telemetry: Telemetry, kind: str, name: str, span: trace.Span, start: int, seq: int,
                  parent: int, workflow: WorkflowRun | None, genai_attrs: dict[str, str] | None) -> None:
@@ -269,6 +270,9 @@ class StepRun:
         self.workflow = workflow
         self.genai = genai_attrs
         self._token: object = None
+
+    # seq DEFERRED only: the pending trace that records this step (the kit's per-step path never sets it).
+    pending: PendingTrace
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -366,18 +370,26 @@ def _sums_of(meter: metrics.Meter, metric: names.Metric) -> _Sums:
 Run = WorkflowRun | StepRun
 _new_step_run = object.__new__
 
-# Runs opened from other instrumentations' spans (telemetry.genai_spans), by span id: a kit step started under
-# such a span (a tool of an instrumented agent framework) joins that run's workflow.
-_foreign_runs: dict[int, Run | None] = {}
+
+class PendingTrace(Protocol):
+    """Spans of another instrumentation that the GenAI span processor (telemetry.genai_spans) keeps until their
+    local root ends, when it classifies them all at once."""
+
+    def adopt(self, span: trace.Span) -> None:
+        """Keep a kit step's span too: the processor records it with the others (see DEFERRED)."""
+
+
+# Instrumented spans the GenAI span processor has not classified yet, by span id -> the trace it keeps them in.
+# A kit step started under one (a tool of an instrumented agent framework) is DEFERRED: the processor records it
+# with that trace, once the trace's spans say which workflow it belongs to.
+_foreign_runs: dict[int, PendingTrace] = {}
+DEFERRED = -2  # the seq of a deferred step run: its metrics are the GenAI span processor's to record
 
 
 def current_run(context: Context | None = None) -> Run | None:
-    """The workflow or step current in `context` (default: the current context), or None."""
+    """The kit's workflow or step current in `context` (default: the current context), or None."""
     ctx = otel_context.get_current() if context is None else context
-    run = ctx.get(_RUN_KEY)
-    if run is None and _foreign_runs:  # none without telemetry.genai_spans: skip the span look-up
-        run = _foreign_runs.get(trace.get_current_span(ctx).get_span_context().span_id)
-    return run  # type: ignore[return-value]
+    return ctx.get(_RUN_KEY)  # type: ignore[return-value]
 
 
 class Scope:
@@ -583,8 +595,8 @@ class Telemetry:
         start = self.clock()
         ctx = _get_current()
         owner = ctx.get(_RUN_KEY)
-        if owner is None and _foreign_runs:
-            owner = current_run(ctx)
+        if type(owner) is StepRun and owner.seq == DEFERRED:
+            owner = None  # inside an instrumented agent's step: a workflow of its own
         span = self._tracer.start_span(scope._span_name, ctx, SpanKind.INTERNAL, scope._attributes, start_time=start)
         run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
         if scope._budget_ns is not None:
@@ -595,14 +607,17 @@ class Telemetry:
         run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
-    def _open_workflow(self, name: str, span: trace.Span, start: int, owner: Run | None) -> WorkflowRun:
-        """A workflow run starting at `start` under `owner` (the run current where it started, if any)."""
+    def _open_workflow(self, name: str, span: trace.Span, start: int, owner: Run | None, *,
+                       track: bool = True) -> WorkflowRun:
+        """A workflow run starting at `start` under `owner` (the run current where it started, if any).
+        track: count it as open in its trace (the lost-context warning); False for one recorded after the fact."""
         outer = owner if type(owner) is WorkflowRun else owner.workflow if owner is not None else None  # type: ignore[union-attr]
         outer_parent = owner.seq if type(owner) is StepRun else ROOT  # type: ignore[union-attr]
         run = WorkflowRun(name, span, start, outer, outer_parent)
         labels = self._labels.get(name)
         run.labels = labels if labels is not None else self._workflow_labels(name)
-        self._open[run.trace_id] = run
+        if track:
+            self._open[run.trace_id] = run
         return run
 
     def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
@@ -670,20 +685,36 @@ class Telemetry:
                                  self._metric_attrs(names.L_WORKFLOW, workflow.name, names.L_STEP_KIND, kind),
                                  _NO_TRACE)
 
-    def _open_step(self, kind: str, name: str, span: trace.Span, start: int, owner: Run | None) -> StepRun:
-        """A step run starting at `start` under `owner` (the run current where it started, if any)."""
+    def _open_step(self, kind: str, name: str, span: trace.Span, start: int,
+                   owner: Run | PendingTrace | None) -> StepRun:
+        """A step run starting at `start` under `owner` (the run current where it started, if any; or the pending
+        trace of the instrumented span it started under)."""
         if owner is None:
             return StepRun(self, kind, name, span, start, 0, ROOT, None, None)
         if type(owner) is WorkflowRun:
             return StepRun(self, kind, name, span, start, next(owner.seqs), ROOT, owner, None)
-        workflow = owner.workflow  # type: ignore[union-attr]
-        return StepRun(self, kind, name, span, start, next(workflow.seqs) if workflow is not None else 0,
-                       owner.seq, workflow, None)  # type: ignore[union-attr]
+        if type(owner) is StepRun:
+            workflow = owner.workflow
+            if workflow is not None:
+                return StepRun(self, kind, name, span, start, next(workflow.seqs), owner.seq, workflow, None)
+            if owner.seq != DEFERRED:
+                return StepRun(self, kind, name, span, start, 0, owner.seq, None, None)
+            pending = owner.pending
+        else:
+            pending = cast(PendingTrace, owner)
+        # Under an instrumented span not classified yet: the GenAI span processor records this step with its trace.
+        run = StepRun(self, kind, name, span, start, DEFERRED, ROOT, None, None)
+        run.pending = pending
+        pending.adopt(span)
+        return run
 
     def _finish_step(self, run: StepRun, end: int, error_type: str | None) -> None:
-        """Record a finished step's metrics and add it to its workflow's critical path."""
-        seconds = (end - run.start) / _NS_PER_S
+        """Record a finished step's metrics and add it to its workflow's critical path (a deferred step's are
+        the GenAI span processor's to record)."""
         workflow = run.workflow
+        if workflow is None and run.seq == DEFERRED:
+            return
+        seconds = (end - run.start) / _NS_PER_S
         wf_name = workflow.name if workflow is not None else NO_WORKFLOW
         ctx = self._record_context(run) if self.exemplars else _NO_TRACE
         if error_type is None:
@@ -701,15 +732,18 @@ class Telemetry:
             _add_step(workflow, run.kind, run.start, end, run.seq, run.parent)
 
     def _record_usage(self, run: StepRun, input_tokens: int | None, output_tokens: int | None) -> None:
+        if run.seq == DEFERRED:
+            return  # the GenAI span processor reads them from the span
         genai_attrs = run.genai or self._genai_attrs({}, run.workflow)
         ctx = self._record_context(run)
         for token_type, tokens in (("input", input_tokens), ("output", output_tokens)):
             if tokens is not None:
                 self._token_usage.record(tokens, self._token_attrs(genai_attrs, token_type), ctx)
 
-    def _orphan(self, scope: Scope, ctx: Context) -> Run | None:
-        """The run of a step whose context holds none of the kit's: a foreign run (an instrumented framework's
-        span), else None, warning once when the context was evidently lost on the way."""
+    def _orphan(self, scope: Scope, ctx: Context) -> PendingTrace | None:
+        """The owner of a step whose context holds none of the kit's runs: the pending trace of the instrumented
+        span it started under (an agent framework's tool), else None, warning once when the context was evidently
+        lost on the way."""
         span_context = trace.get_current_span(ctx).get_span_context()
         run = _foreign_runs.get(span_context.span_id)
         if run is not None or self._warned or not self._open:

@@ -6,8 +6,12 @@
 
 Variables (arguments win over the environment):
     OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   service.name; `tenant=<name>` names the tenant
-    OTEL_TRACES_EXPORTER     otlp (default) | none
-    OTEL_METRICS_EXPORTER    otlp (default) | prometheus | none
+    OTEL_TRACES_EXPORTER     otlp (default) | console | none    (console: each span as JSON on stdout when it
+                                                                 ends: a way to see a trace locally)
+    OTEL_METRICS_EXPORTER    otlp (default) | prometheus | console | none    (console: every
+                             OTEL_METRIC_EXPORT_INTERVAL, default 60 s, and at shutdown)
+    (The OTel SDK environment-variable specification also names zipkin and the deprecated logging; the kit
+    refuses them, naming the values it takes.)
     OTEL_EXPORTER_OTLP_PROTOCOL (or _TRACES_ / _METRICS_PROTOCOL)   http/protobuf (default) | grpc
     OTEL_EXPORTER_OTLP_ENDPOINT, _HEADERS, ...     read by the OTLP exporters themselves (the platform's
                                                    Collector: http://<collector>:4318, or :4317 for grpc)
@@ -33,10 +37,10 @@ from urllib.parse import urlsplit
 
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, MetricReader, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SimpleSpanProcessor
 
 from telemetry import names
 from telemetry.instrument import DEFAULT_CLOCK, Telemetry, install, resource_attributes
@@ -59,8 +63,8 @@ __all__ = [
 DEFAULT_PROMETHEUS_HOST = "127.0.0.1"  # local use only; the platform scrapes through the Collector (OTLP)
 DEFAULT_PROMETHEUS_PORT = 9464  # the OTel Prometheus exporter's conventional port
 DEFAULT_OTLP_PROTOCOL = "http/protobuf"  # the OTel specification's default
-TRACES_EXPORTERS = ("otlp", "none")
-METRICS_EXPORTERS = ("otlp", "prometheus", "none")
+TRACES_EXPORTERS = ("otlp", "console", "none")
+METRICS_EXPORTERS = ("otlp", "prometheus", "console", "none")
 OTLP_PROTOCOLS = ("http/protobuf", "grpc")
 DEFAULT_PROBE_TIMEOUT_SECONDS = 1.0  # shutdown: an OTLP endpoint that accepts no TCP connection in this long is down
 
@@ -174,12 +178,16 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
     if settings.traces_exporter == "otlp":
         otlp.append(("traces", _otlp_span_exporter(settings.traces_protocol)))
         tracer_provider.add_span_processor(BatchSpanProcessor(otlp[-1][1]))
+    elif settings.traces_exporter == "console":
+        tracer_provider.add_span_processor(SimpleSpanProcessor(ConsoleSpanExporter(out=sys.stdout)))  # each as it ends
     readers: list[MetricReader] = []
     stops: list[Callable[[], Any]] = []
     prometheus_url = None
     if settings.metrics_exporter == "otlp":
         otlp.append(("metrics", _otlp_metric_exporter(settings.metrics_protocol)))
         readers.append(PeriodicExportingMetricReader(otlp[-1][1]))
+    elif settings.metrics_exporter == "console":
+        readers.append(PeriodicExportingMetricReader(ConsoleMetricExporter(out=sys.stdout)))
     elif settings.metrics_exporter == "prometheus":
         reader, prometheus_url, stop = _prometheus_endpoint(settings.prometheus_host, settings.prometheus_port)
         readers.append(reader)

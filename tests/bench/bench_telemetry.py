@@ -141,11 +141,43 @@ def run() -> list[tuple[str, str]]:
                     with tel.step("llm", "draft", model="m", provider="vllm") as run:
                         run.usage(input_tokens=100, output_tokens=10)
 
+    # The processor route: an instrumented agent's own spans (an invoke_agent span with execute_tool children,
+    # attributes at start as semconv asks), bare and through GenAiSpanProcessor, which keeps them until the agent
+    # span ends and then records the same workflow and steps as the kit's; and the kit's own steps with the
+    # processor on their provider (its on_start/on_end see every kit span).
+    processed_provider = TracerProvider()
+    tel_processed = telemetry.Telemetry(tenant="bench", tracer_provider=processed_provider,
+                                        meter_provider=meter_provider)
+    processed_provider.add_span_processor(telemetry.GenAiSpanProcessor(tel_processed))
+    agent_attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "w"}
+
+    def agent_spans(provider: TracerProvider) -> Callable[[], None]:
+        framework = provider.get_tracer("bench.framework")
+
+        def body() -> None:
+            for _ in range(WORKFLOWS):
+                with framework.start_as_current_span("invoke_agent w", attributes=agent_attrs):
+                    for _ in range(STEPS_PER_WORKFLOW):
+                        with framework.start_as_current_span("execute_tool search", attributes=span_attrs):
+                            pass
+        return body
+
+    def kit_steps_processed() -> None:
+        for _ in range(WORKFLOWS):
+            with tel_processed.workflow("w"):
+                for _ in range(STEPS_PER_WORKFLOW):
+                    with tel_processed.step("tool", "search"):
+                        pass
+
+    agent_bare, agent_processed = agent_spans(tracer_provider), agent_spans(processed_provider)
     kit_steps()  # warm the attribute caches and instruments
     kit_steps_exemplars()
-    bare, bare_current, bare_llm, by_hand_us, kit, kit_llm, kit_exemplars, by_hand_floor = _best_us_per_step(
+    kit_steps_processed()
+    agent_processed()
+    (bare, bare_current, bare_llm, by_hand_us, kit, kit_llm, kit_exemplars, by_hand_floor, agent_bare_us,
+     agent_processed_us, kit_processed) = _best_us_per_step(
         [bare_span, bare_current_span, bare_llm_span, by_hand_workflows, kit_steps, kit_llm_steps,
-         kit_steps_exemplars, by_hand_no_exemplars], n)
+         kit_steps_exemplars, by_hand_no_exemplars, agent_bare, agent_processed, kit_steps_processed], n)
     per_step = f"per step, {STEPS_PER_WORKFLOW} steps/workflow, workflow span + critical path amortised"
     return [
         ("bare span + histogram record", f"{bare:6.2f} us"),
@@ -161,4 +193,10 @@ def run() -> list[tuple[str, str]]:
         ("kit llm step + token usage",
          f"{kit_llm:6.2f} us  {kit_llm / bare_llm:4.2f}x the same telemetry by hand  "
          f"({kit_llm / bare:4.2f}x a bare span + one record)"),
+        ("kit tool step, GenAiSpanProcessor installed",
+         f"{kit_processed:6.2f} us  {kit_processed / kit:4.2f}x without it  (the decorator route)"),
+        ("instrumented agent's spans, no processor", f"{agent_bare_us:6.2f} us  ({per_step})"),
+        ("same spans through GenAiSpanProcessor",
+         f"{agent_processed_us:6.2f} us  +{agent_processed_us - agent_bare_us:5.2f} us per step for the workflow, "
+         f"step and critical-path metrics  ({agent_processed_us / agent_bare_us:4.2f}x the spans alone)"),
     ]

@@ -5,7 +5,9 @@
 
 Each request takes the next scripted reply: the server advances the VirtualClock by its seconds (the
 client is blocked on the response meanwhile, so the time the client's spans see is exactly that) and
-answers with its JSON body. The request bodies and headers are kept for assertions.
+answers with its JSON body. The request bodies and headers are kept for assertions. For code that reads the
+wall clock itself (agent frameworks), RealTime() instead of a VirtualClock makes each request really take its
+seconds.
 Bodies follow the OpenAI API reference (chat.completion and embedding list objects).
 """
 
@@ -13,17 +15,30 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
-from telemetry.testing import VirtualClock
 from tests.support.fake_backends import send_json
 from tests.support.processes import ServedInThread
 
-__all__ = ["FakeOpenAI", "Reply", "chat", "embedding", "tool_call"]
+__all__ = ["Clock", "FakeOpenAI", "RealTime", "Reply", "chat", "embedding", "tool_call"]
 
 CREATED = 1_700_000_000  # fixed `created` timestamps: responses are reproducible
+
+
+class Clock(Protocol):
+    """What the server moves by a reply's seconds: a telemetry.testing.VirtualClock, or RealTime."""
+
+    def advance(self, seconds: float) -> None: ...
+
+
+class RealTime:
+    """Real time: advancing it sleeps (the request takes its seconds on the wall clock)."""
+
+    def advance(self, seconds: float) -> None:
+        time.sleep(seconds)
 
 
 @dataclass(frozen=True)
@@ -88,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, clock: VirtualClock, script: list[Reply]) -> None:
+    def __init__(self, clock: Clock, script: list[Reply]) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.clock = clock
         self.script = list(script)
@@ -97,7 +112,7 @@ class _Server(ThreadingHTTPServer):
 
 
 class FakeOpenAI(ServedInThread):
-    def __init__(self, clock: VirtualClock, script: list[Reply]) -> None:
+    def __init__(self, clock: Clock, script: list[Reply]) -> None:
         self._server = _Server(clock, script)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-openai", daemon=True)

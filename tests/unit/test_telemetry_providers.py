@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import urllib.request
@@ -42,7 +43,7 @@ def test_settings_from_env(env: dict[str, str], kwargs: dict[str, str], expected
 
 
 def test_every_bad_setting_is_reported_at_once_naming_the_variable() -> None:
-    env = {"OTEL_TRACES_EXPORTER": "zipkin", "OTEL_METRICS_EXPORTER": "console",
+    env = {"OTEL_TRACES_EXPORTER": "zipkin", "OTEL_METRICS_EXPORTER": "logging",
            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/json", "OTEL_EXPORTER_PROMETHEUS_PORT": "http"}
     with pytest.raises(ValueError) as err:
         settings_from_env(env)
@@ -50,8 +51,31 @@ def test_every_bad_setting_is_reported_at_once_naming_the_variable() -> None:
         "telemetry setup: no tenant: pass setup(tenant=...) or set OTEL_RESOURCE_ATTRIBUTES=tenant=<name> (the "
         "dashboards filter every series by tenant); OTEL_EXPORTER_OTLP_PROTOCOL='http/json': allowed values are "
         "http/protobuf, grpc; OTEL_EXPORTER_PROMETHEUS_PORT='http': expected a port number 0-65535 (0: any free "
-        "port); OTEL_TRACES_EXPORTER='zipkin': allowed values are otlp, none; OTEL_METRICS_EXPORTER='console': "
-        "allowed values are otlp, prometheus, none")
+        "port); OTEL_TRACES_EXPORTER='zipkin': allowed values are otlp, console, none; "
+        "OTEL_METRICS_EXPORTER='logging': allowed values are otlp, prometheus, console, none")
+
+
+def test_console_exporters_show_a_trace_and_the_metrics_locally(monkeypatch: pytest.MonkeyPatch,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """OTEL_TRACES_EXPORTER=console / OTEL_METRICS_EXPORTER=console (standard values of the OTel SDK
+    environment-variable specification): the SDK's ConsoleSpanExporter prints each span as JSON when it ends,
+    ConsoleMetricExporter the metrics at shutdown (both to sys.stdout as it is at setup())."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "console")
+    clock = VirtualClock()
+    handle = telemetry.setup(service_name="agent", tenant="search", set_global=False, clock=clock, threads=False)
+    try:
+        run_agent(clock)
+        spans = [json.loads(chunk) for chunk in capsys.readouterr().out.split("\n}\n") if chunk.strip()
+                 for chunk in [chunk + "}"]]
+    finally:
+        handle.shutdown()
+    assert [(s["name"], s["attributes"].get("gen_ai.tool.name")) for s in spans] == [
+        ("execute_tool search", "search"), ("invoke_workflow answer", None)]
+    assert spans[0]["parent_id"] == spans[1]["context"]["span_id"]
+    assert spans[1]["resource"]["attributes"]["tenant"] == "search"
+    printed = capsys.readouterr().out
+    assert '"name": "aifactory.workflow.duration"' in printed and '"workflow": "answer"' in printed
 
 
 def run_agent(clock: VirtualClock) -> None:
