@@ -358,12 +358,11 @@ def aws_preflight_command(stack: str, *, stacks_dir: Path | None = None, profile
                           deployer_ip: str | None = None, json_out: Path | None = None,
                           session: Any = None) -> int:
     """Load the stack config, ask the account, print each finding with its pool and fix."""
-    from botocore.exceptions import BotoCoreError, NoCredentialsError
-
     from infra.synth import load_stack
 
     cfg = load_stack(stack, stacks_dir)
-    session = session if session is not None else session_for(cfg, profile)
+    session = session if session is not None else session_for(cfg, profile)  # a clear UsageError without boto3
+    from botocore.exceptions import BotoCoreError, NoCredentialsError
     try:
         ip = deployer_ip if deployer_ip is not None else (
             deployer_address() if cfg.cluster is not None and cfg.cluster.api_access == "public-and-private"

@@ -6,6 +6,7 @@ EC2/EBS codes, DescribeCapacityReservations, the EKS AMI's public SSM parameters
 from __future__ import annotations
 
 import datetime
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -208,6 +209,13 @@ def test_the_cli_prints_each_finding_with_its_fix_and_exits_1(account: Account, 
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "preflight --aws prod (us-east-1): 1 finding(s)"
     assert "quota: [h200] needs 1152 vCPUs" in out and "fix: request at least 1152" in out
+
+
+def test_without_boto3_the_cli_says_which_extra_to_install(monkeypatch, capsys) -> None:
+    for module in ("boto3", "botocore", "botocore.exceptions", "botocore.config"):  # `pip install aifactory`
+        monkeypatch.setitem(sys.modules, module, None)  # without the [aws] extra
+    assert cli.main(["preflight", "prod", "--aws", "--deployer-ip", PROD_CIDR_IP]) == 2
+    assert "preflight --aws needs boto3: pip install 'aifactory[aws]'" in capsys.readouterr().err
 
 
 def test_aws_mode_refuses_a_state_file_and_an_existing_cluster(capsys) -> None:
