@@ -188,6 +188,16 @@ def _cmd_policy_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_preflight(args: argparse.Namespace) -> int:
+    if args.aws:
+        from infra.preflight_aws import aws_preflight_command
+
+        if args.state:
+            raise UsageError("--aws asks the account, not a state: drop --state")
+        return aws_preflight_command(args.stack, stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None,
+                                     profile=args.profile, deployer_ip=args.deployer_ip,
+                                     json_out=json_target(args.json))
+    if args.profile or args.deployer_ip:
+        raise UsageError("--profile and --deployer-ip apply to --aws only")
     from infra.preflight import preflight_command
 
     return preflight_command(args.stack, state=Path(args.state) if args.state else None,
@@ -274,6 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     pf.add_argument("--json", metavar="OUT", nargs="?", const="-",
                     help="also write the report as JSON to OUT (`-`, or no OUT: stdout, and the text goes to stderr)")
     pf.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    pf.add_argument("--aws", action="store_true",
+                    help="instead, ask the AWS account (read-only, your credentials): quotas, instance type "
+                         "offerings per zone, capacity reservations, AMI availability, API endpoint allow-list")
+    pf.add_argument("--profile", help="--aws: the AWS CLI profile to ask with (default: the ambient credentials)")
+    pf.add_argument("--deployer-ip", metavar="IP", help="--aws: the address `pulumi up` reaches the API from "
+                                                        "(default: asked from checkip.amazonaws.com)")
     pf.set_defaults(func=_cmd_preflight)
 
     n = sub.add_parser("node-check", help="acceptance checks of GPU nodes (pytest-testinfra) against the pool profile")

@@ -18,6 +18,7 @@ import ipaddress
 import json
 import math
 import re
+import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -264,11 +265,20 @@ class ClusterSettings:
     api_access: Literal["public-and-private", "private"] = "private"
     # default: false; `private` needs true: the deployer runs in the VPC or a network connected to it
     deployer_in_vpc: bool = False
+    # default: false; true: EKS deletion protection, and Pulumi `protect` on the cluster, its KMS key and the Loki
+    # bucket (`pulumi destroy` stops before them; set false and `pulumi up` first to tear down)
+    deletion_protection: bool = False
+    # default: STANDARD (EKS upgrades the cluster when standard support ends); EXTENDED keeps the version, billed
+    # for extended support (EKS's own default when unset)
+    support_type: Literal["STANDARD", "EXTENDED"] = "STANDARD"
+    # default: none pinned (each add-on at EKS's default version for kubernetesVersion, as DescribeAddonVersions
+    # answers at deploy time); add-on name -> version pins it, so no `pulumi up` moves it until you do
+    addon_versions: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
 class NetworkSettings:
-    vpc_cidr: str = "10.0.0.0/16"  # default: 10.0.0.0/16
+    vpc_cidr: str = "10.0.0.0/16"  # default: default_vpc_cidr(stack), a /16 of 10.0.0.0/8 per stack name
     nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
     flow_log_retention_days: int = 30  # default: 30
 
@@ -616,7 +626,8 @@ def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
 
 def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
     d = r.mapping(raw if raw is not None else {}, "cluster",
-                  ("name", "apiAccess", "deployerInVpc", "publicAccessCidrs", "adminRoleArns", "systemPool"))
+                  ("name", "apiAccess", "deployerInVpc", "publicAccessCidrs", "adminRoleArns", "systemPool",
+                   "deletionProtection", "supportType", "addonVersions"))
 
     def _public(v: str) -> str | None:
         if (msg := _cidr(v)) is not None:
@@ -635,7 +646,28 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
         admin_role_arns=r.strings(d, "adminRoleArns", "cluster",
                                   check=lambda v: None if ROLE_ARN.match(v) else "is not an IAM role ARN"),
         system_pool=_system_pool(r, (d or {}).get("systemPool"), "cluster.systemPool"),
+        deletion_protection=r.value(d, "deletionProtection", "cluster", bool, False),
+        support_type=r.value(d, "supportType", "cluster", str, "STANDARD", choices=("STANDARD", "EXTENDED")),
+        addon_versions=_addon_versions(r, d),
     )
+
+
+ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
+
+
+def _addon_versions(r: _Reader, d: dict[str, Any] | None) -> dict[str, str]:
+    """cluster.addonVersions: pins for the cluster's add-ons (names of components.aws.cluster.ADDONS), each a version
+    as DescribeAddonVersions lists it (v1.20.4-eksbuild.2)."""
+    from components.aws.cluster import ADDONS
+
+    pins = r.string_map(d, "addonVersions", "cluster")
+    for name, version in pins.items():
+        if name not in ADDONS:
+            r.fail(f"cluster.addonVersions.{name}", unknown_key(name, ADDONS))
+        elif not ADDON_VERSION.match(version):
+            r.fail(f"cluster.addonVersions.{name}", f"{version!r} is not an EKS add-on version such as "
+                                                    "v1.20.4-eksbuild.2 (aws eks describe-addon-versions)")
+    return pins
 
 
 def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], str | None]
@@ -663,10 +695,18 @@ def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], st
     return access or "private", in_vpc, cidrs
 
 
-def _network(r: _Reader, raw: Any) -> NetworkSettings:
+def default_vpc_cidr(stack: str) -> str:
+    """A /16 of 10.0.0.0/8 chosen by the stack's name (10.<16..255>.0.0/16), so two stacks of one account do not
+    default to the same block: VPC peering and Transit Gateway routes (the path to a private endpoint from another
+    VPC) need non-overlapping CIDRs. Deterministic, not unique: set `network.vpcCidr` per stack to be sure."""
+    return f"10.{16 + zlib.crc32(stack.encode()) % 240}.0.0/16"
+
+
+def _network(r: _Reader, raw: Any, stack: str) -> NetworkSettings:
     d = r.mapping(raw if raw is not None else {}, "network", ("vpcCidr", "natGateways", "flowLogRetentionDays"))
     return NetworkSettings(
-        vpc_cidr=r.value(d, "vpcCidr", "network", str, "10.0.0.0/16", check=lambda v: _cidr(v) or (
+        vpc_cidr=r.value(d, "vpcCidr", "network", str, default_vpc_cidr(stack), derived=True,
+                         check=lambda v: _cidr(v) or (
             None if 16 <= ipaddress.ip_network(v).prefixlen <= 20 else "must be a /16 to /20 block")),
         nat_gateways=r.value(d, "natGateways", "network", str, "one-per-az", choices=("one-per-az", "single")),
         flow_log_retention_days=r.value(d, "flowLogRetentionDays", "network", int, 30,
@@ -1704,7 +1744,7 @@ def parse(raw: Mapping[str, Any], *, stack: str, reader: _Reader | None = None) 
     cluster = network = None
     if aws:
         cluster = _cluster(r, raw.get("cluster"), stack)
-        network = _network(r, raw.get("network"))
+        network = _network(r, raw.get("network"), stack)
     elif target is not None:
         for key in ("cluster", "network"):
             if key in raw:

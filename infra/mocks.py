@@ -48,6 +48,7 @@ class Registration:
     dependencies: list[str] = field(default_factory=list)
     property_dependencies: dict[str, list[str]] = field(default_factory=dict)
     retain_on_delete: bool = False  # the engine leaves the cloud resource in place when Pulumi deletes it
+    protect: bool = False  # the engine refuses to delete (or replace) it until the option is removed
     external: bool = False  # read (`Resource.get`), not managed: the stack export marks it `external`
 
 
@@ -255,6 +256,7 @@ class RecordingMonitor(pmocks.MockMonitor):
             property_dependencies={k: sorted(set(v.urns)) for k, v in request.propertyDependencies.items()
                                    if v.urns},
             retain_on_delete=bool(request.retainOnDelete),
+            protect=bool(request.protect),
         )
         self.registrations[urn] = reg
         return response

@@ -53,6 +53,7 @@ class AwsCluster:
     """What the AWS layer hands to the Kubernetes layer."""
 
     cluster: GpuCluster
+    network: Network
     opts: pulumi.ResourceOptions  # the explicit AWS provider, for AWS resources created by later layers
     pools: dict[str, GpuNodePool]  # by pool name
 
@@ -92,6 +93,8 @@ def cluster_args(cfg: PlatformConfig, network: Network) -> GpuClusterArgs:
         "api_access": cfg.cluster.api_access,
         "public_access_cidrs": list(cfg.cluster.public_access_cidrs),
         "admin_role_arns": list(cfg.cluster.admin_role_arns),
+        "deletion_protection": cfg.cluster.deletion_protection, "support_type": cfg.cluster.support_type,
+        "addon_versions": dict(cfg.cluster.addon_versions),
         "system_pool": {"instance_type": sp.instance_type, "min_size": sp.min_size, "max_size": sp.max_size,
                         "desired_size": sp.desired_size}}
     if (profile := aws_account_settings().get("profile")) is not None:
@@ -135,7 +138,7 @@ def aws_cluster(cfg: PlatformConfig, now: str | None = None) -> AwsCluster:
     pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster, now),
                                     opts=on_aws)
              for pool in cfg.node_pools.values()}
-    return AwsCluster(cluster, on_aws, pools)
+    return AwsCluster(cluster, network, on_aws, pools)
 
 
 def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBucket]:
@@ -144,7 +147,8 @@ def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBu
     region = cfg.target.region
     store = LogStore(f"{cfg.cluster.name}-logs", {
         "namespace": cfg.observability.namespace, "service_account": LOKI_SERVICE_ACCOUNT,
-        "retention_days": math.ceil(retention_days(cfg.observability.retention))},
+        "retention_days": math.ceil(retention_days(cfg.observability.retention)),
+        "protect": cfg.cluster.deletion_protection},
         cluster=on_aws.cluster, opts=on_aws.opts)
     return pulumi.Output.all(store.bucket_name, store.role_arn).apply(
         lambda a: LokiBucket(bucket=a[0], region=region, role_arn=a[1]))
@@ -162,9 +166,10 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # --- storage: on AWS the gp3 class (the cluster default), after the EBS CSI add-on --------
     cache = [ModelCacheStorage("model-cache", after=on_aws.cluster.platform_prerequisites, opts=on_cluster)] \
         if on_aws is not None else []
-    # Platform releases wait for the system nodes, coredns, EBS CSI and the class their claims name.
-    after: list[pulumi.Resource] = [*on_aws.cluster.platform_prerequisites, *(c.storage_class for c in cache)] \
-        if on_aws is not None else []
+    # Platform releases wait for the system nodes, the add-ons, node egress (private route tables, NAT) and the
+    # class their claims name; `pulumi destroy` removes them in the reverse order, releases first.
+    after: list[pulumi.Resource] = [*on_aws.cluster.platform_prerequisites, *on_aws.network.private_egress,
+                                    *(c.storage_class for c in cache)] if on_aws is not None else []
 
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
     platform = Platform("platform", platform_args(cfg), after=after,

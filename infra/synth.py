@@ -352,6 +352,8 @@ def state_export(result: SynthResult) -> dict[str, Any]:
         entry["type"] = r.type
         entry["inputs"] = r.inputs
         entry["outputs"] = r.outputs
+        if r.protect:  # as `pulumi stack export` writes it
+            entry["protect"] = True
         if r.parent:
             entry["parent"] = r.parent
         if r.provider:

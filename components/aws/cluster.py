@@ -26,6 +26,8 @@ __all__ = [
     "ADMIN_POLICY_ARN",
     "DEFAULT_SYSTEM_INSTANCE_TYPE",
     "DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS",
+    "SUPPORT_TYPES",
+    "DEFAULT_SUPPORT_TYPE",
     "API_ACCESS",
     "SystemPoolArgs",
     "GpuClusterArgs",
@@ -52,6 +54,10 @@ ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdmin
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 100
 DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS = 90
+# EKS upgrade policy (UpgradePolicyRequest supportType): STANDARD upgrades the cluster at the end of standard
+# support; EXTENDED keeps it there and bills extended support. EKS's own default is EXTENDED for new clusters.
+SUPPORT_TYPES = ("STANDARD", "EXTENDED")
+DEFAULT_SUPPORT_TYPE = "STANDARD"
 SYSTEM_POOL = "system"
 API_ACCESS = ("public-and-private", "private")
 
@@ -96,6 +102,15 @@ class GpuClusterArgs(TypedDict):
     """Default: m7i.2xlarge, 2 to 6 nodes, 3 desired."""
     log_retention_days: NotRequired[int]
     """Retention of the control-plane log group. Default: 90."""
+    deletion_protection: NotRequired[bool]
+    """EKS deletion protection on the cluster, and Pulumi `protect` on the cluster and its secrets key: `pulumi
+    destroy` stops before either. Default: false."""
+    addon_versions: NotRequired[dict[str, str]]
+    """Add-on name (vpc-cni, kube-proxy, coredns, aws-ebs-csi-driver) -> the version to run, pinned: no `pulumi up`
+    moves it. Default: EKS's default version for `kubernetes_version` (DescribeAddonVersions), asked at every run."""
+    support_type: NotRequired[str]
+    """EKS upgrade policy: STANDARD (EKS upgrades the cluster at the end of standard support) or EXTENDED (it stays,
+    billed for extended support). Default: STANDARD."""
 
 
 def api_access(args: GpuClusterArgs) -> str:
@@ -179,6 +194,12 @@ def _validate(name: str, args: GpuClusterArgs) -> None:
                                                         "list your own networks instead")
         except ValueError:
             problems.add(f"publicAccessCidrs[{i}]", f"{cidr!r} is not a CIDR block")
+    for addon in args.get("addon_versions") or {}:
+        if addon not in ADDONS:
+            problems.add(f"addonVersions.{addon}",
+                         f"is not an add-on of the cluster; choose one of: {', '.join(ADDONS)}")
+    if (support := args.get("support_type", DEFAULT_SUPPORT_TYPE)) not in SUPPORT_TYPES:
+        problems.add("supportType", f"{support!r} is not allowed; choose one of: {', '.join(SUPPORT_TYPES)}")
     sp = args.get("system_pool") or {}
     itype = sp.get("instance_type", DEFAULT_SYSTEM_INSTANCE_TYPE)
     inst = catalog.CATALOG.get(itype)
@@ -224,8 +245,11 @@ class GpuCluster(pulumi.ComponentResource):
 
         role = iam.role(f"{name}-cluster", assume_role_policy=iam.service_trust_policy("eks.amazonaws.com"),
                         managed_policy_arns=iam.CLUSTER_POLICIES, opts=child)
+        protect = bool(args.get("deletion_protection", False))
+        # with deletion protection, `pulumi destroy` (and a replacement) stops before the cluster and its key
+        kept = pulumi.ResourceOptions(parent=self, protect=protect)
         key = aws.kms.Key(f"{name}-secrets", description=f"EKS secrets envelope encryption for {cluster_name}",
-                          enable_key_rotation=True, deletion_window_in_days=30, opts=child)
+                          enable_key_rotation=True, deletion_window_in_days=30, opts=kept)
         logs = aws.cloudwatch.LogGroup(
             f"{name}-control-plane", name=f"/aws/eks/{cluster_name}/cluster",
             retention_in_days=args.get("log_retention_days", DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS), opts=child)
@@ -240,9 +264,11 @@ class GpuCluster(pulumi.ComponentResource):
                            "bootstrap_cluster_creator_admin_permissions": bootstrap_creator(admin_roles)},
             encryption_config={"provider": {"key_arn": key.arn}, "resources": ["secrets"]},
             enabled_cluster_log_types=list(CONTROL_PLANE_LOG_TYPES),
+            deletion_protection=protect,
+            upgrade_policy={"support_type": args.get("support_type", DEFAULT_SUPPORT_TYPE)},
             # the bootstrap setting exists only at creation (changing it replaces the cluster): a cluster created
             # before the kit turned it off for listed admins keeps its creator entry
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, role],
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[logs, role], protect=protect,
                                         ignore_changes=["accessConfig.bootstrapClusterCreatorAdminPermissions"]),
         )
         self.cluster_name = self.eks.name
@@ -260,7 +286,8 @@ class GpuCluster(pulumi.ComponentResource):
             cluster_name=self.eks.name, kubernetes_version=args["kubernetes_version"],
             node_role_arn=iam.arn_with_policies(iam.node_role(f"{name}-{SYSTEM_POOL}-node", opts=child)),
             subnet_ids=args["subnet_ids"], network_interfaces=None, placement_group=None, opts=child)[1]
-        self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group, args["kubernetes_version"])
+        self.addons: dict[str, aws.eks.Addon] = self._addons(name, self.system_node_group, args["kubernetes_version"],
+                                                             dict(args.get("addon_versions") or {}))
 
         self.kubeconfig = pulumi.Output.all(self.eks.name, self.eks.endpoint, self.eks.certificate_authority.data,
                                             self.eks.arn).apply(
@@ -290,15 +317,21 @@ class GpuCluster(pulumi.ComponentResource):
 
     @property
     def platform_prerequisites(self) -> list[pulumi.Resource]:
-        """What the platform's pods need before they can run: system nodes, cluster DNS, volume provisioning."""
-        return [self.system_node_group, *(self.addons[a] for a in ADDONS_NEEDING_NODES_ORDERED)]
+        """What the platform's pods need for as long as they run: system nodes, pod networking (vpc-cni, kube-proxy),
+        cluster DNS and volume provisioning. Releases that depend on these are created after them and, by `pulumi
+        destroy`, deleted before them: without vpc-cni, pods started by a Helm uninstall hook get no IP, and without
+        the EBS CSI driver a deleted claim leaks its volume."""
+        return [self.system_node_group, *(self.addons[a] for a in ADDONS)]
 
-    def _addons(self, name: str, system: aws.eks.NodeGroup, kubernetes_version: str) -> dict[str, aws.eks.Addon]:
+    def _addons(self, name: str, system: aws.eks.NodeGroup, kubernetes_version: str,
+                pinned: dict[str, str]) -> dict[str, aws.eks.Addon]:
         """The add-ons at EKS's default version for the cluster's Kubernetes version (DescribeAddonVersions'
         defaultVersion): without a version an add-on keeps the one of the day it was created, and raising
         `kubernetesVersion` would leave vpc-cni, coredns, kube-proxy and EBS CSI behind (EKS supports each version
         only with some Kubernetes versions). Not `mostRecent`: an upgrade happens when the Kubernetes version moves,
-        not whenever AWS publishes a build."""
+        not whenever AWS publishes a build. EKS does move that default within a Kubernetes version (a new eksbuild),
+        and OVERWRITE then applies it at the next unrelated `pulumi up`: `pinned` versions are used as given and
+        never asked for."""
         ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
                                  service_account=EBS_CSI_SERVICE_ACCOUNT[1],
                                  managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
@@ -306,7 +339,7 @@ class GpuCluster(pulumi.ComponentResource):
                 f"{name}-{addon}",
                 cluster_name=self.eks.name,
                 addon_name=addon,
-                addon_version=aws.eks.get_addon_version_output(
+                addon_version=pinned[addon] if addon in pinned else aws.eks.get_addon_version_output(
                     addon_name=addon, kubernetes_version=kubernetes_version,
                     opts=pulumi.InvokeOutputOptions(parent=self)).version,
                 configuration_values=addon_configuration(addon),

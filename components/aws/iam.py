@@ -32,6 +32,7 @@ __all__ = [
     "node_role",
     "irsa_role",
     "arn_with_policies",
+    "add_policy",
 ]
 
 AWS_MANAGED_POLICY = "arn:aws:iam::aws:policy/"
@@ -118,6 +119,12 @@ def role(
 
 
 _POLICIES_ATTR = "_aifactory_policies"
+
+
+def add_policy(role_: aws.iam.Role, policy: pulumi.CustomResource) -> None:
+    """Record a policy made after the role (one naming a resource known only later) among the role's policies, so
+    `arn_with_policies` covers it too."""
+    setattr(role_, _POLICIES_ATTR, [*getattr(role_, _POLICIES_ATTR, []), policy])
 
 
 def arn_with_policies(role_: aws.iam.Role) -> pulumi.Output[str]:

@@ -20,7 +20,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws.errors import Problems
-from components.aws.iam import irsa_role
+from components.aws.iam import add_policy, arn_with_policies, irsa_role
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster
@@ -46,6 +46,7 @@ class LogStoreArgs(TypedDict):
     namespace: str  # the Kubernetes namespace of the service account that uses the bucket
     service_account: str  # the service account (IRSA) that gets the role
     retention_days: NotRequired[int]  # default: 15 (keep logs 15 days; objects expire one day later)
+    protect: NotRequired[bool]  # default: false; true: Pulumi `protect` on the bucket (destroy stops before it)
 
 
 def tls_only_policy(bucket_arn: str) -> dict[str, Any]:
@@ -97,7 +98,8 @@ class LogStore(pulumi.ComponentResource):
             problems.add("retentionDays", f"{retention} must be at least 1")
             problems.raise_any()
         child = pulumi.ResourceOptions(parent=self)
-        bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False, opts=child)
+        bucket = aws.s3.Bucket(f"{name}-bucket", force_destroy=False,
+                               opts=pulumi.ResourceOptions(parent=self, protect=bool(args.get("protect", False))))
         on_bucket = pulumi.ResourceOptions(parent=bucket)
         aws.s3.BucketPublicAccessBlock(f"{name}-public-access", bucket=bucket.id, block_public_acls=True,
                                        block_public_policy=True, ignore_public_acls=True,
@@ -115,10 +117,12 @@ class LogStore(pulumi.ComponentResource):
         # The bucket's ARN is known only after creation: the role's policy is its own child resource.
         self.role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=args["namespace"],
                               service_account=args["service_account"], opts=child)
-        aws.iam.RolePolicy(f"{name}-irsa-bucket", role=self.role.id,
-                           policy=bucket.arn.apply(lambda arn: json.dumps(bucket_access_policy(arn), sort_keys=True)),
-                           opts=pulumi.ResourceOptions(parent=self.role))
+        add_policy(self.role, aws.iam.RolePolicy(
+            f"{name}-irsa-bucket", role=self.role.id,
+            policy=bucket.arn.apply(lambda arn: json.dumps(bucket_access_policy(arn), sort_keys=True)),
+            opts=pulumi.ResourceOptions(parent=self.role)))
         self.bucket_name = bucket.bucket
         self.bucket_arn = bucket.arn
-        self.role_arn = self.role.arn
-        self.register_outputs({"bucketName": bucket.bucket, "bucketArn": bucket.arn, "roleArn": self.role.arn})
+        # Loki's pods get the ARN with the bucket policy as a dependency: they start only once they may write
+        self.role_arn = arn_with_policies(self.role)
+        self.register_outputs({"bucketName": bucket.bucket, "bucketArn": bucket.arn, "roleArn": self.role_arn})

@@ -26,6 +26,7 @@ __all__ = [
     "subnet_plan",
     "nat_zones",
     "subnet_tags",
+    "flow_log_trust_policy",
 ]
 
 TYPE = "aifactory:index:Network"
@@ -95,6 +96,25 @@ def _validate(name: str, args: NetworkArgs) -> None:
     problems.raise_any()
 
 
+def _with_egress(subnet_id: pulumi.Output[str], association: aws.ec2.RouteTableAssociation) -> pulumi.Output[str]:
+    """The subnet's id as an input that also records its route-table association (and through it the route table
+    and NAT gateway) as dependencies: a dependency on the subnet alone lets `pulumi destroy` cut node egress in its
+    first wave, while the cluster's nodes still drain (the pattern of iam.arn_with_policies)."""
+    return pulumi.Output.all(subnet_id, association.id).apply(lambda values: str(values[0]))
+
+
+def flow_log_trust_policy(account_id: str, region: str, partition: str = "aws") -> str:
+    """The flow-log role's trust policy: the flow-logs service may assume it only for flow logs of this account and
+    region (`aws:SourceAccount`, `aws:SourceArn`), so no other account's flow log can borrow the role to write into
+    this account's log groups (the confused-deputy guard of the VPC user guide, "IAM role for publishing flow logs
+    to CloudWatch Logs")."""
+    return json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"Service": "vpc-flow-logs.amazonaws.com"}, "Action": "sts:AssumeRole",
+        "Condition": {"StringEquals": {"aws:SourceAccount": account_id},
+                      "ArnLike": {"aws:SourceArn": f"arn:{partition}:ec2:{region}:{account_id}:vpc-flow-log/*"}},
+    }]}, sort_keys=True)
+
+
 def _flow_log_policy(log_group_arn: str) -> dict:
     return {"Version": "2012-10-17", "Statement": [{
         "Effect": "Allow",
@@ -147,13 +167,13 @@ class Network(pulumi.ComponentResource):
             nats[zone] = aws.ec2.NatGateway(f"{name}-nat-{zone}", allocation_id=eip.id, subnet_id=public[zone].id,
                                             tags={"Name": f"{name}-nat-{zone}"},
                                             opts=pulumi.ResourceOptions(parent=self, depends_on=[igw]))
-        private_rts = []
+        private_rts, associations = [], {}
         for zone in zones:
             rt = aws.ec2.RouteTable(f"{name}-private-{zone}", vpc_id=vpc.id,
                                     routes=[{"cidr_block": ANYWHERE, "nat_gateway_id": nats[via[zone]].id}],
                                     tags={"Name": f"{name}-private-{zone}"}, opts=child)
-            aws.ec2.RouteTableAssociation(f"{name}-private-{zone}", subnet_id=private[zone].id,
-                                          route_table_id=rt.id, opts=child)
+            associations[zone] = aws.ec2.RouteTableAssociation(f"{name}-private-{zone}", subnet_id=private[zone].id,
+                                                               route_table_id=rt.id, opts=child)
             private_rts.append(rt)
 
         self._flow_logs(name, vpc, args.get("flow_log_retention_days", DEFAULT_FLOW_LOG_RETENTION_DAYS), child)
@@ -163,7 +183,12 @@ class Network(pulumi.ComponentResource):
                             route_table_ids=[rt.id for rt in private_rts], tags={"Name": f"{name}-s3"}, opts=child)
 
         self.vpc = vpc
-        self.private_subnet_ids_by_zone = {zone: private[zone].id for zone in zones}
+        # What a private subnet needs to reach AWS APIs, registries and the internet: its route table (to its zone's
+        # NAT gateway) and the association. Whatever runs in the subnet depends on these, so `pulumi destroy`
+        # removes node egress only after the cluster, its nodes and the releases on them are gone.
+        self.private_egress: list[pulumi.Resource] = [*nats.values(), *private_rts, *associations.values()]
+        self.private_subnet_ids_by_zone = {zone: _with_egress(private[zone].id, associations[zone])
+                                           for zone in zones}
         self.vpc_id = vpc.id
         self.private_subnet_ids = pulumi.Output.all(*[private[z].id for z in zones])
         self.public_subnet_ids = pulumi.Output.all(*[public[z].id for z in zones])
@@ -173,8 +198,12 @@ class Network(pulumi.ComponentResource):
     @staticmethod
     def _flow_logs(name: str, vpc: aws.ec2.Vpc, retention_days: int, opts: pulumi.ResourceOptions) -> None:
         group = aws.cloudwatch.LogGroup(f"{name}-flow-logs", retention_in_days=retention_days, opts=opts)
-        role = iam.role(f"{name}-flow-logs", assume_role_policy=iam.service_trust_policy("vpc-flow-logs.amazonaws.com"),
-                        opts=opts)
+        invoke = pulumi.InvokeOutputOptions(parent=opts.parent)
+        trust = pulumi.Output.all(aws.get_caller_identity_output(opts=invoke).account_id,
+                                  aws.get_region_output(opts=invoke).region,
+                                  aws.get_partition_output(opts=invoke).partition).apply(
+            lambda a: flow_log_trust_policy(a[0], a[1], a[2]))
+        role = iam.role(f"{name}-flow-logs", assume_role_policy=trust, opts=opts)
         aws.iam.RolePolicy(f"{name}-flow-logs", role=role.id,
                            policy=group.arn.apply(lambda arn: json.dumps(_flow_log_policy(arn), sort_keys=True)),
                            opts=pulumi.ResourceOptions(parent=role))

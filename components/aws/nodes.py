@@ -63,7 +63,9 @@ __all__ = [
     "node_template_tags",
     "autoscaler_tags",
     "capacity_options",
+    "node_group_instance_types",
     "efa_security_group",
+    "EFA_RULE_DESCRIPTION",
     "asg_node_template_tags",
     "asg_tags",
     "AUTOSCALED_TAG",
@@ -111,6 +113,10 @@ AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 # "Managed node groups": node group resources are tagged for the Cluster Autoscaler), and nothing can take them off
 # a capacity-block pool's group. Only groups the autoscaler may size carry this tag, on the group itself.
 AUTOSCALED_TAG = "aifactory.io/autoscaled"
+# EC2 accepts only `A-Za-z0-9 ._-:/()#,@[]+=&;{}!$*` in a security-group rule description (no apostrophe):
+# terraform-provider-aws internal/service/ec2/validate.go validSecurityGroupRuleDescription (EC2 API IpRange and
+# UserIdGroupPair Description); pulumi preview fails on anything else (hashicorp/terraform-provider-aws#18874).
+EFA_RULE_DESCRIPTION = "EFA: all traffic within the pool fabric"
 _EKS_TAINT_EFFECT = {"NoSchedule": "NO_SCHEDULE", "PreferNoSchedule": "PREFER_NO_SCHEDULE",
                      "NoExecute": "NO_EXECUTE"}
 
@@ -265,15 +271,26 @@ def asg_tags(spec: NodeGroupSpec) -> dict[str, str]:
     return {AUTOSCALED_TAG: "true", **node_template_tags(spec)}
 
 
-def capacity_options(capacity_type: str, reservation_id: str | None) -> dict:
-    """Launch-template arguments for reserved capacity: the reservation, and the market for a block."""
+def capacity_options(capacity_type: str, reservation_id: str | None, instance_type: str | None = None) -> dict:
+    """Launch-template arguments for reserved capacity: the reservation, and for a block the market and the
+    instance type. EKS rejects a capacity-block node group whose launch template lacks any of MarketType
+    `capacity-block`, the CapacityReservationId or the InstanceType (EKS user guide, ml/capacity-blocks-mng); the
+    node group then names no instance type itself (`node_group_instance_types`)."""
     if capacity_type == "on-demand":
         return {}
     opts: dict = {"capacity_reservation_specification": {
         "capacity_reservation_target": {"capacity_reservation_id": reservation_id}}}
     if capacity_type == "capacity-block":
         opts["instance_market_options"] = {"market_type": "capacity-block"}
+        opts["instance_type"] = instance_type
     return opts
+
+
+def node_group_instance_types(spec: NodeGroupSpec) -> list[str] | None:
+    """The node group's instanceTypes: none where the launch template names the type (a capacity block), since EKS
+    takes the instance type from the launch template or the node group, not both (EKS user guide, launch-templates,
+    "Instance types")."""
+    return None if spec.capacity_type == "capacity-block" else [spec.instance_type]
 
 
 def _autoscaled_options(spec: NodeGroupSpec) -> pulumi.ResourceOptions:
@@ -293,9 +310,10 @@ def _eks_capacity_type(capacity_type: str) -> str:
 def efa_security_group(name: str, *, vpc_id: pulumi.Input[str], opts: pulumi.ResourceOptions) -> aws.ec2.SecurityGroup:
     """The EFA fabric's group: all traffic in from and out to itself, nothing else.
 
-    Rules are inline, so Pulumi manages them exclusively: a rule added out of band is removed.
+    Rules are inline, so Pulumi manages them exclusively: a rule added out of band is removed. Descriptions use
+    only the characters EC2 accepts in a rule description (EFA_RULE_DESCRIPTION).
     """
-    about = "EFA: all traffic within the pool's fabric"
+    about = EFA_RULE_DESCRIPTION
     return aws.ec2.SecurityGroup(
         name, vpc_id=vpc_id, description="EFA data plane: members only",
         ingress=[aws.ec2.SecurityGroupIngressArgs(protocol="-1", from_port=0, to_port=0, self=True, description=about)],
@@ -384,7 +402,7 @@ def node_group(
         placement={"group_name": placement_group} if placement_group is not None else None,
         tag_specifications=[{"resource_type": "instance", "tags": {LABEL_POOL: spec.pool}}],
         update_default_version=True,
-        **capacity_options(spec.capacity_type, spec.reservation_id),
+        **capacity_options(spec.capacity_type, spec.reservation_id, spec.instance_type),
         opts=opts,
     )
     ng = aws.eks.NodeGroup(  # type: ignore[call-overload]
@@ -394,7 +412,7 @@ def node_group(
         node_role_arn=node_role_arn,
         subnet_ids=list(subnet_ids),
         ami_type=spec.ami_type,
-        instance_types=[spec.instance_type],
+        instance_types=node_group_instance_types(spec),
         capacity_type=_eks_capacity_type(spec.capacity_type),
         scaling_config={"min_size": spec.min_size, "max_size": spec.max_size,
                         "desired_size": block_desired_size(spec, now=now)},

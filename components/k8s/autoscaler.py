@@ -20,7 +20,7 @@ import pulumi_kubernetes as k8s
 
 from components.aws.cluster import GpuCluster
 from components.aws.errors import Problems, check_shape
-from components.aws.iam import irsa_role
+from components.aws.iam import arn_with_policies, irsa_role
 from components.aws.nodes import AUTOSCALED_TAG
 from components.k8s import naming, security, versions
 
@@ -118,7 +118,9 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=naming.SYSTEM_NAMESPACE,
                          service_account=SERVICE_ACCOUNT, inline_policy=autoscaler_policy(cluster_name),
                          opts=pulumi.ResourceOptions(parent=self))
-        values = role.arn.apply(lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn))
+        # the ARN with its inline policy as a dependency: the autoscaler starts only once it may act (IAM first)
+        values = arn_with_policies(role).apply(
+            lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn))
         versions.release(f"{name}-release", versions.CLUSTER_AUTOSCALER, release_name=RELEASE_NAME,
                          namespace=naming.SYSTEM_NAMESPACE, values=values,
                          opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, cluster]))

@@ -39,7 +39,7 @@ import pulumi_kubernetes as k8s
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_EFA_HUGEPAGES_MIB
 from components.aws.errors import Problems, check_shape
-from components.aws.iam import irsa_role
+from components.aws.iam import arn_with_policies, irsa_role
 from components.aws.node_pool import TaintArgs
 from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
@@ -1180,7 +1180,9 @@ class ModelDeployment(pulumi.ComponentResource):
         cfg = serving_spec(name, args)
         model = cfg.model
         child = _children_of(self, opts)
-        role_arn = self._s3_role(name, cfg, model, cluster).arn if model.uri.startswith("s3://") else None
+        # the ARN with the role's policy as a dependency: the model's pods start only once they may read the bucket
+        role_arn = arn_with_policies(self._s3_role(name, cfg, model, cluster)) if model.uri.startswith("s3://") \
+            else None
         for obj in model_objects(cfg, model, role_arn=role_arn):
             register_object(f"{name}-{obj['kind'].lower()}", obj, child)
         self.namespace = pulumi.Output.from_input(_namespace(cfg, model))

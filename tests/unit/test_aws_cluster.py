@@ -296,3 +296,41 @@ def test_addons_run_ekss_default_version_for_the_clusters_kubernetes_version(mon
         (name, k8s_version, None) for name in ("aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni")]
     assert {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")} == {
         name: f"v-{name}-{k8s_version}" for name in ("aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni")}
+
+
+def test_pinned_addon_versions_are_used_as_given_and_never_asked_for(monkeypatch) -> None:
+    """EKS moves an add-on's default version within a Kubernetes version (a new eksbuild), and OVERWRITE applies it
+    at the next unrelated `pulumi up`. `cluster.addonVersions` pins it: that add-on's version is not resolved."""
+    from infra.mocks import PlatformMocks
+
+    asked: list[str] = []
+    real_call = PlatformMocks.call
+
+    def call(self, args):  # type: ignore[no-untyped-def]
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+            asked.append(args.args["addonName"])
+        return real_call(self, args)
+
+    monkeypatch.setattr(PlatformMocks, "call", call)
+    values = read_stack_config(stack_file("dev"))
+    cluster = {**json.loads(values["aifactory:cluster"]),
+               "addonVersions": {"vpc-cni": "v1.20.4-eksbuild.2", "coredns": "v1.12.3-eksbuild.1"}}
+    res = run_program("dev", {**values, "aifactory:cluster": json.dumps(cluster)}).resources
+    versions = {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")}
+    assert (versions["vpc-cni"], versions["coredns"]) == ("v1.20.4-eksbuild.2", "v1.12.3-eksbuild.1")
+    assert sorted(asked) == ["aws-ebs-csi-driver", "kube-proxy"]
+
+
+@pytest.mark.parametrize(("pins", "problem"), [
+    ({"cni": "v1.20.4-eksbuild.2"}, "cluster.addonVersions.cni: unknown key; allowed keys: vpc-cni, kube-proxy, "
+                                    "coredns, aws-ebs-csi-driver"),
+    ({"vpc-cni": "1.20.4"}, "cluster.addonVersions.vpc-cni: '1.20.4' is not an EKS add-on version such as "
+                            "v1.20.4-eksbuild.2 (aws eks describe-addon-versions)"),
+])
+def test_a_bad_addon_pin_names_the_key(pins: dict, problem: str) -> None:
+    from infra.config import ConfigError
+    from tests.support.stacks import stack_config, stack_raw
+
+    with pytest.raises(ConfigError) as err:
+        stack_config("dev", cluster={**stack_raw("dev")["cluster"], "addonVersions": pins})
+    assert [f"{p.path}: {p.message}" for p in err.value.problems] == [problem]

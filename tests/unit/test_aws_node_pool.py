@@ -64,7 +64,7 @@ def test_efa_pool_on_demand_gets_cluster_placement_group_and_hugepages() -> None
 def test_efa_security_group_has_exactly_the_two_self_rules() -> None:
     res = register(lambda: GpuNodePool("gpu", pool_args("p5.48xlarge", fabric="efa")))
     rule = {"protocol": "-1", "fromPort": 0, "toPort": 0, "self": True,
-            "description": "EFA: all traffic within the pool's fabric"}
+            "description": "EFA: all traffic within the pool fabric"}
     sg = one(res, SG)
     assert sg.inputs["ingress"] == [rule]
     assert sg.inputs["egress"] == [rule]
@@ -86,15 +86,21 @@ BLOCK = {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718", "st
 
 
 @pytest.mark.parametrize(("capacity", "sizes", "market", "eks_type"), [
-    (BLOCK, (0, 4, 0), {"instanceMarketOptions": {"marketType": "capacity-block"}}, "CAPACITY_BLOCK"),
+    (BLOCK, (0, 4, 0), {"instanceMarketOptions": {"marketType": "capacity-block"}, "instanceType": "p5.48xlarge"},
+     "CAPACITY_BLOCK"),
     ({"type": "odcr", "reservation_id": "cr-0a1b2c3d4e5f60718"}, (4, 4, 4), {}, "ON_DEMAND"),
 ])
 def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity, sizes, market, eks_type) -> None:
+    """A capacity block's launch template carries MarketType capacity-block, the reservation and the InstanceType
+    (EKS user guide ml/capacity-blocks-mng: "If ... any of the other above required launch template values are
+    missing, then the create request will be rejected"); its node group then names no type (EKS API
+    CreateNodegroup instanceTypes: a type in the launch template and any instanceTypes fail the deployment)."""
     lo, hi, want = sizes
     args = pool_args("p5.48xlarge", fabric="efa", min_size=lo, max_size=hi, desired_size=want, capacity=capacity)
     res = register(lambda: GpuNodePool("block", args))
     lt, ng = one(res, LT), one(res, NG)
-    assert {k: lt.inputs[k] for k in ("instanceMarketOptions",) if k in lt.inputs} == market
+    assert {k: lt.inputs[k] for k in ("instanceMarketOptions", "instanceType") if k in lt.inputs} == market
+    assert ("instanceTypes" in ng.inputs) == ("instanceType" not in market)
     assert lt.inputs["capacityReservationSpecification"] == {
         "capacityReservationTarget": {"capacityReservationId": "cr-0a1b2c3d4e5f60718"}}
     assert "placement" not in lt.inputs and [r for r in res if r.type == PG] == []

@@ -35,8 +35,9 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["availabilityZones", "clusterName"],
         ["privateSubnetIds", "publicSubnetIds", "vpcId"])
     assert shape["aifactory:index:GpuCluster"] == (
-        ["adminRoleArns", "apiAccess", "awsProfile", "clusterName", "kubernetesVersion", "logRetentionDays",
-         "publicAccessCidrs", "subnetIds", "systemPool", "vpcId"],
+        ["addonVersions", "adminRoleArns", "apiAccess", "awsProfile", "clusterName", "deletionProtection",
+         "kubernetesVersion", "logRetentionDays", "publicAccessCidrs", "subnetIds", "supportType", "systemPool",
+         "vpcId"],
         ["kubernetesVersion", "subnetIds", "vpcId"],
         ["clusterName", "kubeconfig", "nodeSecurityGroupId", "oidcIssuer", "oidcProviderArn"])
     assert shape["aifactory:index:GpuNodePool"] == (
