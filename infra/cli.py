@@ -226,6 +226,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
     return verify_command(args.stack, urls={k: getattr(args, f"{k}_url") for k in VERIFY_ENDPOINTS},
                           token_file=Path(args.token_file) if args.token_file else None, models=args.model,
+                          kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
                           stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, wait_seconds=args.wait,
                           request_timeout_seconds=args.timeout, json_out=json_target(args.json))
 
@@ -352,6 +353,10 @@ def build_parser() -> argparse.ArgumentParser:
     for key, what in VERIFY_ENDPOINTS.items():
         vf.add_argument(f"--{key}-url", metavar="URL", help=f"base URL of {what}")
     vf.add_argument("--token-file", help="file holding a bearer token the gateway accepts (a tenant's)")
+    vf.add_argument("--kubeconfig", metavar="FILE",
+                    help="reach Prometheus, Jaeger, Loki and Alertmanager through this kubeconfig's API server (its "
+                         "service proxy, current context), no port-forward; the gateway still needs --gateway-url "
+                         "from outside the cluster")
     vf.add_argument("--model", action="append", metavar="MODEL",
                     help="verify only this model (repeatable; default: every model of the stack)")
     vf.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS,

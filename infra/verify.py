@@ -32,10 +32,15 @@ resolves cluster DNS), or any URL given on the command line (a load balancer, an
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import os
 import secrets
+import ssl
+import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.parse
@@ -45,6 +50,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from components.k8s import naming
 from components.k8s.envoy_config import SERVICE_NAME as GATEWAY_SERVICE_NAME
@@ -67,6 +74,9 @@ __all__ = [
     "Hop",
     "Report",
     "default_endpoints",
+    "Access",
+    "kube_access",
+    "proxied_endpoints",
     "verify",
     "format_report",
     "report_doc",
@@ -89,14 +99,31 @@ CLIENT_TRACE_HEADER = "x-client-trace-id"
 
 
 @dataclass(frozen=True, slots=True)
+class Access:
+    """Credentials and TLS for the URLs under `prefix` (the Kubernetes API server, from a kubeconfig)."""
+
+    prefix: str
+    headers: Mapping[str, str]
+    context: ssl.SSLContext | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Endpoints:
-    """Base URLs of what verify talks to."""
+    """Base URLs of what verify talks to; `access` authenticates those under the API server."""
 
     gateway: str
     prometheus: str
     jaeger: str
     loki: str
     alertmanager: str
+    access: Access | None = field(default=None, compare=False)
+
+    def auth(self, url: str) -> tuple[dict[str, str], ssl.SSLContext | None]:
+        """Headers and TLS context for `url`: the kubeconfig's only for the API server (never sent elsewhere)."""
+        a = self.access
+        if a is not None and url.startswith(a.prefix + "/"):
+            return dict(a.headers), a.context
+        return {}, None
 
 
 def default_endpoints(cfg: PlatformConfig) -> Endpoints:
@@ -110,6 +137,92 @@ def default_endpoints(cfg: PlatformConfig) -> Endpoints:
         loki=f"http://{LOKI_GATEWAY_SERVICE}.{obs}.svc",
         alertmanager=f"http://{ALERTMANAGER_SERVICE}.{obs}.svc:{ALERTMANAGER_PORT}",
     )
+
+
+KUBE_EXEC_TIMEOUT_SECONDS = 30.0
+
+
+def _kube_problem(path: Path, message: str) -> ConfigError:
+    return ConfigError([Problem("--kubeconfig", f"{path}: {message}")])
+
+
+def _data_or_file(entry: Mapping[str, Any], key: str, base: Path, scratch: Path) -> str | None:
+    """A kubeconfig credential given inline (`<key>-data`, base64) or as a file path (relative to the kubeconfig):
+    the path of a file holding it."""
+    if entry.get(f"{key}-data"):
+        out = scratch / key
+        out.write_bytes(base64.b64decode(entry[f"{key}-data"]))
+        return str(out)
+    if entry.get(key):
+        return str((base.parent / entry[key]).resolve())
+    return None
+
+
+def _exec_token(path: Path, spec: Mapping[str, Any]) -> str:
+    """A client-go exec credential plugin's token (ExecCredential status.token), e.g. `aws eks get-token`."""
+    env = {**os.environ, **{e["name"]: e["value"] for e in spec.get("env") or []}}
+    try:
+        done = subprocess.run([spec["command"], *(spec.get("args") or [])], capture_output=True, text=True,
+                              env=env, timeout=KUBE_EXEC_TIMEOUT_SECONDS, check=False)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise _kube_problem(path, f"exec credential plugin {spec['command']!r} failed: {err}") from None
+    try:
+        return str(json.loads(done.stdout)["status"]["token"])
+    except (ValueError, KeyError, TypeError):
+        raise _kube_problem(path, f"exec credential plugin {spec['command']!r} gave no status.token (exit "
+                                  f"{done.returncode}): {_short(done.stderr or done.stdout)}") from None
+
+
+def kube_access(path: Path, *, scratch: Path) -> Access:
+    """The current context's API server and credentials: a token, a tokenFile, an exec plugin's token, or a client
+    certificate; the cluster's CA (or insecure-skip-tls-verify). Files made from inline data go to `scratch`."""
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise _kube_problem(path, f"cannot read it: {err}") from None
+
+    def named(kind: str, name: str | None) -> dict[str, Any]:
+        found = next((e.get(kind[:-1]) or {} for e in doc.get(kind) or [] if e.get("name") == name), None)
+        if found is None:
+            raise _kube_problem(path, f"no {kind[:-1]} named {name!r} (current-context)")
+        return found
+
+    context = named("contexts", doc.get("current-context"))
+    cluster, user = named("clusters", context.get("cluster")), named("users", context.get("user"))
+    server = str(cluster.get("server") or "").rstrip("/")
+    if not server.startswith(("https://", "http://")):
+        raise _kube_problem(path, f"cluster server {server!r} is not an http(s):// URL")
+    ctx: ssl.SSLContext | None = None
+    if server.startswith("https://"):
+        ctx = ssl.create_default_context(cafile=_data_or_file(cluster, "certificate-authority", path, scratch))
+        if cluster.get("insecure-skip-tls-verify"):
+            ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        cert = _data_or_file(user, "client-certificate", path, scratch)
+        if cert is not None:
+            ctx.load_cert_chain(cert, _data_or_file(user, "client-key", path, scratch))
+    token = user.get("token")
+    if token is None and user.get("tokenFile"):
+        token = (path.parent / user["tokenFile"]).read_text().strip()
+    if token is None and user.get("exec"):
+        token = _exec_token(path, user["exec"])
+    return Access(server, {"authorization": f"Bearer {token}"} if token else {}, ctx)
+
+
+def proxied_endpoints(cfg: PlatformConfig, access: Access, *, gateway: str) -> Endpoints:
+    """Prometheus, Jaeger, Loki and Alertmanager through the API server's service proxy
+    (/api/v1/namespaces/NS/services/NAME:PORT/proxy: a port number is resolved to the Service's port, kubernetes
+    pkg/registry/core/service/storage/storage.go ResourceLocation), authenticated with the kubeconfig's
+    credentials. Not the gateway: the API server drops the Authorization header once it has authenticated the
+    caller (k8s.io/apiserver pkg/endpoints/filters/authentication.go), so the tenant's token could not reach it."""
+    base = default_endpoints(cfg)
+
+    def proxy(url: str) -> str:
+        parts = urllib.parse.urlsplit(url)
+        name, ns = (parts.hostname or "").split(".")[:2]
+        return f"{access.prefix}/api/v1/namespaces/{ns}/services/{name}:{parts.port or 80}/proxy"
+
+    return Endpoints(gateway=gateway, prometheus=proxy(base.prometheus), jaeger=proxy(base.jaeger),
+                     loki=proxy(base.loki), alertmanager=proxy(base.alertmanager), access=access)
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,10 +264,11 @@ class _Answer:
             return None
 
 
-def _get(url: str, *, timeout: float, headers: Mapping[str, str] | None = None) -> _Answer:
-    req = urllib.request.Request(url, headers=dict(headers or {}), method="GET")
+def _get(endpoints: Endpoints, url: str, *, timeout: float) -> _Answer:
+    headers, context = endpoints.auth(url)
+    req = urllib.request.Request(url, headers=headers, method="GET")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as r:
             return _Answer(r.status, r.read(), {k.lower(): v for k, v in r.headers.items()})
     except urllib.error.HTTPError as err:
         return _Answer(err.code, err.read(), {k.lower(): v for k, v in err.headers.items()})
@@ -196,14 +310,17 @@ def _body(model: Model, *, stream: bool) -> bytes:
                        "max_tokens": DEFAULT_MAX_TOKENS, "temperature": 0, "stream": stream}).encode()
 
 
-def _post(base: str, path: str, body: bytes, headers: Mapping[str, str], *, timeout: float
+def _post(endpoints: Endpoints, path: str, body: bytes, headers: Mapping[str, str], *, timeout: float
           ) -> tuple[int, Mapping[str, str], bytes]:
+    base = endpoints.gateway
     parts = urllib.parse.urlsplit(base)
-    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = conn_cls(parts.hostname or "", parts.port, timeout=timeout)
+    extra, context = endpoints.auth(base.rstrip("/") + path)
+    conn: http.client.HTTPConnection = (
+        http.client.HTTPSConnection(parts.hostname or "", parts.port, timeout=timeout, context=context)
+        if parts.scheme == "https" else http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=timeout))
     try:
         conn.request("POST", parts.path.rstrip("/") + path, body=body, headers={
-            "content-type": "application/json", **headers})
+            "content-type": "application/json", **headers, **extra})
         resp = conn.getresponse()
         return resp.status, {k.lower(): v for k, v in resp.getheaders()}, resp.read()
     except (OSError, http.client.HTTPException) as err:
@@ -265,7 +382,7 @@ def _request_hops(endpoints: Endpoints, model: Model, token: str | None, *, time
                    **({} if stream else {"x-request-id": request_id})}
         started = time.monotonic()
         try:
-            status, resp_headers, body = _post(endpoints.gateway, "/v1/chat/completions",
+            status, resp_headers, body = _post(endpoints, "/v1/chat/completions",
                                                _body(model, stream=stream), headers, timeout=timeout)
         except _Unreachable as err:
             hops.append(Hop(name, model.name, False, f"no answer from {endpoints.gateway}: {err}",
@@ -305,7 +422,7 @@ Check = Callable[[], Hop]
 
 def _prom_query(endpoints: Endpoints, expr: str, *, timeout: float) -> list[dict[str, Any]]:
     url = f"{endpoints.prometheus.rstrip('/')}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
-    ans = _get(url, timeout=timeout)
+    ans = _get(endpoints, url, timeout=timeout)
     doc = ans.json()
     if ans.status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
         raise _Unreachable(f"Prometheus answered {ans.status}: {_short(ans.body)}")
@@ -319,7 +436,7 @@ def _trace_check(endpoints: Endpoints, sent: _Sent, *, timeout: float) -> Check:
     def check() -> Hop:
         url = f"{endpoints.jaeger.rstrip('/')}/api/traces/{sent.trace_id}"
         try:
-            ans = _get(url, timeout=timeout)
+            ans = _get(endpoints, url, timeout=timeout)
         except _Unreachable as err:
             return Hop("trace", model.name, False, f"no answer from Jaeger at {endpoints.jaeger}: {err}",
                        "Jaeger's query service is down or --jaeger-url is wrong")
@@ -351,7 +468,7 @@ def _trace_check(endpoints: Endpoints, sent: _Sent, *, timeout: float) -> Check:
 def _loki_lines(endpoints: Endpoints, query: str, *, since: float, timeout: float) -> list[tuple[dict[str, str], str]]:
     params = {"query": query, "start": str(int(since * 1e9)), "end": str(int((time.time() + 60) * 1e9)),
               "limit": "100", "direction": "backward"}
-    ans = _get(f"{endpoints.loki.rstrip('/')}/loki/api/v1/query_range?" + urllib.parse.urlencode(params),
+    ans = _get(endpoints, f"{endpoints.loki.rstrip('/')}/loki/api/v1/query_range?" + urllib.parse.urlencode(params),
                timeout=timeout)
     doc = ans.json()
     if ans.status != 200 or not isinstance(doc, dict) or doc.get("status") != "success":
@@ -462,7 +579,7 @@ def _watchdog_check(endpoints: Endpoints, *, timeout: float) -> Check:
         url = (f"{endpoints.alertmanager.rstrip('/')}/api/v2/alerts?"
                + urllib.parse.urlencode({"filter": f'alertname="{WATCHDOG}"', "active": "true"}))
         try:
-            ans = _get(url, timeout=timeout)
+            ans = _get(endpoints, url, timeout=timeout)
         except _Unreachable as err:
             return Hop("alerting", "", False, f"no answer from Alertmanager at {endpoints.alertmanager}: {err}",
                        "Alertmanager is down or --alertmanager-url is wrong")
@@ -533,7 +650,10 @@ def format_report(report: Report) -> str:
 
 def report_doc(report: Report) -> dict[str, Any]:
     """What `--json` writes."""
-    return {"stack": report.stack, "ok": report.ok, "endpoints": asdict(report.endpoints),
+    e = report.endpoints  # never `access`: it holds the kubeconfig's credentials
+    endpoints = {"gateway": e.gateway, "prometheus": e.prometheus, "jaeger": e.jaeger, "loki": e.loki,
+                 "alertmanager": e.alertmanager}
+    return {"stack": report.stack, "ok": report.ok, "endpoints": endpoints,
             "hops": [asdict(h) for h in report.hops]}
 
 
@@ -545,6 +665,7 @@ def _url(flag: str, value: str) -> Problem | None:
 
 
 def verify_command(stack: str, *, urls: Mapping[str, str | None], token_file: Path | None = None,
+                   kubeconfig: Path | None = None,
                    models: Sequence[str] | None = None, stacks_dir: Path | None = None,
                    wait_seconds: float = DEFAULT_WAIT_SECONDS,
                    request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
@@ -569,9 +690,14 @@ def verify_command(stack: str, *, urls: Mapping[str, str | None], token_file: Pa
             problems.append(Problem("--token-file", f"{str(token_file)!r}: {err.strerror}"))
     if problems:
         raise ConfigError(problems)
-    endpoints = replace(default_endpoints(cfg), **{f: u for f, u in urls.items() if u is not None})
-    report = verify(cfg, stack=stack, endpoints=endpoints, token=token, models=models or None,
-                    wait_seconds=wait_seconds, request_timeout_seconds=request_timeout_seconds)
+    with tempfile.TemporaryDirectory(prefix="aifactory-verify-") as scratch:
+        base = default_endpoints(cfg)
+        if kubeconfig is not None:
+            base = proxied_endpoints(cfg, kube_access(kubeconfig, scratch=Path(scratch)),
+                                     gateway=urls.get("gateway") or base.gateway)
+        given: dict[str, Any] = {f: u for f, u in urls.items() if u is not None}
+        report = verify(cfg, stack=stack, endpoints=replace(base, **given), token=token, models=models or None,
+                        wait_seconds=wait_seconds, request_timeout_seconds=request_timeout_seconds)
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
     human.write(format_report(report))
     human.flush()

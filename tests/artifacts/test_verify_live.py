@@ -16,9 +16,11 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import sys
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from concurrent import futures
 from contextlib import ExitStack
@@ -29,6 +31,7 @@ from typing import Any
 
 import grpc
 import pytest
+import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap, rebind
@@ -322,6 +325,15 @@ def _broken(report: Report) -> dict[str, str]:
     return {h.hop: h.cause for h in report.hops if not h.ok}
 
 
+def _stacks_dir(tmp_path: Path) -> Path:
+    """A stacks directory holding the test stack as Pulumi.live.yaml (what `--stacks-dir` reads)."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    stacks.joinpath("Pulumi.live.yaml").write_text(yaml.safe_dump(
+        {"config": {f"aifactory:{k}": v for k, v in RAW.items()}}))
+    return stacks
+
+
 ALL_HOPS = ["request", "stream", "trace", "logs", "metrics:gateway", "metrics:engine", "metrics:sidecar",
             "metrics:autoscaling", "gpu-metrics", "alerting"]
 
@@ -342,11 +354,7 @@ def test_a_healthy_platform_passes_every_hop(live: Env) -> None:
 
 def test_the_cli_prints_a_row_per_hop_writes_json_and_exits_1_on_a_broken_hop(
         live: Env, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stacks = tmp_path / "stacks"
-    stacks.mkdir()
-    import yaml
-    stacks.joinpath("Pulumi.live.yaml").write_text(yaml.safe_dump(
-        {"config": {f"aifactory:{k}": v for k, v in RAW.items()}}))
+    stacks = _stacks_dir(tmp_path)
     token = tmp_path / "token"
     token.write_text(live.token() + "\n")
     live.platform.watchdog = False
@@ -363,11 +371,7 @@ def test_the_cli_prints_a_row_per_hop_writes_json_and_exits_1_on_a_broken_hop(
 
 
 def test_bad_input_is_a_usage_error_naming_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    stacks = tmp_path / "stacks"
-    stacks.mkdir()
-    import yaml
-    stacks.joinpath("Pulumi.live.yaml").write_text(yaml.safe_dump(
-        {"config": {f"aifactory:{k}": v for k, v in RAW.items()}}))
+    stacks = _stacks_dir(tmp_path)
     code = cli.main(["verify", "live", "--stacks-dir", str(stacks), "--gateway-url", "gateway:80",
                      "--model", "nope", "--token-file", str(tmp_path / "missing")])
     err = capsys.readouterr().err
@@ -461,3 +465,71 @@ def test_watchdog_missing(live: Env) -> None:
     broken = _broken(live.run(wait=BROKEN_WAIT_S))
     assert set(broken) == {"alerting"}
     assert broken["alerting"].startswith("Prometheus does not deliver alerts to Alertmanager")
+
+
+def _api_server(services: dict[str, str], token: str, seen: list[str]) -> type[BaseHTTPRequestHandler]:
+    """A stand-in of the Kubernetes API server's service proxy: GET /api/v1/namespaces/NS/services/NAME:PORT/proxy/
+    PATH for an authenticated caller, forwarded to the Service (here a local URL per NAME)."""
+    route = re.compile(r"^/api/v1/namespaces/([^/]+)/services/([^/:]+):(\d+)/proxy(/.*)$")
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            pass
+
+        def do_GET(self) -> None:  # noqa: N802
+            m = route.match(self.path)
+            if self.headers.get("authorization") != f"Bearer {token}":
+                _send(self, 401, b'{"kind": "Status", "code": 401}')
+                return
+            assert m is not None, self.path
+            seen.append(f"{m.group(1)}/{m.group(2)}:{m.group(3)}")
+            with urllib.request.urlopen(services[m.group(2)] + m.group(4), timeout=10) as r:
+                _send(self, r.status, r.read(), r.headers.get("content-type", "application/json"))
+
+    return Handler
+
+
+def test_kubeconfig_reaches_the_backends_through_the_api_servers_service_proxy(live: Env, tmp_path: Path) -> None:
+    """--kubeconfig: no port-forward, no URL but the gateway's; the exec plugin's token authenticates to the API
+    server, and the Services are the ones the kit's releases name (kps-prometheus:9090, jaeger:16686,
+    loki-gateway:80, kps-alertmanager:9093 in the observability namespace)."""
+    seen: list[str] = []
+    local = live.endpoints.jaeger
+    with ExitStack() as stack:
+        port = _serve(stack, _api_server({"kps-prometheus": live.prometheus.url, "jaeger": local,
+                                          "loki-gateway": local, "kps-alertmanager": local}, "kube-token", seen))
+        credential = json.dumps({"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential",
+                                 "status": {"token": "kube-token"}})
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "live",
+            "contexts": [{"name": "live", "context": {"cluster": "c", "user": "u"}}],
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "u", "user": {"exec": {"apiVersion": "client.authentication.k8s.io/v1",
+                                                      "command": sys.executable,
+                                                      "args": ["-c", f"print({credential!r})"]}}}]}))
+        stacks = _stacks_dir(tmp_path)
+        token = tmp_path / "token"
+        token.write_text(live.token())
+        code = cli.main(["verify", "live", "--stacks-dir", str(stacks), "--token-file", str(token), "--wait", "20",
+                         "--kubeconfig", str(kubeconfig), "--gateway-url", live.endpoints.gateway,
+                         "--json", str(tmp_path / "r.json")])
+    text = (tmp_path / "r.json").read_text()
+    doc = json.loads(text)
+    assert code == 0, [h for h in doc["hops"] if not h["ok"]]
+    assert "kube-token" not in text
+    assert doc["endpoints"]["prometheus"] == (f"http://127.0.0.1:{port}/api/v1/namespaces/monitoring/services/"
+                                              "kps-prometheus:9090/proxy")
+    assert set(seen) == {"monitoring/kps-prometheus:9090", "monitoring/jaeger:16686", "monitoring/loki-gateway:80",
+                         "monitoring/kps-alertmanager:9093"}
+
+
+def test_an_unusable_kubeconfig_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    stacks = _stacks_dir(tmp_path)
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({"current-context": "gone", "contexts": []}))
+    code = cli.main(["verify", "live", "--stacks-dir", str(stacks), "--kubeconfig", str(kubeconfig)])
+    assert code == 2
+    assert f"--kubeconfig: {kubeconfig}: no context named 'gone' (current-context)" in capsys.readouterr().err

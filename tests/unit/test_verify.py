@@ -3,8 +3,11 @@ its flags. The hops themselves run against the real gateway and Prometheus in te
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+
 from infra.cli import build_parser
-from infra.verify import Endpoints, Hop, Report, default_endpoints, format_report, report_doc
+from infra.verify import Access, Endpoints, Hop, Report, default_endpoints, format_report, report_doc
 from tests.support.stacks import stack_config
 
 
@@ -39,8 +42,10 @@ def test_the_table_has_a_row_per_hop_and_the_cause_under_a_broken_one() -> None:
         "3 hop(s), 1 broken\n")
 
 
-def test_json_has_the_verdict_the_endpoints_and_every_row() -> None:
-    doc = report_doc(REPORT)
+def test_json_has_the_verdict_the_endpoints_and_every_row_and_never_the_kube_credentials() -> None:
+    access = Access("https://api.example:6443", {"authorization": "Bearer kube-secret"})
+    doc = report_doc(replace(REPORT, endpoints=replace(REPORT.endpoints, access=access)))
+    assert "kube-secret" not in json.dumps(doc)
     assert doc["ok"] is False and doc["stack"] == "prod"
     assert doc["endpoints"]["jaeger"] == "http://j"
     assert doc["hops"][1] == {"hop": "trace", "model": "chat", "ok": False, "saw": "no trace 4bf9 in Jaeger (404)",
@@ -51,4 +56,5 @@ def test_every_endpoint_has_a_flag_and_json_defaults_to_stdout() -> None:
     args = build_parser().parse_args(["verify", "prod", "--json", "--model", "a", "--model", "b",
                                       "--loki-url", "http://loki:3100"])
     assert (args.json, args.model, args.loki_url, args.gateway_url) == ("-", ["a", "b"], "http://loki:3100", None)
-    assert {f"{k}_url" for k in Endpoints.__dataclass_fields__} <= set(vars(args))
+    assert {f"{k}_url" for k in Endpoints.__dataclass_fields__ if k != "access"} <= set(vars(args))
+    assert build_parser().parse_args(["verify", "prod", "--kubeconfig", "kc"]).kubeconfig == "kc"
