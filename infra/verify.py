@@ -6,7 +6,9 @@ tokens each, with the caller's token), then queries only:
 
     request / stream   the gateway's answer: status, an OpenAI-shaped body, SSE chunks ending in [DONE]
     trace              Jaeger has the request's trace (the traceparent verify sent: the gateway continues it) with
-                       a gateway span and an engine span under it (GET /api/traces/{id})
+                       a gateway span and an engine span under it (GET /api/traces/{id}). The request also carries
+                       x-client-trace-id, which Envoy traces at `client_sampling` (default 100%) whatever the
+                       gateway's random sampling (Envoy v1.40 docs: http_conn_man/headers, x-client-trace-id)
     logs               Loki has the gateway's access-log line of the request (it logs trace_id and request_id),
                        then the request id's lines by namespace (GET /loki/api/v1/query_range)
     metrics            Prometheus has the gateway's, the engine's and the model sidecar's series of the model
@@ -27,7 +29,8 @@ APIs at the pinned versions: Jaeger v2's query service keeps the UI's HTTP API, 
 Context (https://www.w3.org/TR/trace-context/, traceparent 00-<trace id>-<parent id>-01).
 
 Where it looks (`Endpoints`): the in-cluster Service names the kit deploys (run it from a pod or a host that
-resolves cluster DNS), or any URL given on the command line (a load balancer, an ingress, `kubectl port-forward`).
+resolves cluster DNS), any URL given on the command line (a load balancer, an ingress, `kubectl port-forward`), or
+with a kubeconfig the API server's service proxy for every backend but the gateway (`proxied_endpoints`).
 """
 
 from __future__ import annotations
@@ -377,8 +380,8 @@ def _request_hops(endpoints: Endpoints, model: Model, token: str | None, *, time
     hops: list[Hop] = []
     for stream in (False, True):
         name = "stream" if stream else "request"
-        headers = {**auth, "traceparent": _traceparent(trace_id if not stream else secrets.token_hex(16)),
-                   CLIENT_TRACE_HEADER: trace_id,
+        tid = secrets.token_hex(16) if stream else trace_id  # the streamed request's trace is not looked up
+        headers = {**auth, "traceparent": _traceparent(tid), CLIENT_TRACE_HEADER: tid,
                    **({} if stream else {"x-request-id": request_id})}
         started = time.monotonic()
         try:
