@@ -56,12 +56,11 @@ from typing import Any
 
 import yaml
 
+# Only modules that import no Pulumi SDK (and so no OpenTelemetry SDK) at import time: the CLI's parser imports this
+# module, and node-check runs on hosts without them. The components' own modules are imported where they are used.
 from components.k8s import naming
 from components.k8s.envoy_config import SERVICE_NAME as GATEWAY_SERVICE_NAME
-from components.k8s.gateway import SERVICE_PORT as GATEWAY_PORT
-from components.k8s.observability import JAEGER_QUERY_PORT
 from components.k8s.otel_config import JAEGER_SERVICE, LOKI_GATEWAY_SERVICE
-from components.k8s.serving import PROMETHEUS_PORT, PROMETHEUS_SERVICE, scaling_query, workload_name
 from components.k8s.values import Model
 from infra.config import ConfigError, PlatformConfig, Problem
 from infra.outputs import EXIT_FAILURE, EXIT_OK, write_json
@@ -132,6 +131,10 @@ class Endpoints:
 def default_endpoints(cfg: PlatformConfig) -> Endpoints:
     """The in-cluster Services of the stack: the gateway's, and kube-prometheus-stack's, Jaeger's and Loki's in the
     observability namespace (the names the kit's releases render)."""
+    from components.k8s.gateway import SERVICE_PORT as GATEWAY_PORT
+    from components.k8s.observability import JAEGER_QUERY_PORT
+    from components.k8s.serving import PROMETHEUS_PORT, PROMETHEUS_SERVICE
+
     obs = cfg.observability.namespace
     return Endpoints(
         gateway=f"http://{naming.GATEWAY_APP}.{cfg.gateway.namespace}.svc:{GATEWAY_PORT}",
@@ -513,6 +516,8 @@ def _logs_check(endpoints: Endpoints, cfg: PlatformConfig, sent: _Sent, since: f
 
 
 def _metric_checks(endpoints: Endpoints, cfg: PlatformConfig, model: Model, *, timeout: float) -> list[Check]:
+    from components.k8s.serving import scaling_query, workload_name
+
     ns = cfg.tenant_of(model).namespace
     sel = f'namespace="{ns}", {MODEL_LABEL}="{model.name}"'
     engine_names = "vllm:.+" if model.engine == "vllm" else "nv_.+"
