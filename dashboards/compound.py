@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import quote
 
 from grafanalib.core import Dashboard
@@ -36,12 +37,44 @@ WF = 'workflow=~"$workflow", tenant=~"$tenant"'
 MODEL = 'model=~"$model"'
 
 
-def _jaeger_links() -> list[Link]:
+TRACE_OPERATION = "invoke_workflow ${__field.labels.workflow}"  # the workflow's root span (telemetry.instrument)
+TRACE_TAGS = "gen_ai.workflow.name=${__field.labels.workflow}"  # logfmt, as the Jaeger datasource's `tags` field
+
+
+def _explore_url(cfg: ObservabilityConfig, *, slowest: bool) -> str:
+    """Grafana Explore on the Jaeger datasource, searching the clicked workflow's traces over the panel's range.
+
+    Explore's URL state is `schemaVersion=1&panes={<pane id>: {datasource, queries, range}}`, range strings
+    (grafana public/app/features/explore/hooks/useStateSync/migrators/v1.ts); a Jaeger query is
+    {queryType: "search", service, operation, tags (logfmt), minDuration} (grafana
+    public/app/plugins/datasource/jaeger/types.ts JaegerQuery).
+    Grafana interpolates the `${...}` variables of a data link before the browser follows it, so they stay
+    unescaped."""
+    uid = cfg.jaeger_datasource_uid
+    query = {"refId": "A", "datasource": {"type": "jaeger", "uid": uid}, "queryType": "search",
+             "service": "${trace_service}", "operation": TRACE_OPERATION, "tags": TRACE_TAGS,
+             **({"minDuration": "${__value.raw}s"} if slowest else {})}
+    panes = {"trc": {"datasource": uid, "queries": [query], "range": {"from": "${__from}", "to": "${__to}"}}}
+    return "/explore?schemaVersion=1&orgId=1&panes=" + quote(json.dumps(panes, separators=(",", ":")), safe="${}_.")
+
+
+def _jaeger_ui_url(base: str, *, slowest: bool) -> str:
+    """The Jaeger UI's own search page at `base` (a URL browsers reach)."""
     tags = quote('{"gen_ai.workflow.name":"${__field.labels.workflow}"}', safe="${}._")
-    search = ("${jaeger_url}/search?service=${trace_service}&operation=" + quote("invoke_workflow ", safe="")
-              + "${__field.labels.workflow}&tags=" + tags + "&start=${__from}000&end=${__to}000")
-    return [Link("Traces of this workflow (Jaeger)", search),
-            Link("Slowest traces of this workflow (Jaeger)", search + "&minDuration=${__value.raw}s")]
+    search = (f"{base.rstrip('/')}/search?service=${{trace_service}}&operation="
+              + quote(TRACE_OPERATION, safe="${}._") + "&tags=" + tags + "&start=${__from}000&end=${__to}000")
+    return search + ("&minDuration=${__value.raw}s" if slowest else "")
+
+
+def _jaeger_links(cfg: ObservabilityConfig) -> list[Link]:
+    """Trace links of the workflow latency panel: Grafana's Explore on the Jaeger datasource (default), or the
+    Jaeger UI at `cfg.jaeger_url`. Never a cluster DNS name: the browser, not Grafana, follows the link."""
+    def url(slowest: bool) -> str:
+        return (_explore_url(cfg, slowest=slowest) if cfg.jaeger_url is None
+                else _jaeger_ui_url(cfg.jaeger_url, slowest=slowest))
+
+    return [Link("Traces of this workflow (Jaeger)", url(False)),
+            Link("Slowest traces of this workflow (Jaeger)", url(True))]
 
 
 def _quantiles(record: str, selector: str, legend: str) -> list[Q]:
@@ -56,7 +89,7 @@ def _workflows(cfg: ObservabilityConfig) -> list:
         timeseries("Workflow latency p50 / p95 / p99",
                    "End-to-end wall time of agent workflows (tasks), from the kit's workflow duration histogram. "
                    "Click a series for its traces in Jaeger.", "s",
-                   *_quantiles(R.WF_QUANTILE, WF, "{{workflow}}"), links=_jaeger_links()),
+                   *_quantiles(R.WF_QUANTILE, WF, "{{workflow}}"), links=_jaeger_links(cfg)),
         timeseries("Workflows completed per second by status",
                    "Finished workflows per second, ok or error.", "reqps",
                    Q(f"sum by (workflow, status) ({R.WF_COUNT}{{{WF}}})", "{{workflow}} {{status}}")),
@@ -211,7 +244,6 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             datasource_variable("loki", "loki", "Loki"),
             textbox_variable("request_id", "Request id (logs)", ""),
             textbox_variable("trace_service", "Agent service (traces)", ""),
-            textbox_variable("jaeger_url", "Jaeger UI", cfg.jaeger_url),
         ],
         rows=[
             ("Workflows, end to end", _workflows(cfg)),

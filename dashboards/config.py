@@ -18,7 +18,7 @@ __all__ = [
     "DEFAULT_KV_CACHE_SATURATION",
     "DEFAULT_QUEUE_ALERT_FACTOR",
     "DEFAULT_RUNBOOK_URL",
-    "DEFAULT_JAEGER_URL",
+    "JAEGER_DATASOURCE_UID",
     "Family",
     "FAMILIES",
     "Selectors",
@@ -33,10 +33,13 @@ __all__ = [
 DEFAULT_KV_CACHE_SATURATION = 0.95  # alert when a model's KV cache stays above 95% used
 DEFAULT_QUEUE_ALERT_FACTOR = 2.0  # alert when the queue per replica is 2x the autoscaling target
 DEFAULT_RUNBOOK_URL = "https://github.com/aifactory/aifactory/blob/main/dashboards/RUNBOOKS.md"
-DEFAULT_JAEGER_URL = "http://jaeger-query.monitoring.svc:16686"  # the Jaeger UI as the browser reaches it
+# The uid of the Jaeger datasource Grafana is provisioned with (components.k8s.observability, additionalDataSources):
+# trace links open Grafana's Explore on it, which reaches Jaeger through Grafana's proxy (no cluster DNS name in
+# the browser).
+JAEGER_DATASOURCE_UID = "jaeger"
 
-Family = Literal["dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit"]
-FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit")
+Family = Literal["dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline"]
+FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,7 @@ class Selectors:
     envoy: str = ""
     ksm: str = ""
     kit: str = ""  # the kit's own telemetry (aifactory_*, gen_ai_*)
+    pipeline: str = ""  # the telemetry pipeline's own metrics (otelcol_*: Collector and Jaeger; loki_*: Loki, Alloy)
 
     def of(self, family: Family) -> str:
         return str(getattr(self, family))
@@ -119,7 +123,10 @@ class ObservabilityConfig:
     kv_cache_saturation: float = DEFAULT_KV_CACHE_SATURATION
     queue_alert_factor: float = DEFAULT_QUEUE_ALERT_FACTOR
     runbook_url: str = DEFAULT_RUNBOOK_URL
-    jaeger_url: str = DEFAULT_JAEGER_URL
+    # default: None, trace links open Grafana's Explore on the Jaeger datasource `jaeger_datasource_uid`; set it to
+    # the Jaeger UI's base URL as browsers reach it (e.g. https://jaeger.example.com) to link there instead
+    jaeger_url: str | None = None
+    jaeger_datasource_uid: str = JAEGER_DATASOURCE_UID
     variants: tuple[VariantCost, ...] = ()  # default: none (no workload has variants)
 
     @property

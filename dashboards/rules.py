@@ -29,6 +29,7 @@ from telemetry.names import (
     ENVOY,
     ISTIO,
     KSM,
+    PIPELINE,
     STEP_BUDGET,
     STEP_DURATION,
     STEP_ERRORS,
@@ -59,6 +60,9 @@ __all__ = [
     "DEFAULT_OBJECTIVE",
     "DRAIN_XIDS",
     "XID_WINDOW",
+    "PIPELINE_FOR",
+    "LOKI_ERROR_RATIO",
+    "CANARY_MISSING_RATIO",
 ]
 
 QUANTILES = ("0.5", "0.95", "0.99")
@@ -75,6 +79,9 @@ DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO o
 # GSP RPC timeout / GSP error (119, 120).
 DRAIN_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120)
 XID_WINDOW = "10m"  # a changed XID value within this window is a new XID
+PIPELINE_FOR = "10m"  # a telemetry component drops data this long before anyone is told (retries cover blips)
+LOKI_ERROR_RATIO = 0.05  # share of a Loki route's requests answered 5xx
+CANARY_MISSING_RATIO = 0.01  # share of the canary's lines that never came back from Loki
 
 
 @dataclass(frozen=True, slots=True)
@@ -629,6 +636,65 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     ]
 
 
+SERVER_ERRORS = 'status_code=~"5.."'
+_SIGNAL_WORDS = {"spans": "spans", "metric_points": "metric points", "log_records": "log records"}
+
+
+def _pipeline_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    """The telemetry pipeline alerts on itself: a failing exporter, a full queue or a refusing receiver drops spans,
+    metrics or logs silently otherwise (the Collector and Jaeger v2 export the same otelcol_* telemetry), as does
+    Alloy giving up on Loki, Loki failing requests, or the canary's lines not coming back."""
+    def rate(metric: str, by: str, *matchers: str, window: str = RATE) -> str:
+        return f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{window}]))"
+
+    out: list[Alert] = []
+    for signal in PIPELINE.SIGNALS:
+        words = _SIGNAL_WORDS[signal]
+        where = "{{ $labels.job }} ({{ $labels.namespace }})"
+        for alert, metric, by, what in (
+            ("TelemetryExportFailing", PIPELINE.SEND_FAILED, "namespace, job, exporter",
+             f"exporter {{{{ $labels.exporter }}}} of {where} failed to send {{{{ $value }}}} {words}/s after "
+             "its retries"),
+            ("TelemetryExportQueueFull", PIPELINE.ENQUEUE_FAILED, "namespace, job, exporter",
+             f"exporter {{{{ $labels.exporter }}}} of {where} could not queue {{{{ $value }}}} {words}/s (its "
+             "sending queue is full)"),
+            ("TelemetryReceiverRefusing", PIPELINE.RECEIVER_REFUSED, "namespace, job, receiver, transport",
+             f"receiver {{{{ $labels.receiver }}}} ({{{{ $labels.transport }}}}) of {where} refused "
+             f"{{{{ $value }}}} {words}/s"),
+        ):
+            out.append(Alert(
+                alert, f"{rate(metric.format(signal=signal), by)} > 0", "warning",
+                summary=f"{{{{ $labels.job }}}} is dropping {words}",
+                description=f"For {PIPELINE_FOR} the {what}: they are lost, and dashboards, traces or logs miss "
+                            "them.",
+                runbook_url=_runbook(cfg, alert), for_=PIPELINE_FOR, labels={"signal": signal}))
+    out += [
+        Alert("LogShippingDropping", f"{rate(PIPELINE.LOKI_WRITE_DROPPED, 'namespace, pod, host')} > 0", "warning",
+              summary="Alloy {{ $labels.pod }} is dropping log lines",
+              description=f"For {PIPELINE_FOR} Alloy pod {{{{ $labels.pod }}}} dropped {{{{ $value }}}} log "
+                          "lines/s it could not push to {{ $labels.host }} after every retry: that node's pod logs "
+                          "are lost.",
+              runbook_url=_runbook(cfg, "LogShippingDropping"), for_=PIPELINE_FOR),
+        Alert("LokiRequestsFailing",
+              f"{rate(PIPELINE.LOKI_REQUESTS, 'namespace, job, route', SERVER_ERRORS)} / "
+              f"{rate(PIPELINE.LOKI_REQUESTS, 'namespace, job, route')} > {LOKI_ERROR_RATIO!r}", "warning",
+              summary="Loki {{ $labels.job }} fails {{ $value | humanizePercentage }} of {{ $labels.route }}",
+              description=f"For {PIPELINE_FOR} Loki ({{{{ $labels.job }}}}) answered {{{{ $value | "
+                          f"humanizePercentage }}}} of {{{{ $labels.route }}}} requests with 5xx (more than "
+                          f"{LOKI_ERROR_RATIO:.0%}); on route loki_api_v1_push these are log lines refused.",
+              runbook_url=_runbook(cfg, "LokiRequestsFailing"), for_=PIPELINE_FOR),
+        Alert("LokiCanaryLinesMissing",
+              f"{rate(PIPELINE.CANARY_MISSING, 'namespace', window='15m')} / "
+              f"{rate(PIPELINE.CANARY_ENTRIES, 'namespace', window='15m')} > {CANARY_MISSING_RATIO!r}", "warning",
+              summary="Loki lost {{ $value | humanizePercentage }} of the canary's log lines",
+              description=f"For {PIPELINE_FOR} more than {CANARY_MISSING_RATIO:.0%} of the lines loki-canary "
+                          "wrote in {{ $labels.namespace }} never came back from Loki ({{ $value | "
+                          "humanizePercentage }} over 15 minutes): logs are being lost between write and query.",
+              runbook_url=_runbook(cfg, "LokiCanaryLinesMissing"), for_=PIPELINE_FOR),
+    ]
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # assembly
 
@@ -646,6 +712,7 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-slo", tuple(_slo_records(cfg))),
         Group("aifactory-slo-alerts", tuple(_slo_alerts(cfg))),
         Group("aifactory-gpu-alerts", tuple(_gpu_alerts(cfg))),
+        Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
     ]
 
 

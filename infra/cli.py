@@ -231,6 +231,25 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                         otlp_endpoint=args.otlp_endpoint)
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from infra.verify import verify_command
+
+    return verify_command(args.stack, urls={k: getattr(args, f"{k}_url") for k in VERIFY_ENDPOINTS},
+                          token_file=Path(args.token_file) if args.token_file else None, models=args.model,
+                          kubeconfig=Path(args.kubeconfig) if args.kubeconfig else None,
+                          stacks_dir=Path(args.stacks_dir) if args.stacks_dir else None, wait_seconds=args.wait,
+                          request_timeout_seconds=args.timeout, json_out=json_target(args.json))
+
+
+VERIFY_ENDPOINTS = {
+    "gateway": "the gateway (its load balancer, or http://aifactory-gateway.<gateway namespace>.svc:80)",
+    "prometheus": "Prometheus (default http://kps-prometheus.<observability namespace>.svc:9090)",
+    "jaeger": "Jaeger's query service (default http://jaeger.<observability namespace>.svc:16686)",
+    "loki": "Loki's gateway (default http://loki-gateway.<observability namespace>.svc)",
+    "alertmanager": "Alertmanager (default http://kps-alertmanager.<observability namespace>.svc:9093)",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="aifactory",
                                 description="GPU clusters for compound AI: synth, policy, node checks.")
@@ -335,6 +354,35 @@ def build_parser() -> argparse.ArgumentParser:
                                                           "(the OpenTelemetry Collector, :4318)")
     e.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files and evals/")
     e.set_defaults(func=_cmd_eval)
+
+    from infra.verify import DEFAULT_REQUEST_TIMEOUT_SECONDS, DEFAULT_WAIT_SECONDS
+
+    vf = sub.add_parser("verify", help="after a deploy: one request per model through the gateway, then its trace, "
+                                       "logs and metrics, KEDA's data, DCGM per GPU node and the Watchdog alert "
+                                       "(exit 1 on a broken hop)",
+                        description="Read-only and bounded: per model a chat completion, streamed and not (a few "
+                                    "tokens), through the gateway with --token-file's token; then queries to "
+                                    "Jaeger, Loki, Prometheus and Alertmanager, retried for --wait seconds. One "
+                                    "row per hop with what it saw and the likely cause. Endpoints default to the "
+                                    "stack's in-cluster Services (run it where cluster DNS resolves) or give URLs.")
+    vf.add_argument("stack", help="stack name: stacks/Pulumi.STACK.yaml")
+    for key, what in VERIFY_ENDPOINTS.items():
+        vf.add_argument(f"--{key}-url", metavar="URL", help=f"base URL of {what}")
+    vf.add_argument("--token-file", help="file holding a bearer token the gateway accepts (a tenant's)")
+    vf.add_argument("--kubeconfig", metavar="FILE",
+                    help="reach Prometheus, Jaeger, Loki and Alertmanager through this kubeconfig's API server (its "
+                         "service proxy, current context), no port-forward; the gateway still needs --gateway-url "
+                         "from outside the cluster")
+    vf.add_argument("--model", action="append", metavar="MODEL",
+                    help="verify only this model (repeatable; default: every model of the stack)")
+    vf.add_argument("--wait", type=float, default=DEFAULT_WAIT_SECONDS,
+                    help=f"seconds the signals may take to arrive (default: {DEFAULT_WAIT_SECONDS:g})")
+    vf.add_argument("--timeout", type=float, default=DEFAULT_REQUEST_TIMEOUT_SECONDS,
+                    help=f"seconds per request through the gateway (default: {DEFAULT_REQUEST_TIMEOUT_SECONDS:g})")
+    vf.add_argument("--json", metavar="OUT", nargs="?", const="-",
+                    help="also write the rows as JSON to OUT (`-`, or no OUT: stdout, and the table goes to stderr)")
+    vf.add_argument("--stacks-dir", help="directory of Pulumi.<stack>.yaml files")
+    vf.set_defaults(func=_cmd_verify)
     return p
 
 

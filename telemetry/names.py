@@ -287,6 +287,35 @@ class KSM:
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
 
 
+class PIPELINE:
+    """The telemetry pipeline's own metrics: the OpenTelemetry Collector's and Jaeger v2's internal telemetry (both
+    collector builds, scraped on 8888), Grafana Alloy's loki.write, Loki's requests and its canary.
+
+    Collector counters carry `_total` when the telemetry is exported by a configured Prometheus pull reader, as the
+    kit configures it (open-telemetry/opentelemetry-collector@v0.143.0 internal/e2e/metric_stability_test.go,
+    "Metric readers"; names from exporter/exporterhelper/metadata.yaml and receiver/receiverhelper/metadata.yaml).
+    """
+
+    # {exporter} (the exporter's id, e.g. otlp/jaeger), one per signal
+    SENT = "otelcol_exporter_sent_{signal}_total"
+    SEND_FAILED = "otelcol_exporter_send_failed_{signal}_total"  # gave up after retries: the data is dropped
+    ENQUEUE_FAILED = "otelcol_exporter_enqueue_failed_{signal}_total"  # the sending queue was full: dropped
+    # {receiver, transport}: refused by the pipeline behind the receiver (memory limiter, a failing exporter)
+    RECEIVER_REFUSED = "otelcol_receiver_refused_{signal}_total"
+    SIGNALS = ("spans", "metric_points", "log_records")
+    # Alloy loki.write {host, tenant, reason}: entries dropped after every retry
+    # (grafana/alloy@v1.11.3 internal/component/common/loki/client/client.go)
+    LOKI_WRITE_DROPPED = "loki_write_dropped_entries_total"
+    LOKI_WRITE_SENT = "loki_write_sent_entries_total"
+    # Loki's HTTP/gRPC requests {route, status_code} (the loki chart's own LokiRequestErrors reads it:
+    # grafana/loki@helm-loki-6.53.0 production/helm/loki/src/alerts.yaml.tpl)
+    LOKI_REQUESTS = "loki_request_duration_seconds_count"
+    # loki-canary (a DaemonSet in the loki chart, lokiCanary.enabled: true) writes lines and reads them back
+    # (grafana/loki@v3.6.5 pkg/canary/comparator/comparator.go)
+    CANARY_ENTRIES = "loki_canary_entries_total"
+    CANARY_MISSING = "loki_canary_missing_entries_total"  # not received back via websocket nor direct query
+
+
 class SPANMETRICS:
     """OTel Collector spanmetrics connector (labels service_name, span_name, span_kind, status_code)."""
 

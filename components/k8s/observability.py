@@ -104,6 +104,7 @@ __all__ = [
     "collector_configmap",
     "collector_values",
     "collector_service_monitor",
+    "jaeger_service_monitor",
     "sidecar_pod_monitor",
     "DASHBOARD_FOLDER_ANNOTATION",
     "jaeger_values",
@@ -683,16 +684,30 @@ def collector_values(cfg: BackendsView) -> dict[str, Any]:
     }
 
 
+def _service_monitor(cfg: BackendsView, name: str, match_labels: dict[str, str],
+                     endpoints: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+            "metadata": {"name": name, "namespace": cfg.observability.namespace, "labels": dict(naming.MANAGED_BY)},
+            "spec": {"selector": {"matchLabels": match_labels}, "endpoints": endpoints}}
+
+
 def collector_service_monitor(cfg: BackendsView) -> dict[str, Any]:
     """Scrapes the Collector's prometheus exporter (spanmetrics and the kit's OTLP metrics) and its own
     telemetry (what it received, sent, refused and dropped)."""
-    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
-            "metadata": {"name": "otel-collector", "namespace": cfg.observability.namespace,
-                         "labels": dict(naming.MANAGED_BY)},
-            "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "opentelemetry-collector",
-                                                  "app.kubernetes.io/instance": COLLECTOR_RELEASE}},
-                     "endpoints": [{"port": "prometheus", "interval": "15s"},
-                                   {"port": "metrics", "interval": "30s"}]}}
+    return _service_monitor(cfg, "otel-collector", {"app.kubernetes.io/name": "opentelemetry-collector",
+                                                    "app.kubernetes.io/instance": COLLECTOR_RELEASE},
+                            [{"port": "prometheus", "interval": "15s"}, {"port": "metrics", "interval": "30s"}])
+
+
+def jaeger_service_monitor(cfg: BackendsView) -> dict[str, Any]:
+    """Scrapes Jaeger's own telemetry (otelcol_* on 8888, jaeger_config's telemetry reader): spans it received,
+    refused, and failed to write to storage. The chart makes no ServiceMonitor; its one Service names the port
+    `internal-metrics` and carries the chart's selector labels plus component all-in-one (jaeger chart 4.11.1
+    templates/jaeger/jaeger-service.yaml, _helpers.tpl jaeger.selectorLabels: the name is the chart's)."""
+    return _service_monitor(cfg, JAEGER_RELEASE, {"app.kubernetes.io/name": "jaeger",
+                                                  "app.kubernetes.io/instance": JAEGER_RELEASE,
+                                                  "app.kubernetes.io/component": "all-in-one"},
+                            [{"port": "internal-metrics", "interval": "30s"}])
 
 
 def sidecar_pod_monitor(cfg: BackendsView) -> dict[str, Any]:
@@ -877,6 +892,10 @@ def alloy_values(cfg: BackendsView) -> dict[str, Any]:
             "mounts": {"varlog": True, "extra": [{"name": ALLOY_STORAGE_VOLUME, "mountPath": ALLOY_STORAGE_PATH}]},
             "resources": _res("100m", "128Mi", "500m", "512Mi"),
         },
+        # Alloy's own metrics (loki_write_dropped_entries_total: lines it gave up on). The chart renders the
+        # ServiceMonitor whenever this is on, CRD or not (alloy chart 1.4.0 templates/servicemonitor.yaml; default
+        # false in values.yaml), so the release waits for kube-prometheus-stack.
+        "serviceMonitor": {"enabled": True},
     }
 
 
@@ -925,7 +944,8 @@ class Observability(pulumi.ComponentResource):
         chart("loki", versions.LOKI, LOKI_RELEASE,
               loki_values(cfg) if loki_bucket is None else loki_bucket.apply(lambda b: loki_values(cfg, b)),
               pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after, self.prometheus_stack]))
-        chart("alloy", versions.ALLOY, ALLOY_RELEASE, alloy_values(cfg))
+        chart("alloy", versions.ALLOY, ALLOY_RELEASE, alloy_values(cfg),
+              pulumi.ResourceOptions(parent=self, depends_on=[self.namespace, *after, self.prometheus_stack]))
         cm = collector_configmap(cfg)
         config = k8s.core.v1.ConfigMap(f"{name}-collector-config", metadata=cm["metadata"], data=cm["data"],
                                        opts=in_ns)
@@ -935,6 +955,10 @@ class Observability(pulumi.ComponentResource):
         k8s.apiextensions.CustomResource(
             f"{name}-collector-monitor", api_version=sm["apiVersion"], kind=sm["kind"], metadata=sm["metadata"],
             spec=sm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
+        jm = jaeger_service_monitor(cfg)
+        k8s.apiextensions.CustomResource(
+            f"{name}-jaeger-monitor", api_version=jm["apiVersion"], kind=jm["kind"], metadata=jm["metadata"],
+            spec=jm["spec"], opts=pulumi.ResourceOptions(parent=self, depends_on=[self.prometheus_stack]))
         pm = sidecar_pod_monitor(cfg)
         k8s.apiextensions.CustomResource(
             f"{name}-sidecar-monitor", api_version=pm["apiVersion"], kind=pm["kind"], metadata=pm["metadata"],

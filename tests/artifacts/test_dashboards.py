@@ -231,13 +231,56 @@ def test_dashboard_sets_what_grafana_10_to_12_needs(board: str, prod: Observabil
     assert len(ids) == len(set(ids))
 
 
-def test_compound_latency_links_to_traces_and_has_a_request_id_logs_panel(prod: ObservabilityConfig) -> None:
-    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["compound-latency"]))
+def _trace_links(cfg: ObservabilityConfig) -> list[str]:
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["compound-latency"]))
     latency = next(p for p in doc["panels"] if p["title"] == "Workflow latency p50 / p95 / p99")
-    urls = [link["url"] for link in latency["fieldConfig"]["defaults"]["links"]]
-    assert all(u.startswith("${jaeger_url}/search?service=${trace_service}&operation=invoke_workflow%20"
-                            "${__field.labels.workflow}") for u in urls)
-    assert urls[1].endswith("&minDuration=${__value.raw}s")
+    assert all(v["name"] != "jaeger_url" for v in doc["templating"]["list"])
+    return [link["url"] for link in latency["fieldConfig"]["defaults"]["links"]]
+
+
+def test_compound_latency_links_traces_through_grafanas_jaeger_datasource(prod: ObservabilityConfig) -> None:
+    """Issue 28 item 10: the links named `jaeger-query.monitoring.svc`, a Service the jaeger chart 4.x does not
+    render and a name no browser resolves. They open Grafana's Explore on the provisioned Jaeger datasource
+    (Explore URL state v1: grafana public/app/features/explore/hooks/useStateSync/migrators/v1.ts; Jaeger query
+    model: public/app/plugins/datasource/jaeger/types.ts), which Grafana proxies to the chart's `jaeger` Service."""
+    from urllib.parse import parse_qs, urlsplit
+
+    from components.k8s.observability import kube_prometheus_stack_values
+    from infra.synth import load_stack
+
+    urls = _trace_links(prod)
+    assert not any("svc" in u or "jaeger-query" in u for u in urls)
+    panes = []
+    for u in urls:
+        parts = urlsplit(u)
+        assert (parts.scheme, parts.netloc, parts.path) == ("", "", "/explore")
+        q = parse_qs(parts.query)
+        assert (q["schemaVersion"], q["orgId"]) == (["1"], ["1"])
+        [pane] = json.loads(q["panes"][0]).values()
+        panes.append(pane)
+    provisioned = kube_prometheus_stack_values(load_stack("prod"))["grafana"]["additionalDataSources"]
+    jaeger = next(d for d in provisioned if d["type"] == "jaeger")
+    assert jaeger["url"] == "http://jaeger.monitoring.svc.cluster.local:16686"  # the chart's one Service
+    want = {"refId": "A", "datasource": {"type": "jaeger", "uid": jaeger["uid"]}, "queryType": "search",
+            "service": "${trace_service}", "operation": "invoke_workflow ${__field.labels.workflow}",
+            "tags": "gen_ai.workflow.name=${__field.labels.workflow}"}
+    assert panes[0] == {"datasource": jaeger["uid"], "queries": [want],
+                        "range": {"from": "${__from}", "to": "${__to}"}}
+    assert panes[1]["queries"] == [{**want, "minDuration": "${__value.raw}s"}]
+
+
+def test_compound_latency_links_to_a_configured_jaeger_ui(prod: ObservabilityConfig) -> None:
+    import dataclasses
+
+    urls = _trace_links(dataclasses.replace(prod, jaeger_url="https://jaeger.example.com/"))
+    assert urls[0] == ("https://jaeger.example.com/search?service=${trace_service}&operation=invoke_workflow%20"
+                       "${__field.labels.workflow}&tags={%22gen_ai.workflow.name%22%3A%22${__field.labels.workflow}"
+                       "%22}&start=${__from}000&end=${__to}000")
+    assert urls[1] == urls[0] + "&minDuration=${__value.raw}s"
+
+
+def test_compound_latency_has_a_request_id_logs_panel(prod: ObservabilityConfig) -> None:
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["compound-latency"]))
     logs = next(p for p in doc["panels"] if p["type"] == "logs")
     assert logs["targets"][0]["expr"] == ('{namespace=~"aifactory-gateway|assistant|finance|research|search"} '
                                           '|= "$request_id"')

@@ -18,7 +18,7 @@ from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, r
 from infra.artifacts import dump_yaml
 from infra.monitoring import from_platform
 from infra.synth import DEFAULT_STACKS_DIR, load_stack
-from telemetry.names import DCGM, KSM, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
+from telemetry.names import DCGM, KSM, PIPELINE, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
 from tests.support import exporter_facts as facts
 from tests.support.prometheus import promtool
 from tests.support.synthetic import OTHER_WORKFLOW
@@ -295,12 +295,51 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
     return out
 
 
+def _pipeline_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """The telemetry pipeline's alerts (issue 28 item 9), on the series the Collector, Jaeger, Alloy, Loki and
+    loki-canary export (telemetry.names.PIPELINE cites each at its pinned version). Counters rise at constant rates
+    from minute 0, so each condition holds from minute 1 (a rate needs two samples) with an exact $value."""
+    fors = _for(cfg)
+    out: list[Case] = []
+
+    def case(alert: str, labels: Labels, value: float, series: dict[str, str], quiet: dict[str, str]) -> None:
+        fired = ({**labels, "alertname": alert, "severity": "warning"}, value, fors[(alert, "warning")])
+        out.append(Case(alert, series, _around(1, [fired])))
+        out.append(Case(alert, quiet, [(1 + fired[2], [])]))
+
+    collector = {"namespace": "monitoring", "job": "otel-collector"}
+    for signal in PIPELINE.SIGNALS:
+        for alert, metric, labels in (
+            ("TelemetryExportFailing", PIPELINE.SEND_FAILED, {**collector, "exporter": "otlp/jaeger"}),
+            ("TelemetryExportQueueFull", PIPELINE.ENQUEUE_FAILED, {**collector, "exporter": "otlphttp/loki"}),
+            ("TelemetryReceiverRefusing", PIPELINE.RECEIVER_REFUSED,
+             {**collector, "receiver": "otlp", "transport": "grpc"}),
+        ):
+            name = metric.format(signal=signal)
+            raw = {**labels, "instance": "10.0.0.7:8888", "pod": "otel-collector-0"}
+            sent = _sel(PIPELINE.SENT.format(signal=signal), raw)
+            case(alert, {**labels, "signal": signal}, 1.0, {_sel(name, raw): "0+60x30", sent: "0+600x30"},
+                 {_sel(name, raw): "0x30", sent: "0+600x30"})
+    alloy = {"namespace": "monitoring", "pod": "alloy-x2kq9", "host": "loki-gateway.monitoring.svc.cluster.local:80"}
+    dropped = _sel(PIPELINE.LOKI_WRITE_DROPPED, {**alloy, "job": "alloy", "tenant": "", "reason": "ingester_error"})
+    case("LogShippingDropping", alloy, 1.0, {dropped: "0+60x30"}, {dropped: "0x30"})
+    loki = {"namespace": "monitoring", "job": "monitoring/loki", "route": "loki_api_v1_push"}
+    ok, failed = (_sel(PIPELINE.LOKI_REQUESTS, {**loki, "status_code": code}) for code in ("204", "500"))
+    case("LokiRequestsFailing", loki, 10 / 110, {ok: "0+100x30", failed: "0+10x30"},
+         {ok: "0+100x30", failed: "0+5x30"})  # 4.8%: under the threshold
+    canary = {"namespace": "monitoring", "job": "monitoring/loki-canary", "pod": "loki-canary-abcde"}
+    written, missing = _sel(PIPELINE.CANARY_ENTRIES, canary), _sel(PIPELINE.CANARY_MISSING, canary)
+    case("LokiCanaryLinesMissing", {"namespace": "monitoring"}, 3 / 60, {written: "0+60x30", missing: "0+3x30"},
+         {written: "0+60x30", missing: "0+0.3x30"})  # 0.5%: under the threshold
+    return out
+
+
 Annotations = dict[tuple[str, str, str | None], dict[str, str]]
 
 
 def _promtool_test(case: Case, annotations: Annotations) -> dict[str, Any]:
     def expected(labels: Labels, value: float) -> dict[str, Any]:
-        texts = annotations[(labels["alertname"], labels["severity"], labels.get("objective"))]
+        texts = annotations[(labels["alertname"], labels["severity"], labels.get("objective") or labels.get("signal"))]
         return {"exp_labels": labels, "exp_annotations": {k: _render(v, labels, value) for k, v in texts.items()}}
 
     return {"interval": "1m", "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
@@ -337,10 +376,11 @@ def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_inte
 def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
                                                                              tmp_path: Path) -> None:
     long_cases, short_burns = _long_window_cases(prod)
-    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod)
+    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod)
     assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
     assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
-    annotations = {(a.alert, a.severity, a.labels.get("objective")): a.to_dict()["annotations"] for a in alerts(prod)}
+    annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):
+                   a.to_dict()["annotations"] for a in alerts(prod)}
     long_tests = [{**_promtool_test(c, annotations), "promql_expr_test": [burn]}  # the 5m window alone would page
                   for c, burn in zip(long_cases, short_burns, strict=True)]
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases if c not in long_cases]),

@@ -102,7 +102,8 @@ class PrometheusServer:
 
     def __init__(self, workdir: Path, *, tsdb: Path | None = None, scrape_targets: list[str] | None = None,
                  scrape_interval: str = "1s", rule_files: list[Path] | None = None,
-                 extra_args: list[str] | None = None) -> None:
+                 extra_args: list[str] | None = None, scrape_configs: list[dict[str, Any]] | None = None) -> None:
+        """`scrape_targets`: host:port pairs scraped at /metrics (job "test"); `scrape_configs`: more jobs, whole."""
         self.workdir = Path(workdir)
         self.tsdb = tsdb or self.workdir / "tsdb"
         self.port = free_port()
@@ -111,14 +112,17 @@ class PrometheusServer:
         self.scrape_interval = scrape_interval
         self.rule_files = rule_files or []
         self.extra_args = extra_args or []
+        self.scrape_configs = scrape_configs or []
         self.proc: subprocess.Popen[bytes] | None = None
         self.log = self.workdir / "prometheus.log"
 
     def _config(self) -> dict[str, Any]:
         cfg: dict[str, Any] = {"global": {"scrape_interval": self.scrape_interval,
                                           "evaluation_interval": self.scrape_interval}}
-        if self.scrape_targets:
-            cfg["scrape_configs"] = [{"job_name": "test", "static_configs": [{"targets": self.scrape_targets}]}]
+        jobs = [{"job_name": "test", "static_configs": [{"targets": self.scrape_targets}]}] \
+            if self.scrape_targets else []
+        if jobs or self.scrape_configs:
+            cfg["scrape_configs"] = [*jobs, *self.scrape_configs]
         if self.rule_files:
             cfg["rule_files"] = [str(p) for p in self.rule_files]
         return cfg

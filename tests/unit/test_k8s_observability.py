@@ -550,3 +550,29 @@ def test_loki_exports_its_own_metrics_once_the_servicemonitor_crd_exists(prod_re
     (loki,) = [r for r in prod_resources if r.name == "platform-observability-loki"]
     (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
     assert kps.urn in loki.dependencies
+
+
+def test_the_telemetry_pipeline_is_scraped_itself(prod_resources: list) -> None:
+    """Issue 28 item 9: Jaeger's own telemetry (otelcol_* on 8888) and Alloy's (loki_write_*) were not scraped, so no
+    rule could see them drop spans or log lines. Jaeger: the chart makes no ServiceMonitor; its one Service exposes
+    8888 as port `internal-metrics` with the chart's selector labels and component all-in-one (jaeger chart 4.11.1
+    templates/jaeger/jaeger-service.yaml, _helpers.tpl). Alloy: `serviceMonitor.enabled` defaults to false and the
+    chart renders the ServiceMonitor without checking for the CRD (alloy chart 1.4.0 values.yaml,
+    templates/servicemonitor.yaml), so the release comes after kube-prometheus-stack."""
+    cfg = stack_cfg("prod")
+    telemetry = obs.jaeger_config(cfg)["service"]["telemetry"]["metrics"]["readers"]
+    assert telemetry == [{"pull": {"exporter": {"prometheus": {"host": "0.0.0.0", "port": 8888}}}}]
+    assert obs.jaeger_service_monitor(cfg) == {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": "jaeger", "namespace": "monitoring",
+                     "labels": {"app.kubernetes.io/managed-by": "aifactory"}},
+        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "jaeger",
+                                              "app.kubernetes.io/instance": "jaeger",
+                                              "app.kubernetes.io/component": "all-in-one"}},
+                 "endpoints": [{"port": "internal-metrics", "interval": "30s"}]}}
+    assert obs.alloy_values(cfg)["serviceMonitor"] == {"enabled": True}
+    (kps,) = [r for r in prod_resources if r.name == "platform-observability-kube-prometheus-stack"]
+    (alloy,) = [r for r in prod_resources if r.name == "platform-observability-alloy"]
+    (monitor,) = [r for r in prod_resources if r.name == "platform-observability-jaeger-monitor"]
+    assert kps.urn in alloy.dependencies and kps.urn in monitor.dependencies
+    assert (monitor.inputs["kind"], monitor.inputs["metadata"]["name"]) == ("ServiceMonitor", "jaeger")
