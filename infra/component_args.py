@@ -132,7 +132,8 @@ def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
     for key, value in (("mig_profile", m.mig_profile), ("max_model_length", m.max_model_length),
                        ("kv_offload_gib", m.kv_offload_gib), ("weights_gib", m.weights_gib),
                        ("aws_region", cfg.target.region if cfg.is_aws else None),
-                       ("storage_class", cfg.target.storage_class)):
+                       ("storage_class", cfg.target.storage_class),
+                       ("priority_class_name", cfg.priority_class_of(m))):
         if value is not None:
             args[key] = value  # type: ignore[literal-required]
     if pool.vllm_image is not None:

@@ -37,6 +37,7 @@ from components.k8s.defaults import (
     DEFAULT_STARTUP_BUDGET_SECONDS,
     DEFAULT_TRY_IDLE_SECONDS,
     IPAM_BLOCK_SIZE,
+    SERVING_PRIORITY_CLASSES,
 )
 from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.values import (
@@ -317,6 +318,10 @@ class PlatformConfig:
 
     def pool_of(self, model: Model) -> NodePool:
         return self.node_pools[model.pool]
+
+    def priority_class_of(self, model: Model) -> str | None:
+        """The PriorityClass of the model's pods (ServingControllers creates it)."""
+        return SERVING_PRIORITY_CLASSES[model.priority][0]
 
     def tenant_of(self, model: Model) -> Tenant:
         return self.tenants[model.tenant]

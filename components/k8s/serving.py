@@ -47,6 +47,7 @@ from components.k8s.defaults import (
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_STARTUP_BUDGET_SECONDS,
+    SERVING_PRIORITY_CLASSES,
 )
 from components.k8s.envoy_config import HEALTH_PATHS, OPENAI_APIS, ObservabilityView
 from components.k8s.gpu_stack import mig_resource, pool_tolerations
@@ -148,6 +149,7 @@ __all__ = [
     "wake_query",
     "model_objects",
     "required_controllers",
+    "priority_classes",
     "cache_prep",
     "register_object",
     "ModelDeployment",
@@ -181,6 +183,8 @@ class ServingView(Protocol):
     def tenant_of(self, model: Model) -> Tenant: ...
 
     def pool_of(self, model: Model) -> NodePool: ...
+
+    def priority_class_of(self, model: Model) -> str | None: ...
 
 
 class ControllersView(ServingView, Protocol):
@@ -721,6 +725,7 @@ def pod_spec(cfg: ServingView, model: Model, *, role: str = "single") -> dict[st
         container |= {"ports": _ports(model), **_probes(model)}
     return {
         "serviceAccountName": naming.model_service_account(model.name),
+        **({"priorityClassName": pc} if (pc := cfg.priority_class_of(model)) is not None else {}),
         "automountServiceAccountToken": False,
         "securityContext": security.pod_security_context(fs_group=security.DEFAULT_UID),
         "nodeSelector": {naming.LABEL_POOL: pool.name},
@@ -940,6 +945,7 @@ _TYPED = {
     "PersistentVolume": k8s.core.v1.PersistentVolume,
     "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "DaemonSet": k8s.apps.v1.DaemonSet,
+    "PriorityClass": k8s.scheduling.v1.PriorityClass,
 }
 
 
@@ -950,6 +956,9 @@ def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
     if typed is not None:
         if obj["kind"] == "ServiceAccount":
             fields["automount_service_account_token"] = fields.pop("automountServiceAccountToken")
+        if obj["kind"] == "PriorityClass":
+            fields["preemption_policy"] = fields.pop("preemptionPolicy")
+            fields["global_default"] = fields.pop("globalDefault")
         return typed(name, **fields, opts=opts)
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], **fields,
                                             opts=opts)
@@ -1092,6 +1101,9 @@ class ModelDeploymentArgs(TypedDict):
     """The StorageClass of the model cache volumes; required off AWS. Default: the kit's gp3 class on AWS."""
     infiniband: NotRequired[ModelInfinibandArgs]
     """Default: none (infiniband pools then get no RDMA devices)."""
+    priority_class_name: NotRequired[str]
+    """An existing PriorityClass for the pods (the kit's ServingControllers creates aifactory-serving-interactive
+    and aifactory-serving-batch). Default: none (the cluster's default priority)."""
     monitoring_namespace: NotRequired[str]
     """Where Prometheus (KEDA's queries) and the OpenTelemetry Collector (the engines' spans) run.
     Default: monitoring."""
@@ -1115,6 +1127,7 @@ class ServingSpec:
     target: _Target
     observability: Tracing
     infiniband: InfinibandSettings | None = None
+    priority_class_name: str | None = None
 
     @property
     def is_aws(self) -> bool:
@@ -1125,6 +1138,9 @@ class ServingSpec:
 
     def pool_of(self, model: Model) -> NodePool:
         return self.pool
+
+    def priority_class_of(self, model: Model) -> str | None:
+        return self.priority_class_name
 
 
 def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -1213,7 +1229,8 @@ def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
         target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
         observability=Tracing(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
                                      trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
-        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None)
+        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None,
+        priority_class_name=args.get("priority_class_name"))
 
 
 class ModelDeployment(pulumi.ComponentResource):
@@ -1270,6 +1287,8 @@ class ServingControllers(pulumi.ComponentResource):
         ]
         if (prep := cache_prep(cfg)) is not None:
             register_object(f"{name}-cache-prep", prep, child)
+        for pc in priority_classes(cfg):
+            register_object(f"{name}-{pc['metadata']['name']}", pc, child)
         self.register_outputs({"charts": [r.chart for r in self.releases]})
 
 
@@ -1283,6 +1302,15 @@ def cache_prep(cfg: ControllersView) -> dict[str, Any] | None:
                                 uid=security.DEFAULT_UID, pool_names=[p.name for p in pools],
                                 pool_label=naming.LABEL_POOL, tolerations=pool_tolerations(pools),
                                 namespace=naming.SYSTEM_NAMESPACE)
+
+
+def priority_classes(cfg: ControllersView) -> list[dict[str, Any]]:
+    """The PriorityClasses the stack's model pods name (SERVING_PRIORITY_CLASSES), cluster-scoped."""
+    names = {cfg.priority_class_of(m) for m in cfg.models.values()}
+    return [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+             "metadata": {"name": name, "labels": dict(naming.MANAGED_BY)}, "value": value, "preemptionPolicy": policy,
+             "globalDefault": False, "description": f"aifactory model pods of priority {priority}"}
+            for priority, (name, value, policy) in SERVING_PRIORITY_CLASSES.items() if name in names]
 
 
 def required_controllers(cfg: ControllersView) -> list[versions.HelmChart]:

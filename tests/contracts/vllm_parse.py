@@ -25,7 +25,7 @@ def main(path: str) -> int:
     for c in commands:
         parser = make_arg_parser(FlexibleArgumentParser(prog="vllm serve"))
         try:
-            validate_parsed_serve_args(parser.parse_args(["--model", c["path"], *c["args"]]))
+            validate_parsed_serve_args(parser.parse_args([c["path"], *c["args"]]))  # `vllm serve PATH ...`
         except (SystemExit, Exception) as exc:  # argparse exits; validation raises
             failed += 1
             print(f"FAIL {c['where']} {c['model']} (vllm {vllm.__version__}): {exc!r}: {' '.join(c['args'])}")

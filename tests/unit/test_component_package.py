@@ -59,7 +59,8 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
     assert shape["aifactory:index:ModelDeployment"] == (
         ["awsRegion", "cacheGib", "engine", "expertParallel", "gpusPerReplica", "groupFormationSeconds", "infiniband",
          "kvOffloadGib", "maxModelLength", "migProfile", "model", "modelName", "monitoringNamespace", "namespace",
-         "pipelineParallel", "pool", "prefixCaching", "quantization", "quantizedCheckpoint", "replicas", "speculative",
+         "pipelineParallel", "pool", "prefixCaching", "priorityClassName", "quantization", "quantizedCheckpoint",
+         "replicas", "speculative",
          "startupBudgetSeconds", "storageClass", "task", "tenant", "tensorParallel", "traceSampleRatio", "uri",
          "weightsGib", "workload"],
         ["engine", "model", "pool", "tenant"],

@@ -293,3 +293,24 @@ def test_a_drain_never_takes_a_single_replica_models_only_pod() -> None:
     prod = stack_config("prod")
     spec = serving.disruption_budget(prod, prod.models["embed-rerank"])["spec"]  # 2..16
     assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec
+
+
+def test_model_pods_have_a_priority_class_per_priority_and_the_stack_creates_them() -> None:
+    """scheduling.k8s.io/v1 PriorityClass: an interactive model pod that finds no GPU preempts batch ones
+    (PreemptLowerPriority); a batch pod never preempts (preemptionPolicy Never). Pods name a class only if it
+    exists: the kit's ServingControllers creates the ones its models use; a standalone ModelDeployment names one
+    only when given priority_class_name."""
+    prod = stack_config("prod")
+    names = {m.name: serving.pod_spec(prod, m).get("priorityClassName") for m in prod.models.values()}
+    assert names == {"assistant-fast": "aifactory-serving-interactive", "assistant-batch": "aifactory-serving-batch",
+                     "deep-research": "aifactory-serving-interactive", "embed-rerank": "aifactory-serving-interactive",
+                     "finance-8b": "aifactory-serving-interactive"}
+    classes = {pc["metadata"]["name"]: (pc["value"], pc["preemptionPolicy"], pc["globalDefault"])
+               for pc in serving.priority_classes(prod)}
+    assert classes == {"aifactory-serving-interactive": (100000, "PreemptLowerPriority", False),
+                       "aifactory-serving-batch": (10000, "Never", False)}
+    dev = stack_config("dev")  # interactive models only
+    assert [pc["metadata"]["name"] for pc in serving.priority_classes(dev)] == ["aifactory-serving-interactive"]
+    standalone = serving.serving_spec("m", {"engine": "vllm", "model": "org/m", "tenant": "t", "storage_class": "x",
+                                            "pool": {"name": "gpu", "instance_type": "dgx-h100"}})
+    assert "priorityClassName" not in serving.pod_spec(standalone, standalone.model)
