@@ -1277,7 +1277,7 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
     """(method, pre-quantized checkpoint) of `quantization`: a method name, or {method, checkpoint}.
 
     A pre-quantized checkpoint carries its own quantization config (config.json quantization_config), which
-    vLLM reads; an explicit `--quantization` that contradicts it is refused at start-up (vLLM v0.11.0
+    vLLM reads; an explicit `--quantization` that contradicts it is refused at start-up (vLLM v0.33.0
     vllm/config/model.py ModelConfig._verify_quantization: "Quantization method specified in the model config
     (...) does not match the quantization method specified in the `quantization` argument (...)").
     Meta's Llama-3.1-405B-Instruct-FP8 declares fbgemm_fp8, so `--quantization fp8` crash-loops it."""
@@ -1330,7 +1330,7 @@ def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None
 
 
 def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
-    """`--enable-expert-parallel` (vLLM v0.11.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
+    """`--enable-expert-parallel` (vLLM v0.33.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
     MoE experts are placed whole on the tensor-parallel ranks instead of sharded across them."""
     ep = bool(r.value(d, "expertParallel", path, bool, False))
     if ep and engine == "triton":

@@ -251,7 +251,7 @@ HF_TOKEN_SECRET = "hf-token"  # optional Secret (key `token`) in the tenant name
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
 # Every port the Ray processes of a multi-node replica listen on, pinned (Ray's defaults are random ports and
 # a 10002-19999 worker range): `ray start` options (Ray docs, "Cluster Management CLI", ray start; Ray
-# python/ray/scripts/scripts.py). multi-node-serving.sh (vLLM v0.11.0 examples/online_serving) passes every
+# python/ray/scripts/scripts.py). multi-node-serving.sh (vllm-project/vllm examples/online_serving) passes every
 # argument it does not know to `ray start`, and starts the head with `--port=$ray_port` (default 6379: GCS).
 RAY_GCS_PORT = 6379
 RAY_NODE_PORTS: dict[str, int] = {  # on the leader and every worker
@@ -998,7 +998,7 @@ class ModelPoolArgs(TypedDict):
     taints: NotRequired[list[TaintArgs]]
     """The nodes' taints, which the pods tolerate. Default: nvidia.com/gpu=true:NoSchedule."""
     vllm_image: NotRequired[str]
-    """Default: vllm/vllm-openai:v0.11.0, or AWS's vLLM image with EFA libraries for multi-node replicas on EFA."""
+    """Default: vllm/vllm-openai:v0.33.0, or AWS's vLLM image with EFA libraries for multi-node replicas on EFA."""
 
 
 class SpeculativeArgs(TypedDict):

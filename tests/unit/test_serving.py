@@ -113,7 +113,7 @@ def test_vllm_args_ngram_speculation_needs_no_draft_model() -> None:
     ({"method": "awq"}, None)])
 def test_vllm_quantization_flags(quantization: Any, flag: str | None) -> None:
     """`--quantization` only when vLLM quantizes on load (BF16 weights -> FP8); a pre-quantized checkpoint
-    (AWQ, GPTQ, INT8 W8A8, FP8) declares its method in config.json and vLLM v0.11.0 refuses a flag that
+    (AWQ, GPTQ, INT8 W8A8, FP8) declares its method in config.json and vLLM v0.33.0 refuses a flag that
     contradicts it (vllm/config/model.py ModelConfig._verify_quantization)."""
     args = vllm_args(small(quantization=quantization).models["m"])
     assert (args[args.index("--quantization") + 1] if "--quantization" in args else None) == flag
