@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup synth validate policy test bench mutate lint promtool amtool clean
+.PHONY: setup synth validate policy test bench mutate lint promtool amtool contracts clean
 
 # The stamp depends on pyproject.toml so a changed pin reinstalls.
 $(VENV)/.installed: pyproject.toml
@@ -57,6 +57,20 @@ MUTMUT_VERSION := 3.8.1
 mutate: setup promtool ## mutation score per decision module (mutmut); MUTATE="policies/fabric.py" for one; MUTATE="infra/config.py --sample 200 --seed 22" estimates a slow one from 200 mutants
 	@$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install --quiet 'mutmut==$(MUTMUT_VERSION)'
 	$(BIN)/python -m tests.mutation $(MUTATE)
+
+# The kit's `vllm serve` command lines through vLLM's own argument parser, at each pinned version (the stock
+# image's and the EFA DLC's): one throwaway venv per version under build/contracts (vLLM pulls torch: GBs, minutes;
+# not CI). CI checks the same command lines against the options recorded from the sources
+# (tests/fixtures/engines/cli.yaml, tests/unit/test_engine_contracts.py).
+CONTRACT_VLLM_VERSIONS ?= 0.33.0 0.27.1
+contracts: setup ## engine flags through the engines' own parsers (downloads vLLM + torch; not CI)
+	mkdir -p build/contracts
+	$(BIN)/python -m tests.contracts.engine_commands > build/contracts/vllm-commands.json
+	set -e; for v in $(CONTRACT_VLLM_VERSIONS); do \
+	  [ -x build/contracts/vllm-$$v/bin/python ] || { $(PYTHON) -m venv build/contracts/vllm-$$v && \
+	    build/contracts/vllm-$$v/bin/python -m pip install --quiet "vllm==$$v"; }; \
+	  build/contracts/vllm-$$v/bin/python tests/contracts/vllm_parse.py build/contracts/vllm-commands.json; \
+	done
 
 lint: setup
 	$(BIN)/ruff check infra components dashboards policies telemetry tests

@@ -39,7 +39,8 @@ def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
 
 
 def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
-    out: GatewayModelArgs = {"tenant": m.tenant, "engine": m.engine, "workload": m.workload, "priority": m.priority,
+    out: GatewayModelArgs = {"tenant": m.tenant, "engine": m.engine, "task": m.task, "workload": m.workload,
+                             "priority": m.priority,
                              "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
                              "max_request_bytes": m.max_request_bytes,
                              "try_idle_timeout_seconds": m.try_idle_timeout_seconds}
@@ -124,13 +125,15 @@ def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
         "replicas": {"min": m.replicas.min, "max": m.replicas.max, "target_queue_depth": m.replicas.target_queue_depth,
                      "target_queue_time_ms": m.replicas.target_queue_time_ms},
         "workload": m.workload, "cache_gib": m.cache_gib, "startup_budget_seconds": m.startup_budget_seconds,
+        "group_formation_seconds": m.group_formation_seconds, "task": m.task,
         "monitoring_namespace": cfg.observability.namespace,
         "trace_sample_ratio": cfg.observability.trace_sample_ratio,
     }
     for key, value in (("mig_profile", m.mig_profile), ("max_model_length", m.max_model_length),
-                       ("kv_offload_cpu_blocks", m.kv_offload_cpu_blocks), ("weights_gib", m.weights_gib),
+                       ("kv_offload_gib", m.kv_offload_gib), ("weights_gib", m.weights_gib),
                        ("aws_region", cfg.target.region if cfg.is_aws else None),
-                       ("storage_class", cfg.target.storage_class)):
+                       ("storage_class", cfg.target.storage_class),
+                       ("priority_class_name", cfg.priority_class_of(m))):
         if value is not None:
             args[key] = value  # type: ignore[literal-required]
     if pool.vllm_image is not None:

@@ -31,18 +31,22 @@ from components.k8s.defaults import (
     CAPACITY_BLOCK_DRAIN_MINUTES,
     DEFAULT_DRIVER_MIN_VERSION,
     DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_STARTUP_BUDGET_SECONDS,
     DEFAULT_TRY_IDLE_SECONDS,
     IPAM_BLOCK_SIZE,
+    SERVING_PRIORITY_CLASSES,
 )
+from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.values import (
     ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     DEFAULT_MAX_DROP,
     DEFAULT_ROUTING_MARGIN_PERCENT,
+    MODEL_TASKS,
     ROUTING_POLICIES,
     Alerting,
     AlertReceiver,
@@ -324,6 +328,10 @@ class PlatformConfig:
 
     def pool_of(self, model: Model) -> NodePool:
         return self.node_pools[model.pool]
+
+    def priority_class_of(self, model: Model) -> str | None:
+        """The PriorityClass of the model's pods (ServingControllers creates it)."""
+        return SERVING_PRIORITY_CLASSES[model.priority][0]
 
     def tenant_of(self, model: Model) -> Tenant:
         return self.tenants[model.tenant]
@@ -1082,8 +1090,8 @@ def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Map
 _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
                "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
-               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadCpuBlocks", "weightsGiB",
-               "variant")
+               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadGiB", "weightsGiB",
+               "variant", "task", "groupFormationSeconds")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -1206,9 +1214,12 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         try_idle_timeout_seconds=try_idle,
         quantized_checkpoint=prequantized,
         expert_parallel=_expert_parallel(r, d, path, engine, tp),
-        kv_offload_cpu_blocks=_kv_offload(r, d, path, engine),
+        kv_offload_gib=_kv_offload(r, d, path, engine),
         weights_gib=r.value(d, "weightsGiB", path, float, None, minimum=0.01),
         variant=_variant(r, d, path),
+        task=_task(r, d, path, engine),
+        group_formation_seconds=r.value(d, "groupFormationSeconds", path, int, DEFAULT_GROUP_FORMATION_SECONDS,
+                                        minimum=30, maximum=86400),
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
@@ -1269,6 +1280,17 @@ def _variant_checks(r: _Reader, models: Mapping[str, Model],
                                                   f"variants: {', '.join(sorted(groups)) or '(none)'}")
 
 
+def _task(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> Literal["generate", "embed", "rerank"]:
+    """models.X.task; each engine serves the tasks envoy_config.OPENAI_APIS lists for it."""
+    task = r.value(d, "task", path, str, "generate", choices=MODEL_TASKS)
+    served = tuple(OPENAI_APIS[engine]) if engine in OPENAI_APIS else MODEL_TASKS
+    if task is not None and task not in served:
+        r.fail(f"{path}.task", f"{task!r} is not served by engine {engine!r}; its tasks: {', '.join(served)} "
+                               "(a reranker needs engine 'vllm')")
+        return "generate"
+    return task if task in ("embed", "rerank") else "generate"
+
+
 def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> None:
     """The start-up budget must cover at least reading the weights from the node's cache (coldstart.py)."""
     est = coldstart.cold_start(model_id=model.model, quantization=model.quantization,
@@ -1295,7 +1317,7 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
     """(method, pre-quantized checkpoint) of `quantization`: a method name, or {method, checkpoint}.
 
     A pre-quantized checkpoint carries its own quantization config (config.json quantization_config), which
-    vLLM reads; an explicit `--quantization` that contradicts it is refused at start-up (vLLM v0.11.0
+    vLLM reads; an explicit `--quantization` that contradicts it is refused at start-up (vLLM v0.33.0
     vllm/config/model.py ModelConfig._verify_quantization: "Quantization method specified in the model config
     (...) does not match the quantization method specified in the `quantization` argument (...)").
     Meta's Llama-3.1-405B-Instruct-FP8 declares fbgemm_fp8, so `--quantization fp8` crash-loops it."""
@@ -1348,7 +1370,7 @@ def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None
 
 
 def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
-    """`--enable-expert-parallel` (vLLM v0.11.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
+    """`--enable-expert-parallel` (vLLM v0.33.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
     MoE experts are placed whole on the tensor-parallel ranks instead of sharded across them."""
     ep = bool(r.value(d, "expertParallel", path, bool, False))
     if ep and engine == "triton":
@@ -1360,18 +1382,18 @@ def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | Non
     return ep
 
 
-def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> int | None:
-    """KV cache offload to host memory: vLLM v0.11.0's OffloadingConnector (vllm/distributed/kv_transfer/
-    kv_connector/v1/offloading_connector.py) with the CPU spec (vllm/v1/kv_offload/cpu.py, which reads
-    `num_cpu_blocks` from kv_connector_extra_config). Offloaded blocks are found by their prefix-cache hashes,
-    so prefix caching must stay on."""
-    blocks = r.value(d, "kvOffloadCpuBlocks", path, int, None, minimum=1)
-    if blocks is not None and engine == "triton":
-        r.fail(f"{path}.kvOffloadCpuBlocks", "is configured for vLLM only; remove it or use engine 'vllm'")
-    if blocks is not None and d.get("prefixCaching") is False:
-        r.fail(f"{path}.kvOffloadCpuBlocks", "needs prefixCaching: offloaded KV blocks are found by their prefix "
-                                             "hashes; remove prefixCaching: false or kvOffloadCpuBlocks")
-    return blocks
+def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> float | None:
+    """KV cache offload to host memory: vLLM's `--kv-offloading-size` (GiB; CacheConfig.kv_offloading_size),
+    which sets up its native OffloadingConnector with `cpu_bytes_to_use` (v0.33.0 vllm/config/vllm.py; the CPU
+    spec, vllm/v1/kv_offload/cpu/spec.py, raises without it: the `num_cpu_blocks` of 0.11.0 is no longer read).
+    Offloaded blocks are found by their prefix-cache hashes, so prefix caching must stay on."""
+    gib = r.value(d, "kvOffloadGiB", path, float, None, minimum=0.1)
+    if gib is not None and engine == "triton":
+        r.fail(f"{path}.kvOffloadGiB", "is configured for vLLM only; remove it or use engine 'vllm'")
+    if gib is not None and d.get("prefixCaching") is False:
+        r.fail(f"{path}.kvOffloadGiB", "needs prefixCaching: offloaded KV blocks are found by their prefix "
+                                       "hashes; remove prefixCaching: false or kvOffloadGiB")
+    return gib
 
 
 def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool: NodePool) -> None:

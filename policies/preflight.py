@@ -27,6 +27,7 @@ Upstream facts the rules encode (each constant below names its source):
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -566,6 +567,7 @@ def quota_findings(resources: Sequence[Res]) -> list[Finding]:
             quotas.setdefault(r.namespace, []).append(r)
     out: list[Finding] = []
     totals: dict[str, dict[str, tuple[Fraction, list[str]]]] = {}
+    surges: list[tuple[PodTemplate, Res, int, dict[str, Fraction]]] = []  # (template, quota, surge pods, per pod)
     for t in pod_templates(resources):
         limits = _limit_ranges(resources, t.namespace)
         pod = effective_pod(t, ns_labels=namespaces.get(t.namespace, {}), limit_ranges=limits, mesh=mesh)
@@ -576,6 +578,7 @@ def quota_findings(resources: Sequence[Res]) -> list[Finding]:
         for q in quotas.get(t.namespace, ()):
             hard = _get(q.props, "spec", "hard") or {}
             unspecified, over = [], []
+            per_pod: dict[str, Fraction] = {}
             for key, value in sorted(hard.items()):
                 tracked = _tracked(key)
                 if tracked is None:
@@ -591,6 +594,9 @@ def quota_findings(resources: Sequence[Res]) -> list[Finding]:
                     acc = totals.setdefault(q.urn, {})
                     prev, who = acc.get(key, (Fraction(0), []))
                     acc[key] = (prev + need * t.pods, [*who, f"{t.label} {t.pods} x {_show(res, need)}"])
+                    per_pod[key] = need
+            if (surge := rollout_surge(t)) and per_pod:
+                surges.append((t, q, surge, dict(per_pod)))
             if unspecified:
                 out.append(Finding(
                     "quota-admission", t.label,
@@ -620,6 +626,42 @@ def quota_findings(resources: Sequence[Res]) -> list[Finding]:
                 f"at their largest replica counts ({'; '.join(contributors)}) the namespace's pods need {keys}: "
                 "pods beyond the quota are rejected and scale-out stops",
                 "Raise the quota to what the workloads need at their maximum replicas, or lower those maxima.", q.urn))
+    out.extend(_surge_findings(surges, totals))
+    return out
+
+
+def rollout_surge(t: PodTemplate) -> int:
+    """Pods a Deployment's rolling update adds above its replica count (at its largest one): maxSurge, an
+    integer or a percentage rounded up (apps/v1 RollingUpdateDeployment; default 25%); 0 for Recreate."""
+    if t.res.kind != "Deployment":
+        return 0
+    strategy = _get(t.res.props, "spec", "strategy") or {}
+    if strategy.get("type", "RollingUpdate") != "RollingUpdate":
+        return 0
+    value = (strategy.get("rollingUpdate") or {}).get("maxSurge", "25%")
+    if isinstance(value, str) and value.endswith("%"):
+        return math.ceil(int(value[:-1]) * t.pods / 100)
+    return int(value)
+
+
+def _surge_findings(surges: Sequence[tuple[PodTemplate, Res, int, dict[str, Fraction]]],
+                    totals: Mapping[str, Mapping[str, tuple[Fraction, list[str]]]]) -> list[Finding]:
+    """A rolling update at the largest replica count needs its surge pods on top: a quota sized for the
+    maximum refuses them (ResourceQuota admission), and the rollout stalls until its progress deadline."""
+    out = []
+    for t, q, surge, per_pod in surges:
+        hard = _get(q.props, "spec", "hard") or {}
+        short = [f"{key} {_show(key.partition('.')[2] or key, totals[q.urn][key][0] + surge * need)} > {hard[key]}"
+                 for key, need in sorted(per_pod.items())
+                 if totals[q.urn][key][0] + surge * need > parse_quantity(hard[key])]
+        if short:
+            out.append(Finding(
+                "quota-admission", t.label,
+                f"a rolling update at {t.pods} replicas ({t.replicas_source}) adds {surge} surge pod(s) "
+                f"(maxSurge), which {q.label} refuses: {', '.join(short)}; the rollout stalls until its "
+                "progress deadline",
+                "Replace pods before starting new ones (strategy.rollingUpdate maxSurge 0, maxUnavailable 1), or "
+                "leave the quota headroom for the surge.", t.res.urn))
     return out
 
 

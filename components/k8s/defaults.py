@@ -12,6 +12,8 @@ __all__ = [
     "DEFAULT_GATEWAY_NAMESPACE",
     "DEFAULT_MONITORING_NAMESPACE",
     "DEFAULT_STARTUP_BUDGET_SECONDS",
+    "DEFAULT_GROUP_FORMATION_SECONDS",
+    "SERVING_PRIORITY_CLASSES",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_TRY_IDLE_SECONDS",
 ]
@@ -20,6 +22,18 @@ IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from i
 DEFAULT_KUBERNETES_VERSION = "1.34"  # the cluster's minor version (Pod Security labels, chart choices)
 DEFAULT_GATEWAY_NAMESPACE = "aifactory-gateway"  # where the Envoy gateway runs
 DEFAULT_MONITORING_NAMESPACE = "monitoring"  # where Prometheus and the OpenTelemetry Collector run
+# A multi-node replica's Ray group formation: the leader's wait for its workers to join (vLLM's
+# examples/online_serving/multi-node-serving.sh --ray_init_timeout, default 300 s), counted apart from the start-up
+# budget. The workers may land on fresh nodes: an image pull (serving.DEFAULT_IMAGE_PULL_SECONDS, 600 s) plus Ray's
+# start and retries (the worker retries `ray start` every 5 s for the same timeout).
+DEFAULT_GROUP_FORMATION_SECONDS = 900
+# The PriorityClass of each model priority (models.X.priority): (name, value, preemptionPolicy). Model pods are
+# the only pods on GPU pools (tainted), so this orders them among themselves: an interactive pod that finds no GPU
+# preempts batch ones; a batch pod never preempts (it waits). Far below system-cluster-critical (2,000,000,000).
+SERVING_PRIORITY_CLASSES: dict[str, tuple[str, int, str]] = {
+    "interactive": ("aifactory-serving-interactive", 100000, "PreemptLowerPriority"),
+    "batch": ("aifactory-serving-batch", 10000, "Never"),
+}
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
 DEFAULT_TRY_IDLE_SECONDS = 30.0  # longest silence of a replica before the gateway retries elsewhere (at most timeout)

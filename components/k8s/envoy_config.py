@@ -236,18 +236,28 @@ JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespa
 ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
-# The OpenAI-compatible paths (under /v1/) each engine serves, as RE2 alternatives; nothing else is routable.
-# vLLM's OpenAI server: /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models
-# (vllm-project/vllm vllm/entrypoints/openai/api_server.py). Triton's OpenAI front end also serves
-# /v1/models/{model_name} (triton-inference-server/server python/openai/openai_frontend/frontend/fastapi/routers/
-# chat.py, completions.py, embeddings.py, models.py).
-OPENAI_APIS = {
-    "vllm": ("chat/completions", "completions", "embeddings", "models"),
-    "triton": ("chat/completions", "completions", "embeddings", "models", "models/[^/]+"),
+# The paths each engine serves for a model's task (models.X.task), as RE2 alternatives after the root; nothing
+# else is routable. vLLM v0.33.0: /v1/chat/completions, /v1/completions (vllm/entrypoints/openai/), /v1/embeddings
+# (entrypoints/pooling/embed/api_router.py), /v1/models (entrypoints/openai/models/api_router.py); a cross-encoder
+# (runner pooling, score task) serves /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
+# (entrypoints/pooling/scoring/api_router.py). Triton's OpenAI frontend (server r26.07 python/openai/openai_frontend/
+# frontend/fastapi/routers/): /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models,
+# /v1/models/{model_name}; it serves no score/rerank API (infra.config refuses task rerank on triton).
+OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {
+    "vllm": {
+        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models"),
+        "embed": ("v1/embeddings", "v1/models"),
+        "rerank": ("rerank", "v1/rerank", "v2/rerank", "score", "v1/score", "v1/models"),
+    },
+    "triton": {
+        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models", "v1/models/[^/]+"),
+        "embed": ("v1/embeddings", "v1/models", "v1/models/[^/]+"),
+    },
 }
-# What each engine answers on the model port when it can serve (the kit's liveness/readiness probes use the
-# same paths: components.k8s.serving): vLLM's /health fails when its engine is dead; Triton's KServe v2 ready.
-HEALTH_PATHS = {"vllm": "/health", "triton": "/v2/health/ready"}
+# What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths:
+# components.k8s.serving): vLLM's /health fails when its engine is dead (v0.33.0 entrypoints/serve/instrumentator/
+# health.py); Triton's OpenAI frontend answers /health/ready (routers/observability.py), not KServe's /v2/health/*.
+HEALTH_PATHS = {"vllm": "/health", "triton": "/health/ready"}
 # 500 too: an LLM inference request has no side effect but its cost, and a replica whose engine died answers
 # 500 to every request (vLLM's EngineDeadError) until it is replaced.
 RETRIABLE_STATUS_CODES = (500, 502, 503, 504)
@@ -660,7 +670,7 @@ def _rbac_per_route(cfg: GatewayView, model: Model) -> dict[str, Any]:
 
 
 def _api_regex(model: Model, prefix: str) -> str:
-    return f"^{prefix}/v1/(?:{'|'.join(OPENAI_APIS[model.engine])})$"
+    return f"^{prefix}/(?:{'|'.join(OPENAI_APIS[model.engine][model.task])})$"
 
 
 def _regex(pattern: str) -> dict[str, Any]:
@@ -786,13 +796,13 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     with_twins = [x for r in (*by_header, *by_path, *by_body)
                   for x in (_too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
     known = ", ".join(w.name for w in ws) or "(none)"
-    apis = sorted({a for apis_ in OPENAI_APIS.values() for a in apis_})
+    apis = sorted({a for tasks in OPENAI_APIS.values() for apis_ in tasks.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
                f"\"model\", on a path its engine serves; models: {known}\n")
     return [*with_twins,
-            _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/v1/(?:{'|'.join(apis)})$")}, unknown),
+            _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
             _not_found("not-served", {"prefix": "/"},
-                       f"not served: the gateway routes only /v1/{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
+                       f"not served: the gateway routes only /{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
                        f"(optionally under {ROUTE_PREFIX}<model>)\n")]
 
 

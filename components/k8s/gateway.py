@@ -54,7 +54,7 @@ from components.k8s.defaults import (
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_TRY_IDLE_SECONDS,
 )
-from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, GatewayView, jwks_endpoint, render
+from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, OPENAI_APIS, GatewayView, jwks_endpoint, render
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
@@ -151,6 +151,8 @@ class GatewayModelArgs(TypedDict):
     """The tenant (a key of `tenants`) whose namespace runs the model and whose callers may call it."""
     engine: str
     """vllm or triton: which OpenAI APIs the route admits and which health path Envoy checks."""
+    task: NotRequired[str]
+    """generate, embed or rerank (vllm only): which of the engine's API paths the route admits. Default: generate."""
     workload: NotRequired[str]
     """The API model name callers ask for; models sharing one are routed by x-priority or as variants.
     Default: the model's name."""
@@ -366,6 +368,7 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
     # The gateway reads no served model id, pool or weights URI: those stay empty here.
     return Model(name=key, engine=cast(Engine, m["engine"]), model="", tenant=m["tenant"], pool="", uri="",
                  workload=m.get("workload", key), priority=cast(Priority, m.get("priority", "interactive")),
+                 task=cast(Any, m.get("task", "generate")),
                  timeout_seconds=timeout,
                  slo=ModelSlo(e2e_seconds=m.get("e2e_slo_seconds", _default(ModelSlo, "e2e_seconds"))),
                  max_request_bytes=m.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
@@ -414,6 +417,8 @@ def _problems(problems: Problems, args: GatewayArgs) -> None:
         if m["tenant"] not in tenants:
             problems.add(f"{path}.tenant", f"{m['tenant']!r} is not a tenant; tenants: {', '.join(tenants)}")
         _choice(problems, f"{path}.engine", m["engine"], ENGINES)
+        if m["engine"] in OPENAI_APIS:
+            _choice(problems, f"{path}.task", m.get("task", "generate"), tuple(OPENAI_APIS[m["engine"]]))
         _choice(problems, f"{path}.priority", m.get("priority", "interactive"), PRIORITIES)
         for field_ in ("timeout_seconds", "e2e_slo_seconds", "try_idle_timeout_seconds"):
             if field_ in m and m[field_] <= 0:

@@ -43,11 +43,15 @@ from components.aws.iam import arn_with_policies, irsa_role
 from components.aws.node_pool import TaintArgs
 from components.k8s import coldstart, fabric, mesh, naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION
-from components.k8s.defaults import DEFAULT_MONITORING_NAMESPACE, DEFAULT_STARTUP_BUDGET_SECONDS
-from components.k8s.envoy_config import ObservabilityView
+from components.k8s.defaults import (
+    DEFAULT_GROUP_FORMATION_SECONDS,
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_STARTUP_BUDGET_SECONDS,
+    SERVING_PRIORITY_CLASSES,
+)
+from components.k8s.envoy_config import HEALTH_PATHS, OPENAI_APIS, ObservabilityView
 from components.k8s.gpu_stack import mig_resource, pool_tolerations
 from components.k8s.mesh import MESH_SCRAPE_TLS
-from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.storage import (
     cache_prep_daemonset,
     cache_storage_class_name,
@@ -97,14 +101,21 @@ __all__ = [
     "nccl_guard_script",
     "model_cold_start",
     "DEFAULT_TRITON_IMAGE",
+    "VLLM_VERSION",
+    "EFA_VLLM_VERSION",
+    "TRITON_OPENAI_MAIN",
+    "ENGINE_USER",
+    "user_env",
     "DEFAULT_FETCH_IMAGE",
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_SHM_SIZE",
     "DEFAULT_NODE_SHARE",
     "DEFAULT_STARTUP_BUDGET_SECONDS",
     "AWAIT_TIMEOUT_ANNOTATION",
+    "GPU_ROLLING_UPDATE",
     "DEFAULT_IMAGE_PULL_SECONDS",
     "startup_probe_seconds",
+    "start_budget_seconds",
     "await_timeout_seconds",
     "await_annotations",
     "VLLM_QUANTIZATION",
@@ -138,6 +149,7 @@ __all__ = [
     "wake_query",
     "model_objects",
     "required_controllers",
+    "priority_classes",
     "cache_prep",
     "register_object",
     "ModelDeployment",
@@ -172,6 +184,8 @@ class ServingView(Protocol):
 
     def pool_of(self, model: Model) -> NodePool: ...
 
+    def priority_class_of(self, model: Model) -> str | None: ...
+
 
 class ControllersView(ServingView, Protocol):
     """What ServingControllers reads besides: every model and pool of the stack."""
@@ -183,16 +197,33 @@ class ControllersView(ServingView, Protocol):
     def node_pools(self) -> Mapping[str, NodePool]: ...
 
 
-DEFAULT_VLLM_IMAGE = "vllm/vllm-openai:v0.11.0"  # also the InfiniBand default: NCCL's built-in IB transport
-# needs only libibverbs, which vLLM's docker/Dockerfile installs in its vllm-base stage (libibverbs-dev)
+# vLLM 0.33.0 (PyPI, Nov 2026): its wheel's METADATA requires opentelemetry-sdk/-api/-exporter-otlp, which the
+# image's `uv pip install dist/*.whl` then installs, so `--otlp-traces-endpoint` finds the SDK (0.11.0 lacked it and
+# raised "OpenTelemetry is not available" at start-up: vllm/tracing/otel.py init_otel_tracer). Also the InfiniBand
+# default: NCCL's built-in IB transport needs only libibverbs, which vLLM's docker/Dockerfile installs in its
+# vllm-base stage (libibverbs-dev). Every flag, path, port and metric the kit uses: docs/contracts.md, "Engines".
+VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
 # Multi-node replicas on EFA: the stock image has no libfabric or aws-ofi-nccl (NCCL would fall back to TCP
-# sockets). AWS's vLLM Deep Learning Container is the same vLLM release (FROM vllm/vllm-openai) plus the EFA
-# installer (libfabric, aws-ofi-nccl under /opt/amazon, on LD_LIBRARY_PATH): aws/deep-learning-containers
-# vllm/x86_64/gpu/Dockerfile and vllm/CHANGELOG.md ("[0.11.0] - 2025-10-08 ... EFA installer version 1.43.3",
-# 763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.11.0-gpu-py312-cu128-ubuntu22.04-ec2). `{region}` is the
-# stack's region (DLC images are published per region); nodePools.X.vllmImage overrides it.
-DEFAULT_EFA_VLLM_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/vllm:0.11.0-gpu-py312-cu128-ubuntu22.04-ec2"
-DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:25.08-trtllm-python-py3"
+# sockets). AWS's vLLM Deep Learning Container is vllm/vllm-openai plus the EFA installer (libfabric,
+# aws-ofi-nccl under /opt/amazon, on LD_LIBRARY_PATH). Its newest release is behind the stock image: vLLM 0.27.1
+# with EFA installer 1.47.0, published as `vllm:0.27-gpu-py312-ec2` (aws/deep-learning-containers
+# .github/config/image/vllm/ec2-ubuntu.yml `prod_image`, base_image vllm/vllm-openai:v0.27.1; docker/vllm/Dockerfile).
+# A major.minor tag, so it follows AWS's patch releases; no digest is published in the repository.
+# `{region}` is the stack's region (DLC images are published per region); nodePools.X.vllmImage overrides it.
+EFA_VLLM_VERSION = "0.27.1"
+DEFAULT_EFA_VLLM_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/vllm:0.27-gpu-py312-ec2"
+# Triton 26.07 (server v2.71.0) with TensorRT-LLM. Its image is built by server build.py create_dockerfile_linux,
+# which copies python/openai (the OpenAI-compatible frontend) to /opt/tritonserver/python/openai and installs the
+# tritonserver/tritonfrontend wheels and python/openai/requirements.txt.
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+TRITON_OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# The engines run as security.DEFAULT_UID, which has no passwd entry in either image: torch's compile/inductor
+# path calls getpass.getuser(), which reads LOGNAME, USER, LNAME, USERNAME before the passwd database and raises
+# (KeyError on Python 3.12) when none is set and the UID has no entry (pytorch/pytorch#140765;
+# vllm-project/vllm#44548, #46734). HOME is the pod's writable /tmp (caches of torch, triton, HF).
+ENGINE_USER = "aifactory"
+ENGINE_HOME = "/tmp"
 DEFAULT_FETCH_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.27.50"  # s3:// model URIs: `aws s3 sync` into the cache
 DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # vLLM: share of GPU memory for weights + KV cache
 DEFAULT_SHM_SIZE = "16Gi"  # /dev/shm for NCCL and the engine's worker processes
@@ -205,6 +236,11 @@ DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the 
 AWAIT_TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"  # metadata/annotations.go AnnotationSkipAwait
 DEFAULT_IMAGE_PULL_SECONDS = 600  # pulling a multi-GB engine image onto a fresh node, before the probe starts
+# GPU Deployments replace a pod before starting its successor (as LeaderWorkerSets do, see workload()): each
+# tenant's GPU quota is what its models scale to (replicas.max x GPUs), so a surge pod at maximum scale would be
+# refused by ResourceQuota admission and the rollout would stall until its deadline. policies/preflight.py
+# reports a Deployment whose surge its namespace's quota cannot admit.
+GPU_ROLLING_UPDATE: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 CACHE_ACCESS_MODE = "ReadWriteOnce"  # one volume per pod: every class (EBS included) can provision it
 PROBE_PERIOD_SECONDS = 10
 SCALE_DOWN_STABILIZATION_SECONDS = 300  # GPU replicas are slow to start: do not flap
@@ -215,7 +251,7 @@ HF_TOKEN_SECRET = "hf-token"  # optional Secret (key `token`) in the tenant name
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
 # Every port the Ray processes of a multi-node replica listen on, pinned (Ray's defaults are random ports and
 # a 10002-19999 worker range): `ray start` options (Ray docs, "Cluster Management CLI", ray start; Ray
-# python/ray/scripts/scripts.py). multi-node-serving.sh (vLLM v0.11.0 examples/online_serving) passes every
+# python/ray/scripts/scripts.py). multi-node-serving.sh (vllm-project/vllm examples/online_serving) passes every
 # argument it does not know to `ray start`, and starts the head with `--port=$ray_port` (default 6379: GCS).
 RAY_GCS_PORT = 6379
 RAY_NODE_PORTS: dict[str, int] = {  # on the leader and every worker
@@ -291,20 +327,14 @@ def served_model_names(model: Model) -> list[str]:
 
 @dataclass(frozen=True, slots=True)
 class EngineTracing:
-    """Where and how often the engines export OpenTelemetry spans (the OTel Collector, the gateway's ratio).
+    """Where and how often vLLM exports OpenTelemetry spans (the OTel Collector, the gateway's ratio).
 
-    vLLM exports OTLP/gRPC to `grpc_endpoint` (vllm/tracing.py get_span_exporter: grpc unless
-    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise); Triton's OpenTelemetry mode exports OTLP/HTTP to
-    `http_traces_url` (server r25.08 src/tracer.cc, OtlpHttpExporterOptions)."""
+    vLLM exports OTLP/gRPC to `grpc_endpoint` (v0.33.0 vllm/tracing/otel.py get_span_exporter: grpc unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise). Triton's OpenAI frontend takes no trace options
+    (r26.07 python/openai/openai_frontend/main.py), so Triton models export no engine spans."""
 
     grpc_endpoint: str
-    http_traces_url: str
     sample_ratio: float  # requests that reach an engine without a trace context: share traced
-
-    @property
-    def triton_rate(self) -> int:
-        """Triton's `rate`: one in N requests without a context (0: only those with one)."""
-        return 0 if self.sample_ratio == 0 else max(1, round(1 / self.sample_ratio))
 
 
 def engine_tracing(cfg: ServingView) -> EngineTracing:
@@ -312,12 +342,12 @@ def engine_tracing(cfg: ServingView) -> EngineTracing:
     (the gateway samples at the same ratio; a request it traced reaches the engine with its traceparent)."""
     host = f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
     return EngineTracing(grpc_endpoint=f"http://{host}:{naming.OTEL_GRPC_PORT}",
-                         http_traces_url=f"http://{host}:{OTLP_HTTP_PORT}/v1/traces",
                          sample_ratio=cfg.observability.trace_sample_ratio)
 
 
 def _trace_env(model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
-    """vLLM's tracer is the OTel SDK's TracerProvider() (vllm/tracing.py init_tracer), which reads the SDK's
+    """vLLM's tracer is the OTel SDK's TracerProvider(resource=...) (v0.33.0 vllm/tracing/otel.py
+    init_otel_tracer; Resource.create merges OTEL_SERVICE_NAME), which reads the SDK's
     sampler and service name from the environment: follow the caller's sampled flag (parentbased), sample
     requests without a context at the stack's ratio."""
     if model.engine != "vllm":
@@ -358,6 +388,9 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
             "--tensor-parallel-size", str(model.tensor_parallel),
             "--pipeline-parallel-size", str(model.pipeline_parallel),
             "--gpu-memory-utilization", str(DEFAULT_GPU_MEMORY_UTILIZATION)]
+    if model.task != "generate":  # embeddings and cross-encoders run on vLLM's pooling runner (score: the
+        # classification head of a *ForSequenceClassification model; v0.33.0 vllm/config/model.py RunnerOption)
+        args += ["--runner", "pooling"]
     if (quant := _quantization_flag(model)) is not None:
         args += ["--quantization", quant]
     if model.expert_parallel:
@@ -373,10 +406,9 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
         else:  # ngram drafts from the prompt: the longest n-gram it looks up
             spec["prompt_lookup_max"] = DEFAULT_NGRAM_LOOKUP_MAX
         args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
-    if model.kv_offload_cpu_blocks is not None:
-        kv = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-              "kv_connector_extra_config": {"num_cpu_blocks": model.kv_offload_cpu_blocks}}
-        args += ["--kv-transfer-config", json.dumps(kv, sort_keys=True, separators=(",", ":"))]
+    if model.kv_offload_gib is not None:  # CacheConfig.kv_offloading_size (GiB, summed over TP ranks): vLLM sets
+        # up its native OffloadingConnector with cpu_bytes_to_use itself (vllm/config/vllm.py, v0.27.1 and v0.33.0)
+        args += ["--kv-offloading-size", f"{model.kv_offload_gib:g}"]
     if model.multi_node:
         args += ["--distributed-executor-backend", "ray"]
     if tracing is not None:
@@ -384,42 +416,27 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
     return args
 
 
-def _triton_trace_args(model: Model, tracing: EngineTracing | None) -> list[str]:
-    """Triton's OpenTelemetry trace mode (server r25.08 docs/user_guide/trace.md, src/command_line_parser.cc).
+def triton_command(model: Model) -> list[str]:
+    """Triton's OpenAI-compatible frontend over the TensorRT-LLM model repository, on the model's HTTP port.
 
-    A request carrying a valid traceparent is always traced (src/tracer.cc: force_sample), whatever its
-    sampled flag; `rate` applies to requests without one."""
-    if tracing is None:
-        return []
-    return ["--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS",
-            f"--trace-config=rate={tracing.triton_rate}", "--trace-config=count=-1",
-            f"--trace-config=opentelemetry,url={tracing.http_traces_url}",
-            f"--trace-config=opentelemetry,resource=service.name={model.name}"]
-
-
-def triton_command(model: Model, *, tracing: EngineTracing | None = None) -> list[str]:
-    """tritonserver for the TensorRT-LLM model repository; one MPI rank per GPU when TP x PP > 1.
-
-    Rank 0 serves HTTP/gRPC/metrics (with the time-to-first-response histogram: core r25.08
-    src/metric_model_reporter.cc creates nv_inference_first_response_histogram_ms only with
-    `histogram_latencies=true`) and, with `tracing`, exports spans; the other ranks load only `tensorrt_llm`.
+    `tritonserver` alone serves only the KServe v2 API; the OpenAI API is the frontend in
+    triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
+    Triton server and serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, plus /health/ready
+    and Triton's Prometheus /metrics, all on --openai-port (default 9000). The KServe frontends stay off
+    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates; HF_TOKEN for gated
+    ones). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see
+    _triton_env): the frontend does not support leader mode (mpirun), per python/openai/README.md "Model
+    Parallelism Support". main.py exposes no trace or metrics options: see docs/contracts.md for what that drops.
     """
-    repo = model_path(model)
-    ports = [f"--http-port={naming.MODEL_HTTP_PORT}", f"--grpc-port={naming.TRITON_GRPC_PORT}",
-             f"--metrics-port={naming.TRITON_METRICS_PORT}", "--metrics-config=histogram_latencies=true",
-             *_triton_trace_args(model, tracing)]
-    world = model.tensor_parallel * model.pipeline_parallel
-    if world == 1:
-        return ["tritonserver", f"--model-repository={repo}", *ports]
-    cmd = ["mpirun", "--oversubscribe"]
-    for rank in range(world):
-        if rank:
-            cmd.append(":")
-        cmd += ["-n", "1", "tritonserver", f"--model-repository={repo}", "--disable-auto-complete-config",
-                f"--backend-config=python,shm-region-prefix-name=prefix{rank}_"]
-        cmd += ports if rank == 0 else ["--model-control-mode=explicit", "--load-model=tensorrt_llm",
-                                        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
-    return cmd
+    return ["python3", TRITON_OPENAI_MAIN, f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
+            "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}"]
+
+
+def _triton_env(model: Model) -> list[dict[str, str]]:
+    """tensorrtllm_backend's orchestrator mode: the backend spawns one MPI worker per GPU itself."""
+    if model.engine != "triton" or model.tensor_parallel * model.pipeline_parallel == 1:
+        return []
+    return [{"name": "TRTLLM_ORCHESTRATOR", "value": "1"}]
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,8 +521,15 @@ def _probe(path: str, *, failures: int) -> dict[str, Any]:
             "timeoutSeconds": 5, "failureThreshold": failures}
 
 
+def start_budget_seconds(model: Model) -> int:
+    """What the engine may take to serve once its container starts: the model's start-up budget (download, load,
+    warm-up), and for a multi-node replica first the Ray group formation (the leader waits up to
+    groupFormationSeconds for its workers, then loads)."""
+    return model.startup_budget_seconds + (model.group_formation_seconds if model.multi_node else 0)
+
+
 def _startup_failures(model: Model) -> int:
-    return math.ceil(model.startup_budget_seconds / PROBE_PERIOD_SECONDS)
+    return math.ceil(start_budget_seconds(model) / PROBE_PERIOD_SECONDS)
 
 
 def startup_probe_seconds(model: Model) -> int:
@@ -522,7 +546,7 @@ def pod_start_seconds(model: Model) -> int:
 
 def await_timeout_seconds(model: Model) -> int:
     """How long `pulumi up` waits for the model's Deployment: a rolling update replaces the pods one at a
-    time (maxSurge 1, maxUnavailable 0), up to replicas.max of them, each within pod_start_seconds. A pod
+    time (GPU_ROLLING_UPDATE), up to replicas.max of them, each within pod_start_seconds. A pod
     that never becomes ready is reported sooner by the Deployment's progress deadline (see workload())."""
     return max(1, model.replicas.max) * pod_start_seconds(model)
 
@@ -536,29 +560,39 @@ def await_annotations(cfg: ServingView, model: Model) -> dict[str, str]:
     return out
 
 
+# What each engine answers once it can serve, besides HEALTH_PATHS (liveness: vLLM's /health fails when its engine
+# died): vLLM lists its models (v0.33.0 vllm/entrypoints/openai/models/api_router.py), Triton's frontend has only
+# /health/ready (r26.07 routers/observability.py: 200 when the in-process server is ready).
+READY_PATHS = {"vllm": "/v1/models", "triton": "/health/ready"}
+
+
 def _probes(model: Model) -> dict[str, Any]:
     """Startup waits for the model to load (its start-up budget), then liveness and readiness per engine."""
-    live, ready = ("/health", "/v1/models") if model.engine == "vllm" else ("/v2/health/live", "/v2/health/ready")
+    live, ready = HEALTH_PATHS[model.engine], READY_PATHS[model.engine]
     return {"startupProbe": _probe(ready, failures=_startup_failures(model)),
             "livenessProbe": _probe(live, failures=3),
             "readinessProbe": _probe(ready, failures=2)}
 
 
 def _ports(model: Model) -> list[dict[str, Any]]:
-    ports = [{"name": "http", "containerPort": naming.MODEL_HTTP_PORT, "protocol": "TCP"}]
-    if model.engine == "triton":
-        ports += [{"name": "grpc", "containerPort": naming.TRITON_GRPC_PORT, "protocol": "TCP"},
-                  {"name": "metrics", "containerPort": naming.TRITON_METRICS_PORT, "protocol": "TCP"}]
-    return ports
+    """One port for every engine: the OpenAI API, its health paths and its Prometheus /metrics."""
+    return [{"name": "http", "containerPort": naming.MODEL_HTTP_PORT, "protocol": "TCP"}]
+
+
+def user_env() -> list[dict[str, str]]:
+    """A user the engine's process can resolve without a passwd entry (see ENGINE_USER), and a writable home."""
+    return [{"name": "HOME", "value": ENGINE_HOME}, {"name": "USER", "value": ENGINE_USER},
+            {"name": "LOGNAME", "value": ENGINE_USER}]
 
 
 def _env(cfg: ServingView, model: Model) -> list[dict[str, Any]]:
     return [
-        {"name": "HOME", "value": "/tmp"},
+        *user_env(),
         {"name": "HF_HOME", "value": f"{CACHE_MOUNT}/hf"},
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": HF_TOKEN_SECRET, "key": "token",
                                                             "optional": True}}},
         *_fabric_env(cfg, model),
+        *_triton_env(model),
     ]
 
 
@@ -619,7 +653,7 @@ def _fetch_container(model: Model) -> list[dict[str, Any]]:
         "name": "fetch-model",
         "image": DEFAULT_FETCH_IMAGE,
         "command": ["aws", "s3", "sync", "--only-show-errors", model.uri, model_path(model)],
-        "env": [{"name": "HOME", "value": "/tmp"}],
+        "env": user_env(),
         "volumeMounts": [{"name": "model-cache", "mountPath": CACHE_MOUNT}, {"name": "tmp", "mountPath": "/tmp"}],
         "resources": security.resources("1", "2Gi"),
         "securityContext": security.container_security_context(),
@@ -649,17 +683,24 @@ def _engine_command(model: Model, role: str, *, tracing: EngineTracing | None = 
                     ) -> list[str]:
     """The engine container's command. role: single (Deployment), leader or worker (LeaderWorkerSet)."""
     if model.engine == "triton":
-        return triton_command(model, tracing=tracing)
+        return triton_command(model)
     serve = ["vllm", "serve", model_path(model), *vllm_args(model, tracing=tracing)]
     if role == "single":
         return serve
     if role == "leader":
-        start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)", *ray_start_flags(head=True)]
+        start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)", *_ray_timeout(model),
+                 *ray_start_flags(head=True)]
         if fabric_name in ("efa", "infiniband"):
             serve = ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
         return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
     return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
-                                           *ray_start_flags(head=False)])]
+                                           *_ray_timeout(model), *ray_start_flags(head=False)])]
+
+
+def _ray_timeout(model: Model) -> list[str]:
+    """multi-node-serving.sh's own option (not passed to `ray start`): how long the leader polls for all
+    workers, and a worker retries joining, before giving up (`ray_init_timeout`, default 300 s)."""
+    return [f"--ray_init_timeout={model.group_formation_seconds}"]
 
 
 def pod_spec(cfg: ServingView, model: Model, *, role: str = "single") -> dict[str, Any]:
@@ -684,6 +725,7 @@ def pod_spec(cfg: ServingView, model: Model, *, role: str = "single") -> dict[st
         container |= {"ports": _ports(model), **_probes(model)}
     return {
         "serviceAccountName": naming.model_service_account(model.name),
+        **({"priorityClassName": pc} if (pc := cfg.priority_class_of(model)) is not None else {}),
         "automountServiceAccountToken": False,
         "securityContext": security.pod_security_context(fs_group=security.DEFAULT_UID),
         "nodeSelector": {naming.LABEL_POOL: pool.name},
@@ -767,7 +809,7 @@ def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
             # model pod's start, so every slow model would read as stuck. pulumi-kubernetes reports the condition
             # as a warning while it waits (provider/pkg/await/deployment.go processDeploymentEvent).
             "progressDeadlineSeconds": pod_start_seconds(model),
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": GPU_ROLLING_UPDATE,
             "template": _template(cfg, model, "single"),
         }}
     return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
@@ -791,33 +833,41 @@ def service(cfg: ServingView, model: Model) -> dict[str, Any]:
     if model.multi_node:
         selector[LWS_WORKER_INDEX_LABEL] = "0"
     ports = [{"name": p["name"], "port": p["containerPort"], "targetPort": p["name"], "protocol": "TCP",
-              "appProtocol": "grpc" if p["name"] == "grpc" else "http"} for p in _ports(model)]
+              "appProtocol": "http"} for p in _ports(model)]
     return {"apiVersion": "v1", "kind": "Service", "metadata": _meta(cfg, model),
             "spec": {"clusterIP": "None", "selector": selector, "ports": ports}}
 
 
 def disruption_budget(cfg: ServingView, model: Model) -> dict[str, Any]:
+    """Voluntary disruptions (drains, node upgrades) take one replica at a time, never the model's last one.
+
+    With one replica at most (replicas.max 1) maxUnavailable 1 would let a drain evict the only pod and the
+    model would be down until a new one loads; minAvailable 1 makes the eviction API refuse (HTTP 429) until
+    the operator scales the model up or deletes the pod deliberately. A model that may scale to zero
+    (replicas.min 0) accepts that outage already: one at a time."""
+    budget = {"minAvailable": 1} if model.replicas.max == 1 and model.replicas.min >= 1 else {"maxUnavailable": 1}
     return {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(cfg, model),
-            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}}}}
+            "spec": {**budget, "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}}}}
 
 
 def _selector(cfg: ServingView, model: Model) -> str:
-    # ServiceMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model; Triton's own
-    # `model` label names repository models, of which tensorrt_llm sees each request once.
-    sel = f'namespace="{_namespace(cfg, model)}",{TRITON.L_POD_MODEL}="{model.name}"'
-    return sel if model.engine == "vllm" else f'{sel},{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
+    # ServiceMonitor podTargetLabels copy the pod's aifactory.io/model label as aifactory_io_model
+    return f'namespace="{_namespace(cfg, model)}",{TRITON.L_POD_MODEL}="{model.name}"'
 
 
 def scaling_query(cfg: ServingView, model: Model) -> tuple[str, str, str]:
     """(PromQL, KEDA metricType, threshold) of the model's queue signal.
 
     vLLM: waiting requests summed over replicas, AverageValue (target per replica).
-    Triton: average queue time per request over 1 minute in ms, Value (a latency, not a sum)."""
+    Triton: average queue time per request over 1 minute in ms, Value (a latency, not a sum), of the repository
+    model that queues most (Triton's `model` label names repository models: a TensorRT-LLM ensemble's
+    tensorrt_llm, or a single classifier; the bottleneck decides, whatever it is called)."""
     sel = _selector(cfg, model)
     if model.engine == "vllm":
         return (f"sum({VLLM.WAITING}{{{sel}}})", "AverageValue", str(model.replicas.target_queue_depth))
-    query = (f"sum(rate({TRITON.QUEUE_DURATION_US}{{{sel}}}[1m])) / 1000 / "
-             f"clamp_min(sum(rate({TRITON.REQUEST_SUCCESS}{{{sel}}}[1m])), 1e-9)")
+    by = f"sum by ({TRITON.L_MODEL})"
+    query = (f"max({by} (rate({TRITON.QUEUE_DURATION_US}{{{sel}}}[1m])) / 1000 / "
+             f"clamp_min({by} (rate({TRITON.REQUEST_SUCCESS}{{{sel}}}[1m])), 1e-9))")
     return (query, "Value", str(model.replicas.target_queue_time_ms))
 
 
@@ -855,11 +905,13 @@ def scaled_object(cfg: ServingView, model: Model) -> dict[str, Any]:
 
 
 def service_monitor(cfg: ServingView, model: Model) -> dict[str, Any]:
-    """Scrapes the model Service's endpoints over mTLS: vLLM's /metrics on its HTTP port, Triton's on 8002.
+    """Scrapes the model Service's endpoints over mTLS: /metrics on the HTTP port (vLLM's server; Triton's OpenAI
+    frontend serves Triton's metrics there, r26.07 python/openai/openai_frontend/frontend/fastapi/routers/
+    observability.py).
 
     Selects the kit's model Service only (not the headless Service the LWS controller creates), and
     copies the pods' model and tenant labels onto the series."""
-    port = "http" if model.engine == "vllm" else "metrics"
+    port = "http"
     return {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor", "metadata": _meta(cfg, model),
             "spec": {
         "selector": {"matchLabels": {naming.LABEL_MODEL: model.name, **naming.MANAGED_BY}},
@@ -893,6 +945,7 @@ _TYPED = {
     "PersistentVolume": k8s.core.v1.PersistentVolume,
     "PersistentVolumeClaim": k8s.core.v1.PersistentVolumeClaim,
     "DaemonSet": k8s.apps.v1.DaemonSet,
+    "PriorityClass": k8s.scheduling.v1.PriorityClass,
 }
 
 
@@ -903,6 +956,9 @@ def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
     if typed is not None:
         if obj["kind"] == "ServiceAccount":
             fields["automount_service_account_token"] = fields.pop("automountServiceAccountToken")
+        if obj["kind"] == "PriorityClass":
+            fields["preemption_policy"] = fields.pop("preemptionPolicy")
+            fields["global_default"] = fields.pop("globalDefault")
         return typed(name, **fields, opts=opts)
     return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], **fields,
                                             opts=opts)
@@ -942,7 +998,7 @@ class ModelPoolArgs(TypedDict):
     taints: NotRequired[list[TaintArgs]]
     """The nodes' taints, which the pods tolerate. Default: nvidia.com/gpu=true:NoSchedule."""
     vllm_image: NotRequired[str]
-    """Default: vllm/vllm-openai:v0.11.0, or AWS's vLLM image with EFA libraries for multi-node replicas on EFA."""
+    """Default: vllm/vllm-openai:v0.33.0, or AWS's vLLM image with EFA libraries for multi-node replicas on EFA."""
 
 
 class SpeculativeArgs(TypedDict):
@@ -1019,8 +1075,8 @@ class ModelDeploymentArgs(TypedDict):
     """Default: true."""
     expert_parallel: NotRequired[bool]
     """Default: false."""
-    kv_offload_cpu_blocks: NotRequired[int]
-    """KV cache blocks offloaded to host memory (vLLM). Default: none."""
+    kv_offload_gib: NotRequired[float]
+    """GiB of host memory for offloaded KV cache blocks, summed over the replica's TP ranks (vLLM). Default: none."""
     speculative: NotRequired[SpeculativeArgs]
     """Default: none."""
     replicas: NotRequired[ReplicasArgs]
@@ -1031,6 +1087,11 @@ class ModelDeploymentArgs(TypedDict):
     """The model cache volume per pod. Default: 200."""
     startup_budget_seconds: NotRequired[int]
     """Download + load + warm-up before the startup probe gives up. Default: 1800."""
+    group_formation_seconds: NotRequired[int]
+    """Multi-node replicas: how long the leader waits for its workers to join Ray, on top of the start-up budget.
+    Default: 900."""
+    task: NotRequired[str]
+    """generate, embed or rerank (a cross-encoder; vllm only): the API paths the gateway routes. Default: generate."""
     weights_gib: NotRequired[float]
     """Default: estimated from the model id's parameter count and quantization."""
     aws_region: NotRequired[str]
@@ -1040,6 +1101,9 @@ class ModelDeploymentArgs(TypedDict):
     """The StorageClass of the model cache volumes; required off AWS. Default: the kit's gp3 class on AWS."""
     infiniband: NotRequired[ModelInfinibandArgs]
     """Default: none (infiniband pools then get no RDMA devices)."""
+    priority_class_name: NotRequired[str]
+    """An existing PriorityClass for the pods (the kit's ServingControllers creates aifactory-serving-interactive
+    and aifactory-serving-batch). Default: none (the cluster's default priority)."""
     monitoring_namespace: NotRequired[str]
     """Where Prometheus (KEDA's queries) and the OpenTelemetry Collector (the engines' spans) run.
     Default: monitoring."""
@@ -1063,6 +1127,7 @@ class ServingSpec:
     target: _Target
     observability: Tracing
     infiniband: InfinibandSettings | None = None
+    priority_class_name: str | None = None
 
     @property
     def is_aws(self) -> bool:
@@ -1073,6 +1138,9 @@ class ServingSpec:
 
     def pool_of(self, model: Model) -> NodePool:
         return self.pool
+
+    def priority_class_of(self, model: Model) -> str | None:
+        return self.priority_class_name
 
 
 def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -1089,11 +1157,14 @@ def _deployment_problems(problems: Problems, args: ModelDeploymentArgs) -> None:
     _choice(problems, "pool.fabric", pool.get("fabric", "none"), FABRICS)
     _choice(problems, "pool.capacityType", pool.get("capacity_type", "on-demand"), CAPACITY_TYPES)
     _choice(problems, "quantization", args.get("quantization", "none"), QUANTIZATIONS)
+    if args["engine"] in OPENAI_APIS:
+        _choice(problems, "task", args.get("task", "generate"), tuple(OPENAI_APIS[args["engine"]]))
     if "speculative" in args:
         _choice(problems, "speculative.method", args["speculative"].get("method", "eagle3"), SPECULATIVE_METHODS)
     for field_, camel in (("tensor_parallel", "tensorParallel"), ("pipeline_parallel", "pipelineParallel"),
                           ("gpus_per_replica", "gpusPerReplica"), ("cache_gib", "cacheGib"),
-                          ("startup_budget_seconds", "startupBudgetSeconds")):
+                          ("startup_budget_seconds", "startupBudgetSeconds"),
+                          ("group_formation_seconds", "groupFormationSeconds")):
         value = cast(int, args.get(field_, 1))
         if value < 1:
             problems.add(camel, f"{value} must be at least 1")
@@ -1138,8 +1209,10 @@ def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> M
         workload=args.get("workload", model_name), cache_gib=args.get("cache_gib", DEFAULT_CACHE_GIB),
         startup_budget_seconds=args.get("startup_budget_seconds", DEFAULT_STARTUP_BUDGET_SECONDS),
         quantized_checkpoint=args.get("quantized_checkpoint", not (quant == "fp8" and engine == "vllm")),
-        expert_parallel=args.get("expert_parallel", False), kv_offload_cpu_blocks=args.get("kv_offload_cpu_blocks"),
+        expert_parallel=args.get("expert_parallel", False), kv_offload_gib=args.get("kv_offload_gib"),
         weights_gib=args.get("weights_gib"),
+        task=cast(Any, args.get("task", "generate")),
+        group_formation_seconds=args.get("group_formation_seconds", DEFAULT_GROUP_FORMATION_SECONDS),
         gpus_per_node_hint=pool.instance.gpu_count if pool.gpu else 8)
 
 
@@ -1156,7 +1229,8 @@ def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
         target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
         observability=Tracing(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
                                      trace_sample_ratio=args.get("trace_sample_ratio", DEFAULT_TRACE_SAMPLE_RATIO)),
-        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None)
+        infiniband=infiniband_settings(args["infiniband"]) if "infiniband" in args else None,
+        priority_class_name=args.get("priority_class_name"))
 
 
 class ModelDeployment(pulumi.ComponentResource):
@@ -1215,6 +1289,8 @@ class ServingControllers(pulumi.ComponentResource):
         ]
         if (prep := cache_prep(cfg)) is not None:
             register_object(f"{name}-cache-prep", prep, child)
+        for pc in priority_classes(cfg):
+            register_object(f"{name}-{pc['metadata']['name']}", pc, child)
         self.register_outputs({"charts": [r.chart for r in self.releases]})
 
 
@@ -1228,6 +1304,15 @@ def cache_prep(cfg: ControllersView) -> dict[str, Any] | None:
                                 uid=security.DEFAULT_UID, pool_names=[p.name for p in pools],
                                 pool_label=naming.LABEL_POOL, tolerations=pool_tolerations(pools),
                                 namespace=naming.SYSTEM_NAMESPACE)
+
+
+def priority_classes(cfg: ControllersView) -> list[dict[str, Any]]:
+    """The PriorityClasses the stack's model pods name (SERVING_PRIORITY_CLASSES), cluster-scoped."""
+    names = {cfg.priority_class_of(m) for m in cfg.models.values()}
+    return [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+             "metadata": {"name": name, "labels": dict(naming.MANAGED_BY)}, "value": value, "preemptionPolicy": policy,
+             "globalDefault": False, "description": f"aifactory model pods of priority {priority}"}
+            for priority, (name, value, policy) in SERVING_PRIORITY_CLASSES.items() if name in names]
 
 
 def required_controllers(cfg: ControllersView) -> list[versions.HelmChart]:

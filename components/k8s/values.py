@@ -16,6 +16,7 @@ from components.k8s.defaults import (
     CAPACITY_BLOCK_DRAIN_MINUTES,
     DEFAULT_DRIVER_MIN_VERSION,
     DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_MAX_REQUEST_BYTES,
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_STARTUP_BUDGET_SECONDS,
@@ -38,6 +39,7 @@ __all__ = [
     "FidelityJob",
     "Fidelity",
     "Model",
+    "MODEL_TASKS",
     "Retries",
     "OutlierDetection",
     "CircuitBreakers",
@@ -186,6 +188,9 @@ class Fidelity:
     job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
 
 
+MODEL_TASKS = ("generate", "embed", "rerank")
+
+
 @dataclass(frozen=True, slots=True)
 class Model:
     name: str
@@ -220,9 +225,15 @@ class Model:
     # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
     quantized_checkpoint: bool = False
     expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
-    kv_offload_cpu_blocks: int | None = None  # default: none (no KV cache offload to host memory)
+    kv_offload_gib: float | None = None  # default: none (no KV cache offload to host memory)
     weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
     variant: Variant | None = None  # default: none (the workload's only interactive model)
+    # what the model does, which decides the API paths the gateway routes to it (envoy_config.OPENAI_APIS):
+    # generate (chat/completions), embed (embeddings) or rerank (a cross-encoder: score/rerank); default: generate
+    task: Literal["generate", "embed", "rerank"] = "generate"
+    # multi-node replicas: how long the leader waits for its workers to join the Ray cluster, on top of the
+    # start-up budget (which covers download + load + warm-up); default: DEFAULT_GROUP_FORMATION_SECONDS
+    group_formation_seconds: int = DEFAULT_GROUP_FORMATION_SECONDS
 
     @property
     def multi_node(self) -> bool:

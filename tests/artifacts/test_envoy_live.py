@@ -54,6 +54,7 @@ RAW = {
         "chat-batch": {**_MODEL, "workload": "chat", "priority": "batch"},
         "embed": {**_MODEL, "maxRequestBytes": BODY_LIMIT},
         "tri": {**_MODEL, "engine": "triton"},
+        "rerank": {**_MODEL, "task": "rerank"},
         "flaky-503": _MODEL,
         "flaky-reset": _MODEL,
         "two-500": _MODEL,
@@ -85,6 +86,7 @@ BACKENDS = {
     "chat-batch": [Behaviour.OK],
     "embed": [Behaviour.OK],
     "tri": [Behaviour.OK],
+    "rerank": [Behaviour.OK],
     "flaky-503": [Behaviour.OK, Behaviour.UNAVAILABLE, Behaviour.OK],
     "flaky-reset": [Behaviour.OK, Behaviour.RESET, Behaviour.OK],
     "two-500": [Behaviour.OK, Behaviour.ERROR, Behaviour.ERROR],
@@ -210,8 +212,8 @@ def test_unknown_model_gets_404_naming_the_models(gateway: Gateway) -> None:
     assert status == 404
     assert body["text"] == ("unknown model: name one in header x-model, path /models/<model>/v1/... or the body's "
                             "\"model\", on a path its engine serves; models: beta-chat, chat, embed, flaky-503, "
-                            "flaky-reset, gamma-chat, hung, lagging, lim, long, long-quiet, long-stream, slow, tri, "
-                            "two-500\n")
+                            "flaky-reset, gamma-chat, hung, lagging, lim, long, long-quiet, long-stream, rerank, "
+                            "slow, tri, two-500\n")
 
 
 # --- paths -------------------------------------------------------------------------------------------
@@ -226,11 +228,27 @@ def test_only_the_engines_openai_paths_are_routable(gateway: Gateway) -> None:
         assert status == 404, path
     assert gateway.hits("chat-fast") == before
     status, body = gateway.get("/models/chat/v1/load_lora_adapter")
-    assert (status, body["text"]) == (404, "not served: the gateway routes only /v1/{chat/completions, completions, "
-                                            "embeddings, models, models/<name>} (optionally under /models/<model>)\n")
+    assert (status, body["text"]) == (404, "not served: the gateway routes only /{rerank, score, v1/chat/completions, "
+                                            "v1/completions, v1/embeddings, v1/models, v1/models/<name>, v1/rerank, "
+                                            "v1/score, v2/rerank} (optionally under /models/<model>)\n")
     # Triton's OpenAI front end serves GET /v1/models/{model_name}
     status, body = gateway.get("/models/tri/v1/models/tri")
     assert (status, body["backend"], body["path"]) == (200, "tri-0", "/v1/models/tri")
+
+
+def test_a_reranker_takes_the_score_and_rerank_paths_and_nothing_else(gateway: Gateway) -> None:
+    """A cross-encoder on vLLM v0.33.0 serves /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
+    (vllm/entrypoints/pooling/scoring/api_router.py): routed by path prefix, header and body model, unchanged;
+    a generation path is not routed to it, and a chat model gets no rerank path."""
+    rerank = json.dumps({"model": "rerank", "query": "q", "documents": ["a", "b"]}).encode()
+    for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score"):
+        status, body = gateway.get(f"/models/rerank{path}", JSON, body=rerank)
+        assert (status, body["backend"], body["path"]) == (200, "rerank-0", path)
+        status, body = gateway.get(path, JSON, body=rerank)
+        assert (status, body["backend"], body["path"]) == (200, "rerank-0", path)
+        assert gateway.get(path, {"x-model": "chat"})[0] == 404
+    status, body = gateway.get("/v1/chat/completions", {"x-model": "rerank"})
+    assert status == 404
 
 
 def test_paths_are_normalised_before_routing(gateway: Gateway) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from components.k8s.envoy_config import HEALTH_PATHS as ENGINE_HEALTH_PATHS
 from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]
@@ -43,7 +44,7 @@ LOG_FLUSH_MS = 50  # access logs reach the file within this (Envoy's default is 
 SLOW_DELAY_S = 3.0  # default delay: how long a SLOW backend waits before answering
 HANG_LIMIT_S = 60.0  # a HANG handler gives up after this (or when the backend stops): bounded
 STREAM_CHUNKS = 4  # a STREAM answer: this many chunks, `delay` apart
-HEALTH_PATHS = ("/health", "/v2/health/ready")
+HEALTH_PATHS = tuple(sorted(set(ENGINE_HEALTH_PATHS.values())))  # what the gateway health-checks
 
 
 class Behaviour(enum.Enum):

@@ -58,11 +58,12 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["models", "tenants"],
         ["namespace", "service"])
     assert shape["aifactory:index:ModelDeployment"] == (
-        ["awsRegion", "cacheGib", "engine", "expertParallel", "gpusPerReplica", "infiniband", "kvOffloadCpuBlocks",
-         "maxModelLength", "migProfile", "model", "modelName", "monitoringNamespace", "namespace", "pipelineParallel",
-         "pool", "prefixCaching", "quantization", "quantizedCheckpoint", "replicas", "speculative",
-         "startupBudgetSeconds", "storageClass", "tenant", "tensorParallel", "traceSampleRatio", "uri", "weightsGib",
-         "workload"],
+        ["awsRegion", "cacheGib", "engine", "expertParallel", "gpusPerReplica", "groupFormationSeconds", "infiniband",
+         "kvOffloadGib", "maxModelLength", "migProfile", "model", "modelName", "monitoringNamespace", "namespace",
+         "pipelineParallel", "pool", "prefixCaching", "priorityClassName", "quantization", "quantizedCheckpoint",
+         "replicas", "speculative",
+         "startupBudgetSeconds", "storageClass", "task", "tenant", "tensorParallel", "traceSampleRatio", "uri",
+         "weightsGib", "workload"],
         ["engine", "model", "pool", "tenant"],
         ["kind", "namespace", "service"])
     assert shape["aifactory:index:GpuStack"] == (

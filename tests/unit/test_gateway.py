@@ -37,12 +37,13 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
         "assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
     # header routes: any model name case, on the engine's OpenAI paths, with or without a /models/<x> prefix
     assert by_name["assistant-batch"]["match"] == {
-        "safe_regex": {"regex": "^(?:/models/[^/]+)?/v1/(?:chat/completions|completions|embeddings|models)$"},
+        "safe_regex": {"regex": "^(?:/models/[^/]+)?/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},
         "headers": [{"name": "x-model", "string_match": {"exact": "assistant", "ignore_case": True}},
                     {"name": "x-priority", "string_match": {"exact": "batch", "ignore_case": True}}]}
     # assistant-fast is Triton: its OpenAI front end also serves /v1/models/{model_name}
     assert by_name["assistant-path"]["match"] == {"safe_regex": {
-        "regex": "^/models/(?i:assistant)/v1/(?:chat/completions|completions|embeddings|models|models/[^/]+)$"}}
+        "regex": "^/models/(?i:assistant)/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models|"
+                 "v1/models/[^/]+)$"}}
     assert by_name["assistant-path"]["route"]["regex_rewrite"] == {"pattern": {"regex": "^/models/[^/]+/"},
                                                                    "substitution": "/"}
     # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
@@ -55,7 +56,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
         {k: v for k, v in by_name["deep-research-path"]["route"].items() if k != "retry_policy"}
     assert by_name["finance-8b-body"]["match"] == {
-        "safe_regex": {"regex": "^/v1/(?:chat/completions|completions|embeddings|models)$"},
+        "safe_regex": {"regex": "^/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},
         "dynamic_metadata": [{"filter": "aifactory", "path": [{"key": "model"}],
                               "value": {"string_match": {"exact": "finance-8b"}}}]}
     assert "regex_rewrite" not in by_name["finance-8b-body"]["route"]
@@ -126,8 +127,9 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
                                    "http_health_check": {"path": "/health",
                                                          "host": "deep-research.research.svc.cluster.local"}}]
     triton = ec.model_cluster(cfg, cfg.models["assistant-fast"])
+    # Triton's OpenAI frontend (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/observability.py)
     assert triton["health_checks"][0]["http_health_check"] == {
-        "path": "/v2/health/ready", "host": "assistant-fast.assistant.svc.cluster.local"}
+        "path": "/health/ready", "host": "assistant-fast.assistant.svc.cluster.local"}
 
 
 def test_one_token_bucket_per_calling_tenant_and_priority() -> None:

@@ -29,7 +29,7 @@ def test_model_deployment_from_its_own_args_on_an_existing_cluster() -> None:
     assert dep["metadata"]["namespace"] == "chat"  # default: the tenant's name
     pod = dep["spec"]["template"]["spec"]
     engine = pod["containers"][0]
-    assert engine["image"] == "vllm/vllm-openai:v0.11.0"
+    assert engine["image"] == "vllm/vllm-openai:v0.33.0"
     # g6e.12xlarge: 4 L40S, 48 vCPUs, 384 GiB; two GPUs are half the node, 80% of that half for the pod
     assert engine["resources"]["limits"] == {"cpu": "19", "memory": "153Gi", "nvidia.com/gpu": "2"}
     assert engine["resources"]["requests"] == engine["resources"]["limits"]

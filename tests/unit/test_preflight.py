@@ -79,11 +79,16 @@ def pod(*containers: dict[str, Any], **kw: Any) -> dict[str, Any]:
 
 
 def deployment(name: str, ns: str, spec: dict[str, Any], *, replicas: int = 1, labels: dict[str, str] | None = None,
-               annotations: dict[str, str] | None = None, **kw: Any) -> dict[str, Any]:
+               annotations: dict[str, str] | None = None, strategy: dict[str, Any] | None = None,
+               **kw: Any) -> dict[str, Any]:
     meta = {"annotations": annotations} if annotations else None
     return k8s(DEPLOYMENT, name, ns, {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                                      **({"strategy": strategy} if strategy is not None else {}),
                                       "template": {"metadata": {"labels": {"app": name, **(labels or {})}},
                                                    "spec": spec}}, meta=meta, **kw)
+
+
+NO_SURGE = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 
 
 def quota(ns: str, hard: dict[str, str]) -> dict[str, Any]:
@@ -111,8 +116,8 @@ def test_quota_counts_the_injected_sidecar_from_the_istiod_chart_defaults() -> N
     63.95 CPU + 0.1 = 64.05 > 64 is rejected, 63.9 + 0.1 = 64 is admitted (quota is <=)."""
     ns = namespace("t", **{"istio-injection": "enabled"})
     q = quota("t", {"requests.cpu": "64"})
-    over = deployment("big", "t", pod(container(cpu="63950m")))
-    fits = deployment("fits", "t", pod(container(cpu="63900m")))
+    over = deployment("big", "t", pod(container(cpu="63950m")), strategy=NO_SURGE)
+    fits = deployment("fits", "t", pod(container(cpu="63900m")), strategy=NO_SURGE)
     assert findings(pf.quota_findings, ns, q, istiod(cni=True), over) == [
         ("Deployment/t/big", "ResourceQuota/t/q rejects every pod: one pod (istio-proxy sidecar included) needs more "
                              "than the whole namespace's quota: requests.cpu 64.05 > 64")]
@@ -123,8 +128,9 @@ def test_quota_uses_the_kits_proxy_resources_and_pod_opt_out() -> None:
     ns = namespace("t", **{"istio-injection": "enabled"})
     q = quota("t", {"requests.memory": "1Gi"})
     proxy = {"requests": {"cpu": "10m", "memory": "512Mi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
-    app = deployment("a", "t", pod(container(memory="600Mi")))
-    opted_out = deployment("b", "t", pod(container(memory="600Mi")), labels={"sidecar.istio.io/inject": "false"})
+    app = deployment("a", "t", pod(container(memory="600Mi")), strategy=NO_SURGE)
+    opted_out = deployment("b", "t", pod(container(memory="600Mi")), labels={"sidecar.istio.io/inject": "false"},
+                           strategy=NO_SURGE)
     assert findings(pf.quota_findings, ns, q, istiod(proxy=proxy), app) == [
         ("Deployment/t/a", "ResourceQuota/t/q rejects every pod: one pod (istio-proxy sidecar included) needs more "
                            "than the whole namespace's quota: requests.memory 1.086Gi > 1Gi")]
@@ -135,7 +141,7 @@ def test_quota_total_at_the_largest_replica_count() -> None:
     """3 replicas x 20 CPU fit 64; an HPA (maxReplicas 4) or a KEDA ScaledObject (maxReplicaCount 5) raises it."""
     ns = namespace("t")
     q = quota("t", {"requests.cpu": "64"})
-    d = deployment("m", "t", pod(container(cpu="20")), replicas=3)
+    d = deployment("m", "t", pod(container(cpu="20")), replicas=3, strategy=NO_SURGE)
     hpa = k8s(HPA, "m", "t", {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "m"},
                               "maxReplicas": 4})
     so = k8s(SCALED, "m", "t", {"scaleTargetRef": {"name": "m"}, "maxReplicaCount": 5})
@@ -145,6 +151,12 @@ def test_quota_total_at_the_largest_replica_count() -> None:
                               "requests.cpu 80 > 64: pods beyond the quota are rejected and scale-out stops")]
     assert findings(pf.quota_findings, ns, q, d, so)[0][1].startswith(
         "at their largest replica counts (Deployment/t/m 5 x 20) the namespace's pods need requests.cpu 100 > 64")
+    # the default strategy (maxSurge 25%, rounded up) adds a fourth pod during a rollout: 80 > 64
+    surging = deployment("m", "t", pod(container(cpu="20")), replicas=3)
+    assert findings(pf.quota_findings, ns, q, surging) == [
+        ("Deployment/t/m", "a rolling update at 3 replicas (spec.replicas) adds 1 surge pod(s) (maxSurge), which "
+                           "ResourceQuota/t/q refuses: requests.cpu 80 > 64; the rollout stalls until its progress "
+                           "deadline")]
 
 
 def test_quota_counts_leaderworkerset_workers_times_size() -> None:
@@ -186,7 +198,7 @@ def test_limit_range_max_rejects_a_larger_container() -> None:
 
 def test_quota_on_gpus_without_the_mig_slices_pods_request() -> None:
     ns = namespace("t")
-    mig = deployment("m", "t", pod(container(extra={"nvidia.com/mig-1g.10gb": "1"})), replicas=3)
+    mig = deployment("m", "t", pod(container(extra={"nvidia.com/mig-1g.10gb": "1"})), replicas=3, strategy=NO_SURGE)
     assert findings(pf.quota_findings, ns, quota("t", {"requests.nvidia.com/gpu": "0"}), mig) == [
         ("Deployment/t/m", "ResourceQuota/t/q caps requests.nvidia.com/gpu but not requests.nvidia.com/mig-1g.10gb: "
                            "up to 3 pods x 1 slice(s) are admitted without any limit")]

@@ -159,7 +159,7 @@ def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> No
     assert by_name["teams-chat-resourcequota-tenant-quota"].inputs["spec"]["hard"]["requests.nvidia.com/gpu"] == "8"
     pod = by_name["llama-8b-deployment"].inputs["spec"]["template"]["spec"]
     assert by_name["llama-8b-deployment"].inputs["metadata"]["namespace"] == "chat"
-    assert pod["containers"][0]["image"] == "vllm/vllm-openai:v0.11.0"
+    assert pod["containers"][0]["image"] == "vllm/vllm-openai:v0.33.0"
     assert pod["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
     assert pod["nodeSelector"] == {"aifactory.io/pool": "l40s"}
     assert by_name["llama-8b-scaledobject"].inputs["spec"]["maxReplicaCount"] == 3

@@ -113,7 +113,7 @@ def test_vllm_args_ngram_speculation_needs_no_draft_model() -> None:
     ({"method": "awq"}, None)])
 def test_vllm_quantization_flags(quantization: Any, flag: str | None) -> None:
     """`--quantization` only when vLLM quantizes on load (BF16 weights -> FP8); a pre-quantized checkpoint
-    (AWQ, GPTQ, INT8 W8A8, FP8) declares its method in config.json and vLLM v0.11.0 refuses a flag that
+    (AWQ, GPTQ, INT8 W8A8, FP8) declares its method in config.json and vLLM v0.33.0 refuses a flag that
     contradicts it (vllm/config/model.py ModelConfig._verify_quantization)."""
     args = vllm_args(small(quantization=quantization).models["m"])
     assert (args[args.index("--quantization") + 1] if "--quantization" in args else None) == flag
@@ -123,25 +123,30 @@ def test_prefix_caching_off_is_explicit() -> None:
     assert "--no-enable-prefix-caching" in vllm_args(small(prefixCaching=False).models["m"])
 
 
-def test_triton_single_gpu_command() -> None:
+def test_triton_serves_the_openai_frontend_on_the_model_port() -> None:
+    """`tritonserver` alone answers only the KServe v2 API: the OpenAI API is the frontend of
+    triton-inference-server/server r26.07 python/openai/openai_frontend/main.py (--model-repository, --tokenizer,
+    --host, --openai-port default 9000), shipped at /opt/tritonserver/python/openai by build.py
+    create_dockerfile_linux. Single GPU: no orchestrator mode."""
     cfg = stack("staging")
-    assert triton_command(cfg.models["llama-8b-trt"]) == [
-        "tritonserver", "--model-repository=/model-cache/llama-8b-trt",
-        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--metrics-config=histogram_latencies=true"]
+    model = cfg.models["llama-8b-trt"]
+    assert triton_command(model) == [
+        "python3", "/opt/tritonserver/python/openai/openai_frontend/main.py",
+        "--model-repository=/model-cache/llama-8b-trt", "--tokenizer=meta-llama/Llama-3.1-8B-Instruct",
+        "--host=0.0.0.0", "--openai-port=8000"]
+    env = {e["name"]: e.get("value") for e in _engine(cfg, "llama-8b-trt")["env"]}
+    assert "TRTLLM_ORCHESTRATOR" not in env
 
 
-def test_triton_tensor_parallel_runs_one_mpi_rank_per_gpu() -> None:
-    cmd = triton_command(small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m").models["m"])
-    repo = "--model-repository=/models/store/engines/m"
-    assert cmd == [
-        "mpirun", "--oversubscribe",
-        "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
-        "--backend-config=python,shm-region-prefix-name=prefix0_",
-        "--http-port=8000", "--grpc-port=8001", "--metrics-port=8002", "--metrics-config=histogram_latencies=true",
-        ":", "-n", "1", "tritonserver", repo, "--disable-auto-complete-config",
-        "--backend-config=python,shm-region-prefix-name=prefix1_",
-        "--model-control-mode=explicit", "--load-model=tensorrt_llm",
-        "--allow-http=false", "--allow-grpc=false", "--allow-metrics=false"]
+def test_triton_tensor_parallel_runs_in_orchestrator_mode() -> None:
+    """The OpenAI frontend supports TensorRT-LLM model parallelism in orchestrator mode only
+    (TRTLLM_ORCHESTRATOR=1; leader mode, i.e. mpirun, is not supported: python/openai/README.md r26.07, "Model
+    Parallelism Support"): one process, no mpirun."""
+    cfg = small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m")
+    c = _engine(cfg, "m")
+    assert c["command"] == triton_command(cfg.models["m"])
+    assert c["command"][:2] == ["python3", serving.TRITON_OPENAI_MAIN] and "mpirun" not in c["command"]
+    assert {"name": "TRTLLM_ORCHESTRATOR", "value": "1"} in c["env"]
 
 
 def _engine(cfg: PlatformConfig, model: str) -> dict[str, Any]:
@@ -150,8 +155,8 @@ def _engine(cfg: PlatformConfig, model: str) -> dict[str, Any]:
 
 
 def test_vllm_exports_request_spans_to_the_collector_at_the_stacks_sampling_ratio() -> None:
-    """vLLM v0.11 `--otlp-traces-endpoint` (ObservabilityConfig.otlp_traces_endpoint; OTLP/gRPC unless
-    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise, vllm/tracing.py); its TracerProvider() takes the OTel
+    """vLLM v0.33.0 `--otlp-traces-endpoint` (ObservabilityConfig.otlp_traces_endpoint; OTLP/gRPC unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise, vllm/tracing/otel.py); its TracerProvider() takes the OTel
     SDK's sampler from OTEL_TRACES_SAMPLER(_ARG). `--collect-detailed-traces` ("possibly costly and or blocking
     operations") stays off. prod: observability.traceSampleRatio 0.2, namespace monitoring."""
     cfg = stack("prod")
@@ -166,26 +171,11 @@ def test_vllm_exports_request_spans_to_the_collector_at_the_stacks_sampling_rati
     assert "--otlp-traces-endpoint" not in vllm_args(cfg.models["assistant-batch"])  # only when asked
 
 
-def test_triton_exports_opentelemetry_spans_to_the_collector() -> None:
-    """Triton r25.08 `--trace-config` (docs/user_guide/trace.md, src/command_line_parser.cc): mode
-    opentelemetry, level TIMESTAMPS (tracing is off without a level), rate N = one in N requests without a
-    context (1 / 0.2 = 5), count -1 (no limit), OTLP/HTTP url and service.name resource; rank 0 only."""
-    cfg = stack("prod")
-    cmd = _engine(cfg, "assistant-fast")["command"]
-    trace = [a for a in cmd if a.startswith("--trace-config")]
-    assert trace == ["--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS",
-                     "--trace-config=rate=5", "--trace-config=count=-1",
-                     "--trace-config=opentelemetry,url=http://otel-collector.monitoring.svc.cluster.local:4318"
-                     "/v1/traces",
-                     "--trace-config=opentelemetry,resource=service.name=assistant-fast"]
-    tp = small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m")
-    ranks = " ".join(_engine(tp, "m")["command"]).split(" : ")
-    assert ["--trace-config" in r for r in ranks] == [True, False]
-
-
-@pytest.mark.parametrize(("ratio", "rate"), [(1.0, 1), (0.01, 100), (0.3, 3), (0.0, 0)])
-def test_triton_trace_rate_follows_the_ratio(ratio: float, rate: int) -> None:
-    assert serving.EngineTracing("g", "h", ratio).triton_rate == rate
+def test_triton_takes_no_trace_options() -> None:
+    """The OpenAI frontend's main.py (r26.07) has no trace option and starts its in-process server without a trace
+    configuration: no `--trace-config` flag (tritonserver's own) may reach it, argparse would reject it."""
+    cmd = _engine(stack("prod"), "assistant-fast")["command"]
+    assert not [a for a in cmd if a.startswith("--trace-config")]
 
 
 def test_triton_pods_carry_the_engine_build_qformat() -> None:
@@ -398,8 +388,10 @@ def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[st
 
 
 @pytest.mark.parametrize(("model", "live", "ready"), [
-    ("chat", "/health", "/v1/models"), ("llama-8b-trt", "/v2/health/live", "/v2/health/ready")])
+    ("chat", "/health", "/v1/models"), ("llama-8b-trt", "/health/ready", "/health/ready")])
 def test_probes_per_engine(model: str, live: str, ready: str) -> None:
+    """vLLM v0.33.0: /health (entrypoints/serve/instrumentator/health.py), /v1/models. Triton's OpenAI frontend
+    (r26.07 routers/observability.py) answers only /health/ready; KServe's /v2/health/* are not served there."""
     cfg = stack("dev") if model == "chat" else stack("staging")
     c = pod_spec(cfg, cfg.models[model])["containers"][0]
     assert c["startupProbe"] == {"httpGet": {"path": ready, "port": "http"}, "periodSeconds": 10,
@@ -416,8 +408,8 @@ def test_services_are_headless_and_select_leaders_of_multi_node_replicas() -> No
                                             "leaderworkerset.sigs.k8s.io/worker-index": "0"},
                                "ports": [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP",
                                           "appProtocol": "http"}]}
-    triton = service(cfg, cfg.models["assistant-fast"])
-    assert [p["port"] for p in triton["spec"]["ports"]] == [8000, 8001, 8002]
+    triton = service(cfg, cfg.models["assistant-fast"])  # the OpenAI frontend: API, health and metrics on one port
+    assert triton["spec"]["ports"] == lws_svc["spec"]["ports"]
 
 
 def test_vllm_scales_on_waiting_requests_per_replica() -> None:
@@ -435,12 +427,14 @@ def test_triton_scales_on_average_queue_time() -> None:
     cfg = stack("prod")
     trigger = scaled_object(cfg, cfg.models["assistant-fast"])["spec"]["triggers"][0]
     assert trigger["metricType"] == "Value" and trigger["metadata"]["threshold"] == "30"
-    # Only the repository's tensorrt_llm model: each user request reaches it once (the ensemble and the
-    # pre/post-processing models would count it again).
+    # Per repository model, the worst average queue time: whatever the repository names its models (an
+    # ensemble's tensorrt_llm, the onprem classifier's own), its bottleneck decides; no model name is assumed.
     assert trigger["metadata"]["query"] == (
-        'sum(rate(nv_inference_queue_duration_us{namespace="assistant",aifactory_io_model="assistant-fast",'
-        'model="tensorrt_llm"}[1m])) / 1000 / clamp_min(sum(rate(nv_inference_request_success{'
-        'namespace="assistant",aifactory_io_model="assistant-fast",model="tensorrt_llm"}[1m])), 1e-9)')
+        'max(sum by (model) (rate(nv_inference_queue_duration_us{namespace="assistant",'
+        'aifactory_io_model="assistant-fast"}[1m])) / 1000 / clamp_min(sum by (model) '
+        '(rate(nv_inference_request_success{namespace="assistant",aifactory_io_model="assistant-fast"}[1m])), 1e-9))')
+    classifier = scaled_object(stack("onprem"), stack("onprem").models["classifier"])["spec"]["triggers"][0]
+    assert 'model="tensorrt_llm"' not in classifier["metadata"]["query"]
 
 
 def test_scale_to_zero_models_wake_on_the_gateways_refusals() -> None:
@@ -476,7 +470,7 @@ MESH_TLS = {"scheme": "https", "tlsConfig": {
 
 
 @pytest.mark.parametrize(("stack_name", "model", "port", "service_port"), [
-    ("prod", "assistant-batch", "http", 8000), ("prod", "assistant-fast", "metrics", 8002)])
+    ("prod", "assistant-batch", "http", 8000), ("prod", "assistant-fast", "http", 8000)])
 def test_service_monitor_scrapes_the_engine_metrics_port_over_mesh_tls(
         stack_name: str, model: str, port: str, service_port: int) -> None:
     cfg = stack(stack_name)

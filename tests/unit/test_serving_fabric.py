@@ -70,7 +70,7 @@ HEAD_ONLY = {"--port", "--ray-client-server-port", "--dashboard-port"}
 
 
 def _ray_flags(command: list[str]) -> dict[str, str]:
-    """`ray start` options the multi-node-serving.sh call passes on (vLLM v0.11.0
+    """`ray start` options the multi-node-serving.sh call passes on (vllm-project/vllm
     examples/online_serving/multi-node-serving.sh: --ray_port=N becomes `ray start --head --port=N`; every other
     unknown argument is forwarded to `ray start`)."""
     start = shlex.split(command[-1].split(" && exec ")[0])
@@ -93,7 +93,8 @@ def test_every_port_the_leader_and_workers_open_is_pinned_and_left_out_of_the_si
         if role == "leader":  # the dashboard head is not started at all, so it opens no port
             assert flags.pop("--include-dashboard") == "false"
             want.discard("--dashboard-port")
-        assert set(flags) - {"--ray_cluster_size", "--ray_address"} == want, role
+        # the script's own options (not passed on to `ray start`)
+        assert set(flags) - {"--ray_cluster_size", "--ray_address", "--ray_init_timeout"} == want, role
         pinned = {int(v) for k, v in flags.items() if k in want and k != "--max-worker-port"}
         low, high = int(flags["--min-worker-port"]), int(flags["--max-worker-port"])
         pinned |= set(range(low, high + 1))
@@ -160,14 +161,14 @@ def test_efa_multi_node_pods_run_the_efa_image_with_nccl_and_libfabric_env() -> 
     cfg = stack_config("prod")
     for role, t in templates(workload(cfg, cfg.models["deep-research"])).items():
         c = engine(t)
-        # AWS's vLLM DLC: vllm/vllm-openai v0.11.0 + EFA installer 1.43.3 (aws/deep-learning-containers
-        # vllm/CHANGELOG.md, vllm/x86_64/gpu/Dockerfile), in the stack's region
-        assert c["image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.11.0-gpu-py312-cu128-ubuntu22.04-ec2"
+        # AWS's vLLM DLC: vllm/vllm-openai v0.27.1 + EFA installer 1.47.0 (aws/deep-learning-containers
+        # .github/config/image/vllm/ec2-ubuntu.yml, docker/vllm/Dockerfile), in the stack's region
+        assert c["image"] == "763104351884.dkr.ecr.us-east-1.amazonaws.com/vllm:0.27-gpu-py312-ec2"
         assert {k: v for k, v in env(c).items() if k.startswith(("NCCL_", "FI_"))} == {
             "NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,NET", "NCCL_SOCKET_IFNAME": "eth0",
             "FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}, role
     single = workload(cfg, cfg.models["assistant-batch"])["spec"]["template"]["spec"]["containers"][0]
-    assert single["image"] == "vllm/vllm-openai:v0.11.0"  # NVLink only: the stock image
+    assert single["image"] == "vllm/vllm-openai:v0.33.0"  # NVLink only: the stock image
 
 
 def test_a_pool_can_name_its_own_vllm_image() -> None:
@@ -185,7 +186,7 @@ def test_infiniband_pods_name_every_rail_for_nccl() -> None:
     for t in templates(workload(cfg, cfg.models["llama-405b"])).values():
         c = engine(t)
         assert env(c)["NCCL_IB_HCA"] == "=" + ",".join(DGX_H100_HCAS)  # '=': exact names, mlx5_1 != mlx5_10
-        assert c["image"] == "vllm/vllm-openai:v0.11.0"  # NCCL's own IB transport: libibverbs is in the image
+        assert c["image"] == "vllm/vllm-openai:v0.33.0"  # NCCL's own IB transport: libibverbs is in the image
 
 
 def _guard(fabric: str, lines: str) -> subprocess.CompletedProcess[str]:
@@ -403,27 +404,27 @@ def small(**model: Any) -> PlatformConfig:
 
 
 def test_expert_parallelism_and_kv_offload_use_the_pinned_engines_flags() -> None:
-    """vLLM v0.11.0: `--enable-expert-parallel` (vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel);
-    `--kv-transfer-config` with the OffloadingConnector and the CPU spec's `num_cpu_blocks`
-    (vllm/v1/kv_offload/cpu.py; tests/v1/kv_offload/test_cpu_offloading.py builds the same config). v0.11.0 has
-    no `--kv-offloading-size` yet (it came with a later release's CacheConfig.kv_offloading_size)."""
+    """vLLM v0.33.0: `--enable-expert-parallel` (vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel);
+    `--kv-offloading-size` in GiB (CacheConfig.kv_offloading_size), from which vLLM builds its native
+    OffloadingConnector with `cpu_bytes_to_use` (vllm/config/vllm.py). The `--kv-transfer-config` with
+    `num_cpu_blocks` of v0.11.0 would now fail at start-up: vllm/v1/kv_offload/cpu/spec.py raises without
+    cpu_bytes_to_use (v0.27.1 too)."""
     args = vllm_args(small(model="mistralai/Mixtral-8x7B-Instruct-v0.1", tensorParallel=4, expertParallel=True,
-                           kvOffloadCpuBlocks=20000).models["m"])
+                           kvOffloadGiB=80).models["m"])
     assert "--enable-expert-parallel" in args
-    kv = args[args.index("--kv-transfer-config") + 1]
-    assert json.loads(kv) == {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                              "kv_connector_extra_config": {"num_cpu_blocks": 20000}}
+    assert args[args.index("--kv-offloading-size") + 1] == "80"
+    assert "--kv-transfer-config" not in args
     assert "--enable-prefix-caching" in args  # offloaded blocks are found by their prefix hashes
     plain = vllm_args(small().models["m"])
-    assert "--enable-expert-parallel" not in plain and "--kv-transfer-config" not in plain
+    assert "--enable-expert-parallel" not in plain and "--kv-offloading-size" not in plain
 
 
 @pytest.mark.parametrize(("model", "message"), [
     ({"expertParallel": True}, "models.x.expertParallel: needs tensorParallel > 1: expert parallelism spreads the "
                                "experts over the tensor-parallel GPUs"),
-    ({"kvOffloadCpuBlocks": 1000, "prefixCaching": False},
-     "models.x.kvOffloadCpuBlocks: needs prefixCaching: offloaded KV blocks are found by their prefix hashes; "
-     "remove prefixCaching: false or kvOffloadCpuBlocks"),
+    ({"kvOffloadGiB": 64, "prefixCaching": False},
+     "models.x.kvOffloadGiB: needs prefixCaching: offloaded KV blocks are found by their prefix hashes; "
+     "remove prefixCaching: false or kvOffloadGiB"),
 ])
 def test_feature_combinations_the_engine_refuses_are_config_errors(model: dict[str, Any], message: str) -> None:
     assert message in problems(onprem_with(**model), "onprem")
