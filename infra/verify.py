@@ -61,7 +61,7 @@ import yaml
 from components.k8s import naming
 from components.k8s.envoy_config import SERVICE_NAME as GATEWAY_SERVICE_NAME
 from components.k8s.otel_config import JAEGER_SERVICE, LOKI_GATEWAY_SERVICE
-from components.k8s.values import Model
+from components.k8s.values import ENGINES_EXPORTING_SPANS, Model
 from infra.config import ConfigError, PlatformConfig, Problem
 from infra.outputs import EXIT_FAILURE, EXIT_OK, write_json
 from telemetry.names import DCGM, ENVOY, ISTIO, KSM, TRITON
@@ -457,11 +457,14 @@ def _trace_check(endpoints: Endpoints, sent: _Sent, *, timeout: float) -> Check:
         spans = trace.get("spans") or []
         gateway = {s["spanID"] for s in spans if services.get(s.get("processID")) == GATEWAY_SERVICE_NAME}
         engine = [s for s in spans if services.get(s.get("processID")) == model.name]
-        under = [s for s in engine if any(r.get("spanID") in gateway for r in s.get("references") or [])]
+        parents = {s.get("spanID"): [r.get("spanID") for r in s.get("references") or []] for s in spans}
+        under = [s for s in engine if _descends(s.get("spanID"), gateway, parents)]
         saw = f"{len(spans)} span(s) of {', '.join(sorted(set(services.values()))) or 'no service'}"
         if not gateway:
             return Hop("trace", model.name, False, saw, f"no span of service {GATEWAY_SERVICE_NAME}: the trace "
                        "holds other services' spans only; the gateway's tracer is not exporting")
+        if model.engine not in ENGINES_EXPORTING_SPANS:
+            return Hop("trace", model.name, True, saw + f"; {model.engine} exports no engine spans")
         if not under:
             return Hop("trace", model.name, False, saw,
                        f"no span of service {model.name} under the gateway's span: the engine does not export "
@@ -469,6 +472,21 @@ def _trace_check(endpoints: Endpoints, sent: _Sent, *, timeout: float) -> Check:
                        "or does not continue the gateway's traceparent")
         return Hop("trace", model.name, True, saw + f"; {model.name} under {GATEWAY_SERVICE_NAME}")
     return check
+
+
+def _descends(span_id: str | None, ancestors: set[str], parents: dict[str | None, list[str | None]]) -> bool:
+    """Whether a span has one of `ancestors` above it in the trace: on a cluster the Istio sidecars' spans (the
+    gateway pod's outbound, the model pod's inbound) sit between the gateway's span and the engine's."""
+    seen: set[str | None] = set()
+    todo = list(parents.get(span_id, []))
+    while todo:
+        up = todo.pop()
+        if up in ancestors:
+            return True
+        if up not in seen:
+            seen.add(up)
+            todo += parents.get(up, [])
+    return False
 
 
 def _loki_lines(endpoints: Endpoints, query: str, *, since: float, timeout: float) -> list[tuple[dict[str, str], str]]:

@@ -24,6 +24,7 @@ from components.k8s.defaults import (
 )
 
 __all__ = [
+    "ENGINES_EXPORTING_SPANS",
     "NamespaceView",
     "InNamespace",
     "Tracing",
@@ -189,6 +190,11 @@ class Fidelity:
 
 
 MODEL_TASKS = ("generate", "embed", "rerank")
+
+
+# Engines whose process exports its own spans (components.k8s.serving.EngineTracing: Triton's OpenAI frontend takes no
+# trace options): what `aifactory verify` expects to find under the gateway's span.
+ENGINES_EXPORTING_SPANS = frozenset({"vllm"})
 
 
 @dataclass(frozen=True, slots=True)

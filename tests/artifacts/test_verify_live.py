@@ -157,6 +157,12 @@ def _engine(platform: Platform) -> type[BaseHTTPRequestHandler]:
                 _, trace_id, parent, flags = (self.headers.get("traceparent") or "00-0-0-00").split("-")
                 # parent-based sampling, as the kit configures vLLM's tracer (OTEL_TRACES_SAMPLER)
                 if platform.engine_exports_spans and platform.engine_status == 200 and flags == "01":
+                    # On a cluster two Istio sidecars trace between them (the kit's mesh-default Telemetry): the
+                    # gateway pod's outbound span, then the model pod's inbound one, whose id reaches the engine.
+                    for service in ("aifactory-gateway.aifactory-gateway", f"{MODEL}.{TENANT}"):
+                        hop = secrets.token_hex(8)
+                        platform.spans.append(Span(service, "sidecar", trace_id, hop, parent))
+                        parent = hop
                     platform.spans.append(Span(MODEL, "llm_request", trace_id, secrets.token_hex(8), parent))
             if platform.engine_status != 200:
                 _send(self, platform.engine_status, b'{"error": "engine failure"}')

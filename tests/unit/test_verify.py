@@ -58,3 +58,43 @@ def test_every_endpoint_has_a_flag_and_json_defaults_to_stdout() -> None:
     assert (args.json, args.model, args.loki_url, args.gateway_url) == ("-", ["a", "b"], "http://loki:3100", None)
     assert {f"{k}_url" for k in Endpoints.__dataclass_fields__ if k != "access"} <= set(vars(args))
     assert build_parser().parse_args(["verify", "prod", "--kubeconfig", "kc"]).kubeconfig == "kc"
+
+
+def _jaeger_trace(*spans: tuple[str, str, str | None]) -> dict:
+    """Jaeger's GET /api/traces/{id} answer for (service, span id, parent span id) triples."""
+    services = sorted({s for s, _, _ in spans})
+    pid = {s: f"p{i}" for i, s in enumerate(services)}
+    return {"data": [{"traceID": "t", "processes": {pid[s]: {"serviceName": s} for s in services},
+                      "spans": [{"spanID": sid, "processID": pid[s],
+                                 "references": [{"refType": "CHILD_OF", "spanID": up}] if up else []}
+                                for s, sid, up in spans]}]}
+
+
+def _trace_hop(monkeypatch, model_name: str, doc: dict) -> Hop:  # type: ignore[no-untyped-def]
+    from infra import verify
+
+    cfg = stack_config("prod")
+    monkeypatch.setattr(verify, "_get", lambda *a, **k: verify._Answer(200, json.dumps(doc).encode()))
+    sent = verify._Sent(cfg.models[model_name], "t", "r", True)
+    return verify._trace_check(REPORT.endpoints, sent, timeout=1)()
+
+
+def test_an_engine_span_under_both_sidecars_spans_continues_the_gateways_trace(monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: E501
+    """On a cluster the kit's mesh-default Telemetry makes both Istio sidecars trace, so the engine's span is the
+    grandchild of the gateway's span's child, not its child (Envoy's router injects its own span into the upstream
+    traceparent: envoyproxy/envoy@v1.40.0:source/common/router/upstream_request.cc)."""
+    model = next(m for m in stack_config("prod").models.values() if m.engine == "vllm")
+    doc = _jaeger_trace(("aifactory-gateway", "g", None), ("aifactory-gateway.aifactory-gateway", "s1", "g"),
+                        (f"{model.name}.{model.tenant}", "s2", "s1"), (model.name, "e", "s2"))
+    hop = _trace_hop(monkeypatch, model.name, doc)
+    assert (hop.ok, hop.saw.endswith(f"{model.name} under aifactory-gateway")) == (True, True)
+    unrelated = _jaeger_trace(("aifactory-gateway", "g", None), (model.name, "e", "elsewhere"))
+    assert _trace_hop(monkeypatch, model.name, unrelated).ok is False
+
+
+def test_a_triton_model_needs_only_the_gateways_span(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Triton's OpenAI frontend exports no spans (r26.07 python/openai/openai_frontend/main.py takes no trace
+    options), so its trace hop is the gateway's span alone."""
+    model = next(m for m in stack_config("prod").models.values() if m.engine == "triton")
+    hop = _trace_hop(monkeypatch, model.name, _jaeger_trace(("aifactory-gateway", "g", None)))
+    assert (hop.ok, hop.saw) == (True, "1 span(s) of aifactory-gateway; triton exports no engine spans")
