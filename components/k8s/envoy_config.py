@@ -959,9 +959,16 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
     return [*out, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
 
 
+# The gateway starts a trace for every request; traceSampleRatio is applied once, by the Collector's
+# probabilistic_sampler after its spanmetrics connector has counted every span (components.k8s.otel_config), and
+# by trace id, so the gateway's, the sidecars' and the engine's spans of one request are kept or dropped together.
+# Sampling here as well would keep ratio² of the traces and make the spanmetrics RED figures a sample.
+GATEWAY_TRACE_PERCENT = 100.0
+
+
 def _tracing(cfg: GatewayView) -> dict[str, Any]:
     return {
-        "random_sampling": {"value": round(cfg.observability.trace_sample_ratio * 100, 4)},
+        "random_sampling": {"value": GATEWAY_TRACE_PERCENT},
         "provider": {
             "name": "envoy.tracers.opentelemetry",
             "typed_config": {

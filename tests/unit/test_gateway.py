@@ -8,6 +8,7 @@ import pytest
 
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
+from components.k8s import otel_config
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
@@ -154,10 +155,19 @@ def test_one_token_bucket_per_calling_tenant_and_priority() -> None:
     assert f["filter_enforced"]["default_value"] == {"numerator": 100, "denominator": "HUNDRED"}
 
 
-def test_tracing_goes_to_the_collector_at_the_stack_sample_ratio() -> None:
+def test_tracing_goes_to_the_collector_which_alone_samples() -> None:
+    """prod keeps 20% of traces: the gateway traces every request and the Collector's probabilistic_sampler keeps
+    20% by trace id after spanmetrics counted them all; a gateway sampling 20% too would keep 4% (found by the
+    end-to-end review) and make spanmetrics' RED figures a sample."""
     cfg = stack("prod")
+    assert cfg.observability.trace_sample_ratio == 0.2
     hcm = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
-    assert hcm["tracing"]["random_sampling"] == {"value": 20.0}
+    assert hcm["tracing"]["random_sampling"] == {"value": 100.0}
+    collector = otel_config.collector_config(cfg)
+    assert collector["processors"]["probabilistic_sampler"] == {"sampling_percentage": 20.0}
+    pipelines = collector["service"]["pipelines"]
+    assert pipelines["traces/spanmetrics"]["processors"] == ["memory_limiter", "k8sattributes", "batch"]
+    assert "probabilistic_sampler" in pipelines["traces/sampled"]["processors"]
     grpc = hcm["tracing"]["provider"]["typed_config"]["grpc_service"]
     # :authority: the Collector Service's name, which the gateway's sidecar routes (not the cluster's name)
     assert grpc["envoy_grpc"] == {"cluster_name": "otel_collector",
