@@ -503,7 +503,11 @@ def eval_command(stack: str, *, workload: str, url: str | None = None, url_for: 
                                 outcome_lines(report, s))
         fidelity.write_results(path, results)
         print(f"recorded in {path}", file=sys.stderr, flush=True)
-    for failure in report.failed.values():
+    # an endpoint that failed, or one whose answers are no evidence (a silent or failing baseline, a variant that
+    # left too many items unanswered): the evaluation failed, whatever was recorded
+    failures = [*report.failed.values(),
+                *(v.message for v in found if v.workload == workload and v.status == "error")]
+    for failure in failures:
         print(f"aifactory: eval: {failure}", file=sys.stderr, flush=True)
     if otlp_endpoint is not None:
         try:
@@ -513,4 +517,4 @@ def eval_command(stack: str, *, workload: str, url: str | None = None, url_for: 
             print(f"aifactory: eval: {err}", file=sys.stderr, flush=True)
             return 1
         print(f"scores pushed to {otlp_endpoint}", file=sys.stderr, flush=True)
-    return 1 if report.failed else 0
+    return 1 if failures else 0

@@ -339,7 +339,8 @@ class Judgement:
     low: float  # the drop's lower end at `level`
     bound: float  # the drop's upper end at `level`
     passed: bool  # Holm rejected "drop > maxDrop"
-    min_items: int | None  # the fewest items at which a variant agreeing on every item could pass at `level`
+    min_items: int | None  # the fewest items at which a variant agreeing on every item could pass, at `first_level`
+    first_level: float  # the run's level over its variants: Holm's first step, which any pass must clear
     resolution: float  # the smallest bound the suite could give it (its disagreements, no drop)
     items_needed: int | None  # for maxDrop at its shares (None: its drop is above maxDrop)
 
@@ -361,7 +362,8 @@ def judgements(gate: Fidelity, rec: Mapping[str, Any]) -> dict[str, Judgement]:
     for v, t in tables.items():
         level, passed = decided[v]
         drop, low, bound = stats.drop_interval(t, z=stats.z_for(level))
-        out[v] = Judgement(t, level, drop, low, bound, passed, stats.min_items(gate.max_drop, alpha=alpha / len(names)),
+        first = alpha / len(names)
+        out[v] = Judgement(t, level, drop, low, bound, passed, stats.min_items(gate.max_drop, alpha=first), first,
                            stats.resolution(t, alpha=level), stats.items_needed(t, gate.max_drop, alpha=level))
     return out
 
@@ -442,7 +444,7 @@ def _judge(cfg: PlatformConfig, workload: str, gate: Fidelity, v: Model, rec: Ma
         return Verdict(workload, v.name, "underpowered", (
             f"{who} is not judged: suite {gate.suite!r} has {n} items, too few to show a drop of at most maxDrop "
             f"{_f(gate.max_drop)} even for a variant that agrees with the baseline on every item (one-sided "
-            f"{_pct(j.level)}: at least {j.min_items} items); grow the suite or raise maxDrop"))
+            f"{_pct(j.first_level)}: at least {j.min_items} items); grow the suite or raise maxDrop"))
     cats = _category_failures(gate, mine, base)
     if cats:
         return Verdict(workload, v.name, "failed", f"{text}; " + "; ".join(cats))

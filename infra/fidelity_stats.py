@@ -24,6 +24,7 @@ whose true drop exceeds maxDrop ever passes, however often it is evaluated again
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,7 @@ def _worst_concordant(n: int, z: float) -> float:
     return max(drop_interval(Table(k, 0, 0, n - k), z=z)[2] for k in range(n + 1))
 
 
+@functools.lru_cache(maxsize=64)
 def min_items(max_drop: float, *, alpha: float) -> int | None:
     """The fewest items with which a variant that agrees with the baseline on every item passes at `max_drop`,
     whatever the baseline's score (None above MAX_ITEMS, as for maxDrop 0)."""
