@@ -3,14 +3,18 @@ the workload's own evaluation suite against the baseline variant, on the same it
 evaluated is what is deployed.
 
     stacks/evals/<suite>/suite.yaml      description, maxTokens, system prompt (all optional)
-    stacks/evals/<suite>/items.jsonl     one item per line: id, prompt, scorer, reference[, tolerance]
-    stacks/evals/results/<stack>.yaml    what `aifactory eval` measured, per workload and variant (reviewed, committed)
+    stacks/evals/<suite>/items.jsonl     one item per line: id, prompt, scorer, reference[, tolerance][, category]
+    stacks/evals/results/<stack>.yaml    what `aifactory eval` measured, per workload and variant, and every run
+    stacks/evals/results/<stack>.items/  per-item outcomes, one JSONL per variant fingerprint (both reviewed, committed)
 
 A result is current while the variant's fingerprint (engine, image and flags, model id and URI, quantization:
 `fingerprint()`), the baseline's fingerprint, the suite's digest and the gate's suite and baseline are those it
-was measured with. A variant passes when the upper end of the 95% interval of its paired drop against the
-baseline (per item: baseline right minus variant right) is at most the gate's maxDrop: the data must show the
-drop is small, not merely fail to show it is large. `verdicts()` judges every gated variant; `routable()` is the
+was measured with. A variant passes when the upper end of the one-sided interval of its drop against the baseline
+on the same items (Newcombe's paired score interval at its run's level, shared by the gate's variants with Holm's
+procedure: infra/fidelity_stats.py) is at most the gate's maxDrop: the data must show the drop is small, not merely
+fail to show it is large. No verdict when the suite is too small for maxDrop (`underpowered`), nor when the
+evidence is no evidence (`error`: a baseline below minBaselineScore, too many unanswered items).
+`verdicts()` judges every gated variant; `routable()` is the
 config the gateway is built from, with the variants that did not pass left out of the workload's routing (they
 are still served by their own model key, which is how `aifactory eval` reaches them).
 """

@@ -9,9 +9,10 @@ marginal scores, combined with the correlation estimate phi (with the paper's ad
 Unlike the Wald interval of the paired differences, it keeps its width when the two never disagree (12 items
 right on both sides: drop at most 0.242, not 0) and at few disagreements. Fagerland, Lydersen and Laake,
 "Recommended tests and confidence intervals for paired binomial proportions", Statistics in Medicine
-33:2850-2875 (2014), recommend it for all sample sizes. No maintained Python library implements it (statsmodels 0.14
-has the independent-samples Newcombe interval, `confint_proportions_2indep`, and only tests for paired tables), so
-it is written here from the paper and pinned to the paper's worked example in tests/unit/test_fidelity_stats.py.
+33:2850-2875 (2014), recommend it for all sample sizes. No released Python library implements it (statsmodels 0.15.0
+has the independent-samples Newcombe interval, `confint_proportions_2indep`, and for paired tables only tests and
+a private risk-ratio interval; `confint_proportions_paired` is in its development docs, unreleased), so it is
+written here from the paper and pinned to the paper's worked example in tests/unit/test_fidelity_stats.py.
 
 A variant passes when the upper end of its drop's one-sided interval is at most maxDrop: H0 "drop > maxDrop" is
 rejected. The one-sided level ALPHA (2.5%, the upper end of a two-sided 95% interval) is spent over the recorded

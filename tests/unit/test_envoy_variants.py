@@ -14,7 +14,7 @@ from components.k8s.envoy_config import at_least_regex, decisions, overflow_orde
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
-from tests.support.stacks import prod_without_variants, stack_config
+from tests.support.stacks import prod_without_variants
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),

@@ -275,6 +275,13 @@ def test_a_gateway_refusing_the_token_is_one_line_and_exit_1(tmp_path: Path,
     ({"gateway.routing.chat.fidelity.suite": "nope"},
      "gateway.routing.chat.fidelity.suite: 'nope' has no suite: {stacks}/evals/nope/items.jsonl does not exist"),
     ({"gateway.routing.chat.fidelity.suite": None}, "gateway.routing.chat.fidelity.suite: is required"),
+    ({"gateway.routing.chat.fidelity.minBaselineScore": 1.5},
+     "gateway.routing.chat.fidelity.minBaselineScore: 1.5 is above the maximum 1"),
+    ({"gateway.routing.chat.fidelity.maxUnanswered": -0.1},
+     "gateway.routing.chat.fidelity.maxUnanswered: -0.1 is below the minimum 0"),
+    ({"gateway.routing.chat.fidelity.categories": {"fx": {}}},
+     "gateway.routing.chat.fidelity.categories.fx: needs minScore (the variant's score on the category's items at "
+     "least this) or maxDrop (at most this below the baseline's)"),
 ])
 def test_gate_contradictions_name_the_key_path(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                                change: dict[str, Any], expected: str) -> None:
