@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from infra import cli, fidelity
-from infra.fidelity_stats import Table, drop_interval, min_items, run_alpha, z_for
+from infra.fidelity_stats import Table, drop_interval, items_needed, min_items, resolution, run_alpha, z_for
 from infra.preflight import preflight_command
 from infra.synth import load_stack, synth
 from policies.fidelity import fidelity_findings, routed_variants
@@ -186,6 +186,22 @@ def test_the_gate_passes_the_good_variant_and_refuses_the_bad_one_by_name(evalua
         f"{base:.3f}: drop {base - bad:.3f}, at most {worst:.3f} (one-sided 1.25%), more than maxDrop 0.050")
     assert found["chat-bad"].message in report
     assert found["chat-good"].message.endswith("within maxDrop 0.050")
+
+
+def test_the_report_says_what_the_suite_could_show_and_how_many_items_maxdrop_needs(
+        evaluated: tuple[Path, str]) -> None:
+    """Per variant: unanswered items, drop and bound at its Holm level, the smallest bound the suite could give it
+    (its disagreements split evenly) and the items its shares would need for maxDrop ("none": above it)."""
+    _, report = evaluated
+    base, good, bad = (expected_right(ACCURACY[v]) for v in ("chat-bf16", "chat-good", "chat-bad"))
+    t = Table(good, base - good, 0, N_ITEMS - base)
+    drop, _, bound = drop_interval(t, z=z_for(0.00625))
+    need = items_needed(t, 0.05, alpha=0.00625)
+    line = next(x for x in report.splitlines() if x.startswith("  chat-good "))
+    assert line.split()[3:] == ["0", f"+{drop:.3f}", "<=", f"{bound:.3f}", "(0.625%)",
+                                f"{resolution(t, alpha=0.00625):.3f}", str(need), "passed"]
+    bad_line = next(x for x in report.splitlines() if x.startswith("  chat-bad "))
+    assert bad_line.split()[-2:] == ["none", "failed"]
 
 
 def test_routing_chooses_only_among_variants_that_passed(evaluated: tuple[Path, str], tmp_path: Path) -> None:
