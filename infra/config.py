@@ -45,12 +45,15 @@ from components.k8s.values import (
     ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     DEFAULT_MAX_DROP,
+    DEFAULT_MAX_UNANSWERED,
+    DEFAULT_MIN_BASELINE_SCORE,
     DEFAULT_ROUTING_MARGIN_PERCENT,
     MODEL_TASKS,
     ROUTING_POLICIES,
     Alerting,
     AlertReceiver,
     Capacity,
+    CategoryGate,
     CircuitBreakers,
     Fidelity,
     FidelityJob,
@@ -95,6 +98,9 @@ __all__ = [
     "Fidelity",
     "FidelityJob",
     "DEFAULT_MAX_DROP",
+    "DEFAULT_MIN_BASELINE_SCORE",
+    "DEFAULT_MAX_UNANSWERED",
+    "CategoryGate",
     "Target",
     "ClusterSettings",
     "SystemPool",
@@ -1500,15 +1506,40 @@ def _fidelity(r: _Reader, raw: Any) -> dict[str, Fidelity]:
         if not isinstance(body, dict) or body.get("fidelity") is None:
             continue  # _routing reports the mapping itself
         fp = f"gateway.routing.{workload}.fidelity"
-        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop", "job"))
+        fd = r.mapping(body["fidelity"], fp, ("suite", "baseline", "maxDrop", "job", "minBaselineScore",
+                                              "maxUnanswered", "categories"))
         suite = r.value(fd, "suite", fp, str, check=lambda v: None if DNS_LABEL.match(v) else
                         "is not a suite directory name (a DNS label: lowercase letters, digits, '-')")
         baseline = r.value(fd, "baseline", fp, str)
         max_drop = r.value(fd, "maxDrop", fp, float, DEFAULT_MAX_DROP, minimum=0, maximum=1)
         job = _fidelity_job(r, (fd or {}).get("job"), f"{fp}.job")
+        floor = r.value(fd, "minBaselineScore", fp, float, DEFAULT_MIN_BASELINE_SCORE, minimum=0, maximum=1)
+        unanswered = r.value(fd, "maxUnanswered", fp, float, DEFAULT_MAX_UNANSWERED, minimum=0, maximum=1)
+        categories = _category_gates(r, (fd or {}).get("categories"), f"{fp}.categories")
         if suite is not None and baseline is not None:
-            out[workload] = Fidelity(suite, baseline, max_drop, job)
+            out[workload] = Fidelity(suite, baseline, max_drop, job, floor, unanswered, categories)
     return out
+
+
+def _category_gates(r: _Reader, raw: Any, path: str) -> tuple[CategoryGate, ...]:
+    """categories: {<category> | "*": {minScore, maxDrop}}: at least one of the two each."""
+    if raw is None:
+        return ()
+    out = []
+    for name, body in (r.mapping(raw, path, None) or {}).items():
+        cp = f"{path}.{name}"
+        cd = r.mapping(body, cp, ("minScore", "maxDrop"))
+        if cd is None:
+            continue
+        floor = r.value(cd, "minScore", cp, float, None, minimum=0, maximum=1)
+        drop = r.value(cd, "maxDrop", cp, float, None, minimum=0, maximum=1)
+        if floor is None and drop is None:
+            if not r.problems_at(cp):
+                r.fail(cp, "needs minScore (the variant's score on the category's items at least this) or maxDrop "
+                           "(at most this below the baseline's)")
+            continue
+        out.append(CategoryGate(name, floor, drop))
+    return tuple(sorted(out, key=lambda c: c.name))
 
 
 def _fidelity_job(r: _Reader, raw: Any, path: str) -> FidelityJob | None:

@@ -3,14 +3,18 @@ the workload's own evaluation suite against the baseline variant, on the same it
 evaluated is what is deployed.
 
     stacks/evals/<suite>/suite.yaml      description, maxTokens, system prompt (all optional)
-    stacks/evals/<suite>/items.jsonl     one item per line: id, prompt, scorer, reference[, tolerance]
-    stacks/evals/results/<stack>.yaml    what `aifactory eval` measured, per workload and variant (reviewed, committed)
+    stacks/evals/<suite>/items.jsonl     one item per line: id, prompt, scorer, reference[, tolerance][, category]
+    stacks/evals/results/<stack>.yaml    what `aifactory eval` measured, per workload and variant, and every run
+    stacks/evals/results/<stack>.items/  per-item outcomes, one JSONL per variant fingerprint (both reviewed, committed)
 
 A result is current while the variant's fingerprint (engine, image and flags, model id and URI, quantization:
 `fingerprint()`), the baseline's fingerprint, the suite's digest and the gate's suite and baseline are those it
-was measured with. A variant passes when the upper end of the 95% interval of its paired drop against the
-baseline (per item: baseline right minus variant right) is at most the gate's maxDrop: the data must show the
-drop is small, not merely fail to show it is large. `verdicts()` judges every gated variant; `routable()` is the
+was measured with. A variant passes when the upper end of the one-sided interval of its drop against the baseline
+on the same items (Newcombe's paired score interval at its run's level, shared by the gate's variants with Holm's
+procedure: infra/fidelity_stats.py) is at most the gate's maxDrop: the data must show the drop is small, not merely
+fail to show it is large. No verdict when the suite is too small for maxDrop (`underpowered`), nor when the
+evidence is no evidence (`error`: a baseline below minBaselineScore, too many unanswered items).
+`verdicts()` judges every gated variant; `routable()` is the
 config the gateway is built from, with the variants that did not pass left out of the workload's routing (they
 are still served by their own model key, which is how `aifactory eval` reaches them).
 """
@@ -32,6 +36,7 @@ from typing import Any
 import yaml
 
 from components.k8s.verdicts import Verdict
+from infra import fidelity_stats as stats
 from infra.config import DEFAULT_STACKS_DIR, ConfigError, Fidelity, Model, PlatformConfig, Problem
 from infra.fidelity_scorers import SCORERS
 
@@ -41,7 +46,6 @@ __all__ = [
     "SUITE_FILE",
     "ITEMS_FILE",
     "DEFAULT_MAX_TOKENS",
-    "Z95",
     "Item",
     "Suite",
     "SuiteError",
@@ -51,11 +55,14 @@ __all__ = [
     "suite_problems",
     "fingerprint",
     "evaluated_facts",
-    "wilson",
-    "paired_difference",
+    "Judgement",
+    "judgements",
+    "table_of",
+    "run_number",
     "results_file",
     "read_results",
     "write_results",
+    "write_text",
     "verdicts",
     "held_back",
     "routable",
@@ -70,9 +77,8 @@ RESULTS_DIR = "results"  # under EVALS_DIR: one <stack>.yaml per stack
 SUITE_FILE = "suite.yaml"
 ITEMS_FILE = "items.jsonl"
 DEFAULT_MAX_TOKENS = 256  # suite.yaml maxTokens: the longest answer an item gets
-Z95 = 1.959963984540054  # the standard normal's 97.5th percentile: two-sided 95% intervals
 _SUITE_KEYS = ("description", "maxTokens", "system")
-_ITEM_KEYS = ("id", "prompt", "scorer", "reference", "tolerance")
+_ITEM_KEYS = ("id", "prompt", "scorer", "reference", "tolerance", "category")
 _GENERATOR = "aifactory eval"
 
 
@@ -91,6 +97,7 @@ class Item:
     scorer: str  # one of SCORERS
     reference: str  # as text: the exact answer, a regex, a number's decimal form, a JSON Schema's JSON
     tolerance: float = 0.0  # numeric: absolute; default 0
+    category: str | None = None  # default: none; what the item tests, for per-category scores and guards
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,9 +111,14 @@ class Suite:
     @property
     def digest(self) -> str:
         """sha256 over what the harness is given: a changed item, prompt or limit needs a new result."""
-        body = {"items": [dataclasses.asdict(i) for i in self.items], "maxTokens": self.max_tokens,
-                "system": self.system}
+        items = [{k: v for k, v in dataclasses.asdict(i).items() if k != "category" or v is not None}
+                 for i in self.items]  # an item without a category digests as it did before categories
+        body = {"items": items, "maxTokens": self.max_tokens, "system": self.system}
         return "sha256:" + hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        return tuple(sorted({i.category for i in self.items if i.category is not None}))
 
 
 def suite_dir(stacks_dir: Path, name: str) -> Path:
@@ -157,9 +169,12 @@ def _item(raw: Any, where: str) -> tuple[Item | None, list[str]]:
                 text = json.dumps(ref, sort_keys=True)
             except jsonschema.SchemaError as err:
                 problems.append(f"{where}: reference: not a valid JSON Schema: {err.message}")
+    category = raw.get("category")
+    if category is not None and (not isinstance(category, str) or not category.strip() or category == "*"):
+        problems.append(f"{where}: category: {category!r} is not a category name (a non-empty string other than '*')")
     if problems or text is None:
         return None, problems
-    return Item(raw["id"], raw["prompt"], str(scorer), text, float(tolerance)), []
+    return Item(raw["id"], raw["prompt"], str(scorer), text, float(tolerance), category), []
 
 
 def load_suite(stacks_dir: Path, name: str) -> Suite:
@@ -250,35 +265,6 @@ def _what_changed(before: Mapping[str, Any], now: Mapping[str, Any]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# statistics
-
-
-def wilson(correct: int, n: int, *, z: float = Z95) -> tuple[float, float]:
-    """The Wilson score interval of a proportion (Wilson 1927): sound near 0 and 1, unlike mean +- z x stderr."""
-    if n == 0:
-        return 0.0, 1.0
-    p = correct / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def paired_difference(variant: Sequence[float], baseline: Sequence[float], *, z: float = Z95
-                      ) -> tuple[float, float, float]:
-    """Mean of (variant - baseline) over the same items and its normal 95% interval from the paired differences'
-    standard error. For right/wrong items this is the Wald interval of McNemar's paired design: only the items
-    on which the two disagree widen it."""
-    if len(variant) != len(baseline) or not variant:
-        raise ValueError("paired scores need the same, non-empty items")
-    d = [v - b for v, b in zip(variant, baseline, strict=True)]
-    n = len(d)
-    mean = sum(d) / n
-    var = sum((x - mean) ** 2 for x in d) / (n - 1) if n > 1 else 0.0
-    half = z * math.sqrt(var / n)
-    return mean, mean - half, mean + half
-
-
-# --------------------------------------------------------------------------------------------
 # the results file
 
 
@@ -296,19 +282,25 @@ def read_results(path: Path) -> dict[str, Any]:
     return loaded
 
 
-def write_results(path: Path, results: Mapping[str, Any]) -> None:
-    """Write the results file atomically (a temporary file in the same directory, then rename)."""
+def write_text(path: Path, text: str) -> None:
+    """Write `text` to `path` atomically (a temporary file in the same directory, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# Written by `{_GENERATOR}`: what each variant scored on its workload's suite, and what was\n"
-              "# evaluated (the fingerprint). Review and commit it: synth, preflight and deploy read it.\n")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(header + yaml.safe_dump(dict(results), sort_keys=True, width=120))
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_results(path: Path, results: Mapping[str, Any]) -> None:
+    """Write the results file atomically."""
+    header = (f"# Written by `{_GENERATOR}`: what each variant scored on its workload's suite, and what was\n"
+              "# evaluated (the fingerprint); `runs` keeps every run. Review and commit it, with the per-item\n"
+              "# outcomes beside it (<stack>.items/): synth, preflight and deploy read it.\n")
+    write_text(path, header + yaml.safe_dump(dict(results), sort_keys=True, width=120))
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,6 +309,97 @@ def write_results(path: Path, results: Mapping[str, Any]) -> None:
 
 def _f(x: float) -> str:
     return f"{x:.3f}"
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.3g}%"
+
+
+def table_of(entry: Mapping[str, Any], n: int) -> stats.Table:
+    """A recorded variant's paired table against the baseline (its `vsBaseline` counts)."""
+    vs = entry["vsBaseline"]
+    lost, gained, both = int(vs["lost"]), int(vs["gained"]), int(vs["bothRight"])
+    return stats.Table(both, lost, gained, n - both - lost - gained)
+
+
+def run_number(rec: Mapping[str, Any], variant: str, baseline: str) -> int:
+    """Which recorded run of the variant this is: the runs with the record's suite digest, the baseline's and the
+    variant's fingerprints as recorded now (1 for a record without `runs`)."""
+    variants = rec.get("variants") or {}
+    fp, base_fp = (variants.get(variant) or {}).get("fingerprint"), (variants.get(baseline) or {}).get("fingerprint")
+    same = [r for r in rec.get("runs") or [] if r.get("suiteDigest") == rec.get("suiteDigest")
+            and ((r.get("variants") or {}).get(variant) or {}).get("fingerprint") == fp
+            and ((r.get("variants") or {}).get(baseline) or {}).get("fingerprint") == base_fp]
+    return max(1, len(same))
+
+
+@dataclass(frozen=True, slots=True)
+class Judgement:
+    """The statistics behind one variant's verdict in one run (what the report prints beside the verdict)."""
+
+    table: stats.Table
+    level: float  # the one-sided level it was tested at (its run's share, Holm's step)
+    drop: float
+    low: float  # the drop's lower end at `level`
+    bound: float  # the drop's upper end at `level`
+    passed: bool  # Holm rejected "drop > maxDrop"
+    min_items: int | None  # the fewest items at which a variant agreeing on every item could pass, at `first_level`
+    first_level: float  # the run's level over its variants: Holm's first step, which any pass must clear
+    resolution: float  # the smallest bound the suite could give it (its disagreements, no drop)
+    items_needed: int | None  # for maxDrop at its shares (None: its drop is above maxDrop)
+
+
+def judgements(gate: Fidelity, rec: Mapping[str, Any]) -> dict[str, Judgement]:
+    """Per non-baseline variant of the record's run: its drop, bound and Holm decision. The run's level is
+    stats.run_alpha(k) for the most re-run of its variants (k-th run), shared by Holm's procedure."""
+    variants = rec.get("variants") or {}
+    n = int(rec.get("items") or 0)
+    names = sorted(k for k, e in variants.items() if k != gate.baseline and "vsBaseline" in e)
+    if not names or n <= 0:
+        return {}
+    alpha = stats.run_alpha(max(run_number(rec, v, gate.baseline) for v in names))
+    tables = {v: table_of(variants[v], n) for v in names}
+    p = {v: 1.0 if not _answered_enough(gate, variants[v], n) else stats.p_value(t, gate.max_drop)
+         for v, t in tables.items()}
+    decided = stats.holm(p, alpha=alpha)
+    out = {}
+    for v, t in tables.items():
+        level, passed = decided[v]
+        drop, low, bound = stats.drop_interval(t, z=stats.z_for(level))
+        first = alpha / len(names)
+        out[v] = Judgement(t, level, drop, low, bound, passed, stats.min_items(gate.max_drop, alpha=first), first,
+                           stats.resolution(t, alpha=level), stats.items_needed(t, gate.max_drop, alpha=level))
+    return out
+
+
+def _answered_enough(gate: Fidelity, entry: Mapping[str, Any], n: int) -> bool:
+    return n - int(entry.get("answered", n)) <= gate.max_unanswered * n + 1e-9
+
+
+def _unanswered(who: str, entry: Mapping[str, Any], n: int, gate: Fidelity) -> str:
+    missing = n - int(entry.get("answered", n))
+    return (f"{who} left {missing} of {n} items unanswered ({_pct(missing / n)}), more than maxUnanswered "
+            f"{_pct(gate.max_unanswered)}: its endpoint answered without content (null or empty content, or an error "
+            "body without choices; a reasoning model short of max tokens?); that is the endpoint, not the model: fix "
+            "it and evaluate again")
+
+
+def _category_failures(gate: Fidelity, mine: Mapping[str, Any], base: Mapping[str, Any]) -> list[str]:
+    out = []
+    for cat, c in sorted((mine.get("categories") or {}).items()):
+        guard = gate.category_gate(cat)
+        if guard is None or not c.get("items"):
+            continue
+        score = c["correct"] / c["items"]
+        b = (base.get("categories") or {}).get(cat) or {}
+        base_score = b["correct"] / b["items"] if b.get("items") else score
+        if guard.min_score is not None and score < guard.min_score - 1e-12:
+            out.append(f"category {cat!r} scored {_f(score)} ({c['correct']}/{c['items']}), below its minScore "
+                       f"{_f(guard.min_score)}")
+        if guard.max_drop is not None and base_score - score > guard.max_drop + 1e-12:
+            out.append(f"category {cat!r} scored {_f(score)} ({c['correct']}/{c['items']}) vs the baseline's "
+                       f"{_f(base_score)}: drop {_f(base_score - score)}, more than its maxDrop {_f(guard.max_drop)}")
+    return out
 
 
 def _judge(cfg: PlatformConfig, workload: str, gate: Fidelity, v: Model, rec: Mapping[str, Any] | None,
@@ -344,13 +427,40 @@ def _judge(cfg: PlatformConfig, workload: str, gate: Fidelity, v: Model, rec: Ma
             return Verdict(workload, v.name, "stale", f"{who} has a stale result: {whose} changed since it was "
                                                       f"evaluated ({what}){rerun}")
     assert base is not None
-    diff = mine.get("vsBaseline") or {}
-    worst_drop = -float(diff["ci95"][0])
+    n = int(rec["items"])
+    if not _answered_enough(gate, base, n):
+        return Verdict(workload, v.name, "error", f"{who} cannot be judged: "
+                       + _unanswered(f"baseline {gate.baseline!r}", base, n, gate))
+    if base["score"] < gate.min_baseline_score - 1e-12:
+        return Verdict(workload, v.name, "error", (
+            f"{who} cannot be judged: baseline {gate.baseline!r} scored {_f(base['score'])} on suite {gate.suite!r}, "
+            f"below minBaselineScore {_f(gate.min_baseline_score)}: a baseline that fails its own suite vouches for "
+            "no variant (a broken endpoint, the wrong suite or wrong references?)"))
+    if not _answered_enough(gate, mine, n):
+        return Verdict(workload, v.name, "error", f"{who}'s evaluation failed: " + _unanswered("it", mine, n, gate))
+    j = judgements(gate, rec)[v.name]
     text = (f"{who} scored {_f(mine['score'])} on suite {gate.suite!r} vs baseline {gate.baseline!r} "
-            f"{_f(base['score'])}: drop {_f(-float(diff['difference']))}, at most {_f(worst_drop)} (95%)")
-    if worst_drop <= gate.max_drop + 1e-12:
+            f"{_f(base['score'])}: drop {_f(j.drop)}, at most {_f(j.bound)} (one-sided {_pct(j.level)})")
+    if j.min_items is not None and n < j.min_items:
+        if j.low > gate.max_drop:  # too few items to show a small drop, enough to show this one is large
+            return Verdict(workload, v.name, "failed", f"{text}, at least {_f(j.low)}: more than maxDrop "
+                                                       f"{_f(gate.max_drop)}")
+        return Verdict(workload, v.name, "underpowered", (
+            f"{who} is not judged: suite {gate.suite!r} has {n} items, too few to show a drop of at most maxDrop "
+            f"{_f(gate.max_drop)} even for a variant that agrees with the baseline on every item (one-sided "
+            f"{_pct(j.first_level)}: at least {j.min_items} items); grow the suite or raise maxDrop"))
+    cats = _category_failures(gate, mine, base)
+    if cats:
+        return Verdict(workload, v.name, "failed", f"{text}; " + "; ".join(cats))
+    if j.passed:
         return Verdict(workload, v.name, "passed", f"{text}, within maxDrop {_f(gate.max_drop)}")
-    return Verdict(workload, v.name, "failed", f"{text}, more than maxDrop {_f(gate.max_drop)}")
+    if j.bound <= gate.max_drop + 1e-12:
+        return Verdict(workload, v.name, "failed", f"{text}, within maxDrop {_f(gate.max_drop)} at its level, but "
+                                                   "Holm's procedure stopped at a variant with a smaller p-value that "
+                                                   "did not pass")
+    needed = (f"; {j.items_needed} items would show maxDrop at these shares" if j.items_needed is not None
+              else "")
+    return Verdict(workload, v.name, "failed", f"{text}, more than maxDrop {_f(gate.max_drop)}{needed}")
 
 
 def verdicts(cfg: PlatformConfig, results: Mapping[str, Any], *, suite_digests: Mapping[str, str] | None = None

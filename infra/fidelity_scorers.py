@@ -23,10 +23,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SCORERS", "METRIC", "score", "process_results"]
+__all__ = ["SCORERS", "METRIC", "ANSWERED", "score", "answered", "process_results"]
 
 SCORERS = ("exact", "regex", "numeric", "json-schema")
-METRIC = "score"  # the task's one metric: 1.0 when the item's answer is right, else 0.0
+METRIC = "score"  # the task's metric: 1.0 when the item's answer is right, else 0.0
+ANSWERED = "answered"  # and 1.0 when the endpoint gave an answer at all, else 0.0 (see answered())
 _NUMBER = re.compile(r"[-+]?(?:\d+(?:,\d{3})*(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _FENCE = re.compile(r"^```(?:json)?\s*\n?(.*?)\n?```$", re.DOTALL)
 
@@ -66,9 +67,18 @@ def score(*, scorer: str, reference: str, answer: str, tolerance: float = 0.0) -
     raise ValueError(f"unknown scorer {scorer!r}; scorers: {', '.join(SCORERS)}")
 
 
+def answered(answer: str | None) -> bool:
+    """Whether the endpoint answered at all. The harness turns a null `content` (a reasoning model that spent its
+    max_tokens thinking) into LMEVAL_MODEL_NONE_ANSWER_PLACEHOLDER, "" unless set, and a body without `choices` (an
+    error body with HTTP 200) into "" (lm_eval/models/api_models.py TemplateAPI.amodel_call,
+    lm_eval/models/openai_completions.py LocalChatCompletion.parse_generations, lm-eval 0.4.13): an empty or blank
+    answer is no answer, which is the endpoint's failure, not a wrong answer of the model."""
+    return answer is not None and bool(answer.strip())
+
+
 def process_results(doc: Mapping[str, Any], results: Sequence[str]) -> dict[str, float]:
-    """The harness's per-document hook: {"score": 1.0 | 0.0}. A missing answer (None) is wrong."""
+    """The harness's per-document hook: {"score": 1.0 | 0.0, "answered": 1.0 | 0.0}. A missing answer is wrong."""
     answer = results[0] if results and results[0] is not None else ""
     ok = score(scorer=doc["scorer"], reference=doc["reference"], answer=answer,
                tolerance=float(doc.get("tolerance") or 0.0))
-    return {METRIC: 1.0 if ok else 0.0}
+    return {METRIC: 1.0 if ok else 0.0, ANSWERED: 1.0 if answered(answer) else 0.0}

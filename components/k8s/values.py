@@ -37,7 +37,10 @@ __all__ = [
     "ROUTING_POLICIES",
     "DEFAULT_ROUTING_MARGIN_PERCENT",
     "DEFAULT_MAX_DROP",
+    "DEFAULT_MIN_BASELINE_SCORE",
+    "DEFAULT_MAX_UNANSWERED",
     "FidelityJob",
+    "CategoryGate",
     "Fidelity",
     "Model",
     "MODEL_TASKS",
@@ -164,6 +167,12 @@ ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
 # saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
 DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
 DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
+# gateway.routing.<workload>.fidelity.minBaselineScore: a baseline right on fewer than half of its own workload's items
+# is a broken endpoint or the wrong suite, and every variant would pass against it.
+DEFAULT_MIN_BASELINE_SCORE = 0.5
+# gateway.routing.<workload>.fidelity.maxUnanswered: share of items a variant may leave without an answer (an empty
+# or null content, an error body without choices) before its evaluation fails: that is the endpoint, not the model.
+DEFAULT_MAX_UNANSWERED = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,15 +187,34 @@ class FidelityJob:
 
 
 @dataclass(frozen=True, slots=True)
+class CategoryGate:
+    """Guards on one category of a suite's items (gateway.routing.<workload>.fidelity.categories.<name>; `*`: every
+    category not named), on the observed scores: a category too small for an interval still cannot collapse
+    unseen behind the aggregate."""
+
+    name: str  # an item's `category`, or `*`
+    min_score: float | None = None  # default: none; the variant's score on the category's items at least this
+    max_drop: float | None = None  # default: none; the variant's score at most this below the baseline's there
+
+
+@dataclass(frozen=True, slots=True)
 class Fidelity:
     """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
-    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) no more than `max_drop` below
-    the baseline's on the same items (infra/fidelity.py, README "Fidelity")."""
+    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) whose drop below the baseline's
+    score on the same items is shown to be at most `max_drop` (infra/fidelity.py, README "Fidelity")."""
 
     suite: str  # a directory under stacks/evals/
     baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
     max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
     job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
+    min_baseline_score: float = DEFAULT_MIN_BASELINE_SCORE  # default: 0.5; below it no variant is judged
+    max_unanswered: float = DEFAULT_MAX_UNANSWERED  # default: 0.05; above it a variant's evaluation fails
+    categories: tuple[CategoryGate, ...] = ()  # default: none (only the aggregate is gated)
+
+    def category_gate(self, category: str) -> CategoryGate | None:
+        """The guards of `category`: its own entry, else `*`'s, else none."""
+        named = {c.name: c for c in self.categories}
+        return named.get(category) or named.get("*")
 
 
 MODEL_TASKS = ("generate", "embed", "rerank")

@@ -17,7 +17,8 @@ class Verdict:
 
     workload: str
     variant: str
-    status: str  # baseline | passed | failed | stale | missing
+    status: str  # baseline | passed | failed | stale | missing | underpowered (the suite cannot show maxDrop) | error
+    # (the evaluation is no evidence: a baseline below its floor, too many unanswered items)
     message: str
 
     @property

@@ -25,6 +25,7 @@ from infra.synth import load_stack, read_stack_config, run_program, stack_file
 from infra.writers.dashboards import RULES_FILE, write_dashboards, write_rules
 from tests.artifacts.panel_answers import ANSWERED_ELSEWHERE, answers
 from tests.support.prometheus import PrometheusServer, backfill, backfill_rules
+from tests.support.stacks import prod_without_variants
 from tests.support.synthetic import Synthetic, generate
 
 NODES = {"h100-block": 4, "h200": 2, "l40s": 1}  # prod's desired sizes
@@ -33,7 +34,9 @@ TOLERANCE = 0.02
 
 @pytest.fixture(scope="module")
 def prod() -> ObservabilityConfig:
-    return from_platform(load_stack("prod"))
+    # prod's plain models: its finance workload's variant panels are checked with known answers in
+    # tests/artifacts/test_variant_panels.py
+    return from_platform(prod_without_variants())
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +309,8 @@ def test_synth_writers_are_deterministic_and_match_the_shipped_objects(prod: Obs
         outs.append({p.relative_to(ctx.out).as_posix(): p.read_bytes() for p in written})
     assert outs[0] == outs[1]
     assert sorted(outs[0]) == sorted([f"dashboards/{k}.json" for k in dashboards.BOARDS] + [f"rules/{RULES_FILE}"])
-    assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(prod)
+    shipped = from_platform(load_stack("prod"))  # the stack as shipped, its finance variants included
+    assert yaml.safe_load(outs[0][f"rules/{RULES_FILE}"]) == dashboards.prometheus_rules(shipped)
     assert configmap_name("gpu-cost") == "aifactory-dashboard-gpu-cost"
 
 
@@ -326,7 +330,7 @@ def test_variant_decisions_per_workload_variant_and_reason(prod: ObservabilityCo
 
 # --- every panel's known answer (tests/artifacts/panel_answers.py) ------------------------------------------------
 
-PROD_ANSWERS = answers(from_platform(load_stack("prod")), NODES)
+PROD_ANSWERS = answers(from_platform(prod_without_variants()), NODES)
 
 
 @pytest.mark.parametrize(("board", "title"), sorted(PROD_ANSWERS), ids=lambda x: x)

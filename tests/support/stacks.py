@@ -9,7 +9,7 @@ from typing import Any
 from infra.config import PlatformConfig, parse
 from infra.synth import load_stack, raw_for_validation, read_stack_config, shipped_stacks, stack_file
 
-__all__ = ["SHIPPED_STACKS", "stack_raw", "stack_config"]
+__all__ = ["SHIPPED_STACKS", "stack_raw", "stack_config", "prod_without_variants"]
 
 SHIPPED_STACKS = shipped_stacks()
 
@@ -34,3 +34,15 @@ def stack_config(stack: str, **overrides: Any) -> PlatformConfig:
     if not overrides:
         return _config(stack)
     return parse({**stack_raw(stack), **overrides}, stack=stack)
+
+
+@cache
+def prod_without_variants() -> PlatformConfig:
+    """prod with its finance workload as one plain model: finance-8b (AWQ) without its variant settings, without
+    the unquantised baseline finance-8b-bf16 and the workload's routing. The tests of plain model routes use it;
+    the variants' routing is tested on its own (tests/unit/test_envoy_variants.py, test_fidelity_eval.py)."""
+    raw = stack_raw("prod")
+    models = {k: v for k, v in raw["models"].items() if k != "finance-8b-bf16"}
+    models["finance-8b"] = {k: v for k, v in models["finance-8b"].items() if k not in ("variant", "slo")}
+    gateway = {k: v for k, v in raw["gateway"].items() if k != "routing"}
+    return parse({**raw, "models": models, "gateway": gateway}, stack="prod")

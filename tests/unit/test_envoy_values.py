@@ -18,7 +18,7 @@ from tests.support.stacks import stack_config, stack_raw
 # documented default of tenants.X.rateLimit: 50 requests/s, burst max(100, rps)) -> (per second, burst)
 PROD_TENANT_BUCKETS = {"assistant": (400, 800), "research": (50, 100), "search": (50, 100), "finance": (20, 40)}
 # stacks/Pulumi.prod.yaml, `aifactory:models`: the model backends (one Envoy cluster each)
-PROD_MODELS = ["assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
+PROD_MODELS = ["assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b", "finance-8b-bf16"]
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:
@@ -76,7 +76,9 @@ def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_st
     cfg = stack_config("prod", gateway={**stack_raw("prod")["gateway"],
                                         "retries": {"attempts": 4, "budgetPercent": 25}})
     policies = _retry_policies(ec.bootstrap(cfg))
-    routes = [d["route"] for d in _walk(ec.bootstrap(cfg)) if isinstance(d.get("route"), dict)
+    gateway = [lst for lst in ec.bootstrap(cfg)["static_resources"]["listeners"] if lst["name"] == "gateway"]
+    # (a variant's overflow gate listener forwards to its cluster without retries: the gateway's route retried)
+    routes = [d["route"] for d in _walk(gateway) if isinstance(d.get("route"), dict)
               and d["route"].get("cluster") in {m.name for m in cfg.models.values()}]
     assert routes and all("retry_policy" in r for r in routes)  # every route to a model retries
     for p in policies:

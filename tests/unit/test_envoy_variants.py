@@ -14,7 +14,7 @@ from components.k8s.envoy_config import at_least_regex, decisions, overflow_orde
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
-from tests.support.stacks import stack_config
+from tests.support.stacks import prod_without_variants
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
@@ -117,7 +117,7 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
                                              "host_rewrite_literal": "w-int4.alpha.svc.cluster.local"}}]
     assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
     assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
-    prod = envoy_config.bootstrap(stack_config("prod"))
+    prod = envoy_config.bootstrap(prod_without_variants())
     assert "bootstrap_extensions" not in prod
     assert [lst["name"] for lst in prod["static_resources"]["listeners"]] == ["gateway", "stats"]
 

@@ -12,19 +12,19 @@ from components.k8s import otel_config
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
-from tests.support.stacks import stack_config, stack_raw
+from tests.support.stacks import prod_without_variants, stack_config, stack_raw
 
 stack = stack_config
 
 
 def test_workloads_pair_interactive_and_batch_models() -> None:
-    ws = {w.name: (w.default.name, w.batch.name if w.batch else None) for w in ec.workloads(stack("prod"))}
+    ws = {w.name: (w.default.name, w.batch.name if w.batch else None) for w in ec.workloads(prod_without_variants())}
     assert ws == {"assistant": ("assistant-fast", "assistant-batch"), "deep-research": ("deep-research", None),
                   "embed-rerank": ("embed-rerank", None), "finance-8b": ("finance-8b", None)}
 
 
 def test_route_table_is_header_then_path_then_body_then_404s() -> None:
-    routes = ec.routes(stack("prod"))
+    routes = ec.routes(prod_without_variants())
     names = [r["name"] for r in routes]
     header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
     body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
@@ -69,7 +69,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
 
 
 def test_every_model_route_gives_its_callers_and_body_limit() -> None:
-    by_name = {r["name"]: r for r in ec.routes(stack("prod"))}
+    by_name = {r["name"]: r for r in ec.routes(prod_without_variants())}
     # search shares its models with assistant (stacks/Pulumi.prod.yaml)
     rbac = by_name["embed-rerank"]["typed_per_filter_config"]["envoy.filters.http.rbac"]
     assert rbac["rbac"]["rules"] == {"action": "ALLOW", "policies": {"callers": {
@@ -84,7 +84,7 @@ def test_every_model_route_gives_its_callers_and_body_limit() -> None:
 
 
 def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
-    by_name = {r["name"]: r for r in ec.routes(stack("prod"))}
+    by_name = {r["name"]: r for r in ec.routes(prod_without_variants())}
     assert by_name["assistant-batch"]["route"]["timeout"] == "600s"
     assert by_name["embed-rerank"]["route"]["timeout"] == "10s"
     assert by_name["finance-8b"]["route"]["timeout"] == "60s"
@@ -103,7 +103,7 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
 
 
 def test_model_cluster_balancing_breakers_and_ejection() -> None:
-    cfg = stack("prod")
+    cfg = prod_without_variants()
     c = ec.model_cluster(cfg, cfg.models["deep-research"])
     assert c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
         "socket_address": {"address": "deep-research.research.svc.cluster.local", "port_value": 8000}}
@@ -134,7 +134,7 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
 
 
 def test_one_token_bucket_per_calling_tenant_and_priority() -> None:
-    f = ec.rate_limit_filter(stack("prod"))["typed_config"]
+    f = ec.rate_limit_filter(prod_without_variants())["typed_config"]
 
     def bucket(rps: int, burst: int) -> dict[str, object]:
         return {"max_tokens": burst, "tokens_per_fill": rps, "fill_interval": "1s"}
@@ -184,7 +184,7 @@ def _hcm(cfg: PlatformConfig) -> dict:
 
 
 def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
-    hcm = _hcm(stack("prod"))
+    hcm = _hcm(prod_without_variants())
     assert {k: hcm[k] for k in ("request_headers_timeout", "request_timeout", "stream_idle_timeout",
                                 "common_http_protocol_options", "normalize_path", "merge_slashes",
                                 "path_with_escaped_slashes_action")} == {
@@ -194,11 +194,11 @@ def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
 
 
 def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_then_limit() -> None:
-    assert [f["name"] for f in _hcm(stack("prod"))["http_filters"]] == [
+    assert [f["name"] for f in _hcm(prod_without_variants())["http_filters"]] == [
         "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "envoy.filters.http.buffer",
         "envoy.filters.http.json_to_metadata", "aifactory.body_limit", "envoy.filters.http.rbac",
         "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
-    strip, jwt, _, body, *_ = _hcm(stack("prod"))["http_filters"]
+    strip, jwt, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
     assert strip["typed_config"]["mutations"] == {"request_mutations": [{"remove": "x-aifactory-tenant"}]}
     assert body["typed_config"]["request_rules"] == {"rules": [
         {"selectors": [{"key": "model"}],
@@ -354,7 +354,7 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
 
 
 def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> None:
-    svc = gw.service(stack("prod"))
+    svc = gw.service(prod_without_variants())
     assert svc["spec"]["type"] == "LoadBalancer"
     # no AWS Load Balancer Controller is installed: `external` (and its scheme/target-type keys) would stay pending
     assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
@@ -365,7 +365,7 @@ def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> Non
 
 
 def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_tls() -> None:
-    cfg = stack("prod")
+    cfg = prod_without_variants()
     svc, monitor = gw.metrics_service(cfg), gw.service_monitor(cfg)
     assert svc["metadata"] == {"name": "aifactory-gateway-metrics", "namespace": "aifactory-gateway", "labels": {
         "app.kubernetes.io/name": "aifactory-gateway", "app.kubernetes.io/component": "gateway-metrics",
@@ -386,13 +386,13 @@ def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_
 
 
 def test_hpa_and_pdb_follow_the_gateway_settings() -> None:
-    hpa = gw.autoscaler(stack("prod"))
+    hpa = gw.autoscaler(prod_without_variants())
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (3, 12)
-    assert gw.disruption_budget(stack("prod"))["spec"]["maxUnavailable"] == 1
+    assert gw.disruption_budget(prod_without_variants())["spec"]["maxUnavailable"] == 1
 
 
 def test_configmap_holds_the_rendered_bootstrap_and_pods_roll_on_change() -> None:
-    prod, dev = stack("prod"), stack("dev")
+    prod, dev = prod_without_variants(), stack("dev")
     objects = gw.gateway_objects(prod)
     assert objects["configmap"]["data"] == {"envoy.yaml": ec.render(prod)}
     annotations = objects["deployment"]["spec"]["template"]["metadata"]["annotations"]
@@ -407,7 +407,7 @@ def test_configmap_holds_the_rendered_bootstrap_and_pods_roll_on_change() -> Non
 
 
 def test_gateway_namespace_denies_by_default_and_allows_each_flow() -> None:
-    cfg = stack("prod")
+    cfg = prod_without_variants()
     pols = {p["metadata"]["name"]: p["spec"] for p in gw.network_policies(cfg)}
     gateway_pods = {"matchLabels": {"app.kubernetes.io/name": "aifactory-gateway"}}
 
@@ -468,7 +468,7 @@ def test_envoy_sheds_load_before_its_container_is_oom_killed() -> None:
     budget is 3/4 of the container's memory limit: from 85% the streams buffering most are reset, at 95% new
     requests get 503 (config/overload/v3: fixed_heap monitor, reset_high_memory_stream needs
     buffer_factory_config)."""
-    cfg = stack("prod")
+    cfg = prod_without_variants()
     boot = ec.bootstrap(cfg)
     limit = gw.deployment(cfg, ec.render(cfg))["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
     assert limit["memory"] == "1Gi"
