@@ -2,10 +2,17 @@
 
 One cluster per model (its headless Service: Envoy sees every replica). Requests pass, in order:
 
-    header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it)
-    jwt_authn         401 without a valid token of a configured issuer; the tenant claim -> x-aifactory-tenant
+    (connection manager) CONNECT: 403 upgrade_failed (its connect_matcher route has no upgrade configured);
+                      a header name with an underscore: 400
+    header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it) and x-envoy-* header
+    jwt_authn         401 without a valid token of a configured issuer (it must carry exp, at most
+                      gateway.auth.maxTokenLifetimeSeconds away); the tenant claim -> x-aifactory-tenant
     rbac (issuers)    403 when the issuer may not name that tenant (only with `issuers[].tenants`)
-    buffer            the whole body is received before anything goes upstream (slow senders pin no model)
+    callers (rbac)    403 unless the caller may call the model of the route its headers chose (header/path routes)
+    refusals (fault)  from the headers alone: 405 for a method other than GET/POST, 404 for a path no model serves,
+                      413 for a declared content-length past the header/path-routed model's limit
+    buffer            the whole body is received before anything goes upstream (slow senders pin no model); on
+                      a header/path route, at most the model's `maxRequestBytes`
     json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
