@@ -141,8 +141,10 @@ def test_connect_is_refused_at_once_with_or_without_a_token(gateway: Gateway) ->
     before = {m: gateway.hits(m) for m in BACKENDS}
     for head in (_connect(), _connect(f"authorization: {gateway.auth()}")):
         assert _answer_before_body(gateway.port, head)[0] == 403
-    lines = [json.loads(x) for x in gateway.envoy.access_log_lines('"method":"CONNECT"')]
-    assert [(x["status"], x["details"]) for x in lines] == [(403, "upgrade_failed")] * 2
+    deadline = time.monotonic() + ANSWER_WAIT_S  # both lines flushed (bounded)
+    while len(lines := gateway.envoy.access_log_lines('"method":"CONNECT"')) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert [(json.loads(x)["status"], json.loads(x)["details"]) for x in lines] == [(403, "upgrade_failed")] * 2
     assert {m: gateway.hits(m) for m in BACKENDS} == before
 
 
