@@ -45,9 +45,11 @@ from components.k8s.values import (
     ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     DEFAULT_MAX_DROP,
+    DEFAULT_MAX_TOKEN_LIFETIME_SECONDS,
     DEFAULT_MAX_UNANSWERED,
     DEFAULT_MIN_BASELINE_SCORE,
     DEFAULT_ROUTING_MARGIN_PERCENT,
+    MAX_TOKEN_LIFETIME_LIMIT_SECONDS,
     MODEL_TASKS,
     ROUTING_POLICIES,
     Alerting,
@@ -1577,7 +1579,7 @@ def _https_url(value: str) -> str | None:
 
 def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
     p = "gateway.auth"
-    d = r.mapping(raw if raw is not None else {}, p, ("issuers", "tenantClaim"))
+    d = r.mapping(raw if raw is not None else {}, p, ("issuers", "tenantClaim", "maxTokenLifetimeSeconds"))
     issuers: list[JwtIssuer] = []
     seen: set[str] = set()
     raw_issuers = r.value(d, "issuers", p, list, [])
@@ -1597,7 +1599,9 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
             seen.add(issuer)
     return GatewayAuth(tuple(issuers), r.value(d, "tenantClaim", p, str, "tenant",
                                                check=lambda v: None if re.match(r"^[A-Za-z0-9_:.-]+$", v)
-                                               else "is not a claim name (letters, digits, _ : . -)"))
+                                               else "is not a claim name (letters, digits, _ : . -)"),
+                       r.value(d, "maxTokenLifetimeSeconds", p, int, DEFAULT_MAX_TOKEN_LIFETIME_SECONDS, minimum=60,
+                               maximum=MAX_TOKEN_LIFETIME_LIMIT_SECONDS))
 
 
 def _health_check(r: _Reader, raw: Any) -> HealthCheck:

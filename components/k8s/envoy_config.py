@@ -2,10 +2,17 @@
 
 One cluster per model (its headless Service: Envoy sees every replica). Requests pass, in order:
 
-    header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it)
-    jwt_authn         401 without a valid token of a configured issuer; the tenant claim -> x-aifactory-tenant
+    (connection manager) CONNECT: 403 upgrade_failed (its connect_matcher route has no upgrade configured);
+                      a header name with an underscore: 400
+    header_mutation   drops any client-sent x-aifactory-tenant (the gateway alone sets it) and x-envoy-* header
+    jwt_authn         401 without a valid token of a configured issuer (it must carry exp, at most
+                      gateway.auth.maxTokenLifetimeSeconds away); the tenant claim -> x-aifactory-tenant
     rbac (issuers)    403 when the issuer may not name that tenant (only with `issuers[].tenants`)
-    buffer            the whole body is received before anything goes upstream (slow senders pin no model)
+    callers (rbac)    403 unless the caller may call the model of the route its headers chose (header/path routes)
+    refusals (fault)  from the headers alone: 405 for a method other than GET/POST, 404 for a path no model serves,
+                      413 for a declared content-length past the header/path-routed model's limit
+    buffer            the whole body is received before anything goes upstream (slow senders pin no model); on
+                      a header/path route, at most the model's `maxRequestBytes`
     json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
@@ -141,6 +148,9 @@ __all__ = [
     "HEALTH_PATHS",
     "RETRIABLE_STATUS_CODES",
     "BODY_LIMIT_FILTER",
+    "CALLERS_FILTER",
+    "REFUSALS_FILTER",
+    "ALLOWED_METHODS",
     "COLLECTOR_CLUSTER",
     "ADMIN_CLUSTER",
     "DEFAULT_UNROUTED_RPS",
@@ -232,6 +242,16 @@ METADATA_NAMESPACE = "aifactory"  # route metadata {aifactory: {tenant, priority
 BODY_MODEL_KEY = "model"  # dynamic metadata aifactory.model: the OpenAI request body's "model"
 BODY_STREAM_KEY = "stream"  # dynamic metadata aifactory.stream: the body's "stream" (false when absent)
 BODY_LIMIT_FILTER = "aifactory.body_limit"  # the per-route buffer filter instance (413 past the model's limit)
+BUFFER_FILTER = "envoy.filters.http.buffer"  # the first buffer: the whole body before anything goes upstream
+# RBAC on the route chosen from the headers, before any body is buffered (403 at once for header/path routes)
+CALLERS_FILTER = "aifactory.callers"
+RBAC_FILTER = "envoy.filters.http.rbac"  # RBAC on the route chosen once the body is read (body routes)
+# fault filter: answers a refusal route (405, 404, 413 from the headers) at once, before any body is buffered
+REFUSALS_FILTER = "aifactory.refusals"
+REFUSAL_KEY = "refusal"  # route metadata aifactory.refusal: the refusal's text (the local reply's body)
+# the methods the OpenAI API uses (GET /v1/models, POST for the rest); any other, CONNECT included, gets 405
+ALLOWED_METHODS = ("GET", "POST")
+ENVOY_HEADER_PREFIX = "x-envoy-"  # client-sent headers with this prefix are removed (Envoy's own control headers)
 JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespace of verified payloads
 ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
 COLLECTOR_CLUSTER = "otel_collector"
@@ -301,7 +321,8 @@ _ACCESS_LOG_FORMAT = {
     "request_id": "%REQ(X-REQUEST-ID)%",
     "trace_id": "%TRACE_ID%",
     "method": "%REQ(:METHOD)%",
-    "path": "%REQ(X-ENVOY-ORIGINAL-PATH?:PATH)%",
+    # without the query string: whatever a client puts there (a token, a prompt) stays out of the logs
+    "path": "%PATH(NQ:ORIG_OR_PATH)%",
     "caller_tenant": f"%REQ({TENANT_HEADER.upper()})%",
     "model": "%REQ(X-MODEL)%",
     "body_model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_MODEL_KEY})%",
@@ -669,6 +690,11 @@ def _rbac_per_route(cfg: GatewayView, model: Model) -> dict[str, Any]:
         "policies": {"callers": {"permissions": [{"any": True}], "principals": principals}}}}}
 
 
+def _buffer_per_route(model: Model) -> dict[str, Any]:
+    return {"@type": _T + "extensions.filters.http.buffer.v3.BufferPerRoute",
+            "buffer": {"max_request_bytes": model.max_request_bytes}}
+
+
 def _api_regex(model: Model, prefix: str) -> str:
     return f"^{prefix}/(?:{'|'.join(OPENAI_APIS[model.engine][model.task])})$"
 
@@ -695,9 +721,11 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
             # the router keeps this much of the body to replay it on a retry
             "request_body_buffer_limit": model.max_request_bytes,
             "typed_per_filter_config": {
-                BODY_LIMIT_FILTER: {"@type": _T + "extensions.filters.http.buffer.v3.BufferPerRoute",
-                                    "buffer": {"max_request_bytes": model.max_request_bytes}},
-                "envoy.filters.http.rbac": _rbac_per_route(cfg, model),
+                # a header/path route is known before the body: its model's limit applies from the first byte
+                BUFFER_FILTER: _buffer_per_route(model),
+                CALLERS_FILTER: _rbac_per_route(cfg, model),
+                BODY_LIMIT_FILTER: _buffer_per_route(model),
+                RBAC_FILTER: _rbac_per_route(cfg, model),
             },
             "metadata": {"filter_metadata": {METADATA_NAMESPACE: {TENANT_DESCRIPTOR: model.tenant,
                                                                   PRIORITY_DESCRIPTOR: model.priority}}}}
@@ -712,8 +740,40 @@ def _body_model(value: str) -> dict[str, Any]:
             "value": {"string_match": {"exact": value}}}
 
 
-def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404) -> dict[str, Any]:
-    return {"name": name, "match": match, "direct_response": {"status": status, "body": {"inline_string": text}}}
+def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404, at_once: bool = False
+               ) -> dict[str, Any]:
+    """A direct response. `at_once`: the refusals filter answers it from the headers, before the body is buffered
+    (only for requests no body can route elsewhere); otherwise the router answers once the body is read."""
+    out = {"name": name, "match": match, "direct_response": {"status": status, "body": {"inline_string": text}}}
+    if at_once:
+        out["metadata"] = {"filter_metadata": {METADATA_NAMESPACE: {REFUSAL_KEY: text}}}
+        out["typed_per_filter_config"] = {REFUSALS_FILTER: {
+            "@type": _T + "extensions.filters.http.fault.v3.HTTPFault",
+            "abort": {"http_status": status, "percentage": _ALL}}}
+    return out
+
+
+def _local_replies() -> dict[str, Any]:
+    """The refusals filter's answers carry their route's text (the fault filter's own body is "fault filter
+    abort"); response flag FI marks them (envoy.config.accesslog.v3.ResponseFlagFilter)."""
+    return {"mappers": [{"filter": {"response_flag_filter": {"flags": ["FI"]}},
+                         "body_format_override": {"text_format_source": {
+                             "inline_string": f"%METADATA(ROUTE:{METADATA_NAMESPACE}:{REFUSAL_KEY})%"}}}]}
+
+
+def _refused_methods() -> list[dict[str, Any]]:
+    """405 before any body is read for a method the OpenAI API does not use.
+
+    CONNECT has no :path, so no path route matches it: without a route the connection manager runs the filter
+    chain and the buffer filter holds its stream until it idles out. A connect_matcher route
+    (envoy.config.route.v3.RouteMatch) gives it one, and a route that has no upgrade_configs for CONNECT makes the
+    connection manager refuse it itself, 403 `upgrade_failed`, before any filter (envoyproxy/envoy@v1.40.0
+    source/common/http/conn_manager_impl.cc, ActiveStream::decodeHeaders)."""
+    text = f"method not allowed: the gateway serves {', '.join(ALLOWED_METHODS)}\n"
+    methods = {"name": ":method", "string_match": {"safe_regex": {"regex": "|".join(ALLOWED_METHODS)}},
+               "invert_match": True}
+    return [_not_found("method-not-allowed", {"prefix": "/", "headers": [methods]}, text, status=405, at_once=True),
+            _not_found("connect-not-allowed", {"connect_matcher": {}}, text, status=405)]
 
 
 def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
@@ -747,9 +807,12 @@ def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
     match = copy.deepcopy(route["match"])
     match["headers"] = [*match.get("headers", []), {"name": "content-length", "invert_match": True, "range_match": {
         "start": 0, "end": model.max_request_bytes + 1}}]
-    return _not_found(f"{route['name']}-too-large", match,
-                      f"request body larger than {model.max_request_bytes} bytes (models.{model.name}."
-                      "maxRequestBytes)\n", status=413)
+    out = _not_found(f"{route['name']}-too-large", match,
+                     f"request body larger than {model.max_request_bytes} bytes (models.{model.name}."
+                     "maxRequestBytes)\n", status=413, at_once=True)
+    # a caller the model refuses gets its 403 first, whatever the size
+    out["typed_per_filter_config"][CALLERS_FILTER] = route["typed_per_filter_config"][CALLERS_FILTER]
+    return out
 
 
 def routes(cfg: GatewayView) -> list[dict[str, Any]]:
@@ -799,11 +862,11 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     apis = sorted({a for tasks in OPENAI_APIS.values() for apis_ in tasks.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
                f"\"model\", on a path its engine serves; models: {known}\n")
-    return [*with_twins,
+    return [*_refused_methods(), *with_twins,
             _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
             _not_found("not-served", {"prefix": "/"},
                        f"not served: the gateway routes only /{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
-                       f"(optionally under {ROUTE_PREFIX}<model>)\n")]
+                       f"(optionally under {ROUTE_PREFIX}<model>)\n", at_once=True)]
 
 
 def _token_bucket(per_second: int, burst: int) -> dict[str, Any]:
@@ -871,6 +934,9 @@ def jwt_filter(cfg: GatewayView) -> dict[str, Any]:
             # only the Authorization header: by default jwt_authn also reads an `access_token` query parameter
             # (JwtProvider.from_headers/from_params), and tokens in URLs end up in logs and browser histories
             "from_headers": [{"name": "Authorization", "value_prefix": "Bearer "}],
+            # a token without exp, or valid for longer than gateway.auth.maxTokenLifetimeSeconds, is refused
+            "require_expiration": True,
+            "max_lifetime": _seconds(auth.max_token_lifetime_seconds),
             "claim_to_headers": [{"header_name": TENANT_HEADER, "claim_name": auth.tenant_claim}],
             # a client reuses its token until it expires: verify each token's signature once, not per request
             "jwt_cache_config": {"jwt_cache_size": DEFAULT_JWT_CACHE_SIZE},
@@ -887,7 +953,9 @@ def jwt_filter(cfg: GatewayView) -> dict[str, Any]:
     return {"name": JWT_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.jwt_authn.v3.JwtAuthentication",
         "providers": providers,
-        "rules": [{"match": {"prefix": "/"}, "requires": requires}]}}
+        # every request: any path, and CONNECT, which has no path (RouteMatch.connect_matcher)
+        "rules": [{"match": {"prefix": "/"}, "requires": requires},
+                  {"match": {"connect_matcher": {}}, "requires": requires}]}}
 
 
 def _issuer_tenants_restricted(cfg: GatewayView) -> bool:
@@ -931,8 +999,18 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
     """The gateway's HTTP filters before the router, in order (see the module docstring)."""
     strip = {"name": "envoy.filters.http.header_mutation", "typed_config": {
         "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
-        "mutations": {"request_mutations": [{"remove": TENANT_HEADER}]}}}
-    buffer = {"name": "envoy.filters.http.buffer", "typed_config": {
+        # x-envoy-*: Envoy honours some of them from clients it deems internal, and passes the others to the
+        # models; none of them is the client's to set (Envoy adds its own after this filter)
+        "mutations": {"request_mutations": [
+            {"remove": TENANT_HEADER},
+            {"remove_on_match": {"key_matcher": {"prefix": ENVOY_HEADER_PREFIX}}}]}}}
+    # before any body is buffered: 403 for a caller the header/path route's model refuses; refusal routes (a
+    # method the API does not use, a path it does not serve, a declared content-length past the model's limit)
+    # answered at once
+    callers = {"name": CALLERS_FILTER, "typed_config": {"@type": _T + "extensions.filters.http.rbac.v3.RBAC"}}
+    refusals = {"name": REFUSALS_FILTER, "typed_config": {
+        "@type": _T + "extensions.filters.http.fault.v3.HTTPFault"}}  # no faults of its own: routes bring them
+    buffer = {"name": BUFFER_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
     body_model = {"name": "envoy.filters.http.json_to_metadata", "typed_config": {
         "@type": _T + "extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
@@ -949,14 +1027,14 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
             "allow_empty_content_type": True}}}
     body_limit = {"name": BODY_LIMIT_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
-    rbac = {"name": "envoy.filters.http.rbac", "typed_config": {
+    rbac = {"name": RBAC_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.rbac.v3.RBAC"}}  # no base rules: each model route brings its own
     out = [strip]
     if cfg.gateway.auth.issuers:
         out.append(jwt_filter(cfg))
         if _issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
-    return [*out, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
+    return [*out, callers, refusals, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
 
 
 # The gateway starts a trace for every request; traceSampleRatio is applied once, by the Collector's
@@ -1026,7 +1104,10 @@ def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
                request_headers_timeout=_seconds(gw.request_headers_timeout_seconds),
                request_timeout=_seconds(gw.request_timeout_seconds),
                stream_idle_timeout=_seconds(gw.stream_idle_timeout_seconds),
-               common_http_protocol_options={"idle_timeout": _seconds(gw.idle_timeout_seconds)},
+               common_http_protocol_options={"idle_timeout": _seconds(gw.idle_timeout_seconds),
+                                             # x_model would otherwise reach the engine beside x-model (400)
+                                             "headers_with_underscores_action": "REJECT_REQUEST"},
+               local_reply_config=_local_replies(),
                # /models/a/../b/ is /models/b/ before any route or policy sees it
                normalize_path=True,
                merge_slashes=True,

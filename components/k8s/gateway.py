@@ -262,6 +262,8 @@ class GatewayAuthArgs(TypedDict):
     """Default: none: every model request gets 401."""
     tenant_claim: NotRequired[str]
     """The JWT claim naming the caller's tenant. Default: tenant."""
+    max_token_lifetime_seconds: NotRequired[int]
+    """A token without exp, or whose exp is further away than this, gets 401. Default: 86400 (24 h)."""
 
 
 class RoutingArgs(TypedDict):
@@ -398,6 +400,7 @@ def _settings(args: GatewayArgs) -> GatewaySettings:
     issuers = tuple(JwtIssuer(issuer=i["issuer"], jwks_uri=i["jwks_uri"], audiences=tuple(i.get("audiences") or ()),
                               tenants=tuple(i["tenants"]) if "tenants" in i else None)
                     for i in auth.get("issuers") or ())
+    auth_plain: dict[str, Any] = {k: auth[k] for k in ("tenant_claim", "max_token_lifetime_seconds") if k in auth}
     routing = args.get("routing") or {}
     return GatewaySettings(
         namespace=args.get("namespace", DEFAULT_GATEWAY_NAMESPACE), **plain,
@@ -405,7 +408,7 @@ def _settings(args: GatewayArgs) -> GatewaySettings:
         outlier_detection=OutlierDetection(**args.get("outlier_detection", {})),
         circuit_breakers=CircuitBreakers(**args.get("circuit_breakers", {})),
         health_check=HealthCheck(**args.get("health_check", {})),
-        auth=GatewayAuth(issuers=issuers, **({"tenant_claim": auth["tenant_claim"]} if "tenant_claim" in auth else {})),
+        auth=GatewayAuth(issuers=issuers, **auth_plain),
         routing={w: r["policy"] for w, r in routing.items() if "policy" in r},
         routing_margins={w: r["margin_percent"] for w, r in routing.items() if "margin_percent" in r})
 

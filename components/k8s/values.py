@@ -36,6 +36,8 @@ __all__ = [
     "Variant",
     "ROUTING_POLICIES",
     "DEFAULT_ROUTING_MARGIN_PERCENT",
+    "DEFAULT_MAX_TOKEN_LIFETIME_SECONDS",
+    "MAX_TOKEN_LIFETIME_LIMIT_SECONDS",
     "DEFAULT_MAX_DROP",
     "DEFAULT_MIN_BASELINE_SCORE",
     "DEFAULT_MAX_UNANSWERED",
@@ -166,6 +168,9 @@ ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
 # busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
 # saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
 DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
+# gateway.auth.maxTokenLifetimeSeconds: a token whose exp is further away than this is refused (jwt_authn max_lifetime)
+DEFAULT_MAX_TOKEN_LIFETIME_SECONDS = 86400
+MAX_TOKEN_LIFETIME_LIMIT_SECONDS = 30 * 86400
 DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
 # gateway.routing.<workload>.fidelity.minBaselineScore: a baseline right on fewer than half of its own workload's items
 # is a broken endpoint or the wrong suite, and every variant would pass against it.
@@ -326,6 +331,8 @@ class JwtIssuer:
 class GatewayAuth:
     issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
     tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
+    # default: 86400 (24 h); a token without exp, or whose exp is further away than this, gets 401
+    max_token_lifetime_seconds: int = DEFAULT_MAX_TOKEN_LIFETIME_SECONDS
 
 
 @dataclass(frozen=True, slots=True)

@@ -123,7 +123,8 @@ class _Handler(BaseHTTPRequestHandler):
                            "authorization": self.headers.get("authorization"),
                            "body_bytes": length,
                            "request_id": self.headers.get("x-request-id"),
-                           "forwarded_for": self.headers.get("x-forwarded-for")}).encode()
+                           "forwarded_for": self.headers.get("x-forwarded-for"),
+                           "header_names": sorted({k.lower() for k in self.headers})}).encode()
 
     def _send(self, status: int, body: bytes) -> None:
         send_json(self, status, body)

@@ -35,11 +35,12 @@ class Issuer:
         return json.dumps({"keys": [jwk]})
 
     def token(self, *, tenant: str | None = None, claim: str = "tenant", audience: str = DEFAULT_AUDIENCE,
-              issuer: str | None = None, expires_in: float = DEFAULT_LIFETIME_S, **claims: Any) -> str:
-        """An RS256 JWT; `tenant` goes in `claim` (omitted when None); `issuer` overrides `iss`."""
+              issuer: str | None = None, expires_in: float | None = DEFAULT_LIFETIME_S, **claims: Any) -> str:
+        """An RS256 JWT; `tenant` goes in `claim` (omitted when None); `issuer` overrides `iss`; no `exp` when
+        `expires_in` is None."""
         now = int(time.time())
-        payload: dict[str, Any] = {"iss": issuer or self.issuer, "aud": audience, "sub": "test-client",
-                                   "iat": now, "exp": now + int(expires_in), **claims}
+        payload: dict[str, Any] = {"iss": issuer or self.issuer, "aud": audience, "sub": "test-client", "iat": now,
+                                   **({} if expires_in is None else {"exp": now + int(expires_in)}), **claims}
         if tenant is not None:
             payload[claim] = tenant
         return jwt.encode(payload, self._key, algorithm="RS256", headers={"kid": self.kid})

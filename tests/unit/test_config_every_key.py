@@ -321,6 +321,18 @@ def test_the_tenant_claim_defaults_to_tenant() -> None:
     assert _parse(raw).gateway.auth.tenant_claim == "tenant"
 
 
+def test_the_max_token_lifetime_defaults_to_a_day_and_is_bounded() -> None:
+    # README, gateway.auth: "maxTokenLifetimeSeconds: 86400  # default: 86400 (24 h)"
+    raw = stack_raw("onprem")
+    assert _parse(raw).gateway.auth.max_token_lifetime_seconds == 86400
+    raw["gateway"]["auth"]["maxTokenLifetimeSeconds"] = 3600
+    assert _parse(raw).gateway.auth.max_token_lifetime_seconds == 3600
+    raw["gateway"]["auth"]["maxTokenLifetimeSeconds"] = 10 * 365 * 86400
+    assert _problems(raw) == ["gateway.auth.maxTokenLifetimeSeconds: 315360000 is above the maximum 2.592e+06"]
+    raw["gateway"]["auth"]["maxTokenLifetimeSeconds"] = "1d"
+    assert _problems(raw) == ["gateway.auth.maxTokenLifetimeSeconds: expected an integer, got a string '1d'"]
+
+
 def test_an_issuer_with_no_tenants_is_refused() -> None:
     raw = stack_raw("onprem")
     raw["gateway"]["auth"]["issuers"][0]["tenants"] = []

@@ -197,10 +197,11 @@ def test_triton_refuses_the_rerank_task() -> None:
 # rollouts against the quota (item 5)
 
 # What each named stack's quota falls short by when a GPU Deployment surges one pod at its maximum scale
-# (issue 28: staging search 8 vs 12, prod finance 4 vs 5, onprem ml-platform 32 vs 40, analytics-ai MIG 7 vs 8).
+# (issue 28: staging search 8 vs 12, prod finance 4 vs 5 (now 6 vs 7), onprem ml-platform 32 vs 40, analytics-ai MIG 7 vs 8).
 SURGE_SHORT = {
     "staging": ("Deployment/search/llama-70b", "requests.nvidia.com/gpu 12 > 8"),
-    "prod": ("Deployment/finance/finance-8b", "requests.nvidia.com/gpu 5 > 4"),
+    # prod's finance tenant now holds the AWQ variant and its bf16 baseline: 6 GPUs of quota, 7 with a surge pod
+    "prod": ("Deployment/finance/finance-8b", "requests.nvidia.com/gpu 7 > 6"),
     "onprem": ("Deployment/ml-platform/llama-70b", "requests.nvidia.com/gpu 40 > 32"),
     "onprem-mig": ("Deployment/analytics-ai/classifier", "requests.nvidia.com/mig-1g.10gb 8 > 7"),
 }
@@ -304,7 +305,7 @@ def test_model_pods_have_a_priority_class_per_priority_and_the_stack_creates_the
     names = {m.name: serving.pod_spec(prod, m).get("priorityClassName") for m in prod.models.values()}
     assert names == {"assistant-fast": "aifactory-serving-interactive", "assistant-batch": "aifactory-serving-batch",
                      "deep-research": "aifactory-serving-interactive", "embed-rerank": "aifactory-serving-interactive",
-                     "finance-8b": "aifactory-serving-interactive"}
+                     "finance-8b": "aifactory-serving-interactive", "finance-8b-bf16": "aifactory-serving-interactive"}
     classes = {pc["metadata"]["name"]: (pc["value"], pc["preemptionPolicy"], pc["globalDefault"])
                for pc in serving.priority_classes(prod)}
     assert classes == {"aifactory-serving-interactive": (100000, "PreemptLowerPriority", False),

@@ -29,8 +29,10 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
     body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
             "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key in the body
-    # each model route comes after its 413 and non-streamed twins (see below)
-    assert names == [*(x for n in (*header, *(f"{h}-path" for h in header), *body)
+    # first the methods the API does not use (tests/artifacts/test_envoy_input_live.py); each model route comes
+    # after its 413 and non-streamed twins (see below)
+    assert names == ["method-not-allowed", "connect-not-allowed",
+                     *(x for n in (*header, *(f"{h}-path" for h in header), *body)
                        for x in (f"{n}-too-large", f"{n}-unstreamed", n)),
                      "unknown-model", "not-served"]
     by_name = {r["name"]: r for r in routes}
@@ -189,17 +191,20 @@ def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
                                 "common_http_protocol_options", "normalize_path", "merge_slashes",
                                 "path_with_escaped_slashes_action")} == {
         "request_headers_timeout": "10s", "request_timeout": "60s", "stream_idle_timeout": "30s",
-        "common_http_protocol_options": {"idle_timeout": "300s"}, "normalize_path": True, "merge_slashes": True,
+        "common_http_protocol_options": {"idle_timeout": "300s", "headers_with_underscores_action": "REJECT_REQUEST"},
+        "normalize_path": True, "merge_slashes": True,
         "path_with_escaped_slashes_action": "REJECT_REQUEST"}
 
 
 def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_then_limit() -> None:
     assert [f["name"] for f in _hcm(prod_without_variants())["http_filters"]] == [
-        "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "envoy.filters.http.buffer",
-        "envoy.filters.http.json_to_metadata", "aifactory.body_limit", "envoy.filters.http.rbac",
-        "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
-    strip, jwt, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
-    assert strip["typed_config"]["mutations"] == {"request_mutations": [{"remove": "x-aifactory-tenant"}]}
+        "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "aifactory.callers",
+        "aifactory.refusals", "envoy.filters.http.buffer", "envoy.filters.http.json_to_metadata",
+        "aifactory.body_limit", "envoy.filters.http.rbac", "envoy.filters.http.local_ratelimit",
+        "envoy.filters.http.router"]
+    strip, jwt, _, _, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
+    assert strip["typed_config"]["mutations"] == {"request_mutations": [
+        {"remove": "x-aifactory-tenant"}, {"remove_on_match": {"key_matcher": {"prefix": "x-envoy-"}}}]}
     assert body["typed_config"]["request_rules"] == {"rules": [
         {"selectors": [{"key": "model"}],
          "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}},
@@ -216,10 +221,13 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
                                      "cluster": "jwks-0", "timeout": "5s"},
                         "cache_duration": "600s", "async_fetch": {}, "retry_policy": {"num_retries": 3}},
         "forward": False, "from_headers": [{"name": "Authorization", "value_prefix": "Bearer "}],
+        "require_expiration": True, "max_lifetime": "86400s",
         "claim_to_headers": [{"header_name": "x-aifactory-tenant", "claim_name": "tenant"}],
         "jwt_cache_config": {"jwt_cache_size": 1000},
         "audiences": ["api://aifactory-gateway"]}}
-    assert jwt["typed_config"]["rules"] == [{"match": {"prefix": "/"}, "requires": {"provider_name": "issuer-0"}}]
+    assert jwt["typed_config"]["rules"] == [{"match": {"prefix": "/"}, "requires": {"provider_name": "issuer-0"}},
+                                            {"match": {"connect_matcher": {}},
+                                             "requires": {"provider_name": "issuer-0"}}]
     onprem = ec.jwt_filter(stack("onprem"))["typed_config"]["providers"]["issuer-0"]
     assert onprem["claim_to_headers"] == [{"header_name": "x-aifactory-tenant", "claim_name": "aifactory_tenant"}]
 
