@@ -5,7 +5,8 @@ Two groups:
   Prometheus exporter / the Collector's prometheus exporter turn them into: dots become underscores,
   the unit word is appended, `_total` is added to monotonic sums, units in braces are dropped);
 - what the exporters on the platform emit (DCGM exporter, vLLM, Triton, Istio, Envoy, kube-state-metrics,
-  the Collector's spanmetrics connector), exactly as their upstream sources define them (docs/contracts.md, "Metric names").
+  the Collector's spanmetrics connector), exactly as their upstream sources define them (docs/contracts.md,
+  "Metric names").
 """
 
 from __future__ import annotations

@@ -7,4 +7,4 @@ __all__ = ["DEFAULT_GPU_ROOT_VOLUME_GIB", "DEFAULT_CPU_ROOT_VOLUME_GIB", "DEFAUL
 
 DEFAULT_GPU_ROOT_VOLUME_GIB = 500  # container images of serving engines are large; model caches use PVCs
 DEFAULT_CPU_ROOT_VOLUME_GIB = 100
-DEFAULT_EFA_HUGEPAGES_MIB = 5120  # 2 MiB pages for libfabric/NCCL on EFA pools (aws-samples/awsome-distributed-training EFA samples: hugepages-2Mi 5120Mi)
+DEFAULT_EFA_HUGEPAGES_MIB = 5120  # 2 MiB pages for libfabric/NCCL on EFA pools (AWS EFA samples: hugepages-2Mi 5120Mi)

@@ -197,7 +197,8 @@ def test_triton_refuses_the_rerank_task() -> None:
 # rollouts against the quota (item 5)
 
 # What each named stack's quota falls short by when a GPU Deployment surges one pod at its maximum scale
-# (issue 28: staging search 8 vs 12, prod finance 4 vs 5 (now 6 vs 7), onprem ml-platform 32 vs 40, analytics-ai MIG 7 vs 8).
+# (issue 28: staging search 8 vs 12, prod finance 4 vs 5 (now 6 vs 7), onprem ml-platform 32 vs 40,
+# analytics-ai MIG 7 vs 8).
 SURGE_SHORT = {
     "staging": ("Deployment/search/llama-70b", "requests.nvidia.com/gpu 12 > 8"),
     # prod's finance tenant now holds the AWQ variant and its bf16 baseline: 6 GPUs of quota, 7 with a surge pod
