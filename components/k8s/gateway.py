@@ -38,6 +38,7 @@ team can run it without the kit's stack config; infra.component_args maps Platfo
 # evaluated annotations.
 import dataclasses
 import hashlib
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NotRequired, TypedDict, cast
@@ -501,9 +502,25 @@ def config_map(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
             "data": {"envoy.yaml": envoy_yaml}}
 
 
+# Seconds between the pod's termination starting and SIGTERM reaching Envoy beyond the longest request, and left
+# after it for Envoy to exit before the kubelet kills it.
+DRAIN_MARGIN_SECONDS = 10
+
+
+def drain_seconds(cfg: GatewayView) -> int:
+    """How long a terminating gateway pod keeps serving: the longest request any route allows (a model's
+    timeoutSeconds). Envoy exits on SIGTERM without draining (its --drain-time-s applies to hot restarts and
+    /drain_listeners: envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the
+    pod's preStop sleeps this long first: the endpoint leaves the Service at once (no new connections), requests
+    in flight, streams included, finish."""
+    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0)) + DRAIN_MARGIN_SECONDS
+
+
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
-    """Rolled when the config changes: the pod template carries the config's hash."""
+    """Rolled when the config changes: the pod template carries the config's hash. A pod being replaced or
+    evicted serves its requests in flight to their end before Envoy stops (drain_seconds)."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
+    drain = drain_seconds(cfg)
     container = {
         "name": "envoy",
         "image": DEFAULT_ENVOY_IMAGE,
@@ -518,6 +535,9 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
                                         memory_limit=f"{GATEWAY_MEMORY_LIMIT_GIB}Gi"),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         "securityContext": security.container_security_context(),
+        # the kubelet's own sleep (no shell in the image needed): Kubernetes' PodLifecycleSleepAction, on by
+        # default since 1.30 (kubernetes/enhancements#3960)
+        "lifecycle": {"preStop": {"sleep": {"seconds": drain}}},
     }
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
         "selector": {"matchLabels": _selector()},
@@ -535,7 +555,7 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
                                                "labelSelector": {"matchLabels": _selector()}}],
                 "containers": [container],
                 "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}],
-                "terminationGracePeriodSeconds": 30,
+                "terminationGracePeriodSeconds": drain + DRAIN_MARGIN_SECONDS,
             },
         },
     }}

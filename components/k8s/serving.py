@@ -218,6 +218,11 @@ DEFAULT_EFA_VLLM_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/vllm:0.27-
 # tritonserver/tritonfrontend wheels and python/openai/requirements.txt.
 DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
 TRITON_OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# What Triton's frontend generates for a request without max_tokens/max_completion_tokens: its own default is 16
+# (r26.07 main.py --default-max-tokens; engine/utils/triton.py), which cuts an unmodified OpenAI client's answers
+# after 16 tokens where vLLM would fill the context. A request's own max_tokens always wins; a prompt plus this
+# must fit the TensorRT-LLM engine's max_seq_len.
+DEFAULT_TRITON_MAX_TOKENS = 4096
 # The engines run as security.DEFAULT_UID, which has no passwd entry in either image: torch's compile/inductor
 # path calls getpass.getuser(), which reads LOGNAME, USER, LNAME, USERNAME before the passwd database and raises
 # (KeyError on Python 3.12) when none is set and the UID has no entry (pytorch/pytorch#140765;
@@ -430,7 +435,8 @@ def triton_command(model: Model) -> list[str]:
     Parallelism Support". main.py exposes no trace or metrics options: see docs/contracts.md for what that drops.
     """
     return ["python3", TRITON_OPENAI_MAIN, f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
-            "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}"]
+            "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
+            f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}"]
 
 
 def _triton_env(model: Model) -> list[dict[str, str]]:

@@ -490,3 +490,18 @@ def test_envoy_sheds_load_before_its_container_is_oom_killed() -> None:
         "envoy.overload_actions.stop_accepting_requests": [
             {"name": "envoy.resource_monitors.fixed_heap", "threshold": {"value": 0.95}}]}
     assert om["buffer_factory_config"] == {"minimum_account_to_track_power_of_two": 20}
+
+
+def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() -> None:
+    """Envoy exits on SIGTERM at once (--drain-time-s is for hot restarts and /drain_listeners:
+    envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst; the end-to-end review cut a
+    request in flight that way on the real binary), so every rollout, scale-down and node drain cut requests. The pod
+    now sleeps before SIGTERM for the longest request a route allows (prod: deep-research's 900 s), out of the
+    Service's endpoints meanwhile, and the kubelet waits for that."""
+    cfg = stack_config("prod")
+    longest = max(m.timeout_seconds for m in cfg.models.values())
+    assert longest == 900
+    spec = gw.deployment(cfg, "{}")["spec"]["template"]["spec"]
+    [envoy] = spec["containers"]
+    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 910}}}
+    assert spec["terminationGracePeriodSeconds"] == 920

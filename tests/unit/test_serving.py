@@ -126,14 +126,15 @@ def test_prefix_caching_off_is_explicit() -> None:
 def test_triton_serves_the_openai_frontend_on_the_model_port() -> None:
     """`tritonserver` alone answers only the KServe v2 API: the OpenAI API is the frontend of
     triton-inference-server/server r26.07 python/openai/openai_frontend/main.py (--model-repository, --tokenizer,
-    --host, --openai-port default 9000), shipped at /opt/tritonserver/python/openai by build.py
+    --host, --openai-port default 9000, --default-max-tokens default 16: the kit passes 4096 so a client that
+    omits max_tokens gets a whole answer, as from vLLM), shipped at /opt/tritonserver/python/openai by build.py
     create_dockerfile_linux. Single GPU: no orchestrator mode."""
     cfg = stack("staging")
     model = cfg.models["llama-8b-trt"]
     assert triton_command(model) == [
         "python3", "/opt/tritonserver/python/openai/openai_frontend/main.py",
         "--model-repository=/model-cache/llama-8b-trt", "--tokenizer=meta-llama/Llama-3.1-8B-Instruct",
-        "--host=0.0.0.0", "--openai-port=8000"]
+        "--host=0.0.0.0", "--openai-port=8000", "--default-max-tokens=4096"]
     env = {e["name"]: e.get("value") for e in _engine(cfg, "llama-8b-trt")["env"]}
     assert "TRTLLM_ORCHESTRATOR" not in env
 
