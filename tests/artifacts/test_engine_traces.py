@@ -32,6 +32,7 @@ from components.k8s import serving
 from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap, rebind
 from infra.config import PlatformConfig, parse
 from tests.support.fake_backends import EnvoyProcess, free_port, request
+from tests.support.telemetry import Span
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 MODEL = "chat"
@@ -51,15 +52,6 @@ def stack(ratio: float) -> PlatformConfig:
         "gateway": {"auth": {"issuers": [{"issuer": ISSUER.issuer, "jwksUri": f"{ISSUER.issuer}/certs",
                                           "audiences": [DEFAULT_AUDIENCE]}]}},
     }, stack="traces")
-
-
-@dataclass(frozen=True)
-class Span:
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str
 
 
 class _Sink(trace_service_pb2_grpc.TraceServiceServicer):

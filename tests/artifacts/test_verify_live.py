@@ -40,6 +40,7 @@ from infra.config import PlatformConfig, parse
 from infra.verify import Endpoints, Hop, Report, format_report, verify
 from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.prometheus import PrometheusServer
+from tests.support.telemetry import Span
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 MODEL = "chat"
@@ -64,15 +65,6 @@ RAW: dict[str, Any] = {
     # The gateway starts no trace of its own: verify's requests are traced because they carry a sampled traceparent.
     "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
 }
-
-
-@dataclass(frozen=True)
-class Span:
-    service: str
-    name: str
-    trace_id: str
-    span_id: str
-    parent_span_id: str
 
 
 @dataclass

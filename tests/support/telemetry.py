@@ -18,6 +18,17 @@ from telemetry import names
 from telemetry.instrument import INSTRUMENTATION_NAME
 from telemetry.testing import DEFAULT_START_NS, VirtualClock
 
+
+@dataclass(frozen=True)
+class Span:
+    """One exported span as the live tests' OTLP receivers record it (hex ids; "" for no parent)."""
+
+    service: str
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+
 S = 10**9  # ns per second
 TENANT = "acme"
 
