@@ -429,6 +429,10 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
             say(f"               {name:<16} {len(files)} file(s)")
         with _interrupts_deferred():
             _replace_dir(tmp, dest)
+    except OSError as err:  # the disk filled or went read-only while writing: the old output is left as it was
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputDirError(f"--out {out}: writing {err.filename or tmp} failed: {err.strerror or err}; nothing "
+                             "was replaced") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -498,7 +502,27 @@ def check_output_dir(out: Path, *, stack: str | None = None) -> Path:
         raise OutputDirError(f"--out {out}: holds the output of stack {other!r}, not {stack!r}; synth replaces its "
                              f"output directory as a whole, so choose build/{stack} or a new directory, or remove "
                              "this one yourself")
+    _probe_writable(out, dest.parent)
     return dest
+
+
+def _probe_writable(out: Path, parent: Path) -> None:
+    """OutputDirError unless a file can be written where synth will build the output (the nearest existing
+    directory above it): a read-only or full disk is said before the program runs, with the path."""
+    where = parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aifactory-probe-", dir=where)
+        try:
+            os.write(fd, b"\0" * 65536)  # a full disk refuses data, not always an empty file
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as err:
+        raise OutputDirError(f"--out {out}: cannot write in {where}: {err.strerror or err}; choose a writable "
+                             "location with free space") from None
 
 
 def _pid_alive(pid: int) -> bool:

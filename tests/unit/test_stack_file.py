@@ -144,3 +144,30 @@ def test_settings_at_the_top_level_are_said_to_belong_under_config(tmp_path: Pat
 def test_namespaced_keys_at_the_top_level_are_said_to_belong_under_config(tmp_path: Path) -> None:
     err = refused(tmp_path, STACK + "aifactory:gateway: {minReplicas: 3}\n")
     assert "aifactory:gateway: the kit's settings must sit under 'config:'" in err
+
+
+def _unwritable(tmp_path: Path) -> Path:
+    """A directory this process cannot create files in: sysfs for root (permission bits do not stop root), else a
+    directory without write permission."""
+    if os.geteuid() == 0:
+        return Path("/sys")
+    d = tmp_path / "read-only"
+    d.mkdir()
+    d.chmod(0o555)
+    return d
+
+
+def test_an_unwritable_output_location_is_refused_before_the_program_runs(tmp_path: Path) -> None:
+    """A read-only (or full) output disk gave a raw OSError without its path, after the whole program had run."""
+    stacks = tmp_path / "stacks"
+    stacks.mkdir()
+    (stacks / "Pulumi.s.yaml").write_text(STACK)
+    target = _unwritable(tmp_path)
+    exe = Path(sys.executable).with_name("aifactory")
+    res = subprocess.run([str(exe), "synth", "s", "--stacks-dir", str(stacks), "--out", str(target / "out" / "s")],
+                         capture_output=True, text=True, timeout=120, env={**os.environ, "AIFACTORY_DEBUG": ""},
+                         check=False)
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert f"--out {target / 'out' / 's'}: cannot write in {target}: " in res.stderr
+    assert "[2/3] program" not in res.stdout + res.stderr, "refused before the program runs"
