@@ -315,14 +315,14 @@ def test_an_issuers_tenants_are_read_and_checked_at_their_path() -> None:
 
 
 def test_the_tenant_claim_defaults_to_tenant() -> None:
-    # README, gateway.auth: "tenantClaim: tenant  # default: tenant"
+    # docs/gateway.md, gateway.auth: "tenantClaim: tenant  # default: tenant"
     raw = stack_raw("onprem")
     del raw["gateway"]["auth"]["tenantClaim"]
     assert _parse(raw).gateway.auth.tenant_claim == "tenant"
 
 
 def test_the_max_token_lifetime_defaults_to_a_day_and_is_bounded() -> None:
-    # README, gateway.auth: "maxTokenLifetimeSeconds: 86400  # default: 86400 (24 h)"
+    # docs/gateway.md, gateway.auth: "maxTokenLifetimeSeconds: 86400  # default: 86400 (24 h)"
     raw = stack_raw("onprem")
     assert _parse(raw).gateway.auth.max_token_lifetime_seconds == 86400
     raw["gateway"]["auth"]["maxTokenLifetimeSeconds"] = 3600
