@@ -79,7 +79,7 @@ class Pool:
 class ServedModel:
     # the config key: vLLM's first --served-model-name (label model_name); Triton's pod label aifactory.io/model
     name: str
-    engine: Literal["vllm", "triton"]
+    engine: str  # a name of dashboards.engines.ENGINE_RULES
     tenant: str
     pool: str
     ttft_seconds: float

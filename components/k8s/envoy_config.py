@@ -130,6 +130,7 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from components.k8s import naming
+from components.k8s.engines import ENGINES
 from components.k8s.values import GatewaySettings, JwtIssuer, Model, Tenant
 from components.vocabulary import dump_yaml
 
@@ -257,27 +258,10 @@ ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each i
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
 # The paths each engine serves for a model's task (models.X.task), as RE2 alternatives after the root; nothing
-# else is routable. vLLM v0.33.0: /v1/chat/completions, /v1/completions (vllm/entrypoints/openai/), /v1/embeddings
-# (entrypoints/pooling/embed/api_router.py), /v1/models (entrypoints/openai/models/api_router.py); a cross-encoder
-# (runner pooling, score task) serves /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
-# (entrypoints/pooling/scoring/api_router.py). Triton's OpenAI frontend (server r26.07 python/openai/openai_frontend/
-# frontend/fastapi/routers/): /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models,
-# /v1/models/{model_name}; it serves no score/rerank API (infra.config refuses task rerank on triton).
-OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {
-    "vllm": {
-        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models"),
-        "embed": ("v1/embeddings", "v1/models"),
-        "rerank": ("rerank", "v1/rerank", "v2/rerank", "score", "v1/score", "v1/models"),
-    },
-    "triton": {
-        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models", "v1/models/[^/]+"),
-        "embed": ("v1/embeddings", "v1/models", "v1/models/[^/]+"),
-    },
-}
-# What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths:
-# components.k8s.serving): vLLM's /health fails when its engine is dead (v0.33.0 entrypoints/serve/instrumentator/
-# health.py); Triton's OpenAI frontend answers /health/ready (routers/observability.py), not KServe's /v2/health/*.
-HEALTH_PATHS = {"vllm": "/health", "triton": "/health/ready"}
+# else is routable. Each engine's module lists them with their sources (components.k8s.engines).
+OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) for name, e in ENGINES.items()}
+# What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths).
+HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
 # 500 too: an LLM inference request has no side effect but its cost, and a replica whose engine died answers
 # 500 to every request (vLLM's EngineDeadError) until it is replaced.
 RETRIABLE_STATUS_CODES = (500, 502, 503, 504)
