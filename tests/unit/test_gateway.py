@@ -12,6 +12,7 @@ from components.k8s import otel_config
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
+from tests.support.envoy import rebind
 from tests.support.stacks import prod_without_variants, stack_config, stack_raw
 
 stack = stack_config
@@ -332,15 +333,15 @@ def test_stats_listener_exposes_only_metrics_and_readiness() -> None:
 
 def test_rebind_needs_endpoints_for_every_dns_cluster() -> None:
     with pytest.raises(ValueError, match=r"^rebind: no endpoints for cluster\(s\) chat, otel_collector$"):
-        ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={},
+        rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={},
                   jwks=["{}"])
     with pytest.raises(ValueError, match=r"^rebind: 1 issuer\(s\) need as many local JWKS, got 0$"):
-        ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={})
+        rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={})
 
 
 def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> None:
     original = ec.bootstrap(stack("dev"))
-    out = ec.rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
+    out = rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
                     endpoints={"chat": [("127.0.0.1", 9000), ("127.0.0.1", 9001)],
                                "otel_collector": [("127.0.0.1", 9002)]}, jwks=['{"keys": []}'])
     assert "jwks-0" not in [c["name"] for c in out["static_resources"]["clusters"]]
