@@ -13,7 +13,9 @@ One cluster per model (its headless Service: Envoy sees every replica). Requests
                       413 for a declared content-length past the header/path-routed model's limit
     buffer            the whole body is received before anything goes upstream (slow senders pin no model); on
                       a header/path route, at most the model's `maxRequestBytes`
-    json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it)
+    json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it), and
+                      `prompt_cache_key` -> aifactory.prompt_cache_key (with session affinity)
+    session (header_mutation) x-aifactory-session from prompt_cache_key unless sent (envoy_affinity)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
     local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
@@ -76,6 +78,7 @@ import copy
 import re
 from typing import Any
 
+from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
 from components.k8s.envoy_base import (
     _ALL,
@@ -264,7 +267,9 @@ def _model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
                        connect_timeout=gw.connect_timeout_seconds),
         # Full scan: the replica with the fewest requests in flight, ties broken at random; a slow replica
         # holds its requests longer, so it is picked only when it has no more in flight than the others.
-        "load_balancing_policy": {"policies": [{"typed_extension_config": {
+        # With session affinity: Maglev with bounded load (envoy_affinity).
+        "load_balancing_policy": affinity.load_balancing_policy(model)
+        if model.session_affinity_balance_factor is not None else {"policies": [{"typed_extension_config": {
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
                              "selection_method": "FULL_SCAN"}}}]},
@@ -359,6 +364,8 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
         "idle_timeout": _seconds(model.timeout_seconds),
         "retry_policy": _retry_policy(cfg, model),
     }
+    if model.session_affinity_balance_factor is not None:
+        action["hash_policy"] = affinity.hash_policy()
     if rewrite:  # /models/<workload>/v1/... -> /v1/...
         action["regex_rewrite"] = {"pattern": {"regex": f"^{ROUTE_PREFIX}[^/]+/"}, "substitution": "/"}
     return {"name": name, "match": match, "route": action,
@@ -556,6 +563,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         "@type": _T + "extensions.filters.http.fault.v3.HTTPFault"}}  # no faults of its own: routes bring them
     buffer = {"name": BUFFER_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
+    sessions = affinity.any_affinity(cfg.models.values())
     body_model = {"name": "envoy.filters.http.json_to_metadata", "typed_config": {
         "@type": _T + "extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
         "request_rules": {"rules": [
@@ -565,6 +573,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
              "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY,
                             "type": "PROTOBUF_VALUE"},  # a JSON boolean stays a boolean
              "on_missing": {"metadata_namespace": METADATA_NAMESPACE, "key": BODY_STREAM_KEY, "value": False}},
+            *([affinity.prompt_cache_key_rule()] if sessions else []),
         ],
             # compared exactly (the default is application/json alone): what OpenAI SDKs and other clients send
             "allow_content_types": list(JSON_CONTENT_TYPES),
@@ -578,7 +587,8 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         out.append(jwt_filter(cfg))
         if issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
-    return [*out, callers, refusals, buffer, body_model, body_limit, rbac, rate_limit_filter(cfg)]
+    return [*out, callers, refusals, buffer, body_model, *([affinity.session_header_filter()] if sessions else []),
+            body_limit, rbac, rate_limit_filter(cfg)]
 
 
 

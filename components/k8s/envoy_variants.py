@@ -59,6 +59,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.k8s import naming
+from components.k8s.envoy_affinity import hash_policy
 from components.k8s.envoy_base import (
     _T,
     BAGGAGE_HEADER,
@@ -289,7 +290,9 @@ def gate_listener(cfg: GatewayView, model: Model) -> dict[str, Any]:
     No timeouts or retries here: the decision's route has them. The Host becomes the variant's Service name here,
     the last hop before the socket (see "Through the mesh" in components.k8s.envoy_config): which variant serves a try
     is known only at its gate."""
-    route = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
+    route: dict[str, Any] = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
+    if model.session_affinity_balance_factor is not None:  # the variant's replica is picked here
+        route["hash_policy"] = hash_policy()
     route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
                     "routes": [{"match": {"prefix": "/"}, "route": route}]}]}
     hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
