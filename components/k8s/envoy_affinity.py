@@ -5,6 +5,7 @@ The session key, first found wins:
 
     x-aifactory-session: <key>                      set by the client
     {"prompt_cache_key": "<key>", ...}              the OpenAI request body's field (clients send it for this)
+    baggage: ...,aifactory.session=<key>,...        a W3C baggage member
 
 A replica is picked by consistent hashing of the key with bounded load: Envoy's Maglev
 (envoy.load_balancing_policies.maglev) with `consistent_hashing_lb_config.hash_balance_factor` = the model's
@@ -23,6 +24,9 @@ Hash policies read only headers (and connection or filter state), never the body
 x-aifactory-session when the client sent none (a header_mutation after json_to_metadata: its decodeHeaders runs
 only once json_to_metadata has read the body and continues the chain). The route's hash policy hashes that header;
 on a variant's decision route the hash happens at the variant's gate, where the variant's cluster is picked.
+The baggage member is cut out of the header by the hash policy's `regex_rewrite`, and only used when no session
+header produced a hash (`terminal` on the first policy); a baggage without the member is hashed whole (its budget
+changes every step: no affinity, as without a key).
 Envoy API: RouteAction.HashPolicy
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/route/v3/route_components.proto, Maglev
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/load_balancing_policies/maglev/v3/maglev.proto
@@ -30,6 +34,7 @@ https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/load_balancing_po
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -50,6 +55,8 @@ SESSION_HEADER = "x-aifactory-session"
 PROMPT_CACHE_KEY = "prompt_cache_key"  # the OpenAI request body's field; dynamic metadata aifactory.prompt_cache_key
 DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
 SESSION_FILTER = "aifactory.session"
+SESSION_BAGGAGE_KEY = "aifactory.session"
+BAGGAGE_HEADER = "baggage"
 
 
 def prompt_cache_key_rule() -> dict[str, Any]:
@@ -71,8 +78,13 @@ def session_header_filter() -> dict[str, Any]:
 
 
 def hash_policy() -> list[dict[str, Any]]:
-    """The route's hash policy: the session header."""
-    return [{"header": {"header_name": SESSION_HEADER}}]
+    """The route's hash policy: the session header, else the baggage's session member (W3C baggage list-members
+    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS: https://www.w3.org/TR/baggage/)."""
+    key = re.escape(SESSION_BAGGAGE_KEY)
+    return [{"header": {"header_name": SESSION_HEADER}, "terminal": True},
+            {"header": {"header_name": BAGGAGE_HEADER, "regex_rewrite": {
+                "pattern": {"regex": f"^(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*$"},
+                "substitution": "\\1"}}}]
 
 
 def load_balancing_policy(model: Model) -> dict[str, Any]:

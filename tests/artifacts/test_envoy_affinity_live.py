@@ -173,3 +173,18 @@ def test_affinity_holds_within_the_variant_the_deadline_chose(gateway: Gateway, 
         assert len(served) == 1, (s, served)
         home[s] = served.pop()
     assert set(home.values()) == {f"{variant}-{i}" for i in range(REPLICAS)}
+
+
+def test_the_baggage_session_member_keys_the_session_when_no_header_is_sent(gateway: Gateway) -> None:
+    """W3C baggage aifactory.session=<key> among other members (the step's budget changes every step): one
+    replica per session; the same key as a header lands on the same replica; the header wins over the baggage."""
+    home = {}
+    for s in range(SESSIONS):
+        served = {gateway.served_by("chat", extra={"baggage": f"aifactory.budget_ms={budget}, aifactory.session=b{s}"})
+                  for budget in (9000, 6000, 3000)}
+        assert len(served) == 1, (s, served)
+        home[s] = served.pop()
+    assert len(set(home.values())) == REPLICAS
+    assert all(gateway.served_by("chat", session=f"b{s}") == home[s] for s in range(10))
+    other = next(s for s in range(1, SESSIONS) if home[s] != home[0])
+    assert gateway.served_by("chat", session=f"b{other}", extra={"baggage": "aifactory.session=b0"}) == home[other]

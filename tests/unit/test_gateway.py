@@ -526,11 +526,16 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
     """Session affinity needs the hash policy on every route form (header, path, body; streamed or not): Envoy
     hashes only on the route that picked the cluster (envoy_affinity)."""
     cfg = prod_without_variants()
+    # the header first (terminal: nothing else is hashed when it is there), else the baggage's aifactory.session
+    hashed = [{"header": {"header_name": "x-aifactory-session"}, "terminal": True},
+                     {"header": {"header_name": "baggage", "regex_rewrite": {
+                         "pattern": {"regex": r"^(?:.*,)?[ \t]*aifactory\.session[ \t]*=[ \t]*([^,; \t]*).*$"},
+                         "substitution": r"\1"}}}]
     for r in ec.routes(cfg):
         if "route" not in r:
             continue  # a direct response
         model = cfg.models[r["route"]["cluster"]]
-        expected = [{"header": {"header_name": "x-aifactory-session"}}] if model.task == "generate" else None
+        expected = hashed if model.task == "generate" else None
         assert r["route"].get("hash_policy") == expected, r["name"]
     # the session header is taken from the body's prompt_cache_key only when the client sent none
     [session] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session"]
