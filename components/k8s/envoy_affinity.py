@@ -55,7 +55,7 @@ SESSION_HEADER = "x-aifactory-session"
 PROMPT_CACHE_KEY = "prompt_cache_key"  # the OpenAI request body's field; dynamic metadata aifactory.prompt_cache_key
 DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
 SESSION_FILTER = "aifactory.session"
-SESSION_BAGGAGE_KEY = "aifactory.session"
+SESSION_BAGGAGE_KEY = "aifactory.session"  # telemetry.instrument.SESSION_BAGGAGE_KEY (headers() sends it)
 BAGGAGE_HEADER = "baggage"
 
 

@@ -18,8 +18,10 @@ from dataclasses import dataclass
 
 import pytest
 
+from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
 from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
 from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -176,8 +178,10 @@ def test_affinity_holds_within_the_variant_the_deadline_chose(gateway: Gateway, 
 
 
 def test_the_baggage_session_member_keys_the_session_when_no_header_is_sent(gateway: Gateway) -> None:
-    """W3C baggage aifactory.session=<key> among other members (the step's budget changes every step): one
-    replica per session; the same key as a header lands on the same replica; the header wins over the baggage."""
+    """W3C baggage aifactory.session=<key> among other members (the step's budget changes every step), as
+    telemetry's headers() sends it inside a workflow: one replica per session; the same key as a header lands on
+    the same replica; the header wins over the baggage."""
+    assert SESSION_BAGGAGE_KEY == TELEMETRY_SESSION_KEY == "aifactory.session"
     home = {}
     for s in range(SESSIONS):
         served = {gateway.served_by("chat", extra={"baggage": f"aifactory.budget_ms={budget}, aifactory.session=b{s}"})
