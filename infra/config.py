@@ -40,6 +40,7 @@ from components.k8s.defaults import (
     IPAM_BLOCK_SIZE,
     SERVING_PRIORITY_CLASSES,
 )
+from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.values import (
     ALERT_RECEIVER_TYPES,
@@ -1099,7 +1100,7 @@ _MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pi
                "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
                "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
                "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadGiB", "weightsGiB",
-               "variant", "task", "groupFormationSeconds")
+               "variant", "task", "groupFormationSeconds", "sessionAffinity")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
@@ -1228,10 +1229,21 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         task=_task(r, d, path, engine),
         group_formation_seconds=r.value(d, "groupFormationSeconds", path, int, DEFAULT_GROUP_FORMATION_SECONDS,
                                         minimum=30, maximum=86400),
+        session_affinity_balance_factor=_session_affinity(r, d, path),
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
     return model
+
+
+def _session_affinity(r: _Reader, d: dict[str, Any], path: str) -> int | None:
+    """models.X.sessionAffinity: {enabled (default: true for task generate), hashBalanceFactor (percent of the
+    average load one replica may take, 100-1000, default 125)} -> the balance factor, or None when off."""
+    sp = f"{path}.sessionAffinity"
+    sd = r.mapping(d.get("sessionAffinity") or {}, sp, ("enabled", "hashBalanceFactor"))
+    on = r.value(sd, "enabled", sp, bool, d.get("task", "generate") == "generate")
+    factor = r.value(sd, "hashBalanceFactor", sp, int, DEFAULT_HASH_BALANCE_FACTOR, minimum=100, maximum=1000)
+    return factor if on else None
 
 
 def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:

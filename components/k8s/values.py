@@ -273,6 +273,10 @@ class Model:
     # multi-node replicas: how long the leader waits for its workers to join the Ray cluster, on top of the
     # start-up budget (which covers download + load + warm-up); default: DEFAULT_GROUP_FORMATION_SECONDS
     group_formation_seconds: int = DEFAULT_GROUP_FORMATION_SECONDS
+    # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
+    # the session before, each replica taking at most this percentage of the average load; None: least-request.
+    # default (infra.config): 125 for task generate, off otherwise
+    session_affinity_balance_factor: int | None = None
 
     @property
     def multi_node(self) -> bool:

@@ -33,6 +33,7 @@ from infra.config import PlatformConfig, Variant
 from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, TRITON, VLLM
+from tests.support.envoy import rebind
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
 from tests.support.stacks import stack_config
@@ -267,7 +268,7 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
         boot = ec.bootstrap(cfg)
         dns = [c["name"] for c in boot["static_resources"]["clusters"]
                if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
-        config = ec.rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
+        config = rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
                            endpoints={name: [backend] for name in dns}, jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:
