@@ -38,8 +38,9 @@ DEFAULT_RUNBOOK_URL = "https://github.com/aifactory/aifactory/blob/main/dashboar
 # the browser).
 JAEGER_DATASOURCE_UID = "jaeger"
 
-Family = Literal["dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline"]
-FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline")
+Family = Literal["dcgm", "vllm", "triton", "sglang", "istio", "envoy", "ksm", "kit", "pipeline"]
+FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "sglang", "istio", "envoy", "ksm", "kit",
+                                 "pipeline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Selectors:
     dcgm: str = ""
     vllm: str = ""
     triton: str = ""
+    sglang: str = ""
     istio: str = ""
     envoy: str = ""
     ksm: str = ""

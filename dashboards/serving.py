@@ -15,11 +15,12 @@ UID = "aifactory-serving"
 
 
 def build(cfg: ObservabilityConfig) -> Dashboard:
+    engines = [e for e in ENGINE_RULES.values() if e.panels()]  # a row per engine with panels
     return dashboard(
         uid=UID, title="aifactory / Serving",
-        description=f"{' and '.join(e.title for e in ENGINE_RULES.values())} serving: KV cache, queues, batching, "
+        description=f"{' and '.join(e.title for e in engines)} serving: KV cache, queues, batching, "
                     "token throughput, prefix caching, speculative decoding and latency.",
-        tags=["serving", *ENGINE_RULES],
+        tags=["serving", *(e.name for e in engines)],
         variables=[custom_variable("model", "Model", [m.name for m in cfg.models])],
-        rows=[(e.title, e.panels()) for e in ENGINE_RULES.values()],
+        rows=[(e.title, e.panels()) for e in engines],
     )

@@ -6,7 +6,7 @@ Adding an engine: a module beside vllm.py and triton.py whose RULES implements `
 
 from __future__ import annotations
 
-from dashboards.engines import triton, vllm
+from dashboards.engines import sglang, triton, vllm
 from dashboards.engines.base import MODEL, EngineRules
 
 __all__ = ["ENGINE_RULES", "EngineRules", "MODEL", "rules_of"]
@@ -14,6 +14,7 @@ __all__ = ["ENGINE_RULES", "EngineRules", "MODEL", "rules_of"]
 ENGINE_RULES: dict[str, EngineRules] = {
     vllm.RULES.name: vllm.RULES,
     triton.RULES.name: triton.RULES,
+    sglang.RULES.name: sglang.RULES,
 }
 
 

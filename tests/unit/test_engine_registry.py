@@ -31,7 +31,7 @@ ALLOWED = {
     "infra/fidelity.py": "a variant's fingerprint: its engine's image and flags",
     # Selector families: the exporters' metric-name prefixes and the `selectors.<family>` config keys, named like
     # the engines whose series they select; the engines' rules reach them through the metric names.
-    "dashboards/config.py": "the selector families (observability.selectors.vllm / .triton)",
+    "dashboards/config.py": "the selector families (observability.selectors.vllm / .triton / .sglang)",
     "dashboards/promql.py": "the metric-name prefix of each selector family",
 }
 
@@ -64,16 +64,17 @@ def test_the_scan_sees_an_engine_branch_and_skips_prose() -> None:
 
 
 def test_both_registries_name_the_same_engines_in_the_same_order() -> None:
-    assert list(ENGINES) == list(ENGINE_RULES) == ["vllm", "triton"]
-    assert [e.title for e in ENGINES.values()] == [r.title for r in ENGINE_RULES.values()] == ["vLLM", "Triton"]
+    assert list(ENGINES) == list(ENGINE_RULES) == ["vllm", "triton", "sglang"]
+    assert [e.title for e in ENGINES.values()] == [r.title for r in ENGINE_RULES.values()] == \
+        ["vLLM", "Triton", "SGLang"]
     assert all(ENGINES[n].name == n and ENGINE_RULES[n].name == n for n in ENGINES)
 
 
 def test_an_unknown_engine_is_refused_with_the_known_ones() -> None:
-    with pytest.raises(ValueError, match=r"^engine 'sglang' is not known; choose one of: vllm, triton$"):
-        engine_named("sglang")
-    with pytest.raises(ValueError, match=r"^engine 'sglang' is not known; choose one of: vllm, triton$"):
-        rules_of("sglang")
+    with pytest.raises(ValueError, match=r"^engine 'tgi' is not known; choose one of: vllm, triton, sglang$"):
+        engine_named("tgi")
+    with pytest.raises(ValueError, match=r"^engine 'tgi' is not known; choose one of: vllm, triton, sglang$"):
+        rules_of("tgi")
 
 
 def test_each_engines_facts() -> None:
@@ -95,7 +96,7 @@ def test_each_engines_facts() -> None:
 
 
 def test_the_gateway_tables_are_the_registrys() -> None:
-    assert ec.HEALTH_PATHS == {"vllm": "/health", "triton": "/health/ready"}
+    assert ec.HEALTH_PATHS == {"vllm": "/health", "triton": "/health/ready", "sglang": "/health"}
     assert ec.OPENAI_APIS == {n: dict(e.openai_apis) for n, e in ENGINES.items()}
     assert ec.OPENAI_APIS["triton"]["embed"] == ("v1/embeddings", "v1/models", "v1/models/[^/]+")
 

@@ -5,7 +5,7 @@ Adding an engine: a module beside vllm.py and triton.py whose ENGINE implements 
 
 from __future__ import annotations
 
-from components.k8s.engines import triton, vllm
+from components.k8s.engines import sglang, triton, vllm
 from components.k8s.engines.base import CAPABILITIES, Engine, EngineTracing, model_path
 
 __all__ = ["ENGINES", "ENGINE_NAMES", "CAPABILITIES", "Engine", "EngineTracing", "engine_named", "model_path"]
@@ -13,6 +13,7 @@ __all__ = ["ENGINES", "ENGINE_NAMES", "CAPABILITIES", "Engine", "EngineTracing",
 ENGINES: dict[str, Engine] = {
     vllm.ENGINE.name: vllm.ENGINE,
     triton.ENGINE.name: triton.ENGINE,
+    sglang.ENGINE.name: sglang.ENGINE,
 }
 ENGINE_NAMES = tuple(ENGINES)
 
