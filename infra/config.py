@@ -15,21 +15,19 @@ import dataclasses
 import datetime
 import difflib
 import ipaddress
-import json
 import math
 import re
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s import coldstart
 from components.k8s.defaults import (
     CAPACITY_BLOCK_DRAIN_MINUTES,
-    DEFAULT_DRIVER_MIN_VERSION,
     DEFAULT_GATEWAY_NAMESPACE,
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_KUBERNETES_VERSION,
@@ -41,7 +39,7 @@ from components.k8s.defaults import (
     SERVING_PRIORITY_CLASSES,
 )
 from components.k8s.envoy_config import OPENAI_APIS
-from components.k8s.values import (
+from components.k8s.settings import (
     ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     DEFAULT_MAX_DROP,
@@ -84,6 +82,17 @@ from components.k8s.values import (
     WorkflowSlo,
 )
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_NAMESPACES
+from infra.stack.reader import (
+    DNS_LABEL,
+    ConfigError,
+    Problem,
+    _given,
+    _kind,
+    _Reader,
+    _show,
+    did_you_mean,
+    unknown_key,
+)
 
 __all__ = [
     "NAMESPACE",
@@ -161,7 +170,6 @@ SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 
 MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
 UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
@@ -185,19 +193,6 @@ TOP_LEVEL_KEYS = (
 )
 
 
-def did_you_mean(key: str, allowed: tuple[str, ...] | list[str]) -> str:
-    """' (did you mean 'x'?)' for the allowed key `key` most likely meant (same letters in another case, else a
-    close spelling), or '' when none is close."""
-    same_case = [a for a in allowed if a.lower() == key.lower()]
-    close = same_case or difflib.get_close_matches(key, list(allowed), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def unknown_key(key: str, allowed: tuple[str, ...] | list[str]) -> str:
-    """The message for a key that is not allowed: the likely intended key, then every allowed one."""
-    return f"unknown key{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
-
-
 def namespace_typo_problem(full_key: str, path: str) -> Problem | None:
     """The problem of a `ns:key` whose namespace misspells the kit's (reported at `path`), or None."""
     ns, _, key = full_key.partition(":")
@@ -218,24 +213,6 @@ def namespace_typo(namespace: str) -> bool:
 # errors
 
 
-@dataclass(frozen=True, slots=True)
-class Problem:
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
-
-
-class ConfigError(Exception):
-    """Every problem found in one stack's config, each with its key path."""
-
-    def __init__(self, problems: list[Problem], *, source: str = "") -> None:
-        self.problems = list(problems)
-        self.source = source
-        where = f" in {source}" if source else ""
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{len(self.problems)} problem(s){where}:\n{lines}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,166 +352,6 @@ class PlatformConfig:
 # reading
 
 
-T = TypeVar("T")
-_REQUIRED: Any = object()
-
-
-def _show(value: Any) -> str:
-    text = json.dumps(value, default=str) if not isinstance(value, str) else repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def _got(value: Any) -> str:
-    """What a message says it got: its kind and value ("an integer 3"), or just "null"."""
-    return "null" if value is None else f"{_kind(value)} {_show(value)}"
-
-
-def _given(d: Mapping[str, Any] | None, key: str) -> bool:
-    """Whether `key` is set in a raw mapping `d` (one _Reader.mapping did not read): a key set to null is unset, as
-    `_Reader.value` reads it (mapping() leaves null keys out)."""
-    return d is not None and d.get(key) is not None
-
-
-def _kind(value: Any) -> str:
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
-
-
-class _Reader:
-    """Walks raw config, collecting problems instead of stopping at the first."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-
-    def fail(self, path: str, message: str) -> None:
-        self.problems.append(Problem(path, message))
-
-    def problems_at(self, path: str) -> bool:
-        """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
-        return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
-
-    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
-                keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
-        """The mapping's good keys. A key set to null is left out, as if unset (`replicas:` with every child
-        commented out is YAML null), so every later `key in d` agrees with value(); `keep_null` keeps it for the
-        listed keys (or all: a mapping of names, whose null entries are reported where they are read)."""
-        if not isinstance(raw, dict):
-            self.fail(path, f"expected a mapping, got {_got(raw)}")
-            return None
-        good: dict[str, Any] = {}
-        for key, value in raw.items():
-            if not isinstance(key, str):
-                self.fail(path, f"key {_show(key)} is not a string")
-            elif allowed is not None and key not in allowed:
-                self.fail(f"{path}.{key}", unknown_key(key, allowed))
-            elif value is not None or keep_null is True or (keep_null and key in keep_null):
-                good[key] = value
-        return good
-
-    def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
-              ) -> None:
-        """Declares a mapping whose keys the caller checks by hand (prices by instance type, MIG quotas by
-        profile): nothing to do when reading; infra/config_schema.py records it."""
-
-    def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
-        """Declares every key a mapping whose keys the caller checks by hand may have (an alert receiver's, by
-        type): nothing to do when reading; infra/config_schema.py records it."""
-
-    def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
-        """Report each key of an already-read mapping (a named pool, tenant or model) that is not `allowed`."""
-        for key in d:
-            if key not in allowed:
-                self.fail(f"{path}.{key}", unknown_key(key, allowed))
-
-    def value(
-        self,
-        d: Mapping[str, Any] | None,
-        key: str,
-        path: str,
-        kind: type | tuple[type, ...],
-        default: Any = _REQUIRED,
-        *,
-        choices: tuple[Any, ...] | None = None,
-        minimum: float | None = None,
-        maximum: float | None = None,
-        check: Callable[[Any], str | None] | None = None,
-        derived: bool = False,
-    ) -> Any:
-        """`derived`: the default only stands in for a value computed later from other settings (the JSON Schema
-        then states no default)."""
-        full = f"{path}.{key}" if path else key
-        if d is None or key not in d or d[key] is None:
-            if default is _REQUIRED:
-                if d is not None:
-                    self.fail(full, "is required")
-                return None
-            return default
-        value = d[key]
-        kinds = kind if isinstance(kind, tuple) else (kind,)
-        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-        if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
-            value, ok = float(value), True
-        if not ok:
-            want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
-            self.fail(full, f"expected {want}, got {_got(value)}")
-            return default if default is not _REQUIRED else None
-        if choices is not None and value not in choices:
-            self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
-            return default if default is not _REQUIRED else None
-        if minimum is not None and value < minimum:
-            self.fail(full, f"{_show(value)} is below the minimum {minimum:g}")
-            return default if default is not _REQUIRED else None
-        if maximum is not None and value > maximum:
-            self.fail(full, f"{_show(value)} is above the maximum {maximum:g}")
-            return default if default is not _REQUIRED else None
-        if check is not None and (msg := check(value)) is not None:
-            self.fail(full, f"{_show(value)} {msg}")
-            return default if default is not _REQUIRED else None
-        return value
-
-    def strings(
-        self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
-        check: Callable[[str], str | None] | None = None, derived: bool = False,
-    ) -> tuple[str, ...]:
-        """A list of strings; `derived` as for value()."""
-        raw = self.value(d, key, path, list, None)
-        if raw is None:
-            return default
-        out: list[str] = []
-        for i, item in enumerate(raw):
-            if not isinstance(item, str):
-                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_got(item)}")
-            elif check is not None and (msg := check(item)) is not None:
-                self.fail(f"{path}.{key}[{i}]", f"{_show(item)} {msg}")
-            else:
-                out.append(item)
-        return tuple(out)
-
-    def string_map(self, d: Mapping[str, Any] | None, key: str, path: str) -> dict[str, str]:
-        raw = self.value(d, key, path, dict, None)
-        if raw is None:
-            return {}
-        out: dict[str, str] = {}
-        for k, v in raw.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_got(v)}")
-            else:
-                out[k] = v
-        return out
-
-    def named(self, raw: Any, path: str, *, keep_null: tuple[str, ...] = ()) -> dict[str, Any]:
-        """A mapping of DNS-label names to objects (pools, tenants, models); `keep_null`: keys of the objects whose
-        null means something (see mapping())."""
-        d = self.mapping(raw, path, None, keep_null=True)
-        if d is None:
-            return {}
-        out = {}
-        for name, body in d.items():
-            if not DNS_LABEL.match(name):
-                self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits, '-')")
-            elif (m := self.mapping(body, f"{path}.{name}", None, keep_null=keep_null)) is not None:
-                out[name] = m
-        return out
 
 
 def _reserved_namespace(value: str) -> str | None:
@@ -864,23 +681,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.mig", f"{mig!r} does not fit {itype}'s {inst.gpu.name} ({inst.gpu.memory_gib} GB): the GPU "
                               f"operator's MIG manager would fail to apply it; layouts for it: {', '.join(fitting)}")
 
-    nc_path = f"{path}.nodeCheck"
-    ncd = r.mapping(d.get("nodeCheck") or {}, nc_path,
-                    ("driverMinVersion", "minTflopsFraction", "minBandwidthFraction", "burnInSeconds",
-                     "dcgmExporterUrl", "minBusBandwidthFraction", "fabricTestSeconds"))
-    node_check = NodeCheck(
-        driver_min_version=r.value(ncd, "driverMinVersion", nc_path, str, DEFAULT_DRIVER_MIN_VERSION,
-                                   check=lambda v: None if re.match(r"^\d+(\.\d+){0,2}$", v) else
-                                   "is not a driver version such as 550.54.15"),
-        min_tflops_fraction=r.value(ncd, "minTflopsFraction", nc_path, float, 0.7, minimum=0, maximum=1),
-        min_bandwidth_fraction=r.value(ncd, "minBandwidthFraction", nc_path, float, 0.7, minimum=0, maximum=1),
-        burn_in_seconds=r.value(ncd, "burnInSeconds", nc_path, int, 10, minimum=1, maximum=3600),
-        dcgm_exporter_url=r.value(ncd, "dcgmExporterUrl", nc_path, str, None,
-                                  check=lambda v: None if re.match(r"^https?://[^\s/]+(/\S*)?$", v) else
-                                  "is not an http(s):// URL such as http://127.0.0.1:9400/metrics"),
-        min_bus_bandwidth_fraction=r.value(ncd, "minBusBandwidthFraction", nc_path, float, 0.6, minimum=0, maximum=1),
-        fabric_test_seconds=r.value(ncd, "fabricTestSeconds", nc_path, int, 300, minimum=30, maximum=3600),
-    )
+    node_check = r.section(NodeCheck, d.get("nodeCheck"), f"{path}.nodeCheck")
     nodes = r.strings(d, "nodes", path, check=_dns_subdomain, derived=True)  # provider existing only
     if "nodes" in d and aws:
         r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
@@ -1188,11 +989,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                         r.value(rd, "targetQueueTimeMs", rp, int, 100, minimum=1))
     if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
         _fits_pool(r, path, gpus, per_node, rmax, pool)
-    sp_ = f"{path}.slo"
-    sd_ = r.mapping(d.get("slo") or {}, sp_, ("ttftSeconds", "interTokenSeconds", "e2eSeconds"))
-    slo = ModelSlo(r.value(sd_, "ttftSeconds", sp_, float, 0.5, minimum=0.001),
-                   r.value(sd_, "interTokenSeconds", sp_, float, 0.05, minimum=0.001),
-                   r.value(sd_, "e2eSeconds", sp_, float, 20.0, minimum=0.01))
+    slo = r.section(ModelSlo, d.get("slo"), f"{path}.slo")
     timeout = r.value(d, "timeoutSeconds", path, float, 60.0, minimum=0.1, maximum=3600)
     try_idle = r.value(d, "tryIdleTimeoutSeconds", path, float, min(timeout, DEFAULT_TRY_IDLE_SECONDS), minimum=0.01)
     if try_idle > timeout:
@@ -1442,30 +1239,15 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     hi = r.value(d, "maxReplicas", p, int, max(lo, 6), minimum=1)
     if lo > hi:
         r.fail(f"{p}.minReplicas", f"{lo} is greater than maxReplicas {hi}")
-    rd = r.mapping((d or {}).get("retries") or {}, f"{p}.retries", ("attempts", "budgetPercent"))
-    od = r.mapping((d or {}).get("outlierDetection") or {}, f"{p}.outlierDetection",
-                   ("consecutive5xx", "intervalSeconds", "baseEjectionSeconds", "maxEjectionPercent",
-                    "panicThresholdPercent"))
-    cd = r.mapping((d or {}).get("circuitBreakers") or {}, f"{p}.circuitBreakers",
-                   ("maxConnections", "maxPendingRequests", "maxRequests"))
     return GatewaySettings(
         namespace=r.value(d, "namespace", p, str, DEFAULT_GATEWAY_NAMESPACE, check=_dns_label),
         min_replicas=lo, max_replicas=hi,
         service_type=r.value(d, "serviceType", p, str, "LoadBalancer",
                              choices=("LoadBalancer", "NodePort", "ClusterIP")),
         connect_timeout_seconds=r.value(d, "connectTimeoutSeconds", p, float, 2.0, minimum=0.01, maximum=60),
-        retries=Retries(r.value(rd, "attempts", f"{p}.retries", int, 2, minimum=0, maximum=10),
-                        r.value(rd, "budgetPercent", f"{p}.retries", float, 20.0, minimum=0, maximum=100)),
-        outlier_detection=OutlierDetection(
-            r.value(od, "consecutive5xx", f"{p}.outlierDetection", int, 3, minimum=1),
-            r.value(od, "intervalSeconds", f"{p}.outlierDetection", float, 2.0, minimum=0.1),
-            r.value(od, "baseEjectionSeconds", f"{p}.outlierDetection", float, 30.0, minimum=0.1),
-            r.value(od, "maxEjectionPercent", f"{p}.outlierDetection", int, 67, minimum=1, maximum=100),
-            r.value(od, "panicThresholdPercent", f"{p}.outlierDetection", float, 30.0, minimum=0, maximum=100)),
-        circuit_breakers=CircuitBreakers(
-            r.value(cd, "maxConnections", f"{p}.circuitBreakers", int, 4096, minimum=1),
-            r.value(cd, "maxPendingRequests", f"{p}.circuitBreakers", int, 2048, minimum=1),
-            r.value(cd, "maxRequests", f"{p}.circuitBreakers", int, 4096, minimum=1)),
+        retries=r.section(Retries, (d or {}).get("retries"), f"{p}.retries"),
+        outlier_detection=r.section(OutlierDetection, (d or {}).get("outlierDetection"), f"{p}.outlierDetection"),
+        circuit_breakers=r.section(CircuitBreakers, (d or {}).get("circuitBreakers"), f"{p}.circuitBreakers"),
         auth=_gateway_auth(r, (d or {}).get("auth")),
         health_check=_health_check(r, (d or {}).get("healthCheck")),
         request_headers_timeout_seconds=r.value(d, "requestHeadersTimeoutSeconds", p, float, 10.0, minimum=0.01,
@@ -1605,16 +1387,16 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
 
 
 def _health_check(r: _Reader, raw: Any) -> HealthCheck:
+    """gateway.healthCheck; timeoutSeconds is at most intervalSeconds, and its default no longer than it."""
     p = "gateway.healthCheck"
-    d = r.mapping(raw if raw is not None else {}, p, ("intervalSeconds", "timeoutSeconds", "unhealthyThreshold",
-                                                      "healthyThreshold"))
-    interval = r.value(d, "intervalSeconds", p, float, 5.0, minimum=0.01, maximum=300)
-    return HealthCheck(
-        interval_seconds=interval,
-        timeout_seconds=r.value(d, "timeoutSeconds", p, float, min(2.0, interval), minimum=0.01, maximum=interval),
-        unhealthy_threshold=r.value(d, "unhealthyThreshold", p, int, 2, minimum=1, maximum=10),
-        healthy_threshold=r.value(d, "healthyThreshold", p, int, 2, minimum=1, maximum=10),
-    )
+    hc = r.section(HealthCheck, raw, p)
+    given = _given(raw if isinstance(raw, dict) else None, "timeoutSeconds") and \
+        not r.problems_at(f"{p}.timeoutSeconds")
+    if given and hc.timeout_seconds > hc.interval_seconds:
+        r.fail(f"{p}.timeoutSeconds", f"{_show(hc.timeout_seconds)} is above the maximum {hc.interval_seconds:g}")
+        given = False
+    return hc if given else dataclasses.replace(hc, timeout_seconds=min(HealthCheck().timeout_seconds,
+                                                                        hc.interval_seconds))
 
 
 def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> WorkflowSlo:
@@ -1709,22 +1491,6 @@ def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> 
     return Heartbeat(name, every) if name is not None and name in receivers else None
 
 
-def _ingest(r: _Reader, raw: Any) -> Ingest:
-    path = "observability.ingest"
-    d = r.mapping(raw if raw is not None else {}, path, ("samplesPerSecond", "logGiBPerDay", "spansPerSecond"))
-    base = Ingest()
-    return Ingest(r.value(d, "samplesPerSecond", path, int, base.samples_per_second, minimum=1),
-                  r.value(d, "logGiBPerDay", path, float, base.log_gib_per_day, minimum=0.01),
-                  r.value(d, "spansPerSecond", path, int, base.spans_per_second, minimum=1))
-
-
-def _volumes(r: _Reader, raw: Any) -> VolumeSizes:
-    path = "observability.volumes"
-    d = r.mapping(raw if raw is not None else {}, path, ("prometheusGiB", "lokiGiB", "jaegerGiB"))
-    return VolumeSizes(*(r.value(d, key, path, int, None, minimum=1) for key in ("prometheusGiB", "lokiGiB",
-                                                                                 "jaegerGiB")))
-
-
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
     d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
@@ -1765,12 +1531,12 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
                                 "is not a retention such as 7d or 168h"),
         mesh_trace_sampling_percent=r.value(d, "meshTraceSamplingPercent", p, float, 1.0, minimum=0, maximum=100),
         control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, False),
-        ingest=_ingest(r, (d or {}).get("ingest")),
+        ingest=r.section(Ingest, (d or {}).get("ingest"), f"{p}.ingest"),
         alerting=_alerting(r, (d or {}).get("alerting")),
         runbook_url=r.value(d, "runbookUrl", p, str, None,
                             check=lambda v: None if re.match(r"^https?://[^\s#]+$", v) else
                             "is not an http(s) URL without a #fragment (alerts append #<alert>)"),
-        volumes=_volumes(r, (d or {}).get("volumes")),
+        volumes=r.section(VolumeSizes, (d or {}).get("volumes"), f"{p}.volumes"),
     )
 
 

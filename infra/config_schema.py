@@ -23,10 +23,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from infra import config
-from infra.config import _REQUIRED, DNS_LABEL, NAMESPACE, TOP_LEVEL_KEYS, ConfigError, _Reader, parse
+from infra.config import DNS_LABEL, NAMESPACE, TOP_LEVEL_KEYS, ConfigError, _Reader, parse
+from infra.stack import declared
+from infra.stack.reader import _REQUIRED
 
 __all__ = ["COVERAGE", "Recorder", "schema", "stack_file_schema", "missing_keys"]
 
@@ -37,6 +39,7 @@ REQUIRED_KEYS = ("target", "nodePools")  # parse() requires them whatever else t
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
                type(None): "null"}
 _INDEX = re.compile(r"\[\d+\]")
+T = TypeVar("T")
 
 # The corpus: stack configs that together take every branch of the reader. Only walked (never deployed), so they
 # need not be valid as a whole: each reaches keys read only under some other value (a provider, engine, fabric,
@@ -97,6 +100,7 @@ class _Node:
     string_items: bool = False  # a list of strings
     values: dict[str, Any] | None = None  # the schema of a map's values (string maps, prices, MIG quotas)
     key_pattern: str | None = None
+    schema: dict[str, Any] | None = None  # a declared section's whole schema (infra/stack/declared.py)
 
 
 class Recorder(_Reader):
@@ -182,6 +186,12 @@ class Recorder(_Reader):
             return super().string_map(d, key, path)
         finally:
             self._quiet -= 1
+
+    def section(self, cls: type[T], raw: Any, path: str) -> T:
+        node = self._node(path)
+        node.types.add("object")
+        node.schema = declared.json_schema(cls)
+        return super().section(cls, raw, path)
 
     def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
               ) -> None:
@@ -304,6 +314,8 @@ def _to_json(value: Any) -> Any:
 
 def _build(nodes: Mapping[str, _Node], path: str) -> dict[str, Any]:
     node = nodes[path]
+    if node.schema is not None:
+        return node.schema
     # A section below the top level reads null as empty (`replicas:` with every child commented out); a top-level
     # key, a named entry (a pool, a model) or a list item must be a mapping.
     nullable = "object" in node.types and "." in path and not path.endswith((".*", "[]"))
