@@ -28,11 +28,9 @@ from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUG
 from components.k8s import coldstart
 from components.k8s.defaults import (
     CAPACITY_BLOCK_DRAIN_MINUTES,
-    DEFAULT_GATEWAY_NAMESPACE,
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_KUBERNETES_VERSION,
     DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_STARTUP_BUDGET_SECONDS,
     DEFAULT_TRY_IDLE_SECONDS,
     IPAM_BLOCK_SIZE,
@@ -1230,35 +1228,23 @@ def _model_uri(value: str, *, aws: bool) -> str | None:
 
 def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     p = "gateway"
-    d = r.mapping(raw if raw is not None else {}, p, ("namespace", "minReplicas", "maxReplicas", "serviceType",
-                                                      "connectTimeoutSeconds", "retries", "outlierDetection",
-                                                      "circuitBreakers", "auth", "healthCheck",
-                                                      "requestHeadersTimeoutSeconds", "requestTimeoutSeconds",
-                                                      "streamIdleTimeoutSeconds", "idleTimeoutSeconds", "routing"))
-    lo = r.value(d, "minReplicas", p, int, 2, minimum=1)
-    hi = r.value(d, "maxReplicas", p, int, max(lo, 6), minimum=1)
-    if lo > hi:
-        r.fail(f"{p}.minReplicas", f"{lo} is greater than maxReplicas {hi}")
+    v = r.fields(GatewaySettings, raw, p, handled=("retries", "outlierDetection", "circuitBreakers", "auth",
+                                                   "healthCheck", "routing"))
+    d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
+    if "maxReplicas" not in d or r.problems_at(f"{p}.maxReplicas"):  # default: 6, or minReplicas when larger
+        v["max_replicas"] = max(v["min_replicas"], v["max_replicas"])
+    if v["min_replicas"] > v["max_replicas"]:
+        r.fail(f"{p}.minReplicas", f"{v['min_replicas']} is greater than maxReplicas {v['max_replicas']}")
     return GatewaySettings(
-        namespace=r.value(d, "namespace", p, str, DEFAULT_GATEWAY_NAMESPACE, check=_dns_label),
-        min_replicas=lo, max_replicas=hi,
-        service_type=r.value(d, "serviceType", p, str, "LoadBalancer",
-                             choices=("LoadBalancer", "NodePort", "ClusterIP")),
-        connect_timeout_seconds=r.value(d, "connectTimeoutSeconds", p, float, 2.0, minimum=0.01, maximum=60),
-        retries=r.section(Retries, (d or {}).get("retries"), f"{p}.retries"),
-        outlier_detection=r.section(OutlierDetection, (d or {}).get("outlierDetection"), f"{p}.outlierDetection"),
-        circuit_breakers=r.section(CircuitBreakers, (d or {}).get("circuitBreakers"), f"{p}.circuitBreakers"),
-        auth=_gateway_auth(r, (d or {}).get("auth")),
-        health_check=_health_check(r, (d or {}).get("healthCheck")),
-        request_headers_timeout_seconds=r.value(d, "requestHeadersTimeoutSeconds", p, float, 10.0, minimum=0.01,
-                                                maximum=3600),
-        request_timeout_seconds=r.value(d, "requestTimeoutSeconds", p, float, 60.0, minimum=0.01, maximum=3600),
-        stream_idle_timeout_seconds=r.value(d, "streamIdleTimeoutSeconds", p, float, 30.0, minimum=0.01,
-                                            maximum=3600),
-        idle_timeout_seconds=r.value(d, "idleTimeoutSeconds", p, float, 300.0, minimum=1, maximum=86400),
-        routing=_routing(r, (d or {}).get("routing")),
-        routing_margins=_routing_margins(r, (d or {}).get("routing")),
-        fidelity=_fidelity(r, (d or {}).get("routing")),
+        **v,
+        retries=r.section(Retries, d.get("retries"), f"{p}.retries"),
+        outlier_detection=r.section(OutlierDetection, d.get("outlierDetection"), f"{p}.outlierDetection"),
+        circuit_breakers=r.section(CircuitBreakers, d.get("circuitBreakers"), f"{p}.circuitBreakers"),
+        auth=_gateway_auth(r, d.get("auth")),
+        health_check=_health_check(r, d.get("healthCheck")),
+        routing=_routing(r, d.get("routing")),
+        routing_margins=_routing_margins(r, d.get("routing")),
+        fidelity=_fidelity(r, d.get("routing")),
     )
 
 
@@ -1493,11 +1479,9 @@ def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> 
 
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
-    d = r.mapping(raw if raw is not None else {}, p, ("namespace", "retention", "lokiMode", "traceSampleRatio",
-                                                      "idleGpuUtilizationPercent", "prices", "slo", "workflows",
-                                                      "traceRetention", "meshTraceSamplingPercent",
-                                                      "controlPlaneMetrics", "ingest", "alerting", "runbookUrl",
-                                                      "volumes"))
+    v = r.fields(ObservabilitySettings, raw, p, handled=("prices", "slo", "workflows", "ingest", "alerting",
+                                                         "volumes"))
+    d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
     prices: dict[str, float] = {}
     r.keyed(f"{p}.prices", float, minimum=0)
     for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
@@ -1517,26 +1501,13 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
         r.fail(f"{p}.lokiMode", "'simple-scalable' needs object storage, which the kit creates on provider aws only; "
                                 "use 'single-binary' (one replica on its volume) on provider existing")
     return ObservabilitySettings(
-        namespace=r.value(d, "namespace", p, str, DEFAULT_MONITORING_NAMESPACE, check=_dns_label),
-        retention=r.value(d, "retention", p, str, "15d",
-                          check=lambda v: None if DURATION.match(v) else "is not a retention such as 15d or 720h"),
-        loki_mode=r.value(d, "lokiMode", p, str, "single-binary", choices=("single-binary", "simple-scalable")),
-        trace_sample_ratio=r.value(d, "traceSampleRatio", p, float, 1.0, minimum=0, maximum=1),
-        idle_gpu_utilization_percent=r.value(d, "idleGpuUtilizationPercent", p, float, 10.0, minimum=0,
-                                             maximum=100),
+        **v,
         prices=prices,
         default_workflow_slo=base,
         workflows=workflows,
-        trace_retention=r.value(d, "traceRetention", p, str, "7d", check=lambda v: None if DURATION.match(v) else
-                                "is not a retention such as 7d or 168h"),
-        mesh_trace_sampling_percent=r.value(d, "meshTraceSamplingPercent", p, float, 1.0, minimum=0, maximum=100),
-        control_plane_metrics=r.value(d, "controlPlaneMetrics", p, bool, False),
-        ingest=r.section(Ingest, (d or {}).get("ingest"), f"{p}.ingest"),
-        alerting=_alerting(r, (d or {}).get("alerting")),
-        runbook_url=r.value(d, "runbookUrl", p, str, None,
-                            check=lambda v: None if re.match(r"^https?://[^\s#]+$", v) else
-                            "is not an http(s) URL without a #fragment (alerts append #<alert>)"),
-        volumes=r.section(VolumeSizes, (d or {}).get("volumes"), f"{p}.volumes"),
+        ingest=r.section(Ingest, d.get("ingest"), f"{p}.ingest"),
+        alerting=_alerting(r, d.get("alerting")),
+        volumes=r.section(VolumeSizes, d.get("volumes"), f"{p}.volumes"),
     )
 
 

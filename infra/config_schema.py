@@ -193,6 +193,13 @@ class Recorder(_Reader):
         node.schema = declared.json_schema(cls)
         return super().section(cls, raw, path)
 
+    def fields(self, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+        node = self._node(path)
+        node.types.add("object")
+        node.schema = declared.json_schema(cls)
+        node.allowed = set(declared.allowed_keys(cls, handled))
+        return super().fields(cls, raw, path, handled=handled)
+
     def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
               ) -> None:
         node = self._node(path)
@@ -314,8 +321,13 @@ def _to_json(value: Any) -> Any:
 
 def _build(nodes: Mapping[str, _Node], path: str) -> dict[str, Any]:
     node = nodes[path]
-    if node.schema is not None:
-        return node.schema
+    if node.schema is not None:  # a declared section, with the keys its caller reads built as any other
+        out = dict(node.schema)
+        if "." not in path:
+            out["type"] = "object"  # a top-level key must be a mapping
+        built = _object(nodes, path, node).get("properties", {})
+        out["properties"] = dict(sorted((built | node.schema["properties"]).items()))
+        return out
     # A section below the top level reads null as empty (`replicas:` with every child commented out); a top-level
     # key, a named entry (a pool, a model) or a list item must be a mapping.
     nullable = "object" in node.types and "." in path and not path.endswith((".*", "[]"))
@@ -391,7 +403,8 @@ def missing_keys(corpus: Iterable[Mapping[str, Any]]) -> list[str]:
     """Allowed keys of a mapping that no walk of the corpus read: the schema would know them only by name."""
     nodes = _walk(corpus).nodes
     return sorted(f"{path}.{key}" for path, node in nodes.items() for key in node.allowed or ()
-                  if f"{path}.{key}" not in nodes and f"{path}.{key}[]" not in nodes)
+                  if f"{path}.{key}" not in nodes and f"{path}.{key}[]" not in nodes
+                  and key not in (node.schema or {}).get("properties", {}))
 
 
 def stack_file_schema(corpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]:

@@ -26,6 +26,9 @@ from components.k8s.defaults import (
 
 __all__ = [
     "SETTING",
+    "DNS_LABEL_PATTERN",
+    "NOT_A_DNS_LABEL",
+    "DURATION_PATTERN",
     "setting",
     "ENGINES_EXPORTING_SPANS",
     "NamespaceView",
@@ -75,18 +78,23 @@ __all__ = [
 ]
 
 
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
+NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits, '-')"
+DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
 SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
 
 
 def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: float | None = None,
-            pattern: str | None = None, invalid: str | None = None) -> Any:
+            pattern: str | None = None, invalid: str | None = None, derived: bool = False) -> Any:
     """A dataclass field that is also a stack file setting, declared once: its default, `doc` (what it does and,
     where the default is not a constant, how it is derived), inclusive bounds `ge`/`le`, and for a string a regular
-    expression `pattern` with the message `invalid` for a value that does not match it. infra/stack reads the
+    expression `pattern` with the message `invalid` for a value that does not match it; `derived`: the default stands
+    in for a value the stack model computes from other settings (`doc` says how; the editor schema states none).
+    infra/stack reads the
     declaration to validate the stack file and to write the editor schema and docs/stack-reference.md; the stack
     file's key is the field name in camelCase. Plain metadata: the components need nothing beyond the standard
     library."""
-    meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid}
+    meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid, "derived": derived}
     return field(default=default, metadata={SETTING: meta})
 
 
@@ -338,8 +346,9 @@ class CircuitBreakers:
 class HealthCheck:
     interval_seconds: float = setting(5.0, ge=0.01, le=300, doc="Seconds between the gateway's active health "
                                                                 "checks of each replica.")
-    timeout_seconds: float = setting(2.0, ge=0.01, doc="Seconds a health check may take; at most intervalSeconds "
-                                                       "(default: 2, or intervalSeconds when that is shorter).")
+    timeout_seconds: float = setting(2.0, ge=0.01, derived=True, doc="Seconds a health check may take; at most "
+                                                                     "intervalSeconds (default: 2, or intervalSeconds "
+                                                                     "when that is shorter).")
     unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out.")
     healthy_threshold: int = setting(2, ge=1, le=10, doc="Passed checks that bring it back.")
 
@@ -364,20 +373,27 @@ class GatewayAuth:
 
 @dataclass(frozen=True, slots=True)
 class GatewaySettings:
-    namespace: str = DEFAULT_GATEWAY_NAMESPACE  # default: aifactory-gateway
-    min_replicas: int = 2  # default: 2
-    max_replicas: int = 6  # default: 6
-    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = "LoadBalancer"  # default: LoadBalancer
-    connect_timeout_seconds: float = 2.0  # default: 2 s
+    namespace: str = setting(DEFAULT_GATEWAY_NAMESPACE, pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL,
+                             doc="The gateway's namespace.")
+    min_replicas: int = setting(2, ge=1, doc="Fewest gateway replicas (the autoscaler's floor).")
+    max_replicas: int = setting(6, ge=1, derived=True, doc="Most gateway replicas (default: 6, or minReplicas when "
+                                                           "larger).")
+    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = setting(
+        "LoadBalancer", doc="How clients reach the gateway: its Service's type.")
+    connect_timeout_seconds: float = setting(2.0, ge=0.01, le=60, doc="Seconds to connect to a model replica.")
     retries: Retries = field(default_factory=Retries)
     outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
     circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
     auth: GatewayAuth = field(default_factory=GatewayAuth)
     health_check: HealthCheck = field(default_factory=HealthCheck)
-    request_headers_timeout_seconds: float = 10.0  # default: 10 s to receive a request's headers (408 past it)
-    request_timeout_seconds: float = 60.0  # default: 60 s to receive a whole request, body included (408)
-    stream_idle_timeout_seconds: float = 30.0  # default: 30 s; routes to a model use its timeoutSeconds instead
-    idle_timeout_seconds: float = 300.0  # default: 300 s before an idle client connection is closed
+    request_headers_timeout_seconds: float = setting(10.0, ge=0.01, le=3600, doc="Seconds to receive a request's "
+                                                                                 "headers (408 past it).")
+    request_timeout_seconds: float = setting(60.0, ge=0.01, le=3600, doc="Seconds to receive a whole request, body "
+                                                                         "included (408 past it).")
+    stream_idle_timeout_seconds: float = setting(30.0, ge=0.01, le=3600, doc="Seconds a stream may idle; routes to a "
+                                                                             "model use its timeoutSeconds instead.")
+    idle_timeout_seconds: float = setting(300.0, ge=1, le=86400, doc="Seconds before an idle client connection is "
+                                                                     "closed.")
     # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
     routing: Mapping[str, str] = field(default_factory=dict)
     # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
@@ -538,21 +554,30 @@ class VolumeSizes:
 
 @dataclass(frozen=True, slots=True)
 class ObservabilitySettings:
-    namespace: str = DEFAULT_MONITORING_NAMESPACE  # default: monitoring
-    retention: str = "15d"  # default: 15d Prometheus retention
-    loki_mode: Literal["single-binary", "simple-scalable"] = "single-binary"  # default: single-binary
-    trace_sample_ratio: float = 1.0  # default: 1.0 (every trace)
-    idle_gpu_utilization_percent: float = 10.0  # default: GPUs under 10% utilisation count as idle
+    namespace: str = setting(DEFAULT_MONITORING_NAMESPACE, pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL,
+                             doc="The namespace of Prometheus, Grafana, Loki, Jaeger and the Collector.")
+    retention: str = setting("15d", pattern=DURATION_PATTERN, invalid="is not a retention such as 15d or 720h",
+                             doc="How long Prometheus keeps metrics (and Loki logs).")
+    loki_mode: Literal["single-binary", "simple-scalable"] = setting(
+        "single-binary", doc="Loki's deployment mode; simple-scalable needs object storage (provider aws).")
+    trace_sample_ratio: float = setting(1.0, ge=0, le=1, doc="Share of traces the Collector keeps.")
+    idle_gpu_utilization_percent: float = setting(10.0, ge=0, le=100, doc="GPUs under this utilisation count as "
+                                                                          "idle, percent.")
     prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
     default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
     workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
-    trace_retention: str = "7d"  # default: 7d of traces in Jaeger
-    mesh_trace_sampling_percent: float = 1.0  # default: 1% of requests start a trace at the mesh
-    control_plane_metrics: bool = False  # default: false (opt-in: EKS exposes none, kubeadm binds them to 127.0.0.1)
+    trace_retention: str = setting("7d", pattern=DURATION_PATTERN, invalid="is not a retention such as 7d or 168h",
+                                   doc="How long Jaeger keeps traces.")
+    mesh_trace_sampling_percent: float = setting(1.0, ge=0, le=100, doc="Share of requests that start a trace at "
+                                                                        "the mesh, percent.")
+    control_plane_metrics: bool = setting(False, doc="Scrape the control plane (opt-in: EKS exposes none, kubeadm "
+                                                     "binds them to 127.0.0.1).")
     ingest: Ingest = field(default_factory=Ingest)
     alerting: Alerting = field(default_factory=Alerting)
-    # Alerts link to <runbookUrl>#<alert name in lowercase>; default: dashboards.config.DEFAULT_RUNBOOK_URL
-    runbook_url: str | None = None
+    runbook_url: str | None = setting(None, pattern=r"^https?://[^\s#]+$",
+                                      invalid="is not an http(s) URL without a #fragment (alerts append #<alert>)",
+                                      doc="Alerts link to <runbookUrl>#<alert name in lowercase> (default: "
+                                          "dashboards.config.DEFAULT_RUNBOOK_URL).")
     volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
 
 

@@ -92,39 +92,53 @@ def read(r: Reporter, cls: type[T], raw: Any, path: str) -> T:
 
     Every problem is reported to `r` at its key path; a key set to null is unset, and a key reported bad reads as
     its default, so the checks that build on this section still run."""
+    return cls(**values(r, cls, raw, path))
+
+
+def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The declared fields of `cls` read from `raw` at `path`, by attribute name, as read() reads them; the keys in
+    `handled` are also allowed, and left to the caller (nested sections, mappings of names)."""
     if raw is None:
         raw = {}
     if not isinstance(raw, dict):
         r.fail(path, f"expected a mapping, got {_got(raw)}")
         raw = {}
-    allowed = [_key(f) for f in declared_fields(cls)]
+    allowed = allowed_keys(cls, handled)
     given: dict[str, Any] = {}
     for key, value in raw.items():
         if not isinstance(key, str):
             r.fail(path, f"key {_show(key)} is not a string")
         elif key not in allowed:
             r.fail(f"{path}.{key}", unknown_key(key, allowed))
-        elif value is not None:
+        elif value is not None and key not in handled:
             given[key] = value
     model = section_model(cls)  # type: ignore[arg-type]  # a class is hashable
     while True:
         try:
-            values = model.model_validate(given)
+            validated = model.model_validate(given)
         except ValidationError as err:
             for error in err.errors():
                 key = str(error["loc"][0])
                 r.fail(f"{path}.{key}", _message(cls, error))
                 given.pop(key, None)  # read it as its default
             continue
-        return cls(**{f.name: getattr(values, f.name) for f in declared_fields(cls)})
+        return {f.name: getattr(validated, f.name) for f in declared_fields(cls)}
+
+
+def allowed_keys(cls: type, handled: tuple[str, ...] = ()) -> list[str]:
+    """The keys of a section: its fields' in their order (declared or handled by the caller), then other handled
+    ones."""
+    keys = [_key(f) for f in dataclasses.fields(cls) if SETTING in f.metadata or _key(f) in handled]
+    return keys + [k for k in handled if k not in keys]
 
 
 def json_schema(cls: type) -> dict[str, Any]:
     """The editor schema (draft 7) of a section: pydantic's, each key also taking null (unset), no titles."""
     generated = section_model(cls).model_json_schema(by_alias=True)
     props: dict[str, Any] = {}
+    derived = {_key(f) for f in declared_fields(cls) if f.metadata[SETTING]["derived"]}
     for key, prop in generated["properties"].items():
-        prop = {k: v for k, v in prop.items() if k != "title"}
+        prop = {k: v for k, v in prop.items() if k != "title" and not (k == "default" and key in derived)}
         branches = prop.pop("anyOf", None)
         if branches is not None:  # X | None: one branch of X plus null
             [branch] = [b for b in branches if b != {"type": "null"}]

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from components.k8s.settings import DNS_LABEL_PATTERN
 from infra.stack import declared
 from infra.stack.messages import did_you_mean, unknown_key
 from infra.stack.messages import got as _got
@@ -19,7 +20,7 @@ from infra.stack.messages import show as _show
 
 __all__ = ["Problem", "ConfigError", "did_you_mean", "unknown_key", "DNS_LABEL"]
 
-DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,11 @@ class _Reader:
         """The declared section `cls` (a settings dataclass of `setting(...)` fields) from `raw` at `path`:
         infra/stack/declared.py validates it; infra/config_schema.py also records its schema."""
         return declared.read(self, cls, raw, path)
+
+    def fields(self, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The declared fields of the section `cls` at `path` by attribute name; the keys in `handled` are the
+        caller's to read (infra/stack/declared.py, values())."""
+        return declared.values(self, cls, raw, path, handled=handled)
 
     def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
               ) -> None:
