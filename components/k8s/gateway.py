@@ -55,6 +55,7 @@ from components.k8s.defaults import (
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_TRY_IDLE_SECONDS,
 )
+from components.k8s.engines import ENGINE_NAMES
 from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, OPENAI_APIS, GatewayView, jwks_endpoint, render
 from components.k8s.mesh import MESH_SCRAPE_TLS
@@ -128,10 +129,10 @@ __all__ = [
 
 TYPE = "aifactory:k8s:Gateway"  # the type token of the kit's existing stacks (part of every child's URN)
 DEFAULT_TRACE_SAMPLE_RATIO = 1.0  # every request the gateway sees starts (or continues) a trace
-ENGINES = ("vllm", "triton")
+ENGINES = ENGINE_NAMES  # the engine registry's (components.k8s.engines)
 PRIORITIES = ("interactive", "batch")
 SERVICE_TYPES = ("LoadBalancer", "NodePort", "ClusterIP")
-Engine = Literal["vllm", "triton"]
+Engine = str  # one of ENGINES
 Priority = Literal["interactive", "batch"]
 
 

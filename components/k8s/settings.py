@@ -30,7 +30,6 @@ __all__ = [
     "NOT_A_DNS_LABEL",
     "DURATION_PATTERN",
     "setting",
-    "ENGINES_EXPORTING_SPANS",
     "NamespaceView",
     "InNamespace",
     "Tracing",
@@ -252,15 +251,10 @@ class Fidelity:
 MODEL_TASKS = ("generate", "embed", "rerank")
 
 
-# Engines whose process exports its own spans (components.k8s.serving.EngineTracing: Triton's OpenAI frontend takes no
-# trace options): what `aifactory verify` expects to find under the gateway's span.
-ENGINES_EXPORTING_SPANS = frozenset({"vllm"})
-
-
 @dataclass(frozen=True, slots=True)
 class Model:
     name: str
-    engine: Literal["vllm", "triton"]
+    engine: str  # an engine of the registry (components.k8s.engines.ENGINES); the stack model checks the name
     model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
     tenant: str
     pool: str

@@ -1,7 +1,8 @@
 """Models (`models`): parallelism, quantization, speculative decoding, replicas, variants, engine checks.
 
-The engine-specific checks (`engine ==` in _quantization, _prefix_caching, _expert_parallel, _kv_offload, _task) are
-plain functions here, to ask the engine registry later.
+What an engine can do (multi-node replicas, quantization methods and which it applies on load, speculative decoding,
+prefix caching, expert parallelism, KV offload, tasks) is asked of the engine registry (components.k8s.engines),
+never branched on by name: a new engine's module is all these checks need.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from components.k8s.defaults import (
     DEFAULT_STARTUP_BUDGET_SECONDS,
     DEFAULT_TRY_IDLE_SECONDS,
 )
+from components.k8s.engines import ENGINE_NAMES, ENGINES
 from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.settings import (
@@ -47,7 +49,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
     r.allow(d, path, _MODEL_KEYS)
-    engine = r.value(d, "engine", path, str, choices=("vllm", "triton"))
+    engine = r.value(d, "engine", path, str, choices=ENGINE_NAMES)
+    eng = ENGINES.get(engine) if engine is not None else None
     model_id = r.value(d, "model", path, str)
     tenant = r.value(d, "tenant", path, str)
     if tenant is not None and tenant not in tenants:
@@ -86,9 +89,10 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         elif gpus > per_node and gpus % per_node:
             r.fail(f"{path}.{shape}", f"{gpus} GPUs span nodes of {per_node} GPUs ({pool.instance_type}); "
                                       f"a multi-node replica needs a multiple of {per_node}")
-        elif gpus > per_node and engine == "triton":
-            r.fail(f"{path}.engine", f"'triton' cannot serve a replica of {gpus} GPUs across nodes of {per_node} "
-                                     f"({pool.instance_type}); use engine 'vllm' or fit the replica on one node")
+        elif gpus > per_node and eng is not None and not eng.multi_node:
+            r.fail(f"{path}.engine", f"{engine!r} cannot serve a replica of {gpus} GPUs across nodes of {per_node} "
+                                     f"({pool.instance_type}); use engine {_with('multi_node')} or fit the replica "
+                                     "on one node")
         elif gpus > per_node and pool.fabric == "none":
             r.fail(f"{path}.{shape}", f"{gpus} GPUs need {gpus // per_node} nodes, but pool "
                                       f"{pool.name!r} has no data-plane fabric (efa or infiniband)")
@@ -98,9 +102,9 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                                       f"nodePools.{pool.name}.maxSize is {pool.max_size}")
     quant, prequantized = _quantization(r, d.get("quantization", "none"), f"{path}.quantization", engine=engine,
                                         pool=pool, model_id=model_id)
-    if engine == "triton" and quant == "gptq":
-        r.fail(f"{path}.quantization", "'gptq' is not supported by Triton's TensorRT-LLM backend; "
-                                       "choose one of: none, fp8, awq, int8")
+    if eng is not None and quant in QUANT_METHODS and quant not in eng.quantization_methods:
+        r.fail(f"{path}.quantization", f"{quant!r} is not supported by engine {engine!r}; choose one of: "
+                                       f"{', '.join(m for m in QUANT_METHODS if m in eng.quantization_methods)}")
     spec = None
     if d.get("speculative") is not None:
         sp = f"{path}.speculative"
@@ -114,8 +118,9 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         if method == "ngram" and sd is not None and "draftModel" in sd:
             r.fail(f"{sp}.draftModel", "is not used by method 'ngram' (it drafts from the prompt); remove it")
         spec = Speculative(draft, r.value(sd, "numSpeculativeTokens", sp, int, 5, minimum=1, maximum=16), method)
-        if engine == "triton":
-            r.fail(sp, "speculative decoding is configured for vLLM only; remove it or use engine 'vllm'")
+        if eng is not None and not eng.speculative:
+            r.fail(sp, f"speculative decoding is not available with engine {engine!r}; remove it or use engine "
+                       f"{_with('speculative')}")
         elif pp > 1:
             r.fail(sp, f"vLLM's speculative decoding does not support pipeline parallelism "
                        f"(pipelineParallel is {pp}); remove it or use tensorParallel only")
@@ -172,6 +177,11 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     return model
 
 
+def _with(capability: str) -> str:
+    """The engines that have `capability` (an Engine flag), as a message offers them: 'vllm' or 'sglang'."""
+    return " or ".join(repr(n) for n, e in ENGINES.items() if getattr(e, capability))
+
+
 def _session_affinity(r: _Reader, d: dict[str, Any], path: str) -> int | None:
     """models.X.sessionAffinity: {enabled (default: true for task generate), hashBalanceFactor (percent of the
     average load one replica may take, 100-1000, default 125)} -> the balance factor, or None when off."""
@@ -200,8 +210,9 @@ def _task(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> Liter
     task = r.value(d, "task", path, str, "generate", choices=MODEL_TASKS)
     served = tuple(OPENAI_APIS[engine]) if engine in OPENAI_APIS else MODEL_TASKS
     if task is not None and task not in served:
+        rerankers = " or ".join(repr(n) for n, e in ENGINES.items() if "rerank" in e.tasks)
         r.fail(f"{path}.task", f"{task!r} is not served by engine {engine!r}; its tasks: {', '.join(served)} "
-                               "(a reranker needs engine 'vllm')")
+                               f"(a reranker needs engine {rerankers})")
         return "generate"
     return task if task in ("embed", "rerank") else "generate"
 
@@ -209,7 +220,7 @@ def _task(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> Liter
 def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> None:
     """The start-up budget must cover at least reading the weights from the node's cache (coldstart.py)."""
     est = coldstart.cold_start(model_id=model.model, quantization=model.quantization,
-                               prequantized=model.quantized_checkpoint or model.engine == "triton",
+                               prequantized=ENGINES[model.engine].prequantized(model),
                                configured_gib=model.weights_gib, instance_type=pool.instance_type, aws=aws,
                                budget_seconds=model.startup_budget_seconds)
     if est is not None and not est.fits:
@@ -254,9 +265,11 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
         r.fail(path, f"{model_id!r} is a quantized checkpoint ({named.group(1)} in its name) but quantization "
                      f"{_show(raw)} quantizes on load, and vLLM refuses a --quantization that contradicts the "
                      f"checkpoint: set quantization: {{method: {method}, checkpoint: pre-quantized}}")
-    if ckpt == "load-time" and engine == "triton":
-        r.fail(f"{path}.checkpoint", "'load-time' is not possible with engine 'triton': TensorRT-LLM quantizes when "
-                                     "the engine is built; use checkpoint: pre-quantized")
+    eng = ENGINES.get(engine) if engine is not None else None
+    if ckpt == "load-time" and method in LOAD_TIME_METHODS and eng is not None \
+            and method not in eng.load_time_quantization:
+        r.fail(f"{path}.checkpoint", f"'load-time' is not possible with engine {engine!r}: it does not quantize "
+                                     f"{method} weights as it loads them; use checkpoint: pre-quantized")
     gpu = pool.instance.gpu if pool is not None else None
     if method == "fp8" and pool is not None and gpu is not None and not catalog.supports_fp8(gpu):
         need = ".".join(map(str, catalog.FP8_MIN_COMPUTE_CAPABILITY))
@@ -268,29 +281,33 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
 
 
 def _default_checkpoint(method: str, engine: str | None) -> str:
-    return "load-time" if method in LOAD_TIME_METHODS and engine == "vllm" else "pre-quantized"
+    eng = ENGINES.get(engine) if engine is not None else None
+    return "load-time" if eng is not None and method in eng.load_time_quantization else "pre-quantized"
 
 
 def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> bool:
-    """vLLM: on by default (agent workloads resend long shared prefixes). Triton/TensorRT-LLM reuses KV blocks
-    only when the model repository's tensorrt_llm config sets `enable_kv_cache_reuse` (tensorrtllm_backend
-    docs/model_config.md), which the kit does not write: off, and an explicit true is refused."""
-    if engine == "triton":
+    """On by default where the engine reuses KV blocks across requests (agent workloads resend long shared
+    prefixes); off, and an explicit true refused, where it does not as the kit deploys it (Triton: TensorRT-LLM
+    reuses KV blocks only when the model repository's tensorrt_llm config sets `enable_kv_cache_reuse`,
+    tensorrtllm_backend docs/model_config.md, which the kit does not write)."""
+    eng = ENGINES.get(engine) if engine is not None else None
+    if eng is not None and not eng.prefix_caching:
         if d.get("prefixCaching") is True:
-            r.fail(f"{path}.prefixCaching", "Triton's TensorRT-LLM backend reuses KV blocks only when the model "
-                                            "repository's tensorrt_llm config.pbtxt sets enable_kv_cache_reuse "
-                                            "(the kit does not write it): set it there and remove prefixCaching")
+            r.fail(f"{path}.prefixCaching", f"engine {engine!r} does not reuse KV blocks across requests as the kit "
+                                            "deploys it (Triton: only when the model repository's tensorrt_llm "
+                                            "config.pbtxt sets enable_kv_cache_reuse, which the kit does not "
+                                            "write): set it there and remove prefixCaching")
         return False
-    return bool(r.value(d, "prefixCaching", path, bool, True, derived=True))  # default: on for vLLM only
+    return bool(r.value(d, "prefixCaching", path, bool, True, derived=True))  # default: on where the engine can
 
 
 def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
     """`--enable-expert-parallel` (vLLM v0.33.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
     MoE experts are placed whole on the tensor-parallel ranks instead of sharded across them."""
     ep = bool(r.value(d, "expertParallel", path, bool, False))
-    if ep and engine == "triton":
-        r.fail(f"{path}.expertParallel", "is configured for vLLM only (TensorRT-LLM sets expert parallelism when "
-                                         "the engine is built); remove it or use engine 'vllm'")
+    if ep and engine in ENGINES and not ENGINES[engine].expert_parallel:
+        r.fail(f"{path}.expertParallel", f"is not available with engine {engine!r}; remove it or use engine "
+                                         f"{_with('expert_parallel')}")
     if ep and tp == 1:
         r.fail(f"{path}.expertParallel", "needs tensorParallel > 1: expert parallelism spreads the experts over the "
                                          "tensor-parallel GPUs")
@@ -303,8 +320,9 @@ def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None) ->
     spec, vllm/v1/kv_offload/cpu/spec.py, raises without it: the `num_cpu_blocks` of 0.11.0 is no longer read).
     Offloaded blocks are found by their prefix-cache hashes, so prefix caching must stay on."""
     gib = r.value(d, "kvOffloadGiB", path, float, None, minimum=0.1)
-    if gib is not None and engine == "triton":
-        r.fail(f"{path}.kvOffloadGiB", "is configured for vLLM only; remove it or use engine 'vllm'")
+    if gib is not None and engine in ENGINES and not ENGINES[engine].kv_offload:
+        r.fail(f"{path}.kvOffloadGiB", f"is not available with engine {engine!r}; remove it or use engine "
+                                       f"{_with('kv_offload')}")
     if gib is not None and d.get("prefixCaching") is False:
         r.fail(f"{path}.kvOffloadGiB", "needs prefixCaching: offloaded KV blocks are found by their prefix "
                                        "hashes; remove prefixCaching: false or kvOffloadGiB")

@@ -5,6 +5,7 @@ until the wait runs out."""
 from __future__ import annotations
 
 import json
+import re
 import time
 import urllib.error
 import urllib.parse
@@ -12,8 +13,9 @@ import urllib.request
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from components.k8s.engines import ENGINES
 from components.k8s.envoy_config import SERVICE_NAME as GATEWAY_SERVICE_NAME
-from components.k8s.values import ENGINES_EXPORTING_SPANS, Model
+from components.k8s.values import Model
 from infra.config import PlatformConfig
 from infra.verify.endpoints import Endpoints, Unreachable, http_get, shorten
 from infra.verify.gateway import Sent
@@ -80,7 +82,7 @@ def trace_check(endpoints: Endpoints, sent: Sent, *, timeout: float) -> Check:
         if not gateway:
             return Hop("trace", model.name, False, saw, f"no span of service {GATEWAY_SERVICE_NAME}: the trace "
                        "holds other services' spans only; the gateway's tracer is not exporting")
-        if model.engine not in ENGINES_EXPORTING_SPANS:
+        if not ENGINES[model.engine].exports_spans:
             return Hop("trace", model.name, True, saw + f"; {model.engine} exports no engine spans")
         if not under:
             return Hop("trace", model.name, False, saw,
@@ -155,7 +157,7 @@ def metric_checks(endpoints: Endpoints, cfg: PlatformConfig, model: Model, *, ti
 
     ns = cfg.tenant_of(model).namespace
     sel = f'namespace="{ns}", {MODEL_LABEL}="{model.name}"'
-    engine_names = "vllm:.+" if model.engine == "vllm" else "nv_.+"
+    engine_names = f"{re.escape(ENGINES[model.engine].metric_prefix)}.+"
     probes = [
         ("gateway", f'sum({ENVOY.RQ_TOTAL}{{{ENVOY.L_CLUSTER}="{model.name}"}})',
          "Prometheus does not scrape the gateway's stats port (its ServiceMonitor, the stats listener)"),

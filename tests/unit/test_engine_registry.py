@@ -21,14 +21,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SCANNED = ("components", "dashboards", "infra")
 REGISTRIES = ("components/k8s/engines", "dashboards/engines")
 # Files that still name engines, each for its reason; a file that no longer does fails the test (the list only
-# shrinks). The stack model and its checks move to the registry with the stack-model rewrite (issue 30, item 1).
+# shrinks).
 ALLOWED = {
-    "components/k8s/values.py": "Model.engine's Literal and ENGINES_EXPORTING_SPANS (stack model, being rewritten)",
-    "components/k8s/gateway.py": "GatewayModelArgs' engine choices (the gateway component's own args)",
-    "infra/config.py": "the stack file's engine checks (stack model, being rewritten)",
-    "infra/config_schema.py": "the schema recorder's corpus (goes away with the stack-model rewrite)",
-    "infra/verify.py": "which metric names prove the engine is scraped",
-    "infra/fidelity.py": "a variant's fingerprint: its engine's image and flags",
+    "infra/config_schema.py": "the schema recorder's corpus (goes away with the rest of the stack-model rewrite)",
+    "infra/fidelity.py": "a variant's fingerprint: its engine's image and flags, as the recorded verdicts hashed them",
     # Selector families: the exporters' metric-name prefixes and the `selectors.<family>` config keys, named like
     # the engines whose series they select; the engines' rules reach them through the metric names.
     "dashboards/config.py": "the selector families (observability.selectors.vllm / .triton / .sglang)",
