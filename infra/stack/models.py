@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from components.aws import catalog
-from components.k8s import coldstart
+from components.k8s import coldstart, naming
 from components.k8s.defaults import (
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -20,8 +20,10 @@ from components.k8s.defaults import (
     DEFAULT_TRY_IDLE_SECONDS,
 )
 from components.k8s.engines import ENGINE_NAMES, ENGINES
+from components.k8s.engines.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
 from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import OPENAI_APIS
+from components.k8s.memory_fit import memory_fit
 from components.k8s.settings import (
     MODEL_TASKS,
     Model,
@@ -174,6 +176,9 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
+        _fits_gpus(r, model, pool)
+    for problem in naming.model_name_problems(name, multi_node=model.multi_node, max_replicas=model.replicas.max):
+        r.fail(path, problem)
     return model
 
 
@@ -348,9 +353,49 @@ def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool:
                                        f"or raise maxSize to {need} (this assumes the model has the pool to itself)")
 
 
+# S3 general purpose bucket naming rules (AWS S3 User Guide, "General purpose bucket naming rules"): 3-63 characters
+# of lowercase letters, digits, '.' and '-', starting and ending with a letter or digit, no '..', not an IPv4
+# address, none of the reserved prefixes and suffixes.
+_S3_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_S3_RESERVED_PREFIXES = ("xn--", "sthree-", "amzn-s3-demo-")
+_S3_RESERVED_SUFFIXES = ("-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3")
+
+
+def _s3_bucket_problem(bucket: str) -> str | None:
+    if any(c in bucket for c in "*?"):
+        return ("has a wildcard: the model's IAM role would read every bucket it matches; name the bucket (S3 bucket "
+                "names have no wildcards)")
+    if (not _S3_BUCKET.match(bucket) or ".." in bucket or re.fullmatch(r"\d+\.\d+\.\d+\.\d+", bucket)
+            or bucket.startswith(_S3_RESERVED_PREFIXES) or bucket.endswith(_S3_RESERVED_SUFFIXES)):
+        return (f"({len(bucket)} characters) is not an S3 bucket name: 3-63 lowercase letters, digits, '.' and '-', "
+                "starting and ending with a letter or digit, no '..', not an IP address (S3 bucket naming rules)")
+    return None
+
+
 def _model_uri(value: str, *, aws: bool) -> str | None:
     if not re.match(r"^(hf|s3|pvc)://.+", value):
         return "is not a model URI; use hf://ORG/NAME, s3://BUCKET/PATH or pvc://CLAIM/PATH"
     if value.startswith("s3://") and not aws:
         return "needs provider aws (the model reads it with an IRSA role); use pvc:// or hf://"
+    if value.startswith("s3://"):
+        bucket, _, key = value.removeprefix("s3://").partition("/")
+        if (problem := _s3_bucket_problem(bucket)) is not None:
+            return f"bucket {bucket!r} {problem}"
+        if any(c in key for c in "*?"):
+            return ("has a wildcard in its path: IAM reads it as a pattern and the model's role would read every "
+                    "object it matches; name the prefix the model is under")
     return None
+
+
+def _fits_gpus(r: _Reader, model: Model, pool: NodePool) -> None:
+    """The weights and a minimum KV cache fit the replica's GPU memory (components/k8s/memory_fit.py)."""
+    gpu = pool.instance.gpu
+    if gpu is None:
+        return
+    fit = memory_fit(model_id=model.model, quantization=model.quantization, configured_gib=model.weights_gib,
+                     gpus=model.gpus_per_replica, gpu_memory_gib=gpu.memory_gib,
+                     utilization=DEFAULT_GPU_MEMORY_UTILIZATION, mig_profile=model.mig_profile)
+    if fit is not None and not fit.fits:
+        r.fail(f"models.{model.name}.model", f"{model.model!r} does not fit pool {pool.name!r} "
+                                             f"({pool.instance_type}): {fit.explain()} (or set weightsGiB if the "
+                                             "estimate from the model id is wrong)")
