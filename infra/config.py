@@ -318,7 +318,8 @@ def parse(raw: Mapping[str, Any], *, stack: str, reader: _Reader | None = None) 
     seen_ns: dict[str, str] = {}
     for t in tenants.values():
         if t.namespace in seen_ns:
-            r.fail(f"tenants.{t.name}.namespace", f"{t.namespace!r} is already tenant {seen_ns[t.namespace]!r}'s")
+            r.fail(f"tenants.{t.name}.namespace",
+                   f"{t.namespace!r} is already the namespace of tenant {seen_ns[t.namespace]!r}")
         seen_ns[t.namespace] = t.name
 
     models: dict[str, Model] = {}

@@ -41,7 +41,8 @@ stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose 
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
 (up to `maxEjectionPercent`, 2 of 3); the panic threshold keeps the last healthy replicas in service;
-LEAST_REQUEST with a full scan keeps traffic off slow replicas. The route's idle timeout is the model's
+LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
+affinity: components/k8s/envoy_affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
 
 Through the mesh: the gateway's Istio sidecar captures every connection to a model replica and, the model Service's
@@ -224,7 +225,6 @@ __all__ = [
     "stats_listener",
     "bootstrap",
     "render",
-    "hedge_after_seconds",
 ]
 
 # The paths each engine serves for a model's task (models.X.task), as RE2 alternatives after the root; nothing
@@ -419,18 +419,7 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     replica is then taken out by its failing health checks and by outlier detection). Only a POST whose JSON
     body says `"stream": true` keeps `tryIdleTimeoutSeconds`, as do bodyless requests: a POST whose body the
     gateway did not parse (a content type json_to_metadata does not take, such as `text/plain`) is treated as
-    non-streamed, so a healthy generation is never cut and retried three times into a 504.
-
-    A try in flight on a replica that hangs would still wait out the route timeout: failing health checks stop new
-    tries going there, but Envoy 1.40 does not end the open ones (close_connections_on_host_health_failure only
-    drains an HTTP pool's busy connections: envoyproxy/envoy@v1.40.0 source/common/upstream/cluster_manager_impl.cc,
-    drainOrCloseConnPools). So each try gets an equal share of the route timeout (`hedge_after_seconds`) and,
-    past it, the request is hedged on another replica (HedgePolicy.hedge_on_per_try_timeout): the first try is
-    not cancelled, so a healthy long generation still completes; whichever answers first is kept and the other
-    reset (envoyproxy/envoy@v1.40.0 api/envoy/config/route/v3/route_components.proto, HedgePolicy; a hedge needs
-    only a retry left, whatever retry_on says: source/common/router/retry_state_impl.cc,
-    shouldHedgeRetryPerTryTimeout). The cost: a generation longer than its share runs twice until one answers.
-    On a variant's decision route the hedge goes to the next variant (the retry priority there)."""
+    non-streamed, so a healthy generation is never cut and retried three times into a 504."""
     out = copy.deepcopy(route)
     out["name"] = f"{route['name']}-unstreamed"
     # only a POST carries a generation request (a bodyless GET with a JSON content type also "lacks" stream)
@@ -440,19 +429,8 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     out["match"]["dynamic_metadata"] = [*route["match"].get("dynamic_metadata", []), {
         "filter": METADATA_NAMESPACE, "path": [{"key": BODY_STREAM_KEY}],
         "value": {"bool_match": True}, "invert": True}]
-    policy = out["route"]["retry_policy"]
-    policy["per_try_idle_timeout"] = _seconds(model.timeout_seconds)
-    if policy["num_retries"]:
-        policy["per_try_timeout"] = _seconds(hedge_after_seconds(model, retries=policy["num_retries"]))
-        out["route"]["hedge_policy"] = {"hedge_on_per_try_timeout": True}
+    out["route"]["retry_policy"]["per_try_idle_timeout"] = _seconds(model.timeout_seconds)
     return out
-
-
-def hedge_after_seconds(model: Model, *, retries: int) -> float:
-    """How long a non-streamed try runs alone before the request is hedged on another replica: an equal share of
-    the model's timeoutSeconds for the first try and each retry, so the last hedge still has its share before the
-    route timeout."""
-    return model.timeout_seconds / (retries + 1)
 
 
 def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:

@@ -78,7 +78,7 @@ __all__ = [
 
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
-NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits, '-')"
+NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
 DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
 SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
 

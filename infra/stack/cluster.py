@@ -87,7 +87,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         azs = r.strings(d, "availabilityZones", "target", derived=True)
         if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
-        elif not 2 <= len(azs) <= 6:
+        elif isinstance(d.get("availabilityZones"), list) and not 2 <= len(azs) <= 6:  # a non-list: said above
             r.fail("target.availabilityZones", f"{_show(list(azs))} must list 2 to 6 zones (EKS needs two)")
         if region:
             for i, az in enumerate(azs):
@@ -152,8 +152,14 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
     def _public(v: str) -> str | None:
         if (msg := _cidr(v)) is not None:
             return msg
-        if ipaddress.ip_network(v).prefixlen == 0:
+        net = ipaddress.ip_network(v, strict=False)
+        if net.prefixlen == 0:
             return "opens the API endpoint to the whole internet; list your own networks instead"
+        if reserved := next((str(p) for p in _NOT_ON_THE_INTERNET
+                             if net.version == p.version and net.subnet_of(p)), None):  # type: ignore[arg-type]
+            return (f"is inside {reserved}, which never reaches a public endpoint: the endpoint sees the public "
+                    "address your traffic leaves from (your NAT or proxy: `curl -s https://checkip.amazonaws.com`); "
+                    "list that, or use apiAccess 'private' with deployerInVpc from inside the VPC")
         return None
 
     access, in_vpc, cidrs = _api_access(r, d, _public)
@@ -188,6 +194,14 @@ def _addon_versions(r: _Reader, d: dict[str, Any] | None) -> dict[str, str]:
             r.fail(f"cluster.addonVersions.{name}", f"{version!r} is not an EKS add-on version such as "
                                                     "v1.20.4-eksbuild.2 (aws eks describe-addon-versions)")
     return pins
+
+
+# Private (RFC 1918), shared (RFC 6598 carrier-grade NAT), loopback and link-local ranges, IPv4 and IPv6 (RFC 4193,
+# RFC 4291): traffic from them reaches a public endpoint only NATed to a public address, so a public-access CIDR
+# inside one never matches a caller.
+_NOT_ON_THE_INTERNET = tuple(ipaddress.ip_network(n) for n in (
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
+    "fc00::/7", "fe80::/10", "::1/128"))
 
 
 def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], str | None]

@@ -63,7 +63,10 @@ def _reserved_namespace(value: str) -> str | None:
 
 
 def _dns_label(value: str) -> str | None:
-    return None if DNS_LABEL.match(value) else "is not a DNS label (lowercase letters, digits, '-')"
+    if DNS_LABEL.match(value):
+        return None
+    return ("is not a DNS label (lowercase letters, digits and '-', at most 63 characters"
+            + (f"; it has {len(value)})" if len(value) > 63 else ")"))
 
 
 def _cidr(value: str) -> str | None:

@@ -172,7 +172,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         task=_task(r, d, path, engine),
         group_formation_seconds=r.value(d, "groupFormationSeconds", path, int, DEFAULT_GROUP_FORMATION_SECONDS,
                                         minimum=30, maximum=86400),
-        session_affinity_balance_factor=_session_affinity(r, d, path),
+        session_affinity_balance_factor=_session_affinity(r, d, path, engine),
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
@@ -187,12 +187,15 @@ def _with(capability: str) -> str:
     return " or ".join(repr(n) for n, e in ENGINES.items() if getattr(e, capability))
 
 
-def _session_affinity(r: _Reader, d: dict[str, Any], path: str) -> int | None:
-    """models.X.sessionAffinity: {enabled (default: true for task generate), hashBalanceFactor (percent of the
-    average load one replica may take, 100-1000, default 125)} -> the balance factor, or None when off."""
+def _session_affinity(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> int | None:
+    """models.X.sessionAffinity: {enabled (default: true for a generate model whose engine reuses KV blocks across
+    requests and whose prefixCaching is on: affinity buys nothing else, and costs least-request balancing),
+    hashBalanceFactor (percent of the average load one replica may take, 100-1000, default 125)} -> the balance
+    factor, or None when off."""
     sp = f"{path}.sessionAffinity"
     sd = r.mapping(d.get("sessionAffinity") or {}, sp, ("enabled", "hashBalanceFactor"))
-    on = r.value(sd, "enabled", sp, bool, d.get("task", "generate") == "generate")
+    caches = engine in ENGINES and ENGINES[engine].prefix_caching and d.get("prefixCaching") is not False
+    on = r.value(sd, "enabled", sp, bool, d.get("task", "generate") == "generate" and caches, derived=True)
     factor = r.value(sd, "hashBalanceFactor", sp, int, DEFAULT_HASH_BALANCE_FACTOR, minimum=100, maximum=1000)
     return factor if on else None
 

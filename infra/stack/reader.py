@@ -21,6 +21,11 @@ from infra.stack.messages import show as _show
 __all__ = ["Problem", "ConfigError", "did_you_mean", "unknown_key", "DNS_LABEL"]
 
 DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+# Bounds on every value the stack file gives, where a setting states none of its own: Kubernetes' and AWS's integer
+# fields are 32-bit (replicas, sizes, ports), and no name, id or URL the kit passes on is longer than an IAM ARN
+# (2,048 characters; the longest of the AWS limits it meets).
+NUMBER_LIMIT = 2**31 - 1
+STRING_LIMIT = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,15 @@ class _Reader:
             want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
             self.fail(full, f"expected {want}, got {_got(value)}")
             return default if default is not _REQUIRED else None
+        if isinstance(value, str) and len(value) > STRING_LIMIT:
+            self.fail(full, f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends "
+                            "up in Kubernetes objects and AWS fields, which are shorter)")
+            return default if default is not _REQUIRED else None
+        if (maximum is None and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and abs(value) > NUMBER_LIMIT):
+            self.fail(full, f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their "
+                            "32-bit integers)")
+            return default if default is not _REQUIRED else None
         if choices is not None and value not in choices:
             self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
             return default if default is not _REQUIRED else None
@@ -196,7 +210,8 @@ class _Reader:
         out = {}
         for name, body in d.items():
             if not DNS_LABEL.match(name):
-                self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits, '-')")
+                self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits and '-', at most 63 "
+                                            + (f"characters; it has {len(name)})" if len(name) > 63 else "characters)"))
             elif (m := self.mapping(body, f"{path}.{name}", None, keep_null=keep_null)) is not None:
                 out[name] = m
         return out

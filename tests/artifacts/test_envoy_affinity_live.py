@@ -39,7 +39,9 @@ RAW = {
     "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
     "models": {
         "chat": {**_MODEL, "engine": "vllm"},
-        "tchat": {**_MODEL, "engine": "triton"},
+        # Triton as the kit deploys it reuses no KV blocks, so affinity is off by default; it can be turned on
+        "tchat": {**_MODEL, "engine": "triton", "sessionAffinity": {"enabled": True}},
+        "tplain": {**_MODEL, "engine": "triton"},
         "plain": {**_MODEL, "engine": "vllm", "sessionAffinity": {"enabled": False}},
         # a workload with two variants (no budget: the cheap one; a budget of 1000 ms: the fast one)
         "w-cheap": {**_MODEL, "engine": "vllm", "workload": "w", "slo": {"e2eSeconds": 2},
@@ -111,7 +113,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 def test_chat_models_have_affinity_by_default_and_it_can_be_turned_off() -> None:
     cfg = parse(RAW, stack="affinity")
     assert {n: m.session_affinity_balance_factor for n, m in cfg.models.items()} == {
-        "chat": 125, "tchat": 125, "plain": None, "w-cheap": 125, "w-fast": 125}
+        "chat": 125, "tchat": 125, "tplain": None, "plain": None, "w-cheap": 125, "w-fast": 125}
 
 
 @pytest.mark.parametrize("model", ["chat", "tchat"])

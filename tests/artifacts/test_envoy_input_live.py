@@ -255,13 +255,19 @@ def test_client_sent_x_envoy_headers_never_reach_a_model_or_steer_the_gateway(ga
 # --- 13: a replica that hangs with requests in flight -------------------------------------------------------------
 
 
+@pytest.mark.xfail(strict=True, reason=(
+    "Envoy 1.40 drains, but does not close, an HTTP pool's busy connections when active health checks fail a "
+    "host, close_connections_on_host_health_failure included (envoyproxy/envoy@v1.40.0 source/common/upstream/"
+    "cluster_manager_impl.cc, drainOrCloseConnPools: closeConnections is for TCP pools only): a try in flight on "
+    "the hung replica waits for the route timeout. Not fixed yet (issue 31 item 13): hedging on a per-try timeout "
+    "was tried and dropped, because Envoy counts each soft per-try timeout as a local-origin 504 toward "
+    "consecutive_5xx (source/common/router/router.cc, onSoftPerTryTimeout), so healthy long generations ejected "
+    "their replica, and every long answer ran twice."))
 def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_checks_fail(gateway: Gateway) -> None:
     """Non-streamed requests (their tries may stay silent for the model's timeoutSeconds) are sent while one
-    replica of three hangs (its health endpoint too). Once active health checks mark it unhealthy no new try goes
-    there; a try already on it is hedged on another replica after its share of the route timeout
-    (envoy_config.hedge_after_seconds): every request is served, none waits for the route timeout (a 504 at
-    POOL_TIMEOUT_S). Envoy 1.40 does not end the hung tries itself (envoyproxy/envoy@v1.40.0
-    source/common/upstream/cluster_manager_impl.cc, drainOrCloseConnPools: closeConnections is for TCP pools only)."""
+    replica of three hangs (its health endpoint too). Once active health checks mark it unhealthy, its
+    connections are closed and the requests on them retried on the other replicas: every request is served,
+    none waits for the route timeout (a 504 at POOL_TIMEOUT_S)."""
     replicas = gateway.backends["pool"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()

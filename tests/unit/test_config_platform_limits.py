@@ -58,3 +58,45 @@ def test_s3_uris_that_would_widen_the_models_role_are_refused(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], uri: str, expected: str) -> None:
     err = validate(tmp_path, STACK.replace("model: o/chat,", f"model: o/chat, uri: '{uri}',"), capsys)
     assert expected in err
+
+
+@pytest.mark.parametrize("cidr", ["10.0.0.0/16", "192.168.1.0/24", "100.64.0.0/16", "fd00::/64"])
+def test_a_private_range_as_a_public_access_cidr_is_refused_with_why(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], cidr: str) -> None:
+    """The deployer can never reach a public endpoint from 10.0.0.0/16: the endpoint sees the public address its
+    traffic is NATed to, so the stack would deploy the cluster and then fail on every Kubernetes object."""
+    err = validate(tmp_path, STACK.replace("publicAccessCidrs: [203.0.113.0/24]", f"publicAccessCidrs: ['{cidr}']"),
+                   capsys)
+    assert f"cluster.publicAccessCidrs[0]: {cidr!r} is inside " in err
+    assert "which never reaches a public endpoint: the endpoint sees the public address your traffic leaves from" in err
+
+
+def test_messages_say_the_length_limit_and_read_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    long = "t" * 70
+    text = STACK.replace("    t: {gpuQuota: 2}\n", f"    t: {{gpuQuota: 2}}\n    {long}: {{gpuQuota: 1}}\n")
+    text = text.replace("availabilityZones: [us-east-1a, us-east-1b]", "availabilityZones: us-east-1a")
+    err = validate(tmp_path, text, capsys)
+    assert (f"tenants.{long}: name must be a DNS label (lowercase letters, digits and '-', at most 63 characters; "
+            "it has 70)") in err
+    # a string where a list belongs is one problem, not a second about an empty list
+    assert "target.availabilityZones: expected a list" in err
+    assert "must list 2 to 6 zones" not in err
+
+
+def test_a_namespace_taken_by_another_tenant_reads_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    text = STACK.replace("    t: {gpuQuota: 2}\n", "    t: {gpuQuota: 2}\n    search: {gpuQuota: 1, namespace: t}\n")
+    err = validate(tmp_path, text, capsys)
+    assert "tenants.search.namespace: 't' is already the namespace of tenant 't'" in err
+
+
+def test_absurd_numbers_and_strings_are_bounded_by_what_the_platform_takes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """maxSize 1e23 landed in state.json as 99999999999999991611392; a 2 MB model id would exceed Kubernetes'
+    object limits. Every number without a bound of its own is held to a 32-bit integer, every string to 2,048."""
+    text = STACK.replace("minSize: 1, maxSize: 1", "minSize: 1, maxSize: 100000000000000000000000").replace(
+        "model: o/chat,", "model: o/" + "x" * 100_000 + ",")  # a 2 MB one: over the stack file's 1 MiB
+    err = validate(tmp_path, text, capsys)
+    assert ("nodePools.gpu-a.maxSize: 1e+23 is beyond what Kubernetes and AWS take: at most 2,147,483,647 (their "
+            "32-bit integers)") in err
+    assert "models.chat.model: is 100,002 characters; a setting is at most 2,048" in err
+    assert len(err) < 10_000, "the long value is not echoed back"

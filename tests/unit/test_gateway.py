@@ -57,12 +57,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
     assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
     assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
-    # ... and past its share of timeoutSeconds (900 s over the first try and 2 retries) is hedged on another
-    # replica, the first try kept (a try stuck on a hung replica is not waited for: issue 31 item 13)
-    assert unstreamed["route"]["retry_policy"]["per_try_timeout"] == "300s"
-    assert unstreamed["route"]["hedge_policy"] == {"hedge_on_per_try_timeout": True}
-    assert "per_try_timeout" not in by_name["deep-research-path"]["route"]["retry_policy"]
-    assert {k: v for k, v in unstreamed["route"].items() if k not in ("retry_policy", "hedge_policy")} == \
+    assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
         {k: v for k, v in by_name["deep-research-path"]["route"].items() if k != "retry_policy"}
     assert by_name["finance-8b-body"]["match"] == {
         "safe_regex": {"regex": "^/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},
@@ -535,8 +530,11 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
         if "route" not in r:
             continue  # a direct response
         model = cfg.models[r["route"]["cluster"]]
-        expected = hashed if model.task == "generate" else None
+        # on by default where it pays: a generate model whose engine reuses KV blocks (not Triton as deployed)
+        expected = hashed if model.task == "generate" and model.prefix_caching else None
         assert r["route"].get("hash_policy") == expected, r["name"]
+    assert {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None} == {
+        m.name for m in cfg.models.values() if m.engine != "triton" and m.task == "generate"}
     # the session header is taken from the body's prompt_cache_key only when the client sent none
     [session] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session"]
     assert session["typed_config"]["mutations"] == {"request_mutations": [{"append": {
