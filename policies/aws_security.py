@@ -34,6 +34,8 @@ __all__ = [
     "denies_insecure_transport",
     "statements",
     "admin_statements",
+    "policy_documents",
+    "s3_scope_problems",
     "open_ingress",
 ]
 
@@ -184,13 +186,19 @@ def admin_statements(document: Any) -> list[int]:
             if s["effect"] == "Allow" and "*" in _as_list(s["actions"]) and "*" in _as_list(s["resources"])]
 
 
-def _iam(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
-    docs: list[tuple[str, Any]] = []
+def policy_documents(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, document) of every IAM policy document a resource carries: a policy resource's own, or a role's
+    inline policies."""
     if resource_type in IAM_POLICY_PROPS:
-        docs.append(("policy", props.get(IAM_POLICY_PROPS[resource_type])))
-    elif resource_type == ROLE:
-        docs.extend((f"inlinePolicies[{p.get('name')!r}]", p.get("policy")) for p in props.get("inlinePolicies") or ())
-    return [f"{where} statement {i} allows '*' on '*'" for where, doc in docs for i in admin_statements(doc)]
+        return [("policy", props.get(IAM_POLICY_PROPS[resource_type]))]
+    if resource_type == ROLE:
+        return [(f"inlinePolicies[{p.get('name')!r}]", p.get("policy")) for p in props.get("inlinePolicies") or ()]
+    return []
+
+
+def _iam(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    return [f"{where} statement {i} allows '*' on '*'"
+            for where, doc in policy_documents(resource_type, props) for i in admin_statements(doc)]
 
 
 S3_READS = ("s3:GetObject", "s3:ListBucket")
@@ -249,12 +257,8 @@ def s3_scope_problems(document: Any) -> list[str]:
 
 
 def _s3_scope(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
-    docs: list[tuple[str, Any]] = []
-    if resource_type in IAM_POLICY_PROPS:
-        docs.append(("policy", props.get(IAM_POLICY_PROPS[resource_type])))
-    elif resource_type == ROLE:
-        docs.extend((f"inlinePolicies[{p.get('name')!r}]", p.get("policy")) for p in props.get("inlinePolicies") or ())
-    return [f"{where} {problem}" for where, doc in docs for problem in s3_scope_problems(doc)]
+    return [f"{where} {problem}"
+            for where, doc in policy_documents(resource_type, props) for problem in s3_scope_problems(doc)]
 
 
 PropsTest = Callable[[Mapping[str, Any]], bool]
