@@ -45,8 +45,11 @@ amtool:
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus-alertmanager; }
 
-test: setup promtool amtool ## the whole suite (unit, artifacts with real tools, node suite replays)
-	$(BIN)/python -m pytest -q
+# The suite runs on every core (pytest-xdist; TEST_WORKERS=0 for one process). Each test file stays on one worker
+# (--dist loadfile): a file's module fixtures (a backfilled Prometheus, a live Envoy) start once, not per worker.
+TEST_WORKERS ?= auto
+test: setup promtool amtool ## the whole suite (unit, artifacts with real tools, node suite replays), in parallel
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
 	$(BIN)/python -m tests.bench

@@ -8,6 +8,7 @@ from urllib.parse import quote
 from grafanalib.core import Dashboard
 
 from dashboards.config import ObservabilityConfig
+from dashboards.engines import ENGINE_RULES
 from dashboards.panels import (
     Link,
     Q,
@@ -26,7 +27,6 @@ from telemetry.names import (
     FIDELITY_SCORE,
     L_VARIANT,
     L_WORKLOAD,
-    VLLM,
     WORKFLOW_DURATION,
 )
 
@@ -126,21 +126,8 @@ def _critical_path() -> list:
 
 
 def _models() -> list:
-    return [
-        timeseries("Time to first token p95 (vLLM)",
-                   "Prefill-dominated latency users wait before the first token.", "s",
-                   Q(f'{R.vllm_quantile(VLLM.TTFT)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
-        timeseries("Inter-token latency p95 (vLLM)", "Time between output tokens while decoding.", "s",
-                   Q(f'{R.vllm_quantile(VLLM.ITL)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
-        timeseries("vLLM request phases p95: queue, prefill, decode",
-                   "Where a vLLM request's time goes: waiting for a slot, prefill, then decode.", "s",
-                   *(Q(f'{R.vllm_quantile(h)}{{quantile="0.95", {MODEL}}}', f"{{{{model}}}} {phase}")
-                     for h, phase in ((VLLM.QUEUE, "queue"), (VLLM.PREFILL, "prefill"), (VLLM.DECODE, "decode")))),
-        timeseries("Triton queue and compute time per request",
-                   "Mean queue time and compute time (input + infer + output) per successful request.", "s",
-                   Q(f"{R.TRITON_QUEUE}{{{MODEL}}}", "{{model}} queue"),
-                   Q(f"{R.TRITON_COMPUTE}{{{MODEL}}}", "{{model}} compute")),
-    ]
+    """Each engine's latency panels (dashboards.engines)."""
+    return [p for e in ENGINE_RULES.values() for p in e.compound_panels()]
 
 
 def _hops() -> list:

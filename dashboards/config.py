@@ -38,8 +38,9 @@ DEFAULT_RUNBOOK_URL = "https://github.com/aifactory/aifactory/blob/main/dashboar
 # the browser).
 JAEGER_DATASOURCE_UID = "jaeger"
 
-Family = Literal["dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline"]
-FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "istio", "envoy", "ksm", "kit", "pipeline")
+Family = Literal["dcgm", "vllm", "triton", "sglang", "istio", "envoy", "ksm", "kit", "pipeline"]
+FAMILIES: tuple[Family, ...] = ("dcgm", "vllm", "triton", "sglang", "istio", "envoy", "ksm", "kit",
+                                 "pipeline")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +54,7 @@ class Selectors:
     dcgm: str = ""
     vllm: str = ""
     triton: str = ""
+    sglang: str = ""
     istio: str = ""
     envoy: str = ""
     ksm: str = ""
@@ -79,7 +81,7 @@ class Pool:
 class ServedModel:
     # the config key: vLLM's first --served-model-name (label model_name); Triton's pod label aifactory.io/model
     name: str
-    engine: Literal["vllm", "triton"]
+    engine: str  # a name of dashboards.engines.ENGINE_RULES
     tenant: str
     pool: str
     ttft_seconds: float

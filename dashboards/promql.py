@@ -29,7 +29,8 @@ __all__ = [
 ]
 
 _PREFIXES: tuple[tuple[str, Family], ...] = (
-    ("DCGM_", "dcgm"), ("vllm:", "vllm"), ("nv_", "triton"), ("istio_", "istio"), ("envoy_", "envoy"),
+    ("DCGM_", "dcgm"), ("vllm:", "vllm"), ("nv_", "triton"), ("sglang:", "sglang"), ("istio_", "istio"),
+    ("envoy_", "envoy"),
     ("kube_", "ksm"), ("aifactory_", "kit"), ("gen_ai_", "kit"), ("traces_span_metrics_", "kit"),
     ("otelcol_", "pipeline"), ("loki_", "pipeline"),
 )

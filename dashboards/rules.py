@@ -17,12 +17,14 @@ faults such as 13, 31, 43: the GPU is fine).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from dashboards.config import Objective, ObservabilityConfig
+from dashboards.engines import ENGINE_RULES, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
+from dashboards.rule_parts import QUANTILES, RATE, XID_WINDOW, Alert, Group, R, Record, quantile_record, runbook
 from telemetry.names import (
     CRITICAL_PATH,
     DCGM,
@@ -33,8 +35,6 @@ from telemetry.names import (
     STEP_BUDGET,
     STEP_DURATION,
     STEP_ERRORS,
-    TRITON,
-    VLLM,
     WORKFLOW_BUCKETS_S,
     WORKFLOW_DEADLINES,
     WORKFLOW_DURATION,
@@ -65,8 +65,6 @@ __all__ = [
     "CANARY_MISSING_RATIO",
 ]
 
-QUANTILES = ("0.5", "0.95", "0.99")
-RATE = "5m"
 # kube-state-metrics exposes allow-listed node/pod labels as label_<sanitised key>.
 POOL_LABEL_KSM = "label_aifactory_io_pool"
 MODEL_LABEL_KSM = "label_aifactory_io_model"
@@ -78,53 +76,10 @@ DEFAULT_OBJECTIVE = "default"  # `objective` label of workflows without an SLO o
 # event / failure (63, 64), NVLink (74), fallen off the bus (79), contained / uncontained ECC (94, 95),
 # GSP RPC timeout / GSP error (119, 120).
 DRAIN_XIDS = (48, 63, 64, 74, 79, 94, 95, 119, 120)
-XID_WINDOW = "10m"  # a changed XID value within this window is a new XID
 PIPELINE_FOR = "10m"  # a telemetry component drops data this long before anyone is told (retries cover blips)
 LOKI_ERROR_RATIO = 0.05  # share of a Loki route's requests answered 5xx
 CANARY_MISSING_RATIO = 0.01  # share of the canary's lines that never came back from Loki
 
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    record: str
-    expr: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"record": self.record, "expr": self.expr}
-        if self.labels:
-            out["labels"] = dict(self.labels)
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Alert:
-    alert: str
-    expr: str
-    severity: str  # critical pages, warning tickets
-    summary: str
-    description: str
-    runbook_url: str
-    for_: str = "0m"
-    labels: Mapping[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"alert": self.alert, "expr": self.expr}
-        if self.for_ != "0m":
-            out["for"] = self.for_
-        out["labels"] = {"severity": self.severity, **self.labels}
-        out["annotations"] = {"summary": self.summary, "description": self.description,
-                              "runbook_url": self.runbook_url}
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class Group:
-    name: str
-    rules: tuple[Record | Alert, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "rules": [r.to_dict() for r in self.rules]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,110 +100,6 @@ SLO_WINDOWS = ("5m", "30m", "1h", "2h", "6h", "1d", "3d")
 BURN_FOR = {"critical": "2m", "warning": "15m"}
 
 
-class R:
-    """Recorded series names (what panels and alerts query)."""
-
-    NODE_PRICE = "aifactory:pool_node_price_dollars_per_hour"
-    GPU_PRICE = "aifactory:pool_gpu_price_dollars_per_hour"
-    QUEUE_DEPTH_TARGET = "aifactory:model_target_queue_depth"
-    QUEUE_TIME_TARGET = "aifactory:model_target_queue_seconds"
-    GPUS_PER_NODE = "aifactory:pool_gpus_per_node"
-    NODE_POOL = "aifactory:node_pool:info"
-    POD_MODEL = "aifactory:pod_model:info"
-    POD_GPUS = "namespace_pod:kube_pod_gpu_requests:sum"
-    GPU_UTIL = "gpu:dcgm_gpu_utilization:ratio_avg5m"
-    GPU_ALLOCATED_UTIL = "gpu:dcgm_gpu_utilization_allocated:ratio_avg5m"
-    POOL_NODES = "pool:kube_node:count"
-    POOL_GPUS = "pool:dcgm_gpu:count"
-    NEW_XID = f"gpu:dcgm_fi_dev_xid_errors:new{XID_WINDOW}"
-    POOL_COST = "pool:gpu_cost_dollars_per_hour:sum"
-    TOTAL_COST = "aifactory:gpu_cost_dollars_per_hour:sum"
-    POOL_USED_COST = "pool:gpu_used_cost_dollars_per_hour:sum"
-    IDLE_GPUS = "pool_model:gpu_idle:count"
-    IDLE_COST = "pool_model:gpu_idle_cost_dollars_per_hour:sum"
-    # Every GPU of a pool is in exactly one of: working (allocated to a model, at or above the idle
-    # threshold), allocated idle (requested by a pod, not working), unallocated (requested by no pod).
-    POOL_GPU_CAPACITY = "pool:kube_node_status_capacity_gpu:sum"
-    POOL_GPU_REQUESTS = "pool:kube_pod_gpu_requests:sum"
-    POOL_WORKING_GPUS = "pool:gpu_working:count"
-    POOL_ALLOCATED_IDLE_GPUS = "pool:gpu_allocated_idle:count"
-    POOL_UNALLOCATED_GPUS = "pool:gpu_unallocated:count"
-    POOL_WORKING_COST = "pool:gpu_working_cost_dollars_per_hour:sum"
-    POOL_ALLOCATED_IDLE_COST = "pool:gpu_allocated_idle_cost_dollars_per_hour:sum"
-    POOL_UNALLOCATED_COST = "pool:gpu_unallocated_cost_dollars_per_hour:sum"
-    MODEL_GPUS = "model:kube_pod_gpu_requests:sum"
-    MODEL_COST = "model:gpu_cost_dollars_per_hour:sum"
-    MODEL_TOKENS = "model:vllm_generation_tokens:rate5m"
-    MODEL_PROMPT_TOKENS = "model:vllm_prompt_tokens:rate5m"
-    TRITON_TOKENS = "model:nv_llm_output_token_len_sum:rate5m"
-    TRITON_PROMPT_TOKENS = "model:nv_llm_input_token_len_sum:rate5m"
-    GENERATED_TOKENS = "model:generated_tokens:rate5m"  # every engine: vLLM's counter or Triton's histogram sum
-    MODEL_COST_PER_MTOK = "model:gpu_cost_dollars_per_million_generated_tokens:ratio5m"
-    TENANT_COST_PER_WORKFLOW = "tenant:gpu_cost_dollars_per_completed_workflow:ratio5m"
-    WF_BUCKET = "workflow:aifactory_workflow_duration_seconds_bucket:rate5m"
-    WF_COUNT = "workflow:aifactory_workflow_duration_seconds_count:rate5m"
-    WF_SUM = "workflow:aifactory_workflow_duration_seconds_sum:rate5m"
-    WF_QUANTILE = "workflow:aifactory_workflow_duration_seconds:histogram_quantile"
-    CRITICAL_PATH = "workflow:aifactory_workflow_critical_path_seconds:rate5m"
-    STEP_BUCKET = "workflow:aifactory_step_duration_seconds_bucket:rate5m"
-    STEP_QUANTILE = "workflow:aifactory_step_duration_seconds:histogram_quantile"
-    STEP_ERRORS = "workflow:aifactory_step_errors:rate5m"
-    VLLM_RUNNING = "model:vllm_num_requests_running:sum"
-    VLLM_BATCH = "model:vllm_num_requests_running:avg"
-    VLLM_WAITING = "model:vllm_num_requests_waiting:sum"
-    VLLM_WAITING_PER_REPLICA = "model:vllm_num_requests_waiting:avg"
-    VLLM_KV_CACHE = "model:vllm_kv_cache_usage_perc:max"
-    VLLM_PREFIX_HIT = "model:vllm_prefix_cache_hit:ratio_rate5m"
-    VLLM_SPEC_ACCEPT = "model:vllm_spec_decode_acceptance:ratio_rate5m"
-    VLLM_PREEMPTIONS = "model:vllm_num_preemptions:rate5m"
-    VLLM_REQUESTS = "model:vllm_request_success:rate5m"
-    TRITON_REQUESTS = "model:nv_inference_request_success:rate5m"
-    TRITON_FAILURES = "model:nv_inference_request_failure:rate5m"
-    TRITON_QUEUE = "model:nv_inference_queue_duration_seconds:mean5m"
-    TRITON_COMPUTE = "model:nv_inference_compute_duration_seconds:mean5m"
-    TRITON_BATCH = "model:nv_inference_batch_size:mean5m"
-    TRITON_PENDING = "model:nv_inference_pending_request_count:sum"
-    TRITON_TTFT_BUCKET = "model:nv_inference_first_response_histogram_ms_bucket:rate5m"
-    TRITON_TTFT_QUANTILE = "model:nv_inference_first_response_histogram_ms:histogram_quantile"
-    ISTIO_BUCKET = "workload:istio_request_duration_milliseconds_bucket:rate5m"
-    ISTIO_QUANTILE = "workload:istio_request_duration_milliseconds:histogram_quantile"
-    ISTIO_REQUESTS = "workload:istio_requests:rate5m"
-    ISTIO_MTLS = "workload:istio_requests_mutual_tls:ratio_rate5m"
-    ENVOY_BUCKET = "cluster:envoy_cluster_upstream_rq_time_bucket:rate5m"
-    ENVOY_QUANTILE = "cluster:envoy_cluster_upstream_rq_time:histogram_quantile"
-    ENVOY_REQUESTS = "cluster:envoy_cluster_upstream_rq_xx:rate5m"
-    ENVOY_RETRIES = "cluster:envoy_cluster_upstream_rq_retry:rate5m"
-    ROUTE_DECISIONS = "workload:envoy_vhost_route_upstream_rq_completed:rate5m"  # {workload, variant, reason}
-    ROUTE_OVERFLOW = "workload:envoy_vhost_route_upstream_rq_retry:rate5m"  # {workload, variant, reason}
-    # The stack config's $ per request of each variant {workload, variant, fastest: "true" for the workload's fastest}
-    VARIANT_COST = "aifactory:variant_cost_per_request_dollars"
-    # tries each variant's cluster served {workload, variant}
-    VARIANT_REQUESTS = "variant:envoy_cluster_upstream_rq:rate5m"
-    VARIANT_SPEND = "workload:aifactory_variant_spend_dollars:rate5m"  # $/s {workload}
-    # $/s had every one of those requests gone to the workload's fastest variant {workload}
-    VARIANT_SPEND_ALL_FASTEST = "workload:aifactory_variant_spend_all_fastest_dollars:rate5m"
-    # {workflow, tenant, step_kind, le}
-    STEP_BUDGET_BUCKET = "workflow:aifactory_step_budget_remaining_seconds_bucket:rate5m"
-    WF_DEADLINES = "workflow:aifactory_workflow_deadlines:rate5m"  # {workflow, tenant, deadline: met | missed}
-
-    @staticmethod
-    def vllm_bucket(metric: str) -> str:
-        return f"model:{metric.replace(':', '_')}_bucket:rate5m"
-
-    @staticmethod
-    def vllm_quantile(metric: str) -> str:
-        return f"model:{metric.replace(':', '_')}:histogram_quantile"
-
-    @staticmethod
-    def dcgm_pool(metric: str, agg: str) -> str:
-        return f"pool:{metric.lower()}:{agg}"
-
-    @staticmethod
-    def slo_errors(sli: str, window: str) -> str:
-        return f"workflow:aifactory_workflow_{sli}_errors:ratio_rate{window}"
-
-
-VLLM_HISTOGRAMS = (VLLM.TTFT, VLLM.ITL, VLLM.QUEUE, VLLM.PREFILL, VLLM.DECODE, VLLM.E2E)
 # DCGM gauges the fleet dashboard aggregates per pool: (metric, aggregation). All are gauges (NVLINK_BW too:
 # a current throughput), so none goes through rate().
 DCGM_POOL_AGGREGATES = (
@@ -268,11 +119,6 @@ DCGM_POOL_AGGREGATES = (
 )
 
 
-def quantile_record(name: str, bucket_record: str, by: str) -> list[Record]:
-    return [Record(name, f"histogram_quantile({q}, sum by ({by}, le) ({bucket_record}))", {"quantile": q})
-            for q in QUANTILES]
-
-
 def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str) -> str:
     """A DCGM series with `node` and the node's `pool`."""
     return f"{by_node(series(cfg, metric, *matchers))} * on (node) group_left (pool) {R.NODE_POOL}"
@@ -289,11 +135,7 @@ def _config_records(cfg: ObservabilityConfig) -> list[Record]:
         out.append(Record(R.NODE_PRICE, f"vector({p.node_price_per_hour!r})", labels))
         out.append(Record(R.GPU_PRICE, f"vector({p.gpu_price_per_hour!r})", labels))
         out.append(Record(R.GPUS_PER_NODE, f"vector({p.gpus_per_node})", labels))
-    for m in cfg.models:
-        if m.engine == "vllm":
-            out.append(Record(R.QUEUE_DEPTH_TARGET, f"vector({m.target_queue_depth})", {"model": m.name}))
-        else:
-            out.append(Record(R.QUEUE_TIME_TARGET, f"vector({m.target_queue_seconds!r})", {"model": m.name}))
+    out += [rules_of(m.engine).queue_target(m) for m in cfg.models]
     for v in cfg.variants:
         out.append(Record(R.VARIANT_COST, f"vector({v.cost_per_request!r})",
                           {"workload": v.workload, "variant": v.model, "fastest": "true" if v.fastest else "false"}))
@@ -422,55 +264,11 @@ def _slo_records(cfg: ObservabilityConfig) -> list[Record]:
 
 
 def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
-    def vllm(expr_of: str) -> str:
-        """Aggregate a vLLM expression by model_name, then name the label `model` like Triton's."""
-        return f'label_replace({expr_of}, "model", "$1", "model_name", "(.+)")'
-
-    def vrate(metric: str, *matchers: str, by: str = "model_name") -> str:
-        return vllm(f"sum by ({by}) (rate({series(cfg, metric, *matchers)}[{RATE}]))")
-
-    def triton(expr_of: str) -> str:
-        """Name Triton's pod-label model key `model`, like vLLM's (see TRITON.ENGINE_MODEL)."""
-        return f'label_replace({expr_of}, "model", "$1", "{TRITON.L_POD_MODEL}", "(.+)")'
-
-    engine = f'{TRITON.L_MODEL}="{TRITON.ENGINE_MODEL}"'
-
-    def trate(metric: str, *matchers: str, by: str = TRITON.L_POD_MODEL) -> str:
-        return triton(f"sum by ({by}) (rate({series(cfg, metric, engine, *matchers)}[{RATE}]))")
-
-    def tokens(metric: str, kind: str) -> str:
-        return trate(f"{metric}_sum", f'{TRITON.L_RESPONSE_METRIC_TYPE}="{kind}"')
-
-    out: list[Record] = []
-    for h in VLLM_HISTOGRAMS:
-        out.append(Record(R.vllm_bucket(h), vrate(f"{h}_bucket", by="model_name, le")))
-        out += quantile_record(R.vllm_quantile(h), R.vllm_bucket(h), "model")
-    out += [
-        Record(R.MODEL_TOKENS, vrate(VLLM.GENERATION_TOKENS)),
-        Record(R.MODEL_PROMPT_TOKENS, vrate(VLLM.PROMPT_TOKENS)),
-        Record(R.VLLM_REQUESTS, vrate(VLLM.REQUEST_SUCCESS, by="model_name, finished_reason")),
-        Record(R.VLLM_PREEMPTIONS, vrate(VLLM.PREEMPTIONS)),
-        Record(R.VLLM_RUNNING, vllm(f"sum by (model_name) ({series(cfg, VLLM.RUNNING)})")),
-        Record(R.VLLM_BATCH, vllm(f"avg by (model_name) ({series(cfg, VLLM.RUNNING)})")),
-        Record(R.VLLM_WAITING, vllm(f"sum by (model_name) ({series(cfg, VLLM.WAITING)})")),
-        Record(R.VLLM_WAITING_PER_REPLICA, vllm(f"avg by (model_name) ({series(cfg, VLLM.WAITING)})")),
-        Record(R.VLLM_KV_CACHE, vllm(f"max by (model_name) ({series(cfg, VLLM.KV_CACHE)})")),
-        Record(R.VLLM_PREFIX_HIT, f"{vrate(VLLM.PREFIX_HITS)} / {vrate(VLLM.PREFIX_QUERIES)}"),
-        Record(R.VLLM_SPEC_ACCEPT, f"{vrate(VLLM.SPEC_ACCEPTED_TOKENS)} / {vrate(VLLM.SPEC_DRAFT_TOKENS)}"),
-        Record(R.TRITON_REQUESTS, trate(TRITON.REQUEST_SUCCESS)),
-        Record(R.TRITON_FAILURES, trate(TRITON.REQUEST_FAILURE, by=f"{TRITON.L_POD_MODEL}, reason")),
-        Record(R.TRITON_QUEUE, f"{trate(TRITON.QUEUE_DURATION_US)} / {R.TRITON_REQUESTS} / 1e6"),
-        Record(R.TRITON_COMPUTE, f"({trate(TRITON.COMPUTE_INPUT_US)} + {trate(TRITON.COMPUTE_INFER_US)} + "
-                                 f"{trate(TRITON.COMPUTE_OUTPUT_US)}) / {R.TRITON_REQUESTS} / 1e6"),
-        Record(R.TRITON_BATCH, f"{trate(TRITON.INFERENCE_COUNT)} / {trate(TRITON.EXEC_COUNT)}"),
-        Record(R.TRITON_PENDING, triton(f"sum by ({TRITON.L_POD_MODEL}) ({series(cfg, TRITON.PENDING, engine)})")),
-        Record(R.TRITON_TOKENS, tokens(TRITON.OUTPUT_TOKENS, TRITON.OUTPUT_TOKENS_TYPE)),
-        Record(R.TRITON_PROMPT_TOKENS, tokens(TRITON.INPUT_TOKENS, TRITON.INPUT_TOKENS_TYPE)),
-        Record(R.GENERATED_TOKENS, f"{R.MODEL_TOKENS} or {R.TRITON_TOKENS}"),
-        Record(R.TRITON_TTFT_BUCKET, trate(f"{TRITON.FIRST_RESPONSE_MS}_bucket", by=f"{TRITON.L_POD_MODEL}, le")),
-        *quantile_record(R.TRITON_TTFT_QUANTILE, R.TRITON_TTFT_BUCKET, "model"),
-    ]
-    return out
+    """Each engine's records (dashboards.engines), and the generated tokens/s of every engine by model."""
+    engines = ENGINE_RULES.values()
+    return [*(r for e in engines for r in e.records(cfg)),
+            Record(R.GENERATED_TOKENS, " or ".join(e.generated_tokens for e in engines)),
+            *(r for e in engines for r in e.late_records(cfg))]
 
 
 def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
@@ -529,10 +327,6 @@ def _by_decision(expr: str) -> str:
 # alerts
 
 
-def _runbook(cfg: ObservabilityConfig, alert: str) -> str:
-    return f"{cfg.runbook_url}#{alert.lower()}"
-
-
 def _burn_expr(sli: str, objective: Objective, severity: str) -> str:
     target = objective.latency_target if sli == "latency" else objective.availability_target
     budget = 1 - target
@@ -562,7 +356,7 @@ def _slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
                                  f"{what}: {{{{ $value | humanizePercentage }}}} of runs missed the SLO over the "
                                  "short window, enough to spend the 30-day budget "
                                  f"{'within days' if severity == 'critical' else 'before the window ends'}."),
-                    runbook_url=_runbook(cfg, name), for_=BURN_FOR[severity],
+                    runbook_url=runbook(cfg, name), for_=BURN_FOR[severity],
                     labels={"slo": sli, "objective": objective_name(o)},
                 ))
     return out
@@ -584,55 +378,35 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{gpu} reported XID {{{{ $value }}}} in the last {XID_WINDOW}, one of the XIDs "
                           f"({drain_list}) after which the node must be cordoned and drained and the GPU reset "
                           "(or replaced).",
-              runbook_url=_runbook(cfg, "GpuXidError")),
+              runbook_url=runbook(cfg, "GpuXidError")),
         Alert("GpuXidError", f"{R.NEW_XID} unless ({drain})", "warning",
               summary=f"{gpu} reported XID {{{{ $value }}}}",
               description=f"{gpu} reported XID {{{{ $value }}}} in the last {XID_WINDOW}: usually an "
                           "application fault (13, 31, 43); the GPU needs no reset. Check the workload's and the "
                           "driver's logs.",
-              runbook_url=_runbook(cfg, "GpuXidError")),
+              runbook_url=runbook(cfg, "GpuXidError")),
         Alert("GpuThermalThrottling", f"({bit(sw_thermal)}) or ({bit(hw_thermal)})", "warning",
               summary=f"{gpu} is thermally throttled",
               description=f"{gpu} has had its clocks cut for temperature for 5 minutes "
                           "(NVML SW or HW thermal slowdown): check cooling and airflow.",
-              runbook_url=_runbook(cfg, "GpuThermalThrottling"), for_="5m"),
+              runbook_url=runbook(cfg, "GpuThermalThrottling"), for_="5m"),
         Alert("GpuPowerThrottling", f"({bit(power_brake)}) or ({bit(hw_slow)})", "warning",
               summary=f"{gpu} is power-brake throttled",
               description=f"{gpu} has had its clocks cut by HW slowdown or the power brake for 5 minutes: "
                           "check the PSU and power capping of the node.",
-              runbook_url=_runbook(cfg, "GpuPowerThrottling"), for_="5m"),
+              runbook_url=runbook(cfg, "GpuPowerThrottling"), for_="5m"),
         Alert("GpuRowRemapFailure", f"{series(cfg, DCGM.ROW_REMAP_FAILURE)} > 0", "critical",
               summary=f"{gpu} failed to remap a memory row",
               description=f"{gpu} could not remap a failing HBM row: the GPU must be replaced.",
-              runbook_url=_runbook(cfg, "GpuRowRemapFailure")),
+              runbook_url=runbook(cfg, "GpuRowRemapFailure")),
         Alert("GpuExpensiveIdle",
               f"sum by (pool) ({R.IDLE_GPUS}) >= on (pool) {R.GPUS_PER_NODE}", "warning",
               summary="Pool {{ $labels.pool }} has {{ $value }} allocated GPUs idle",
               description=f"GPUs allocated to models in pool {{{{ $labels.pool }}}} ran below "
                           f"{cfg.idle_gpu_utilization_percent:g}% utilisation for an hour: at least a whole "
                           "node's worth, paid at the node's price; scale the models down or consolidate them.",
-              runbook_url=_runbook(cfg, "GpuExpensiveIdle"), for_="1h"),
-        Alert("ModelKvCacheSaturated", f"{R.VLLM_KV_CACHE} > {cfg.kv_cache_saturation!r}", "warning",
-              summary="Model {{ $labels.model }} KV cache is {{ $value | humanizePercentage }} used",
-              description=f"Model {{{{ $labels.model }}}} has used more than {cfg.kv_cache_saturation:.0%} of its "
-                          "KV cache for 10 minutes: requests are preempted or queue; add replicas or cut "
-                          "max model length.",
-              runbook_url=_runbook(cfg, "ModelKvCacheSaturated"), for_="10m"),
-        Alert("ModelQueueGrowing",
-              f"{R.VLLM_WAITING_PER_REPLICA} > on (model) {cfg.queue_alert_factor!r} * {R.QUEUE_DEPTH_TARGET}",
-              "warning",
-              summary="Model {{ $labels.model }} has {{ $value }} requests waiting per replica",
-              description=f"Model {{{{ $labels.model }}}} has held more than {cfg.queue_alert_factor:g}x its "
-                          "autoscaling target (replicas.targetQueueDepth) of waiting requests per replica for "
-                          "10 minutes: the autoscaler is at its maximum or cannot get GPUs.",
-              runbook_url=_runbook(cfg, "ModelQueueGrowing"), for_="10m"),
-        Alert("TritonQueueTimeHigh",
-              f"{R.TRITON_QUEUE} > on (model) {cfg.queue_alert_factor!r} * {R.QUEUE_TIME_TARGET}", "warning",
-              summary="Model {{ $labels.model }} requests queue {{ $value | humanizeDuration }} on average",
-              description=f"Triton model {{{{ $labels.model }}}} has queued requests for more than "
-                          f"{cfg.queue_alert_factor:g}x its autoscaling target (replicas.targetQueueTimeMs) "
-                          "for 10 minutes: the autoscaler is at its maximum or cannot get GPUs.",
-              runbook_url=_runbook(cfg, "TritonQueueTimeHigh"), for_="10m"),
+              runbook_url=runbook(cfg, "GpuExpensiveIdle"), for_="1h"),
+        *(a for e in ENGINE_RULES.values() for a in e.alerts(cfg)),
     ]
 
 
@@ -667,14 +441,14 @@ def _pipeline_alerts(cfg: ObservabilityConfig) -> list[Alert]:
                 summary=f"{{{{ $labels.job }}}} is dropping {words}",
                 description=f"For {PIPELINE_FOR} the {what}: they are lost, and dashboards, traces or logs miss "
                             "them.",
-                runbook_url=_runbook(cfg, alert), for_=PIPELINE_FOR, labels={"signal": signal}))
+                runbook_url=runbook(cfg, alert), for_=PIPELINE_FOR, labels={"signal": signal}))
     out += [
         Alert("LogShippingDropping", f"{rate(PIPELINE.LOKI_WRITE_DROPPED, 'namespace, pod, host')} > 0", "warning",
               summary="Alloy {{ $labels.pod }} is dropping log lines",
               description=f"For {PIPELINE_FOR} Alloy pod {{{{ $labels.pod }}}} dropped {{{{ $value }}}} log "
                           "lines/s it could not push to {{ $labels.host }} after every retry: that node's pod logs "
                           "are lost.",
-              runbook_url=_runbook(cfg, "LogShippingDropping"), for_=PIPELINE_FOR),
+              runbook_url=runbook(cfg, "LogShippingDropping"), for_=PIPELINE_FOR),
         Alert("LokiRequestsFailing",
               f"{rate(PIPELINE.LOKI_REQUESTS, 'namespace, job, route', SERVER_ERRORS)} / "
               f"{rate(PIPELINE.LOKI_REQUESTS, 'namespace, job, route')} > {LOKI_ERROR_RATIO!r}", "warning",
@@ -682,7 +456,7 @@ def _pipeline_alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"For {PIPELINE_FOR} Loki ({{{{ $labels.job }}}}) answered {{{{ $value | "
                           f"humanizePercentage }}}} of {{{{ $labels.route }}}} requests with 5xx (more than "
                           f"{LOKI_ERROR_RATIO:.0%}); on route loki_api_v1_push these are log lines refused.",
-              runbook_url=_runbook(cfg, "LokiRequestsFailing"), for_=PIPELINE_FOR),
+              runbook_url=runbook(cfg, "LokiRequestsFailing"), for_=PIPELINE_FOR),
         Alert("LokiCanaryLinesMissing",
               f"{rate(PIPELINE.CANARY_MISSING, 'namespace', window='15m')} / "
               f"{rate(PIPELINE.CANARY_ENTRIES, 'namespace', window='15m')} > {CANARY_MISSING_RATIO!r}", "warning",
@@ -690,7 +464,7 @@ def _pipeline_alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"For {PIPELINE_FOR} more than {CANARY_MISSING_RATIO:.0%} of the lines loki-canary "
                           "wrote in {{ $labels.namespace }} never came back from Loki ({{ $value | "
                           "humanizePercentage }} over 15 minutes): logs are being lost between write and query.",
-              runbook_url=_runbook(cfg, "LokiCanaryLinesMissing"), for_=PIPELINE_FOR),
+              runbook_url=runbook(cfg, "LokiCanaryLinesMissing"), for_=PIPELINE_FOR),
     ]
     return out
 

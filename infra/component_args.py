@@ -6,21 +6,36 @@ this module is the only place that knows both shapes.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 from components.k8s.autoscaler import ClusterAutoscalerArgs
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.mesh import MeshArgs
-from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs, VolumeSizesArgs
+from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs
 from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
-from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant, VolumeSizes
+from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant
 
-__all__ = ["tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args", "fabric_args",
-           "cluster_autoscaler_args", "observability_args", "platform_args"]
+__all__ = ["same_names", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args",
+           "fabric_args", "cluster_autoscaler_args", "observability_args", "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
+
+
+def same_names(value: Any, *, unset_left_out: bool = False) -> Any:
+    """A settings dataclass as the component args of the same names (a section both shapes spell alike: gateway
+    retries, health checks, ingest, ...), tuples as lists; `unset_left_out`: fields that are None are left out, so
+    the component's own default applies."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(value):
+        v = getattr(value, f.name)
+        if v is not None or not unset_left_out:
+            out[f.name] = list(v) if isinstance(v, tuple) else v
+    return out
 
 
 def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
@@ -43,7 +58,8 @@ def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
                              "priority": m.priority,
                              "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
                              "max_request_bytes": m.max_request_bytes,
-                             "try_idle_timeout_seconds": m.try_idle_timeout_seconds}
+                             "try_idle_timeout_seconds": m.try_idle_timeout_seconds,
+                             "session_affinity_balance_factor": m.session_affinity_balance_factor}
     if m.variant is not None:  # the cost from the stack's prices when the config gives requestsPerSecond instead
         out["variant"] = {"cost_per_request": cfg.cost_per_request(m)}
         if m.variant.max_requests is not None:
@@ -90,20 +106,10 @@ def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
         "request_timeout_seconds": gw.request_timeout_seconds,
         "stream_idle_timeout_seconds": gw.stream_idle_timeout_seconds,
         "idle_timeout_seconds": gw.idle_timeout_seconds,
-        "retries": {"attempts": gw.retries.attempts, "budget_percent": gw.retries.budget_percent},
-        "outlier_detection": {
-            "consecutive_5xx": gw.outlier_detection.consecutive_5xx,
-            "interval_seconds": gw.outlier_detection.interval_seconds,
-            "base_ejection_seconds": gw.outlier_detection.base_ejection_seconds,
-            "max_ejection_percent": gw.outlier_detection.max_ejection_percent,
-            "panic_threshold_percent": gw.outlier_detection.panic_threshold_percent},
-        "circuit_breakers": {"max_connections": gw.circuit_breakers.max_connections,
-                             "max_pending_requests": gw.circuit_breakers.max_pending_requests,
-                             "max_requests": gw.circuit_breakers.max_requests},
-        "health_check": {"interval_seconds": gw.health_check.interval_seconds,
-                         "timeout_seconds": gw.health_check.timeout_seconds,
-                         "unhealthy_threshold": gw.health_check.unhealthy_threshold,
-                         "healthy_threshold": gw.health_check.healthy_threshold},
+        "retries": same_names(gw.retries),
+        "outlier_detection": same_names(gw.outlier_detection),
+        "circuit_breakers": same_names(gw.circuit_breakers),
+        "health_check": same_names(gw.health_check),
         "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
         "routing": routing,
     }
@@ -122,8 +128,7 @@ def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
         "gpus_per_replica": m.gpus_per_replica, "quantization": m.quantization,
         "quantized_checkpoint": m.quantized_checkpoint, "prefix_caching": m.prefix_caching,
         "expert_parallel": m.expert_parallel,
-        "replicas": {"min": m.replicas.min, "max": m.replicas.max, "target_queue_depth": m.replicas.target_queue_depth,
-                     "target_queue_time_ms": m.replicas.target_queue_time_ms},
+        "replicas": same_names(m.replicas),
         "workload": m.workload, "cache_gib": m.cache_gib, "startup_budget_seconds": m.startup_budget_seconds,
         "group_formation_seconds": m.group_formation_seconds, "task": m.task,
         "monitoring_namespace": cfg.observability.namespace,
@@ -218,17 +223,6 @@ def _receiver(r: AlertReceiver) -> AlertReceiverArgs:
     return out
 
 
-def _pinned(v: VolumeSizes) -> VolumeSizesArgs:
-    out: VolumeSizesArgs = {}
-    if v.prometheus_gib is not None:
-        out["prometheus_gib"] = v.prometheus_gib
-    if v.loki_gib is not None:
-        out["loki_gib"] = v.loki_gib
-    if v.jaeger_gib is not None:
-        out["jaeger_gib"] = v.jaeger_gib
-    return out
-
-
 def observability_args(cfg: PlatformConfig) -> ObservabilityArgs:
     """The stack's observability settings the backends read, the tenants' and the gateway's namespaces (their
     sidecars are scraped), and where the cluster runs (the volumes' StorageClass)."""
@@ -242,9 +236,8 @@ def observability_args(cfg: PlatformConfig) -> ObservabilityArgs:
         "namespace": obs.namespace, "retention": obs.retention, "trace_retention": obs.trace_retention,
         "loki_mode": obs.loki_mode, "trace_sample_ratio": obs.trace_sample_ratio,
         "control_plane_metrics": obs.control_plane_metrics,
-        "ingest": {"samples_per_second": obs.ingest.samples_per_second, "log_gib_per_day": obs.ingest.log_gib_per_day,
-                   "spans_per_second": obs.ingest.spans_per_second},
-        "volumes": _pinned(obs.volumes),
+        "ingest": same_names(obs.ingest),
+        "volumes": same_names(obs.volumes, unset_left_out=True),
         "alerting": alerting,
         "tenant_namespaces": [t.namespace for t in cfg.tenants.values()],
         "gateway_namespace": cfg.gateway.namespace,

@@ -23,10 +23,12 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from infra import config
-from infra.config import _REQUIRED, DNS_LABEL, NAMESPACE, TOP_LEVEL_KEYS, ConfigError, _Reader, parse
+from infra.config import DNS_LABEL, NAMESPACE, TOP_LEVEL_KEYS, ConfigError, _Reader, parse
+from infra.stack import declared
+from infra.stack.reader import _REQUIRED
 
 __all__ = ["COVERAGE", "Recorder", "schema", "stack_file_schema", "missing_keys"]
 
@@ -37,6 +39,7 @@ REQUIRED_KEYS = ("target", "nodePools")  # parse() requires them whatever else t
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
                type(None): "null"}
 _INDEX = re.compile(r"\[\d+\]")
+T = TypeVar("T")
 
 # The corpus: stack configs that together take every branch of the reader. Only walked (never deployed), so they
 # need not be valid as a whole: each reaches keys read only under some other value (a provider, engine, fabric,
@@ -97,6 +100,7 @@ class _Node:
     string_items: bool = False  # a list of strings
     values: dict[str, Any] | None = None  # the schema of a map's values (string maps, prices, MIG quotas)
     key_pattern: str | None = None
+    schema: dict[str, Any] | None = None  # a declared section's whole schema (infra/stack/declared.py)
 
 
 class Recorder(_Reader):
@@ -183,6 +187,19 @@ class Recorder(_Reader):
         finally:
             self._quiet -= 1
 
+    def section(self, cls: type[T], raw: Any, path: str) -> T:
+        node = self._node(path)
+        node.types.add("object")
+        node.schema = declared.json_schema(cls)
+        return super().section(cls, raw, path)
+
+    def fields(self, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+        node = self._node(path)
+        node.types.add("object")
+        node.schema = declared.json_schema(cls)
+        node.allowed = set(declared.allowed_keys(cls, handled))
+        return super().fields(cls, raw, path, handled=handled)
+
     def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
               ) -> None:
         node = self._node(path)
@@ -240,11 +257,12 @@ _UNKNOWN_SITE = _Site(derived=True, conditional=True, dynamic_bounds=True)  # cl
 
 
 def _site(frame: Any, key: str) -> _Site:
-    """The call site reading `key` in the caller's frame; outside infra/config.py (a reader helper elsewhere) or
-    where the source names no key, nothing is claimed."""
-    if frame.f_globals.get("__name__") != config.__name__:
+    """The call site reading `key` in the caller's frame; outside infra/config.py and infra/stack (a reader helper
+    elsewhere) or where the source names no key, nothing is claimed."""
+    module = frame.f_globals.get("__name__")
+    if module != config.__name__ and not str(module).startswith("infra.stack."):
         return _UNKNOWN_SITE
-    sites = _call_sites()
+    sites = _call_sites(module)
     return sites.get((frame.f_lineno, key)) or sites.get((frame.f_lineno, "*")) or _Site(False, False, False)
 
 
@@ -253,10 +271,10 @@ def _literal_args(call: ast.Call, names: tuple[str, ...]) -> bool:
 
 
 @cache
-def _call_sites() -> dict[tuple[int, str], _Site]:
-    """(line, key) -> _Site for every reader call in infra/config.py (every line a call spans; key "*" where the
-    source computes the key, e.g. in a loop over keys: such a site claims nothing)."""
-    tree = ast.parse(inspect.getsource(config))
+def _call_sites(module: str) -> dict[tuple[int, str], _Site]:
+    """(line, key) -> _Site for every reader call in `module` (infra.config or an infra.stack module; every line a
+    call spans; key "*" where the source computes the key, e.g. in a loop over keys: such a site claims nothing)."""
+    tree = ast.parse(inspect.getsource(sys.modules[module]))
     parents = {child: parent for parent in ast.walk(tree) for child in ast.iter_child_nodes(parent)}
     out: dict[tuple[int, str], _Site] = {}
     for n in ast.walk(tree):
@@ -304,6 +322,13 @@ def _to_json(value: Any) -> Any:
 
 def _build(nodes: Mapping[str, _Node], path: str) -> dict[str, Any]:
     node = nodes[path]
+    if node.schema is not None:  # a declared section, with the keys its caller reads built as any other
+        out = dict(node.schema)
+        if "." not in path:
+            out["type"] = "object"  # a top-level key must be a mapping
+        built = _object(nodes, path, node).get("properties", {})
+        out["properties"] = dict(sorted((built | node.schema["properties"]).items()))
+        return out
     # A section below the top level reads null as empty (`replicas:` with every child commented out); a top-level
     # key, a named entry (a pool, a model) or a list item must be a mapping.
     nullable = "object" in node.types and "." in path and not path.endswith((".*", "[]"))
@@ -330,7 +355,7 @@ def _scalar(node: _Node, types_: set[str], *, nullable: bool) -> dict[str, Any]:
         out["maximum"] = hi
     constant = {json.dumps(_to_json(d)) for d in node.defaults}
     if node.derived_default:
-        out["description"] = "default: derived from other settings (infra/config.py says how)"
+        out["description"] = "default: derived from other settings (infra/stack says how)"
     elif len(constant) == 1 and None not in node.defaults:
         out["default"] = json.loads(constant.pop())
     if node.string_items:
@@ -379,7 +404,8 @@ def missing_keys(corpus: Iterable[Mapping[str, Any]]) -> list[str]:
     """Allowed keys of a mapping that no walk of the corpus read: the schema would know them only by name."""
     nodes = _walk(corpus).nodes
     return sorted(f"{path}.{key}" for path, node in nodes.items() for key in node.allowed or ()
-                  if f"{path}.{key}" not in nodes and f"{path}.{key}[]" not in nodes)
+                  if f"{path}.{key}" not in nodes and f"{path}.{key}[]" not in nodes
+                  and key not in (node.schema or {}).get("properties", {}))
 
 
 def stack_file_schema(corpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -394,7 +420,7 @@ def stack_file_schema(corpus: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
         "$schema": DRAFT,
         "definitions": keys,
         "title": "aifactory stack settings (stacks/Pulumi.<env>.yaml)",
-        "description": "Generated by `aifactory schema` from infra/config.py's reader; do not edit by hand.",
+        "description": "Generated by `aifactory schema` from the stack model (infra/stack); do not edit by hand.",
         "type": "object",
         "properties": {"config": {
             "type": "object",

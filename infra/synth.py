@@ -32,7 +32,16 @@ from typing import Any
 
 import yaml
 
-from infra.config import DEFAULT_STACKS_DIR, NAMESPACE, ConfigError, PlatformConfig, Problem, namespace_typo_problem
+from infra import stack_yaml
+from infra.config import (
+    DEFAULT_STACKS_DIR,
+    NAMESPACE,
+    TOP_LEVEL_KEYS,
+    ConfigError,
+    PlatformConfig,
+    Problem,
+    namespace_typo_problem,
+)
 
 __all__ = [
     "PROJECT",
@@ -92,25 +101,21 @@ def stack_file(stack: str, stacks_dir: Path | None = None) -> Path:
     return (stacks_dir or DEFAULT_STACKS_DIR) / f"Pulumi.{stack}.yaml"
 
 
-class _StackLoader(yaml.SafeLoader):
-    """YAML 1.1's safe loader, but an unquoted date or time stays the text it is (`startTime: 2026-12-01T11:30:00Z`),
-    as the Pulumi CLI passes it to the program (go-yaml's decode.go sets a timestamp decoded into an interface{}
-    as its string "for backward compatibility"; the CLI reads stack files into untyped values),
-    instead of a datetime that is neither JSON nor what the user wrote."""
-
-
-_StackLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-
-
 def read_stack_config(path: Path) -> dict[str, str]:
     """The stack's config as the Pulumi CLI hands it to a program: `ns:key` -> text (JSON for objects)."""
     if not path.is_file():
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         raise StackFileError(f"{path}: no such stack file; stacks: {', '.join(known) or '(none)'}")
     try:
-        doc = yaml.load(path.read_bytes().decode("utf-8"), Loader=_StackLoader)  # noqa: S506 - a SafeLoader
+        with path.open("rb") as f:  # never more than the limit into memory, whatever the file's size
+            data = f.read(stack_yaml.MAX_STACK_FILE_BYTES + 1)
+        if len(data) > stack_yaml.MAX_STACK_FILE_BYTES:
+            raise StackFileError(f"{path}: is larger than {stack_yaml.MAX_STACK_FILE_BYTES:,} bytes; a stack file "
+                                 "holds settings, not data")
+        doc = stack_yaml.load(data.decode("utf-8"))
+    except stack_yaml.StackYamlError as err:
+        raise StackFileError("\n".join(f"{path}{f' line {line}' if line else ''}: {message}"
+                                        for line, message in err.problems)) from None
     except OSError as err:
         raise StackFileError(f"{path}: cannot read: {err.strerror or err}") from None
     except UnicodeDecodeError as err:
@@ -122,6 +127,11 @@ def read_stack_config(path: Path) -> dict[str, str]:
         raise StackFileError(f"{path}{where}: not valid YAML: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("config", {}), dict):
         raise StackFileError(f"{path}: expected a mapping with a 'config:' mapping (Pulumi stack settings)")
+    if misplaced := [str(k) for k in doc if str(k) in TOP_LEVEL_KEYS or str(k).startswith(f"{NAMESPACE}:")]:
+        # Pulumi hands a program only what is under `config:`; at the top level these reach nobody.
+        raise StackFileError(f"{path}: {', '.join(misplaced)}: the kit's settings must sit under 'config:' "
+                             f"(indented below a top-level `config:` line); the Pulumi CLI passes the program "
+                             "nothing else from a stack file")
     values: dict[str, str] = {}
     problems = []
     for key, value in (doc.get("config") or {}).items():
@@ -419,6 +429,10 @@ def synth(stack: str, out: Path | None = None, *, stacks_dir: Path | None = None
             say(f"               {name:<16} {len(files)} file(s)")
         with _interrupts_deferred():
             _replace_dir(tmp, dest)
+    except OSError as err:  # the disk filled or went read-only while writing: the old output is left as it was
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise OutputDirError(f"--out {out}: writing {err.filename or tmp} failed: {err.strerror or err}; nothing "
+                             "was replaced") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -488,7 +502,27 @@ def check_output_dir(out: Path, *, stack: str | None = None) -> Path:
         raise OutputDirError(f"--out {out}: holds the output of stack {other!r}, not {stack!r}; synth replaces its "
                              f"output directory as a whole, so choose build/{stack} or a new directory, or remove "
                              "this one yourself")
+    _probe_writable(out, dest.parent)
     return dest
+
+
+def _probe_writable(out: Path, parent: Path) -> None:
+    """OutputDirError unless a file can be written where synth will build the output (the nearest existing
+    directory above it): a read-only or full disk is said before the program runs, with the path."""
+    where = parent
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".aifactory-probe-", dir=where)
+        try:
+            os.write(fd, b"\0" * 65536)  # a full disk refuses data, not always an empty file
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+            os.unlink(probe)
+    except OSError as err:
+        raise OutputDirError(f"--out {out}: cannot write in {where}: {err.strerror or err}; choose a writable "
+                             "location with free space") from None
 
 
 def _pid_alive(pid: int) -> bool:

@@ -12,6 +12,7 @@ name (`bucket`); the stack policies match it to the bucket by that name or by th
 
 from __future__ import annotations
 
+import fnmatch
 import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -33,6 +34,8 @@ __all__ = [
     "denies_insecure_transport",
     "statements",
     "admin_statements",
+    "policy_documents",
+    "s3_scope_problems",
     "open_ingress",
 ]
 
@@ -183,13 +186,79 @@ def admin_statements(document: Any) -> list[int]:
             if s["effect"] == "Allow" and "*" in _as_list(s["actions"]) and "*" in _as_list(s["resources"])]
 
 
-def _iam(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
-    docs: list[tuple[str, Any]] = []
+def policy_documents(resource_type: str, props: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """(where, document) of every IAM policy document a resource carries: a policy resource's own, or a role's
+    inline policies."""
     if resource_type in IAM_POLICY_PROPS:
-        docs.append(("policy", props.get(IAM_POLICY_PROPS[resource_type])))
-    elif resource_type == ROLE:
-        docs.extend((f"inlinePolicies[{p.get('name')!r}]", p.get("policy")) for p in props.get("inlinePolicies") or ())
-    return [f"{where} statement {i} allows '*' on '*'" for where, doc in docs for i in admin_statements(doc)]
+        return [("policy", props.get(IAM_POLICY_PROPS[resource_type]))]
+    if resource_type == ROLE:
+        return [(f"inlinePolicies[{p.get('name')!r}]", p.get("policy")) for p in props.get("inlinePolicies") or ()]
+    return []
+
+
+def _iam(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    return [f"{where} statement {i} allows '*' on '*'"
+            for where, doc in policy_documents(resource_type, props) for i in admin_statements(doc)]
+
+
+S3_READS = ("s3:GetObject", "s3:ListBucket")
+S3_ARN = "arn:aws:s3:::"
+
+
+def _grants(document: Any) -> list[tuple[int, Mapping[str, Any]]]:
+    """(index, statement) of an IAM policy's statements, JSON text or a mapping, with their conditions."""
+    if isinstance(document, str):
+        try:
+            document = json.loads(document)
+        except ValueError:
+            return []
+    items = document.get("Statement") if isinstance(document, Mapping) else None
+    items = (items if is_seq(items) else [items]) if items else []
+    return [(i, s) for i, s in enumerate(items) if isinstance(s, Mapping) and s.get("Effect", "Allow") == "Allow"]
+
+
+def s3_scope_problems(document: Any) -> list[str]:
+    """What an IAM policy lets its principal read in S3 beyond named buckets and the prefix it reads objects under:
+    a wildcard in a bucket name (`s3://*` became `arn:aws:s3:::*/*`, every bucket of every account that allows
+    it), a bare '*' resource, or a listing of a bucket whose objects are read only under a prefix. Action
+    wildcards match as IAM matches them (`s3:Get*`, `s3:*`, `*`; IAM User Guide, "IAM JSON policy elements:
+    Action")."""
+    problems: list[str] = []
+    object_prefixes: dict[str, set[str]] = {}
+    listings: list[tuple[int, str, Mapping[str, Any]]] = []
+    for i, st in _grants(document):
+        actions = [a for a in _as_list(st.get("Action")) if isinstance(a, str)]
+        reads = {r for r in S3_READS if any(fnmatch.fnmatchcase(r.lower(), a.lower()) for a in actions)}
+        if not reads:
+            continue
+        for resource in (r for r in _as_list(st.get("Resource")) if isinstance(r, str)):
+            if resource == "*":
+                problems.append(f"statement {i} allows {'/'.join(sorted(reads))} on '*': every bucket")
+                continue
+            if not resource.startswith(S3_ARN):
+                continue
+            bucket, slash, key = resource[len(S3_ARN):].partition("/")
+            if any(c in bucket for c in "*?"):
+                problems.append(f"statement {i} allows {'/'.join(sorted(reads))} on {resource!r}: a wildcard in "
+                                "the bucket name reaches other buckets")
+            elif slash and "s3:GetObject" in reads:
+                object_prefixes.setdefault(bucket, set()).add(key.rstrip("*"))
+            elif not slash and "s3:ListBucket" in reads:
+                listings.append((i, bucket, st.get("Condition") or {}))
+    for i, bucket, condition in listings:
+        prefixes = object_prefixes.get(bucket, set())
+        if prefixes and "" not in prefixes:
+            limited = [p for op in condition.values() if isinstance(op, Mapping)
+                       for p in _as_list(op.get("s3:prefix")) if isinstance(p, str)]
+            if not limited or any(not any(p.startswith(o) for o in prefixes) for p in limited):
+                problems.append(f"statement {i} lists bucket {bucket!r} beyond the prefix its objects are read "
+                                f"under ({', '.join(sorted(prefixes))}): add a s3:prefix condition")
+    return problems
+
+
+def _s3_scope(resource_type: str, props: Mapping[str, Any], _cfg: dict[str, Any]) -> list[str]:
+    return [f"{where} {problem}"
+            for where, doc in policy_documents(resource_type, props) for problem in s3_scope_problems(doc)]
 
 
 PropsTest = Callable[[Mapping[str, Any]], bool]
@@ -361,6 +430,14 @@ POLICIES = [
         severity=Severity.HIGH, enforcement=MANDATORY,
         remediation="Add a BucketServerSideEncryptionConfiguration with sseAlgorithm aws:kms (or AES256).",
         check=_encryption,
+    ),
+    resource_policy(
+        name="iam-s3-read-scoped",
+        description="No IAM policy reads S3 beyond named buckets, nor lists a bucket beyond the prefix it reads.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Name the bucket (models.<name>.uri: s3://<bucket>/<prefix>) and limit s3:ListBucket with an "
+                    "s3:prefix condition to the prefix the objects are read under.",
+        types=(*IAM_POLICY_PROPS, ROLE), check=_s3_scope,
     ),
     resource_policy(
         name="iam-no-admin-wildcard",

@@ -63,6 +63,10 @@ the workflow declared how many it runs (workflow(..., steps=N): N sequential top
 minus its top-level steps already finished, at least 1), else the whole remaining budget. The nearest
 enclosing workflow that declared steps decides. Workflows with a deadline also record the budget left when
 each step starts (STEP_BUDGET) and, when they end, whether they met the deadline (WORKFLOW_DEADLINES).
+
+Session affinity: inside a workflow, headers() also puts SESSION_BAGGAGE_KEY = the workflow's trace id (32 hex
+digits) in the baggage, so every step of one run reaches the gateway with one session key and lands on the model
+replica that holds its prefix (components.k8s.envoy_affinity).
 """
 
 from __future__ import annotations
@@ -101,6 +105,7 @@ from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, Step, critical_path
 __all__ = [
     "BUDGET_BAGGAGE_KEY",
     "DEADLINE_BAGGAGE_KEY",
+    "SESSION_BAGGAGE_KEY",
     "DEFAULT_CLOCK",
     "NO_WORKFLOW",
     "UNKNOWN_TENANT",
@@ -131,6 +136,7 @@ NO_WORKFLOW = "none"  # workflow label of steps run outside any workflow
 UNKNOWN_TENANT = "unknown"  # tenant label when nothing named one (see telemetry.setup)
 BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # W3C baggage: the workflow's latency budget, ms (remaining, in headers())
 DEADLINE_BAGGAGE_KEY = "aifactory.deadline_ms"  # W3C baggage: the workflow's deadline, ms since the epoch
+SESSION_BAGGAGE_KEY = "aifactory.session"  # W3C baggage, in headers(): the workflow's trace id (the gateway's session)
 STATUS_OK, STATUS_ERROR = "ok", "error"
 SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
 _NS_PER_S = 1e9
@@ -574,11 +580,16 @@ class Telemetry:
     def headers(self, *, context: Context | None = None) -> dict[str, str]:
         """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
         the baggage carries BUDGET_BAGGAGE_KEY as this request's budget (never below 0; see the module docstring:
-        the remaining budget, or its share per step left), and the deadline."""
+        the remaining budget, or its share per step left), and the deadline; inside a workflow, SESSION_BAGGAGE_KEY
+        (the session key the gateway's affinity hashes)."""
         ctx = otel_context.get_current() if context is None else context
         remaining = self.remaining_budget_ms(context=ctx)
+        run = current_run(ctx)
         if remaining is not None:
-            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining // _steps_left(current_run(ctx))), ctx)
+            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining // _steps_left(run)), ctx)
+        workflow = run if type(run) is WorkflowRun else run.workflow if run is not None else None  # type: ignore[union-attr]
+        if workflow is not None:
+            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, f"{workflow.trace_id:032x}", ctx)
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=ctx)
         return carrier

@@ -48,6 +48,7 @@ __all__ = [
     "DCGM",
     "VLLM",
     "TRITON",
+    "SGLANG",
     "ISTIO",
     "ENVOY",
     "KSM",
@@ -243,6 +244,24 @@ class TRITON:
     # model's ServiceMonitor copies onto every series (podTargetLabels).
     ENGINE_MODEL = "tensorrt_llm"
     L_POD_MODEL = "aifactory_io_model"
+
+
+class SGLANG:
+    """SGLang 0.5.23 (sglang/srt/observability/metrics_collector.py; labels model_name, engine_type and, on the
+    scheduler's, tp_rank, pp_rank, moe_ep_rank). /metrics only with --enable-metrics."""
+
+    RUNNING = "sglang:num_running_reqs"  # gauge
+    QUEUE = "sglang:num_queue_reqs"  # gauge: requests waiting in the scheduler's queue
+    CACHE_HIT_RATE = "sglang:cache_hit_rate"  # gauge 0-1: prefix (RadixAttention) hits over the last batches
+    TOKEN_USAGE = "sglang:token_usage"  # gauge 0-1: share of the KV pool in use
+    GEN_THROUGHPUT = "sglang:gen_throughput"  # gauge: tokens/s
+    PROMPT_TOKENS = "sglang:prompt_tokens_total"  # counter {is_streaming}
+    GENERATION_TOKENS = "sglang:generation_tokens_total"  # counter {is_streaming}
+    TTFT = "sglang:time_to_first_token_seconds"  # histogram {is_streaming}
+    ITL = "sglang:inter_token_latency_seconds"  # histogram
+    E2E = "sglang:e2e_request_latency_seconds"  # histogram
+    QUEUE_TIME = "sglang:queue_time_seconds"  # histogram
+    L_MODEL = "model_name"
 
 
 class ISTIO:

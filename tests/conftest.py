@@ -1,26 +1,103 @@
-"""Shared fixtures: each shipped stack is synthesized once per test session and reused read-only."""
+"""Shared fixtures (each shipped stack is synthesized once per test run and reused read-only) and the `slow` mark.
+
+Under pytest-xdist (`make test` runs `-n`), the workers share one synth per stack: the first worker that needs a
+stack synthesizes it under a file lock in the run's common temporary directory, the others wait for it and read
+the same directory.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from infra.synth import SynthSummary, synth
+from infra.synth import OUTPUT_MARKER, synth
+
+# `slow` (pyproject.toml's markers): everything under tests/artifacts/ (each test runs a real tool: Envoy,
+# Prometheus, promtool, amtool, kubernetes-validate) and the unit tests that took more than 10 s on the 2-core
+# development machine (`pytest --durations`). `-m "not slow"` is the quick loop.
+SLOW_DIRS = ("tests/artifacts/",)
+SLOW_TESTS = frozenset({
+    "tests/unit/test_aws_hardening.py::test_the_large_stack_runs_with_the_new_defaults",  # 126 s: the bench's stack
+    "tests/unit/test_aws_cluster.py::test_addons_run_ekss_default_version_for_the_clusters_kubernetes_version",
+    "tests/unit/test_aws_cluster.py::test_with_listed_admins_the_creator_gets_no_second_entry_and_the_provider_waits"
+    "_for_theirs",
+    "tests/unit/test_aws_cluster.py::test_the_stacks_aws_profile_and_account_guards_reach_the_kits_provider_and"
+    "_kubeconfig",
+})
+
+
+# Files whose assertions depend on relative speed (which replica Envoy picks while another is slow, a hung
+# replica's timeouts): under pytest-xdist their tests run alone, never beside another worker's test, which on a
+# 2-core machine would starve the fast replicas of CPU (test_a_slow_replica_gets_little_traffic failed so under
+# `-n 2` on the development machine: the slow replica got 42 of 400 requests).
+ALONE_FILES = ("tests/artifacts/test_envoy_live.py", "tests/artifacts/test_envoy_input_live.py",
+               "tests/artifacts/test_envoy_variants_live.py")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SLOW_DIRS) or item.nodeid.partition("[")[0] in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(autouse=True)
+def _alone_when_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under xdist, every test holds the run's lock shared and an ALONE_FILES test holds it exclusively. A
+    turnstile taken before either keeps the other workers from starving a waiting exclusive test."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        yield
+        return
+    root = tmp_path_factory.getbasetemp().parent
+    alone = request.node.nodeid.startswith(ALONE_FILES)
+    with (root / ".alone.lock").open("a") as run_lock:
+        with _locked(root / ".turnstile.lock"):
+            fcntl.flock(run_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        try:
+            yield
+        finally:
+            fcntl.flock(run_lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created) for the block: one process at a time, across xdist workers."""
+    with path.open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _shared_root(tmp_path_factory: pytest.TempPathFactory, worker: str | None) -> Path:
+    """The run's directory every worker sees: the parent of the workers' own base temporary directories under
+    xdist (`.../pytest-N/popen-gw0`), else this session's own."""
+    if worker is None:
+        return tmp_path_factory.mktemp("synth")
+    root = tmp_path_factory.getbasetemp().parent / "synth-shared"
+    root.mkdir(exist_ok=True)
+    return root
 
 
 @pytest.fixture(scope="session")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
-    """`synthesized("prod")` -> build directory of that stack (synth runs once per session per stack)."""
-    root = tmp_path_factory.mktemp("synth")
-    done: dict[str, SynthSummary] = {}
+    """`synthesized("prod")` -> build directory of that stack (synth runs once per test run per stack)."""
+    root = _shared_root(tmp_path_factory, os.environ.get("PYTEST_XDIST_WORKER"))
+    done: dict[str, Path] = {}
 
     def get(stack: str) -> Path:
         if stack not in done:
-            done[stack] = synth(stack, root / stack, progress=None)
-        return done[stack].out
+            out = root / stack
+            with _locked(root / f".{stack}.lock"):
+                if not (out / OUTPUT_MARKER).is_file():  # synth moves its output into place whole, marker in it
+                    synth(stack, out, progress=None)
+            done[stack] = out
+        return done[stack]
 
     return get
 

@@ -15,6 +15,7 @@ import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
 from components.aws import catalog, iam
+from components.aws.addons import addon_versions, unpinned_warning
 from components.aws.errors import Problems, check_shape
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
 
@@ -107,7 +108,8 @@ class GpuClusterArgs(TypedDict):
     destroy` stops before either. Default: false."""
     addon_versions: NotRequired[dict[str, str]]
     """Add-on name (vpc-cni, kube-proxy, coredns, aws-ebs-csi-driver) -> the version to run, pinned: no `pulumi up`
-    moves it. Default: EKS's default version for `kubernetes_version` (DescribeAddonVersions), asked at every run."""
+    moves it. Default: the kit's version for `kubernetes_version` (components.aws.addons.DEFAULT_ADDON_VERSIONS), else
+    EKS's default version (DescribeAddonVersions), asked at every run, with a warning naming the key to pin."""
     support_type: NotRequired[str]
     """EKS upgrade policy: STANDARD (EKS upgrades the cluster at the end of standard support) or EXTENDED (it stays,
     billed for extended support). Default: STANDARD."""
@@ -325,21 +327,25 @@ class GpuCluster(pulumi.ComponentResource):
 
     def _addons(self, name: str, system: aws.eks.NodeGroup, kubernetes_version: str,
                 pinned: dict[str, str]) -> dict[str, aws.eks.Addon]:
-        """The add-ons at EKS's default version for the cluster's Kubernetes version (DescribeAddonVersions'
-        defaultVersion): without a version an add-on keeps the one of the day it was created, and raising
-        `kubernetesVersion` would leave vpc-cni, coredns, kube-proxy and EBS CSI behind (EKS supports each version
-        only with some Kubernetes versions). Not `mostRecent`: an upgrade happens when the Kubernetes version moves,
-        not whenever AWS publishes a build. EKS does move that default within a Kubernetes version (a new eksbuild),
-        and OVERWRITE then applies it at the next unrelated `pulumi up`: `pinned` versions are used as given and
-        never asked for."""
+        """The add-ons at a version chosen for the cluster's Kubernetes version: without a version an add-on keeps
+        the one of the day it was created, and raising `kubernetesVersion` would leave vpc-cni, coredns, kube-proxy
+        and EBS CSI behind (EKS supports each version only with some Kubernetes versions). `pinned` versions are used
+        as given, then the kit's defaults per Kubernetes version (components.aws.addons), so an upgrade happens when
+        the Kubernetes version moves, not whenever AWS publishes a build. An add-on with neither runs EKS's default
+        version (DescribeAddonVersions' defaultVersion, not `mostRecent`), which EKS moves within a Kubernetes
+        version (a new eksbuild, applied by OVERWRITE at the next unrelated `pulumi up`): the cluster warns, naming
+        the key that pins it."""
         ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
                                  service_account=EBS_CSI_SERVICE_ACCOUNT[1],
                                  managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
+        decided = addon_versions(ADDONS, kubernetes_version=kubernetes_version, pinned=pinned)
+        if decided.unresolved:
+            pulumi.log.warn(unpinned_warning(decided.unresolved, kubernetes_version=kubernetes_version), resource=self)
         return {addon: aws.eks.Addon(
                 f"{name}-{addon}",
                 cluster_name=self.eks.name,
                 addon_name=addon,
-                addon_version=pinned[addon] if addon in pinned else aws.eks.get_addon_version_output(
+                addon_version=decided.versions.get(addon) or aws.eks.get_addon_version_output(
                     addon_name=addon, kubernetes_version=kubernetes_version,
                     opts=pulumi.InvokeOutputOptions(parent=self)).version,
                 configuration_values=addon_configuration(addon),

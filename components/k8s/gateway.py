@@ -55,6 +55,8 @@ from components.k8s.defaults import (
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_TRY_IDLE_SECONDS,
 )
+from components.k8s.engines import ENGINE_NAMES
+from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, OPENAI_APIS, GatewayView, jwks_endpoint, render
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.namespaces import create_namespace, namespace_labels
@@ -127,10 +129,10 @@ __all__ = [
 
 TYPE = "aifactory:k8s:Gateway"  # the type token of the kit's existing stacks (part of every child's URN)
 DEFAULT_TRACE_SAMPLE_RATIO = 1.0  # every request the gateway sees starts (or continues) a trace
-ENGINES = ("vllm", "triton")
+ENGINES = ENGINE_NAMES  # the engine registry's (components.k8s.engines)
 PRIORITIES = ("interactive", "batch")
 SERVICE_TYPES = ("LoadBalancer", "NodePort", "ClusterIP")
-Engine = Literal["vllm", "triton"]
+Engine = str  # one of ENGINES
 Priority = Literal["interactive", "batch"]
 
 
@@ -169,6 +171,10 @@ class GatewayModelArgs(TypedDict):
     """Longest silence of a replica before the gateway retries on another one. Default: min(timeoutSeconds, 30)."""
     variant: NotRequired[GatewayVariantArgs]
     """Default: none (the workload's only model of its priority)."""
+    session_affinity_balance_factor: NotRequired[int | None]
+    """Session affinity: requests with a session key (x-aifactory-session, else the body's prompt_cache_key) go to
+    the replica that served the session before, by Maglev hashing; no replica takes more than this percentage of
+    the average load (at least 100). None: least-request. Default: 125 for task generate, None otherwise."""
 
 
 class RateLimitArgs(TypedDict):
@@ -376,6 +382,9 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                  slo=ModelSlo(e2e_seconds=m.get("e2e_slo_seconds", _default(ModelSlo, "e2e_seconds"))),
                  max_request_bytes=m.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
                  try_idle_timeout_seconds=m.get("try_idle_timeout_seconds", min(timeout, DEFAULT_TRY_IDLE_SECONDS)),
+                 session_affinity_balance_factor=m.get(
+                     "session_affinity_balance_factor",
+                     DEFAULT_HASH_BALANCE_FACTOR if m.get("task", "generate") == "generate" else None),
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
                                                         max_requests=v.get("max_requests")))
 
@@ -424,6 +433,10 @@ def _problems(problems: Problems, args: GatewayArgs) -> None:
         if m["engine"] in OPENAI_APIS:
             _choice(problems, f"{path}.task", m.get("task", "generate"), tuple(OPENAI_APIS[m["engine"]]))
         _choice(problems, f"{path}.priority", m.get("priority", "interactive"), PRIORITIES)
+        factor = m.get("session_affinity_balance_factor")
+        if factor is not None and factor < 100:
+            problems.add(f"{path}.sessionAffinityBalanceFactor", f"{factor} must be at least 100 (percent of the "
+                                                                  "average load), or None for no affinity")
         for field_ in ("timeout_seconds", "e2e_slo_seconds", "try_idle_timeout_seconds"):
             if field_ in m and m[field_] <= 0:
                 camel = field_.split("_")[0] + "".join(w.title() for w in field_.split("_")[1:])

@@ -6,6 +6,8 @@ accounts; the policy pack and dashboards read them too. Changing one is an API c
 
 from __future__ import annotations
 
+import re
+
 from components.vocabulary import POOL_LABEL
 
 __all__ = [
@@ -40,6 +42,9 @@ __all__ = [
     "model_service_account",
     "istio_principal",
     "common_labels",
+    "LWS_SUFFIX",
+    "STATEFULSET_NAME_MAX",
+    "model_name_problems",
 ]
 
 MANAGED_BY = {"app.kubernetes.io/managed-by": "aifactory"}
@@ -102,3 +107,39 @@ def model_service_account(model: str) -> str:
 
 def istio_principal(namespace: str, service_account: str) -> str:
     return f"cluster.local/ns/{namespace}/sa/{service_account}"
+
+
+# --- names the cluster derives from a model's name ------------------------------------------------------------------
+# A model's name is its Service's, Deployment's and service account's name and the value of its labels; a multi-node
+# model's LeaderWorkerSet is `<name>-lws` (components/k8s/serving.py `workload_name`). What each must satisfy:
+# - a Service name is a DNS-1035 label: at most 63 characters, lowercase letters, digits and '-', starting with a
+#   letter (kubernetes/kubernetes@v1.34.0:pkg/apis/core/validation/validation.go `ValidateServiceName` =
+#   `NameIsDNS1035Label`); so is a LeaderWorkerSet's (kubernetes-sigs/lws@v0.9.0:pkg/webhooks/
+#   leaderworkerset_webhook.go `NameIsDNS1035Label`);
+# - the LWS controller names each group's worker StatefulSet after the group's leader pod, `<lws>-<group>`
+#   (kubernetes-sigs/lws@v0.9.0:pkg/controllers/pod_controller.go), and a StatefulSet labels its pods
+#   `controller-revision-hash: <statefulset>-<hash>` with a hash of up to 10 characters (kubernetes/kubernetes@v1.34.0
+#   pkg/controller/history/controller_history.go `ControllerRevisionName`); a label value has at most 63 characters,
+#   so a StatefulSet named longer than 52 never gets a pod (kubernetes/kubernetes#64023).
+LWS_SUFFIX = "-lws"
+STATEFULSET_NAME_MAX = 63 - 1 - 10
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def model_name_problems(name: str, *, multi_node: bool, max_replicas: int) -> list[str]:
+    """Why the objects named after model `name` would be refused or never get a pod; [] when they are fine."""
+    if not _DNS1035_LABEL.match(name) or len(name) > 63:
+        return [f"{name!r} ({len(name)} characters) names the model's Service, which must be a DNS-1035 label: "
+                "at most 63 characters of lowercase letters, digits and '-', starting with a letter and ending with "
+                "a letter or digit"]
+    if not multi_node:
+        return []
+    last_worker_set = f"{name}{LWS_SUFFIX}-{max(max_replicas, 1) - 1}"
+    if len(last_worker_set) > STATEFULSET_NAME_MAX:
+        longest = len(name) - (len(last_worker_set) - STATEFULSET_NAME_MAX)
+        return [f"{name!r} ({len(name)} characters) is too long for a multi-node model with up to {max_replicas} "
+                f"replicas: its LeaderWorkerSet names the last group's worker StatefulSet {last_worker_set!r} "
+                f"({len(last_worker_set)} characters), and a StatefulSet over {STATEFULSET_NAME_MAX} characters "
+                f"never gets a pod (its pods' controller-revision-hash label would exceed 63); use at most "
+                f"{longest} characters"]
+    return []

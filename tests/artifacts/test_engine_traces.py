@@ -29,8 +29,9 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from components.k8s import serving
-from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap, rebind
+from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra.config import PlatformConfig, parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import EnvoyProcess, free_port, request
 from tests.support.telemetry import Span
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer

@@ -19,8 +19,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -258,7 +259,10 @@ def test_client_sent_x_envoy_headers_never_reach_a_model_or_steer_the_gateway(ga
     "Envoy 1.40 drains, but does not close, an HTTP pool's busy connections when active health checks fail a "
     "host, close_connections_on_host_health_failure included (envoyproxy/envoy@v1.40.0 source/common/upstream/"
     "cluster_manager_impl.cc, drainOrCloseConnPools: closeConnections is for TCP pools only): a try in flight on "
-    "the hung replica waits for the route timeout. Not fixed yet (issue 31 item 13)."))
+    "the hung replica waits for the route timeout. Not fixed yet (issue 31 item 13): hedging on a per-try timeout "
+    "was tried and dropped, because Envoy counts each soft per-try timeout as a local-origin 504 toward "
+    "consecutive_5xx (source/common/router/router.cc, onSoftPerTryTimeout), so healthy long generations ejected "
+    "their replica, and every long answer ran twice."))
 def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_checks_fail(gateway: Gateway) -> None:
     """Non-streamed requests (their tries may stay silent for the model's timeoutSeconds) are sent while one
     replica of three hangs (its health endpoint too). Once active health checks mark it unhealthy, its

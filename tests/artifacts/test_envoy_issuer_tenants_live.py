@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 

@@ -22,8 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -59,7 +60,9 @@ RAW = {
         "flaky-reset": _MODEL,
         "two-500": _MODEL,
         "hung": {**_MODEL, "timeoutSeconds": 10, "tryIdleTimeoutSeconds": TRY_IDLE_S},
-        "lagging": _MODEL,
+        # least-request is what keeps traffic off a slow replica: a model without session affinity (with it,
+        # requests that carry no session key are spread at random under the load bound: envoy_affinity)
+        "lagging": {**_MODEL, "sessionAffinity": {"enabled": False}},
         "slow": {**_MODEL, "timeoutSeconds": SLOW_TIMEOUT_S, "tryIdleTimeoutSeconds": SLOW_TIMEOUT_S / 2},
         "long": {**_MODEL, "timeoutSeconds": 5},
         "long-stream": {**_MODEL, "timeoutSeconds": 5, "tryIdleTimeoutSeconds": TRY_IDLE_S},

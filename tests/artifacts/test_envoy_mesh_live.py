@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.istio_sidecar import routes_to_service, service_domains, service_fqdn
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer

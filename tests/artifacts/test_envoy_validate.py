@@ -46,10 +46,10 @@ def test_written_config_passes_envoy_validate(stack: str, tmp_path: Path) -> Non
 
 def test_envoy_validate_rejects_a_broken_config(tmp_path: Path) -> None:
     """The check above has teeth: one unknown field fails validation."""
-    text = render(stack_config("dev")).replace("selection_method: FULL_SCAN", "selection_method: FULL_SCANS")
+    text = render(stack_config("dev")).replace("dns_lookup_family: V4_ONLY", "dns_lookup_family: V4_ONLYS")
     (tmp_path / "bad.yaml").write_text(text)
     res = validate(tmp_path / "bad.yaml")
-    assert res.returncode == 1 and "FULL_SCANS" in res.stderr
+    assert res.returncode == 1 and "V4_ONLYS" in res.stderr
 
 
 def test_render_is_deterministic_and_binds_admin_to_loopback() -> None:

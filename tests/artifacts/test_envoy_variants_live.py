@@ -21,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 

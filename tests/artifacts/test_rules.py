@@ -18,7 +18,7 @@ from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, r
 from infra.artifacts import dump_yaml
 from infra.monitoring import from_platform
 from infra.synth import DEFAULT_STACKS_DIR, load_stack
-from telemetry.names import DCGM, KSM, PIPELINE, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
+from telemetry.names import DCGM, KSM, PIPELINE, SGLANG, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
 from tests.support import exporter_facts as facts
 from tests.support.prometheus import promtool
 from tests.support.synthetic import OTHER_WORKFLOW
@@ -279,6 +279,12 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
     queue = _around(10, [firing("ModelQueueGrowing", "warning", {"model": "assistant-batch"}, limit + 1)])
     out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"0x9 {limit + 1}x20"}, queue))
     out.append(Case("ModelQueueGrowing", {_sel(VLLM.WAITING, vllm): f"0x9 {limit}x20"}, [(queue[-1][0], [])]))
+    # SGLang: each scheduler process (TP rank) of a pod reports the pod's queue; the pod counts once
+    ranks = [{"model_name": "assistant-batch", "pod": "assistant-batch-0", "tp_rank": r} for r in ("0", "1")]
+    sq = _around(10, [firing("SglangQueueGrowing", "warning", {"model": "assistant-batch"}, limit + 1)])
+    out.append(Case("SglangQueueGrowing", {_sel(SGLANG.QUEUE, r): f"0x9 {limit + 1}x20" for r in ranks}, sq))
+    out.append(Case("SglangQueueGrowing", {_sel(SGLANG.QUEUE, r): f"0x9 {limit}x20" for r in ranks},
+                    [(sq[-1][0], [])]))
 
     triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
     ensemble = {**triton, "model": "ensemble"}  # same pod, another repository model: never counted

@@ -1,7 +1,7 @@
 """Every exporter metric name, type and label the kit reads, checked against what the real exporters emit.
 
 The other side of each check is upstream, never telemetry/names.py:
-- DCGM exporter, vLLM and Triton: fixtures recorded from the upstream sources at the pinned versions
+- DCGM exporter, vLLM, Triton and SGLang: fixtures recorded from the upstream sources at the pinned versions
   (tests/fixtures/metrics/*.yaml, each naming its repository, ref and files);
 - Envoy: a live scrape of the real Envoy's Prometheus endpoint, running the prod stack's generated bootstrap on
   127.0.0.1 in front of a local backend.
@@ -32,7 +32,8 @@ from components.k8s.gpu_stack import DCGM_COUNTERS
 from infra.config import PlatformConfig, Variant
 from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
-from telemetry.names import DCGM, TRITON, VLLM
+from telemetry.names import DCGM, SGLANG, TRITON, VLLM
+from tests.support.envoy import rebind
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
 from tests.support.stacks import stack_config
@@ -52,7 +53,8 @@ def _load(name: str) -> dict[str, Any]:
     return yaml.safe_load((FIXTURES / name).read_text())
 
 
-UPSTREAM = {"DCGM_FI_": _load("dcgm-exporter.yaml"), "vllm:": _load("vllm.yaml"), "nv_": _load("triton.yaml")}
+UPSTREAM = {"DCGM_FI_": _load("dcgm-exporter.yaml"), "vllm:": _load("vllm.yaml"), "nv_": _load("triton.yaml"),
+            "sglang:": _load("sglang.yaml")}
 
 
 def _family(name: str) -> dict[str, Any] | None:
@@ -126,11 +128,11 @@ KNOWN_MISREADS: set[str] = set()
 
 
 def test_every_exporter_name_in_names_py_is_emitted_upstream() -> None:
-    """telemetry/names.py's DCGM, vLLM and Triton names exist upstream under exactly that name, and the model
+    """telemetry/names.py's DCGM, vLLM, Triton and SGLang names exist upstream under exactly that name, and the model
     labels it reads are the exporters' own (e.g. vllm:generation_tokens_total, model_name; Triton counters
     without _total, model)."""
     missing = []
-    for cls in (DCGM, VLLM, TRITON):
+    for cls in (DCGM, VLLM, TRITON, SGLANG):
         for attr, value in vars(cls).items():
             if not isinstance(value, str) or (family := _family(value)) is None:
                 continue
@@ -139,6 +141,7 @@ def test_every_exporter_name_in_names_py_is_emitted_upstream() -> None:
     assert missing == []
     assert VLLM.L_MODEL in UPSTREAM["vllm:"]["labels"]
     assert TRITON.L_MODEL in UPSTREAM["nv_"]["labels"]
+    assert SGLANG.L_MODEL in UPSTREAM["sglang:"]["labels"]
     assert DCGM.HOSTNAME_LABELS[0] in UPSTREAM["DCGM_FI_"]["labels"]
 
 
@@ -267,7 +270,7 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
         boot = ec.bootstrap(cfg)
         dns = [c["name"] for c in boot["static_resources"]["clusters"]
                if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
-        config = ec.rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
+        config = rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
                            endpoints={name: [backend] for name in dns}, jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:

@@ -34,10 +34,11 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap, rebind
+from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra import cli
 from infra.config import PlatformConfig, parse
 from infra.verify import Endpoints, Hop, Report, format_report, verify
+from tests.support.envoy import rebind
 from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.prometheus import PrometheusServer
 from tests.support.telemetry import Span

@@ -34,8 +34,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import parse
+from tests.support.envoy import rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.stacks import stack_raw
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer

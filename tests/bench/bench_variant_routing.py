@@ -41,9 +41,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_config import bootstrap, rebind
+from components.k8s.envoy_config import bootstrap
 from infra.config import parse
 from telemetry import Telemetry
+from tests.support.envoy import rebind
 from tests.support.fake_backends import HEALTH_PATHS, EnvoyProcess, free_port, send_json
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 

@@ -68,9 +68,10 @@ MODULES: dict[str, tuple[str, ...]] = {
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped
-# stacks (tests synth them), the Pulumi project file, README.md (tests check its tables) and .venv/bin/envoy (the
-# Envoy tests run ROOT/.venv/bin/envoy; the scratch copy gets that one launcher, which runs the worktree's venv).
-ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin", "README.md")
+# stacks (tests synth them), the Pulumi project file, README.md and docs/ (tests check their tables) and
+# .venv/bin/envoy (the Envoy tests run ROOT/.venv/bin/envoy; the scratch copy gets that one launcher, which runs
+# the worktree's venv).
+ALSO_COPY = ("stacks", "Pulumi.yaml", ".venv/bin", "README.md", "docs")
 STATUS = re.compile(r"^\s*(?P<name>\S+): (?P<status>killed|survived|timeout|suspicious|skipped|no tests|"
                     r"segfault|not checked|caught by type check)\s*$")
 

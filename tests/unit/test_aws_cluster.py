@@ -334,3 +334,62 @@ def test_a_bad_addon_pin_names_the_key(pins: dict, problem: str) -> None:
     with pytest.raises(ConfigError) as err:
         stack_config("dev", cluster={**stack_raw("dev")["cluster"], "addonVersions": pins})
     assert [f"{p.path}: {p.message}" for p in err.value.problems] == [problem]
+
+
+def test_addons_take_the_pin_then_the_kits_default_for_the_kubernetes_version_and_leave_the_rest_to_eks() -> None:
+    """The defaults are the Amazon EKS user guide's latest add-on versions per Kubernetes version (vpc-cni and coredns
+    at awsdocs/amazon-eks-user-guide@057948d, kube-proxy at @0cc5a76, latest/ug/networking/managing-*.adoc); the
+    guide has no such table for the EBS CSI driver, so it stays EKS's choice."""
+    from components.aws.addons import addon_versions
+    from components.aws.cluster import ADDONS
+
+    decided = addon_versions(ADDONS, kubernetes_version="1.33", pinned={"coredns": "v1.12.4-eksbuild.1"})
+    assert decided.versions == {"vpc-cni": "v1.20.1-eksbuild.3", "coredns": "v1.12.4-eksbuild.1"}
+    assert decided.unresolved == ("kube-proxy", "aws-ebs-csi-driver")
+    assert addon_versions(ADDONS, kubernetes_version="1.31", pinned={}).versions == {
+        "vpc-cni": "v1.20.1-eksbuild.3", "kube-proxy": "v1.31.3-eksbuild.2", "coredns": "v1.11.4-eksbuild.22"}
+    assert addon_versions(ADDONS, kubernetes_version="1.36", pinned={}) == ({}, ADDONS)
+
+
+def test_the_default_add_on_table_holds_supported_kubernetes_versions_and_eks_add_on_versions() -> None:
+    """Every row is a Kubernetes version the stack accepts, every add-on one the cluster installs with its source
+    cited, and every version has the form EKS lists (v1.20.4-eksbuild.2; cluster.addonVersions accepts no other)."""
+    import re
+
+    from components.aws.addons import ADDON_VERSION_SOURCES, DEFAULT_ADDON_VERSIONS
+    from components.aws.cluster import ADDONS
+    from infra.config import SUPPORTED_KUBERNETES_VERSIONS
+
+    assert set(DEFAULT_ADDON_VERSIONS) <= set(SUPPORTED_KUBERNETES_VERSIONS)
+    rows = [(k, a, v) for k, row in DEFAULT_ADDON_VERSIONS.items() for a, v in row.items()]
+    assert [(k, a) for k, a, _ in rows if a not in ADDONS or a not in ADDON_VERSION_SOURCES] == []
+    assert [v for _, _, v in rows if not re.fullmatch(r"v[0-9]+\.[0-9]+\.[0-9]+-eksbuild\.[0-9]+", v)] == []
+
+
+def test_a_known_kubernetes_version_never_asks_eks_for_its_add_ons_and_the_rest_warn_with_the_key(monkeypatch) -> None:
+    """With kubernetesVersion 1.33 vpc-cni and coredns run the kit's defaults (no DescribeAddonVersions: an unrelated
+    `pulumi up` cannot move them); kube-proxy and the EBS CSI driver are still asked, and the cluster warns for
+    once, naming the cluster.addonVersions keys that would pin them."""
+    from infra.mocks import PlatformMocks
+
+    asked: list[str] = []
+    warned: list[str] = []
+    real_call = PlatformMocks.call
+
+    def call(self, args):  # type: ignore[no-untyped-def]
+        if args.token == "aws:eks/getAddonVersion:getAddonVersion":
+            asked.append(args.args["addonName"])
+        return real_call(self, args)
+
+    monkeypatch.setattr(PlatformMocks, "call", call)
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: warned.append(msg))
+    values = {**read_stack_config(stack_file("dev")), "aifactory:kubernetesVersion": "1.33"}
+    res = run_program("dev", values).resources
+    versions = {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")}
+    assert (versions["vpc-cni"], versions["coredns"]) == ("v1.20.1-eksbuild.3", "v1.12.3-eksbuild.1")
+    assert sorted(asked) == ["aws-ebs-csi-driver", "kube-proxy"]
+    assert [w for w in warned if w.startswith("cluster.addonVersions")] == [
+        "cluster.addonVersions: the kit has no default version of kube-proxy, aws-ebs-csi-driver for Kubernetes 1.33, "
+        "so EKS's default is asked at every run and a new eksbuild is applied at the next `pulumi up`; pin "
+        "cluster.addonVersions.kube-proxy, cluster.addonVersions.aws-ebs-csi-driver (aws eks describe-addon-versions "
+        "--kubernetes-version 1.33 --addon-name <add-on>)"]

@@ -154,8 +154,8 @@ def _onprem_with(name: str, **keys: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(("model", "keys", "problem"), [
     # the kit's refusal as stated (whether TensorRT-LLM's W4A16 GPTQ could serve it is not checked here)
     ("classifier", {"quantization": "gptq"},
-     "models.classifier.quantization: 'gptq' is not supported by Triton's TensorRT-LLM backend; choose one of: none, "
-     "fp8, awq, int8"),
+     "models.classifier.quantization: 'gptq' is not supported by engine 'triton'; choose one of: none, fp8, awq, "
+     "int8"),
     ("llama-70b", {"quantization": "fp4"},
      "models.llama-70b.quantization: 'fp4' is not allowed; choose one of: none, fp8, awq, gptq, int8"),
     ("llama-70b", {"speculative": {"method": "medusa", "draftModel": "org/draft"}},
@@ -163,8 +163,8 @@ def _onprem_with(name: str, **keys: Any) -> dict[str, Any]:
     ("llama-70b", {"speculative": {"method": "ngram", "numSpeculativeTokens": 17}},
      "models.llama-70b.speculative.numSpeculativeTokens: 17 is above the maximum 16"),
     ("classifier", {"speculative": {"method": "ngram"}},
-     "models.classifier.speculative: speculative decoding is configured for vLLM only; remove it or use engine "
-     "'vllm'"),
+     "models.classifier.speculative: speculative decoding is not available with engine 'triton'; remove it or use "
+     "engine 'vllm' or 'sglang'"),
     ("classifier", {"replicas": {"min": 3, "max": 2}}, "models.classifier.replicas.min: 3 is greater than max 2"),
     ("classifier", {"replicas": {"min": 2, "max": 7, "targetQueueDepth": 0}},
      "models.classifier.replicas.targetQueueDepth: 0 is below the minimum 1"),
@@ -315,14 +315,14 @@ def test_an_issuers_tenants_are_read_and_checked_at_their_path() -> None:
 
 
 def test_the_tenant_claim_defaults_to_tenant() -> None:
-    # README, gateway.auth: "tenantClaim: tenant  # default: tenant"
+    # docs/gateway.md, gateway.auth: "tenantClaim: tenant  # default: tenant"
     raw = stack_raw("onprem")
     del raw["gateway"]["auth"]["tenantClaim"]
     assert _parse(raw).gateway.auth.tenant_claim == "tenant"
 
 
 def test_the_max_token_lifetime_defaults_to_a_day_and_is_bounded() -> None:
-    # README, gateway.auth: "maxTokenLifetimeSeconds: 86400  # default: 86400 (24 h)"
+    # docs/gateway.md, gateway.auth: "maxTokenLifetimeSeconds: 86400  # default: 86400 (24 h)"
     raw = stack_raw("onprem")
     assert _parse(raw).gateway.auth.max_token_lifetime_seconds == 86400
     raw["gateway"]["auth"]["maxTokenLifetimeSeconds"] = 3600

@@ -118,7 +118,8 @@ def test_replica_bounds(gateway: dict[str, Any], bounds: tuple[int, int]) -> Non
     ({"circuitBreakers": {"maxRetries": 3}},
      ["gateway.circuitBreakers.maxRetries: unknown key; allowed keys: maxConnections, maxPendingRequests, "
       "maxRequests"]),
-    ({"namespace": "Edge_GW"}, ["gateway.namespace: 'Edge_GW' is not a DNS label (lowercase letters, digits, '-')"]),
+    ({"namespace": "Edge_GW"}, ["gateway.namespace: 'Edge_GW' is not a DNS label (lowercase letters, digits and "
+                                "'-', at most 63 characters)"]),
     ({"connectTimeoutSeconds": 0}, ["gateway.connectTimeoutSeconds: 0.0 is below the minimum 0.01"]),
     ({"retries": {"budgetPercent": -1}}, ["gateway.retries.budgetPercent: -1.0 is below the minimum 0"]),
 ])

@@ -115,7 +115,8 @@ def test_a_string_list_keeps_its_strings_and_names_each_other_item() -> None:
 def test_names_of_pools_tenants_and_models_are_dns_labels() -> None:
     r = _Reader()
     assert r.named({"gpu-a": {}, "GPU_B": {}, "c": "not a mapping"}, "nodePools") == {"gpu-a": {}}
-    assert _problems(r) == ["nodePools.GPU_B: name must be a DNS label (lowercase letters, digits, '-')",
+    assert _problems(r) == ["nodePools.GPU_B: name must be a DNS label (lowercase letters, digits and '-', at most 63 "
+                            "characters)",
                             "nodePools.c: expected a mapping, got a string 'not a mapping'"]
 
 

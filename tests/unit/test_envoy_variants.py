@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.k8s import envoy_config
+from components.k8s import envoy_affinity, envoy_config
 from components.k8s.envoy_config import at_least_regex, decisions, overflow_order, workloads
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
@@ -114,7 +114,9 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["route_config"]["virtual_hosts"][0]["routes"] == [
         {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s",
-                                             "host_rewrite_literal": "w-int4.alpha.svc.cluster.local"}}]
+                                             "host_rewrite_literal": "w-int4.alpha.svc.cluster.local",
+                                             # the variant's replica is picked here: by the session key
+                                             "hash_policy": envoy_affinity.hash_policy()}}]
     assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
     assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
     prod = envoy_config.bootstrap(prod_without_variants())

@@ -12,6 +12,7 @@ from components.k8s import otel_config
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
+from tests.support.envoy import rebind
 from tests.support.stacks import prod_without_variants, stack_config, stack_raw
 
 stack = stack_config
@@ -113,10 +114,17 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
         "@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster", "dns_refresh_rate": "5s",
         "dns_lookup_family": "V4_ONLY"}}
     assert c["connect_timeout"] == "2s"
+    # a chat model: session affinity by default (Maglev, a replica at most 125% of the average load)
     assert c["load_balancing_policy"] == {"policies": [{"typed_extension_config": {
-        "name": "envoy.load_balancing_policies.least_request",
-        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
-                                  "LeastRequest", "selection_method": "FULL_SCAN"}}}]}
+        "name": "envoy.load_balancing_policies.maglev",
+        "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
+                         "consistent_hashing_lb_config": {"hash_balance_factor": 125}}}}]}
+    # an embedding model: no sessions, least-request
+    assert ec.model_cluster(cfg, cfg.models["embed-rerank"])["load_balancing_policy"] == {
+        "policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
+                                      "LeastRequest", "selection_method": "FULL_SCAN"}}}]}
     # Envoy's default panic threshold is 50%: with 2 of 3 replicas out it would balance over all three
     assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 30.0}, "update_merge_window": "0s"}
     assert c["circuit_breakers"]["thresholds"] == [{
@@ -200,7 +208,7 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
     assert [f["name"] for f in _hcm(prod_without_variants())["http_filters"]] == [
         "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "aifactory.callers",
         "aifactory.refusals", "envoy.filters.http.buffer", "envoy.filters.http.json_to_metadata",
-        "aifactory.body_limit", "envoy.filters.http.rbac", "envoy.filters.http.local_ratelimit",
+        "aifactory.session", "aifactory.body_limit", "envoy.filters.http.rbac", "envoy.filters.http.local_ratelimit",
         "envoy.filters.http.router"]
     strip, jwt, _, _, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
     assert strip["typed_config"]["mutations"] == {"request_mutations": [
@@ -210,7 +218,9 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
          "on_present": {"metadata_namespace": "aifactory", "key": "model", "type": "STRING"}},
         {"selectors": [{"key": "stream"}],
          "on_present": {"metadata_namespace": "aifactory", "key": "stream", "type": "PROTOBUF_VALUE"},
-         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}}],
+         "on_missing": {"metadata_namespace": "aifactory", "key": "stream", "value": False}},
+        {"selectors": [{"key": "prompt_cache_key"}],
+         "on_present": {"metadata_namespace": "aifactory", "key": "prompt_cache_key", "type": "STRING"}}],
         "allow_content_types": ["application/json", "application/json; charset=utf-8",
                                 "application/json;charset=utf-8", "application/json; charset=UTF-8",
                                 "application/json;charset=UTF-8"],
@@ -332,15 +342,15 @@ def test_stats_listener_exposes_only_metrics_and_readiness() -> None:
 
 def test_rebind_needs_endpoints_for_every_dns_cluster() -> None:
     with pytest.raises(ValueError, match=r"^rebind: no endpoints for cluster\(s\) chat, otel_collector$"):
-        ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={},
+        rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={},
                   jwks=["{}"])
     with pytest.raises(ValueError, match=r"^rebind: 1 issuer\(s\) need as many local JWKS, got 0$"):
-        ec.rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={})
+        rebind(ec.bootstrap(stack("dev")), listener_port=1, stats_port=2, admin_port=3, endpoints={})
 
 
 def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> None:
     original = ec.bootstrap(stack("dev"))
-    out = ec.rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
+    out = rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
                     endpoints={"chat": [("127.0.0.1", 9000), ("127.0.0.1", 9001)],
                                "otel_collector": [("127.0.0.1", 9002)]}, jwks=['{"keys": []}'])
     assert "jwks-0" not in [c["name"] for c in out["static_resources"]["clusters"]]
@@ -505,3 +515,28 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     [envoy] = spec["containers"]
     assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 910}}}
     assert spec["terminationGracePeriodSeconds"] == 920
+
+
+def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() -> None:
+    """Session affinity needs the hash policy on every route form (header, path, body; streamed or not): Envoy
+    hashes only on the route that picked the cluster (envoy_affinity)."""
+    cfg = prod_without_variants()
+    # the header first (terminal: nothing else is hashed when it is there), else the baggage's aifactory.session
+    hashed = [{"header": {"header_name": "x-aifactory-session"}, "terminal": True},
+                     {"header": {"header_name": "baggage", "regex_rewrite": {
+                         "pattern": {"regex": r"^(?:.*,)?[ \t]*aifactory\.session[ \t]*=[ \t]*([^,; \t]*).*$"},
+                         "substitution": r"\1"}}}]
+    for r in ec.routes(cfg):
+        if "route" not in r:
+            continue  # a direct response
+        model = cfg.models[r["route"]["cluster"]]
+        # on by default where it pays: a generate model whose engine reuses KV blocks (not Triton as deployed)
+        expected = hashed if model.task == "generate" and model.prefix_caching else None
+        assert r["route"].get("hash_policy") == expected, r["name"]
+    assert {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None} == {
+        m.name for m in cfg.models.values() if m.engine != "triton" and m.task == "generate"}
+    # the session header is taken from the body's prompt_cache_key only when the client sent none
+    [session] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session"]
+    assert session["typed_config"]["mutations"] == {"request_mutations": [{"append": {
+        "header": {"key": "x-aifactory-session", "value": "%DYNAMIC_METADATA(aifactory:prompt_cache_key)%"},
+        "append_action": "ADD_IF_ABSENT"}}]}

@@ -52,7 +52,7 @@ def test_every_invalid_argument_is_reported_at_once_with_its_path() -> None:
         gateway_spec("edge", bad)
     assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [
         ("models.llama-8b.tenant", "'chta' is not a tenant; tenants: chat"),
-        ("models.llama-8b.engine", "'tgi' is not allowed; choose one of: vllm, triton"),
+        ("models.llama-8b.engine", "'tgi' is not allowed; choose one of: vllm, triton, sglang"),
         ("models.llama-8b.timeoutSeconds", "0 must be more than 0"),
         ("serviceType", "'Ingress' is not allowed; choose one of: LoadBalancer, NodePort, ClusterIP"),
         ("minReplicas", "3 must be at least 1 and at most maxReplicas (2)"),

@@ -57,7 +57,7 @@ def test_every_invalid_argument_is_reported_at_once_with_its_path() -> None:
         "engine", "pool.instanceType", "pool.fabric", "quantization", "tensorParallel", "replicas.min", "uri",
         "storageClass"]
     reasons = {e["property_path"]: e["reason"] for e in err.value.errors}
-    assert reasons["engine"] == "'tgi' is not allowed; choose one of: vllm, triton"
+    assert reasons["engine"] == "'tgi' is not allowed; choose one of: vllm, triton, sglang"
     assert reasons["replicas.min"] == "3 must be between 0 and replicas.max (2)"
     assert reasons["storageClass"] == "is required off AWS (no awsRegion): the class the model cache volumes use"
 

@@ -169,7 +169,8 @@ def test_secrets_of_a_real_export_are_read_or_masked() -> None:
         "metadataOptions": {"httpTokens": "required", "httpPutResponseHopLimit": 1}})
     violations = run_policies([shown, hidden])
     assert [(v.policy, v.resource_name, v.message) for v in violations] == [
-        ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'")]
+        ("iam-no-admin-wildcard", "shown", "policy statement 0 allows '*' on '*'"),
+        ("iam-s3-read-scoped", "shown", "policy statement 0 allows s3:GetObject/s3:ListBucket on '*': every bucket")]
 
 
 

@@ -1,4 +1,6 @@
-"""README's examples work as written: the component snippet runs under the same mocks as synth."""
+"""README's and docs/'s examples work as written: the component snippets run under the same mocks as synth, the
+commands and their sample output are what the commands do (docs/components.md, docs/deploying.md, docs/policies.md,
+README.md)."""
 
 from __future__ import annotations
 
@@ -7,11 +9,18 @@ from pathlib import Path
 
 from infra.synth import read_stack_config, run_program, stack_file
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+ROOT = Path(__file__).resolve().parents[2]
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
+
+
+def doc_text() -> str:
+    """README.md, CONTRIBUTING.md and every page of docs/, one after the other."""
+    return "\n".join(p.read_text() for p in [README, ROOT / "CONTRIBUTING.md", *sorted(DOCS.glob("*.md"))])
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    return re.findall(r"```python\n(.*?)```", doc_text(), flags=re.S)
 
 
 def test_component_example_registers_an_efa_pool_with_32_interfaces() -> None:
@@ -34,12 +43,13 @@ def test_readme_names_the_two_commands_and_every_cli_command() -> None:
 
 
 def test_policy_config_example_keeps_the_kit_stacks_clean_and_extends_the_registries(synthesized) -> None:
-    """README's `allowedRegistries` example adds a registry: the kit's own stack still passes it."""
+    """docs/policies.md's `allowedRegistries` example adds a registry: the kit's own stack still passes it."""
     import yaml
 
     from policies.runner import parse_config, read_state, run_policies
 
-    example = yaml.safe_load(re.findall(r"```yaml\n(images-from-allowed-registries:.*?)```", README.read_text(),
+    example = yaml.safe_load(re.findall(r"```yaml\n(images-from-allowed-registries:.*?)```",
+                                        (DOCS / "policies.md").read_text(),
                                         flags=re.S)[0])
     config = parse_config(example)
     violations = run_policies(read_state(synthesized("prod") / "state.json"), config)
@@ -53,7 +63,7 @@ def test_policy_config_example_keeps_the_kit_stacks_clean_and_extends_the_regist
 
 
 def test_the_unit_test_example_passes_under_pytest(tmp_path: Path) -> None:
-    """README's unit-test example for teams using the components, run as they would run it (pytest)."""
+    """docs/components.md's unit-test example for teams using the components, run as they would run it (pytest)."""
     import subprocess
     import sys
 
@@ -127,7 +137,8 @@ def test_readme_says_which_placeholders_the_shipped_stacks_carry() -> None:
 
 
 def test_the_validate_example_is_what_validate_prints(tmp_path: Path) -> None:
-    """README's `validate broken` block: dev with its only pool replaced by an EFA g6e.xlarge pool, min 3 > max 1."""
+    """docs/deploying.md's `validate broken` block: dev with its only pool replaced by an EFA g6e.xlarge pool,
+    min 3 > max 1."""
     import subprocess
     import sys
 
@@ -137,7 +148,8 @@ def test_the_validate_example_is_what_validate_prints(tmp_path: Path) -> None:
     stack["config"]["aifactory:nodePools"] = {"gpu-a": {"instanceType": "g6e.xlarge", "fabric": "efa", "minSize": 3,
                                                         "maxSize": 1}}
     (tmp_path / "Pulumi.broken.yaml").write_text(yaml.safe_dump(stack))
-    block = re.search(r"\$ \.venv/bin/aifactory validate broken\n(.*?)\$ echo \$\?\n(\d+)", README.read_text(),
+    block = re.search(r"\$ \.venv/bin/aifactory validate broken\n(.*?)\$ echo \$\?\n(\d+)",
+                      (DOCS / "deploying.md").read_text(),
                       flags=re.S)
     assert block is not None
     res = subprocess.run([str(Path(sys.executable).with_name("aifactory")), "validate", "broken", "--stacks-dir",
@@ -146,9 +158,9 @@ def test_the_validate_example_is_what_validate_prints(tmp_path: Path) -> None:
 
 
 def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> None:
-    """README's ModelDeployment + Tenancy + Gateway program, run under the kit's mocks: it imports nothing of infra/
-    (no stack config), the model's pods run the stock vLLM image with 2 GPUs each, and the gateway it builds routes
-    the model's name to the model's Service in the tenant namespace."""
+    """docs/components.md's ModelDeployment + Tenancy + Gateway program, run under the kit's mocks: it imports
+    nothing of infra/ (no stack config), the model's pods run the stock vLLM image with 2 GPUs each, and the
+    gateway it builds routes the model's name to the model's Service in the tenant namespace."""
     import yaml
 
     snippet = next(b for b in python_blocks() if "Gateway(" in b and "ModelDeployment(" in b)
@@ -175,3 +187,58 @@ def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> No
     assert (route["route"]["cluster"], route["route"]["timeout"]) == ("llama-8b", "120s")
     assert by_name["edge-ns"].inputs["metadata"]["name"] == "aifactory-gateway"
     assert result.stack_outputs["gateway"] == "aifactory-gateway.aifactory-gateway.svc.cluster.local"
+
+
+def test_the_telemetry_example_prints_what_readme_shows(tmp_path: Path) -> None:
+    """README's 20-line agent, run by the README's own command line (through a shell, `python` on PATH being the
+    project's interpreter): the shown output is the output, the spans of one trace and the agent's last line."""
+    import os
+    import subprocess
+    import sys
+
+    text = README.read_text()
+    section = text[text.index("## Instrumenting an agent in 20 lines"):]
+    agent = re.findall(r"```python\n(.*?)```", section, flags=re.S)[0]
+    command, shown = re.search(r"```sh\n(OTEL_TRACES_EXPORTER=console .*?)\n```\n\n```\n(.*?)```", section,
+                               flags=re.S).groups()
+    assert len([line for line in agent.splitlines() if line.strip()]) <= 20
+    (tmp_path / "agent.py").write_text(agent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    res = subprocess.run(["bash", "-o", "pipefail", "-c", command], cwd=tmp_path, env=env, capture_output=True,
+                         text=True, timeout=120, check=False)
+    assert (res.returncode, res.stderr) == (0, "")
+    assert res.stdout == shown
+
+
+def test_the_synth_sample_output_is_what_synth_prints(tmp_path: Path) -> None:
+    """README's sample of `make synth`'s summary: the same lines as `aifactory synth dev` prints, but for the
+    counts and the time, which README shows as one run gave them."""
+    import subprocess
+    import sys
+
+    shown = re.search(r"```\n(synth dev: .*?)```", README.read_text(), flags=re.S)
+    assert shown is not None
+    out = tmp_path / "build" / "dev"
+    res = subprocess.run([str(Path(sys.executable).with_name("aifactory")), "synth", "dev", "--out", str(out)],
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert res.returncode == 0, res.stderr
+
+    def shape(lines: str) -> list[str]:
+        return [re.sub(r"\d[\d.,]*", "N", line) for line in lines.splitlines()]
+
+    printed = res.stdout.replace(str(out), "build/dev")
+    assert shape(printed) == shape(shown.group(1))
+
+
+def test_readme_names_the_compound_latency_dashboards_rows(synthesized) -> None:
+    import json
+
+    dashboard = json.loads((synthesized("dev") / "dashboards" / "compound-latency.json").read_text())
+    rows = [p["title"] for p in dashboard["panels"] if p["type"] == "row"]
+    listed = re.search(r"\*Compound latency\* \(its rows, top to bottom: (.*?)\) answers", README.read_text(),
+                       flags=re.S)
+    assert listed is not None
+    assert re.findall(r"\*([^*]+)\*", listed.group(1)) == rows
+    assert sorted(p.name for p in (synthesized("dev") / "dashboards").iterdir()) == sorted(
+        re.search(r"build/dev/dashboards/ +(.*)", README.read_text()).group(1).split())  # type: ignore[union-attr]

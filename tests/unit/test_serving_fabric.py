@@ -149,8 +149,8 @@ def test_quantization_is_validated_against_method_and_gpu_generation(pool: str, 
 def test_triton_engines_are_always_pre_quantized() -> None:
     raw = stack_raw("prod")
     fast = {**raw["models"]["assistant-fast"], "quantization": {"method": "fp8", "checkpoint": "load-time"}}
-    assert ("models.assistant-fast.quantization.checkpoint: 'load-time' is not possible with engine 'triton': "
-            "TensorRT-LLM quantizes when the engine is built; use checkpoint: pre-quantized") in problems(
+    assert ("models.assistant-fast.quantization.checkpoint: 'load-time' is not possible with engine 'triton': it "
+            "does not quantize fp8 weights as it loads them; use checkpoint: pre-quantized") in problems(
         {**raw, "models": {**raw["models"], "assistant-fast": fast}}, "prod")
 
 
@@ -437,7 +437,9 @@ def test_prefix_caching_is_on_for_vllm_and_off_where_the_kit_cannot_enable_it() 
     assert cfg.models["llama-8b-trt"].prefix_caching is False
     raw = stack_raw("staging")
     trt = {**raw["models"]["llama-8b-trt"], "prefixCaching": True}
-    assert any(p.startswith("models.llama-8b-trt.prefixCaching: Triton's TensorRT-LLM backend reuses KV blocks only")
+    assert any(p.startswith("models.llama-8b-trt.prefixCaching: engine 'triton' does not reuse KV blocks across "
+                            "requests as the kit deploys it (Triton: only when the model repository's tensorrt_llm "
+                            "config.pbtxt sets enable_kv_cache_reuse")
                for p in problems({**raw, "models": {**raw["models"], "llama-8b-trt": trt}}, "staging"))
 
 
@@ -447,9 +449,9 @@ def test_serving_module_documents_its_engine_ports() -> None:
     assert len(ports) == len(set(ports)) and not {8000, 8001, 8002} & set(ports)
 
 
-def test_readme_cold_start_table_matches_the_estimate() -> None:
-    """README's "Cold start" table: each shipped model's load time and budget, as the kit computes them."""
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_docs_cold_start_table_matches_the_estimate() -> None:
+    """docs/serving.md's "Cold start" table: each shipped model's load time and budget, as the kit computes them."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()
     rows = re.findall(r"^\| (dev|staging|prod|onprem) ([\w-]+)[^|]*\|[^|]*\|[^|]*\| ([^|]*) \| ([\d,]+) s \|$", text,
                       re.MULTILINE)
     seen = set()

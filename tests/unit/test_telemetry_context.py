@@ -260,17 +260,21 @@ def test_headers_carry_trace_context_and_the_remaining_budget(h: Harness) -> Non
         clock.advance(2)
         late = tel.headers()
     flags = int(span_context.trace_flags)  # sampled, and random trace id (W3C trace context level 2): 03
+    session = f"{span_context.trace_id:032x}"  # the workflow's trace id: the gateway's session key
     assert sent == {"traceparent": f"00-{span_context.trace_id:032x}-{span_context.span_id:016x}-{flags:02x}",
-                    "baggage": f"aifactory.deadline_ms={DEADLINE_MS},aifactory.budget_ms=1500"}
-    assert baggage_of(sent) == {"aifactory.deadline_ms": str(DEADLINE_MS), "aifactory.budget_ms": "1500"}
+                    "baggage": f"aifactory.deadline_ms={DEADLINE_MS},aifactory.budget_ms=1500,"
+                               f"aifactory.session={session}"}
+    assert baggage_of(sent) == {"aifactory.deadline_ms": str(DEADLINE_MS), "aifactory.budget_ms": "1500",
+                                "aifactory.session": session}
     assert baggage_of(late)["aifactory.budget_ms"] == "0"  # past the deadline: nothing left, never negative
     assert run.span.get_span_context().trace_id == span_context.trace_id
 
 
-def test_no_budget_no_baggage(h: Harness) -> None:
-    with h.tel.workflow("plain"):
-        assert set(h.tel.headers()) == {"traceparent"}
+def test_no_budget_no_budget_baggage_but_the_session(h: Harness) -> None:
+    with h.tel.workflow("plain") as run:
+        assert baggage_of(h.tel.headers()) == {"aifactory.session": f"{run.trace_id:032x}"}
         assert h.tel.remaining_budget_ms() is None
+    assert "baggage" not in h.tel.headers()  # outside any workflow: no session
 
 
 @pytest.mark.parametrize(("inner_budget_s", "expected_ms"), [(5, 1000), (0.25, 250)],
@@ -290,7 +294,8 @@ def test_the_budget_travels_into_executor_threads(h: Harness) -> None:
     with ThreadPoolExecutor(max_workers=1) as pool, tel.workflow("budgeted", budget_s=2):
         clock.advance(0.75)
         sent = pool.submit(tel.headers).result(timeout=WAIT_S)
-    assert baggage_of(sent) == {"aifactory.deadline_ms": str(DEADLINE_MS), "aifactory.budget_ms": "1250"}
+    assert {k: v for k, v in baggage_of(sent).items() if k != "aifactory.session"} == {
+        "aifactory.deadline_ms": str(DEADLINE_MS), "aifactory.budget_ms": "1250"}
 
 
 def test_a_callers_deadline_is_inherited_and_a_malformed_one_ignored(h: Harness) -> None:

@@ -277,11 +277,12 @@ def test_the_budget_reaches_the_server_through_the_openai_client(monkeypatch: py
     """headers() on a request: what the gateway will read (W3C baggage), sent by the real client."""
     with harness() as h, FakeOpenAI(h.clock, SCRIPT[:1]) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="test", max_retries=0)
-        with h.tel.workflow("budgeted", budget_s=3):
+        with h.tel.workflow("budgeted", budget_s=3) as run:
             h.clock.advance(0.5)
             client.chat.completions.create(model=CHAT_MODEL, messages=messages(), extra_headers=h.tel.headers())
     sent = server.received[0].headers
-    assert sent["baggage"].split(",") == [f"aifactory.deadline_ms={1_700_000_003_000}", "aifactory.budget_ms=2500"]
+    assert sent["baggage"].split(",") == [f"aifactory.deadline_ms={1_700_000_003_000}", "aifactory.budget_ms=2500",
+                                          f"aifactory.session={run.trace_id:032x}"]  # the gateway's session key
     assert json.loads(json.dumps(server.received[0].body))["model"] == CHAT_MODEL
 
 

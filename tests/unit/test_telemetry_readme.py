@@ -1,4 +1,4 @@
-"""README's telemetry section is true: its decorator example runs as written, and its metrics table lists
+"""docs/telemetry.md is true: its decorator example runs as written, and its metrics table lists
 every metric the kit emits with its Prometheus name, type and labels (telemetry/names.py)."""
 
 from __future__ import annotations
@@ -12,17 +12,15 @@ from pathlib import Path
 
 from telemetry import names
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "telemetry.md"
 
 
 def section() -> str:
-    text = README.read_text()
-    start = text.index("## Instrumenting an agent workflow (telemetry/)")
-    return text[start:text.index("\n## ", start + 1)]
+    return PAGE.read_text()
 
 
 def test_the_decorator_example_runs_and_its_trace_can_be_seen_locally(tmp_path: Path) -> None:
-    """The first python block, run as a script with OTEL_TRACES_EXPORTER=console (what README says to do to
+    """The first python block, run as a script with OTEL_TRACES_EXPORTER=console (what the page says to do to
     see a trace locally): it names nothing it does not define, and prints the workflow's spans."""
     example = re.findall(r"```python\n(.*?)```", section(), flags=re.S)[0]
     script = tmp_path / "agent.py"

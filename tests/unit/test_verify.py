@@ -71,12 +71,12 @@ def _jaeger_trace(*spans: tuple[str, str, str | None]) -> dict:
 
 
 def _trace_hop(monkeypatch, model_name: str, doc: dict) -> Hop:  # type: ignore[no-untyped-def]
-    from infra import verify
+    from infra.verify import endpoints, gateway, signals
 
     cfg = stack_config("prod")
-    monkeypatch.setattr(verify, "_get", lambda *a, **k: verify._Answer(200, json.dumps(doc).encode()))
-    sent = verify._Sent(cfg.models[model_name], "t", "r", True)
-    return verify._trace_check(REPORT.endpoints, sent, timeout=1)()
+    monkeypatch.setattr(signals, "http_get", lambda *a, **k: endpoints.Answer(200, json.dumps(doc).encode()))
+    sent = gateway.Sent(cfg.models[model_name], "t", "r", True)
+    return signals.trace_check(REPORT.endpoints, sent, timeout=1)()
 
 
 def test_an_engine_span_under_both_sidecars_spans_continues_the_gateways_trace(monkeypatch) -> None:  # type: ignore[no-untyped-def]  # noqa: E501

@@ -1,0 +1,154 @@
+"""The interface every serving engine implements, and what the engines share.
+
+An engine is a frozen dataclass whose fields are facts (paths, APIs, capabilities) and whose methods build what
+differs (image, command line, environment, the scaling query). Serving objects, the gateway's health and API
+paths and the capability checks read an engine from the registry (components.k8s.engines.ENGINES); nothing
+else branches on an engine's name.
+
+A light module on purpose: no Pulumi, nothing of infra/.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from components.k8s.values import Model, NodePool
+
+__all__ = [
+    "Role",
+    "Task",
+    "CAPABILITIES",
+    "CACHE_MOUNT",
+    "STORE_MOUNT",
+    "EngineTarget",
+    "EngineSite",
+    "EngineTracing",
+    "Engine",
+    "model_path",
+]
+
+Role = Literal["single", "leader", "worker"]  # a Deployment's pod, or a LeaderWorkerSet's leader / worker
+Task = Literal["generate", "embed", "rerank"]
+# The capability flags an engine declares (Engine.capabilities lists the ones it has).
+CAPABILITIES = ("multi_node", "speculative", "prefix_caching", "expert_parallel", "kv_offload", "exports_spans",
+                "quantizes_on_load")
+CACHE_MOUNT = "/model-cache"
+STORE_MOUNT = "/models"  # pvc:// URIs: the claim, read-only
+
+
+def model_path(model: Model) -> str:
+    """What the engine loads: the HF id (downloaded into the cache), or a path in the cache / claim."""
+    scheme, _, rest = model.uri.partition("://")
+    if scheme == "hf":
+        return rest
+    if scheme == "s3":
+        return f"{CACHE_MOUNT}/{model.name}"
+    claim, _, path = rest.partition("/")
+    return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
+
+
+class EngineTarget(Protocol):
+    @property
+    def region(self) -> str | None: ...  # AWS: the region (per-region images)
+
+
+class EngineSite(Protocol):
+    """What an engine reads of the stack to pick its image: the model's pool and the target's region."""
+
+    @property
+    def target(self) -> EngineTarget: ...
+
+    def pool_of(self, model: Model) -> NodePool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class EngineTracing:
+    """Where and how often an engine exports OpenTelemetry spans (the OTel Collector, the gateway's ratio).
+
+    vLLM exports OTLP/gRPC to `grpc_endpoint` (v0.33.0 vllm/tracing/otel.py get_span_exporter: grpc unless
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL says otherwise). Triton's OpenAI frontend takes no trace options
+    (r26.07 python/openai/openai_frontend/main.py), so Triton models export no engine spans."""
+
+    grpc_endpoint: str
+    sample_ratio: float  # requests that reach an engine without a trace context: share traced
+
+
+@dataclass(frozen=True, eq=False)
+class Engine(ABC):
+    """One serving engine: its facts as fields, what it builds as methods."""
+
+    name: str  # models.X.engine; also the engine container's name
+    title: str  # how people write it (dashboards, messages)
+    health_path: str  # liveness, and the gateway's active health check: fails when the engine is dead
+    ready_path: str  # startup and readiness: answers once the model is loaded
+    # The OpenAI API paths it serves per task (RE2 alternatives after the root): its keys are its tasks.
+    openai_apis: Mapping[str, tuple[str, ...]]
+    metric_prefix: str  # every metric its /metrics serves starts with this (vllm:, nv_)
+    # The kit's quantization methods it serves, and what each is called on the engine's side (a flag's value, a
+    # build format); None: no quantization.
+    quantization_methods: Mapping[str, str | None]
+    # Methods it quantizes to as it loads unquantized weights: a model's default checkpoint is load-time for these.
+    load_time_quantization: frozenset[str]
+    multi_node: bool  # one replica across nodes (a LeaderWorkerSet)
+    speculative: bool  # speculative decoding (models.X.speculative)
+    prefix_caching: bool  # models.X.prefixCaching may be on
+    expert_parallel: bool  # models.X.expertParallel
+    kv_offload: bool  # models.X.kvOffloadGiB
+    exports_spans: bool  # its process exports OTLP spans under the caller's traceparent
+
+    @property
+    def tasks(self) -> tuple[str, ...]:
+        return tuple(self.openai_apis)
+
+    @property
+    def quantizes_on_load(self) -> bool:
+        return bool(self.load_time_quantization)
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        """The capability flags (CAPABILITIES) this engine has."""
+        return frozenset(c for c in CAPABILITIES if getattr(self, c))
+
+    def default_quantized_checkpoint(self, quantization: str) -> bool:
+        """A model's checkpoint carries its own quantization unless the engine quantizes to that method on load."""
+        return quantization not in self.load_time_quantization
+
+    def prequantized(self, model: Model) -> bool:
+        """The weights it loads are already in their serving precision (what the cold-start estimate reads)."""
+        return model.quantized_checkpoint or not self.quantizes_on_load
+
+    @abstractmethod
+    def image(self, site: EngineSite, model: Model) -> str:
+        """The engine container's image for `model`."""
+
+    @abstractmethod
+    def command(self, model: Model, *, role: Role = "single", tracing: EngineTracing | None = None,
+                fabric_name: str = "none") -> list[str]:
+        """The engine container's command (role: single, or a multi-node replica's leader / worker)."""
+
+    @abstractmethod
+    def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
+        """(PromQL, KEDA metricType, threshold) of the model's queue signal; `selector` picks its pods' series."""
+
+    def env(self, model: Model) -> list[dict[str, str]]:
+        """Engine settings of the container's environment (after the kit's user, cache and fabric settings)."""
+        return []
+
+    def trace_env(self, model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
+        """The OpenTelemetry SDK's settings of an engine that exports spans (last in the environment)."""
+        return []
+
+    def multi_node_env(self) -> list[dict[str, str]]:
+        """The engine's own socket settings in a multi-node replica's pods."""
+        return []
+
+    def multi_node_ports(self) -> list[int]:
+        """Every fixed port a multi-node replica's processes listen on besides the model's HTTP port."""
+        return []
+
+    def pod_annotations(self, model: Model) -> dict[str, str]:
+        """Annotations of the engine's pods (audits)."""
+        return {}

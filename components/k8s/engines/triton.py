@@ -1,0 +1,107 @@
+"""Triton Inference Server with TensorRT-LLM, behind its OpenAI-compatible frontend, on one node.
+
+Every flag, path, port and metric the kit uses: docs/contracts.md, "Engines".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from components.k8s import naming
+from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.values import Model
+from telemetry.names import TRITON
+
+__all__ = [
+    "DEFAULT_TRITON_IMAGE",
+    "TRITON_OPENAI_MAIN",
+    "DEFAULT_TRITON_MAX_TOKENS",
+    "TRTLLM_QFORMAT",
+    "QFORMAT_ANNOTATION",
+    "triton_command",
+    "Triton",
+    "ENGINE",
+]
+
+# Triton 26.07 (server v2.71.0) with TensorRT-LLM. Its image is built by server build.py create_dockerfile_linux,
+# which copies python/openai (the OpenAI-compatible frontend) to /opt/tritonserver/python/openai and installs the
+# tritonserver/tritonfrontend wheels and python/openai/requirements.txt.
+DEFAULT_TRITON_IMAGE = "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3"
+TRITON_OPENAI_MAIN = "/opt/tritonserver/python/openai/openai_frontend/main.py"
+# What Triton's frontend generates for a request without max_tokens/max_completion_tokens: its own default is 16
+# (r26.07 main.py --default-max-tokens; engine/utils/triton.py), which cuts an unmodified OpenAI client's answers
+# after 16 tokens where vLLM would fill the context. A request's own max_tokens always wins; a prompt plus this
+# must fit the TensorRT-LLM engine's max_seq_len.
+DEFAULT_TRITON_MAX_TOKENS = 4096
+# TensorRT-LLM quantizes when the engine is built (`quantize.py --qformat`), not when Triton serves it:
+# the URI must hold an engine built with this format; pods carry it as an annotation for audits.
+TRTLLM_QFORMAT: dict[str, str] = {"none": "full_prec", "fp8": "fp8", "awq": "int4_awq", "int8": "int8_sq"}
+QFORMAT_ANNOTATION = "aifactory.io/trtllm-qformat"
+
+
+def triton_command(model: Model) -> list[str]:
+    """Triton's OpenAI-compatible frontend over the TensorRT-LLM model repository, on the model's HTTP port.
+
+    `tritonserver` alone serves only the KServe v2 API; the OpenAI API is the frontend in
+    triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
+    Triton server and serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, plus /health/ready
+    and Triton's Prometheus /metrics, all on --openai-port (default 9000). The KServe frontends stay off
+    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates; HF_TOKEN for gated
+    ones). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see
+    Triton.env): the frontend does not support leader mode (mpirun), per python/openai/README.md "Model
+    Parallelism Support". main.py exposes no trace or metrics options: see docs/contracts.md for what that drops.
+    """
+    return ["python3", TRITON_OPENAI_MAIN, f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
+            "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
+            f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}"]
+
+
+@dataclass(frozen=True, eq=False)
+class Triton(Engine):
+    """Triton's OpenAI frontend (an in-process Triton server) over a TensorRT-LLM model repository."""
+
+    def image(self, site: EngineSite, model: Model) -> str:
+        return DEFAULT_TRITON_IMAGE
+
+    def command(self, model: Model, *, role: Role = "single", tracing: EngineTracing | None = None,
+                fabric_name: str = "none") -> list[str]:
+        return triton_command(model)
+
+    def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
+        """Average queue time per request over 1 minute in ms, Value (a latency, not a sum), of the repository
+        model that queues most (Triton's `model` label names repository models: a TensorRT-LLM ensemble's
+        tensorrt_llm, or a single classifier; the bottleneck decides, whatever it is called)."""
+        by = f"sum by ({TRITON.L_MODEL})"
+        query = (f"max({by} (rate({TRITON.QUEUE_DURATION_US}{{{selector}}}[1m])) / 1000 / "
+                 f"clamp_min({by} (rate({TRITON.REQUEST_SUCCESS}{{{selector}}}[1m])), 1e-9))")
+        return (query, "Value", str(model.replicas.target_queue_time_ms))
+
+    def env(self, model: Model) -> list[dict[str, str]]:
+        """tensorrtllm_backend's orchestrator mode: the backend spawns one MPI worker per GPU itself."""
+        if model.tensor_parallel * model.pipeline_parallel == 1:
+            return []
+        return [{"name": "TRTLLM_ORCHESTRATOR", "value": "1"}]
+
+    def pod_annotations(self, model: Model) -> dict[str, str]:
+        return {QFORMAT_ANNOTATION: TRTLLM_QFORMAT[model.quantization]}
+
+
+ENGINE = Triton(
+    name="triton", title="Triton",
+    # The OpenAI frontend answers /health/ready (r26.07 routers/observability.py: 200 when the in-process server is
+    # ready), not KServe's /v2/health/*; it has no other health path, so liveness and readiness share it.
+    health_path="/health/ready", ready_path="/health/ready",
+    # server r26.07 python/openai/openai_frontend/frontend/fastapi/routers/: /v1/chat/completions, /v1/completions,
+    # /v1/embeddings, /v1/models, /v1/models/{model_name}; no score/rerank API.
+    openai_apis={
+        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models", "v1/models/[^/]+"),
+        "embed": ("v1/embeddings", "v1/models", "v1/models/[^/]+"),
+    },
+    metric_prefix="nv_",
+    quantization_methods={"none": None, **{k: v for k, v in TRTLLM_QFORMAT.items() if k != "none"}},
+    load_time_quantization=frozenset(),  # TensorRT-LLM quantizes when the engine is built
+    # TensorRT-LLM's KV block reuse needs enable_kv_cache_reuse in the model repository (tensorrtllm_backend
+    # docs/model_config.md), which the kit does not write; its frontend takes no trace options (main.py).
+    multi_node=False, speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False,
+    exports_spans=False,
+)

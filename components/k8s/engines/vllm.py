@@ -1,0 +1,236 @@
+"""vLLM: `vllm serve` (the OpenAI-compatible server) on one node, or across nodes on Ray (a LeaderWorkerSet).
+
+Every flag, path, port and metric the kit uses: docs/contracts.md, "Engines".
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import json
+import shlex
+from dataclasses import dataclass
+
+from components.k8s import naming
+from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.values import Model
+from telemetry.names import VLLM
+
+__all__ = [
+    "VLLM_VERSION",
+    "DEFAULT_VLLM_IMAGE",
+    "EFA_VLLM_VERSION",
+    "DEFAULT_EFA_VLLM_IMAGE",
+    "DEFAULT_GPU_MEMORY_UTILIZATION",
+    "DEFAULT_NGRAM_LOOKUP_MAX",
+    "VLLM_QUANTIZATION",
+    "MULTI_NODE_SCRIPT",
+    "RAY_GCS_PORT",
+    "RAY_NODE_PORTS",
+    "RAY_HEAD_PORTS",
+    "RAY_WORKER_PORTS",
+    "VLLM_PORT_RANGE",
+    "served_model_names",
+    "vllm_image",
+    "vllm_args",
+    "ray_start_flags",
+    "multi_node_ports",
+    "nccl_guard_script",
+    "Vllm",
+    "ENGINE",
+]
+
+# vLLM 0.33.0 (PyPI, Nov 2026): its wheel's METADATA requires opentelemetry-sdk/-api/-exporter-otlp, which the
+# image's `uv pip install dist/*.whl` then installs, so `--otlp-traces-endpoint` finds the SDK (0.11.0 lacked it and
+# raised "OpenTelemetry is not available" at start-up: vllm/tracing/otel.py init_otel_tracer). Also the InfiniBand
+# default: NCCL's built-in IB transport needs only libibverbs, which vLLM's docker/Dockerfile installs in its
+# vllm-base stage (libibverbs-dev).
+VLLM_VERSION = "0.33.0"
+DEFAULT_VLLM_IMAGE = f"vllm/vllm-openai:v{VLLM_VERSION}"
+# Multi-node replicas on EFA: the stock image has no libfabric or aws-ofi-nccl (NCCL would fall back to TCP
+# sockets). AWS's vLLM Deep Learning Container is vllm/vllm-openai plus the EFA installer (libfabric,
+# aws-ofi-nccl under /opt/amazon, on LD_LIBRARY_PATH). Its newest release is behind the stock image: vLLM 0.27.1
+# with EFA installer 1.47.0, published as `vllm:0.27-gpu-py312-ec2` (aws/deep-learning-containers
+# .github/config/image/vllm/ec2-ubuntu.yml `prod_image`, base_image vllm/vllm-openai:v0.27.1; docker/vllm/Dockerfile).
+# A major.minor tag, so it follows AWS's patch releases; no digest is published in the repository.
+# `{region}` is the stack's region (DLC images are published per region); nodePools.X.vllmImage overrides it.
+EFA_VLLM_VERSION = "0.27.1"
+DEFAULT_EFA_VLLM_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/vllm:0.27-gpu-py312-ec2"
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # share of GPU memory for weights + KV cache
+DEFAULT_NGRAM_LOOKUP_MAX = 4
+# `vllm serve --quantization`: Marlin kernels for AWQ/GPTQ (every catalog GPU is compute capability >= 8.0);
+# int8 means W8A8 INT8 checkpoints, which LLM Compressor writes in the compressed-tensors format.
+VLLM_QUANTIZATION: dict[str, str | None] = {
+    "none": None, "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "int8": "compressed-tensors",
+}
+MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
+# Every port the Ray processes of a multi-node replica listen on, pinned (Ray's defaults are random ports and
+# a 10002-19999 worker range): `ray start` options (Ray docs, "Cluster Management CLI", ray start; Ray
+# python/ray/scripts/scripts.py). multi-node-serving.sh (vllm-project/vllm examples/online_serving) passes every
+# argument it does not know to `ray start`, and starts the head with `--port=$ray_port` (default 6379: GCS).
+RAY_GCS_PORT = 6379
+RAY_NODE_PORTS: dict[str, int] = {  # on the leader and every worker
+    "--node-manager-port": 6380,  # raylet
+    "--object-manager-port": 6381,
+    "--runtime-env-agent-port": 6382,
+    "--dashboard-agent-grpc-port": 6383,  # also the metrics agent port
+    "--dashboard-agent-listen-port": 6384,  # default 52365
+    "--metrics-export-port": 6385,
+}
+RAY_HEAD_PORTS: dict[str, int] = {"--ray-client-server-port": 6386}  # default 10001; the leader only
+RAY_WORKER_PORTS = (6400, 6463)  # --min/--max-worker-port: 64 Ray worker processes per node (vLLM: one per GPU)
+# vLLM's own sockets (torch.distributed init, its ZeroMQ message queues) take ports from get_open_port(),
+# which counts up from VLLM_PORT when it is set (vllm/envs.py VLLM_PORT; vllm/utils get_open_port).
+VLLM_PORT_RANGE = (6500, 6515)
+
+
+def served_model_names(model: Model) -> list[str]:
+    """Names vLLM answers to. The first one labels its metrics (model_name), so it is the config key the
+    dashboards and rules select on; the workload (what the gateway routes) and the model id follow."""
+    return list(dict.fromkeys((model.name, model.workload, model.model)))
+
+
+def vllm_image(cfg: EngineSite, model: Model) -> str:
+    """The vLLM image of a model: nodePools.X.vllmImage, else the fabric's image for multi-node replicas (EFA:
+    AWS's DLC with libfabric + aws-ofi-nccl), else the stock image."""
+    pool = cfg.pool_of(model)
+    if pool.vllm_image is not None:
+        return pool.vllm_image
+    if model.multi_node and pool.fabric == "efa":
+        return DEFAULT_EFA_VLLM_IMAGE.format(region=cfg.target.region)
+    return DEFAULT_VLLM_IMAGE
+
+
+def _quantization_flag(model: Model) -> str | None:
+    """`--quantization` only where vLLM must quantize on load: a pre-quantized checkpoint declares its own
+    method (config.json quantization_config), which vLLM reads, and refuses a contradicting flag."""
+    if model.quantized_checkpoint:
+        return None
+    return VLLM_QUANTIZATION[model.quantization]
+
+
+def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str]:
+    """`vllm serve` arguments (after the model) for the model's parallelism, quantization and features.
+
+    With `tracing`, `--otlp-traces-endpoint` (vLLM's ObservabilityConfig.otlp_traces_endpoint): one span per
+    request with its queue, prefill, decode and TTFT times as attributes, child of the request's traceparent.
+    `--collect-detailed-traces` stays off: its own help says it involves costly and blocking operations
+    (model forward / execute timing on every step)."""
+    args = ["--host", "0.0.0.0", "--port", str(naming.MODEL_HTTP_PORT),
+            "--served-model-name", *served_model_names(model),
+            "--tensor-parallel-size", str(model.tensor_parallel),
+            "--pipeline-parallel-size", str(model.pipeline_parallel),
+            "--gpu-memory-utilization", str(DEFAULT_GPU_MEMORY_UTILIZATION)]
+    if model.task != "generate":  # embeddings and cross-encoders run on vLLM's pooling runner (score: the
+        # classification head of a *ForSequenceClassification model; v0.33.0 vllm/config/model.py RunnerOption)
+        args += ["--runner", "pooling"]
+    if (quant := _quantization_flag(model)) is not None:
+        args += ["--quantization", quant]
+    if model.expert_parallel:
+        args.append("--enable-expert-parallel")
+    if model.max_model_length is not None:
+        args += ["--max-model-len", str(model.max_model_length)]
+    args.append("--enable-prefix-caching" if model.prefix_caching else "--no-enable-prefix-caching")
+    if model.speculative is not None:
+        spec: dict[str, str | int] = {"method": model.speculative.method,
+                                      "num_speculative_tokens": model.speculative.num_speculative_tokens}
+        if model.speculative.draft_model is not None:
+            spec["model"] = model.speculative.draft_model
+        else:  # ngram drafts from the prompt: the longest n-gram it looks up
+            spec["prompt_lookup_max"] = DEFAULT_NGRAM_LOOKUP_MAX
+        args += ["--speculative-config", json.dumps(spec, sort_keys=True, separators=(",", ":"))]
+    if model.kv_offload_gib is not None:  # CacheConfig.kv_offloading_size (GiB, summed over TP ranks): vLLM sets
+        # up its native OffloadingConnector with cpu_bytes_to_use itself (vllm/config/vllm.py, v0.27.1 and v0.33.0)
+        args += ["--kv-offloading-size", f"{model.kv_offload_gib:g}"]
+    if model.multi_node:
+        args += ["--distributed-executor-backend", "ray"]
+    if tracing is not None:
+        args += ["--otlp-traces-endpoint", tracing.grpc_endpoint]
+    return args
+
+
+def ray_start_flags(*, head: bool) -> list[str]:
+    """`ray start` options that pin every port a Ray node opens (the GCS port is the script's --ray_port)."""
+    ports = {**RAY_NODE_PORTS, **(RAY_HEAD_PORTS if head else {})}
+    flags = [f"{flag}={port}" for flag, port in ports.items()]
+    flags += [f"--min-worker-port={RAY_WORKER_PORTS[0]}", f"--max-worker-port={RAY_WORKER_PORTS[1]}"]
+    return [f"--ray_port={RAY_GCS_PORT}", *flags, *(["--include-dashboard=false"] if head else [])]
+
+
+def multi_node_ports() -> list[int]:
+    """Every fixed port the leader's and workers' processes listen on besides the model's HTTP port."""
+    ranges = [range(lo, hi + 1) for lo, hi in (RAY_WORKER_PORTS, VLLM_PORT_RANGE)]
+    return sorted({RAY_GCS_PORT, *RAY_NODE_PORTS.values(), *RAY_HEAD_PORTS.values(), *(p for r in ranges for p in r)})
+
+
+def nccl_guard_script() -> str:
+    """The text of nccl_guard.py, run by the leader image's python3 around `vllm serve`."""
+    return importlib.resources.files("components.k8s").joinpath("nccl_guard.py").read_text()
+
+
+def _ray_timeout(model: Model) -> list[str]:
+    """multi-node-serving.sh's own option (not passed to `ray start`): how long the leader polls for all
+    workers, and a worker retries joining, before giving up (`ray_init_timeout`, default 300 s)."""
+    return [f"--ray_init_timeout={model.group_formation_seconds}"]
+
+
+@dataclass(frozen=True, eq=False)
+class Vllm(Engine):
+    """vLLM's OpenAI-compatible server; multi-node replicas start Ray with the image's multi-node-serving.sh."""
+
+    def image(self, site: EngineSite, model: Model) -> str:
+        return vllm_image(site, model)
+
+    def command(self, model: Model, *, role: Role = "single", tracing: EngineTracing | None = None,
+                fabric_name: str = "none") -> list[str]:
+        serve = ["vllm", "serve", model_path(model), *vllm_args(model, tracing=tracing)]
+        if role == "single":
+            return serve
+        if role == "leader":
+            start = [MULTI_NODE_SCRIPT, "leader", "--ray_cluster_size=$(LWS_GROUP_SIZE)", *_ray_timeout(model),
+                     *ray_start_flags(head=True)]
+            if fabric_name in ("efa", "infiniband"):
+                serve = ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
+            return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
+        return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
+                                               *_ray_timeout(model), *ray_start_flags(head=False)])]
+
+    def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
+        """Waiting requests summed over replicas, AverageValue (a target per replica)."""
+        return (f"sum({VLLM.WAITING}{{{selector}}})", "AverageValue", str(model.replicas.target_queue_depth))
+
+    def trace_env(self, model: Model, tracing: EngineTracing) -> list[dict[str, str]]:
+        """vLLM's tracer is the OTel SDK's TracerProvider(resource=...) (v0.33.0 vllm/tracing/otel.py
+        init_otel_tracer; Resource.create merges OTEL_SERVICE_NAME), which reads the SDK's sampler and service
+        name from the environment: follow the caller's sampled flag (parentbased), sample requests without a
+        context at the stack's ratio."""
+        return [{"name": "OTEL_SERVICE_NAME", "value": model.name},
+                {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
+                {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
+
+    def multi_node_env(self) -> list[dict[str, str]]:
+        return [{"name": "VLLM_PORT", "value": str(VLLM_PORT_RANGE[0])}]
+
+    def multi_node_ports(self) -> list[int]:
+        return multi_node_ports()
+
+
+ENGINE = Vllm(
+    name="vllm", title="vLLM",
+    # /health fails when its engine is dead (v0.33.0 entrypoints/serve/instrumentator/health.py); /v1/models
+    # answers once the model is loaded (entrypoints/openai/models/api_router.py).
+    health_path="/health", ready_path="/v1/models",
+    # v0.33.0: /v1/chat/completions, /v1/completions (vllm/entrypoints/openai/), /v1/embeddings
+    # (entrypoints/pooling/embed/api_router.py), /v1/models (entrypoints/openai/models/api_router.py); a
+    # cross-encoder (runner pooling, score task) serves /score, /v1/score, /rerank, /v1/rerank, /v2/rerank
+    # (entrypoints/pooling/scoring/api_router.py).
+    openai_apis={
+        "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models"),
+        "embed": ("v1/embeddings", "v1/models"),
+        "rerank": ("rerank", "v1/rerank", "v2/rerank", "score", "v1/score", "v1/models"),
+    },
+    metric_prefix="vllm:",
+    quantization_methods=VLLM_QUANTIZATION,
+    load_time_quantization=frozenset({"fp8"}),  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
+    multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
+    exports_spans=True,
+)

@@ -1,0 +1,100 @@
+"""Session affinity within a model: the steps of one agent session go to the replica that already holds their
+prefix in its KV cache (issue 34).
+
+The session key, first found wins:
+
+    x-aifactory-session: <key>                      set by the client
+    {"prompt_cache_key": "<key>", ...}              the OpenAI request body's field (clients send it for this)
+    baggage: ...,aifactory.session=<key>,...        a W3C baggage member
+
+A replica is picked by consistent hashing of the key with bounded load: Envoy's Maglev
+(envoy.load_balancing_policies.maglev) with `consistent_hashing_lb_config.hash_balance_factor` = the model's
+`sessionAffinity.hashBalanceFactor`: a replica takes at most that percentage of the average requests in flight
+(as this gateway pod counts them); past it the key probes on to another replica, so one hot session cannot overload
+a replica. Maglev, not ring hash: when a replica of three left, Envoy's ring hash also moved 43 of the 261 sessions
+of the two that stayed (the ring keeps its size, so the survivors get more points on it, which take keys from each
+other), Maglev none of 269 (tests/artifacts/test_envoy_affinity_live.py, 400 sessions). The table is built from the
+hosts the headless Service's DNS returns (pod IPs) that pass their health checks. Requests with no key get a random
+replica (no hash: a random one is drawn, envoyproxy/envoy@v1.40.0
+source/extensions/load_balancing_policies/common/thread_aware_lb_impl.cc), still under the load bound; a model with
+affinity off keeps LEAST_REQUEST.
+
+Hash policies read only headers (and connection or filter state), never the body or dynamic metadata: the body's
+`prompt_cache_key` becomes dynamic metadata (json_to_metadata, once the body is read), then the header
+x-aifactory-session when the client sent none (a header_mutation after json_to_metadata: its decodeHeaders runs
+only once json_to_metadata has read the body and continues the chain). The route's hash policy hashes that header;
+on a variant's decision route the hash happens at the variant's gate, where the variant's cluster is picked.
+The baggage member is cut out of the header by the hash policy's `regex_rewrite`, and only used when no session
+header produced a hash (`terminal` on the first policy); a baggage without the member is hashed whole (its budget
+changes every step: no affinity, as without a key).
+Envoy API: RouteAction.HashPolicy
+https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/route/v3/route_components.proto, Maglev
+https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/load_balancing_policies/maglev/v3/maglev.proto
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from components.k8s.envoy_base import _T, METADATA_NAMESPACE
+from components.k8s.values import Model
+
+__all__ = [
+    "SESSION_HEADER",
+    "PROMPT_CACHE_KEY",
+    "DEFAULT_HASH_BALANCE_FACTOR",
+    "prompt_cache_key_rule",
+    "session_header_filter",
+    "hash_policy",
+    "load_balancing_policy",
+]
+
+SESSION_HEADER = "x-aifactory-session"
+PROMPT_CACHE_KEY = "prompt_cache_key"  # the OpenAI request body's field; dynamic metadata aifactory.prompt_cache_key
+DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
+SESSION_FILTER = "aifactory.session"
+SESSION_BAGGAGE_KEY = "aifactory.session"  # telemetry.instrument.SESSION_BAGGAGE_KEY (headers() sends it)
+BAGGAGE_HEADER = "baggage"
+
+
+def prompt_cache_key_rule() -> dict[str, Any]:
+    """json_to_metadata: the body's prompt_cache_key -> dynamic metadata aifactory.prompt_cache_key."""
+    return {"selectors": [{"key": PROMPT_CACHE_KEY}],
+            "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": PROMPT_CACHE_KEY, "type": "STRING"}}
+
+
+def session_header_filter() -> dict[str, Any]:
+    """header_mutation after json_to_metadata: x-aifactory-session from the body's prompt_cache_key when the client
+    sent no such header (an empty value, i.e. no prompt_cache_key, adds nothing: HeaderValueOption.keep_empty_value
+    is false)."""
+    return {"name": SESSION_FILTER, "typed_config": {
+        "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
+        "mutations": {"request_mutations": [{"append": {
+            "header": {"key": SESSION_HEADER,
+                       "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{PROMPT_CACHE_KEY})%"},
+            "append_action": "ADD_IF_ABSENT"}}]}}}
+
+
+def hash_policy() -> list[dict[str, Any]]:
+    """The route's hash policy: the session header, else the baggage's session member (W3C baggage list-members
+    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS: https://www.w3.org/TR/baggage/)."""
+    key = re.escape(SESSION_BAGGAGE_KEY)
+    return [{"header": {"header_name": SESSION_HEADER}, "terminal": True},
+            {"header": {"header_name": BAGGAGE_HEADER, "regex_rewrite": {
+                "pattern": {"regex": f"^(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*$"},
+                "substitution": "\\1"}}}]
+
+
+def load_balancing_policy(model: Model) -> dict[str, Any]:
+    """Maglev with bounded load for a model with session affinity."""
+    return {"policies": [{"typed_extension_config": {
+        "name": "envoy.load_balancing_policies.maglev",
+        "typed_config": {"@type": _T + "extensions.load_balancing_policies.maglev.v3.Maglev",
+                         "consistent_hashing_lb_config": {
+                             "hash_balance_factor": model.session_affinity_balance_factor}}}}]}
+
+
+def any_affinity(models: Iterable[Model]) -> bool:
+    return any(m.session_affinity_balance_factor is not None for m in models)

@@ -1,0 +1,177 @@
+"""What every part of the Envoy gateway's bootstrap shares: the views it reads (GatewayView), the names and
+constants of its headers, metadata, filters and clusters, and the small builders of durations, addresses, DNS clusters
+and connection managers. The bootstrap itself: components.k8s.envoy_config; routing between a workload's variants:
+components.k8s.envoy_variants; who may call and how often: components.k8s.envoy_callers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from components.k8s import naming
+from components.k8s.values import GatewaySettings, Model, Tenant
+
+__all__ = [
+    "GatewayView",
+    "ObservabilityView",
+    "model_host",
+    "collector_host",
+]
+
+
+class ObservabilityView(Protocol):
+    """What the gateway reads of the observability settings."""
+
+    @property
+    def namespace(self) -> str: ...  # where the OpenTelemetry Collector and Prometheus run
+
+    @property
+    def trace_sample_ratio(self) -> float: ...  # share of requests the gateway starts a trace for
+
+
+class GatewayView(Protocol):
+    """What the gateway's build functions read: the Gateway component's GatewaySpec (from its args), or the kit's
+    whole PlatformConfig, which has the same attributes."""
+
+    @property
+    def kubernetes_version(self) -> str: ...
+
+    @property
+    def is_aws(self) -> bool: ...  # a LoadBalancer Service becomes an internal NLB
+
+    @property
+    def models(self) -> Mapping[str, Model]: ...
+
+    @property
+    def tenants(self) -> Mapping[str, Tenant]: ...
+
+    @property
+    def gateway(self) -> GatewaySettings: ...
+
+    @property
+    def observability(self) -> ObservabilityView: ...
+
+    def tenant_of(self, model: Model) -> Tenant: ...
+
+    def variants_of(self, workload: str) -> list[Model]: ...  # cheapest first; ties: faster, then by name
+
+    def routing_policy(self, workload: str) -> str: ...
+
+    def routing_margin_percent(self, workload: str) -> float: ...
+
+
+MODEL_HEADER = "x-model"
+PRIORITY_HEADER = "x-priority"
+TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim; sent to the model
+TENANT_DESCRIPTOR = "tenant"
+PRIORITY_DESCRIPTOR = "priority"
+ROUTE_PREFIX = "/models/"
+METADATA_NAMESPACE = "aifactory"  # route metadata {aifactory: {tenant, priority}}; body model: dynamic metadata
+BODY_MODEL_KEY = "model"  # dynamic metadata aifactory.model: the OpenAI request body's "model"
+BODY_STREAM_KEY = "stream"  # dynamic metadata aifactory.stream: the body's "stream" (false when absent)
+BODY_LIMIT_FILTER = "aifactory.body_limit"  # the per-route buffer filter instance (413 past the model's limit)
+BUFFER_FILTER = "envoy.filters.http.buffer"  # the first buffer: the whole body before anything goes upstream
+# RBAC on the route chosen from the headers, before any body is buffered (403 at once for header/path routes)
+CALLERS_FILTER = "aifactory.callers"
+RBAC_FILTER = "envoy.filters.http.rbac"  # RBAC on the route chosen once the body is read (body routes)
+# fault filter: answers a refusal route (405, 404, 413 from the headers) at once, before any body is buffered
+REFUSALS_FILTER = "aifactory.refusals"
+REFUSAL_KEY = "refusal"  # route metadata aifactory.refusal: the refusal's text (the local reply's body)
+# the methods the OpenAI API uses (GET /v1/models, POST for the rest); any other, CONNECT included, gets 405
+ALLOWED_METHODS = ("GET", "POST")
+ENVOY_HEADER_PREFIX = "x-envoy-"  # client-sent headers with this prefix are removed (Envoy's own control headers)
+JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespace of verified payloads
+ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
+COLLECTOR_CLUSTER = "otel_collector"
+ADMIN_CLUSTER = "envoy_admin"
+# 500 too: an LLM inference request has no side effect but its cost, and a replica whose engine died answers
+# 500 to every request (vLLM's EngineDeadError) until it is replaced.
+RETRIABLE_STATUS_CODES = (500, 502, 503, 504)
+DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match no model: 404s, scans
+# Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
+# dozen requests in flight gets them all retried before outlier detection ejects it.
+DEFAULT_MIN_RETRY_CONCURRENCY = 16
+DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
+DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
+GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway.py)
+# The overload manager's heap budget: 75% of the container limit, so Envoy sheds load before the kernel OOM-kills
+# it. Bodies are buffered whole before routing, so many slow or large uploads could otherwise fill the heap.
+MAX_HEAP_BYTES = GATEWAY_MEMORY_LIMIT_GIB * 1024**3 * 3 // 4
+# Streams buffering at least 2^20 bytes are tracked, and the largest are reset first under memory pressure
+# (overload action envoy.overload_actions.reset_high_memory_stream needs buffer_factory_config).
+TRACKED_STREAM_BUFFER_POWER_OF_TWO = 20
+DEFAULT_JWKS_CACHE_SECONDS = 600  # how long fetched signing keys are used before they are fetched again
+DEFAULT_JWKS_FETCH_TIMEOUT_SECONDS = 5
+DEFAULT_JWT_CACHE_SIZE = 1000  # verified tokens kept per worker thread (expiry still checked on every use)
+# The CA bundle of the Envoy image (its Ubuntu stage installs ca-certificates: envoyproxy/envoy
+# ci/Dockerfile-envoy), used to check the issuers' JWKS servers
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
+DNS_CLUSTER_TYPE = "envoy.cluster.dns"
+# compared exactly by json_to_metadata: the spellings clients send (Spring's APPLICATION_JSON_UTF8 is the
+# upper-case one)
+JSON_CONTENT_TYPES = ("application/json", "application/json; charset=utf-8", "application/json;charset=utf-8",
+                      "application/json; charset=UTF-8", "application/json;charset=UTF-8")
+SERVICE_NAME = naming.GATEWAY_APP  # service.name of the gateway's spans
+BUDGET_HEADER = "x-aifactory-budget-ms"  # the caller's remaining latency budget, whole ms (wins over baggage)
+BAGGAGE_HEADER = "baggage"  # W3C baggage (https://www.w3.org/TR/baggage/)
+BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # telemetry.instrument.BUDGET_BAGGAGE_KEY (headers() sends it)
+ROUTE_DECISION_HEADER = "x-aifactory-route"  # to the model and back: "<chosen variant>; reason=<reason>"
+VARIANT_HEADER = "x-aifactory-variant"  # back to the client: the variant (cluster) that served the request
+VARIANT_KEY = "variant"  # a variant's endpoints carry metadata aifactory.variant = its model name
+BUDGET_MAX_MS = 10**12  # the open end of the budget range matches (Envoy's range is [start, end))
+
+_T = "type.googleapis.com/envoy."
+_ALL = {"numerator": 100, "denominator": "HUNDRED"}
+
+
+def model_host(cfg: GatewayView, model: Model) -> str:
+    """DNS name of the model's headless Service: the cluster's address, and the Host of every request and health
+    check the gateway sends the model (the name the gateway's sidecar routes by)."""
+    return f"{model.name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
+
+
+def collector_host(cfg: GatewayView) -> str:
+    return f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.3f}s".replace(".000s", "s")
+
+
+def _address(host: str, port: int) -> dict[str, Any]:
+    return {"socket_address": {"address": host, "port_value": port}}
+
+
+def _dns_cluster(name: str, host: str, port: int, *, connect_timeout: float) -> dict[str, Any]:
+    """Every address the name resolves to is a host (a headless Service: every replica), re-resolved often.
+
+    The DNS cluster extension: Cluster.dns_refresh_rate (type STRICT_DNS) is deprecated in 1.40
+    (https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/clusters/dns/v3/dns_cluster.proto)."""
+    return {
+        "name": name,
+        "cluster_type": {"name": DNS_CLUSTER_TYPE, "typed_config": {
+            "@type": _T + "extensions.clusters.dns.v3.DnsCluster",
+            "dns_refresh_rate": _seconds(DEFAULT_DNS_REFRESH_SECONDS),
+            "dns_lookup_family": "V4_ONLY"}},
+        "connect_timeout": _seconds(connect_timeout),
+        "load_assignment": {"cluster_name": name,
+                            "endpoints": [{"lb_endpoints": [{"endpoint": {"address": _address(host, port)}}]}]},
+    }
+
+
+def _hcm(stat_prefix: str, route_config: dict[str, Any], filters: list[dict[str, Any]],
+         **extra: Any) -> dict[str, Any]:
+    return {
+        "name": "envoy.filters.network.http_connection_manager",
+        "typed_config": {
+            "@type": _T + "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
+            "stat_prefix": stat_prefix,
+            "codec_type": "AUTO",
+            "route_config": route_config,
+            "http_filters": [*filters, {
+                "name": "envoy.filters.http.router",
+                "typed_config": {"@type": _T + "extensions.filters.http.router.v3.Router"},
+            }],
+            **extra,
+        },
+    }

@@ -1,0 +1,118 @@
+"""What the gateway tells about itself: JSON access logs on stdout, spans to the OpenTelemetry Collector over OTLP
+gRPC, and a stats listener that exposes just /stats/prometheus and /ready of the admin interface (which listens on
+127.0.0.1 only)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.k8s import naming
+from components.k8s.envoy_base import (
+    _T,
+    ADMIN_CLUSTER,
+    BODY_MODEL_KEY,
+    BODY_STREAM_KEY,
+    COLLECTOR_CLUSTER,
+    METADATA_NAMESPACE,
+    SERVICE_NAME,
+    TENANT_HEADER,
+    GatewayView,
+    _address,
+    _dns_cluster,
+    _hcm,
+    collector_host,
+)
+
+__all__ = [
+    "GATEWAY_TRACE_PERCENT",
+    "access_log",
+    "tracing",
+    "stats_listener",
+    "collector_cluster",
+    "admin_cluster",
+]
+
+
+_ACCESS_LOG_FORMAT = {
+    "start_time": "%START_TIME%",
+    "request_id": "%REQ(X-REQUEST-ID)%",
+    "trace_id": "%TRACE_ID%",
+    "method": "%REQ(:METHOD)%",
+    # without the query string: whatever a client puts there (a token, a prompt) stays out of the logs
+    "path": "%PATH(NQ:ORIG_OR_PATH)%",
+    "caller_tenant": f"%REQ({TENANT_HEADER.upper()})%",
+    "model": "%REQ(X-MODEL)%",
+    "body_model": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_MODEL_KEY})%",
+    "stream": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{BODY_STREAM_KEY})%",
+    "priority": "%REQ(X-PRIORITY)%",
+    "route": "%ROUTE_NAME%",
+    "status": "%RESPONSE_CODE%",
+    "flags": "%RESPONSE_FLAGS%",
+    "details": "%RESPONSE_CODE_DETAILS%",
+    "bytes_received": "%BYTES_RECEIVED%",
+    "bytes_sent": "%BYTES_SENT%",
+    "duration_ms": "%DURATION%",
+    "upstream_service_time_ms": "%RESP(X-ENVOY-UPSTREAM-SERVICE-TIME)%",
+    "upstream_cluster": "%UPSTREAM_CLUSTER%",
+    "upstream_host": "%UPSTREAM_HOST%",
+    "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+    "downstream": "%DOWNSTREAM_REMOTE_ADDRESS%",
+}
+
+
+def access_log() -> list[dict[str, Any]]:
+    """The connection manager's access log: one JSON object per request on stdout."""
+    return [{"name": "envoy.access_loggers.stdout", "typed_config": {
+        "@type": _T + "extensions.access_loggers.stream.v3.StdoutAccessLog",
+        "log_format": {"json_format": _ACCESS_LOG_FORMAT}}}]
+
+
+# The gateway starts a trace for every request; traceSampleRatio is applied once, by the Collector's
+# probabilistic_sampler after its spanmetrics connector has counted every span (components.k8s.otel_config), and
+# by trace id, so the gateway's, the sidecars' and the engine's spans of one request are kept or dropped together.
+# Sampling here as well would keep ratio² of the traces and make the spanmetrics RED figures a sample.
+GATEWAY_TRACE_PERCENT = 100.0
+
+
+def tracing(cfg: GatewayView) -> dict[str, Any]:
+    return {
+        "random_sampling": {"value": GATEWAY_TRACE_PERCENT},
+        "provider": {
+            "name": "envoy.tracers.opentelemetry",
+            "typed_config": {
+                "@type": _T + "config.trace.v3.OpenTelemetryConfig",
+                # :authority: the Collector Service's name (Envoy's default is the cluster's name, which the
+                # sidecar would only pass through: see "Through the mesh")
+                "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER, "authority": collector_host(cfg)},
+                                 "timeout": "0.250s"},
+                "service_name": SERVICE_NAME,
+            },
+        },
+    }
+
+
+def stats_listener() -> dict[str, Any]:
+    """/stats/prometheus and /ready from the admin interface, and nothing else of it."""
+    def to_admin(match: dict[str, Any]) -> dict[str, Any]:
+        return {"match": match, "route": {"cluster": ADMIN_CLUSTER}}
+
+    route_config = {"name": "stats", "virtual_hosts": [{"name": "stats", "domains": ["*"], "routes": [
+        to_admin({"path": "/stats/prometheus"}), to_admin({"path": "/ready"})]}]}
+    return {"name": "stats", "address": _address("0.0.0.0", naming.ENVOY_STATS_PORT),
+            "filter_chains": [{"filters": [_hcm("stats", route_config, [])]}]}
+
+
+def collector_cluster(cfg: GatewayView) -> dict[str, Any]:
+    return {
+        **_dns_cluster(COLLECTOR_CLUSTER, collector_host(cfg), naming.OTEL_GRPC_PORT,
+                       connect_timeout=cfg.gateway.connect_timeout_seconds),
+        "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+            "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
+            "explicit_http_config": {"http2_protocol_options": {}}}},
+    }
+
+
+def admin_cluster() -> dict[str, Any]:
+    return {"name": ADMIN_CLUSTER, "type": "STATIC", "connect_timeout": "1s",
+            "load_assignment": {"cluster_name": ADMIN_CLUSTER, "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": _address("127.0.0.1", naming.ENVOY_ADMIN_PORT)}}]}]}}

@@ -1,0 +1,324 @@
+"""Deadline-aware routing between a workload's variants (models of one workload that declare `variant`,
+cheapest first by cost per request). The budget is what this one request may take, in ms:
+
+    x-aifactory-budget-ms: <ms>                     the request's budget, or else
+    baggage: ...,aifactory.budget_ms=<ms>,...       W3C baggage as telemetry's `headers()` sends it (its step's
+                                                    share of the workflow's remaining budget)
+
+A variant fits a budget of at least its threshold: its slo.e2eSeconds (the engine's p95) plus the workload's
+margin (gateway.routing.<workload>.marginPercent, default 25%: the gateway and, under load, the variant's queue
+add to the engine's latency), in whole ms rounded up (`threshold_ms`). Policy `cost-within-deadline` (the
+default): the cheapest variant that fits (reason `fits-budget`); a budget below every threshold takes the
+fastest (`rescued`); no budget (or one that is not a whole number of ms) takes the cheapest (`default`).
+Policies `cheapest` and `fastest` ignore the budget (`default`). x-priority: batch still goes to the workload's
+batch model.
+
+Why plain route matching: the decision is a pure function of one number and a handful of thresholds known
+when the config is built, so it compiles to ordered routes, first match wins: per useful variant (cheaper
+ones first, a pricier variant only if it is faster than every cheaper one) a route whose header matcher
+accepts budgets >= its threshold: `range_match` on x-aifactory-budget-ms, an RE2 `safe_regex` for "a decimal
+integer >= N" on the baggage member (Envoy matches repeated headers joined by commas). No Lua, no ext_proc,
+no other process and no network hop (the overflow gates below are in process); the explicit header wins over
+baggage (the baggage routes require it absent).
+
+Overflow: each decision routes to an aggregate cluster (`envoy.clusters.aggregate`) listing the chosen
+variant, then the others fastest first, each through its overflow gate. The first try goes to the chosen
+variant; the route's retry policy adds `envoy.retry_priorities.previous_priorities`, so a try that failed on one
+variant (503 from a saturated engine, reset, per-try idle timeout, a tripped circuit breaker, no healthy replica)
+is retried on the next variant, not queued behind it.
+The gate is needed for the breaker: Envoy never retries a request refused by its own circuit breaker
+(RetryPolicyImpl::wouldRetryFromReset returns false for StreamResetReason::Overflow, and wouldRetryFromHeaders
+for a response carrying x-envoy-overloaded: envoyproxy/envoy source/common/router/retry_policy_impl.cc). So the
+aggregate cluster reaches each variant through `<variant>__gate`, an internal listener (in process, no socket:
+envoy.bootstrap.internal_listener) whose router forwards to the variant's cluster with `suppress_envoy_headers`:
+a try the variant's breaker refuses comes back to the decision's route as a plain 503, which it retries on the
+next variant. A variant's breaker is its `variant.maxRequests` (default gateway.circuitBreakers.maxRequests):
+set to what the variant's replicas serve at once, tries past it overflow instead of queueing at the engine.
+The variant's cluster keeps its health checks, outlier detection, LB and breakers (within the variant they
+pick the replica); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
+listeners), so a variant that is down costs each request one fast-failing try before the next variant serves it.
+Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
+Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
+
+The decision is visible: requests reach the model with, and clients get back, `x-aifactory-route:
+<chosen variant>; reason=<fits-budget|rescued|default>`, and `x-aifactory-variant: <variant that served>`
+(they differ when the request overflowed). Each decision's route has stat_prefix
+`<workload>__<variant>__<reason>` (vhost.models.route.<prefix>.upstream_rq_*; Prometheus:
+envoy_vhost_route_upstream_rq_completed{envoy_route=...}), whose upstream_rq_retry counts tries sent on to the
+next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included; a try its
+breaker refused counts in upstream_rq_active_overflow instead); the aggregate clusters are
+`<workload>__<chosen variant>`; the access log has the route and the upstream cluster (the gate).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from components.k8s import naming
+from components.k8s.envoy_affinity import hash_policy
+from components.k8s.envoy_base import (
+    _T,
+    BAGGAGE_HEADER,
+    BUDGET_BAGGAGE_KEY,
+    BUDGET_HEADER,
+    BUDGET_MAX_MS,
+    DEFAULT_MIN_RETRY_CONCURRENCY,
+    METADATA_NAMESPACE,
+    ROUTE_DECISION_HEADER,
+    VARIANT_HEADER,
+    VARIANT_KEY,
+    GatewayView,
+    _hcm,
+    _seconds,
+    model_host,
+)
+from components.k8s.values import Model
+
+__all__ = [
+    "Workload",
+    "workloads",
+    "Decision",
+    "decisions",
+    "at_least_regex",
+    "threshold_ms",
+    "overflow_cluster_name",
+    "overflow_order",
+    "overflow_cluster",
+    "variant_clusters",
+    "variant_models",
+    "gate_name",
+    "gate_cluster",
+    "gate_listener",
+    "decision_route",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Workload:
+    """One API model: the interactive model and, optionally, a batch model serving the same name."""
+
+    name: str
+    default: Model  # the interactive model, or the only model (with variants: the no-budget policy's pick)
+    batch: Model | None  # set when the workload declares both priorities
+    variants: tuple[Model, ...] = ()  # cheapest first; empty without variants
+
+
+def workloads(cfg: GatewayView) -> list[Workload]:
+    """The config's models grouped into API models, sorted by name."""
+    groups: dict[str, dict[str, Model]] = {}
+    for m in cfg.models.values():
+        groups.setdefault(m.workload, {})[m.priority] = m
+    out = []
+    for name in sorted(groups):
+        g = groups[name]
+        if variants := cfg.variants_of(name):
+            out.append(Workload(name, _no_budget_pick(cfg, name, variants), g.get("batch"), tuple(variants)))
+        elif "interactive" in g:
+            out.append(Workload(name, g["interactive"], g.get("batch")))
+        else:  # a batch-only workload: every request goes to its batch model
+            out.append(Workload(name, g["batch"], None))
+    return out
+
+
+def _latency_ms(model: Model) -> int:
+    """A variant's expected latency: its p95 end-to-end SLO, whole ms rounded up."""
+    return -(-round(model.slo.e2e_seconds * 1e6) // 1000)
+
+
+def threshold_ms(cfg: GatewayView, workload: str, model: Model) -> int:
+    """The least budget the variant fits: its expected latency plus the workload's margin, whole ms rounded up."""
+    return -(-round(model.slo.e2e_seconds * 1e6 * (100 + cfg.routing_margin_percent(workload))) // 100_000)
+
+
+def _fastest(variants: Sequence[Model]) -> Model:
+    """The lowest expected latency; ties go to the cheaper (variants come cheapest first)."""
+    return min(variants, key=lambda m: m.slo.e2e_seconds)
+
+
+def _no_budget_pick(cfg: GatewayView, workload: str, variants: Sequence[Model]) -> Model:
+    return _fastest(variants) if cfg.routing_policy(workload) == "fastest" else variants[0]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """One routing decision of a workload with variants: requests whose headers match `headers` go to `chosen`."""
+
+    name: str  # the route's name (its -path/-body/-unstreamed/-too-large twins add suffixes)
+    chosen: Model
+    reason: str  # fits-budget | rescued | default
+    headers: tuple[dict[str, Any], ...]
+
+
+def at_least_regex(n: int) -> str:
+    """RE2 for a decimal integer (leading zeros allowed) >= n: more digits, or as many and larger at the first
+    digit that differs."""
+    if n <= 0:
+        return r"\d+"
+    s = str(n)
+    alts = [f"[1-9]\\d{{{len(s)},}}", s]
+    for i, digit in enumerate(s):
+        if digit != "9":
+            rest = len(s) - i - 1
+            alts.append(f"{s[:i]}[{int(digit) + 1}-9]" + (f"\\d{{{rest}}}" if rest else ""))
+    return f"0*(?:{'|'.join(alts)})"
+
+
+def _baggage_budget(regex: str) -> dict[str, Any]:
+    """The baggage carries aifactory.budget_ms whose value matches `regex` (W3C baggage: list-members
+    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS)."""
+    key = re.escape(BUDGET_BAGGAGE_KEY)
+    return {"name": BAGGAGE_HEADER, "string_match": {"safe_regex": {
+        "regex": f"^(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*(?:{regex})[ \\t]*(?:[;,].*)?$"}}}
+
+
+_NO_BUDGET_HEADER = {"name": BUDGET_HEADER, "present_match": True, "invert_match": True}
+
+
+def decisions(cfg: GatewayView, w: Workload) -> list[Decision]:
+    """The workload's routing decisions in match order (empty without variants): see the module docstring."""
+    if not w.variants:
+        return []
+    out: list[Decision] = []
+    if cfg.routing_policy(w.name) == "cost-within-deadline":
+        best: int | None = None
+        for v in w.variants:  # cheapest first: a pricier variant is useful only if it is faster
+            lat = threshold_ms(cfg, w.name, v)
+            if best is not None and lat >= best:
+                continue
+            best = lat
+            name = f"{w.name}.{v.name}.fits-budget"
+            out.append(Decision(name, v, "fits-budget", (
+                {"name": BUDGET_HEADER, "range_match": {"start": lat, "end": BUDGET_MAX_MS}},)))
+            out.append(Decision(f"{name}.baggage", v, "fits-budget",
+                                (_NO_BUDGET_HEADER, _baggage_budget(at_least_regex(lat)))))
+        fast = _fastest(w.variants)
+        name = f"{w.name}.{fast.name}.rescued"
+        out.append(Decision(name, fast, "rescued", (
+            {"name": BUDGET_HEADER, "range_match": {"start": 0, "end": threshold_ms(cfg, w.name, fast)}},)))
+        out.append(Decision(f"{name}.baggage", fast, "rescued", (_NO_BUDGET_HEADER, _baggage_budget(r"\d+"))))
+    out.append(Decision(f"{w.name}.{w.default.name}.default", w.default, "default", ()))
+    return out
+
+
+def overflow_cluster_name(workload: str, chosen: Model) -> str:
+    """The aggregate cluster that tries `chosen` first. Model names are DNS labels: "__" clashes with none, and
+    no dot, so Prometheus' envoy_cluster_name tag holds the whole name (Envoy's tag extractor cuts at a dot)."""
+    return f"{workload}__{chosen.name}"
+
+
+def overflow_order(w: Workload, chosen: Model) -> list[Model]:
+    """`chosen`, then the workload's other variants fastest first (ties: cheaper first)."""
+    rest = sorted((v for v in w.variants if v is not chosen), key=lambda m: _latency_ms(m))
+    return [chosen, *rest]
+
+
+def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, Any]:
+    """An aggregate cluster over the variants' gates in overflow order (each variant keeps its own LB, health
+    checks and breakers)."""
+    return {
+        "name": overflow_cluster_name(w.name, chosen),
+        "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
+        "lb_policy": "CLUSTER_PROVIDED",
+        "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
+            "@type": _T + "extensions.clusters.aggregate.v3.ClusterConfig",
+            "clusters": [gate_name(m) for m in overflow_order(w, chosen)]}},
+        # the router checks the retry budget on the route's cluster: this one
+        "circuit_breakers": {"thresholds": [{
+            "priority": "DEFAULT",
+            "retry_budget": {"budget_percent": {"value": cfg.gateway.retries.budget_percent},
+                             "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY}}]},
+    }
+
+
+def variant_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
+    """One aggregate cluster per variant a decision can choose, then every variant's gate cluster, sorted by name."""
+    out = {}
+    for w in workloads(cfg):
+        for d in decisions(cfg, w):
+            c = overflow_cluster(cfg, w, d.chosen)
+            out[c["name"]] = c
+    return [out[k] for k in sorted(out)] + [gate_cluster(cfg, m) for m in variant_models(cfg)]
+
+
+def variant_models(cfg: GatewayView) -> list[Model]:
+    return [m for w in workloads(cfg) for m in sorted(w.variants, key=lambda v: v.name)]
+
+
+GATE_SUFFIX = naming.GATE_SUFFIX
+
+
+def gate_name(model: Model) -> str:
+    """The variant's overflow gate: an internal listener and the cluster that reaches it."""
+    return f"{model.name}{GATE_SUFFIX}"
+
+
+# The gate's own limits are not the variant's: its breaker must never be what refuses a request.
+GATE_MAX = 1_000_000
+
+
+def gate_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """The variant as the aggregate clusters see it: its gate listener, in process (no socket). Not health-checked:
+    Envoy's health checker runs on the main thread, which reaches no internal listener (Envoy 1.40 counts every
+    such check as health_check.network_failure, logging "connect to previously closed peer"); a try on a variant
+    that is down fails at once behind the gate (503) and is retried on the next variant."""
+    return {
+        "name": gate_name(model),
+        "type": "STATIC",
+        "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
+        "load_assignment": {"cluster_name": gate_name(model), "endpoints": [{"lb_endpoints": [{
+            "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": gate_name(model)}}},
+            # the response's x-aifactory-variant (%UPSTREAM_METADATA%): the variant behind this gate
+            "metadata": {"filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}}]}]},
+        "transport_socket": {"name": "envoy.transport_sockets.internal_upstream", "typed_config": {
+            "@type": _T + "extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport",
+            "transport_socket": {"name": "envoy.transport_sockets.raw_buffer", "typed_config": {
+                "@type": _T + "extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}}},
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": GATE_MAX,
+                                             "max_pending_requests": GATE_MAX, "max_requests": GATE_MAX,
+                                             "max_retries": GATE_MAX}]},
+    }
+
+
+def gate_listener(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """The variant's overflow gate: an internal listener whose router sends everything to the variant's cluster
+    and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
+    x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
+    No timeouts or retries here: the decision's route has them. The Host becomes the variant's Service name here,
+    the last hop before the socket (see "Through the mesh" in components.k8s.envoy_config): which variant serves a try
+    is known only at its gate."""
+    route: dict[str, Any] = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
+    if model.session_affinity_balance_factor is not None:  # the variant's replica is picked here
+        route["hash_policy"] = hash_policy()
+    route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
+                    "routes": [{"match": {"prefix": "/"}, "route": route}]}]}
+    hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
+    hcm["typed_config"]["http_filters"][-1]["typed_config"]["suppress_envoy_headers"] = True
+    return {"name": gate_name(model), "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}
+
+
+def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str, Any]:
+    """A model route turned into one decision's route: its headers, its overflow cluster, the decision shown."""
+    out = copy.deepcopy(route)
+    out["name"] = route["name"].replace(w.name, d.name, 1)
+    out["match"]["headers"] = [*route["match"].get("headers", []), *d.headers]
+    out["route"]["cluster"] = overflow_cluster_name(w.name, d.chosen)
+    del out["route"]["host_rewrite_literal"]  # the gate of the variant that serves the try sets it
+    # a failed try goes to the next variant (the next priority of the aggregate cluster)
+    out["route"]["retry_policy"]["retry_priority"] = {
+        "name": "envoy.retry_priorities.previous_priorities",
+        "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                         "update_frequency": 1}}
+    out["stat_prefix"] = f"{w.name}__{d.chosen.name}__{d.reason}"
+    decision = f"{d.chosen.name}; reason={d.reason}"
+    out["request_headers_to_add"] = [{"header": {"key": ROUTE_DECISION_HEADER, "value": decision},
+                                      "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    out["response_headers_to_add"] = [
+        {"header": {"key": ROUTE_DECISION_HEADER, "value": decision}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"},
+        # the serving host's metadata (model_cluster): %UPSTREAM_CLUSTER% names the aggregate cluster here
+        {"header": {"key": VARIANT_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:{VARIANT_KEY})%"},
+         "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    return out

@@ -1,0 +1,155 @@
+"""kube-prometheus-stack: Prometheus (in the mesh for its scrapes), Alertmanager, Grafana with the kit's
+datasources and dashboard sidecar, kube-state-metrics, node exporter; and the PodMonitor of the mesh's sidecars."""
+
+import json
+import math
+from typing import Any
+
+from components.k8s import naming, security
+from components.k8s.mesh import PROMETHEUS_CERTS_DIR
+from components.k8s.observability.alerting import alert_templates, alertmanager_config, alertmanager_secrets
+from components.k8s.observability.common import container_resources
+from components.k8s.observability.jaeger import JAEGER_QUERY_PORT
+from components.k8s.observability.sizing import (
+    ALERTMANAGER_VOLUME_GIB,
+    RETENTION_SIZE_FRACTION,
+    prometheus_volume_gib,
+    volume_claim_spec,
+)
+from components.k8s.observability.spec import BackendsView
+from components.k8s.otel_config import (
+    JAEGER_SERVICE,
+    LOKI_GATEWAY_SERVICE,
+    service_host,
+)
+
+__all__ = [
+    "DASHBOARD_LABEL",
+    "DASHBOARD_LABEL_VALUE",
+    "DASHBOARD_FOLDER_ANNOTATION",
+    "SIDECAR_STATS_PORT_NAME",
+    "SIDECAR_STATS_JOB",
+    "KPS_RELEASE",
+    "ISTIO_CERTS_VOLUME",
+    "ISTIO_OUTPUT_CERTS",
+    "prometheus_mesh_pod_settings",
+    "control_plane_values",
+    "KSM_LABELS_ALLOWLIST",
+    "kube_prometheus_stack_values",
+    "sidecar_pod_monitor",
+]
+
+DASHBOARD_LABEL = naming.DASHBOARD_LABEL  # the Grafana sidecar's dashboard label (and value) and folder annotation
+DASHBOARD_LABEL_VALUE = naming.DASHBOARD_LABEL_VALUE
+DASHBOARD_FOLDER_ANNOTATION = naming.DASHBOARD_FOLDER_ANNOTATION
+# istio-proxy's Envoy stats (istio_requests_total, istio_request_duration_milliseconds) on its container port
+# `http-envoy-prom` 15090, plain HTTP and never redirected into the sidecar (Istio 1.28.3 injection-template.yaml:
+# containerPort 15090 name http-envoy-prom; excluded from inbound capture with 15021)
+SIDECAR_STATS_PORT_NAME = "http-envoy-prom"
+SIDECAR_STATS_JOB = "envoy-stats"
+KPS_RELEASE = "kube-prometheus-stack"
+ISTIO_CERTS_VOLUME = "istio-certs"
+ISTIO_OUTPUT_CERTS = "/etc/istio-output-certs"
+
+
+def prometheus_mesh_pod_settings() -> dict[str, Any]:
+    """Prometheus pod settings (prometheusSpec keys) that give it a sidecar which intercepts nothing and
+    writes its mesh certificate to a shared in-memory volume (Istio's documented pattern)."""
+    return {
+        "podMetadata": {
+            "labels": {"sidecar.istio.io/inject": "true"},
+            "annotations": {
+                "traffic.sidecar.istio.io/includeInboundPorts": "",
+                "traffic.sidecar.istio.io/includeOutboundIPRanges": "",
+                "proxy.istio.io/config": json.dumps({"proxyMetadata": {"OUTPUT_CERTS": ISTIO_OUTPUT_CERTS}}),
+                "sidecar.istio.io/userVolumeMount": json.dumps(
+                    [{"name": ISTIO_CERTS_VOLUME, "mountPath": ISTIO_OUTPUT_CERTS}]),
+            },
+        },
+        "volumes": [{"name": ISTIO_CERTS_VOLUME, "emptyDir": {"medium": "Memory"}}],
+        "volumeMounts": [{"name": ISTIO_CERTS_VOLUME, "mountPath": PROMETHEUS_CERTS_DIR, "readOnly": True}],
+    }
+
+
+def _datasources(cfg: BackendsView) -> list[dict[str, Any]]:
+    ns = cfg.observability.namespace
+    return [
+        {"name": "Loki", "type": "loki", "uid": "loki", "access": "proxy",
+         "url": f"http://{service_host(LOKI_GATEWAY_SERVICE, ns)}"},
+        {"name": "Jaeger", "type": "jaeger", "uid": "jaeger", "access": "proxy",
+         "url": f"http://{service_host(JAEGER_SERVICE, ns)}:{JAEGER_QUERY_PORT}"},
+    ]
+
+
+def control_plane_values(cfg: BackendsView) -> dict[str, Any]:
+    """Scrape the control plane only where the target exposes it. EKS runs controller manager, scheduler
+    and etcd out of reach, and its kube-proxy add-on binds metrics to 127.0.0.1:10249 (kube-proxy's
+    default; aws/containers-roadmap#657: the add-on reverts edits), so every target would be down and
+    KubeControllerManagerDown/KubeSchedulerDown/KubeProxyDown fire forever."""
+    on = cfg.observability.control_plane_metrics
+    return {k: {"enabled": on} for k in ("kubeControllerManager", "kubeScheduler", "kubeEtcd", "kubeProxy")}
+
+
+KSM_LABELS_ALLOWLIST = [f"nodes=[{naming.LABEL_POOL}]", f"pods=[{naming.LABEL_MODEL},{naming.LABEL_TENANT}]"]
+
+def kube_prometheus_stack_values(cfg: BackendsView) -> dict[str, Any]:
+    selectors = {f"{kind}SelectorNilUsesHelmValues": False
+                 for kind in ("rule", "serviceMonitor", "podMonitor", "probe", "scrapeConfig")}
+    return {
+        "fullnameOverride": "kps",
+        "prometheus": {
+            "serviceAccount": {"create": True, "name": naming.PROMETHEUS_SERVICE_ACCOUNT},
+            "prometheusSpec": {
+                **selectors,
+                "retention": cfg.observability.retention,
+                "retentionSize": f"{math.floor(prometheus_volume_gib(cfg) * RETENTION_SIZE_FRACTION)}GB",
+                "storageSpec": {"volumeClaimTemplate": {"spec": volume_claim_spec(prometheus_volume_gib(cfg), cfg)}},
+                "resources": container_resources("1", "4Gi", "4", "16Gi"),
+                "securityContext": security.pod_security_context(uid=1000, fs_group=2000),
+                **prometheus_mesh_pod_settings(),
+            },
+        },
+        "alertmanager": {
+            "config": alertmanager_config(cfg),
+            "templateFiles": alert_templates(),
+            "alertmanagerSpec": {
+                "resources": container_resources("50m", "128Mi", "500m", "256Mi"),
+                "securityContext": security.pod_security_context(uid=1000, fs_group=2000),
+                "storage": {"volumeClaimTemplate": {"spec": volume_claim_spec(ALERTMANAGER_VOLUME_GIB, cfg)}},
+                "secrets": alertmanager_secrets(cfg),
+            },
+        },
+        "grafana": {
+            "sidecar": {"dashboards": {"enabled": True, "label": DASHBOARD_LABEL, "labelValue": DASHBOARD_LABEL_VALUE,
+                                       "searchNamespace": "ALL", "folderAnnotation": DASHBOARD_FOLDER_ANNOTATION,
+                                       "provider": {"foldersFromFilesStructure": True}}},
+            "additionalDataSources": _datasources(cfg),
+            "resources": container_resources("100m", "256Mi", "1", "1Gi"),
+        },
+        "prometheusOperator": {
+            "resources": container_resources("100m", "128Mi", "500m", "512Mi"),
+            "containerSecurityContext": security.container_security_context(),
+        },
+        # The cost and pool rules join GPU series to pools, models and tenants through these labels.
+        "kube-state-metrics": {"resources": container_resources("50m", "128Mi", "500m", "512Mi"),
+                               "metricLabelsAllowlist": KSM_LABELS_ALLOWLIST},
+        "prometheus-node-exporter": {"resources": container_resources("50m", "64Mi", "250m", "128Mi")},
+        **control_plane_values(cfg),
+    }
+
+
+def sidecar_pod_monitor(cfg: BackendsView) -> dict[str, Any]:
+    """Scrapes every sidecar of the meshed namespaces (the tenants' and the gateway's) for Istio's standard
+    metrics, which the Mesh dashboard and the workload:istio_* rules read. Plain HTTP: port 15090 is outside the
+    mesh's capture, so STRICT mTLS does not apply to it (and a PodMonitor could not present the mesh
+    certificate anyway: mesh.MESH_SCRAPE_TLS). The tenants' NetworkPolicies admit Prometheus on it."""
+    namespaces = sorted({t.namespace for t in cfg.tenants.values()} | {cfg.gateway.namespace})
+    return {"apiVersion": "monitoring.coreos.com/v1", "kind": "PodMonitor",
+            "metadata": {"name": "istio-sidecars", "namespace": cfg.observability.namespace,
+                         "labels": dict(naming.MANAGED_BY)},
+            "spec": {"namespaceSelector": {"matchNames": namespaces},
+                     # the label Istio's injector puts on every pod it gives a sidecar
+                     "selector": {"matchExpressions": [{"key": "security.istio.io/tlsMode", "operator": "Exists"}]},
+                     "podMetricsEndpoints": [{
+                         "port": SIDECAR_STATS_PORT_NAME, "path": "/stats/prometheus", "interval": "15s",
+                         "relabelings": [{"targetLabel": "job", "replacement": SIDECAR_STATS_JOB}]}]}}

@@ -1,0 +1,587 @@
+"""The settings model of the Kubernetes components: the typed values their build functions read, their args
+with every default applied.
+
+A component converts its `args` (a TypedDict) into these; infra.config builds the same values from the stack
+file and re-exports them. A light module on purpose: no Pulumi, nothing of infra/.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, Protocol
+
+from components.aws import catalog
+from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
+from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
+    DEFAULT_DRIVER_MIN_VERSION,
+    DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_GROUP_FORMATION_SECONDS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    DEFAULT_MONITORING_NAMESPACE,
+    DEFAULT_STARTUP_BUDGET_SECONDS,
+    DEFAULT_TRY_IDLE_SECONDS,
+)
+
+__all__ = [
+    "SETTING",
+    "DNS_LABEL_PATTERN",
+    "NOT_A_DNS_LABEL",
+    "DURATION_PATTERN",
+    "setting",
+    "NamespaceView",
+    "InNamespace",
+    "Tracing",
+    "RateLimit",
+    "Tenant",
+    "Replicas",
+    "ModelSlo",
+    "Speculative",
+    "Variant",
+    "ROUTING_POLICIES",
+    "DEFAULT_ROUTING_MARGIN_PERCENT",
+    "DEFAULT_MAX_TOKEN_LIFETIME_SECONDS",
+    "MAX_TOKEN_LIFETIME_LIMIT_SECONDS",
+    "DEFAULT_MAX_DROP",
+    "DEFAULT_MIN_BASELINE_SCORE",
+    "DEFAULT_MAX_UNANSWERED",
+    "FidelityJob",
+    "CategoryGate",
+    "Fidelity",
+    "Model",
+    "MODEL_TASKS",
+    "Retries",
+    "OutlierDetection",
+    "CircuitBreakers",
+    "HealthCheck",
+    "JwtIssuer",
+    "GatewayAuth",
+    "GatewaySettings",
+    "SecretRef",
+    "Capacity",
+    "Taint",
+    "NodeCheck",
+    "NodePool",
+    "InfinibandSettings",
+    "infiniband_settings",
+    "WorkflowSlo",
+    "ALERT_SEVERITIES",
+    "ALERT_RECEIVER_TYPES",
+    "AlertReceiver",
+    "Heartbeat",
+    "Alerting",
+    "Ingest",
+    "VolumeSizes",
+    "ObservabilitySettings",
+]
+
+
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
+NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
+DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
+SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
+
+
+def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: float | None = None,
+            pattern: str | None = None, invalid: str | None = None, derived: bool = False) -> Any:
+    """A dataclass field that is also a stack file setting, declared once: its default, `doc` (what it does and,
+    where the default is not a constant, how it is derived), inclusive bounds `ge`/`le`, and for a string a regular
+    expression `pattern` with the message `invalid` for a value that does not match it; `derived`: the default stands
+    in for a value the stack model computes from other settings (`doc` says how; the editor schema states none).
+    infra/stack reads the
+    declaration to validate the stack file and to write the editor schema and docs/stack-reference.md; the stack
+    file's key is the field name in camelCase. Plain metadata: the components need nothing beyond the standard
+    library."""
+    meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid, "derived": derived}
+    return field(default=default, metadata={SETTING: meta})
+
+
+class NamespaceView(Protocol):
+    """A section of which a component reads only where it runs (the gateway's, observability's, a tenant's)."""
+
+    @property
+    def namespace(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class InNamespace:
+    """Where a part of the platform runs, when that is all a component needs of it."""
+
+    namespace: str
+
+
+@dataclass(frozen=True)
+class Tracing:
+    """Where the OpenTelemetry Collector runs and the share of traces the engines and the gateway sample."""
+
+    namespace: str
+    trace_sample_ratio: float
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    requests_per_second: int = 50  # default: 50
+    burst: int = 100  # default: 100
+    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
+    # the interactive one
+    batch_requests_per_second: int = 50  # default: requestsPerSecond
+    batch_burst: int = 100  # default: burst
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    name: str
+    namespace: str  # default: the tenant's name
+    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
+    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
+    memory_quota: str = "0Gi"  # default: as cpuQuota
+    mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
+    rate_limit: RateLimit = field(default_factory=RateLimit)
+    share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
+
+
+@dataclass(frozen=True, slots=True)
+class SecretRef:
+    """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
+
+    name: str
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Replicas:
+    min: int = 1  # default: 1
+    max: int = 1  # default: min
+    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
+    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
+
+    @property
+    def autoscaled(self) -> bool:
+        return self.max > self.min
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSlo:
+    ttft_seconds: float = setting(0.5, ge=0.001, doc="p95 time to first token, seconds.")
+    inter_token_seconds: float = setting(0.05, ge=0.001, doc="p95 time between output tokens, seconds.")
+    e2e_seconds: float = setting(20.0, ge=0.01, doc="p95 end-to-end request latency, seconds; a variant fits a "
+                                                    "request's budget by it.")
+
+
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    draft_model: str | None  # the drafter (EAGLE head); none for ngram
+    num_speculative_tokens: int = 5  # default: 5
+    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
+
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
+    remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
+
+    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
+    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
+    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
+    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
+    max_requests: int | None = None
+
+
+ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
+# A variant fits a budget when the budget covers its slo.e2eSeconds plus this margin (gateway.routing.<workload>.
+# marginPercent): the SLO is the engine's p95, while the caller also waits in the gateway and, when the variant is
+# busy, in its queue. 25: in the variant benchmark (tests/bench/bench_variant_routing.py, README) queueing at the
+# saturated cheap variant made a margin of 0 miss 4 points more deadlines than all-fastest; 25 misses 0.3 more.
+DEFAULT_ROUTING_MARGIN_PERCENT = 25.0
+# gateway.auth.maxTokenLifetimeSeconds: a token whose exp is further away than this is refused (jwt_authn max_lifetime)
+DEFAULT_MAX_TOKEN_LIFETIME_SECONDS = 86400
+MAX_TOKEN_LIFETIME_LIMIT_SECONDS = 30 * 86400
+DEFAULT_MAX_DROP = 0.02  # gateway.routing.<workload>.fidelity.maxDrop: 2 points of the suite's score
+# gateway.routing.<workload>.fidelity.minBaselineScore: a baseline right on fewer than half of its own workload's items
+# is a broken endpoint or the wrong suite, and every variant would pass against it.
+DEFAULT_MIN_BASELINE_SCORE = 0.5
+# gateway.routing.<workload>.fidelity.maxUnanswered: share of items a variant may leave without an answer (an empty
+# or null content, an error body without choices) before its evaluation fails: that is the endpoint, not the model.
+DEFAULT_MAX_UNANSWERED = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class FidelityJob:
+    """The evaluation as a Kubernetes Job in the gateway namespace (components/k8s/fidelity.py), run again
+    whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
+    OpenTelemetry Collector as metrics."""
+
+    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
+    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
+    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
+
+
+@dataclass(frozen=True, slots=True)
+class CategoryGate:
+    """Guards on one category of a suite's items (gateway.routing.<workload>.fidelity.categories.<name>; `*`: every
+    category not named), on the observed scores: a category too small for an interval still cannot collapse
+    unseen behind the aggregate."""
+
+    name: str  # an item's `category`, or `*`
+    min_score: float | None = None  # default: none; the variant's score on the category's items at least this
+    max_drop: float | None = None  # default: none; the variant's score at most this below the baseline's there
+
+
+@dataclass(frozen=True, slots=True)
+class Fidelity:
+    """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
+    traffic only with a current result of suite `suite` (stacks/evals/<suite>/) whose drop below the baseline's
+    score on the same items is shown to be at most `max_drop` (infra/fidelity.py, README "Fidelity")."""
+
+    suite: str  # a directory under stacks/evals/
+    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
+    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
+    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
+    min_baseline_score: float = DEFAULT_MIN_BASELINE_SCORE  # default: 0.5; below it no variant is judged
+    max_unanswered: float = DEFAULT_MAX_UNANSWERED  # default: 0.05; above it a variant's evaluation fails
+    categories: tuple[CategoryGate, ...] = ()  # default: none (only the aggregate is gated)
+
+    def category_gate(self, category: str) -> CategoryGate | None:
+        """The guards of `category`: its own entry, else `*`'s, else none."""
+        named = {c.name: c for c in self.categories}
+        return named.get(category) or named.get("*")
+
+
+MODEL_TASKS = ("generate", "embed", "rerank")
+
+
+@dataclass(frozen=True, slots=True)
+class Model:
+    name: str
+    engine: str  # an engine of the registry (components.k8s.engines.ENGINES); the stack model checks the name
+    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
+    tenant: str
+    pool: str
+    uri: str  # default: hf://<model>
+    tensor_parallel: int = 1  # default: 1
+    pipeline_parallel: int = 1  # default: 1
+    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
+    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
+    quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
+    max_model_length: int | None = None  # default: the engine's (the model's own context length)
+    prefix_caching: bool = True  # default: true
+    speculative: Speculative | None = None  # default: none (vLLM only)
+    replicas: Replicas = field(default_factory=Replicas)
+    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
+    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
+    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
+    slo: ModelSlo = field(default_factory=ModelSlo)
+    callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
+    cache_gib: int = 200  # default: 200 GiB model cache PVC
+    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: 8 MiB request body through the gateway (413 past it)
+    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
+    # the try and retries on another replica; a streamed generation resets it with every token, and requests
+    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
+    try_idle_timeout_seconds: float = DEFAULT_TRY_IDLE_SECONDS  # default: min(timeoutSeconds, 30)
+    # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
+    # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
+    # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
+    quantized_checkpoint: bool = False
+    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
+    kv_offload_gib: float | None = None  # default: none (no KV cache offload to host memory)
+    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
+    variant: Variant | None = None  # default: none (the workload's only interactive model)
+    # what the model does, which decides the API paths the gateway routes to it (envoy_config.OPENAI_APIS):
+    # generate (chat/completions), embed (embeddings) or rerank (a cross-encoder: score/rerank); default: generate
+    task: Literal["generate", "embed", "rerank"] = "generate"
+    # multi-node replicas: how long the leader waits for its workers to join the Ray cluster, on top of the
+    # start-up budget (which covers download + load + warm-up); default: DEFAULT_GROUP_FORMATION_SECONDS
+    group_formation_seconds: int = DEFAULT_GROUP_FORMATION_SECONDS
+    # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
+    # the session before, each replica taking at most this percentage of the average load; None: least-request.
+    # default (infra.config): 125 for task generate, off otherwise
+    session_affinity_balance_factor: int | None = None
+
+    @property
+    def multi_node(self) -> bool:
+        return self.mig_profile is None and self.gpus_per_replica > self.gpus_per_node_hint
+
+    # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
+    gpus_per_node_hint: int = 8
+
+    @property
+    def nodes_per_replica(self) -> int:
+        return max(1, self.gpus_per_replica // self.gpus_per_node_hint) if self.multi_node else 1
+
+
+@dataclass(frozen=True, slots=True)
+class Retries:
+    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502, "
+                            "503 or 504, or a try idle longer than the model's tryIdleTimeoutSeconds.")
+    budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries may add at most this share of the requests "
+                                                           "in flight, percent (Envoy's retry budget).")
+
+
+@dataclass(frozen=True, slots=True)
+class OutlierDetection:
+    consecutive_5xx: int = setting(3, ge=1, doc="Consecutive 5xx answers that eject a replica from its model's "
+                                                "load balancing.")
+    interval_seconds: float = setting(2.0, ge=0.1, doc="Seconds between ejection sweeps.")
+    base_ejection_seconds: float = setting(30.0, ge=0.1, doc="How long a first ejection lasts, seconds (Envoy "
+                                                             "multiplies it by the number of ejections).")
+    max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's replicas is ejected "
+                                                             "at once, percent (67: 2 of 3, never the last of 3).")
+    panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="Below this share of healthy replicas Envoy "
+                                                                    "balances over all of them (its panic mode), "
+                                                                    "percent.")
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakers:
+    max_connections: int = setting(4096, ge=1, doc="Connections to one model's replicas at once.")
+    max_pending_requests: int = setting(2048, ge=1, doc="Requests waiting for a connection to one model.")
+    max_requests: int = setting(4096, ge=1, doc="Requests in flight to one model at once.")
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCheck:
+    interval_seconds: float = setting(5.0, ge=0.01, le=300, doc="Seconds between the gateway's active health "
+                                                                "checks of each replica.")
+    timeout_seconds: float = setting(2.0, ge=0.01, derived=True, doc="Seconds a health check may take; at most "
+                                                                     "intervalSeconds (default: 2, or intervalSeconds "
+                                                                     "when that is shorter).")
+    unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out.")
+    healthy_threshold: int = setting(2, ge=1, le=10, doc="Passed checks that bring it back.")
+
+
+@dataclass(frozen=True, slots=True)
+class JwtIssuer:
+    issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
+    jwks_uri: str  # where its signing keys are published (https://...)
+    audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
+    # the tenants this issuer may name in its tokens' tenant claim; default: None (any tenant). Set it when
+    # several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
+    tenants: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayAuth:
+    issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
+    tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
+    # default: 86400 (24 h); a token without exp, or whose exp is further away than this, gets 401
+    max_token_lifetime_seconds: int = DEFAULT_MAX_TOKEN_LIFETIME_SECONDS
+
+
+@dataclass(frozen=True, slots=True)
+class GatewaySettings:
+    namespace: str = setting(DEFAULT_GATEWAY_NAMESPACE, pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL,
+                             doc="The gateway's namespace.")
+    min_replicas: int = setting(2, ge=1, doc="Fewest gateway replicas (the autoscaler's floor).")
+    max_replicas: int = setting(6, ge=1, derived=True, doc="Most gateway replicas (default: 6, or minReplicas when "
+                                                           "larger).")
+    service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = setting(
+        "LoadBalancer", doc="How clients reach the gateway: its Service's type.")
+    connect_timeout_seconds: float = setting(2.0, ge=0.01, le=60, doc="Seconds to connect to a model replica.")
+    retries: Retries = field(default_factory=Retries)
+    outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
+    circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
+    auth: GatewayAuth = field(default_factory=GatewayAuth)
+    health_check: HealthCheck = field(default_factory=HealthCheck)
+    request_headers_timeout_seconds: float = setting(10.0, ge=0.01, le=3600, doc="Seconds to receive a request's "
+                                                                                 "headers (408 past it).")
+    request_timeout_seconds: float = setting(60.0, ge=0.01, le=3600, doc="Seconds to receive a whole request, body "
+                                                                         "included (408 past it).")
+    stream_idle_timeout_seconds: float = setting(30.0, ge=0.01, le=3600, doc="Seconds a stream may idle; routes to a "
+                                                                             "model use its timeoutSeconds instead.")
+    idle_timeout_seconds: float = setting(300.0, ge=1, le=86400, doc="Seconds before an idle client connection is "
+                                                                     "closed.")
+    # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
+    routing: Mapping[str, str] = field(default_factory=dict)
+    # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
+    routing_margins: Mapping[str, float] = field(default_factory=dict)
+    # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
+    fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
+    reservation_id: str | None = None  # required for odcr and capacity-block
+    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
+    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
+    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
+
+    @property
+    def reserved(self) -> bool:
+        return self.type != "on-demand"
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    key: str
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
+    value: str = ""  # default: empty
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCheck:
+    driver_min_version: str = setting(DEFAULT_DRIVER_MIN_VERSION, pattern=r"^\d+(\.\d+){0,2}$",
+                                      invalid="is not a driver version such as 550.54.15",
+                                      doc="The oldest NVIDIA driver a node may run.")
+    min_tflops_fraction: float = setting(0.7, ge=0, le=1, doc="A GPU passes the burn-in at this share of the "
+                                                              "catalog's dense BF16 peak.")
+    min_bandwidth_fraction: float = setting(0.7, ge=0, le=1, doc="A GPU passes at this share of the catalog's "
+                                                                 "memory bandwidth.")
+    burn_in_seconds: int = setting(10, ge=1, le=3600, doc="Seconds of the GPU burn-in.")
+    dcgm_exporter_url: str | None = setting(None, pattern=r"^https?://[^\s/]+(/\S*)?$",
+                                            invalid="is not an http(s):// URL such as http://127.0.0.1:9400/metrics",
+                                            doc="Where the node check reads DCGM metrics (default: the GPU "
+                                                "operator's exporter pod on the node, found with kubectl).")
+    min_bus_bandwidth_fraction: float = setting(0.6, ge=0, le=1, doc="The all-reduce across nodes passes at this "
+                                                                     "share of the fabric's line rate.")
+    fabric_test_seconds: int = setting(300, ge=30, le=3600, doc="Hard limit of the all-reduce across nodes, "
+                                                                "seconds.")
+
+
+@dataclass(frozen=True, slots=True)
+class NodePool:
+    name: str
+    instance_type: str
+    min_size: int = 1  # default: 1
+    max_size: int = 1  # default: max(minSize, desiredSize)
+    desired_size: int = 1  # default: minSize
+    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
+    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
+    capacity: Capacity = field(default_factory=Capacity)
+    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
+    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
+    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
+    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
+    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
+    mig: str | None = None  # default: no MIG layout
+    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
+    node_check: NodeCheck = field(default_factory=NodeCheck)
+    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
+
+    @property
+    def instance(self) -> catalog.InstanceType:
+        return catalog.get(self.instance_type)
+
+    @property
+    def gpu(self) -> bool:
+        return self.instance.has_gpu
+
+
+@dataclass(frozen=True, slots=True)
+class InfinibandSettings:
+    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
+    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
+    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
+    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
+    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
+    rdma_hca_max: int = 63  # default: 63
+    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
+    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
+
+
+@dataclass(frozen=True, slots=True)
+class WorkflowSlo:
+    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
+    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
+    availability_target: float = 0.995  # default: 99.5% of workflows succeed
+
+
+ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
+ALERT_RECEIVER_TYPES = ("slack", "pagerduty", "email", "webhook")
+
+
+@dataclass(frozen=True, slots=True)
+class AlertReceiver:
+    """One Alertmanager receiver. Credentials are only ever a `secret` reference, never a config value:
+    slack: the incoming-webhook URL; pagerduty: the Events v2 routing key; email: the SMTP password
+    (optional); webhook: a bearer token (optional)."""
+
+    name: str
+    type: Literal["slack", "pagerduty", "email", "webhook"]
+    secret: SecretRef | None = None  # slack, pagerduty: required; email, webhook: default: none
+    channel: str | None = None  # slack: required
+    to: str | None = None  # email: required
+    sender: str | None = None  # email (`from`): required
+    smarthost: str | None = None  # email: required, host:port
+    username: str | None = None  # email: default: no SMTP authentication
+    url: str | None = None  # webhook: required, http(s)://
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
+    the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
+
+    receiver: str  # required: one of alerting.receivers
+    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
+
+
+@dataclass(frozen=True, slots=True)
+class Alerting:
+    """Where alerts go: receivers by name, and per severity the receivers that get it."""
+
+    receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
+    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
+    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
+
+
+@dataclass(frozen=True, slots=True)
+class Ingest:
+    """Expected ingest, the basis of every backend's disk size (see README, "Observability data")."""
+
+    samples_per_second: int = setting(10_000, ge=1, doc="Prometheus samples per second the cluster ingests.")
+    log_gib_per_day: float = setting(5.0, ge=0.01, doc="Raw log lines per day, GiB.")
+    spans_per_second: int = setting(500, ge=1, doc="Spans per second reaching the Collector (after mesh sampling).")
+
+
+@dataclass(frozen=True, slots=True)
+class VolumeSizes:
+    """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
+    change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
+    Changing a pinned size needs a volume resize (README, "Observability data")."""
+
+    prometheus_gib: int | None = setting(None, ge=1, doc="Prometheus's volume, GiB (default: sized from ingest and "
+                                                         "retention).")
+    loki_gib: int | None = setting(None, ge=1, doc="Loki's volume in single-binary mode, GiB (default: sized from "
+                                                   "ingest and retention).")
+    jaeger_gib: int | None = setting(None, ge=1, doc="Jaeger's volume, GiB (default: sized from span ingest and "
+                                                     "traceRetention).")
+
+
+@dataclass(frozen=True, slots=True)
+class ObservabilitySettings:
+    namespace: str = setting(DEFAULT_MONITORING_NAMESPACE, pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL,
+                             doc="The namespace of Prometheus, Grafana, Loki, Jaeger and the Collector.")
+    retention: str = setting("15d", pattern=DURATION_PATTERN, invalid="is not a retention such as 15d or 720h",
+                             doc="How long Prometheus keeps metrics (and Loki logs).")
+    loki_mode: Literal["single-binary", "simple-scalable"] = setting(
+        "single-binary", doc="Loki's deployment mode; simple-scalable needs object storage (provider aws).")
+    trace_sample_ratio: float = setting(1.0, ge=0, le=1, doc="Share of traces the Collector keeps.")
+    idle_gpu_utilization_percent: float = setting(10.0, ge=0, le=100, doc="GPUs under this utilisation count as "
+                                                                          "idle, percent.")
+    prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
+    default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
+    workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
+    trace_retention: str = setting("7d", pattern=DURATION_PATTERN, invalid="is not a retention such as 7d or 168h",
+                                   doc="How long Jaeger keeps traces.")
+    mesh_trace_sampling_percent: float = setting(1.0, ge=0, le=100, doc="Share of requests that start a trace at "
+                                                                        "the mesh, percent.")
+    control_plane_metrics: bool = setting(False, doc="Scrape the control plane (opt-in: EKS exposes none, kubeadm "
+                                                     "binds them to 127.0.0.1).")
+    ingest: Ingest = field(default_factory=Ingest)
+    alerting: Alerting = field(default_factory=Alerting)
+    runbook_url: str | None = setting(None, pattern=r"^https?://[^\s#]+$",
+                                      invalid="is not an http(s) URL without a #fragment (alerts append #<alert>)",
+                                      doc="Alerts link to <runbookUrl>#<alert name in lowercase> (default: "
+                                          "dashboards.config.DEFAULT_RUNBOOK_URL).")
+    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
+
+
+def infiniband_settings(given: Mapping[str, Any]) -> InfinibandSettings:
+    """InfinibandSettings from a component's args (snake_case keys, lists for tuples); other keys are ignored and
+    absent ones keep their defaults."""
+    known = {f.name for f in fields(InfinibandSettings)}
+    values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in given.items() if k in known}
+    return InfinibandSettings(**values)

@@ -1,0 +1,94 @@
+"""SGLang's rules: its latency histograms, tokens, queue, running batch, KV pool and RadixAttention hit
+rate, by model_name (its --served-model-name, the config key) renamed `model`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from dashboards.config import ObservabilityConfig, ServedModel
+from dashboards.engines.base import EngineRules
+from dashboards.promql import series
+from dashboards.rule_parts import RATE, Alert, R, Record, quantile_record, runbook
+from telemetry.names import SGLANG
+
+__all__ = ["SGLANG_HISTOGRAMS", "S", "SglangRules", "RULES"]
+
+SGLANG_HISTOGRAMS = (SGLANG.TTFT, SGLANG.ITL, SGLANG.E2E, SGLANG.QUEUE_TIME)
+
+
+class S:
+    """SGLang's recorded series (by model)."""
+
+    TOKENS = "model:sglang_generation_tokens:rate5m"
+    PROMPT_TOKENS = "model:sglang_prompt_tokens:rate5m"
+    RUNNING = "model:sglang_num_running_reqs:sum"
+    QUEUE = "model:sglang_num_queue_reqs:sum"
+    QUEUE_PER_REPLICA = "model:sglang_num_queue_reqs:avg"
+    TOKEN_USAGE = "model:sglang_token_usage:max"
+    CACHE_HIT = "model:sglang_cache_hit_rate:avg"
+
+    @staticmethod
+    def bucket(metric: str) -> str:
+        return f"model:{metric.replace(':', '_')}_bucket:rate5m"
+
+    @staticmethod
+    def quantile(metric: str) -> str:
+        return f"model:{metric.replace(':', '_')}:histogram_quantile"
+
+
+def _by_model(expr_of: str) -> str:
+    return f'label_replace({expr_of}, "model", "$1", "{SGLANG.L_MODEL}", "(.+)")'
+
+
+@dataclass(frozen=True, eq=False)
+class SglangRules(EngineRules):
+    def queue_target(self, model: ServedModel) -> Record:
+        return Record(R.QUEUE_DEPTH_TARGET, f"vector({model.target_queue_depth})", {"model": model.name})
+
+    def records(self, cfg: ObservabilityConfig) -> list[Record]:
+        def srate(metric: str, by: str = SGLANG.L_MODEL) -> str:
+            return _by_model(f"sum by ({by}) (rate({series(cfg, metric)}[{RATE}]))")
+
+        def gauge(agg: str, metric: str) -> str:
+            """Each scheduler process of a pod exports its own series (tp_rank, pp_rank, moe_ep_rank): a pod counts
+            once, by its largest; then `agg` over the model's pods."""
+            per_pod = f"max by ({SGLANG.L_MODEL}, pod) ({series(cfg, metric)})"
+            return _by_model(f"{agg} by ({SGLANG.L_MODEL}) ({per_pod})")
+
+        out: list[Record] = []
+        for h in SGLANG_HISTOGRAMS:
+            out.append(Record(S.bucket(h), srate(f"{h}_bucket", by=f"{SGLANG.L_MODEL}, le")))
+            out += quantile_record(S.quantile(h), S.bucket(h), "model")
+        return [
+            *out,
+            Record(S.TOKENS, srate(SGLANG.GENERATION_TOKENS)),
+            Record(S.PROMPT_TOKENS, srate(SGLANG.PROMPT_TOKENS)),
+            Record(S.RUNNING, gauge("sum", SGLANG.RUNNING)),
+            Record(S.QUEUE, gauge("sum", SGLANG.QUEUE)),
+            Record(S.QUEUE_PER_REPLICA, gauge("avg", SGLANG.QUEUE)),
+            Record(S.TOKEN_USAGE, gauge("max", SGLANG.TOKEN_USAGE)),
+            Record(S.CACHE_HIT, gauge("avg", SGLANG.CACHE_HIT_RATE)),
+        ]
+
+    def alerts(self, cfg: ObservabilityConfig) -> list[Alert]:
+        return [
+            Alert("SglangQueueGrowing",
+                  f"{S.QUEUE_PER_REPLICA} > on (model) {cfg.queue_alert_factor!r} * {R.QUEUE_DEPTH_TARGET}",
+                  "warning",
+                  summary="Model {{ $labels.model }} has {{ $value }} requests queued per replica",
+                  description=f"SGLang model {{{{ $labels.model }}}} has held more than "
+                              f"{cfg.queue_alert_factor:g}x its autoscaling target (replicas.targetQueueDepth) of "
+                              "queued requests per replica for 10 minutes: the autoscaler is at its maximum or "
+                              "cannot get GPUs.",
+                  runbook_url=runbook(cfg, "SglangQueueGrowing"), for_="10m"),
+        ]
+
+    def panels(self) -> list[Any]:
+        """None yet: every panel comes with its known answer on the synthetic data of a shipped stack
+        (tests/artifacts/panel_answers.py), and no shipped stack serves an SGLang model yet. Its series are
+        recorded (S) and alerted on meanwhile."""
+        return []
+
+
+RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS)

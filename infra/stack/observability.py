@@ -1,0 +1,155 @@
+"""Observability (`observability`): retention, prices, workflow SLOs, ingest, volumes, alert receivers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from components.k8s.settings import (
+    ALERT_RECEIVER_TYPES,
+    ALERT_SEVERITIES,
+    Alerting,
+    AlertReceiver,
+    Heartbeat,
+    Ingest,
+    ObservabilitySettings,
+    SecretRef,
+    VolumeSizes,
+    WorkflowSlo,
+)
+from infra.stack.common import _dns_label, _known_type
+from infra.stack.reader import (
+    _kind,
+    _Reader,
+    _show,
+    did_you_mean,
+)
+
+
+def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> WorkflowSlo:
+    d = r.mapping(raw if raw is not None else {}, path, ("latencySeconds", "latencyTarget", "availabilityTarget"))
+    return WorkflowSlo(
+        r.value(d, "latencySeconds", path, float, base.latency_seconds, minimum=0.001),
+        r.value(d, "latencyTarget", path, float, base.latency_target, minimum=0.5, maximum=0.99999),
+        r.value(d, "availabilityTarget", path, float, base.availability_target, minimum=0.5, maximum=0.99999),
+    )
+
+
+def _secret_ref(r: _Reader, d: Mapping[str, Any] | None, path: str, *, required: bool) -> SecretRef | None:
+    if d is None or d.get("secret") is None:
+        if required and d is not None:
+            r.fail(f"{path}.secret", "is required: {name: <Secret in the observability namespace>, key: <its key>}")
+        return None
+    sd = r.mapping(d["secret"], f"{path}.secret", ("name", "key"))
+    name = r.value(sd, "name", f"{path}.secret", str, check=_dns_label)
+    key = r.value(sd, "key", f"{path}.secret", str,
+                  check=lambda v: None if re.match(r"^[-._a-zA-Z0-9]+$", v) else "is not a Secret key")
+    return SecretRef(name, key) if name and key else None
+
+
+_RECEIVER_KEYS: dict[str, tuple[str, ...]] = {
+    "slack": ("type", "channel", "secret"),
+    "pagerduty": ("type", "secret"),
+    "email": ("type", "to", "from", "smarthost", "username", "secret"),
+    "webhook": ("type", "url", "secret"),
+}
+
+
+# Keys that would put a credential into the stack config in plain text: refused with the fix.
+_PLAIN_SECRETS = ("apiUrl", "routingKey", "serviceKey", "password", "authPassword", "token", "bearerToken")
+
+
+def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
+    path = f"observability.alerting.receivers.{name}"
+    r.keys_by_hand(path, tuple(sorted({k for keys in _RECEIVER_KEYS.values() for k in keys})))
+    typ = r.value(d, "type", path, str, choices=ALERT_RECEIVER_TYPES)
+    for key in d:
+        if key in _PLAIN_SECRETS:
+            r.fail(f"{path}.{key}", "credentials never go into the stack config; store it in a Kubernetes Secret "
+                                    "and reference it with secret: {name, key}")
+        elif typ is not None and key not in _RECEIVER_KEYS[typ]:
+            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}{did_you_mean(key, _RECEIVER_KEYS[typ])}; "
+                                   f"allowed keys: {', '.join(_RECEIVER_KEYS[typ])}")
+    if typ is None:
+        return None
+    secret = _secret_ref(r, d, path, required=typ in ("slack", "pagerduty"))
+    if typ == "slack":
+        return AlertReceiver(name, typ, secret, channel=r.value(d, "channel", path, str))
+    if typ == "email":
+        email = lambda v: None if re.match(r"^[^@\s]+@[^@\s]+$", v) else "is not an email address"  # noqa: E731
+        return AlertReceiver(name, typ, secret, to=r.value(d, "to", path, str, check=email),
+                             sender=r.value(d, "from", path, str, check=email),
+                             smarthost=r.value(d, "smarthost", path, str, check=lambda v: None if re.match(
+                                 r"^[A-Za-z0-9.-]+:\d{1,5}$", v) else "is not host:port such as smtp.example.com:587"),
+                             username=r.value(d, "username", path, str, None))
+    if typ == "webhook":
+        return AlertReceiver(name, typ, secret, url=r.value(d, "url", path, str, check=lambda v: None if re.match(
+            r"^https?://[^\s]+$", v) else "is not an http(s):// URL"))
+    return AlertReceiver(name, typ, secret)
+
+
+def _alerting(r: _Reader, raw: Any) -> Alerting:
+    path = "observability.alerting"
+    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes", "heartbeat"))
+    receivers = {n: rc for n, b in r.named((d or {}).get("receivers") or {}, f"{path}.receivers").items()
+                 if (rc := _receiver(r, n, b)) is not None}
+    routes: dict[str, tuple[str, ...]] = {}
+    rd = r.mapping((d or {}).get("routes") or {}, f"{path}.routes", ALERT_SEVERITIES)
+    for severity in ALERT_SEVERITIES:
+        names = r.strings(rd, severity, f"{path}.routes")
+        for i, n in enumerate(names):
+            if n not in receivers:
+                r.fail(f"{path}.routes.{severity}[{i}]",
+                       f"{n!r} is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+        if names:
+            routes[severity] = names
+    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers))
+
+
+def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> Heartbeat | None:
+    path = "observability.alerting.heartbeat"
+    if raw is None:
+        return None
+    d = r.mapping(raw, path, ("receiver", "repeatInterval"))
+    if d is None:
+        return None
+    name = r.value(d, "receiver", path, str, check=lambda v: None if v in receivers else
+                   f"is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+    every = r.value(d, "repeatInterval", path, str, "5m", check=lambda v: None if re.match(r"^[1-9][0-9]*(m|h)$", v)
+                    else "is not an interval of whole minutes or hours such as 5m or 1h")
+    return Heartbeat(name, every) if name is not None and name in receivers else None
+
+
+def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
+    p = "observability"
+    v = r.fields(ObservabilitySettings, raw, p, handled=("prices", "slo", "workflows", "ingest", "alerting",
+                                                         "volumes"))
+    d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
+    prices: dict[str, float] = {}
+    r.keyed(f"{p}.prices", float, minimum=0)
+    for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
+        if _known_type(str(itype)) is not None:
+            r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
+        elif isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
+            r.fail(f"{p}.prices.{itype}", f"expected a price in $/hour (a number >= 0), got {_show(price)}")
+        else:
+            prices[itype] = float(price)
+    if d is not None and "prices" in d and not isinstance(d["prices"], dict):
+        r.fail(f"{p}.prices", f"expected a mapping of instance type to $/hour, got {_kind(d['prices'])}")
+    base = _workflow_slo(r, (d or {}).get("slo"), f"{p}.slo", WorkflowSlo())
+    workflows = {}
+    for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():
+        workflows[wname] = _workflow_slo(r, body, f"{p}.workflows.{wname}", base)
+    if not aws and (d or {}).get("lokiMode") == "simple-scalable":
+        r.fail(f"{p}.lokiMode", "'simple-scalable' needs object storage, which the kit creates on provider aws only; "
+                                "use 'single-binary' (one replica on its volume) on provider existing")
+    return ObservabilitySettings(
+        **v,
+        prices=prices,
+        default_workflow_slo=base,
+        workflows=workflows,
+        ingest=r.section(Ingest, d.get("ingest"), f"{p}.ingest"),
+        alerting=_alerting(r, d.get("alerting")),
+        volumes=r.section(VolumeSizes, d.get("volumes"), f"{p}.volumes"),
+    )

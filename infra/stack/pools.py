@@ -1,0 +1,277 @@
+"""Node pools (`nodePools`) and the InfiniBand fabric (`infiniband`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import ipaddress
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from components.aws import catalog
+from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
+from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
+    IPAM_BLOCK_SIZE,
+)
+from components.k8s.settings import (
+    Capacity,
+    InfinibandSettings,
+    NodeCheck,
+    NodePool,
+    Taint,
+)
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
+from infra.stack.cluster import Target, _sizes
+from infra.stack.common import (
+    MIG_LAYOUTS,
+    MIN_CAPACITY_BLOCK_DRAIN_MINUTES,
+    RESERVATION_ID,
+    UTC_TIME,
+    _cidr,
+    _dns_subdomain,
+    _known_type,
+)
+from infra.stack.reader import (
+    _given,
+    _Reader,
+    _show,
+)
+
+_POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "availabilityZones", "capacity",
+              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodes", "nodeCheck",
+              "vllmImage")
+
+
+def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
+    path = f"nodePools.{name}"
+    r.allow(d, path, _POOL_KEYS)
+    itype = r.value(d, "instanceType", path, str, check=_known_type)
+    if itype is None:
+        return None
+    inst = catalog.get(itype)
+    aws = target is not None and target.is_aws
+    if target is not None and inst.onprem == aws:
+        kinds = [n for n, t in catalog.CATALOG.items() if t.onprem != aws]
+        r.fail(f"{path}.instanceType", f"{itype!r} is not available for provider {target.provider!r}; "
+                                       f"choose one of: {', '.join(sorted(kinds))}")
+    block = isinstance(d.get("capacity"), dict) and d["capacity"].get("type") == "capacity-block"
+    lo = r.value(d, "minSize", path, int, 0 if block else 1, minimum=0)
+    want = r.value(d, "desiredSize", path, int, lo, minimum=0)
+    hi = r.value(d, "maxSize", path, int, max(lo, want), minimum=0)
+    _sizes(r, path, lo, hi, want)
+
+    fabric = r.value(d, "fabric", path, str, "none", choices=("efa", "infiniband", "none"))
+    if fabric == "efa":
+        if not inst.supports_efa:
+            r.fail(f"{path}.fabric", f"'efa' is not available on {itype}; EFA types: {', '.join(catalog.efa_types())}")
+        if target is not None and not aws:
+            r.fail(f"{path}.fabric", "'efa' needs provider 'aws'; existing clusters use 'infiniband'")
+    if fabric == "infiniband":
+        if inst.ib_ports == 0:
+            ib = sorted(n for n, t in catalog.CATALOG.items() if t.ib_ports)
+            r.fail(f"{path}.fabric", f"'infiniband' is not available on {itype}; InfiniBand types: {', '.join(ib)}")
+        if aws:
+            r.fail(f"{path}.fabric", "'infiniband' needs provider 'existing'; AWS pools use 'efa'")
+    if fabric != "none" and not inst.has_gpu:
+        r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
+
+    target_azs = target.availability_zones if target is not None else ()
+    azs = r.strings(d, "availabilityZones", path, derived=True)  # default: the pool's zones (below)
+    if "availabilityZones" in d:
+        if not aws:
+            r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
+        for i, az in enumerate(azs):
+            if target_azs and az not in target_azs:
+                r.fail(f"{path}.availabilityZones[{i}]", f"{az!r} is not one of target.availabilityZones "
+                                                         f"({', '.join(target_azs)})")
+        if not azs:
+            r.fail(f"{path}.availabilityZones", "must list at least one zone")
+    elif aws:
+        azs = target_azs[:1] if fabric == "efa" else target_azs
+    if fabric == "efa" and len(azs) > 1:
+        r.fail(f"{path}.availabilityZones", f"{_show(list(azs))}: an EFA pool must be in exactly one zone "
+                                            "(EFA traffic does not cross zones)")
+
+    cap_raw = d.get("capacity")
+    capacity = Capacity()
+    if cap_raw is not None:
+        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime",
+                                                     "drainMinutes"))
+        ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
+                        choices=("on-demand", "odcr", "capacity-block"))
+        rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
+                      check=lambda v: None if RESERVATION_ID.match(v) else "is not a reservation id (cr-...)")
+        if ctype != "on-demand" and rid is None and cd is not None and "reservationId" not in cd:
+            r.fail(f"{path}.capacity.reservationId", f"is required for capacity type {ctype!r}")
+        if ctype == "on-demand" and cd is not None and "reservationId" in cd:
+            r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
+        if not aws and target is not None:
+            r.fail(f"{path}.capacity", "only applies to provider 'aws'")
+        drain = r.value(cd, "drainMinutes", f"{path}.capacity", int, CAPACITY_BLOCK_DRAIN_MINUTES,
+                        check=lambda v: None if v >= MIN_CAPACITY_BLOCK_DRAIN_MINUTES else
+                        "must be more than 30: EKS asks to scale a capacity-block node group to zero more than "
+                        "30 minutes before the block ends")
+        if ctype != "capacity-block" and cd is not None and "drainMinutes" in cd:
+            r.fail(f"{path}.capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
+        start, end = _block_window(r, cd, f"{path}.capacity", ctype, drain_minutes=drain)
+        capacity = Capacity(ctype, rid, start, end, drain)
+        if aws and ctype != "on-demand" and len(azs) != 1 and not r.problems_at(f"{path}.availabilityZones"):
+            # ODCRs and capacity blocks are zonal (EKS user guide, capacity blocks: give the node group only the
+            # subnet of the reservation's zone): other zones have nothing reserved to launch into
+            r.fail(f"{path}.availabilityZones", f"{_show(list(azs))}: a {ctype} reservation is in one zone; list "
+                                                "exactly that zone")
+        if ctype == "odcr" and not (lo == hi == want):
+            r.fail(f"{path}.desiredSize", f"an ODCR reservation fixes the node count: set minSize, maxSize and "
+                                          f"desiredSize equal to the reserved count (got {lo}, {hi}, {want})")
+        if ctype == "capacity-block" and (lo, want) != (0, 0):
+            r.fail(f"{path}.desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
+                                          f"desiredSize to 0 and maxSize to the reserved count (got {lo}, {hi}, "
+                                          f"{want}); scheduled actions scale the pool at the block's start and end")
+    pg_default = fabric == "efa" and not capacity.reserved
+    pg = r.value(d, "placementGroup", path, bool, pg_default)
+    if pg and capacity.reserved:
+        r.fail(f"{path}.placementGroup", f"true conflicts with capacity type {capacity.type!r}: the reservation "
+                                         "fixes placement itself; remove placementGroup")
+    if pg and not aws and target is not None:
+        r.fail(f"{path}.placementGroup", "only applies to provider 'aws'")
+
+    root = r.value(d, "rootVolumeGiB", path, int,
+                   DEFAULT_GPU_ROOT_VOLUME_GIB if inst.has_gpu else DEFAULT_CPU_ROOT_VOLUME_GIB,
+                   minimum=20, maximum=16384)
+    huge = r.value(d, "hugepagesMiB", path, int, DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0,
+                   minimum=0, check=lambda v: None if v % 2 == 0 else "must be a multiple of 2 (2 MiB pages)")
+    labels = r.string_map(d, "labels", path)
+    for key in labels:
+        if key == POOL_LABEL or key.startswith("nvidia.com/"):
+            r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
+
+    taints: list[Taint] = []
+    if "taints" in d:
+        raw_t = r.value(d, "taints", path, list, [], derived=True)  # default: the GPU taint (below)
+        for i, t in enumerate(raw_t):
+            tp = f"{path}.taints[{i}]"
+            td = r.mapping(t, tp, ("key", "value", "effect"))
+            key = r.value(td, "key", tp, str)
+            eff = r.value(td, "effect", tp, str, choices=("NoSchedule", "PreferNoSchedule", "NoExecute"))
+            val = r.value(td, "value", tp, str, "")
+            if key and eff:
+                taints.append(Taint(key, eff, val))
+    elif inst.has_gpu:
+        taints.append(Taint(GPU_TAINT_KEY, "NoSchedule", "true"))
+
+    mig = r.value(d, "mig", path, str, None, choices=MIG_LAYOUTS)
+    if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
+        mig_types = [n for n, t in catalog.CATALOG.items() if t.gpu is not None and t.gpu.mig_capable]
+        r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: {', '.join(sorted(mig_types))}")
+    elif mig is not None and inst.gpu is not None and mig in catalog.MIG_LAYOUT_DEVICES and \
+            catalog.mig_devices_per_gpu(mig, inst.gpu) is None:
+        fitting = [lay for lay in MIG_LAYOUTS if catalog.mig_devices_per_gpu(lay, inst.gpu) is not None
+                   or lay not in catalog.MIG_LAYOUT_DEVICES]
+        r.fail(f"{path}.mig", f"{mig!r} does not fit {itype}'s {inst.gpu.name} ({inst.gpu.memory_gib} GB): the GPU "
+                              f"operator's MIG manager would fail to apply it; layouts for it: {', '.join(fitting)}")
+
+    node_check = r.section(NodeCheck, d.get("nodeCheck"), f"{path}.nodeCheck")
+    nodes = r.strings(d, "nodes", path, check=_dns_subdomain, derived=True)  # provider existing only
+    if "nodes" in d and aws:
+        r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
+    if mig is not None and target is not None and not aws and not nodes:
+        r.fail(f"{path}.nodes", f"is required for a MIG pool on provider 'existing': list the pool's node names "
+                                f"(kubectl get nodes -l {POOL_LABEL}={name}); the kit labels them "
+                                f"nvidia.com/mig.config={mig} so the GPU operator's MIG manager partitions them")
+    if len(set(nodes)) != len(nodes):
+        r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
+    image = r.value(d, "vllmImage", path, str, None,
+                    check=lambda v: None if re.match(r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", v)
+                    else "is not an image reference with a tag or digest (registry/repo:tag)")
+    return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
+                    tuple(taints), mig, nodes, node_check, image)
+
+
+def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str, *,
+                  drain_minutes: int) -> tuple[str | None, str | None]:
+    """A capacity block's start and end (UTC): the pool scales up at the start and to zero `drainMinutes` before
+    the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
+    times = {}
+    for key in ("startTime", "endTime"):
+        times[key] = r.value(cd, key, path, str, None, check=_utc_time)
+        if ctype == "capacity-block" and cd is not None and key not in cd:
+            r.fail(f"{path}.{key}", f"is required for capacity type 'capacity-block': the block's {key[:-4]} "
+                                    "(UTC, e.g. 2026-12-01T11:30:00Z, as `aws ec2 describe-capacity-reservations` "
+                                    "shows it)")
+        elif ctype != "capacity-block" and cd is not None and key in cd:
+            r.fail(f"{path}.{key}", "only applies to capacity type 'capacity-block'")
+    start, end = times["startTime"], times["endTime"]
+    if start is not None and end is not None:
+        s, e = _utc(start), _utc(end)
+        if s is not None and e is not None and (e - s).total_seconds() <= drain_minutes * 60:
+            r.fail(f"{path}.endTime", f"{end!r} must be more than {drain_minutes} minutes after startTime {start!r} "
+                                      f"(the pool scales to zero drainMinutes={drain_minutes} before the block ends)")
+    return start, end
+
+
+def _utc_time(value: str) -> str | None:
+    ok = UTC_TIME.match(value) and _utc(value) is not None
+    return None if ok else "is not a UTC time such as 2026-12-01T11:30:00Z"
+
+
+def _utc(value: str) -> datetime.datetime | None:
+    try:
+        return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC)
+    except ValueError:
+        return None
+
+
+def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
+    path = "infiniband"
+    d = r.mapping(raw if raw is not None else {}, path, ("network", "interfaces", "ipRange", "hcaDeviceIds",
+                                                         "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed", "hcas"))
+    return InfinibandSettings(
+        network=r.value(d, "network", path, str, "ipoib", choices=("ipoib", "sriov")),
+        interfaces=r.strings(d, "interfaces", path, ("ib0",), derived=True),  # default: the catalog's rails
+        ip_range=r.value(d, "ipRange", path, str, "192.168.100.0/22", check=_cidr),
+        hca_device_ids=r.strings(d, "hcaDeviceIds", path, ("101b",),
+                                 check=lambda v: None if re.match(r"^[0-9a-f]{4}$", v) else
+                                 "is not a PCI device id such as 101b"),
+        rdma_resource_name=r.value(d, "rdmaResourceName", path, str, "rdma_shared_device_a",
+                                   check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
+                                   "may hold only lowercase letters, digits and '_'"),
+        rdma_hca_max=r.value(d, "rdmaHcaMax", path, int, 63, minimum=1, maximum=1000),
+        hosts_have_ofed=r.value(d, "hostsHaveOfed", path, bool, False),
+        hcas=r.strings(d, "hcas", path, (), derived=True, check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
+                       "is not an RDMA device name such as mlx5_0"),
+    )
+
+
+def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, NodePool]) -> InfinibandSettings:
+    """Every compute rail of the InfiniBand pools' servers: interfaces and HCAs default to the catalog's rails
+    (catalog.IB_RAILS); fewer than the catalog's ports would leave rails idle, so that is refused."""
+    d = raw if isinstance(raw, dict) else {}
+    ib_pools = [p for p in pools.values() if p.fabric == "infiniband"]
+    types = sorted({p.instance_type for p in ib_pools})
+    rails = {catalog.IB_RAILS.get(t, ()) for t in types}
+    known = next(iter(rails)) if len(rails) == 1 else ()
+    interfaces = ib.interfaces if _given(d, "interfaces") else tuple(x.netdev for x in known) or ib.interfaces
+    hcas = ib.hcas if _given(d, "hcas") else () if _given(d, "interfaces") else tuple(x.hca for x in known)
+    for t in types:
+        ports = catalog.get(t).ib_ports
+        if len(interfaces) < ports:
+            hint = (f"the catalog's rails: {', '.join(x.netdev for x in catalog.IB_RAILS[t])}"
+                    if t in catalog.IB_RAILS else f"list all {ports} compute ports (IPoIB netdevs)")
+            r.fail("infiniband.interfaces", f"{_show(list(interfaces))} uses {len(interfaces)} of the {ports} "
+                                            f"InfiniBand rails of {t}: cross-node traffic would get "
+                                            f"{len(interfaces)}/{ports} of the bandwidth; remove it for {hint}")
+    if hcas and len(hcas) != len(interfaces):
+        r.fail("infiniband.hcas", f"{_show(list(hcas))} names {len(hcas)} RDMA devices for {len(interfaces)} "
+                                  "interfaces: give one per interface, in the same order")
+    return dataclasses.replace(ib, interfaces=interfaces, hcas=hcas)
+
+
+def _ip_range_fits(r: _Reader, ib: InfinibandSettings, pools: Mapping[str, NodePool]) -> None:
+    nodes = sum(p.max_size for p in pools.values() if p.fabric == "infiniband")
+    have = ipaddress.ip_network(ib.ip_range).num_addresses
+    if have < IPAM_BLOCK_SIZE * nodes:
+        prefix = 32 - max(1, (IPAM_BLOCK_SIZE * nodes - 1).bit_length())
+        r.fail("infiniband.ipRange", f"{ib.ip_range!r} has {have} addresses, too few for {nodes} InfiniBand nodes x "
+                                     f"{IPAM_BLOCK_SIZE} per node; use a /{prefix} or larger")

@@ -1,0 +1,217 @@
+"""Reading raw stack config: the problems it finds (each with its key path) and the reader that collects them.
+
+`_Reader` walks raw values and reports every problem instead of stopping at the first; the message helpers give the
+house wording: the key path, the value received ("an integer 3"), what is allowed, and "did you mean".
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from components.k8s.settings import DNS_LABEL_PATTERN
+from infra.stack import declared
+from infra.stack.messages import did_you_mean, unknown_key
+from infra.stack.messages import got as _got
+from infra.stack.messages import kind as _kind
+from infra.stack.messages import show as _show
+
+__all__ = ["Problem", "ConfigError", "did_you_mean", "unknown_key", "DNS_LABEL"]
+
+DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
+# Bounds on every value the stack file gives, where a setting states none of its own: Kubernetes' and AWS's integer
+# fields are 32-bit (replicas, sizes, ports), and no name, id or URL the kit passes on is longer than an IAM ARN
+# (2,048 characters; the longest of the AWS limits it meets).
+NUMBER_LIMIT = 2**31 - 1
+STRING_LIMIT = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigError(Exception):
+    """Every problem found in one stack's config, each with its key path."""
+
+    def __init__(self, problems: list[Problem], *, source: str = "") -> None:
+        self.problems = list(problems)
+        self.source = source
+        where = f" in {source}" if source else ""
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        super().__init__(f"{len(self.problems)} problem(s){where}:\n{lines}")
+
+
+T = TypeVar("T")
+_REQUIRED: Any = object()
+
+
+
+def _given(d: Mapping[str, Any] | None, key: str) -> bool:
+    """Whether `key` is set in a raw mapping `d` (one _Reader.mapping did not read): a key set to null is unset, as
+    `_Reader.value` reads it (mapping() leaves null keys out)."""
+    return d is not None and d.get(key) is not None
+
+
+
+class _Reader:
+    """Walks raw config, collecting problems instead of stopping at the first."""
+
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def fail(self, path: str, message: str) -> None:
+        self.problems.append(Problem(path, message))
+
+    def problems_at(self, path: str) -> bool:
+        """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
+        return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
+
+    def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
+                keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
+        """The mapping's good keys. A key set to null is left out, as if unset (`replicas:` with every child
+        commented out is YAML null), so every later `key in d` agrees with value(); `keep_null` keeps it for the
+        listed keys (or all: a mapping of names, whose null entries are reported where they are read)."""
+        if not isinstance(raw, dict):
+            self.fail(path, f"expected a mapping, got {_got(raw)}")
+            return None
+        good: dict[str, Any] = {}
+        for key, value in raw.items():
+            if not isinstance(key, str):
+                self.fail(path, f"key {_show(key)} is not a string")
+            elif allowed is not None and key not in allowed:
+                self.fail(f"{path}.{key}", unknown_key(key, allowed))
+            elif value is not None or keep_null is True or (keep_null and key in keep_null):
+                good[key] = value
+        return good
+
+    def section(self, cls: type[T], raw: Any, path: str) -> T:
+        """The declared section `cls` (a settings dataclass of `setting(...)` fields) from `raw` at `path`:
+        infra/stack/declared.py validates it; infra/config_schema.py also records its schema."""
+        return declared.read(self, cls, raw, path)
+
+    def fields(self, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
+        """The declared fields of the section `cls` at `path` by attribute name; the keys in `handled` are the
+        caller's to read (infra/stack/declared.py, values())."""
+        return declared.values(self, cls, raw, path, handled=handled)
+
+    def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
+              ) -> None:
+        """Declares a mapping whose keys the caller checks by hand (prices by instance type, MIG quotas by
+        profile): nothing to do when reading; infra/config_schema.py records it."""
+
+    def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
+        """Declares every key a mapping whose keys the caller checks by hand may have (an alert receiver's, by
+        type): nothing to do when reading; infra/config_schema.py records it."""
+
+    def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
+        """Report each key of an already-read mapping (a named pool, tenant or model) that is not `allowed`."""
+        for key in d:
+            if key not in allowed:
+                self.fail(f"{path}.{key}", unknown_key(key, allowed))
+
+    def value(
+        self,
+        d: Mapping[str, Any] | None,
+        key: str,
+        path: str,
+        kind: type | tuple[type, ...],
+        default: Any = _REQUIRED,
+        *,
+        choices: tuple[Any, ...] | None = None,
+        minimum: float | None = None,
+        maximum: float | None = None,
+        check: Callable[[Any], str | None] | None = None,
+        derived: bool = False,
+    ) -> Any:
+        """`derived`: the default only stands in for a value computed later from other settings (the JSON Schema
+        then states no default)."""
+        full = f"{path}.{key}" if path else key
+        if d is None or key not in d or d[key] is None:
+            if default is _REQUIRED:
+                if d is not None:
+                    self.fail(full, "is required")
+                return None
+            return default
+        value = d[key]
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        ok = isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+        if not ok and float in kinds and isinstance(value, int) and not isinstance(value, bool):
+            value, ok = float(value), True
+        if not ok:
+            want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
+            self.fail(full, f"expected {want}, got {_got(value)}")
+            return default if default is not _REQUIRED else None
+        if isinstance(value, str) and len(value) > STRING_LIMIT:
+            self.fail(full, f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends "
+                            "up in Kubernetes objects and AWS fields, which are shorter)")
+            return default if default is not _REQUIRED else None
+        if (maximum is None and isinstance(value, (int, float)) and not isinstance(value, bool)
+                and abs(value) > NUMBER_LIMIT):
+            self.fail(full, f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their "
+                            "32-bit integers)")
+            return default if default is not _REQUIRED else None
+        if choices is not None and value not in choices:
+            self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")
+            return default if default is not _REQUIRED else None
+        if minimum is not None and value < minimum:
+            self.fail(full, f"{_show(value)} is below the minimum {minimum:g}")
+            return default if default is not _REQUIRED else None
+        if maximum is not None and value > maximum:
+            self.fail(full, f"{_show(value)} is above the maximum {maximum:g}")
+            return default if default is not _REQUIRED else None
+        if check is not None and (msg := check(value)) is not None:
+            self.fail(full, f"{_show(value)} {msg}")
+            return default if default is not _REQUIRED else None
+        return value
+
+    def strings(
+        self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
+        check: Callable[[str], str | None] | None = None, derived: bool = False,
+    ) -> tuple[str, ...]:
+        """A list of strings; `derived` as for value()."""
+        raw = self.value(d, key, path, list, None)
+        if raw is None:
+            return default
+        out: list[str] = []
+        for i, item in enumerate(raw):
+            if not isinstance(item, str):
+                self.fail(f"{path}.{key}[{i}]", f"expected a string, got {_got(item)}")
+            elif check is not None and (msg := check(item)) is not None:
+                self.fail(f"{path}.{key}[{i}]", f"{_show(item)} {msg}")
+            else:
+                out.append(item)
+        return tuple(out)
+
+    def string_map(self, d: Mapping[str, Any] | None, key: str, path: str) -> dict[str, str]:
+        raw = self.value(d, key, path, dict, None)
+        if raw is None:
+            return {}
+        out: dict[str, str] = {}
+        for k, v in raw.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                self.fail(f"{path}.{key}.{k}", f"expected a string value, got {_got(v)}")
+            else:
+                out[k] = v
+        return out
+
+    def named(self, raw: Any, path: str, *, keep_null: tuple[str, ...] = ()) -> dict[str, Any]:
+        """A mapping of DNS-label names to objects (pools, tenants, models); `keep_null`: keys of the objects whose
+        null means something (see mapping())."""
+        d = self.mapping(raw, path, None, keep_null=True)
+        if d is None:
+            return {}
+        out = {}
+        for name, body in d.items():
+            if not DNS_LABEL.match(name):
+                self.fail(f"{path}.{name}", "name must be a DNS label (lowercase letters, digits and '-', at most 63 "
+                                            + (f"characters; it has {len(name)})" if len(name) > 63 else "characters)"))
+            elif (m := self.mapping(body, f"{path}.{name}", None, keep_null=keep_null)) is not None:
+                out[name] = m
+        return out

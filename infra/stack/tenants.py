@@ -1,0 +1,137 @@
+"""Tenants (`tenants`) and their quotas, derived from the models they run where not set."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from components.k8s.settings import (
+    Model,
+    NodePool,
+    RateLimit,
+    Tenant,
+)
+from infra.stack.common import MIG_PROFILE_RE, _dns_label, _reserved_namespace
+from infra.stack.reader import (
+    _given,
+    _Reader,
+    _show,
+)
+
+
+def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
+    path = f"tenants.{name}"
+    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
+    r.allow(d, path, allowed)
+    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
+    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
+        # No namespace set: the tenant's name is its namespace, and must pass the same check.
+        r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
+                     f"{path}.namespace to a namespace of its own")
+    quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
+    rl_path = f"{path}.rateLimit"
+    rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst", "batchRequestsPerSecond",
+                                                        "batchBurst"))
+    rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
+    burst = r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)
+    return Tenant(
+        name=name,
+        namespace=ns,
+        gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
+        cpu_quota=r.value(d, "cpuQuota", path, str, "0", derived=True,
+                          check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
+        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi", derived=True,
+                             check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
+        mig_quota=_mig_quota(r, d, path),
+        rate_limit=RateLimit(rps, burst, r.value(rld, "batchRequestsPerSecond", rl_path, int, rps, minimum=1),
+                             r.value(rld, "batchBurst", rl_path, int, burst, minimum=1)),
+        share_with=r.strings(d, "shareWith", path, check=_dns_label),
+    )
+
+
+def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    r.keyed(f"{path}.migQuota", int, key_pattern=MIG_PROFILE_RE.pattern, minimum=0)
+    for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
+        if not MIG_PROFILE_RE.match(str(profile)):
+            r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")
+        elif isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            r.fail(f"{path}.migQuota.{profile}", f"expected a slice count (an integer >= 0), got {_show(count)}")
+        else:
+            out[str(profile)] = count
+    return out
+
+
+_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
+_SCALE = {None: 1, "m": 1e-3, "k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15,
+          "Ki": 2 ** 10, "Mi": 2 ** 20, "Gi": 2 ** 30, "Ti": 2 ** 40, "Pi": 2 ** 50}
+
+
+def _quantity(value: str) -> float:
+    """A Kubernetes quantity as a number (cores, or bytes); the value was checked against the pattern."""
+    m = _QUANTITY.match(value)
+    return float(m.group(1)) * _SCALE[m.group(2)] if m else 0.0
+
+
+def _mig_slices(profile: str) -> int:
+    """Compute slices (sevenths of a GPU) of a MIG profile: 1g.10gb is 1, 3g.40gb is 3."""
+    return int(profile.split("g", 1)[0])
+
+
+def _quota_profiles(pools: Mapping[str, NodePool], models: Mapping[str, Model]) -> list[str]:
+    """MIG profiles the stack's nodes advertise as extended resources (a quota names each, or it is unlimited):
+    what models request and the single-profile layouts (`all-1g.10gb` advertises nvidia.com/mig-1g.10gb)."""
+    used = {m.mig_profile for m in models.values() if m.mig_profile}
+    layouts = {p.mig.removeprefix("all-") for p in pools.values() if p.mig and MIG_PROFILE_RE.match(
+        p.mig.removeprefix("all-"))}
+    return sorted(used | layouts)
+
+
+def _derive_quotas(r: _Reader, raw: Any, tenants: dict[str, Tenant], models: Mapping[str, Model],
+                   pools: Mapping[str, NodePool]) -> dict[str, Tenant]:
+    """Each tenant's CPU, memory and MIG quotas from what its GPU quota implies on its pools.
+
+    A tenant's GPU (and MIG slice) quota admits pods whose CPU and memory are that many GPUs' share of
+    a node (serving sizes model pods at 80% of that share, leaving room for the sidecar); a CPU or memory
+    quota below it would reject pods the GPU quota admits (ResourceQuota admission rejects a pod whose
+    requests or limits exceed what is left). The share is taken on the tenant's pool with the most CPU and
+    memory per GPU. An explicit cpuQuota/memoryQuota may only raise it; migQuota defaults to what the
+    tenant's models scale to, and every MIG profile of the stack is quota'd (0 for tenants that use none).
+    """
+    raw_tenants = raw if isinstance(raw, dict) else {}
+    profiles = _quota_profiles(pools, models)
+    out: dict[str, Tenant] = {}
+    for name, t in tenants.items():
+        body = raw_tenants.get(name)
+        given: dict[str, Any] = body if isinstance(body, dict) else {}
+        path = f"tenants.{name}"
+        mine = [m for m in models.values() if m.tenant == name]
+        need_mig = {p: sum(m.replicas.max for m in mine if m.mig_profile == p) for p in profiles}
+        mig = {p: t.mig_quota[p] if p in t.mig_quota else need_mig[p] for p in sorted(set(profiles) | set(t.mig_quota))}
+        for p, n in t.mig_quota.items():
+            if n < need_mig.get(p, 0):
+                r.fail(f"{path}.migQuota.{p}", f"{n} is less than the {need_mig[p]} slices its models can scale "
+                                               f"to (replicas.max); raise it to at least {need_mig[p]}")
+        gpu_pools = [pools[m.pool] for m in mine if m.pool in pools and pools[m.pool].gpu] or \
+            [p for p in pools.values() if p.gpu]
+        gpus = t.gpu_quota + sum(n * _mig_slices(p) for p, n in mig.items()) / 7
+        cpu = math.ceil(gpus * max((p.instance.vcpus / p.instance.gpu_count for p in gpu_pools), default=0))
+        mem = math.ceil(gpus * max((p.instance.memory_gib / p.instance.gpu_count for p in gpu_pools), default=0))
+        cpu_q, mem_q = str(cpu), f"{mem}Gi"
+        if _given(given, "cpuQuota"):
+            if _quantity(t.cpu_quota) < cpu:
+                r.fail(f"{path}.cpuQuota", f"{t.cpu_quota!r} is less than the {cpu} cores its GPU quota implies on "
+                                           "its pools; pods the GPU quota admits would be rejected: raise it or "
+                                           "remove it (default: derived)")
+            cpu_q = t.cpu_quota
+        if _given(given, "memoryQuota"):
+            if _quantity(t.memory_quota) < mem * 2 ** 30:
+                r.fail(f"{path}.memoryQuota", f"{t.memory_quota!r} is less than the {mem}Gi its GPU quota implies on "
+                                              "its pools; pods the GPU quota admits would be rejected: raise it or "
+                                              "remove it (default: derived)")
+            mem_q = t.memory_quota
+        out[name] = dataclasses.replace(t, cpu_quota=cpu_q, memory_quota=mem_q, mig_quota=mig)
+    return out

@@ -1,0 +1,191 @@
+"""Reading a stack file's YAML the way the Pulumi CLI's decoder does, and no more generously.
+
+The CLI decodes stack files with go-yaml v3 (gopkg.in/yaml.v3), whose decoder (go-yaml/yaml@v3.0.1:decode.go)
+refuses three things that PyYAML accepts without a word:
+
+- a mapping key written twice ("mapping key ... already defined at line N"; `decoder.mapping`, unique keys on by
+  default). PyYAML keeps the last value, so a pasted second `chat:` model silently replaces the first;
+- excessive aliasing (`decoder.unmarshal`: more than 100 alias-driven decodes out of more than 1,000, at a ratio
+  above `allowedAliasRatio`, 0.99 up to 400,000 decodes falling to 0.10 at 4,000,000). A ten-level "billion
+  laughs" document is a few hundred bytes; expanded by `json.dumps` it takes minutes and gigabytes;
+- an anchor whose value contains itself (`decoder.alias`: "anchor ... value contains itself").
+
+`load` checks the composed node graph for all three before anything is constructed, counting decodes the way
+go-yaml does but over the graph (each node once, its expanded size memoised), so a bomb is refused in the time
+it takes to read the file. A file over MAX_STACK_FILE_BYTES is refused before it is parsed at all.
+
+Unquoted dates and times stay the text they are (`startTime: 2026-12-01T11:30:00Z`), as the CLI passes them to
+the program: go-yaml's decode.go sets a timestamp decoded into an interface{} as its string "for backward
+compatibility", and the CLI reads stack files into untyped values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+NAMESPACE = "aifactory"  # infra.config.NAMESPACE (not imported: this module sits below the config reader)
+
+__all__ = ["MAX_STACK_FILE_BYTES", "MAX_EXPANDED_VALUES", "StackYamlError", "allowed_alias_ratio", "load"]
+
+# A stack file is settings, and every value in it ends up in Pulumi state and Kubernetes objects: 1 MiB is the
+# most one ConfigMap or Secret may hold (kubernetes/kubernetes pkg/apis/core/types.go `MaxSecretSize`, applied to
+# ConfigMaps by pkg/apis/core/validation/validation.go `ValidateConfigMap`). The bench's generated large stack
+# (150 models, 40 pools) is about 40 KB.
+MAX_STACK_FILE_BYTES = 1024 * 1024
+# go-yaml v3.0.1 decode.go: alias_ratio_range_low / alias_ratio_range_high.
+_ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
+# go-yaml would still decode up to 4,000,000 values at a 10% alias ratio; nothing the kit reads needs a
+# hundredth of that, and every value is turned into JSON text for the program.
+MAX_EXPANDED_VALUES = 1_000_000
+
+
+class StackYamlError(Exception):
+    """The file is not YAML the Pulumi CLI would decode: `problems` are (1-based line or None, message), every one
+    found (all duplicate keys at once)."""
+
+    def __init__(self, message: str, *, line: int | None = None,
+                 problems: list[tuple[int | None, str]] | None = None) -> None:
+        self.problems = problems or [(line, message)]
+        super().__init__("\n".join(m for _, m in self.problems))
+
+
+def allowed_alias_ratio(decodes: int) -> float:
+    """go-yaml v3.0.1 decode.go `allowedAliasRatio`: the share of decodes that may come from aliases."""
+    if decodes <= _ALIAS_RATIO_LOW:
+        return 0.99
+    if decodes >= _ALIAS_RATIO_HIGH:
+        return 0.10
+    return 0.99 - 0.89 * (decodes - _ALIAS_RATIO_LOW) / (_ALIAS_RATIO_HIGH - _ALIAS_RATIO_LOW)
+
+
+class _Loader(yaml.SafeLoader):
+    """The safe loader, minus timestamps, recording which child edges of the composed graph are aliases."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.alias_edges: dict[int, list[Node]] = {}  # id(parent node) -> the nodes its aliases point at
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        alias = self.check_event(yaml.AliasEvent)
+        node = super().compose_node(parent, index)
+        if alias and parent is not None and node is not None:
+            self.alias_edges.setdefault(id(parent), []).append(node)
+        return node
+
+
+_Loader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+
+@dataclass
+class _Counts:
+    decodes: int  # nodes go-yaml would decode for this subtree, aliases expanded
+    aliased: int  # of which inside an alias expansion
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    if isinstance(node, MappingNode):
+        return [n for pair in node.value for n in pair]
+    return []
+
+
+def _count(root: Node, alias_edges: dict[int, list[Node]]) -> _Counts:
+    """Decodes and alias-driven decodes of the document, each node's expansion computed once (iteratively: a
+    deep document must not exhaust Python's stack here)."""
+    done: dict[int, _Counts] = {}
+    on_path: set[int] = set()
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, expanded = stack.pop()
+        key = id(node)
+        if expanded:
+            on_path.discard(key)
+            aliases = list(alias_edges.get(key, ()))
+            decodes, aliased = 1, 0
+            for child in _children(node):
+                counts = done[id(child)]
+                if aliases and any(child is a for a in aliases):
+                    aliases.remove(next(a for a in aliases if a is child))
+                    decodes += 1 + counts.decodes  # the alias node, then its target again
+                    aliased += counts.decodes
+                else:
+                    decodes += counts.decodes
+                    aliased += counts.aliased
+            done[key] = _Counts(decodes, aliased)
+            continue
+        if key in done:
+            continue
+        if key in on_path:
+            raise StackYamlError("an anchor's value contains itself (a YAML alias to the anchor inside it); the "
+                                 "Pulumi CLI refuses such a file", line=node.start_mark.line + 1)
+        on_path.add(key)
+        stack.append((node, True))
+        stack.extend((child, False) for child in _children(node) if id(child) not in done)
+    return done[id(root)]
+
+
+def _key_path(path: str) -> str:
+    """`config.aifactory:models.chat` as validate names it: `models.chat` (other namespaces keep theirs)."""
+    return path.removeprefix("config.").removeprefix(f"{NAMESPACE}:")
+
+
+def _duplicate_keys(root: Node) -> list[tuple[int | None, str]]:
+    """Every key written twice in one mapping, as go-yaml reports it (same kind, same text), with its key path."""
+    found: list[tuple[int | None, str]] = []
+    seen: set[int] = set()
+    stack: list[tuple[Node, str]] = [(root, "")]
+    while stack:
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, MappingNode):
+            first: dict[tuple[type, str], int] = {}
+            for key, value in node.value:
+                text = key.value if isinstance(key, ScalarNode) else None
+                if isinstance(text, str):
+                    line = key.start_mark.line + 1
+                    where = f"{path}.{text}" if path else text
+                    if (prior := first.get((type(key), text))) is not None:
+                        found.append((line, f"{_key_path(where)}: key {text!r} is already defined at line {prior}; "
+                                            "the Pulumi CLI refuses duplicate keys (keep one, merge what you meant)"))
+                    else:
+                        first[(type(key), text)] = line
+                    stack.append((value, where))
+                else:
+                    stack.append((value, path))
+        elif isinstance(node, SequenceNode):
+            stack.extend((item, f"{path}[{i}]") for i, item in enumerate(node.value))
+    return sorted(found, key=lambda p: p[0] or 0)
+
+
+def load(text: str) -> Any:
+    """The document in `text`, constructed only once it is known the Pulumi CLI would decode it too."""
+    if len(text.encode("utf-8")) > MAX_STACK_FILE_BYTES:
+        raise StackYamlError(f"is {len(text.encode('utf-8')):,} bytes; a stack file holds settings and may be at "
+                             f"most {MAX_STACK_FILE_BYTES:,} bytes")
+    loader = _Loader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        counts = _count(root, loader.alias_edges)
+        if counts.decodes > MAX_EXPANDED_VALUES or (
+                counts.aliased > 100 and counts.decodes > 1000
+                and counts.aliased / counts.decodes > allowed_alias_ratio(counts.decodes)):
+            raise StackYamlError(
+                f"YAML aliases expand it to {counts.decodes:,} values, {counts.aliased:,} of them from aliases; "
+                "the Pulumi CLI refuses excessive aliasing (go-yaml v3), and the kit reads at most "
+                f"{MAX_EXPANDED_VALUES:,} values: write the values out, or use fewer nested aliases")
+        if duplicates := _duplicate_keys(root):
+            raise StackYamlError("duplicate keys", problems=duplicates)
+        return loader.construct_document(root)
+    finally:
+        loader.dispose()

@@ -1,0 +1,79 @@
+"""The session affinity panels (dashboards/affinity.py, issue 34) against a real Prometheus, with known answers.
+
+Data, counters at constant rates (every 5-minute rate exact) and constant gauges, worked by hand:
+
+- model `chat`, three replicas: prefix-cache queries 100 tokens/s each, hits 90, 60 and 30/s -> hit rates 0.9,
+  0.6, 0.3; finished requests 5, 3 and 2/s -> shares 0.5, 0.3, 0.2; requests running 6, 3, 3 -> busiest 6 over
+  the mean 4 = 1.5.
+- model `solo`, one replica: queries 10/s, hits 5/s -> 0.5; its requests are all its own (share 1); running 2
+  -> 1.0.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from dashboards import affinity
+from infra.config import parse
+from infra.monitoring import from_platform
+from telemetry.names import VLLM
+from tests.artifacts.test_envoy_affinity_live import RAW
+from tests.support.prometheus import PrometheusServer, backfill
+
+STEP_S = 60
+MINUTES = 30
+# model -> per replica: (prefix queries/s, prefix hits/s, finished requests/s, requests running)
+DATA = {"chat": [(100.0, 90.0, 5.0, 6.0), (100.0, 60.0, 3.0, 3.0), (100.0, 30.0, 2.0, 3.0)],
+        "solo": [(10.0, 5.0, 1.0, 2.0)]}
+
+
+def _openmetrics(times: list[int]) -> str:
+    lines: list[str] = []
+    for model, replicas in DATA.items():
+        for i, (queries, hits, done, running) in enumerate(replicas):
+            labels = f'{VLLM.L_MODEL}="{model}",pod="{model}-{i}",namespace="alpha",job="{model}"'
+            for name, extra, per_s in ((VLLM.PREFIX_QUERIES, "", queries), (VLLM.PREFIX_HITS, "", hits),
+                                       (VLLM.REQUEST_SUCCESS, ',finished_reason="stop"', done)):
+                lines.extend(f"{name}{{{labels}{extra}}} {per_s * (t - times[0] + 3600)!r} {t}" for t in times)
+            lines.extend(f"{VLLM.RUNNING}{{{labels}}} {running!r} {t}" for t in times)
+    return "\n".join(lines) + "\n# EOF\n"
+
+
+@pytest.fixture(scope="module")
+def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
+    work = tmp_path_factory.mktemp("affinity-panels")
+    start = (int(time.time()) - 5 * 3600) // 3600 * 3600  # clear of the head block's last 3 hours
+    times = list(range(start, start + MINUTES * 60 + 1, STEP_S))
+    backfill(_openmetrics(times), work / "tsdb", workdir=work)
+    with PrometheusServer(work / "final", tsdb=work / "tsdb") as server:
+        yield server, times[-1]
+
+
+def _values(prom: tuple[PrometheusServer, int], title: str) -> dict[tuple[str, ...], float]:
+    server, at = prom
+    cfg = from_platform(parse(RAW, stack="affinity"))
+    [panel] = [p for p in affinity.panels(cfg) if p.title == title]
+    [target] = panel.targets
+    rows = server.query(target.expr.replace("$model", ".*"), at)
+    return {tuple(r["metric"].get(k, "") for k in (VLLM.L_MODEL, "pod") if k in r["metric"]): float(r["value"][1])
+            for r in rows}
+
+
+def test_prefix_cache_hit_rate_per_replica(prom: tuple[PrometheusServer, int]) -> None:
+    assert _values(prom, "Prefix cache hit rate per replica") == pytest.approx({
+        ("chat", "chat-0"): 0.9, ("chat", "chat-1"): 0.6, ("chat", "chat-2"): 0.3, ("solo", "solo-0"): 0.5},
+        rel=1e-9)
+
+
+def test_requests_per_replica_are_shares_of_the_model(prom: tuple[PrometheusServer, int]) -> None:
+    assert _values(prom, "Requests per replica") == pytest.approx({
+        ("chat", "chat-0"): 0.5, ("chat", "chat-1"): 0.3, ("chat", "chat-2"): 0.2, ("solo", "solo-0"): 1.0},
+        rel=1e-9)
+
+
+def test_busiest_replica_over_the_mean(prom: tuple[PrometheusServer, int]) -> None:
+    assert _values(prom, "Busiest replica over the mean") == pytest.approx({("chat",): 1.5, ("solo",): 1.0},
+                                                                          rel=1e-9)

@@ -1,0 +1,196 @@
+"""Session affinity through the real Envoy (issue 34): the kit's generated bootstrap on 127.0.0.1, three fake
+replicas per model, for both engines. Each fake replica names itself in its answer, so a test sees which replica
+served each request.
+
+The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key (components.k8s.envoy_affinity);
+replicas are picked by Envoy's Maglev with bounded load (envoyproxy/envoy@v1.40.0
+api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+
+import pytest
+
+from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
+from components.k8s.envoy_config import bootstrap
+from infra.config import PlatformConfig, parse
+from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
+from tests.support.envoy import rebind
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
+from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
+
+ISSUER = "https://issuer.test/realms/aifactory"
+HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.25, 0.25, 2
+HEALTH_WAIT_S = 10.0  # bounded wait for Envoy to see a replica leave or return (not a speed claim)
+REPLICAS = 3
+SESSIONS = 60
+
+_MODEL = {"model": "org/model", "tenant": "alpha", "pool": "gpu"}
+RAW = {
+    "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
+    "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
+    "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
+    "models": {
+        "chat": {**_MODEL, "engine": "vllm"},
+        # Triton as the kit deploys it reuses no KV blocks, so affinity is off by default; it can be turned on
+        "tchat": {**_MODEL, "engine": "triton", "sessionAffinity": {"enabled": True}},
+        "tplain": {**_MODEL, "engine": "triton"},
+        "plain": {**_MODEL, "engine": "vllm", "sessionAffinity": {"enabled": False}},
+        # a workload with two variants (no budget: the cheap one; a budget of 1000 ms: the fast one)
+        "w-cheap": {**_MODEL, "engine": "vllm", "workload": "w", "slo": {"e2eSeconds": 2},
+                    "variant": {"costPerRequest": 0.001}},
+        "w-fast": {**_MODEL, "engine": "vllm", "workload": "w", "slo": {"e2eSeconds": 0.5},
+                   "variant": {"costPerRequest": 0.004}},
+    },
+    "gateway": {
+        "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
+        "healthCheck": {"intervalSeconds": HC_INTERVAL_S, "timeoutSeconds": HC_TIMEOUT_S,
+                        "unhealthyThreshold": HC_UNHEALTHY, "healthyThreshold": 1},
+    },
+    "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
+}
+
+
+@dataclass
+class Gateway:
+    cfg: PlatformConfig
+    envoy: EnvoyProcess
+    backends: dict[str, list[FakeBackend]]
+    issuer: Issuer
+
+    def served_by(self, model: str, *, session: str | None = None, cache_key: str | None = None,
+                  via: str = "header", extra: dict[str, str] | None = None) -> str:
+        """The replica that served one chat request (`via`: header, path or body routing)."""
+        headers = {"authorization": self.issuer.bearer("alpha")["authorization"], "content-type": "application/json"}
+        path = "/v1/chat/completions"
+        if via == "header":
+            headers["x-model"] = model
+        elif via == "path":
+            path = f"/models/{model}/v1/chat/completions"
+        if session is not None:
+            headers["x-aifactory-session"] = session
+        headers |= extra or {}
+        body: dict[str, object] = {"model": model, "messages": [], "stream": False}
+        if cache_key is not None:
+            body["prompt_cache_key"] = cache_key
+        status, raw = request(self.envoy.listener_port, path, headers, body=json.dumps(body).encode())
+        assert status == 200, raw
+        return str(json.loads(raw)["backend"])
+
+    def wait_healthy(self, model: str, n: int) -> None:
+        deadline = time.monotonic() + HEALTH_WAIT_S
+        while self.envoy.stats().get(f"cluster.{model}.membership_healthy") != n:
+            assert time.monotonic() < deadline, f"{model}: Envoy never saw {n} healthy replicas"
+            time.sleep(0.05)
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    cfg = parse(RAW, stack="affinity")
+    issuer = Issuer(ISSUER)
+    with ExitStack() as stack:
+        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in RAW["models"]}
+        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()} | {
+            "otel_collector": [("127.0.0.1", free_port())]}  # nothing listens: spans are dropped
+        admin, listener, stats = free_port(), free_port(), free_port()
+        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
+                        endpoints=endpoints, jwks=[issuer.jwks])
+        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy"), admin_port=admin,
+                                                 listener_port=listener))
+        gw = Gateway(cfg, envoy, backends, issuer)
+        for m in RAW["models"]:
+            gw.wait_healthy(m, REPLICAS)
+        yield gw
+
+
+def test_chat_models_have_affinity_by_default_and_it_can_be_turned_off() -> None:
+    cfg = parse(RAW, stack="affinity")
+    assert {n: m.session_affinity_balance_factor for n, m in cfg.models.items()} == {
+        "chat": 125, "tchat": 125, "tplain": None, "plain": None, "w-cheap": 125, "w-fast": 125}
+
+
+@pytest.mark.parametrize("model", ["chat", "tchat"])
+@pytest.mark.parametrize("via", ["header", "path", "body"])
+def test_a_sessions_steps_all_go_to_one_replica_and_sessions_spread(gateway: Gateway, model: str, via: str) -> None:
+    """Every step of a session (the x-aifactory-session header) lands on one replica, on every route form and for
+    both engines; 60 sessions use all three replicas."""
+    home = {}
+    for s in range(SESSIONS):
+        served = {gateway.served_by(model, session=f"s{s}", via=via) for _ in range(4)}
+        assert len(served) == 1, (s, served)
+        home[s] = served.pop()
+    assert set(home.values()) == {f"{model}-{i}" for i in range(REPLICAS)}
+
+
+def test_prompt_cache_key_is_the_session_key_when_no_header_is_sent(gateway: Gateway) -> None:
+    """The body's prompt_cache_key keys the session (header-routed and body-routed); the header wins over it."""
+    by_key = {}
+    for k in range(SESSIONS):
+        served = {gateway.served_by("chat", cache_key=f"k{k}", via=via) for via in ("header", "body") for _ in range(2)}
+        assert len(served) == 1, (k, served)
+        by_key[k] = served.pop()
+    assert len(set(by_key.values())) == REPLICAS
+    # the same key as a header or in the body: the same replica; the header wins when both are sent
+    assert all(gateway.served_by("chat", session=f"k{k}") == by_key[k] for k in range(10))
+    other = next(k for k in range(1, SESSIONS) if by_key[k] != by_key[0])
+    assert gateway.served_by("chat", session=f"k{other}", cache_key="k0") == by_key[other]
+
+
+def test_a_model_without_affinity_spreads_one_session(gateway: Gateway) -> None:
+    """sessionAffinity.enabled: false keeps least-request: one session's steps reach more than one replica."""
+    served = Counter(gateway.served_by("plain", session="s1") for _ in range(30))
+    assert len(served) > 1, served
+
+
+def test_a_failed_replica_moves_only_its_own_sessions_and_they_come_back(gateway: Gateway) -> None:
+    """A replica that fails its health checks: only the sessions it served move; when it returns, they return."""
+    home = {s: gateway.served_by("chat", session=f"f{s}") for s in range(SESSIONS)}
+    failed = gateway.backends["chat"][0]
+    failed.behaviour = Behaviour.HANG
+    try:
+        gateway.wait_healthy("chat", REPLICAS - 1)
+        during = {s: gateway.served_by("chat", session=f"f{s}") for s in range(SESSIONS)}
+    finally:
+        failed.behaviour = Behaviour.OK
+    assert {s for s in home if during[s] != home[s]} == {s for s in home if home[s] == "chat-0"}
+    assert "chat-0" not in during.values()
+    gateway.wait_healthy("chat", REPLICAS)
+    assert {s: gateway.served_by("chat", session=f"f{s}") for s in range(SESSIONS)} == home
+
+
+@pytest.mark.parametrize(("budget", "variant"), [(None, "w-cheap"), ("1000", "w-fast")])
+def test_affinity_holds_within_the_variant_the_deadline_chose(gateway: Gateway, budget: str | None,
+                                                              variant: str) -> None:
+    """With variants, the decision picks the variant and the session key picks its replica (at the variant's
+    gate): every step of a session on one replica of the chosen variant; sessions spread over its replicas."""
+    extra = {} if budget is None else {"x-aifactory-budget-ms": budget}
+    home = {}
+    for s in range(SESSIONS):
+        served = {gateway.served_by("w", session=f"v{s}", extra=extra) for _ in range(3)}
+        assert len(served) == 1, (s, served)
+        home[s] = served.pop()
+    assert set(home.values()) == {f"{variant}-{i}" for i in range(REPLICAS)}
+
+
+def test_the_baggage_session_member_keys_the_session_when_no_header_is_sent(gateway: Gateway) -> None:
+    """W3C baggage aifactory.session=<key> among other members (the step's budget changes every step), as
+    telemetry's headers() sends it inside a workflow: one replica per session; the same key as a header lands on
+    the same replica; the header wins over the baggage."""
+    assert SESSION_BAGGAGE_KEY == TELEMETRY_SESSION_KEY == "aifactory.session"
+    home = {}
+    for s in range(SESSIONS):
+        served = {gateway.served_by("chat", extra={"baggage": f"aifactory.budget_ms={budget}, aifactory.session=b{s}"})
+                  for budget in (9000, 6000, 3000)}
+        assert len(served) == 1, (s, served)
+        home[s] = served.pop()
+    assert len(set(home.values())) == REPLICAS
+    assert all(gateway.served_by("chat", session=f"b{s}") == home[s] for s in range(10))
+    other = next(s for s in range(1, SESSIONS) if home[s] != home[0])
+    assert gateway.served_by("chat", session=f"b{other}", extra={"baggage": "aifactory.session=b0"}) == home[other]

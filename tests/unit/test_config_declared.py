@@ -1,0 +1,174 @@
+"""The declared sections of the stack model (infra/stack/declared.py): each setting's type, default, bounds and
+description written once on its settings dataclass (components/k8s/settings.py), and everything else read from
+there: the validation of the stack file, its editor schema and docs/stack-reference.md."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.k8s.settings import (
+    SETTING,
+    CircuitBreakers,
+    GatewaySettings,
+    HealthCheck,
+    Ingest,
+    ModelSlo,
+    NodeCheck,
+    ObservabilitySettings,
+    OutlierDetection,
+    Retries,
+    VolumeSizes,
+)
+from infra.config import ConfigError, parse
+from infra.config_schema import COVERAGE, stack_file_schema
+from infra.stack import declared, reference
+from tests.support.stacks import stack_raw
+
+ROOT = Path(__file__).resolve().parents[2]
+SECTIONS = (GatewaySettings, Retries, OutlierDetection, CircuitBreakers, HealthCheck, ModelSlo, NodeCheck,
+            ObservabilitySettings, Ingest, VolumeSizes)
+# where each section sits in the editor schema (stacks/aifactory.schema.json)
+SCHEMA_PATHS: dict[type, tuple[str, ...]] = {
+    GatewaySettings: ("gateway",), ObservabilitySettings: ("observability",),
+    Retries: ("gateway", "retries"), OutlierDetection: ("gateway", "outlierDetection"),
+    CircuitBreakers: ("gateway", "circuitBreakers"), HealthCheck: ("gateway", "healthCheck"),
+    ModelSlo: ("models", "*", "slo"), NodeCheck: ("nodePools", "*", "nodeCheck"),
+    Ingest: ("observability", "ingest"), VolumeSizes: ("observability", "volumes"),
+}
+
+
+def _problems(**sections: Any) -> list[str]:
+    raw = stack_raw("dev")
+    for key, value in sections.items():
+        raw[key] = value
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="dev")
+    return [str(p) for p in err.value.problems]
+
+
+def _schema_of(cls: type) -> dict[str, Any]:
+    node: dict[str, Any] = json.loads((ROOT / "stacks" / "aifactory.schema.json").read_text())["definitions"]
+    for step in SCHEMA_PATHS[cls]:
+        node = node["additionalProperties"] if step == "*" else node[step] if "properties" not in node \
+            else node["properties"][step]
+    return node
+
+
+@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
+def test_each_default_is_written_once_on_the_dataclass(cls: type) -> None:
+    """The validating model's default is the dataclass field's default itself (the same object), the editor schema
+    states that value, and an empty section reads as the dataclass with no arguments."""
+    model = declared.section_model(cls)
+    schema = declared.json_schema(cls)
+    for f in declared.declared_fields(cls):
+        assert model.model_fields[f.name].default is f.default
+        key = model.model_fields[f.name].alias
+        assert key is not None
+        if f.metadata[SETTING]["derived"]:  # computed from other settings: the schema states no default
+            assert "default" not in schema["properties"][key]
+        else:
+            assert schema["properties"][key].get("default") == f.default
+        assert schema["properties"][key]["description"] == f.metadata[SETTING]["doc"]
+    assert declared.read(_NoProblems(), cls, None, "x") == cls()
+
+
+@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
+def test_the_shipped_editor_schema_carries_each_declared_section(cls: type) -> None:
+    """Every declared key as the model states it (a section read partly by code, such as the gateway's nested
+    sections and routing, also lists the keys that code reads)."""
+    shipped, model = _schema_of(cls), declared.json_schema(cls)
+    assert {k: shipped["properties"][k] for k in model["properties"]} == model["properties"]
+    assert shipped["additionalProperties"] is False
+
+
+class _NoProblems:
+    """A reader that fails the test on any problem."""
+
+    def fail(self, path: str, message: str) -> None:
+        raise AssertionError(f"{path}: {message}")
+
+
+def test_every_problem_of_declared_sections_is_reported_at_once_in_house_wording() -> None:
+    """Unknown keys with "did you mean", types with the value received, bounds with the limit, patterns with what
+    was meant: pydantic's errors in the reader's words, each at its key path, every section reported."""
+    raw = stack_raw("dev")
+    gateway = {"retries": {"atempts": 1, "budgetPercent": "ten"}, "circuitBreakers": {"maxRequests": True},
+               "outlierDetection": {"maxEjectionPercent": 0, "intervalSeconds": 0}}
+    observability = {**raw.get("observability", {}), "volumes": {"lokiGiB": 0, "jaegerGiB": 1.5},
+                     "ingest": {"logGiBPerDay": -1}}
+    pools = raw["nodePools"]
+    pool = next(iter(pools))
+    pools[pool]["nodeCheck"] = {"driverMinVersion": "latest", "burnInSeconds": 3601}
+    assert _problems(gateway=gateway, observability=observability, nodePools=pools) == [
+        f"nodePools.{pool}.nodeCheck.driverMinVersion: 'latest' is not a driver version such as 550.54.15",
+        f"nodePools.{pool}.nodeCheck.burnInSeconds: 3601 is above the maximum 3600",
+        "gateway.retries.atempts: unknown key (did you mean 'attempts'?); allowed keys: attempts, budgetPercent",
+        "gateway.retries.budgetPercent: expected a number, got a string 'ten'",
+        "gateway.outlierDetection.intervalSeconds: 0.0 is below the minimum 0.1",
+        "gateway.outlierDetection.maxEjectionPercent: 0 is below the minimum 1",
+        "gateway.circuitBreakers.maxRequests: expected an integer, got a boolean true",
+        "observability.ingest.logGiBPerDay: -1.0 is below the minimum 0.01",
+        "observability.volumes.lokiGiB: 0 is below the minimum 1",
+        "observability.volumes.jaegerGiB: expected an integer, got a number 1.5",
+    ]
+
+
+def test_null_is_unset_and_a_bad_key_reads_as_its_default_so_later_checks_still_run() -> None:
+    seen: list[str] = []
+
+    class Reader:
+        def fail(self, path: str, message: str) -> None:
+            seen.append(f"{path}: {message}")
+
+    got = declared.read(Reader(), Retries, {"attempts": None, "budgetPercent": 500}, "gateway.retries")  # type: ignore[arg-type]
+    assert got == Retries()
+    assert seen == ["gateway.retries.budgetPercent: 500.0 is above the maximum 100"]
+    assert declared.read(Reader(), Retries, [1], "gateway.retries") == Retries()  # type: ignore[arg-type]
+    assert seen[-1] == "gateway.retries: expected a mapping, got a list [1]"
+
+
+@pytest.mark.parametrize(("health", "timeout", "problems"), [
+    ({"intervalSeconds": 1}, 1.0, []),  # the default, 2 s, no longer than the interval
+    ({"intervalSeconds": 10}, 2.0, []),
+    ({"intervalSeconds": 2, "timeoutSeconds": 3}, None, ["gateway.healthCheck.timeoutSeconds: 3.0 is above the "
+                                                         "maximum 2"]),
+])
+def test_a_health_check_times_out_within_its_interval(health: dict[str, Any], timeout: float | None,
+                                                      problems: list[str]) -> None:
+    raw = stack_raw("dev")
+    raw["gateway"] = {"healthCheck": health}
+    if problems:
+        assert _problems(gateway=raw["gateway"]) == problems
+    else:
+        assert parse(raw, stack="dev").gateway.health_check.timeout_seconds == timeout
+
+
+def test_the_stack_reference_page_is_current() -> None:
+    """Regenerate with `python -m infra.stack.reference > docs/stack-reference.md` when this fails."""
+    page = (ROOT / "docs" / "stack-reference.md").read_text()
+    assert reference.COMMAND in page.splitlines()[2]
+    assert page == reference.render(stack_file_schema(COVERAGE))
+
+
+def test_the_stack_reference_lists_each_declared_setting_with_type_default_bounds_and_description() -> None:
+    page = (ROOT / "docs" / "stack-reference.md").read_text()
+    assert ("| `gateway.retries.attempts` | integer | `2` | >= 0; <= 10 | Retries of one request, on a connect "
+            "failure, a reset, a 500, 502, 503 or 504, or a try idle longer than the model's "
+            "tryIdleTimeoutSeconds. |") in page.splitlines()
+    for cls in SECTIONS:
+        for f in declared.declared_fields(cls):
+            key = declared.section_model(cls).model_fields[f.name].alias
+            path = ".".join("<name>" if s == "*" else s for s in SCHEMA_PATHS[cls]) + f".{key}"
+            assert any(line.startswith(f"| `{path}` |") and f.metadata[SETTING]["doc"] in line
+                       for line in page.splitlines()), path
+
+
+def test_declared_dataclasses_stay_plain_for_the_components() -> None:
+    """components/ needs no pydantic: a settings dataclass is a standard library dataclass with metadata."""
+    for cls in SECTIONS:
+        assert dataclasses.is_dataclass(cls) and not hasattr(cls, "__pydantic_fields__")
