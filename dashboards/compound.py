@@ -192,7 +192,7 @@ def _variant_spend() -> list:
 
 
 def _trilemma(cfg: ObservabilityConfig) -> list:
-    """Each variant's latency, cost and fidelity side by side (README, "Fidelity")."""
+    """Each variant's latency, cost and fidelity side by side (docs/fidelity.md)."""
     names = "|".join(v.model for v in cfg.variants)
     workloads = "|".join(sorted({v.workload for v in cfg.variants}))
     cost = " or ".join(f'label_replace(label_replace(vector({v.cost_per_request!r}), "variant", "{v.model}", "", ""), '

@@ -122,8 +122,8 @@ def _call(action: str, fn: Callable[..., Any], **kwargs: Any) -> Any:
 
 def _denied(err: _Denied, what: str) -> AwsFinding:
     return AwsFinding("permission", None, f"{what}: the credentials may not call {err.action}",
-                      f"grant {err.action} (read-only) to the role you deploy with; README, \"Before the first "
-                      f"`pulumi up`\", lists every action preflight --aws needs")
+                      f"grant {err.action} (read-only) to the role you deploy with; docs/deploying.md, \"Before the "
+                      f"first `pulumi up`\", lists every action preflight --aws needs")
 
 
 # --------------------------------------------------------------------------------------------

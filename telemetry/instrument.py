@@ -15,7 +15,7 @@ Scopes are context managers (`with` and `async with`) and decorators (sync and a
 current workflow and step live in OpenTelemetry's own context (one context key next to the current span),
 so whatever carries that context carries them too: asyncio tasks, asyncio.to_thread, contextvars.copy_context,
 and OpenTelemetry's threading instrumentation for threads and ThreadPoolExecutor. Auto-instrumented client
-spans (HTTP, gRPC, GenAI SDKs) nest under the current step. Process pools carry no context: see README.
+spans (HTTP, gRPC, GenAI SDKs) nest under the current step. Process pools carry no context: see docs/telemetry.md.
 A step that finds no workflow in its context while a workflow of the same trace is open (or, in a thread that
 got no context, while any workflow is open) logs one warning per Telemetry: its context was lost on the way.
 
@@ -514,7 +514,7 @@ class Telemetry:
     exemplars: record each step's (workflow's) histograms and step errors in its own span's context, so the SDK's
     exemplar filter (default trace_based: sampled spans) attaches exemplars linking them to that span (the
     critical-path and deadline sums carry none); default: False (no trace context on the kit's records, no
-    exemplars: the kit's pipeline drops them, see README).
+    exemplars: the kit's pipeline drops them, see docs/telemetry.md).
     critical_path_attributes: put each workflow's critical-path shares on its span as
     aifactory.critical_path.<kind> (seconds); default: False (the metric has them; see the module docstring).
     """
@@ -768,7 +768,7 @@ class Telemetry:
             _log.warning("step %s %r started outside any workflow %s: if it belongs to one, its context was "
                          "lost on the way and the workflow's metrics miss it. For threads and executors instrument "
                          "threading (opentelemetry-instrumentation-threading: ThreadingInstrumentor().instrument()) "
-                         "or submit contextvars.copy_context().run; see README 'What carries the workflow'. "
+                         "or submit contextvars.copy_context().run; see docs/telemetry.md 'What carries the workflow'. "
                          "(Warned once.)", scope._kind, scope._name, where)
         return None
 

@@ -1,7 +1,7 @@
 """Cold start: where a model's weights are cached on the node, how fast that medium reads, and how long a
 model takes to load from it (size / throughput), next to its start-up budget.
 
-Pure functions of plain values (no stack config), so config validation, serving, preflight and the README
+Pure functions of plain values (no stack config), so config validation, serving, preflight and docs/serving.md
 share one estimate.
 
 Cache media:

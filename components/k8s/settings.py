@@ -529,7 +529,7 @@ class Alerting:
 
 @dataclass(frozen=True, slots=True)
 class Ingest:
-    """Expected ingest, the basis of every backend's disk size (see README, "Observability data")."""
+    """Expected ingest, the basis of every backend's disk size (see docs/observability.md, "Observability data")."""
 
     samples_per_second: int = setting(10_000, ge=1, doc="Prometheus samples per second the cluster ingests.")
     log_gib_per_day: float = setting(5.0, ge=0.01, doc="Raw log lines per day, GiB.")
@@ -540,7 +540,7 @@ class Ingest:
 class VolumeSizes:
     """Pinned disk sizes (GiB) of the observability backends. A StatefulSet's volume claim template cannot
     change, so once a backend's volume exists its size should stop following retention and ingest: pin it here.
-    Changing a pinned size needs a volume resize (README, "Observability data")."""
+    Changing a pinned size needs a volume resize (docs/observability.md, "Observability data")."""
 
     prometheus_gib: int | None = setting(None, ge=1, doc="Prometheus's volume, GiB (default: sized from ingest and "
                                                          "retention).")

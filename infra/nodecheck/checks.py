@@ -305,7 +305,8 @@ def check_memlock(probe: Probe, pool: NodePool) -> str:
     if (soft, hard) != ("unlimited", "unlimited"):
         raise CheckFailed(f"containerd runs with locked memory {soft}/{hard} bytes (soft/hard): containers "
                           f"inherit it and cannot register {pool.fabric} RDMA buffers; set LimitMEMLOCK=infinity "
-                          "in a containerd.service drop-in (README, 'Locked memory for RDMA') and restart containerd")
+                          "in a containerd.service drop-in (docs/serving.md, 'Locked memory for RDMA') and restart "
+                          "containerd")
     return "containerd's locked-memory limit is unlimited (soft and hard)"
 
 

@@ -89,8 +89,8 @@ def test_healthy_dgx_reads_containerd_2_config_and_ignores_ethernet_ports() -> N
     # containerd's upstream unit sets no LimitMEMLOCK: systemd's default (8 MiB since v253) reaches containers
     ("nodes-aws", "h100", "p5.48xlarge+memlock-8m", "memlock",
      "containerd runs with locked memory 8388608/8388608 bytes (soft/hard): containers inherit it and cannot "
-     "register efa RDMA buffers; set LimitMEMLOCK=infinity in a containerd.service drop-in (README, 'Locked "
-     "memory for RDMA') and restart containerd"),
+     "register efa RDMA buffers; set LimitMEMLOCK=infinity in a containerd.service drop-in (docs/serving.md, "
+     "'Locked memory for RDMA') and restart containerd"),
     ("nodes-aws", "h100", "p5.48xlarge+slow-gpu", "burn-in",
      "GPU 5: 598.3 TFLOP/s; floor 692 TFLOP/s (70% of 989) and 2345 GB/s (70% of 3350)"),
     ("nodes-onprem", "h100-ib", "dgx-h100+ib-port-down", "infiniband",

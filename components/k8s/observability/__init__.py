@@ -9,7 +9,8 @@ writes the workload certificate that scrapes of meshed pods present (mesh.MESH_S
 
 Every backend keeps its data across restarts: Prometheus and Alertmanager on PVCs, Jaeger on Badger on a
 PVC, Loki in the kit's S3 bucket (AWS, `LokiBucket`) or on its volume (one binary), Alloy's positions on
-the node. Volumes are sized from `observability.ingest` and the retentions (README, "Observability data").
+the node. Volumes are sized from `observability.ingest` and the retentions (docs/observability.md,
+"Observability data").
 Alertmanager routes by severity to the stack's receivers, reading credentials from mounted Secrets.
 
 Observability takes its own `args` (ObservabilityArgs: retentions, expected ingest, pinned volumes, alert

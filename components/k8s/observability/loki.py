@@ -82,7 +82,8 @@ def loki_values(cfg: BackendsView, bucket: LokiBucket | None = None) -> dict[str
         "backend": {"replicas": replicas, "resources": container_resources("250m", "512Mi", "1", "2Gi"),
                     **persistence(MIN_VOLUME_GIB)},
         "minio": {"enabled": False},  # never the chart's demo store (default credentials, one replica)
-        # Loki's own metrics (loki_distributor_bytes_received_total: what README's ingest calibration reads).
+        # Loki's own metrics (loki_distributor_bytes_received_total: what docs/observability.md's ingest
+        # calibration reads).
         # The chart renders the ServiceMonitor only if the CRD exists at install time (templates/monitoring/
         # servicemonitor.yaml: .Capabilities.APIVersions.Has), so the release waits for kube-prometheus-stack.
         # No MetricsInstance: that is the deprecated Grafana Agent Operator's CRD.

@@ -1,5 +1,5 @@
 """Volume sizes of the backends, from `observability.ingest` and the retentions unless pinned in
-`observability.volumes` (README, "Observability data")."""
+`observability.volumes` (docs/observability.md, "Observability data")."""
 
 import math
 from typing import Any
@@ -24,7 +24,7 @@ __all__ = [
     "retention_hours",
 ]
 
-# Disk sizing (README, "Observability data"). Prometheus stores 1-2 bytes per sample on disk
+# Disk sizing (docs/observability.md, "Observability data"). Prometheus stores 1-2 bytes per sample on disk
 # (prometheus.io/docs/prometheus/latest/storage, "Operational aspects"): size for the upper end.
 PROMETHEUS_BYTES_PER_SAMPLE = 2.0
 JAEGER_BYTES_PER_SPAN = 1024  # estimate: a span with the kit's attributes, after Badger's compression

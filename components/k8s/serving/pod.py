@@ -305,7 +305,7 @@ def pod_spec(cfg: ServingView, model: Model, *, role: Role = "single") -> dict[s
         # No IPC_LOCK, even for RDMA: Pod Security `restricted` forbids adding it, and none is needed to
         # register (pin) memory when containers start with RLIMIT_MEMLOCK unlimited. containerd's upstream
         # unit sets no LimitMEMLOCK, so the kit raises it on the node (AWS: a containerd drop-in in the user
-        # data, components/aws/nodes.py; on-prem: the documented drop-in, README) and node-check's `memlock`
+        # data, components/aws/nodes.py; on-prem: the documented drop-in, docs/serving.md) and node-check's `memlock`
         # check verifies it on containerd's running process.
         "securityContext": security.container_security_context(),
     }
