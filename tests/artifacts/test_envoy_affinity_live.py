@@ -19,11 +19,10 @@ from dataclasses import dataclass
 import pytest
 
 from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
-from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
-from tests.support.envoy import rebind
-from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
@@ -97,13 +96,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
         backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in RAW["models"]}
-        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()} | {
-            "otel_collector": [("127.0.0.1", free_port())]}  # nothing listens: spans are dropped
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[issuer.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy"), admin_port=admin,
-                                                 listener_port=listener))
+        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+                              endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
         gw = Gateway(cfg, envoy, backends, issuer)
         for m in RAW["models"]:
             gw.wait_healthy(m, REPLICAS)

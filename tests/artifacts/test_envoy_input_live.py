@@ -19,10 +19,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
-from tests.support.envoy import rebind
-from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
@@ -84,13 +83,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
         backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(n)] for m, n in BACKENDS.items()}
-        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()} | {
-            "otel_collector": [("127.0.0.1", free_port())]}  # nothing listens: spans are dropped
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[issuer.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy"), admin_port=admin,
-                                                 listener_port=listener))
+        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+                              endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
         yield Gateway(cfg, envoy, backends, issuer)
 
 

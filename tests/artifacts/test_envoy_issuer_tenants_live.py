@@ -14,10 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
 from infra.config import parse
-from tests.support.envoy import rebind
-from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 TEAM_IDP = "https://idp.alpha.test"  # may name only tenant alpha
@@ -56,13 +55,9 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     team, corp = Issuer(TEAM_IDP), Issuer(CORP_IDP)
     with ExitStack() as stack:
         backends = {m: stack.enter_context(FakeBackend(m, Behaviour.OK)) for m in RAW["models"]}
-        endpoints = {m: [b.address] for m, b in backends.items()} | {"otel_collector": [("127.0.0.1", free_port())]}
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[team.jwks, corp.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy"), admin_port=admin,
-                                                 listener_port=listener))
-        yield Gateway(listener, envoy, team, corp, backends)
+        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[team.jwks, corp.jwks],
+                              endpoints={m: [b.address] for m, b in backends.items()})
+        yield Gateway(envoy.listener_port, envoy, team, corp, backends)
 
 
 def test_an_issuer_names_its_own_tenant(gateway: Gateway) -> None:

@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
-from tests.support.envoy import rebind
-from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend
 from tests.support.istio_sidecar import routes_to_service, service_domains, service_fqdn
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -98,11 +97,8 @@ def mesh(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Mesh]:
         backends = {m: stack.enter_context(FakeBackend(
             m, Behaviour.UNAVAILABLE if m == SATURATED else Behaviour.OK, accepts_host=_accepts(cfg, m)))
             for m in cfg.models}
-        endpoints = {m: [b.address] for m, b in backends.items()} | {"otel_collector": [("127.0.0.1", free_port())]}
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[issuer.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
+        envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks],
+                              endpoints={m: [b.address] for m, b in backends.items()})
         yield Mesh(cfg, envoy, backends, issuer)
 
 

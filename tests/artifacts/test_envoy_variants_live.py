@@ -21,10 +21,9 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
 from infra.config import parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
-from tests.support.envoy import rebind
+from tests.support.envoy import start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -104,12 +103,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                 continue
             behaviour = Behaviour.UNAVAILABLE if name == SATURATED else Behaviour.OK
             endpoints[name] = [stack.enter_context(FakeBackend(f"{name}-0", behaviour)).address]
-        endpoints["otel_collector"] = [("127.0.0.1", free_port())]
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[issuer.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
-        yield Gateway(envoy, issuer)
+        yield Gateway(start_gateway(stack, cfg, workdir, endpoints=endpoints, jwks=[issuer.jwks]), issuer)
 
 
 def _decision(variant: str, reason: str) -> str:
@@ -239,13 +233,8 @@ def busy_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Gat
     with ExitStack() as stack:
         cheap = stack.enter_context(FakeBackend("busy-cheap-0", Behaviour.SLOW, delay=HOLD_S))
         fast = stack.enter_context(FakeBackend("busy-fast-0"))
-        endpoints = {"busy-cheap": [cheap.address], "busy-fast": [fast.address],
-                     "otel_collector": [("127.0.0.1", free_port())]}
-        admin, listener, stats = free_port(), free_port(), free_port()
-        config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                        endpoints=endpoints, jwks=[issuer.jwks])
-        envoy = stack.enter_context(EnvoyProcess(config, tmp_path_factory.mktemp("envoy-busy"), admin_port=admin,
-                                                 listener_port=listener))
+        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy-busy"), jwks=[issuer.jwks],
+                              endpoints={"busy-cheap": [cheap.address], "busy-fast": [fast.address]})
         yield Gateway(envoy, issuer), cheap
 
 

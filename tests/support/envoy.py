@@ -6,11 +6,26 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 from components.k8s.envoy_base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
+from components.k8s.envoy_config import GatewayView, bootstrap
+from tests.support.fake_backends import EnvoyProcess
+from tests.support.processes import free_port
 
-__all__ = ["rebind"]
+__all__ = ["rebind", "start_gateway"]
+
+
+def start_gateway(stack: ExitStack, cfg: GatewayView, workdir: Path, *,
+                  endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str]) -> EnvoyProcess:
+    """The real Envoy on the kit's bootstrap for `cfg`, rebound to 127.0.0.1 ports with `endpoints` per cluster and
+    an OTLP Collector address nothing listens on (spans are dropped), entered into `stack` (stopped with it)."""
+    admin, listener, stats = free_port(), free_port(), free_port()
+    config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
+                    endpoints={**endpoints, "otel_collector": [("127.0.0.1", free_port())]}, jwks=list(jwks))
+    return stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
 
 
 def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, admin_port: int,
