@@ -490,9 +490,11 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
             del r["match"]["headers"]
-    # each model route after its 413 and non-streamed twins
-    with_twins = [x for r in (*by_header, *by_path, *by_body)
-                  for x in (_too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
+    # each model route after its 413 and non-streamed twins; a body-routed request names its model only once its
+    # body is read, so past the largest limit of any model it gets its 413 from its headers, before the body
+    twins = [[x for r in routes_ for x in (_too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
+             for routes_ in ((*by_header, *by_path), by_body)]
+    with_twins = [*twins[0], _too_large_for_any(cfg), *twins[1]]
     known = ", ".join(w.name for w in ws) or "(none)"
     apis = sorted({a for tasks in OPENAI_APIS.values() for apis_ in tasks.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
@@ -502,6 +504,15 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
             _not_found("not-served", {"prefix": "/"},
                        f"not served: the gateway routes only /{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
                        f"(optionally under {ROUTE_PREFIX}<model>)\n", at_once=True)]
+
+
+def _too_large_for_any(cfg: GatewayView) -> dict[str, Any]:
+    """413 at once for a declared content-length past every model's limit (the buffer would refuse it anyway)."""
+    limit = _max_body(cfg)
+    match = {"prefix": "/", "headers": [{"name": "content-length", "invert_match": True,
+                                         "range_match": {"start": 0, "end": limit + 1}}]}
+    return _not_found("too-large", match, f"request body larger than {limit} bytes, the most any model here takes "
+                      "(models.<name>.maxRequestBytes)\n", status=413, at_once=True)
 
 
 def _max_body(cfg: GatewayView) -> int:

@@ -200,6 +200,25 @@ def test_a_declared_content_length_past_the_models_limit_gets_413_before_its_bod
     assert (status, json.loads(raw)["body_bytes"]) == (200, BODY_LIMIT)
 
 
+
+def test_a_body_routed_request_past_every_models_limit_gets_413_before_its_body(gateway: Gateway) -> None:
+    """OpenAI SDKs name the model only in the body: past the largest limit, no model could take it, so the
+    gateway answers from the declared content-length instead of buffering the body first."""
+    before = {m: gateway.hits(m) for m in BACKENDS}
+    largest = 8 * 1024 * 1024  # the default maxRequestBytes of the other models
+    status, body = _answer_before_body(gateway.port, _head("POST", "/v1/chat/completions", length=largest + 1,
+                                                           authorization=gateway.auth()))
+    assert (status, body) == (413, f"request body larger than {largest} bytes, the most any model here takes "
+                                   "(models.<name>.maxRequestBytes)\n".encode())
+    # without a token, still 401 first
+    status, _ = _answer_before_body(gateway.port, _head("POST", "/v1/chat/completions", length=largest + 1))
+    assert status == 401
+    # under it, the body is awaited (it could name a model that takes it): no answer before the body
+    status, _ = _answer_before_body(gateway.port, _head("POST", "/v1/chat/completions", length=largest,
+                                                        authorization=gateway.auth()))
+    assert status is None
+    assert {m: gateway.hits(m) for m in BACKENDS} == before
+
 # --- 12: tokens, logs, headers -------------------------------------------------------------------------------
 
 
