@@ -21,6 +21,7 @@ compatibility", and the CLI reads stack files into untyped values.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -80,6 +81,12 @@ class _Loader(yaml.SafeLoader):
 _Loader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+# YAML 1.2 floats, as the Pulumi CLI's decoder reads them: `1e23` is a number there, where YAML 1.1 (PyYAML's
+# default) wants a dot in the mantissa and reads a string (go-yaml/yaml@v3.0.1 resolve.go, yamlStyleFloat). Tried
+# after the int resolver, so `123` stays an int.
+_YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
+for _first in "-+.0123456789":
+    _Loader.yaml_implicit_resolvers.setdefault(_first, []).append(("tag:yaml.org,2002:float", _YAML12_FLOAT))
 
 
 @dataclass

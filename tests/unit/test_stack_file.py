@@ -171,3 +171,12 @@ def test_an_unwritable_output_location_is_refused_before_the_program_runs(tmp_pa
     assert "Traceback" not in res.stdout + res.stderr
     assert f"--out {target / 'out' / 's'}: cannot write in {target}: " in res.stderr
     assert "[2/3] program" not in res.stdout + res.stderr, "refused before the program runs"
+
+
+def test_exponent_floats_are_numbers_as_the_pulumi_cli_reads_them() -> None:
+    """go-yaml v3 (the CLI's decoder) reads `1e23` as a float; YAML 1.1 would make it a string, and validate
+    would then say "expected an integer, got a string" about a value the CLI hands over as a number
+    (go-yaml/yaml@v3.0.1 resolve.go, yamlStyleFloat)."""
+    assert stack_yaml.load("a: 1e23\nb: 123\nc: -2E-3\nd: '1e23'\ne: .5\n") == {
+        "a": 1e23, "b": 123, "c": -0.002, "d": "1e23", "e": 0.5}
+    assert type(stack_yaml.load("b: 123\n")["b"]) is int
