@@ -14,9 +14,11 @@ refuses three things that PyYAML accepts without a word:
 go-yaml does but over the graph (each node once, its expanded size memoised), so a bomb is refused in the time
 it takes to read the file. A file over MAX_STACK_FILE_BYTES is refused before it is parsed at all.
 
-Unquoted dates and times stay the text they are (`startTime: 2026-12-01T11:30:00Z`), as the CLI passes them to
-the program: go-yaml's decode.go sets a timestamp decoded into an interface{} as its string "for backward
-compatibility", and the CLI reads stack files into untyped values.
+Plain scalars get the types go-yaml v3 gives them (YAML 1.2's core schema), not PyYAML's YAML 1.1 ones, so
+`validate` sees the values `pulumi up` will: `yes`, `on` and `12:30` are strings, `1e23` is a number, `0o17` and
+`0777` are octal. Unquoted dates and times stay the text they are (`startTime: 2026-12-01T11:30:00Z`), as the
+CLI passes them to the program: go-yaml's decode.go sets a timestamp decoded into an interface{} as its string
+"for backward compatibility", and the CLI reads stack files into untyped values.
 """
 
 from __future__ import annotations
@@ -64,11 +66,17 @@ def allowed_alias_ratio(decodes: int) -> float:
 
 
 class _Loader(yaml.SafeLoader):
-    """The safe loader, minus timestamps, recording which child edges of the composed graph are aliases."""
+    """The safe loader, recording which child edges of the composed graph are aliases."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.alias_edges: dict[int, list[Node]] = {}  # id(parent node) -> the nodes its aliases point at
+
+    def resolve(self, kind: type[Node], value: Any, implicit: tuple[bool, bool]) -> str:
+        """A plain scalar's tag as go-yaml v3 gives it (`_go_tag`), not PyYAML's YAML 1.1 one."""
+        if kind is ScalarNode and implicit[0]:
+            return _go_tag(value)
+        return str(super().resolve(kind, value, implicit))
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         alias = self.check_event(yaml.AliasEvent)
@@ -78,15 +86,45 @@ class _Loader(yaml.SafeLoader):
         return node
 
 
-_Loader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
-# YAML 1.2 floats, as the Pulumi CLI's decoder reads them: `1e23` is a number there, where YAML 1.1 (PyYAML's
-# default) wants a dot in the mantissa and reads a string (go-yaml/yaml@v3.0.1 resolve.go, yamlStyleFloat). Tried
-# after the int resolver, so `123` stays an int.
-_YAML12_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")
-for _first in "-+.0123456789":
-    _Loader.yaml_implicit_resolvers.setdefault(_first, []).append(("tag:yaml.org,2002:float", _YAML12_FLOAT))
+_STR, _INT, _FLOAT, _BOOL, _NULL, _MERGE = (f"tag:yaml.org,2002:{t}" for t in
+                                           ("str", "int", "float", "bool", "null", "merge"))
+# go-yaml/yaml@v3.0.1 resolve.go: the words a plain scalar may be (YAML 1.2's core schema: `yes`, `on` and `off`
+# stay strings), then by its first character a number (strconv.ParseInt with base 0, ParseUint, yamlStyleFloat)
+# or a timestamp (kept as its text, see above); there are no base-60 numbers (`12:30` is a string).
+_GO_WORDS = {**dict.fromkeys(("true", "True", "TRUE", "false", "False", "FALSE"), _BOOL),
+             **dict.fromkeys(("", "~", "null", "Null", "NULL"), _NULL),
+             **dict.fromkeys((f"{sign}.{word}" for sign in ("", "+", "-") for word in ("inf", "Inf", "INF")),
+                             _FLOAT),
+             **dict.fromkeys((".nan", ".NaN", ".NAN"), _FLOAT), "<<": _MERGE}
+_GO_INT = re.compile(r"^[-+]?(?:0[xX][0-9a-fA-F]+|0[oO]?[0-7]+|0[bB][01]+|[0-9]+)$")  # ParseInt(s, 0, 64), `_` removed
+_GO_FLOAT = re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$")  # yamlStyleFloat
+_GO_DOT_FLOAT = re.compile(r"^\.[0-9]+(?:[eE][-+]?[0-9]+)?$")  # what ParseFloat takes from a plain `.`-scalar
+
+
+def _go_tag(text: str) -> str:
+    """The tag go-yaml v3 gives a plain scalar."""
+    if text in _GO_WORDS:
+        return _GO_WORDS[text]
+    if text[:1] == ".":
+        return _FLOAT if _GO_DOT_FLOAT.match(text) else _STR
+    if text[:1] in "+-0123456789":
+        plain = text.replace("_", "")
+        if _GO_INT.match(plain):
+            return _INT
+        if _GO_FLOAT.match(plain):
+            return _FLOAT
+    return _STR
+
+
+def _construct_int(loader: yaml.SafeLoader, node: ScalarNode) -> int:
+    plain = str(loader.construct_scalar(node)).replace("_", "")
+    sign, digits = (-1, plain[1:]) if plain[:1] == "-" else (1, plain.lstrip("+"))
+    if len(digits) > 1 and digits[0] == "0" and digits[1].isdigit():  # Go's base 0: a leading 0 is octal
+        return sign * int(digits, 8)
+    return sign * int(digits, 0)
+
+
+_Loader.add_constructor(_INT, _construct_int)
 
 
 @dataclass

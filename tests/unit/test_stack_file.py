@@ -173,10 +173,14 @@ def test_an_unwritable_output_location_is_refused_before_the_program_runs(tmp_pa
     assert "[2/3] program" not in res.stdout + res.stderr, "refused before the program runs"
 
 
-def test_exponent_floats_are_numbers_as_the_pulumi_cli_reads_them() -> None:
-    """go-yaml v3 (the CLI's decoder) reads `1e23` as a float; YAML 1.1 would make it a string, and validate
-    would then say "expected an integer, got a string" about a value the CLI hands over as a number
-    (go-yaml/yaml@v3.0.1 resolve.go, yamlStyleFloat)."""
-    assert stack_yaml.load("a: 1e23\nb: 123\nc: -2E-3\nd: '1e23'\ne: .5\n") == {
-        "a": 1e23, "b": 123, "c": -0.002, "d": "1e23", "e": 0.5}
+def test_plain_scalars_get_the_types_the_pulumi_cli_gives_them() -> None:
+    """go-yaml v3 (the CLI's decoder) resolves plain scalars by YAML 1.2's core schema, where PyYAML uses YAML 1.1:
+    `1e23` is a number (1.1: a string, so validate said "expected an integer, got a string"), `yes`/`on` are strings
+    (1.1: booleans, so validate accepted what pulumi up hands over as text), `12:30` a string (1.1: 750)
+    (go-yaml/yaml@v3.0.1 resolve.go)."""
+    doc = ("a: 1e23\nb: 123\nc: -2E-3\nd: '1e23'\ne: .5\nf: yes\ng: on\nh: 12:30\ni: 0777\nj: 0o17\nk: 0x1F\n"
+           "l: 1_000\nm: True\nn: ~\no: -.inf\np: 1.2.3\nq: 2026-12-01\n")
+    assert stack_yaml.load(doc) == {
+        "a": 1e23, "b": 123, "c": -0.002, "d": "1e23", "e": 0.5, "f": "yes", "g": "on", "h": "12:30", "i": 511,
+        "j": 15, "k": 31, "l": 1000, "m": True, "n": None, "o": float("-inf"), "p": "1.2.3", "q": "2026-12-01"}
     assert type(stack_yaml.load("b: 123\n")["b"]) is int
