@@ -35,6 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
+import zlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ __all__ = [
     "StepRecord",
     "simulate",
     "oracle_router",
+    "bounded_hash_router",
     "within_bound",
 ]
 
@@ -459,6 +461,23 @@ def oracle_router(balance_factor: int = 125) -> Router:
         ok = [x for x in live if within_bound(x.in_flight, total, len(live), balance_factor)] or list(live)
         blocks = block_ids(r.sys_id, r.sys_len, r.session, r.prompt_len)
         return max(ok, key=lambda x: (x.cache.match(blocks), -x.in_flight))
+    return route
+
+
+def bounded_hash_router(balance_factor: int = 125) -> Router:
+    """A stand-in for Envoy's consistent hashing with bounded load, for runs without Envoy: a session's home is the
+    replica with the highest hash of (session, replica) (rendezvous hashing: like Maglev, losing a replica moves
+    only its sessions); past `within_bound`, the other replicas in an order seeded by the session (as Envoy
+    probes), else the least loaded."""
+    def route(r: Request, live: Sequence[Replica]) -> Replica:
+        total = sum(x.in_flight for x in live)
+        order = sorted(live, key=lambda x: zlib.crc32(f"{r.session}/{x.name}".encode()), reverse=True)
+        home, rest = order[0], order[1:]
+        random.Random(r.session).shuffle(rest)
+        for x in (home, *rest):
+            if within_bound(x.in_flight, total, len(live), balance_factor):
+                return x
+        return min(live, key=lambda x: x.in_flight)
     return route
 
 

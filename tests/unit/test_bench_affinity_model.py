@@ -17,6 +17,7 @@ from tests.bench.affinity_model import (
     Session,
     Step,
     block_ids,
+    bounded_hash_router,
     capacity_sessions_per_s,
     oracle_router,
     session_gpu_seconds,
@@ -186,3 +187,23 @@ def test_the_oracle_keeps_a_session_where_its_prefix_is() -> None:
     # every later step finds its previous prompt and output cached, to the last full block
     assert all(r.cached_tokens == (2000 + 3000 * (r.step - 1) + 200) // 16 * 16 for r in later)
     assert sum(e.busy_s for e in engines) > 0
+
+
+def test_the_hash_stand_in_keeps_homes_and_a_lost_replica_moves_only_its_sessions() -> None:
+    route = bounded_hash_router(125)
+    four = [Replica(f"r{i}") for i in range(4)]
+
+    def home(session: int, live: list[Replica]) -> str:
+        return route(Request(session, 0, 0, 16, 64, 1, arrival=0.0), live).name
+
+    homes = {s: home(s, four) for s in range(200)}
+    assert set(homes.values()) == {"r0", "r1", "r2", "r3"}
+    assert all(home(s, four) == homes[s] for s in range(200))  # stable
+    after = {s: home(s, four[1:]) for s in range(200)}
+    assert {s for s in homes if after[s] != homes[s]} == {s for s in homes if homes[s] == "r0"}
+    # past the bound (2 in flight, all on its home: ceil(ceil(3 x 1.25) / 4) = 1 slot each), the session probes on
+    s0 = homes[0]
+    busy = next(x for x in four if x.name == s0)
+    busy.submit(Request(99, 0, 0, 16, 64, 1, arrival=0.0))
+    busy.submit(Request(98, 0, 0, 16, 64, 1, arrival=0.0))
+    assert home(0, four) != s0
