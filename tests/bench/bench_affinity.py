@@ -91,7 +91,7 @@ async def _wait_healthy(envoy: Any, n: int) -> None:
 
 
 async def _through_envoy(sessions: Sequence[Session], *, affinity: bool, workdir: Path,
-                         fail_at: float | None = None) -> list[Outcome]:
+                         fail_at: float | None = None) -> tuple[list[Outcome], int]:
     loop = asyncio.get_running_loop()
     clock = Clock(loop, SCALE)
     replicas = [LiveReplica(f"r{i}", clock, DEFAULT_TIMING) for i in range(REPLICAS)]
@@ -110,7 +110,8 @@ async def _through_envoy(sessions: Sequence[Session], *, affinity: bool, workdir
             outcomes = await run_sessions(sessions, envoy.listener_port, headers, clock)
             if failer is not None:
                 failer.cancel()
-            return outcomes
+            stats = await asyncio.to_thread(envoy.stats)
+            return outcomes, stats.get("cluster.chat.health_check.failure", 0)
     finally:
         for r in replicas:
             await r.stop()
@@ -180,16 +181,20 @@ def moved_on_failure(records: Sequence[StepRecord], failed: str, at: float) -> t
 
 
 def _policy(name: str, sessions: Sequence[Session], workdir: Path,
-            fail_at: float | None = None) -> tuple[list[StepRecord], float | None]:
-    """The steps' records under `name`, and (through Envoy) the median time the gateway and the harness add to a
-    step's TTFT (simulated seconds: what the client saw minus what the replica counted)."""
+            fail_at: float | None = None) -> tuple[list[StepRecord], str]:
+    """The steps' records under `name`, and (through Envoy) what the live run adds: the median time the gateway and
+    the harness add to a step's TTFT (what the client saw minus what the replica counted), and the health checks
+    that failed (a replica answering late on a busy machine is taken out, and its sessions move)."""
     if name in ("oracle", "affinity (model)"):
         fail = None if fail_at is None else (0, fail_at)
         route = oracle_router(BALANCE) if name == "oracle" else bounded_hash_router(BALANCE)
-        return simulate(sessions, route, replicas=REPLICAS, fail=fail)[0], None
+        return simulate(sessions, route, replicas=REPLICAS, fail=fail)[0], ""
     d = Path(tempfile.mkdtemp(dir=workdir))
-    outcomes = asyncio.run(_through_envoy(sessions, affinity=name == "affinity", workdir=d, fail_at=fail_at))
-    return [o.record for o in outcomes], percentile([o.overhead for o in outcomes], 0.5)
+    outcomes, hc_failed = asyncio.run(_through_envoy(sessions, affinity=name == "affinity", workdir=d,
+                                                     fail_at=fail_at))
+    overhead = percentile([o.overhead for o in outcomes], 0.5)
+    return [o.record for o in outcomes], (f", gateway+harness {overhead * SCALE * 1000:.1f} ms real, "
+                                          f"health checks failed {hc_failed}")
 
 
 def run(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str]]:
@@ -208,11 +213,10 @@ def run(seeds: tuple[int, ...] = SEEDS) -> list[tuple[str, str]]:
                 rows.append((f"seed {seed}, load {load:.0%}", f"{len(sessions)} sessions, "
                                                               f"{sum(len(s.steps) for s in sessions)} steps"))
                 for policy in POLICIES:
-                    records, overhead = _policy(policy, sessions, Path(tmp))
+                    records, live = _policy(policy, sessions, Path(tmp))
                     f = figures(sessions, records)
                     means.setdefault((load, policy), []).append(f)
-                    added = "" if overhead is None else f", gateway+harness {overhead * SCALE * 1000:.1f} ms real"
-                    rows.append((f"seed {seed}, load {load:.0%}: {policy}", f.row() + added))
+                    rows.append((f"seed {seed}, load {load:.0%}: {policy}", f.row() + live))
         sessions = trace(seeds[0], LOADS[0] * capacity, WINDOW_S)
         for policy in POLICIES:
             records, _ = _policy(policy, sessions, Path(tmp), FAIL_AT_S)
