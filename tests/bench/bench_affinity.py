@@ -74,8 +74,9 @@ def _raw(affinity: bool) -> dict[str, Any]:
                             "pool": "gpu", "sessionAffinity": {"enabled": affinity}}},
         "gateway": {
             "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
-            # scaled like the time: a check every 0.1 s real (2 simulated s)
-            "healthCheck": {"intervalSeconds": 0.1, "timeoutSeconds": 0.1, "unhealthyThreshold": 2,
+            # scaled like the time: a check every 5 simulated s, 0.5 s real; with a tighter timeout, a replica on a
+            # starved machine misses checks, is taken out and its sessions move (docs/benchmarks.md)
+            "healthCheck": {"intervalSeconds": 0.5, "timeoutSeconds": 0.5, "unhealthyThreshold": 2,
                             "healthyThreshold": 1},
         },
         "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
