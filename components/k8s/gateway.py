@@ -4,6 +4,7 @@
     -> metrics Service -> HorizontalPodAutoscaler -> PodDisruptionBudget -> ServiceMonitor (/stats/prometheus)
     -> NetworkPolicies (default deny + allows) -> AuthorizationPolicies (allow-nothing + Prometheus)
     -> DestinationRule (in-mesh clients reach the listener in plaintext)
+    -> per model: VirtualService + DestinationRule (the sidecar adds no retries; the gateway's connect timeout)
 
 The namespace has the tenants' posture. NetworkPolicies deny all ingress and egress, then allow: clients
 (the load balancer) to the listener port, Prometheus to the stats port and the sidecar's metrics, the
@@ -57,8 +58,9 @@ from components.k8s.defaults import (
 )
 from components.k8s.engines import ENGINE_NAMES
 from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
+from components.k8s.envoy_base import model_host
 from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, OPENAI_APIS, GatewayView, jwks_endpoint, render
-from components.k8s.mesh import MESH_SCRAPE_TLS
+from components.k8s.mesh import MESH_SCRAPE_TLS, engine_traffic_objects
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
 from components.k8s.values import (
@@ -724,7 +726,11 @@ def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
             "servicemonitor": service_monitor(cfg),
             **{f"networkpolicy-{p['metadata']['name']}": p for p in network_policies(cfg)},
             **{f"authorizationpolicy-{p['metadata']['name']}": p for p in authorization_policies(cfg)},
-            "destinationrule": destination_rule(cfg)}
+            "destinationrule": destination_rule(cfg),
+            # the sidecar adds no retries of its own to the gateway's tries, and connects within the gateway's time
+            **{f"{o['kind'].lower()}-{o['metadata']['name']}": o for o in engine_traffic_objects(
+                namespace=cfg.gateway.namespace, hosts={m.name: model_host(cfg, m) for m in cfg.models.values()},
+                connect_timeout_seconds=cfg.gateway.connect_timeout_seconds, labels=gateway_labels())}}
 
 
 class Gateway(pulumi.ComponentResource):

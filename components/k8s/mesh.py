@@ -48,6 +48,7 @@ import pulumi_kubernetes as k8s
 from components.aws.errors import Problems, check_shape
 from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
+from components.k8s.envoy_base import _seconds
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.tenancy import TenantModel, TenantModelArgs
 from components.k8s.values import InNamespace, NamespaceView, Tenant
@@ -72,6 +73,8 @@ __all__ = [
     "INCLUDE_INBOUND_PORTS_ANNOTATION",
     "EXCLUDE_OUTBOUND_PORTS_ANNOTATION",
     "multi_node_sidecar_annotations",
+    "NO_RETRIES",
+    "engine_traffic_objects",
     "Mesh",
 ]
 
@@ -260,6 +263,43 @@ def multi_node_sidecar_annotations(*, outbound_excluded: Sequence[int]) -> dict[
     HTTP port only; the replica's pinned peer ports bypass the outbound capture."""
     return {INCLUDE_INBOUND_PORTS_ANNOTATION: str(naming.MODEL_HTTP_PORT),
             EXCLUDE_OUTBOUND_PORTS_ANNOTATION: ",".join(str(p) for p in sorted(set(outbound_excluded)))}
+
+
+# A VirtualService's `retries` for a route: none. Without a VirtualService (or with one that sets no `retries`) a
+# sidecar gives every outbound HTTP route meshConfig.defaultHttpRetryPolicy, by default Istio's DefaultPolicy: 2
+# retries on connect-failure,refused-stream,unavailable,cancelled,retriable-status-codes; `attempts: 0` gives the
+# route no retry policy at all (istio/istio@1.28.3 pilot/pkg/networking/core/route/route.go, `in.Retries` else
+# GetDefaultHttpRetryPolicy; route/retry/retry.go, DefaultPolicy and ConvertPolicy).
+NO_RETRIES: dict[str, int] = {"attempts": 0}
+
+
+def engine_traffic_objects(*, namespace: str, hosts: Mapping[str, str], connect_timeout_seconds: float,
+                           labels: Mapping[str, str]) -> list[dict[str, Any]]:
+    """The gateway's sidecar's policy towards the model Services `hosts` (model name -> Service FQDN): per model,
+    a VirtualService that gives its route no retries and a DestinationRule whose connect timeout is the gateway
+    cluster's, both in the gateway's `namespace` and exported to it alone (`exportTo: ["."]`).
+
+    Why: the gateway retries a failed try itself, on another replica (previous_hosts) under a retry budget. Istio's
+    default retries would multiply those tries 3x, and towards the same pod, since a headless Service is an
+    ORIGINAL_DST cluster; Istio's default connect timeout (meshConfig.connectTimeout, 10 s: pkg/config/mesh/mesh.go)
+    would hold each attempt at a dead pod 10 s where the gateway allows `connect_timeout_seconds` (its own connect
+    goes to the local sidecar and never times out). Scoped to the gateway's namespace, not mesh-wide
+    (meshConfig.defaultHttpRetryPolicy): agents calling a model through the mesh directly (`models.X.callers`) and
+    other meshed services have no retries of their own and keep Istio's. A sidecar takes the DestinationRule of its
+    own namespace before the Service's (pilot/pkg/model/push_context.go, destinationRule); one with no `tls` keeps
+    auto mTLS (pilot/pkg/networking/core/cluster_tls.go, buildUpstreamTLSSettings); `connectionPool.tcp.connectTimeout`
+    becomes the cluster's connect_timeout (cluster_traffic_policy.go, applyConnectionPool)."""
+    out: list[dict[str, Any]] = []
+    for model in sorted(hosts):
+        host = hosts[model]
+        meta = {"name": f"model-{model}", "namespace": namespace, "labels": dict(labels)}
+        out.append({"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "metadata": meta,
+                    "spec": {"hosts": [host], "exportTo": ["."],
+                             "http": [{"route": [{"destination": {"host": host}}], "retries": dict(NO_RETRIES)}]}})
+        out.append({"apiVersion": "networking.istio.io/v1", "kind": "DestinationRule", "metadata": dict(meta),
+                    "spec": {"host": host, "exportTo": ["."], "trafficPolicy": {"connectionPool": {"tcp": {
+                        "connectTimeout": _seconds(connect_timeout_seconds)}}}}})
+    return out
 
 
 def _policy(name: str, namespace: str, spec: dict[str, Any]) -> dict[str, Any]:

@@ -464,13 +464,14 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     children = {r.name: r for r in result.resources if r.parent == comp.urn}
     assert sorted(children) == [
         "gateway-authorizationpolicy-allow-monitoring", "gateway-authorizationpolicy-allow-nothing",
-        "gateway-configmap", "gateway-deployment", "gateway-destinationrule", "gateway-horizontalpodautoscaler",
-        "gateway-metrics-service",
+        "gateway-configmap", "gateway-deployment", "gateway-destinationrule", "gateway-destinationrule-model-chat",
+        "gateway-horizontalpodautoscaler", "gateway-metrics-service",
         "gateway-networkpolicy-allow-clients", "gateway-networkpolicy-allow-collector",
         "gateway-networkpolicy-allow-dns", "gateway-networkpolicy-allow-istiod",
         "gateway-networkpolicy-allow-models", "gateway-networkpolicy-allow-monitoring",
         "gateway-networkpolicy-allow-token-issuers", "gateway-networkpolicy-default-deny", "gateway-ns",
-        "gateway-poddisruptionbudget", "gateway-service", "gateway-serviceaccount", "gateway-servicemonitor"]
+        "gateway-poddisruptionbudget", "gateway-service", "gateway-serviceaccount", "gateway-servicemonitor",
+        "gateway-virtualservice-model-chat"]
     assert children["gateway-networkpolicy-default-deny"].type == "kubernetes:networking.k8s.io/v1:NetworkPolicy"
     assert children["gateway-authorizationpolicy-allow-nothing"].type == \
         "kubernetes:security.istio.io/v1:AuthorizationPolicy"

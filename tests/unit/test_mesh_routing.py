@@ -117,6 +117,47 @@ def test_in_mesh_clients_reach_the_gateway_listener_in_plaintext() -> None:
     assert dr["spec"]["host"] == gw.service_host(ns) == host.removesuffix(":80")
 
 
+@pytest.mark.parametrize(("stack", "cfg"), CONFIGS, ids=[s for s, _ in CONFIGS])
+def test_the_gateways_sidecar_adds_no_retries_and_connects_within_the_gateways_timeout(
+        stack: str, cfg: PlatformConfig) -> None:
+    """Per model Service, in the gateway's namespace only: a VirtualService whose route has `retries.attempts: 0`
+    (a route without one gets Istio's default, 2 retries to the same pod of a headless Service: istio/istio@1.28.3
+    pilot/pkg/networking/core/route/route.go, route/retry/retry.go DefaultPolicy; `attempts: 0` gives no retry
+    policy, ConvertPolicy), and a DestinationRule whose connect timeout is the gateway cluster's (Istio's default is
+    10 s: pkg/config/mesh/mesh.go). No port: each of the Service's ports keeps its own cluster (GetDestinationCluster);
+    no `tls`: auto mTLS stays (cluster_tls.go)."""
+    objects = gw.gateway_objects(cfg)
+    ns = cfg.gateway.namespace
+    clusters = {c["name"]: c for c in ec.bootstrap(cfg)["static_resources"]["clusters"]}
+    vs = {k: o for k, o in objects.items() if o["kind"] == "VirtualService"}
+    drs = {k: o for k, o in objects.items() if o["kind"] == "DestinationRule" and k != "destinationrule"}
+    assert sorted(vs) == [f"virtualservice-model-{m}" for m in sorted(cfg.models)]
+    assert sorted(drs) == [f"destinationrule-model-{m}" for m in sorted(cfg.models)]
+    for name, model in cfg.models.items():
+        host = f"{name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
+        assert host == _address(clusters[name])  # the Service the gateway's cluster resolves
+        v, d = vs[f"virtualservice-model-{name}"], drs[f"destinationrule-model-{name}"]
+        assert (v["apiVersion"], v["metadata"]["name"], v["metadata"]["namespace"]) == (
+            "networking.istio.io/v1", f"model-{name}", ns)
+        assert v["spec"] == {"hosts": [host], "exportTo": ["."],
+                             "http": [{"route": [{"destination": {"host": host}}], "retries": {"attempts": 0}}]}
+        assert (d["apiVersion"], d["metadata"]["name"], d["metadata"]["namespace"]) == (
+            "networking.istio.io/v1", f"model-{name}", ns)
+        assert d["spec"] == {"host": host, "exportTo": ["."],
+                             "trafficPolicy": {"connectionPool": {"tcp": {"connectTimeout": "2s"}}}}
+        assert clusters[name]["connect_timeout"] == "2s"  # the gateway's own (gateway.connectTimeoutSeconds)
+
+
+def test_the_sidecars_connect_timeout_follows_the_gateways() -> None:
+    raw = {**VARIANTS_RAW, "gateway": {**VARIANTS_RAW.get("gateway", {}), "connectTimeoutSeconds": 1.5}}
+    cfg = parse(raw, stack="variants")
+    timeouts = {o["spec"]["trafficPolicy"]["connectionPool"]["tcp"]["connectTimeout"]
+                for k, o in gw.gateway_objects(cfg).items() if k.startswith("destinationrule-model-")}
+    cluster_timeouts = {c["connect_timeout"] for c in ec.bootstrap(cfg)["static_resources"]["clusters"]
+                        if c["name"] in cfg.models}
+    assert timeouts == cluster_timeouts == {"1.500s"}
+
+
 LINUX_EPHEMERAL_PORTS = range(32768, 61000)  # net.ipv4.ip_local_port_range's default, 32768-60999
 
 
