@@ -29,6 +29,8 @@ __all__ = [
     "DNS_LABEL_PATTERN",
     "NOT_A_DNS_LABEL",
     "DURATION_PATTERN",
+    "MIG_PROFILE_PATTERN",
+    "MAX_REQUEST_BYTES_LIMIT",
     "setting",
     "NamespaceView",
     "InNamespace",
@@ -79,6 +81,8 @@ __all__ = [
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
 NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
+MIG_PROFILE_PATTERN = r"^[1-7]g\.\d+gb$"  # a MIG profile as the GPU operator names its resources (1g.10gb)
+MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
 SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
 
@@ -151,10 +155,13 @@ class SecretRef:
 
 @dataclass(frozen=True, slots=True)
 class Replicas:
-    min: int = 1  # default: 1
-    max: int = 1  # default: min
-    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
-    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
+    min: int = setting(1, ge=0, doc="Fewest replicas (0: the model scales to zero when idle).")
+    max: int = setting(1, ge=1, derived=True, doc="Most replicas; above min the model is autoscaled (default: min, "
+                                                  "at least 1).")
+    target_queue_depth: int = setting(5, ge=1, doc="Autoscaling target: requests waiting per replica (vLLM and "
+                                                   "SGLang).")
+    target_queue_time_ms: int = setting(100, ge=1, doc="Autoscaling target: average queue time per request, "
+                                                       "milliseconds (Triton).")
 
     @property
     def autoscaled(self) -> bool:
@@ -171,9 +178,11 @@ class ModelSlo:
 
 @dataclass(frozen=True, slots=True)
 class Speculative:
-    draft_model: str | None  # the drafter (EAGLE head); none for ngram
-    num_speculative_tokens: int = 5  # default: 5
-    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
+    draft_model: str | None = setting(None, doc="The drafter (an EAGLE or EAGLE-3 head's model id); required "
+                                                "except for method ngram, which drafts from the prompt.")
+    num_speculative_tokens: int = setting(5, ge=1, le=16, doc="Tokens drafted per step.")
+    method: Literal["eagle3", "eagle", "ngram"] = setting("eagle3", doc="How tokens are drafted (the methods the "
+                                                                        "pinned vLLM's V1 engine supports).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +190,15 @@ class Variant:
     """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
     remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
 
-    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
-    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
-    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
-    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
-    max_requests: int | None = None
+    cost_per_request: float | None = setting(None, ge=0, doc="$ per request (default: derived from "
+                                                              "requestsPerSecond and the pool's GPU price; give one "
+                                                              "of the two).")
+    requests_per_second: float | None = setting(None, ge=0.0001, doc="One replica's throughput, requests per "
+                                                                     "second: the cost is GPU $/h x GPUs / (rps x "
+                                                                     "3600).")
+    max_requests: int | None = setting(None, ge=1, doc="Requests one gateway replica keeps in flight to the variant "
+                                                       "before its circuit breaker sends further ones to the next "
+                                                       "variant (default: gateway.circuitBreakers.maxRequests).")
 
 
 ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
@@ -255,45 +268,72 @@ MODEL_TASKS = ("generate", "embed", "rerank")
 class Model:
     name: str
     engine: str  # an engine of the registry (components.k8s.engines.ENGINES); the stack model checks the name
-    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
-    tenant: str
-    pool: str
-    uri: str  # default: hf://<model>
-    tensor_parallel: int = 1  # default: 1
-    pipeline_parallel: int = 1  # default: 1
-    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
-    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
+    model: str = setting(doc="The served model id (the checkpoint's Hugging Face id, e.g. "
+                             "meta-llama/Llama-3.1-8B-Instruct); clients name the model by it.")
+    tenant: str = setting(doc="The tenant that owns the model (a key of tenants): its namespace, quota and callers.")
+    pool: str = setting(doc="The GPU node pool the model runs on (a key of nodePools).")
+    uri: str = setting("", derived=True, doc="Where the weights come from: hf://ORG/NAME, s3://BUCKET/PATH (provider "
+                                             "aws) or pvc://CLAIM/PATH (default: hf://<model>).")
+    tensor_parallel: int = setting(1, ge=1, le=64, doc="GPUs one copy of the weights is split across (a power of "
+                                                       "two: the engine divides the attention heads by it).")
+    pipeline_parallel: int = setting(1, ge=1, le=64, doc="Pipeline stages of one replica; with tensorParallel, the "
+                                                         "replica's GPUs (a multiple of a node's GPUs spans nodes).")
+    gpus_per_replica: int = setting(1, ge=1, derived=True, doc="GPUs of one replica (default: tensorParallel x "
+                                                               "pipelineParallel, which it must equal unless "
+                                                               "migProfile is set).")
+    mig_profile: str | None = setting(None, pattern=MIG_PROFILE_PATTERN, invalid="is not a MIG profile such as "
+                                      "1g.10gb", doc="Serve on a MIG slice of this profile (requests "
+                                                     "nvidia.com/mig-<profile>; the pool needs a mig layout) instead "
+                                                     "of whole GPUs.")
     quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
-    max_model_length: int | None = None  # default: the engine's (the model's own context length)
-    prefix_caching: bool = True  # default: true
+    max_model_length: int | None = setting(None, ge=256, doc="Longest context (prompt plus output) the engine "
+                                                             "accepts, tokens (default: the model's own).")
+    prefix_caching: bool = setting(True, derived=True, doc="Reuse KV blocks across requests that share a prefix "
+                                                           "(default: on where the engine can; an explicit true is "
+                                                           "refused where it cannot).")
     speculative: Speculative | None = None  # default: none (vLLM only)
     replicas: Replicas = field(default_factory=Replicas)
-    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
-    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
-    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
+    workload: str = setting("", pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, derived=True,
+                            doc="The workload the model serves (default: the model's name); models sharing one are "
+                                "routed by x-priority or, as variants, by latency budget.")
+    priority: Literal["interactive", "batch"] = setting("interactive", doc="Which traffic of its workload the model "
+                                                                          "takes (x-priority), and its pods' "
+                                                                          "PriorityClass.")
+    timeout_seconds: float = setting(60.0, ge=0.1, le=3600, doc="The gateway's timeout of one request to the "
+                                                                "model, seconds.")
     slo: ModelSlo = field(default_factory=ModelSlo)
     callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
-    cache_gib: int = 200  # default: 200 GiB model cache PVC
-    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: 8 MiB request body through the gateway (413 past it)
-    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
-    # the try and retries on another replica; a streamed generation resets it with every token, and requests
-    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
-    try_idle_timeout_seconds: float = DEFAULT_TRY_IDLE_SECONDS  # default: min(timeoutSeconds, 30)
+    cache_gib: int = setting(200, ge=1, doc="Size of the model cache volume the weights are downloaded to, GiB.")
+    startup_budget_seconds: int = setting(DEFAULT_STARTUP_BUDGET_SECONDS, ge=60, le=86400,
+                                          doc="Seconds a replica may take to download, load and warm up before its "
+                                              "startup probe gives up; must cover the expected load time.")
+    max_request_bytes: int = setting(DEFAULT_MAX_REQUEST_BYTES, ge=1024, le=MAX_REQUEST_BYTES_LIMIT,
+                                     doc="Largest request body the gateway forwards to the model, bytes (413 past "
+                                         "it; the gateway buffers each body in memory).")
+    try_idle_timeout_seconds: float = setting(DEFAULT_TRY_IDLE_SECONDS, ge=0.01, derived=True,
+                                              doc="Longest silence of a replica (before its first byte or between "
+                                                  "two) before the gateway retries on another one; a streamed "
+                                                  "generation resets it with every token (default: "
+                                                  "min(timeoutSeconds, 30); at most timeoutSeconds).")
     # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
     # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
     # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
     quantized_checkpoint: bool = False
-    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
-    kv_offload_gib: float | None = None  # default: none (no KV cache offload to host memory)
-    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
+    expert_parallel: bool = setting(False, doc="Place whole MoE experts on the tensor-parallel GPUs instead of "
+                                               "sharding each (needs tensorParallel > 1 and an engine that can).")
+    kv_offload_gib: float | None = setting(None, ge=0.1, doc="Host memory the engine offloads KV cache blocks to, "
+                                                             "GiB (default: none; needs prefixCaching).")
+    weights_gib: float | None = setting(None, ge=0.01, doc="Size of the weights, GiB, for the memory and "
+                                                           "start-up checks (default: estimated from the model id's "
+                                                           "parameter count and quantization).")
     variant: Variant | None = None  # default: none (the workload's only interactive model)
-    # what the model does, which decides the API paths the gateway routes to it (envoy_config.OPENAI_APIS):
-    # generate (chat/completions), embed (embeddings) or rerank (a cross-encoder: score/rerank); default: generate
-    task: Literal["generate", "embed", "rerank"] = "generate"
-    # multi-node replicas: how long the leader waits for its workers to join the Ray cluster, on top of the
-    # start-up budget (which covers download + load + warm-up); default: DEFAULT_GROUP_FORMATION_SECONDS
-    group_formation_seconds: int = DEFAULT_GROUP_FORMATION_SECONDS
+    task: Literal["generate", "embed", "rerank"] = setting("generate", doc="What the model does, which decides the "
+                                                                           "API paths the gateway routes to it: "
+                                                                           "chat/completions, embeddings or "
+                                                                           "score/rerank.")
+    group_formation_seconds: int = setting(DEFAULT_GROUP_FORMATION_SECONDS, ge=30, le=86400,
+                                           doc="Multi-node replicas: seconds the leader waits for its workers to "
+                                               "join, on top of startupBudgetSeconds.")
     # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
     # the session before, each replica taking at most this percentage of the average load; None: least-request.
     # default (infra.config): 125 for task generate, off otherwise
