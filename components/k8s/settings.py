@@ -81,6 +81,8 @@ __all__ = [
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
 NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
+UTC_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"  # a capacity block's start or end
+NOT_A_UTC_TIME = "is not a UTC time such as 2026-12-01T11:30:00Z"
 MIG_PROFILE_PATTERN = r"^[1-7]g\.\d+gb$"  # a MIG profile as the GPU operator names its resources (1g.10gb)
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
@@ -442,11 +444,20 @@ class GatewaySettings:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
-    reservation_id: str | None = None  # required for odcr and capacity-block
-    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
-    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
-    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
+    type: Literal["on-demand", "odcr", "capacity-block"] = setting(
+        "on-demand", doc="Where the pool's instances come from: on-demand, an On-Demand Capacity Reservation (odcr) "
+                         "or an EC2 Capacity Block for ML (capacity-block).")
+    reservation_id: str | None = setting(None, pattern=r"^cr-[0-9a-f]{8,17}$",
+                                         invalid="is not a reservation id (cr-...)",
+                                         doc="The capacity reservation (cr-...); required for odcr and "
+                                             "capacity-block.")
+    start_time: str | None = setting(None, pattern=UTC_TIME_PATTERN, invalid=NOT_A_UTC_TIME,
+                                     doc="capacity-block: the block's start, UTC (2026-12-01T11:30:00Z); required.")
+    end_time: str | None = setting(None, pattern=UTC_TIME_PATTERN, invalid=NOT_A_UTC_TIME,
+                                   doc="capacity-block: the block's end, UTC; required.")
+    drain_minutes: int = setting(CAPACITY_BLOCK_DRAIN_MINUTES, doc="capacity-block: the pool scales to zero this "
+                                                                   "many minutes before the block ends (more than "
+                                                                   "30, as EKS asks).")
 
     @property
     def reserved(self) -> bool:
@@ -455,9 +466,10 @@ class Capacity:
 
 @dataclass(frozen=True, slots=True)
 class Taint:
-    key: str
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    value: str = ""  # default: empty
+    key: str = setting(doc="The taint's key.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = setting(doc="What the taint does to pods that "
+                                                                                 "do not tolerate it.")
+    value: str = setting("", doc="The taint's value.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -483,22 +495,35 @@ class NodeCheck:
 @dataclass(frozen=True, slots=True)
 class NodePool:
     name: str
-    instance_type: str
-    min_size: int = 1  # default: 1
-    max_size: int = 1  # default: max(minSize, desiredSize)
-    desired_size: int = 1  # default: minSize
-    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
+    instance_type: str = setting(doc="The pool's instance type: an EC2 type (provider aws) or an on-prem server "
+                                     "type of the kit's catalog (provider existing).")
+    min_size: int = setting(1, ge=0, derived=True, doc="Fewest nodes (default: 1; 0 for a capacity block).")
+    max_size: int = setting(1, ge=0, derived=True, doc="Most nodes (default: the larger of minSize and "
+                                                       "desiredSize).")
+    desired_size: int = setting(1, ge=0, derived=True, doc="Nodes at creation (default: minSize).")
+    fabric: Literal["efa", "infiniband", "none"] = setting("none", doc="The data-plane fabric between the pool's "
+                                                                      "GPUs: efa (provider aws), infiniband "
+                                                                      "(provider existing) or none.")
     availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
     capacity: Capacity = field(default_factory=Capacity)
-    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
-    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
-    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
+    placement_group: bool = setting(False, derived=True, doc="Launch the nodes into a cluster placement group "
+                                                             "(default: true for EFA pools on on-demand capacity; "
+                                                             "provider aws).")
+    root_volume_gib: int = setting(DEFAULT_GPU_ROOT_VOLUME_GIB, ge=20, le=16384, derived=True,
+                                   doc="Each node's root volume, GiB (default: 500 for GPU types, 100 for CPU "
+                                       "types).")
+    hugepages_mib: int = setting(0, ge=0, derived=True, doc="2 MiB huge pages reserved on each node, MiB, a "
+                                                            "multiple of 2 (default: 5120 on EFA pools, which "
+                                                            "libfabric needs, else 0).")
     labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
     taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
     mig: str | None = None  # default: no MIG layout
     nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
     node_check: NodeCheck = field(default_factory=NodeCheck)
-    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
+    vllm_image: str | None = setting(None, pattern=r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$",
+                                     invalid="is not an image reference with a tag or digest (registry/repo:tag)",
+                                     doc="The vLLM image of the pool's models (default: the image for the pool's "
+                                         "fabric).")
 
     @property
     def instance(self) -> catalog.InstanceType:

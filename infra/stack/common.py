@@ -34,9 +34,7 @@ MIG_PROFILE_RE = re.compile(MIG_PROFILE_PATTERN)
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 API_ACCESS = ("public-and-private", "private")
-UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
-RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # The keys a stack may set under `aifactory:`; anything else is a typo and is reported.
 TOP_LEVEL_KEYS = (
