@@ -94,7 +94,8 @@ def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: fl
     """A dataclass field that is also a stack file setting, declared once: its default, `doc` (what it does and,
     where the default is not a constant, how it is derived), inclusive bounds `ge`/`le`, and for a string a regular
     expression `pattern` with the message `invalid` for a value that does not match it; `derived`: the default stands
-    in for a value the stack model computes from other settings (`doc` says how; the editor schema states none).
+    in for a value the stack model computes from other settings, or holds only under another setting (a provider's
+    key), so the editor schema states none (`doc` says what it is).
     infra/stack reads the
     declaration to validate the stack file and to write the editor schema and docs/stack-reference.md; the stack
     file's key is the field name in camelCase. Plain metadata: the components need nothing beyond the standard

@@ -33,7 +33,6 @@ MIG_PROFILE_RE = re.compile(MIG_PROFILE_PATTERN)
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-API_ACCESS = ("public-and-private", "private")
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # The keys a stack may set under `aifactory:`; anything else is a typo and is reported.

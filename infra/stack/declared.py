@@ -54,7 +54,9 @@ def section_model(cls: type, *, lenient: bool = False) -> type[BaseModel]:
         spec[f.name] = (hints[f.name], Field(... if default is dataclasses.MISSING else default, alias=_key(f),
                                              description=meta["doc"], ge=meta["ge"], le=meta["le"],
                                              pattern=meta["pattern"]))
-    return create_model(cls.__name__, __config__=ConfigDict(extra="forbid", strict=True, frozen=True), **spec)
+    # python-re: the house patterns use look-ahead (a DNS subdomain's length), which pydantic's Rust engine lacks
+    config = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="python-re")
+    return create_model(cls.__name__, __config__=config, **spec)
 
 
 def _expected(annotation: Any) -> str:
