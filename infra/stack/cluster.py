@@ -30,14 +30,16 @@ class Target:
     availability_zones: tuple[str, ...] = ()  # aws: required, 2-6 zones of `region`
     kubeconfig: str | None = setting(None, doc="existing: the kubeconfig file of the cluster (required).")
     context: str | None = setting(None, doc="existing: the kubeconfig context (default: its current-context).")
-    hosts_have_drivers: bool = setting(False, derived=True, doc="existing: the nodes already run the NVIDIA driver and container "
-                                                  "toolkit (default: the GPU operator installs them).")
+    hosts_have_drivers: bool = setting(False, derived=True,
+                                       doc="existing: the nodes already run the NVIDIA driver and container toolkit "
+                                           "(default: false, the GPU operator installs them).")
     storage_class: str | None = setting(None, pattern=DNS_SUBDOMAIN.pattern, invalid="is not a StorageClass name "
                                         "(a DNS subdomain)", doc="existing: the StorageClass of every claim the kit "
                                                                  "creates (model caches, Loki, Prometheus); "
                                                                  "required.")
-    install_metrics_server: bool = setting(True, derived=True, doc="existing: install metrics-server (false when the cluster "
-                                                     "already runs one).")
+    install_metrics_server: bool = setting(True, derived=True,
+                                           doc="existing: install metrics-server (default: true; false when the "
+                                               "cluster already runs one).")
 
     @property
     def is_aws(self) -> bool:
