@@ -29,6 +29,7 @@ __all__ = [
     "DNS_LABEL_PATTERN",
     "NOT_A_DNS_LABEL",
     "DURATION_PATTERN",
+    "QUANTITY_PATTERN",
     "MIG_PROFILE_PATTERN",
     "MAX_REQUEST_BYTES_LIMIT",
     "setting",
@@ -126,23 +127,37 @@ class Tracing:
     trace_sample_ratio: float
 
 
+QUANTITY_PATTERN = r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"  # a Kubernetes resource quantity (500m, 64Gi)
+
+
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    requests_per_second: int = 50  # default: 50
-    burst: int = 100  # default: 100
-    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
-    # the interactive one
-    batch_requests_per_second: int = 50  # default: requestsPerSecond
-    batch_burst: int = 100  # default: burst
+    """The gateway's token buckets for one tenant's callers; batch traffic (x-priority: batch) has a bucket of its
+    own, so it cannot drain the interactive one."""
+
+    requests_per_second: int = setting(50, ge=1, doc="Interactive requests per second the tenant's callers may "
+                                                     "send (the bucket's refill).")
+    burst: int = setting(100, ge=1, derived=True, doc="Interactive requests above the rate the bucket lets through "
+                                                      "at once (default: 100, or requestsPerSecond when larger).")
+    batch_requests_per_second: int = setting(50, ge=1, derived=True, doc="Batch requests per second (default: "
+                                                                         "requestsPerSecond).")
+    batch_burst: int = setting(100, ge=1, derived=True, doc="The batch bucket's burst (default: burst).")
 
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
-    namespace: str  # default: the tenant's name
-    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
-    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
-    memory_quota: str = "0Gi"  # default: as cpuQuota
+    namespace: str = setting("", pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, derived=True,
+                             doc="The tenant's namespace (default: the tenant's name); not one of Kubernetes' or "
+                                 "the platform's own.")
+    gpu_quota: int = setting(0, ge=0, doc="GPUs the tenant's namespace may request (its ResourceQuota); must cover "
+                                          "what its models scale to.")
+    cpu_quota: str = setting("0", pattern=QUANTITY_PATTERN, invalid="is not a Kubernetes quantity", derived=True,
+                             doc="CPU the namespace may request, a Kubernetes quantity (default: what gpuQuota and "
+                                 "migQuota imply on the tenant's pools, their nodes' share).")
+    memory_quota: str = setting("0Gi", pattern=QUANTITY_PATTERN, invalid="is not a Kubernetes quantity",
+                                derived=True, doc="Memory the namespace may request, a Kubernetes quantity "
+                                                  "(default: as cpuQuota).")
     mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
     rate_limit: RateLimit = field(default_factory=RateLimit)
     share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models

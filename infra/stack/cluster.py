@@ -14,7 +14,6 @@ from components.k8s.settings import setting
 from infra.stack.common import DEFAULT_SYSTEM_INSTANCE_TYPE, DNS_SUBDOMAIN, ROLE_ARN, _cidr, _known_type
 from infra.stack.messages import got as _got
 from infra.stack.reader import (
-    _given,
     _Reader,
     _show,
     unknown_key,
@@ -149,17 +148,12 @@ def _system_pool(r: _Reader, raw: Any, path: str) -> SystemPool:
     elif catalog.get(itype).has_gpu or catalog.get(itype).onprem:
         r.fail(f"{path}.instanceType", f"{itype!r} is not an AWS CPU type; use e.g. m7i.2xlarge")
     lo = v["min_size"]
-    if not _set(r, d, path, "maxSize"):
+    if not r.is_set(d, path, "maxSize"):
         v["max_size"] = max(lo, 6)
-    if not _set(r, d, path, "desiredSize"):
+    if not r.is_set(d, path, "desiredSize"):
         v["desired_size"] = min(max(lo, 3), v["max_size"])
     _sizes(r, path, lo, v["max_size"], v["desired_size"])
     return SystemPool(**v)
-
-
-def _set(r: _Reader, d: dict[str, Any], path: str, key: str) -> bool:
-    """Whether `key` is set (not null) to a value read without a problem: else its derived default holds."""
-    return _given(d, key) and not r.problems_at(f"{path}.{key}")
 
 
 def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
@@ -173,7 +167,7 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
     v = r.fields(ClusterSettings, raw, "cluster", handled=("publicAccessCidrs", "adminRoleArns", "systemPool",
                                                            "addonVersions"))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
-    if not _set(r, d, "cluster", "name"):
+    if not r.is_set(d, "cluster", "name"):
         v["name"] = f"aifactory-{stack}"
 
     def _public(v: str) -> str | None:
@@ -262,7 +256,7 @@ def default_vpc_cidr(stack: str) -> str:
 def _network(r: _Reader, raw: Any, stack: str) -> NetworkSettings:
     v = r.fields(NetworkSettings, raw, "network")
     d = raw if isinstance(raw, dict) else {}
-    if not _set(r, d, "network", "vpcCidr"):
+    if not r.is_set(d, "network", "vpcCidr"):
         v["vpc_cidr"] = default_vpc_cidr(stack)
     elif (problem := _cidr(v["vpc_cidr"]) or (None if 16 <= ipaddress.ip_network(v["vpc_cidr"]).prefixlen <= 20
                                               else "must be a /16 to /20 block")) is not None:

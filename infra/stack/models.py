@@ -61,7 +61,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{path}.pool", f"{pool_name!r} has no GPUs ({pool.instance_type}); "
                                f"GPU pools: {', '.join(p.name for p in pools.values() if p.gpu) or '(none)'}")
     tp, pp, mig = v["tensor_parallel"], v["pipeline_parallel"], v["mig_profile"]
-    if not _set(r, d, path, "gpusPerReplica"):
+    if not r.is_set(d, path, "gpusPerReplica"):
         v["gpus_per_replica"] = tp * pp
     gpus = v["gpus_per_replica"]
     if mig is None and gpus != tp * pp:
@@ -124,7 +124,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                        f"(pipelineParallel is {pp}); remove it or use tensorParallel only")
     rp = f"{path}.replicas"
     replicas = r.section(Replicas, d.get("replicas"), rp)
-    if not _set(r, d["replicas"] if isinstance(d.get("replicas"), dict) else {}, rp, "max"):
+    if not r.is_set(d["replicas"] if isinstance(d.get("replicas"), dict) else {}, rp, "max"):
         replicas = dataclasses.replace(replicas, max=max(replicas.min, 1))
     rmax = replicas.max
     if replicas.min > rmax:
@@ -133,18 +133,18 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         _fits_pool(r, path, gpus, per_node, rmax, pool)
     slo = r.section(ModelSlo, d.get("slo"), f"{path}.slo")
     timeout = v["timeout_seconds"]
-    if not _set(r, d, path, "tryIdleTimeoutSeconds"):
+    if not r.is_set(d, path, "tryIdleTimeoutSeconds"):
         v["try_idle_timeout_seconds"] = min(timeout, DEFAULT_TRY_IDLE_SECONDS)
     elif v["try_idle_timeout_seconds"] > timeout:
         r.fail(f"{path}.tryIdleTimeoutSeconds", f"{v['try_idle_timeout_seconds']:g} is longer than timeoutSeconds "
                                                 f"{timeout:g}; use at most {timeout:g}")
-    if not _set(r, d, path, "workload"):
+    if not r.is_set(d, path, "workload"):
         v["workload"] = name
     v["prefix_caching"] = _prefix_caching(r, d, path, engine, v["prefix_caching"])
     _expert_parallel(r, path, engine, tp, v["expert_parallel"])
     _kv_offload(r, d, path, engine, v["kv_offload_gib"])
     v["task"] = _task(r, path, engine, v["task"])
-    if not _set(r, d, path, "uri"):
+    if not r.is_set(d, path, "uri"):
         v["uri"] = f"hf://{model_id}"
     elif (problem := _model_uri(v["uri"], aws=aws)) is not None:
         r.fail(f"{path}.uri", f"{_show(v['uri'])} {problem}")
@@ -274,11 +274,6 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
 def _default_checkpoint(method: str, engine: str | None) -> str:
     eng = ENGINES.get(engine) if engine is not None else None
     return "load-time" if eng is not None and method in eng.load_time_quantization else "pre-quantized"
-
-
-def _set(r: _Reader, d: dict[str, Any], path: str, key: str) -> bool:
-    """Whether the model sets `key` (not null) to a value read without a problem: else its derived default holds."""
-    return d.get(key) is not None and not r.problems_at(f"{path}.{key}")
 
 
 def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None, given: bool) -> bool:

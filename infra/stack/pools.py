@@ -58,11 +58,11 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.instanceType", f"{itype!r} is not available for provider {target.provider!r}; "
                                        f"choose one of: {', '.join(sorted(kinds))}")
     block = isinstance(d.get("capacity"), dict) and d["capacity"].get("type") == "capacity-block"
-    if not _set(r, d, path, "minSize"):
+    if not r.is_set(d, path, "minSize"):
         v["min_size"] = 0 if block else 1
-    if not _set(r, d, path, "desiredSize"):
+    if not r.is_set(d, path, "desiredSize"):
         v["desired_size"] = v["min_size"]
-    if not _set(r, d, path, "maxSize"):
+    if not r.is_set(d, path, "maxSize"):
         v["max_size"] = max(v["min_size"], v["desired_size"])
     lo, hi, want = v["min_size"], v["max_size"], v["desired_size"]
     _sizes(r, path, lo, hi, want)
@@ -132,7 +132,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
                                           f"desiredSize to 0 and maxSize to the reserved count (got {lo}, {hi}, "
                                           f"{want}); scheduled actions scale the pool at the block's start and end")
-    if not _set(r, d, path, "placementGroup"):
+    if not r.is_set(d, path, "placementGroup"):
         v["placement_group"] = fabric == "efa" and not capacity.reserved
     pg = v["placement_group"]
     if pg and capacity.reserved:
@@ -141,9 +141,9 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     if pg and not aws and target is not None:
         r.fail(f"{path}.placementGroup", "only applies to provider 'aws'")
 
-    if not _set(r, d, path, "rootVolumeGiB"):
+    if not r.is_set(d, path, "rootVolumeGiB"):
         v["root_volume_gib"] = DEFAULT_GPU_ROOT_VOLUME_GIB if inst.has_gpu else DEFAULT_CPU_ROOT_VOLUME_GIB
-    if not _set(r, d, path, "hugepagesMiB"):
+    if not r.is_set(d, path, "hugepagesMiB"):
         v["hugepages_mib"] = DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0
     elif v["hugepages_mib"] % 2:
         r.fail(f"{path}.hugepagesMiB", f"{v['hugepages_mib']} must be a multiple of 2 (2 MiB pages)")
@@ -187,11 +187,6 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
     return NodePool(name=name, instance_type=itype, availability_zones=tuple(azs), capacity=capacity, labels=labels,
                     taints=tuple(taints), mig=mig, nodes=nodes, node_check=node_check, **v)
-
-
-def _set(r: _Reader, d: dict[str, Any], path: str, key: str) -> bool:
-    """Whether the pool sets `key` (not null) to a value read without a problem: else its derived default holds."""
-    return _given(d, key) and not r.problems_at(f"{path}.{key}")
 
 
 def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity) -> Capacity:

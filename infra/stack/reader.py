@@ -68,6 +68,11 @@ class _Reader:
         """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
         return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
 
+    def is_set(self, d: Mapping[str, Any] | None, path: str, key: str) -> bool:
+        """Whether the raw mapping `d` at `path` sets `key` (not null) to a value read without a problem: else a
+        derived default holds (the resolve step computes it from other settings)."""
+        return _given(d, key) and not self.problems_at(f"{path}.{key}")
+
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
                 keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
         """The mapping's good keys. A key set to null is left out, as if unset (`replicas:` with every child
