@@ -564,9 +564,12 @@ class InfinibandSettings:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowSlo:
-    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
-    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
-    availability_target: float = 0.995  # default: 99.5% of workflows succeed
+    latency_seconds: float = setting(30.0, ge=0.001, doc="A workflow is fast when it ends within this many seconds, "
+                                                         "end to end.")
+    latency_target: float = setting(0.99, ge=0.5, le=0.99999, doc="Share of workflows that must be fast (over 30 "
+                                                                   "days; the rest is the latency error budget).")
+    availability_target: float = setting(0.995, ge=0.5, le=0.99999, doc="Share of workflows that must succeed "
+                                                                        "(over 30 days).")
 
 
 ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
@@ -595,8 +598,12 @@ class Heartbeat:
     """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
     the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
 
-    receiver: str  # required: one of alerting.receivers
-    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
+    receiver: str = setting(doc="The receiver (one of alerting.receivers) the Watchdog alert pings.")
+    repeat_interval: str = setting("5m", pattern=r"^[1-9][0-9]*(m|h)$", invalid="is not an interval of whole "
+                                   "minutes or hours such as 5m or 1h", doc="How often the Watchdog alert is sent "
+                                                                            "again (Alertmanager's "
+                                                                            "repeat_interval); the heartbeat "
+                                                                            "service pages when pings stop.")
 
 
 @dataclass(frozen=True, slots=True)
