@@ -324,10 +324,12 @@ def _build(nodes: Mapping[str, _Node], path: str) -> dict[str, Any]:
     node = nodes[path]
     if node.schema is not None:  # a declared section, with the keys its caller reads built as any other
         out = dict(node.schema)
-        if "." not in path:
-            out["type"] = "object"  # a top-level key must be a mapping
-        built = _object(nodes, path, node).get("properties", {})
-        out["properties"] = dict(sorted((built | node.schema["properties"]).items()))
+        if "." not in path or path.endswith((".*", "[]")):
+            out["type"] = "object"  # a top-level key, a named entry or a list item must be a mapping
+        built = _object(nodes, path, node)
+        out["properties"] = dict(sorted((built.get("properties", {}) | node.schema["properties"]).items()))
+        if required := sorted({*out.get("required", ()), *built.get("required", ())}):
+            out["required"] = required
         return out
     # A section below the top level reads null as empty (`replicas:` with every child commented out); a top-level
     # key, a named entry (a pool, a model) or a list item must be a mapping.

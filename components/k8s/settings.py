@@ -29,6 +29,9 @@ __all__ = [
     "DNS_LABEL_PATTERN",
     "NOT_A_DNS_LABEL",
     "DURATION_PATTERN",
+    "QUANTITY_PATTERN",
+    "MIG_PROFILE_PATTERN",
+    "MAX_REQUEST_BYTES_LIMIT",
     "setting",
     "NamespaceView",
     "InNamespace",
@@ -79,6 +82,10 @@ __all__ = [
 
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
 NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
+UTC_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"  # a capacity block's start or end
+NOT_A_UTC_TIME = "is not a UTC time such as 2026-12-01T11:30:00Z"
+MIG_PROFILE_PATTERN = r"^[1-7]g\.\d+gb$"  # a MIG profile as the GPU operator names its resources (1g.10gb)
+MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
 SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
 
@@ -88,7 +95,8 @@ def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: fl
     """A dataclass field that is also a stack file setting, declared once: its default, `doc` (what it does and,
     where the default is not a constant, how it is derived), inclusive bounds `ge`/`le`, and for a string a regular
     expression `pattern` with the message `invalid` for a value that does not match it; `derived`: the default stands
-    in for a value the stack model computes from other settings (`doc` says how; the editor schema states none).
+    in for a value the stack model computes from other settings, or holds only under another setting (a provider's
+    key), so the editor schema states none (`doc` says what it is).
     infra/stack reads the
     declaration to validate the stack file and to write the editor schema and docs/stack-reference.md; the stack
     file's key is the field name in camelCase. Plain metadata: the components need nothing beyond the standard
@@ -119,23 +127,37 @@ class Tracing:
     trace_sample_ratio: float
 
 
+QUANTITY_PATTERN = r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"  # a Kubernetes resource quantity (500m, 64Gi)
+
+
 @dataclass(frozen=True, slots=True)
 class RateLimit:
-    requests_per_second: int = 50  # default: 50
-    burst: int = 100  # default: 100
-    # batch traffic (x-priority: batch) of the calling tenant has a bucket of its own, so it cannot drain
-    # the interactive one
-    batch_requests_per_second: int = 50  # default: requestsPerSecond
-    batch_burst: int = 100  # default: burst
+    """The gateway's token buckets for one tenant's callers; batch traffic (x-priority: batch) has a bucket of its
+    own, so it cannot drain the interactive one."""
+
+    requests_per_second: int = setting(50, ge=1, doc="Interactive requests per second the tenant's callers may "
+                                                     "send (the bucket's refill).")
+    burst: int = setting(100, ge=1, derived=True, doc="Interactive requests above the rate the bucket lets through "
+                                                      "at once (default: 100, or requestsPerSecond when larger).")
+    batch_requests_per_second: int = setting(50, ge=1, derived=True, doc="Batch requests per second (default: "
+                                                                         "requestsPerSecond).")
+    batch_burst: int = setting(100, ge=1, derived=True, doc="The batch bucket's burst (default: burst).")
 
 
 @dataclass(frozen=True, slots=True)
 class Tenant:
     name: str
-    namespace: str  # default: the tenant's name
-    gpu_quota: int = 0  # default: 0 (raised to what the tenant's models can scale to is an error, not a guess)
-    cpu_quota: str = "0"  # default: what gpuQuota and migQuota imply on the tenant's pools (their nodes' share)
-    memory_quota: str = "0Gi"  # default: as cpuQuota
+    namespace: str = setting("", pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, derived=True,
+                             doc="The tenant's namespace (default: the tenant's name); not one of Kubernetes' or "
+                                 "the platform's own.")
+    gpu_quota: int = setting(0, ge=0, doc="GPUs the tenant's namespace may request (its ResourceQuota); must cover "
+                                          "what its models scale to.")
+    cpu_quota: str = setting("0", pattern=QUANTITY_PATTERN, invalid="is not a Kubernetes quantity", derived=True,
+                             doc="CPU the namespace may request, a Kubernetes quantity (default: what gpuQuota and "
+                                 "migQuota imply on the tenant's pools, their nodes' share).")
+    memory_quota: str = setting("0Gi", pattern=QUANTITY_PATTERN, invalid="is not a Kubernetes quantity",
+                                derived=True, doc="Memory the namespace may request, a Kubernetes quantity "
+                                                  "(default: as cpuQuota).")
     mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
     rate_limit: RateLimit = field(default_factory=RateLimit)
     share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
@@ -151,10 +173,13 @@ class SecretRef:
 
 @dataclass(frozen=True, slots=True)
 class Replicas:
-    min: int = 1  # default: 1
-    max: int = 1  # default: min
-    target_queue_depth: int = 5  # default: 5 waiting requests per replica (vLLM)
-    target_queue_time_ms: int = 100  # default: 100 ms average queue time (Triton)
+    min: int = setting(1, ge=0, doc="Fewest replicas (0: the model scales to zero when idle).")
+    max: int = setting(1, ge=1, derived=True, doc="Most replicas; above min the model is autoscaled (default: min, "
+                                                  "at least 1).")
+    target_queue_depth: int = setting(5, ge=1, doc="Autoscaling target: requests waiting per replica (vLLM and "
+                                                   "SGLang).")
+    target_queue_time_ms: int = setting(100, ge=1, doc="Autoscaling target: average queue time per request, "
+                                                       "milliseconds (Triton).")
 
     @property
     def autoscaled(self) -> bool:
@@ -171,9 +196,11 @@ class ModelSlo:
 
 @dataclass(frozen=True, slots=True)
 class Speculative:
-    draft_model: str | None  # the drafter (EAGLE head); none for ngram
-    num_speculative_tokens: int = 5  # default: 5
-    method: Literal["eagle3", "eagle", "ngram"] = "eagle3"  # default: eagle3
+    draft_model: str | None = setting(None, doc="The drafter (an EAGLE or EAGLE-3 head's model id); required "
+                                                "except for method ngram, which drafts from the prompt.")
+    num_speculative_tokens: int = setting(5, ge=1, le=16, doc="Tokens drafted per step.")
+    method: Literal["eagle3", "eagle", "ngram"] = setting("eagle3", doc="How tokens are drafted (the methods the "
+                                                                        "pinned vLLM's V1 engine supports).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,11 +208,15 @@ class Variant:
     """The model is one of its workload's variants: the gateway routes each request to one of them by the caller's
     remaining latency budget (gateway.routing). Its expected latency is its slo.e2eSeconds."""
 
-    cost_per_request: float | None = None  # default: derived from requests_per_second and the pool's GPU price
-    requests_per_second: float | None = None  # one replica's throughput: the cost is (GPU $/h x GPUs) / (rps x 3600)
-    # requests one gateway replica keeps in flight to the variant before its circuit breaker sends further ones on to
-    # the next variant instead of the variant's queue; default: gateway.circuitBreakers.maxRequests
-    max_requests: int | None = None
+    cost_per_request: float | None = setting(None, ge=0, doc="$ per request (default: derived from "
+                                                              "requestsPerSecond and the pool's GPU price; give one "
+                                                              "of the two).")
+    requests_per_second: float | None = setting(None, ge=0.0001, doc="One replica's throughput, requests per "
+                                                                     "second: the cost is GPU $/h x GPUs / (rps x "
+                                                                     "3600).")
+    max_requests: int | None = setting(None, ge=1, doc="Requests one gateway replica keeps in flight to the variant "
+                                                       "before its circuit breaker sends further ones to the next "
+                                                       "variant (default: gateway.circuitBreakers.maxRequests).")
 
 
 ROUTING_POLICIES = ("cost-within-deadline", "fastest", "cheapest")
@@ -255,45 +286,72 @@ MODEL_TASKS = ("generate", "embed", "rerank")
 class Model:
     name: str
     engine: str  # an engine of the registry (components.k8s.engines.ENGINES); the stack model checks the name
-    model: str  # served model id, e.g. meta-llama/Llama-3.1-8B-Instruct
-    tenant: str
-    pool: str
-    uri: str  # default: hf://<model>
-    tensor_parallel: int = 1  # default: 1
-    pipeline_parallel: int = 1  # default: 1
-    gpus_per_replica: int = 1  # default: tensorParallel x pipelineParallel
-    mig_profile: str | None = None  # default: whole GPUs; e.g. 1g.10gb requests nvidia.com/mig-1g.10gb
+    model: str = setting(doc="The served model id (the checkpoint's Hugging Face id, e.g. "
+                             "meta-llama/Llama-3.1-8B-Instruct); clients name the model by it.")
+    tenant: str = setting(doc="The tenant that owns the model (a key of tenants): its namespace, quota and callers.")
+    pool: str = setting(doc="The GPU node pool the model runs on (a key of nodePools).")
+    uri: str = setting("", derived=True, doc="Where the weights come from: hf://ORG/NAME, s3://BUCKET/PATH (provider "
+                                             "aws) or pvc://CLAIM/PATH (default: hf://<model>).")
+    tensor_parallel: int = setting(1, ge=1, le=64, doc="GPUs one copy of the weights is split across (a power of "
+                                                       "two: the engine divides the attention heads by it).")
+    pipeline_parallel: int = setting(1, ge=1, le=64, doc="Pipeline stages of one replica; with tensorParallel, the "
+                                                         "replica's GPUs (a multiple of a node's GPUs spans nodes).")
+    gpus_per_replica: int = setting(1, ge=1, derived=True, doc="GPUs of one replica (default: tensorParallel x "
+                                                               "pipelineParallel, which it must equal unless "
+                                                               "migProfile is set).")
+    mig_profile: str | None = setting(None, pattern=MIG_PROFILE_PATTERN, invalid="is not a MIG profile such as "
+                                      "1g.10gb", doc="Serve on a MIG slice of this profile (requests "
+                                                     "nvidia.com/mig-<profile>; the pool needs a mig layout) instead "
+                                                     "of whole GPUs.")
     quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
-    max_model_length: int | None = None  # default: the engine's (the model's own context length)
-    prefix_caching: bool = True  # default: true
+    max_model_length: int | None = setting(None, ge=256, doc="Longest context (prompt plus output) the engine "
+                                                             "accepts, tokens (default: the model's own).")
+    prefix_caching: bool = setting(True, derived=True, doc="Reuse KV blocks across requests that share a prefix "
+                                                           "(default: on where the engine can; an explicit true is "
+                                                           "refused where it cannot).")
     speculative: Speculative | None = None  # default: none (vLLM only)
     replicas: Replicas = field(default_factory=Replicas)
-    workload: str = ""  # default: the model's name; models sharing one are routed by x-priority
-    priority: Literal["interactive", "batch"] = "interactive"  # default: interactive
-    timeout_seconds: float = 60.0  # default: 60 s gateway timeout
+    workload: str = setting("", pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, derived=True,
+                            doc="The workload the model serves (default: the model's name); models sharing one are "
+                                "routed by x-priority or, as variants, by latency budget.")
+    priority: Literal["interactive", "batch"] = setting("interactive", doc="Which traffic of its workload the model "
+                                                                          "takes (x-priority), and its pods' "
+                                                                          "PriorityClass.")
+    timeout_seconds: float = setting(60.0, ge=0.1, le=3600, doc="The gateway's timeout of one request to the "
+                                                                "model, seconds.")
     slo: ModelSlo = field(default_factory=ModelSlo)
     callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
-    cache_gib: int = 200  # default: 200 GiB model cache PVC
-    startup_budget_seconds: int = DEFAULT_STARTUP_BUDGET_SECONDS  # default: 1800 s (download + load + warm-up)
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # default: 8 MiB request body through the gateway (413 past it)
-    # longest silence from a replica (before its first byte, or between two bytes) before the gateway abandons
-    # the try and retries on another replica; a streamed generation resets it with every token, and requests
-    # whose JSON body does not ask to stream (silent until complete) get timeoutSeconds instead
-    try_idle_timeout_seconds: float = DEFAULT_TRY_IDLE_SECONDS  # default: min(timeoutSeconds, 30)
+    cache_gib: int = setting(200, ge=1, doc="Size of the model cache volume the weights are downloaded to, GiB.")
+    startup_budget_seconds: int = setting(DEFAULT_STARTUP_BUDGET_SECONDS, ge=60, le=86400,
+                                          doc="Seconds a replica may take to download, load and warm up before its "
+                                              "startup probe gives up; must cover the expected load time.")
+    max_request_bytes: int = setting(DEFAULT_MAX_REQUEST_BYTES, ge=1024, le=MAX_REQUEST_BYTES_LIMIT,
+                                     doc="Largest request body the gateway forwards to the model, bytes (413 past "
+                                         "it; the gateway buffers each body in memory).")
+    try_idle_timeout_seconds: float = setting(DEFAULT_TRY_IDLE_SECONDS, ge=0.01, derived=True,
+                                              doc="Longest silence of a replica (before its first byte or between "
+                                                  "two) before the gateway retries on another one; a streamed "
+                                                  "generation resets it with every token (default: "
+                                                  "min(timeoutSeconds, 30); at most timeoutSeconds).")
     # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
     # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
     # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)
     quantized_checkpoint: bool = False
-    expert_parallel: bool = False  # default: false (MoE experts sharded by tensor parallelism)
-    kv_offload_gib: float | None = None  # default: none (no KV cache offload to host memory)
-    weights_gib: float | None = None  # default: estimated from the model id's parameter count and quantization
+    expert_parallel: bool = setting(False, doc="Place whole MoE experts on the tensor-parallel GPUs instead of "
+                                               "sharding each (needs tensorParallel > 1 and an engine that can).")
+    kv_offload_gib: float | None = setting(None, ge=0.1, doc="Host memory the engine offloads KV cache blocks to, "
+                                                             "GiB (default: none; needs prefixCaching).")
+    weights_gib: float | None = setting(None, ge=0.01, doc="Size of the weights, GiB, for the memory and "
+                                                           "start-up checks (default: estimated from the model id's "
+                                                           "parameter count and quantization).")
     variant: Variant | None = None  # default: none (the workload's only interactive model)
-    # what the model does, which decides the API paths the gateway routes to it (envoy_config.OPENAI_APIS):
-    # generate (chat/completions), embed (embeddings) or rerank (a cross-encoder: score/rerank); default: generate
-    task: Literal["generate", "embed", "rerank"] = "generate"
-    # multi-node replicas: how long the leader waits for its workers to join the Ray cluster, on top of the
-    # start-up budget (which covers download + load + warm-up); default: DEFAULT_GROUP_FORMATION_SECONDS
-    group_formation_seconds: int = DEFAULT_GROUP_FORMATION_SECONDS
+    task: Literal["generate", "embed", "rerank"] = setting("generate", doc="What the model does, which decides the "
+                                                                           "API paths the gateway routes to it: "
+                                                                           "chat/completions, embeddings or "
+                                                                           "score/rerank.")
+    group_formation_seconds: int = setting(DEFAULT_GROUP_FORMATION_SECONDS, ge=30, le=86400,
+                                           doc="Multi-node replicas: seconds the leader waits for its workers to "
+                                               "join, on top of startupBudgetSeconds.")
     # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
     # the session before, each replica taking at most this percentage of the average load; None: least-request.
     # default (infra.config): 125 for task generate, off otherwise
@@ -402,11 +460,20 @@ class GatewaySettings:
 
 @dataclass(frozen=True, slots=True)
 class Capacity:
-    type: Literal["on-demand", "odcr", "capacity-block"] = "on-demand"  # default: on-demand
-    reservation_id: str | None = None  # required for odcr and capacity-block
-    start_time: str | None = None  # capacity-block: required, the block's start (UTC, 2026-12-01T11:30:00Z)
-    end_time: str | None = None  # capacity-block: required, the block's end (UTC)
-    drain_minutes: int = CAPACITY_BLOCK_DRAIN_MINUTES  # capacity-block: default: 60 (scale to 0 this long before end)
+    type: Literal["on-demand", "odcr", "capacity-block"] = setting(
+        "on-demand", doc="Where the pool's instances come from: on-demand, an On-Demand Capacity Reservation (odcr) "
+                         "or an EC2 Capacity Block for ML (capacity-block).")
+    reservation_id: str | None = setting(None, pattern=r"^cr-[0-9a-f]{8,17}$",
+                                         invalid="is not a reservation id (cr-...)",
+                                         doc="The capacity reservation (cr-...); required for odcr and "
+                                             "capacity-block.")
+    start_time: str | None = setting(None, pattern=UTC_TIME_PATTERN, invalid=NOT_A_UTC_TIME,
+                                     doc="capacity-block: the block's start, UTC (2026-12-01T11:30:00Z); required.")
+    end_time: str | None = setting(None, pattern=UTC_TIME_PATTERN, invalid=NOT_A_UTC_TIME,
+                                   doc="capacity-block: the block's end, UTC; required.")
+    drain_minutes: int = setting(CAPACITY_BLOCK_DRAIN_MINUTES, doc="capacity-block: the pool scales to zero this "
+                                                                   "many minutes before the block ends (more than "
+                                                                   "30, as EKS asks).")
 
     @property
     def reserved(self) -> bool:
@@ -415,9 +482,10 @@ class Capacity:
 
 @dataclass(frozen=True, slots=True)
 class Taint:
-    key: str
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
-    value: str = ""  # default: empty
+    key: str = setting(doc="The taint's key.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = setting(doc="What the taint does to pods that "
+                                                                                 "do not tolerate it.")
+    value: str = setting("", doc="The taint's value.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -443,22 +511,35 @@ class NodeCheck:
 @dataclass(frozen=True, slots=True)
 class NodePool:
     name: str
-    instance_type: str
-    min_size: int = 1  # default: 1
-    max_size: int = 1  # default: max(minSize, desiredSize)
-    desired_size: int = 1  # default: minSize
-    fabric: Literal["efa", "infiniband", "none"] = "none"  # default: none
+    instance_type: str = setting(doc="The pool's instance type: an EC2 type (provider aws) or an on-prem server "
+                                     "type of the kit's catalog (provider existing).")
+    min_size: int = setting(1, ge=0, derived=True, doc="Fewest nodes (default: 1; 0 for a capacity block).")
+    max_size: int = setting(1, ge=0, derived=True, doc="Most nodes (default: the larger of minSize and "
+                                                       "desiredSize).")
+    desired_size: int = setting(1, ge=0, derived=True, doc="Nodes at creation (default: minSize).")
+    fabric: Literal["efa", "infiniband", "none"] = setting("none", doc="The data-plane fabric between the pool's "
+                                                                      "GPUs: efa (provider aws), infiniband "
+                                                                      "(provider existing) or none.")
     availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
     capacity: Capacity = field(default_factory=Capacity)
-    placement_group: bool = False  # default: true for EFA pools on on-demand capacity, else false
-    root_volume_gib: int = DEFAULT_GPU_ROOT_VOLUME_GIB  # default: 500 (GPU types), 100 (CPU types)
-    hugepages_mib: int = 0  # default: 5120 on EFA pools, else 0
+    placement_group: bool = setting(False, derived=True, doc="Launch the nodes into a cluster placement group "
+                                                             "(default: true for EFA pools on on-demand capacity; "
+                                                             "provider aws).")
+    root_volume_gib: int = setting(DEFAULT_GPU_ROOT_VOLUME_GIB, ge=20, le=16384, derived=True,
+                                   doc="Each node's root volume, GiB (default: 500 for GPU types, 100 for CPU "
+                                       "types).")
+    hugepages_mib: int = setting(0, ge=0, derived=True, doc="2 MiB huge pages reserved on each node, MiB, a "
+                                                            "multiple of 2 (default: 5120 on EFA pools, which "
+                                                            "libfabric needs, else 0).")
     labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
     taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
     mig: str | None = None  # default: no MIG layout
     nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
     node_check: NodeCheck = field(default_factory=NodeCheck)
-    vllm_image: str | None = None  # default: the pool fabric's image (serving.DEFAULT_VLLM_IMAGES)
+    vllm_image: str | None = setting(None, pattern=r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$",
+                                     invalid="is not an image reference with a tag or digest (registry/repo:tag)",
+                                     doc="The vLLM image of the pool's models (default: the image for the pool's "
+                                         "fabric).")
 
     @property
     def instance(self) -> catalog.InstanceType:
@@ -483,9 +564,12 @@ class InfinibandSettings:
 
 @dataclass(frozen=True, slots=True)
 class WorkflowSlo:
-    latency_seconds: float = 30.0  # default: 30 s end-to-end threshold
-    latency_target: float = 0.99  # default: 99% of workflows under the threshold (30-day window)
-    availability_target: float = 0.995  # default: 99.5% of workflows succeed
+    latency_seconds: float = setting(30.0, ge=0.001, doc="A workflow is fast when it ends within this many seconds, "
+                                                         "end to end.")
+    latency_target: float = setting(0.99, ge=0.5, le=0.99999, doc="Share of workflows that must be fast (over 30 "
+                                                                   "days; the rest is the latency error budget).")
+    availability_target: float = setting(0.995, ge=0.5, le=0.99999, doc="Share of workflows that must succeed "
+                                                                        "(over 30 days).")
 
 
 ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
@@ -514,8 +598,12 @@ class Heartbeat:
     """The dead-man's switch: the always-firing Watchdog alert goes to `receiver` every `repeat_interval`, and
     the service behind it (a webhook heartbeat, PagerDuty/Opsgenie heartbeat) pages when the pings stop."""
 
-    receiver: str  # required: one of alerting.receivers
-    repeat_interval: str = "5m"  # default: 5m (Alertmanager's repeat_interval for the Watchdog route)
+    receiver: str = setting(doc="The receiver (one of alerting.receivers) the Watchdog alert pings.")
+    repeat_interval: str = setting("5m", pattern=r"^[1-9][0-9]*(m|h)$", invalid="is not an interval of whole "
+                                   "minutes or hours such as 5m or 1h", doc="How often the Watchdog alert is sent "
+                                                                            "again (Alertmanager's "
+                                                                            "repeat_interval); the heartbeat "
+                                                                            "service pages when pings stop.")
 
 
 @dataclass(frozen=True, slots=True)

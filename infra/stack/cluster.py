@@ -10,7 +10,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from components.aws import catalog
-from infra.stack.common import API_ACCESS, DEFAULT_SYSTEM_INSTANCE_TYPE, DNS_SUBDOMAIN, ROLE_ARN, _cidr, _known_type
+from components.k8s.settings import setting
+from infra.stack.common import DEFAULT_SYSTEM_INSTANCE_TYPE, DNS_SUBDOMAIN, ROLE_ARN, _cidr, _known_type
+from infra.stack.messages import got as _got
 from infra.stack.reader import (
     _Reader,
     _show,
@@ -20,14 +22,23 @@ from infra.stack.reader import (
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    provider: Literal["aws", "existing"]
-    region: str | None = None  # aws: required
+    provider: Literal["aws", "existing"] = setting(doc="aws: the kit creates the VPC, EKS cluster and node groups; "
+                                                       "existing: it deploys onto a cluster you run (kubeconfig).")
+    region: str | None = setting(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", invalid="is not an AWS region such as "
+                                 "us-east-1", doc="aws: the AWS region (required).")
     availability_zones: tuple[str, ...] = ()  # aws: required, 2-6 zones of `region`
-    kubeconfig: str | None = None  # existing: required, path to a kubeconfig file
-    context: str | None = None  # existing: default: the kubeconfig's current-context
-    hosts_have_drivers: bool = False  # existing: default false (the GPU operator installs driver + toolkit)
-    storage_class: str | None = None  # existing: required, the StorageClass every claim the kit creates uses
-    install_metrics_server: bool = True  # existing: default true (false when the cluster already runs one)
+    kubeconfig: str | None = setting(None, doc="existing: the kubeconfig file of the cluster (required).")
+    context: str | None = setting(None, doc="existing: the kubeconfig context (default: its current-context).")
+    hosts_have_drivers: bool = setting(False, derived=True,
+                                       doc="existing: the nodes already run the NVIDIA driver and container toolkit "
+                                           "(default: false, the GPU operator installs them).")
+    storage_class: str | None = setting(None, pattern=DNS_SUBDOMAIN.pattern, invalid="is not a StorageClass name "
+                                        "(a DNS subdomain)", doc="existing: the StorageClass of every claim the kit "
+                                                                 "creates (model caches, Loki, Prometheus); "
+                                                                 "required.")
+    install_metrics_server: bool = setting(True, derived=True,
+                                           doc="existing: install metrics-server (default: true; false when the "
+                                               "cluster already runs one).")
 
     @property
     def is_aws(self) -> bool:
@@ -36,54 +47,71 @@ class Target:
 
 @dataclass(frozen=True, slots=True)
 class SystemPool:
-    instance_type: str = DEFAULT_SYSTEM_INSTANCE_TYPE  # default: m7i.2xlarge
-    min_size: int = 2  # default: 2
-    max_size: int = 6  # default: 6
-    desired_size: int = 3  # default: 3
+    instance_type: str = setting(DEFAULT_SYSTEM_INSTANCE_TYPE, doc="The AWS CPU instance type of the system node "
+                                                                   "group (gateway, observability, operators).")
+    min_size: int = setting(2, ge=1, doc="Fewest system nodes.")
+    max_size: int = setting(6, ge=1, derived=True, doc="Most system nodes (default: 6, or minSize when larger).")
+    desired_size: int = setting(3, ge=1, derived=True, doc="System nodes at creation (default: 3, within "
+                                                           "minSize..maxSize).")
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSettings:
-    name: str  # default: aifactory-<stack>
+    name: str = setting("", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,99}$", invalid="is not a valid EKS cluster name",
+                        derived=True, doc="The EKS cluster's name (default: aifactory-<stack>).")
     public_access_cidrs: tuple[str, ...] = ()  # required (non-empty) for apiAccess public-and-private
     # default: none (only the creator has access); when set, exactly these roles: list the one you deploy with
     admin_role_arns: tuple[str, ...] = ()
     system_pool: SystemPool = field(default_factory=SystemPool)
-    # required on AWS (parse() has no default: a wrong guess leaves `pulumi up` unable to reach the endpoint)
-    api_access: Literal["public-and-private", "private"] = "private"
-    # default: false; `private` needs true: the deployer runs in the VPC or a network connected to it
-    deployer_in_vpc: bool = False
-    # default: false; true: EKS deletion protection, and Pulumi `protect` on the cluster, its KMS key and the Loki
-    # bucket (`pulumi destroy` stops before them; set false and `pulumi up` first to tear down)
-    deletion_protection: bool = False
-    # default: STANDARD (EKS upgrades the cluster when standard support ends); EXTENDED keeps the version, billed
-    # for extended support (EKS's own default when unset)
-    support_type: Literal["STANDARD", "EXTENDED"] = "STANDARD"
+    api_access: Literal["public-and-private", "private"] = setting(
+        "private", derived=True, doc="Where the API endpoint answers (required: a wrong guess leaves `pulumi up` "
+                                     "unable to reach it): public-and-private (from publicAccessCidrs) or private "
+                                     "(inside the VPC; needs deployerInVpc).")
+    deployer_in_vpc: bool = setting(False, doc="The deployer runs inside the VPC or a network connected to it "
+                                               "(apiAccess private needs it).")
+    deletion_protection: bool = setting(False, doc="EKS deletion protection, and Pulumi `protect` on the cluster, "
+                                                   "its KMS key and the Loki bucket (set false and `pulumi up` "
+                                                   "before tearing down).")
+    support_type: Literal["STANDARD", "EXTENDED"] = setting(
+        "STANDARD", doc="STANDARD: EKS upgrades the cluster when standard support ends; EXTENDED keeps the "
+                        "version, billed for extended support.")
     # default: none pinned (each add-on at EKS's default version for kubernetesVersion, as DescribeAddonVersions
     # answers at deploy time); add-on name -> version pins it, so no `pulumi up` moves it until you do
     addon_versions: Mapping[str, str] = field(default_factory=dict)
 
 
+FLOW_LOG_RETENTION_DAYS = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653]
+
+
 @dataclass(frozen=True, slots=True)
 class NetworkSettings:
-    vpc_cidr: str = "10.0.0.0/16"  # default: default_vpc_cidr(stack), a /16 of 10.0.0.0/8 per stack name
-    nat_gateways: Literal["one-per-az", "single"] = "one-per-az"  # default: one NAT gateway per AZ
-    flow_log_retention_days: int = 30  # default: 30
+    vpc_cidr: str = setting("10.0.0.0/16", derived=True, doc="The VPC's block, a /16 to /20 (default: a /16 of "
+                                                             "10.0.0.0/8 chosen by the stack's name).")
+    nat_gateways: Literal["one-per-az", "single"] = setting("one-per-az", doc="One NAT gateway per zone, or a "
+                                                                               "single one (cheaper, one zone's "
+                                                                               "outage cuts egress).")
+    flow_log_retention_days: FLOW_LOG_RETENTION_DAYS = setting(30, doc="Days the VPC flow logs are kept (a "
+                                                                       "CloudWatch Logs retention).")
+
+
+_AWS_ONLY = ("region", "availabilityZones")
+_EXISTING_ONLY = ("kubeconfig", "context", "hostsHaveDrivers", "storageClass", "installMetricsServer")
 
 
 def _target(r: _Reader, raw: Any) -> Target | None:
-    d = r.mapping(raw, "target", ("provider", "region", "availabilityZones", "kubeconfig", "context",
-                                  "hostsHaveDrivers", "storageClass", "installMetricsServer"))
-    if d is None:
+    if raw is None or not isinstance(raw, dict):
+        r.fail("target", f"expected a mapping, got {_got(raw)}")
         return None
-    provider = r.value(d, "provider", "target", str, choices=("aws", "existing"))
+    v = r.fields(Target, raw, "target", handled=("availabilityZones",))
+    d = {k: x for k, x in raw.items() if x is not None}
+    provider = v["provider"]
+    for key in _EXISTING_ONLY if provider == "aws" else _AWS_ONLY if provider == "existing" else ():
+        if key in d:
+            r.fail(f"target.{key}", f"only applies to provider {'existing' if provider == 'aws' else 'aws'!r}")
     if provider == "aws":
-        for key in ("kubeconfig", "context", "hostsHaveDrivers", "storageClass", "installMetricsServer"):
-            if key in d:
-                r.fail(f"target.{key}", "only applies to provider 'existing'")
-        region = r.value(d, "region", "target", str,
-                         check=lambda v: None if re.match(r"^[a-z]{2}(-[a-z]+)+-\d$", v) else
-                         "is not an AWS region such as us-east-1")
+        region = v["region"]
+        if "region" not in d:
+            r.fail("target.region", "is required")
         azs = r.strings(d, "availabilityZones", "target", derived=True)
         if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
@@ -97,44 +125,35 @@ def _target(r: _Reader, raw: Any) -> Target | None:
             r.fail("target.availabilityZones", f"{_show(list(azs))} lists a zone twice")
         return Target("aws", region=region, availability_zones=azs)
     if provider == "existing":
-        for key in ("region", "availabilityZones"):
-            if key in d:
-                r.fail(f"target.{key}", "only applies to provider 'aws'")
-        return Target(
-            "existing",
-            kubeconfig=r.value(d, "kubeconfig", "target", str),
-            context=r.value(d, "context", "target", str, None),
-            hosts_have_drivers=r.value(d, "hostsHaveDrivers", "target", bool, False, derived=True),  # existing only
-            storage_class=_storage_class(r, d),
-            install_metrics_server=r.value(d, "installMetricsServer", "target", bool, True, derived=True),
-        )
+        if "kubeconfig" not in d:
+            r.fail("target.kubeconfig", "is required")
+        if "storageClass" not in d:
+            # the kit cannot know which class exists there, nor whether one is the default, and a claim without a
+            # class that exists stays Pending (its Helm release then times out)
+            r.fail("target.storageClass", "is required for provider 'existing': name the StorageClass every claim "
+                                          "the kit creates uses (model caches, Loki, Prometheus); "
+                                          "`kubectl get storageclass` lists them")
+        return Target("existing", kubeconfig=v["kubeconfig"], context=v["context"],
+                      hosts_have_drivers=v["hosts_have_drivers"], storage_class=v["storage_class"],
+                      install_metrics_server=v["install_metrics_server"])
     return None
 
 
-def _storage_class(r: _Reader, d: dict[str, Any]) -> str | None:
-    """Required on existing clusters: the kit cannot know which class exists there, nor whether one is the
-    default, and a claim without a class that exists stays Pending (its Helm release then times out)."""
-    if "storageClass" not in d:
-        r.fail("target.storageClass", "is required for provider 'existing': name the StorageClass every claim "
-                                      "the kit creates uses (model caches, Loki, Prometheus); "
-                                      "`kubectl get storageclass` lists them")
-        return None
-    return r.value(d, "storageClass", "target", str, check=lambda v: None if DNS_SUBDOMAIN.match(v) else
-                   "is not a StorageClass name (a DNS subdomain)")
-
-
 def _system_pool(r: _Reader, raw: Any, path: str) -> SystemPool:
-    if raw is None:
-        return SystemPool()
-    d = r.mapping(raw, path, ("instanceType", "minSize", "maxSize", "desiredSize"))
-    itype = r.value(d, "instanceType", path, str, DEFAULT_SYSTEM_INSTANCE_TYPE, check=_known_type)
-    if itype in catalog.CATALOG and (catalog.get(itype).has_gpu or catalog.get(itype).onprem):
+    v = r.fields(SystemPool, raw, path)
+    d = raw if isinstance(raw, dict) else {}
+    itype = v["instance_type"]
+    if (problem := _known_type(itype)) is not None:
+        r.fail(f"{path}.instanceType", f"{_show(itype)} {problem}")
+    elif catalog.get(itype).has_gpu or catalog.get(itype).onprem:
         r.fail(f"{path}.instanceType", f"{itype!r} is not an AWS CPU type; use e.g. m7i.2xlarge")
-    lo = r.value(d, "minSize", path, int, 2, minimum=1)
-    hi = r.value(d, "maxSize", path, int, max(lo, 6), minimum=1)
-    want = r.value(d, "desiredSize", path, int, min(max(lo, 3), hi), minimum=1)
-    _sizes(r, path, lo, hi, want)
-    return SystemPool(itype, lo, hi, want)
+    lo = v["min_size"]
+    if not r.is_set(d, path, "maxSize"):
+        v["max_size"] = max(lo, 6)
+    if not r.is_set(d, path, "desiredSize"):
+        v["desired_size"] = min(max(lo, 3), v["max_size"])
+    _sizes(r, path, lo, v["max_size"], v["desired_size"])
+    return SystemPool(**v)
 
 
 def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
@@ -145,9 +164,11 @@ def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
 
 
 def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
-    d = r.mapping(raw if raw is not None else {}, "cluster",
-                  ("name", "apiAccess", "deployerInVpc", "publicAccessCidrs", "adminRoleArns", "systemPool",
-                   "deletionProtection", "supportType", "addonVersions"))
+    v = r.fields(ClusterSettings, raw, "cluster", handled=("publicAccessCidrs", "adminRoleArns", "systemPool",
+                                                           "addonVersions"))
+    d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
+    if not r.is_set(d, "cluster", "name"):
+        v["name"] = f"aifactory-{stack}"
 
     def _public(v: str) -> str | None:
         if (msg := _cidr(v)) is not None:
@@ -162,18 +183,12 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
                     "list that, or use apiAccess 'private' with deployerInVpc from inside the VPC")
         return None
 
-    access, in_vpc, cidrs = _api_access(r, d, _public)
     return ClusterSettings(
-        api_access=access, deployer_in_vpc=in_vpc,
-        name=r.value(d, "name", "cluster", str, f"aifactory-{stack}",
-                     check=lambda v: None if re.match(r"^[A-Za-z][A-Za-z0-9-]{0,99}$", v) else
-                     "is not a valid EKS cluster name"),
-        public_access_cidrs=cidrs,
+        **v,
+        public_access_cidrs=_api_access(r, d, v["api_access"], v["deployer_in_vpc"], _public),
         admin_role_arns=r.strings(d, "adminRoleArns", "cluster",
-                                  check=lambda v: None if ROLE_ARN.match(v) else "is not an IAM role ARN"),
-        system_pool=_system_pool(r, (d or {}).get("systemPool"), "cluster.systemPool"),
-        deletion_protection=r.value(d, "deletionProtection", "cluster", bool, False),
-        support_type=r.value(d, "supportType", "cluster", str, "STANDARD", choices=("STANDARD", "EXTENDED")),
+                                  check=lambda a: None if ROLE_ARN.match(a) else "is not an IAM role ARN"),
+        system_pool=_system_pool(r, d.get("systemPool"), "cluster.systemPool"),
         addon_versions=_addon_versions(r, d),
     )
 
@@ -204,18 +219,20 @@ _NOT_ON_THE_INTERNET = tuple(ipaddress.ip_network(n) for n in (
     "fc00::/7", "fe80::/10", "::1/128"))
 
 
-def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], str | None]
-                ) -> tuple[Any, bool, tuple[str, ...]]:
-    """The deployer's network position: the same program creates the cluster and then Kubernetes objects
-    through its endpoint, so the endpoint must answer the deployer. A private-only endpoint answers only
-    inside the VPC and networks connected to it (EKS user guide, cluster-endpoint)."""
-    access = r.value(d, "apiAccess", "cluster", str, None, choices=API_ACCESS)
-    if d is not None and "apiAccess" not in d:
+def _api_access(r: _Reader, d: dict[str, Any], access: str, in_vpc: bool, public: Callable[[str], str | None]
+                ) -> tuple[str, ...]:
+    """The public-access CIDRs, checked against the deployer's network position: the same program creates the
+    cluster and then Kubernetes objects through its endpoint, so the endpoint must answer the deployer. A
+    private-only endpoint answers only inside the VPC and networks connected to it (EKS user guide,
+    cluster-endpoint)."""
+    if "apiAccess" not in d:
         r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
                                     "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
-    in_vpc = r.value(d, "deployerInVpc", "cluster", bool, False)
+        return r.strings(d, "publicAccessCidrs", "cluster", check=public)
     cidrs = r.strings(d, "publicAccessCidrs", "cluster", check=public)
+    if r.problems_at("cluster.apiAccess"):
+        return cidrs
     if access == "public-and-private" and not cidrs:
         r.fail("cluster.publicAccessCidrs", "is required (non-empty) for apiAccess 'public-and-private': list the "
                                             "networks the deployer and admins reach the API from")
@@ -226,7 +243,7 @@ def _api_access(r: _Reader, d: dict[str, Any] | None, public: Callable[[str], st
                                             "else use apiAccess 'public-and-private' with publicAccessCidrs")
         if cidrs:
             r.fail("cluster.publicAccessCidrs", "only applies to apiAccess 'public-and-private'")
-    return access or "private", in_vpc, cidrs
+    return cidrs
 
 
 def default_vpc_cidr(stack: str) -> str:
@@ -237,13 +254,12 @@ def default_vpc_cidr(stack: str) -> str:
 
 
 def _network(r: _Reader, raw: Any, stack: str) -> NetworkSettings:
-    d = r.mapping(raw if raw is not None else {}, "network", ("vpcCidr", "natGateways", "flowLogRetentionDays"))
-    return NetworkSettings(
-        vpc_cidr=r.value(d, "vpcCidr", "network", str, default_vpc_cidr(stack), derived=True,
-                         check=lambda v: _cidr(v) or (
-            None if 16 <= ipaddress.ip_network(v).prefixlen <= 20 else "must be a /16 to /20 block")),
-        nat_gateways=r.value(d, "natGateways", "network", str, "one-per-az", choices=("one-per-az", "single")),
-        flow_log_retention_days=r.value(d, "flowLogRetentionDays", "network", int, 30,
-                                        choices=(1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545,
-                                                 731, 1827, 3653)),
-    )
+    v = r.fields(NetworkSettings, raw, "network")
+    d = raw if isinstance(raw, dict) else {}
+    if not r.is_set(d, "network", "vpcCidr"):
+        v["vpc_cidr"] = default_vpc_cidr(stack)
+    elif (problem := _cidr(v["vpc_cidr"]) or (None if 16 <= ipaddress.ip_network(v["vpc_cidr"]).prefixlen <= 20
+                                              else "must be a /16 to /20 block")) is not None:
+        r.fail("network.vpcCidr", f"{_show(v['vpc_cidr'])} {problem}")
+        v["vpc_cidr"] = default_vpc_cidr(stack)
+    return NetworkSettings(**v)

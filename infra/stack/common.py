@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from components.aws import catalog
+from components.k8s.settings import MIG_PROFILE_PATTERN
 from components.vocabulary import SYSTEM_NAMESPACES
 from infra.stack.reader import (
     DNS_LABEL,
@@ -16,7 +17,6 @@ NAMESPACE = "aifactory"
 DEFAULT_STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"  # Pulumi.yaml's stackConfigDir
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
-MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 # Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
 MIG_LAYOUTS = (
     "all-1g.10gb",
@@ -29,15 +29,11 @@ MIG_LAYOUTS = (
 )
 
 
-SPECULATIVE_METHODS = ("eagle3", "eagle", "ngram")  # what the pinned vLLM's V1 engine supports
-MIG_PROFILE_RE = re.compile(r"^[1-7]g\.\d+gb$")
+MIG_PROFILE_RE = re.compile(MIG_PROFILE_PATTERN)
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
 DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-API_ACCESS = ("public-and-private", "private")
-UTC_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$")
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
-RESERVATION_ID = re.compile(r"^cr-[0-9a-f]{8,17}$")
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # The keys a stack may set under `aifactory:`; anything else is a typo and is reported.
 TOP_LEVEL_KEYS = (

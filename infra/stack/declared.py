@@ -18,10 +18,10 @@ from typing import Any, Protocol, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from components.k8s.settings import SETTING
+from infra.stack.messages import beyond_limits, unknown_key
 from infra.stack.messages import got as _got
 from infra.stack.messages import kind as _kind
 from infra.stack.messages import show as _show
-from infra.stack.messages import unknown_key
 
 __all__ = ["section_model", "read", "json_schema", "declared_fields"]
 
@@ -42,17 +42,21 @@ def _key(f: dataclasses.Field[Any]) -> str:
 
 
 @cache
-def section_model(cls: type) -> type[BaseModel]:
-    """The pydantic model of a settings dataclass: each `setting(...)` field under its camelCase key."""
+def section_model(cls: type, *, lenient: bool = False) -> type[BaseModel]:
+    """The pydantic model of a settings dataclass: each `setting(...)` field under its camelCase key; a setting
+    without a default is required, except in the `lenient` model (read again once a problem has been reported, so
+    a missing key is reported once and reads as None)."""
     hints = typing.get_type_hints(cls)
     spec: dict[str, Any] = {}
     for f in declared_fields(cls):
-        if f.default is dataclasses.MISSING:
-            raise TypeError(f"{cls.__name__}.{f.name}: a declared setting needs a default (null: unset)")
         meta = f.metadata[SETTING]
-        spec[f.name] = (hints[f.name], Field(f.default, alias=_key(f), description=meta["doc"], ge=meta["ge"],
-                                             le=meta["le"], pattern=meta["pattern"]))
-    return create_model(cls.__name__, __config__=ConfigDict(extra="forbid", strict=True, frozen=True), **spec)
+        default = None if lenient and f.default is dataclasses.MISSING else f.default
+        spec[f.name] = (hints[f.name], Field(... if default is dataclasses.MISSING else default, alias=_key(f),
+                                             description=meta["doc"], ge=meta["ge"], le=meta["le"],
+                                             pattern=meta["pattern"]))
+    # python-re: the house patterns use look-ahead (a DNS subdomain's length), which pydantic's Rust engine lacks
+    config = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="python-re")
+    return create_model(cls.__name__, __config__=config, **spec)
 
 
 def _expected(annotation: Any) -> str:
@@ -112,7 +116,7 @@ def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, .
             r.fail(f"{path}.{key}", unknown_key(key, allowed))
         elif value is not None and key not in handled:
             given[key] = value
-    model = section_model(cls)  # type: ignore[arg-type]  # a class is hashable
+    model = section_model(cls)
     while True:
         try:
             validated = model.model_validate(given)
@@ -121,8 +125,15 @@ def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, .
                 key = str(error["loc"][0])
                 r.fail(f"{path}.{key}", _message(cls, error))
                 given.pop(key, None)  # read it as its default
+            model = section_model(cls, lenient=True)
             continue
-        return {f.name: getattr(validated, f.name) for f in declared_fields(cls)}
+        out = {f.name: getattr(validated, f.name) for f in declared_fields(cls)}
+        for f in declared_fields(cls):
+            if _key(f) in given and (problem := beyond_limits(out[f.name], bounded=f.metadata[SETTING]["le"]
+                                                              is not None)) is not None:
+                r.fail(f"{path}.{_key(f)}", problem)
+                out[f.name] = None if f.default is dataclasses.MISSING else f.default
+        return out
 
 
 def allowed_keys(cls: type, handled: tuple[str, ...] = ()) -> list[str]:
@@ -145,9 +156,10 @@ def json_schema(cls: type) -> dict[str, Any]:
             prop |= branch
             if prop.get("default") is None:
                 prop.pop("default", None)
-        if "enum" in prop:
-            prop["enum"] = [*prop["enum"], None]
-        prop["type"] = [prop["type"], "null"]
+        if key not in generated.get("required", ()):  # a required key set to null is reported as missing
+            if "enum" in prop:
+                prop["enum"] = [*prop["enum"], None]
+            prop["type"] = [prop["type"], "null"]
         props[key] = dict(sorted(prop.items()))
     out: dict[str, Any] = {"additionalProperties": False, "properties": props, "type": ["object", "null"]}
     if generated.get("required"):

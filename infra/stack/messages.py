@@ -7,7 +7,13 @@ import difflib
 import json
 from typing import Any
 
-__all__ = ["did_you_mean", "unknown_key", "show", "got", "kind"]
+__all__ = ["did_you_mean", "unknown_key", "show", "got", "kind", "beyond_limits", "NUMBER_LIMIT", "STRING_LIMIT"]
+
+# Bounds on every value the stack file gives, where a setting states none of its own: Kubernetes' and AWS's integer
+# fields are 32-bit (replicas, sizes, ports), and no name, id or URL the kit passes on is longer than an IAM ARN
+# (2,048 characters; the longest of the AWS limits it meets).
+NUMBER_LIMIT = 2**31 - 1
+STRING_LIMIT = 2048
 
 
 def did_you_mean(key: str, allowed: tuple[str, ...] | list[str]) -> str:
@@ -36,3 +42,14 @@ def got(value: Any) -> str:
 def kind(value: Any) -> str:
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
             list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def beyond_limits(value: Any, *, bounded: bool) -> str | None:
+    """The problem of a string longer than STRING_LIMIT or, for a setting with no maximum of its own (`bounded`
+    false), a number beyond NUMBER_LIMIT; None when the value is within both."""
+    if isinstance(value, str) and len(value) > STRING_LIMIT:
+        return (f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends up in "
+                "Kubernetes objects and AWS fields, which are shorter)")
+    if not bounded and isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > NUMBER_LIMIT:
+        return f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their 32-bit integers)"
+    return None

@@ -7,6 +7,7 @@ never branched on by name: a new engine's module is all these checks need.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from typing import Any, Literal
@@ -14,9 +15,6 @@ from typing import Any, Literal
 from components.aws import catalog
 from components.k8s import coldstart, naming
 from components.k8s.defaults import (
-    DEFAULT_GROUP_FORMATION_SECONDS,
-    DEFAULT_MAX_REQUEST_BYTES,
-    DEFAULT_STARTUP_BUDGET_SECONDS,
     DEFAULT_TRY_IDLE_SECONDS,
 )
 from components.k8s.engines import ENGINE_NAMES, ENGINES
@@ -34,41 +32,38 @@ from components.k8s.settings import (
     Tenant,
     Variant,
 )
-from infra.stack.common import MAX_REQUEST_BYTES_LIMIT, MIG_PROFILE_RE, SPECULATIVE_METHODS, _dns_label
 from infra.stack.reader import (
     _Reader,
     _show,
 )
 
-_MODEL_KEYS = ("engine", "model", "uri", "tenant", "pool", "tensorParallel", "pipelineParallel", "gpusPerReplica",
-               "migProfile", "quantization", "maxModelLength", "prefixCaching", "speculative", "replicas",
-               "workload", "priority", "timeoutSeconds", "slo", "callers", "cacheGiB", "startupBudgetSeconds",
-               "maxRequestBytes", "tryIdleTimeoutSeconds", "expertParallel", "kvOffloadGiB", "weightsGiB",
-               "variant", "task", "groupFormationSeconds", "sessionAffinity")
+# the keys of a model read here rather than declared on Model: references checked against other sections, and
+# sub-sections whose reading depends on the engine
+_HANDLED = ("engine", "quantization", "speculative", "replicas", "slo", "callers", "variant",
+            "sessionAffinity")
 
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
-    r.allow(d, path, _MODEL_KEYS)
+    v = r.fields(Model, d, path, handled=_HANDLED)
     engine = r.value(d, "engine", path, str, choices=ENGINE_NAMES)
     eng = ENGINES.get(engine) if engine is not None else None
-    model_id = r.value(d, "model", path, str)
-    tenant = r.value(d, "tenant", path, str)
+    model_id = v["model"]
+    tenant = v["tenant"]
     if tenant is not None and tenant not in tenants:
         r.fail(f"{path}.tenant", f"{tenant!r} is not a tenant; tenants: {', '.join(sorted(tenants)) or '(none)'}")
-    pool_name = r.value(d, "pool", path, str)
+    pool_name = v["pool"]
     pool = pools.get(pool_name) if pool_name else None
     if pool_name is not None and pool is None:
         r.fail(f"{path}.pool", f"{pool_name!r} is not a node pool; pools: {', '.join(sorted(pools)) or '(none)'}")
     elif pool is not None and not pool.gpu:
         r.fail(f"{path}.pool", f"{pool_name!r} has no GPUs ({pool.instance_type}); "
                                f"GPU pools: {', '.join(p.name for p in pools.values() if p.gpu) or '(none)'}")
-    tp = r.value(d, "tensorParallel", path, int, 1, minimum=1, maximum=64)
-    pp = r.value(d, "pipelineParallel", path, int, 1, minimum=1, maximum=64)
-    mig = r.value(d, "migProfile", path, str, None,
-                  check=lambda v: None if MIG_PROFILE_RE.match(v) else "is not a MIG profile such as 1g.10gb")
-    gpus = r.value(d, "gpusPerReplica", path, int, tp * pp, minimum=1)
+    tp, pp, mig = v["tensor_parallel"], v["pipeline_parallel"], v["mig_profile"]
+    if not r.is_set(d, path, "gpusPerReplica"):
+        v["gpus_per_replica"] = tp * pp
+    gpus = v["gpus_per_replica"]
     if mig is None and gpus != tp * pp:
         r.fail(f"{path}.gpusPerReplica", f"{gpus} must equal tensorParallel x pipelineParallel ({tp * pp})")
     per_node = pool.instance.gpu_count if pool is not None and pool.gpu else 8
@@ -110,16 +105,17 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     spec = None
     if d.get("speculative") is not None:
         sp = f"{path}.speculative"
-        sd = r.mapping(d["speculative"], sp, ("method", "draftModel", "numSpeculativeTokens"))
-        if sd is not None and sd.get("method") == "draft_model":
+        sd = d["speculative"]
+        if isinstance(sd, dict) and sd.get("method") == "draft_model":
             r.fail(f"{sp}.method", "'draft_model' is not supported by the V1 engine of the kit's pinned vLLM "
                                    "(it raises NotImplementedError); use eagle3 with an EAGLE-3 head, or ngram")
-            sd = {k: v for k, v in sd.items() if k != "method"}
-        method = r.value(sd, "method", sp, str, "eagle3", choices=SPECULATIVE_METHODS)
-        draft = r.value(sd, "draftModel", sp, str) if method != "ngram" else None
-        if method == "ngram" and sd is not None and "draftModel" in sd:
+            sd = {k: x for k, x in sd.items() if k != "method"}
+        spec = r.section(Speculative, sd, sp)
+        if spec.method == "ngram" and spec.draft_model is not None:
             r.fail(f"{sp}.draftModel", "is not used by method 'ngram' (it drafts from the prompt); remove it")
-        spec = Speculative(draft, r.value(sd, "numSpeculativeTokens", sp, int, 5, minimum=1, maximum=16), method)
+            spec = dataclasses.replace(spec, draft_model=None)
+        elif spec.method != "ngram" and spec.draft_model is None and not r.problems_at(f"{sp}.draftModel"):
+            r.fail(f"{sp}.draftModel", "is required")
         if eng is not None and not eng.speculative:
             r.fail(sp, f"speculative decoding is not available with engine {engine!r}; remove it or use engine "
                        f"{_with('speculative')}")
@@ -127,52 +123,43 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             r.fail(sp, f"vLLM's speculative decoding does not support pipeline parallelism "
                        f"(pipelineParallel is {pp}); remove it or use tensorParallel only")
     rp = f"{path}.replicas"
-    rd = r.mapping(d.get("replicas") or {}, rp, ("min", "max", "targetQueueDepth", "targetQueueTimeMs"))
-    rmin = r.value(rd, "min", rp, int, 1, minimum=0)
-    rmax = r.value(rd, "max", rp, int, max(rmin, 1), minimum=1)
-    if rmin > rmax:
-        r.fail(f"{rp}.min", f"{rmin} is greater than max {rmax}")
-    replicas = Replicas(rmin, rmax, r.value(rd, "targetQueueDepth", rp, int, 5, minimum=1),
-                        r.value(rd, "targetQueueTimeMs", rp, int, 100, minimum=1))
+    replicas = r.section(Replicas, d.get("replicas"), rp)
+    if not r.is_set(d["replicas"] if isinstance(d.get("replicas"), dict) else {}, rp, "max"):
+        replicas = dataclasses.replace(replicas, max=max(replicas.min, 1))
+    rmax = replicas.max
+    if replicas.min > rmax:
+        r.fail(f"{rp}.min", f"{replicas.min} is greater than max {rmax}")
     if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
         _fits_pool(r, path, gpus, per_node, rmax, pool)
     slo = r.section(ModelSlo, d.get("slo"), f"{path}.slo")
-    timeout = r.value(d, "timeoutSeconds", path, float, 60.0, minimum=0.1, maximum=3600)
-    try_idle = r.value(d, "tryIdleTimeoutSeconds", path, float, min(timeout, DEFAULT_TRY_IDLE_SECONDS), minimum=0.01)
-    if try_idle > timeout:
-        r.fail(f"{path}.tryIdleTimeoutSeconds", f"{try_idle:g} is longer than timeoutSeconds {timeout:g}; "
-                                                f"use at most {timeout:g}")
+    timeout = v["timeout_seconds"]
+    if not r.is_set(d, path, "tryIdleTimeoutSeconds"):
+        v["try_idle_timeout_seconds"] = min(timeout, DEFAULT_TRY_IDLE_SECONDS)
+    elif v["try_idle_timeout_seconds"] > timeout:
+        r.fail(f"{path}.tryIdleTimeoutSeconds", f"{v['try_idle_timeout_seconds']:g} is longer than timeoutSeconds "
+                                                f"{timeout:g}; use at most {timeout:g}")
+    if not r.is_set(d, path, "workload"):
+        v["workload"] = name
+    v["prefix_caching"] = _prefix_caching(r, d, path, engine, v["prefix_caching"])
+    _expert_parallel(r, path, engine, tp, v["expert_parallel"])
+    _kv_offload(r, d, path, engine, v["kv_offload_gib"])
+    v["task"] = _task(r, path, engine, v["task"])
+    if not r.is_set(d, path, "uri"):
+        v["uri"] = f"hf://{model_id}"
+    elif (problem := _model_uri(v["uri"], aws=aws)) is not None:
+        r.fail(f"{path}.uri", f"{_show(v['uri'])} {problem}")
+        v["uri"] = f"hf://{model_id}"
     if None in (engine, model_id, tenant, pool_name):
         return None
     model = Model(
-        name=name, engine=engine, model=model_id, tenant=tenant, pool=pool_name,
-        uri=r.value(d, "uri", path, str, f"hf://{model_id}",
-                    check=lambda v: _model_uri(v, aws=aws)),
-        tensor_parallel=tp, pipeline_parallel=pp, gpus_per_replica=gpus, mig_profile=mig, quantization=quant,
-        max_model_length=r.value(d, "maxModelLength", path, int, None, minimum=256),
-        prefix_caching=_prefix_caching(r, d, path, engine),
-        speculative=spec, replicas=replicas,
-        workload=r.value(d, "workload", path, str, name, check=_dns_label),
-        priority=r.value(d, "priority", path, str, "interactive", choices=("interactive", "batch")),
-        timeout_seconds=timeout,
-        slo=slo,
+        name=name, engine=engine,
+        quantization=quant, speculative=spec, replicas=replicas, slo=slo,
         callers=r.strings(d, "callers", path),
-        cache_gib=r.value(d, "cacheGiB", path, int, 200, minimum=1),
-        startup_budget_seconds=r.value(d, "startupBudgetSeconds", path, int, DEFAULT_STARTUP_BUDGET_SECONDS,
-                                       minimum=60, maximum=86400),
         gpus_per_node_hint=per_node,
-        max_request_bytes=r.value(d, "maxRequestBytes", path, int, DEFAULT_MAX_REQUEST_BYTES, minimum=1024,
-                                  maximum=MAX_REQUEST_BYTES_LIMIT),
-        try_idle_timeout_seconds=try_idle,
         quantized_checkpoint=prequantized,
-        expert_parallel=_expert_parallel(r, d, path, engine, tp),
-        kv_offload_gib=_kv_offload(r, d, path, engine),
-        weights_gib=r.value(d, "weightsGiB", path, float, None, minimum=0.01),
         variant=_variant(r, d, path),
-        task=_task(r, d, path, engine),
-        group_formation_seconds=r.value(d, "groupFormationSeconds", path, int, DEFAULT_GROUP_FORMATION_SECONDS,
-                                        minimum=30, maximum=86400),
         session_affinity_balance_factor=_session_affinity(r, d, path, engine),
+        **v,
     )
     if pool is not None and pool.gpu:
         _cold_start_fits(r, model, pool, aws=aws)
@@ -203,26 +190,22 @@ def _session_affinity(r: _Reader, d: dict[str, Any], path: str, engine: str | No
 def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:
     if "variant" not in d:
         return None
-    vp = f"{path}.variant"
-    vd = r.mapping(d["variant"] if d["variant"] is not None else {}, vp,
-                   ("costPerRequest", "requestsPerSecond", "maxRequests"))
-    cost = r.value(vd, "costPerRequest", vp, float, None, minimum=0)
-    rps = r.value(vd, "requestsPerSecond", vp, float, None, minimum=0.0001)
-    if vd is not None and "costPerRequest" in vd and "requestsPerSecond" in vd:
-        r.fail(f"{vp}.costPerRequest", "contradicts requestsPerSecond (the cost is derived from it); give one of them")
-    return Variant(cost, rps, r.value(vd, "maxRequests", vp, int, None, minimum=1))
+    variant = r.section(Variant, d["variant"], f"{path}.variant")
+    if variant.cost_per_request is not None and variant.requests_per_second is not None:
+        r.fail(f"{path}.variant.costPerRequest", "contradicts requestsPerSecond (the cost is derived from it); give "
+                                                 "one of them")
+    return variant
 
 
-def _task(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> Literal["generate", "embed", "rerank"]:
+def _task(r: _Reader, path: str, engine: str | None, task: str) -> Literal["generate", "embed", "rerank"]:
     """models.X.task; each engine serves the tasks envoy_config.OPENAI_APIS lists for it."""
-    task = r.value(d, "task", path, str, "generate", choices=MODEL_TASKS)
     served = tuple(OPENAI_APIS[engine]) if engine in OPENAI_APIS else MODEL_TASKS
-    if task is not None and task not in served:
+    if task not in served:
         rerankers = " or ".join(repr(n) for n, e in ENGINES.items() if "rerank" in e.tasks)
         r.fail(f"{path}.task", f"{task!r} is not served by engine {engine!r}; its tasks: {', '.join(served)} "
                                f"(a reranker needs engine {rerankers})")
         return "generate"
-    return task if task in ("embed", "rerank") else "generate"
+    return "embed" if task == "embed" else "rerank" if task == "rerank" else "generate"
 
 
 def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> None:
@@ -293,7 +276,7 @@ def _default_checkpoint(method: str, engine: str | None) -> str:
     return "load-time" if eng is not None and method in eng.load_time_quantization else "pre-quantized"
 
 
-def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> bool:
+def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None, given: bool) -> bool:
     """On by default where the engine reuses KV blocks across requests (agent workloads resend long shared
     prefixes); off, and an explicit true refused, where it does not as the kit deploys it (Triton: TensorRT-LLM
     reuses KV blocks only when the model repository's tensorrt_llm config sets `enable_kv_cache_reuse`,
@@ -306,35 +289,31 @@ def _prefix_caching(r: _Reader, d: dict[str, Any], path: str, engine: str | None
                                             "config.pbtxt sets enable_kv_cache_reuse, which the kit does not "
                                             "write): set it there and remove prefixCaching")
         return False
-    return bool(r.value(d, "prefixCaching", path, bool, True, derived=True))  # default: on where the engine can
+    return given  # default: on where the engine can
 
 
-def _expert_parallel(r: _Reader, d: dict[str, Any], path: str, engine: str | None, tp: int | None) -> bool:
+def _expert_parallel(r: _Reader, path: str, engine: str | None, tp: int, ep: bool) -> None:
     """`--enable-expert-parallel` (vLLM v0.33.0 vllm/engine/arg_utils.py, ParallelConfig.enable_expert_parallel):
     MoE experts are placed whole on the tensor-parallel ranks instead of sharded across them."""
-    ep = bool(r.value(d, "expertParallel", path, bool, False))
     if ep and engine in ENGINES and not ENGINES[engine].expert_parallel:
         r.fail(f"{path}.expertParallel", f"is not available with engine {engine!r}; remove it or use engine "
                                          f"{_with('expert_parallel')}")
     if ep and tp == 1:
         r.fail(f"{path}.expertParallel", "needs tensorParallel > 1: expert parallelism spreads the experts over the "
                                          "tensor-parallel GPUs")
-    return ep
 
 
-def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None) -> float | None:
+def _kv_offload(r: _Reader, d: dict[str, Any], path: str, engine: str | None, gib: float | None) -> None:
     """KV cache offload to host memory: vLLM's `--kv-offloading-size` (GiB; CacheConfig.kv_offloading_size),
     which sets up its native OffloadingConnector with `cpu_bytes_to_use` (v0.33.0 vllm/config/vllm.py; the CPU
     spec, vllm/v1/kv_offload/cpu/spec.py, raises without it: the `num_cpu_blocks` of 0.11.0 is no longer read).
     Offloaded blocks are found by their prefix-cache hashes, so prefix caching must stay on."""
-    gib = r.value(d, "kvOffloadGiB", path, float, None, minimum=0.1)
     if gib is not None and engine in ENGINES and not ENGINES[engine].kv_offload:
         r.fail(f"{path}.kvOffloadGiB", f"is not available with engine {engine!r}; remove it or use engine "
                                        f"{_with('kv_offload')}")
     if gib is not None and d.get("prefixCaching") is False:
         r.fail(f"{path}.kvOffloadGiB", "needs prefixCaching: offloaded KV blocks are found by their prefix "
                                        "hashes; remove prefixCaching: false or kvOffloadGiB")
-    return gib
 
 
 def _fits_pool(r: _Reader, path: str, gpus: int, per_node: int, rmax: int, pool: NodePool) -> None:

@@ -18,6 +18,7 @@ from components.k8s.settings import (
     VolumeSizes,
     WorkflowSlo,
 )
+from infra.stack import declared
 from infra.stack.common import _dns_label, _known_type
 from infra.stack.reader import (
     _kind,
@@ -28,12 +29,11 @@ from infra.stack.reader import (
 
 
 def _workflow_slo(r: _Reader, raw: Any, path: str, base: WorkflowSlo) -> WorkflowSlo:
-    d = r.mapping(raw if raw is not None else {}, path, ("latencySeconds", "latencyTarget", "availabilityTarget"))
-    return WorkflowSlo(
-        r.value(d, "latencySeconds", path, float, base.latency_seconds, minimum=0.001),
-        r.value(d, "latencyTarget", path, float, base.latency_target, minimum=0.5, maximum=0.99999),
-        r.value(d, "availabilityTarget", path, float, base.availability_target, minimum=0.5, maximum=0.99999),
-    )
+    """A workflow's SLO; what it does not set is `base`'s (observability.slo for a named workflow)."""
+    v = r.fields(WorkflowSlo, raw, path)
+    d = raw if isinstance(raw, dict) else {}
+    return WorkflowSlo(**{name: value if r.is_set(d, path, key) else getattr(base, name)
+                          for (name, value), key in zip(v.items(), declared.allowed_keys(WorkflowSlo), strict=True)})
 
 
 def _secret_ref(r: _Reader, d: Mapping[str, Any] | None, path: str, *, required: bool) -> SecretRef | None:
@@ -111,14 +111,13 @@ def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> 
     path = "observability.alerting.heartbeat"
     if raw is None:
         return None
-    d = r.mapping(raw, path, ("receiver", "repeatInterval"))
-    if d is None:
+    v = r.fields(Heartbeat, raw, path)
+    name = v["receiver"]
+    if name is not None and name not in receivers:
+        r.fail(f"{path}.receiver", f"{_show(name)} is not a receiver; receivers: "
+                                   f"{', '.join(sorted(receivers)) or '(none)'}")
         return None
-    name = r.value(d, "receiver", path, str, check=lambda v: None if v in receivers else
-                   f"is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
-    every = r.value(d, "repeatInterval", path, str, "5m", check=lambda v: None if re.match(r"^[1-9][0-9]*(m|h)$", v)
-                    else "is not an interval of whole minutes or hours such as 5m or 1h")
-    return Heartbeat(name, every) if name is not None and name in receivers else None
+    return Heartbeat(**v) if name is not None else None
 
 
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:

@@ -16,6 +16,7 @@ from components.k8s.defaults import (
     IPAM_BLOCK_SIZE,
 )
 from components.k8s.settings import (
+    NOT_A_UTC_TIME,
     Capacity,
     InfinibandSettings,
     NodeCheck,
@@ -27,8 +28,6 @@ from infra.stack.cluster import Target, _sizes
 from infra.stack.common import (
     MIG_LAYOUTS,
     MIN_CAPACITY_BLOCK_DRAIN_MINUTES,
-    RESERVATION_ID,
-    UTC_TIME,
     _cidr,
     _dns_subdomain,
     _known_type,
@@ -39,15 +38,17 @@ from infra.stack.reader import (
     _show,
 )
 
-_POOL_KEYS = ("instanceType", "minSize", "maxSize", "desiredSize", "fabric", "availabilityZones", "capacity",
-              "placementGroup", "rootVolumeGiB", "hugepagesMiB", "labels", "taints", "mig", "nodes", "nodeCheck",
-              "vllmImage")
+# the keys of a pool read here rather than declared on NodePool: lists and mappings checked against the target
+_HANDLED = ("availabilityZones", "capacity", "labels", "taints", "mig", "nodes", "nodeCheck")
 
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
     path = f"nodePools.{name}"
-    r.allow(d, path, _POOL_KEYS)
-    itype = r.value(d, "instanceType", path, str, check=_known_type)
+    v = r.fields(NodePool, d, path, handled=_HANDLED)
+    itype = v.pop("instance_type")
+    if itype is not None and (problem := _known_type(itype)) is not None:
+        r.fail(f"{path}.instanceType", f"{_show(itype)} {problem}")
+        itype = None
     if itype is None:
         return None
     inst = catalog.get(itype)
@@ -57,12 +58,16 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.instanceType", f"{itype!r} is not available for provider {target.provider!r}; "
                                        f"choose one of: {', '.join(sorted(kinds))}")
     block = isinstance(d.get("capacity"), dict) and d["capacity"].get("type") == "capacity-block"
-    lo = r.value(d, "minSize", path, int, 0 if block else 1, minimum=0)
-    want = r.value(d, "desiredSize", path, int, lo, minimum=0)
-    hi = r.value(d, "maxSize", path, int, max(lo, want), minimum=0)
+    if not r.is_set(d, path, "minSize"):
+        v["min_size"] = 0 if block else 1
+    if not r.is_set(d, path, "desiredSize"):
+        v["desired_size"] = v["min_size"]
+    if not r.is_set(d, path, "maxSize"):
+        v["max_size"] = max(v["min_size"], v["desired_size"])
+    lo, hi, want = v["min_size"], v["max_size"], v["desired_size"]
     _sizes(r, path, lo, hi, want)
 
-    fabric = r.value(d, "fabric", path, str, "none", choices=("efa", "infiniband", "none"))
+    fabric = v["fabric"]
     if fabric == "efa":
         if not inst.supports_efa:
             r.fail(f"{path}.fabric", f"'efa' is not available on {itype}; EFA types: {', '.join(catalog.efa_types())}")
@@ -97,26 +102,24 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     cap_raw = d.get("capacity")
     capacity = Capacity()
     if cap_raw is not None:
-        cd = r.mapping(cap_raw, f"{path}.capacity", ("type", "reservationId", "startTime", "endTime",
-                                                     "drainMinutes"))
-        ctype = r.value(cd, "type", f"{path}.capacity", str, "on-demand",
-                        choices=("on-demand", "odcr", "capacity-block"))
-        rid = r.value(cd, "reservationId", f"{path}.capacity", str, None,
-                      check=lambda v: None if RESERVATION_ID.match(v) else "is not a reservation id (cr-...)")
-        if ctype != "on-demand" and rid is None and cd is not None and "reservationId" not in cd:
-            r.fail(f"{path}.capacity.reservationId", f"is required for capacity type {ctype!r}")
-        if ctype == "on-demand" and cd is not None and "reservationId" in cd:
-            r.fail(f"{path}.capacity.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
+        cp = f"{path}.capacity"
+        capacity = r.section(Capacity, cap_raw, cp)
+        cd = {k: x for k, x in cap_raw.items() if x is not None} if isinstance(cap_raw, dict) else {}
+        ctype = capacity.type
+        if ctype != "on-demand" and _given(cd, "reservationId") is False:
+            r.fail(f"{cp}.reservationId", f"is required for capacity type {ctype!r}")
+        if ctype == "on-demand" and _given(cd, "reservationId"):
+            r.fail(f"{cp}.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
         if not aws and target is not None:
-            r.fail(f"{path}.capacity", "only applies to provider 'aws'")
-        drain = r.value(cd, "drainMinutes", f"{path}.capacity", int, CAPACITY_BLOCK_DRAIN_MINUTES,
-                        check=lambda v: None if v >= MIN_CAPACITY_BLOCK_DRAIN_MINUTES else
-                        "must be more than 30: EKS asks to scale a capacity-block node group to zero more than "
-                        "30 minutes before the block ends")
-        if ctype != "capacity-block" and cd is not None and "drainMinutes" in cd:
-            r.fail(f"{path}.capacity.drainMinutes", "only applies to capacity type 'capacity-block'")
-        start, end = _block_window(r, cd, f"{path}.capacity", ctype, drain_minutes=drain)
-        capacity = Capacity(ctype, rid, start, end, drain)
+            r.fail(cp, "only applies to provider 'aws'")
+        if capacity.drain_minutes < MIN_CAPACITY_BLOCK_DRAIN_MINUTES:
+            r.fail(f"{cp}.drainMinutes", f"{capacity.drain_minutes} must be more than 30: EKS asks to scale a "
+                                         "capacity-block node group to zero more than 30 minutes before the block "
+                                         "ends")
+            capacity = dataclasses.replace(capacity, drain_minutes=CAPACITY_BLOCK_DRAIN_MINUTES)
+        if ctype != "capacity-block" and _given(cd, "drainMinutes"):
+            r.fail(f"{cp}.drainMinutes", "only applies to capacity type 'capacity-block'")
+        capacity = _block_window(r, cd, cp, capacity)
         if aws and ctype != "on-demand" and len(azs) != 1 and not r.problems_at(f"{path}.availabilityZones"):
             # ODCRs and capacity blocks are zonal (EKS user guide, capacity blocks: give the node group only the
             # subnet of the reservation's zone): other zones have nothing reserved to launch into
@@ -129,19 +132,22 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.desiredSize", f"a capacity block runs nodes only inside its window: set minSize and "
                                           f"desiredSize to 0 and maxSize to the reserved count (got {lo}, {hi}, "
                                           f"{want}); scheduled actions scale the pool at the block's start and end")
-    pg_default = fabric == "efa" and not capacity.reserved
-    pg = r.value(d, "placementGroup", path, bool, pg_default)
+    if not r.is_set(d, path, "placementGroup"):
+        v["placement_group"] = fabric == "efa" and not capacity.reserved
+    pg = v["placement_group"]
     if pg and capacity.reserved:
         r.fail(f"{path}.placementGroup", f"true conflicts with capacity type {capacity.type!r}: the reservation "
                                          "fixes placement itself; remove placementGroup")
     if pg and not aws and target is not None:
         r.fail(f"{path}.placementGroup", "only applies to provider 'aws'")
 
-    root = r.value(d, "rootVolumeGiB", path, int,
-                   DEFAULT_GPU_ROOT_VOLUME_GIB if inst.has_gpu else DEFAULT_CPU_ROOT_VOLUME_GIB,
-                   minimum=20, maximum=16384)
-    huge = r.value(d, "hugepagesMiB", path, int, DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0,
-                   minimum=0, check=lambda v: None if v % 2 == 0 else "must be a multiple of 2 (2 MiB pages)")
+    if not r.is_set(d, path, "rootVolumeGiB"):
+        v["root_volume_gib"] = DEFAULT_GPU_ROOT_VOLUME_GIB if inst.has_gpu else DEFAULT_CPU_ROOT_VOLUME_GIB
+    if not r.is_set(d, path, "hugepagesMiB"):
+        v["hugepages_mib"] = DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0
+    elif v["hugepages_mib"] % 2:
+        r.fail(f"{path}.hugepagesMiB", f"{v['hugepages_mib']} must be a multiple of 2 (2 MiB pages)")
+        v["hugepages_mib"] = DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0
     labels = r.string_map(d, "labels", path)
     for key in labels:
         if key == POOL_LABEL or key.startswith("nvidia.com/"):
@@ -152,12 +158,9 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         raw_t = r.value(d, "taints", path, list, [], derived=True)  # default: the GPU taint (below)
         for i, t in enumerate(raw_t):
             tp = f"{path}.taints[{i}]"
-            td = r.mapping(t, tp, ("key", "value", "effect"))
-            key = r.value(td, "key", tp, str)
-            eff = r.value(td, "effect", tp, str, choices=("NoSchedule", "PreferNoSchedule", "NoExecute"))
-            val = r.value(td, "value", tp, str, "")
-            if key and eff:
-                taints.append(Taint(key, eff, val))
+            tv = r.fields(Taint, t, tp)
+            if tv["key"] and tv["effect"]:
+                taints.append(Taint(**tv))
     elif inst.has_gpu:
         taints.append(Taint(GPU_TAINT_KEY, "NoSchedule", "true"))
 
@@ -182,38 +185,32 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                                 f"nvidia.com/mig.config={mig} so the GPU operator's MIG manager partitions them")
     if len(set(nodes)) != len(nodes):
         r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
-    image = r.value(d, "vllmImage", path, str, None,
-                    check=lambda v: None if re.match(r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$", v)
-                    else "is not an image reference with a tag or digest (registry/repo:tag)")
-    return NodePool(name, itype, lo, hi, want, fabric, tuple(azs), capacity, pg, root, huge, labels,
-                    tuple(taints), mig, nodes, node_check, image)
+    return NodePool(name=name, instance_type=itype, availability_zones=tuple(azs), capacity=capacity, labels=labels,
+                    taints=tuple(taints), mig=mig, nodes=nodes, node_check=node_check, **v)
 
 
-def _block_window(r: _Reader, cd: dict[str, Any] | None, path: str, ctype: str, *,
-                  drain_minutes: int) -> tuple[str | None, str | None]:
+def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity) -> Capacity:
     """A capacity block's start and end (UTC): the pool scales up at the start and to zero `drainMinutes` before
     the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
-    times = {}
-    for key in ("startTime", "endTime"):
-        times[key] = r.value(cd, key, path, str, None, check=_utc_time)
-        if ctype == "capacity-block" and cd is not None and key not in cd:
+    times = {"startTime": capacity.start_time, "endTime": capacity.end_time}
+    for key, value in times.items():
+        if value is not None and _utc(value) is None:
+            r.fail(f"{path}.{key}", f"{_show(value)} {NOT_A_UTC_TIME}")
+            times[key] = None
+        if capacity.type == "capacity-block" and key not in cd:
             r.fail(f"{path}.{key}", f"is required for capacity type 'capacity-block': the block's {key[:-4]} "
                                     "(UTC, e.g. 2026-12-01T11:30:00Z, as `aws ec2 describe-capacity-reservations` "
                                     "shows it)")
-        elif ctype != "capacity-block" and cd is not None and key in cd:
+        elif capacity.type != "capacity-block" and key in cd:
             r.fail(f"{path}.{key}", "only applies to capacity type 'capacity-block'")
     start, end = times["startTime"], times["endTime"]
+    drain_minutes = capacity.drain_minutes
     if start is not None and end is not None:
         s, e = _utc(start), _utc(end)
         if s is not None and e is not None and (e - s).total_seconds() <= drain_minutes * 60:
             r.fail(f"{path}.endTime", f"{end!r} must be more than {drain_minutes} minutes after startTime {start!r} "
                                       f"(the pool scales to zero drainMinutes={drain_minutes} before the block ends)")
-    return start, end
-
-
-def _utc_time(value: str) -> str | None:
-    ok = UTC_TIME.match(value) and _utc(value) is not None
-    return None if ok else "is not a UTC time such as 2026-12-01T11:30:00Z"
+    return dataclasses.replace(capacity, start_time=start, end_time=end)
 
 
 def _utc(value: str) -> datetime.datetime | None:

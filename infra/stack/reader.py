@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from components.k8s.settings import DNS_LABEL_PATTERN
 from infra.stack import declared
-from infra.stack.messages import did_you_mean, unknown_key
+from infra.stack.messages import beyond_limits, did_you_mean, unknown_key
 from infra.stack.messages import got as _got
 from infra.stack.messages import kind as _kind
 from infra.stack.messages import show as _show
@@ -21,11 +21,6 @@ from infra.stack.messages import show as _show
 __all__ = ["Problem", "ConfigError", "did_you_mean", "unknown_key", "DNS_LABEL"]
 
 DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
-# Bounds on every value the stack file gives, where a setting states none of its own: Kubernetes' and AWS's integer
-# fields are 32-bit (replicas, sizes, ports), and no name, id or URL the kit passes on is longer than an IAM ARN
-# (2,048 characters; the longest of the AWS limits it meets).
-NUMBER_LIMIT = 2**31 - 1
-STRING_LIMIT = 2048
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +67,11 @@ class _Reader:
     def problems_at(self, path: str) -> bool:
         """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
         return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
+
+    def is_set(self, d: Mapping[str, Any] | None, path: str, key: str) -> bool:
+        """Whether the raw mapping `d` at `path` sets `key` (not null) to a value read without a problem: else a
+        derived default holds (the resolve step computes it from other settings)."""
+        return _given(d, key) and not self.problems_at(f"{path}.{key}")
 
     def mapping(self, raw: Any, path: str, allowed: tuple[str, ...] | None, *,
                 keep_null: bool | tuple[str, ...] = ()) -> dict[str, Any] | None:
@@ -148,14 +148,8 @@ class _Reader:
             want = " or ".join(_kind(k()) if k is not type(None) else "null" for k in kinds)
             self.fail(full, f"expected {want}, got {_got(value)}")
             return default if default is not _REQUIRED else None
-        if isinstance(value, str) and len(value) > STRING_LIMIT:
-            self.fail(full, f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends "
-                            "up in Kubernetes objects and AWS fields, which are shorter)")
-            return default if default is not _REQUIRED else None
-        if (maximum is None and isinstance(value, (int, float)) and not isinstance(value, bool)
-                and abs(value) > NUMBER_LIMIT):
-            self.fail(full, f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their "
-                            "32-bit integers)")
+        if (limit := beyond_limits(value, bounded=maximum is not None)) is not None:
+            self.fail(full, limit)
             return default if default is not _REQUIRED else None
         if choices is not None and value not in choices:
             self.fail(full, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}")

@@ -24,32 +24,28 @@ from infra.stack.reader import (
 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
-    allowed = ("namespace", "gpuQuota", "cpuQuota", "memoryQuota", "migQuota", "rateLimit", "shareWith")
-    r.allow(d, path, allowed)
-    ns = r.value(d, "namespace", path, str, name, check=lambda v: _dns_label(v) or _reserved_namespace(v))
-    if "namespace" not in d and (why := _reserved_namespace(name)) is not None:
-        # No namespace set: the tenant's name is its namespace, and must pass the same check.
-        r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or set "
-                     f"{path}.namespace to a namespace of its own")
-    quantity = re.compile(r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")
+    v = r.fields(Tenant, d, path, handled=("migQuota", "rateLimit", "shareWith"))
+    if "namespace" not in d:
+        v["namespace"] = name
+        if (why := _reserved_namespace(name)) is not None:
+            # No namespace set: the tenant's name is its namespace, and must pass the same check.
+            r.fail(path, f"the tenant's namespace defaults to its name, and {name!r} {why}; rename the tenant or "
+                         f"set {path}.namespace to a namespace of its own")
+    elif r.problems_at(f"{path}.namespace"):
+        v["namespace"] = name
+    elif (why := _reserved_namespace(v["namespace"])) is not None:
+        r.fail(f"{path}.namespace", f"{_show(v['namespace'])} {why}")
+        v["namespace"] = name
     rl_path = f"{path}.rateLimit"
-    rld = r.mapping(d.get("rateLimit") or {}, rl_path, ("requestsPerSecond", "burst", "batchRequestsPerSecond",
-                                                        "batchBurst"))
-    rps = r.value(rld, "requestsPerSecond", rl_path, int, 50, minimum=1)
-    burst = r.value(rld, "burst", rl_path, int, max(100, rps), minimum=1)
-    return Tenant(
-        name=name,
-        namespace=ns,
-        gpu_quota=r.value(d, "gpuQuota", path, int, 0, minimum=0),
-        cpu_quota=r.value(d, "cpuQuota", path, str, "0", derived=True,
-                          check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
-        memory_quota=r.value(d, "memoryQuota", path, str, "0Gi", derived=True,
-                             check=lambda v: None if quantity.match(v) else "is not a Kubernetes quantity"),
-        mig_quota=_mig_quota(r, d, path),
-        rate_limit=RateLimit(rps, burst, r.value(rld, "batchRequestsPerSecond", rl_path, int, rps, minimum=1),
-                             r.value(rld, "batchBurst", rl_path, int, burst, minimum=1)),
-        share_with=r.strings(d, "shareWith", path, check=_dns_label),
-    )
+    rl = r.section(RateLimit, d.get("rateLimit"), rl_path)
+    rld = d["rateLimit"] if isinstance(d.get("rateLimit"), dict) else {}
+    burst = rl.burst if r.is_set(rld, rl_path, "burst") else max(100, rl.requests_per_second)
+    rl = RateLimit(rl.requests_per_second, burst,
+                   rl.batch_requests_per_second if r.is_set(rld, rl_path, "batchRequestsPerSecond")
+                   else rl.requests_per_second,
+                   rl.batch_burst if r.is_set(rld, rl_path, "batchBurst") else burst)
+    return Tenant(name=name, **v, mig_quota=_mig_quota(r, d, path), rate_limit=rl,
+                  share_with=r.strings(d, "shareWith", path, check=_dns_label))
 
 
 def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
