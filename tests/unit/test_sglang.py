@@ -22,7 +22,10 @@ from dashboards.engines.sglang import RULES, S
 from dashboards.rules import R, groups
 from infra.config import parse
 from infra.monitoring import from_platform
-from infra.synth import load_stack
+from infra.preflight import run_rules
+from infra.synth import load_stack, read_stack_config, run_program, stack_file, state_export
+from policies import preflight as pf
+from policies.runner import run_policies
 from tests.support.prometheus import promtool
 
 CLI = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "cli.yaml").read_text())
@@ -223,3 +226,28 @@ def test_a_stack_may_give_an_sglang_model_several_nodes_and_kv_offload_on_infini
     # 256 GiB over 16 ranks: 17.18 GB each
     assert serve[serve.index("--hicache-size") + 1] == "17" and "--enable-hierarchical-cache" in serve
     assert serve[serve.index("--pp-size") + 1] == "2" and "--nnodes" in serve
+
+
+def test_prod_serves_its_tool_calling_specialist_on_sglang_and_synth_policy_and_preflight_pass() -> None:
+    """stacks/Pulumi.prod.yaml's assistant-tools: synthesized with the rest of prod, its Deployment runs SGLang's
+    launch_server, KEDA scales it on SGLang's queue, Prometheus scrapes its /metrics, the stack gives it session
+    affinity (on by default: the engine reuses KV blocks), and neither the policy pack nor preflight has
+    anything to say about the stack."""
+    result = run_program("prod", read_stack_config(stack_file("prod")))
+    entries = state_export(result)["deployment"]["resources"]
+    mine = {e["type"].rsplit(":", 1)[-1]: e["inputs"] for e in entries
+            if (e.get("inputs", {}).get("metadata") or {}).get("name") == "assistant-tools"}
+    assert {"Deployment", "Service", "ServiceMonitor", "ScaledObject", "ServiceAccount"} <= set(mine)
+    (c,) = mine["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert (c["name"], c["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23")
+    assert c["command"] == ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--host",
+                            "0.0.0.0", "--port", "8000", "--served-model-name", "assistant-tools", "--tp-size", "1",
+                            "--pp-size", "1", "--enable-metrics", "--context-length", "32768"]
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    (trigger,) = mine["ScaledObject"]["spec"]["triggers"]
+    assert trigger["metadata"]["query"].startswith("sum(max by (pod) (sglang:num_queue_reqs{")
+    assert trigger["metadata"]["threshold"] == "8"
+    assert mine["ServiceMonitor"]["spec"]["endpoints"][0]["path"] == "/metrics"
+    assert result.config.models["assistant-tools"].session_affinity_balance_factor == 125
+    assert run_policies(entries) == []
+    assert run_rules(pf.from_entries(entries), result.config) == []
