@@ -20,6 +20,7 @@ from components.k8s.values import Speculative
 from dashboards.config import ObservabilityConfig
 from dashboards.engines.sglang import RULES, S
 from dashboards.rules import R, groups
+from infra import fidelity
 from infra.config import parse
 from infra.monitoring import from_platform
 from infra.preflight import run_rules
@@ -27,6 +28,7 @@ from infra.synth import load_stack, read_stack_config, run_program, stack_file, 
 from policies import preflight as pf
 from policies.runner import run_policies
 from tests.support.prometheus import promtool
+from tests.support.stacks import stack_config, stack_raw
 
 CLI = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "cli.yaml").read_text())
 
@@ -251,3 +253,21 @@ def test_prod_serves_its_tool_calling_specialist_on_sglang_and_synth_policy_and_
     assert result.config.models["assistant-tools"].session_affinity_balance_factor == 125
     assert run_policies(entries) == []
     assert run_rules(pf.from_entries(entries), result.config) == []
+
+
+def test_a_fidelity_gated_variant_on_sglang_is_fingerprinted_by_what_sglang_runs() -> None:
+    """prod's finance-8b AWQ variant moved to SGLang: the stack still validates with its gate, the variant is held
+    back until evaluated (no recorded result), and what its evaluation is current for is SGLang's image and
+    launch_server command, not another engine's."""
+    raw = stack_raw("prod")
+    raw["models"]["finance-8b"]["engine"] = "sglang"
+    cfg = parse(raw, stack="prod")
+    (verdict,) = [v for v in fidelity.verdicts(cfg, {}) if v.variant == "finance-8b"]
+    assert not verdict.routable
+    facts = fidelity.evaluated_facts(cfg, cfg.models["finance-8b"])
+    assert (facts["engine"], facts["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23")
+    assert facts["args"][:5] == ["python3", "-m", "sglang.launch_server", "--model-path",
+                                 "hugging-quants/Meta-Llama-3.1-8B-Instruct-AWQ-INT4"]
+    assert "--speculative-algorithm" in facts["args"] and "--quantization" not in facts["args"]  # AWQ checkpoint
+    on_vllm = fidelity.evaluated_facts(stack_config("prod"), stack_config("prod").models["finance-8b"])
+    assert fidelity.fingerprint(facts) != fidelity.fingerprint(on_vllm)
