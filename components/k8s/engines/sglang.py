@@ -111,9 +111,9 @@ def sglang_args(model: Model) -> list[str]:
 
 def multi_node_args(model: Model) -> list[str]:
     """A LeaderWorkerSet pod's place in the replica (parallel.py fields --nnodes, --node-rank, --dist-init-addr),
-    from the environment LWS gives every container (kubernetes-sigs/lws api/leaderworkerset/v1
-    leaderworkerset_types.go: LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX, 0 on the leader), which the
-    kubelet expands in `$(VAR)` arguments. `--dist-timeout` (the torch.distributed timeout, rendezvous included) is
+    from the environment LWS gives every container (kubernetes-sigs/lws@v0.9.0 pkg/utils/pod/pod_utils.go
+    AddLWSVariables: LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX, 0 on the leader), which the kubelet
+    expands in `$(VAR)` arguments. `--dist-timeout` (the torch.distributed timeout, rendezvous included) is
     the replica's group formation budget: a worker may land on a fresh node and pull the image first."""
     return ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
             "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{SGLANG_DIST_INIT_PORT}",
