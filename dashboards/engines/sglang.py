@@ -115,5 +115,14 @@ class SglangRules(EngineRules):
                        *_quantiles(SGLANG.QUEUE_TIME)),
         ]
 
+    def compound_panels(self) -> list[Any]:
+        return [
+            timeseries("Time to first token p95 (SGLang)",
+                       "Prefill-dominated latency users wait before the first token.", "s",
+                       Q(f'{S.quantile(SGLANG.TTFT)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+            timeseries("Inter-token latency p95 (SGLang)", "Time between output tokens while decoding.", "s",
+                       Q(f'{S.quantile(SGLANG.ITL)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+        ]
+
 
 RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS)

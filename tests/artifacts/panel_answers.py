@@ -176,6 +176,8 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
             per_model(vllm, lambda m: _quantile(*ttft_span, 0.95))],
         ("compound-latency", "vLLM request phases p95: queue, prefill, decode"): [
             per_model(vllm, lambda m: _quantile(*request_span, 0.95)) for _ in range(3)],
+        ("compound-latency", "Time to first token p95 (SGLang)"): sglang_quantiles(syn.SGLANG_TTFT_BUCKETS)[1:2],
+        ("compound-latency", "Inter-token latency p95 (SGLang)"): sglang_quantiles(syn.SGLANG_ITL_BUCKETS)[1:2],
         # tensorrt_llm: 20 requests/s, 10 ms queue and 1 + 280 + 1 ms compute each (microsecond counters)
         ("compound-latency", "Triton queue and compute time per request"): [
             per_model(triton, lambda m: 0.010), per_model(triton, lambda m: 0.282)],
