@@ -9,6 +9,7 @@ from __future__ import annotations
 from grafanalib.core import Dashboard
 
 from dashboards.config import ObservabilityConfig
+from dashboards.engines import ENGINE_RULES
 from dashboards.panels import Q, custom_variable, dashboard, stat, timeseries
 from dashboards.rules import R
 from telemetry.names import DCGM
@@ -63,17 +64,18 @@ def _spend(cfg: ObservabilityConfig) -> list:
 
 
 def _unit_costs() -> list:
+    engines = ", ".join(e.title for e in ENGINE_RULES.values())
     return [
         timeseries("Cost per 1M generated tokens", "A model's GPU cost per hour over the output tokens it "
-                                                   "generated in that hour, per million (vLLM's generation "
-                                                   "token counter; Triton's nv_llm_output_token_len sum).",
+                                                   "generated in that hour, per million (its engine's generated "
+                                                   f"tokens: {engines}).",
                    "currencyUSD", Q(f"{R.MODEL_COST_PER_MTOK}{{{MODEL}}}", "{{model}}")),
         timeseries("Cost per completed workflow by tenant", "A tenant's model GPU cost over its completed "
                                                             "workflows.", "currencyUSD",
                    Q(f"{R.TENANT_COST_PER_WORKFLOW}{{{TENANT}}}", "{{tenant}}")),
         timeseries("GPU spend by model", "GPUs requested by a model's pods x its pool's GPU price.", "currencyUSD",
                    Q(f"{R.MODEL_COST}{{{MODEL}}}", "{{model}}"), stacked=True),
-        timeseries("Generated tokens per second", "Output tokens per second by model (vLLM and Triton).", "short",
+        timeseries("Generated tokens per second", f"Output tokens per second by model ({engines}).", "short",
                    Q(f"{R.GENERATED_TOKENS}{{model=~\"$model\"}}", "{{model}}")),
         timeseries("GPU utilisation by pool", "Mean GPU utilisation (DCGM_FI_DEV_GPU_UTIL, 5-minute average).",
                    "percentunit", Q(f"{R.dcgm_pool(DCGM.GPU_UTIL, 'avg')}{{{POOL}}}", "{{pool}}")),

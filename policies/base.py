@@ -100,6 +100,7 @@ ALLOWED_REGISTRIES = Setting(
         "docker.io/jaegertracing",
         "docker.io/grafana",
         "docker.io/otel",
+        "docker.io/lmsysorg",  # SGLang (components.k8s.engines.sglang)
         "docker.io/vllm",
         "ghcr.io/open-telemetry",
         "nvcr.io/nvidia",

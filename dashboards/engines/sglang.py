@@ -1,4 +1,4 @@
-"""SGLang's rules: its latency histograms, tokens, queue, running batch, KV pool and RadixAttention hit
+"""SGLang's rules and panels: its latency histograms, tokens, queue, running batch, KV pool and RadixAttention hit
 rate, by model_name (its --served-model-name, the config key) renamed `model`."""
 
 from __future__ import annotations
@@ -7,9 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboards.config import ObservabilityConfig, ServedModel
-from dashboards.engines.base import EngineRules
+from dashboards.engines.base import MODEL, EngineRules
+from dashboards.panels import Q, timeseries
 from dashboards.promql import series
-from dashboards.rule_parts import RATE, Alert, R, Record, quantile_record, runbook
+from dashboards.rule_parts import QUANTILES, RATE, Alert, R, Record, quantile_record, runbook
 from telemetry.names import SGLANG
 
 __all__ = ["SGLANG_HISTOGRAMS", "S", "SglangRules", "RULES"]
@@ -39,6 +40,11 @@ class S:
 
 def _by_model(expr_of: str) -> str:
     return f'label_replace({expr_of}, "model", "$1", "{SGLANG.L_MODEL}", "(.+)")'
+
+
+def _quantiles(metric: str) -> list[Q]:
+    return [Q(f'{S.quantile(metric)}{{quantile="{q}", {MODEL}}}', f"{{{{model}}}} p{q[2:].ljust(2, '0')}")
+            for q in QUANTILES]
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,10 +91,38 @@ class SglangRules(EngineRules):
         ]
 
     def panels(self) -> list[Any]:
-        """None yet: every panel comes with its known answer on the synthetic data of a shipped stack
-        (tests/artifacts/panel_answers.py), and no shipped stack serves an SGLang model yet. Its series are
-        recorded (S) and alerted on meanwhile."""
-        return []
+        """Titles carry the engine's name: a board's panel titles are unique (the known answers are keyed by them)."""
+        return [
+            timeseries("SGLang requests running and queued", "Requests in the running batch and waiting in the "
+                                                             "scheduler's queue, all replicas (a pod counted once, "
+                                                             "not once per TP rank).", "short",
+                       Q(f"{S.RUNNING}{{{MODEL}}}", "{{model}} running"),
+                       Q(f"{S.QUEUE}{{{MODEL}}}", "{{model}} queued")),
+            timeseries("SGLang token throughput", "Prompt and generated tokens per second.", "short",
+                       Q(f"{S.PROMPT_TOKENS}{{{MODEL}}}", "{{model}} prompt"),
+                       Q(f"{S.TOKENS}{{{MODEL}}}", "{{model}} generated")),
+            timeseries("SGLang prefix cache hit rate", "RadixAttention: share of prompt tokens served from cached "
+                                                       "prefixes (sglang:cache_hit_rate), mean over replicas.",
+                       "percentunit", Q(f"{S.CACHE_HIT}{{{MODEL}}}", "{{model}}")),
+            timeseries("SGLang KV pool usage", "Highest share of a replica's KV token pool in use "
+                                               "(sglang:token_usage; 1 = full: requests wait or are retracted).",
+                       "percentunit", Q(f"{S.TOKEN_USAGE}{{{MODEL}}}", "{{model}}")),
+            timeseries("SGLang time to first token", "p50 / p95 / p99.", "s", *_quantiles(SGLANG.TTFT)),
+            timeseries("SGLang inter-token latency", "p50 / p95 / p99.", "s", *_quantiles(SGLANG.ITL)),
+            timeseries("SGLang end-to-end request latency", "p50 / p95 / p99 of whole requests inside SGLang.", "s",
+                       *_quantiles(SGLANG.E2E)),
+            timeseries("SGLang queue time", "p50 / p95 / p99 of time waiting in the scheduler's queue.", "s",
+                       *_quantiles(SGLANG.QUEUE_TIME)),
+        ]
+
+    def compound_panels(self) -> list[Any]:
+        return [
+            timeseries("Time to first token p95 (SGLang)",
+                       "Prefill-dominated latency users wait before the first token.", "s",
+                       Q(f'{S.quantile(SGLANG.TTFT)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+            timeseries("Inter-token latency p95 (SGLang)", "Time between output tokens while decoding.", "s",
+                       Q(f'{S.quantile(SGLANG.ITL)}{{quantile="0.95", {MODEL}}}', "{{model}}")),
+        ]
 
 
 RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS)

@@ -96,6 +96,7 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
     models = [m.name for m in cfg.models]
     vllm = [m.name for m in cfg.models if m.engine == "vllm"]
     triton = [m.name for m in cfg.models if m.engine == "triton"]
+    sglang = [m.name for m in cfg.models if m.engine == "sglang"]
     tokens = {m.name: 500.0 * (i + 1) for i, m in enumerate(cfg.models)}  # generated tokens/s, model i
     pool_of = {m.name: m.pool for m in cfg.models}
     price = {p.name: p.node_price_per_hour / p.gpus_per_node for p in cfg.pools}
@@ -123,6 +124,9 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
 
     def vllm_quantiles(lo_hi: tuple[float, float]) -> list[Answer]:
         return [per_model(vllm, lambda m, q=q: _quantile(*lo_hi, q)) for q in (0.5, 0.95, 0.99)]
+
+    def sglang_quantiles(buckets: tuple[float, ...]) -> list[Answer]:  # uniform on the 3rd to 9th boundaries
+        return [per_model(sglang, lambda m, q=q: _quantile(buckets[2], buckets[8], q)) for q in (0.5, 0.95, 0.99)]
 
     # vLLM's histograms are uniform between their 3rd and 9th bucket boundaries (vLLM v0.11.0's buckets)
     ttft_span = (syn.VLLM_TTFT_BUCKETS[2], syn.VLLM_TTFT_BUCKETS[8])  # 0.01 .. 0.25 s
@@ -172,6 +176,8 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
             per_model(vllm, lambda m: _quantile(*ttft_span, 0.95))],
         ("compound-latency", "vLLM request phases p95: queue, prefill, decode"): [
             per_model(vllm, lambda m: _quantile(*request_span, 0.95)) for _ in range(3)],
+        ("compound-latency", "Time to first token p95 (SGLang)"): sglang_quantiles(syn.SGLANG_TTFT_BUCKETS)[1:2],
+        ("compound-latency", "Inter-token latency p95 (SGLang)"): sglang_quantiles(syn.SGLANG_ITL_BUCKETS)[1:2],
         # tensorrt_llm: 20 requests/s, 10 ms queue and 1 + 280 + 1 ms compute each (microsecond counters)
         ("compound-latency", "Triton queue and compute time per request"): [
             per_model(triton, lambda m: 0.010), per_model(triton, lambda m: 0.282)],
@@ -263,6 +269,17 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
             per_model(triton, lambda m: 4 * tokens[m]), per_model(triton, lambda m: tokens[m])],
         ("serving", "Triton time to first token"): [  # first responses uniform on 100-500 ms, shown in s
             per_model(triton, lambda m, q=q: _quantile(100, 500, q) / 1000) for q in (0.5, 0.95, 0.99)],
+        # --- serving: SGLang (one pod per model, one scheduler: 12 running, 1 queued, KV pool 40 %, hits 0.5) --
+        ("serving", "SGLang requests running and queued"): [
+            per_model(sglang, lambda m: 12.0), per_model(sglang, lambda m: 1.0)],
+        ("serving", "SGLang token throughput"): [
+            per_model(sglang, lambda m: 4 * tokens[m]), per_model(sglang, lambda m: tokens[m])],
+        ("serving", "SGLang prefix cache hit rate"): [per_model(sglang, lambda m: 0.5)],
+        ("serving", "SGLang KV pool usage"): [per_model(sglang, lambda m: 0.4)],
+        ("serving", "SGLang time to first token"): sglang_quantiles(syn.SGLANG_TTFT_BUCKETS),  # 0.4 .. 4 s
+        ("serving", "SGLang inter-token latency"): sglang_quantiles(syn.SGLANG_ITL_BUCKETS),  # 6 .. 30 ms
+        ("serving", "SGLang end-to-end request latency"): sglang_quantiles(syn.SGLANG_E2E_BUCKETS),  # 0.4 .. 4 s
+        ("serving", "SGLang queue time"): sglang_quantiles(syn.SGLANG_QUEUE_BUCKETS),  # 5 ms .. 1 s
         # --- mesh --------------------------------------------------------------------------------------------
         ("mesh", "Requests per second by destination"): [
             Answer(("destination_workload",), {(d,): r for d, r in destinations.items()})],

@@ -146,13 +146,14 @@ def test_spend_splits_into_working_allocated_idle_and_unallocated(prod: Observab
 
 def test_cost_per_million_generated_tokens_per_model(prod: ObservabilityConfig, prom: PrometheusServer,
                                                      data: Synthetic) -> None:
-    """vLLM counts generated tokens (vllm:generation_tokens_total); Triton's TensorRT-LLM backend observes each
-    response's tokens in nv_llm_output_token_len, whose _sum counts them."""
+    """vLLM and SGLang count generated tokens (vllm:generation_tokens_total, sglang:generation_tokens_total);
+    Triton's TensorRT-LLM backend observes each response's tokens in nv_llm_output_token_len, whose _sum counts
+    them."""
     [expr] = _panel("gpu-cost", "Cost per 1M generated tokens", prod)
     got = _by(prom, expr, data.end, "model")
     assert got == pytest.approx(dict(data.truth.cost_per_million_tokens), rel=TOLERANCE)
-    assert sorted(got) == sorted(m.name for m in prod.models)  # vLLM and Triton models alike
-    assert {m.engine for m in prod.models} == {"vllm", "triton"}
+    assert sorted(got) == sorted(m.name for m in prod.models)  # every engine's models alike
+    assert {m.engine for m in prod.models} == {"vllm", "triton", "sglang"}
 
 
 def test_triton_time_to_first_token_p95(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:

@@ -18,7 +18,7 @@ import dashboards
 from dashboards.config import ObservabilityConfig
 from infra.monitoring import from_platform
 from infra.synth import load_stack
-from telemetry.names import DCGM, TRITON, VLLM
+from telemetry.names import DCGM, SGLANG, TRITON, VLLM
 from tests.support import upstream
 from tests.support.promql_uses import uses
 from tests.support.synthetic import SCRAPE_LABELS, Synthetic, _Writer, generate
@@ -109,10 +109,11 @@ def _read_as(prod: ObservabilityConfig) -> dict[str, set[str]]:
 
 def test_the_kits_exporter_names_are_upstream_families_of_the_type_it_reads_them_as(
         prod: ObservabilityConfig, data: Synthetic) -> None:
-    """Every DCGM/vLLM/Triton name in telemetry/names.py is a recorded family; each one the kit's panels and rules
-    read is read as the type upstream gives it (vllm:generation_tokens_total a counter, DCGM_FI_DEV_POWER_USAGE
-    a gauge), and the synthetic data the known-answer tests query has it."""
-    names = {f"{cls.__name__}.{attr}": value for cls in (DCGM, VLLM, TRITON) for attr, value in vars(cls).items()
+    """Every DCGM/vLLM/Triton/SGLang name in telemetry/names.py is a recorded family; each one the kit's panels and
+    rules read is read as the type upstream gives it (vllm:generation_tokens_total a counter,
+    DCGM_FI_DEV_POWER_USAGE a gauge), and the synthetic data the known-answer tests query has it."""
+    names = {f"{cls.__name__}.{attr}": value for cls in (DCGM, VLLM, TRITON, SGLANG)
+             for attr, value in vars(cls).items()
              if isinstance(value, str) and upstream.is_upstream(value)}
     assert len(names) > 50
     assert sorted(k for k, v in names.items() if v not in upstream.families()) == []

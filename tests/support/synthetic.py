@@ -38,6 +38,7 @@ from telemetry.names import (
     BUDGET_BUCKETS_S,
     CRITICAL_PATH,
     ENVOY,
+    SGLANG,
     STEP_BUCKETS_S,
     STEP_BUDGET,
     STEP_DURATION,
@@ -59,6 +60,14 @@ HOSTNAME_LABELS = ("Hostname", "hostname")
 # vLLM v0.11.0's histogram buckets (vllm/v1/metrics/loggers.py), as telemetry/names.py records them.
 VLLM_TTFT_BUCKETS, VLLM_REQUEST_BUCKETS = _VLLM_BUCKETS.TTFT_BUCKETS, _VLLM_BUCKETS.REQUEST_BUCKETS
 TRITON_ENGINE_MODEL = "tensorrt_llm"  # the TensorRT-LLM repository's engine model (tensorrtllm_backend all_models/)
+# SGLang 0.5.23's default histogram buckets (sglang/srt/observability/metrics_collector.py, the PyPI wheel).
+SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+SGLANG_E2E_BUCKETS = (*SGLANG_TTFT_BUCKETS, 600, 1200, 1800, 2400)
+SGLANG_ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080,
+                      0.100, 0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
+SGLANG_QUEUE_BUCKETS = (0.0, 0.001, 0.005, 0.010, 0.050, 0.100, 0.200, 0.500, 1, 2, 3, 4, 5, 10, 15, 20, 30, 40, 50,
+                        60, 70, 80, 90, 100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 1200, 1400, 1600, 1800,
+                        2000, 2500, 3000)
 # Labels the scrape puts on every series (Prometheus: job, instance; the operator's monitors: namespace, pod,
 # container), besides the exporter's own.
 SCRAPE_LABELS = frozenset({"job", "instance", "namespace", "pod", "container"})
@@ -373,9 +382,30 @@ def _trtllm(w: _Writer, labels: Mapping[str, str], tokens: float, share: float) 
                 _uniform(lo, hi), TRITON_REQUESTS_PER_S * share, (lo + hi) / 2, python_client=False)
 
 
+def _sglang(w: _Writer, model: str, pods: list[Allocation], tokens: float) -> None:
+    """One SGLang model's series: each pod one scheduler (TP rank 0) with 12 running, 1 queued, KV pool 40 %,
+    RadixAttention hit rate 0.5; 5 requests/s uniform between the 3rd and 9th bucket boundaries."""
+    share = 1 / len(pods)
+    for a in pods:
+        base = {SGLANG.L_MODEL: model, "engine_type": "unified",
+                **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=model)}
+        ranks = {"tp_rank": "0", "pp_rank": "0", "moe_ep_rank": "0"}
+        streaming = {"is_streaming": "true"}
+        for h, buckets, extra in ((SGLANG.TTFT, SGLANG_TTFT_BUCKETS, streaming), (SGLANG.ITL, SGLANG_ITL_BUCKETS, {}),
+                                  (SGLANG.E2E, SGLANG_E2E_BUCKETS, streaming),
+                                  (SGLANG.QUEUE_TIME, SGLANG_QUEUE_BUCKETS, ranks)):
+            lo, hi = buckets[2], buckets[8]
+            w.histogram(h, {**base, **extra}, buckets, _uniform(lo, hi), 5 * share, (lo + hi) / 2, python_client=True)
+        w.level(SGLANG.GENERATION_TOKENS, {**base, **streaming}, tokens * share)
+        w.level(SGLANG.PROMPT_TOKENS, {**base, **streaming}, 4 * tokens * share)
+        for metric, value in ((SGLANG.RUNNING, 12), (SGLANG.QUEUE, 1), (SGLANG.TOKEN_USAGE, 0.4),
+                              (SGLANG.CACHE_HIT_RATE, 0.5)):
+            w.level(metric, {**base, **ranks}, value)
+
+
 def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
              ) -> tuple[dict[str, float], dict[str, float]]:
-    """vLLM and Triton series; returns the true cost per 1M generated tokens of each model and the true
+    """vLLM, Triton and SGLang series; returns the true cost per 1M generated tokens of each model and the true
     p95 time to first token (s) of each Triton model."""
     truth, ttft = {}, {}
     for index, m in enumerate(cfg.models):
@@ -411,6 +441,8 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
                 w.level("vllm:num_requests_running", labels, 12)
                 w.level("vllm:num_requests_waiting", labels, 1)
                 w.level("vllm:kv_cache_usage_perc", labels, 0.4)
+        elif m.engine == "sglang":
+            _sglang(w, m.name, pods, tokens)
         else:
             # As Triton really labels a TensorRT-LLM repository: one series per repository model, the kit's
             # model only in the pod label the ServiceMonitor copies. Only tensorrt_llm carries the truth; the

@@ -1,6 +1,6 @@
 """The upstream metric fixtures (tests/fixtures/metrics/*.yaml) as data: family name -> type and labels.
 
-The synthetic exporter data (tests/support/synthetic.py) asks this module for every DCGM exporter, vLLM and
+The synthetic exporter data (tests/support/synthetic.py) asks this module for every DCGM exporter, vLLM, SGLang and
 Triton family it writes: the name must be one the fixture records (recorded from the upstream source at the
 pinned version, named in each fixture), the kind of series it writes (a level or a count growing at a rate) is
 the fixture's type, and its labels are the fixture's. telemetry/names.py is never the other side.
@@ -19,7 +19,7 @@ __all__ = ["FIXTURES", "EXPORTERS", "Family", "families", "family", "is_upstream
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "metrics"
 # name prefix -> fixture file: every family of that exporter starts with its prefix
-EXPORTERS = {"DCGM_FI_": "dcgm-exporter.yaml", "vllm:": "vllm.yaml", "nv_": "triton.yaml"}
+EXPORTERS = {"DCGM_FI_": "dcgm-exporter.yaml", "vllm:": "vllm.yaml", "nv_": "triton.yaml", "sglang:": "sglang.yaml"}
 
 
 @dataclass(frozen=True, slots=True)

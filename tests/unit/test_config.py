@@ -182,7 +182,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
      with_("models.m1", {"engine": "triton", "model": "o/m", "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
                          "pipelineParallel": 2}, with_("tenants.t1.gpuQuota", 16)),
      "models.m1.engine: 'triton' cannot serve a replica of 16 GPUs across nodes of 8 (p5.48xlarge); use engine "
-     "'vllm' or fit the replica on one node"),
+     "'vllm' or 'sglang' or fit the replica on one node"),
     ("speculative draft_model", with_("models.m1.speculative", {"method": "draft_model", "draftModel": "o/d"}),
      "models.m1.speculative.method: 'draft_model' is not supported by the V1 engine of the kit's pinned vLLM"),
     ("speculative with pipeline parallel",

@@ -305,6 +305,7 @@ def test_model_pods_have_a_priority_class_per_priority_and_the_stack_creates_the
     prod = stack_config("prod")
     names = {m.name: serving.pod_spec(prod, m).get("priorityClassName") for m in prod.models.values()}
     assert names == {"assistant-fast": "aifactory-serving-interactive", "assistant-batch": "aifactory-serving-batch",
+                     "assistant-tools": "aifactory-serving-interactive",
                      "deep-research": "aifactory-serving-interactive", "embed-rerank": "aifactory-serving-interactive",
                      "finance-8b": "aifactory-serving-interactive", "finance-8b-bf16": "aifactory-serving-interactive"}
     classes = {pc["metadata"]["name"]: (pc["value"], pc["preemptionPolicy"], pc["globalDefault"])

@@ -20,16 +20,17 @@ stack = stack_config
 
 def test_workloads_pair_interactive_and_batch_models() -> None:
     ws = {w.name: (w.default.name, w.batch.name if w.batch else None) for w in ec.workloads(prod_without_variants())}
-    assert ws == {"assistant": ("assistant-fast", "assistant-batch"), "deep-research": ("deep-research", None),
-                  "embed-rerank": ("embed-rerank", None), "finance-8b": ("finance-8b", None)}
+    assert ws == {"assistant": ("assistant-fast", "assistant-batch"), "assistant-tools": ("assistant-tools", None),
+                  "deep-research": ("deep-research", None), "embed-rerank": ("embed-rerank", None),
+                  "finance-8b": ("finance-8b", None)}
 
 
 def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     routes = ec.routes(prod_without_variants())
     names = [r["name"] for r in routes]
-    header = ["assistant-batch", "assistant", "deep-research", "embed-rerank", "finance-8b"]
-    body = ["assistant-batch-body", "assistant-body", "deep-research-body", "embed-rerank-body", "finance-8b-body",
-            "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key in the body
+    header = ["assistant-batch", "assistant", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
+    body = ["assistant-batch-body", "assistant-body", "assistant-tools-body", "deep-research-body", "embed-rerank-body",
+            "finance-8b-body", "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key
     # first the methods the API does not use (tests/artifacts/test_envoy_input_live.py); each model route comes
     # after its 413 and non-streamed twins (see below)
     # before the body routes, a 413 from the headers for a body no model takes (its model is not known yet)
@@ -39,7 +40,10 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
                      "unknown-model", "not-served"]
     by_name = {r["name"]: r for r in routes}
     assert [by_name[n]["route"]["cluster"] for n in header] == [
-        "assistant-batch", "assistant-fast", "deep-research", "embed-rerank", "finance-8b"]
+        "assistant-batch", "assistant-fast", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
+    # assistant-tools is SGLang: its OpenAI paths (components.k8s.engines.sglang), /v1/models/{model} included
+    assert by_name["assistant-tools-path"]["match"] == {"safe_regex": {
+        "regex": r"^/models/(?i:assistant\-tools)/(?:v1/chat/completions|v1/completions|v1/models|v1/models/[^/]+)$"}}
     # header routes: any model name case, on the engine's OpenAI paths, with or without a /models/<x> prefix
     assert by_name["assistant-batch"]["match"] == {
         "safe_regex": {"regex": "^(?:/models/[^/]+)?/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},

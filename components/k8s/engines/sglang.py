@@ -1,20 +1,25 @@
-"""SGLang: `python3 -m sglang.launch_server` (its OpenAI-compatible HTTP server) on one node.
+"""SGLang: `python3 -m sglang.launch_server` (its OpenAI-compatible HTTP server), on one node or across the nodes
+of a LeaderWorkerSet.
 
 For the structured, multi-turn generation agents do: RadixAttention shares the KV cache of common prefixes across
 an agent's branches (on unless models.X.prefixCaching is false), and its grammar backend constrains tool calls and
 JSON outputs. Every flag, path, port and metric the kit uses: docs/contracts.md, "SGLang".
 
-Not (yet) served: multi-node replicas (--nnodes/--node-rank/--dist-init-addr exist, the LeaderWorkerSet wiring does
-not), KV offload (its hierarchical cache), and engine spans: the wheel's OpenTelemetry packages are its optional
-`tracing` extra, and nothing pinned says the image installs them.
+Multi-node replicas need no Ray: every pod of the group runs the same launch_server with its node rank, and the
+leader's rank 0 hosts the torch.distributed store the others join (`--dist-init-addr`). KV offload is its
+hierarchical cache (HiCache) in host memory. No engine spans: `--enable-trace` raises at start-up unless the
+OpenTelemetry SDK is installed, which the wheel lists only under its optional `tracing` extra, and nothing pinned
+here shows the image installs it (docs/contracts.md, "SGLang").
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from components.k8s import naming
 from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.engines.vllm import nccl_guard_script
 from components.k8s.values import Model
 from telemetry.names import SGLANG
 
@@ -24,7 +29,11 @@ __all__ = [
     "SGLANG_LAUNCH",
     "SGLANG_QUANTIZATION",
     "SGLANG_SPECULATIVE",
+    "SGLANG_DIST_INIT_PORT",
+    "HICACHE_GB",
+    "hicache_size_per_rank",
     "sglang_args",
+    "multi_node_args",
     "Sglang",
     "ENGINE",
 ]
@@ -41,10 +50,27 @@ SGLANG_QUANTIZATION: dict[str, str | None] = {
 }
 # `--speculative-algorithm` builtins (arg_groups/fields/spec.py): the kit's methods by their SGLang names.
 SGLANG_SPECULATIVE = {"eagle3": "EAGLE3", "eagle": "EAGLE", "ngram": "NGRAM"}
+# A multi-node replica's rendezvous: the torch.distributed TCP store its leader's rank 0 serves on this port
+# (`--dist-init-addr host:port`, distributed/bootstrap.py _resolve_dist_init_method). Without DP attention no other
+# fixed port crosses nodes (server_args.py PortArgs.init_new: IPC within a node); NCCL's and gloo's own sockets
+# are ephemeral (components.k8s.mesh).
+SGLANG_DIST_INIT_PORT = 20000
+# `--hicache-size` is whole gigabytes of 10^9 bytes for each rank's host pool (mem_cache/pool_host/base.py:
+# host_size * 1e9 // size_per_token; every TP and PP rank builds its own).
+HICACHE_GB = 10**9
 
 
 def _quantization_flag(model: Model) -> str | None:
     return None if model.quantized_checkpoint else SGLANG_QUANTIZATION[model.quantization]
+
+
+def hicache_size_per_rank(model: Model) -> int:
+    """models.X.kvOffloadGiB (GiB for the whole replica, as vLLM's --kv-offloading-size) as SGLang's per-rank
+    `--hicache-size`: split over the replica's TP x PP ranks, rounded down to whole GB, at least 1 (0 would mean
+    "size by --hicache-ratio" instead)."""
+    assert model.kv_offload_gib is not None
+    ranks = model.tensor_parallel * model.pipeline_parallel
+    return max(1, math.floor(model.kv_offload_gib * 2**30 / HICACHE_GB / ranks))
 
 
 def sglang_args(model: Model) -> list[str]:
@@ -68,6 +94,9 @@ def sglang_args(model: Model) -> list[str]:
         args += ["--context-length", str(model.max_model_length)]
     if not model.prefix_caching:
         args.append("--disable-radix-cache")
+    if model.kv_offload_gib is not None:  # HiCache: evicted radix-tree KV kept in host memory (needs the radix
+        # cache, which the stack model enforces: arg_groups/kv_cache_hook.py refuses it with --disable-radix-cache)
+        args += ["--enable-hierarchical-cache", "--hicache-size", str(hicache_size_per_rank(model))]
     if (spec := model.speculative) is not None:
         args += ["--speculative-algorithm", SGLANG_SPECULATIVE[spec.method]]
         if spec.method == "ngram":  # drafts from the prompt
@@ -80,16 +109,37 @@ def sglang_args(model: Model) -> list[str]:
     return args
 
 
+def multi_node_args(model: Model) -> list[str]:
+    """A LeaderWorkerSet pod's place in the replica (parallel.py fields --nnodes, --node-rank, --dist-init-addr),
+    from the environment LWS gives every container (kubernetes-sigs/lws@v0.9.0 pkg/utils/pod/pod_utils.go
+    AddLWSVariables: LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX, 0 on the leader), which the kubelet
+    expands in `$(VAR)` arguments. `--dist-timeout` (the torch.distributed timeout, rendezvous included) is
+    the replica's group formation budget: a worker may land on a fresh node and pull the image first."""
+    return ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
+            "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{SGLANG_DIST_INIT_PORT}",
+            "--dist-timeout", str(model.group_formation_seconds)]
+
+
 @dataclass(frozen=True, eq=False)
 class Sglang(Engine):
-    """SGLang's HTTP server (OpenAI-compatible and native APIs on one port)."""
+    """SGLang's HTTP server (OpenAI-compatible and native APIs on one port); in a multi-node replica every pod
+    runs it, the leader serving HTTP and the workers their ranks only (entrypoints/engine.py: a node_rank >= 1
+    runs no tokenizer and answers only a health stub)."""
 
     def image(self, site: EngineSite, model: Model) -> str:
         return DEFAULT_SGLANG_IMAGE
 
     def command(self, model: Model, *, role: Role = "single", tracing: EngineTracing | None = None,
                 fabric_name: str = "none") -> list[str]:
-        return [*SGLANG_LAUNCH, *sglang_args(model)]
+        """The leader of a replica on EFA or InfiniBand runs behind the kit's NCCL guard (components/k8s/
+        nccl_guard.py, as vLLM's leader), which stops it when its ranks' NCCL picked TCP sockets over the fabric."""
+        serve = [*SGLANG_LAUNCH, *sglang_args(model)]
+        if role == "single":
+            return serve
+        serve += multi_node_args(model)
+        if role == "leader" and fabric_name in ("efa", "infiniband"):
+            return ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
+        return serve
 
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Requests waiting in the scheduler's queue summed over replicas, AverageValue (a target per replica),
@@ -97,6 +147,9 @@ class Sglang(Engine):
         counts once, by its largest."""
         return (f"sum(max by (pod) ({SGLANG.QUEUE}{{{selector}}}))", "AverageValue",
                 str(model.replicas.target_queue_depth))
+
+    def multi_node_ports(self) -> list[int]:
+        return [SGLANG_DIST_INIT_PORT]
 
 
 ENGINE = Sglang(
@@ -113,6 +166,6 @@ ENGINE = Sglang(
     metric_prefix="sglang:",
     quantization_methods=SGLANG_QUANTIZATION,
     load_time_quantization=frozenset({"fp8"}),
-    multi_node=False, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=False,
+    multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
     exports_spans=False,
 )
