@@ -611,7 +611,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
            if variant_models(cfg) else {}),
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
-                          *(gate_listener(cfg, m) for m in variant_models(cfg))],
+                          *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
+                            for m in variant_models(cfg))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },

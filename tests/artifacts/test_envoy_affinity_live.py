@@ -12,9 +12,11 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,6 +69,13 @@ class Gateway:
     def served_by(self, model: str, *, session: str | None = None, cache_key: str | None = None,
                   via: str = "header", extra: dict[str, str] | None = None) -> str:
         """The replica that served one chat request (`via`: header, path or body routing)."""
+        status, backend = self.ask(model, session=session, cache_key=cache_key, via=via, extra=extra)
+        assert status == 200 and backend is not None, (status, backend)
+        return backend
+
+    def ask(self, model: str, *, session: str | None = None, cache_key: str | None = None,
+            via: str = "header", extra: dict[str, str] | None = None) -> tuple[int, str | None]:
+        """The status of one chat request and the replica that answered it (None: Envoy answered)."""
         headers = {"authorization": self.issuer.bearer("alpha")["authorization"], "content-type": "application/json"}
         path = "/v1/chat/completions"
         if via == "header":
@@ -80,8 +89,10 @@ class Gateway:
         if cache_key is not None:
             body["prompt_cache_key"] = cache_key
         status, raw = request(self.envoy.listener_port, path, headers, body=json.dumps(body).encode())
-        assert status == 200, raw
-        return str(json.loads(raw)["backend"])
+        try:
+            return status, str(json.loads(raw)["backend"])
+        except (ValueError, KeyError, TypeError):
+            return status, None
 
     def wait_healthy(self, model: str, n: int) -> None:
         deadline = time.monotonic() + HEALTH_WAIT_S
@@ -90,18 +101,47 @@ class Gateway:
             time.sleep(0.05)
 
 
-@pytest.fixture(scope="module")
-def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    cfg = parse(RAW, stack="affinity")
+def _start(raw: dict[str, Any], workdir: Path) -> Iterator[Gateway]:
+    cfg = parse(raw, stack="affinity")
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
-        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in RAW["models"]}
-        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in raw["models"]}
+        envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks],
                               endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
         gw = Gateway(cfg, envoy, backends, issuer)
-        for m in RAW["models"]:
+        for m in raw["models"]:
             gw.wait_healthy(m, REPLICAS)
         yield gw
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    yield from _start(RAW, tmp_path_factory.mktemp("envoy"))
+
+
+# Failures: a gateway of its own (replicas answering 5xx are ejected here, which would move the sessions of the
+# tests above), with outlier detection quick enough to watch: 3 consecutive 5xx eject a replica for 1 s.
+FAILING = {**RAW, "gateway": {**RAW["gateway"], "outlierDetection": {
+    "consecutive5xx": 3, "intervalSeconds": 0.1, "baseEjectionSeconds": 1.0}}}
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    yield from _start(FAILING, tmp_path_factory.mktemp("envoy-failing"))
+
+
+@contextmanager
+def behaving(gw: Gateway, replicas: Iterable[str], behaviour: Behaviour) -> Iterator[None]:
+    """The named fake replicas answer with `behaviour` inside the block, as before after it."""
+    chosen = [b for bs in gw.backends.values() for b in bs if b.name in set(replicas)]
+    before = [b.behaviour for b in chosen]
+    for b in chosen:
+        b.behaviour = behaviour
+    try:
+        yield
+    finally:
+        for b, was in zip(chosen, before, strict=True):
+            b.behaviour = was
 
 
 def test_chat_models_have_affinity_by_default_and_it_can_be_turned_off() -> None:
@@ -188,3 +228,21 @@ def test_the_baggage_session_member_keys_the_session_when_no_header_is_sent(gate
     assert all(gateway.served_by("chat", session=f"b{s}") == home[s] for s in range(10))
     other = next(s for s in range(1, SESSIONS) if home[s] != home[0])
     assert gateway.served_by("chat", session=f"b{other}", extra={"baggage": "aifactory.session=b0"}) == home[other]
+
+
+def test_a_retry_through_a_variant_gate_moves_to_another_replica_of_the_variant(failing: Gateway) -> None:
+    """A session's replica of the chosen variant answers 503, and so does its replica of the other variant (a retry
+    that only alternated between the two variants' gates would meet the same two replicas again: each gate's hash
+    pick is the same on every pass). The gate retries on another replica of its variant (previous_hosts: Maglev's
+    next pick for the key), which serves every step of the session; once its replica answers again, the session
+    is back on it."""
+    cheap = {f"w-cheap-{i}" for i in range(REPLICAS)}
+    for s in range(5):
+        session = f"g{s}"
+        home = failing.served_by("w", session=session)
+        fast_home = failing.served_by("w", session=session, extra={"x-aifactory-budget-ms": "1000"})
+        assert home in cheap and fast_home.startswith("w-fast-")
+        with behaving(failing, (home, fast_home), Behaviour.UNAVAILABLE):
+            steps = [failing.ask("w", session=session) for _ in range(2)]
+        assert steps[0] == steps[1] and steps[0][0] == 200 and steps[0][1] in cheap - {home}, (home, steps)
+        assert failing.served_by("w", session=session) == home
