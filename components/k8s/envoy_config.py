@@ -15,7 +15,9 @@ One cluster per model (its headless Service: Envoy sees every replica). Requests
                       a header/path route, at most the model's `maxRequestBytes`
     json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it), and
                       `prompt_cache_key` -> aifactory.prompt_cache_key (with session affinity)
-    session (header_mutation) x-aifactory-session from prompt_cache_key unless sent (envoy_affinity)
+    session_baggage   (header_to_metadata) the baggage's aifactory.session member -> aifactory.session_baggage
+    session (header_mutation) x-aifactory-session from prompt_cache_key, else that member, unless sent
+                      (envoy_affinity)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
     local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
@@ -350,6 +352,7 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
     }
     if model.session_affinity_balance_factor is not None:
         action["hash_policy"] = affinity.hash_policy()
+        action["retry_policy"] = affinity.retry_policy(action["retry_policy"])
     if rewrite:  # /models/<workload>/v1/... -> /v1/...
         action["regex_rewrite"] = {"pattern": {"regex": f"^{ROUTE_PREFIX}[^/]+/"}, "substitution": "/"}
     return {"name": name, "match": match, "route": action,
@@ -549,7 +552,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         out.append(jwt_filter(cfg))
         if issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
-    return [*out, callers, refusals, buffer, body_model, *([affinity.session_header_filter()] if sessions else []),
+    return [*out, callers, refusals, buffer, body_model, *(affinity.session_filters() if sessions else []),
             body_limit, rbac, rate_limit_filter(cfg)]
 
 

@@ -61,6 +61,7 @@ from typing import Any
 
 from components.k8s import naming
 from components.k8s.envoy_affinity import hash_policy
+from components.k8s.envoy_affinity import retry_policy as affinity_retry_policy
 from components.k8s.envoy_base import (
     _T,
     BAGGAGE_HEADER,
@@ -293,9 +294,10 @@ GATE_RETRIES = 1
 
 def gate_retry_policy(retry_policy: dict[str, Any]) -> dict[str, Any]:
     """The gate's retry policy from the model route's (`retry_policy`: its retry_on, codes and previous_hosts
-    predicate): GATE_RETRIES retries, no per-try idle timeout (the decision's route times the whole try)."""
+    predicate): GATE_RETRIES retries, no per-try idle timeout (the decision's route times the whole try), the
+    affinity's draws for the retry's replica (envoy_affinity.retry_policy)."""
     out = {k: v for k, v in retry_policy.items() if k != "per_try_idle_timeout"}
-    return {**out, "num_retries": GATE_RETRIES}
+    return affinity_retry_policy({**out, "num_retries": GATE_RETRIES})
 
 
 def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any]) -> dict[str, Any]:

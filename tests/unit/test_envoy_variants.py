@@ -126,7 +126,7 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
                      "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
                          "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
                                   "PreviousHostsPredicate"}}],
-                     "host_selection_retry_max_attempts": 3}
+                     "host_selection_retry_max_attempts": envoy_affinity.AFFINITY_HOST_SELECTION_ATTEMPTS}
     assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
     assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
     prod = envoy_config.bootstrap(prod_without_variants())
