@@ -25,6 +25,7 @@ from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
 from tests.support.envoy import start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
+from tests.support.telemetry import harness
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
@@ -274,3 +275,16 @@ def test_a_sessions_failed_try_is_retried_on_another_replica(failing: Gateway, m
         assert status == 200 and served is not None and served.startswith(replicas) and served != home, (
             s, home, status, served)
         assert failing.served_by(model, session=session) == home
+
+
+def test_a_conversations_workflows_send_one_session_through_the_gateway(gateway: Gateway) -> None:
+    """The headers the real OpenTelemetry SDK's telemetry sends from the turns of one conversation (each turn a
+    workflow of its own, workflow(..., session=)) land on one replica: the replica the same key as an
+    x-aifactory-session header lands on. Without the session each turn is a new trace, a new key."""
+    with harness() as h:
+        for c in range(10):
+            turns = []
+            for _ in range(3):
+                with h.tel.workflow("chat-turn", session=f"chat-{c}"):
+                    turns.append(gateway.served_by("chat", extra=h.tel.headers()))
+            assert set(turns) == {gateway.served_by("chat", session=f"chat-{c}")}, (c, turns)
