@@ -2,14 +2,20 @@
 replicas per model, for both engines. Each fake replica names itself in its answer, so a test sees which replica
 served each request.
 
-The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key (components.k8s.envoy_affinity);
-replicas are picked by Envoy's Maglev with bounded load (envoyproxy/envoy@v1.40.0
-api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
+The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key, else the baggage member
+aifactory.session (components.k8s.envoy_affinity); replicas are picked by Envoy's Maglev with bounded load
+(envoyproxy/envoy@v1.40.0 api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
+
+Failures, retries, ejection, priorities and a scale-up run on a gateway of their own (`failing`): replicas that
+answer 5xx there are ejected, and its model `grow` reads its replicas from a file Envoy watches (file-based EDS,
+`Replicas`), the loopback stand-in for the headless Service's DNS answer: a replica is added or removed by rewriting
+the file, each replica a 127.0.0.1 port.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -21,10 +27,12 @@ from typing import Any
 import pytest
 
 from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
+from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
-from tests.support.envoy import start_gateway
+from tests.support.envoy import rebind, start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
+from tests.support.processes import free_port
 from tests.support.telemetry import harness
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -35,7 +43,7 @@ REPLICAS = 3
 SESSIONS = 60
 
 _MODEL = {"model": "org/model", "tenant": "alpha", "pool": "gpu"}
-RAW = {
+RAW: dict[str, Any] = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
     "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
@@ -66,6 +74,7 @@ class Gateway:
     envoy: EnvoyProcess
     backends: dict[str, list[FakeBackend]]
     issuer: Issuer
+    replicas: Replicas | None = None  # the growing model's replicas (file-based EDS), where there is one
 
     def served_by(self, model: str, *, session: str | None = None, cache_key: str | None = None,
                   via: str = "header", extra: dict[str, str] | None = None) -> str:
@@ -98,21 +107,68 @@ class Gateway:
     def wait_healthy(self, model: str, n: int) -> None:
         deadline = time.monotonic() + HEALTH_WAIT_S
         while self.envoy.stats().get(f"cluster.{model}.membership_healthy") != n:
-            assert time.monotonic() < deadline, f"{model}: Envoy never saw {n} healthy replicas"
+            assert time.monotonic() < deadline, (f"{model}: Envoy never saw {n} healthy replicas", {
+                k: v for k, v in self.envoy.stats().items() if k.startswith(f"cluster.{model}.membership")})
             time.sleep(0.05)
 
 
-def _start(raw: dict[str, Any], workdir: Path) -> Iterator[Gateway]:
+def _start(raw: dict[str, Any], workdir: Path, *, growing: str | None = None) -> Iterator[Gateway]:
+    """The gateway on the kit's bootstrap for `raw`, REPLICAS fake replicas per model. `growing`: a model whose
+    replicas come from a file (Envoy's file-based EDS) the test rewrites to add and remove replicas."""
     cfg = parse(raw, stack="affinity")
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
         backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in raw["models"]}
-        envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks],
-                              endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
-        gw = Gateway(cfg, envoy, backends, issuer)
+        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()}
+        eds = None
+        if growing is None:
+            envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks], endpoints=endpoints)
+        else:
+            admin, listener, stats = free_port(), free_port(), free_port()
+            config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
+                            endpoints={**endpoints, "otel_collector": [("127.0.0.1", free_port())]},
+                            jwks=[issuer.jwks])
+            eds = Replicas(growing, workdir / "eds")
+            eds.write(endpoints[growing])
+            [cluster] = [c for c in config["static_resources"]["clusters"] if c["name"] == growing]
+            eds.serve(cluster)
+            envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
+        gw = Gateway(cfg, envoy, backends, issuer, eds)
         for m in raw["models"]:
             gw.wait_healthy(m, REPLICAS)
         yield gw
+
+
+class Replicas:
+    """A model's replicas as Envoy's file-based EDS reads them (config.core.v3.ConfigSource.path_config_source:
+    Envoy watches the directory and reloads the file when one is moved over it, envoyproxy/envoy@v1.40.0
+    api/envoy/config/core/v3/config_source.proto): what a headless Service's DNS answer is to the kit's STRICT_DNS
+    cluster, a list of pod addresses that changes as pods come and go."""
+
+    def __init__(self, model: str, directory: Path) -> None:
+        self.model, self.directory = model, directory
+        directory.mkdir()
+        self.path = directory / "endpoints.json"
+        self.version = 0
+
+    def serve(self, cluster: dict[str, Any]) -> None:
+        """Turn the model's (static) cluster into one that reads its replicas from the file."""
+        del cluster["load_assignment"]
+        cluster["type"] = "EDS"
+        cluster["eds_cluster_config"] = {"eds_config": {"resource_api_version": "V3", "path_config_source": {
+            "path": str(self.path), "watched_directory": {"path": str(self.directory)}}}}
+
+    def write(self, addresses: Iterable[tuple[str, int]]) -> None:
+        """The replicas are now `addresses` (written aside, then moved over the file: Envoy reads it whole)."""
+        self.version += 1
+        doc = {"version_info": str(self.version), "resources": [{
+            "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+            "cluster_name": self.model, "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                for host, port in addresses]}]}]}
+        tmp = self.directory / "endpoints.json.tmp"
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.path)
 
 
 @pytest.fixture(scope="module")
@@ -122,13 +178,18 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
 
 # Failures: a gateway of its own (replicas answering 5xx are ejected here, which would move the sessions of the
 # tests above), with outlier detection quick enough to watch: 3 consecutive 5xx eject a replica for 1 s.
+# Its models add `grow`, whose replicas the test adds and removes, and a workload `p` with an interactive and a
+# batch model (x-priority: batch routes to the batch one).
 FAILING = {**RAW, "gateway": {**RAW["gateway"], "outlierDetection": {
-    "consecutive5xx": 3, "intervalSeconds": 0.1, "baseEjectionSeconds": 1.0}}}
+    "consecutive5xx": 3, "intervalSeconds": 0.1, "baseEjectionSeconds": 1.0}},
+    "models": {**RAW["models"], "grow": {**_MODEL, "engine": "vllm"},
+               "p": {**_MODEL, "engine": "vllm"}, "p-batch": {**_MODEL, "engine": "vllm", "workload": "p",
+                                                              "priority": "batch"}}}
 
 
 @pytest.fixture(scope="module")
 def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    yield from _start(FAILING, tmp_path_factory.mktemp("envoy-failing"))
+    yield from _start(FAILING, tmp_path_factory.mktemp("envoy-failing"), growing="grow")
 
 
 @contextmanager
@@ -288,3 +349,70 @@ def test_a_conversations_workflows_send_one_session_through_the_gateway(gateway:
                 with h.tel.workflow("chat-turn", session=f"chat-{c}"):
                     turns.append(gateway.served_by("chat", extra=h.tel.headers()))
             assert set(turns) == {gateway.served_by("chat", session=f"chat-{c}")}, (c, turns)
+
+
+SCALE_SESSIONS = 400
+
+
+def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_moves(
+        failing: Gateway, tmp_path: Path) -> None:
+    """`grow` goes from 3 replicas to 4 (its replica list rewritten, as a headless Service's DNS answer changes when
+    a pod becomes ready): the sessions that move all move to the new replica, about a quarter of them, none between
+    the old three; when it goes again, every session is back where it was."""
+    assert failing.replicas is not None
+    old = failing.backends["grow"]
+    sessions = [f"n{s}" for s in range(SCALE_SESSIONS)]
+    home = {s: failing.served_by("grow", session=s) for s in sessions}
+    with FakeBackend("grow-3") as new:
+        failing.replicas.write([b.address for b in [*old, new]])
+        failing.wait_healthy("grow", REPLICAS + 1)
+        after = {s: failing.served_by("grow", session=s) for s in sessions}
+        # the pod goes: out of the replica list, and its health checks fail (Envoy keeps a host that left
+        # discovery while it passes them: Cluster.ignore_health_on_host_removal is unset)
+        failing.replicas.write([b.address for b in old])
+        new.behaviour = Behaviour.HANG
+        failing.wait_healthy("grow", REPLICAS)
+        back = {s: failing.served_by("grow", session=s) for s in sessions}
+    moved = {s for s in sessions if after[s] != home[s]}
+    assert {after[s] for s in moved} == {"grow-3"}  # none between the old replicas
+    # Maglev gives each of 4 replicas about a quarter of its table (expected 100 of 400, sd about 9)
+    assert 60 <= len(moved) <= 140, len(moved)
+    assert back == home
+
+
+def test_a_replica_answering_5xx_is_ejected_its_sessions_move_and_come_back(failing: Gateway) -> None:
+    """chat-0 answers 500: its sessions' tries are retried on other replicas (200 all along), 3 in a row eject it
+    (outlier detection), and while it is out only its own sessions have moved; when it answers again and its
+    ejection (1 s here) ends, they are back on it."""
+    sessions = [f"e{s}" for s in range(SESSIONS)]
+    home = {s: failing.served_by("chat", session=s) for s in sessions}
+    ejected = "cluster.chat.outlier_detection.ejections_active"
+    with behaving(failing, ("chat-0",), Behaviour.ERROR):
+        mine = [s for s in sessions if home[s] == "chat-0"]
+        for s in mine[:3]:  # three 5xx in a row from chat-0, each try retried elsewhere
+            assert failing.served_by("chat", session=s) != "chat-0"
+        _wait_stat(failing, ejected, 1)
+        during = {s: failing.served_by("chat", session=s) for s in sessions}
+    assert {s for s in sessions if during[s] != home[s]} == set(mine)
+    assert "chat-0" not in during.values()
+    _wait_stat(failing, ejected, 0)
+    assert {s: failing.served_by("chat", session=s) for s in sessions} == home
+
+
+def _wait_stat(gw: Gateway, name: str, value: int) -> None:
+    deadline = time.monotonic() + HEALTH_WAIT_S
+    while gw.envoy.stats().get(name, 0) != value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}"
+        time.sleep(0.05)
+
+
+def test_affinity_holds_within_each_priority(failing: Gateway) -> None:
+    """x-priority: batch goes to the workload's batch model: a session's batch steps all land on one replica of
+    p-batch and its interactive steps on one replica of p; sessions spread over each model's replicas."""
+    for priority, model in (("batch", "p-batch"), ("interactive", "p")):
+        home = {}
+        for s in range(SESSIONS):
+            served = {failing.served_by("p", session=f"q{s}", extra={"x-priority": priority}) for _ in range(3)}
+            assert len(served) == 1, (priority, s, served)
+            home[s] = served.pop()
+        assert set(home.values()) == {f"{model}-{i}" for i in range(REPLICAS)}, priority
