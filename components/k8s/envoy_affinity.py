@@ -54,6 +54,9 @@ __all__ = [
     "session_filters",
     "hash_policy",
     "retry_policy",
+    "route_metadata",
+    "SESSION_SOURCE_LOG",
+    "SESSION_LB_LOG",
     "load_balancing_policy",
 ]
 
@@ -68,6 +71,8 @@ AFFINITY_HOST_SELECTION_ATTEMPTS = 20
 SESSION_FILTER = "aifactory.session"
 BAGGAGE_FILTER = "aifactory.session_baggage"
 BAGGAGE_SESSION_KEY = "session_baggage"  # dynamic metadata aifactory.session_baggage: the baggage member's value
+CLIENT_SESSION_KEY = "session_header"  # dynamic metadata aifactory.session_header: "header" when the client sent one
+ROUTE_AFFINITY_KEY = "session_affinity"  # route metadata aifactory.session_affinity: true where the route hashes
 SESSION_BAGGAGE_KEY = "aifactory.session"  # telemetry.instrument.SESSION_BAGGAGE_KEY (headers() sends it)
 BAGGAGE_HEADER = "baggage"
 
@@ -88,11 +93,17 @@ def baggage_session_filter() -> dict[str, Any]:
     key = re.escape(SESSION_BAGGAGE_KEY)
     return {"name": BAGGAGE_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.header_to_metadata.v3.Config",
-        "request_rules": [{"header": BAGGAGE_HEADER, "on_header_present": {
-            "metadata_namespace": METADATA_NAMESPACE, "key": BAGGAGE_SESSION_KEY, "type": "STRING",
-            "regex_value_rewrite": {
-                "pattern": {"regex": f"^(?:(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*|.*)$"},
-                "substitution": "\\1"}}}]}}
+        "request_rules": [
+            {"header": BAGGAGE_HEADER, "on_header_present": {
+                "metadata_namespace": METADATA_NAMESPACE, "key": BAGGAGE_SESSION_KEY, "type": "STRING",
+                "regex_value_rewrite": {
+                    "pattern": {"regex": f"^(?:(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*|.*)$"},
+                    "substitution": "\\1"}}},
+            # the client's own session header (this filter runs before session_header_filter adds one): the
+            # access log's session_source
+            {"header": SESSION_HEADER, "on_header_present": {
+                "metadata_namespace": METADATA_NAMESPACE, "key": CLIENT_SESSION_KEY, "value": "header",
+                "type": "STRING"}}]}}
 
 
 def session_header_filter() -> dict[str, Any]:
@@ -112,6 +123,29 @@ def session_header_filter() -> dict[str, Any]:
 def session_filters() -> list[dict[str, Any]]:
     """The filters that set the session key header, in order, after json_to_metadata."""
     return [baggage_session_filter(), session_header_filter()]
+
+
+def _has(key: str) -> str:
+    return f"'{key}' in metadata.filter_metadata['{METADATA_NAMESPACE}']"
+
+
+# The access log's session fields, as CEL (Envoy's %CEL()% command; attributes `metadata`: the request's dynamic
+# metadata, `xds.route_metadata`: its route's: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/
+# advanced/attributes). session_source: where the key came from, first found wins (header | body | baggage | none);
+# session_lb: what picked the replica (hash: Maglev on the key; random: Maglev without a key; least_request: a
+# model without affinity; on a variant decision route, as the workload's default variant's route says).
+_OURS = f"'{METADATA_NAMESPACE}' in metadata.filter_metadata"
+SESSION_SOURCE_LOG = (f"%CEL(!({_OURS}) ? 'none' : {_has(CLIENT_SESSION_KEY)} ? 'header' : "
+                      f"{_has(PROMPT_CACHE_KEY)} ? 'body' : {_has(BAGGAGE_SESSION_KEY)} ? 'baggage' : 'none')%")
+_ROUTE_HASHES = (f"'{METADATA_NAMESPACE}' in xds.route_metadata.filter_metadata && '{ROUTE_AFFINITY_KEY}' in "
+                 f"xds.route_metadata.filter_metadata['{METADATA_NAMESPACE}']")
+SESSION_LB_LOG = (f"%CEL(!({_ROUTE_HASHES}) ? 'least_request' : ({_OURS} && ({_has(CLIENT_SESSION_KEY)} || "
+                  f"{_has(PROMPT_CACHE_KEY)} || {_has(BAGGAGE_SESSION_KEY)})) ? 'hash' : 'random')%")
+
+
+def route_metadata() -> dict[str, Any]:
+    """What a route that hashes the session key adds to its aifactory metadata (the access log's session_lb)."""
+    return {ROUTE_AFFINITY_KEY: True}
 
 
 def hash_policy() -> list[dict[str, Any]]:

@@ -355,6 +355,7 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
         action["retry_policy"] = affinity.retry_policy(action["retry_policy"])
     if rewrite:  # /models/<workload>/v1/... -> /v1/...
         action["regex_rewrite"] = {"pattern": {"regex": f"^{ROUTE_PREFIX}[^/]+/"}, "substitution": "/"}
+    hashes = affinity.route_metadata() if model.session_affinity_balance_factor is not None else {}
     return {"name": name, "match": match, "route": action,
             # the router keeps this much of the body to replay it on a retry
             "request_body_buffer_limit": model.max_request_bytes,
@@ -366,7 +367,8 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
                 RBAC_FILTER: _rbac_per_route(cfg, model),
             },
             "metadata": {"filter_metadata": {METADATA_NAMESPACE: {TENANT_DESCRIPTOR: model.tenant,
-                                                                  PRIORITY_DESCRIPTOR: model.priority}}}}
+                                                                  PRIORITY_DESCRIPTOR: model.priority,
+                                                                  **hashes}}}}
 
 
 def _header(name: str, value: str) -> dict[str, Any]:

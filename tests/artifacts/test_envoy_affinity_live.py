@@ -86,6 +86,12 @@ class Gateway:
     def ask(self, model: str, *, session: str | None = None, cache_key: str | None = None,
             via: str = "header", extra: dict[str, str] | None = None) -> tuple[int, str | None]:
         """The status of one chat request and the replica that answered it (None: Envoy answered)."""
+        status, answer = self.answer(model, session=session, cache_key=cache_key, via=via, extra=extra)
+        return status, None if answer is None else str(answer["backend"])
+
+    def answer(self, model: str, *, session: str | None = None, cache_key: str | None = None,
+               via: str = "header", extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | None]:
+        """The status of one chat request and the fake replica's answer (None: Envoy answered)."""
         headers = {"authorization": self.issuer.bearer("alpha")["authorization"], "content-type": "application/json"}
         path = "/v1/chat/completions"
         if via == "header":
@@ -100,9 +106,17 @@ class Gateway:
             body["prompt_cache_key"] = cache_key
         status, raw = request(self.envoy.listener_port, path, headers, body=json.dumps(body).encode())
         try:
-            return status, str(json.loads(raw)["backend"])
-        except (ValueError, KeyError, TypeError):
+            answer = json.loads(raw)
+        except ValueError:
             return status, None
+        return status, answer if isinstance(answer, dict) and "backend" in answer else None
+
+    def logged(self, model: str, **kwargs: Any) -> dict[str, Any]:
+        """The access log entry of one chat request the fake replica answered."""
+        status, answer = self.answer(model, **kwargs)
+        assert status == 200 and answer is not None, (status, answer)
+        [line] = self.envoy.access_log_lines(str(answer["request_id"]))
+        return dict(json.loads(line))
 
     def wait_healthy(self, model: str, n: int) -> None:
         deadline = time.monotonic() + HEALTH_WAIT_S
@@ -416,3 +430,31 @@ def test_affinity_holds_within_each_priority(failing: Gateway) -> None:
             assert len(served) == 1, (priority, s, served)
             home[s] = served.pop()
         assert set(home.values()) == {f"{model}-{i}" for i in range(REPLICAS)}, priority
+
+
+@pytest.mark.parametrize(("model", "kwargs", "source", "lb"), [
+    ("chat", {"session": "s1", "cache_key": "k1", "extra": {"baggage": "aifactory.session=b1"}}, "header", "hash"),
+    ("chat", {"cache_key": "k1", "extra": {"baggage": "aifactory.session=b1"}}, "body", "hash"),
+    ("chat", {"extra": {"baggage": "team=x, aifactory.session=b1"}}, "baggage", "hash"),
+    ("chat", {"extra": {"baggage": "team=x"}}, "none", "random"),
+    ("chat", {}, "none", "random"),
+    ("plain", {"session": "s1"}, "header", "least_request"),
+    ("plain", {}, "none", "least_request"),
+], ids=["header", "body", "baggage", "unrelated-baggage", "no-key", "off-with-key", "off"])
+def test_the_access_log_says_where_the_session_key_came_from_and_what_picked_the_replica(
+        gateway: Gateway, model: str, kwargs: dict[str, Any], source: str, lb: str) -> None:
+    """Each request's access log entry (the real Envoy's JSON log) has session_source, first found wins as for the
+    key itself, and session_lb: hash (Maglev on the key), random (Maglev, no key) or least_request (no affinity)."""
+    entry = gateway.logged(model, **kwargs)
+    assert (entry["session_source"], entry["session_lb"], entry["route_decision"], entry["variant"]) == (
+        source, lb, None, None)
+
+
+@pytest.mark.parametrize(("extra", "decision", "variant"), [
+    ({}, "w-cheap; reason=default", "w-cheap"), ({"x-aifactory-budget-ms": "1000"}, "w-fast; reason=fits-budget",
+                                                  "w-fast")])
+def test_the_access_log_names_the_chosen_variant(gateway: Gateway, extra: dict[str, str], decision: str,
+                                                 variant: str) -> None:
+    entry = gateway.logged("w", session="v1", extra=extra)
+    assert (entry["route_decision"], entry["variant"], entry["session_source"], entry["session_lb"]) == (
+        decision, variant, "header", "hash")

@@ -100,8 +100,11 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     # per-try protection: min(timeoutSeconds, 30 s) of silence
     assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
             ("assistant", "assistant-batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
-    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {"tenant": "finance",
-                                                                                   "priority": "interactive"}}}
+    # session_affinity: the route hashes the session key (the access log's session_lb reads it)
+    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {
+        "tenant": "finance", "priority": "interactive", "session_affinity": True}}}
+    assert by_name["embed-rerank"]["metadata"] == {"filter_metadata": {"aifactory": {
+        "tenant": "search", "priority": "interactive"}}}
     assert by_name["assistant-batch"]["metadata"]["filter_metadata"]["aifactory"]["priority"] == "batch"
 
 
@@ -542,7 +545,10 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
         "metadata_namespace": "aifactory", "key": "session_baggage", "type": "STRING", "regex_value_rewrite": {
             # every baggage matches: the member's value, or nothing (no metadata) without the member
             "pattern": {"regex": r"^(?:(?:.*,)?[ \t]*aifactory\.session[ \t]*=[ \t]*([^,; \t]*).*|.*)$"},
-            "substitution": r"\1"}}}]
+            "substitution": r"\1"}}},
+        # the client's own header, before the session filter adds one (the access log's session_source)
+        {"header": "x-aifactory-session", "on_header_present": {
+            "metadata_namespace": "aifactory", "key": "session_header", "value": "header", "type": "STRING"}}]
     [session] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session"]
     assert session["typed_config"]["mutations"] == {"request_mutations": [{"append": {
         "header": {"key": "x-aifactory-session", "value": f"%DYNAMIC_METADATA(aifactory:{key})%"},
