@@ -11,7 +11,7 @@ affinity leave one replica hotter than the rest?
   of the average load per gateway pod; a value well above factor/100 is a hot replica (several gateway pods, or
   load that does not come through the gateway).
 
-Mount: the serving dashboard's vLLM row (dashboards/serving.py `_vllm()`), after "Prefix cache hit rate".
+Mounted on the serving dashboard's vLLM row after "Prefix cache hit rate" (dashboards/serving.py `_row`).
 """
 
 from __future__ import annotations

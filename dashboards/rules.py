@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from dashboards import gateway_alerts
 from dashboards.config import Objective, ObservabilityConfig
 from dashboards.engines import ENGINE_RULES, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
@@ -487,6 +488,7 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-slo-alerts", tuple(_slo_alerts(cfg))),
         Group("aifactory-gpu-alerts", tuple(_gpu_alerts(cfg))),
         Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
+        Group("aifactory-gateway-alerts", tuple(gateway_alerts.alerts(cfg))),
     ]
 
 

@@ -64,9 +64,12 @@ minus its top-level steps already finished, at least 1), else the whole remainin
 enclosing workflow that declared steps decides. Workflows with a deadline also record the budget left when
 each step starts (STEP_BUDGET) and, when they end, whether they met the deadline (WORKFLOW_DEADLINES).
 
-Session affinity: inside a workflow, headers() also puts SESSION_BAGGAGE_KEY = the workflow's trace id (32 hex
-digits) in the baggage, so every step of one run reaches the gateway with one session key and lands on the model
-replica that holds its prefix (components.k8s.envoy_affinity).
+Session affinity: inside a workflow, headers() also puts SESSION_BAGGAGE_KEY in the baggage, so every step of one
+run reaches the gateway with one session key and lands on the model replica that holds its prefix
+(components.k8s.envoy_affinity): the workflow's `session` when it was given one (workflow(..., session=...),
+inherited by the workflows inside it), else its trace id (32 hex digits). Give the session when one conversation
+spans workflows, e.g. a chat whose every turn runs as a workflow of its own: with the trace id each turn would be a
+new session, sent wherever the hash puts it, and prefill the conversation again.
 """
 
 from __future__ import annotations
@@ -136,7 +139,11 @@ NO_WORKFLOW = "none"  # workflow label of steps run outside any workflow
 UNKNOWN_TENANT = "unknown"  # tenant label when nothing named one (see telemetry.setup)
 BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # W3C baggage: the workflow's latency budget, ms (remaining, in headers())
 DEADLINE_BAGGAGE_KEY = "aifactory.deadline_ms"  # W3C baggage: the workflow's deadline, ms since the epoch
-SESSION_BAGGAGE_KEY = "aifactory.session"  # W3C baggage, in headers(): the workflow's trace id (the gateway's session)
+SESSION_BAGGAGE_KEY = "aifactory.session"  # W3C baggage, in headers(): the workflow's session (the gateway's key)
+# An explicit session: characters the W3C baggage propagator sends as they are (opentelemetry-api's
+# W3CBaggagePropagator percent-encodes values with urllib.parse.quote_plus, which leaves these alone), so the gateway
+# hashes the same key whether it comes in the baggage or in the x-aifactory-session header.
+SESSION_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")
 STATUS_OK, STATUS_ERROR = "ok", "error"
 SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
 _NS_PER_S = 1e9
@@ -229,7 +236,7 @@ class WorkflowRun:
     """A running workflow: what `with tel.workflow(...) as run` gives you."""
 
     __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end", "thread")
+                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end", "thread", "session")
 
     def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
         self.name = name
@@ -253,6 +260,8 @@ class WorkflowRun:
         self.serial: dict[str, int] | None = {}
         self.serial_end = start
         self.thread = _thread_id()
+        # the session key headers() sends: workflow(..., session=) or the outer workflow's; None: the trace id
+        self.session: str | None = outer.session if outer is not None else None
 
     def set_attribute(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
@@ -403,11 +412,11 @@ class Scope:
     scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
 
     __slots__ = ("_telemetry", "_fixed", "_workflow", "_kind", "_model", "_name", "_span_name", "_span_kind",
-                 "_attributes", "_budget_ns", "_steps")
+                 "_attributes", "_budget_ns", "_steps", "_session")
 
     def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
                  span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
-                 steps: int | None = None) -> None:
+                 steps: int | None = None, session: str | None = None) -> None:
         self._telemetry = telemetry
         self._fixed = telemetry if isinstance(telemetry, Telemetry) else None  # None: resolved at each entry
         self._workflow = workflow
@@ -419,6 +428,7 @@ class Scope:
         self._attributes = attributes
         self._budget_ns = budget_ns
         self._steps = steps
+        self._session = session
 
     def __enter__(self) -> Any:
         tel = self._fixed or self._telemetry()  # type: ignore[operator]
@@ -559,9 +569,10 @@ class Telemetry:
 
     # --- public API -------------------------------------------------------------------------
     def workflow(self, name: str, *, agent: str | None = None, budget_s: float | None = None,
-                 steps: int | None = None, **attributes: Any) -> Scope:
-        if attributes:
-            return workflow_scope(self, name, agent=agent, budget_s=budget_s, steps=steps, **attributes)
+                 steps: int | None = None, session: str | None = None, **attributes: Any) -> Scope:
+        if attributes or session is not None:  # a session is per conversation: not cached
+            return workflow_scope(self, name, agent=agent, budget_s=budget_s, steps=steps, session=session,
+                                  **attributes)
         key = ("workflow", name, agent, budget_s, steps)
         scope = self._scopes.get(key)
         if scope is None:
@@ -581,7 +592,7 @@ class Telemetry:
         """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
         the baggage carries BUDGET_BAGGAGE_KEY as this request's budget (never below 0; see the module docstring:
         the remaining budget, or its share per step left), and the deadline; inside a workflow, SESSION_BAGGAGE_KEY
-        (the session key the gateway's affinity hashes)."""
+        (the session key the gateway's affinity hashes: the workflow's session, else its trace id)."""
         ctx = otel_context.get_current() if context is None else context
         remaining = self.remaining_budget_ms(context=ctx)
         run = current_run(ctx)
@@ -589,7 +600,9 @@ class Telemetry:
             ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining // _steps_left(run)), ctx)
         workflow = run if type(run) is WorkflowRun else run.workflow if run is not None else None  # type: ignore[union-attr]
         if workflow is not None:
-            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, f"{workflow.trace_id:032x}", ctx)
+            session = workflow.session
+            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, session if session is not None else
+                                      f"{workflow.trace_id:032x}", ctx)
         carrier: dict[str, str] = {}
         _W3C.inject(carrier, context=ctx)
         return carrier
@@ -615,6 +628,8 @@ class Telemetry:
         if _BAGGAGE_KEY in ctx:  # else no baggage, so no deadline
             run.deadline_ns = _deadline_ns(ctx)
         run.expected_steps = scope._steps
+        if scope._session is not None:
+            run.session = scope._session
         run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
         return run
 
@@ -920,12 +935,15 @@ def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Ca
 
 
 def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *, agent: str | None = None,
-                   budget_s: float | None = None, steps: int | None = None, **attributes: Any) -> Scope:
+                   budget_s: float | None = None, steps: int | None = None, session: str | None = None,
+                   **attributes: Any) -> Scope:
     """The scope of one workflow run (see the module docstring for its span).
 
     budget_s: the workflow's latency budget, carried as W3C baggage (see headers()); default: none.
     steps: how many sequential top-level steps the workflow expects to run; headers() then sends each request
     the remaining budget divided by the steps left; default: none (each request gets the whole remaining budget).
+    session: the session key headers() sends the gateway (session affinity), for a conversation that runs as
+    several workflows; 1-128 of A-Z a-z 0-9 . _ ~ -; default: the enclosing workflow's, else the trace id.
     """
     if not isinstance(name, str) or not name:
         raise ValueError(f"workflow name must be a non-empty string, got {name!r}")
@@ -934,6 +952,9 @@ def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *,
         raise ValueError(f"workflow {name!r}: budget_s must be a number of seconds >= 0, got {budget_s!r}")
     if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
         raise ValueError(f"workflow {name!r}: steps must be a whole number >= 1, got {steps!r}")
+    if session is not None and (not isinstance(session, str) or not SESSION_PATTERN.fullmatch(session)):
+        raise ValueError(f"workflow {name!r}: session must be 1-128 characters of A-Z a-z 0-9 . _ ~ - (sent as "
+                         f"they are in the baggage and the x-aifactory-session header), got {session!r}")
     if agent is None:
         base = {genai.GEN_AI_OPERATION_NAME: "invoke_workflow", genai.GEN_AI_WORKFLOW_NAME: name}
         span_name = f"invoke_workflow {name}"
@@ -942,7 +963,7 @@ def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *,
         span_name = f"invoke_agent {agent}"
     return Scope(telemetry, workflow=True, kind="", name=name, span_name=span_name, span_kind=SpanKind.INTERNAL,
                  attributes={**base, **attributes},
-                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S), steps=steps)
+                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S), steps=steps, session=session)
 
 
 def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: str, *, model: str | None = None,
@@ -987,10 +1008,10 @@ def current() -> Telemetry:
 
 
 def workflow(name: str, *, agent: str | None = None, budget_s: float | None = None, steps: int | None = None,
-             **attributes: Any) -> Scope:
+             session: str | None = None, **attributes: Any) -> Scope:
     """A workflow scope over the installed Telemetry (resolved when the scope is entered, so decorating
     at import time, before telemetry.setup(), is fine)."""
-    return workflow_scope(current, name, agent=agent, budget_s=budget_s, steps=steps, **attributes)
+    return workflow_scope(current, name, agent=agent, budget_s=budget_s, steps=steps, session=session, **attributes)
 
 
 def step(kind: str, name: str, *, model: str | None = None, provider: str | None = None,

@@ -24,9 +24,11 @@ Hash policies read only headers (and connection or filter state), never the body
 x-aifactory-session when the client sent none (a header_mutation after json_to_metadata: its decodeHeaders runs
 only once json_to_metadata has read the body and continues the chain). The route's hash policy hashes that header;
 on a variant's decision route the hash happens at the variant's gate, where the variant's cluster is picked.
-The baggage member is cut out of the header by the hash policy's `regex_rewrite`, and only used when no session
-header produced a hash (`terminal` on the first policy); a baggage without the member is hashed whole (its budget
-changes every step: no affinity, as without a key).
+The baggage member's value becomes dynamic metadata aifactory.session_baggage (header_to_metadata: a
+`regex_value_rewrite` that always matches, and leaves the member's value or nothing; an empty value sets no
+metadata), then the header x-aifactory-session when neither the client nor the body gave one (the same
+header_mutation, after the body's key). So a baggage without the member is no key at all: hashing it whole would
+send every request that carries the same unrelated baggage to one replica.
 Envoy API: RouteAction.HashPolicy
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/route/v3/route_components.proto, Maglev
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/load_balancing_policies/maglev/v3/maglev.proto
@@ -45,16 +47,32 @@ __all__ = [
     "SESSION_HEADER",
     "PROMPT_CACHE_KEY",
     "DEFAULT_HASH_BALANCE_FACTOR",
+    "AFFINITY_HOST_SELECTION_ATTEMPTS",
     "prompt_cache_key_rule",
+    "baggage_session_filter",
     "session_header_filter",
+    "session_filters",
     "hash_policy",
+    "retry_policy",
+    "route_metadata",
+    "SESSION_SOURCE_LOG",
+    "SESSION_LB_LOG",
     "load_balancing_policy",
 ]
 
 SESSION_HEADER = "x-aifactory-session"
 PROMPT_CACHE_KEY = "prompt_cache_key"  # the OpenAI request body's field; dynamic metadata aifactory.prompt_cache_key
 DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
+# A retry's replica: Maglev draws from the key's hash mutated by the draw's number while the previous_hosts predicate
+# rejects the draw (envoyproxy/envoy@v1.40.0 source/extensions/load_balancing_policies/maglev/maglev_lb.cc,
+# chooseHost), each draw about uniform over the replicas: with k draws a session of n replicas stays on its failed
+# one with probability (1/n)^k, 1/8 at Envoy's usual 3 draws and 2 replicas; 20 draws: about 1e-6 (table lookups).
+AFFINITY_HOST_SELECTION_ATTEMPTS = 20
 SESSION_FILTER = "aifactory.session"
+BAGGAGE_FILTER = "aifactory.session_baggage"
+BAGGAGE_SESSION_KEY = "session_baggage"  # dynamic metadata aifactory.session_baggage: the baggage member's value
+CLIENT_SESSION_KEY = "session_header"  # dynamic metadata aifactory.session_header: "header" when the client sent one
+ROUTE_AFFINITY_KEY = "session_affinity"  # route metadata aifactory.session_affinity: true where the route hashes
 SESSION_BAGGAGE_KEY = "aifactory.session"  # telemetry.instrument.SESSION_BAGGAGE_KEY (headers() sends it)
 BAGGAGE_HEADER = "baggage"
 
@@ -65,26 +83,79 @@ def prompt_cache_key_rule() -> dict[str, Any]:
             "on_present": {"metadata_namespace": METADATA_NAMESPACE, "key": PROMPT_CACHE_KEY, "type": "STRING"}}
 
 
+def baggage_session_filter() -> dict[str, Any]:
+    """header_to_metadata: the baggage's aifactory.session member's value -> dynamic metadata
+    aifactory.session_baggage. The rewrite matches every baggage (W3C baggage list-members
+    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS: https://www.w3.org/TR/baggage/) and leaves the
+    member's value, or nothing when the member is absent or empty; the filter sets no metadata from an empty value
+    (envoyproxy/envoy@v1.40.0 source/extensions/filters/http/header_to_metadata/header_to_metadata_filter.cc,
+    applyKeyValue)."""
+    key = re.escape(SESSION_BAGGAGE_KEY)
+    return {"name": BAGGAGE_FILTER, "typed_config": {
+        "@type": _T + "extensions.filters.http.header_to_metadata.v3.Config",
+        "request_rules": [
+            {"header": BAGGAGE_HEADER, "on_header_present": {
+                "metadata_namespace": METADATA_NAMESPACE, "key": BAGGAGE_SESSION_KEY, "type": "STRING",
+                "regex_value_rewrite": {
+                    "pattern": {"regex": f"^(?:(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*|.*)$"},
+                    "substitution": "\\1"}}},
+            # the client's own session header (this filter runs before session_header_filter adds one): the
+            # access log's session_source
+            {"header": SESSION_HEADER, "on_header_present": {
+                "metadata_namespace": METADATA_NAMESPACE, "key": CLIENT_SESSION_KEY, "value": "header",
+                "type": "STRING"}}]}}
+
+
 def session_header_filter() -> dict[str, Any]:
-    """header_mutation after json_to_metadata: x-aifactory-session from the body's prompt_cache_key when the client
-    sent no such header (an empty value, i.e. no prompt_cache_key, adds nothing: HeaderValueOption.keep_empty_value
-    is false)."""
+    """header_mutation after json_to_metadata and baggage_session_filter: x-aifactory-session from the body's
+    prompt_cache_key, else from the baggage member, when the client sent no such header (an empty value, i.e. no
+    such key, adds nothing: HeaderValueOption.keep_empty_value is false)."""
+    def add(metadata_key: str) -> dict[str, Any]:
+        return {"append": {"header": {"key": SESSION_HEADER,
+                                      "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{metadata_key})%"},
+                           "append_action": "ADD_IF_ABSENT"}}
+
     return {"name": SESSION_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
-        "mutations": {"request_mutations": [{"append": {
-            "header": {"key": SESSION_HEADER,
-                       "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{PROMPT_CACHE_KEY})%"},
-            "append_action": "ADD_IF_ABSENT"}}]}}}
+        "mutations": {"request_mutations": [add(PROMPT_CACHE_KEY), add(BAGGAGE_SESSION_KEY)]}}}
+
+
+def session_filters() -> list[dict[str, Any]]:
+    """The filters that set the session key header, in order, after json_to_metadata."""
+    return [baggage_session_filter(), session_header_filter()]
+
+
+def _has(key: str) -> str:
+    return f"'{key}' in metadata.filter_metadata['{METADATA_NAMESPACE}']"
+
+
+# The access log's session fields, as CEL (Envoy's %CEL()% command; attributes `metadata`: the request's dynamic
+# metadata, `xds.route_metadata`: its route's: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/
+# advanced/attributes). session_source: where the key came from, first found wins (header | body | baggage | none);
+# session_lb: what picked the replica (hash: Maglev on the key; random: Maglev without a key; least_request: a
+# model without affinity; on a variant decision route, as the workload's default variant's route says).
+_OURS = f"'{METADATA_NAMESPACE}' in metadata.filter_metadata"
+SESSION_SOURCE_LOG = (f"%CEL(!({_OURS}) ? 'none' : {_has(CLIENT_SESSION_KEY)} ? 'header' : "
+                      f"{_has(PROMPT_CACHE_KEY)} ? 'body' : {_has(BAGGAGE_SESSION_KEY)} ? 'baggage' : 'none')%")
+_ROUTE_HASHES = (f"'{METADATA_NAMESPACE}' in xds.route_metadata.filter_metadata && '{ROUTE_AFFINITY_KEY}' in "
+                 f"xds.route_metadata.filter_metadata['{METADATA_NAMESPACE}']")
+SESSION_LB_LOG = (f"%CEL(!({_ROUTE_HASHES}) ? 'least_request' : ({_OURS} && ({_has(CLIENT_SESSION_KEY)} || "
+                  f"{_has(PROMPT_CACHE_KEY)} || {_has(BAGGAGE_SESSION_KEY)})) ? 'hash' : 'random')%")
+
+
+def route_metadata() -> dict[str, Any]:
+    """What a route that hashes the session key adds to its aifactory metadata (the access log's session_lb)."""
+    return {ROUTE_AFFINITY_KEY: True}
 
 
 def hash_policy() -> list[dict[str, Any]]:
-    """The route's hash policy: the session header, else the baggage's session member (W3C baggage list-members
-    `key OWS = OWS value *( OWS ; property )` separated by OWS , OWS: https://www.w3.org/TR/baggage/)."""
-    key = re.escape(SESSION_BAGGAGE_KEY)
-    return [{"header": {"header_name": SESSION_HEADER}, "terminal": True},
-            {"header": {"header_name": BAGGAGE_HEADER, "regex_rewrite": {
-                "pattern": {"regex": f"^(?:.*,)?[ \\t]*{key}[ \\t]*=[ \\t]*([^,; \\t]*).*$"},
-                "substitution": "\\1"}}}]
+    """The route's hash policy: the session header (the client's, or the one session_filters set)."""
+    return [{"header": {"header_name": SESSION_HEADER}}]
+
+
+def retry_policy(policy: dict[str, Any]) -> dict[str, Any]:
+    """A route's retry policy with session affinity: AFFINITY_HOST_SELECTION_ATTEMPTS draws for a retry's replica."""
+    return {**policy, "host_selection_retry_max_attempts": AFFINITY_HOST_SELECTION_ATTEMPTS}
 
 
 def load_balancing_policy(model: Model) -> dict[str, Any]:

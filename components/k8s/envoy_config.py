@@ -15,7 +15,9 @@ One cluster per model (its headless Service: Envoy sees every replica). Requests
                       a header/path route, at most the model's `maxRequestBytes`
     json_to_metadata  the OpenAI body's `model` -> dynamic metadata aifactory.model (routes match on it), and
                       `prompt_cache_key` -> aifactory.prompt_cache_key (with session affinity)
-    session (header_mutation) x-aifactory-session from prompt_cache_key unless sent (envoy_affinity)
+    session_baggage   (header_to_metadata) the baggage's aifactory.session member -> aifactory.session_baggage
+    session (header_mutation) x-aifactory-session from prompt_cache_key, else that member, unless sent
+                      (envoy_affinity)
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
     local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
@@ -350,8 +352,10 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
     }
     if model.session_affinity_balance_factor is not None:
         action["hash_policy"] = affinity.hash_policy()
+        action["retry_policy"] = affinity.retry_policy(action["retry_policy"])
     if rewrite:  # /models/<workload>/v1/... -> /v1/...
         action["regex_rewrite"] = {"pattern": {"regex": f"^{ROUTE_PREFIX}[^/]+/"}, "substitution": "/"}
+    hashes = affinity.route_metadata() if model.session_affinity_balance_factor is not None else {}
     return {"name": name, "match": match, "route": action,
             # the router keeps this much of the body to replay it on a retry
             "request_body_buffer_limit": model.max_request_bytes,
@@ -363,7 +367,8 @@ def _route(cfg: GatewayView, name: str, match: dict[str, Any], model: Model, *, 
                 RBAC_FILTER: _rbac_per_route(cfg, model),
             },
             "metadata": {"filter_metadata": {METADATA_NAMESPACE: {TENANT_DESCRIPTOR: model.tenant,
-                                                                  PRIORITY_DESCRIPTOR: model.priority}}}}
+                                                                  PRIORITY_DESCRIPTOR: model.priority,
+                                                                  **hashes}}}}
 
 
 def _header(name: str, value: str) -> dict[str, Any]:
@@ -560,7 +565,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         out.append(jwt_filter(cfg))
         if issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
-    return [*out, callers, refusals, buffer, body_model, *([affinity.session_header_filter()] if sessions else []),
+    return [*out, callers, refusals, buffer, body_model, *(affinity.session_filters() if sessions else []),
             body_limit, rbac, rate_limit_filter(cfg)]
 
 
@@ -622,7 +627,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
            if variant_models(cfg) else {}),
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
-                          *(gate_listener(cfg, m) for m in variant_models(cfg))],
+                          *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
+                            for m in variant_models(cfg))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },

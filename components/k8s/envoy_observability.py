@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
 from components.k8s.envoy_base import (
     _T,
@@ -14,8 +15,10 @@ from components.k8s.envoy_base import (
     BODY_STREAM_KEY,
     COLLECTOR_CLUSTER,
     METADATA_NAMESPACE,
+    ROUTE_DECISION_HEADER,
     SERVICE_NAME,
     TENANT_HEADER,
+    VARIANT_HEADER,
     GatewayView,
     _address,
     _dns_cluster,
@@ -56,6 +59,12 @@ _ACCESS_LOG_FORMAT = {
     "upstream_cluster": "%UPSTREAM_CLUSTER%",
     "upstream_host": "%UPSTREAM_HOST%",
     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
+    # session affinity (components.k8s.envoy_affinity): where the key came from and what picked the replica
+    "session_source": affinity.SESSION_SOURCE_LOG,
+    "session_lb": affinity.SESSION_LB_LOG,
+    # a workload with variants (components.k8s.envoy_variants): the decision and the variant that served
+    "route_decision": f"%RESP({ROUTE_DECISION_HEADER.upper()})%",
+    "variant": f"%RESP({VARIANT_HEADER.upper()})%",
     "downstream": "%DOWNSTREAM_REMOTE_ADDRESS%",
 }
 

@@ -35,7 +35,8 @@ a try the variant's breaker refuses comes back to the decision's route as a plai
 next variant. A variant's breaker is its `variant.maxRequests` (default gateway.circuitBreakers.maxRequests):
 set to what the variant's replicas serve at once, tries past it overflow instead of queueing at the engine.
 The variant's cluster keeps its health checks, outlier detection, LB and breakers (within the variant they
-pick the replica); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
+pick the replica; with session affinity the gate retries a failed try once on another replica of the variant,
+`gate_listener`); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
 listeners), so a variant that is down costs each request one fast-failing try before the next variant serves it.
 Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
 Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
@@ -60,6 +61,7 @@ from typing import Any
 
 from components.k8s import naming
 from components.k8s.envoy_affinity import hash_policy
+from components.k8s.envoy_affinity import retry_policy as affinity_retry_policy
 from components.k8s.envoy_base import (
     _T,
     BAGGAGE_HEADER,
@@ -92,6 +94,8 @@ __all__ = [
     "variant_models",
     "gate_name",
     "gate_cluster",
+    "GATE_RETRIES",
+    "gate_retry_policy",
     "gate_listener",
     "decision_route",
 ]
@@ -283,18 +287,43 @@ def gate_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     }
 
 
-def gate_listener(cfg: GatewayView, model: Model) -> dict[str, Any]:
+# With session affinity, a try that fails on a variant's replica is tried once more on another replica of the
+# variant, at its gate, before it goes back to the decision's route (see gate_listener).
+GATE_RETRIES = 1
+
+
+def gate_retry_policy(retry_policy: dict[str, Any]) -> dict[str, Any]:
+    """The gate's retry policy from the model route's (`retry_policy`: its retry_on, codes and previous_hosts
+    predicate): GATE_RETRIES retries, no per-try idle timeout (the decision's route times the whole try), the
+    affinity's draws for the retry's replica (envoy_affinity.retry_policy)."""
+    out = {k: v for k, v in retry_policy.items() if k != "per_try_idle_timeout"}
+    return affinity_retry_policy({**out, "num_retries": GATE_RETRIES})
+
+
+def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any]) -> dict[str, Any]:
     """The variant's overflow gate: an internal listener whose router sends everything to the variant's cluster
     and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
     x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
-    No timeouts or retries here: the decision's route has them. The Host becomes the variant's Service name here,
-    the last hop before the socket (see "Through the mesh" in components.k8s.envoy_config): which variant serves a try
-    is known only at its gate."""
+    No timeouts here: the decision's route has them. The Host becomes the variant's Service name here, the last hop
+    before the socket (see "Through the mesh" in components.k8s.envoy_config): which variant serves a try is known
+    only at its gate.
+
+    With session affinity the variant's replica is picked here, by the session key (`hash_policy`). Each pass
+    through the gate is a new stream, whose pick knows nothing of the replicas earlier tries failed on: a retry the
+    decision's route sends back through this gate (the variants' order wraps around once every variant was tried)
+    would meet the same replica again. So the gate's route retries a failed try itself, GATE_RETRIES times, on
+    another replica of the variant (the model route's `retry_policy`: its retry_on and previous_hosts, whose next
+    Maglev pick for the key is another replica); the variant's breaker refusing a try is never retried here
+    (Envoy does not retry its own overflow) and still goes straight back as the plain 503 that overflows it. The
+    router keeps the body (up to the model's maxRequestBytes) to send it again."""
     route: dict[str, Any] = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
-    if model.session_affinity_balance_factor is not None:  # the variant's replica is picked here
+    gate_route: dict[str, Any] = {"match": {"prefix": "/"}, "route": route}
+    if model.session_affinity_balance_factor is not None:
         route["hash_policy"] = hash_policy()
+        route["retry_policy"] = gate_retry_policy(retry_policy)
+        gate_route["request_body_buffer_limit"] = model.max_request_bytes
     route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
-                    "routes": [{"match": {"prefix": "/"}, "route": route}]}]}
+                    "routes": [gate_route]}]}
     hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
     hcm["typed_config"]["http_filters"][-1]["typed_config"]["suppress_envoy_headers"] = True
     return {"name": gate_name(model), "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}

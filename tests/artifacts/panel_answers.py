@@ -38,6 +38,13 @@ ANSWERED_ELSEWHERE: dict[tuple[str, str], str] = {
         "tests/artifacts/test_variant_panels.py::test_budget_left_at_step_start",
     ("compound-latency", "Deadline misses"):
         "tests/artifacts/test_variant_panels.py::test_deadline_misses_per_workflow",
+    # the session affinity panels of the vLLM row: known answers per replica on their own data (issue 34)
+    ("serving", "Prefix cache hit rate per replica"):
+        "tests/artifacts/test_affinity_panels.py::test_prefix_cache_hit_rate_per_replica",
+    ("serving", "Requests per replica"):
+        "tests/artifacts/test_affinity_panels.py::test_requests_per_replica_are_shares_of_the_model",
+    ("serving", "Busiest replica over the mean"):
+        "tests/artifacts/test_affinity_panels.py::test_busiest_replica_over_the_mean",
 }
 
 

@@ -1,4 +1,5 @@
-"""The session affinity panels (dashboards/affinity.py, issue 34) against a real Prometheus, with known answers.
+"""The session affinity panels (dashboards/affinity.py, issue 34) on the generated serving dashboard, against a real
+Prometheus, with known answers (tests/artifacts/panel_answers.py ANSWERED_ELSEWHERE points here).
 
 Data, counters at constant rates (every 5-minute rate exact) and constant gauges, worked by hand:
 
@@ -11,12 +12,14 @@ Data, counters at constant rates (every 5-minute rate exact) and constant gauges
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from dashboards import affinity
+import dashboards
+from dashboards import affinity, serving
 from infra.config import parse
 from infra.monitoring import from_platform
 from telemetry.names import VLLM
@@ -52,12 +55,36 @@ def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusS
         yield server, times[-1]
 
 
-def _values(prom: tuple[PrometheusServer, int], title: str) -> dict[tuple[str, ...], float]:
-    server, at = prom
+def _serving_row(title: str) -> list[tuple[str, str]]:
+    """(title, query) of each panel of the serving dashboard's row `title`, as the dashboards are generated."""
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(from_platform(parse(RAW, stack="affinity")))
+                                               ["serving"]))
+    out: list[tuple[str, str]] = []
+    row = None
+    for p in doc["panels"]:
+        if p["type"] == "row":
+            row = p["title"]
+        elif row == title:
+            out.extend((p["title"], t["expr"]) for t in p["targets"])
+    return out
+
+
+def test_the_panels_are_on_the_serving_dashboard_after_the_prefix_cache_hit_rate() -> None:
+    """The generated serving dashboard's vLLM row has the three panels, with their queries, right after the
+    model-wide prefix cache hit rate."""
     cfg = from_platform(parse(RAW, stack="affinity"))
-    [panel] = [p for p in affinity.panels(cfg) if p.title == title]
-    [target] = panel.targets
-    rows = server.query(target.expr.replace("$model", ".*"), at)
+    row = _serving_row("vLLM")
+    at = [t for t, _ in row].index(serving.AFFINITY_AFTER) + 1
+    assert row[at:at + 3] == [(p.title, p.targets[0].expr) for p in affinity.panels(cfg)]
+    assert [t for t, _ in row[at:at + 3]] == ["Prefix cache hit rate per replica", "Requests per replica",
+                                              "Busiest replica over the mean"]
+
+
+def _values(prom: tuple[PrometheusServer, int], title: str) -> dict[tuple[str, ...], float]:
+    """The serving dashboard's panel `title` (the $model variable on All) at the end of the data."""
+    server, at = prom
+    [expr] = [e for t, e in _serving_row("vLLM") if t == title]
+    rows = server.query(expr.replace("$model", ".*"), at)
     return {tuple(r["metric"].get(k, "") for k in (VLLM.L_MODEL, "pod") if k in r["metric"]): float(r["value"][1])
             for r in rows}
 

@@ -2,27 +2,38 @@
 replicas per model, for both engines. Each fake replica names itself in its answer, so a test sees which replica
 served each request.
 
-The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key (components.k8s.envoy_affinity);
-replicas are picked by Envoy's Maglev with bounded load (envoyproxy/envoy@v1.40.0
-api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
+The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key, else the baggage member
+aifactory.session (components.k8s.envoy_affinity); replicas are picked by Envoy's Maglev with bounded load
+(envoyproxy/envoy@v1.40.0 api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
+
+Failures, retries, ejection, priorities and a scale-up run on a gateway of their own (`failing`): replicas that
+answer 5xx there are ejected, and its model `grow` reads its replicas from a file Envoy watches (file-based EDS,
+`Replicas`), the loopback stand-in for the headless Service's DNS answer: a replica is added or removed by rewriting
+the file, each replica a 127.0.0.1 port.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
+from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
-from tests.support.envoy import start_gateway
+from tests.support.envoy import rebind, start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
+from tests.support.processes import free_port
+from tests.support.telemetry import harness
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
@@ -32,7 +43,7 @@ REPLICAS = 3
 SESSIONS = 60
 
 _MODEL = {"model": "org/model", "tenant": "alpha", "pool": "gpu"}
-RAW = {
+RAW: dict[str, Any] = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
     "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
@@ -63,10 +74,24 @@ class Gateway:
     envoy: EnvoyProcess
     backends: dict[str, list[FakeBackend]]
     issuer: Issuer
+    replicas: Replicas | None = None  # the growing model's replicas (file-based EDS), where there is one
 
     def served_by(self, model: str, *, session: str | None = None, cache_key: str | None = None,
                   via: str = "header", extra: dict[str, str] | None = None) -> str:
         """The replica that served one chat request (`via`: header, path or body routing)."""
+        status, backend = self.ask(model, session=session, cache_key=cache_key, via=via, extra=extra)
+        assert status == 200 and backend is not None, (status, backend)
+        return backend
+
+    def ask(self, model: str, *, session: str | None = None, cache_key: str | None = None,
+            via: str = "header", extra: dict[str, str] | None = None) -> tuple[int, str | None]:
+        """The status of one chat request and the replica that answered it (None: Envoy answered)."""
+        status, answer = self.answer(model, session=session, cache_key=cache_key, via=via, extra=extra)
+        return status, None if answer is None else str(answer["backend"])
+
+    def answer(self, model: str, *, session: str | None = None, cache_key: str | None = None,
+               via: str = "header", extra: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | None]:
+        """The status of one chat request and the fake replica's answer (None: Envoy answered)."""
         headers = {"authorization": self.issuer.bearer("alpha")["authorization"], "content-type": "application/json"}
         path = "/v1/chat/completions"
         if via == "header":
@@ -80,28 +105,119 @@ class Gateway:
         if cache_key is not None:
             body["prompt_cache_key"] = cache_key
         status, raw = request(self.envoy.listener_port, path, headers, body=json.dumps(body).encode())
-        assert status == 200, raw
-        return str(json.loads(raw)["backend"])
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            return status, None
+        return status, answer if isinstance(answer, dict) and "backend" in answer else None
+
+    def logged(self, model: str, **kwargs: Any) -> dict[str, Any]:
+        """The access log entry of one chat request the fake replica answered."""
+        status, answer = self.answer(model, **kwargs)
+        assert status == 200 and answer is not None, (status, answer)
+        [line] = self.envoy.access_log_lines(str(answer["request_id"]))
+        return dict(json.loads(line))
 
     def wait_healthy(self, model: str, n: int) -> None:
         deadline = time.monotonic() + HEALTH_WAIT_S
         while self.envoy.stats().get(f"cluster.{model}.membership_healthy") != n:
-            assert time.monotonic() < deadline, f"{model}: Envoy never saw {n} healthy replicas"
+            assert time.monotonic() < deadline, (f"{model}: Envoy never saw {n} healthy replicas", {
+                k: v for k, v in self.envoy.stats().items() if k.startswith(f"cluster.{model}.membership")})
             time.sleep(0.05)
+
+
+def _start(raw: dict[str, Any], workdir: Path, *, growing: str | None = None) -> Iterator[Gateway]:
+    """The gateway on the kit's bootstrap for `raw`, REPLICAS fake replicas per model. `growing`: a model whose
+    replicas come from a file (Envoy's file-based EDS) the test rewrites to add and remove replicas."""
+    cfg = parse(raw, stack="affinity")
+    issuer = Issuer(ISSUER)
+    with ExitStack() as stack:
+        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in raw["models"]}
+        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()}
+        eds = None
+        if growing is None:
+            envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks], endpoints=endpoints)
+        else:
+            admin, listener, stats = free_port(), free_port(), free_port()
+            config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
+                            endpoints={**endpoints, "otel_collector": [("127.0.0.1", free_port())]},
+                            jwks=[issuer.jwks])
+            eds = Replicas(growing, workdir / "eds")
+            eds.write(endpoints[growing])
+            [cluster] = [c for c in config["static_resources"]["clusters"] if c["name"] == growing]
+            eds.serve(cluster)
+            envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
+        gw = Gateway(cfg, envoy, backends, issuer, eds)
+        for m in raw["models"]:
+            gw.wait_healthy(m, REPLICAS)
+        yield gw
+
+
+class Replicas:
+    """A model's replicas as Envoy's file-based EDS reads them (config.core.v3.ConfigSource.path_config_source:
+    Envoy watches the directory and reloads the file when one is moved over it, envoyproxy/envoy@v1.40.0
+    api/envoy/config/core/v3/config_source.proto): what a headless Service's DNS answer is to the kit's STRICT_DNS
+    cluster, a list of pod addresses that changes as pods come and go."""
+
+    def __init__(self, model: str, directory: Path) -> None:
+        self.model, self.directory = model, directory
+        directory.mkdir()
+        self.path = directory / "endpoints.json"
+        self.version = 0
+
+    def serve(self, cluster: dict[str, Any]) -> None:
+        """Turn the model's (static) cluster into one that reads its replicas from the file."""
+        del cluster["load_assignment"]
+        cluster["type"] = "EDS"
+        cluster["eds_cluster_config"] = {"eds_config": {"resource_api_version": "V3", "path_config_source": {
+            "path": str(self.path), "watched_directory": {"path": str(self.directory)}}}}
+
+    def write(self, addresses: Iterable[tuple[str, int]]) -> None:
+        """The replicas are now `addresses` (written aside, then moved over the file: Envoy reads it whole)."""
+        self.version += 1
+        doc = {"version_info": str(self.version), "resources": [{
+            "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
+            "cluster_name": self.model, "endpoints": [{"lb_endpoints": [
+                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
+                for host, port in addresses]}]}]}
+        tmp = self.directory / "endpoints.json.tmp"
+        tmp.write_text(json.dumps(doc))
+        os.replace(tmp, self.path)
 
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    cfg = parse(RAW, stack="affinity")
-    issuer = Issuer(ISSUER)
-    with ExitStack() as stack:
-        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in RAW["models"]}
-        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
-                              endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
-        gw = Gateway(cfg, envoy, backends, issuer)
-        for m in RAW["models"]:
-            gw.wait_healthy(m, REPLICAS)
-        yield gw
+    yield from _start(RAW, tmp_path_factory.mktemp("envoy"))
+
+
+# Failures: a gateway of its own (replicas answering 5xx are ejected here, which would move the sessions of the
+# tests above), with outlier detection quick enough to watch: 3 consecutive 5xx eject a replica for 1 s.
+# Its models add `grow`, whose replicas the test adds and removes, and a workload `p` with an interactive and a
+# batch model (x-priority: batch routes to the batch one).
+FAILING = {**RAW, "gateway": {**RAW["gateway"], "outlierDetection": {
+    "consecutive5xx": 3, "intervalSeconds": 0.1, "baseEjectionSeconds": 1.0}},
+    "models": {**RAW["models"], "grow": {**_MODEL, "engine": "vllm"},
+               "p": {**_MODEL, "engine": "vllm"}, "p-batch": {**_MODEL, "engine": "vllm", "workload": "p",
+                                                              "priority": "batch"}}}
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    yield from _start(FAILING, tmp_path_factory.mktemp("envoy-failing"), growing="grow")
+
+
+@contextmanager
+def behaving(gw: Gateway, replicas: Iterable[str], behaviour: Behaviour) -> Iterator[None]:
+    """The named fake replicas answer with `behaviour` inside the block, as before after it."""
+    chosen = [b for bs in gw.backends.values() for b in bs if b.name in set(replicas)]
+    before = [b.behaviour for b in chosen]
+    for b in chosen:
+        b.behaviour = behaviour
+    try:
+        yield
+    finally:
+        for b, was in zip(chosen, before, strict=True):
+            b.behaviour = was
 
 
 def test_chat_models_have_affinity_by_default_and_it_can_be_turned_off() -> None:
@@ -188,3 +304,157 @@ def test_the_baggage_session_member_keys_the_session_when_no_header_is_sent(gate
     assert all(gateway.served_by("chat", session=f"b{s}") == home[s] for s in range(10))
     other = next(s for s in range(1, SESSIONS) if home[s] != home[0])
     assert gateway.served_by("chat", session=f"b{other}", extra={"baggage": "aifactory.session=b0"}) == home[other]
+
+
+def test_a_retry_through_a_variant_gate_moves_to_another_replica_of_the_variant(failing: Gateway) -> None:
+    """A session's replica of the chosen variant answers 503, and so does its replica of the other variant (a retry
+    that only alternated between the two variants' gates would meet the same two replicas again: each gate's hash
+    pick is the same on every pass). The gate retries on another replica of its variant (previous_hosts: Maglev's
+    next pick for the key), which serves every step of the session; once its replica answers again, the session
+    is back on it."""
+    cheap = {f"w-cheap-{i}" for i in range(REPLICAS)}
+    for s in range(5):
+        session = f"g{s}"
+        home = failing.served_by("w", session=session)
+        fast_home = failing.served_by("w", session=session, extra={"x-aifactory-budget-ms": "1000"})
+        assert home in cheap and fast_home.startswith("w-fast-")
+        with behaving(failing, (home, fast_home), Behaviour.UNAVAILABLE):
+            steps = [failing.ask("w", session=session) for _ in range(2)]
+        assert steps[0] == steps[1] and steps[0][0] == 200 and steps[0][1] in cheap - {home}, (home, steps)
+        assert failing.served_by("w", session=session) == home
+
+
+def test_a_baggage_without_the_session_member_is_no_key(gateway: Gateway) -> None:
+    """A baggage that carries no aifactory.session member (one unrelated value on every request, another with an
+    empty member) keys nothing: such requests spread over the replicas as requests without a key do, instead of
+    all landing on the one replica the whole baggage would hash to."""
+    for baggage in ("team=research", "aifactory.session=, team=research"):
+        served = Counter(gateway.served_by("chat", extra={"baggage": baggage}) for _ in range(SESSIONS))
+        assert len(served) == REPLICAS, (baggage, served)
+
+
+@pytest.mark.parametrize(("model", "replicas"), [("chat", "chat"), ("w", "w-cheap")])
+def test_a_sessions_failed_try_is_retried_on_another_replica(failing: Gateway, model: str, replicas: str) -> None:
+    """For each of 30 sessions in turn its replica answers 503 for one step: the retry (the route's, or at a
+    variant's gate) lands on another replica, every session's. Envoy's Maglev picks a retry's host from the key's
+    hash mutated by the attempt number and draws again while the predicate rejects it (envoyproxy/envoy@v1.40.0
+    source/extensions/load_balancing_policies/maglev/maglev_lb.cc, chooseHost), so with 3 draws a session of 3
+    replicas stayed on its failing one once in 27 (here: a failed run more often than not); with affinity the
+    draws are AFFINITY_HOST_SELECTION_ATTEMPTS. Each session is back on its replica once it answers again (one
+    503 between two 200s ejects nothing)."""
+    for s in range(30):
+        session = f"r{s}"
+        home = failing.served_by(model, session=session)
+        with behaving(failing, (home,), Behaviour.UNAVAILABLE):
+            status, served = failing.ask(model, session=session)
+        assert status == 200 and served is not None and served.startswith(replicas) and served != home, (
+            s, home, status, served)
+        assert failing.served_by(model, session=session) == home
+
+
+def test_a_conversations_workflows_send_one_session_through_the_gateway(gateway: Gateway) -> None:
+    """The headers the real OpenTelemetry SDK's telemetry sends from the turns of one conversation (each turn a
+    workflow of its own, workflow(..., session=)) land on one replica: the replica the same key as an
+    x-aifactory-session header lands on. Without the session each turn is a new trace, a new key."""
+    with harness() as h:
+        for c in range(10):
+            turns = []
+            for _ in range(3):
+                with h.tel.workflow("chat-turn", session=f"chat-{c}"):
+                    turns.append(gateway.served_by("chat", extra=h.tel.headers()))
+            assert set(turns) == {gateway.served_by("chat", session=f"chat-{c}")}, (c, turns)
+
+
+SCALE_SESSIONS = 400
+
+
+def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_moves(
+        failing: Gateway, tmp_path: Path) -> None:
+    """`grow` goes from 3 replicas to 4 (its replica list rewritten, as a headless Service's DNS answer changes when
+    a pod becomes ready): the sessions that move all move to the new replica, about a quarter of them, none between
+    the old three; when it goes again, every session is back where it was."""
+    assert failing.replicas is not None
+    old = failing.backends["grow"]
+    sessions = [f"n{s}" for s in range(SCALE_SESSIONS)]
+    home = {s: failing.served_by("grow", session=s) for s in sessions}
+    with FakeBackend("grow-3") as new:
+        failing.replicas.write([b.address for b in [*old, new]])
+        failing.wait_healthy("grow", REPLICAS + 1)
+        after = {s: failing.served_by("grow", session=s) for s in sessions}
+        # the pod goes: out of the replica list, and its health checks fail (Envoy keeps a host that left
+        # discovery while it passes them: Cluster.ignore_health_on_host_removal is unset)
+        failing.replicas.write([b.address for b in old])
+        new.behaviour = Behaviour.HANG
+        failing.wait_healthy("grow", REPLICAS)
+        back = {s: failing.served_by("grow", session=s) for s in sessions}
+    moved = {s for s in sessions if after[s] != home[s]}
+    assert {after[s] for s in moved} == {"grow-3"}  # none between the old replicas
+    # Maglev gives each of 4 replicas about a quarter of its table (expected 100 of 400, sd about 9)
+    assert 60 <= len(moved) <= 140, len(moved)
+    assert back == home
+
+
+def test_a_replica_answering_5xx_is_ejected_its_sessions_move_and_come_back(failing: Gateway) -> None:
+    """chat-0 answers 500: its sessions' tries are retried on other replicas (200 all along), 3 in a row eject it
+    (outlier detection), and while it is out only its own sessions have moved; when it answers again and its
+    ejection (1 s here) ends, they are back on it."""
+    sessions = [f"e{s}" for s in range(SESSIONS)]
+    home = {s: failing.served_by("chat", session=s) for s in sessions}
+    ejected = "cluster.chat.outlier_detection.ejections_active"
+    with behaving(failing, ("chat-0",), Behaviour.ERROR):
+        mine = [s for s in sessions if home[s] == "chat-0"]
+        for s in mine[:3]:  # three 5xx in a row from chat-0, each try retried elsewhere
+            assert failing.served_by("chat", session=s) != "chat-0"
+        _wait_stat(failing, ejected, 1)
+        during = {s: failing.served_by("chat", session=s) for s in sessions}
+    assert {s for s in sessions if during[s] != home[s]} == set(mine)
+    assert "chat-0" not in during.values()
+    _wait_stat(failing, ejected, 0)
+    assert {s: failing.served_by("chat", session=s) for s in sessions} == home
+
+
+def _wait_stat(gw: Gateway, name: str, value: int) -> None:
+    deadline = time.monotonic() + HEALTH_WAIT_S
+    while gw.envoy.stats().get(name, 0) != value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}"
+        time.sleep(0.05)
+
+
+def test_affinity_holds_within_each_priority(failing: Gateway) -> None:
+    """x-priority: batch goes to the workload's batch model: a session's batch steps all land on one replica of
+    p-batch and its interactive steps on one replica of p; sessions spread over each model's replicas."""
+    for priority, model in (("batch", "p-batch"), ("interactive", "p")):
+        home = {}
+        for s in range(SESSIONS):
+            served = {failing.served_by("p", session=f"q{s}", extra={"x-priority": priority}) for _ in range(3)}
+            assert len(served) == 1, (priority, s, served)
+            home[s] = served.pop()
+        assert set(home.values()) == {f"{model}-{i}" for i in range(REPLICAS)}, priority
+
+
+@pytest.mark.parametrize(("model", "kwargs", "source", "lb"), [
+    ("chat", {"session": "s1", "cache_key": "k1", "extra": {"baggage": "aifactory.session=b1"}}, "header", "hash"),
+    ("chat", {"cache_key": "k1", "extra": {"baggage": "aifactory.session=b1"}}, "body", "hash"),
+    ("chat", {"extra": {"baggage": "team=x, aifactory.session=b1"}}, "baggage", "hash"),
+    ("chat", {"extra": {"baggage": "team=x"}}, "none", "random"),
+    ("chat", {}, "none", "random"),
+    ("plain", {"session": "s1"}, "header", "least_request"),
+    ("plain", {}, "none", "least_request"),
+], ids=["header", "body", "baggage", "unrelated-baggage", "no-key", "off-with-key", "off"])
+def test_the_access_log_says_where_the_session_key_came_from_and_what_picked_the_replica(
+        gateway: Gateway, model: str, kwargs: dict[str, Any], source: str, lb: str) -> None:
+    """Each request's access log entry (the real Envoy's JSON log) has session_source, first found wins as for the
+    key itself, and session_lb: hash (Maglev on the key), random (Maglev, no key) or least_request (no affinity)."""
+    entry = gateway.logged(model, **kwargs)
+    assert (entry["session_source"], entry["session_lb"], entry["route_decision"], entry["variant"]) == (
+        source, lb, None, None)
+
+
+@pytest.mark.parametrize(("extra", "decision", "variant"), [
+    ({}, "w-cheap; reason=default", "w-cheap"), ({"x-aifactory-budget-ms": "1000"}, "w-fast; reason=fits-budget",
+                                                  "w-fast")])
+def test_the_access_log_names_the_chosen_variant(gateway: Gateway, extra: dict[str, str], decision: str,
+                                                 variant: str) -> None:
+    entry = gateway.logged("w", session="v1", extra=extra)
+    assert (entry["route_decision"], entry["variant"], entry["session_source"], entry["session_lb"]) == (
+        decision, variant, "header", "hash")

@@ -18,7 +18,7 @@ from dashboards.rules import DEFAULT_OBJECTIVE, XID_WINDOW, R, alerts, groups, r
 from infra.artifacts import dump_yaml
 from infra.monitoring import from_platform
 from infra.synth import DEFAULT_STACKS_DIR, load_stack
-from telemetry.names import DCGM, KSM, PIPELINE, SGLANG, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
+from telemetry.names import DCGM, ENVOY, KSM, PIPELINE, SGLANG, TRITON, VLLM, WORKFLOW_BUCKETS_S, WORKFLOW_DURATION
 from tests.support import exporter_facts as facts
 from tests.support.prometheus import promtool
 from tests.support.synthetic import OTHER_WORKFLOW
@@ -340,6 +340,32 @@ def _pipeline_cases(cfg: ObservabilityConfig) -> list[Case]:
     return out
 
 
+def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """The gateway's alerts (dashboards/gateway_alerts.py) on Envoy's cluster stats as its stats listener exports
+    them (telemetry.names.ENVOY), two gateway pods. Ejections: gauges; retries and answered tries: counters from
+    minute 0 (a rate from minute 1), so the ratio is exact."""
+    fors = _for(cfg)
+    out: list[Case] = []
+    pods = [{"namespace": "aifactory-gateway", "pod": f"gateway-{i}", "job": "gateway"} for i in range(2)]
+    chat = {ENVOY.L_CLUSTER: "chat"}
+
+    def case(alert: str, active_at: int, value: float, series: dict[str, str], quiet: dict[str, str]) -> None:
+        fired = ({**chat, "alertname": alert, "severity": "warning"}, value, fors[(alert, "warning")])
+        out.append(Case(alert, series, _around(active_at, [fired])))
+        out.append(Case(alert, quiet, [(active_at + fired[2], [])]))
+
+    # one pod has one replica out, the other none: the most any pod has out
+    ejected = [_sel(ENVOY.EJECTIONS, {**p, **chat}) for p in pods]
+    case("GatewayReplicasEjected", 0, 1.0, {ejected[0]: "1x30", ejected[1]: "0x30"},
+         {ejected[0]: "0x30", ejected[1]: "0x30"})
+    # per pod 60 answered tries a minute and 4 retries (the quiet case: 2): 8 / 120 = 6.7% > 5% (quiet: 3.3%)
+    answered = [_sel(ENVOY.RQ_XX, {**p, **chat, "envoy_response_code_class": "2"}) for p in pods]
+    retried = [_sel(ENVOY.RQ_RETRY, {**p, **chat}) for p in pods]
+    case("GatewayRetryRatioHigh", 1, 8 / 120, {**{a: "0+60x30" for a in answered}, **{r: "0+4x30" for r in retried}},
+         {**{a: "0+60x30" for a in answered}, **{r: "0+2x30" for r in retried}})
+    return out
+
+
 Annotations = dict[tuple[str, str, str | None], dict[str, str]]
 
 
@@ -382,7 +408,7 @@ def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_inte
 def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
                                                                              tmp_path: Path) -> None:
     long_cases, short_burns = _long_window_cases(prod)
-    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod)
+    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
     assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
     assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):

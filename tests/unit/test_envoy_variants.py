@@ -112,11 +112,21 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
     assert sorted(listeners) == ["gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
-    assert hcm["route_config"]["virtual_hosts"][0]["routes"] == [
-        {"match": {"prefix": "/"}, "route": {"cluster": "w-int4", "timeout": "0s",
-                                             "host_rewrite_literal": "w-int4.alpha.svc.cluster.local",
-                                             # the variant's replica is picked here: by the session key
-                                             "hash_policy": envoy_affinity.hash_policy()}}]
+    [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
+    retry = route["route"].pop("retry_policy")
+    assert route == {"match": {"prefix": "/"}, "request_body_buffer_limit": 8 * 1024 * 1024,
+                     "route": {"cluster": "w-int4", "timeout": "0s",
+                               "host_rewrite_literal": "w-int4.alpha.svc.cluster.local",
+                               # the variant's replica is picked here: by the session key
+                               "hash_policy": envoy_affinity.hash_policy()}}
+    # the body kept to send it again (the model's maxRequestBytes); a failed try goes once more to another
+    # replica of the variant (the model route's retry_on and previous_hosts), timed by the decision's route
+    assert retry == {"retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
+                     "retriable_status_codes": [500, 502, 503, 504], "num_retries": 1,
+                     "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
+                         "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
+                                  "PreviousHostsPredicate"}}],
+                     "host_selection_retry_max_attempts": envoy_affinity.AFFINITY_HOST_SELECTION_ATTEMPTS}
     assert [f["typed_config"].get("suppress_envoy_headers") for f in hcm["http_filters"]] == [True]
     assert [e["name"] for e in boot["bootstrap_extensions"]] == ["envoy.bootstrap.internal_listener"]
     prod = envoy_config.bootstrap(prod_without_variants())

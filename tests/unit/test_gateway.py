@@ -105,8 +105,11 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     # per-try protection: min(timeoutSeconds, 30 s) of silence
     assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
             ("assistant", "assistant-batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
-    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {"tenant": "finance",
-                                                                                   "priority": "interactive"}}}
+    # session_affinity: the route hashes the session key (the access log's session_lb reads it)
+    assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {
+        "tenant": "finance", "priority": "interactive", "session_affinity": True}}}
+    assert by_name["embed-rerank"]["metadata"] == {"filter_metadata": {"aifactory": {
+        "tenant": "search", "priority": "interactive"}}}
     assert by_name["assistant-batch"]["metadata"]["filter_metadata"]["aifactory"]["priority"] == "batch"
 
 
@@ -213,8 +216,8 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
     assert [f["name"] for f in _hcm(prod_without_variants())["http_filters"]] == [
         "envoy.filters.http.header_mutation", "envoy.filters.http.jwt_authn", "aifactory.callers",
         "aifactory.refusals", "envoy.filters.http.buffer", "envoy.filters.http.json_to_metadata",
-        "aifactory.session", "aifactory.body_limit", "envoy.filters.http.rbac", "envoy.filters.http.local_ratelimit",
-        "envoy.filters.http.router"]
+        "aifactory.session_baggage", "aifactory.session", "aifactory.body_limit", "envoy.filters.http.rbac",
+        "envoy.filters.http.local_ratelimit", "envoy.filters.http.router"]
     strip, jwt, _, _, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
     assert strip["typed_config"]["mutations"] == {"request_mutations": [
         {"remove": "x-aifactory-tenant"}, {"remove_on_match": {"key_matcher": {"prefix": "x-envoy-"}}}]}
@@ -527,11 +530,8 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
     """Session affinity needs the hash policy on every route form (header, path, body; streamed or not): Envoy
     hashes only on the route that picked the cluster (envoy_affinity)."""
     cfg = prod_without_variants()
-    # the header first (terminal: nothing else is hashed when it is there), else the baggage's aifactory.session
-    hashed = [{"header": {"header_name": "x-aifactory-session"}, "terminal": True},
-                     {"header": {"header_name": "baggage", "regex_rewrite": {
-                         "pattern": {"regex": r"^(?:.*,)?[ \t]*aifactory\.session[ \t]*=[ \t]*([^,; \t]*).*$"},
-                         "substitution": r"\1"}}}]
+    # the session header: the client's, else the one the session filters set from the body or the baggage
+    hashed = [{"header": {"header_name": "x-aifactory-session"}}]
     for r in ec.routes(cfg):
         if "route" not in r:
             continue  # a direct response
@@ -539,10 +539,23 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
         # on by default where it pays: a generate model whose engine reuses KV blocks (not Triton as deployed)
         expected = hashed if model.task == "generate" and model.prefix_caching else None
         assert r["route"].get("hash_policy") == expected, r["name"]
+        # a retry's replica: 20 Maglev draws with affinity (a session of 2 replicas stays on its failed one with
+        # probability 2^-20, not 1/8 as with Envoy's usual 3), least-request's 3 without
+        assert r["route"]["retry_policy"]["host_selection_retry_max_attempts"] == (20 if expected else 3), r["name"]
     assert {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None} == {
         m.name for m in cfg.models.values() if m.engine != "triton" and m.task == "generate"}
-    # the session header is taken from the body's prompt_cache_key only when the client sent none
+    # the session header is taken from the body's prompt_cache_key, else the baggage's aifactory.session member,
+    # only when the client sent none
+    [baggage] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session_baggage"]
+    assert baggage["typed_config"]["request_rules"] == [{"header": "baggage", "on_header_present": {
+        "metadata_namespace": "aifactory", "key": "session_baggage", "type": "STRING", "regex_value_rewrite": {
+            # every baggage matches: the member's value, or nothing (no metadata) without the member
+            "pattern": {"regex": r"^(?:(?:.*,)?[ \t]*aifactory\.session[ \t]*=[ \t]*([^,; \t]*).*|.*)$"},
+            "substitution": r"\1"}}},
+        # the client's own header, before the session filter adds one (the access log's session_source)
+        {"header": "x-aifactory-session", "on_header_present": {
+            "metadata_namespace": "aifactory", "key": "session_header", "value": "header", "type": "STRING"}}]
     [session] = [f for f in ec.http_filters(cfg) if f["name"] == "aifactory.session"]
     assert session["typed_config"]["mutations"] == {"request_mutations": [{"append": {
-        "header": {"key": "x-aifactory-session", "value": "%DYNAMIC_METADATA(aifactory:prompt_cache_key)%"},
-        "append_action": "ADD_IF_ABSENT"}}]}
+        "header": {"key": "x-aifactory-session", "value": f"%DYNAMIC_METADATA(aifactory:{key})%"},
+        "append_action": "ADD_IF_ABSENT"}} for key in ("prompt_cache_key", "session_baggage")]}

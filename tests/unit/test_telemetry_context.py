@@ -277,6 +277,39 @@ def test_no_budget_no_budget_baggage_but_the_session(h: Harness) -> None:
     assert "baggage" not in h.tel.headers()  # outside any workflow: no session
 
 
+def test_an_explicit_session_wins_over_the_trace_id_across_workflows(h: Harness) -> None:
+    """A chat whose every turn runs as a workflow of its own: with workflow(..., session=) each turn sends the
+    conversation's session, not its own trace id, so the gateway keeps the conversation on one replica. Workflows
+    inside it inherit it unless they give their own; the baggage carries the value as it is (the gateway hashes the
+    raw member, as it hashes an x-aifactory-session header with the same value)."""
+    tel = h.tel
+    sent, traces = [], set()
+    for _ in range(2):
+        with tel.workflow("chat-turn", session="chat-42") as run:
+            sent.append(tel.headers())
+            traces.add(run.trace_id)
+            with tel.workflow("tool-call"):
+                assert baggage_of(tel.headers())["aifactory.session"] == "chat-42"
+            with tel.workflow("side-quest", session="quest-1"):
+                assert baggage_of(tel.headers())["aifactory.session"] == "quest-1"
+            assert baggage_of(tel.headers())["aifactory.session"] == "chat-42"
+    assert len(traces) == 2  # two runs, two traces, one session
+    assert [baggage_of(x) for x in sent] == [{"aifactory.session": "chat-42"}] * 2
+    assert all(x["baggage"] == "aifactory.session=chat-42" for x in sent)
+    with tel.workflow("chat-turn") as run:  # no session given: the trace id, as before
+        assert baggage_of(tel.headers()) == {"aifactory.session": f"{run.trace_id:032x}"}
+    with telemetry.workflow("module-level", session="chat-43"):  # the module-level scope takes it too
+        assert baggage_of(telemetry.headers())["aifactory.session"] == "chat-43"
+
+
+@pytest.mark.parametrize("session", ["", "a b", "chat/42", "x" * 129, 42])
+def test_a_session_the_baggage_would_encode_is_refused(session: object) -> None:
+    with pytest.raises(ValueError) as e:
+        telemetry.workflow("chat-turn", session=session)  # type: ignore[arg-type]
+    assert str(e.value) == ("workflow 'chat-turn': session must be 1-128 characters of A-Z a-z 0-9 . _ ~ - (sent as "
+                            f"they are in the baggage and the x-aifactory-session header), got {session!r}")
+
+
 @pytest.mark.parametrize(("inner_budget_s", "expected_ms"), [(5, 1000), (0.25, 250)],
                          ids=["outer-deadline-is-earlier", "inner-deadline-is-earlier"])
 def test_nested_workflow_keeps_the_earlier_deadline(h: Harness, inner_budget_s: float, expected_ms: int) -> None:
