@@ -219,6 +219,11 @@ _NOT_ON_THE_INTERNET = tuple(ipaddress.ip_network(n) for n in (
     "fc00::/7", "fe80::/10", "::1/128"))
 
 
+# Amazon EKS service quotas: "Public endpoint access CIDR ranges per cluster", 40, not adjustable (Service Quotas
+# code L-93A74D60; awsdocs/amazon-eks-user-guide, service-quotas).
+MAX_PUBLIC_ACCESS_CIDRS = 40
+
+
 def _api_access(r: _Reader, d: dict[str, Any], access: str, in_vpc: bool, public: Callable[[str], str | None]
                 ) -> tuple[str, ...]:
     """The public-access CIDRs, checked against the deployer's network position: the same program creates the
@@ -231,7 +236,10 @@ def _api_access(r: _Reader, d: dict[str, Any], access: str, in_vpc: bool, public
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
         return r.strings(d, "publicAccessCidrs", "cluster", check=public)
     cidrs = r.strings(d, "publicAccessCidrs", "cluster", check=public)
-    if r.problems_at("cluster.apiAccess"):
+    if len(cidrs) > MAX_PUBLIC_ACCESS_CIDRS:
+        r.fail("cluster.publicAccessCidrs", f"has {len(cidrs)} entries; EKS takes at most {MAX_PUBLIC_ACCESS_CIDRS} "
+                                            "per cluster (a quota AWS does not raise): list wider networks")
+    if r.problems_at("cluster.apiAccess") or r.problems_at("cluster.publicAccessCidrs"):
         return cidrs
     if access == "public-and-private" and not cidrs:
         r.fail("cluster.publicAccessCidrs", "is required (non-empty) for apiAccess 'public-and-private': list the "

@@ -66,7 +66,7 @@ class _Reader:
 
     def problems_at(self, path: str) -> bool:
         """Whether a problem was already reported at or below `path` (later checks build on sound values)."""
-        return any(p.path == path or p.path.startswith(f"{path}.") for p in self.problems)
+        return any(p.path == path or p.path.startswith((f"{path}.", f"{path}[")) for p in self.problems)
 
     def is_set(self, d: Mapping[str, Any] | None, path: str, key: str) -> bool:
         """Whether the raw mapping `d` at `path` sets `key` (not null) to a value read without a problem: else a

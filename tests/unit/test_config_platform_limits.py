@@ -69,6 +69,19 @@ def test_a_private_range_as_a_public_access_cidr_is_refused_with_why(
                    capsys)
     assert f"cluster.publicAccessCidrs[0]: {cidr!r} is inside " in err
     assert "which never reaches a public endpoint: the endpoint sees the public address your traffic leaves from" in err
+    assert "is required (non-empty)" not in err  # the list was given; its entry was wrong
+
+
+def test_more_public_access_cidrs_than_eks_takes_are_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """EKS takes at most 40 public-access CIDRs per cluster, a quota it does not raise (Service Quotas L-93A74D60):
+    a longer list passed validate and failed at `pulumi up`."""
+    cidrs = ", ".join(f"203.0.{i}.0/24" for i in range(41))
+    err = validate(tmp_path, STACK.replace("publicAccessCidrs: [203.0.113.0/24]", f"publicAccessCidrs: [{cidrs}]"),
+                   capsys)
+    assert ("cluster.publicAccessCidrs: has 41 entries; EKS takes at most 40 per cluster (a quota AWS does not "
+            "raise): list wider networks") in err
+    assert "is required (non-empty)" not in err
 
 
 def test_messages_say_the_length_limit_and_read_plainly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
