@@ -69,6 +69,11 @@ DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may t
 # one with probability (1/n)^k, 1/8 at Envoy's usual 3 draws and 2 replicas; 20 draws: about 1e-6 (table lookups).
 AFFINITY_HOST_SELECTION_ATTEMPTS = 20
 SESSION_FILTER = "aifactory.session"
+SANITIZE_FILTER = "aifactory.session_key"
+RESTORE_FILTER = "aifactory.session_key_header"
+SESSION_KEY = "session"  # dynamic metadata aifactory.session: the key the route hashes, if any
+MAX_SESSION_KEY_CHARS = 256  # past it, no key: a header that long risks the next hop's header limits
+RE2_PROGRAM_SIZE = 1024  # the check's regex compiles to ~3 instructions per character allowed (~780 at 256)
 BAGGAGE_FILTER = "aifactory.session_baggage"
 BAGGAGE_SESSION_KEY = "session_baggage"  # dynamic metadata aifactory.session_baggage: the baggage member's value
 CLIENT_SESSION_KEY = "session_header"  # dynamic metadata aifactory.session_header: "header" when the client sent one
@@ -120,9 +125,32 @@ def session_header_filter() -> dict[str, Any]:
         "mutations": {"request_mutations": [add(PROMPT_CACHE_KEY), add(BAGGAGE_SESSION_KEY)]}}}
 
 
+def session_key_filters() -> list[dict[str, Any]]:
+    """header_to_metadata then header_mutation, after session_header_filter: the x-aifactory-session header as sent
+    on is only a key a header can carry. The first takes the header out and keeps its value as dynamic metadata
+    aifactory.session when it is 1 to MAX_SESSION_KEY_CHARS characters without a control character (a body's
+    prompt_cache_key may hold CR, LF or NUL, which no header value may: Envoy would answer 503 for the invalid
+    header, RFC 9110 5.5); the second puts that value back. Any other value is no key: the request is served
+    without a session."""
+    return [
+        {"name": SANITIZE_FILTER, "typed_config": {
+            "@type": _T + "extensions.filters.http.header_to_metadata.v3.Config",
+            "request_rules": [{"header": SESSION_HEADER, "remove": True, "on_header_present": {
+                "metadata_namespace": METADATA_NAMESPACE, "key": SESSION_KEY, "type": "STRING",
+                "regex_value_rewrite": {
+                    "pattern": {"regex": f"(?s)^([^\\x00-\\x1f\\x7f]{{1,{MAX_SESSION_KEY_CHARS}}})$|^.*$"},
+                    "substitution": "\\1"}}}]}},
+        {"name": RESTORE_FILTER, "typed_config": {
+            "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
+            "mutations": {"request_mutations": [{"append": {"header": {
+                "key": SESSION_HEADER, "value": f"%DYNAMIC_METADATA({METADATA_NAMESPACE}:{SESSION_KEY})%"},
+                "append_action": "ADD_IF_ABSENT"}}]}}},
+    ]
+
+
 def session_filters() -> list[dict[str, Any]]:
     """The filters that set the session key header, in order, after json_to_metadata."""
-    return [baggage_session_filter(), session_header_filter()]
+    return [baggage_session_filter(), session_header_filter(), *session_key_filters()]
 
 
 def _has(key: str) -> str:
@@ -135,12 +163,12 @@ def _has(key: str) -> str:
 # session_lb: what picked the replica (hash: Maglev on the key; random: Maglev without a key; least_request: a
 # model without affinity; on a variant decision route, as the workload's default variant's route says).
 _OURS = f"'{METADATA_NAMESPACE}' in metadata.filter_metadata"
-SESSION_SOURCE_LOG = (f"%CEL(!({_OURS}) ? 'none' : {_has(CLIENT_SESSION_KEY)} ? 'header' : "
+SESSION_SOURCE_LOG = (f"%CEL(!({_OURS} && {_has(SESSION_KEY)}) ? 'none' : {_has(CLIENT_SESSION_KEY)} ? 'header' : "
                       f"{_has(PROMPT_CACHE_KEY)} ? 'body' : {_has(BAGGAGE_SESSION_KEY)} ? 'baggage' : 'none')%")
 _ROUTE_HASHES = (f"'{METADATA_NAMESPACE}' in xds.route_metadata.filter_metadata && '{ROUTE_AFFINITY_KEY}' in "
                  f"xds.route_metadata.filter_metadata['{METADATA_NAMESPACE}']")
-SESSION_LB_LOG = (f"%CEL(!({_ROUTE_HASHES}) ? 'least_request' : ({_OURS} && ({_has(CLIENT_SESSION_KEY)} || "
-                  f"{_has(PROMPT_CACHE_KEY)} || {_has(BAGGAGE_SESSION_KEY)})) ? 'hash' : 'random')%")
+SESSION_LB_LOG = (f"%CEL(!({_ROUTE_HASHES}) ? 'least_request' : ({_OURS} && {_has(SESSION_KEY)}) ? 'hash' : "
+                  "'random')%")
 
 
 def route_metadata() -> dict[str, Any]:

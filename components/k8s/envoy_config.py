@@ -620,7 +620,12 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         # runtime overrides through the admin interface (127.0.0.1 only: `kubectl exec` or port-forward), e.g.
         # tenant_rate_limit_enforced=0 lifts the per-tenant limits during an incident; without an admin layer
         # Envoy refuses /runtime_modify (503). Overrides live in the process: a restarted pod has the config's.
-        "layered_runtime": {"layers": [{"name": "admin", "admin_layer": {}}]},
+        # the static layer: RE2's program-size ceiling for the session-key check (components.k8s.envoy_affinity,
+        # MAX_SESSION_KEY_CHARS; Envoy refuses a regex past 100 by default: envoyproxy/envoy@v1.40.0
+        # source/common/common/regex.cc, re2.max_program_size.error_level)
+        "layered_runtime": {"layers": [
+            {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
+            {"name": "admin", "admin_layer": {}}]},
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}

@@ -253,6 +253,17 @@ def test_prompt_cache_key_is_the_session_key_when_no_header_is_sent(gateway: Gat
     assert gateway.served_by("chat", session=f"k{other}", cache_key="k0") == by_key[other]
 
 
+
+@pytest.mark.parametrize("key", ["a\r\nx-aifactory-tenant: beta", "k\u0001", "\u0000", "k" * 600])
+def test_a_prompt_cache_key_no_header_can_carry_is_no_key_and_the_request_is_served(gateway: Gateway, key: str) -> None:
+    """A body key with control characters (or past 512 characters) cannot become the x-aifactory-session header:
+    it is no key (the request is served as one without a session, 200, not Envoy's 503 for an invalid header),
+    and nothing of it reaches a replica as a header."""
+    status, answer = gateway.answer("chat", cache_key=key, via="body")
+    assert status == 200 and answer is not None, (status, answer)
+    log = gateway.logged("chat", cache_key=key, via="body")
+    assert (log["session_source"], log["session_lb"]) == ("none", "random")
+
 def test_a_model_without_affinity_spreads_one_session(gateway: Gateway) -> None:
     """sessionAffinity.enabled: false keeps least-request: one session's steps reach more than one replica."""
     served = Counter(gateway.served_by("plain", session="s1") for _ in range(30))
