@@ -26,16 +26,23 @@ from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
 from components.k8s.observability import LOKI_SERVICE_ACCOUNT, LokiBucket, retention_days
 from components.k8s.platform import Platform
-from components.k8s.serving import ModelDeployment, ServingControllers
+from components.k8s.serving import (
+    KEDA_API_VERSION,
+    LWS_API_VERSION,
+    MONITORING_API_VERSION,
+    ModelDeployment,
+    ServingControllers,
+)
+from components.k8s.serving.component import ModelPrerequisites
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
 from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
-from infra.config import NodePool, PlatformConfig
+from infra.config import Model, NodePool, PlatformConfig
 from infra.monitoring import from_platform
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
-           "loki_bucket"]
+           "loki_bucket", "model_prerequisites"]
 
 
 def existing_cluster_provider(cfg: PlatformConfig) -> k8s.Provider:
@@ -154,6 +161,30 @@ def loki_bucket(cfg: PlatformConfig, on_aws: AwsCluster) -> pulumi.Output[LokiBu
         lambda a: LokiBucket(bucket=a[0], region=region, role_arn=a[1]))
 
 
+def _group(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def model_prerequisites(cfg: PlatformConfig, model: Model, *, platform: Platform, controllers: ServingControllers,
+                        cache: list[ModelCacheStorage], on_aws: AwsCluster | None) -> ModelPrerequisites:
+    """What each of a model's objects waits for: its tenant's namespace; the releases that install the CRDs of
+    its custom resources (KEDA, LeaderWorkerSet, the Prometheus operator); for its pods, istiod (the injection
+    webhook), its tenant's mesh policies and the mesh's mTLS mode, its pool's nodes, the StorageClass its cache
+    names, the PriorityClass it names and the node cache's directories. Nothing else: models come up side by
+    side, not each after the whole platform (and the SDK checks every recorded edge for a cycle)."""
+    mesh = platform.mesh
+    crds = {_group(KEDA_API_VERSION): controllers.releases.get("keda"),
+            _group(LWS_API_VERSION): controllers.releases.get("lws"),
+            _group(MONITORING_API_VERSION): platform.observability.prometheus_stack}
+    return ModelPrerequisites(
+        namespace=[platform.tenant_namespaces[model.tenant]],
+        crds={group: [release] for group, release in crds.items() if release is not None},
+        pods=[mesh.istiod, mesh.peer_authentication, *mesh.policies[cfg.tenant_of(model).namespace],
+              *(c.storage_class for c in cache), *([on_aws.pools[model.pool]] if on_aws is not None else [])],
+        priority_classes=controllers.priority_classes,
+        node_cache=[controllers.cache_prep] if controllers.cache_prep is not None else [])
+
+
 def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | None = None) -> None:
     """`now`: the UTC time (2026-12-01T11:30:00Z) capacity-block schedules are computed against: only actions
     still ahead of it are created (default: the wall clock). `stacks_dir`: where the fidelity suites and results
@@ -185,25 +216,28 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # On AWS: model caches on the kit's gp3 class, and s3:// models get IRSA roles (AWS provider too).
     on_models = on_cluster if on_aws is None else \
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
-    # The mesh first: a model pod created before istiod's injection webhook runs without a sidecar,
-    # outside the tenant's AuthorizationPolicies, until something restarts it.
+    # Each object waits for what it needs (the mesh's injection webhook before any pod, CRDs before custom resources).
     models = [ModelDeployment(f"model-{m.name}", model_deployment_args(cfg, m),
-                              cluster=on_aws.cluster if on_aws is not None else None, opts=on_models.merge(
-        pulumi.ResourceOptions(depends_on=[platform.tenant_namespaces[m.tenant], platform.mesh,
-                                           platform.observability, controllers, *cache,
-                                           *([on_aws.pools[m.pool]] if on_aws is not None else [])])))
+                              cluster=on_aws.cluster if on_aws is not None else None, opts=on_models,
+                              after=model_prerequisites(cfg, m, platform=platform, controllers=controllers,
+                                                        cache=cache, on_aws=on_aws))
               for m in cfg.models.values()]
     # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)
+    # The gateway's pods get their sidecar from istiod (whose release follows the Istio CRDs its policies use); its
+    # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services.
     gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
-        pulumi.ResourceOptions(depends_on=[platform.mesh, platform.observability, *models])))
+        pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
+                                           *(m.objects["Service"] for m in models)])))
     if cfg.gateway.fidelity:
         FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, evals),
                      opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))
 
     # --- dashboards and rules ---------------------------------------------------------------
-    Monitoring("monitoring", config=from_platform(cfg), provider=provider, depends_on=[platform])
+    # Dashboards (ConfigMaps) go to the observability namespace; the PrometheusRule needs the operator's CRD.
+    Monitoring("monitoring", config=from_platform(cfg), provider=provider,
+               depends_on=[platform.observability.namespace, platform.observability.prometheus_stack])
 
     # --- exports ----------------------------------------------------------------------------
     pulumi.export("stack", cfg.stack)

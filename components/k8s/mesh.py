@@ -377,13 +377,15 @@ class Mesh(pulumi.ComponentResource):
             f"{name}-istiod", versions.ISTIOD, release_name="istiod", namespace=naming.ISTIO_NAMESPACE,
             values=istiod_values(cfg), opts=pulumi.ResourceOptions(parent=self, depends_on=[base, cni, *after]))
         after_crds = pulumi.ResourceOptions(parent=self, depends_on=[base])
-        _custom(f"{name}-peer-authentication", peer_authentication(), after_crds)
+        self.peer_authentication = _custom(f"{name}-peer-authentication", peer_authentication(), after_crds)
         _custom(f"{name}-tracing", tracing_telemetry(cfg), after_crds)
         by_ns = {t.namespace: [tenant_namespaces[t.name]] if tenant_namespaces else [] for t in cfg.tenants.values()}
+        # by namespace: what a tenant's pods wait for, so that none serves outside its tenant's policies
+        self.policies: dict[str, list[k8s.apiextensions.CustomResource]] = {ns: [] for ns in by_ns}
         for policy in authorization_policies(cfg):
             ns = policy["metadata"]["namespace"]
-            _custom(f"{name}-{ns}-{policy['metadata']['name']}", policy,
-                    pulumi.ResourceOptions(parent=self, depends_on=[base, *by_ns[ns]]))
+            self.policies[ns].append(_custom(f"{name}-{ns}-{policy['metadata']['name']}", policy,
+                                             pulumi.ResourceOptions(parent=self, depends_on=[base, *by_ns[ns]])))
         self.mtls = pulumi.Output.from_input(MTLS_MODE)
         self.istio_version = pulumi.Output.from_input(versions.ISTIO_VERSION)
         self.register_outputs({"mtls": MTLS_MODE, "istioVersion": versions.ISTIO_VERSION})

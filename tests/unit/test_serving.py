@@ -376,16 +376,16 @@ def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registrati
         "reclaimPolicy": "Delete",
         "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
     assert sc.inputs["metadata"]["name"] == "aifactory-gp3"
-    for model in ("model-llama-8b-trt", "model-llama-70b"):
-        assert sc.urn in staging[model].dependencies, model
+    for model in ("model-llama-8b-trt", "model-llama-70b"):  # the pods' cache volumes name the class
+        assert sc.urn in staging[f"{model}-deployment"].dependencies, model
 
 
 def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[str, Registration]) -> None:
-    # depends_on a component waits for its resources: istiod's release (the injection webhook) among them
+    # the workload waits for istiod's release (the injection webhook): a pod created before it has no sidecar
     istiod = next(r for r in staging.values() if r.type == "kubernetes:helm.sh/v3:Release"
                   and r.inputs["chart"] == "istiod")
     for model in ("model-llama-8b-trt", "model-llama-70b"):
-        assert istiod.urn in staging[model].dependencies, model
+        assert istiod.urn in staging[f"{model}-deployment"].dependencies, model
 
 
 @pytest.mark.parametrize(("model", "live", "ready"), [

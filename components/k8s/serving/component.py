@@ -1,6 +1,8 @@
 """The serving components: ModelDeployment (one model's objects) and ServingControllers (KEDA, LeaderWorkerSet,
 the node cache DaemonSet and the PriorityClasses the stack's models need), and how both register objects."""
 
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulumi
@@ -23,7 +25,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "TYPE",
+    "WORKLOAD_KINDS",
     "register_object",
+    "ModelPrerequisites",
+    "object_prerequisites",
     "ModelDeployment",
     "ServingControllers",
     "cache_prep",
@@ -32,6 +37,7 @@ __all__ = [
 ]
 
 TYPE = "aifactory:k8s:ModelDeployment"  # the type token of the kit's existing stacks (part of every child's URN)
+WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet"})  # the objects that make the model's pods
 
 _TYPED = {
     "ServiceAccount": k8s.core.v1.ServiceAccount,
@@ -62,6 +68,45 @@ def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions
                                             opts=opts)
 
 
+@dataclass(frozen=True)
+class ModelPrerequisites:
+    """What a model's objects wait for at `pulumi up` (and outlive at `pulumi destroy`), each object only what it
+    needs: its objects, and the stack's models, are then created side by side rather than each after the whole
+    platform. Default: nothing (the cluster has it all already)."""
+
+    namespace: Sequence[pulumi.Resource] = ()
+    """Every namespaced object: the tenant's Namespace (the API server refuses objects in a missing namespace)."""
+    crds: Mapping[str, Sequence[pulumi.Resource]] = field(default_factory=dict)
+    """Custom resources, by API group: what installs the group's CRDs and runs its controller. Created before,
+    the API server answers 'no matches for kind'; destroyed after, the controller is gone when its finalizers
+    should be removed."""
+    pods: Sequence[pulumi.Resource] = ()
+    """The Deployment or LeaderWorkerSet: what its pods need when they are created: Istio's injection webhook (a
+    pod created before istiod runs without a sidecar, outside its tenant's AuthorizationPolicies, until restarted),
+    those policies, nodes of its pool, the StorageClass its cache volume names."""
+    priority_classes: Mapping[str, pulumi.Resource] = field(default_factory=dict)
+    """By name: the workload waits for the PriorityClass its pods name (the Priority admission plugin refuses a
+    pod whose class does not exist)."""
+    node_cache: Sequence[pulumi.Resource] = ()
+    """A workload whose pods mount the node-local cache: what makes its directories on the nodes (the prep
+    DaemonSet; the kubelet does not mount a hostPath of type Directory that does not exist)."""
+
+
+def object_prerequisites(obj: dict[str, Any], after: ModelPrerequisites, *, priority_class: str | None = None,
+                         node_cache: bool = False) -> list[pulumi.Resource]:
+    """What one of a model's objects waits for (see ModelPrerequisites); `priority_class` and `node_cache`: what
+    the model's pods name and mount."""
+    out: list[pulumi.Resource] = [*after.namespace] if obj["metadata"].get("namespace") else []
+    out += after.crds.get(obj["apiVersion"].rpartition("/")[0], ())
+    if obj["kind"] in WORKLOAD_KINDS:
+        out += after.pods
+        if priority_class is not None and priority_class in after.priority_classes:
+            out.append(after.priority_classes[priority_class])
+        if node_cache:
+            out += after.node_cache
+    return out
+
+
 def _children_of(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
     """Children record the component's own dependencies: the engine orders creation by the parent, but
     `pulumi destroy` only by recorded dependencies, and would otherwise remove KEDA, LWS, Istio or the
@@ -85,16 +130,24 @@ class ModelDeployment(pulumi.ComponentResource):
     """Deployment, or LeaderWorkerSet for a multi-node replica."""
 
     def __init__(self, name: str, args: ModelDeploymentArgs, opts: pulumi.ResourceOptions | None = None,
-                 cluster: "GpuCluster | None" = None) -> None:
+                 cluster: "GpuCluster | None" = None, after: ModelPrerequisites | None = None) -> None:
+        """`after`: what each object waits for (default: nothing); `opts.depends_on` applies to every object."""
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = serving_spec(name, args)
         model = cfg.model
         child = _children_of(self, opts)
+        after = after or ModelPrerequisites()
         # the ARN with the role's policy as a dependency: the model's pods start only once they may read the bucket
         role_arn = arn_with_policies(self._s3_role(name, cfg, model, cluster)) if model.uri.startswith("s3://") \
             else None
+        priority_class, cached = cfg.priority_class_of(model), node_cache(cfg, model)
+        # the model's objects by kind (the gateway waits for the Service it resolves); not a class annotation: the
+        # package's analyzer reads those as the component's outputs
+        self.objects: dict[str, pulumi.CustomResource] = {}
         for obj in model_objects(cfg, model, role_arn=role_arn):
-            register_object(f"{name}-{obj['kind'].lower()}", obj, child)
+            needs = object_prerequisites(obj, after, priority_class=priority_class, node_cache=cached)
+            self.objects[obj["kind"]] = register_object(
+                f"{name}-{obj['kind'].lower()}", obj, child.merge(pulumi.ResourceOptions(depends_on=needs)))
         self.namespace = pulumi.Output.from_input(model_namespace(cfg, model))
         self.service = pulumi.Output.from_input(model.name)
         self.kind = pulumi.Output.from_input(workload(cfg, model)["kind"])
@@ -113,21 +166,26 @@ class ModelDeployment(pulumi.ComponentResource):
 class ServingControllers(pulumi.ComponentResource):
     """The controllers serving objects need: KEDA (autoscaled models), LeaderWorkerSet (multi-node ones)."""
 
-    releases: list[k8s.helm.v3.Release]
+    releases: dict[str, k8s.helm.v3.Release]
+    """By chart name (keda, lws)."""
+    cache_prep: pulumi.CustomResource | None
+    """The DaemonSet that makes the node-local cache directories (None: no model caches on its nodes)."""
+    priority_classes: dict[str, pulumi.CustomResource]
+    """The PriorityClasses the models name, by name."""
 
     def __init__(self, name: str, *, cfg: ControllersView, opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ServingControllers", name, None, opts)
         child = _children_of(self, opts)
-        self.releases = [
-            versions.release(f"{name}-{chart.chart}", chart, release_name=chart.chart,
-                             namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)
+        self.releases = {
+            chart.chart: versions.release(f"{name}-{chart.chart}", chart, release_name=chart.chart,
+                                          namespace=naming.SYSTEM_NAMESPACE, values={}, opts=child)
             for chart in required_controllers(cfg)
-        ]
-        if (prep := cache_prep(cfg)) is not None:
-            register_object(f"{name}-cache-prep", prep, child)
-        for pc in priority_classes(cfg):
-            register_object(f"{name}-{pc['metadata']['name']}", pc, child)
-        self.register_outputs({"charts": [r.chart for r in self.releases]})
+        }
+        prep = cache_prep(cfg)
+        self.cache_prep = register_object(f"{name}-cache-prep", prep, child) if prep is not None else None
+        self.priority_classes = {pc["metadata"]["name"]: register_object(f"{name}-{pc['metadata']['name']}", pc, child)
+                                 for pc in priority_classes(cfg)}
+        self.register_outputs({"charts": [r.chart for r in self.releases.values()]})
 
 
 def cache_prep(cfg: ControllersView) -> dict[str, Any] | None:

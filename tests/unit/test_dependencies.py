@@ -1,0 +1,126 @@
+"""What each object of the program waits for (state.json `dependencies`): only what it needs, so `pulumi up`
+creates models side by side and `pulumi destroy` removes each object before what it needs. Each ordering that
+matters is pinned here with the reason the real system gives."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+RELEASE = "kubernetes:helm.sh/v3:Release"
+POLICY = "kubernetes:security.istio.io/v1:AuthorizationPolicy"
+WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+
+
+def _state(synthesized: Callable[[str], Path], stack: str) -> list[dict[str, Any]]:
+    return json.loads((synthesized(stack) / "state.json").read_text())["deployment"]["resources"]
+
+
+def _name(r: dict[str, Any]) -> str:
+    return r["urn"].rsplit("::", 1)[-1]
+
+
+def _by_name(res: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {_name(r): r for r in res}
+
+
+def _release(res: list[dict[str, Any]], chart: str) -> str:
+    (urn,) = [r["urn"] for r in res if r["type"] == RELEASE and r["inputs"]["chart"].rsplit("/", 1)[-1] == chart]
+    return urn
+
+
+def _model_objects(res: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in res if r.get("custom") and "aifactory:k8s:ModelDeployment$kubernetes:" in r["urn"]]
+
+
+@pytest.mark.parametrize("stack", ["staging", "prod", "onprem"])
+def test_model_pods_wait_for_istiod_their_tenant_namespace_its_policies_and_priority_class(
+        synthesized: Callable[[str], Path], stack: str) -> None:
+    """Istio injects the sidecar by a mutating webhook on pod CREATE only (istio/istio@1.28.3:
+    manifests/charts/istio-control/istio-discovery/templates/mutatingwebhook.yaml): a pod created before istiod runs
+    without one, outside its tenant's AuthorizationPolicies, until restarted. The Priority admission plugin refuses a
+    pod whose PriorityClass does not exist ("no PriorityClass with name ... was found", kubernetes/kubernetes@v1.34.0:
+    plugin/pkg/admission/priority/admission.go)."""
+    res = _state(synthesized, stack)
+    names = _by_name(res)
+    istiod = _release(res, "istiod")
+    workloads = [r for r in _model_objects(res) if r["type"] in WORKLOADS]
+    assert len(workloads) >= 2
+    for w in workloads:
+        ns = w["inputs"]["metadata"]["namespace"]
+        deps = set(w["dependencies"])
+        tenant_ns = {r["urn"] for r in res if r["type"] == "kubernetes:core/v1:Namespace"
+                     and r["inputs"]["metadata"]["name"] == ns}
+        policies = {r["urn"]: r["inputs"]["metadata"]["namespace"] for r in res if r["type"] == POLICY}
+        own = {p for p, policy_ns in policies.items() if policy_ns == ns}
+        pods = w["inputs"]["spec"].get("template") or w["inputs"]["spec"]["leaderWorkerTemplate"]["leaderTemplate"]
+        priority = pods["spec"]["priorityClassName"]
+        (pc,) = [r["urn"] for r in res if r["type"] == "kubernetes:scheduling.k8s.io/v1:PriorityClass"
+                 and r["inputs"]["metadata"]["name"] == priority]
+        peer = names["platform-mesh-peer-authentication"]["urn"]
+        assert {istiod, peer, pc} | tenant_ns | own <= deps, _name(w)
+        assert own and not deps & (set(policies) - own), f"{_name(w)}: another tenant's policies"
+
+
+def test_aws_model_pods_wait_for_their_pools_nodes_the_cache_class_and_the_node_cache(
+        synthesized: Callable[[str], Path]) -> None:
+    """The pods' cache volumes name the kit's gp3 class (no default class on EKS 1.30+, so the claim would stay
+    Pending), they run on their pool's nodes, and a node-cache claim is a hostPath of type Directory that the prep
+    DaemonSet makes (the kubelet does not mount a missing Directory)."""
+    res = _state(synthesized, "prod")
+    names = _by_name(res)
+    deployment = names["model-assistant-batch-deployment"]  # h200 pool: NVMe instance store, the node cache
+    deps = set(deployment["dependencies"])
+    assert {names["model-cache-storageclass"]["urn"], names["serving-cache-prep"]["urn"],
+            names["aifactory-prod-h200-ng"]["urn"]} <= deps
+    assert names["aifactory-prod-l40s-ng"]["urn"] not in deps  # another pool's nodes
+    l40s = set(names["model-finance-8b-deployment"]["dependencies"])  # no instance store: no node cache
+    assert names["serving-cache-prep"]["urn"] not in l40s and names["aifactory-prod-l40s-ng"]["urn"] in l40s
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
+def test_custom_resources_wait_for_the_release_that_installs_their_crd(
+        synthesized: Callable[[str], Path], stack: str) -> None:
+    """Before its CRD exists the API server answers 'no matches for kind' and the create fails; on destroy, the
+    controller must outlive its custom resources to remove their finalizers. KEDA's chart installs keda.sh,
+    kube-prometheus-stack monitoring.coreos.com, lws leaderworkerset.x-k8s.io (the charts at
+    components/k8s/versions.py's pins)."""
+    res = _state(synthesized, stack)
+    charts = {"keda.sh": "keda", "monitoring.coreos.com": "kube-prometheus-stack", "leaderworkerset.x-k8s.io": "lws"}
+    seen = set()
+    for r in res:
+        group = r["type"].split(":")[1].rpartition("/")[0] if r["type"].startswith("kubernetes:") else ""
+        owner = r["urn"].rsplit("::", 2)[-2]
+        if group in charts and ("ModelDeployment$" in owner or "Monitoring$" in owner):
+            assert _release(res, charts[group]) in r["dependencies"], _name(r)
+            seen.add(r["type"].rsplit(":", 1)[-1])
+    assert {"ServiceMonitor", "PrometheusRule"} <= seen
+
+
+def test_model_objects_without_pods_wait_for_their_namespace_only(synthesized: Callable[[str], Path]) -> None:
+    """A Service, ServiceAccount or PodDisruptionBudget needs its namespace and nothing of the mesh, the nodes or
+    the observability backends: each model's objects are created while the platform's releases still install."""
+    res = _state(synthesized, "prod")
+    names = _by_name(res)
+    tenant_ns = names["platform-tenancy-assistant"]["urn"]
+    for kind in ("service", "serviceaccount", "poddisruptionbudget", "persistentvolumeclaim"):
+        assert names[f"model-assistant-batch-{kind}"]["dependencies"] == [tenant_ns], kind
+    assert "dependencies" not in names["model-assistant-batch-persistentvolume"]  # cluster-scoped
+
+
+@pytest.mark.parametrize("stack", ["prod", "onprem"])
+def test_the_gateway_waits_for_the_model_services_it_resolves_not_their_pods(
+        synthesized: Callable[[str], Path], stack: str) -> None:
+    """Envoy resolves each model's headless Service by DNS (STRICT_DNS clusters); the gateway's pods get their
+    sidecar from istiod and its ServiceMonitor needs the Prometheus operator's CRD. Its objects are created after
+    the component, which waits for these, not for every model's Deployment to be ready."""
+    res = _state(synthesized, stack)
+    names = _by_name(res)
+    services = {r["urn"] for r in _model_objects(res) if r["type"] == "kubernetes:core/v1:Service"}
+    assert len(services) >= 3
+    assert set(names["gateway"]["dependencies"]) == services | {
+        _release(res, "istiod"), _release(res, "kube-prometheus-stack")}
