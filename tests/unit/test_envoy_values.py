@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from components.k8s import envoy_affinity as affinity
 from components.k8s import envoy_config as ec
 from tests.support.stacks import stack_config, stack_raw
 
@@ -82,10 +83,16 @@ def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_st
     routes = [d["route"] for d in _walk(gateway) if isinstance(d.get("route"), dict)
               and d["route"].get("cluster") in {m.name for m in cfg.models.values()}]
     assert routes and all("retry_policy" in r for r in routes)  # every route to a model retries
-    for p in policies:
-        assert p["num_retries"] == 4
-        assert p["host_selection_retry_max_attempts"] == 3
+    for p in policies:  # the gates' own single retry too (components.k8s.envoy_variants, GATE_RETRIES)
         assert [h["name"] for h in p["retry_host_predicate"]] == ["envoy.retry_host_predicates.previous_hosts"]
+    assert all(r["retry_policy"]["num_retries"] == 4 for r in routes)
+    # a model with session affinity re-draws up to AFFINITY_HOST_SELECTION_ATTEMPTS times (Maglev's retry draws,
+    # components.k8s.envoy_affinity); the others 3 times
+    hashed = {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None}
+    assert hashed and hashed != {m.name for m in cfg.models.values()}
+    for r in routes:
+        assert r["retry_policy"]["host_selection_retry_max_attempts"] == (
+            affinity.AFFINITY_HOST_SELECTION_ATTEMPTS if r["cluster"] in hashed else 3), r["cluster"]
 
 
 def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None:

@@ -397,9 +397,9 @@ def test_watchdog_is_a_dead_mans_switch_when_a_heartbeat_is_configured() -> None
 def test_a_heartbeat_names_a_receiver_and_an_interval_in_minutes_or_hours() -> None:
     assert _problems(alerting={"receivers": {"hb": {"type": "webhook", "url": "https://hb.example.com/x"}},
                                "heartbeat": {"receiver": "nobody", "repeatInterval": "30s"}}) == [
-        "observability.alerting.heartbeat.receiver: 'nobody' is not a receiver; receivers: hb",
         "observability.alerting.heartbeat.repeatInterval: '30s' is not an interval of whole minutes or hours "
-        "such as 5m or 1h"]
+        "such as 5m or 1h",
+        "observability.alerting.heartbeat.receiver: 'nobody' is not a receiver; receivers: hb"]
 
 
 def test_the_prometheus_release_waits_for_every_receiver_secret_it_mounts(prod_resources: list) -> None:
