@@ -34,6 +34,9 @@ from tests.unit.test_verify import REPORT, _jaeger_trace, _trace_hop
 CLI = yaml.safe_load((Path(__file__).resolve().parents[1] / "fixtures" / "engines" / "cli.yaml").read_text())
 
 
+# a generate model's tool calls and reasoning come back as the OpenAI API's fields (tool_calls, reasoning_content)
+PARSERS = ["--tool-call-parser", "auto", "--reasoning-parser", "auto"]
+
 def _args(**extra: Any) -> ModelDeploymentArgs:
     a: ModelDeploymentArgs = {"engine": "sglang", "model": "Qwen/Qwen3-8B", "tenant": "agents",
                               "model_name": "planner", "pool": {"name": "l40s", "instance_type": "g6e.12xlarge"},
@@ -50,10 +53,15 @@ def test_an_sglang_model_runs_its_launch_server_with_its_probes_and_metrics() ->
     assert (c["name"], c["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23") and DEFAULT_SGLANG_IMAGE == c["image"]
     assert c["command"] == ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B",
                             "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "planner",
-                            "--tp-size", "2", "--pp-size", "1", "--enable-metrics"]
+                            "--tp-size", "2", "--pp-size", "1", "--enable-metrics",
+                            "--tool-call-parser", "auto", "--reasoning-parser", "auto"]
     assert c["ports"] == [{"name": "http", "containerPort": 8000, "protocol": "TCP"}]
     assert [c[p]["httpGet"]["path"] for p in ("startupProbe", "livenessProbe", "readinessProbe")] == \
         ["/health_generate", "/health", "/health_generate"]
+    # /health_generate may wait 1 s + SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for the scheduler before its 503; /health
+    # answers at once with its generation turned off (sglang 0.5.23 srt/entrypoints/http_server.py, srt/environ.py)
+    assert [c[p]["timeoutSeconds"] for p in ("startupProbe", "livenessProbe", "readinessProbe")] == [25, 5, 25]
+    assert {"name": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "value": "false"} in c["env"]
     assert not [e for e in c["env"] if e["name"].startswith("OTEL_")]  # no engine spans (see the module)
     assert {e["name"]: e.get("value") for e in c["env"]}["USER"] == "aifactory"  # the non-root user resolves
     trigger = objs["ScaledObject"]["spec"]["triggers"][0]
@@ -67,18 +75,19 @@ def test_sglang_flags_for_the_models_features() -> None:
     m = serving_spec("planner", _args(quantization="fp8", expert_parallel=True, max_model_length=32768,
                                       prefix_caching=False)).model
     assert sglang_args(m)[13:] == ["--quantization", "fp8", "--ep-size", "2", "--context-length", "32768",
-                                   "--disable-radix-cache"]
+                                   "--disable-radix-cache", *PARSERS]
     # a pre-quantized AWQ checkpoint declares its method itself: no flag
     assert "--quantization" not in sglang_args(serving_spec("planner", _args(quantization="awq")).model)
     eagle = dataclasses.replace(m, speculative=Speculative("org/eagle3-head", 3, "eagle3"), quantization="none",
                                 expert_parallel=False, max_model_length=None, prefix_caching=True)
     assert sglang_args(eagle)[13:] == ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path",
                                        "org/eagle3-head", "--speculative-num-steps", "3",
-                                       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4"]
+                                       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4", *PARSERS]
     ngram = dataclasses.replace(eagle, speculative=Speculative(None, 5, "ngram"))
-    assert sglang_args(ngram)[13:] == ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5"]
+    assert sglang_args(ngram)[13:] == ["--speculative-algorithm", "NGRAM", "--speculative-num-draft-tokens", "5",
+                                       *PARSERS]
     embed = serving_spec("e", _args(task="embed")).model
-    assert "--is-embedding" in sglang_args(embed)
+    assert "--is-embedding" in sglang_args(embed) and "--tool-call-parser" not in sglang_args(embed)
     assert ec.OPENAI_APIS["sglang"] == {"generate": ("v1/chat/completions", "v1/completions", "v1/models",
                                                      "v1/models/[^/]+"),
                                         "embed": ("v1/embeddings", "v1/models", "v1/models/[^/]+")}
@@ -104,7 +113,7 @@ def test_an_sglang_replica_larger_than_a_node_is_a_leaderworkerset_of_launch_ser
                  "--dist-init-addr", "$(LWS_LEADER_ADDRESS):20000", "--dist-timeout", "1200"]
     serve = ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-235B-A22B", "--host", "0.0.0.0",
              "--port", "8000", "--served-model-name", "planner", "--tp-size", "16", "--pp-size", "1",
-             "--enable-metrics", *placement]
+             "--enable-metrics", *PARSERS, *placement]
     templates = lws["spec"]["leaderWorkerTemplate"]
     leader, worker = (templates[t]["spec"]["containers"][0] for t in ("leaderTemplate", "workerTemplate"))
     assert leader["command"][:2] == ["python3", "-c"] and leader["command"][3:] == ["efa", "--", *serve]
@@ -132,11 +141,11 @@ def test_an_sglang_replica_without_a_fabric_has_no_nccl_guard() -> None:
 def test_kv_offload_is_sglangs_hierarchical_cache_sized_per_rank() -> None:
     """kvOffloadGiB is the replica's host memory (vLLM's sense); --hicache-size is whole 10^9-byte GB per rank."""
     m = serving_spec("planner", _args(kv_offload_gib=64.0)).model  # TP 2: 32 GiB = 34.36 GB a rank
-    assert sglang_args(m)[13:] == ["--enable-hierarchical-cache", "--hicache-size", "34"]
+    assert sglang_args(m)[13:] == ["--enable-hierarchical-cache", "--hicache-size", "34", *PARSERS]
     tiny = dataclasses.replace(m, kv_offload_gib=0.5)  # 0.27 GB a rank: at least 1 (0 would mean a ratio)
-    assert sglang_args(tiny)[-1] == "1"
+    assert sglang_args(tiny)[15] == "1"
     pp = dataclasses.replace(m, pipeline_parallel=2)  # 4 ranks: 17.18 GB each
-    assert sglang_args(pp)[-1] == "17"
+    assert sglang_args(pp)[15] == "17"
 
 
 def test_every_sglang_option_the_kit_passes_exists_at_its_images_version() -> None:
@@ -245,7 +254,7 @@ def test_prod_serves_its_tool_calling_specialist_on_sglang_and_synth_policy_and_
     assert (c["name"], c["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23")
     assert c["command"] == ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--host",
                             "0.0.0.0", "--port", "8000", "--served-model-name", "assistant-tools", "--tp-size", "1",
-                            "--pp-size", "1", "--enable-metrics", "--context-length", "32768"]
+                            "--pp-size", "1", "--enable-metrics", "--context-length", "32768", *PARSERS]
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
     (trigger,) = mine["ScaledObject"]["spec"]["triggers"]
     assert trigger["metadata"]["query"].startswith("sum(max by (pod) (sglang:num_queue_reqs{")

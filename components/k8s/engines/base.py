@@ -98,6 +98,8 @@ class Engine(ABC):
     expert_parallel: bool  # models.X.expertParallel
     kv_offload: bool  # models.X.kvOffloadGiB
     exports_spans: bool  # its process exports OTLP spans under the caller's traceparent
+    # How long a startup or readiness check on ready_path may take to answer (the kubelet's timeoutSeconds).
+    ready_timeout_seconds: int = 5
 
     @property
     def tasks(self) -> tuple[str, ...]:

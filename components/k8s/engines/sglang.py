@@ -73,6 +73,9 @@ def hicache_size_per_rank(model: Model) -> int:
     return max(1, math.floor(model.kv_offload_gib * 2**30 / HICACHE_GB / ranks))
 
 
+SGLANG_READY_TIMEOUT_SECONDS = 25  # /health_generate's 1 s + 20 s, and a margin for the kubelet's request
+
+
 def sglang_args(model: Model) -> list[str]:
     """`sglang.launch_server` arguments for the model's parallelism, quantization and features (flags: each field
     of sglang/srt/arg_groups/fields/*.py as `--<name with dashes>`, arg_utils._field_to_cli_name).
@@ -106,6 +109,11 @@ def sglang_args(model: Model) -> list[str]:
                 args += ["--speculative-draft-model-path", spec.draft_model]
             args += ["--speculative-num-steps", str(spec.num_speculative_tokens), "--speculative-eagle-topk", "1",
                      "--speculative-num-draft-tokens", str(spec.num_speculative_tokens + 1)]
+    if model.task != "embed":  # tool calls and reasoning as the OpenAI API returns them (tool_calls,
+        # reasoning_content), not as text: `auto` picks the parsers the model's chat template calls for, and turns
+        # a parser off with a warning when the template names none (entrypoints/engine.py, the template-detection
+        # step; both flags default to None, i.e. off)
+        args += ["--tool-call-parser", "auto", "--reasoning-parser", "auto"]
     return args
 
 
@@ -141,6 +149,14 @@ class Sglang(Engine):
             return ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
         return serve
 
+    def env(self, model: Model) -> list[dict[str, str]]:
+        """/health without a generation: at 0.5.23 /health and /health_generate share one handler, which by default
+        waits a second and then up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for the scheduler's next output
+        (entrypoints/http_server.py health_generate; environ.py SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, default
+        true). Off, /health answers at once (200 once started, 503 while starting or exiting): liveness and the
+        gateway's health check stay cheap, and /health_generate keeps the generating check for readiness."""
+        return [{"name": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "value": "false"}]
+
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Requests waiting in the scheduler's queue summed over replicas, AverageValue (a target per replica),
         like vLLM's. Each scheduler process exports its own series (labels tp_rank, pp_rank, moe_ep_rank): a pod
@@ -155,8 +171,10 @@ class Sglang(Engine):
 ENGINE = Sglang(
     name="sglang", title="SGLang",
     # entrypoints/http_server.py: /health answers 200 once the server has started (503 while starting or
-    # shutting down) without generating; /health_generate also generates one token when the server is idle.
-    health_path="/health", ready_path="/health_generate",
+    # shutting down) without generating (see Sglang.env); /health_generate waits a second, then up to
+    # SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for any output of the scheduler, running one token itself when idle:
+    # its checks may take 21 s before the 503 that means a stuck scheduler.
+    health_path="/health", ready_path="/health_generate", ready_timeout_seconds=SGLANG_READY_TIMEOUT_SECONDS,
     # entrypoints/http_server.py: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{model};
     # /v1/embeddings (an embedding model, --is-embedding).
     openai_apis={

@@ -147,9 +147,9 @@ def _rdma(cfg: ServingView, model: Model) -> bool:
 
 
 
-def _probe(path: str, *, failures: int) -> dict[str, Any]:
+def _probe(path: str, *, failures: int, timeout: int = 5) -> dict[str, Any]:
     return {"httpGet": {"path": path, "port": "http"}, "periodSeconds": PROBE_PERIOD_SECONDS,
-            "timeoutSeconds": 5, "failureThreshold": failures}
+            "timeoutSeconds": timeout, "failureThreshold": failures}
 
 
 def start_budget_seconds(model: Model) -> int:
@@ -284,9 +284,10 @@ def _probes(model: Model) -> dict[str, Any]:
     """Startup waits for the model to load (its start-up budget), then liveness and readiness on the engine's
     health and ready paths (components.k8s.engines)."""
     engine = engine_named(model.engine)
-    return {"startupProbe": _probe(engine.ready_path, failures=_startup_failures(model)),
+    ready = engine.ready_timeout_seconds
+    return {"startupProbe": _probe(engine.ready_path, failures=_startup_failures(model), timeout=ready),
             "livenessProbe": _probe(engine.health_path, failures=3),
-            "readinessProbe": _probe(engine.ready_path, failures=2)}
+            "readinessProbe": _probe(engine.ready_path, failures=2, timeout=ready)}
 
 
 def pod_spec(cfg: ServingView, model: Model, *, role: Role = "single") -> dict[str, Any]:
