@@ -88,6 +88,12 @@ class SglangRules(EngineRules):
                               "queued requests per replica for 10 minutes: the autoscaler is at its maximum or "
                               "cannot get GPUs.",
                   runbook_url=runbook(cfg, "SglangQueueGrowing"), for_="10m"),
+            Alert("SglangKvCacheSaturated", f"{S.TOKEN_USAGE} > {cfg.kv_cache_saturation!r}", "warning",
+                  summary="Model {{ $labels.model }} KV pool is {{ $value | humanizePercentage }} used",
+                  description=f"SGLang model {{{{ $labels.model }}}} has used more than "
+                              f"{cfg.kv_cache_saturation:.0%} of its KV pool for 10 minutes: RadixAttention evicts "
+                              "shared prefixes and requests queue; add replicas or cut max model length.",
+                  runbook_url=runbook(cfg, "SglangKvCacheSaturated"), for_="10m"),
         ]
 
     def panels(self) -> list[Any]:

@@ -285,6 +285,13 @@ def _gpu_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("SglangQueueGrowing", {_sel(SGLANG.QUEUE, r): f"0x9 {limit + 1}x20" for r in ranks}, sq))
     out.append(Case("SglangQueueGrowing", {_sel(SGLANG.QUEUE, r): f"0x9 {limit}x20" for r in ranks},
                     [(sq[-1][0], [])]))
+    # the KV pool of its most used rank: 97% fires past the 95% share, 90% does not
+    skv = _around(10, [firing("SglangKvCacheSaturated", "warning",
+                                       {"model": "assistant-batch", "model_name": "assistant-batch"}, 0.97)])
+    out.append(Case("SglangKvCacheSaturated", {_sel(SGLANG.TOKEN_USAGE, ranks[0]): "0.5x9 0.97x20",
+                                               _sel(SGLANG.TOKEN_USAGE, ranks[1]): "0.5x9 0.4x20"}, skv))
+    out.append(Case("SglangKvCacheSaturated", {_sel(SGLANG.TOKEN_USAGE, r): "0.5x9 0.9x20" for r in ranks},
+                    [(skv[-1][0], [])]))
 
     triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
     ensemble = {**triton, "model": "ensemble"}  # same pod, another repository model: never counted
