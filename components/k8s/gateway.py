@@ -27,6 +27,7 @@ team can run it without the kit's stack config; infra.component_args maps Platfo
 # annotations.
 import hashlib
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import pulumi
@@ -116,6 +117,7 @@ __all__ = [
     "service_host",
     "service_url",
     "destination_rule",
+    "OBJECT_NEEDS",
     "gateway_objects",
     "Gateway",
 ]
@@ -251,6 +253,20 @@ def service_account(cfg: GatewayView) -> dict[str, Any]:
             "automountServiceAccountToken": False}
 
 
+# What each object waits for beyond its namespace, by child-resource suffix (gateway_objects' keys): only where an
+# ordering matters. The Deployment's pods name the ServiceAccount (the ServiceAccount admission plugin refuses a
+# pod whose account does not exist: kubernetes/kubernetes plugin/pkg/admission/serviceaccount/admission.go) and
+# mount envoy.yaml from the ConfigMap, which Envoy reads once at start. A changed envoy.yaml replaces the ConfigMap
+# (pulumi-kubernetes replaces ConfigMaps, delete before replace for a named one: pulumi/pulumi-kubernetes@v4.32.0
+# provider/pkg/provider/diff.go, provider.go Diff); the new config hash rolls the pods only after it, so no new pod
+# starts with the old config or finds none. What the gateway needs from outside (istiod, the Prometheus
+# operator's CRD, the model Services Envoy resolves) is the component's own depends_on: its children register
+# after it, and `pulumi destroy` removes them before it and it before what it depends on (the engine counts a
+# resource's parent among its dependencies: pulumi/pulumi@v3.259.0 pkg/resource/graph/dependency_graph.go
+# DependenciesOf, pkg/resource/deploy/step_generator.go ScheduleDeletes).
+OBJECT_NEEDS: Mapping[str, tuple[str, ...]] = {"deployment": ("serviceaccount", "configmap")}
+
+
 def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
     envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
@@ -287,12 +303,15 @@ class Gateway(pulumi.ComponentResource):
                                     injection=True),
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
+        made: dict[str, pulumi.Resource] = {}
         for suffix, obj in gateway_objects(cfg).items():
+            needs = [made[n] for n in OBJECT_NEEDS.get(suffix, ())]
+            opts_ = in_ns.merge(pulumi.ResourceOptions(depends_on=needs)) if needs else in_ns
             if obj["kind"] == "NetworkPolicy":
-                k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"], spec=obj["spec"],
-                                                opts=in_ns)
+                made[suffix] = k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"],
+                                                               spec=obj["spec"], opts=opts_)
             else:
-                register_object(f"{name}-{suffix}", obj, in_ns)
+                made[suffix] = register_object(f"{name}-{suffix}", obj, opts_)
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
         self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,
