@@ -9,9 +9,11 @@
 
     with telemetry.step("tool", "search-kb"): ...
 
-Modules: instrument (scopes, spans, metrics), critical_path (the pure sweep), genai_spans (the same metrics
-from GenAI-instrumented agents), providers (setup(): exporters from the environment), names (metric and
-label names shared with dashboards and rules).
+Modules: instrument (Telemetry: the metrics, and the process-wide workflow/step/headers), scopes (workflow and
+step scopes and their spans), runs (the runs they keep in OpenTelemetry's context), budget (latency budget and
+session in W3C baggage), sums (the observable sums a workflow's end adds to), critical_path (the pure sweep),
+genai_spans (the same metrics from GenAI-instrumented agents), providers (setup(): exporters from the
+environment), names (metric and label names shared with dashboards and rules).
 
 Exports are lazy (PEP 562 module `__getattr__`): `import telemetry.names` (what dashboards, rules and
 node-check read) loads no OpenTelemetry SDK; `telemetry.workflow` and the others import their module on
@@ -26,19 +28,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # what type checkers and IDEs see; nothing is imported at run time
     from telemetry.critical_path import StepInterval, critical_path
     from telemetry.genai_spans import GenAiSpanProcessor
-    from telemetry.instrument import (
-        Scope,
-        StepRun,
-        Telemetry,
-        WorkflowRun,
-        current,
-        headers,
-        install,
-        remaining_budget_ms,
-        step,
-        workflow,
-    )
+    from telemetry.instrument import Telemetry, current, headers, install, remaining_budget_ms, step, workflow
     from telemetry.providers import Installation, Settings, settings_from_env, setup
+    from telemetry.runs import StepRun, WorkflowRun
+    from telemetry.scopes import Scope
 
 __all__ = [
     "GenAiSpanProcessor",

@@ -9,7 +9,7 @@ OpenInference (openinference-instrumentation-*) already emit one span per model 
 This span processor reads those spans and gives the installed (or given) Telemetry the same workflows and steps
 that telemetry.workflow / telemetry.step would have: so the same metrics (workflow duration, critical-path
 seconds by step kind, step durations and errors, steps per workflow, token usage, operation duration) with the
-same labels, computed by the same code (telemetry.instrument, telemetry.critical_path).
+same labels, computed by the same code (telemetry.instrument, telemetry.runs, telemetry.critical_path).
 
 When: instrumentations set the attributes that say what a span is at different times (OpenLLMetry right after
 starting it, OpenInference only when it ends), and whether an agent span is a run of its own or part of an
@@ -67,18 +67,9 @@ from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
 from opentelemetry.semconv.attributes.exception_attributes import EXCEPTION_TYPE
 from opentelemetry.trace import StatusCode
 
-from telemetry.instrument import (
-    _RUN_KEY,
-    DEFERRED,
-    INSTRUMENTATION_NAME,
-    OPERATION_STEP_KINDS,
-    STEP_KIND_ATTRIBUTE,
-    Run,
-    StepRun,
-    Telemetry,
-    _foreign_runs,
-    current,
-)
+from telemetry.instrument import INSTRUMENTATION_NAME, Telemetry, current
+from telemetry.runs import _RUN_KEY, DEFERRED, Run, StepRun, _foreign_runs
+from telemetry.scopes import OPERATION_STEP_KINDS, STEP_KIND_ATTRIBUTE
 
 __all__ = [
     "DEFAULT_MAX_TRACE_SPANS",

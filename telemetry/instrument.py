@@ -11,28 +11,11 @@
             s.usage(input_tokens=reply.prompt_tokens, output_tokens=reply.completion_tokens)
         await asyncio.gather(*(tool(t) for t in plan.tools))   # each tool() decorated with tel.step("tool", ...)
 
-Scopes are context managers (`with` and `async with`) and decorators (sync and async functions). The
-current workflow and step live in OpenTelemetry's own context (one context key next to the current span),
-so whatever carries that context carries them too: asyncio tasks, asyncio.to_thread, contextvars.copy_context,
-and OpenTelemetry's threading instrumentation for threads and ThreadPoolExecutor. Auto-instrumented client
-spans (HTTP, gRPC, GenAI SDKs) nest under the current step. Process pools carry no context: see docs/telemetry.md.
-A step that finds no workflow in its context while a workflow of the same trace is open (or, in a thread that
-got no context, while any workflow is open) logs one warning per Telemetry: its context was lost on the way.
+Modules: telemetry.scopes (workflow and step scopes, their spans, entering and leaving them), telemetry.runs (the
+runs they keep in OpenTelemetry's context), telemetry.budget (the latency budget and session key in W3C baggage),
+telemetry.sums (the sums a workflow's end adds to); this module holds Telemetry, which records the metrics, and
+the process-wide functions over the installed one (install, current, workflow, step, headers).
 
-Spans (OTel GenAI semantic conventions, development status):
-    workflow             invoke_workflow {workflow}   INTERNAL  gen_ai.workflow.name
-    workflow, agent=...  invoke_agent {agent}         INTERNAL  gen_ai.agent.name
-    llm                  chat {model}                 CLIENT    gen_ai.request.model, gen_ai.provider.name,
-                                                                gen_ai.usage.input_tokens / output_tokens
-    tool                 execute_tool {name}          INTERNAL  gen_ai.tool.name
-    retrieval            retrieval {name}             CLIENT    gen_ai.data_source.id
-    planning             plan {name}                  INTERNAL
-    any other kind       {kind} {name}                INTERNAL  (no gen_ai.operation.name)
-A step span carries aifactory.step.kind where gen_ai.operation.name does not already tell the kind (by
-OPERATION_STEP_KINDS, the table the GenAI span processor reads instrumented spans with: planning and any other
-kind), and aifactory.step.name unless a GenAI attribute already names the step (gen_ai.tool.name,
-gen_ai.data_source.id); `operation=` overrides the GenAI operation (e.g. "embeddings" for an llm step).
-Failed scopes: status ERROR, the exception event, error.type = the exception's qualified class name.
 With Telemetry(critical_path_attributes=True) the workflow span also gets aifactory.critical_path.<kind>
 (seconds) when it ends: the metric's shares for that one trace (off by default: the spans themselves show them,
 no panel reads them, and each costs a span attribute on every workflow).
@@ -43,7 +26,7 @@ innermost steps own the time, parallel steps split it, uncovered time is "other"
 step errors, gen_ai.client.token.usage and gen_ai.client.operation.duration (llm steps). The two sums a
 workflow's end adds to (critical-path seconds, deadlines met or missed) are kept in the process and collected
 through an observable counter: a cumulative monotonic Sum like a counter's, for a fraction of a measurement's
-cost (see _Sums for what differs).
+cost (telemetry.sums).
 A sequential agent's critical path is summed as its steps end; nested or overlapping steps are swept when the
 workflow ends.
 An exception leaving nested steps fails each of them (each is counted in the errors metric).
@@ -54,56 +37,61 @@ Exemplars: none by default (the kit records outside any span context; its Collec
 drops exemplars anyway, and its dashboards link traces by label). Telemetry(exemplars=True) records each step's
 and workflow's histograms (and step errors) in that span's own context, so the SDK's exemplar filter links each
 point to it; the observable sums carry none.
-
-Latency budget: workflow(..., budget_s=) puts the workflow's deadline (epoch ms) and budget (ms) in W3C
-baggage (BUDGET_BAGGAGE_KEY, DEADLINE_BAGGAGE_KEY) on the same context, so it travels wherever the context
-does; a nested workflow keeps the earlier deadline. headers() gives `traceparent` and `baggage` whose
-BUDGET_BAGGAGE_KEY is the budget for *this request*: the budget remaining now, divided by the steps left when
-the workflow declared how many it runs (workflow(..., steps=N): N sequential top-level steps; steps left = N
-minus its top-level steps already finished, at least 1), else the whole remaining budget. The nearest
-enclosing workflow that declared steps decides. Workflows with a deadline also record the budget left when
-each step starts (STEP_BUDGET) and, when they end, whether they met the deadline (WORKFLOW_DEADLINES).
-
-Session affinity: inside a workflow, headers() also puts SESSION_BAGGAGE_KEY in the baggage, so every step of one
-run reaches the gateway with one session key and lands on the model replica that holds its prefix
-(components.k8s.envoy_affinity): the workflow's `session` when it was given one (workflow(..., session=...),
-inherited by the workflows inside it), else its trace id (32 hex digits). Give the session when one conversation
-spans workflows, e.g. a chat whose every turn runs as a workflow of its own: with the trace id each turn would be a
-new session, sent wherever the hash puts it, and prefill the conversation again.
 """
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import logging
 import os
-import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
-from contextvars import ContextVar, Token
-from dataclasses import dataclass
-from importlib import import_module
-from itertools import count
-from typing import Any, ParamSpec, Protocol, TypeVar, cast
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 from urllib.parse import unquote
-from weakref import WeakKeyDictionary
 
-from opentelemetry import baggage, metrics, trace
 from opentelemetry import context as otel_context
-from opentelemetry.baggage.propagation import W3CBaggagePropagator
+from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.propagators.composite import CompositePropagator
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.semconv.attributes.error_attributes import ERROR_TYPE
-from opentelemetry.trace import SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import Status, StatusCode
 
 from telemetry import names
-from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, Step, critical_path, serial_shares
+from telemetry.budget import (
+    BUDGET_BAGGAGE_KEY,
+    DEADLINE_BAGGAGE_KEY,
+    SESSION_BAGGAGE_KEY,
+    outgoing_headers,
+    remaining_ms,
+)
+from telemetry.critical_path import DEFAULT_IDLE_KIND, ROOT, critical_path, serial_shares
+from telemetry.runs import (
+    _NO_TRACE,
+    _NS_PER_S,
+    DEFERRED,
+    STATUS_ERROR,
+    STATUS_OK,
+    PendingTrace,
+    Run,
+    StepRun,
+    WorkflowRun,
+    _add_step,
+    _foreign_runs,
+    current_run,
+)
+from telemetry.scopes import (
+    OPERATION_STEP_KINDS,
+    SCOPE_CACHE_SIZE,
+    STEP_KIND_ATTRIBUTE,
+    STEP_OPERATIONS,
+    Scope,
+    StepOperation,
+    _cached_scope,
+    _check_kind,
+    step_scope,
+    workflow_scope,
+)
+from telemetry.sums import Sum, Sums, placeholder, sums_of
 
 __all__ = [
     "BUDGET_BAGGAGE_KEY",
@@ -137,168 +125,8 @@ INSTRUMENTATION_NAME = "aifactory.telemetry"
 DEFAULT_CLOCK: Callable[[], int] = time.time_ns  # epoch ns: span timestamps and durations come from one clock
 NO_WORKFLOW = "none"  # workflow label of steps run outside any workflow
 UNKNOWN_TENANT = "unknown"  # tenant label when nothing named one (see telemetry.setup)
-BUDGET_BAGGAGE_KEY = "aifactory.budget_ms"  # W3C baggage: the workflow's latency budget, ms (remaining, in headers())
-DEADLINE_BAGGAGE_KEY = "aifactory.deadline_ms"  # W3C baggage: the workflow's deadline, ms since the epoch
-SESSION_BAGGAGE_KEY = "aifactory.session"  # W3C baggage, in headers(): the workflow's session (the gateway's key)
-# An explicit session: characters the W3C baggage propagator sends as they are (opentelemetry-api's
-# W3CBaggagePropagator percent-encodes values with urllib.parse.quote_plus, which leaves these alone), so the gateway
-# hashes the same key whether it comes in the baggage or in the x-aifactory-session header.
-SESSION_PATTERN = re.compile(r"[A-Za-z0-9._~-]{1,128}")
-STATUS_OK, STATUS_ERROR = "ok", "error"
-SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
-_NS_PER_S = 1e9
-_NS_PER_MS = 1_000_000
-_KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_log = logging.getLogger(__name__)
-
-# The current WorkflowRun or StepRun, stored next to the current span in OpenTelemetry's context.
-_RUN_KEY = otel_context.create_key("aifactory.telemetry.run")
-# The key trace.set_span_in_context() uses, found through that public call: a step's context is built in
-# one copy holding both the span and the run.
-_SPAN_KEY = next(iter(trace.set_span_in_context(trace.INVALID_SPAN, Context())))
-# The key W3C baggage lives under in a context, found the same way: a context without it carries no deadline.
-_BAGGAGE_KEY = next(iter(baggage.set_baggage(DEADLINE_BAGGAGE_KEY, "0", Context())))
-# The context of the kit's metric records with exemplars off: no valid span, so no exemplar filter samples them
-# (trace_based needs a sampled span). Not empty: the SDK records an empty (falsy) context in the current one.
-_NO_TRACE = trace.set_span_in_context(trace.INVALID_SPAN, Context())
-
-
-def _detach(token: Token[Context]) -> None:
-    """Restore the context `token` replaced; as opentelemetry.context.detach, log a failure and never raise."""
-    try:
-        _reset(token)
-    except Exception:
-        _context_log.exception("Failed to detach context")
-
-
-def _runtime_context_var() -> ContextVar[Context] | None:
-    """The ContextVar that holds OpenTelemetry's current context, when the process uses the API's default runtime
-    context (contextvars; OTEL_PYTHON_CONTEXT unset), else None. In opentelemetry-api 1.45.2
-    (opentelemetry/context/__init__.py, context/contextvars_context.py) get_current(), attach() and detach() are
-    that ContextVar's get(), set() and reset() behind two calls each: the per-step path calls it directly (the same
-    operation on the same variable, so whatever carries the context carries the kit's runs alike) and falls back
-    to the API for any other runtime, or if a later API release moves it."""
-    runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
-    var = getattr(runtime, "_current_context", None) if type(runtime) is ContextVarsRuntimeContext else None
-    return var if isinstance(var, ContextVar) else None
-
-
-_CONTEXT_VAR = _runtime_context_var()
-_thread_id = threading.get_ident
-_get_current: Callable[[], Context] = _CONTEXT_VAR.get if _CONTEXT_VAR is not None else otel_context.get_current
-_attach: Callable[[Context], Token[Context]] = (_CONTEXT_VAR.set if _CONTEXT_VAR is not None
-                                                else otel_context.attach)
-_reset: Callable[[Token[Context]], None] = _CONTEXT_VAR.reset if _CONTEXT_VAR is not None else otel_context.detach
-_context_log = logging.getLogger(otel_context.__name__)  # where opentelemetry.context.detach logs a failed detach
-
-# The gateway reads W3C trace context and baggage (https://www.w3.org/TR/trace-context/,
-# https://www.w3.org/TR/baggage/), whatever OTEL_PROPAGATORS the process configured for its own clients.
-_W3C = CompositePropagator([TraceContextTextMapPropagator(), W3CBaggagePropagator()])
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-
-@dataclass(frozen=True, slots=True)
-class StepOperation:
-    """How one step kind maps onto the GenAI conventions."""
-
-    operation: str | None  # gen_ai.operation.name; None: not a GenAI operation
-    span_kind: SpanKind
-    name_attribute: str | None  # the attribute that carries the step's name (tool name, data source)
-
-
-STEP_OPERATIONS: Mapping[str, StepOperation] = {
-    "llm": StepOperation("chat", SpanKind.CLIENT, None),
-    "tool": StepOperation("execute_tool", SpanKind.INTERNAL, genai.GEN_AI_TOOL_NAME),
-    "retrieval": StepOperation("retrieval", SpanKind.CLIENT, genai.GEN_AI_DATA_SOURCE_ID),
-    "planning": StepOperation("plan", SpanKind.INTERNAL, None),
-}
-_PLAIN_STEP = StepOperation(None, SpanKind.INTERNAL, None)
-# gen_ai.operation.name -> the kit's step kind (OTel semantic conventions, gen-ai-spans.md and
-# gen-ai-agent-spans.md: chat, text_completion, generate_content, embeddings, execute_tool, retrieval): how the
-# GenAI span processor reads instrumented spans, and why a kit span of these operations needs no
-# aifactory.step.kind.
-OPERATION_STEP_KINDS: Mapping[str, str] = {
-    "chat": "llm",
-    "text_completion": "llm",
-    "generate_content": "llm",
-    "embeddings": "llm",
-    "execute_tool": "tool",
-    "retrieval": "retrieval",
-}
-STEP_KIND_ATTRIBUTE = "aifactory.step.kind"
-_MODEL_KIND = "llm"  # steps that call a model: span named after the model, operation duration recorded
 _GENAI_METRIC_ATTRIBUTES = (genai.GEN_AI_OPERATION_NAME, genai.GEN_AI_PROVIDER_NAME, genai.GEN_AI_REQUEST_MODEL)
-
-
-class WorkflowRun:
-    """A running workflow: what `with tel.workflow(...) as run` gives you."""
-
-    __slots__ = ("name", "span", "start", "steps", "seqs", "outer", "outer_parent", "finished", "trace_id", "_token",
-                 "deadline_ns", "expected_steps", "done_steps", "labels", "serial", "serial_end", "thread", "session")
-
-    def __init__(self, name: str, span: trace.Span, start: int, outer: WorkflowRun | None, outer_parent: int) -> None:
-        self.name = name
-        self.span = span
-        self.start = start
-        self.steps: list[Step] = []  # finished steps (StepInterval's fields), in the order they ended
-        self.seqs: Iterator[int] = outer.seqs if outer is not None else count()  # one numbering per outermost workflow
-        self.outer = outer
-        self.outer_parent = outer_parent
-        self.finished = False
-        self.trace_id = span.get_span_context().trace_id
-        self._token: object = None
-        self.deadline_ns: int | None = None  # the deadline in force (own or inherited), epoch ns; None: no budget
-        self.expected_steps: int | None = None  # workflow(..., steps=): top-level steps it expects to run
-        self.done_steps = 0  # top-level steps finished
-        self.labels: WorkflowLabels | None = None  # its metric attribute sets (set by the Telemetry that opens it)
-        # The critical path while the steps are a serial chain (top-level steps ended in the thread that opened the
-        # workflow, each starting after the previous ended: a sequential agent), summed as they finish: step kind
-        # -> ns; None once they are anything else (the workflow's end then sweeps `steps`,
-        # telemetry.critical_path). Only that thread changes it, so no lock. serial_end: the last such step's end.
-        self.serial: dict[str, int] | None = {}
-        self.serial_end = start
-        self.thread = _thread_id()
-        # the session key headers() sends: workflow(..., session=) or the outer workflow's; None: the trace id
-        self.session: str | None = outer.session if outer is not None else None
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.span.set_attribute(key, value)
-
-
-class StepRun:
-    """A running step: what `with tel.step(...) as run` gives you."""
-
-    __slots__ = ("kind", "name", "span", "start", "seq", "parent", "workflow", "genai", "_telemetry", "_token",
-                 "pending")
-
-    def __init__(self, telemetry: Telemetry, kind: str, name: str, span: trace.Span, start: int, seq: int,
-                 parent: int, workflow: WorkflowRun | None, genai_attrs: dict[str, str] | None) -> None:
-        self._telemetry = telemetry
-        self.kind = kind
-        self.name = name
-        self.span = span
-        self.start = start
-        self.seq = seq
-        self.parent = parent
-        self.workflow = workflow
-        self.genai = genai_attrs
-        self._token: object = None
-
-    # seq DEFERRED only: the pending trace that records this step (the kit's per-step path never sets it).
-    pending: PendingTrace
-
-    def set_attribute(self, key: str, value: Any) -> None:
-        self.span.set_attribute(key, value)
-
-    def usage(self, *, input_tokens: int | None = None, output_tokens: int | None = None) -> None:
-        """Token usage of this (LLM) step: span attributes and gen_ai.client.token.usage."""
-        for attribute, tokens in ((genai.GEN_AI_USAGE_INPUT_TOKENS, input_tokens),
-                                  (genai.GEN_AI_USAGE_OUTPUT_TOKENS, output_tokens)):
-            if tokens is not None:
-                self.span.set_attribute(attribute, tokens)
-        self._telemetry._record_usage(self, input_tokens, output_tokens)
+_log = logging.getLogger(__name__)
 
 
 class WorkflowLabels:
@@ -314,204 +142,9 @@ class WorkflowLabels:
         self.ok = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_OK)
         self.error = telemetry._metric_attrs(names.L_WORKFLOW, workflow, names.L_STATUS, STATUS_ERROR)
         self.steps = telemetry._metric_attrs(names.L_WORKFLOW, workflow)
-        self.critical_path: dict[str, _Sum] = {}  # step kind -> its critical-path sum (as met)
-        self.deadlines: dict[str, _Sum] = {}  # met | missed -> its count (as met)
+        self.critical_path: dict[str, Sum] = {}  # step kind -> its critical-path sum (as met)
+        self.deadlines: dict[str, Sum] = {}  # met | missed -> its count (as met)
 
-
-class _Sum:
-    """One attribute set's running total of a summed metric (see _Sums)."""
-
-    __slots__ = ("attributes", "total")
-
-    def __init__(self, attributes: dict[str, str]) -> None:
-        self.attributes = attributes
-        self.total: float = 0
-
-
-class _Sums:
-    """A monotonic sum the kit adds to once per workflow (critical-path seconds per step kind, deadlines met or
-    missed), kept in the process and handed to the SDK by an observable counter when a reader collects: a
-    workflow's end costs a float addition per attribute set instead of an SDK measurement (its attributes cleaned,
-    copied and hashed each time: a third of a sequential workflow's metric cost). One per meter and metric, shared
-    by every Telemetry on that meter (the SDK keeps the first callback registered under a name).
-
-    What differs from a synchronous counter (opentelemetry-sdk 1.45.2): the totals are the same up to float
-    rounding (added per workflow here, per collection interval there); a series' start time is the first
-    collection that sees it, so a delta reader's first point for a new series covers a short interval (Prometheus
-    and the Collector's prometheus exporter read cumulative totals and ignore it); a series is kept for the life
-    of the process, also under delta temporality (bounded by workflows x step kinds); no exemplars."""
-
-    def __init__(self, meter: metrics.Meter, metric: names.Metric) -> None:
-        self.lock = threading.Lock()  # held while totals change, so concurrent workflows lose no addition
-        self._sums: dict[tuple[tuple[str, str], ...], _Sum] = {}
-        meter.create_observable_counter(metric.otel, callbacks=[self._observe], unit=metric.unit,
-                                        description=metric.description)
-
-    def sum(self, attributes: dict[str, str]) -> _Sum:
-        """The running total of one attribute set (made on first use; dict.setdefault: no lock needed)."""
-        key = tuple(sorted(attributes.items()))
-        found = self._sums.get(key)
-        return found if found is not None else self._sums.setdefault(key, _Sum(attributes))
-
-    def _observe(self, options: CallbackOptions) -> list[Observation]:
-        with self.lock:
-            return [Observation(s.total, s.attributes) for s in list(self._sums.values())]
-
-
-_SUMS: WeakKeyDictionary[metrics.Meter, dict[str, _Sums]] = WeakKeyDictionary()
-_SUMS_LOCK = threading.Lock()
-
-
-# The API's placeholder meter, handed out while no MeterProvider is set (opentelemetry-api 1.45.2,
-# metrics/_internal/__init__.py: _ProxyMeter; it hands each instrument to the real meter once one is set). If a
-# later API release moves it, nothing counts as a placeholder: sums register on whatever meter a Telemetry has.
-_PLACEHOLDER_METER: type | None = getattr(import_module("opentelemetry.metrics._internal"), "_ProxyMeter", None)
-
-
-def _placeholder(meter: metrics.Meter) -> bool:
-    return _PLACEHOLDER_METER is not None and type(meter) is _PLACEHOLDER_METER
-
-
-def _sums_of(meter: metrics.Meter, metric: names.Metric) -> _Sums:
-    """The one _Sums of `metric` on `meter` (registered with it on first use)."""
-    with _SUMS_LOCK:
-        by_name = _SUMS.setdefault(meter, {})
-        found = by_name.get(metric.otel)
-        if found is None:
-            found = by_name[metric.otel] = _Sums(meter, metric)
-        return found
-
-
-Run = WorkflowRun | StepRun
-_new_step_run = object.__new__
-
-
-class PendingTrace(Protocol):
-    """Spans of another instrumentation that the GenAI span processor (telemetry.genai_spans) keeps until their
-    local root ends, when it classifies them all at once."""
-
-    def adopt(self, span: trace.Span) -> None:
-        """Keep a kit step's span too: the processor records it with the others (see DEFERRED)."""
-
-
-# Instrumented spans the GenAI span processor has not classified yet, by span id -> the trace it keeps them in.
-# A kit step started under one (a tool of an instrumented agent framework) is DEFERRED: the processor records it
-# with that trace, once the trace's spans say which workflow it belongs to.
-_foreign_runs: dict[int, PendingTrace] = {}
-DEFERRED = -2  # the seq of a deferred step run: its metrics are the GenAI span processor's to record
-
-
-def current_run(context: Context | None = None) -> Run | None:
-    """The kit's workflow or step current in `context` (default: the current context), or None."""
-    ctx = otel_context.get_current() if context is None else context
-    return ctx.get(_RUN_KEY)  # type: ignore[return-value]
-
-
-class Scope:
-    """A workflow or step to run: a context manager (sync and async) and a decorator. Stateless, so one
-    scope may be entered many times, concurrently (a decorated coroutine under asyncio.gather)."""
-
-    __slots__ = ("_telemetry", "_fixed", "_workflow", "_kind", "_model", "_name", "_span_name", "_span_kind",
-                 "_attributes", "_budget_ns", "_steps", "_session")
-
-    def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
-                 span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
-                 steps: int | None = None, session: str | None = None) -> None:
-        self._telemetry = telemetry
-        self._fixed = telemetry if isinstance(telemetry, Telemetry) else None  # None: resolved at each entry
-        self._workflow = workflow
-        self._kind = kind
-        self._model = kind == _MODEL_KIND
-        self._name = name
-        self._span_name = span_name
-        self._span_kind = span_kind
-        self._attributes = attributes
-        self._budget_ns = budget_ns
-        self._steps = steps
-        self._session = session
-
-    def __enter__(self) -> Any:
-        tel = self._fixed or self._telemetry()  # type: ignore[operator]
-        if self._workflow:
-            return tel._enter_workflow(self)
-        # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
-        start = tel.clock()
-        ctx = _get_current()
-        owner = ctx.get(_RUN_KEY)
-        span = tel._tracer.start_span(self._span_name, ctx, self._span_kind, self._attributes, start_time=start)
-        if type(owner) is WorkflowRun:  # the common case: a top-level step of a workflow
-            run = _new_step_run(StepRun)  # StepRun.__init__'s stores, without its frame
-            run._telemetry = tel
-            run.kind = self._kind
-            run.name = self._name
-            run.span = span
-            run.start = start
-            run.seq = next(owner.seqs)
-            run.parent = ROOT
-            run.workflow = owner
-            run.genai = None
-        else:
-            if owner is None:
-                owner = tel._orphan(self, ctx)
-            run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
-        workflow = run.workflow
-        if self._model:
-            run.genai = tel._genai_attrs(self._attributes, workflow)
-        if workflow is not None and workflow.deadline_ns is not None:
-            tel._record_step_budget(workflow, run.kind, start)
-        run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
-        return run
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        run = _get_current().get(_RUN_KEY)
-        if type(run) is StepRun:  # the per-step hot path, inline
-            tel = run._telemetry
-            end = tel.clock()
-            span = run.span
-            if exc is not None:
-                error_type = tel._fail(span, exc)
-                span.end(end_time=end)
-                _detach(run._token)  # type: ignore[arg-type]
-                tel._finish_step(run, end, error_type)
-                return
-            span.end(end)
-            try:
-                _reset(run._token)  # type: ignore[arg-type]
-            except Exception:
-                _context_log.exception("Failed to detach context")  # as opentelemetry.context.detach: never raise
-            workflow = run.workflow
-            if workflow is None or run.genai is not None or tel.exemplars:
-                tel._finish_step(run, end, None)
-                return
-            # Telemetry._finish_step's body for a step that succeeded in a workflow, without its frame.
-            kind = run.kind
-            attrs = tel._attrs.get((workflow.name, kind, run.name, STATUS_OK))  # _step_attrs' key
-            start = run.start
-            tel._step_duration.record((end - start) / _NS_PER_S, attrs if attrs is not None else
-                                      tel._step_attrs(workflow.name, kind, run.name, STATUS_OK), _NO_TRACE)
-            _add_step(workflow, kind, start, end, run.seq, run.parent)
-        elif run is not None:
-            (self._fixed or self._telemetry())._exit_workflow(run, exc)  # type: ignore[operator, arg-type]
-
-    async def __aenter__(self) -> Any:
-        return self.__enter__()
-
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        self.__exit__(exc_type, exc, tb)
-
-    def __call__(self, fn: Callable[P, R]) -> Callable[P, R]:
-        if asyncio.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def run_async(*args: P.args, **kwargs: P.kwargs) -> Any:
-                with self:
-                    return await fn(*args, **kwargs)  # type: ignore[misc]
-            return run_async  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def run_sync(*args: P.args, **kwargs: P.kwargs) -> R:
-            with self:
-                return fn(*args, **kwargs)
-        return run_sync
 
 
 class Telemetry:
@@ -558,8 +191,8 @@ class Telemetry:
         self._step_errors = counter(names.STEP_ERRORS)
         self._step_budget = histogram(names.STEP_BUDGET, names.BUDGET_BUCKETS_S)
         self._meter = meter
-        self._critical_path: _Sums | None = None  # with _deadlines: bound to a real meter by _bind_sums
-        self._deadlines: _Sums | None = None
+        self._critical_path: Sums | None = None  # with _deadlines: bound to a real meter by _bind_sums
+        self._deadlines: Sums | None = None
         self._bind_sums()
         self._attrs: dict[tuple[Any, ...], dict[str, str]] = {}  # metric attribute sets, built once each
         self._labels: dict[str, WorkflowLabels] = {}  # workflow name -> its attribute sets, built once each
@@ -590,49 +223,18 @@ class Telemetry:
 
     def headers(self, *, context: Context | None = None) -> dict[str, str]:
         """W3C `traceparent` (and `tracestate`) plus `baggage` for an outgoing request (to the gateway):
-        the baggage carries BUDGET_BAGGAGE_KEY as this request's budget (never below 0; see the module docstring:
+        the baggage carries BUDGET_BAGGAGE_KEY as this request's budget (never below 0; see telemetry.budget:
         the remaining budget, or its share per step left), and the deadline; inside a workflow, SESSION_BAGGAGE_KEY
         (the session key the gateway's affinity hashes: the workflow's session, else its trace id)."""
         ctx = otel_context.get_current() if context is None else context
-        remaining = self.remaining_budget_ms(context=ctx)
-        run = current_run(ctx)
-        if remaining is not None:
-            ctx = baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(remaining // _steps_left(run)), ctx)
-        workflow = run if type(run) is WorkflowRun else run.workflow if run is not None else None  # type: ignore[union-attr]
-        if workflow is not None:
-            session = workflow.session
-            ctx = baggage.set_baggage(SESSION_BAGGAGE_KEY, session if session is not None else
-                                      f"{workflow.trace_id:032x}", ctx)
-        carrier: dict[str, str] = {}
-        _W3C.inject(carrier, context=ctx)
-        return carrier
+        return outgoing_headers(ctx, self.remaining_budget_ms(context=ctx))
 
     def remaining_budget_ms(self, *, context: Context | None = None) -> int | None:
         """Milliseconds left before the current workflow's deadline (0 when past it); None: no budget."""
-        deadline = str(baggage.get_baggage(DEADLINE_BAGGAGE_KEY, context) or "")
-        if not deadline.isdigit():
-            return None  # none, or not ours to read (baggage comes from callers too)
-        return max(0, int(deadline) - -(-self.clock() // _NS_PER_MS))
+        return remaining_ms(context, self.clock)
 
     # --- workflow ---------------------------------------------------------------------------
-    def _enter_workflow(self, scope: Scope) -> WorkflowRun:
-        start = self.clock()
-        ctx = _get_current()
-        owner = ctx.get(_RUN_KEY)
-        if type(owner) is StepRun and owner.seq == DEFERRED:
-            owner = None  # inside an instrumented agent's step: a workflow of its own
-        span = self._tracer.start_span(scope._span_name, ctx, SpanKind.INTERNAL, scope._attributes, start_time=start)
-        run = self._open_workflow(scope._name, span, start, owner)  # type: ignore[arg-type]
-        if scope._budget_ns is not None:
-            ctx = _with_budget(ctx, start, scope._budget_ns)
-        if _BAGGAGE_KEY in ctx:  # else no baggage, so no deadline
-            run.deadline_ns = _deadline_ns(ctx)
-        run.expected_steps = scope._steps
-        if scope._session is not None:
-            run.session = scope._session
-        run._token = _attach(Context({**ctx, _RUN_KEY: run, _SPAN_KEY: span}))
-        return run
-
+    # (Scope enters and leaves a workflow; Telemetry opens it and records it when it ends.)
     def _open_workflow(self, name: str, span: trace.Span, start: int, owner: Run | None, *,
                        track: bool = True) -> WorkflowRun:
         """A workflow run starting at `start` under `owner` (the run current where it started, if any).
@@ -645,16 +247,6 @@ class Telemetry:
         if track:
             self._open[run.trace_id] = run
         return run
-
-    def _exit_workflow(self, run: WorkflowRun, exc: BaseException | None) -> None:
-        end = self.clock()
-        error_type = None if exc is None else self._fail(run.span, exc)
-        _detach(run._token)  # type: ignore[arg-type]
-        shares = self._finish_workflow(run, end, error_type)
-        if self.critical_path_attributes:
-            run.span.set_attributes({_critical_path_attribute(kind): ns / _NS_PER_S for kind, ns in shares.items()})
-        run.span.end(end)
-
     def _finish_workflow(self, run: WorkflowRun, end: int, error_type: str | None) -> Mapping[str, float]:
         """Record a finished workflow's metrics and hand its steps to the outer workflow; its critical path (step
         kind -> the time it owns, ns)."""
@@ -788,18 +380,18 @@ class Telemetry:
         return None
 
     # --- helpers ----------------------------------------------------------------------------
-    def _bind_sums(self) -> _Sums | None:
+    def _bind_sums(self) -> Sums | None:
         """The critical-path sums (and the deadlines'), on this Telemetry's meter; None while that is the API's
         placeholder (no MeterProvider set yet), whose measurements are dropped anyway. Bound later, on the real
         meter the global provider then gives: registered on a placeholder, every placeholder's observable counter
         would be handed to the real meter once it is set, which keeps only the first one's callback."""
         meter = self._meter
-        if _placeholder(meter):
+        if placeholder(meter):
             meter = metrics.get_meter_provider().get_meter(INSTRUMENTATION_NAME)
-            if _placeholder(meter):
+            if placeholder(meter):
                 return None
-        self._deadlines = _sums_of(meter, names.WORKFLOW_DEADLINES)
-        self._critical_path = _sums_of(meter, names.CRITICAL_PATH)
+        self._deadlines = sums_of(meter, names.WORKFLOW_DEADLINES)
+        self._critical_path = sums_of(meter, names.CRITICAL_PATH)
         return self._critical_path
 
     def _record_context(self, run: Run) -> Context:
@@ -861,133 +453,6 @@ class Telemetry:
         return error_type
 
 
-_CRITICAL_PATH_ATTRIBUTES: dict[str, str] = {}  # step kind -> its workflow span attribute
-
-
-def _critical_path_attribute(kind: str) -> str:
-    """The workflow span attribute of a step kind's critical-path seconds."""
-    name = _CRITICAL_PATH_ATTRIBUTES.get(kind)
-    if name is None:
-        name = _CRITICAL_PATH_ATTRIBUTES[kind] = f"aifactory.critical_path.{kind}"
-    return name
-
-
-def _add_step(workflow: WorkflowRun, kind: str, start: int, end: int, seq: int, parent: int) -> None:
-    """A finished step joins its workflow: its critical path (summed at once while the steps are a serial chain
-    in the workflow's thread; a step from another thread, nested, overlapping or with its end before its start,
-    as a clock stepped back gives, leaves the chain to the sweep) and its count of top-level steps done. A
-    workflow already finished takes no more steps."""
-    if workflow.finished:
-        if parent == ROOT:
-            workflow.done_steps += 1
-        return
-    workflow.steps.append((kind, start, end, seq, parent))
-    if parent != ROOT:
-        workflow.serial = None
-        return
-    workflow.done_steps += 1
-    serial = workflow.serial
-    if serial is not None:
-        if workflow.serial_end <= start <= end and _thread_id() == workflow.thread:
-            workflow.serial_end = end
-            serial[kind] = serial.get(kind, 0) + (end - start)
-        else:
-            workflow.serial = None
-
-
-def _with_budget(ctx: Context, start: int, budget_ns: int) -> Context:
-    """ctx with the workflow's deadline and budget in baggage; an outer, earlier deadline is kept."""
-    deadline_ms = (start + budget_ns) // _NS_PER_MS
-    outer = baggage.get_baggage(DEADLINE_BAGGAGE_KEY, ctx)
-    if outer is not None and str(outer).isdigit():
-        deadline_ms = min(deadline_ms, int(str(outer)))
-    ctx = baggage.set_baggage(DEADLINE_BAGGAGE_KEY, str(deadline_ms), ctx)
-    return baggage.set_baggage(BUDGET_BAGGAGE_KEY, str(max(0, deadline_ms - start // _NS_PER_MS)), ctx)
-
-
-def _deadline_ns(ctx: Context) -> int | None:
-    """The deadline in ctx's baggage (set by this or an enclosing workflow, or by a caller), epoch ns."""
-    deadline = str(baggage.get_baggage(DEADLINE_BAGGAGE_KEY, ctx) or "")
-    return int(deadline) * _NS_PER_MS if deadline.isdigit() else None
-
-
-def _steps_left(run: Run | None) -> int:
-    """Steps left in the nearest workflow around `run` that declared its steps (the current one included, at
-    least 1); 1 when none did: the request gets the whole remaining budget."""
-    workflow = run if type(run) is WorkflowRun else run.workflow if run is not None else None  # type: ignore[union-attr]
-    while workflow is not None:
-        if workflow.expected_steps is not None:
-            return max(1, workflow.expected_steps - workflow.done_steps)
-        workflow = workflow.outer
-    return 1
-
-
-def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Callable[[], Telemetry], kind: str,
-                  name: str, model: str | None, provider: str | None, operation: str | None) -> Scope:
-    """A step scope without extra attributes, built once per distinct arguments (scopes are stateless)."""
-    key = (kind, name, model, provider, operation)
-    scope = cache.get(key)
-    if scope is None:
-        if len(cache) >= SCOPE_CACHE_SIZE:
-            cache.clear()
-        scope = cache[key] = step_scope(telemetry, kind, name, model=model, provider=provider, operation=operation)
-    return scope
-
-
-def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *, agent: str | None = None,
-                   budget_s: float | None = None, steps: int | None = None, session: str | None = None,
-                   **attributes: Any) -> Scope:
-    """The scope of one workflow run (see the module docstring for its span).
-
-    budget_s: the workflow's latency budget, carried as W3C baggage (see headers()); default: none.
-    steps: how many sequential top-level steps the workflow expects to run; headers() then sends each request
-    the remaining budget divided by the steps left; default: none (each request gets the whole remaining budget).
-    session: the session key headers() sends the gateway (session affinity), for a conversation that runs as
-    several workflows; 1-128 of A-Z a-z 0-9 . _ ~ -; default: the enclosing workflow's, else the trace id.
-    """
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"workflow name must be a non-empty string, got {name!r}")
-    if budget_s is not None and (isinstance(budget_s, bool) or not isinstance(budget_s, int | float)
-                                 or not budget_s >= 0):
-        raise ValueError(f"workflow {name!r}: budget_s must be a number of seconds >= 0, got {budget_s!r}")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"workflow {name!r}: steps must be a whole number >= 1, got {steps!r}")
-    if session is not None and (not isinstance(session, str) or not SESSION_PATTERN.fullmatch(session)):
-        raise ValueError(f"workflow {name!r}: session must be 1-128 characters of A-Z a-z 0-9 . _ ~ - (sent as "
-                         f"they are in the baggage and the x-aifactory-session header), got {session!r}")
-    if agent is None:
-        base = {genai.GEN_AI_OPERATION_NAME: "invoke_workflow", genai.GEN_AI_WORKFLOW_NAME: name}
-        span_name = f"invoke_workflow {name}"
-    else:
-        base = {genai.GEN_AI_OPERATION_NAME: "invoke_agent", genai.GEN_AI_AGENT_NAME: agent}
-        span_name = f"invoke_agent {agent}"
-    return Scope(telemetry, workflow=True, kind="", name=name, span_name=span_name, span_kind=SpanKind.INTERNAL,
-                 attributes={**base, **attributes},
-                 budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S), steps=steps, session=session)
-
-
-def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: str, *, model: str | None = None,
-               provider: str | None = None, operation: str | None = None, **attributes: Any) -> Scope:
-    """The scope of one step (see the module docstring for its span)."""
-    _check_kind(kind, "step kind")
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"step name must be a non-empty string, got {name!r}")
-    mapping = STEP_OPERATIONS.get(kind, _PLAIN_STEP)
-    op = operation or mapping.operation
-    base: dict[str, Any] = {}
-    if op is not None:
-        base[genai.GEN_AI_OPERATION_NAME] = op
-    if op is None or OPERATION_STEP_KINDS.get(op) != kind:
-        base[STEP_KIND_ATTRIBUTE] = kind  # a span attribute less per step where the operation says it
-    base[mapping.name_attribute or "aifactory.step.name"] = name
-    if model is not None:
-        base[genai.GEN_AI_REQUEST_MODEL] = model
-    if provider is not None:
-        base[genai.GEN_AI_PROVIDER_NAME] = provider
-    subject = model if kind == _MODEL_KIND and model else name
-    return Scope(telemetry, workflow=False, kind=kind, name=name, span_name=f"{op or kind} {subject}",
-                 span_kind=mapping.span_kind, attributes={**base, **attributes})
-
 
 _installed: Telemetry | None = None
 
@@ -1045,12 +510,6 @@ def resource_attributes(environ: Mapping[str, str]) -> dict[str, str]:
             attrs[key.strip()] = unquote(value.strip())
     return attrs
 
-
-def _check_kind(kind: str, what: str) -> str:
-    if not isinstance(kind, str) or not _KIND_PATTERN.fullmatch(kind):
-        raise ValueError(f"{what} {kind!r} is not allowed: use 1-32 lowercase letters, digits or '_', starting "
-                         f"with a letter (the kinds the dashboards know: {', '.join(names.STEP_KINDS)})")
-    return kind
 
 
 def _error_type(exc: BaseException) -> str:

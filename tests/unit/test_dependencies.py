@@ -124,3 +124,24 @@ def test_the_gateway_waits_for_the_model_services_it_resolves_not_their_pods(
     assert len(services) >= 3
     assert set(names["gateway"]["dependencies"]) == services | {
         _release(res, "istiod"), _release(res, "kube-prometheus-stack")}
+
+
+@pytest.mark.parametrize("stack", ["dev", "prod", "onprem"])
+def test_the_gateway_deployment_waits_for_its_service_account_and_config_map_the_rest_for_their_namespace(
+        synthesized: Callable[[str], Path], stack: str) -> None:
+    """A pod naming a ServiceAccount that does not exist is refused at admission (kubernetes/kubernetes
+    plugin/pkg/admission/serviceaccount/admission.go); a changed envoy.yaml replaces the ConfigMap
+    (pulumi/pulumi-kubernetes@v4.32.0 provider/pkg/provider/diff.go: ConfigMaps are immutable unless
+    enableConfigMapMutable) and Envoy reads it once at start, so the rollout its new hash starts must come after it.
+    Every other object needs only its namespace here: what the gateway needs from outside (istiod, the Prometheus
+    operator, the model Services) orders the component itself, which its children follow at `up` and precede at
+    `destroy` (the engine counts a resource's parent among its dependencies: pulumi/pulumi@v3.259.0
+    pkg/resource/graph/dependency_graph.go DependenciesOf)."""
+    res = _state(synthesized, stack)
+    names = _by_name(res)
+    children = {_name(r): r for r in res if r.get("custom") and r.get("parent") == names["gateway"]["urn"]}
+    ns = names["gateway-ns"]["urn"]
+    assert set(children["gateway-deployment"]["dependencies"]) == {
+        ns, names["gateway-serviceaccount"]["urn"], names["gateway-configmap"]["urn"]}
+    others = {n: r["dependencies"] for n, r in children.items() if n not in ("gateway-deployment", "gateway-ns")}
+    assert len(others) >= 15 and {n: [ns] for n in others} == others

@@ -23,7 +23,7 @@ from opentelemetry.sdk.metrics import MeterProvider, ObservableCounter
 from opentelemetry.sdk.metrics.export import AggregationTemporality, InMemoryMetricReader
 
 import telemetry
-from telemetry import instrument, names
+from telemetry import instrument, names, scopes, sums
 from telemetry.critical_path import StepInterval, critical_path
 from telemetry.testing import VirtualClock
 from tests.support.telemetry import TENANT, Harness, harness, labels
@@ -117,14 +117,14 @@ def test_a_failed_workflow_after_a_good_one_gets_the_error_labels(h: Harness) ->
 def test_the_kit_reads_and_sets_the_context_the_api_does() -> None:
     """With opentelemetry-api 1.45.2's default runtime the step path uses the API's own context variable: what
     the API attaches the kit sees, and what the kit attaches the API sees."""
-    assert instrument._CONTEXT_VAR is not None  # the shortcut is in use with the pinned API
+    assert scopes._CONTEXT_VAR is not None  # the shortcut is in use with the pinned API
     ctx = otel_context.set_value("probe", 1)
     token = otel_context.attach(ctx)
     try:
-        assert instrument._get_current() is ctx
-        kit_token = instrument._attach(otel_context.set_value("probe", 2))
+        assert scopes._get_current() is ctx
+        kit_token = scopes._attach(otel_context.set_value("probe", 2))
         assert otel_context.get_value("probe") == 2
-        instrument._reset(kit_token)
+        scopes._reset(kit_token)
         assert otel_context.get_current() is ctx
     finally:
         otel_context.detach(token)
@@ -155,9 +155,9 @@ def test_the_context_api_fallback_gives_the_same_telemetry(monkeypatch: pytest.M
     with harness() as fast:
         _nested_agent(fast)
         expected_points, expected_spans = fast.all_points(), _span_facts(fast)
-    monkeypatch.setattr(instrument, "_get_current", otel_context.get_current)
-    monkeypatch.setattr(instrument, "_attach", otel_context.attach)
-    monkeypatch.setattr(instrument, "_reset", otel_context.detach)
+    monkeypatch.setattr(scopes, "_get_current", otel_context.get_current)
+    monkeypatch.setattr(scopes, "_attach", otel_context.attach)
+    monkeypatch.setattr(scopes, "_reset", otel_context.detach)
     with harness() as api:
         _nested_agent(api)
         assert api.all_points() == expected_points
@@ -213,7 +213,7 @@ def test_a_serial_chain_summed_as_it_runs_equals_the_sweep(chain: list[tuple[int
 def test_a_workflow_adds_its_shares_under_the_lock_the_collection_takes(h: Harness) -> None:
     """Ending a workflow changes the shared totals only under their lock (the one a collection snapshots them
     under): while another thread holds it, the workflow's end waits; released, its shares are all there."""
-    sums = instrument._sums_of(h.meter_provider.get_meter(instrument.INSTRUMENTATION_NAME), names.CRITICAL_PATH)
+    totals = sums.sums_of(h.meter_provider.get_meter(instrument.INSTRUMENTATION_NAME), names.CRITICAL_PATH)
     _agent(h.tel, h, "locked", 1)  # the label sets exist: the second run's end only adds
     done = threading.Event()
 
@@ -221,7 +221,7 @@ def test_a_workflow_adds_its_shares_under_the_lock_the_collection_takes(h: Harne
         _agent(h.tel, h, "locked", 2)
         done.set()
 
-    with sums.lock:
+    with totals.lock:
         thread = threading.Thread(target=second_run)
         thread.start()
         assert not done.wait(timeout=0.3)  # blocked on the lock, not finished
@@ -366,9 +366,9 @@ def test_the_api_placeholder_meter_is_known() -> None:
     that moves it fails here rather than losing sums (see the next test)."""
     from opentelemetry.metrics._internal import _ProxyMeterProvider
 
-    assert instrument._placeholder(_ProxyMeterProvider().get_meter("x"))
-    assert not instrument._placeholder(metrics.NoOpMeterProvider().get_meter("x"))
-    assert not instrument._placeholder(MeterProvider().get_meter("x"))
+    assert sums.placeholder(_ProxyMeterProvider().get_meter("x"))
+    assert not sums.placeholder(metrics.NoOpMeterProvider().get_meter("x"))
+    assert not sums.placeholder(MeterProvider().get_meter("x"))
 
 
 def test_telemetry_made_before_the_meter_provider_is_set_adds_to_the_real_one(tmp_path: Any) -> None:
