@@ -169,9 +169,11 @@ def model_prerequisites(cfg: PlatformConfig, model: Model, *, platform: Platform
                         cache: list[ModelCacheStorage], on_aws: AwsCluster | None) -> ModelPrerequisites:
     """What each of a model's objects waits for: its tenant's namespace; the releases that install the CRDs of
     its custom resources (KEDA, LeaderWorkerSet, the Prometheus operator); for its pods, istiod (the injection
-    webhook), its tenant's mesh policies and the mesh's mTLS mode, its pool's nodes, the StorageClass its cache
-    names, the PriorityClass it names and the node cache's directories. Nothing else: models come up side by
-    side, not each after the whole platform (and the SDK checks every recorded edge for a cycle)."""
+    webhook), its tenant's mesh policies and the mesh's mTLS mode, its pool's nodes (the EKS node group: its
+    launch template, role and security groups come before it already; the pool component would add each of its
+    resources as an edge), the StorageClass its cache names, the PriorityClass it names and the node cache's
+    directories. Nothing else: models come up side by side, not each after the whole platform (and the SDK checks
+    every recorded edge for a cycle)."""
     mesh = platform.mesh
     crds = {_group(KEDA_API_VERSION): controllers.releases.get("keda"),
             _group(LWS_API_VERSION): controllers.releases.get("lws"),
@@ -180,7 +182,8 @@ def model_prerequisites(cfg: PlatformConfig, model: Model, *, platform: Platform
         namespace=[platform.tenant_namespaces[model.tenant]],
         crds={group: [release] for group, release in crds.items() if release is not None},
         pods=[mesh.istiod, mesh.peer_authentication, *mesh.policies[cfg.tenant_of(model).namespace],
-              *(c.storage_class for c in cache), *([on_aws.pools[model.pool]] if on_aws is not None else [])],
+              *(c.storage_class for c in cache),
+              *([on_aws.pools[model.pool].node_group] if on_aws is not None else [])],
         priority_classes=controllers.priority_classes,
         node_cache=[controllers.cache_prep] if controllers.cache_prep is not None else [])
 

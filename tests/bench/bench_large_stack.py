@@ -65,15 +65,19 @@ class Bare(pulumi.CustomResource):
 
 def replay_bare(resources: list[Any], *, dependencies: bool = False) -> None:
     """Register every recorded resource again straight through the SDK: same type token, same inputs, no
-    component wrappers, typed args or Outputs. What the SDK costs for this exact payload. With `dependencies`,
-    each also depends on the replayed resources its recorded `dependencies` name (state.json's, already expanded
-    from components to their resources), so the SDK's own work per dependency (it checks every new edge for a
-    cycle: pulumi/runtime/resource_cycle_breaker.py) is in the baseline too."""
+    component wrappers, typed args or Outputs; each on its recorded provider. What the SDK costs for this exact
+    payload. With `dependencies`, each also depends on the replayed resources its recorded `dependencies` name
+    (state.json's, already expanded from components to their resources), so the SDK's own work per dependency (it
+    checks every new edge for a cycle: pulumi/runtime/resource_cycle_breaker.py) is in the baseline too."""
     replayed: dict[str, pulumi.Resource] = {}
-    for r in resources:  # export order: a resource's dependencies come before it
-        opts = None
-        if dependencies:
-            opts = pulumi.ResourceOptions(depends_on=[replayed[u] for u in r.dependencies if u in replayed])
+    for r in resources:  # export order: a resource's provider and dependencies come before it
+        # On its recorded provider, as the program registered it: without one, every resource would be
+        # attributed to a default provider after the run (infra/synth.py _default_providers, a package metadata
+        # read per resource), which is the harness's work, not the SDK's.
+        provider = replayed.get(r.provider.rsplit("::", 1)[0]) if r.provider else None
+        opts = pulumi.ResourceOptions(
+            provider=provider if isinstance(provider, pulumi.ProviderResource) else None,
+            depends_on=[replayed[u] for u in r.dependencies if u in replayed] if dependencies else None)
         if r.type.startswith("pulumi:providers:"):
             replayed[r.urn] = pulumi.ProviderResource(r.type.split(":")[-1], f"bare-{r.name}", dict(r.inputs),
                                                       opts=opts)

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from components.aws.node_pool import TYPE as POOL_TYPE
+
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POLICY = "kubernetes:security.istio.io/v1:AuthorizationPolicy"
 WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
@@ -80,6 +82,27 @@ def test_aws_model_pods_wait_for_their_pools_nodes_the_cache_class_and_the_node_
     assert names["aifactory-prod-l40s-ng"]["urn"] not in deps  # another pool's nodes
     l40s = set(names["model-finance-8b-deployment"]["dependencies"])  # no instance store: no node cache
     assert names["serving-cache-prep"]["urn"] not in l40s and names["aifactory-prod-l40s-ng"]["urn"] in l40s
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
+def test_aws_model_pods_wait_for_their_pools_node_group_not_each_resource_of_the_pool(
+        synthesized: Callable[[str], Path], stack: str) -> None:
+    """Of its pool, a workload waits for the EKS node group alone: the node group already waits for its launch
+    template, node role and security groups, and is created once EKS reports it ACTIVE (pulumi-aws 7.51.1's
+    upstream, hashicorp/terraform-provider-aws@v6: internal/service/eks/node_group.go waitNodegroupCreated). The ASG's
+    node-template tags only tell the cluster autoscaler what a pool at zero offers; it reads them again at every
+    scan, so a pod created before them waits one scan longer, nothing more. Depending on the pool component would
+    add each of its resources as an edge, every one of which the SDK checks for a cycle."""
+    res = _state(synthesized, stack)
+    pool_of = {r["urn"]: r["urn"].split("::")[-1].rsplit("-", 1)[0] for r in res
+               if f"{POOL_TYPE}$" in r["urn"]}
+    workloads = [r for r in _model_objects(res) if r["type"] in WORKLOADS]
+    on_aws = [w for w in workloads if any(d in pool_of for d in w["dependencies"])]
+    assert on_aws and len(on_aws) == len(workloads)
+    for w in on_aws:
+        from_pools = [d for d in w["dependencies"] if d in pool_of]
+        assert [d.rsplit("::", 1)[-1] for d in from_pools] == [f"{pool_of[from_pools[0]]}-ng"], _name(w)
+        assert from_pools[0].split("::")[-2].endswith("aws:eks/nodeGroup:NodeGroup")
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
