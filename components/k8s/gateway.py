@@ -75,6 +75,7 @@ from components.k8s.values import (
     ModelSlo,
     OutlierDetection,
     RateLimit,
+    Replicas,
     Retries,
     Tenant,
     Tracing,
@@ -173,6 +174,10 @@ class GatewayModelArgs(TypedDict):
     """Longest silence of a replica before the gateway retries on another one. Default: min(timeoutSeconds, 30)."""
     variant: NotRequired[GatewayVariantArgs]
     """Default: none (the workload's only model of its priority)."""
+    max_replicas: NotRequired[int]
+    """Most replicas: the gateway reaches replica i (its pod `<name>-<i>`) through a hop of its own. Default: 1."""
+    multi_node: NotRequired[bool]
+    """A LeaderWorkerSet `<name>-lws`: replica i is its group i's leader. Default: false."""
     session_affinity_balance_factor: NotRequired[int | None]
     """Session affinity: requests with a session key (x-aifactory-session, else the body's prompt_cache_key) go to
     the replica that served the session before, by Maglev hashing; no replica takes more than this percentage of
@@ -388,7 +393,9 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                      "session_affinity_balance_factor",
                      DEFAULT_HASH_BALANCE_FACTOR if m.get("task", "generate") == "generate" else None),
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
-                                                        max_requests=v.get("max_requests")))
+                                                        max_requests=v.get("max_requests")),
+                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.envoy_hops)
+                 gpus_per_replica=2 if m.get("multi_node") else 1, gpus_per_node_hint=1)  # multi_node: LWS names
 
 
 def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:
