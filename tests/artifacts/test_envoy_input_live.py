@@ -33,7 +33,7 @@ LARGE_BODY = 7 * 1024 * 1024  # declared, never sent: under the largest limit, p
 MAX_TOKEN_LIFETIME_S = 3600
 REQUEST_TIMEOUT_S = 20.0  # the gateway's 408 for a body never sent: far beyond every read below
 ANSWER_WAIT_S = 5.0  # how long a test waits for an answer sent before the body (bounded; not a speed claim)
-HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.25, 0.25, 2
+HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.5, 0.5, 2  # fake replicas on a busy machine may answer late
 POOL_TIMEOUT_S = 8  # the `pool` model's timeoutSeconds: the route timeout a hung try would wait for
 POOL_REQUESTS = 60
 POOL_REPLICAS = 3
@@ -49,6 +49,8 @@ RAW = {
         "chat": {**_MODEL, "maxRequestBytes": BODY_LIMIT},
         "gamma-chat": {**_MODEL, "tenant": "gamma"},
         "pool": {**_MODEL, "timeoutSeconds": POOL_TIMEOUT_S, "replicas": {"min": 1, "max": POOL_REPLICAS}},
+        # may run 4 replicas, runs 2 here: ordinals 2 and 3 have no pod (no DNS record)
+        "spare": {**_MODEL, "replicas": {"min": 1, "max": 4}},
     },
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}],
@@ -61,7 +63,7 @@ RAW = {
     },
     "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
 }
-BACKENDS = {"chat": 1, "gamma-chat": 1, "pool": POOL_REPLICAS}
+BACKENDS = {"chat": 1, "gamma-chat": 1, "pool": POOL_REPLICAS, "spare": 2}
 
 
 @dataclass
@@ -400,3 +402,33 @@ def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gat
     # replica 0 answered through its hop all along: it never failed its health checks
     assert stats["cluster.pool__replica-0.upstream_cx_total"] >= 1
     assert stats.get("cluster.pool__replica-0.health_check.failure", 0) == 0
+
+
+def test_a_model_whose_replicas_all_fail_their_checks_answers_503_and_recovers(gateway: Gateway) -> None:
+    """`spare` has 4 hosts (replicas.max) and 2 running replicas: every request is served by those two, none is
+    tried on the absent ordinals (no panic mode: components.k8s.envoy_hops). When both fail their health checks, the
+    model answers 503 at once (no healthy upstream, flag UH), not after a try; when they pass again, it serves."""
+    replicas = gateway.backends["spare"]
+    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "spare"}
+    body = json.dumps({"model": "spare", "messages": []}).encode()
+    _await_healthy(gateway.envoy, "spare", 2)
+    before = [b.hits for b in replicas]
+    assert Counter(request(gateway.port, "/v1/chat/completions", auth, body=body)[0] for _ in range(40)) == {200: 40}
+    assert all(b.hits > n for b, n in zip(replicas, before, strict=True))  # both served
+    assert gateway.envoy.stats().get("cluster.spare.upstream_rq_retry", 0) == 0  # no try met an absent ordinal
+    for b in replicas:
+        b.behaviour = Behaviour.HANG
+    try:
+        deadline = time.monotonic() + 20 * HC_INTERVAL_S  # both out (bounded)
+        while gateway.envoy.stats().get("cluster.spare.membership_healthy", 0) > 0:
+            assert time.monotonic() < deadline, "spare: its hung replicas were never taken out"
+            time.sleep(HC_INTERVAL_S / 2)
+        start = time.monotonic()
+        status, raw = request(gateway.port, "/v1/chat/completions", auth, body=body, timeout=2 * POOL_TIMEOUT_S)
+        assert (status, raw) == (503, b"no healthy upstream")
+        assert time.monotonic() - start < POOL_TIMEOUT_S  # at once, not after a try on a hung replica
+    finally:
+        for b in replicas:
+            b.behaviour = Behaviour.OK
+    _await_healthy(gateway.envoy, "spare", 2)
+    assert request(gateway.port, "/v1/chat/completions", auth, body=body)[0] == 200

@@ -230,6 +230,25 @@ def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_work
     assert "ports" not in worker and "readinessProbe" not in worker
 
 
+def test_a_single_node_model_is_a_statefulset_governed_by_its_service() -> None:
+    """Pod i of `<model>` resolves as `<model>-<i>.<model>.<ns>.svc.cluster.local` (kubernetes/website
+    content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID"): the name the gateway's hop i
+    resolves (components.k8s.envoy_hops). Pods start in parallel; a rolling update never surges."""
+    cfg = stack("prod")
+    m = cfg.models["assistant-batch"]
+    sts = workload(cfg, m)
+    spec = {k: v for k, v in sts["spec"].items() if k != "template"}
+    assert (sts["apiVersion"], sts["kind"], sts["metadata"]["name"]) == ("apps/v1", "StatefulSet", "assistant-batch")
+    assert spec == {"serviceName": "assistant-batch", "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"aifactory.io/model": "assistant-batch"}},
+                    "updateStrategy": {"type": "RollingUpdate"}}  # autoscaled: no replicas (KEDA's)
+    svc = serving.service(cfg, m)
+    assert (svc["metadata"]["name"], svc["spec"]["clusterIP"]) == ("assistant-batch", "None")  # headless, governing
+    assert "publishNotReadyAddresses" not in svc["spec"]  # a pod that is not ready has no DNS record
+    so = serving.scaled_object(cfg, m)
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "assistant-batch"}
+
+
 def test_single_node_replica_on_an_efa_pool_takes_no_efa_devices() -> None:
     cfg = stack("prod")
     dep = workload(cfg, cfg.models["assistant-batch"])  # TP 4 on an 8-GPU p5en: NVLink, not EFA
