@@ -59,7 +59,8 @@ def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
                              "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
                              "max_request_bytes": m.max_request_bytes,
                              "try_idle_timeout_seconds": m.try_idle_timeout_seconds,
-                             "session_affinity_balance_factor": m.session_affinity_balance_factor}
+                             "session_affinity_balance_factor": m.session_affinity_balance_factor,
+                             "max_replicas": m.replicas.max, "multi_node": m.multi_node}
     if m.variant is not None:  # the cost from the stack's prices when the config gives requestsPerSecond instead
         out["variant"] = {"cost_per_request": cfg.cost_per_request(m)}
         if m.variant.max_requests is not None:

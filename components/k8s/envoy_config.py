@@ -127,7 +127,6 @@ from components.k8s.envoy_base import (
     GatewayView,
     ObservabilityView,
     _address,
-    _dns_cluster,
     _hcm,
     _seconds,
     collector_host,
@@ -141,6 +140,7 @@ from components.k8s.envoy_callers import (
     jwt_filter,
     rate_limit_filter,
 )
+from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster
 from components.k8s.envoy_observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -235,66 +235,6 @@ OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) 
 # What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths).
 HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
 
-
-
-def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
-    out = _model_cluster(cfg, model)
-    if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
-        for e in out["load_assignment"]["endpoints"][0]["lb_endpoints"]:
-            e["metadata"] = {"filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
-    return out
-
-
-def _model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
-    gw = cfg.gateway
-    cb, od, hc = gw.circuit_breakers, gw.outlier_detection, gw.health_check
-    return {
-        **_dns_cluster(model.name, model_host(cfg, model), naming.MODEL_HTTP_PORT,
-                       connect_timeout=gw.connect_timeout_seconds),
-        # Full scan: the replica with the fewest requests in flight, ties broken at random; a slow replica
-        # holds its requests longer, so it is picked only when it has no more in flight than the others.
-        # With session affinity: Maglev with bounded load (envoy_affinity).
-        "load_balancing_policy": affinity.load_balancing_policy(model)
-        if model.session_affinity_balance_factor is not None else {"policies": [{"typed_extension_config": {
-            "name": "envoy.load_balancing_policies.least_request",
-            "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                             "selection_method": "FULL_SCAN"}}}]},
-        # Below the threshold Envoy balances over every replica, healthy or not (its panic mode): the floor
-        # that keeps a model up when its health endpoint fails everywhere.
-        # Host health changes are applied at once: with the default 1 s merge window a second ejection right
-        # after the first waits up to a second while the replica keeps taking (and failing) requests.
-        "common_lb_config": {"healthy_panic_threshold": {"value": od.panic_threshold_percent},
-                             "update_merge_window": "0s"},
-        "circuit_breakers": {"thresholds": [{
-            "priority": "DEFAULT",
-            "max_connections": cb.max_connections,
-            "max_pending_requests": cb.max_pending_requests,
-            # a variant's own limit: past it, tries overflow to the next variant (envoy_variants)
-            "max_requests": model.variant.max_requests if model.variant and model.variant.max_requests else
-            cb.max_requests,
-            "retry_budget": {"budget_percent": {"value": gw.retries.budget_percent},
-                             "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
-        }]},
-        "health_checks": [{
-            "timeout": _seconds(hc.timeout_seconds),
-            "interval": _seconds(hc.interval_seconds),
-            "no_traffic_interval": _seconds(hc.interval_seconds),  # default 60 s: too slow for a new gateway
-            "unhealthy_threshold": hc.unhealthy_threshold,
-            "healthy_threshold": hc.healthy_threshold,
-            # Host: the Service's name, as on requests (Envoy's default is the cluster's name, which the gateway's
-            # sidecar passes through in plaintext to the model's STRICT sidecar: every check would fail)
-            "http_health_check": {"path": HEALTH_PATHS[model.engine], "host": model_host(cfg, model)},
-        }],
-        "outlier_detection": {
-            "consecutive_5xx": od.consecutive_5xx,
-            "interval": _seconds(od.interval_seconds),
-            "base_ejection_time": _seconds(od.base_ejection_seconds),
-            "max_ejection_percent": od.max_ejection_percent,
-            # a replica that fails requests but answers its health check stays ejected for its ejection time
-            # (by default a passing active check would bring it straight back)
-            "successful_active_health_check_uneject_host": False,
-        },
-    }
 
 
 def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
@@ -633,8 +573,9 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
                           *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
-                            for m in variant_models(cfg))],
-            "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg), collector_cluster(cfg),
+                            for m in variant_models(cfg)), *hop_listeners(cfg)],
+            "clusters": [*(model_cluster(cfg, m) for m in models), *hop_clusters(cfg), *variant_clusters(cfg),
+                         collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },
         "overload_manager": {

@@ -60,6 +60,10 @@ class GatewayModelArgs(TypedDict):
     """Longest silence of a replica before the gateway retries on another one. Default: min(timeoutSeconds, 30)."""
     variant: NotRequired[GatewayVariantArgs]
     """Default: none (the workload's only model of its priority)."""
+    max_replicas: NotRequired[int]
+    """Most replicas: the gateway reaches replica i (its pod `<name>-<i>`) through a hop of its own. Default: 1."""
+    multi_node: NotRequired[bool]
+    """A LeaderWorkerSet `<name>-lws`: replica i is its group i's leader. Default: false."""
     session_affinity_balance_factor: NotRequired[int | None]
     """Session affinity: requests with a session key (x-aifactory-session, else the body's prompt_cache_key) go to
     the replica that served the session before, by Maglev hashing; no replica takes more than this percentage of

@@ -32,6 +32,7 @@ from components.k8s.values import (
     ModelSlo,
     OutlierDetection,
     RateLimit,
+    Replicas,
     Retries,
     Tenant,
     Tracing,
@@ -111,7 +112,9 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                      "session_affinity_balance_factor",
                      DEFAULT_HASH_BALANCE_FACTOR if m.get("task", "generate") == "generate" else None),
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
-                                                        max_requests=v.get("max_requests")))
+                                                        max_requests=v.get("max_requests")),
+                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.envoy_hops)
+                 gpus_per_replica=2 if m.get("multi_node") else 1, gpus_per_node_hint=1)  # multi_node: LWS names
 
 
 def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:

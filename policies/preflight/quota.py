@@ -144,7 +144,9 @@ def quota_findings(resources: Sequence[Res]) -> list[Finding]:
 
 def rollout_surge(t: PodTemplate) -> int:
     """Pods a Deployment's rolling update adds above its replica count (at its largest one): maxSurge, an
-    integer or a percentage rounded up (apps/v1 RollingUpdateDeployment; default 25%); 0 for Recreate."""
+    integer or a percentage rounded up (apps/v1 RollingUpdateDeployment; default 25%); 0 for Recreate. 0 for every
+    other kind: a StatefulSet deletes a pod before creating its successor (apps/v1 StatefulSetUpdateStrategy has no
+    surge), and the kit's LeaderWorkerSets set maxSurge 0."""
     if t.res.kind != "Deployment":
         return 0
     strategy = get_path(t.res.props, "spec", "strategy") or {}

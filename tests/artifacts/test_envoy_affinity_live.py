@@ -7,15 +7,14 @@ aifactory.session (components.k8s.envoy_affinity); replicas are picked by Envoy'
 (envoyproxy/envoy@v1.40.0 api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
 
 Failures, retries, ejection, priorities and a scale-up run on a gateway of their own (`failing`): replicas that
-answer 5xx there are ejected, and its model `grow` reads its replicas from a file Envoy watches (file-based EDS,
-`Replicas`), the loopback stand-in for the headless Service's DNS answer: a replica is added or removed by rewriting
-the file, each replica a 127.0.0.1 port.
+answer 5xx there are ejected, and its model `grow` may have one replica more than it runs: the gateway reaches each
+ordinal through its own hop (components.k8s.envoy_hops), and ordinal 3 stands for a pod that is not ready (its health
+checks fail) until the test makes it answer them, as a new StatefulSet pod does once it is ready.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -27,12 +26,10 @@ from typing import Any
 import pytest
 
 from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
-from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
-from tests.support.envoy import rebind, start_gateway
+from tests.support.envoy import start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
-from tests.support.processes import free_port
 from tests.support.telemetry import harness
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -74,7 +71,6 @@ class Gateway:
     envoy: EnvoyProcess
     backends: dict[str, list[FakeBackend]]
     issuer: Issuer
-    replicas: Replicas | None = None  # the growing model's replicas (file-based EDS), where there is one
 
     def served_by(self, model: str, *, session: str | None = None, cache_key: str | None = None,
                   via: str = "header", extra: dict[str, str] | None = None) -> str:
@@ -127,62 +123,22 @@ class Gateway:
 
 
 def _start(raw: dict[str, Any], workdir: Path, *, growing: str | None = None) -> Iterator[Gateway]:
-    """The gateway on the kit's bootstrap for `raw`, REPLICAS fake replicas per model. `growing`: a model whose
-    replicas come from a file (Envoy's file-based EDS) the test rewrites to add and remove replicas."""
+    """The gateway on the kit's bootstrap for `raw`, REPLICAS fake replicas per model (its replicas.max). `growing`:
+    a model with one more ordinal, whose fake replica hangs (fails its checks: not ready) until a test says."""
+    raw = {**raw, "models": {m: {**v, "replicas": {"min": 1, "max": REPLICAS + (m == growing)}}
+                             for m, v in raw["models"].items()}}
     cfg = parse(raw, stack="affinity")
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
-        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(REPLICAS)] for m in raw["models"]}
-        endpoints = {m: [b.address for b in bs] for m, bs in backends.items()}
-        eds = None
-        if growing is None:
-            envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks], endpoints=endpoints)
-        else:
-            admin, listener, stats = free_port(), free_port(), free_port()
-            config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
-                            endpoints={**endpoints, "otel_collector": [("127.0.0.1", free_port())]},
-                            jwks=[issuer.jwks])
-            eds = Replicas(growing, workdir / "eds")
-            eds.write(endpoints[growing])
-            [cluster] = [c for c in config["static_resources"]["clusters"] if c["name"] == growing]
-            eds.serve(cluster)
-            envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
-        gw = Gateway(cfg, envoy, backends, issuer, eds)
+        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}", Behaviour.HANG if i == REPLICAS else Behaviour.OK))
+                        for i in range(REPLICAS + (m == growing))] for m in raw["models"]}
+        envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks],
+                              endpoints={m: [b.address for b in bs] for m, bs in backends.items()},
+                              down=[growing] if growing else [])
+        gw = Gateway(cfg, envoy, backends, issuer)
         for m in raw["models"]:
             gw.wait_healthy(m, REPLICAS)
         yield gw
-
-
-class Replicas:
-    """A model's replicas as Envoy's file-based EDS reads them (config.core.v3.ConfigSource.path_config_source:
-    Envoy watches the directory and reloads the file when one is moved over it, envoyproxy/envoy@v1.40.0
-    api/envoy/config/core/v3/config_source.proto): what a headless Service's DNS answer is to the kit's STRICT_DNS
-    cluster, a list of pod addresses that changes as pods come and go."""
-
-    def __init__(self, model: str, directory: Path) -> None:
-        self.model, self.directory = model, directory
-        directory.mkdir()
-        self.path = directory / "endpoints.json"
-        self.version = 0
-
-    def serve(self, cluster: dict[str, Any]) -> None:
-        """Turn the model's (static) cluster into one that reads its replicas from the file."""
-        del cluster["load_assignment"]
-        cluster["type"] = "EDS"
-        cluster["eds_cluster_config"] = {"eds_config": {"resource_api_version": "V3", "path_config_source": {
-            "path": str(self.path), "watched_directory": {"path": str(self.directory)}}}}
-
-    def write(self, addresses: Iterable[tuple[str, int]]) -> None:
-        """The replicas are now `addresses` (written aside, then moved over the file: Envoy reads it whole)."""
-        self.version += 1
-        doc = {"version_info": str(self.version), "resources": [{
-            "@type": "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment",
-            "cluster_name": self.model, "endpoints": [{"lb_endpoints": [
-                {"endpoint": {"address": {"socket_address": {"address": host, "port_value": port}}}}
-                for host, port in addresses]}]}]}
-        tmp = self.directory / "endpoints.json.tmp"
-        tmp.write_text(json.dumps(doc))
-        os.replace(tmp, self.path)
 
 
 @pytest.fixture(scope="module")
@@ -381,25 +337,23 @@ SCALE_SESSIONS = 400
 
 def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_moves(
         failing: Gateway, tmp_path: Path) -> None:
-    """`grow` goes from 3 replicas to 4 (its replica list rewritten, as a headless Service's DNS answer changes when
-    a pod becomes ready): the sessions that move all move to the new replica, about a quarter of them, none between
-    the old three; when it goes again, every session is back where it was."""
-    assert failing.replicas is not None
-    old = failing.backends["grow"]
+    """`grow` goes from 3 replicas to 4 (ordinal 3 starts answering its health checks, as a new StatefulSet pod does
+    once it is ready): the sessions that move all move to the new replica, about a quarter of them, none between
+    the old three; when it goes again (its checks fail), every session is back where it was."""
+    new = failing.backends["grow"][REPLICAS]
     sessions = [f"n{s}" for s in range(SCALE_SESSIONS)]
     home = {s: failing.served_by("grow", session=s) for s in sessions}
-    with FakeBackend("grow-3") as new:
-        failing.replicas.write([b.address for b in [*old, new]])
+    new.behaviour = Behaviour.OK
+    try:
         failing.wait_healthy("grow", REPLICAS + 1)
         after = {s: failing.served_by("grow", session=s) for s in sessions}
-        # the pod goes: out of the replica list, and its health checks fail (Envoy keeps a host that left
-        # discovery while it passes them: Cluster.ignore_health_on_host_removal is unset)
-        failing.replicas.write([b.address for b in old])
+    finally:
         new.behaviour = Behaviour.HANG
-        failing.wait_healthy("grow", REPLICAS)
-        back = {s: failing.served_by("grow", session=s) for s in sessions}
+    failing.wait_healthy("grow", REPLICAS)
+    back = {s: failing.served_by("grow", session=s) for s in sessions}
     moved = {s for s in sessions if after[s] != home[s]}
-    assert {after[s] for s in moved} == {"grow-3"}  # none between the old replicas
+    # none between the old replicas (Maglev hashes each hop by its name: the same table every run)
+    assert {after[s] for s in moved} == {"grow-3"}, Counter((home[s], after[s]) for s in moved)
     # Maglev gives each of 4 replicas about a quarter of its table (expected 100 of 400, sd about 9)
     assert 60 <= len(moved) <= 140, len(moved)
     assert back == home

@@ -8,7 +8,6 @@ Callers present RS256 tokens of a local issuer (tests.support.tokens, a local JW
 
 from __future__ import annotations
 
-import copy
 import json
 import socket
 import time
@@ -24,7 +23,7 @@ import pytest
 
 from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
-from tests.support.envoy import rebind, start_gateway
+from tests.support.envoy import await_replicas, rebind, start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -34,9 +33,11 @@ LARGE_BODY = 7 * 1024 * 1024  # declared, never sent: under the largest limit, p
 MAX_TOKEN_LIFETIME_S = 3600
 REQUEST_TIMEOUT_S = 20.0  # the gateway's 408 for a body never sent: far beyond every read below
 ANSWER_WAIT_S = 5.0  # how long a test waits for an answer sent before the body (bounded; not a speed claim)
-HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.25, 0.25, 2
+HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.5, 0.5, 2  # fake replicas on a busy machine may answer late
 POOL_TIMEOUT_S = 8  # the `pool` model's timeoutSeconds: the route timeout a hung try would wait for
 POOL_REQUESTS = 60
+POOL_REPLICAS = 3
+DETECTION_MARGIN_S = 1.0  # past the health checks' detection time: the retried try's own answer (fake: at once)
 
 _MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
 RAW = {
@@ -47,7 +48,9 @@ RAW = {
     "models": {
         "chat": {**_MODEL, "maxRequestBytes": BODY_LIMIT},
         "gamma-chat": {**_MODEL, "tenant": "gamma"},
-        "pool": {**_MODEL, "timeoutSeconds": POOL_TIMEOUT_S},
+        "pool": {**_MODEL, "timeoutSeconds": POOL_TIMEOUT_S, "replicas": {"min": 1, "max": POOL_REPLICAS}},
+        # may run 4 replicas, runs 2 here: ordinals 2 and 3 have no pod (no DNS record)
+        "spare": {**_MODEL, "replicas": {"min": 1, "max": 4}},
     },
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}],
@@ -60,7 +63,7 @@ RAW = {
     },
     "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
 }
-BACKENDS = {"chat": 1, "gamma-chat": 1, "pool": 3}
+BACKENDS = {"chat": 1, "gamma-chat": 1, "pool": POOL_REPLICAS, "spare": 2}
 
 
 @dataclass
@@ -272,18 +275,14 @@ def test_client_sent_x_envoy_headers_never_reach_a_model_or_steer_the_gateway(ga
 # --- 13: a replica that hangs with requests in flight -------------------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Envoy 1.40 drains, but does not close, an HTTP pool's busy connections when active health checks fail a "
-    "host, close_connections_on_host_health_failure included (envoyproxy/envoy@v1.40.0 source/common/upstream/"
-    "cluster_manager_impl.cc, drainOrCloseConnPools: closeConnections is for TCP pools only): a try in flight on "
-    "the hung replica waits for the route timeout. Not fixed (issue 31 item 13); what was tried, docs/gateway.md "
-    "'Requests on a replica that hangs': hedging on a soft per-try timeout (counted as a local-origin 504 toward "
-    "consecutive_5xx, router.cc onSoftPerTryTimeout, and runs every long answer twice); an upstream filter that "
-    "ends the try (its local reply goes to the client, never retried: "
-    "test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried); per-replica tcp_proxy hops whose TCP "
-    "pools Envoy closes on health failure (they work: test_per_replica_tcp_hops_end_a_hung_replicas_tries_and_keep_"
-    "the_clusters_balancing, but a DNS cluster cannot name internal-listener hosts: the hops would need an xDS source "
-    "the kit does not have)."))
+def _await_healthy(envoy: EnvoyProcess, cluster: str, n: int) -> None:
+    """Until `cluster` has `n` healthy hosts (bounded: each passes its hop's check, then the cluster's own)."""
+    deadline = time.monotonic() + 10 * HC_INTERVAL_S
+    while envoy.stats().get(f"cluster.{cluster}.membership_healthy", 0) < n:
+        assert time.monotonic() < deadline, f"{cluster}: Envoy never saw {n} healthy hosts"
+        time.sleep(HC_INTERVAL_S / 2)
+
+
 def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_checks_fail(gateway: Gateway) -> None:
     """Non-streamed requests (their tries may stay silent for the model's timeoutSeconds) are sent while one
     replica of three hangs (its health endpoint too). Once active health checks mark it unhealthy, its
@@ -292,6 +291,7 @@ def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_chec
     replicas = gateway.backends["pool"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()
+    _await_healthy(gateway.envoy, "pool", POOL_REPLICAS)
     assert Counter(request(gateway.port, "/v1/chat/completions", auth, body=body)[0] for _ in range(6)) == {200: 6}
     replicas[1].behaviour = Behaviour.HANG
     hung_before = replicas[1].hits
@@ -304,14 +304,20 @@ def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_chec
     with ThreadPoolExecutor(POOL_REQUESTS) as pool:
         results = list(pool.map(one, range(POOL_REQUESTS)))
     replicas[1].behaviour = Behaviour.OK
-    assert Counter(s for s, _ in results) == {200: POOL_REQUESTS}
-    assert replicas[1].hits > hung_before  # some requests did meet the hung replica
     stats = gateway.envoy.stats()
+    assert Counter(s for s, _ in results) == {200: POOL_REQUESTS}, gateway.envoy.access_log_lines('"status":5')
+    assert replicas[1].hits > hung_before  # some requests did meet the hung replica
     assert stats.get("cluster.pool.upstream_rq_timeout", 0) == 0
-    assert stats["cluster.pool.health_check.failure"] >= HC_UNHEALTHY
+    assert stats["cluster.pool__replica-1.health_check.failure"] >= HC_UNHEALTHY
+    # its hop's connections closed by Envoy with requests on them, and those retried within the budget
+    assert stats["cluster.pool__replica-1.upstream_cx_destroy_local_with_active_rq"] >= 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
-    # none waited for the route timeout: a bound from the configuration, not a speed claim
-    assert max(t for _, t in results) < POOL_TIMEOUT_S
+    assert stats.get("cluster.pool.upstream_rq_retry_overflow", 0) == 0
+    # none waited past the detection: the hop fails the hung replica after HC_UNHEALTHY checks that each time out,
+    # one interval apart (plus up to one interval before the first), then the tries are retried at once; a bound
+    # from the configuration with DETECTION_MARGIN_S for the retries, not a speed claim
+    detection = HC_UNHEALTHY * (HC_TIMEOUT_S + HC_INTERVAL_S) + HC_INTERVAL_S
+    assert max(t for _, t in results) < detection + DETECTION_MARGIN_S, sorted(t for _, t in results)[-5:]
 
 
 # What Envoy 1.40 offers a hung replica's in-flight tries (docs/gateway.md, "Requests on a replica that hangs"): the
@@ -360,6 +366,7 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
+        await_replicas(envoy, {"pool": POOL_REPLICAS})
         assert request(listener, "/v1/chat/completions", auth, body=body)[0] == 200
         hits, before = gateway.hits("pool"), envoy.stats()
         assert request(listener, "/v1/chat/completions", {**auth, "x-end-try": "1"}, body=body) == (
@@ -371,88 +378,57 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
     assert after.get("cluster.pool.upstream_rq_retry", 0) == before.get("cluster.pool.upstream_rq_retry", 0)
 
 
-# Fewer tries on the hung replica than DEFAULT_MIN_RETRY_CONCURRENCY (16): with POOL_REQUESTS (60) on three replicas
-# about 20 are reset at once, and those past the retry budget's 16 get 503 (upstream_rq_retry_overflow). Here one
-# replica is ejected: about half of HOP_REQUESTS meet the hung one.
-HOP_REQUESTS = 24
-
-
-def _per_replica_hops(config: dict[str, Any]) -> None:
-    """Cluster `pool` keeps every setting of the kit's, but each of its hosts is an internal listener `pool-hop-<i>`
-    whose tcp_proxy goes to a one-host cluster `pool-replica-<i>`: that replica, health-checked, with
-    close_connections_on_host_health_failure (and no panic mode: an unhealthy replica gets no connection)."""
-    resources = config["static_resources"]
-    pool = next(c for c in resources["clusters"] if c["name"] == "pool")
-    hops = []
-    for i, endpoint in enumerate(pool["load_assignment"]["endpoints"][0]["lb_endpoints"]):
-        replica = copy.deepcopy(pool)
-        for key in ("outlier_detection", "load_balancing_policy", "circuit_breakers"):
-            del replica[key]
-        replica.update(name=f"pool-replica-{i}", close_connections_on_host_health_failure=True,
-                       common_lb_config={"healthy_panic_threshold": {"value": 0}},
-                       load_assignment={"cluster_name": f"pool-replica-{i}",
-                                        "endpoints": [{"lb_endpoints": [endpoint]}]})
-        resources["clusters"].append(replica)
-        resources["listeners"].append({"name": f"pool-hop-{i}", "internal_listener": {}, "filter_chains": [{
-            "filters": [{"name": "envoy.filters.network.tcp_proxy", "typed_config": {
-                "@type": _T + "extensions.filters.network.tcp_proxy.v3.TcpProxy",
-                "stat_prefix": f"pool_hop_{i}", "cluster": f"pool-replica-{i}"}}]}]})
-        hops.append({"endpoint": {"address": {"envoy_internal_address": {"server_listener_name": f"pool-hop-{i}"}}}})
-    pool["load_assignment"]["endpoints"] = [{"lb_endpoints": hops}]
-    pool["transport_socket"] = {"name": "envoy.transport_sockets.internal_upstream", "typed_config": {
-        "@type": _T + "extensions.transport_sockets.internal_upstream.v3.InternalUpstreamTransport",
-        "transport_socket": {"name": "envoy.transport_sockets.raw_buffer", "typed_config": {
-            "@type": _T + "extensions.transport_sockets.raw_buffer.v3.RawBuffer"}}}}
-    config.setdefault("bootstrap_extensions", [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
-        "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}])
-
-
-def test_per_replica_tcp_hops_end_a_hung_replicas_tries_and_keep_the_clusters_balancing(
-        gateway: Gateway, tmp_path: Path) -> None:
-    """Candidate (b), per replica (_per_replica_hops): when the hung replica fails its checks, its one-host
-    cluster's TCP pool is closed (cluster_manager_impl.cc, drainOrCloseConnPools: closeConnections), the router sees
-    the reset and retries the tries on another replica (previous_hosts: the hops are per replica). Every request is
-    served, none near the route timeout, and `pool` still balances, ejects and retries per replica: a replica that
-    answers 500 is retried around and ejected. What the kit lacks is the hops' source: a DNS cluster cannot name
-    internal-listener hosts, so one hop per live replica needs xDS (docs/gateway.md)."""
-    config, admin, listener = _pool_config(gateway, _per_replica_hops)
+def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gateway: Gateway, tmp_path: Path) -> None:
+    """The model's cluster reaches each replica through its own hop (components.k8s.envoy_hops), and keeps its HTTP
+    settings per replica: a replica that answers 500 is retried around (previous_hosts) and, after consecutive 5xx,
+    ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
+    config, admin, listener = _pool_config(gateway, lambda _: None)
     replicas = gateway.backends["pool"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()
-
-    def one(_: int) -> tuple[int, float]:
-        start = time.monotonic()
-        status, _raw = request(listener, "/v1/chat/completions", auth, body=body, timeout=2 * POOL_TIMEOUT_S)
-        return status, time.monotonic() - start
-
+    ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx"
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
-        deadline = time.monotonic() + 5 * HC_INTERVAL_S  # every hop's first check passed (bounded)
-        while envoy.stats().get("cluster.pool.membership_healthy", 0) < 3 and time.monotonic() < deadline:
-            time.sleep(HC_INTERVAL_S)
-        ejections = envoy.stats().get("cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx", 0)
+        await_replicas(envoy, {"pool": POOL_REPLICAS})
         replicas[0].behaviour = Behaviour.ERROR
         statuses = Counter[int]()
         try:  # until replica 0 is ejected (bounded): each 500 is retried on another replica
-            while statuses.total() < POOL_REQUESTS and envoy.stats().get(
-                    "cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx", 0) == ejections:
-                statuses[one(0)[0]] += 1
+            while statuses.total() < POOL_REQUESTS and envoy.stats().get(ejections, 0) == 0:
+                statuses[request(listener, "/v1/chat/completions", auth, body=body)[0]] += 1
         finally:
             replicas[0].behaviour = Behaviour.OK
-        ejected = envoy.stats()["cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx"] - ejections
-        replicas[1].behaviour = Behaviour.HANG
-        hung_before = replicas[1].hits
-        try:
-            with ThreadPoolExecutor(HOP_REQUESTS) as pool:
-                results = list(pool.map(one, range(HOP_REQUESTS)))
-        finally:
-            replicas[1].behaviour = Behaviour.OK
         stats = envoy.stats()
-    # the HTTP cluster's outlier detection, per replica: replica 0 out after its consecutive 500s
-    assert statuses == {200: statuses.total()} and ejected == 1
-    assert Counter(s for s, _ in results) == {200: HOP_REQUESTS}
-    assert replicas[1].hits > hung_before
-    assert stats["cluster.pool-replica-1.health_check.failure"] >= HC_UNHEALTHY
-    assert stats["cluster.pool-replica-1.upstream_cx_destroy_local_with_active_rq"] >= 1  # closed by Envoy, busy
+    assert statuses == {200: statuses.total()} and stats[ejections] == 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
-    assert stats.get("cluster.pool.upstream_rq_timeout", 0) == 0
-    assert max(t for _, t in results) < POOL_TIMEOUT_S
+    # replica 0 answered through its hop all along: it never failed its health checks
+    assert stats["cluster.pool__replica-0.upstream_cx_total"] >= 1
+    assert stats.get("cluster.pool__replica-0.health_check.failure", 0) == 0
+
+
+def test_a_model_whose_replicas_all_fail_their_checks_answers_503_and_recovers(gateway: Gateway) -> None:
+    """`spare` has 4 hosts (replicas.max) and 2 running replicas: every request is served by those two, none is
+    tried on the absent ordinals (no panic mode: components.k8s.envoy_hops). When both fail their health checks, the
+    model answers 503 at once (no healthy upstream, flag UH), not after a try; when they pass again, it serves."""
+    replicas = gateway.backends["spare"]
+    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "spare"}
+    body = json.dumps({"model": "spare", "messages": []}).encode()
+    _await_healthy(gateway.envoy, "spare", 2)
+    before = [b.hits for b in replicas]
+    assert Counter(request(gateway.port, "/v1/chat/completions", auth, body=body)[0] for _ in range(40)) == {200: 40}
+    assert all(b.hits > n for b, n in zip(replicas, before, strict=True))  # both served
+    assert gateway.envoy.stats().get("cluster.spare.upstream_rq_retry", 0) == 0  # no try met an absent ordinal
+    for b in replicas:
+        b.behaviour = Behaviour.HANG
+    try:
+        deadline = time.monotonic() + 20 * HC_INTERVAL_S  # both out (bounded)
+        while gateway.envoy.stats().get("cluster.spare.membership_healthy", 0) > 0:
+            assert time.monotonic() < deadline, "spare: its hung replicas were never taken out"
+            time.sleep(HC_INTERVAL_S / 2)
+        start = time.monotonic()
+        status, raw = request(gateway.port, "/v1/chat/completions", auth, body=body, timeout=2 * POOL_TIMEOUT_S)
+        assert (status, raw) == (503, b"no healthy upstream")
+        assert time.monotonic() - start < POOL_TIMEOUT_S  # at once, not after a try on a hung replica
+    finally:
+        for b in replicas:
+            b.behaviour = Behaviour.OK
+    _await_healthy(gateway.envoy, "spare", 2)
+    assert request(gateway.port, "/v1/chat/completions", auth, body=body)[0] == 200

@@ -24,7 +24,7 @@ import pytest
 
 from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
-from tests.support.envoy import rebind
+from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -104,6 +104,9 @@ BACKENDS = {
     "lim-fast": [Behaviour.OK],
     "lim-batch": [Behaviour.OK],
 }
+for _name, _replicas in BACKENDS.items():  # as many replicas (hops) as fake replicas
+    if len(_replicas) > 1:
+        RAW["models"][_name]["replicas"] = {"min": 1, "max": len(_replicas)}
 # SLOW waits, STREAM chunk gaps
 DELAYS = {"lagging": 0.2, "long": LONG_SILENCE_S, "long-stream": 0.2, "long-quiet": 2 * TRY_IDLE_S}
 
@@ -148,6 +151,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
                         endpoints=endpoints, jwks=[issuer.jwks])
         envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
+        await_replicas(envoy, {m: len(bs) for m, bs in BACKENDS.items()})
         yield Gateway(cfg, envoy, backends, stats, issuer)
 
 
@@ -310,7 +314,8 @@ def test_access_log_and_stats_carry_the_callers_tenant(gateway: Gateway) -> None
     entry = lines[0]
     assert (entry["caller_tenant"], entry["model"], entry["route"], entry["status"], entry["upstream_cluster"],
             entry["flags"]) == ("alpha", "embed", "embed", 200, "embed", "-")
-    assert entry["upstream_host"] == f"127.0.0.1:{gateway.backends['embed'][0].port}"
+    # the replica's hop (components.k8s.envoy_hops): ordinal 0, the pod embed-0 (rebind adds the gateway's port)
+    assert entry["upstream_host"] == f"@aifactory/{gateway.port}/embed__replica-0"
     assert isinstance(entry["duration_ms"], int) and entry["upstream_service_time_ms"].isdigit()
     assert len(entry["trace_id"]) == 32  # traced (sample ratio 1.0)
     stats = gateway.envoy.stats()

@@ -103,7 +103,8 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
                 continue
             behaviour = Behaviour.UNAVAILABLE if name == SATURATED else Behaviour.OK
             endpoints[name] = [stack.enter_context(FakeBackend(f"{name}-0", behaviour)).address]
-        yield Gateway(start_gateway(stack, cfg, workdir, endpoints=endpoints, jwks=[issuer.jwks]), issuer)
+        yield Gateway(start_gateway(stack, cfg, workdir, endpoints=endpoints, jwks=[issuer.jwks], down=[DOWN]),
+                      issuer)
 
 
 def _decision(variant: str, reason: str) -> str:

@@ -19,13 +19,13 @@ from infra import cli
 from infra.config import ConfigError, parse
 from infra.mocks import Registration
 from infra.synth import read_stack_config, run_program, stack_file
-from tests.support.stacks import stack_raw
+from tests.support.stacks import stack_config, stack_raw
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 ADDON = "aws:eks/addon:Addon"
 NODE_GROUP = "aws:eks/nodeGroup:NodeGroup"
 STORAGE_CLASS = "kubernetes:storage.k8s.io/v1:StorageClass"
-DEPLOYMENT = "kubernetes:apps/v1:Deployment"
+WORKLOAD = "kubernetes:apps/v1:StatefulSet"  # a single-node model's pods (serving.workload)
 QUOTA = "kubernetes:core/v1:ResourceQuota"
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
 # pulumi-kubernetes: a Release waits 300 s unless `timeout` is set (provider/pkg/provider/helm_release.go,
@@ -126,7 +126,7 @@ def test_staging_search_quota_is_what_8_gpus_imply_on_p5_and_admits_llama_70b_at
     hard = _quota("staging", "search")
     assert hard == {"requests.nvidia.com/gpu": "8", "requests.cpu": "192", "limits.cpu": "192",
                     "requests.memory": "2048Gi", "limits.memory": "2048Gi"}
-    (dep,) = [d for d in of("staging", DEPLOYMENT) if d.inputs["metadata"]["name"] == "llama-70b"]
+    (dep,) = [d for d in of("staging", WORKLOAD) if d.inputs["metadata"]["name"] == "llama-70b"]
     (engine,) = containers_of(dep.inputs)
     istiod = next(r for r in of("staging", RELEASE) if r.inputs["name"] == "istiod")
     sidecar = istiod.inputs["values"]["global"]["proxy"]["resources"]["limits"]
@@ -175,7 +175,7 @@ def test_a_mig_quota_for_a_profile_no_pool_offers_is_kept_not_a_crash() -> None:
 
 def _claim_classes(stack: str) -> set[str | None]:
     out: set[str | None] = set()
-    for dep in of(stack, DEPLOYMENT):
+    for dep in of(stack, WORKLOAD):
         for vol in dep.inputs["spec"]["template"]["spec"].get("volumes", []):
             if "ephemeral" in vol:
                 out.add(vol["ephemeral"]["volumeClaimTemplate"]["spec"].get("storageClassName"))
@@ -238,7 +238,7 @@ def test_every_release_has_a_timeout_longer_than_helms_default(stack: str) -> No
 
 def test_models_wait_for_their_own_gpu_pool() -> None:
     pools = {n.name: n.urn for n in of("staging", NODE_GROUP)}
-    (dep,) = [d for d in of("staging", DEPLOYMENT) if d.inputs["metadata"]["name"] == "llama-70b"]
+    (dep,) = [d for d in of("staging", WORKLOAD) if d.inputs["metadata"]["name"] == "llama-70b"]
     assert pools["aifactory-staging-h100-ng"] in dep.dependencies
 
 
@@ -248,7 +248,7 @@ def test_model_deployments_are_awaited_for_their_start_up_budget_not_ten_minutes
     """staging llama-70b: hf:// (the engine downloads inside its start-up budget, default 1800 s), replicas.max 2
     rolled one at a time: 2 x (600 s image pull + 1800 s probe) = 4800 s. llama-8b-trt: s3:// synced first by
     an init container (up to the budget again), 8 replicas: 8 x (600 + 1800 + 1800) = 33600 s."""
-    deps = {d.inputs["metadata"]["name"]: d.inputs for d in of("staging", DEPLOYMENT)
+    deps = {d.inputs["metadata"]["name"]: d.inputs for d in of("staging", WORKLOAD)
             if "model-" in d.name}
     timeouts = {n: int(d["metadata"]["annotations"][TIMEOUT_ANNOTATION]) for n, d in deps.items()}
     assert timeouts == {"llama-70b": 4800, "llama-8b-trt": 33600}
@@ -259,20 +259,23 @@ def test_model_deployments_are_awaited_for_their_start_up_budget_not_ten_minutes
 
 
 def test_a_slow_model_pod_is_not_reported_as_a_stuck_rollout() -> None:
-    """apps/v1 DeploymentSpec.progressDeadlineSeconds defaults to 600 s: past it without a new available pod, the
-    controller sets Progressing=False/ProgressDeadlineExceeded (`kubectl rollout status` exits 1; pulumi-kubernetes
-    logs it as a warning, provider/pkg/await/deployment.go). One model pod may take its image pull (600 s) plus its
-    start-up budget (1800 s), plus the budget again for an s3:// sync, so the deadline is one pod's whole start."""
-    deps = {d.inputs["metadata"]["name"]: d.inputs["spec"] for d in of("staging", DEPLOYMENT) if "model-" in d.name}
-    assert {n: d["progressDeadlineSeconds"] for n, d in deps.items()} == {
-        "llama-70b": 600 + 1800, "llama-8b-trt": 600 + 1800 + 1800}
+    """A StatefulSet has no progress deadline (apps/v1 StatefulSetSpec; a Deployment's was 600 s by default): a
+    stuck pod is reported when pulumi-kubernetes' await times out (provider/pkg/await/statefulset.go). One model pod
+    may take its image pull (600 s) plus its start-up budget (1800 s), plus the budget again for an s3:// sync, and a
+    rolling update replaces up to replicas.max pods one at a time: the await allows each its whole start."""
+    cfg = stack_config("staging")
+    sets = {d.inputs["metadata"]["name"]: d.inputs for d in of("staging", WORKLOAD) if "model-" in d.name}
+    assert not [n for n, d in sets.items() if "progressDeadlineSeconds" in d["spec"]]
+    assert {n: int(d["metadata"]["annotations"]["pulumi.com/timeoutSeconds"]) for n, d in sets.items()} == {
+        "llama-70b": cfg.models["llama-70b"].replicas.max * (600 + 1800),
+        "llama-8b-trt": cfg.models["llama-8b-trt"].replicas.max * (600 + 1800 + 1800)}
 
 
 def test_models_on_a_capacity_block_are_not_awaited_outside_its_window() -> None:
     """prod assistant-fast runs on h100-block (a capacity block, no nodes outside its window): `pulumi up` must
     not hang on it; the pods start when the scheduled action scales the pool up."""
     annotations = {d.inputs["metadata"]["name"]: d.inputs["metadata"]["annotations"]
-                   for d in of("prod", DEPLOYMENT) if "model-" in d.name}
+                   for d in of("prod", WORKLOAD) if "model-" in d.name}
     assert annotations["assistant-fast"] == {TIMEOUT_ANNOTATION: str(4 * (600 + 1800 + 1800)),
                                              "pulumi.com/skipAwait": "true"}
     assert "pulumi.com/skipAwait" not in annotations["embed-rerank"]
@@ -283,7 +286,7 @@ def test_a_models_own_start_up_budget_drives_its_probe_and_its_await() -> None:
     models = json.loads(values["aifactory:models"])
     models["chat"]["startupBudgetSeconds"] = 3605  # rounded up to whole probe periods: 361 x 10 s
     values["aifactory:models"] = json.dumps(models)
-    (dep,) = [r for r in run_program("dev", values).resources if r.type == DEPLOYMENT and "model-" in r.name]
+    (dep,) = [r for r in run_program("dev", values).resources if r.type == WORKLOAD and "model-" in r.name]
     probe = containers_of(dep.inputs)[0]["startupProbe"]
     assert (probe["periodSeconds"], probe["failureThreshold"]) == (10, 361)
     assert dep.inputs["metadata"]["annotations"][TIMEOUT_ANNOTATION] == str(2 * (600 + 3610))

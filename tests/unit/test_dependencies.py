@@ -15,7 +15,7 @@ from components.aws.node_pool import TYPE as POOL_TYPE
 
 RELEASE = "kubernetes:helm.sh/v3:Release"
 POLICY = "kubernetes:security.istio.io/v1:AuthorizationPolicy"
-WORKLOADS = ("kubernetes:apps/v1:Deployment", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
+WORKLOADS = ("kubernetes:apps/v1:StatefulSet", "kubernetes:leaderworkerset.x-k8s.io/v1:LeaderWorkerSet")
 
 
 def _state(synthesized: Callable[[str], Path], stack: str) -> list[dict[str, Any]]:
@@ -75,12 +75,12 @@ def test_aws_model_pods_wait_for_their_pools_nodes_the_cache_class_and_the_node_
     DaemonSet makes (the kubelet does not mount a missing Directory)."""
     res = _state(synthesized, "prod")
     names = _by_name(res)
-    deployment = names["model-assistant-batch-deployment"]  # h200 pool: NVMe instance store, the node cache
+    deployment = names["model-assistant-batch-statefulset"]  # h200 pool: NVMe instance store, the node cache
     deps = set(deployment["dependencies"])
     assert {names["model-cache-storageclass"]["urn"], names["serving-cache-prep"]["urn"],
             names["aifactory-prod-h200-ng"]["urn"]} <= deps
     assert names["aifactory-prod-l40s-ng"]["urn"] not in deps  # another pool's nodes
-    l40s = set(names["model-finance-8b-deployment"]["dependencies"])  # no instance store: no node cache
+    l40s = set(names["model-finance-8b-statefulset"]["dependencies"])  # no instance store: no node cache
     assert names["serving-cache-prep"]["urn"] not in l40s and names["aifactory-prod-l40s-ng"]["urn"] in l40s
 
 

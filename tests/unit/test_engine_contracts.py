@@ -21,6 +21,7 @@ import yaml
 
 from components.k8s import envoy_config as ec
 from components.k8s import naming, serving
+from components.k8s.envoy_hops import hop_cluster
 from components.k8s.security import DEFAULT_UID
 from infra.config import ConfigError, parse
 from policies import preflight as pf
@@ -93,7 +94,7 @@ def test_rerank_and_embed_models_run_on_the_pooling_runner() -> None:
 
 def _engine_containers(obj: dict[str, Any]) -> list[dict[str, Any]]:
     spec = obj["spec"]
-    templates = [spec["template"]] if obj["kind"] == "Deployment" else \
+    templates = [spec["template"]] if obj["kind"] == "StatefulSet" else \
         [spec["leaderWorkerTemplate"]["leaderTemplate"], spec["leaderWorkerTemplate"]["workerTemplate"]]
     return [c for t in templates for c in (*t["spec"].get("initContainers", []), *t["spec"]["containers"])]
 
@@ -147,8 +148,8 @@ def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> 
         c = next(c for c in _engine_containers(serving.workload(cfg, model)) if c["name"] == model.engine)
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         cluster = ec.model_cluster(cfg, model)
-        port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
-            "socket_address"]["port_value"]
+        port = hop_cluster(cfg, model, 0)["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
+            "address"]["socket_address"]["port_value"]  # replica 0, through its hop (envoy_hops)
         assert ports == {"http": port} and port == naming.MODEL_HTTP_PORT, model.name
         health = cluster["health_checks"][0]["http_health_check"]["path"]
         assert c["livenessProbe"]["httpGet"] == {"path": health, "port": "http"}, model.name
@@ -196,7 +197,7 @@ def test_triton_refuses_the_rerank_task() -> None:
 # --------------------------------------------------------------------------------------------
 # rollouts against the quota (item 5)
 
-# What each named stack's quota falls short by when a GPU Deployment surges one pod at its maximum scale
+# What each named stack's quota falls short by when a model's pods, as a Deployment, surge one pod at its maximum scale
 # (issue 28: staging search 8 vs 12, prod finance 4 vs 5 (now 6 vs 7), onprem ml-platform 32 vs 40,
 # analytics-ai MIG 7 vs 8).
 SURGE_SHORT = {
@@ -222,19 +223,24 @@ def _surge_messages(entries: list[dict[str, Any]]) -> dict[str, str]:
 def test_a_surge_the_quota_cannot_admit_is_caught_and_gpu_rollouts_do_not_surge(stack: str) -> None:
     """ResourceQuota admission refuses a pod past the namespace's hard limit, so a rolling update with maxSurge 1
     at maximum scale never gets its new pod (kubernetes.io/docs/concepts/policy/resource-quotas; apps/v1
-    RollingUpdateDeployment maxSurge). The shipped Deployments (maxSurge 0, maxUnavailable 1) pass; the same
-    stacks with the strategy before the fix are flagged, on the tenants issue 28 names."""
+    RollingUpdateDeployment maxSurge). The shipped model StatefulSets never surge (a StatefulSet deletes a pod
+    before it creates its successor); the same pods as Deployments with the strategy before issue 28's fix are
+    flagged, on the tenants issue 28 names."""
     entries = _synth(stack)
-    models = [e for e in entries if e["type"] == "kubernetes:apps/v1:Deployment"
-              and "aifactory.io/model" in e["inputs"]["metadata"].get("labels", {})]
-    assert models and all(e["inputs"]["spec"]["strategy"] == serving.GPU_ROLLING_UPDATE for e in models)
+    sts = "kubernetes:apps/v1:StatefulSet"
+    models = [e for e in entries if e["type"] == sts and "aifactory.io/model" in e["inputs"]["metadata"].get(
+        "labels", {})]
+    assert models and all(e["inputs"]["spec"]["updateStrategy"] == {"type": "RollingUpdate"} for e in models)
     assert _surge_messages(entries) == {}
     before = copy.deepcopy(entries)
     for e in before:
-        if e["type"] == "kubernetes:apps/v1:Deployment" and "aifactory.io/model" in \
-                e["inputs"]["metadata"].get("labels", {}):
+        if e["type"] == sts and "aifactory.io/model" in e["inputs"]["metadata"].get("labels", {}):
+            e["type"], e["urn"] = "kubernetes:apps/v1:Deployment", e["urn"].replace(f"::{sts}::",
+                                                                                     "::kubernetes:apps/v1:Deployment::")
             e["inputs"]["spec"]["strategy"] = {"type": "RollingUpdate",
                                                "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        elif ((e.get("inputs") or {}).get("spec") or {}).get("scaleTargetRef", {}).get("kind") == "StatefulSet":
+            e["inputs"]["spec"]["scaleTargetRef"]["kind"] = "Deployment"
     found = _surge_messages(before)
     for key, (resource, short) in SURGE_SHORT.items():
         if key.split("-")[0] == stack:

@@ -143,6 +143,6 @@ def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert scaling_query(spec, model) == ('sum(toy_waiting{namespace="t",aifactory_io_model="m"})', "AverageValue",
                                           "7")
     objs = {o["kind"]: o for o in model_objects(spec, model)}
-    assert objs["Deployment"]["spec"]["template"]["metadata"]["annotations"] == {"example.com/toy": "yes"}
+    assert objs["StatefulSet"]["spec"]["template"]["metadata"]["annotations"] == {"example.com/toy": "yes"}
     assert objs["ScaledObject"]["spec"]["triggers"][0]["metadata"]["query"] == \
         'sum(toy_waiting{namespace="t",aifactory_io_model="m"})'

@@ -116,11 +116,12 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
 def test_model_cluster_balancing_breakers_and_ejection() -> None:
     cfg = prod_without_variants()
     c = ec.model_cluster(cfg, cfg.models["deep-research"])
-    assert c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
-        "socket_address": {"address": "deep-research.research.svc.cluster.local", "port_value": 8000}}
-    assert c["cluster_type"] == {"name": "envoy.cluster.dns", "typed_config": {
-        "@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster", "dns_refresh_rate": "5s",
-        "dns_lookup_family": "V4_ONLY"}}
+    # one host per replica it may have (replicas.max 2): its hops, Maglev-hashed by their names
+    assert c["type"] == "STATIC" and "cluster_type" not in c
+    assert c["load_assignment"] == {"cluster_name": "deep-research", "endpoints": [{"lb_endpoints": [
+        {"endpoint": {"address": {"pipe": {"path": f"@aifactory/deep-research__replica-{i}"}}},
+         "metadata": {"filter_metadata": {"envoy.lb": {"hash_key": f"deep-research__replica-{i}"}}}}
+        for i in range(2)]}]}
     assert c["connect_timeout"] == "2s"
     # a chat model: session affinity by default (Maglev, a replica at most 125% of the average load)
     assert c["load_balancing_policy"] == {"policies": [{"typed_extension_config": {
@@ -133,15 +134,19 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
                                       "LeastRequest", "selection_method": "FULL_SCAN"}}}]}
-    # Envoy's default panic threshold is 50%: with 2 of 3 replicas out it would balance over all three
-    assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 30.0}, "update_merge_window": "0s"}
+    # no panic mode: of replicas.max hosts only the running replicas can be healthy (Envoy's default, 50%, would
+    # send tries to ordinals that do not exist)
+    assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"}
+    # as many retries in flight as requests: a hung replica's tries are all reset at once (envoy_hops)
     assert c["circuit_breakers"]["thresholds"] == [{
         "priority": "DEFAULT", "max_connections": 4096, "max_pending_requests": 2048, "max_requests": 4096,
-        "retry_budget": {"budget_percent": {"value": 20.0}, "min_retry_concurrency": 16}}]
+        "retry_budget": {"budget_percent": {"value": 100.0}, "min_retry_concurrency": 16}}]
     assert c["outlier_detection"] == {"consecutive_5xx": 3, "interval": "2s", "base_ejection_time": "30s",
                                       "max_ejection_percent": 67,
                                       "successful_active_health_check_uneject_host": False}
-    assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "5s",
+    # through the hops: hosts held unhealthy (starting, failing, absent) are checked every second
+    assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "1s",
+                                   "no_traffic_healthy_interval": "5s", "unhealthy_interval": "1s",
                                    "unhealthy_threshold": 2, "healthy_threshold": 2,
                                    "http_health_check": {"path": "/health",
                                                          "host": "deep-research.research.svc.cluster.local"}}]
@@ -149,6 +154,51 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
     # Triton's OpenAI frontend (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/observability.py)
     assert triton["health_checks"][0]["http_health_check"] == {
         "path": "/health/ready", "host": "assistant-fast.assistant.svc.cluster.local"}
+
+
+def test_each_replica_is_reached_through_its_own_hop_by_its_stable_dns_name() -> None:
+    """Hop i: an abstract-socket listener whose tcp_proxy goes to a one-host cluster of replica i, by the DNS name
+    of its pod: `<model>-<i>.<model>` (a StatefulSet governed by the model's Service) or, multi-node,
+    `<model>-lws-<i>.<model>-lws` (the leader of LWS group i, under the Service the LWS controller makes:
+    kubernetes-sigs/lws@v0.9.0 pkg/controllers/leaderworkerset_controller.go, pkg/utils/pod/pod_utils.go)."""
+    cfg = prod_without_variants()
+    boot = ec.bootstrap(cfg)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    listeners = {li["name"]: li for li in boot["static_resources"]["listeners"]}
+
+    def host(name: str) -> str:
+        return str(clusters[name]["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+            "socket_address"]["address"])
+
+    assert [host(f"assistant-batch__replica-{i}") for i in range(6)] == [
+        f"assistant-batch-{i}.assistant-batch.assistant.svc.cluster.local" for i in range(6)]
+    assert [host(f"deep-research__replica-{i}") for i in range(2)] == [
+        f"deep-research-lws-{i}.deep-research-lws.research.svc.cluster.local" for i in range(2)]
+    assert "assistant-batch__replica-6" not in clusters  # replicas.max 6
+    hop = clusters["assistant-batch__replica-5"]
+    assert {k: v for k, v in hop.items() if k not in ("load_assignment", "health_checks")} == {
+        "name": "assistant-batch__replica-5",
+        "cluster_type": {"name": "envoy.cluster.dns", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.clusters.dns.v3.DnsCluster", "dns_refresh_rate": "5s",
+            "dns_lookup_family": "V4_ONLY"}},
+        "connect_timeout": "2s",
+        "common_lb_config": {"healthy_panic_threshold": {"value": 0}},  # a failing replica gets no connection
+        "close_connections_on_host_health_failure": True,  # ends the tries in flight on it
+        "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": 4096}]}}
+    assert hop["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "5s",
+                                     "unhealthy_threshold": 2, "healthy_threshold": 2,
+                                     "http_health_check": {"path": "/health",
+                                                           "host": "assistant-batch.assistant.svc.cluster.local"}}]
+    assert listeners["assistant-batch__replica-5"] == {
+        "name": "assistant-batch__replica-5",
+        "address": {"pipe": {"path": "@aifactory/assistant-batch__replica-5"}},
+        "filter_chains": [{"filters": [{"name": "envoy.filters.network.tcp_proxy", "typed_config": {
+            "@type": "type.googleapis.com/envoy.extensions.filters.network.tcp_proxy.v3.TcpProxy",
+            "stat_prefix": "assistant_batch__replica_5", "cluster": "assistant-batch__replica-5"}}]}]}
+    # one hop per replica every model may have, and nothing else of the kind
+    hops = sorted(n for n in listeners if "__replica-" in n)
+    assert hops == sorted(n for n in clusters if "__replica-" in n) == sorted(
+        f"{m.name}__replica-{i}" for m in cfg.models.values() for i in range(m.replicas.max))
 
 
 def test_one_token_bucket_per_calling_tenant_and_priority() -> None:
@@ -360,7 +410,7 @@ def test_rebind_needs_endpoints_for_every_dns_cluster() -> None:
 def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> None:
     original = ec.bootstrap(stack("dev"))
     out = rebind(original, listener_port=10080, stats_port=10081, admin_port=10082,
-                    endpoints={"chat": [("127.0.0.1", 9000), ("127.0.0.1", 9001)],
+                    endpoints={"chat": [("127.0.0.1", 9000)],
                                "otel_collector": [("127.0.0.1", 9002)]}, jwks=['{"keys": []}'])
     assert "jwks-0" not in [c["name"] for c in out["static_resources"]["clusters"]]
     jwt = ec.http_filters(stack("dev"))[1]["typed_config"]
@@ -368,12 +418,22 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
     rebound = out["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"]
     assert rebound["http_filters"][1]["typed_config"]["providers"]["issuer-0"]["local_jwks"] == {
         "inline_string": '{"keys": []}'}
-    chat = next(c for c in out["static_resources"]["clusters"] if c["name"] == "chat")
-    assert chat["type"] == "STATIC" and "cluster_type" not in chat
-    assert [e["endpoint"]["address"]["socket_address"]["port_value"]
-            for e in chat["load_assignment"]["endpoints"][0]["lb_endpoints"]] == [9000, 9001]
-    assert [x["address"]["socket_address"] for x in out["static_resources"]["listeners"]] == [
-        {"address": "127.0.0.1", "port_value": 10080}, {"address": "127.0.0.1", "port_value": 10081}]
+    clusters = {c["name"]: c for c in out["static_resources"]["clusters"]}
+    # chat (replicas.max 2) runs one replica: ordinal 0 is the endpoint given, ordinal 1 has none (no pod)
+    hops = [clusters[f"chat__replica-{i}"] for i in range(2)]
+    assert all(c["type"] == "STATIC" and "cluster_type" not in c for c in hops)
+    assert [[e["endpoint"]["address"]["socket_address"]["port_value"]
+             for e in c["load_assignment"]["endpoints"][0]["lb_endpoints"]] for c in hops] == [[9000], []]
+    # the hops' sockets carry the gateway's port, so that gateways side by side do not share them
+    assert [e["endpoint"]["address"] for e in clusters["chat"]["load_assignment"]["endpoints"][0]["lb_endpoints"]
+            ] == [{"pipe": {"path": f"@aifactory/10080/chat__replica-{i}"}} for i in range(2)]
+    assert [x["address"] for x in out["static_resources"]["listeners"]] == [
+        {"socket_address": {"address": "127.0.0.1", "port_value": 10080}},
+        {"socket_address": {"address": "127.0.0.1", "port_value": 10081}},
+        *({"pipe": {"path": f"@aifactory/10080/chat__replica-{i}"}} for i in range(2))]
+    with pytest.raises(ValueError, match=r"^rebind: 3 replicas for model chat, which has 2 hop\(s\) \(its replicas"):
+        rebind(original, listener_port=1, stats_port=2, admin_port=3, jwks=['{"keys": []}'],
+               endpoints={"chat": [("127.0.0.1", 9000)] * 3, "otel_collector": [("127.0.0.1", 9002)]})
     assert original == ec.bootstrap(stack("dev"))
 
 

@@ -17,6 +17,7 @@ import pytest
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
 from components.k8s import mesh, serving
+from components.k8s.envoy_hops import hop_name, replica_host
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -40,6 +41,16 @@ def _address(cluster: dict[str, Any]) -> str:
                ["socket_address"]["address"])
 
 
+def _model_address(cfg: PlatformConfig, clusters: dict[str, dict[str, Any]], model: str) -> str:
+    """The Service of `model` whose pods its cluster reaches: each hop resolves one replica's pod (the model Service's
+    endpoint, or for a multi-node model the leader it selects), by its stable name (components.k8s.envoy_hops); the
+    Host the gateway's sidecar routes by is the model Service's."""
+    m = cfg.models[model]
+    assert [_address(clusters[hop_name(m, i)]) for i in range(m.replicas.max)] == [
+        replica_host(cfg, m, i) for i in range(m.replicas.max)]
+    return ec.model_host(cfg, m)
+
+
 def _gateway_sidecar_routes(cfg: PlatformConfig, model: str, host: str) -> bool:
     m = cfg.models[model]
     return routes_to_service(host, service_domains(m.name, cfg.tenant_of(m).namespace,
@@ -58,7 +69,7 @@ def test_every_try_to_a_model_carries_its_services_name(stack: str, cfg: Platfor
         target = route["route"]["cluster"]
         if target in cfg.models:  # straight to the model's cluster: this route sets the Host
             host = route["route"]["host_rewrite_literal"]
-            assert host == _address(clusters[target]) == ec.model_host(cfg, cfg.models[target]), route["name"]
+            assert host == _model_address(cfg, clusters, target), route["name"]
             assert _gateway_sidecar_routes(cfg, target, host), route["name"]
             checked.add(target)
             continue
@@ -67,7 +78,7 @@ def test_every_try_to_a_model_carries_its_services_name(stack: str, cfg: Platfor
         for gate in clusters[target]["cluster_type"]["typed_config"]["clusters"]:
             (gate_route,) = _routes(listeners[gate])
             variant = gate_route["route"]["cluster"]
-            assert gate_route["route"]["host_rewrite_literal"] == _address(clusters[variant]), gate
+            assert gate_route["route"]["host_rewrite_literal"] == _model_address(cfg, clusters, variant), gate
             assert _gateway_sidecar_routes(cfg, variant, gate_route["route"]["host_rewrite_literal"]), gate
             checked.add(variant)
     assert checked == set(cfg.models)  # every model is reached, and only this way
@@ -77,13 +88,19 @@ def test_every_try_to_a_model_carries_its_services_name(stack: str, cfg: Platfor
 def test_every_health_check_names_the_models_service(stack: str, cfg: PlatformConfig) -> None:
     """Envoy's HttpHealthCheck.host defaults to the cluster's name (envoyproxy/envoy@v1.40.0
     api/envoy/config/core/v3/health_check.proto), which is no Service name: the sidecar would pass it through."""
-    clusters = [c for c in ec.bootstrap(cfg)["static_resources"]["clusters"] if c.get("health_checks")]
-    assert sorted(c["name"] for c in clusters) == sorted(cfg.models)  # gates, aggregates, collector: not checked
+    boot = ec.bootstrap(cfg)
+    clusters = [c for c in boot["static_resources"]["clusters"] if c.get("health_checks")]
+    # each model's cluster (its checks go through the hops) and each hop; gates, aggregates, collector: not checked
+    of = {hop_name(m, i): m.name for m in cfg.models.values() for i in range(m.replicas.max)} | {
+        m: m for m in cfg.models}
+    assert sorted(c["name"] for c in clusters) == sorted(of)
+    by_name = {c["name"]: c for c in boot["static_resources"]["clusters"]}
     for c in clusters:
+        model = of[c["name"]]
         hosts = [hc["http_health_check"]["host"] for hc in c["health_checks"]]
-        assert hosts == [_address(c)], c["name"]
-        assert _gateway_sidecar_routes(cfg, c["name"], hosts[0])
-        assert not _gateway_sidecar_routes(cfg, c["name"], c["name"])  # the default would not pass
+        assert hosts == [_model_address(cfg, by_name, model)], c["name"]
+        assert _gateway_sidecar_routes(cfg, model, hosts[0])
+        assert not _gateway_sidecar_routes(cfg, model, c["name"])  # the default would not pass
 
 
 def test_spans_name_the_collectors_service() -> None:
@@ -135,7 +152,7 @@ def test_the_gateways_sidecar_adds_no_retries_and_connects_within_the_gateways_t
     assert sorted(drs) == [f"destinationrule-model-{m}" for m in sorted(cfg.models)]
     for name, model in cfg.models.items():
         host = f"{name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
-        assert host == _address(clusters[name])  # the Service the gateway's cluster resolves
+        assert host == _model_address(cfg, clusters, name)  # the Service of the pods the gateway's hops resolve
         v, d = vs[f"virtualservice-model-{name}"], drs[f"destinationrule-model-{name}"]
         assert (v["apiVersion"], v["metadata"]["name"], v["metadata"]["namespace"]) == (
             "networking.istio.io/v1", f"model-{name}", ns)

@@ -37,9 +37,9 @@ def test_model_deployment_from_required_args_renders_the_stack_models_defaults()
         "engine": "vllm", "model": MODEL, "tenant": "chat", "pool": {"name": "h100", "instance_type": "dgx-h100"},
         "storage_class": "fast-nvme"}))  # storage_class: required off AWS
     # replicas default one: no ScaledObject; no IRSA role (hf://); no node cache off AWS
-    assert sorted(res) == ["llama-deployment", "llama-poddisruptionbudget", "llama-service", "llama-serviceaccount",
-                           "llama-servicemonitor"]
-    dep = res["llama-deployment"]
+    assert sorted(res) == ["llama-poddisruptionbudget", "llama-service", "llama-serviceaccount",
+                           "llama-servicemonitor", "llama-statefulset"]
+    dep = res["llama-statefulset"]
     assert dep["metadata"]["namespace"] == "chat"  # namespace: the tenant's name
     assert dep["spec"]["replicas"] == 1
     pod = dep["spec"]["template"]["spec"]

@@ -23,9 +23,9 @@ def args(**extra) -> ModelDeploymentArgs:
 def test_model_deployment_from_its_own_args_on_an_existing_cluster() -> None:
     res = register(lambda: ModelDeployment("llama", args()))
     names = sorted(r.name for r in res if r.name.startswith("llama-"))
-    assert names == ["llama-deployment", "llama-poddisruptionbudget", "llama-service", "llama-serviceaccount",
-                     "llama-servicemonitor"]
-    dep = next(r for r in res if r.name == "llama-deployment").inputs
+    assert names == ["llama-poddisruptionbudget", "llama-service", "llama-serviceaccount",
+                     "llama-servicemonitor", "llama-statefulset"]
+    dep = next(r for r in res if r.name == "llama-statefulset").inputs
     assert dep["metadata"]["namespace"] == "chat"  # default: the tenant's name
     pod = dep["spec"]["template"]["spec"]
     engine = pod["containers"][0]

@@ -636,7 +636,7 @@ def test_tenant_objects_in_a_platform_namespace_are_mandatory_violations() -> No
                   if v.policy == "tenant-outside-platform-namespaces"]
     assert {v.enforcement for v in violations} == {"mandatory"}
     kinds = {v.message.split(" ", 1)[0] for v in violations}
-    assert {"Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "Deployment"} <= kinds, kinds
+    assert {"Namespace", "ResourceQuota", "LimitRange", "NetworkPolicy", "StatefulSet"} <= kinds, kinds
     assert "Namespace 'kube-system' of tenant 'demo' is the namespace 'kube-system', which belongs to the platform" \
         in [v.message for v in violations]
     assert found("tenant-outside-platform-namespaces", res(

@@ -53,9 +53,9 @@ def small(**model: Any) -> PlatformConfig:
 
 
 def containers(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(role, container) for every container of a Deployment or LeaderWorkerSet."""
+    """(role, container) for every container of a StatefulSet or LeaderWorkerSet."""
     spec = obj["spec"]
-    if obj["kind"] == "Deployment":
+    if obj["kind"] == "StatefulSet":
         templates = {"single": spec["template"]}
     else:
         templates = {"leader": spec["leaderWorkerTemplate"]["leaderTemplate"],
@@ -161,7 +161,7 @@ def test_vllm_exports_request_spans_to_the_collector_at_the_stacks_sampling_rati
     SDK's sampler from OTEL_TRACES_SAMPLER(_ARG). `--collect-detailed-traces` ("possibly costly and or blocking
     operations") stays off. prod: observability.traceSampleRatio 0.2, namespace monitoring."""
     cfg = stack("prod")
-    for name in ("assistant-batch", "deep-research"):  # a Deployment and a LeaderWorkerSet leader
+    for name in ("assistant-batch", "deep-research"):  # a StatefulSet and a LeaderWorkerSet leader
         c = _engine(cfg, name)
         command = " ".join(c["command"])
         assert "--otlp-traces-endpoint http://otel-collector.monitoring.svc.cluster.local:4317" in command, name
@@ -230,10 +230,29 @@ def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_work
     assert "ports" not in worker and "readinessProbe" not in worker
 
 
+def test_a_single_node_model_is_a_statefulset_governed_by_its_service() -> None:
+    """Pod i of `<model>` resolves as `<model>-<i>.<model>.<ns>.svc.cluster.local` (kubernetes/website
+    content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID"): the name the gateway's hop i
+    resolves (components.k8s.envoy_hops). Pods start in parallel; a rolling update never surges."""
+    cfg = stack("prod")
+    m = cfg.models["assistant-batch"]
+    sts = workload(cfg, m)
+    spec = {k: v for k, v in sts["spec"].items() if k != "template"}
+    assert (sts["apiVersion"], sts["kind"], sts["metadata"]["name"]) == ("apps/v1", "StatefulSet", "assistant-batch")
+    assert spec == {"serviceName": "assistant-batch", "podManagementPolicy": "Parallel",
+                    "selector": {"matchLabels": {"aifactory.io/model": "assistant-batch"}},
+                    "updateStrategy": {"type": "RollingUpdate"}}  # autoscaled: no replicas (KEDA's)
+    svc = serving.service(cfg, m)
+    assert (svc["metadata"]["name"], svc["spec"]["clusterIP"]) == ("assistant-batch", "None")  # headless, governing
+    assert "publishNotReadyAddresses" not in svc["spec"]  # a pod that is not ready has no DNS record
+    so = serving.scaled_object(cfg, m)
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "assistant-batch"}
+
+
 def test_single_node_replica_on_an_efa_pool_takes_no_efa_devices() -> None:
     cfg = stack("prod")
     dep = workload(cfg, cfg.models["assistant-batch"])  # TP 4 on an 8-GPU p5en: NVLink, not EFA
-    assert dep["kind"] == "Deployment"
+    assert dep["kind"] == "StatefulSet"
     (_, c), = containers(dep)
     assert c["resources"]["limits"] == {"cpu": "76", "memory": "819Gi", "nvidia.com/gpu": "4"}
     assert not [e for e in c["env"] if e["name"].startswith("FI_")]
@@ -377,7 +396,7 @@ def test_aws_models_wait_for_the_gp3_storage_class(staging: dict[str, Registrati
         "volumeBindingMode": "WaitForFirstConsumer", "allowVolumeExpansion": True}
     assert sc.inputs["metadata"]["name"] == "aifactory-gp3"
     for model in ("model-llama-8b-trt", "model-llama-70b"):  # the pods' cache volumes name the class
-        assert sc.urn in staging[f"{model}-deployment"].dependencies, model
+        assert sc.urn in staging[f"{model}-statefulset"].dependencies, model
 
 
 def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[str, Registration]) -> None:
@@ -385,7 +404,7 @@ def test_models_wait_for_the_mesh_so_every_pod_gets_its_sidecar(staging: dict[st
     istiod = next(r for r in staging.values() if r.type == "kubernetes:helm.sh/v3:Release"
                   and r.inputs["chart"] == "istiod")
     for model in ("model-llama-8b-trt", "model-llama-70b"):
-        assert istiod.urn in staging[f"{model}-deployment"].dependencies, model
+        assert istiod.urn in staging[f"{model}-statefulset"].dependencies, model
 
 
 @pytest.mark.parametrize(("model", "live", "ready"), [
@@ -416,7 +435,7 @@ def test_services_are_headless_and_select_leaders_of_multi_node_replicas() -> No
 def test_vllm_scales_on_waiting_requests_per_replica() -> None:
     cfg = stack("prod")
     so = scaled_object(cfg, cfg.models["assistant-batch"])
-    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "assistant-batch"}
+    assert so["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "assistant-batch"}
     assert (so["spec"]["minReplicaCount"], so["spec"]["maxReplicaCount"]) == (1, 6)
     assert so["spec"]["triggers"] == [{"type": "prometheus", "metricType": "AverageValue", "metadata": {
         "serverAddress": "http://kps-prometheus.monitoring.svc.cluster.local:9090",
@@ -460,7 +479,7 @@ def test_objects_per_model() -> None:
     kinds = {m: [o["kind"] for o in model_objects(cfg, cfg.models[m])] for m in ("llama-405b", "classifier")}
     assert kinds == {
         "llama-405b": ["ServiceAccount", "LeaderWorkerSet", "Service", "PodDisruptionBudget", "ServiceMonitor"],
-        "classifier": ["ServiceAccount", "Deployment", "Service", "PodDisruptionBudget", "ScaledObject",
+        "classifier": ["ServiceAccount", "StatefulSet", "Service", "PodDisruptionBudget", "ScaledObject",
                        "ServiceMonitor"],
     }
 
@@ -501,13 +520,13 @@ def test_model_deployment_registers_children_under_itself() -> None:
     comp = next(r for r in result.resources if r.type == "aifactory:k8s:ModelDeployment")
     children = sorted((r.name, r.type) for r in result.resources if r.parent == comp.urn)
     assert children == [
-        ("model-chat-deployment", "kubernetes:apps/v1:Deployment"),
         ("model-chat-poddisruptionbudget", "kubernetes:policy/v1:PodDisruptionBudget"),
         ("model-chat-scaledobject", "kubernetes:keda.sh/v1alpha1:ScaledObject"),
         ("model-chat-service", "kubernetes:core/v1:Service"),
         ("model-chat-serviceaccount", "kubernetes:core/v1:ServiceAccount"),
         ("model-chat-servicemonitor", "kubernetes:monitoring.coreos.com/v1:ServiceMonitor"),
+        ("model-chat-statefulset", "kubernetes:apps/v1:StatefulSet"),
     ]
     sa = next(r for r in result.resources if r.name == "model-chat-serviceaccount")
     assert sa.inputs["automountServiceAccountToken"] is False and sa.inputs["metadata"]["namespace"] == "demo"
-    assert comp.outputs == {"namespace": "demo", "service": "chat", "kind": "Deployment"}
+    assert comp.outputs == {"namespace": "demo", "service": "chat", "kind": "StatefulSet"}

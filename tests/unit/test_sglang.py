@@ -48,7 +48,7 @@ def _args(**extra: Any) -> ModelDeploymentArgs:
 def test_an_sglang_model_runs_its_launch_server_with_its_probes_and_metrics() -> None:
     spec = serving_spec("planner", _args())
     objs = {o["kind"]: o for o in model_objects(spec, spec.model)}
-    pod = objs["Deployment"]["spec"]["template"]["spec"]
+    pod = objs["StatefulSet"]["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert (c["name"], c["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23") and DEFAULT_SGLANG_IMAGE == c["image"]
     assert c["command"] == ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B",
@@ -106,7 +106,7 @@ def test_an_sglang_replica_larger_than_a_node_is_a_leaderworkerset_of_launch_ser
     LWS's environment, rendezvous at the leader's store port (excluded from the sidecar's capture), EFA and NCCL
     settings on both, the leader behind the NCCL guard, the workers with no HTTP port or probe."""
     objs = _multi_node("efa", group_formation_seconds=1200)
-    assert "Deployment" not in objs
+    assert "StatefulSet" not in objs
     lws = objs["LeaderWorkerSet"]
     assert (lws["metadata"]["name"], lws["spec"]["leaderWorkerTemplate"]["size"]) == ("planner-lws", 2)
     placement = ["--nnodes", "$(LWS_GROUP_SIZE)", "--node-rank", "$(LWS_WORKER_INDEX)",
@@ -249,8 +249,8 @@ def test_prod_serves_its_tool_calling_specialist_on_sglang_and_synth_policy_and_
     entries = state_export(result)["deployment"]["resources"]
     mine = {e["type"].rsplit(":", 1)[-1]: e["inputs"] for e in entries
             if (e.get("inputs", {}).get("metadata") or {}).get("name") == "assistant-tools"}
-    assert {"Deployment", "Service", "ServiceMonitor", "ScaledObject", "ServiceAccount"} <= set(mine)
-    (c,) = mine["Deployment"]["spec"]["template"]["spec"]["containers"]
+    assert {"StatefulSet", "Service", "ServiceMonitor", "ScaledObject", "ServiceAccount"} <= set(mine)
+    (c,) = mine["StatefulSet"]["spec"]["template"]["spec"]["containers"]
     assert (c["name"], c["image"]) == ("sglang", "lmsysorg/sglang:v0.5.23")
     assert c["command"] == ["python3", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3-8B", "--host",
                             "0.0.0.0", "--port", "8000", "--served-model-name", "assistant-tools", "--tp-size", "1",

@@ -1,9 +1,9 @@
 """Serving pools: one ModelDeployment per configured model (vLLM, or Triton with TensorRT-LLM).
 
-    [IRSA role: s3:// models on AWS] -> ServiceAccount -> Deployment | LeaderWorkerSet -> headless Service
+    [IRSA role: s3:// models on AWS] -> ServiceAccount -> StatefulSet | LeaderWorkerSet -> headless Service
     -> PodDisruptionBudget -> KEDA ScaledObject (when replicas.max > replicas.min) -> ServiceMonitor
 
-A replica fits on one node (a Deployment) or spans `nodes_per_replica` nodes (a LeaderWorkerSet
+A replica fits on one node (a StatefulSet) or spans `nodes_per_replica` nodes (a LeaderWorkerSet
 whose leader and workers all get the pool's data-plane fabric: EFA devices + hugepages on AWS, the
 RDMA device + network attachment on InfiniBand). Pods run in the tenant's namespace as the model's
 own service account, select their pool by `aifactory.io/pool`, tolerate the pool's taints, and
@@ -83,7 +83,6 @@ from components.k8s.serving.component import (
     required_controllers,
 )
 from components.k8s.serving.objects import (
-    GPU_ROLLING_UPDATE,
     KEDA_API_VERSION,
     LWS_API_VERSION,
     MONITORING_API_VERSION,
@@ -167,7 +166,6 @@ __all__ = [
     "DEFAULT_NODE_SHARE",
     "DEFAULT_STARTUP_BUDGET_SECONDS",
     "AWAIT_TIMEOUT_ANNOTATION",
-    "GPU_ROLLING_UPDATE",
     "DEFAULT_IMAGE_PULL_SECONDS",
     "startup_probe_seconds",
     "start_budget_seconds",

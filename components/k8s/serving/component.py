@@ -37,13 +37,13 @@ __all__ = [
 ]
 
 TYPE = "aifactory:k8s:ModelDeployment"  # the type token of the kit's existing stacks (part of every child's URN)
-WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet"})  # the objects that make the model's pods
+WORKLOAD_KINDS = frozenset({"StatefulSet", "LeaderWorkerSet"})  # the objects that make the model's pods
 
 _TYPED = {
     "ServiceAccount": k8s.core.v1.ServiceAccount,
     "ConfigMap": k8s.core.v1.ConfigMap,
     "HorizontalPodAutoscaler": k8s.autoscaling.v2.HorizontalPodAutoscaler,
-    "Deployment": k8s.apps.v1.Deployment,
+    "StatefulSet": k8s.apps.v1.StatefulSet,
     "Service": k8s.core.v1.Service,
     "PodDisruptionBudget": k8s.policy.v1.PodDisruptionBudget,
     "PersistentVolume": k8s.core.v1.PersistentVolume,
@@ -127,7 +127,7 @@ class ModelDeployment(pulumi.ComponentResource):
     service: pulumi.Output[str]
     """The model's Service (port 8000, OpenAI API)."""
     kind: pulumi.Output[str]
-    """Deployment, or LeaderWorkerSet for a multi-node replica."""
+    """StatefulSet, or LeaderWorkerSet for a multi-node replica."""
 
     def __init__(self, name: str, args: ModelDeploymentArgs, opts: pulumi.ResourceOptions | None = None,
                  cluster: "GpuCluster | None" = None, after: ModelPrerequisites | None = None) -> None:

@@ -1,4 +1,4 @@
-"""A model's Kubernetes objects besides its pods: ServiceAccount (IRSA for s3:// models), Deployment or
+"""A model's Kubernetes objects besides its pods: ServiceAccount (IRSA for s3:// models), StatefulSet or
 LeaderWorkerSet, headless Service, PodDisruptionBudget, KEDA ScaledObject and ServiceMonitor."""
 
 from __future__ import annotations
@@ -11,14 +11,13 @@ from components.k8s import naming
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.engines import engine_named
 from components.k8s.mesh import MESH_SCRAPE_TLS
-from components.k8s.serving.pod import await_annotations, model_ports, node_cache, pod_start_seconds, pod_template
+from components.k8s.serving.pod import await_annotations, model_ports, node_cache, pod_template
 from components.k8s.serving.views import ServingView, model_labels, model_namespace, object_meta
 from components.k8s.storage import node_cache_objects
 from components.k8s.values import Model
 from telemetry.names import ENVOY, TRITON
 
 __all__ = [
-    "GPU_ROLLING_UPDATE",
     "SCALE_DOWN_STABILIZATION_SECONDS",
     "KEDA_POLLING_SECONDS",
     "LWS_API_VERSION",
@@ -42,11 +41,6 @@ __all__ = [
     "model_objects",
 ]
 
-# GPU Deployments replace a pod before starting its successor (as LeaderWorkerSets do, see workload()): each
-# tenant's GPU quota is what its models scale to (replicas.max x GPUs), so a surge pod at maximum scale would be
-# refused by ResourceQuota admission and the rollout would stall until its deadline. policies/preflight.py
-# reports a Deployment whose surge its namespace's quota cannot admit.
-GPU_ROLLING_UPDATE: dict[str, Any] = {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1}}
 SCALE_DOWN_STABILIZATION_SECONDS = 300  # GPU replicas are slow to start: do not flap
 KEDA_POLLING_SECONDS = 15
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
@@ -92,28 +86,33 @@ def service_account(cfg: ServingView, model: Model, *, role_arn: pulumi.Input[st
 
 
 def workload_name(model: Model) -> str:
-    """The Deployment is named after the model; a LeaderWorkerSet is not, because the LWS controller
+    """The StatefulSet is named after the model; a LeaderWorkerSet is not, because the LWS controller
     creates a headless Service named after it (for LWS_LEADER_ADDRESS), and the model's Service owns
     the model's name."""
-    return f"{model.name}-lws" if model.multi_node else model.name
+    return f"{model.name}{naming.LWS_SUFFIX}" if model.multi_node else model.name
 
 
 def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
-    """A Deployment, or a LeaderWorkerSet when one replica spans nodes.
+    """A StatefulSet, or a LeaderWorkerSet when one replica spans nodes.
 
-    Autoscaled models leave `replicas` to KEDA (the field stays unmanaged by Pulumi)."""
+    A StatefulSet, so that each replica has a stable DNS name the gateway can reach it by, through its own hop
+    (components.k8s.envoy_hops): pod i is `<model>-<i>` under its governing Service, the model's headless Service
+    (kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID").
+    Pods are created and deleted in parallel (KEDA may add several at once; podManagementPolicy Parallel), and a
+    rolling update replaces them one at a time from the highest ordinal, each deleted before its successor starts
+    (a StatefulSet never surges, so each tenant's GPU quota, sized for replicas.max, always admits the
+    successor), so a one-replica model is down from its pod's deletion until the new pod is ready, as with the
+    Deployment (maxSurge 0) it replaces. Autoscaled models leave `replicas`
+    to KEDA (the field stays unmanaged by Pulumi)."""
     replicas = {} if model.replicas.autoscaled else {"replicas": model.replicas.min}
     if not model.multi_node:
         meta = {**object_meta(cfg, model), "annotations": await_annotations(cfg, model)}
-        return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
+        return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": {
             **replicas,
+            "serviceName": model.name,
+            "podManagementPolicy": "Parallel",
             "selector": {"matchLabels": {naming.LABEL_MODEL: model.name}},
-            # The controller marks a rollout failed (Progressing=False, ProgressDeadlineExceeded) when no new pod
-            # becomes available for this long; the default 600 s (apps/v1 DeploymentSpec) is shorter than one
-            # model pod's start, so every slow model would read as stuck. pulumi-kubernetes reports the condition
-            # as a warning while it waits (provider/pkg/await/deployment.go processDeploymentEvent).
-            "progressDeadlineSeconds": pod_start_seconds(model),
-            "strategy": GPU_ROLLING_UPDATE,
+            "updateStrategy": {"type": "RollingUpdate"},
             "template": pod_template(cfg, model, "single"),
         }}
     return {"apiVersion": LWS_API_VERSION, "kind": "LeaderWorkerSet",
@@ -184,7 +183,7 @@ def scaled_object(cfg: ServingView, model: Model) -> dict[str, Any]:
     triggers = [_trigger(cfg, *scaling_query(cfg, model))]
     if model.replicas.min == 0:
         triggers.append(_trigger(cfg, wake_query(model), "AverageValue", "1"))
-    kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("Deployment", "apps/v1")
+    kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("StatefulSet", "apps/v1")
     return {"apiVersion": KEDA_API_VERSION, "kind": "ScaledObject", "metadata": object_meta(cfg, model), "spec": {
         "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": workload_name(model)},
         "minReplicaCount": model.replicas.min,

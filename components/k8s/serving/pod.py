@@ -56,8 +56,10 @@ DEFAULT_SHM_SIZE = "16Gi"  # /dev/shm for NCCL and the engine's worker processes
 DEFAULT_NODE_SHARE = 0.8  # share of a node's CPU and memory pods may take (the rest: kubelet, daemonsets)
 # DEFAULT_STARTUP_BUDGET_SECONDS (infra.config): download + load + warm-up before the startup probe gives up;
 # each model's own is models.X.startupBudgetSeconds.
-# pulumi-kubernetes waits 10 minutes for a Deployment unless its `pulumi.com/timeoutSeconds` annotation says
-# otherwise (provider/pkg/await/deployment.go `DefaultDeploymentTimeoutMins = 10`; metadata/annotations.go
+# pulumi-kubernetes waits 10 minutes for a StatefulSet (as for a Deployment) unless its `pulumi.com/timeoutSeconds`
+# annotation says otherwise (pulumi/pulumi-kubernetes@v4.34.2 provider/pkg/await/statefulset.go
+# `DefaultStatefulSetTimeoutMins = 10`: until readyReplicas = spec.replicas and currentRevision = updateRevision;
+# deployment.go `DefaultDeploymentTimeoutMins = 10`; metadata/annotations.go
 # `AnnotationTimeoutSeconds`, read with strconv.Atoi in metadata/overrides.go): a 70B model takes longer.
 AWAIT_TIMEOUT_ANNOTATION = "pulumi.com/timeoutSeconds"
 SKIP_AWAIT_ANNOTATION = "pulumi.com/skipAwait"  # metadata/annotations.go AnnotationSkipAwait
@@ -176,14 +178,15 @@ def pod_start_seconds(model: Model) -> int:
 
 
 def await_timeout_seconds(model: Model) -> int:
-    """How long `pulumi up` waits for the model's Deployment: a rolling update replaces the pods one at a
-    time (GPU_ROLLING_UPDATE), up to replicas.max of them, each within pod_start_seconds. A pod
-    that never becomes ready is reported sooner by the Deployment's progress deadline (see workload())."""
+    """How long `pulumi up` waits for the model's StatefulSet: a rolling update replaces the pods one at a
+    time, up to replicas.max of them, each within pod_start_seconds. A StatefulSet has no progress deadline:
+    a pod that never becomes ready is reported when this timeout passes (pulumi-kubernetes logs the pods'
+    errors every 10 s while it waits)."""
     return max(1, model.replicas.max) * pod_start_seconds(model)
 
 
 def await_annotations(cfg: ServingView, model: Model) -> dict[str, str]:
-    """How pulumi-kubernetes awaits the model's Deployment. On a capacity-block pool nodes exist only inside
+    """How pulumi-kubernetes awaits the model's StatefulSet. On a capacity-block pool nodes exist only inside
     the block's window, so `pulumi up` does not wait for pods there (they start when the block does)."""
     out = {AWAIT_TIMEOUT_ANNOTATION: str(await_timeout_seconds(model))}
     if cfg.pool_of(model).capacity.type == "capacity-block":
