@@ -547,7 +547,10 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     ns = children["gateway-ns"].inputs["metadata"]
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"
     assert children["gateway-serviceaccount"].inputs["metadata"]["name"] == "aifactory-gateway"
-    assert children["gateway-deployment"].dependencies == [children["gateway-ns"].urn]
+    # the pods name the account and mount envoy.yaml (why: tests/unit/test_dependencies.py); the rest: the namespace
+    assert sorted(children["gateway-deployment"].dependencies) == sorted(
+        children[n].urn for n in ("gateway-ns", "gateway-serviceaccount", "gateway-configmap"))
+    assert children["gateway-service"].dependencies == [children["gateway-ns"].urn]
 
 
 def test_envoy_sheds_load_before_its_container_is_oom_killed() -> None:
