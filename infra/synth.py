@@ -298,10 +298,13 @@ def _default_providers(regs: list[Any], stack: str) -> list[Any]:
     """Providers the engine would create for resources registered without an explicit provider."""
     from infra.mocks import Registration, _uuid
 
-    out = {}
+    out: dict[str, Any] = {}
     for r in regs:
         if r.custom and not r.provider and not r.type.startswith("pulumi:providers:"):
             pkg = r.type.split(":")[0]
+            if pkg in out:  # one provider per package: its version is read once, not per resource
+                r.provider = f"{out[pkg].urn}::{out[pkg].id}"
+                continue
             try:
                 version = metadata.version(f"pulumi_{pkg}")
             except metadata.PackageNotFoundError:

@@ -7,6 +7,7 @@ the SDK's own missing-input errors use: `capacity.reservationId`, `availabilityZ
 from __future__ import annotations
 
 import difflib
+import functools
 import types
 from collections.abc import Awaitable
 from typing import Any, Union, get_args, get_origin, get_type_hints, is_typeddict
@@ -102,13 +103,19 @@ def _type_problems(value: Any, hint: Any, path: str) -> list[tuple[str, str]]:
     return []
 
 
+@functools.cache
+def _hints(schema: type) -> dict[str, Any]:
+    """A TypedDict's resolved field types, once per schema (every component build checks its args against one).
+    pulumi.Input is Union[T, Awaitable[T], "Output[T]"]: its forward reference resolves in pulumi.output."""
+    return get_type_hints(schema, localns={k: getattr(pulumi.output, k) for k in ("Output", "T")})
+
+
 def shape_problems(args: Any, schema: Any, path: str = "") -> list[tuple[str, str]]:
     """Every unknown key, missing required key and wrongly typed value of `args` against a TypedDict `schema`,
     as (camelCase property path, reason) pairs; values that are Outputs pass where the schema allows them."""
     if not isinstance(args, dict):
         return [(path or "args", f"expected a mapping, got {_kind(args)} {args!r}")]
-    # pulumi.Input is Union[T, Awaitable[T], "Output[T]"]: its forward reference resolves in pulumi.output.
-    hints = get_type_hints(schema, localns={k: getattr(pulumi.output, k) for k in ("Output", "T")})
+    hints = _hints(schema)
     found = []
     for key in args:
         if key not in hints:
