@@ -1,6 +1,8 @@
 """The Envoy inference gateway's bootstrap, built by pure functions from what the gateway reads (GatewayView).
 
-One cluster per model (its headless Service: Envoy sees every replica). Requests pass, in order:
+One cluster per model, whose hosts are its replicas, each reached through a hop of its own
+(components.k8s.envoy_hops: a hung replica's tries are ended and retried when it fails its checks). Requests pass,
+in order:
 
     (connection manager) CONNECT: 403 upgrade_failed (its connect_matcher route has no upgrade configured);
                       a header name with an underscore: 400
@@ -42,7 +44,7 @@ timer with every token, so long generations run up to `timeoutSeconds`. A JSON b
 stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
-(up to `maxEjectionPercent`, 2 of 3); the panic threshold keeps the last healthy replicas in service;
+(up to `maxEjectionPercent`, 2 of 3); no panic mode (envoy_hops);
 LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
 affinity: components/k8s/envoy_affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.

@@ -31,7 +31,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from components.k8s import serving
 from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra.config import PlatformConfig, parse
-from tests.support.envoy import rebind
+from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import EnvoyProcess, free_port, request
 from tests.support.telemetry import Span
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -159,7 +159,8 @@ def gateway(request_ratio: float, sink: tuple[_Sink, int], tmp_path: Path, monke
                                COLLECTOR_CLUSTER: [("127.0.0.1", collector_port)]}, jwks=[ISSUER.jwks])
     try:
         with ExitStack() as stack_:
-            stack_.enter_context(EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener))
+            envoy = stack_.enter_context(EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener))
+            await_replicas(envoy, {MODEL: 1})  # no panic mode: the replica serves once it passes its checks
             yield listener, engine
     finally:
         server.shutdown()

@@ -271,7 +271,8 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
         dns = [c["name"] for c in boot["static_resources"]["clusters"]
                if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
         config = rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
-                           endpoints={name: [backend] for name in dns}, jwks=[i.jwks for i in issuers])
+                           endpoints={name.partition("__replica-")[0]: [backend] for name in dns},  # a model's hops
+                           jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:
             proc = subprocess.Popen([str(ENVOY), "-c", str(work / "envoy.yaml"), "--use-dynamic-base-id",
@@ -283,6 +284,9 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
                 assert proc.poll() is None, (work / "envoy.log").read_text()[-3000:]
                 assert time.monotonic() < deadline, "envoy not ready in 30 s"
                 time.sleep(0.05)
+            while _unhealthy(admin, cfg):  # no panic mode: a model serves once its replica passes its checks
+                assert time.monotonic() < deadline + 30, f"never healthy: {_unhealthy(admin, cfg)}"
+                time.sleep(0.1)
             for w in ec.workloads(cfg):
                 token = issuers[0].token(tenant=w.default.tenant, audience=first.audiences[0])
                 assert _get(listener, f"{ec.ROUTE_PREFIX}{w.name}/v1/models",
@@ -292,6 +296,13 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
                 return _parse(r.read().decode())
         finally:
             stop_process(proc, timeout=5)
+
+
+def _unhealthy(admin: int, cfg: PlatformConfig) -> list[str]:
+    """The models whose cluster has no healthy replica yet (admin /stats)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{admin}/stats?filter=membership_healthy", timeout=5) as r:
+        healthy = {k: int(v) for k, _, v in (x.partition(": ") for x in r.read().decode().splitlines())}
+    return [m for m in sorted(cfg.models) if healthy.get(f"cluster.{m}.membership_healthy", 0) < 1]
 
 
 def _with_variants(cfg: PlatformConfig) -> PlatformConfig:

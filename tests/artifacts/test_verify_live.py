@@ -38,7 +38,7 @@ from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstr
 from infra import cli
 from infra.config import PlatformConfig, parse
 from infra.verify import Endpoints, Hop, Report, format_report, verify
-from tests.support.envoy import rebind
+from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.prometheus import PrometheusServer
 from tests.support.telemetry import Span
@@ -60,6 +60,9 @@ RAW: dict[str, Any] = {
                        "replicas": {"min": 1, "max": 2}}},
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
+        # the engine's 5xx cases are verify's to name: outlier detection would eject the only replica (a model
+        # with no healthy replica answers 503: components.k8s.envoy_hops, no panic mode)
+        "outlierDetection": {"consecutive5xx": 1000},
         "healthCheck": {"intervalSeconds": 0.25, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                         "healthyThreshold": 1},
     },
@@ -292,6 +295,7 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
         config["layered_runtime"]["layers"].insert(0, {"name": "test", "static_layer": {
             "tracing.opentelemetry.flush_interval_ms": 200}})
         envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
+        await_replicas(envoy, {MODEL: 1})  # no panic mode: the model serves once its replica passes its checks
         # the receiver starts after Envoy (which retries it): no fork while gRPC's threads run
         sink = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Sink(platform), sink)

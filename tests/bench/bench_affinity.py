@@ -71,7 +71,8 @@ def _raw(affinity: bool) -> dict[str, Any]:
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
         "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 100000, "burst": 100000}}},
         "models": {"chat": {"model": "meta-llama/Llama-3.1-8B-Instruct", "engine": "vllm", "tenant": "alpha",
-                            "pool": "gpu", "sessionAffinity": {"enabled": affinity}}},
+                            "pool": "gpu", "sessionAffinity": {"enabled": affinity},
+                            "replicas": {"min": 1, "max": REPLICAS}}},  # one hop per replica
         "gateway": {
             "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
             # scaled like the time: a check every 5 simulated s, 0.5 s real; with a tighter timeout, a replica on a

@@ -36,7 +36,7 @@ from typing import Any
 
 from components.k8s.envoy_config import bootstrap
 from infra.config import parse
-from tests.support.envoy import rebind
+from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.stacks import stack_raw
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -171,7 +171,8 @@ def overhead(tmp: Path) -> list[tuple[str, str]]:
     }
     with EnvoyProcess(backend_bootstrap(b_port, b_admin), tmp / "backend", admin_port=b_admin,
                       listener_port=b_port), \
-            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2):
+            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2) as gw:
+        await_replicas(gw, {MODEL: 1})
         for label, (headers, method, path, body) in variants.items():
             measure(b_port, g_port, 1000, WARMUP_REQUESTS / 1000, headers, method, path, body)
             for rate in RATES:
@@ -252,6 +253,7 @@ def failure_case(tmp: Path, name: str, bad: list[Behaviour], *, unstreamed: bool
         (tmp / name).mkdir()
         envoy = stack.enter_context(EnvoyProcess(config, tmp / name, admin_port=admin, listener_port=listener,
                                                  concurrency=2))
+        await_replicas(envoy, {MODEL: len(replicas)})
 
         def fault() -> None:
             for replica, behaviour in zip(replicas[1:], bad, strict=False):

@@ -44,7 +44,7 @@ from typing import Any
 from components.k8s.envoy_config import bootstrap
 from infra.config import parse
 from telemetry import Telemetry
-from tests.support.envoy import rebind
+from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import HEALTH_PATHS, EnvoyProcess, free_port, send_json
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -216,9 +216,9 @@ def run_policy(policy: str, margin: float | None, cheap_max: int | None, work: l
         config = rebind(bootstrap(cfg), listener_port=listener, stats_port=free_port(), admin_port=admin,
                         endpoints=endpoints, jwks=[issuer.jwks])
         workdir = Path(tempfile.mkdtemp(dir=tmp))
-        with EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener, concurrency=2):
+        with EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener, concurrency=2) as envoy:
             token = issuer.token(tenant="alpha")
-            time.sleep(0.5)  # first health checks
+            await_replicas(envoy, {n: 1 for n in engines})  # first health checks (no panic mode)
             t0 = time.monotonic() + 0.2
             with ThreadPoolExecutor(max_workers=128) as pool:
                 outs = list(pool.map(lambda wf: _run_workflow(tel, listener, token, wf, t0), work))
