@@ -38,7 +38,7 @@ HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.25, 0.25, 2
 POOL_TIMEOUT_S = 8  # the `pool` model's timeoutSeconds: the route timeout a hung try would wait for
 POOL_REQUESTS = 60
 
-_MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},

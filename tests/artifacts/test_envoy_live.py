@@ -40,7 +40,7 @@ POOL_REQUESTS = 2000
 CLIENTS = 8
 ISSUER = "https://issuer.test/realms/aifactory"
 
-_MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
