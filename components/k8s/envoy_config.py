@@ -337,10 +337,17 @@ def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404
 
 def _local_replies() -> dict[str, Any]:
     """The refusals filter's answers carry their route's text (the fault filter's own body is "fault filter
-    abort"); response flag FI marks them (envoy.config.accesslog.v3.ResponseFlagFilter)."""
-    return {"mappers": [{"filter": {"response_flag_filter": {"flags": ["FI"]}},
-                         "body_format_override": {"text_format_source": {
-                             "inline_string": f"%METADATA(ROUTE:{METADATA_NAMESPACE}:{REFUSAL_KEY})%"}}}]}
+    abort"); response flag FI marks them (envoy.config.accesslog.v3.ResponseFlagFilter). A refused method's 405
+    also names the methods the gateway serves: RFC 9110 section 15.5.6 requires an Allow header in every 405."""
+    refused = {"response_flag_filter": {"flags": ["FI"]}}
+    text = {"text_format_source": {"inline_string": f"%METADATA(ROUTE:{METADATA_NAMESPACE}:{REFUSAL_KEY})%"}}
+    method = {"header_filter": {"header": {"name": ":method", "string_match": {
+        "safe_regex": {"regex": "|".join(ALLOWED_METHODS)}}, "invert_match": True}}}
+    allow = {"header": {"key": "allow", "value": ", ".join(ALLOWED_METHODS)},
+             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+    return {"mappers": [{"filter": {"and_filter": {"filters": [refused, method]}}, "headers_to_add": [allow],
+                         "body_format_override": text},
+                        {"filter": copy.deepcopy(refused), "body_format_override": copy.deepcopy(text)}]}
 
 
 def _refused_methods() -> list[dict[str, Any]]:

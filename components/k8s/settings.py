@@ -349,6 +349,11 @@ class Model:
                                                                            "API paths the gateway routes to it: "
                                                                            "chat/completions, embeddings or "
                                                                            "score/rerank.")
+    tool_call_parser: str | None = setting(None, doc="vLLM: the parser of the model's tool calls "
+                                                     "(`--tool-call-parser`; none: no tool calls). Default: the "
+                                                     "model family's (Llama 3.1-3.3, Qwen2.5/QwQ/Qwen3, "
+                                                     "Qwen3-Coder, Mistral AI); required for a chat model of "
+                                                     "another family.")
     group_formation_seconds: int = setting(DEFAULT_GROUP_FORMATION_SECONDS, ge=30, le=86400,
                                            doc="Multi-node replicas: seconds the leader waits for its workers to "
                                                "join, on top of startupBudgetSeconds.")

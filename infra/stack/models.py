@@ -166,6 +166,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         _fits_gpus(r, model, pool)
     for problem in naming.model_name_problems(name, multi_node=model.multi_node, max_replicas=model.replicas.max):
         r.fail(path, problem)
+    for key, problem in ENGINES[engine].model_problems(model):
+        r.fail(f"{path}.{key}", problem)
     return model
 
 

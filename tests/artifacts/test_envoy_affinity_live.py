@@ -39,7 +39,7 @@ HEALTH_WAIT_S = 10.0  # bounded wait for Envoy to see a replica leave or return 
 REPLICAS = 3
 SESSIONS = 60
 
-_MODEL = {"model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_MODEL = {"model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW: dict[str, Any] = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},

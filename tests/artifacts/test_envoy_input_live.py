@@ -8,6 +8,7 @@ Callers present RS256 tokens of a local issuer (tests.support.tokens, a local JW
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import time
@@ -39,7 +40,7 @@ POOL_REQUESTS = 60
 POOL_REPLICAS = 3
 DETECTION_MARGIN_S = 1.0  # past the health checks' detection time: the retried try's own answer (fake: at once)
 
-_MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
@@ -148,6 +149,23 @@ def test_connect_is_refused_at_once_with_or_without_a_token(gateway: Gateway) ->
         time.sleep(0.05)
     assert [(json.loads(x)["status"], json.loads(x)["details"]) for x in lines] == [(403, "upgrade_failed")] * 2
     assert {m: gateway.hits(m) for m in BACKENDS} == before
+
+
+@pytest.mark.parametrize("method", ["HEAD", "OPTIONS"])
+def test_head_and_options_get_405_naming_the_methods_served(gateway: Gateway, method: str) -> None:
+    """HEAD and OPTIONS are refused like any method the OpenAI API does not use (docs/gateway.md, "Methods"), and
+    every 405 carries `Allow` (RFC 9110 section 15.5.6); HEAD's answer has no content (section 9.3.2)."""
+    before = gateway.hits("chat")
+    conn = http.client.HTTPConnection("127.0.0.1", gateway.port, timeout=5)
+    try:
+        conn.request(method, "/v1/models", headers={"x-model": "chat", "authorization": gateway.auth()})
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    assert (resp.status, resp.getheader("allow")) == (405, "GET, POST")
+    assert body == (b"" if method == "HEAD" else b"method not allowed: the gateway serves GET, POST\n")
+    assert gateway.hits("chat") == before
 
 
 @pytest.mark.parametrize("method", ["PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "PROPFIND"])

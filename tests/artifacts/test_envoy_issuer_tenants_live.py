@@ -21,7 +21,7 @@ from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 TEAM_IDP = "https://idp.alpha.test"  # may name only tenant alpha
 CORP_IDP = "https://sso.corp.test"  # tenants unset: may name any tenant
-_MODEL = {"engine": "vllm", "model": "org/model", "pool": "gpu"}
+_MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from components.k8s.envoy_config import bootstrap
+from components.k8s.observability.prometheus import TRACE_ID_MATCHER
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
@@ -40,7 +41,7 @@ POOL_REQUESTS = 2000
 CLIENTS = 8
 ISSUER = "https://issuer.test/realms/aifactory"
 
-_MODEL = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
@@ -323,6 +324,17 @@ def test_access_log_and_stats_carry_the_callers_tenant(gateway: Gateway) -> None
     gamma = gateway.envoy.stats().get("vhost.models.vcluster.caller-gamma.upstream_rq_200", 0)
     gateway.get("/v1/models", {"x-model": "gamma-chat"}, tenant="gamma")
     assert gateway.envoy.stats()["vhost.models.vcluster.caller-gamma.upstream_rq_200"] == gamma + 1
+
+
+def test_grafanas_trace_id_link_matches_the_real_access_log_line(gateway: Gateway) -> None:
+    """The Loki datasource's derived field (components/k8s/observability/prometheus.py TRACE_ID_MATCHER) finds the
+    trace id in the line Envoy itself writes, and Jaeger's trace-to-logs line filter (`|= "<trace id>"`) finds it."""
+    status, body = gateway.get("/v1/models", {"x-model": "embed"}, tenant="alpha")
+    [line] = gateway.envoy.access_log_lines(body["request_id"])
+    trace_id = json.loads(line)["trace_id"]
+    found = re.search(TRACE_ID_MATCHER, line)
+    assert found is not None and found.group(1) == trace_id
+    assert line.count(trace_id) == 1
 
 
 # --- rate limits ----------------------------------------------------------------------------------------

@@ -33,7 +33,7 @@ from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
 HEALTH_WAIT_S = 10.0  # bound on waiting for the first health checks (they run every 0.25 s)
-_M = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_M = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},

@@ -28,7 +28,7 @@ from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, fr
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 ISSUER = "https://issuer.test/realms/aifactory"
-_M = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu"}
+_M = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 
 
 def _variants(workload: str) -> dict[str, dict[str, object]]:

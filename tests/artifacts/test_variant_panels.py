@@ -49,7 +49,8 @@ NEEDED = {R.VARIANT_COST, R.VARIANT_REQUESTS, R.VARIANT_SPEND, R.VARIANT_SPEND_A
 
 def _raw() -> dict[str, Any]:
     raw = copy.deepcopy(RAW)
-    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "plan"}
+    m = {"engine": "vllm", "model": "org/model", "toolCallParser": "none",
+         "tenant": "alpha", "pool": "gpu", "workload": "plan"}
     raw["models"] = {
         "plan-int4": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
         "plan-fp8": {**m, "slo": {"e2eSeconds": 0.5}, "variant": {"requestsPerSecond": 0.25}},

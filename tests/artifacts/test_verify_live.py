@@ -56,7 +56,8 @@ RAW: dict[str, Any] = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
     "tenants": {TENANT: {"gpuQuota": 16}},
-    "models": {MODEL: {"engine": "vllm", "model": "org/model", "tenant": TENANT, "pool": "gpu",
+    "models": {MODEL: {"engine": "vllm", "model": "org/model", "toolCallParser": "none",
+                       "tenant": TENANT, "pool": "gpu",
                        "replicas": {"min": 1, "max": 2}}},
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},

@@ -48,7 +48,7 @@ def large_stack_values() -> dict[str, str]:
                     "adminRoleArns": ["arn:aws:iam::123456789012:role/platform-admin"]},
         "nodePools": {f"pool-{i:02d}": _pool(i) for i in range(POOLS)},
         "tenants": {f"tenant-{t:02d}": {"gpuQuota": 100_000} for t in range(TENANTS)},
-        "models": {f"model-{m:03d}": {"engine": "vllm", "model": f"org/model-{m:03d}",
+        "models": {f"model-{m:03d}": {"engine": "vllm", "model": f"org/model-{m:03d}", "toolCallParser": "none",
                                       "tenant": f"tenant-{m % TENANTS:02d}",
                                       "pool": f"pool-{m % POOLS:02d}", "replicas": {"min": 1, "max": 2}}
                    for m in range(MODELS)},

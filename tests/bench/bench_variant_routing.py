@@ -146,7 +146,8 @@ def arrivals(seed: int) -> list[Workflow]:
 
 
 def _raw(policy: str, margin: float | None, cheap_max: int | None) -> dict[str, Any]:
-    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "agent"}
+    m = {"engine": "vllm", "model": "org/model", "toolCallParser": "none",
+         "tenant": "alpha", "pool": "gpu", "workload": "agent"}
     return {
         "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},

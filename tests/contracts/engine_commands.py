@@ -36,7 +36,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 
 
 def _one_model(name: str, body: dict[str, Any]) -> PlatformConfig:
-    model = {"engine": "vllm", "model": "org/m-8b", "tenant": "t", "pool": "gpu", "weightsGiB": 16, **body}
+    model = {"engine": "vllm", "model": "org/m-8b", "toolCallParser": "none",
+             "tenant": "t", "pool": "gpu", "weightsGiB": 16, **body}
     return parse({
         "target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
         "cluster": {"apiAccess": "private", "deployerInVpc": True},

@@ -20,7 +20,8 @@ GOOD = {
     "aifactory:cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
     "aifactory:nodePools": {"gpu-a": {"instanceType": "g6e.xlarge", "minSize": 1, "maxSize": 1}},
     "aifactory:tenants": {"t": {"gpuQuota": 1}},
-    "aifactory:models": {"m": {"engine": "vllm", "model": "o/m", "tenant": "t", "pool": "gpu-a"}},
+    "aifactory:models": {"m": {"engine": "vllm", "model": "o/m", "toolCallParser": "none",
+                               "tenant": "t", "pool": "gpu-a"}},
 }
 
 

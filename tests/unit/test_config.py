@@ -23,7 +23,7 @@ BASE: dict[str, Any] = {
     "cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},
     "nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa", "minSize": 1, "maxSize": 2}},
     "tenants": {"t1": {"gpuQuota": 16}},
-    "models": {"m1": {"engine": "vllm", "model": "org/model", "tenant": "t1", "pool": "gpu-a",
+    "models": {"m1": {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "t1", "pool": "gpu-a",
                       "tensorParallel": 8}},
 }
 
@@ -186,7 +186,8 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("speculative draft_model", with_("models.m1.speculative", {"method": "draft_model", "draftModel": "o/d"}),
      "models.m1.speculative.method: 'draft_model' is not supported by the V1 engine of the kit's pinned vLLM"),
     ("speculative with pipeline parallel",
-     with_("models.m1", {"engine": "vllm", "model": "o/m", "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
+     with_("models.m1", {"engine": "vllm", "model": "o/m", "toolCallParser": "none",
+                         "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8,
                          "pipelineParallel": 2, "speculative": {"draftModel": "o/eagle3-head"}},
            with_("tenants.t1.gpuQuota", 16)),
      "models.m1.speculative: vLLM's speculative decoding does not support pipeline parallelism (pipelineParallel "
@@ -406,7 +407,7 @@ def test_runbook_url_base_comes_from_stack_config() -> None:
 
 # --- workload variants and deadline-aware routing (#15)
 
-_VARIANT = {"engine": "vllm", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
+_VARIANT = {"engine": "vllm", "toolCallParser": "none", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
 VARIANTS: dict[str, Any] = {
     **BASE,
     "tenants": {"t1": {"gpuQuota": 16}, "t2": {"gpuQuota": 8}},
@@ -492,7 +493,7 @@ def test_names_that_would_pass_aws_limits_are_refused_with_their_key() -> None:
         f"'aifactory-t-{pool}-node-xxxxxxx' would pass IAM's 64 characters; keep cluster name + pool name within 50 "
         "characters"]
     model = "m" * 48
-    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "uri": "s3://bucket/weights",
+    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "uri": "s3://bucket/weights",
                                     "tenant": "t1", "pool": "gpu-a", "tensorParallel": 8})
     assert [p for p in problems(raw) if p.startswith(f"models.{model}:")] == [
         f"models.{model}: an s3:// model's name is at most 47 characters: its IRSA role 'model-{model}-s3-xxxxxxx' "
@@ -508,7 +509,7 @@ def test_names_at_the_limits_fit_every_autonamed_role_and_bucket_of_the_stack() 
     cluster, pool, model = "c" * 43, "p" * 7, "m" * 47  # 43 + 7 = 50
     raw = with_("cluster.name", cluster, with_(f"nodePools.{pool}", {"instanceType": "g6e.xlarge", "minSize": 1,
                                                                      "maxSize": 1}))
-    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "uri": "s3://bucket/weights",
+    raw = with_(f"models.{model}", {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "uri": "s3://bucket/weights",
                                     "tenant": "t1", "pool": pool}, raw)
     raw["observability"] = {"retention": "7d"}
     values = {f"aifactory:{k}": v if isinstance(v, str) else json.dumps(v) for k, v in raw.items()}

@@ -134,7 +134,8 @@ def test_a_key_set_to_null_is_unset_everywhere_the_reader_looks() -> None:
 def test_a_variant_marked_with_null_is_still_a_variant() -> None:
     """`variant:` alone marks a variant with every default: null keeps that meaning there (it is not left out as
     unset), so the variant is read and asked for its throughput or cost."""
-    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "plan"}
+    m = {"engine": "vllm", "model": "org/model", "toolCallParser": "none",
+         "tenant": "alpha", "pool": "gpu", "workload": "plan"}
     raw = {"target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
            "nodePools": {"gpu": {"instanceType": "dgx-h100"}}, "tenants": {"alpha": {"gpuQuota": 16}},
            "models": {"slow": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},

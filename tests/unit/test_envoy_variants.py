@@ -30,7 +30,8 @@ def test_the_gateway_reads_the_baggage_key_telemetry_sends() -> None:
 
 def _three_variants() -> dict:
     raw = copy.deepcopy(RAW)
-    m = {"engine": "vllm", "model": "org/model", "tenant": "alpha", "pool": "gpu", "workload": "w"}
+    m = {"engine": "vllm", "model": "org/model", "toolCallParser": "none",
+         "tenant": "alpha", "pool": "gpu", "workload": "w"}
     raw["models"] = {
         "w-int4": {**m, "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
         "w-mid": {**m, "slo": {"e2eSeconds": 3}, "variant": {"costPerRequest": 0.002}},  # pricier and slower

@@ -26,7 +26,7 @@ N_ITEMS = 200
 ACCURACY = {"chat-bf16": 0.95, "chat-good": 0.94, "chat-bad": 0.80}
 TOKEN = "test-token"
 
-_VARIANT = {"engine": "vllm", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
+_VARIANT = {"engine": "vllm", "toolCallParser": "none", "tenant": "t1", "pool": "gpu-a", "workload": "chat"}
 STACK: dict[str, Any] = {
     "aifactory:target": {"provider": "aws", "region": "us-east-1", "availabilityZones": ["us-east-1a", "us-east-1b"]},
     "aifactory:cluster": {"apiAccess": "public-and-private", "publicAccessCidrs": ["203.0.113.0/24"]},

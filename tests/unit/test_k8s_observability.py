@@ -71,6 +71,37 @@ def test_grafana_sidecar_watches_dashboard_label_in_all_namespaces() -> None:
         ("jaeger", "http://jaeger.monitoring.svc.cluster.local:16686")]
 
 
+def grafana_provisioned(value: str) -> str:
+    """A jsonData string as Grafana reads it from a provisioning file: split on `$$`, each part through os.ExpandEnv,
+    joined with `$` (grafana/grafana pkg/services/provisioning/values/values.go interpolateValue). The kit writes no
+    environment variable: a part with a `$` left would be expanded (to nothing, the variable being unset)."""
+    parts = value.split("$$")
+    assert not any("$" in part for part in parts), value
+    return "$".join(parts)
+
+
+def test_loki_and_jaeger_datasources_link_a_trace_id_both_ways() -> None:
+    """Loki -> Jaeger: a derived field on the gateway access log's trace_id whose internal link queries the Jaeger
+    datasource with the matched id; Jaeger -> Loki: tracesToLogsV2 with a custom query for the gateway's lines that
+    carry the trace id (Grafana 12.4.0, the grafana chart 11.2.0 of kube-prometheus-stack 82.4.0, whose
+    templates/grafana/configmaps-datasources.yaml writes additionalDataSources into the provisioned datasource.yaml)."""
+    [loki, jaeger] = obs.kube_prometheus_stack_values(stack_cfg("prod"))["grafana"]["additionalDataSources"]
+    assert loki["jsonData"] == {"derivedFields": [{
+        "name": "TraceID", "matcherType": "regex", "matcherRegex": '"trace_id":"([0-9a-f]{32})"',
+        "datasourceUid": "jaeger", "url": "$${__value.raw}", "urlDisplayLabel": "Trace"}]}
+    assert jaeger["jsonData"] == {"tracesToLogsV2": {
+        "datasourceUid": "loki", "customQuery": True,
+        "query": '{namespace="aifactory-gateway"} |= "$${__trace.traceId}"',
+        "spanStartTimeShift": "-1m", "spanEndTimeShift": "1m"}}
+    assert (loki["uid"], jaeger["uid"]) == ("loki", "jaeger")
+    # what Grafana reads: Grafana's own variables, untouched by its environment expansion
+    assert grafana_provisioned(loki["jsonData"]["derivedFields"][0]["url"]) == "${__value.raw}"
+    assert grafana_provisioned(jaeger["jsonData"]["tracesToLogsV2"]["query"]) == \
+        '{namespace="aifactory-gateway"} |= "${__trace.traceId}"'
+    # the chart passes the list through `tpl`: nothing in it may read as a Go template action
+    assert "{{" not in json.dumps([loki, jaeger])
+
+
 def test_alloy_daemonset_ships_node_pod_logs_to_loki() -> None:
     values = obs.alloy_values(stack_cfg("dev"))
     assert (values["controller"]["type"], values["controller"]["tolerations"]) == (

@@ -42,7 +42,7 @@ stack = stack_config
 
 def small(**model: Any) -> PlatformConfig:
     """A one-model stack on an existing cluster (8 x H100 nodes, InfiniBand)."""
-    body = {"engine": "vllm", "model": "org/m", "tenant": "t", "pool": "gpu", **model}
+    body = {"engine": "vllm", "model": "org/m", "toolCallParser": "none", "tenant": "t", "pool": "gpu", **model}
     return parse({
         "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100", "fabric": "infiniband"}},
@@ -72,7 +72,8 @@ def test_vllm_args_single_node_defaults() -> None:
     assert vllm_args(cfg.models["chat"]) == [
         "--host", "0.0.0.0", "--port", "8000", "--served-model-name", "chat", "Qwen/Qwen2.5-7B-Instruct",
         "--tensor-parallel-size", "1", "--pipeline-parallel-size", "1", "--gpu-memory-utilization", "0.92",
-        "--max-model-len", "16384", "--enable-prefix-caching"]
+        "--max-model-len", "16384", "--enable-prefix-caching", "--enable-auto-tool-choice", "--tool-call-parser",
+        "hermes"]
 
 
 def test_served_names_put_the_config_key_first_for_metrics_then_the_routed_workload() -> None:
@@ -89,14 +90,16 @@ def test_vllm_args_multi_node() -> None:
     args = vllm_args(stack("prod").models["deep-research"])
     assert args[args.index("--tensor-parallel-size"):] == [
         "--tensor-parallel-size", "8", "--pipeline-parallel-size", "2", "--gpu-memory-utilization", "0.92",
-        "--max-model-len", "131072", "--enable-prefix-caching", "--distributed-executor-backend", "ray"]
+        "--max-model-len", "131072", "--enable-prefix-caching", "--distributed-executor-backend", "ray",
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
 
 
 def test_vllm_args_eagle3_speculative_decoding_and_awq() -> None:
     args = vllm_args(stack("prod").models["finance-8b"])
     assert args[args.index("--gpu-memory-utilization") + 2:] == [  # an AWQ checkpoint: vLLM reads its config
         "--enable-prefix-caching", "--speculative-config",
-        '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}']
+        '{"method":"eagle3","model":"yuhuili/EAGLE3-LLaMA3.1-Instruct-8B","num_speculative_tokens":3}',
+        "--enable-auto-tool-choice", "--tool-call-parser", "llama3_json"]
 
 
 def test_vllm_args_ngram_speculation_needs_no_draft_model() -> None:

@@ -56,7 +56,8 @@ def problems(raw: dict[str, Any], stack: str = "unit") -> list[str]:
 def onprem_with(**model: Any) -> dict[str, Any]:
     raw = stack_raw("onprem")
     return {**raw, "models": {**raw["models"], "x": {"engine": "vllm", "tenant": "ml-platform", "pool": "h100-ib",
-                                                      "model": "org/x", "uri": "pvc://model-store/x", **model}}}
+                                                      "model": "org/x", "toolCallParser": "none",
+                                                      "uri": "pvc://model-store/x", **model}}}
 
 
 # --- 1. multi-node replicas under STRICT mTLS -----------------------------------------------------
@@ -399,8 +400,9 @@ def test_a_budget_shorter_than_the_load_time_is_refused() -> None:
 
 
 def small(**model: Any) -> PlatformConfig:
-    return stack_config("onprem", models={"m": {"engine": "vllm", "model": "org/m", "tenant": "ml-platform",
-                                                "pool": "h100-ib", "uri": "pvc://model-store/m", **model}})
+    return stack_config("onprem", models={"m": {"engine": "vllm", "model": "org/m", "toolCallParser": "none",
+                                                "tenant": "ml-platform", "pool": "h100-ib", "uri": "pvc://model-store/m",
+                                                **model}})
 
 
 def test_expert_parallelism_and_kv_offload_use_the_pinned_engines_flags() -> None:

@@ -24,7 +24,7 @@ config:
   aifactory:tenants:
     t: {gpuQuota: 2}
   aifactory:models:
-    chat: {engine: vllm, model: o/chat, tenant: t, pool: gpu-a}
+    chat: {engine: vllm, model: o/chat, toolCallParser: none, tenant: t, pool: gpu-a}
     embed: {engine: vllm, model: o/embed, tenant: t, pool: gpu-a, task: embed}
 """
 
@@ -55,7 +55,7 @@ def test_the_fixture_stack_is_good(tmp_path: Path) -> None:
 def test_a_model_pasted_twice_is_refused_naming_both_lines(tmp_path: Path) -> None:
     """PyYAML keeps the second `chat:`, so the first model silently disappeared; go-yaml v3's decoder
     (`decoder.mapping`, unique keys by default) refuses the file, so `pulumi up` would too."""
-    text = STACK + "    chat: {engine: vllm, model: o/other, tenant: t, pool: gpu-a}\n"
+    text = STACK + "    chat: {engine: vllm, model: o/other, toolCallParser: none, tenant: t, pool: gpu-a}\n"
     err = refused(tmp_path, text)
     assert (f"{tmp_path / 'stacks' / 'Pulumi.s.yaml'} line 11: models.chat: key 'chat' is already defined at line 9; "
             "the Pulumi CLI refuses duplicate keys (keep one, merge what you meant)") in err
@@ -93,7 +93,7 @@ def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
         sizes.append(1 + 9 * (1 + sizes[-1]))
     aliased = sum(9 * n for n in sizes)
     assert aliased == 544_809_960
-    assert f"YAML aliases expand it to 544,810,121 values, {aliased:,} of them from aliases" in err
+    assert f"YAML aliases expand it to 544,810,123 values, {aliased:,} of them from aliases" in err
     assert "the Pulumi CLI refuses excessive aliasing (go-yaml v3)" in err
 
 
@@ -111,8 +111,8 @@ def test_go_yamls_alias_ratio_is_followed() -> None:
 
 
 def test_anchors_and_merge_keys_users_write_still_work(tmp_path: Path) -> None:
-    text = STACK.replace("    chat: {engine: vllm, model: o/chat, tenant: t, pool: gpu-a}\n",
-                         "    chat: &m {engine: vllm, model: o/chat, tenant: t, pool: gpu-a}\n"
+    text = STACK.replace("    chat: {engine: vllm, model: o/chat, toolCallParser: none, tenant: t, pool: gpu-a}\n",
+                         "    chat: &m {engine: vllm, model: o/chat, toolCallParser: none, tenant: t, pool: gpu-a}\n"
                          "    chat2: {<<: *m, model: o/chat2}\n")
     (tmp_path / "Pulumi.s.yaml").write_text(text.replace("gpuQuota: 2", "gpuQuota: 3"))
     cfg = load_stack("s", tmp_path)

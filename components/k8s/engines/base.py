@@ -135,6 +135,14 @@ class Engine(ABC):
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """(PromQL, KEDA metricType, threshold) of the model's queue signal; `selector` picks its pods' series."""
 
+    def model_problems(self, model: Model) -> list[tuple[str, str]]:
+        """(key under models.X, message) for each setting of `model` this engine cannot serve as given; the stack
+        model reports them with their key path. By default: a parser named in models.X.toolCallParser (vLLM's
+        flag) is read by no other engine; `none` says what every other engine does anyway."""
+        if model.tool_call_parser not in (None, "none"):
+            return [("toolCallParser", f"is not read by engine {self.name!r}; remove it")]
+        return []
+
     def env(self, model: Model) -> list[dict[str, str]]:
         """Engine settings of the container's environment (after the kit's user, cache and fabric settings)."""
         return []

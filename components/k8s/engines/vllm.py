@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import importlib.resources
 import json
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -23,6 +24,9 @@ __all__ = [
     "DEFAULT_GPU_MEMORY_UTILIZATION",
     "DEFAULT_NGRAM_LOOKUP_MAX",
     "VLLM_QUANTIZATION",
+    "VLLM_TOOL_CALL_PARSERS",
+    "TOOL_CALL_PARSER_FAMILIES",
+    "NO_TOOL_CALL_PARSER",
     "MULTI_NODE_SCRIPT",
     "RAY_GCS_PORT",
     "RAY_NODE_PORTS",
@@ -30,6 +34,7 @@ __all__ = [
     "RAY_WORKER_PORTS",
     "VLLM_PORT_RANGE",
     "served_model_names",
+    "tool_call_parser",
     "vllm_image",
     "vllm_args",
     "ray_start_flags",
@@ -62,6 +67,34 @@ DEFAULT_NGRAM_LOOKUP_MAX = 4
 VLLM_QUANTIZATION: dict[str, str | None] = {
     "none": None, "fp8": "fp8", "awq": "awq_marlin", "gptq": "gptq_marlin", "int8": "compressed-tensors",
 }
+# `--tool-call-parser` names registered at both pinned releases (vllm/tool_parsers/__init__.py
+# _TOOL_PARSERS_TO_REGISTER of the 0.33.0 and 0.27.1 wheels: 0.27.1's are a subset of 0.33.0's), so a name is good on
+# the stock image and on the EFA DLC alike. With `--enable-auto-tool-choice`, a name outside the registry stops the
+# server at start-up (vllm/entrypoints/common/cli_args.py validate_api_server_args: "invalid tool call parser").
+VLLM_TOOL_CALL_PARSERS = frozenset({
+    "apertus", "cohere_command3", "cohere_command4", "deepseek_v3", "deepseek_v31", "deepseek_v32", "deepseek_v4",
+    "ernie45", "functiongemma", "gemma4", "gigachat3", "glm45", "glm47", "granite", "granite-20b-fc", "granite4",
+    "hermes", "hunyuan_a13b", "hy_v3", "inkling", "internlm", "jamba", "kimi_k2", "kimi_k3", "lfm2", "llama3_json",
+    "llama4_json", "llama4_pythonic", "longcat", "mimo", "minicpm5", "minimax_m2", "minimax_m3", "mistral", "olmo3",
+    "openai", "phi4_mini_json", "poolside_v1", "pythonic", "qwen3_coder", "qwen3_xml", "seed_oss", "step3",
+    "step3p5", "xlam",
+})
+# models.X.toolCallParser: serve a chat model without tool calls (no flags: a request with tools gets vLLM's 400).
+NO_TOOL_CALL_PARSER = "none"
+# The parser each model family's chat template calls for, by the served model id (first match wins):
+# - Llama 3.1, 3.2, 3.3: JSON tool calls after <|python_tag|> or bare (vllm/tool_parsers/llama_tool_parser.py
+#   Llama3JsonToolParser, "for Llama 3.x and 4 models"); Llama 3.0's template has no tools.
+# - Qwen3-Coder: XML tool calls (qwen3_xml, Qwen3EngineToolParser, also registered as qwen3_coder).
+# - Qwen2.5, QwQ, Qwen3: Hermes-style <tool_call> JSON (0.33.0 registers qwen3_json as an alias of hermes, its
+#   comment "Qwen2.5/QwQ/Qwen3 JSON tool calls"; 0.27.1 has only hermes). Qwen3.5 and later are not matched.
+# - Mistral AI's models: [TOOL_CALLS] (mistral_tool_parser.py MistralToolParser; vLLM loads their tokenizer with
+#   mistral-common when the repository has tekken.json or tokenizer.model.v*, vllm/tokenizers/registry.py).
+TOOL_CALL_PARSER_FAMILIES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    ("Llama 3.1-3.3", re.compile(r"(?<![a-z0-9])llama-3\.[123](?![0-9])", re.IGNORECASE), "llama3_json"),
+    ("Qwen3-Coder", re.compile(r"(?<![a-z0-9])qwen3-coder(?![a-z0-9])", re.IGNORECASE), "qwen3_xml"),
+    ("Qwen2.5, QwQ, Qwen3", re.compile(r"(?<![a-z0-9])(qwen2\.5|qwq|qwen3)(?![.0-9])", re.IGNORECASE), "hermes"),
+    ("Mistral AI (mistralai/)", re.compile(r"^mistralai/", re.IGNORECASE), "mistral"),
+)
 MULTI_NODE_SCRIPT = "/vllm-workspace/examples/online_serving/multi-node-serving.sh"  # in the vLLM image
 # Every port the Ray processes of a multi-node replica listen on, pinned (Ray's defaults are random ports and
 # a 10002-19999 worker range): `ray start` options (Ray docs, "Cluster Management CLI", ray start; Ray
@@ -87,6 +120,17 @@ def served_model_names(model: Model) -> list[str]:
     """Names vLLM answers to. The first one labels its metrics (model_name), so it is the config key the
     dashboards and rules select on; the workload (what the gateway routes) and the model id follow."""
     return list(dict.fromkeys((model.name, model.workload, model.model)))
+
+
+def tool_call_parser(model: Model) -> str | None:
+    """The `--tool-call-parser` of a chat model: models.X.toolCallParser, else its family's (TOOL_CALL_PARSER_FAMILIES);
+    None for a pooling model, for toolCallParser none, and for a family the kit knows no parser of (which the stack
+    model refuses: Vllm.model_problems)."""
+    if model.task != "generate" or model.tool_call_parser == NO_TOOL_CALL_PARSER:
+        return None
+    if model.tool_call_parser is not None:
+        return model.tool_call_parser
+    return next((parser for _, family, parser in TOOL_CALL_PARSER_FAMILIES if family.search(model.model)), None)
 
 
 def vllm_image(cfg: EngineSite, model: Model) -> str:
@@ -143,6 +187,10 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
         args += ["--kv-offloading-size", f"{model.kv_offload_gib:g}"]
     if model.multi_node:
         args += ["--distributed-executor-backend", "ray"]
+    if (parser := tool_call_parser(model)) is not None:  # agents' tool calls: without these flags vLLM answers a
+        # request with `tools` (tool_choice "auto", the default with tools) 400 '"auto" tool choice requires
+        # --enable-auto-tool-choice and --tool-call-parser to be set' (v0.33.0 vllm/renderers/online_renderer.py)
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
     if tracing is not None:
         args += ["--otlp-traces-endpoint", tracing.grpc_endpoint]
     return args
@@ -206,6 +254,25 @@ class Vllm(Engine):
         return [{"name": "OTEL_SERVICE_NAME", "value": model.name},
                 {"name": "OTEL_TRACES_SAMPLER", "value": "parentbased_traceidratio"},
                 {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
+
+    def model_problems(self, model: Model) -> list[tuple[str, str]]:
+        """A chat model takes tool calls only with a parser: refuse one whose family has none the kit knows unless
+        toolCallParser names it (or none), and a name neither pinned release registers."""
+        given = model.tool_call_parser
+        allowed = f"{', '.join(sorted(VLLM_TOOL_CALL_PARSERS))}, or {NO_TOOL_CALL_PARSER} (no tool calls)"
+        if given not in (None, NO_TOOL_CALL_PARSER) and model.task != "generate":
+            return [("toolCallParser", f"{given!r} is not read for task {model.task!r} (tool calls are chat "
+                                       "completions'); remove it")]
+        if given not in (None, NO_TOOL_CALL_PARSER) and given not in VLLM_TOOL_CALL_PARSERS:
+            return [("toolCallParser", f"{given!r} is not a tool call parser both pinned vLLM releases "
+                                       f"register ({VLLM_VERSION}, {EFA_VLLM_VERSION}); choose one of: {allowed}")]
+        if model.task == "generate" and tool_call_parser(model) is None and given is None:
+            families = "; ".join(f"{name}: {parser}" for name, _, parser in TOOL_CALL_PARSER_FAMILIES)
+            return [("toolCallParser", f"is required for {model.model!r}: the kit knows the tool call parser of "
+                                       f"these families only ({families}), and without one vLLM answers every "
+                                       "request with tools 400; set the parser the model's chat template calls "
+                                       f"for: {allowed}")]
+        return []
 
     def multi_node_env(self) -> list[dict[str, str]]:
         return [{"name": "VLLM_PORT", "value": str(VLLM_PORT_RANGE[0])}]

@@ -30,6 +30,12 @@ __all__ = [
     "SIDECAR_STATS_PORT_NAME",
     "SIDECAR_STATS_JOB",
     "KPS_RELEASE",
+    "LOKI_DATASOURCE_UID",
+    "JAEGER_DATASOURCE_UID",
+    "TRACE_ID_MATCHER",
+    "GRAFANA_LITERAL_DOLLAR",
+    "TRACE_TO_LOGS_SHIFT",
+    "trace_log_query",
     "ISTIO_CERTS_VOLUME",
     "ISTIO_OUTPUT_CERTS",
     "prometheus_mesh_pod_settings",
@@ -71,13 +77,44 @@ def prometheus_mesh_pod_settings() -> dict[str, Any]:
     }
 
 
+LOKI_DATASOURCE_UID = "loki"
+JAEGER_DATASOURCE_UID = "jaeger"
+# The gateway's access log line (components/k8s/envoy_observability.py: Envoy's json_format, one compact JSON object
+# per request, which Alloy ships to Loki as the line) carries the request's trace id as `"trace_id":"<32 hex>"`
+# (%TRACE_ID% of the OpenTelemetry tracer); an untraced request logs no hex id, and no link.
+TRACE_ID_MATCHER = r'"trace_id":"([0-9a-f]{32})"'
+# Grafana expands environment variables in every string of a provisioned datasource's jsonData (os.ExpandEnv), `$$`
+# standing for a literal `$` (grafana/grafana pkg/services/provisioning/values/values.go interpolateValue): a
+# `${__value.raw}` written as is would reach Grafana as an empty string.
+GRAFANA_LITERAL_DOLLAR = "$$"
+# How far around a span its trace's gateway log line is looked for: the line is written when the response ends, after
+# every span of the request, and a long generation's span may start minutes earlier.
+TRACE_TO_LOGS_SHIFT = ("-1m", "1m")
+
+
+def trace_log_query(gateway_namespace: str) -> str:
+    """The LogQL of Jaeger's trace-to-logs link, as provisioned: the gateway's access log lines that carry the trace
+    id (`${__trace.traceId}`, Grafana's variable for a span's trace id in a tracesToLogsV2 custom query)."""
+    return f'{{namespace="{gateway_namespace}"}} |= "{GRAFANA_LITERAL_DOLLAR}{{__trace.traceId}}"'
+
+
 def _datasources(cfg: BackendsView) -> list[dict[str, Any]]:
+    """Loki and Jaeger, linked both ways: a gateway log line's trace id opens the trace in Jaeger (a Loki derived
+    field whose internal link queries the Jaeger datasource with the matched id), and a span opens its trace's gateway
+    log lines in Loki (the Jaeger datasource's tracesToLogsV2)."""
     ns = cfg.observability.namespace
     return [
-        {"name": "Loki", "type": "loki", "uid": "loki", "access": "proxy",
-         "url": f"http://{service_host(LOKI_GATEWAY_SERVICE, ns)}"},
-        {"name": "Jaeger", "type": "jaeger", "uid": "jaeger", "access": "proxy",
-         "url": f"http://{service_host(JAEGER_SERVICE, ns)}:{JAEGER_QUERY_PORT}"},
+        {"name": "Loki", "type": "loki", "uid": LOKI_DATASOURCE_UID, "access": "proxy",
+         "url": f"http://{service_host(LOKI_GATEWAY_SERVICE, ns)}",
+         "jsonData": {"derivedFields": [{
+             "name": "TraceID", "matcherType": "regex", "matcherRegex": TRACE_ID_MATCHER,
+             "datasourceUid": JAEGER_DATASOURCE_UID, "url": f"{GRAFANA_LITERAL_DOLLAR}{{__value.raw}}",
+             "urlDisplayLabel": "Trace"}]}},
+        {"name": "Jaeger", "type": "jaeger", "uid": JAEGER_DATASOURCE_UID, "access": "proxy",
+         "url": f"http://{service_host(JAEGER_SERVICE, ns)}:{JAEGER_QUERY_PORT}",
+         "jsonData": {"tracesToLogsV2": {
+             "datasourceUid": LOKI_DATASOURCE_UID, "customQuery": True, "query": trace_log_query(cfg.gateway.namespace),
+             "spanStartTimeShift": TRACE_TO_LOGS_SHIFT[0], "spanEndTimeShift": TRACE_TO_LOGS_SHIFT[1]}}},
     ]
 
 
