@@ -207,3 +207,20 @@ def test_declared_dataclasses_stay_plain_for_the_components() -> None:
     for cls in SECTIONS:
         assert dataclasses.is_dataclass(cls) and not hasattr(cls, "__pydantic_fields__")
 
+
+def test_a_setting_reaches_the_component_args_of_the_same_name_with_no_line_of_mapping() -> None:
+    """infra/component_args.shared(): every scalar setting a component's args take by name, unset ones left out (the
+    component's default applies); what differs in shape (the pool, replicas) is mapped by hand after it."""
+    from components.k8s.serving import ModelDeploymentArgs
+    from infra.component_args import model_deployment_args, shared
+
+    cfg = parse(stack_raw("dev"), stack="dev")
+    m = next(iter(cfg.models.values()))
+    got = shared(m, ModelDeploymentArgs)
+    assert got["quantization"] == m.quantization and got["tensor_parallel"] == m.tensor_parallel
+    assert got["engine"] == m.engine and got["startup_budget_seconds"] == m.startup_budget_seconds
+    assert "speculative" not in got and "replicas" not in got  # sections: mapped by hand
+    assert all(v is not None for v in got.values())
+    args = model_deployment_args(cfg, m)
+    assert {k: args[k] for k in got if k != "pool"} == {k: v for k, v in got.items() if k != "pool"}  # type: ignore[literal-required]
+    assert args["pool"]["name"] == m.pool
