@@ -172,11 +172,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from infra.config_schema import COVERAGE, stack_file_schema
+    from infra.config import stack_file_schema
 
     target = json_target(args.out or "-", flag="--out", example="aifactory.schema.json")
     assert target is not None
-    write_json(target, stack_file_schema(COVERAGE))
+    write_json(target, stack_file_schema())
     return EXIT_OK
 
 

@@ -7,6 +7,7 @@ this module is the only place that knows both shapes.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any
 
 from components.k8s.autoscaler import ClusterAutoscalerArgs
@@ -19,9 +20,10 @@ from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
 from components.k8s.tenancy import TenancyArgs
 from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant
+from infra.stack import declared
 
-__all__ = ["same_names", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args", "mesh_args",
-           "fabric_args", "cluster_autoscaler_args", "observability_args", "platform_args"]
+__all__ = ["same_names", "shared", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args",
+           "mesh_args", "fabric_args", "cluster_autoscaler_args", "observability_args", "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 
@@ -36,6 +38,26 @@ def same_names(value: Any, *, unset_left_out: bool = False) -> Any:
         if v is not None or not unset_left_out:
             out[f.name] = list(v) if isinstance(v, tuple) else v
     return out
+
+
+def shared(value: Any, args: type) -> dict[str, Any]:
+    """The settings of the settings dataclass `value` whose values are scalars (a number, string or boolean) that
+    the component args `args` (a TypedDict) take by the same name, those unset (None) left out so the component's
+    own default applies: a new setting needs no line here when its arg is spelt alike (what differs in shape is
+    mapped after it)."""
+    keys = _arg_keys(args.__name__, args)
+    return {f.name: v for f in declared.declared_fields(value.__class__)
+            if f.name in keys and isinstance(v := getattr(value, f.name), str | int | float)}
+
+
+_ARG_KEYS: dict[str, frozenset[str]] = {}
+
+
+def _arg_keys(name: str, args: Any) -> frozenset[str]:
+    """The keys of a component's args (a TypedDict), read once."""
+    if name not in _ARG_KEYS:
+        _ARG_KEYS[name] = frozenset(typing.get_type_hints(args))
+    return _ARG_KEYS[name]
 
 
 def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
@@ -54,13 +76,9 @@ def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
 
 
 def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
-    out: GatewayModelArgs = {"tenant": m.tenant, "engine": m.engine, "task": m.task, "workload": m.workload,
-                             "priority": m.priority,
-                             "timeout_seconds": m.timeout_seconds, "e2e_slo_seconds": m.slo.e2e_seconds,
-                             "max_request_bytes": m.max_request_bytes,
-                             "try_idle_timeout_seconds": m.try_idle_timeout_seconds,
-                             "session_affinity_balance_factor": m.session_affinity_balance_factor,
-                             "max_replicas": m.replicas.max, "multi_node": m.multi_node}
+    out = typing.cast(GatewayModelArgs, {**shared(m, GatewayModelArgs), "e2e_slo_seconds": m.slo.e2e_seconds,
+                                         "session_affinity_balance_factor": m.session_affinity_balance_factor,
+                                         "max_replicas": m.replicas.max, "multi_node": m.multi_node})
     if m.variant is not None:  # the cost from the stack's prices when the config gives requestsPerSecond instead
         out["variant"] = {"cost_per_request": cfg.cost_per_request(m)}
         if m.variant.max_requests is not None:
@@ -91,53 +109,39 @@ def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
         routing.setdefault(workload, {})["policy"] = policy
     for workload, margin in gw.routing_margins.items():
         routing.setdefault(workload, {})["margin_percent"] = margin
-    return {
+    return typing.cast(GatewayArgs, {
+        **shared(gw, GatewayArgs),
         "models": {m.name: _gateway_model(cfg, m) for m in cfg.models.values()},
         "tenants": {t.name: _gateway_tenant(t) for t in cfg.tenants.values()},
-        "namespace": gw.namespace,
         "kubernetes_version": cfg.kubernetes_version,
         "monitoring_namespace": cfg.observability.namespace,
         "trace_sample_ratio": cfg.observability.trace_sample_ratio,
         "aws_internal_load_balancer": cfg.is_aws,
-        "service_type": gw.service_type,
-        "min_replicas": gw.min_replicas,
-        "max_replicas": gw.max_replicas,
-        "connect_timeout_seconds": gw.connect_timeout_seconds,
-        "request_headers_timeout_seconds": gw.request_headers_timeout_seconds,
-        "request_timeout_seconds": gw.request_timeout_seconds,
-        "stream_idle_timeout_seconds": gw.stream_idle_timeout_seconds,
-        "idle_timeout_seconds": gw.idle_timeout_seconds,
         "retries": same_names(gw.retries),
         "outlier_detection": same_names(gw.outlier_detection),
         "circuit_breakers": same_names(gw.circuit_breakers),
         "health_check": same_names(gw.health_check),
         "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
         "routing": routing,
-    }
+    })
 
 
 def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
     """One model of the stack with its pool, its tenant's namespace and where the cluster runs."""
     pool = cfg.pool_of(m)
-    args: ModelDeploymentArgs = {
-        "engine": m.engine, "model": m.model, "tenant": m.tenant, "model_name": m.name,
-        "namespace": cfg.tenant_of(m).namespace, "uri": m.uri,
+    args = typing.cast(ModelDeploymentArgs, {
+        **shared(m, ModelDeploymentArgs),
+        "model_name": m.name,
+        "namespace": cfg.tenant_of(m).namespace,
         "pool": {"name": pool.name, "instance_type": pool.instance_type, "fabric": pool.fabric,
                  "hugepages_mib": pool.hugepages_mib, "capacity_type": pool.capacity.type,
                  "taints": [{"key": t.key, "effect": t.effect, "value": t.value} for t in pool.taints]},
-        "tensor_parallel": m.tensor_parallel, "pipeline_parallel": m.pipeline_parallel,
-        "gpus_per_replica": m.gpus_per_replica, "quantization": m.quantization,
-        "quantized_checkpoint": m.quantized_checkpoint, "prefix_caching": m.prefix_caching,
-        "expert_parallel": m.expert_parallel,
+        "quantized_checkpoint": m.quantized_checkpoint,
         "replicas": same_names(m.replicas),
-        "workload": m.workload, "cache_gib": m.cache_gib, "startup_budget_seconds": m.startup_budget_seconds,
-        "group_formation_seconds": m.group_formation_seconds, "task": m.task,
         "monitoring_namespace": cfg.observability.namespace,
         "trace_sample_ratio": cfg.observability.trace_sample_ratio,
-    }
-    for key, value in (("mig_profile", m.mig_profile), ("max_model_length", m.max_model_length),
-                       ("kv_offload_gib", m.kv_offload_gib), ("weights_gib", m.weights_gib),
-                       ("aws_region", cfg.target.region if cfg.is_aws else None),
+    })
+    for key, value in (("aws_region", cfg.target.region if cfg.is_aws else None),
                        ("storage_class", cfg.target.storage_class),
                        ("priority_class_name", cfg.priority_class_of(m))):
         if value is not None:

@@ -7,7 +7,7 @@ file and re-exports them. A light module on purpose: no Pulumi, nothing of infra
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
@@ -31,6 +31,8 @@ __all__ = [
     "DURATION_PATTERN",
     "QUANTITY_PATTERN",
     "MIG_PROFILE_PATTERN",
+    "DNS_SUBDOMAIN_PATTERN",
+    "MIG_LAYOUTS",
     "MAX_REQUEST_BYTES_LIMIT",
     "setting",
     "NamespaceView",
@@ -54,6 +56,11 @@ __all__ = [
     "Fidelity",
     "Model",
     "MODEL_TASKS",
+    "QUANTIZATION_METHODS",
+    "Quantization",
+    "SessionAffinity",
+    "Routing",
+    "AlertRoutes",
     "Retries",
     "OutlierDetection",
     "CircuitBreakers",
@@ -85,23 +92,42 @@ NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at mos
 UTC_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z$"  # a capacity block's start or end
 NOT_A_UTC_TIME = "is not a UTC time such as 2026-12-01T11:30:00Z"
 MIG_PROFILE_PATTERN = r"^[1-7]g\.\d+gb$"  # a MIG profile as the GPU operator names its resources (1g.10gb)
+# a Kubernetes object name (a node's): a DNS subdomain, at most 253 characters
+DNS_SUBDOMAIN_PATTERN = r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+# Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
+MIG_LAYOUTS = (
+    "all-1g.10gb",
+    "all-1g.20gb",
+    "all-2g.20gb",
+    "all-3g.40gb",
+    "all-4g.40gb",
+    "all-7g.80gb",
+    "all-balanced",
+)
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it
 DURATION_PATTERN = r"^[1-9][0-9]*(h|d|w|y)$"  # a retention as Prometheus and Jaeger take it
 SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its dataclass field's metadata
 
 
 def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: float | None = None,
-            pattern: str | None = None, invalid: str | None = None, derived: bool = False) -> Any:
-    """A dataclass field that is also a stack file setting, declared once: its default, `doc` (what it does and,
-    where the default is not a constant, how it is derived), inclusive bounds `ge`/`le`, and for a string a regular
-    expression `pattern` with the message `invalid` for a value that does not match it; `derived`: the default stands
-    in for a value the stack model computes from other settings, or holds only under another setting (a provider's
-    key), so the editor schema states none (`doc` says what it is).
-    infra/stack reads the
-    declaration to validate the stack file and to write the editor schema and docs/stack-reference.md; the stack
-    file's key is the field name in camelCase. Plain metadata: the components need nothing beyond the standard
-    library."""
-    meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid, "derived": derived}
+            pattern: str | None = None, invalid: str | None = None, derived: bool = False,
+            default_factory: Any = MISSING, key: str | None = None, form: Any = None,
+            choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None) -> Any:
+    """A dataclass field that is also a stack file setting, declared once: its default (or `default_factory`), `doc`
+    (what it does and, where the default is not a constant, how it is derived), inclusive bounds `ge`/`le` (of a
+    number, or of a mapping's values), and a regular expression `pattern` (of a string, a list's strings, or a
+    mapping's keys) with the message `invalid` for a value that does not match it; `choices` the allowed values
+    (or a function giving them, where they come from a registry that imports this module); `derived`: the default
+    stands in for a value the stack model computes from other settings, or holds only under another setting (a
+    provider's key), so the editor schema states none (`doc` says what it is). The stack file's key is the field
+    name in camelCase, or `key`; `form`: the stack file's type where it is not the field's (a mapping the stack
+    model turns into this value).
+    infra/stack reads the declaration to validate the stack file and to write the editor schema and
+    docs/stack-reference.md. Plain metadata: the components need nothing beyond the standard library."""
+    meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid, "derived": derived, "key": key,
+            "form": form, "choices": choices}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata={SETTING: meta})
     return field(default=default, metadata={SETTING: meta})
 
 
@@ -158,17 +184,22 @@ class Tenant:
     memory_quota: str = setting("0Gi", pattern=QUANTITY_PATTERN, invalid="is not a Kubernetes quantity",
                                 derived=True, doc="Memory the namespace may request, a Kubernetes quantity "
                                                   "(default: as cpuQuota).")
-    mig_quota: Mapping[str, int] = field(default_factory=dict)  # default: per profile, what the models scale to
-    rate_limit: RateLimit = field(default_factory=RateLimit)
-    share_with: tuple[str, ...] = ()  # default: none; tenants whose callers may call this tenant's models
+    mig_quota: Mapping[str, int] = setting(default_factory=dict, ge=0, pattern=MIG_PROFILE_PATTERN, derived=True,
+                                           doc="MIG slices the namespace may request, by profile (1g.10gb: 2) "
+                                               "(default: per profile, what the tenant's models scale to; every MIG "
+                                               "profile of the stack has a quota, 0 for a tenant that uses none).")
+    rate_limit: RateLimit = setting(default_factory=RateLimit, doc="The gateway's token buckets for the tenant's "
+                                                                   "callers.")
+    share_with: tuple[str, ...] = setting((), pattern=DNS_LABEL_PATTERN, doc="Tenants whose callers may call this "
+                                                                             "tenant's models (default: none).")
 
 
 @dataclass(frozen=True, slots=True)
 class SecretRef:
     """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
 
-    name: str
-    key: str
+    name: str = setting(doc="The Secret's name.")
+    key: str = setting(doc="The key in the Secret.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,9 +274,12 @@ class FidelityJob:
     whenever a variant, the suite or the gate changes: `aifactory eval` through the gateway, scores to the
     OpenTelemetry Collector as metrics."""
 
-    image: str  # an image with the kit and this repo's stacks/ (the stack file and its evals/), e.g. your CI's
-    token_secret: SecretRef  # a Secret in the gateway namespace holding a bearer token the gateway accepts
-    timeout_seconds: int = 3600  # default: 3600 (the Job's activeDeadlineSeconds)
+    image: str = setting(pattern=r"^\S+$", invalid="is not an image reference",
+                         doc="An image with the kit and this repository's stacks/ (the stack file and its evals/), "
+                             "e.g. your CI's.")
+    token_secret: SecretRef = setting(doc="A Secret in the gateway namespace holding a bearer token the gateway "
+                                          "accepts.")
+    timeout_seconds: int = setting(3600, ge=60, le=86400, doc="The Job's deadline (activeDeadlineSeconds).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,8 +289,10 @@ class CategoryGate:
     unseen behind the aggregate."""
 
     name: str  # an item's `category`, or `*`
-    min_score: float | None = None  # default: none; the variant's score on the category's items at least this
-    max_drop: float | None = None  # default: none; the variant's score at most this below the baseline's there
+    min_score: float | None = setting(None, ge=0, le=1, doc="The variant's score on the category's items must be at "
+                                                            "least this (give it, maxDrop or both).")
+    max_drop: float | None = setting(None, ge=0, le=1, doc="The variant's score on the category's items may be at "
+                                                           "most this below the baseline's.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,13 +301,24 @@ class Fidelity:
     traffic only with a current result of suite `suite` (stacks/evals/<suite>/) whose drop below the baseline's
     score on the same items is shown to be at most `max_drop` (infra/fidelity.py, README "Fidelity")."""
 
-    suite: str  # a directory under stacks/evals/
-    baseline: str  # the variant (model key) the others are compared with; it needs no result of its own
-    max_drop: float = DEFAULT_MAX_DROP  # default: 0.02; largest drop of the score (a share, 0-1) vs the baseline
-    job: FidelityJob | None = None  # default: none (evaluate with `aifactory eval` from outside the cluster)
-    min_baseline_score: float = DEFAULT_MIN_BASELINE_SCORE  # default: 0.5; below it no variant is judged
-    max_unanswered: float = DEFAULT_MAX_UNANSWERED  # default: 0.05; above it a variant's evaluation fails
-    categories: tuple[CategoryGate, ...] = ()  # default: none (only the aggregate is gated)
+    suite: str = setting(pattern=DNS_LABEL_PATTERN, invalid="is not a suite directory name (a DNS label: lowercase "
+                         "letters, digits, '-')", doc="The suite: a directory under stacks/evals/.")
+    baseline: str = setting(doc="The variant (a model key) the others are compared with; it needs no result of its "
+                                "own.")
+    max_drop: float = setting(DEFAULT_MAX_DROP, ge=0, le=1, doc="Largest drop of a variant's score (a share, 0-1) "
+                                                                "below the baseline's on the same items.")
+    job: FidelityJob | None = setting(None, doc="Run the evaluation as a Job in the cluster (default: none: "
+                                                "evaluate with `aifactory eval` from outside).")
+    min_baseline_score: float = setting(DEFAULT_MIN_BASELINE_SCORE, ge=0, le=1, doc="Below this baseline score no "
+                                                                                    "variant is judged (a broken "
+                                                                                    "endpoint or the wrong suite).")
+    max_unanswered: float = setting(DEFAULT_MAX_UNANSWERED, ge=0, le=1, doc="Share of items a variant may leave "
+                                                                            "unanswered before its evaluation "
+                                                                            "fails.")
+    categories: tuple[CategoryGate, ...] = setting((), form=Mapping[str, CategoryGate],
+                                                   doc="Guards per category of the suite's items (`*`: every "
+                                                       "category not named) (default: none; only the aggregate is "
+                                                       "gated).")
 
     def category_gate(self, category: str) -> CategoryGate | None:
         """The guards of `category`: its own entry, else `*`'s, else none."""
@@ -280,12 +327,50 @@ class Fidelity:
 
 
 MODEL_TASKS = ("generate", "embed", "rerank")
+QUANTIZATION_METHODS = Literal["none", "fp8", "awq", "gptq", "int8"]
+
+
+def _engine_names() -> tuple[str, ...]:
+    from components.k8s.engines import ENGINE_NAMES  # the registry imports this module
+
+    return ENGINE_NAMES
+
+
+def _hash_balance_factor() -> int:
+    from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR  # it imports this module
+
+    return DEFAULT_HASH_BALANCE_FACTOR
+
+
+@dataclass(frozen=True, slots=True)
+class Quantization:
+    """The stack file's long form of models.<name>.quantization (Model.quantization and .quantized_checkpoint)."""
+
+    method: QUANTIZATION_METHODS = setting(doc="The quantization method.")
+    checkpoint: Literal["pre-quantized", "load-time"] = setting(
+        "pre-quantized", derived=True, doc="pre-quantized: the checkpoint carries its own quantization config (the "
+                                           "engine reads it); load-time: the engine quantizes BF16 weights as it "
+                                           "loads them (default: load-time for fp8 where the engine can, else "
+                                           "pre-quantized: awq, gptq and int8 exist only as checkpoints).")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionAffinity:
+    """The stack file's form of models.<name>.sessionAffinity (Model.session_affinity_balance_factor)."""
+
+    enabled: bool = setting(True, derived=True, doc="Send a session's requests to the replica that served it "
+                                                    "before (default: on for a generate model whose engine reuses KV "
+                                                    "blocks across requests and whose prefixCaching is on).")
+    hash_balance_factor: int = setting(default_factory=_hash_balance_factor, ge=100, le=1000,
+                                       doc="Percent of the average load one replica may take before a session "
+                                           "moves to another (Envoy's hash_balance_factor).")
 
 
 @dataclass(frozen=True, slots=True)
 class Model:
     name: str
-    engine: str  # an engine of the registry (components.k8s.engines.ENGINES); the stack model checks the name
+    engine: str = setting(choices=_engine_names, doc="The serving engine (an engine of the registry, "
+                                                     "components/k8s/engines).")
     model: str = setting(doc="The served model id (the checkpoint's Hugging Face id, e.g. "
                              "meta-llama/Llama-3.1-8B-Instruct); clients name the model by it.")
     tenant: str = setting(doc="The tenant that owns the model (a key of tenants): its namespace, quota and callers.")
@@ -303,14 +388,16 @@ class Model:
                                       "1g.10gb", doc="Serve on a MIG slice of this profile (requests "
                                                      "nvidia.com/mig-<profile>; the pool needs a mig layout) instead "
                                                      "of whole GPUs.")
-    quantization: Literal["none", "fp8", "awq", "gptq", "int8"] = "none"  # default: none
+    quantization: QUANTIZATION_METHODS = setting("none", form=QUANTIZATION_METHODS | Quantization,
+                                                 doc="How the weights are quantized: a method (none, fp8, awq, gptq, "
+                                                     "int8), or {method, checkpoint} (default: none).")
     max_model_length: int | None = setting(None, ge=256, doc="Longest context (prompt plus output) the engine "
                                                              "accepts, tokens (default: the model's own).")
     prefix_caching: bool = setting(True, derived=True, doc="Reuse KV blocks across requests that share a prefix "
                                                            "(default: on where the engine can; an explicit true is "
                                                            "refused where it cannot).")
-    speculative: Speculative | None = None  # default: none (vLLM only)
-    replicas: Replicas = field(default_factory=Replicas)
+    speculative: Speculative | None = setting(None, doc="Speculative decoding (default: none; engines that can).")
+    replicas: Replicas = setting(default_factory=Replicas, doc="How many replicas, and the autoscaler's targets.")
     workload: str = setting("", pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, derived=True,
                             doc="The workload the model serves (default: the model's name); models sharing one are "
                                 "routed by x-priority or, as variants, by latency budget.")
@@ -319,8 +406,9 @@ class Model:
                                                                           "PriorityClass.")
     timeout_seconds: float = setting(60.0, ge=0.1, le=3600, doc="The gateway's timeout of one request to the "
                                                                 "model, seconds.")
-    slo: ModelSlo = field(default_factory=ModelSlo)
-    callers: tuple[str, ...] = ()  # default: none; models allowed to call this one through the mesh
+    slo: ModelSlo = setting(default_factory=ModelSlo, doc="The model's latency objectives (alerts, dashboards, "
+                                                          "variant routing).")
+    callers: tuple[str, ...] = setting((), doc="Models allowed to call this one through the mesh (default: none).")
     cache_gib: int = setting(200, ge=1, doc="Size of the model cache volume the weights are downloaded to, GiB.")
     startup_budget_seconds: int = setting(DEFAULT_STARTUP_BUDGET_SECONDS, ge=60, le=86400,
                                           doc="Seconds a replica may take to download, load and warm up before its "
@@ -344,7 +432,8 @@ class Model:
     weights_gib: float | None = setting(None, ge=0.01, doc="Size of the weights, GiB, for the memory and "
                                                            "start-up checks (default: estimated from the model id's "
                                                            "parameter count and quantization).")
-    variant: Variant | None = None  # default: none (the workload's only interactive model)
+    variant: Variant | None = setting(None, doc="The model is one of its workload's variants, routed by the "
+                                                "caller's latency budget (`variant:` alone marks it; default: none).")
     task: Literal["generate", "embed", "rerank"] = setting("generate", doc="What the model does, which decides the "
                                                                            "API paths the gateway routes to it: "
                                                                            "chat/completions, embeddings or "
@@ -359,8 +448,8 @@ class Model:
                                                "join, on top of startupBudgetSeconds.")
     # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
     # the session before, each replica taking at most this percentage of the average load; None: least-request.
-    # default (infra.config): 125 for task generate, off otherwise
-    session_affinity_balance_factor: int | None = None
+    session_affinity_balance_factor: int | None = setting(None, key="sessionAffinity", form=SessionAffinity,
+                                                          doc="Session affinity: {enabled, hashBalanceFactor}.")
 
     @property
     def multi_node(self) -> bool:
@@ -416,20 +505,43 @@ class HealthCheck:
 
 @dataclass(frozen=True, slots=True)
 class JwtIssuer:
-    issuer: str  # the tokens' `iss`, e.g. https://sso.example.com/realms/aifactory
-    jwks_uri: str  # where its signing keys are published (https://...)
-    audiences: tuple[str, ...] = ()  # default: none (any `aud`); set it to the gateway's client id
-    # the tenants this issuer may name in its tokens' tenant claim; default: None (any tenant). Set it when
-    # several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
-    tenants: tuple[str, ...] | None = None
+    issuer: str = setting(pattern=r"\S", invalid="is empty", doc="The tokens' iss, e.g. "
+                                                                  "https://sso.example.com/realms/aifactory.")
+    jwks_uri: str = setting(pattern=r"^https://[^/\s:]+(:\d+)?(/\S*)?$", invalid="is not an https:// URL",
+                            doc="Where the issuer publishes its signing keys (https://).")
+    audiences: tuple[str, ...] = setting((), doc="Accepted aud values (default: none, any aud); set it to the "
+                                                 "gateway's client id.")
+    # Set it when several issuers are configured, so one team's IdP cannot mint tokens for another team's tenant
+    tenants: tuple[str, ...] | None = setting(None, derived=True, doc="The tenants this issuer's tokens may name in "
+                                                                      "the tenant claim (default: any tenant).")
 
 
 @dataclass(frozen=True, slots=True)
 class GatewayAuth:
-    issuers: tuple[JwtIssuer, ...] = ()  # default: none: every model request gets 401
-    tenant_claim: str = "tenant"  # default: tenant; the JWT claim naming the caller's tenant
-    # default: 86400 (24 h); a token without exp, or whose exp is further away than this, gets 401
-    max_token_lifetime_seconds: int = DEFAULT_MAX_TOKEN_LIFETIME_SECONDS
+    issuers: tuple[JwtIssuer, ...] = setting((), doc="The JWT issuers whose tokens the gateway accepts (default: "
+                                                     "none: every model request gets 401).")
+    tenant_claim: str = setting("tenant", pattern=r"^[A-Za-z0-9_:.-]+$",
+                                invalid="is not a claim name (letters, digits, _ : . -)",
+                                doc="The JWT claim naming the caller's tenant.")
+    max_token_lifetime_seconds: int = setting(DEFAULT_MAX_TOKEN_LIFETIME_SECONDS, ge=60,
+                                              le=MAX_TOKEN_LIFETIME_LIMIT_SECONDS,
+                                              doc="A token without exp, or whose exp is further away than this, "
+                                                  "gets 401 (seconds).")
+
+
+@dataclass(frozen=True, slots=True)
+class Routing:
+    """The stack file's form of gateway.routing.<workload> (GatewaySettings.routing, .routing_margins, .fidelity)."""
+
+    policy: str = setting(ROUTING_POLICIES[0], choices=ROUTING_POLICIES,
+                          doc="How a request picks a variant: the cheapest that fits its latency budget "
+                              "(cost-within-deadline), the fastest, or the cheapest.")
+    margin_percent: float | None = setting(None, ge=0, le=1000, derived=True,
+                                           doc="How much more than a variant's slo.e2eSeconds a budget must hold "
+                                               "for the variant to fit it, percent (default: 25).")
+    fidelity: Fidelity | None = setting(None, doc="The workload's fidelity gate: a variant gets traffic only with "
+                                                  "a current evaluation close enough to the baseline's (default: "
+                                                  "none).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -442,11 +554,15 @@ class GatewaySettings:
     service_type: Literal["LoadBalancer", "NodePort", "ClusterIP"] = setting(
         "LoadBalancer", doc="How clients reach the gateway: its Service's type.")
     connect_timeout_seconds: float = setting(2.0, ge=0.01, le=60, doc="Seconds to connect to a model replica.")
-    retries: Retries = field(default_factory=Retries)
-    outlier_detection: OutlierDetection = field(default_factory=OutlierDetection)
-    circuit_breakers: CircuitBreakers = field(default_factory=CircuitBreakers)
-    auth: GatewayAuth = field(default_factory=GatewayAuth)
-    health_check: HealthCheck = field(default_factory=HealthCheck)
+    retries: Retries = setting(default_factory=Retries, doc="Retries of a failed request on another replica.")
+    outlier_detection: OutlierDetection = setting(default_factory=OutlierDetection,
+                                                  doc="Ejection of replicas that keep failing.")
+    circuit_breakers: CircuitBreakers = setting(default_factory=CircuitBreakers,
+                                                doc="Limits on what one gateway replica sends to one model.")
+    auth: GatewayAuth = setting(default_factory=GatewayAuth, doc="Who may call models: JWT issuers and the "
+                                                                 "tenant claim.")
+    health_check: HealthCheck = setting(default_factory=HealthCheck, doc="The gateway's active health checks of "
+                                                                         "replicas.")
     request_headers_timeout_seconds: float = setting(10.0, ge=0.01, le=3600, doc="Seconds to receive a request's "
                                                                                  "headers (408 past it).")
     request_timeout_seconds: float = setting(60.0, ge=0.01, le=3600, doc="Seconds to receive a whole request, body "
@@ -456,7 +572,9 @@ class GatewaySettings:
     idle_timeout_seconds: float = setting(300.0, ge=1, le=86400, doc="Seconds before an idle client connection is "
                                                                      "closed.")
     # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
-    routing: Mapping[str, str] = field(default_factory=dict)
+    routing: Mapping[str, str] = setting(default_factory=dict, form=Mapping[str, Routing], pattern=DNS_LABEL_PATTERN,
+                                         doc="Per workload with variants: how a request picks one, and the "
+                                             "variants' fidelity gate (default: cost-within-deadline, no gate).")
     # workload -> marginPercent over each variant's expected latency; default: DEFAULT_ROUTING_MARGIN_PERCENT
     routing_margins: Mapping[str, float] = field(default_factory=dict)
     # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
@@ -525,8 +643,12 @@ class NodePool:
     fabric: Literal["efa", "infiniband", "none"] = setting("none", doc="The data-plane fabric between the pool's "
                                                                       "GPUs: efa (provider aws), infiniband "
                                                                       "(provider existing) or none.")
-    availability_zones: tuple[str, ...] = ()  # default: EFA pools the first AZ, others every AZ
-    capacity: Capacity = field(default_factory=Capacity)
+    availability_zones: tuple[str, ...] = setting((), derived=True, doc="provider aws: the pool's zones, of "
+                                                                       "target.availabilityZones (default: an EFA "
+                                                                       "pool the first zone, others every zone; a "
+                                                                       "reservation's pool must list its one zone).")
+    capacity: Capacity = setting(default_factory=Capacity, doc="provider aws: where the pool's instances come "
+                                                               "from.")
     placement_group: bool = setting(False, derived=True, doc="Launch the nodes into a cluster placement group "
                                                              "(default: true for EFA pools on on-demand capacity; "
                                                              "provider aws).")
@@ -536,11 +658,19 @@ class NodePool:
     hugepages_mib: int = setting(0, ge=0, derived=True, doc="2 MiB huge pages reserved on each node, MiB, a "
                                                             "multiple of 2 (default: 5120 on EFA pools, which "
                                                             "libfabric needs, else 0).")
-    labels: Mapping[str, str] = field(default_factory=dict)  # default: none beyond the kit's own
-    taints: tuple[Taint, ...] = ()  # default: GPU types nvidia.com/gpu=true:NoSchedule, CPU types none
-    mig: str | None = None  # default: no MIG layout
-    nodes: tuple[str, ...] = ()  # existing: the pool's node names; required with `mig` (the kit labels them)
-    node_check: NodeCheck = field(default_factory=NodeCheck)
+    labels: Mapping[str, str] = setting(default_factory=dict, doc="Node labels beyond the kit's own (not its pool "
+                                                                  "label, not nvidia.com/*).")
+    taints: tuple[Taint, ...] = setting((), derived=True, doc="The nodes' taints (default: "
+                                                              "nvidia.com/gpu=true:NoSchedule on GPU types, none "
+                                                              "on CPU types).")
+    mig: str | None = setting(None, choices=MIG_LAYOUTS, doc="The MIG layout the GPU operator's MIG manager applies "
+                                                             "to the pool's GPUs (default: none, whole GPUs).")
+    nodes: tuple[str, ...] = setting((), pattern=DNS_SUBDOMAIN_PATTERN, derived=True,
+                                     invalid="is not a Kubernetes object name (a DNS subdomain)",
+                                     doc="provider existing: the pool's node names; required with mig (the kit "
+                                         "labels them nvidia.com/mig.config).")
+    node_check: NodeCheck = setting(default_factory=NodeCheck, doc="The GPU node check's thresholds (aifactory "
+                                                                   "node-check).")
     vllm_image: str | None = setting(None, pattern=r"^[\w.-]+(:\d+)?(/[\w.-]+)+(:[\w.-]+|@sha256:[0-9a-f]{64})$",
                                      invalid="is not an image reference with a tag or digest (registry/repo:tag)",
                                      doc="The vLLM image of the pool's models (default: the image for the pool's "
@@ -557,14 +687,27 @@ class NodePool:
 
 @dataclass(frozen=True, slots=True)
 class InfinibandSettings:
-    network: Literal["ipoib", "sriov"] = "ipoib"  # default: ipoib
-    interfaces: tuple[str, ...] = ("ib0",)  # default: the IB pools' catalog rails (catalog.IB_RAILS netdevs)
-    ip_range: str = "192.168.100.0/22"  # default: 192.168.100.0/22 (nv-ipam pool for the RDMA network)
-    hca_device_ids: tuple[str, ...] = ("101b",)  # default: [101b] (ConnectX-6); ConnectX-7 is 1021
-    rdma_resource_name: str = "rdma_shared_device_a"  # default: rdma_shared_device_a
-    rdma_hca_max: int = 63  # default: 63
-    hosts_have_ofed: bool = False  # default: false (the network operator deploys the DOCA driver)
-    hcas: tuple[str, ...] = ()  # default: the catalog rails' RDMA devices (NCCL_IB_HCA), one per interface
+    network: Literal["ipoib", "sriov"] = setting("ipoib", doc="How pods reach the InfiniBand fabric: an IPoIB "
+                                                              "secondary network, or SR-IOV virtual functions.")
+    interfaces: tuple[str, ...] = setting(("ib0",), derived=True, doc="The hosts' IPoIB netdevs, one per compute "
+                                                                      "rail (default: the InfiniBand pools' rails "
+                                                                      "in the kit's catalog, else ib0).")
+    ip_range: str = setting("192.168.100.0/22", doc="The RDMA network's addresses (the nv-ipam pool), a CIDR block "
+                                                    "with room for every InfiniBand node.")
+    hca_device_ids: tuple[str, ...] = setting(("101b",), pattern=r"^[0-9a-f]{4}$",
+                                              invalid="is not a PCI device id such as 101b",
+                                              doc="PCI device ids of the HCAs the RDMA device plugin shares "
+                                                  "(101b: ConnectX-6; ConnectX-7 is 1021).")
+    rdma_resource_name: str = setting("rdma_shared_device_a", pattern=r"^[a-z0-9_]+$",
+                                      invalid="may hold only lowercase letters, digits and '_'",
+                                      doc="The RDMA device plugin's resource (rdma/<name>) pods request.")
+    rdma_hca_max: int = setting(63, ge=1, le=1000, doc="Pods that may share one HCA (the device plugin's "
+                                                       "rdmaHcaMax).")
+    hosts_have_ofed: bool = setting(False, doc="The hosts already run the OFED/DOCA driver (default: false, the "
+                                               "network operator deploys it).")
+    hcas: tuple[str, ...] = setting((), pattern=r"^[a-z0-9_]+$", invalid="is not an RDMA device name such as mlx5_0",
+                                    derived=True, doc="The RDMA devices NCCL uses (NCCL_IB_HCA), one per interface "
+                                                      "(default: the catalog rails' devices).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -588,14 +731,22 @@ class AlertReceiver:
     (optional); webhook: a bearer token (optional)."""
 
     name: str
-    type: Literal["slack", "pagerduty", "email", "webhook"]
-    secret: SecretRef | None = None  # slack, pagerduty: required; email, webhook: default: none
-    channel: str | None = None  # slack: required
-    to: str | None = None  # email: required
-    sender: str | None = None  # email (`from`): required
-    smarthost: str | None = None  # email: required, host:port
-    username: str | None = None  # email: default: no SMTP authentication
-    url: str | None = None  # webhook: required, http(s)://
+    type: Literal["slack", "pagerduty", "email", "webhook"] = setting(doc="The receiver's kind, which decides the "
+                                                                          "other keys it takes.")
+    secret: SecretRef | None = setting(None, doc="The Secret holding the credential: slack the incoming-webhook "
+                                                 "URL, pagerduty the Events v2 routing key (both required); email "
+                                                 "the SMTP password, webhook a bearer token (default: none).")
+    channel: str | None = setting(None, doc="slack: the channel (required).")
+    to: str | None = setting(None, pattern=r"^[^@\s]+@[^@\s]+$", invalid="is not an email address",
+                             doc="email: the address alerts go to (required).")
+    sender: str | None = setting(None, key="from", pattern=r"^[^@\s]+@[^@\s]+$", invalid="is not an email address",
+                                 doc="email: the sender's address (required).")
+    smarthost: str | None = setting(None, pattern=r"^[A-Za-z0-9.-]+:\d{1,5}$",
+                                    invalid="is not host:port such as smtp.example.com:587",
+                                    doc="email: the SMTP server, host:port (required).")
+    username: str | None = setting(None, doc="email: the SMTP user (default: no SMTP authentication).")
+    url: str | None = setting(None, pattern=r"^https?://[^\s]+$", invalid="is not an http(s):// URL",
+                              doc="webhook: where alerts are posted, http(s):// (required).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -612,12 +763,25 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
+class AlertRoutes:
+    """The stack file's form of observability.alerting.routes (Alerting.routes): receivers per severity."""
+
+    critical: tuple[str, ...] = setting((), doc="Receivers of critical alerts.")
+    warning: tuple[str, ...] = setting((), doc="Receivers of warning alerts.")
+    info: tuple[str, ...] = setting((), doc="Receivers of info alerts.")
+
+
+@dataclass(frozen=True, slots=True)
 class Alerting:
     """Where alerts go: receivers by name, and per severity the receivers that get it."""
 
-    receivers: Mapping[str, AlertReceiver] = field(default_factory=dict)  # default: none
-    routes: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # default: none (alerts stay in the UI)
-    heartbeat: Heartbeat | None = None  # default: none (Watchdog goes to "null": no dead-man's switch)
+    receivers: Mapping[str, AlertReceiver] = setting(default_factory=dict, pattern=DNS_LABEL_PATTERN,
+                                                     doc="Alertmanager receivers by name (default: none).")
+    routes: Mapping[str, tuple[str, ...]] = setting(default_factory=dict, form=AlertRoutes,
+                                                    doc="Per severity, the receivers that get its alerts (default: "
+                                                        "none: alerts stay in the UI).")
+    heartbeat: Heartbeat | None = setting(None, doc="The dead-man's switch (default: none: the Watchdog alert goes "
+                                                    "nowhere).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -654,22 +818,29 @@ class ObservabilitySettings:
     trace_sample_ratio: float = setting(1.0, ge=0, le=1, doc="Share of traces the Collector keeps.")
     idle_gpu_utilization_percent: float = setting(10.0, ge=0, le=100, doc="GPUs under this utilisation count as "
                                                                           "idle, percent.")
-    prices: Mapping[str, float] = field(default_factory=dict)  # default: the catalog's on-demand prices
-    default_workflow_slo: WorkflowSlo = field(default_factory=WorkflowSlo)
-    workflows: Mapping[str, WorkflowSlo] = field(default_factory=dict)  # default: none named
+    prices: Mapping[str, float] = setting(default_factory=dict, ge=0, doc="$/hour of one node by instance type "
+                                                                          "(default: the catalog's on-demand "
+                                                                          "price; required for a type without "
+                                                                          "one).")
+    default_workflow_slo: WorkflowSlo = setting(default_factory=WorkflowSlo, key="slo",
+                                                doc="The SLO of every agent workflow not named in workflows.")
+    workflows: Mapping[str, WorkflowSlo] = setting(default_factory=dict, pattern=DNS_LABEL_PATTERN,
+                                                   doc="SLOs of named workflows; what one does not set is slo's "
+                                                       "(default: none named).")
     trace_retention: str = setting("7d", pattern=DURATION_PATTERN, invalid="is not a retention such as 7d or 168h",
                                    doc="How long Jaeger keeps traces.")
     mesh_trace_sampling_percent: float = setting(1.0, ge=0, le=100, doc="Share of requests that start a trace at "
                                                                         "the mesh, percent.")
     control_plane_metrics: bool = setting(False, doc="Scrape the control plane (opt-in: EKS exposes none, kubeadm "
                                                      "binds them to 127.0.0.1).")
-    ingest: Ingest = field(default_factory=Ingest)
-    alerting: Alerting = field(default_factory=Alerting)
+    ingest: Ingest = setting(default_factory=Ingest, doc="Expected ingest, the basis of the backends' disk sizes.")
+    alerting: Alerting = setting(default_factory=Alerting, doc="Where alerts go.")
     runbook_url: str | None = setting(None, pattern=r"^https?://[^\s#]+$",
                                       invalid="is not an http(s) URL without a #fragment (alerts append #<alert>)",
                                       doc="Alerts link to <runbookUrl>#<alert name in lowercase> (default: "
                                           "dashboards.config.DEFAULT_RUNBOOK_URL).")
-    volumes: VolumeSizes = field(default_factory=VolumeSizes)  # default: nothing pinned
+    volumes: VolumeSizes = setting(default_factory=VolumeSizes, doc="Pinned disk sizes of the backends (default: "
+                                                                    "nothing pinned).")
 
 
 def infiniband_settings(given: Mapping[str, Any]) -> InfinibandSettings:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from components.k8s.settings import (
     Fidelity,
@@ -12,6 +13,7 @@ from components.k8s.settings import (
     Tenant,
 )
 from infra.stack.reader import (
+    _given,
     _Reader,
 )
 
@@ -116,7 +118,10 @@ def _issuer_tenants(r: _Reader, auth: GatewayAuth, tenants: Mapping[str, Tenant]
                 r.fail(f"{path}[{j}]", f"{t!r} is not a tenant; tenants: {', '.join(sorted(tenants)) or '(none)'}")
 
 
-def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant]) -> None:
+def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant], raw_tenants: Any
+                        ) -> None:
+    """Callers, one model per workload and priority, shareWith, and each tenant's GPU quota (`raw_tenants`: the
+    stack file's `tenants`, to tell a quota of 0 from one left unset)."""
     by_workload: dict[tuple[str, str], list[Model]] = {}
     for m in models.values():
         if m.variant is None:  # variants: _variant_checks
@@ -138,6 +143,10 @@ def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mappin
                        f"{', '.join(sorted(set(tenants) - {t.name})) or '(none)'}")
         need = sum(m.replicas.max * (m.gpus_per_replica if m.mig_profile is None else 0)
                    for m in models.values() if m.tenant == t.name)
+        body = raw_tenants.get(t.name) if isinstance(raw_tenants, dict) else None
         if need > t.gpu_quota and not r.problems_at(f"tenants.{t.name}.gpuQuota"):  # a malformed quota is not 0
-            r.fail(f"tenants.{t.name}.gpuQuota", f"{t.gpu_quota} is less than the {need} GPUs its models can scale "
-                                                 f"to (replicas.max x gpusPerReplica); raise it to at least {need}")
+            given = _given(body if isinstance(body, dict) else None, "gpuQuota")
+            r.fail(f"tenants.{t.name}.gpuQuota",
+                   (f"{t.gpu_quota} is less than" if given else "is unset (null or absent: no GPUs), but")
+                   + f" the {need} GPUs its models can scale to (replicas.max x gpusPerReplica); "
+                   + ("raise it" if given else "set it") + f" to at least {need}")

@@ -6,7 +6,7 @@ import ipaddress
 import re
 import zlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from components.aws import catalog
@@ -26,7 +26,8 @@ class Target:
                                                        "existing: it deploys onto a cluster you run (kubeconfig).")
     region: str | None = setting(None, pattern=r"^[a-z]{2}(-[a-z]+)+-\d$", invalid="is not an AWS region such as "
                                  "us-east-1", doc="aws: the AWS region (required).")
-    availability_zones: tuple[str, ...] = ()  # aws: required, 2-6 zones of `region`
+    availability_zones: tuple[str, ...] = setting((), derived=True, doc="aws: the cluster's zones, 2 to 6 of region "
+                                                                       "(required).")
     kubeconfig: str | None = setting(None, doc="existing: the kubeconfig file of the cluster (required).")
     context: str | None = setting(None, doc="existing: the kubeconfig context (default: its current-context).")
     hosts_have_drivers: bool = setting(False, derived=True,
@@ -59,10 +60,15 @@ class SystemPool:
 class ClusterSettings:
     name: str = setting("", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,99}$", invalid="is not a valid EKS cluster name",
                         derived=True, doc="The EKS cluster's name (default: aifactory-<stack>).")
-    public_access_cidrs: tuple[str, ...] = ()  # required (non-empty) for apiAccess public-and-private
-    # default: none (only the creator has access); when set, exactly these roles: list the one you deploy with
-    admin_role_arns: tuple[str, ...] = ()
-    system_pool: SystemPool = field(default_factory=SystemPool)
+    public_access_cidrs: tuple[str, ...] = setting((), derived=True, doc="Networks the public API endpoint answers "
+                                                                        "(required, non-empty, for apiAccess "
+                                                                        "public-and-private; at most 40).")
+    admin_role_arns: tuple[str, ...] = setting((), pattern=ROLE_ARN.pattern, invalid="is not an IAM role ARN",
+                                               doc="IAM roles with cluster admin access; when set, exactly these: "
+                                                   "list the one you deploy with (default: none, only the "
+                                                   "creator).")
+    system_pool: SystemPool = setting(default_factory=SystemPool, doc="The CPU node group of the platform's own "
+                                                                      "components.")
     api_access: Literal["public-and-private", "private"] = setting(
         "private", derived=True, doc="Where the API endpoint answers (required: a wrong guess leaves `pulumi up` "
                                      "unable to reach it): public-and-private (from publicAccessCidrs) or private "
@@ -75,9 +81,12 @@ class ClusterSettings:
     support_type: Literal["STANDARD", "EXTENDED"] = setting(
         "STANDARD", doc="STANDARD: EKS upgrades the cluster when standard support ends; EXTENDED keeps the "
                         "version, billed for extended support.")
-    # default: none pinned (each add-on at EKS's default version for kubernetesVersion, as DescribeAddonVersions
-    # answers at deploy time); add-on name -> version pins it, so no `pulumi up` moves it until you do
-    addon_versions: Mapping[str, str] = field(default_factory=dict)
+    addon_versions: Mapping[str, str] = setting(default_factory=dict, doc="Add-on name -> version (as "
+                                                                          "DescribeAddonVersions lists it, "
+                                                                          "v1.20.4-eksbuild.2) pins the add-on, so "
+                                                                          "no `pulumi up` moves it until you do "
+                                                                          "(default: none pinned, each at EKS's "
+                                                                          "default for kubernetesVersion).")
 
 
 FLOW_LOG_RETENTION_DAYS = Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1827, 3653]
@@ -112,7 +121,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         region = v["region"]
         if "region" not in d:
             r.fail("target.region", "is required")
-        azs = r.strings(d, "availabilityZones", "target", derived=True)
+        azs = r.strings(d, "availabilityZones", "target")
         if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
         elif isinstance(d.get("availabilityZones"), list) and not 2 <= len(azs) <= 6:  # a non-list: said above
@@ -186,8 +195,7 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
     return ClusterSettings(
         **v,
         public_access_cidrs=_api_access(r, d, v["api_access"], v["deployer_in_vpc"], _public),
-        admin_role_arns=r.strings(d, "adminRoleArns", "cluster",
-                                  check=lambda a: None if ROLE_ARN.match(a) else "is not an IAM role ARN"),
+        admin_role_arns=r.listed(ClusterSettings, "admin_role_arns", d, "cluster"),
         system_pool=_system_pool(r, d.get("systemPool"), "cluster.systemPool"),
         addon_versions=_addon_versions(r, d),
     )

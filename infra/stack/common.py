@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from components.aws import catalog
-from components.k8s.settings import MIG_PROFILE_PATTERN
+from components.k8s.settings import DNS_SUBDOMAIN_PATTERN, MIG_PROFILE_PATTERN
 from components.vocabulary import SYSTEM_NAMESPACES
 from infra.stack.reader import (
     DNS_LABEL,
@@ -17,22 +17,12 @@ NAMESPACE = "aifactory"
 DEFAULT_STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"  # Pulumi.yaml's stackConfigDir
 SUPPORTED_KUBERNETES_VERSIONS = ("1.31", "1.32", "1.33", "1.34", "1.35", "1.36")
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
-# Layouts the GPU operator's MIG manager ships in its default config (mig-parted `default-mig-parted-config`).
-MIG_LAYOUTS = (
-    "all-1g.10gb",
-    "all-1g.20gb",
-    "all-2g.20gb",
-    "all-3g.40gb",
-    "all-4g.40gb",
-    "all-7g.80gb",
-    "all-balanced",
-)
 
 
 MIG_PROFILE_RE = re.compile(MIG_PROFILE_PATTERN)
 # Namespaces of the platform's components other than the gateway and observability (whose names are settings).
 _KIT_NAMESPACES = frozenset({"istio-system", "gpu-operator", "nvidia-network-operator", "aifactory-system"})
-DNS_SUBDOMAIN = re.compile(r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN = re.compile(DNS_SUBDOMAIN_PATTERN)
 MIN_CAPACITY_BLOCK_DRAIN_MINUTES = 31
 ROLE_ARN = re.compile(r"^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$")
 # The keys a stack may set under `aifactory:`; anything else is a typo and is reported.

@@ -17,9 +17,8 @@ from components.k8s import coldstart, naming
 from components.k8s.defaults import (
     DEFAULT_TRY_IDLE_SECONDS,
 )
-from components.k8s.engines import ENGINE_NAMES, ENGINES
+from components.k8s.engines import ENGINES
 from components.k8s.engines.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
-from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.memory_fit import memory_fit
 from components.k8s.settings import (
@@ -28,6 +27,7 @@ from components.k8s.settings import (
     ModelSlo,
     NodePool,
     Replicas,
+    SessionAffinity,
     Speculative,
     Tenant,
     Variant,
@@ -37,25 +37,21 @@ from infra.stack.reader import (
     _show,
 )
 
-# the keys of a model read here rather than declared on Model: references checked against other sections, and
-# sub-sections whose reading depends on the engine
-_HANDLED = ("engine", "quantization", "speculative", "replicas", "slo", "callers", "variant",
-            "sessionAffinity")
-
 
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
-    v = r.fields(Model, d, path, handled=_HANDLED)
-    engine = r.value(d, "engine", path, str, choices=ENGINE_NAMES)
+    v = r.fields(Model, d, path)
+    engine = v.pop("engine")
     eng = ENGINES.get(engine) if engine is not None else None
     model_id = v["model"]
     tenant = v["tenant"]
-    if tenant is not None and tenant not in tenants:
+    # a tenant or pool whose entry was reported (a bad name, not a mapping) is not reported again here
+    if tenant is not None and tenant not in tenants and not r.problems_at(f"tenants.{tenant}"):
         r.fail(f"{path}.tenant", f"{tenant!r} is not a tenant; tenants: {', '.join(sorted(tenants)) or '(none)'}")
     pool_name = v["pool"]
     pool = pools.get(pool_name) if pool_name else None
-    if pool_name is not None and pool is None:
+    if pool_name is not None and pool is None and not r.problems_at(f"nodePools.{pool_name}"):
         r.fail(f"{path}.pool", f"{pool_name!r} is not a node pool; pools: {', '.join(sorted(pools)) or '(none)'}")
     elif pool is not None and not pool.gpu:
         r.fail(f"{path}.pool", f"{pool_name!r} has no GPUs ({pool.instance_type}); "
@@ -182,11 +178,11 @@ def _session_affinity(r: _Reader, d: dict[str, Any], path: str, engine: str | No
     hashBalanceFactor (percent of the average load one replica may take, 100-1000, default 125)} -> the balance
     factor, or None when off."""
     sp = f"{path}.sessionAffinity"
-    sd = r.mapping(d.get("sessionAffinity") or {}, sp, ("enabled", "hashBalanceFactor"))
+    v = r.fields(SessionAffinity, d.get("sessionAffinity"), sp)
     caches = engine in ENGINES and ENGINES[engine].prefix_caching and d.get("prefixCaching") is not False
-    on = r.value(sd, "enabled", sp, bool, d.get("task", "generate") == "generate" and caches, derived=True)
-    factor = r.value(sd, "hashBalanceFactor", sp, int, DEFAULT_HASH_BALANCE_FACTOR, minimum=100, maximum=1000)
-    return factor if on else None
+    sd = d["sessionAffinity"] if isinstance(d.get("sessionAffinity"), dict) else {}
+    on = v["enabled"] if r.is_set(sd, sp, "enabled") else d.get("task", "generate") == "generate" and caches
+    return v["hash_balance_factor"] if on else None
 
 
 def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +15,7 @@ from components.k8s.defaults import (
     IPAM_BLOCK_SIZE,
 )
 from components.k8s.settings import (
+    MIG_LAYOUTS,
     NOT_A_UTC_TIME,
     Capacity,
     InfinibandSettings,
@@ -26,10 +26,8 @@ from components.k8s.settings import (
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 from infra.stack.cluster import Target, _sizes
 from infra.stack.common import (
-    MIG_LAYOUTS,
     MIN_CAPACITY_BLOCK_DRAIN_MINUTES,
     _cidr,
-    _dns_subdomain,
     _known_type,
 )
 from infra.stack.reader import (
@@ -38,13 +36,10 @@ from infra.stack.reader import (
     _show,
 )
 
-# the keys of a pool read here rather than declared on NodePool: lists and mappings checked against the target
-_HANDLED = ("availabilityZones", "capacity", "labels", "taints", "mig", "nodes", "nodeCheck")
-
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
     path = f"nodePools.{name}"
-    v = r.fields(NodePool, d, path, handled=_HANDLED)
+    v = r.fields(NodePool, d, path)
     itype = v.pop("instance_type")
     if itype is not None and (problem := _known_type(itype)) is not None:
         r.fail(f"{path}.instanceType", f"{_show(itype)} {problem}")
@@ -83,7 +78,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
 
     target_azs = target.availability_zones if target is not None else ()
-    azs = r.strings(d, "availabilityZones", path, derived=True)  # default: the pool's zones (below)
+    azs = r.strings(d, "availabilityZones", path)  # default: the pool's zones (below)
     if "availabilityZones" in d:
         if not aws:
             r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
@@ -155,7 +150,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
 
     taints: list[Taint] = []
     if "taints" in d:
-        raw_t = r.value(d, "taints", path, list, [], derived=True)  # default: the GPU taint (below)
+        raw_t = r.value(d, "taints", path, list, [])  # default: the GPU taint (below)
         for i, t in enumerate(raw_t):
             tp = f"{path}.taints[{i}]"
             tv = r.fields(Taint, t, tp)
@@ -164,7 +159,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     elif inst.has_gpu:
         taints.append(Taint(GPU_TAINT_KEY, "NoSchedule", "true"))
 
-    mig = r.value(d, "mig", path, str, None, choices=MIG_LAYOUTS)
+    mig = v.pop("mig")
     if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
         mig_types = [n for n, t in catalog.CATALOG.items() if t.gpu is not None and t.gpu.mig_capable]
         r.fail(f"{path}.mig", f"{itype} GPUs do not support MIG; MIG types: {', '.join(sorted(mig_types))}")
@@ -176,7 +171,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                               f"operator's MIG manager would fail to apply it; layouts for it: {', '.join(fitting)}")
 
     node_check = r.section(NodeCheck, d.get("nodeCheck"), f"{path}.nodeCheck")
-    nodes = r.strings(d, "nodes", path, check=_dns_subdomain, derived=True)  # provider existing only
+    nodes = r.listed(NodePool, "nodes", d, path)  # provider existing only
     if "nodes" in d and aws:
         r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
     if mig is not None and target is not None and not aws and not nodes:
@@ -222,23 +217,14 @@ def _utc(value: str) -> datetime.datetime | None:
 
 def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
     path = "infiniband"
-    d = r.mapping(raw if raw is not None else {}, path, ("network", "interfaces", "ipRange", "hcaDeviceIds",
-                                                         "rdmaResourceName", "rdmaHcaMax", "hostsHaveOfed", "hcas"))
-    return InfinibandSettings(
-        network=r.value(d, "network", path, str, "ipoib", choices=("ipoib", "sriov")),
-        interfaces=r.strings(d, "interfaces", path, ("ib0",), derived=True),  # default: the catalog's rails
-        ip_range=r.value(d, "ipRange", path, str, "192.168.100.0/22", check=_cidr),
-        hca_device_ids=r.strings(d, "hcaDeviceIds", path, ("101b",),
-                                 check=lambda v: None if re.match(r"^[0-9a-f]{4}$", v) else
-                                 "is not a PCI device id such as 101b"),
-        rdma_resource_name=r.value(d, "rdmaResourceName", path, str, "rdma_shared_device_a",
-                                   check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
-                                   "may hold only lowercase letters, digits and '_'"),
-        rdma_hca_max=r.value(d, "rdmaHcaMax", path, int, 63, minimum=1, maximum=1000),
-        hosts_have_ofed=r.value(d, "hostsHaveOfed", path, bool, False),
-        hcas=r.strings(d, "hcas", path, (), derived=True, check=lambda v: None if re.match(r"^[a-z0-9_]+$", v) else
-                       "is not an RDMA device name such as mlx5_0"),
-    )
+    v = r.fields(InfinibandSettings, raw, path)
+    d = raw if isinstance(raw, dict) else {}
+    if r.is_set(d, path, "ipRange") and (problem := _cidr(v["ip_range"])) is not None:
+        r.fail(f"{path}.ipRange", f"{_show(v['ip_range'])} {problem}")
+        v["ip_range"] = InfinibandSettings().ip_range
+    lists: dict[str, Any] = {name: r.listed(InfinibandSettings, name, d, path)
+                             for name in ("interfaces", "hca_device_ids", "hcas")}
+    return InfinibandSettings(**v, **lists)
 
 
 def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, NodePool]) -> InfinibandSettings:

@@ -6,12 +6,13 @@ house wording: the key path, the value received ("an integer 3"), what is allowe
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from components.k8s.settings import DNS_LABEL_PATTERN
+from components.k8s.settings import DNS_LABEL_PATTERN, SETTING
 from infra.stack import declared
 from infra.stack.messages import beyond_limits, did_you_mean, unknown_key
 from infra.stack.messages import got as _got
@@ -93,22 +94,13 @@ class _Reader:
 
     def section(self, cls: type[T], raw: Any, path: str) -> T:
         """The declared section `cls` (a settings dataclass of `setting(...)` fields) from `raw` at `path`:
-        infra/stack/declared.py validates it; infra/config_schema.py also records its schema."""
+        infra/stack/declared.py validates it."""
         return declared.read(self, cls, raw, path)
 
     def fields(self, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
         """The declared fields of the section `cls` at `path` by attribute name; the keys in `handled` are the
         caller's to read (infra/stack/declared.py, values())."""
         return declared.values(self, cls, raw, path, handled=handled)
-
-    def keyed(self, path: str, value_kind: type, *, key_pattern: str | None = None, minimum: float | None = None
-              ) -> None:
-        """Declares a mapping whose keys the caller checks by hand (prices by instance type, MIG quotas by
-        profile): nothing to do when reading; infra/config_schema.py records it."""
-
-    def keys_by_hand(self, path: str, allowed: tuple[str, ...]) -> None:
-        """Declares every key a mapping whose keys the caller checks by hand may have (an alert receiver's, by
-        type): nothing to do when reading; infra/config_schema.py records it."""
 
     def allow(self, d: Mapping[str, Any], path: str, allowed: tuple[str, ...]) -> None:
         """Report each key of an already-read mapping (a named pool, tenant or model) that is not `allowed`."""
@@ -128,10 +120,9 @@ class _Reader:
         minimum: float | None = None,
         maximum: float | None = None,
         check: Callable[[Any], str | None] | None = None,
-        derived: bool = False,
     ) -> Any:
-        """`derived`: the default only stands in for a value computed later from other settings (the JSON Schema
-        then states no default)."""
+        """The value of `key` in the raw mapping `d` at `path`, checked against its kind, bounds, choices and `check`
+        (null or absent: `default`; a setting declared on a dataclass is read with fields() instead)."""
         full = f"{path}.{key}" if path else key
         if d is None or key not in d or d[key] is None:
             if default is _REQUIRED:
@@ -165,11 +156,21 @@ class _Reader:
             return default if default is not _REQUIRED else None
         return value
 
+    def listed(self, cls: type, name: str, d: Mapping[str, Any] | None, path: str) -> tuple[str, ...]:
+        """The declared list of strings `name` of the section `cls`, from the mapping `d` at `path`: each item
+        checked against the field's pattern; absent or null, the field's default."""
+        f = next(f for f in declared.declared_fields(cls) if f.name == name)
+        meta = f.metadata[SETTING]
+        pattern = re.compile(meta["pattern"]) if meta["pattern"] else None
+        default: tuple[str, ...] = () if f.default is dataclasses.MISSING else f.default
+        return self.strings(d, declared.key_of(f), path, default,
+                            check=lambda s: None if pattern is None or pattern.search(s) else meta["invalid"])
+
     def strings(
         self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),
-        check: Callable[[str], str | None] | None = None, derived: bool = False,
+        check: Callable[[str], str | None] | None = None,
     ) -> tuple[str, ...]:
-        """A list of strings; `derived` as for value()."""
+        """A list of strings, each checked with `check`."""
         raw = self.value(d, key, path, list, None)
         if raw is None:
             return default

@@ -69,7 +69,7 @@ def rows(node: dict[str, Any], path: str) -> Iterator[tuple[str, str, str, str, 
 
 
 def render(schema: dict[str, Any]) -> str:
-    """The page for a stack file schema (infra.config_schema.stack_file_schema)."""
+    """The page for a stack file schema (infra.config.stack_file_schema)."""
     out = [
         "# Stack reference",
         "",
@@ -89,9 +89,9 @@ def render(schema: dict[str, Any]) -> str:
 
 
 def main() -> int:
-    from infra.config_schema import COVERAGE, stack_file_schema
+    from infra.config import stack_file_schema
 
-    sys.stdout.write(render(stack_file_schema(COVERAGE)))
+    sys.stdout.write(render(stack_file_schema()))
     return 0
 
 

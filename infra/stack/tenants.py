@@ -50,7 +50,6 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
 
 def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
     out: dict[str, int] = {}
-    r.keyed(f"{path}.migQuota", int, key_pattern=MIG_PROFILE_RE.pattern, minimum=0)
     for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
         if not MIG_PROFILE_RE.match(str(profile)):
             r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")

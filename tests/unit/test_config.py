@@ -226,6 +226,28 @@ def test_a_malformed_quota_is_reported_once_not_read_as_zero() -> None:
         "tenants.t1.gpuQuota: expected an integer, got a string 'two'"]
 
 
+@pytest.mark.parametrize("quota", [None, DELETE], ids=["null", "absent"])
+def test_an_unset_gpu_quota_is_reported_as_unset_not_as_a_zero_the_user_never_wrote(quota: Any) -> None:
+    """tenants.X.gpuQuota: null means unset (no GPUs), as absent does: the message says so, not "0 is less"."""
+    assert problems(with_("tenants.t1.gpuQuota", quota)) == [
+        "tenants.t1.gpuQuota: is unset (null or absent: no GPUs), but the 8 GPUs its models can scale to "
+        "(replicas.max x gpusPerReplica); set it to at least 8"]
+
+
+def test_a_bad_tenant_name_is_one_problem_not_also_a_model_whose_tenant_is_missing() -> None:
+    """The entry `tenants.T1` is reported for its name; the model that names T1 is not also told "'T1' is not a
+    tenant; tenants: (none)" (one problem per cause)."""
+    raw = with_("tenants", {"T1": BASE["tenants"]["t1"]}, with_("models.m1.tenant", "T1"))
+    assert problems(raw) == [
+        "tenants.T1: name must be a DNS label (lowercase letters, digits and '-', at most 63 characters)"]
+
+
+def test_a_bad_pool_name_is_one_problem_not_also_a_model_whose_pool_is_missing() -> None:
+    raw = with_("nodePools", {"GPU-A": BASE["nodePools"]["gpu-a"]}, with_("models.m1.pool", "GPU-A"))
+    assert [p for p in problems(raw) if "GPU-A" in p] == [
+        "nodePools.GPU-A: name must be a DNS label (lowercase letters, digits and '-', at most 63 characters)"]
+
+
 @pytest.mark.parametrize(("raw", "expected"), [(raw, exp) for _, raw, exp in BAD], ids=[i for i, _, _ in BAD])
 def test_bad_config_reports_key_path(raw: dict[str, Any], expected: str) -> None:
     found = problems(raw)

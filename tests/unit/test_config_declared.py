@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import typing
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +26,7 @@ from components.k8s.settings import (
     Retries,
     VolumeSizes,
 )
-from infra.config import ConfigError, parse
-from infra.config_schema import COVERAGE, stack_file_schema
+from infra.config import ConfigError, PlatformConfig, parse, stack_file_schema
 from infra.stack import declared, reference
 from tests.support.stacks import stack_raw
 
@@ -59,21 +60,54 @@ def _schema_of(cls: type) -> dict[str, Any]:
     return node
 
 
-@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
+def _declared_classes(cls: type = PlatformConfig) -> list[type]:
+    """Every settings dataclass of the stack model: PlatformConfig and each below it (a key's type or form)."""
+    out = [cls]
+    for f in declared.declared_fields(cls):
+        meta = f.metadata[SETTING]
+        for t in _types_in(meta["form"] or typing.get_type_hints(cls)[f.name]):
+            if dataclasses.is_dataclass(t) and t not in out:
+                out += [c for c in _declared_classes(typing.cast(type, t)) if c not in out]
+    return out
+
+
+def _types_in(annotation: Any) -> list[Any]:
+    return [annotation, *(t for a in typing.get_args(annotation) for t in _types_in(a))]
+
+
+EVERY_SECTION = _declared_classes()
+
+
+def test_every_section_of_the_model_is_found() -> None:
+    names = {c.__name__ for c in EVERY_SECTION}
+    assert {c.__name__ for c in SECTIONS} < names
+    assert {"Target", "NodePool", "Capacity", "InfinibandSettings", "Tenant", "Model", "Quantization",
+            "SessionAffinity", "GatewayAuth", "JwtIssuer", "Routing", "Fidelity", "FidelityJob", "CategoryGate",
+            "Alerting", "AlertReceiver", "AlertRoutes", "SecretRef", "Heartbeat"} < names
+
+
+@pytest.mark.parametrize("cls", EVERY_SECTION, ids=lambda c: c.__name__)
 def test_each_default_is_written_once_on_the_dataclass(cls: type) -> None:
     """The validating model's default is the dataclass field's default itself (the same object), the editor schema
-    states that value, and an empty section reads as the dataclass with no arguments."""
+    states that value (unless derived from other settings) and the field's description."""
     model = declared.section_model(cls)
-    schema = declared.json_schema(cls)
+    schema = declared.section_schema(cls)
     for f in declared.declared_fields(cls):
-        assert model.model_fields[f.name].default is f.default
-        key = model.model_fields[f.name].alias
-        assert key is not None
-        if f.metadata[SETTING]["derived"]:  # computed from other settings: the schema states no default
-            assert "default" not in schema["properties"][key]
+        meta = f.metadata[SETTING]
+        prop = schema["properties"][declared.key_of(f)]
+        if f.name in model.model_fields:
+            assert model.model_fields[f.name].default is f.default or f.default is dataclasses.MISSING
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        if meta["derived"] or default is None or default is dataclasses.MISSING or isinstance(default, Mapping) \
+                or dataclasses.is_dataclass(default) or isinstance(default, tuple) and meta["form"] is not None:
+            assert "default" not in prop
         else:
-            assert schema["properties"][key].get("default") == f.default
-        assert schema["properties"][key]["description"] == f.metadata[SETTING]["doc"]
+            assert prop["default"] == (list(default) if isinstance(default, tuple) else default)
+        assert prop["description"] == meta["doc"] and len(meta["doc"]) > 10
+
+
+@pytest.mark.parametrize("cls", SECTIONS, ids=lambda c: c.__name__)
+def test_an_empty_section_reads_as_the_dataclass_with_no_arguments(cls: type) -> None:
     assert declared.read(_NoProblems(), cls, None, "x") == cls()
 
 
@@ -152,7 +186,7 @@ def test_the_stack_reference_page_is_current() -> None:
     """Regenerate with `python -m infra.stack.reference > docs/stack-reference.md` when this fails."""
     page = (ROOT / "docs" / "stack-reference.md").read_text()
     assert reference.COMMAND in page.splitlines()[2]
-    assert page == reference.render(stack_file_schema(COVERAGE))
+    assert page == reference.render(stack_file_schema())
 
 
 def test_the_stack_reference_lists_each_declared_setting_with_type_default_bounds_and_description() -> None:
@@ -162,7 +196,7 @@ def test_the_stack_reference_lists_each_declared_setting_with_type_default_bound
             "tryIdleTimeoutSeconds. |") in page.splitlines()
     for cls in SECTIONS:
         for f in declared.declared_fields(cls):
-            key = declared.section_model(cls).model_fields[f.name].alias
+            key = declared.key_of(f)
             path = ".".join("<name>" if s == "*" else s for s in SCHEMA_PATHS[cls]) + f".{key}"
             assert any(line.startswith(f"| `{path}` |") and f.metadata[SETTING]["doc"] in line
                        for line in page.splitlines()), path
@@ -172,3 +206,21 @@ def test_declared_dataclasses_stay_plain_for_the_components() -> None:
     """components/ needs no pydantic: a settings dataclass is a standard library dataclass with metadata."""
     for cls in SECTIONS:
         assert dataclasses.is_dataclass(cls) and not hasattr(cls, "__pydantic_fields__")
+
+
+def test_a_setting_reaches_the_component_args_of_the_same_name_with_no_line_of_mapping() -> None:
+    """infra/component_args.shared(): every scalar setting a component's args take by name, unset ones left out (the
+    component's default applies); what differs in shape (the pool, replicas) is mapped by hand after it."""
+    from components.k8s.serving import ModelDeploymentArgs
+    from infra.component_args import model_deployment_args, shared
+
+    cfg = parse(stack_raw("dev"), stack="dev")
+    m = next(iter(cfg.models.values()))
+    got = shared(m, ModelDeploymentArgs)
+    assert got["quantization"] == m.quantization and got["tensor_parallel"] == m.tensor_parallel
+    assert got["engine"] == m.engine and got["startup_budget_seconds"] == m.startup_budget_seconds
+    assert "speculative" not in got and "replicas" not in got  # sections: mapped by hand
+    assert all(v is not None for v in got.values())
+    args = model_deployment_args(cfg, m)
+    assert {k: args[k] for k in got if k != "pool"} == {k: v for k, v in got.items() if k != "pool"}  # type: ignore[literal-required]
+    assert args["pool"]["name"] == m.pool

@@ -23,7 +23,6 @@ REGISTRIES = ("components/k8s/engines", "dashboards/engines")
 # Files that still name engines, each for its reason; a file that no longer does fails the test (the list only
 # shrinks).
 ALLOWED = {
-    "infra/config_schema.py": "the schema recorder's corpus (goes away with the rest of the stack-model rewrite)",
     "infra/fidelity.py": "a variant's fingerprint: its engine's image and flags, as the recorded verdicts hashed them",
     # Selector families: the exporters' metric-name prefixes and the `selectors.<family>` config keys, named like
     # the engines whose series they select; the engines' rules reach them through the metric names.
