@@ -14,6 +14,7 @@ from policies.preflight.ordering import crd_order_findings
 from policies.preflight.pod_security import pod_security_findings
 from policies.preflight.quota import quota_findings
 from policies.preflight.resources import from_policy_resources
+from policies.preflight.sizes import size_validate
 
 __all__ = [
     "RULES",
@@ -40,6 +41,13 @@ POLICIES = [
         validate=await_validate, enforcement_level=MANDATORY, severity=Severity.HIGH,
         remediation_steps=f"Set metadata.annotations['{TIMEOUT_ANNOTATION}'] (or customTimeouts.create) to the "
                           "startup budget plus the image pull.",
+    ),
+    ResourceValidationPolicy(
+        name="objects-fit-the-api-server",
+        description="A ConfigMap's or Secret's data is at most 1 MiB, the most the API server accepts.",
+        validate=size_validate, enforcement_level=MANDATORY, severity=Severity.HIGH,
+        remediation_steps="Make the data smaller: for the gateway's envoy.yaml, lower models.*.replicas.max or "
+                          "split the models across stacks.",
     ),
     stack_policy(
         name="quota-admits-pods",

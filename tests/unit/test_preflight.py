@@ -8,6 +8,7 @@ worked out by hand in the test, never from the code under test.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import json
 from pathlib import Path
@@ -21,6 +22,7 @@ from infra.preflight import config_pools, run_rules
 from infra.synth import load_stack, read_stack_config, run_program, stack_file, state_export, synth
 from policies import preflight as pf
 from policies.pack import by_name
+from policies.preflight import sizes as pf_sizes
 from policies.runner import run_policies
 from tests.support.stacks import SHIPPED_STACKS, stack_config
 
@@ -679,3 +681,28 @@ def test_mig_slices_a_node_advertises_are_what_the_mig_manager_makes_of_its_gpus
     assert pf.allocatable("p5.48xlarge", mig="all-2g.20gb")["nvidia.com/mig-2g.20gb"] == 24
     assert pf.allocatable("dgx-a100", mig="all-3g.40gb")["nvidia.com/mig-3g.40gb"] == 16
     assert "nvidia.com/gpu" not in pf.allocatable("p5.48xlarge", mig="all-1g.10gb")
+
+
+def test_a_configmap_or_secret_over_1_mib_of_data_is_refused_as_the_api_server_would() -> None:
+    """ValidateConfigMap/ValidateSecret (kubernetes/kubernetes@v1.34.1 pkg/apis/core/validation/validation.go) sum
+    the values of data and binaryData (decoded) against core.MaxSecretSize, 1 MiB; the manifest's own size and keys
+    do not count."""
+    cm, secret = "kubernetes:core/v1:ConfigMap", "kubernetes:core/v1:Secret"
+    mib = pf_sizes.MAX_DATA_BYTES
+    at_limit = k8s(cm, "envoy", "gw")
+    at_limit["inputs"] = {**at_limit["inputs"], "data": {"a.yaml": "x" * (mib - 10), "b": "y" * 10}}
+    over = k8s(cm, "big", "gw")
+    over["inputs"] = {**over["inputs"], "data": {"envoy.yaml": "x" * mib}, "binaryData": {"b": "AA=="}}  # 1 byte
+    # a Secret's data is base64: 1 MiB decoded is about 1.33 MiB encoded, and fits
+    encoded = k8s(secret, "s", "gw")
+    encoded["inputs"] = {**encoded["inputs"], "data": {"k": base64.b64encode(b"z" * mib).decode()}}
+    plain = k8s(secret, "p", "gw")
+    plain["inputs"] = {**plain["inputs"], "stringData": {"k": "z" * (mib + 1)}}
+    policy = [by_name()["objects-fit-the-api-server"]]
+    violations = run_policies([at_limit, over, encoded, plain], policies=policy)
+    assert [(v.resource_name, v.enforcement) for v in violations] == [("gw-big", "mandatory"), ("gw-p", "mandatory")]
+    assert violations[0].message == (
+        f"its data is {mib + 1} bytes; the API server refuses a ConfigMap over {mib} bytes (1 MiB), so `pulumi up` "
+        "fails on it. For the gateway's envoy.yaml: lower models.*.replicas.max (each replica up to it adds a hop to "
+        "the config) or split the models across stacks")
+    assert pf_sizes.data_bytes(secret, encoded["inputs"]) == mib
