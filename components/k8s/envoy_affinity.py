@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from components.k8s.envoy_base import _T, METADATA_NAMESPACE
-from components.k8s.values import Model
+from components.k8s.values import DEFAULT_HASH_BALANCE_FACTOR, Model
 
 __all__ = [
     "SESSION_HEADER",
@@ -62,7 +62,6 @@ __all__ = [
 
 SESSION_HEADER = "x-aifactory-session"
 PROMPT_CACHE_KEY = "prompt_cache_key"  # the OpenAI request body's field; dynamic metadata aifactory.prompt_cache_key
-DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
 # A retry's replica: Maglev draws from the key's hash mutated by the draw's number while the previous_hosts predicate
 # rejects the draw (envoyproxy/envoy@v1.40.0 source/extensions/load_balancing_policies/maglev/maglev_lb.cc,
 # chooseHost), each draw about uniform over the replicas: with k draws a session of n replicas stays on its failed

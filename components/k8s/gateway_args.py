@@ -100,7 +100,7 @@ class RetriesArgs(TypedDict):
     attempts: NotRequired[int]
     """Default: 2."""
     budget_percent: NotRequired[float]
-    """Retries may add at most this share to active requests. Default: 20."""
+    """Retries a variant's overflow may add, as a share of active requests (a model's own cluster: 100). Default: 20."""
 
 
 class OutlierDetectionArgs(TypedDict):
@@ -115,7 +115,7 @@ class OutlierDetectionArgs(TypedDict):
     max_ejection_percent: NotRequired[int]
     """Default: 67."""
     panic_threshold_percent: NotRequired[float]
-    """Below this share of healthy replicas Envoy balances over all of them. Default: 30."""
+    """No longer applied (models have no panic mode: docs/gateway.md). Default: 30."""
 
 
 class CircuitBreakersArgs(TypedDict):

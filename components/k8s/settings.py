@@ -7,7 +7,7 @@ file and re-exports them. A light module on purpose: no Pulumi, nothing of infra
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, Protocol
 
@@ -26,6 +26,8 @@ from components.k8s.defaults import (
 
 __all__ = [
     "SETTING",
+    "ENGINE_REGISTRY",
+    "DEFAULT_HASH_BALANCE_FACTOR",
     "DNS_LABEL_PATTERN",
     "NOT_A_DNS_LABEL",
     "DURATION_PATTERN",
@@ -112,12 +114,13 @@ SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its
 def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: float | None = None,
             pattern: str | None = None, invalid: str | None = None, derived: bool = False,
             default_factory: Any = MISSING, key: str | None = None, form: Any = None,
-            choices: tuple[Any, ...] | Callable[[], tuple[Any, ...]] | None = None) -> Any:
+            choices: tuple[Any, ...] | str | None = None) -> Any:
     """A dataclass field that is also a stack file setting, declared once: its default (or `default_factory`), `doc`
     (what it does and, where the default is not a constant, how it is derived), inclusive bounds `ge`/`le` (of a
     number, or of a mapping's values), and a regular expression `pattern` (of a string, a list's strings, or a
     mapping's keys) with the message `invalid` for a value that does not match it; `choices` the allowed values
-    (or a function giving them, where they come from a registry that imports this module); `derived`: the default
+    (or ENGINE_REGISTRY: the engine registry's names, which the stack reader looks up, as the registry imports this
+    module); `derived`: the default
     stands in for a value the stack model computes from other settings, or holds only under another setting (a
     provider's key), so the editor schema states none (`doc` says what it is). The stack file's key is the field
     name in camelCase, or `key`; `form`: the stack file's type where it is not the field's (a mapping the stack
@@ -330,16 +333,10 @@ MODEL_TASKS = ("generate", "embed", "rerank")
 QUANTIZATION_METHODS = Literal["none", "fp8", "awq", "gptq", "int8"]
 
 
-def _engine_names() -> tuple[str, ...]:
-    from components.k8s.engines import ENGINE_NAMES  # the registry imports this module
-
-    return ENGINE_NAMES
-
-
-def _hash_balance_factor() -> int:
-    from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR  # it imports this module
-
-    return DEFAULT_HASH_BALANCE_FACTOR
+# The choices of models.*.engine: the engine registry's names (components.k8s.engines, which imports this module),
+# looked up by the stack reader (infra.stack.declared) where a choice names this marker.
+ENGINE_REGISTRY = "the engine registry"
+DEFAULT_HASH_BALANCE_FACTOR = 125  # percent of the average load a replica may take (Envoy: 100 or more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +358,7 @@ class SessionAffinity:
     enabled: bool = setting(True, derived=True, doc="Send a session's requests to the replica that served it "
                                                     "before (default: on for a generate model whose engine reuses KV "
                                                     "blocks across requests and whose prefixCaching is on).")
-    hash_balance_factor: int = setting(default_factory=_hash_balance_factor, ge=100, le=1000,
+    hash_balance_factor: int = setting(DEFAULT_HASH_BALANCE_FACTOR, ge=100, le=1000,
                                        doc="Percent of the average load one replica may take before a session "
                                            "moves to another (Envoy's hash_balance_factor).")
 
@@ -369,7 +366,7 @@ class SessionAffinity:
 @dataclass(frozen=True, slots=True)
 class Model:
     name: str
-    engine: str = setting(choices=_engine_names, doc="The serving engine (an engine of the registry, "
+    engine: str = setting(choices=ENGINE_REGISTRY, doc="The serving engine (an engine of the registry, "
                                                      "components/k8s/engines).")
     model: str = setting(doc="The served model id (the checkpoint's Hugging Face id, e.g. "
                              "meta-llama/Llama-3.1-8B-Instruct); clients name the model by it.")
@@ -467,8 +464,10 @@ class Model:
 class Retries:
     attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502, "
                             "503 or 504, or a try idle longer than the model's tryIdleTimeoutSeconds.")
-    budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries may add at most this share of the requests "
-                                                           "in flight, percent (Envoy's retry budget).")
+    budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries a variant's overflow may add, at most this "
+                                                           "share of the requests in flight, percent (Envoy's retry "
+                                                           "budget). A model's own cluster allows 100: every try a "
+                                                           "hung replica's hop ends must be able to retry.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -480,9 +479,12 @@ class OutlierDetection:
                                                              "multiplies it by the number of ejections).")
     max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's replicas is ejected "
                                                              "at once, percent (67: 2 of 3, never the last of 3).")
-    panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="Below this share of healthy replicas Envoy "
-                                                                    "balances over all of them (its panic mode), "
-                                                                    "percent.")
+    panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
+                                                                    "stay valid: models have no panic mode, as "
+                                                                    "their clusters hold replicas.max hosts, absent "
+                                                                    "ones included (docs/gateway.md). Was: below "
+                                                                    "this share of healthy replicas Envoy balanced "
+                                                                    "over all of them, percent.")
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,8 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
-from components.k8s.settings import SETTING
+from components.k8s.engines import ENGINE_NAMES
+from components.k8s.settings import ENGINE_REGISTRY, SETTING
 from infra.stack.messages import beyond_limits, unknown_key
 from infra.stack.messages import got as _got
 from infra.stack.messages import kind as _kind
@@ -61,7 +62,7 @@ def key_of(f: dataclasses.Field[Any]) -> str:
 
 def _choices(meta: Mapping[str, Any]) -> tuple[Any, ...] | None:
     choices = meta.get("choices")
-    return tuple(choices()) if callable(choices) else choices
+    return ENGINE_NAMES if choices == ENGINE_REGISTRY else choices
 
 
 def _bare(annotation: Any) -> Any:

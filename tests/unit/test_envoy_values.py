@@ -13,6 +13,7 @@ from typing import Any
 
 from components.k8s import envoy_affinity as affinity
 from components.k8s import envoy_config as ec
+from components.k8s.envoy_hops import MODEL_RETRY_BUDGET_PERCENT
 from tests.support.stacks import stack_config, stack_raw
 
 # stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
@@ -114,4 +115,9 @@ def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None
                                           "successful_active_health_check_uneject_host": False}
         [t] = c["circuit_breakers"]["thresholds"]
         assert (t["max_connections"], t["max_pending_requests"], t["max_requests"]) == (1000, 500, 900)
-        assert t["retry_budget"]["budget_percent"] == {"value": 25.0}
+        # a model's cluster lets every try a hung replica's hop resets retry at once (envoy_hops); the setting is
+        # the variants' overflow clusters' budget
+        assert t["retry_budget"]["budget_percent"] == {"value": MODEL_RETRY_BUDGET_PERCENT} == {"value": 100.0}
+    overflow = [c for n, c in clusters.items() if "retry_budget" in str(c) and n not in PROD_MODELS]
+    assert overflow and {c["circuit_breakers"]["thresholds"][0]["retry_budget"]["budget_percent"]["value"]
+                         for c in overflow} == {25.0}
