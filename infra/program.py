@@ -33,7 +33,7 @@ from components.k8s.serving import (
     ModelDeployment,
     ServingControllers,
 )
-from components.k8s.serving.component import ModelPrerequisites
+from components.k8s.serving.component import WORKLOAD_KINDS, ModelPrerequisites
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
@@ -229,10 +229,15 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)
     # The gateway's pods get their sidecar from istiod (whose release follows the Istio CRDs its policies use); its
-    # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services.
+    # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services, and reaches each
+    # replica by its pod's name (envoy_hops): its config changes only once the models' workloads are ready (awaited:
+    # on an existing stack a model's Deployment -> StatefulSet change would otherwise leave the new config's hops
+    # pointing at pods that are still loading while the old ones are still serving).
     gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
-                                           *(m.objects["Service"] for m in models)])))
+                                           *(m.objects["Service"] for m in models),
+                                           *(m.objects[k] for m in models for k in sorted(WORKLOAD_KINDS)
+                                             if k in m.objects)])))
     if cfg.gateway.fidelity:
         FidelityGate("fidelity", cfg=cfg, verdicts=gate, evaluates=fidelity.evaluates(cfg, evals),
                      opts=on_cluster.merge(pulumi.ResourceOptions(depends_on=[gateway])))

@@ -136,16 +136,20 @@ def test_model_objects_without_pods_wait_for_their_namespace_only(synthesized: C
 
 
 @pytest.mark.parametrize("stack", ["prod", "onprem"])
-def test_the_gateway_waits_for_the_model_services_it_resolves_not_their_pods(
+def test_the_gateway_waits_for_the_model_services_and_workloads_it_routes_to(
         synthesized: Callable[[str], Path], stack: str) -> None:
-    """Envoy resolves each model's headless Service by DNS (STRICT_DNS clusters); the gateway's pods get their
-    sidecar from istiod and its ServiceMonitor needs the Prometheus operator's CRD. Its objects are created after
-    the component, which waits for these, not for every model's Deployment to be ready."""
+    """Envoy reaches each replica by its pod's DNS name through the model's headless Service (envoy_hops); the
+    gateway's pods get their sidecar from istiod and its ServiceMonitor needs the Prometheus operator's CRD. Its
+    objects are created after the component, which waits for these and for every model's StatefulSet or
+    LeaderWorkerSet (pulumi-kubernetes awaits a StatefulSet's ready replicas): on an existing stack, the config whose
+    hops name the new pods must not replace the one that reaches the old Deployment's pods before they are ready."""
     res = _state(synthesized, stack)
     names = _by_name(res)
     services = {r["urn"] for r in _model_objects(res) if r["type"] == "kubernetes:core/v1:Service"}
-    assert len(services) >= 3
-    assert set(names["gateway"]["dependencies"]) == services | {
+    workloads = {r["urn"] for r in _model_objects(res)
+                 if r["type"].rsplit(":", 1)[1] in ("StatefulSet", "LeaderWorkerSet")}
+    assert len(services) >= 3 and len(workloads) == len(services)
+    assert set(names["gateway"]["dependencies"]) == services | workloads | {
         _release(res, "istiod"), _release(res, "kube-prometheus-stack")}
 
 

@@ -146,6 +146,8 @@ class ModelDeployment(pulumi.ComponentResource):
         self.objects: dict[str, pulumi.CustomResource] = {}
         for obj in model_objects(cfg, model, role_arn=role_arn):
             needs = object_prerequisites(obj, after, priority_class=priority_class, node_cache=cached)
+            if obj["kind"] == "ScaledObject":  # KEDA scales the workload: it must exist first
+                needs = [*needs, *(self.objects[k] for k in sorted(WORKLOAD_KINDS) if k in self.objects)]
             self.objects[obj["kind"]] = register_object(
                 f"{name}-{obj['kind'].lower()}", obj, child.merge(pulumi.ResourceOptions(depends_on=needs)))
         self.namespace = pulumi.Output.from_input(model_namespace(cfg, model))
