@@ -156,7 +156,9 @@ def hop_cluster(cfg: GatewayView, model: Model, ordinal: int) -> dict[str, Any]:
                        connect_timeout=cfg.gateway.connect_timeout_seconds),
         "common_lb_config": NO_PANIC,
         "close_connections_on_host_health_failure": True,
-        "health_checks": [health_check(cfg, model)],
+        # a new gateway (no traffic yet) and a failing replica are re-checked every RECHECK_SECONDS: a gateway pod
+        # that has just started serves once each hop's first checks pass, not a whole interval later
+        "health_checks": [_through_hops(cfg, health_check(cfg, model))],
         # the model's cluster limits the requests; a hop must never be what refuses a connection it can make
         "circuit_breakers": {"thresholds": [{"priority": "DEFAULT",
                                              "max_connections": cfg.gateway.circuit_breakers.max_connections}]},

@@ -185,7 +185,10 @@ def test_each_replica_is_reached_through_its_own_hop_by_its_stable_dns_name() ->
         "common_lb_config": {"healthy_panic_threshold": {"value": 0}},  # a failing replica gets no connection
         "close_connections_on_host_health_failure": True,  # ends the tries in flight on it
         "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": 4096}]}}
-    assert hop["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "5s",
+    # a new gateway (no traffic) and a failing replica are re-checked every second: a new gateway pod serves about
+    # 4 s after it starts rather than 11 s (review: two 5 s intervals after the first failed check)
+    assert hop["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "1s",
+                                     "no_traffic_healthy_interval": "5s", "unhealthy_interval": "1s",
                                      "unhealthy_threshold": 2, "healthy_threshold": 2,
                                      "http_health_check": {"path": "/health",
                                                            "host": "assistant-batch.assistant.svc.cluster.local"}}]
@@ -491,6 +494,8 @@ def test_configmap_holds_the_rendered_bootstrap_and_pods_roll_on_change() -> Non
     container = objects["deployment"]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == "envoyproxy/envoy:v1.40.0"
     assert container["readinessProbe"]["httpGet"] == {"path": "/ready", "port": "stats"}
+    # /ready is LIVE after each cluster's first round of checks, before the hops' own first checks have passed
+    assert container["readinessProbe"]["initialDelaySeconds"] == 5
 
 
 def test_gateway_namespace_denies_by_default_and_allows_each_flow() -> None:
