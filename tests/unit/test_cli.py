@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -509,3 +510,28 @@ def test_preflight_json_takes_out_like_every_other_command(tmp_path: Path) -> No
     assert json.loads((tmp_path / "pf.json").read_text())["stack"] == "dev"
     res = run("preflight", "dev", "--json", str(tmp_path / "missing" / "pf.json"))
     assert res.returncode == 2 and "does not exist" in res.stderr and not (tmp_path / "missing").exists()
+
+
+def test_a_gateway_config_past_what_a_configmap_holds_is_refused_by_validate_and_synth(tmp_path: Path) -> None:
+    """The gateway reaches each replica up to replicas.max through a hop of its own (components/k8s/envoy_hops.py),
+    so its envoy.yaml grows with replicas.max; past 1 MiB of data the API server refuses the ConfigMap
+    (kubernetes/kubernetes@v1.34.1 pkg/apis/core/validation/validation.go, ValidateConfigMap), so `pulumi up`
+    could never apply the stack. validate says so with the key path, and synth writes nothing."""
+    big = {**GOOD, "aifactory:nodePools": {"gpu-a": {"instanceType": "g6e.xlarge", "minSize": 1, "maxSize": 1000}},
+           "aifactory:tenants": {"t": {"gpuQuota": 1000}},
+           "aifactory:models": {"m": {**GOOD["aifactory:models"]["m"], "replicas": {"min": 1, "max": 1000}}}}
+    stacks = write_stack(tmp_path / "stacks", "big", big)
+    for res in (run("validate", "big", "--stacks-dir", str(stacks)),
+                run("synth", "big", "--stacks-dir", str(stacks), "--out", str(tmp_path / "out"))):
+        assert res.returncode == 2, res.stderr
+        assert "Traceback" not in res.stderr + res.stdout
+        [line] = [x for x in res.stderr.splitlines() if "models.m.replicas.max" in x]
+        assert re.fullmatch(
+            r"  - models\.m\.replicas\.max: 1000: the gateway's envoy\.yaml would be (\d+) bytes, over the 1048576 "
+            r"bytes \(1 MiB\) the API server takes in a ConfigMap; the gateway reaches each replica up to "
+            r"replicas\.max through a hop of its own \(1000 in all, about \d+ bytes each\): lower this model's \(or "
+            r"other models'\) replicas\.max, or split the models across stacks", line)
+    assert not (tmp_path / "out").exists(), "nothing is written for a bad config"
+    # the same stack at a size the API server takes is valid
+    ok = {**big, "aifactory:models": {"m": {**big["aifactory:models"]["m"], "replicas": {"min": 1, "max": 100}}}}
+    assert run("validate", "ok", "--stacks-dir", str(write_stack(tmp_path / "stacks", "ok", ok))).returncode == 0
