@@ -152,11 +152,12 @@ def _cmd_synth(args: argparse.Namespace) -> int:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from infra.config import ConfigError
-    from infra.synth import load_stack
+    from infra.synth import gateway_fits, load_stack
 
     json_out = json_target(args.json)
     try:
         cfg = load_stack(args.stack, Path(args.stacks_dir) if args.stacks_dir else None)
+        gateway_fits(cfg)  # renders the gateway's config: validate's and synth's, not every reader's (node-check)
     except ConfigError as err:
         if json_out is not None:
             write_json(json_out, _invalid_doc(args.stack, err))

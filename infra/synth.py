@@ -170,9 +170,7 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
     """The validated PlatformConfig of a stack file, without running the program."""
     from infra.config import parse
 
-    cfg = parse(raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)
-    gateway_fits(cfg)
-    return cfg
+    return parse(raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)
 
 
 def gateway_fits(cfg: PlatformConfig) -> None:
