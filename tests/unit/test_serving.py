@@ -137,7 +137,7 @@ def test_triton_serves_the_openai_frontend_on_the_model_port() -> None:
     assert triton_command(model) == [
         "python3", "/opt/tritonserver/python/openai/openai_frontend/main.py",
         "--model-repository=/model-cache/llama-8b-trt", "--tokenizer=meta-llama/Llama-3.1-8B-Instruct",
-        "--host=0.0.0.0", "--openai-port=8000", "--default-max-tokens=4096"]
+        "--host=0.0.0.0", "--openai-port=8000", "--default-max-tokens=4096", "--tool-call-parser=llama3"]
     env = {e["name"]: e.get("value") for e in _engine(cfg, "llama-8b-trt")["env"]}
     assert "TRTLLM_ORCHESTRATOR" not in env
 
