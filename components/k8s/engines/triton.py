@@ -5,11 +5,13 @@ Every flag, path, port and metric the kit uses: docs/contracts.md, "Engines".
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 from dataclasses import dataclass
 
 from components.k8s import naming
 from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
-from components.k8s.engines.vllm import NO_TOOL_CALL_PARSER, TOOL_CALL_PARSER_FAMILIES
+from components.k8s.engines.vllm import NO_TOOL_CALL_PARSER, TOOL_CALL_PARSER_FAMILIES, served_model_names
 from components.k8s.values import Model
 from telemetry.names import TRITON
 
@@ -22,6 +24,8 @@ __all__ = [
     "TRITON_TOOL_CALL_PARSERS",
     "TRITON_TOOL_CALL_PARSER_FAMILIES",
     "triton_tool_call_parser",
+    "triton_names_script",
+    "triton_frontend_args",
     "triton_command",
     "Triton",
     "ENGINE",
@@ -71,8 +75,13 @@ def triton_tool_call_parser(model: Model) -> str | None:
                 None)
 
 
-def triton_command(model: Model) -> list[str]:
-    """Triton's OpenAI-compatible frontend over the TensorRT-LLM model repository, on the model's HTTP port.
+def triton_names_script() -> str:
+    """The text of triton_names.py, run by the image's python3 around the frontend's main.py."""
+    return importlib.resources.files("components.k8s").joinpath("triton_names.py").read_text()
+
+
+def triton_frontend_args(model: Model) -> list[str]:
+    """main.py's options: the model repository, the tokenizer, the OpenAI port, generation defaults, tool calls.
 
     `tritonserver` alone serves only the KServe v2 API; the OpenAI API is the frontend in
     triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
@@ -85,10 +94,19 @@ def triton_command(model: Model) -> list[str]:
     A chat model whose family has a parser gets `--tool-call-parser` (triton_tool_call_parser).
     """
     parser = triton_tool_call_parser(model)
-    return ["python3", TRITON_OPENAI_MAIN, f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
+    return [f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
             "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
             f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}",
             *([f"--tool-call-parser={parser}"] if parser is not None else [])]
+
+
+def triton_command(model: Model) -> list[str]:
+    """The frontend's main.py with triton_frontend_args, started by triton_names.py so that it answers to the
+    model's config key, workload and model id (vLLM's served names), whichever of them names the repository's chat
+    model: the frontend itself answers only to repository model names and has no alias option."""
+    return ["python3", "-c", triton_names_script(),
+            json.dumps(served_model_names(model), separators=(",", ":")), "--",
+            TRITON_OPENAI_MAIN, *triton_frontend_args(model)]
 
 
 @dataclass(frozen=True, eq=False)
