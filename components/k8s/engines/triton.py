@@ -87,11 +87,13 @@ def triton_frontend_args(model: Model) -> list[str]:
     triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
     Triton server and serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, plus /health/ready
     and Triton's Prometheus /metrics, all on --openai-port (default 9000). The KServe frontends stay off
-    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates; HF_TOKEN for gated
-    ones). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see
-    Triton.env): the frontend does not support leader mode (mpirun), per python/openai/README.md "Model
-    Parallelism Support". main.py exposes no trace or metrics options: see docs/contracts.md for what that drops.
-    A chat model whose family has a parser gets `--tool-call-parser` (triton_tool_call_parser).
+    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates), which the frontend
+    downloads from the Hub as it starts (engine/utils/tokenizer.py get_tokenizer: AutoTokenizer.from_pretrained;
+    HTTPS egress, and HF_TOKEN for gated ids: docs/serving.md, "Triton's tokenizer"). A TensorRT-LLM engine of
+    TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does
+    not support leader mode (mpirun), per python/openai/README.md "Model Parallelism Support". main.py exposes no
+    trace or metrics options: see docs/contracts.md for what that drops. A chat model whose family has a parser
+    gets `--tool-call-parser` (triton_tool_call_parser).
     """
     parser = triton_tool_call_parser(model)
     return [f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
