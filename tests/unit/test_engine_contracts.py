@@ -158,8 +158,8 @@ def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> 
         command = c["command"] if model.engine == "triton" else shlex.split(c["command"][-1]) \
             if c["command"][0] == "/bin/bash" else c["command"]
         if model.engine == "triton":
-            assert command[1] == serving.TRITON_OPENAI_MAIN
-            assert set(_options(command[2:])) <= set(CLI["triton_openai_frontend"]["26.07"])
+            assert command[5] == serving.TRITON_OPENAI_MAIN  # after triton_names.py and its arguments
+            assert set(_options(command[6:])) <= set(CLI["triton_openai_frontend"]["26.07"])
             assert f"--openai-port={port}" in command and health == "/health/ready"
         else:
             assert command[command.index("--port") + 1] == str(port) and health == "/health"

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.k8s import naming, serving
+from components.k8s.engines.triton import triton_names_script
 from components.k8s.serving import (
     ModelDeployment,
     cache_volume,
@@ -135,9 +136,10 @@ def test_triton_serves_the_openai_frontend_on_the_model_port() -> None:
     cfg = stack("staging")
     model = cfg.models["llama-8b-trt"]
     assert triton_command(model) == [
-        "python3", "/opt/tritonserver/python/openai/openai_frontend/main.py",
+        "python3", "-c", triton_names_script(), '["llama-8b-trt","meta-llama/Llama-3.1-8B-Instruct"]', "--",
+        "/opt/tritonserver/python/openai/openai_frontend/main.py",
         "--model-repository=/model-cache/llama-8b-trt", "--tokenizer=meta-llama/Llama-3.1-8B-Instruct",
-        "--host=0.0.0.0", "--openai-port=8000", "--default-max-tokens=4096"]
+        "--host=0.0.0.0", "--openai-port=8000", "--default-max-tokens=4096", "--tool-call-parser=llama3"]
     env = {e["name"]: e.get("value") for e in _engine(cfg, "llama-8b-trt")["env"]}
     assert "TRTLLM_ORCHESTRATOR" not in env
 
@@ -149,7 +151,7 @@ def test_triton_tensor_parallel_runs_in_orchestrator_mode() -> None:
     cfg = small(engine="triton", tensorParallel=2, uri="pvc://store/engines/m")
     c = _engine(cfg, "m")
     assert c["command"] == triton_command(cfg.models["m"])
-    assert c["command"][:2] == ["python3", serving.TRITON_OPENAI_MAIN] and "mpirun" not in c["command"]
+    assert c["command"][5] == serving.TRITON_OPENAI_MAIN and "mpirun" not in c["command"]
     assert {"name": "TRTLLM_ORCHESTRATOR", "value": "1"} in c["env"]
 
 

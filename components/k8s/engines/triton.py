@@ -5,10 +5,13 @@ Every flag, path, port and metric the kit uses: docs/contracts.md, "Engines".
 
 from __future__ import annotations
 
+import importlib.resources
+import json
 from dataclasses import dataclass
 
 from components.k8s import naming
 from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.engines.vllm import NO_TOOL_CALL_PARSER, TOOL_CALL_PARSER_FAMILIES, served_model_names
 from components.k8s.values import Model
 from telemetry.names import TRITON
 
@@ -18,6 +21,11 @@ __all__ = [
     "DEFAULT_TRITON_MAX_TOKENS",
     "TRTLLM_QFORMAT",
     "QFORMAT_ANNOTATION",
+    "TRITON_TOOL_CALL_PARSERS",
+    "TRITON_TOOL_CALL_PARSER_FAMILIES",
+    "triton_tool_call_parser",
+    "triton_names_script",
+    "triton_frontend_args",
     "triton_command",
     "Triton",
     "ENGINE",
@@ -37,23 +45,70 @@ DEFAULT_TRITON_MAX_TOKENS = 4096
 # the URI must hold an engine built with this format; pods carry it as an annotation for audits.
 TRTLLM_QFORMAT: dict[str, str] = {"none": "full_prec", "fp8": "fp8", "awq": "int4_awq", "int8": "int8_sq"}
 QFORMAT_ANNOTATION = "aifactory.io/trtllm-qformat"
+# `--tool-call-parser` names the frontend registers (server v2.71.0 python/openai/openai_frontend/engine/utils/
+# tool_call_parsers: ToolParserManager.register_module("llama3") on Llama3JsonToolParser, ("mistral") on
+# MistralToolParser; README.md "Tool Calling"). A name outside these stops the frontend at start-up (TritonLLMEngine
+# __init__: ToolParserManager.get_tool_parser_cls raises KeyError). Both read the generated text whatever the
+# backend: llama3 JSON objects after <|python_tag|> or bare, mistral a JSON array after [TOOL_CALLS] or bare.
+TRITON_TOOL_CALL_PARSERS = frozenset({"llama3", "mistral"})
+# The parser each family calls for, by the served model id: vLLM's family patterns (one source for both engines),
+# with the frontend's names. README "Tool Calling": llama3 for Llama 3.1, 3.2 and 3.3, mistral for Mistral's Instruct
+# models. The frontend has no parser of the other families vLLM knows (Qwen's Hermes-style and XML tool calls).
+_FAMILY = {family: pattern for family, pattern, _ in TOOL_CALL_PARSER_FAMILIES}
+TRITON_TOOL_CALL_PARSER_FAMILIES = (
+    ("Llama 3.1-3.3", _FAMILY["Llama 3.1-3.3"], "llama3"),
+    ("Mistral AI (mistralai/)", _FAMILY["Mistral AI (mistralai/)"], "mistral"),
+)
 
 
-def triton_command(model: Model) -> list[str]:
-    """Triton's OpenAI-compatible frontend over the TensorRT-LLM model repository, on the model's HTTP port.
+def triton_tool_call_parser(model: Model) -> str | None:
+    """The frontend's `--tool-call-parser` for a chat model: models.X.toolCallParser, else its family's
+    (TRITON_TOOL_CALL_PARSER_FAMILIES); None for an embedding model, for toolCallParser none and for a family the
+    frontend has no parser of. Without the flag the frontend answers a chat request with `tools` 400 "having tools in
+    the request requires --tool-call-parser to be set", or with tool_choice "auto" '"auto" tool choice requires
+    --tool-call-parser to be set' (engine/triton_engine.py _verify_chat_tool_call_settings)."""
+    if model.task != "generate" or model.tool_call_parser == NO_TOOL_CALL_PARSER:
+        return None
+    if model.tool_call_parser is not None:
+        return model.tool_call_parser
+    return next((parser for _, family, parser in TRITON_TOOL_CALL_PARSER_FAMILIES if family.search(model.model)),
+                None)
+
+
+def triton_names_script() -> str:
+    """The text of triton_names.py, run by the image's python3 around the frontend's main.py."""
+    return importlib.resources.files("components.k8s").joinpath("triton_names.py").read_text()
+
+
+def triton_frontend_args(model: Model) -> list[str]:
+    """main.py's options: the model repository, the tokenizer, the OpenAI port, generation defaults, tool calls.
 
     `tritonserver` alone serves only the KServe v2 API; the OpenAI API is the frontend in
     triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
     Triton server and serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, plus /health/ready
     and Triton's Prometheus /metrics, all on --openai-port (default 9000). The KServe frontends stay off
-    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates; HF_TOKEN for gated
-    ones). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see
-    Triton.env): the frontend does not support leader mode (mpirun), per python/openai/README.md "Model
-    Parallelism Support". main.py exposes no trace or metrics options: see docs/contracts.md for what that drops.
+    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates), which the frontend
+    downloads from the Hub as it starts (engine/utils/tokenizer.py get_tokenizer: AutoTokenizer.from_pretrained;
+    HTTPS egress, and HF_TOKEN for gated ids: docs/serving.md, "Triton's tokenizer"). A TensorRT-LLM engine of
+    TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does
+    not support leader mode (mpirun), per python/openai/README.md "Model Parallelism Support". main.py exposes no
+    trace or metrics options: see docs/contracts.md for what that drops. A chat model whose family has a parser
+    gets `--tool-call-parser` (triton_tool_call_parser).
     """
-    return ["python3", TRITON_OPENAI_MAIN, f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
+    parser = triton_tool_call_parser(model)
+    return [f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
             "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
-            f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}"]
+            f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}",
+            *([f"--tool-call-parser={parser}"] if parser is not None else [])]
+
+
+def triton_command(model: Model) -> list[str]:
+    """The frontend's main.py with triton_frontend_args, started by triton_names.py so that it answers to the
+    model's config key, workload and model id (vLLM's served names), whichever of them names the repository's chat
+    model: the frontend itself answers only to repository model names and has no alias option."""
+    return ["python3", "-c", triton_names_script(),
+            json.dumps(served_model_names(model), separators=(",", ":")), "--",
+            TRITON_OPENAI_MAIN, *triton_frontend_args(model)]
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,6 +139,21 @@ class Triton(Engine):
 
     def pod_annotations(self, model: Model) -> dict[str, str]:
         return {QFORMAT_ANNOTATION: TRTLLM_QFORMAT[model.quantization]}
+
+    def model_problems(self, model: Model) -> list[tuple[str, str]]:
+        """toolCallParser: one of the frontend's parsers, or none, and only for a chat model. A chat model of a family
+        the frontend has no parser of is served without tool calls (there is no parser to choose)."""
+        given = model.tool_call_parser
+        if given in (None, NO_TOOL_CALL_PARSER):
+            return []
+        if model.task != "generate":
+            return [("toolCallParser", f"{given!r} is not read for task {model.task!r} (tool calls are chat "
+                                       "completions'); remove it")]
+        if given not in TRITON_TOOL_CALL_PARSERS:
+            allowed = f"{', '.join(sorted(TRITON_TOOL_CALL_PARSERS))}, or {NO_TOOL_CALL_PARSER} (no tool calls)"
+            return [("toolCallParser", f"{given!r} is not a tool call parser of Triton's OpenAI frontend (26.07); "
+                                       f"choose one of: {allowed}")]
+        return []
 
 
 ENGINE = Triton(
