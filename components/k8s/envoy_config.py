@@ -182,6 +182,7 @@ __all__ = [
     "BODY_MODEL_KEY",
     "OPENAI_APIS",
     "HEALTH_PATHS",
+    "REFUSAL_ROUTE_PREFIX",
     "RETRIABLE_STATUS_CODES",
     "BODY_LIMIT_FILTER",
     "CALLERS_FILTER",
@@ -236,6 +237,12 @@ __all__ = [
 OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) for name, e in ENGINES.items()}
 # What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths).
 HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
+# Route names (the access log's `route`): a workload's routes are `<workload>[-path|-body]`, its batch model's
+# `<workload>.batch[-path|-body]` (a dot: never a model's name, which is a DNS label, so never the `<model>-body`
+# route of a model's own key, such as prod's `assistant-batch`), each with its `-too-large` and `-unstreamed` twins;
+# the gateway's own refusals start with REFUSAL_ROUTE_PREFIX (a colon: never a workload's name). Envoy accepts two
+# routes of one name, but their access log lines could not be told apart.
+REFUSAL_ROUTE_PREFIX = "gateway:"
 
 
 
@@ -361,8 +368,9 @@ def _refused_methods() -> list[dict[str, Any]]:
     text = f"method not allowed: the gateway serves {', '.join(ALLOWED_METHODS)}\n"
     methods = {"name": ":method", "string_match": {"safe_regex": {"regex": "|".join(ALLOWED_METHODS)}},
                "invert_match": True}
-    return [_not_found("method-not-allowed", {"prefix": "/", "headers": [methods]}, text, status=405, at_once=True),
-            _not_found("connect-not-allowed", {"connect_matcher": {}}, text, status=405)]
+    return [_not_found(f"{REFUSAL_ROUTE_PREFIX}method-not-allowed", {"prefix": "/", "headers": [methods]}, text,
+                       status=405, at_once=True),
+            _not_found(f"{REFUSAL_ROUTE_PREFIX}connect-not-allowed", {"connect_matcher": {}}, text, status=405)]
 
 
 def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
@@ -413,7 +421,7 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     by_body: list[dict[str, Any]] = []
     model_of: dict[str, Model] = {}  # route name -> the model whose limits it applies (its twins need them)
     for w in ws:
-        pairs = [(f"{w.name}-batch", w.batch, batch)] if w.batch is not None else []
+        pairs = [(f"{w.name}.batch", w.batch, batch)] if w.batch is not None else []
         pairs.append((w.name, w.default, []))
         path_prefix = f"{ROUTE_PREFIX}(?i:{re.escape(w.name)})"
         for name, model, extra in pairs:
@@ -454,8 +462,9 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
                f"\"model\", on a path its engine serves; models: {known}\n")
     return [*_refused_methods(), *with_twins,
-            _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
-            _not_found("not-served", {"prefix": "/"},
+            _not_found(f"{REFUSAL_ROUTE_PREFIX}unknown-model",
+                       {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
+            _not_found(f"{REFUSAL_ROUTE_PREFIX}not-served", {"prefix": "/"},
                        f"not served: the gateway routes only /{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
                        f"(optionally under {ROUTE_PREFIX}<model>)\n", at_once=True)]
 
@@ -465,7 +474,8 @@ def _too_large_for_any(cfg: GatewayView) -> dict[str, Any]:
     limit = _max_body(cfg)
     match = {"prefix": "/", "headers": [{"name": "content-length", "invert_match": True,
                                          "range_match": {"start": 0, "end": limit + 1}}]}
-    return _not_found("too-large", match, f"request body larger than {limit} bytes, the most any model here takes "
+    return _not_found(f"{REFUSAL_ROUTE_PREFIX}too-large", match,
+                      f"request body larger than {limit} bytes, the most any model here takes "
                       "(models.<name>.maxRequestBytes)\n", status=413, at_once=True)
 
 
