@@ -39,12 +39,12 @@ before matching.
 
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
-failures, resets and 500/502/503/504, bounded by a retry budget; a streamed generation resets the idle
+failures, resets and 500/502/503, bounded by a retry budget; a streamed generation resets the idle
 timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
 stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
-engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
-(up to `maxEjectionPercent`, 2 of 3); no panic mode (envoy_hops);
+engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
+failures (not 500s), until their next passing health check (envoy_hops.outlier_detection); no panic mode;
 LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
 affinity: components/k8s/envoy_affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.

@@ -36,7 +36,9 @@ Panic: never, at either level. Of the model cluster's hosts only the running rep
 threshold would send tries to ordinals that do not exist; and a hop refuses a connection while its replica fails its
 checks, so a panicking model cluster would only collect refusals. A model whose health endpoint fails on every
 replica answers 503 (no healthy upstream) until one passes again; gateway.outlierDetection.panicThresholdPercent no
-longer applies to models (docs/gateway.md, "Requests on a replica that hangs").
+longer applies to models (docs/gateway.md, "Requests on a replica that hangs"). Outlier detection can eject every
+running replica (its percentage counts all replicas.max hosts), so an ejected replica is back at its next passing
+check (`outlier_detection`).
 
 Sources (Envoy v1.40.0 API): Cluster.close_connections_on_host_health_failure and CommonLbConfig.healthy_panic_
 threshold https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto; TcpProxy
@@ -78,6 +80,7 @@ __all__ = [
     "hop_listeners",
     "hop_clusters",
     "health_check",
+    "outlier_detection",
     "MODEL_RETRY_BUDGET_PERCENT",
     "RECHECK_SECONDS",
     "model_cluster",
@@ -202,7 +205,7 @@ MODEL_RETRY_BUDGET_PERCENT = 100.0
 def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     """The model's cluster: what the routes send to, over one hop per replica it may have."""
     gw = cfg.gateway
-    cb, od = gw.circuit_breakers, gw.outlier_detection
+    cb = gw.circuit_breakers
     endpoints = hop_endpoints(model)
     if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
         for e in endpoints:
@@ -236,13 +239,34 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         }]},
         # through each hop: a host is healthy while its replica exists and passes the hop's own checks
         "health_checks": [_through_hops(cfg, health_check(cfg, model))],
-        "outlier_detection": {
-            "consecutive_5xx": od.consecutive_5xx,
-            "interval": _seconds(od.interval_seconds),
-            "base_ejection_time": _seconds(od.base_ejection_seconds),
-            "max_ejection_percent": od.max_ejection_percent,
-            # a replica that fails requests but answers its health check stays ejected for its ejection time
-            # (by default a passing active check would bring it straight back)
-            "successful_active_health_check_uneject_host": False,
-        },
+        "outlier_detection": outlier_detection(cfg),
+    }
+
+
+def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
+    """Ejection on gateway failures only, undone by the replica's next passing health check.
+
+    What counts: 502, 503, 504 and the failures Envoy originates (connect failures, resets, timeouts: mapped to
+    503/504 while split_external_local_origin_errors is off), `gateway.outlierDetection.consecutive5xx` in a row
+    (consecutive_gateway_failure, enforced 100%). A 500 does not: vLLM answers 500 to EngineGenerateError, which
+    "could be request specific" (vllm-project/vllm vllm/entrypoints/launcher.py, `_add_shutdown_handlers`), so
+    consecutive_5xx would let one client's bad requests eject healthy replicas; its enforcement is 0.
+
+    Why the check brings it back: max_ejection_percent is a share of all of the cluster's hosts (Envoy v1.40
+    source/common/upstream/outlier_detection_impl.cc, `DetectorImpl::ejectHost`: (ejected + 1) / hosts), and the
+    model's cluster has replicas.max hosts, of which only the running replicas can be ejected; with 2 of 6 running,
+    67% allows both. With successful_active_health_check_uneject_host (`DetectorImpl::initialize`), an ejected
+    replica whose next active check passes is back at once, so a model whose replicas answer their checks is left
+    without one for at most a check interval, not for the ejection time (no panic mode: envoy_hops module docstring).
+    """
+    od = cfg.gateway.outlier_detection
+    return {
+        "consecutive_5xx": od.consecutive_5xx,
+        "enforcing_consecutive_5xx": 0,
+        "consecutive_gateway_failure": od.consecutive_5xx,
+        "enforcing_consecutive_gateway_failure": 100,
+        "interval": _seconds(od.interval_seconds),
+        "base_ejection_time": _seconds(od.base_ejection_seconds),
+        "max_ejection_percent": od.max_ejection_percent,
+        "successful_active_health_check_uneject_host": True,
     }

@@ -398,16 +398,16 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
 
 def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gateway: Gateway, tmp_path: Path) -> None:
     """The model's cluster reaches each replica through its own hop (components.k8s.envoy_hops), and keeps its HTTP
-    settings per replica: a replica that answers 500 is retried around (previous_hosts) and, after consecutive 5xx,
-    ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
+    settings per replica: a replica that answers 503 is retried around (previous_hosts) and, after consecutive
+    gateway failures, ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
     config, admin, listener = _pool_config(gateway, lambda _: None)
     replicas = gateway.backends["pool"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()
-    ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx"
+    ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_gateway_failure"
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
         await_replicas(envoy, {"pool": POOL_REPLICAS})
-        replicas[0].behaviour = Behaviour.ERROR
+        replicas[0].behaviour = Behaviour.UNAVAILABLE
         statuses = Counter[int]()
         try:  # until replica 0 is ejected (bounded): each 500 is retried on another replica
             while statuses.total() < POOL_REQUESTS and envoy.stats().get(ejections, 0) == 0:
@@ -450,3 +450,49 @@ def test_a_model_whose_replicas_all_fail_their_checks_answers_503_and_recovers(g
             b.behaviour = Behaviour.OK
     _await_healthy(gateway.envoy, "spare", 2)
     assert request(gateway.port, "/v1/chat/completions", auth, body=body)[0] == 200
+
+
+EJECTION_S = 120  # the M2 test's base ejection time: far longer than the test, so only a health check un-ejects
+
+
+def test_a_model_whose_running_replicas_were_all_ejected_serves_at_the_next_passing_check(
+        gateway: Gateway, tmp_path: Path) -> None:
+    """`spare` has 4 hosts (replicas.max) and 2 running replicas. max_ejection_percent (67) counts all 4 (Envoy
+    v1.40 outlier_detection_impl.cc, DetectorImpl::ejectHost), so when both reset every request, both are ejected
+    and the model answers 503. Once one answers again, it serves at that replica's next passing health check
+    (successful_active_health_check_uneject_host), not after the ejection time. On a gateway of its own."""
+    def long_ejection(config: dict[str, Any]) -> None:
+        spare = next(c for c in config["static_resources"]["clusters"] if c["name"] == "spare")
+        spare["outlier_detection"]["base_ejection_time"] = f"{EJECTION_S}s"
+
+    config, admin, listener = _pool_config(gateway, long_ejection)
+    replicas = gateway.backends["spare"]
+    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "spare"}
+    body = json.dumps({"model": "spare", "messages": []}).encode()
+    ejected = "cluster.spare.outlier_detection.ejections_active"
+    with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
+        await_replicas(envoy, {"spare": 2})
+        statuses = Counter[int]()
+        try:
+            for b in replicas:
+                b.behaviour = Behaviour.RESET
+            while statuses.total() < POOL_REQUESTS and envoy.stats().get(ejected, 0) < 2:  # both out (bounded)
+                statuses[request(listener, "/v1/chat/completions", auth, body=body)[0]] += 1
+            assert envoy.stats().get(ejected, 0) == 2, statuses
+            assert envoy.stats()["cluster.spare.outlier_detection.ejections_enforced_consecutive_gateway_failure"] == 2
+            assert request(listener, "/v1/chat/completions", auth, body=body) == (503, b"no healthy upstream")
+        finally:
+            replicas[0].behaviour = Behaviour.OK
+        try:
+            start = time.monotonic()
+            deadline = start + EJECTION_S / 4  # bounded; the ejection alone would last EJECTION_S
+            while (status := request(listener, "/v1/chat/completions", auth, body=body)[0]) != 200:
+                assert status == 503 and time.monotonic() < deadline, status
+                time.sleep(HC_INTERVAL_S / 4)
+            stats = envoy.stats()
+        finally:
+            replicas[1].behaviour = Behaviour.OK
+    # replica 0 came back through its health check (replica 1, which also passes its checks, too: it is ejected
+    # again after as many resets), long before either ejection time ended
+    assert stats[ejected] < 2
+    assert stats["cluster.spare.upstream_rq_retry"] >= 1  # each reset was retried on the other replica

@@ -101,7 +101,7 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     assert by_name["deep-research"]["route"]["timeout"] == by_name["deep-research"]["route"]["idle_timeout"] == "900s"
     retry = by_name["assistant"]["route"]["retry_policy"]
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
-        ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503, 504], 2)
+        ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"
     # per-try protection: min(timeoutSeconds, 30 s) of silence
     assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
@@ -142,9 +142,10 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
     assert c["circuit_breakers"]["thresholds"] == [{
         "priority": "DEFAULT", "max_connections": 4096, "max_pending_requests": 2048, "max_requests": 4096,
         "retry_budget": {"budget_percent": {"value": 100.0}, "min_retry_concurrency": 16}}]
-    assert c["outlier_detection"] == {"consecutive_5xx": 3, "interval": "2s", "base_ejection_time": "30s",
-                                      "max_ejection_percent": 67,
-                                      "successful_active_health_check_uneject_host": False}
+    assert c["outlier_detection"] == {"consecutive_5xx": 3, "enforcing_consecutive_5xx": 0,
+                                      "consecutive_gateway_failure": 3, "enforcing_consecutive_gateway_failure": 100,
+                                      "interval": "2s", "base_ejection_time": "30s", "max_ejection_percent": 67,
+                                      "successful_active_health_check_uneject_host": True}
     # through the hops: hosts held unhealthy (starting, failing, absent) are checked every second
     assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "1s",
                                    "no_traffic_healthy_interval": "5s", "unhealthy_interval": "1s",
