@@ -142,7 +142,7 @@ from components.k8s.envoy_callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster
+from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster, stats_config
 from components.k8s.envoy_observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -585,6 +585,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
+        # the hops keep only their health stats (envoy_hops.stats_config)
+        "stats_config": stats_config(),
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}

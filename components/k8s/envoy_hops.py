@@ -49,6 +49,7 @@ https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/circuit_br
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from components.k8s import envoy_affinity as affinity
@@ -84,6 +85,8 @@ __all__ = [
     "MODEL_RETRY_BUDGET_PERCENT",
     "RECHECK_SECONDS",
     "model_cluster",
+    "HOP_STATS_KEPT",
+    "stats_config",
 ]
 
 HOP_SEPARATOR = "__replica-"  # `<model>__replica-<i>`: no dot (Envoy's stats tag cuts a cluster name at one)
@@ -270,3 +273,44 @@ def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
         "max_ejection_percent": od.max_ejection_percent,
         "successful_active_health_check_uneject_host": True,
     }
+
+
+# What a hop's stats keep (each hop emitted ~260 Prometheus lines per gateway pod, ~9.9k in prod): its health
+# (`health_check.*`, `membership_healthy`, `membership_total`). Traffic is counted on the model's cluster, whose
+# stats the dashboards, rules and docs read (telemetry.names.ENVOY), including the connections a hop closed with
+# requests on them (`upstream_cx_destroy_remote_with_active_rq`); the hops' listeners and tcp_proxy keep none.
+HOP_STATS_KEPT = ("health_check.", "membership_healthy", "membership_total")
+
+
+def _none_of(prefixes: tuple[str, ...]) -> str:
+    """RE2 for a string that starts with none of `prefixes` (Envoy's StringMatcher.safe_regex matches the whole
+    name; RE2 has no lookahead): at each character, either one no prefix continues with, or the string ends."""
+    trie: dict[str, Any] = {}
+    for p in prefixes:
+        node = trie
+        for ch in p:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def walk(node: dict[str, Any]) -> str | None:
+        if "" in node:
+            return None  # a whole prefix: no string from here qualifies
+        chars = sorted(node)
+        alts = [f"[^{''.join(re.escape(c) for c in chars)}].*"]
+        alts += [re.escape(c) + sub for c in chars if (sub := walk(node[c])) is not None]
+        return f"(?:{'|'.join(alts)}|)"
+
+    return walk(trie) or ""
+
+
+def stats_config() -> dict[str, Any]:
+    """The bootstrap's stats_config: every hop's stats but HOP_STATS_KEPT are never created (StatsMatcher
+    exclusion_list, https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/metrics/v3/stats.proto). Hop names are
+    unambiguous: a model name is a DNS label, without `_`; the tcp_proxy's stat_prefix has `_` for `-`."""
+    hop = r"[a-z0-9-]+" + re.escape(HOP_SEPARATOR) + r"\d+"
+    tcp_hop = r"[a-z0-9_]+" + re.escape(HOP_SEPARATOR.replace("-", "_")) + r"\d+"
+    return {"stats_matcher": {"exclusion_list": {"patterns": [
+        {"safe_regex": {"regex": rf"cluster\.{hop}\.{_none_of(HOP_STATS_KEPT)}"}},
+        {"safe_regex": {"regex": rf"listener\.{re.escape(HOP_SOCKET_PREFIX)}.*"}},
+        {"safe_regex": {"regex": rf"tcp\.{tcp_hop}\..*"}},
+    ]}}}

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,7 @@ import pytest
 
 from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from telemetry.names import ENVOY
 from tests.support.envoy import await_replicas, rebind, start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -327,8 +330,9 @@ def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_chec
     assert replicas[1].hits > hung_before  # some requests did meet the hung replica
     assert stats.get("cluster.pool.upstream_rq_timeout", 0) == 0
     assert stats["cluster.pool__replica-1.health_check.failure"] >= HC_UNHEALTHY
-    # its hop's connections closed by Envoy with requests on them, and those retried within the budget
-    assert stats["cluster.pool__replica-1.upstream_cx_destroy_local_with_active_rq"] >= 1
+    # its hop's connections closed by Envoy with requests on them (the model's cluster sees them closed by the hop,
+    # its remote: the hops keep only their health stats), and those retried within the budget
+    assert stats["cluster.pool.upstream_cx_destroy_remote_with_active_rq"] >= 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
     assert stats.get("cluster.pool.upstream_rq_retry_overflow", 0) == 0
     # none waited past the detection: the hop fails the hung replica after HC_UNHEALTHY checks that each time out,
@@ -407,6 +411,7 @@ def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gat
     ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_gateway_failure"
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
         await_replicas(envoy, {"pool": POOL_REPLICAS})
+        hits = replicas[0].hits
         replicas[0].behaviour = Behaviour.UNAVAILABLE
         statuses = Counter[int]()
         try:  # until replica 0 is ejected (bounded): each 500 is retried on another replica
@@ -418,7 +423,8 @@ def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gat
     assert statuses == {200: statuses.total()} and stats[ejections] == 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
     # replica 0 answered through its hop all along: it never failed its health checks
-    assert stats["cluster.pool__replica-0.upstream_cx_total"] >= 1
+    assert replicas[0].hits > hits
+    assert stats["cluster.pool__replica-0.health_check.success"] >= 1
     assert stats.get("cluster.pool__replica-0.health_check.failure", 0) == 0
 
 
@@ -496,3 +502,39 @@ def test_a_model_whose_running_replicas_were_all_ejected_serves_at_the_next_pass
     # again after as many resets), long before either ejection time ended
     assert stats[ejected] < 2
     assert stats["cluster.spare.upstream_rq_retry"] >= 1  # each reset was retried on the other replica
+
+
+# --- hop stats -------------------------------------------------------------------------------------------------
+
+HOP_SERIES = {f'envoy_cluster_{name}{{envoy_cluster_name="spare__replica-0"}}' for name in (
+    "health_check_attempt", "health_check_success", "health_check_failure", "health_check_network_failure",
+    "health_check_passive_failure", "health_check_verify_cluster", "health_check_degraded", "health_check_healthy",
+    "membership_healthy", "membership_total")}
+
+
+def _hop_series(text: str) -> set[str]:
+    """The series of hop 0 of `spare` in a /stats/prometheus text: its cluster's, its listener's (named by its
+    socket), its tcp_proxy's (stat_prefix spare__replica_0)."""
+    hop = re.compile(r'spare__replica[-_]0(?:"|\.|$)')
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#") and hop.search(line)}
+
+
+def _prometheus(envoy: EnvoyProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_a_hop_keeps_only_its_health_stats(gateway: Gateway, tmp_path: Path) -> None:
+    """components.k8s.envoy_hops.stats_config: of a hop's series on /stats/prometheus (its cluster's, listener's and
+    tcp_proxy's: about 260 on Envoy 1.40 without the matcher), only its health remains; the model's cluster keeps its
+    own, which the dashboards and rules read (telemetry.names.ENVOY)."""
+    with_matcher = _hop_series(_prometheus(gateway.envoy))
+    assert with_matcher == HOP_SERIES
+    model = {line.split("{")[0] for line in _prometheus(gateway.envoy).splitlines()
+             if 'envoy_cluster_name="spare"' in line}
+    assert {ENVOY.RQ_TOTAL, ENVOY.RQ_RETRY, ENVOY.EJECTIONS, ENVOY.NO_HEALTHY} <= model
+    config, admin, listener = _pool_config(gateway, lambda c: c.pop("stats_config"))
+    with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
+        await_replicas(envoy, {"spare": 2})
+        without = _hop_series(_prometheus(envoy))
+    assert len(without) > 200 and with_matcher < without
