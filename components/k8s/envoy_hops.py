@@ -102,9 +102,21 @@ def replica_service(model: Model) -> str:
 
 def replica_host(cfg: GatewayView, model: Model, ordinal: int) -> str:
     """Replica `ordinal`'s DNS name: its pod (its group's leader pod, multi-node) `<set>-<ordinal>` under the
-    governing Service `<set>` (see the module docstring)."""
+    governing Service `<set>` (see the module docstring), absolute (a trailing dot).
+
+    Absolute, because a hop resolves its name every few seconds on every gateway pod whether or not the replica
+    exists (replicas.max hops, fewer replicas), and an absent one answers NXDOMAIN: c-ares, Envoy's resolver, queries
+    a name that ends in a dot as is and only as is (c-ares ares_getaddrinfo.c, `as_is_only`), where a relative name
+    is also tried under each search domain of the pod's resolv.conf (`ndots:5`), one NXDOMAIN each. Nothing else
+    reads the name: the hop is TCP (tcp_proxy sets no SNI and no Host), its health checks send the model Service's
+    Host (`health_check`), and the gateway's Istio sidecar routes the hop's connection by the pod IP it resolves.
+
+    How often: every DEFAULT_DNS_REFRESH_SECONDS, present or absent: Envoy 1.40 counts an NXDOMAIN as a resolution
+    that succeeded with no host (update_success, not update_failure: tests/artifacts/test_envoy_dns_live.py), so
+    DnsCluster.dns_failure_refresh_rate never slows an absent ordinal's queries; and a slower refresh would delay
+    a new or restarted replica's first request (its record appears once it is ready)."""
     svc = replica_service(model)
-    return f"{svc}-{ordinal}.{svc}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
+    return f"{svc}-{ordinal}.{svc}.{cfg.tenant_of(model).namespace}.svc.cluster.local."
 
 
 def hop_name(model: Model, ordinal: int) -> str:

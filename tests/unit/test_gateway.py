@@ -173,9 +173,9 @@ def test_each_replica_is_reached_through_its_own_hop_by_its_stable_dns_name() ->
             "socket_address"]["address"])
 
     assert [host(f"assistant-batch__replica-{i}") for i in range(6)] == [
-        f"assistant-batch-{i}.assistant-batch.assistant.svc.cluster.local" for i in range(6)]
+        f"assistant-batch-{i}.assistant-batch.assistant.svc.cluster.local." for i in range(6)]
     assert [host(f"deep-research__replica-{i}") for i in range(2)] == [
-        f"deep-research-lws-{i}.deep-research-lws.research.svc.cluster.local" for i in range(2)]
+        f"deep-research-lws-{i}.deep-research-lws.research.svc.cluster.local." for i in range(2)]
     assert "assistant-batch__replica-6" not in clusters  # replicas.max 6
     hop = clusters["assistant-batch__replica-5"]
     assert {k: v for k, v in hop.items() if k not in ("load_assignment", "health_checks")} == {
