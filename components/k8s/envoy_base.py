@@ -84,9 +84,13 @@ JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespa
 ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
-# 500 too: an LLM inference request has no side effect but its cost, and a replica whose engine died answers
-# 500 to every request (vLLM's EngineDeadError) until it is replaced.
-RETRIABLE_STATUS_CODES = (500, 502, 503, 504)
+# What a try is retried on besides connect failures and resets. 500: vLLM answers it to the requests in flight when
+# its engine dies (EngineDeadError; the server then exits) and to EngineGenerateError, which may be the request's
+# own (vllm-project/vllm vllm/entrypoints/launcher.py, `_add_shutdown_handlers`): a retry rescues the first and
+# costs the second a try per attempt, never an ejection (envoy_hops.outlier_detection). 502, 503: the way to the
+# replica failed (the gateway's Istio sidecar answers 503 when it cannot connect to the pod). Not 504: no engine
+# answers it, and a timeout that has taken its time is not repeated (a silent try is the per-try idle timeout's).
+RETRIABLE_STATUS_CODES = (500, 502, 503)
 DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match no model: 404s, scans
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.

@@ -39,12 +39,12 @@ before matching.
 
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
-failures, resets and 500/502/503/504, bounded by a retry budget; a streamed generation resets the idle
+failures, resets and 500/502/503, bounded by a retry budget; a streamed generation resets the idle
 timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
 stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
-engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive 5xx
-(up to `maxEjectionPercent`, 2 of 3); no panic mode (envoy_hops);
+engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
+failures (not 500s), until their next passing health check (envoy_hops.outlier_detection); no panic mode;
 LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
 affinity: components/k8s/envoy_affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
@@ -74,7 +74,8 @@ JsonToMetadata https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/fi
 Cluster (health checks, outlier detection, LB) https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto
 
 Routing between a workload's variants by the request's latency budget, with overflow to the next variant:
-components.k8s.envoy_variants. Tokens, issuers' tenants and rate limits: components.k8s.envoy_callers.
+components.k8s.envoy_variants. Tokens, issuers' tenants and rate limits: components.k8s.envoy_callers. The
+gateway's own refusals (405, 404, 413) and their local replies: components.k8s.envoy_refusals.
 """
 
 from __future__ import annotations
@@ -87,7 +88,6 @@ from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
 from components.k8s.engines import ENGINES
 from components.k8s.envoy_base import (
-    _ALL,
     _T,
     ADMIN_CLUSTER,
     ALLOWED_METHODS,
@@ -115,7 +115,6 @@ from components.k8s.envoy_base import (
     PRIORITY_DESCRIPTOR,
     PRIORITY_HEADER,
     RBAC_FILTER,
-    REFUSAL_KEY,
     REFUSALS_FILTER,
     RETRIABLE_STATUS_CODES,
     ROUTE_DECISION_HEADER,
@@ -142,7 +141,7 @@ from components.k8s.envoy_callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster
+from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster, stats_config
 from components.k8s.envoy_observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -150,6 +149,15 @@ from components.k8s.envoy_observability import (
     collector_cluster,
     stats_listener,
     tracing,
+)
+from components.k8s.envoy_refusals import (
+    REFUSAL_ROUTE_PREFIX,
+    local_replies,
+    max_body,
+    not_found,
+    refused_methods,
+    too_large,
+    too_large_for_any,
 )
 from components.k8s.envoy_variants import (
     Decision,
@@ -182,6 +190,7 @@ __all__ = [
     "BODY_MODEL_KEY",
     "OPENAI_APIS",
     "HEALTH_PATHS",
+    "REFUSAL_ROUTE_PREFIX",
     "RETRIABLE_STATUS_CODES",
     "BODY_LIMIT_FILTER",
     "CALLERS_FILTER",
@@ -236,7 +245,6 @@ __all__ = [
 OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) for name, e in ENGINES.items()}
 # What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths).
 HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
-
 
 
 def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
@@ -322,49 +330,6 @@ def _body_model(value: str) -> dict[str, Any]:
             "value": {"string_match": {"exact": value}}}
 
 
-def _not_found(name: str, match: dict[str, Any], text: str, *, status: int = 404, at_once: bool = False
-               ) -> dict[str, Any]:
-    """A direct response. `at_once`: the refusals filter answers it from the headers, before the body is buffered
-    (only for requests no body can route elsewhere); otherwise the router answers once the body is read."""
-    out = {"name": name, "match": match, "direct_response": {"status": status, "body": {"inline_string": text}}}
-    if at_once:
-        out["metadata"] = {"filter_metadata": {METADATA_NAMESPACE: {REFUSAL_KEY: text}}}
-        out["typed_per_filter_config"] = {REFUSALS_FILTER: {
-            "@type": _T + "extensions.filters.http.fault.v3.HTTPFault",
-            "abort": {"http_status": status, "percentage": _ALL}}}
-    return out
-
-
-def _local_replies() -> dict[str, Any]:
-    """The refusals filter's answers carry their route's text (the fault filter's own body is "fault filter
-    abort"); response flag FI marks them (envoy.config.accesslog.v3.ResponseFlagFilter). A refused method's 405
-    also names the methods the gateway serves: RFC 9110 section 15.5.6 requires an Allow header in every 405."""
-    refused = {"response_flag_filter": {"flags": ["FI"]}}
-    text = {"text_format_source": {"inline_string": f"%METADATA(ROUTE:{METADATA_NAMESPACE}:{REFUSAL_KEY})%"}}
-    method = {"header_filter": {"header": {"name": ":method", "string_match": {
-        "safe_regex": {"regex": "|".join(ALLOWED_METHODS)}}, "invert_match": True}}}
-    allow = {"header": {"key": "allow", "value": ", ".join(ALLOWED_METHODS)},
-             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
-    return {"mappers": [{"filter": {"and_filter": {"filters": [refused, method]}}, "headers_to_add": [allow],
-                         "body_format_override": text},
-                        {"filter": copy.deepcopy(refused), "body_format_override": copy.deepcopy(text)}]}
-
-
-def _refused_methods() -> list[dict[str, Any]]:
-    """405 before any body is read for a method the OpenAI API does not use.
-
-    CONNECT has no :path, so no path route matches it: without a route the connection manager runs the filter
-    chain and the buffer filter holds its stream until it idles out. A connect_matcher route
-    (envoy.config.route.v3.RouteMatch) gives it one, and a route that has no upgrade_configs for CONNECT makes the
-    connection manager refuse it itself, 403 `upgrade_failed`, before any filter (envoyproxy/envoy@v1.40.0
-    source/common/http/conn_manager_impl.cc, ActiveStream::decodeHeaders)."""
-    text = f"method not allowed: the gateway serves {', '.join(ALLOWED_METHODS)}\n"
-    methods = {"name": ":method", "string_match": {"safe_regex": {"regex": "|".join(ALLOWED_METHODS)}},
-               "invert_match": True}
-    return [_not_found("method-not-allowed", {"prefix": "/", "headers": [methods]}, text, status=405, at_once=True),
-            _not_found("connect-not-allowed", {"connect_matcher": {}}, text, status=405)]
-
-
 def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     """The route for the same requests when their body does not ask to stream.
 
@@ -387,23 +352,6 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     return out
 
 
-def _too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
-    """413 for a route's requests past the model's limit.
-
-    A JSON request is routed again once the gateway has buffered it (and set its content-length), at the
-    largest limit of any model (json_to_metadata holds the per-route buffer filter until then), so its
-    model's limit is checked here, by the route; other requests also meet the per-route buffer filter."""
-    match = copy.deepcopy(route["match"])
-    match["headers"] = [*match.get("headers", []), {"name": "content-length", "invert_match": True, "range_match": {
-        "start": 0, "end": model.max_request_bytes + 1}}]
-    out = _not_found(f"{route['name']}-too-large", match,
-                     f"request body larger than {model.max_request_bytes} bytes (models.{model.name}."
-                     "maxRequestBytes)\n", status=413, at_once=True)
-    # a caller the model refuses gets its 403 first, whatever the size
-    out["typed_per_filter_config"][CALLERS_FILTER] = route["typed_per_filter_config"][CALLERS_FILTER]
-    return out
-
-
 def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     """Header routes, then path routes, then body routes (batch before default in each); then 404s."""
     ws = workloads(cfg)
@@ -413,7 +361,7 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
     by_body: list[dict[str, Any]] = []
     model_of: dict[str, Model] = {}  # route name -> the model whose limits it applies (its twins need them)
     for w in ws:
-        pairs = [(f"{w.name}-batch", w.batch, batch)] if w.batch is not None else []
+        pairs = [(f"{w.name}.batch", w.batch, batch)] if w.batch is not None else []
         pairs.append((w.name, w.default, []))
         path_prefix = f"{ROUTE_PREFIX}(?i:{re.escape(w.name)})"
         for name, model, extra in pairs:
@@ -446,31 +394,19 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
             del r["match"]["headers"]
     # each model route after its 413 and non-streamed twins; a body-routed request names its model only once its
     # body is read, so past the largest limit of any model it gets its 413 from its headers, before the body
-    twins = [[x for r in routes_ for x in (_too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
+    twins = [[x for r in routes_ for x in (too_large(r, model_of[r["name"]]), _unstreamed(r, model_of[r["name"]]), r)]
              for routes_ in ((*by_header, *by_path), by_body)]
-    with_twins = [*twins[0], _too_large_for_any(cfg), *twins[1]]
+    with_twins = [*twins[0], too_large_for_any(cfg), *twins[1]]
     known = ", ".join(w.name for w in ws) or "(none)"
     apis = sorted({a for tasks in OPENAI_APIS.values() for apis_ in tasks.values() for a in apis_})
     unknown = (f"unknown model: name one in header {MODEL_HEADER}, path {ROUTE_PREFIX}<model>/v1/... or the body's "
                f"\"model\", on a path its engine serves; models: {known}\n")
-    return [*_refused_methods(), *with_twins,
-            _not_found("unknown-model", {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
-            _not_found("not-served", {"prefix": "/"},
+    return [*refused_methods(), *with_twins,
+            not_found(f"{REFUSAL_ROUTE_PREFIX}unknown-model",
+                       {**_regex(f"^(?:{ROUTE_PREFIX}[^/]+)?/(?:{'|'.join(apis)})$")}, unknown),
+            not_found(f"{REFUSAL_ROUTE_PREFIX}not-served", {"prefix": "/"},
                        f"not served: the gateway routes only /{{{', '.join(apis).replace('[^/]+', '<name>')}}} "
                        f"(optionally under {ROUTE_PREFIX}<model>)\n", at_once=True)]
-
-
-def _too_large_for_any(cfg: GatewayView) -> dict[str, Any]:
-    """413 at once for a declared content-length past every model's limit (the buffer would refuse it anyway)."""
-    limit = _max_body(cfg)
-    match = {"prefix": "/", "headers": [{"name": "content-length", "invert_match": True,
-                                         "range_match": {"start": 0, "end": limit + 1}}]}
-    return _not_found("too-large", match, f"request body larger than {limit} bytes, the most any model here takes "
-                      "(models.<name>.maxRequestBytes)\n", status=413, at_once=True)
-
-
-def _max_body(cfg: GatewayView) -> int:
-    return max((m.max_request_bytes for m in cfg.models.values()), default=1024 * 1024)
 
 
 def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
@@ -489,7 +425,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
     refusals = {"name": REFUSALS_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.fault.v3.HTTPFault"}}  # no faults of its own: routes bring them
     buffer = {"name": BUFFER_FILTER, "typed_config": {
-        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
+        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": max_body(cfg)}}
     sessions = affinity.any_affinity(cfg.models.values())
     body_model = {"name": "envoy.filters.http.json_to_metadata", "typed_config": {
         "@type": _T + "extensions.filters.http.json_to_metadata.v3.JsonToMetadata",
@@ -506,7 +442,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
             "allow_content_types": list(JSON_CONTENT_TYPES),
             "allow_empty_content_type": True}}}
     body_limit = {"name": BODY_LIMIT_FILTER, "typed_config": {
-        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": _max_body(cfg)}}
+        "@type": _T + "extensions.filters.http.buffer.v3.Buffer", "max_request_bytes": max_body(cfg)}}
     rbac = {"name": RBAC_FILTER, "typed_config": {
         "@type": _T + "extensions.filters.http.rbac.v3.RBAC"}}  # no base rules: each model route brings its own
     out = [strip]
@@ -547,7 +483,7 @@ def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
                common_http_protocol_options={"idle_timeout": _seconds(gw.idle_timeout_seconds),
                                              # x_model would otherwise reach the engine beside x-model (400)
                                              "headers_with_underscores_action": "REJECT_REQUEST"},
-               local_reply_config=_local_replies(),
+               local_reply_config=local_replies(),
                # /models/a/../b/ is /models/b/ before any route or policy sees it
                normalize_path=True,
                merge_slashes=True,
@@ -575,6 +511,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
+        # the hops keep only their health stats (envoy_hops.stats_config)
+        "stats_config": stats_config(),
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}

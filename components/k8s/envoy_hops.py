@@ -36,7 +36,9 @@ Panic: never, at either level. Of the model cluster's hosts only the running rep
 threshold would send tries to ordinals that do not exist; and a hop refuses a connection while its replica fails its
 checks, so a panicking model cluster would only collect refusals. A model whose health endpoint fails on every
 replica answers 503 (no healthy upstream) until one passes again; gateway.outlierDetection.panicThresholdPercent no
-longer applies to models (docs/gateway.md, "Requests on a replica that hangs").
+longer applies to models (docs/gateway.md, "Requests on a replica that hangs"). Outlier detection can eject every
+running replica (its percentage counts all replicas.max hosts), so an ejected replica is back at its next passing
+check (`outlier_detection`).
 
 Sources (Envoy v1.40.0 API): Cluster.close_connections_on_host_health_failure and CommonLbConfig.healthy_panic_
 threshold https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto; TcpProxy
@@ -47,6 +49,7 @@ https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/circuit_br
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from components.k8s import envoy_affinity as affinity
@@ -78,9 +81,12 @@ __all__ = [
     "hop_listeners",
     "hop_clusters",
     "health_check",
+    "outlier_detection",
     "MODEL_RETRY_BUDGET_PERCENT",
     "RECHECK_SECONDS",
     "model_cluster",
+    "HOP_STATS_KEPT",
+    "stats_config",
 ]
 
 HOP_SEPARATOR = "__replica-"  # `<model>__replica-<i>`: no dot (Envoy's stats tag cuts a cluster name at one)
@@ -96,9 +102,21 @@ def replica_service(model: Model) -> str:
 
 def replica_host(cfg: GatewayView, model: Model, ordinal: int) -> str:
     """Replica `ordinal`'s DNS name: its pod (its group's leader pod, multi-node) `<set>-<ordinal>` under the
-    governing Service `<set>` (see the module docstring)."""
+    governing Service `<set>` (see the module docstring), absolute (a trailing dot).
+
+    Absolute, because a hop resolves its name every few seconds on every gateway pod whether or not the replica
+    exists (replicas.max hops, fewer replicas), and an absent one answers NXDOMAIN: c-ares, Envoy's resolver, queries
+    a name that ends in a dot as is and only as is (c-ares ares_getaddrinfo.c, `as_is_only`), where a relative name
+    is also tried under each search domain of the pod's resolv.conf (`ndots:5`), one NXDOMAIN each. Nothing else
+    reads the name: the hop is TCP (tcp_proxy sets no SNI and no Host), its health checks send the model Service's
+    Host (`health_check`), and the gateway's Istio sidecar routes the hop's connection by the pod IP it resolves.
+
+    How often: every DEFAULT_DNS_REFRESH_SECONDS, present or absent: Envoy 1.40 counts an NXDOMAIN as a resolution
+    that succeeded with no host (update_success, not update_failure: tests/artifacts/test_envoy_dns_live.py), so
+    DnsCluster.dns_failure_refresh_rate never slows an absent ordinal's queries; and a slower refresh would delay
+    a new or restarted replica's first request (its record appears once it is ready)."""
     svc = replica_service(model)
-    return f"{svc}-{ordinal}.{svc}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
+    return f"{svc}-{ordinal}.{svc}.{cfg.tenant_of(model).namespace}.svc.cluster.local."
 
 
 def hop_name(model: Model, ordinal: int) -> str:
@@ -202,7 +220,7 @@ MODEL_RETRY_BUDGET_PERCENT = 100.0
 def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     """The model's cluster: what the routes send to, over one hop per replica it may have."""
     gw = cfg.gateway
-    cb, od = gw.circuit_breakers, gw.outlier_detection
+    cb = gw.circuit_breakers
     endpoints = hop_endpoints(model)
     if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
         for e in endpoints:
@@ -236,13 +254,75 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         }]},
         # through each hop: a host is healthy while its replica exists and passes the hop's own checks
         "health_checks": [_through_hops(cfg, health_check(cfg, model))],
-        "outlier_detection": {
-            "consecutive_5xx": od.consecutive_5xx,
-            "interval": _seconds(od.interval_seconds),
-            "base_ejection_time": _seconds(od.base_ejection_seconds),
-            "max_ejection_percent": od.max_ejection_percent,
-            # a replica that fails requests but answers its health check stays ejected for its ejection time
-            # (by default a passing active check would bring it straight back)
-            "successful_active_health_check_uneject_host": False,
-        },
+        "outlier_detection": outlier_detection(cfg),
     }
+
+
+def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
+    """Ejection on gateway failures only, undone by the replica's next passing health check.
+
+    What counts: 502, 503, 504 and the failures Envoy originates (connect failures, resets, timeouts: mapped to
+    503/504 while split_external_local_origin_errors is off), `gateway.outlierDetection.consecutive5xx` in a row
+    (consecutive_gateway_failure, enforced 100%). A 500 does not: vLLM answers 500 to EngineGenerateError, which
+    "could be request specific" (vllm-project/vllm vllm/entrypoints/launcher.py, `_add_shutdown_handlers`), so
+    consecutive_5xx would let one client's bad requests eject healthy replicas; its enforcement is 0.
+
+    Why the check brings it back: max_ejection_percent is a share of all of the cluster's hosts (Envoy v1.40
+    source/common/upstream/outlier_detection_impl.cc, `DetectorImpl::ejectHost`: (ejected + 1) / hosts), and the
+    model's cluster has replicas.max hosts, of which only the running replicas can be ejected; with 2 of 6 running,
+    67% allows both. With successful_active_health_check_uneject_host (`DetectorImpl::initialize`), an ejected
+    replica whose next active check passes is back at once, so a model whose replicas answer their checks is left
+    without one for at most a check interval, not for the ejection time (no panic mode: envoy_hops module docstring).
+    """
+    od = cfg.gateway.outlier_detection
+    return {
+        "consecutive_5xx": od.consecutive_5xx,
+        "enforcing_consecutive_5xx": 0,
+        "consecutive_gateway_failure": od.consecutive_5xx,
+        "enforcing_consecutive_gateway_failure": 100,
+        "interval": _seconds(od.interval_seconds),
+        "base_ejection_time": _seconds(od.base_ejection_seconds),
+        "max_ejection_percent": od.max_ejection_percent,
+        "successful_active_health_check_uneject_host": True,
+    }
+
+
+# What a hop's stats keep (each hop emitted ~260 Prometheus lines per gateway pod, ~9.9k in prod): its health
+# (`health_check.*`, `membership_healthy`, `membership_total`). Traffic is counted on the model's cluster, whose
+# stats the dashboards, rules and docs read (telemetry.names.ENVOY), including the connections a hop closed with
+# requests on them (`upstream_cx_destroy_remote_with_active_rq`); the hops' listeners and tcp_proxy keep none.
+HOP_STATS_KEPT = ("health_check.", "membership_healthy", "membership_total")
+
+
+def _none_of(prefixes: tuple[str, ...]) -> str:
+    """RE2 for a string that starts with none of `prefixes` (Envoy's StringMatcher.safe_regex matches the whole
+    name; RE2 has no lookahead): at each character, either one no prefix continues with, or the string ends."""
+    trie: dict[str, Any] = {}
+    for p in prefixes:
+        node = trie
+        for ch in p:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def walk(node: dict[str, Any]) -> str | None:
+        if "" in node:
+            return None  # a whole prefix: no string from here qualifies
+        chars = sorted(node)
+        alts = [f"[^{''.join(re.escape(c) for c in chars)}].*"]
+        alts += [re.escape(c) + sub for c in chars if (sub := walk(node[c])) is not None]
+        return f"(?:{'|'.join(alts)}|)"
+
+    return walk(trie) or ""
+
+
+def stats_config() -> dict[str, Any]:
+    """The bootstrap's stats_config: every hop's stats but HOP_STATS_KEPT are never created (StatsMatcher
+    exclusion_list, https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/metrics/v3/stats.proto). Hop names are
+    unambiguous: a model name is a DNS label, without `_`; the tcp_proxy's stat_prefix has `_` for `-`."""
+    hop = r"[a-z0-9-]+" + re.escape(HOP_SEPARATOR) + r"\d+"
+    tcp_hop = r"[a-z0-9_]+" + re.escape(HOP_SEPARATOR.replace("-", "_")) + r"\d+"
+    return {"stats_matcher": {"exclusion_list": {"patterns": [
+        {"safe_regex": {"regex": rf"cluster\.{hop}\.{_none_of(HOP_STATS_KEPT)}"}},
+        {"safe_regex": {"regex": rf"listener\.{re.escape(HOP_SOCKET_PREFIX)}.*"}},
+        {"safe_regex": {"regex": rf"tcp\.{tcp_hop}\..*"}},
+    ]}}}

@@ -360,15 +360,15 @@ def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_mo
 
 
 def test_a_replica_answering_5xx_is_ejected_its_sessions_move_and_come_back(failing: Gateway) -> None:
-    """chat-0 answers 500: its sessions' tries are retried on other replicas (200 all along), 3 in a row eject it
-    (outlier detection), and while it is out only its own sessions have moved; when it answers again and its
-    ejection (1 s here) ends, they are back on it."""
+    """chat-0 answers 503: its sessions' tries are retried on other replicas (200 all along), 3 in a row eject it
+    (outlier detection, gateway failures), and while it fails only its own sessions have moved; when it answers
+    again and its ejection ends (1 s here, or its next passing health check), they are back on it."""
     sessions = [f"e{s}" for s in range(SESSIONS)]
     home = {s: failing.served_by("chat", session=s) for s in sessions}
     ejected = "cluster.chat.outlier_detection.ejections_active"
-    with behaving(failing, ("chat-0",), Behaviour.ERROR):
+    with behaving(failing, ("chat-0",), Behaviour.UNAVAILABLE):
         mine = [s for s in sessions if home[s] == "chat-0"]
-        for s in mine[:3]:  # three 5xx in a row from chat-0, each try retried elsewhere
+        for s in mine[:3]:  # three 503s in a row from chat-0, each try retried elsewhere
             assert failing.served_by("chat", session=s) != "chat-0"
         _wait_stat(failing, ejected, 1)
         during = {s: failing.served_by("chat", session=s) for s in sessions}

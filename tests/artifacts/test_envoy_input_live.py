@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import socket
 import time
+import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +26,7 @@ import pytest
 
 from components.k8s.envoy_config import bootstrap
 from infra.config import PlatformConfig, parse
+from telemetry.names import ENVOY
 from tests.support.envoy import await_replicas, rebind, start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port, request
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -327,8 +330,9 @@ def test_requests_in_flight_on_a_replica_that_hangs_are_retried_once_health_chec
     assert replicas[1].hits > hung_before  # some requests did meet the hung replica
     assert stats.get("cluster.pool.upstream_rq_timeout", 0) == 0
     assert stats["cluster.pool__replica-1.health_check.failure"] >= HC_UNHEALTHY
-    # its hop's connections closed by Envoy with requests on them, and those retried within the budget
-    assert stats["cluster.pool__replica-1.upstream_cx_destroy_local_with_active_rq"] >= 1
+    # its hop's connections closed by Envoy with requests on them (the model's cluster sees them closed by the hop,
+    # its remote: the hops keep only their health stats), and those retried within the budget
+    assert stats["cluster.pool.upstream_cx_destroy_remote_with_active_rq"] >= 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
     assert stats.get("cluster.pool.upstream_rq_retry_overflow", 0) == 0
     # none waited past the detection: the hop fails the hung replica after HC_UNHEALTHY checks that each time out,
@@ -398,16 +402,17 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
 
 def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gateway: Gateway, tmp_path: Path) -> None:
     """The model's cluster reaches each replica through its own hop (components.k8s.envoy_hops), and keeps its HTTP
-    settings per replica: a replica that answers 500 is retried around (previous_hosts) and, after consecutive 5xx,
-    ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
+    settings per replica: a replica that answers 503 is retried around (previous_hosts) and, after consecutive
+    gateway failures, ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
     config, admin, listener = _pool_config(gateway, lambda _: None)
     replicas = gateway.backends["pool"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
     body = json.dumps({"model": "pool", "messages": []}).encode()
-    ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_5xx"
+    ejections = "cluster.pool.outlier_detection.ejections_enforced_consecutive_gateway_failure"
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
         await_replicas(envoy, {"pool": POOL_REPLICAS})
-        replicas[0].behaviour = Behaviour.ERROR
+        hits = replicas[0].hits
+        replicas[0].behaviour = Behaviour.UNAVAILABLE
         statuses = Counter[int]()
         try:  # until replica 0 is ejected (bounded): each 500 is retried on another replica
             while statuses.total() < POOL_REQUESTS and envoy.stats().get(ejections, 0) == 0:
@@ -418,7 +423,8 @@ def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gat
     assert statuses == {200: statuses.total()} and stats[ejections] == 1
     assert stats["cluster.pool.upstream_rq_retry_success"] >= 1
     # replica 0 answered through its hop all along: it never failed its health checks
-    assert stats["cluster.pool__replica-0.upstream_cx_total"] >= 1
+    assert replicas[0].hits > hits
+    assert stats["cluster.pool__replica-0.health_check.success"] >= 1
     assert stats.get("cluster.pool__replica-0.health_check.failure", 0) == 0
 
 
@@ -450,3 +456,85 @@ def test_a_model_whose_replicas_all_fail_their_checks_answers_503_and_recovers(g
             b.behaviour = Behaviour.OK
     _await_healthy(gateway.envoy, "spare", 2)
     assert request(gateway.port, "/v1/chat/completions", auth, body=body)[0] == 200
+
+
+EJECTION_S = 120  # the M2 test's base ejection time: far longer than the test, so only a health check un-ejects
+
+
+def test_a_model_whose_running_replicas_were_all_ejected_serves_at_the_next_passing_check(
+        gateway: Gateway, tmp_path: Path) -> None:
+    """`spare` has 4 hosts (replicas.max) and 2 running replicas. max_ejection_percent (67) counts all 4 (Envoy
+    v1.40 outlier_detection_impl.cc, DetectorImpl::ejectHost), so when both reset every request, both are ejected
+    and the model answers 503. Once one answers again, it serves at that replica's next passing health check
+    (successful_active_health_check_uneject_host), not after the ejection time. On a gateway of its own."""
+    def long_ejection(config: dict[str, Any]) -> None:
+        spare = next(c for c in config["static_resources"]["clusters"] if c["name"] == "spare")
+        spare["outlier_detection"]["base_ejection_time"] = f"{EJECTION_S}s"
+
+    config, admin, listener = _pool_config(gateway, long_ejection)
+    replicas = gateway.backends["spare"]
+    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "spare"}
+    body = json.dumps({"model": "spare", "messages": []}).encode()
+    ejected = "cluster.spare.outlier_detection.ejections_active"
+    with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
+        await_replicas(envoy, {"spare": 2})
+        statuses = Counter[int]()
+        try:
+            for b in replicas:
+                b.behaviour = Behaviour.RESET
+            while statuses.total() < POOL_REQUESTS and envoy.stats().get(ejected, 0) < 2:  # both out (bounded)
+                statuses[request(listener, "/v1/chat/completions", auth, body=body)[0]] += 1
+            assert envoy.stats().get(ejected, 0) == 2, statuses
+            assert envoy.stats()["cluster.spare.outlier_detection.ejections_enforced_consecutive_gateway_failure"] == 2
+            assert request(listener, "/v1/chat/completions", auth, body=body) == (503, b"no healthy upstream")
+        finally:
+            replicas[0].behaviour = Behaviour.OK
+        try:
+            start = time.monotonic()
+            deadline = start + EJECTION_S / 4  # bounded; the ejection alone would last EJECTION_S
+            while (status := request(listener, "/v1/chat/completions", auth, body=body)[0]) != 200:
+                assert status == 503 and time.monotonic() < deadline, status
+                time.sleep(HC_INTERVAL_S / 4)
+            stats = envoy.stats()
+        finally:
+            replicas[1].behaviour = Behaviour.OK
+    # replica 0 came back through its health check (replica 1, which also passes its checks, too: it is ejected
+    # again after as many resets), long before either ejection time ended
+    assert stats[ejected] < 2
+    assert stats["cluster.spare.upstream_rq_retry"] >= 1  # each reset was retried on the other replica
+
+
+# --- hop stats -------------------------------------------------------------------------------------------------
+
+HOP_SERIES = {f'envoy_cluster_{name}{{envoy_cluster_name="spare__replica-0"}}' for name in (
+    "health_check_attempt", "health_check_success", "health_check_failure", "health_check_network_failure",
+    "health_check_passive_failure", "health_check_verify_cluster", "health_check_degraded", "health_check_healthy",
+    "membership_healthy", "membership_total")}
+
+
+def _hop_series(text: str) -> set[str]:
+    """The series of hop 0 of `spare` in a /stats/prometheus text: its cluster's, its listener's (named by its
+    socket), its tcp_proxy's (stat_prefix spare__replica_0)."""
+    hop = re.compile(r'spare__replica[-_]0(?:"|\.|$)')
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#") and hop.search(line)}
+
+
+def _prometheus(envoy: EnvoyProcess) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5) as r:
+        return str(r.read().decode())
+
+
+def test_a_hop_keeps_only_its_health_stats(gateway: Gateway, tmp_path: Path) -> None:
+    """components.k8s.envoy_hops.stats_config: of a hop's series on /stats/prometheus (its cluster's, listener's and
+    tcp_proxy's: about 260 on Envoy 1.40 without the matcher), only its health remains; the model's cluster keeps its
+    own, which the dashboards and rules read (telemetry.names.ENVOY)."""
+    with_matcher = _hop_series(_prometheus(gateway.envoy))
+    assert with_matcher == HOP_SERIES
+    model = {line.split("{")[0] for line in _prometheus(gateway.envoy).splitlines()
+             if 'envoy_cluster_name="spare"' in line}
+    assert {ENVOY.RQ_TOTAL, ENVOY.RQ_RETRY, ENVOY.EJECTIONS, ENVOY.NO_HEALTHY} <= model
+    config, admin, listener = _pool_config(gateway, lambda c: c.pop("stats_config"))
+    with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
+        await_replicas(envoy, {"spare": 2})
+        without = _hop_series(_prometheus(envoy))
+    assert len(without) > 200 and with_matcher < without

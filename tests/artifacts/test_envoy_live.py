@@ -406,25 +406,34 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
     assert sum(codes.values()) == POOL_REQUESTS
     assert codes[200] >= 0.999 * POOL_REQUESTS, codes
     stats = gateway.envoy.stats()
-    assert stats[f"cluster.{model}.outlier_detection.ejections_active"] == 1
-    assert stats[f"cluster.{model}.outlier_detection.ejections_enforced_consecutive_5xx"] == 1
+    ejections = stats[f"cluster.{model}.outlier_detection.ejections_enforced_consecutive_gateway_failure"]
+    assert ejections >= 1 and stats[f"cluster.{model}.outlier_detection.ejections_enforced_total"] == ejections
     bad_hits = gateway.backends[model][bad].hits
     good_hits = sum(b.hits for i, b in enumerate(gateway.backends[model]) if i != bad)
-    assert bad_hits < 50  # ejected after a handful of failures
+    # ejected after a handful of failures; its health check passes, so it is back at its next check (0.25 s here)
+    # and ejected again after as many: a handful per check interval, never a share of the traffic
+    assert bad_hits < 20 * ejections and bad_hits < 0.1 * good_hits
     # every failure on the bad replica was retried (or refused by the retry budget), on another replica
     assert stats[f"cluster.{model}.upstream_rq_retry"] + stats.get(f"cluster.{model}.upstream_rq_retry_overflow", 0) \
         == bad_hits
     assert good_hits == codes[200]  # the healthy replicas served every success
 
 
-def test_two_of_three_replicas_failing_with_500_are_retried_and_both_ejected(gateway: Gateway) -> None:
+def test_two_of_three_replicas_failing_with_500_are_retried_around_and_never_ejected(gateway: Gateway) -> None:
+    """A 500 may be the request's own (vLLM's EngineGenerateError): it is retried on another replica
+    (retriable_status_codes) but ejects none; Envoy detects the consecutive 500s and does not enforce them
+    (enforcing_consecutive_5xx 0: components.k8s.envoy_hops.outlier_detection). The price, with two of three
+    replicas failing every request and none ejected: a request whose three tries (gateway.retries.attempts 2) all
+    met them gets the 500 (the least-request pick may repeat a previous host after 3 draws; 34 of 2000 here)."""
     codes = _hammer(gateway, "two-500", POOL_REQUESTS)
     stats = gateway.envoy.stats()
-    assert codes[200] >= 0.99 * POOL_REQUESTS, codes
-    assert stats["cluster.two-500.outlier_detection.ejections_active"] == 2  # max_ejection_percent 67
-    assert stats.get("cluster.two-500.outlier_detection.ejections_overflow", 0) == 0
+    assert set(codes) <= {200, 500} and codes[200] >= 0.95 * POOL_REQUESTS, codes
+    assert codes[500] == stats.get("cluster.two-500.upstream_rq_retry_limit_exceeded", 0)
+    assert stats["cluster.two-500.outlier_detection.ejections_detected_consecutive_5xx"] >= 1
+    assert stats.get("cluster.two-500.outlier_detection.ejections_active", 0) == 0
+    assert stats.get("cluster.two-500.outlier_detection.ejections_enforced_total", 0) == 0
     bad_hits = sum(b.hits for b in gateway.backends["two-500"][1:])
-    assert bad_hits < 50
+    assert stats["cluster.two-500.upstream_rq_retry"] >= bad_hits - (POOL_REQUESTS - codes[200])
     assert gateway.backends["two-500"][0].hits == codes[200]
 
 

@@ -108,11 +108,14 @@ def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None
     assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == PROD_MODELS
     for name in PROD_MODELS:
         c = clusters[name]
-        # and a replica that passes its health check but fails every request stays ejected (the health check
-        # would un-eject it by default: cluster.v3.OutlierDetection.successful_active_health_check_uneject_host)
-        assert c["outlier_detection"] == {"consecutive_5xx": 4, "interval": "5s", "base_ejection_time": "60s",
+        # gateway failures eject (a 500 may be the request's own), and a passing health check brings the replica
+        # back (envoy_hops.outlier_detection: the percentage counts absent ordinals, so every replica can be out)
+        assert c["outlier_detection"] == {"consecutive_5xx": 4, "enforcing_consecutive_5xx": 0,
+                                          "consecutive_gateway_failure": 4,
+                                          "enforcing_consecutive_gateway_failure": 100,
+                                          "interval": "5s", "base_ejection_time": "60s",
                                           "max_ejection_percent": 35,
-                                          "successful_active_health_check_uneject_host": False}
+                                          "successful_active_health_check_uneject_host": True}
         [t] = c["circuit_breakers"]["thresholds"]
         assert (t["max_connections"], t["max_pending_requests"], t["max_requests"]) == (1000, 500, 900)
         # a model's cluster lets every try a hung replica's hop resets retry at once (envoy_hops); the setting is

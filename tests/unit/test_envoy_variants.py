@@ -124,7 +124,7 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     # the body kept to send it again (the model's maxRequestBytes); a failed try goes once more to another
     # replica of the variant (the model route's retry_on and previous_hosts), timed by the decision's route
     assert retry == {"retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
-                     "retriable_status_codes": [500, 502, 503, 504], "num_retries": 1,
+                     "retriable_status_codes": [500, 502, 503], "num_retries": 1,
                      "retry_host_predicate": [{"name": "envoy.retry_host_predicates.previous_hosts", "typed_config": {
                          "@type": "type.googleapis.com/envoy.extensions.retry.host.previous_hosts.v3."
                                   "PreviousHostsPredicate"}}],

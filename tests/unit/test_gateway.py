@@ -28,16 +28,16 @@ def test_workloads_pair_interactive_and_batch_models() -> None:
 def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     routes = ec.routes(prod_without_variants())
     names = [r["name"] for r in routes]
-    header = ["assistant-batch", "assistant", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
-    body = ["assistant-batch-body", "assistant-body", "assistant-tools-body", "deep-research-body", "embed-rerank-body",
+    header = ["assistant.batch", "assistant", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
+    body = ["assistant.batch-body", "assistant-body", "assistant-tools-body", "deep-research-body", "embed-rerank-body",
             "finance-8b-body", "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key
     # first the methods the API does not use (tests/artifacts/test_envoy_input_live.py); each model route comes
     # after its 413 and non-streamed twins (see below)
     # before the body routes, a 413 from the headers for a body no model takes (its model is not known yet)
     twins = [[x for n in names_ for x in (f"{n}-too-large", f"{n}-unstreamed", n)]
              for names_ in ((*header, *(f"{h}-path" for h in header)), body)]
-    assert names == ["method-not-allowed", "connect-not-allowed", *twins[0], "too-large", *twins[1],
-                     "unknown-model", "not-served"]
+    assert names == ["gateway:method-not-allowed", "gateway:connect-not-allowed", *twins[0], "gateway:too-large",
+                     *twins[1], "gateway:unknown-model", "gateway:not-served"]
     by_name = {r["name"]: r for r in routes}
     assert [by_name[n]["route"]["cluster"] for n in header] == [
         "assistant-batch", "assistant-fast", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
@@ -45,7 +45,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     assert by_name["assistant-tools-path"]["match"] == {"safe_regex": {
         "regex": r"^/models/(?i:assistant\-tools)/(?:v1/chat/completions|v1/completions|v1/models|v1/models/[^/]+)$"}}
     # header routes: any model name case, on the engine's OpenAI paths, with or without a /models/<x> prefix
-    assert by_name["assistant-batch"]["match"] == {
+    assert by_name["assistant.batch"]["match"] == {
         "safe_regex": {"regex": "^(?:/models/[^/]+)?/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},
         "headers": [{"name": "x-model", "string_match": {"exact": "assistant", "ignore_case": True}},
                     {"name": "x-priority", "string_match": {"exact": "batch", "ignore_case": True}}]}
@@ -72,8 +72,9 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     assert by_name["finance-8b-body-too-large"]["match"]["headers"] == [
         {"name": "content-length", "invert_match": True, "range_match": {"start": 0, "end": 8 * 1024 * 1024 + 1}}]
     assert by_name["finance-8b-body-too-large"]["direct_response"]["status"] == 413
-    assert [by_name[n]["direct_response"]["status"] for n in ("unknown-model", "not-served")] == [404, 404]
-    assert by_name["not-served"]["match"] == {"prefix": "/"}
+    assert [by_name[f"gateway:{n}"]["direct_response"]["status"] for n in ("unknown-model", "not-served")] == \
+        [404, 404]
+    assert by_name["gateway:not-served"]["match"] == {"prefix": "/"}
 
 
 def test_every_model_route_gives_its_callers_and_body_limit() -> None:
@@ -93,24 +94,24 @@ def test_every_model_route_gives_its_callers_and_body_limit() -> None:
 
 def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     by_name = {r["name"]: r for r in ec.routes(prod_without_variants())}
-    assert by_name["assistant-batch"]["route"]["timeout"] == "600s"
+    assert by_name["assistant.batch"]["route"]["timeout"] == "600s"
     assert by_name["embed-rerank"]["route"]["timeout"] == "10s"
     assert by_name["finance-8b"]["route"]["timeout"] == "60s"
     # the route's idle timeout replaces the connection manager's: a 900 s request is not cut at 300 s
     assert by_name["deep-research"]["route"]["timeout"] == by_name["deep-research"]["route"]["idle_timeout"] == "900s"
     retry = by_name["assistant"]["route"]["retry_policy"]
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
-        ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503, 504], 2)
+        ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"
     # per-try protection: min(timeoutSeconds, 30 s) of silence
     assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
-            ("assistant", "assistant-batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
+            ("assistant", "assistant.batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
     # session_affinity: the route hashes the session key (the access log's session_lb reads it)
     assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {
         "tenant": "finance", "priority": "interactive", "session_affinity": True}}}
     assert by_name["embed-rerank"]["metadata"] == {"filter_metadata": {"aifactory": {
         "tenant": "search", "priority": "interactive"}}}
-    assert by_name["assistant-batch"]["metadata"]["filter_metadata"]["aifactory"]["priority"] == "batch"
+    assert by_name["assistant.batch"]["metadata"]["filter_metadata"]["aifactory"]["priority"] == "batch"
 
 
 def test_model_cluster_balancing_breakers_and_ejection() -> None:
@@ -141,9 +142,10 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
     assert c["circuit_breakers"]["thresholds"] == [{
         "priority": "DEFAULT", "max_connections": 4096, "max_pending_requests": 2048, "max_requests": 4096,
         "retry_budget": {"budget_percent": {"value": 100.0}, "min_retry_concurrency": 16}}]
-    assert c["outlier_detection"] == {"consecutive_5xx": 3, "interval": "2s", "base_ejection_time": "30s",
-                                      "max_ejection_percent": 67,
-                                      "successful_active_health_check_uneject_host": False}
+    assert c["outlier_detection"] == {"consecutive_5xx": 3, "enforcing_consecutive_5xx": 0,
+                                      "consecutive_gateway_failure": 3, "enforcing_consecutive_gateway_failure": 100,
+                                      "interval": "2s", "base_ejection_time": "30s", "max_ejection_percent": 67,
+                                      "successful_active_health_check_uneject_host": True}
     # through the hops: hosts held unhealthy (starting, failing, absent) are checked every second
     assert c["health_checks"] == [{"timeout": "2s", "interval": "5s", "no_traffic_interval": "1s",
                                    "no_traffic_healthy_interval": "5s", "unhealthy_interval": "1s",
@@ -171,9 +173,9 @@ def test_each_replica_is_reached_through_its_own_hop_by_its_stable_dns_name() ->
             "socket_address"]["address"])
 
     assert [host(f"assistant-batch__replica-{i}") for i in range(6)] == [
-        f"assistant-batch-{i}.assistant-batch.assistant.svc.cluster.local" for i in range(6)]
+        f"assistant-batch-{i}.assistant-batch.assistant.svc.cluster.local." for i in range(6)]
     assert [host(f"deep-research__replica-{i}") for i in range(2)] == [
-        f"deep-research-lws-{i}.deep-research-lws.research.svc.cluster.local" for i in range(2)]
+        f"deep-research-lws-{i}.deep-research-lws.research.svc.cluster.local." for i in range(2)]
     assert "assistant-batch__replica-6" not in clusters  # replicas.max 6
     hop = clusters["assistant-batch__replica-5"]
     assert {k: v for k, v in hop.items() if k not in ("load_assignment", "health_checks")} == {

@@ -33,7 +33,7 @@ def test_gateway_from_its_own_args_routes_the_model_to_its_service() -> None:
     # one replica by default (max_replicas): pod llama-8b-0 through its hop (components.k8s.envoy_hops)
     hops = [c for c in envoy["static_resources"]["clusters"] if c["name"].startswith("llama-8b__replica-")]
     assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] for c in hops] == [
-        {"socket_address": {"address": "llama-8b-0.llama-8b.chat-models.svc.cluster.local", "port_value": 8000}}]
+        {"socket_address": {"address": "llama-8b-0.llama-8b.chat-models.svc.cluster.local.", "port_value": 8000}}]
     vhost = envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
         "route_config"]["virtual_hosts"][0]
     route = next(r for r in vhost["routes"] if r["name"] == "llama-8b")
