@@ -1,6 +1,6 @@
 """Declared sections of the stack model: a settings dataclass whose fields are `setting(...)`s validated with pydantic.
 
-Each field of such a dataclass (components/k8s/settings.py) declares, once, its type (the annotation), default,
+Each field of such a dataclass (components/k8s/settings/) declares, once, its type (the annotation), default,
 bounds, pattern and description; `section_model()` turns the dataclass into a pydantic v2 model (strict types,
 `extra="forbid"`, camelCase keys), `read()` validates one stack file mapping with it and reports pydantic's errors
 in the house wording (key path, the value received, what is allowed, "did you mean"), and `json_schema()` gives the

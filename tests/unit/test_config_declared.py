@@ -1,5 +1,5 @@
 """The declared sections of the stack model (infra/stack/declared.py): each setting's type, default, bounds and
-description written once on its settings dataclass (components/k8s/settings.py), and everything else read from
+description written once on its settings dataclass (components/k8s/settings/), and everything else read from
 there: the validation of the stack file, its editor schema and docs/stack-reference.md."""
 
 from __future__ import annotations
