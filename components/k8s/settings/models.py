@@ -205,10 +205,16 @@ class Model:
 
     @property
     def multi_node(self) -> bool:
+        """A replica spans nodes (a LeaderWorkerSet): `spans_nodes` where given, else its GPUs exceed a node's."""
+        if self.spans_nodes is not None:
+            return self.spans_nodes
         return self.mig_profile is None and self.gpus_per_replica > self.gpus_per_node_hint
 
     # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
     gpus_per_node_hint: int = 8
+    # Whether a replica spans nodes, where that is known but not the GPUs behind it: the gateway's args carry
+    # multi_node alone (it names the hops' LeaderWorkerSet pods by it). None: derived from the GPUs, as above.
+    spans_nodes: bool | None = None
 
     @property
     def nodes_per_replica(self) -> int:
