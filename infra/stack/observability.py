@@ -20,7 +20,6 @@ from components.k8s.settings import (
 from infra.stack import declared
 from infra.stack.common import _dns_label, _known_type
 from infra.stack.reader import (
-    _kind,
     _Reader,
     _show,
     did_you_mean,
@@ -124,16 +123,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
     v = r.fields(ObservabilitySettings, raw, p, handled=("prices", "slo", "workflows", "ingest", "alerting",
                                                          "volumes"))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
-    prices: dict[str, float] = {}
-    for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
-        if _known_type(str(itype)) is not None:
-            r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
-        elif isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
-            r.fail(f"{p}.prices.{itype}", f"expected a price in $/hour (a number >= 0), got {_show(price)}")
-        else:
-            prices[itype] = float(price)
-    if d is not None and "prices" in d and not isinstance(d["prices"], dict):
-        r.fail(f"{p}.prices", f"expected a mapping of instance type to $/hour, got {_kind(d['prices'])}")
+    prices = r.mapped(ObservabilitySettings, "prices", d, p, what="a price in $/hour", key_check=_known_type)
     base = _workflow_slo(r, (d or {}).get("slo"), f"{p}.slo", WorkflowSlo())
     workflows = {}
     for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():

@@ -15,6 +15,7 @@ from components.k8s.settings.base import (
     MAX_REQUEST_BYTES_LIMIT,
     MIG_PROFILE_PATTERN,
     NOT_A_DNS_LABEL,
+    NOT_A_MIG_PROFILE,
     QUANTITY_PATTERN,
     SETTING,
     InNamespace,
@@ -148,4 +149,5 @@ __all__ = [
     "ObservabilitySettings",
     "UTC_TIME_PATTERN",
     "NOT_A_UTC_TIME",
+    "NOT_A_MIG_PROFILE",
 ]

@@ -11,6 +11,7 @@ __all__ = [
     "DNS_LABEL_PATTERN",
     "NOT_A_DNS_LABEL",
     "MIG_PROFILE_PATTERN",
+    "NOT_A_MIG_PROFILE",
     "DNS_SUBDOMAIN_PATTERN",
     "MAX_REQUEST_BYTES_LIMIT",
     "DURATION_PATTERN",
@@ -25,6 +26,7 @@ __all__ = [
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a Kubernetes namespace or object name (RFC 1123 label)
 NOT_A_DNS_LABEL = "is not a DNS label (lowercase letters, digits and '-', at most 63 characters)"
 MIG_PROFILE_PATTERN = r"^[1-7]g\.\d+gb$"  # a MIG profile as the GPU operator names its resources (1g.10gb)
+NOT_A_MIG_PROFILE = "is not a MIG profile such as 1g.10gb"
 # a Kubernetes object name (a node's): a DNS subdomain, at most 253 characters
 DNS_SUBDOMAIN_PATTERN = r"^(?=.{1,253}$)[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 MAX_REQUEST_BYTES_LIMIT = 256 * 1024 * 1024  # the gateway buffers each body in memory before it forwards it

@@ -17,6 +17,7 @@ from components.k8s.settings.base import (
     MAX_REQUEST_BYTES_LIMIT,
     MIG_PROFILE_PATTERN,
     NOT_A_DNS_LABEL,
+    NOT_A_MIG_PROFILE,
     setting,
 )
 
@@ -136,10 +137,9 @@ class Model:
     gpus_per_replica: int = setting(1, ge=1, derived=True, doc="GPUs of one replica (default: tensorParallel x "
                                                                "pipelineParallel, which it must equal unless "
                                                                "migProfile is set).")
-    mig_profile: str | None = setting(None, pattern=MIG_PROFILE_PATTERN, invalid="is not a MIG profile such as "
-                                      "1g.10gb", doc="Serve on a MIG slice of this profile (requests "
-                                                     "nvidia.com/mig-<profile>; the pool needs a mig layout) instead "
-                                                     "of whole GPUs.")
+    mig_profile: str | None = setting(None, pattern=MIG_PROFILE_PATTERN, invalid=NOT_A_MIG_PROFILE,
+                                      doc="Serve on a MIG slice of this profile (requests nvidia.com/mig-<profile>; "
+                                          "the pool needs a mig layout) instead of whole GPUs.")
     quantization: QUANTIZATION_METHODS = setting("none", form=QUANTIZATION_METHODS | Quantization,
                                                  doc="How the weights are quantized: a method (none, fp8, awq, gptq, "
                                                      "int8), or {method, checkpoint} (default: none).")
