@@ -7,7 +7,7 @@ exactly as the Pulumi CLI passes them to a program. `load()` reads them through 
 Validation collects every problem before it raises: each `Problem` names the key path
 (`nodePools.gpu-a.fabric`), the value received and what is allowed. The sections are read in infra/stack (one
 module per section, cross-section checks in infra/stack/checks.py); a setting declared with `setting(...)` on its
-dataclass (components/k8s/settings.py) states its type, default, bounds and description there, once.
+dataclass (components/k8s/settings/) states its type, default, bounds and description there, once.
 """
 
 from __future__ import annotations

@@ -114,7 +114,7 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
                                                         max_requests=v.get("max_requests")),
                  replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.envoy_hops)
-                 gpus_per_replica=2 if m.get("multi_node") else 1, gpus_per_node_hint=1)  # multi_node: LWS names
+                 spans_nodes=m.get("multi_node", False))  # the hops' pod names: a LeaderWorkerSet's when true
 
 
 def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:

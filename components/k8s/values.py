@@ -1,4 +1,4 @@
-"""The components' settings model moved to components/k8s/settings.py; this name stays so that every
+"""The components' settings model moved to components/k8s/settings/; this name stays so that every
 `from components.k8s.values import X` keeps working."""
 
 from components.k8s.settings import *  # noqa: F403

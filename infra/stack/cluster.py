@@ -121,7 +121,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         region = v["region"]
         if "region" not in d:
             r.fail("target.region", "is required")
-        azs = r.strings(d, "availabilityZones", "target")
+        azs = r.listed(Target, "availability_zones", d, "target")
         if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
         elif isinstance(d.get("availabilityZones"), list) and not 2 <= len(azs) <= 6:  # a non-list: said above

@@ -1,6 +1,6 @@
 """Declared sections of the stack model: a settings dataclass whose fields are `setting(...)`s validated with pydantic.
 
-Each field of such a dataclass (components/k8s/settings.py) declares, once, its type (the annotation), default,
+Each field of such a dataclass (components/k8s/settings/) declares, once, its type (the annotation), default,
 bounds, pattern and description; `section_model()` turns the dataclass into a pydantic v2 model (strict types,
 `extra="forbid"`, camelCase keys), `read()` validates one stack file mapping with it and reports pydantic's errors
 in the house wording (key path, the value received, what is allowed, "did you mean"), and `json_schema()` gives the
@@ -88,6 +88,17 @@ def _default(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return dataclasses.MISSING
+
+
+def annotation_of(cls: type, name: str) -> Any:
+    """The type of the field `name` of `cls`, its annotation resolved."""
+    return _hints(cls)[name]
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The declared default of the field `name` of `cls`, for code that needs it before or beside the reader (the
+    declaration is the one place it is written)."""
+    return _default(next(f for f in declared_fields(cls) if f.name == name))
 
 
 @cache

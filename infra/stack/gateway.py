@@ -112,8 +112,7 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
     d = raw if isinstance(raw, dict) else {}
     issuers: list[JwtIssuer] = []
     seen: set[str] = set()
-    raw_issuers = r.value(d, "issuers", p, list, [])
-    for i, item in enumerate(raw_issuers):
+    for i, item in enumerate(r.value(d, "issuers", p, list, None) or ()):
         ip = f"{p}.issuers[{i}]"
         if not isinstance(item, dict):
             r.fail(ip, f"expected a mapping, got {_got(item)}")
@@ -123,8 +122,8 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
         if issuer in seen:
             r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
         elif issuer is not None and iv["jwks_uri"] is not None:
-            issuers.append(JwtIssuer(**iv, audiences=r.strings(item, "audiences", ip),
-                                     tenants=r.strings(item, "tenants", ip) if _given(item, "tenants") else None))
+            issuers.append(JwtIssuer(**iv, audiences=r.listed(JwtIssuer, "audiences", item, ip),
+                                     tenants=r.listed(JwtIssuer, "tenants", item, ip)))
         if issuer is not None:
             seen.add(issuer)
     return GatewayAuth(issuers=tuple(issuers), **v)

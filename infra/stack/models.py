@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -23,15 +24,18 @@ from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.memory_fit import memory_fit
 from components.k8s.settings import (
     MODEL_TASKS,
+    QUANTIZATION_METHODS,
     Model,
     ModelSlo,
     NodePool,
+    Quantization,
     Replicas,
     SessionAffinity,
     Speculative,
     Tenant,
     Variant,
 )
+from infra.stack import declared
 from infra.stack.reader import (
     _Reader,
     _show,
@@ -93,7 +97,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             r.fail(f"{path}.{shape}", f"one replica of {gpus} GPUs (tensorParallel x pipelineParallel) needs "
                                       f"{gpus // per_node} nodes of {per_node} GPUs ({pool.instance_type}), but "
                                       f"nodePools.{pool.name}.maxSize is {pool.max_size}")
-    quant, prequantized = _quantization(r, d.get("quantization", "none"), f"{path}.quantization", engine=engine,
+    quant, prequantized = _quantization(r, d.get("quantization", UNQUANTIZED), f"{path}.quantization", engine=engine,
                                         pool=pool, model_id=model_id)
     if eng is not None and quant in QUANT_METHODS and quant not in eng.quantization_methods:
         r.fail(f"{path}.quantization", f"{quant!r} is not supported by engine {engine!r}; choose one of: "
@@ -150,7 +154,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     model = Model(
         name=name, engine=engine,
         quantization=quant, speculative=spec, replicas=replicas, slo=slo,
-        callers=r.strings(d, "callers", path),
+        callers=r.listed(Model, "callers", d, path),
         gpus_per_node_hint=per_node,
         quantized_checkpoint=prequantized,
         variant=_variant(r, d, path),
@@ -219,8 +223,8 @@ def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> 
                "from the model id is wrong)")
 
 
-QUANT_METHODS = ("none", "fp8", "awq", "gptq", "int8")
-QUANT_CHECKPOINTS = ("pre-quantized", "load-time")
+QUANT_METHODS: tuple[str, ...] = typing.get_args(QUANTIZATION_METHODS)  # declared once, on the settings model
+UNQUANTIZED: str = declared.default_of(Model, "quantization")  # "none"
 LOAD_TIME_METHODS = ("fp8",)  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
 # Model ids that name their checkpoint's quantization (Meta's -FP8, RedHatAI/neuralmagic -FP8-dynamic / -w8a8,
 # -AWQ, -GPTQ-Int4, ...): such a checkpoint is pre-quantized whatever the config says.
@@ -237,12 +241,12 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
     (...) does not match the quantization method specified in the `quantization` argument (...)").
     Meta's Llama-3.1-405B-Instruct-FP8 declares fbgemm_fp8, so `--quantization fp8` crash-loops it."""
     if isinstance(raw, dict):
-        qd = r.mapping(raw, path, ("method", "checkpoint"))
-        method = r.value(qd, "method", path, str, choices=QUANT_METHODS) or "none"
-        ckpt = r.value(qd, "checkpoint", path, str, _default_checkpoint(method, engine), choices=QUANT_CHECKPOINTS)
+        q = r.fields(Quantization, raw, path)
+        method = q["method"] or UNQUANTIZED
+        ckpt = q["checkpoint"] if r.is_set(raw, path, "checkpoint") else _default_checkpoint(method, engine)
     else:
-        method = r.value({"quantization": raw}, "quantization", path.rsplit(".", 1)[0], str, "none",
-                         choices=QUANT_METHODS) or "none"
+        method = r.value({"quantization": raw}, "quantization", path.rsplit(".", 1)[0], str, UNQUANTIZED,
+                         choices=QUANT_METHODS) or UNQUANTIZED
         ckpt = _default_checkpoint(method, engine)
     if method == "none":
         return method, False

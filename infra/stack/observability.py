@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from components.k8s.settings import (
-    ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     Alerting,
     AlertReceiver,
@@ -21,7 +20,6 @@ from components.k8s.settings import (
 from infra.stack import declared
 from infra.stack.common import _dns_label, _known_type
 from infra.stack.reader import (
-    _kind,
     _Reader,
     _show,
     did_you_mean,
@@ -48,12 +46,17 @@ def _secret_ref(r: _Reader, d: Mapping[str, Any] | None, path: str, *, required:
     return SecretRef(name, key) if name and key else None
 
 
+# The keys each receiver type takes, and of those the ones it requires (the declared AlertReceiver checks each
+# value; which keys go with which type spans keys, so it is read here).
 _RECEIVER_KEYS: dict[str, tuple[str, ...]] = {
     "slack": ("type", "channel", "secret"),
     "pagerduty": ("type", "secret"),
     "email": ("type", "to", "from", "smarthost", "username", "secret"),
     "webhook": ("type", "url", "secret"),
 }
+_RECEIVER_REQUIRES: dict[str, tuple[str, ...]] = {"slack": ("channel",), "email": ("to", "from", "smarthost"),
+                                                  "webhook": ("url",)}
+_SECRET_REQUIRED = ("slack", "pagerduty")
 
 
 # Keys that would put a credential into the stack config in plain text: refused with the fix.
@@ -62,59 +65,55 @@ _PLAIN_SECRETS = ("apiUrl", "routingKey", "serviceKey", "password", "authPasswor
 
 def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
     path = f"observability.alerting.receivers.{name}"
-    typ = r.value(d, "type", path, str, choices=ALERT_RECEIVER_TYPES)
+    typ = r.fields(AlertReceiver, {"type": d.get("type")}, path)["type"]
+    keys = _RECEIVER_KEYS.get(typ, ())
     for key in d:
         if key in _PLAIN_SECRETS:
             r.fail(f"{path}.{key}", "credentials never go into the stack config; store it in a Kubernetes Secret "
                                     "and reference it with secret: {name, key}")
-        elif typ is not None and key not in _RECEIVER_KEYS[typ]:
-            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}{did_you_mean(key, _RECEIVER_KEYS[typ])}; "
-                                   f"allowed keys: {', '.join(_RECEIVER_KEYS[typ])}")
+        elif typ is not None and key not in keys:
+            r.fail(f"{path}.{key}", f"unknown key for type {typ!r}{did_you_mean(key, keys)}; "
+                                   f"allowed keys: {', '.join(keys)}")
     if typ is None:
         return None
-    secret = _secret_ref(r, d, path, required=typ in ("slack", "pagerduty"))
-    if typ == "slack":
-        return AlertReceiver(name, typ, secret, channel=r.value(d, "channel", path, str))
-    if typ == "email":
-        email = lambda v: None if re.match(r"^[^@\s]+@[^@\s]+$", v) else "is not an email address"  # noqa: E731
-        return AlertReceiver(name, typ, secret, to=r.value(d, "to", path, str, check=email),
-                             sender=r.value(d, "from", path, str, check=email),
-                             smarthost=r.value(d, "smarthost", path, str, check=lambda v: None if re.match(
-                                 r"^[A-Za-z0-9.-]+:\d{1,5}$", v) else "is not host:port such as smtp.example.com:587"),
-                             username=r.value(d, "username", path, str, None))
-    if typ == "webhook":
-        return AlertReceiver(name, typ, secret, url=r.value(d, "url", path, str, check=lambda v: None if re.match(
-            r"^https?://[^\s]+$", v) else "is not an http(s):// URL"))
-    return AlertReceiver(name, typ, secret)
+    secret = _secret_ref(r, d, path, required=typ in _SECRET_REQUIRED)
+    for key in _RECEIVER_REQUIRES.get(typ, ()):
+        if d.get(key) is None:
+            r.fail(f"{path}.{key}", "is required")
+    v = r.fields(AlertReceiver, {k: x for k, x in d.items() if k in keys}, path, handled=("secret",))
+    return AlertReceiver(name, secret=secret, **v)
 
 
 def _alerting(r: _Reader, raw: Any) -> Alerting:
     path = "observability.alerting"
     d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes", "heartbeat"))
-    receivers = {n: rc for n, b in r.named((d or {}).get("receivers") or {}, f"{path}.receivers").items()
-                 if (rc := _receiver(r, n, b)) is not None}
+    given = r.named((d or {}).get("receivers") or {}, f"{path}.receivers")
+    receivers = {n: rc for n, b in given.items() if (rc := _receiver(r, n, b)) is not None}
     routes: dict[str, tuple[str, ...]] = {}
     rd = r.mapping((d or {}).get("routes") or {}, f"{path}.routes", ALERT_SEVERITIES)
     for severity in ALERT_SEVERITIES:
         names = r.strings(rd, severity, f"{path}.routes")
         for i, n in enumerate(names):
-            if n not in receivers:
+            if n not in given:  # a receiver given but refused is reported where it is written, once
                 r.fail(f"{path}.routes.{severity}[{i}]",
-                       f"{n!r} is not a receiver; receivers: {', '.join(sorted(receivers)) or '(none)'}")
+                       f"{n!r} is not a receiver; receivers: {', '.join(sorted(given)) or '(none)'}")
         if names:
             routes[severity] = names
-    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers))
+    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers, given=tuple(given)))
 
 
-def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver]) -> Heartbeat | None:
+def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver], *,
+               given: tuple[str, ...]) -> Heartbeat | None:
+    """The heartbeat; `given`: every receiver named in the stack file (one refused is reported at its own key)."""
     path = "observability.alerting.heartbeat"
     if raw is None:
         return None
     v = r.fields(Heartbeat, raw, path)
     name = v["receiver"]
     if name is not None and name not in receivers:
-        r.fail(f"{path}.receiver", f"{_show(name)} is not a receiver; receivers: "
-                                   f"{', '.join(sorted(receivers)) or '(none)'}")
+        if name not in given:
+            r.fail(f"{path}.receiver", f"{_show(name)} is not a receiver; receivers: "
+                                       f"{', '.join(sorted(given)) or '(none)'}")
         return None
     return Heartbeat(**v) if name is not None else None
 
@@ -124,16 +123,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
     v = r.fields(ObservabilitySettings, raw, p, handled=("prices", "slo", "workflows", "ingest", "alerting",
                                                          "volumes"))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
-    prices: dict[str, float] = {}
-    for itype, price in ((d or {}).get("prices") or {}).items() if isinstance((d or {}).get("prices"), dict) else ():
-        if _known_type(str(itype)) is not None:
-            r.fail(f"{p}.prices.{itype}", _known_type(str(itype)) or "")
-        elif isinstance(price, bool) or not isinstance(price, int | float) or price < 0:
-            r.fail(f"{p}.prices.{itype}", f"expected a price in $/hour (a number >= 0), got {_show(price)}")
-        else:
-            prices[itype] = float(price)
-    if d is not None and "prices" in d and not isinstance(d["prices"], dict):
-        r.fail(f"{p}.prices", f"expected a mapping of instance type to $/hour, got {_kind(d['prices'])}")
+    prices = r.mapped(ObservabilitySettings, "prices", d, p, what="a price in $/hour", key_check=_known_type)
     base = _workflow_slo(r, (d or {}).get("slo"), f"{p}.slo", WorkflowSlo())
     workflows = {}
     for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():

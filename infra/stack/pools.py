@@ -78,7 +78,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
 
     target_azs = target.availability_zones if target is not None else ()
-    azs = r.strings(d, "availabilityZones", path)  # default: the pool's zones (below)
+    azs = r.listed(NodePool, "availability_zones", d, path)  # derived: the pool's zones (below)
     if "availabilityZones" in d:
         if not aws:
             r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
@@ -150,8 +150,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
 
     taints: list[Taint] = []
     if "taints" in d:
-        raw_t = r.value(d, "taints", path, list, [])  # default: the GPU taint (below)
-        for i, t in enumerate(raw_t):
+        for i, t in enumerate(r.value(d, "taints", path, list, None) or ()):  # derived: the GPU taint (below)
             tp = f"{path}.taints[{i}]"
             tv = r.fields(Taint, t, tp)
             if tv["key"] and tv["effect"]:

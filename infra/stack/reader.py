@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -165,6 +166,33 @@ class _Reader:
         default: tuple[str, ...] = () if f.default is dataclasses.MISSING else f.default
         return self.strings(d, declared.key_of(f), path, default,
                             check=lambda s: None if pattern is None or pattern.search(s) else meta["invalid"])
+
+    def mapped(self, cls: type, name: str, d: Mapping[str, Any] | None, path: str, *, what: str,
+               key_check: Callable[[str], str | None] | None = None) -> dict[str, Any]:
+        """The declared mapping of numbers `name` of the section `cls` (`Mapping[str, int]` or `[str, float]`), from
+        the mapping `d` at `path`: each key checked against the field's pattern (its `invalid` message) or with
+        `key_check`, each value against the value type and the field's bounds (`what` names a value: "a slice
+        count"); absent or null, empty. Bad entries are reported at their key and left out."""
+        f = next(f for f in declared.declared_fields(cls) if f.name == name)
+        meta, key = f.metadata[SETTING], declared.key_of(f)
+        kind = typing.get_args(declared.annotation_of(cls, name))[1]
+        ge, le = meta["ge"], meta["le"]
+        bounds = " and ".join([*([f">= {ge:g}"] if ge is not None else []), *([f"<= {le:g}"] if le is not None
+                                                                              else [])])
+        wanted = f"expected {what} ({'an integer' if kind is int else 'a number'}{' ' + bounds if bounds else ''})"
+        out: dict[str, Any] = {}
+        for k, v in (self.value(d, key, path, dict, None) or {}).items():
+            at = f"{path}.{key}.{k}"
+            if meta["pattern"] is not None and not re.search(meta["pattern"], str(k)):
+                self.fail(at, meta["invalid"])
+            elif key_check is not None and (msg := key_check(str(k))) is not None:
+                self.fail(at, msg)
+            elif isinstance(v, bool) or not isinstance(v, int if kind is int else int | float) \
+                    or (ge is not None and v < ge) or (le is not None and v > le):
+                self.fail(at, f"{wanted}, got {_show(v)}")
+            else:
+                out[str(k)] = kind(v)
+        return out
 
     def strings(
         self, d: Mapping[str, Any] | None, key: str, path: str, default: tuple[str, ...] = (),

@@ -44,20 +44,11 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
                    rl.batch_requests_per_second if r.is_set(rld, rl_path, "batchRequestsPerSecond")
                    else rl.requests_per_second,
                    rl.batch_burst if r.is_set(rld, rl_path, "batchBurst") else burst)
-    return Tenant(name=name, **v, mig_quota=_mig_quota(r, d, path), rate_limit=rl,
+    return Tenant(name=name, **v, mig_quota=r.mapped(Tenant, "mig_quota", d, path, what="a slice count"), rate_limit=rl,
                   share_with=r.strings(d, "shareWith", path, check=_dns_label))
 
 
-def _mig_quota(r: _Reader, d: dict[str, Any], path: str) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for profile, count in (r.value(d, "migQuota", path, dict, None) or {}).items():
-        if not MIG_PROFILE_RE.match(str(profile)):
-            r.fail(f"{path}.migQuota.{profile}", "is not a MIG profile such as 1g.10gb")
-        elif isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            r.fail(f"{path}.migQuota.{profile}", f"expected a slice count (an integer >= 0), got {_show(count)}")
-        else:
-            out[str(profile)] = count
-    return out
+
 
 
 _QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$")

@@ -6,13 +6,13 @@ total and the score, then the surviving mutants (`mutmut show <name>` in that co
 
     python -m tests.mutation                       # every module below
     python -m tests.mutation telemetry/critical_path.py policies/fabric.py
-    python -m tests.mutation infra/config.py --only 'infra.config.x__bounds*'   # some functions' mutants only
+    python -m tests.mutation infra/stack/declared.py --only 'infra.stack.declared.x_values*'  # some mutants only
 
 A run narrowed with --only scores the mutants it checked; the others stay "not checked" and out of the total.
 
 A module whose whole run takes hours can be estimated from a sample instead:
 
-    python -m tests.mutation infra/config.py --sample 200 --seed 22 --max-children 1
+    python -m tests.mutation infra/stack/models.py --sample 200 --seed 22 --max-children 1
 
 mutmut first generates all of the module's mutants (no test runs), `mutmut results --all true` lists their names
 ("not checked"), and random.Random(SEED).sample over the sorted names picks N of them (with --only, N of the
@@ -36,6 +36,15 @@ from tests.mutation.sampling import sample_names, wilson_interval
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "mutate"
+# The tests of the stack model (infra/config.py and infra/stack/): its error messages, bounds and every key.
+_STACK_MODEL_TESTS = ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
+                      "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py",
+                      "tests/unit/test_config_every_key.py", "tests/unit/test_config_declared.py",
+                      "tests/unit/test_bringup.py", "tests/unit/test_serving_fabric.py",
+                      "tests/unit/test_envoy_variants.py", "tests/unit/test_gateway.py",
+                      "tests/unit/test_fidelity_eval.py", "tests/unit/test_k8s_observability.py",
+                      "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up",
+                      "tests/unit/test_fidelity_job.py::test_job_config_errors_name_the_key_path")
 # module -> the tests that cover it (mutmut runs, per mutant, the subset of these that executes the mutated function)
 MODULES: dict[str, tuple[str, ...]] = {
     "policies/fabric.py": ("tests/unit/test_policies.py", "tests/unit/test_policy_efa_security_group.py",
@@ -58,13 +67,11 @@ MODULES: dict[str, tuple[str, ...]] = {
     "infra/nodecheck/checks.py": ("tests/node/test_nodecheck_replay.py", "tests/unit/test_nodecheck_parsers.py",
                                   "tests/node/test_nodecheck_real_node.py",
                                   "tests/node/test_nodecheck_fault_recordings.py"),
-    "infra/config.py": ("tests/unit/test_config.py", "tests/unit/test_config_bounds.py",
-                        "tests/unit/test_config_reader.py", "tests/unit/test_config_gateway.py",
-                        "tests/unit/test_config_every_key.py", "tests/unit/test_bringup.py",
-                        "tests/unit/test_serving_fabric.py", "tests/unit/test_envoy_variants.py",
-                        "tests/unit/test_gateway.py", "tests/unit/test_fidelity_eval.py",
-                        "tests/unit/test_cli.py::test_misspelt_namespace_is_refused_under_pulumi_up",
-                        "tests/unit/test_fidelity_job.py::test_job_config_errors_name_the_key_path"),
+    "infra/config.py": _STACK_MODEL_TESTS,
+    # The stack model's reading and checks, moved out of infra/config.py (issue 30): the same tests cover them.
+    **{f"infra/stack/{name}.py": _STACK_MODEL_TESTS
+       for name in ("declared", "reader", "cluster", "pools", "tenants", "models", "gateway", "observability",
+                    "checks")},
 }
 PACKAGES = ("components", "dashboards", "infra", "policies", "telemetry")
 # What tests read besides the packages (mutmut copies tests/, setup.cfg and pyproject.toml itself): the shipped

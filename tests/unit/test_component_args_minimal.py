@@ -1,5 +1,5 @@
 """Components from minimal args: what the args leave out takes the component's own default, and that default is the
-stack model's (the same settings dataclass, components/k8s/settings.py). The equivalence tests elsewhere pass every
+stack model's (the same settings dataclass, components/k8s/settings/). The equivalence tests elsewhere pass every
 field; here a stack that sets nothing optional, and a component given nothing optional, must agree."""
 
 from __future__ import annotations

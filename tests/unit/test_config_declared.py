@@ -1,5 +1,5 @@
 """The declared sections of the stack model (infra/stack/declared.py): each setting's type, default, bounds and
-description written once on its settings dataclass (components/k8s/settings.py), and everything else read from
+description written once on its settings dataclass (components/k8s/settings/), and everything else read from
 there: the validation of the stack file, its editor schema and docs/stack-reference.md."""
 
 from __future__ import annotations
@@ -224,3 +224,84 @@ def test_a_setting_reaches_the_component_args_of_the_same_name_with_no_line_of_m
     args = model_deployment_args(cfg, m)
     assert {k: args[k] for k in got if k != "pool"} == {k: v for k, v in got.items() if k != "pool"}  # type: ignore[literal-required]
     assert args["pool"]["name"] == m.pool
+
+
+def _declared_keys() -> dict[str, list[str]]:
+    """stack file key -> the declared fields (Class.field) that own it, over every settings dataclass."""
+    import components.k8s.settings as settings
+    import infra.config as config
+    import infra.stack.cluster as cluster
+
+    classes = {v for m in (settings, cluster, config) for v in vars(m).values()
+               if isinstance(v, type) and dataclasses.is_dataclass(v)}
+    keys: dict[str, list[str]] = {}
+    for cls in sorted(classes, key=lambda c: c.__name__):
+        for f in declared.declared_fields(cls):
+            keys.setdefault(declared.key_of(f), []).append(f"{cls.__name__}.{f.name}")
+    return keys
+
+
+# The readers of a raw stack mapping and the position of their `default` argument: value(d, key, path, kind,
+# default), strings(d, key, path, default).
+_READERS = {"value": 4, "strings": 3}
+
+
+def test_no_reader_writes_a_literal_default_of_a_declared_setting_a_second_time() -> None:
+    """A default is written once, on the declaration: infra/config.py and infra/stack/ read a declared key through
+    the declared reader (fields, section, listed) or pass a default taken from the declaration, never a literal of
+    their own (which could drift from the declaration's, and from the schema and reference generated from it)."""
+    import ast
+
+    keys = _declared_keys()
+    found = []
+    for path in sorted([ROOT / "infra" / "config.py", *(ROOT / "infra" / "stack").glob("*.py")]):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr in _READERS and len(node.args) > 1
+                    and isinstance(node.args[1], ast.Constant) and node.args[1].value in keys):
+                continue
+            at = _READERS[node.func.attr]
+            default = node.args[at] if len(node.args) > at else next(
+                (k.value for k in node.keywords if k.arg == "default"), None)
+            literal = isinstance(default, ast.List | ast.Tuple | ast.Dict | ast.Set) or (
+                isinstance(default, ast.Constant) and default.value is not None)
+            if literal:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.args[1].value} "
+                             f"(declared on {', '.join(keys[node.args[1].value])})")
+    assert found == []
+    assert {"quantization", "taints", "issuers", "callers", "type"} <= set(keys)  # the scan sees the declarations
+
+
+def test_mappings_of_numbers_take_key_pattern_and_value_bounds_from_their_declaration() -> None:
+    """observability.prices and tenants.<name>.migQuota: a bad entry is reported at its key with the declared bound
+    (ge=0 on ObservabilitySettings.prices and Tenant.mig_quota) and the declared key check; good entries stay."""
+    raw = stack_raw("dev")
+    raw["observability"] = {"prices": {"g5.xlarge": -1, "g6.xlarge": True, "x9.huge": 2.0}}
+    raw["tenants"]["demo"]["migQuota"] = {"1g.10gb": -2, "2g": 1, "3g.40gb": 1.5}
+    with pytest.raises(ConfigError) as err:
+        parse(raw, stack="dev")
+    problems = [str(p) for p in err.value.problems]
+    assert [p for p in problems if ".migQuota." in p] == [
+        "tenants.demo.migQuota.1g.10gb: expected a slice count (an integer >= 0), got -2",
+        "tenants.demo.migQuota.2g: is not a MIG profile such as 1g.10gb",
+        "tenants.demo.migQuota.3g.40gb: expected a slice count (an integer >= 0), got 1.5"]
+    assert [p for p in problems if ".prices." in p][:2] == [
+        "observability.prices.g5.xlarge: expected a price in $/hour (a number >= 0), got -1",
+        "observability.prices.g6.xlarge: expected a price in $/hour (a number >= 0), got true"]
+    assert [p for p in problems if ".prices." in p][2].startswith(
+        "observability.prices.x9.huge: is not a known instance type; known: ")
+
+
+def test_the_settings_package_exports_every_public_name_of_its_modules() -> None:
+    """components.k8s.settings is one module per section; `from components.k8s.settings import X` (and the old
+    components.k8s.values) keeps working for every name a section module exports."""
+    import importlib
+
+    import components.k8s.settings as settings
+    import components.k8s.values as values
+
+    for name in ("base", "tenants", "models", "gateway", "pools", "observability"):
+        module = importlib.import_module(f"components.k8s.settings.{name}")
+        assert set(module.__all__) <= set(settings.__all__), name
+        assert all(getattr(settings, n) is getattr(module, n) for n in module.__all__), name
+    assert sorted(values.__all__) == sorted(settings.__all__) and len(set(settings.__all__)) == len(settings.__all__)

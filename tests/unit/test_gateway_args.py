@@ -44,6 +44,20 @@ def test_gateway_from_its_own_args_routes_the_model_to_its_service() -> None:
     assert "annotations" not in svc.inputs["metadata"]  # not on AWS unless awsInternalLoadBalancer
 
 
+def test_a_multi_node_model_is_reached_through_its_leaderworkerset_leaders_and_its_gpus_stay_unknown() -> None:
+    """multi_node is all the gateway knows of a model's replicas: the hops name the leader pods of LWS groups
+    (`<model>-lws-<i>.<model>-lws`, as test_gateway's hop test), and the model states no GPU count it was not given."""
+    a = args()
+    a["models"]["llama-8b"] |= {"multi_node": True, "max_replicas": 2}
+    spec = gateway_spec("edge", a)
+    model = spec.models["llama-8b"]
+    assert (model.multi_node, model.spans_nodes, model.gpus_per_replica) == (True, True, 1)
+    hops = [c for c in yaml.safe_load(ec.render(spec))["static_resources"]["clusters"]
+            if c["name"].startswith("llama-8b__replica-")]
+    assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"][
+        "address"] for c in hops] == [f"llama-8b-lws-{i}.llama-8b-lws.chat-models.svc.cluster.local" for i in range(2)]
+
+
 def test_every_invalid_argument_is_reported_at_once_with_its_path() -> None:
     bad = args(service_type="Ingress", min_replicas=3, max_replicas=2, routing={"llama": {"policy": "random"}},
                # one issuer, replacing the valid one

@@ -478,6 +478,30 @@ def test_plain_text_credentials_and_unknown_receivers_are_refused() -> None:
         "observability.alerting.routes.page: unknown key; allowed keys: critical, warning, info"]
 
 
+def test_a_receiver_of_an_unknown_type_is_one_problem_not_also_one_per_route_and_heartbeat_naming_it() -> None:
+    """The routes and the heartbeat name the receiver the stack file gives; its bad type is reported once, at its
+    key."""
+    assert _problems(alerting={"receivers": {"chat": {"type": "teams", "channel": "#a"}},
+                               "routes": {"critical": ["chat", "nobody"]}, "heartbeat": {"receiver": "chat"}}) == [
+        "observability.alerting.receivers.chat.type: 'teams' is not allowed; choose one of: slack, pagerduty, email, "
+        "webhook",
+        "observability.alerting.routes.critical[1]: 'nobody' is not a receiver; receivers: chat"]
+
+
+def test_each_receiver_type_requires_its_keys_and_refuses_the_keys_of_other_types() -> None:
+    assert _problems(alerting={"receivers": {
+        "mail": {"type": "email", "to": "ops@example.com", "channel": "#a"},
+        "hook": {"type": "webhook", "secret": {"name": "hook", "key": "token"}},
+        "pd": {"type": "pagerduty"}}}) == [
+        "observability.alerting.receivers.mail.channel: unknown key for type 'email'; allowed keys: type, to, from, "
+        "smarthost, username, secret",
+        "observability.alerting.receivers.mail.from: is required",
+        "observability.alerting.receivers.mail.smarthost: is required",
+        "observability.alerting.receivers.hook.url: is required",
+        "observability.alerting.receivers.pd.secret: is required: {name: <Secret in the observability namespace>, "
+        "key: <its key>}"]
+
+
 # --- 5. Control-plane targets -------------------------------------------------------------------
 
 
