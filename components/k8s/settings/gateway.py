@@ -111,8 +111,8 @@ class Fidelity:
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502, "
-                            "503 or 504, or a try idle longer than the model's tryIdleTimeoutSeconds.")
+    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502 "
+                            "or 503, or a try idle longer than the model's tryIdleTimeoutSeconds.")
     budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries a variant's overflow may add, at most this "
                                                            "share of the requests in flight, percent (Envoy's retry "
                                                            "budget). A model's own cluster allows 100: every try a "
@@ -121,13 +121,18 @@ class Retries:
 
 @dataclass(frozen=True, slots=True)
 class OutlierDetection:
-    consecutive_5xx: int = setting(3, ge=1, doc="Consecutive 5xx answers that eject a replica from its model's "
-                                                "load balancing.")
+    consecutive_5xx: int = setting(3, ge=1, doc="Consecutive gateway failures (502, 503, 504, connect "
+                                                "failures, resets, timeouts) that eject a replica from its model's "
+                                                "load balancing; a 500 never ejects (it can be one request's "
+                                                "fault).")
     interval_seconds: float = setting(2.0, ge=0.1, doc="Seconds between ejection sweeps.")
     base_ejection_seconds: float = setting(30.0, ge=0.1, doc="How long a first ejection lasts, seconds (Envoy "
-                                                             "multiplies it by the number of ejections).")
-    max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's replicas is ejected "
-                                                             "at once, percent (67: 2 of 3, never the last of 3).")
+                                                             "multiplies it by the number of ejections); a "
+                                                             "replica is back sooner at its next passing health "
+                                                             "check.")
+    max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's replicas.max hosts "
+                                                             "(absent ordinals included) is ejected at once, "
+                                                             "percent.")
     panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
                                                                     "stay valid: models have no panic mode, as "
                                                                     "their clusters hold replicas.max hosts, absent "
