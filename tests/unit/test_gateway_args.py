@@ -55,7 +55,7 @@ def test_a_multi_node_model_is_reached_through_its_leaderworkerset_leaders_and_i
     hops = [c for c in yaml.safe_load(ec.render(spec))["static_resources"]["clusters"]
             if c["name"].startswith("llama-8b__replica-")]
     assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"][
-        "address"] for c in hops] == [f"llama-8b-lws-{i}.llama-8b-lws.chat-models.svc.cluster.local" for i in range(2)]
+        "address"] for c in hops] == [f"llama-8b-lws-{i}.llama-8b-lws.chat-models.svc.cluster.local." for i in range(2)]
 
 
 def test_every_invalid_argument_is_reported_at_once_with_its_path() -> None:
