@@ -142,9 +142,10 @@ def aws_cluster(cfg: PlatformConfig, now: str | None = None) -> AwsCluster:
         "tags": {"aifactory.io/stack": cfg.stack, "aifactory.io/cluster": name}}, **aws_account_settings())])
     network = Network(name, network_args(cfg), opts=on_aws)
     cluster = GpuCluster(name, cluster_args(cfg, network), opts=on_aws)
-    pools = {pool.name: GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster, now),
-                                    opts=on_aws)
-             for pool in cfg.node_pools.values()}
+    pools: dict[str, GpuNodePool] = {}
+    for pool in cfg.node_pools.values():  # a loop: one frame less under each resource (see `program`)
+        pools[pool.name] = GpuNodePool(f"{name}-{pool.name}", node_pool_args(cfg, pool, network, cluster, now),
+                                       opts=on_aws)
     return AwsCluster(cluster, network, on_aws, pools)
 
 
@@ -220,11 +221,14 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     on_models = on_cluster if on_aws is None else \
         pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
     # Each object waits for what it needs (the mesh's injection webhook before any pod, CRDs before custom resources).
-    models = [ModelDeployment(f"model-{m.name}", model_deployment_args(cfg, m),
-                              cluster=on_aws.cluster if on_aws is not None else None, opts=on_models,
-                              after=model_prerequisites(cfg, m, platform=platform, controllers=controllers,
-                                                        cache=cache, on_aws=on_aws))
-              for m in cfg.models.values()]
+    # A loop, not a comprehension (a frame of its own before Python 3.12): the SDK turns every frame under a
+    # resource's constructor into a source position (pulumi 3.272 runtime/resource.py _get_stack_trace).
+    models: list[ModelDeployment] = []
+    for m in cfg.models.values():
+        models.append(ModelDeployment(f"model-{m.name}", model_deployment_args(cfg, m),
+                                      cluster=on_aws.cluster if on_aws is not None else None, opts=on_models,
+                                      after=model_prerequisites(cfg, m, platform=platform, controllers=controllers,
+                                                                cache=cache, on_aws=on_aws)))
     # Deadline-aware routing chooses only among variants with a passing, current fidelity result (infra/fidelity.py).
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)

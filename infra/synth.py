@@ -42,6 +42,7 @@ from infra.config import (
     Problem,
     namespace_typo_problem,
 )
+from infra.gateway_size import gateway_fits
 
 __all__ = [
     "PROJECT",
@@ -171,28 +172,6 @@ def load_stack(stack: str, stacks_dir: Path | None = None) -> PlatformConfig:
     from infra.config import parse
 
     return parse(raw_for_validation(read_stack_config(stack_file(stack, stacks_dir))), stack=stack)
-
-
-def gateway_fits(cfg: PlatformConfig) -> None:
-    """ConfigError unless the gateway's envoy.yaml fits its ConfigMap: the API server refuses one whose data is over
-    1 MiB (policies.preflight.sizes), and the config grows with every model's replicas.max (a hop per replica,
-    components/k8s/envoy_hops.py), so a stack the rest of validation takes could never be applied. Rendered as the
-    Gateway renders it, every variant routable (the most the fidelity gate can let through)."""
-    from components.k8s.envoy_config import render
-    from components.k8s.gateway_spec import gateway_spec
-    from infra.component_args import gateway_args
-    from policies.preflight.sizes import MAX_DATA_BYTES
-
-    size = len(render(gateway_spec("gateway", gateway_args(cfg))).encode())
-    if size <= MAX_DATA_BYTES or not cfg.models:
-        return
-    hops = sum(m.replicas.max for m in cfg.models.values())
-    top = max(cfg.models.values(), key=lambda m: (m.replicas.max, m.name))
-    raise ConfigError([Problem(f"models.{top.name}.replicas.max", (
-        f"{top.replicas.max}: the gateway's envoy.yaml would be {size} bytes, over the {MAX_DATA_BYTES} bytes "
-        f"(1 MiB) the API server takes in a ConfigMap; the gateway reaches each replica up to replicas.max through "
-        f"a hop of its own ({hops} in all, about {size // max(hops, 1)} bytes each): lower this model's (or other "
-        f"models') replicas.max, or split the models across stacks"))])
 
 
 def run_program(stack: str, values: Mapping[str, str], program: Callable[[PlatformConfig], None] | None = None,

@@ -1,7 +1,7 @@
 """The serving components: ModelDeployment (one model's objects) and ServingControllers (KEDA, LeaderWorkerSet,
 the node cache DaemonSet and the PriorityClasses the stack's models need), and how both register objects."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,19 +53,24 @@ _TYPED = {
 }
 
 
-def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
-    """Register a Kubernetes object dict with its typed constructor (custom resources: CustomResource)."""
+def object_constructor(obj: dict[str, Any]) -> tuple[Callable[..., pulumi.CustomResource], dict[str, Any]]:
+    """The typed constructor of a Kubernetes object dict (custom resources: CustomResource) and its keywords."""
     fields = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
     typed = _TYPED.get(obj["kind"])
-    if typed is not None:
-        if obj["kind"] == "ServiceAccount":
-            fields["automount_service_account_token"] = fields.pop("automountServiceAccountToken")
-        if obj["kind"] == "PriorityClass":
-            fields["preemption_policy"] = fields.pop("preemptionPolicy")
-            fields["global_default"] = fields.pop("globalDefault")
-        return typed(name, **fields, opts=opts)
-    return k8s.apiextensions.CustomResource(name, api_version=obj["apiVersion"], kind=obj["kind"], **fields,
-                                            opts=opts)
+    if typed is None:
+        return k8s.apiextensions.CustomResource, {"api_version": obj["apiVersion"], "kind": obj["kind"], **fields}
+    if obj["kind"] == "ServiceAccount":
+        fields["automount_service_account_token"] = fields.pop("automountServiceAccountToken")
+    if obj["kind"] == "PriorityClass":
+        fields["preemption_policy"] = fields.pop("preemptionPolicy")
+        fields["global_default"] = fields.pop("globalDefault")
+    return typed, fields
+
+
+def register_object(name: str, obj: dict[str, Any], opts: pulumi.ResourceOptions) -> pulumi.CustomResource:
+    """Register a Kubernetes object dict with its typed constructor (custom resources: CustomResource)."""
+    constructor, fields = object_constructor(obj)
+    return constructor(name, **fields, opts=opts)
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,12 @@ def object_prerequisites(obj: dict[str, Any], after: ModelPrerequisites, *, prio
     return out
 
 
+def _depends_on(opts: pulumi.ResourceOptions | None) -> list[Any]:
+    """A component's `depends_on` as a list (the option takes one resource or a list)."""
+    deps = opts.depends_on if opts is not None else None
+    return [] if deps is None else list(deps) if isinstance(deps, list) else [deps]
+
+
 def _children_of(component: pulumi.ComponentResource, opts: pulumi.ResourceOptions | None) -> pulumi.ResourceOptions:
     """Children record the component's own dependencies: the engine orders creation by the parent, but
     `pulumi destroy` only by recorded dependencies, and would otherwise remove KEDA, LWS, Istio or the
@@ -135,7 +146,7 @@ class ModelDeployment(pulumi.ComponentResource):
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = serving_spec(name, args)
         model = cfg.model
-        child = _children_of(self, opts)
+        inherited = _depends_on(opts)
         after = after or ModelPrerequisites()
         # the ARN with the role's policy as a dependency: the model's pods start only once they may read the bucket
         role_arn = arn_with_policies(self._s3_role(name, cfg, model, cluster)) if model.uri.startswith("s3://") \
@@ -148,8 +159,13 @@ class ModelDeployment(pulumi.ComponentResource):
             needs = object_prerequisites(obj, after, priority_class=priority_class, node_cache=cached)
             if obj["kind"] == "ScaledObject":  # KEDA scales the workload: it must exist first
                 needs = [*needs, *(self.objects[k] for k in sorted(WORKLOAD_KINDS) if k in self.objects)]
-            self.objects[obj["kind"]] = register_object(
-                f"{name}-{obj['kind'].lower()}", obj, child.merge(pulumi.ResourceOptions(depends_on=needs)))
+            # Called here, not through register_object, and the options built, not merged from the children's:
+            # the SDK turns every frame under a resource's constructor into a source position (pulumi 3.272
+            # runtime/resource.py _get_stack_trace), and ResourceOptions.merge deep-copies; ~1,100 objects a stack.
+            constructor, fields = object_constructor(obj)
+            self.objects[obj["kind"]] = constructor(f"{name}-{obj['kind'].lower()}", **fields,
+                                                    opts=pulumi.ResourceOptions(parent=self,
+                                                                                depends_on=[*inherited, *needs]))
         self.namespace = pulumi.Output.from_input(model_namespace(cfg, model))
         self.service = pulumi.Output.from_input(model.name)
         self.kind = pulumi.Output.from_input(workload(cfg, model)["kind"])
