@@ -16,6 +16,15 @@ _get_model_and_lora_name so a request naming any of them is read as the first of
 names, and every name when the repository serves none of them, reach the frontend unchanged. The wrapper is
 installed before main.py runs (main.py imports the same module object), and start-up stops (exit 3) if the frontend
 no longer has the method, instead of serving 400s.
+
+It also lets chat and completion bodies carry fields the frontend's schema does not declare. Its request models
+forbid unknown fields (schemas/openai.py CreateChatCompletionRequest and CreateCompletionRequest,
+`ConfigDict(extra="forbid")`), and FastAPI answers such a body 422 before the engine sees it; but OpenAI's SDK sends
+`prompt_cache_key`, which the gateway's session affinity asks clients for (docs/gateway.md), and
+`parallel_tool_calls`, neither declared at r26.07. They are ignored, as vLLM ignores fields it does not know (vllm
+0.33.0 vllm/entrypoints/serve/engine/protocol.py OpenAIBaseModel: extra allowed, logged, unused). The models are
+rebuilt before main.py imports the routers, whose endpoints take their validators at import (fastapi 0.121.2,
+python/openai/requirements.txt).
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 LOOKUP = "_get_model_and_lora_name"  # TritonLLMEngine's (engine/triton_engine.py, r26.07)
+RELAXED = ("CreateChatCompletionRequest", "CreateCompletionRequest")  # schemas/openai.py, r26.07
 FATAL_EXIT = 3
 
 
@@ -51,16 +61,30 @@ def install(engine_class: Any, names: list[str]) -> None:
     setattr(engine_class, LOOKUP, lookup_served)
 
 
+def relax(schemas: Any) -> None:
+    """Let the frontend's chat and completion request models ignore fields they do not declare."""
+    for name in RELAXED:
+        model = getattr(schemas, name, None)
+        if model is None:
+            raise LookupError(f"aifactory triton-names: schemas.openai.{name} is gone from this frontend, so request "
+                              f"bodies with fields it does not declare (prompt_cache_key) cannot be let through; "
+                              f"stopping")
+        model.model_config["extra"] = "ignore"
+        model.model_rebuild(force=True)
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 4 or argv[2] != "--":
         print("usage: triton_names NAMES_JSON -- MAIN_PY ARGS...", file=sys.stderr)
         return 2
     names, main_py = json.loads(argv[1]), argv[3]
     sys.path.insert(0, str(Path(main_py).parent))  # as when main.py runs as a script: its packages first
+    import schemas.openai  # type: ignore[import-not-found]
     from engine.triton_engine import TritonLLMEngine  # type: ignore[import-not-found]
 
     try:
         install(TritonLLMEngine, names)
+        relax(schemas.openai)
     except LookupError as gone:
         print(gone, file=sys.stderr)
         return FATAL_EXIT

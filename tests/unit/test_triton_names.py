@@ -41,21 +41,57 @@ class TritonLLMEngine:
         return name if name in self.model_metadata else f"400 Unknown model: {model}"
 '''
 
+# The frontend's request models forbid unknown fields (schemas/openai.py, r26.07: ConfigDict(extra="forbid")).
+SCHEMAS = '''
+from pydantic import BaseModel, ConfigDict
+
+class CreateChatCompletionRequest(BaseModel):
+    model_config: ConfigDict = ConfigDict(extra="forbid")
+    model: str
+    messages: list
+
+class CreateCompletionRequest(BaseModel):
+    model_config: ConfigDict = ConfigDict(extra="forbid")
+    model: str
+    prompt: str
+'''
+
+# main.py imports the engine, and (through the routers) takes each request model's validator at import, as FastAPI
+# does when a route is declared: a pydantic TypeAdapter over the model.
 MAIN = '''
 import json, sys
 from engine.triton_engine import TritonLLMEngine
+from pydantic import TypeAdapter, ValidationError
+from schemas.openai import CreateChatCompletionRequest, CreateCompletionRequest
+
+BODIES = {
+    "chat": (CreateChatCompletionRequest, {"model": "assistant", "messages": [], "prompt_cache_key": "s-1",
+                                           "parallel_tool_calls": True}),
+    "completion": (CreateCompletionRequest, {"model": "assistant", "prompt": "hi", "prompt_cache_key": "s-1"}),
+}
+
+
+def status(model, body):
+    try:
+        TypeAdapter(model).validate_python(body)
+    except ValidationError as e:
+        return f"422 {e.errors()[0]['type']}"
+    return "200"
+
 
 if __name__ == "__main__":
     served = sys.argv[1].split(",")
     engine = TritonLLMEngine(served)
-    print(json.dumps({"argv": sys.argv[1:], "answers": {m: engine.chat(m) for m in sys.argv[2:]}}))
+    print(json.dumps({"argv": sys.argv[1:], "answers": {m: engine.chat(m) for m in sys.argv[2:]},
+                      "bodies": {k: status(*v) for k, v in BODIES.items()}}))
 '''
 
 
-def frontend(tmp_path: Path, engine: str = ENGINE) -> Path:
-    (tmp_path / "engine").mkdir()
-    (tmp_path / "engine" / "__init__.py").write_text("")
-    (tmp_path / "engine" / "triton_engine.py").write_text(engine)
+def frontend(tmp_path: Path, engine: str = ENGINE, schemas: str = SCHEMAS) -> Path:
+    for package, module, text in (("engine", "triton_engine", engine), ("schemas", "openai", schemas)):
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "__init__.py").write_text("")
+        (tmp_path / package / f"{module}.py").write_text(text)
     (tmp_path / "main.py").write_text(MAIN)
     return tmp_path / "main.py"
 
@@ -98,6 +134,32 @@ def test_a_frontend_without_the_lookup_stops_start_up(tmp_path: Path) -> None:
         "aifactory triton-names: TritonLLMEngine._get_model_and_lora_name is gone from this frontend, so the kit's "
         "names of the model (assistant-fast, assistant, meta-llama/Llama-3.3-70B-Instruct) cannot be served; "
         "stopping")
+
+
+def test_a_body_with_fields_the_frontend_does_not_declare_is_served_not_refused(tmp_path: Path) -> None:
+    """OpenAI's SDK sends prompt_cache_key (the gateway's session affinity asks for it) and parallel_tool_calls; the
+    frontend's forbidding models would answer 422 before the engine. Through the launcher they are ignored."""
+    done = launch(frontend(tmp_path), ["assistant-fast"], "assistant")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["bodies"] == {"chat": "200", "completion": "200"}
+
+
+def test_without_the_launcher_the_frontends_models_refuse_the_sdks_session_key(tmp_path: Path) -> None:
+    """The control: main.py run directly, as `python3 main.py` would, answers both bodies 422."""
+    main_py = frontend(tmp_path)
+    done = subprocess.run([sys.executable, str(main_py), "assistant"], capture_output=True, text=True, timeout=60,
+                          check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["bodies"] == {"chat": "422 extra_forbidden", "completion": "422 extra_forbidden"}
+
+
+def test_a_frontend_without_the_request_models_stops_start_up(tmp_path: Path) -> None:
+    schemas = SCHEMAS.replace("CreateCompletionRequest", "CompletionRequest")
+    done = launch(frontend(tmp_path, schemas=schemas), ["assistant-fast"], "assistant")
+    assert done.returncode == FATAL_EXIT and done.stdout == ""
+    assert done.stderr.strip() == (
+        "aifactory triton-names: schemas.openai.CreateCompletionRequest is gone from this frontend, so request bodies "
+        "with fields it does not declare (prompt_cache_key) cannot be let through; stopping")
 
 
 def test_served_name_reads_only_the_models_names() -> None:
