@@ -278,6 +278,7 @@ class ENVOY:
     RQ_TIME = "envoy_cluster_upstream_rq_time"  # histogram, ms
     RQ_RETRY = "envoy_cluster_upstream_rq_retry"
     EJECTIONS = "envoy_cluster_outlier_detection_ejections_active"
+    EJECTIONS_ENFORCED = "envoy_cluster_outlier_detection_ejections_enforced_total"  # counter
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host

@@ -532,7 +532,7 @@ def test_a_hop_keeps_only_its_health_stats(gateway: Gateway, tmp_path: Path) -> 
     assert with_matcher == HOP_SERIES
     model = {line.split("{")[0] for line in _prometheus(gateway.envoy).splitlines()
              if 'envoy_cluster_name="spare"' in line}
-    assert {ENVOY.RQ_TOTAL, ENVOY.RQ_RETRY, ENVOY.EJECTIONS, ENVOY.NO_HEALTHY} <= model
+    assert {ENVOY.RQ_TOTAL, ENVOY.RQ_RETRY, ENVOY.EJECTIONS, ENVOY.EJECTIONS_ENFORCED, ENVOY.NO_HEALTHY} <= model
     config, admin, listener = _pool_config(gateway, lambda c: c.pop("stats_config"))
     with EnvoyProcess(config, tmp_path, admin_port=admin, listener_port=listener) as envoy:
         await_replicas(envoy, {"spare": 2})
