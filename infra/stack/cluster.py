@@ -158,9 +158,9 @@ def _system_pool(r: _Reader, raw: Any, path: str) -> SystemPool:
         r.fail(f"{path}.instanceType", f"{itype!r} is not an AWS CPU type; use e.g. m7i.2xlarge")
     lo = v["min_size"]
     if not r.is_set(d, path, "maxSize"):
-        v["max_size"] = max(lo, 6)
+        v["max_size"] = max(lo, v["max_size"])  # the declared default, or minSize when larger
     if not r.is_set(d, path, "desiredSize"):
-        v["desired_size"] = min(max(lo, 3), v["max_size"])
+        v["desired_size"] = min(max(lo, v["desired_size"]), v["max_size"])
     _sizes(r, path, lo, v["max_size"], v["desired_size"])
     return SystemPool(**v)
 

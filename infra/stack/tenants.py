@@ -39,7 +39,7 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     rl_path = f"{path}.rateLimit"
     rl = r.section(RateLimit, d.get("rateLimit"), rl_path)
     rld = d["rateLimit"] if isinstance(d.get("rateLimit"), dict) else {}
-    burst = rl.burst if r.is_set(rld, rl_path, "burst") else max(100, rl.requests_per_second)
+    burst = rl.burst if r.is_set(rld, rl_path, "burst") else max(rl.burst, rl.requests_per_second)
     rl = RateLimit(rl.requests_per_second, burst,
                    rl.batch_requests_per_second if r.is_set(rld, rl_path, "batchRequestsPerSecond")
                    else rl.requests_per_second,

@@ -394,3 +394,15 @@ def test_a_capacity_block_must_last_more_than_the_drain_by_the_minute(end: str, 
         assert _problems(raw, "prod") == [
             f"nodePools.h100-block.capacity.endTime: '{end}' must be more than 60 minutes after startTime "
             "'2026-12-01T11:30:00Z' (the pool scales to zero drainMinutes=60 before the block ends)"]
+
+
+@pytest.mark.parametrize(("rate", "burst"), [({"requestsPerSecond": 20}, 100), ({"requestsPerSecond": 500}, 500),
+                                             ({"requestsPerSecond": 20, "burst": 30}, 30)])
+def test_a_tenants_burst_defaults_to_the_larger_of_the_declared_burst_and_its_rate(rate: dict[str, Any],
+                                                                                  burst: int) -> None:
+    """RateLimit.burst is derived (components/k8s/settings/tenants.py: 100, or requestsPerSecond when larger) and
+    the batch bucket's burst follows it."""
+    raw = stack_raw("onprem")
+    raw["tenants"]["analytics"]["rateLimit"] = rate
+    limit = _parse(raw).tenants["analytics"].rate_limit
+    assert (limit.burst, limit.batch_burst) == (burst, burst)
