@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from components.k8s.defaults import DEFAULT_MONITORING_NAMESPACE
 from components.k8s.settings.base import DNS_LABEL_PATTERN, DURATION_PATTERN, NOT_A_DNS_LABEL, SecretRef, setting
@@ -45,7 +45,8 @@ class WorkflowSlo:
 
 
 ALERT_SEVERITIES = ("critical", "warning", "info")  # the severities the kit's (and the mixins') alerts carry
-ALERT_RECEIVER_TYPES = ("slack", "pagerduty", "email", "webhook")
+AlertReceiverType = Literal["slack", "pagerduty", "email", "webhook"]
+ALERT_RECEIVER_TYPES: tuple[str, ...] = get_args(AlertReceiverType)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +56,7 @@ class AlertReceiver:
     (optional); webhook: a bearer token (optional)."""
 
     name: str
-    type: Literal["slack", "pagerduty", "email", "webhook"] = setting(doc="The receiver's kind, which decides the "
+    type: AlertReceiverType = setting(doc="The receiver's kind, which decides the "
                                                                           "other keys it takes.")
     secret: SecretRef | None = setting(None, doc="The Secret holding the credential: slack the incoming-webhook "
                                                  "URL, pagerduty the Events v2 routing key (both required); email "
