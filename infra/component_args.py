@@ -18,8 +18,9 @@ from components.k8s.mesh import MeshArgs
 from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs
 from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
+from components.k8s.settings import AlertReceiver, JwtIssuer, Model, Tenant
 from components.k8s.tenancy import TenancyArgs
-from infra.config import AlertReceiver, JwtIssuer, Model, PlatformConfig, Tenant
+from infra.config import PlatformConfig
 from infra.stack import declared
 
 __all__ = ["same_names", "shared", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args",

@@ -19,54 +19,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.aws import catalog
-from components.k8s.defaults import (
-    DEFAULT_KUBERNETES_VERSION,
-    DEFAULT_STARTUP_BUDGET_SECONDS,
-    IPAM_BLOCK_SIZE,
-    SERVING_PRIORITY_CLASSES,
-)
+from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, SERVING_PRIORITY_CLASSES
 from components.k8s.settings import (
-    ALERT_RECEIVER_TYPES,
-    ALERT_SEVERITIES,
-    DEFAULT_MAX_DROP,
-    DEFAULT_MAX_UNANSWERED,
-    DEFAULT_MIN_BASELINE_SCORE,
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
-    Alerting,
-    AlertReceiver,
-    Capacity,
-    CategoryGate,
-    CircuitBreakers,
-    Fidelity,
-    FidelityJob,
-    GatewayAuth,
     GatewaySettings,
-    HealthCheck,
-    Heartbeat,
     InfinibandSettings,
-    Ingest,
-    JwtIssuer,
     Model,
-    ModelSlo,
-    NodeCheck,
     NodePool,
     ObservabilitySettings,
-    OutlierDetection,
-    RateLimit,
-    Replicas,
-    Retries,
-    SecretRef,
-    Speculative,
-    Taint,
     Tenant,
-    Variant,
-    VolumeSizes,
-    WorkflowSlo,
     setting,
 )
-from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
-from components.vocabulary import SYSTEM_NAMESPACES as SYSTEM_NAMESPACES
 from infra.stack import declared
 from infra.stack.checks import (
     _aws_name_lengths,
@@ -75,8 +39,7 @@ from infra.stack.checks import (
     _issuer_tenants,
     _variant_checks,
 )
-from infra.stack.cluster import ClusterSettings, NetworkSettings, SystemPool, Target, _cluster, _network, _target
-from infra.stack.cluster import default_vpc_cidr as default_vpc_cidr
+from infra.stack.cluster import ClusterSettings, NetworkSettings, Target, _cluster, _network, _target
 from infra.stack.common import (
     _KIT_NAMESPACES,
     NAMESPACE,
@@ -89,74 +52,12 @@ from infra.stack.gateway import _gateway
 from infra.stack.models import _model
 from infra.stack.observability import _observability
 from infra.stack.pools import _ib_rails, _infiniband, _ip_range_fits, _node_pool
-from infra.stack.reader import DNS_LABEL as DNS_LABEL
-from infra.stack.reader import (
-    ConfigError,
-    Problem,
-    _kind,
-    _Reader,
-    did_you_mean,
-)
+from infra.stack.reader import DNS_LABEL, ConfigError, Problem, _kind, _Reader, did_you_mean
 from infra.stack.tenants import _derive_quotas, _tenant
 
-__all__ = [
-    "NAMESPACE",
-    "TOP_LEVEL_KEYS",
-    "DEFAULT_KUBERNETES_VERSION",
-    "DEFAULT_STARTUP_BUDGET_SECONDS",
-    "SUPPORTED_KUBERNETES_VERSIONS",
-    "ConfigError",
-    "Problem",
-    "PlatformConfig",
-    "Variant",
-    "ROUTING_POLICIES",
-    "DEFAULT_ROUTING_MARGIN_PERCENT",
-    "Fidelity",
-    "FidelityJob",
-    "DEFAULT_MAX_DROP",
-    "DEFAULT_MIN_BASELINE_SCORE",
-    "DEFAULT_MAX_UNANSWERED",
-    "CategoryGate",
-    "Target",
-    "ClusterSettings",
-    "SystemPool",
-    "NetworkSettings",
-    "NodePool",
-    "Capacity",
-    "Taint",
-    "NodeCheck",
-    "InfinibandSettings",
-    "Tenant",
-    "RateLimit",
-    "Model",
-    "Replicas",
-    "ModelSlo",
-    "Speculative",
-    "GatewaySettings",
-    "Retries",
-    "OutlierDetection",
-    "CircuitBreakers",
-    "GatewayAuth",
-    "JwtIssuer",
-    "HealthCheck",
-    "ObservabilitySettings",
-    "WorkflowSlo",
-    "SecretRef",
-    "AlertReceiver",
-    "Alerting",
-    "Heartbeat",
-    "VolumeSizes",
-    "Ingest",
-    "ALERT_SEVERITIES",
-    "ALERT_RECEIVER_TYPES",
-    "parse",
-    "stack_file_schema",
-    "load",
-    "raw_from_pulumi",
-    "POOL_LABEL",
-    "IPAM_BLOCK_SIZE",
-    "GPU_TAINT_KEY",
-]
+# The stack model's entry points; the settings themselves are components.k8s.settings' (and infra.stack.cluster's).
+__all__ = ["NAMESPACE", "TOP_LEVEL_KEYS", "DEFAULT_STACKS_DIR", "ConfigError", "Problem", "PlatformConfig", "parse",
+           "load", "raw_from_pulumi", "stack_file_schema", "namespace_typo", "namespace_typo_problem"]
 
 
 def namespace_typo_problem(full_key: str, path: str) -> Problem | None:
@@ -175,12 +76,6 @@ def namespace_typo(namespace: str) -> bool:
                                        or bool(difflib.get_close_matches(namespace.lower(), [NAMESPACE], cutoff=0.75)))
 
 
-# --------------------------------------------------------------------------------------------
-# errors
-
-
-# --------------------------------------------------------------------------------------------
-# model
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -268,16 +163,7 @@ class PlatformConfig:
         return self.gateway.routing_margins.get(workload, DEFAULT_ROUTING_MARGIN_PERCENT)
 
 
-# --------------------------------------------------------------------------------------------
-# reading
 
-
-# --------------------------------------------------------------------------------------------
-# sections
-
-
-# --------------------------------------------------------------------------------------------
-# entry points
 
 
 # Draft 7: what editors validate with (VS Code's JSON language service and the YAML language server support draft 7

@@ -35,9 +35,10 @@ from typing import Any
 
 import yaml
 
+from components.k8s.settings import Fidelity, Model
 from components.k8s.verdicts import Verdict
 from infra import fidelity_stats as stats
-from infra.config import DEFAULT_STACKS_DIR, ConfigError, Fidelity, Model, PlatformConfig, Problem
+from infra.config import DEFAULT_STACKS_DIR, ConfigError, PlatformConfig, Problem
 from infra.fidelity_scorers import SCORERS
 
 __all__ = [

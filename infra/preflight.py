@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from infra.config import POOL_LABEL, PlatformConfig
+from components.vocabulary import POOL_LABEL
+from infra.config import PlatformConfig
 from policies import preflight as rules
 
 __all__ = ["REPORT_FILE", "config_pools", "run_rules", "report", "format_text", "preflight_command"]

@@ -34,11 +34,12 @@ from components.k8s.serving import (
     ServingControllers,
 )
 from components.k8s.serving.component import WORKLOAD_KINDS, ModelPrerequisites
+from components.k8s.settings import Model, NodePool
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
 from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
-from infra.config import Model, NodePool, PlatformConfig
+from infra.config import PlatformConfig
 from infra.monitoring import from_platform
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from components.aws.catalog import GpuSpec
 from components.k8s.naming import GPU_OPERATOR_NAMESPACE
-from infra.config import NodePool
+from components.k8s.settings import NodePool
 from infra.nodecheck import cluster, parsers
 from infra.nodecheck.probe import DEFAULT_KILL_AFTER_S, CannotRun, Probe, describe_failure, missing_tool, run_bounded
 from telemetry.names import DCGM

@@ -38,7 +38,7 @@ import testinfra
 
 from components.aws import catalog
 from components.k8s import nccl_guard
-from infra.config import NodePool
+from components.k8s.settings import NodePool
 from infra.nodecheck.checks import CMD_HOSTNAME
 from infra.nodecheck.probe import DEFAULT_KILL_AFTER_S, BoundedRun, CannotRun, describe_failure
 from infra.outputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE

@@ -25,7 +25,8 @@ from typing import Any, Literal
 import testinfra
 import testinfra.backend
 
-from infra.config import ConfigError, NodePool, PlatformConfig
+from components.k8s.settings import NodePool
+from infra.config import ConfigError, PlatformConfig
 from infra.nodecheck.checks import CHECKS, Check, CheckFailed
 from infra.nodecheck.cluster import Kubectl
 from infra.nodecheck.probe import CannotRun, Probe

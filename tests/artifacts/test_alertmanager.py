@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import yaml
 
-from infra.config import ALERT_SEVERITIES
+from components.k8s.settings import ALERT_SEVERITIES
 from tests.support.stacks import SHIPPED_STACKS, stack_raw
 
 

@@ -29,7 +29,8 @@ import yaml
 import dashboards
 from components.k8s import envoy_config as ec
 from components.k8s.gpu_stack import DCGM_COUNTERS
-from infra.config import PlatformConfig, Variant
+from components.k8s.settings import Variant
+from infra.config import PlatformConfig
 from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, SGLANG, TRITON, VLLM

@@ -358,7 +358,7 @@ def test_the_default_add_on_table_holds_supported_kubernetes_versions_and_eks_ad
 
     from components.aws.addons import ADDON_VERSION_SOURCES, DEFAULT_ADDON_VERSIONS
     from components.aws.cluster import ADDONS
-    from infra.config import SUPPORTED_KUBERNETES_VERSIONS
+    from infra.stack.common import SUPPORTED_KUBERNETES_VERSIONS
 
     assert set(DEFAULT_ADDON_VERSIONS) <= set(SUPPORTED_KUBERNETES_VERSIONS)
     rows = [(k, a, v) for k, row in DEFAULT_ADDON_VERSIONS.items() for a, v in row.items()]

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from infra.config import default_vpc_cidr
+from infra.stack.cluster import default_vpc_cidr
 from infra.synth import run_program
 from tests.support.stacks import stack_config, stack_raw
 

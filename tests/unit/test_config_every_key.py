@@ -12,18 +12,10 @@ from typing import Any
 
 import pytest
 
-from infra.config import (
-    AlertReceiver,
-    ConfigError,
-    InfinibandSettings,
-    NodeCheck,
-    SecretRef,
-    Taint,
-    Target,
-    VolumeSizes,
-    did_you_mean,
-    parse,
-)
+from components.k8s.settings import AlertReceiver, InfinibandSettings, NodeCheck, SecretRef, Taint, VolumeSizes
+from infra.config import ConfigError, parse
+from infra.stack.cluster import Target
+from infra.stack.messages import did_you_mean
 from tests.support.stacks import stack_raw
 
 

@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, GatewaySettings, parse
+from components.k8s.settings import GatewaySettings
+from infra.config import ConfigError, parse
 from tests.support.stacks import stack_raw
 
 KEYS = ("namespace", "minReplicas", "maxReplicas", "serviceType", "connectTimeoutSeconds", "retries",

@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from infra.config import ConfigError, _Reader, parse
+from infra.config import ConfigError, parse
+from infra.stack.reader import _Reader
 from tests.support.stacks import stack_raw
 
 

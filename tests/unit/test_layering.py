@@ -145,11 +145,11 @@ def test_the_vocabulary_loads_nothing_of_the_kit_or_the_sdks() -> None:
 def test_the_yaml_rendering_and_label_keys_have_one_home() -> None:
     import components.vocabulary as vocabulary
     import infra.artifacts
-    import infra.config
     from components.k8s import naming
+    from infra.stack import pools
 
     assert infra.artifacts.dump_yaml is vocabulary.dump_yaml
-    assert (infra.config.POOL_LABEL, infra.config.GPU_TAINT_KEY) == ("aifactory.io/pool", "nvidia.com/gpu")
+    assert (vocabulary.POOL_LABEL, vocabulary.GPU_TAINT_KEY) == ("aifactory.io/pool", "nvidia.com/gpu")
     assert naming.LABEL_POOL is vocabulary.POOL_LABEL
-    assert infra.config.SYSTEM_NAMESPACES is vocabulary.SYSTEM_NAMESPACES
+    assert pools.POOL_LABEL is vocabulary.POOL_LABEL and pools.GPU_TAINT_KEY is vocabulary.GPU_TAINT_KEY
     assert vocabulary.dump_yaml({"b": 1, "a": "x\ny\n"}) == "b: 1\na: |\n  x\n  y\n"

@@ -16,8 +16,9 @@ from typing import Any
 
 import pytest
 
+from components.k8s.settings import NodePool, Taint
+from components.vocabulary import POOL_LABEL
 from infra.cli import main
-from infra.config import POOL_LABEL, NodePool, Taint
 from infra.preflight import config_pools, run_rules
 from infra.synth import load_stack, read_stack_config, run_program, stack_file, state_export, synth
 from policies import preflight as pf
