@@ -49,10 +49,11 @@ from infra.stack.common import (
 )
 from infra.stack.common import DEFAULT_STACKS_DIR as DEFAULT_STACKS_DIR
 from infra.stack.gateway import _gateway
+from infra.stack.messages import kind as _kind
 from infra.stack.models import _model
 from infra.stack.observability import _observability
 from infra.stack.pools import _ib_rails, _infiniband, _ip_range_fits, _node_pool
-from infra.stack.reader import DNS_LABEL, ConfigError, Problem, _kind, _Reader, did_you_mean
+from infra.stack.reader import DNS_LABEL, ConfigError, Problem, _Reader, did_you_mean
 from infra.stack.tenants import _derive_quotas, _tenant
 
 # The stack model's entry points; the settings themselves are components.k8s.settings' (and infra.stack.cluster's).
@@ -223,7 +224,9 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
                          "with kubeconfig)")
     target = _target(r, raw["target"]) if "target" in raw else None
     aws = target is not None and target.is_aws
-    k8s = r.fields(PlatformConfig, {k: raw[k] for k in ("kubernetesVersion",) if k in raw}, "")["kubernetes_version"]
+    sections = tuple(k for k in TOP_LEVEL_KEYS if k != "kubernetesVersion")  # each read below
+    k8s = r.fields(PlatformConfig, {k: raw[k] for k in ("kubernetesVersion",) if k in raw}, "",
+                   handled=sections)["kubernetes_version"]
     cluster = network = None
     if aws:
         cluster = _cluster(r, raw.get("cluster"), stack)

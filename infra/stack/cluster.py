@@ -111,7 +111,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
     if raw is None or not isinstance(raw, dict):
         r.fail("target", f"expected a mapping, got {_got(raw)}")
         return None
-    v = r.fields(Target, raw, "target", handled=("availabilityZones",))
+    v = r.fields(Target, raw, "target")
     d = {k: x for k, x in raw.items() if x is not None}
     provider = v["provider"]
     for key in _EXISTING_ONLY if provider == "aws" else _AWS_ONLY if provider == "existing" else ():
@@ -121,7 +121,7 @@ def _target(r: _Reader, raw: Any) -> Target | None:
         region = v["region"]
         if "region" not in d:
             r.fail("target.region", "is required")
-        azs = r.listed(Target, "availability_zones", d, "target")
+        azs = v["availability_zones"]
         if "availabilityZones" not in d:
             r.fail("target.availabilityZones", "is required for provider 'aws' (2 to 6 zones)")
         elif isinstance(d.get("availabilityZones"), list) and not 2 <= len(azs) <= 6:  # a non-list: said above
@@ -173,8 +173,7 @@ def _sizes(r: _Reader, path: str, lo: int, hi: int, want: int) -> None:
 
 
 def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
-    v = r.fields(ClusterSettings, raw, "cluster", handled=("publicAccessCidrs", "adminRoleArns", "systemPool",
-                                                           "addonVersions"))
+    v = r.fields(ClusterSettings, raw, "cluster", handled=("systemPool",))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
     if not r.is_set(d, "cluster", "name"):
         v["name"] = f"aifactory-{stack}"
@@ -192,31 +191,25 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
                     "list that, or use apiAccess 'private' with deployerInVpc from inside the VPC")
         return None
 
-    return ClusterSettings(
-        **v,
-        public_access_cidrs=_api_access(r, d, v["api_access"], v["deployer_in_vpc"], _public),
-        admin_role_arns=r.listed(ClusterSettings, "admin_role_arns", d, "cluster"),
-        system_pool=_system_pool(r, d.get("systemPool"), "cluster.systemPool"),
-        addon_versions=_addon_versions(r, d),
-    )
+    v["public_access_cidrs"] = _api_access(r, d, v, _public)
+    _addon_versions(r, v["addon_versions"])
+    return ClusterSettings(**v, system_pool=_system_pool(r, d.get("systemPool"), "cluster.systemPool"))
 
 
 ADDON_VERSION = re.compile(r"^v\d+\.\d+\.\d+-eksbuild\.\d+$")
 
 
-def _addon_versions(r: _Reader, d: dict[str, Any] | None) -> dict[str, str]:
+def _addon_versions(r: _Reader, pins: Mapping[str, str]) -> None:
     """cluster.addonVersions: pins for the cluster's add-ons (names of components.aws.cluster.ADDONS), each a version
     as DescribeAddonVersions lists it (v1.20.4-eksbuild.2)."""
     from components.aws.cluster import ADDONS
 
-    pins = r.string_map(d, "addonVersions", "cluster")
     for name, version in pins.items():
         if name not in ADDONS:
             r.fail(f"cluster.addonVersions.{name}", unknown_key(name, ADDONS))
         elif not ADDON_VERSION.match(version):
             r.fail(f"cluster.addonVersions.{name}", f"{version!r} is not an EKS add-on version such as "
                                                     "v1.20.4-eksbuild.2 (aws eks describe-addon-versions)")
-    return pins
 
 
 # Private (RFC 1918), shared (RFC 6598 carrier-grade NAT), loopback and link-local ranges, IPv4 and IPv6 (RFC 4193,
@@ -232,18 +225,24 @@ _NOT_ON_THE_INTERNET = tuple(ipaddress.ip_network(n) for n in (
 MAX_PUBLIC_ACCESS_CIDRS = 40
 
 
-def _api_access(r: _Reader, d: dict[str, Any], access: str, in_vpc: bool, public: Callable[[str], str | None]
+def _api_access(r: _Reader, d: dict[str, Any], v: dict[str, Any], public: Callable[[str], str | None]
                 ) -> tuple[str, ...]:
     """The public-access CIDRs, checked against the deployer's network position: the same program creates the
     cluster and then Kubernetes objects through its endpoint, so the endpoint must answer the deployer. A
     private-only endpoint answers only inside the VPC and networks connected to it (EKS user guide,
     cluster-endpoint)."""
+    access, in_vpc = v["api_access"], v["deployer_in_vpc"]
+    given: list[Any] = d["publicAccessCidrs"] if isinstance(d.get("publicAccessCidrs"), list) else []
+    problems = {i: p for i, c in enumerate(given) if isinstance(c, str) and (p := public(c)) is not None}
+    cidrs = tuple(c for c in v["public_access_cidrs"] if public(c) is None)
     if "apiAccess" not in d:
         r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
                                     "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
-        return r.strings(d, "publicAccessCidrs", "cluster", check=public)
-    cidrs = r.strings(d, "publicAccessCidrs", "cluster", check=public)
+    for i, problem in problems.items():
+        r.fail(f"cluster.publicAccessCidrs[{i}]", f"{_show(given[i])} {problem}")
+    if "apiAccess" not in d:
+        return cidrs
     if len(cidrs) > MAX_PUBLIC_ACCESS_CIDRS:
         r.fail("cluster.publicAccessCidrs", f"has {len(cidrs)} entries; EKS takes at most {MAX_PUBLIC_ACCESS_CIDRS} "
                                             "per cluster (a quota AWS does not raise): list wider networks")

@@ -15,7 +15,7 @@ import types
 import typing
 from collections.abc import Mapping
 from functools import cache
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Annotated, Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
@@ -27,7 +27,7 @@ from infra.stack.messages import kind as _kind
 from infra.stack.messages import show as _show
 
 __all__ = ["section_model", "section_schema", "read", "values", "json_schema", "declared_fields", "key_of",
-           "scalar_fields", "allowed_keys"]
+           "validated_fields", "allowed_keys"]
 
 T = TypeVar("T")
 _UNITS = re.compile(r"(?<=[a-z])([GM])ib(?![a-z])")
@@ -46,9 +46,10 @@ def declared_fields(cls: type) -> list[dataclasses.Field[Any]]:
 
 
 @cache
-def scalar_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
-    """The settings pydantic validates (numbers, strings, booleans, choices), by stack file key."""
-    return {key_of(f): f for f in declared_fields(cls) if _scalar(cls, f)}
+def validated_fields(cls: type) -> dict[str, dataclasses.Field[Any]]:
+    """The settings pydantic validates (numbers, strings, booleans, choices, lists of strings, mappings of strings or
+    numbers), by stack file key."""
+    return {key_of(f): f for f in declared_fields(cls) if _annotation(cls, f) is not None}
 
 
 def key_of(f: dataclasses.Field[Any]) -> str:
@@ -74,12 +75,36 @@ def _bare(annotation: Any) -> Any:
     return annotation
 
 
-def _scalar(cls: type, f: dataclasses.Field[Any]) -> bool:
-    """Whether pydantic validates the field (a number, string, boolean or choice); the other settings (sections,
-    lists, mappings, keys whose stack file form is not the field's) are read by the section's code."""
+def _annotation(cls: type, f: dataclasses.Field[Any]) -> Any:
+    """The type pydantic validates the setting `f` of `cls` with: a number, string, boolean or choice (bounds and
+    pattern on the field), a list of strings (the pattern on each) or a mapping of strings or numbers (the pattern on
+    each key, the bounds on each value); None for a section, which values() reads in turn, and for the settings the
+    section's code reads (a mapping of sections, a list of sections, a key whose stack file form is not the field's)."""
     meta = f.metadata[SETTING]
+    annotation = _hints(cls)[f.name]
+    bare = _bare(annotation)
+    origin, args = typing.get_origin(bare), typing.get_args(bare)
+    if meta.get("form") is not None:
+        return None
+    if (choices := _choices(meta)) is not None:
+        return Literal[choices] | None  # type: ignore[valid-type]
+    if bare in _KINDS or origin is Literal:
+        return annotation
+    if origin is tuple and args[0] is str:
+        return list[Annotated[str, Field(pattern=meta["pattern"])]]
+    if origin is Mapping and args[1] in _KINDS:
+        value = Annotated[args[1], Field(ge=meta["ge"], le=meta["le"])]  # type: ignore[valid-type]
+        return dict[Annotated[str, Field(pattern=meta["pattern"])], value]  # type: ignore[valid-type]
+    return None
+
+
+def _section(cls: type, f: dataclasses.Field[Any]) -> type | None:
+    """The settings dataclass of a section setting (`replicas: Replicas`, `speculative: Speculative | None`) or of
+    each item of a list of sections (`taints: tuple[Taint, ...]`)."""
     bare = _bare(_hints(cls)[f.name])
-    return meta.get("form") is None and (bare in _KINDS or typing.get_origin(bare) is Literal)
+    bare = typing.get_args(bare)[0] if typing.get_origin(bare) is tuple else bare
+    return typing.cast(type, bare) if f.metadata[SETTING].get("form") is None and dataclasses.is_dataclass(bare) \
+        else None
 
 
 def _default(f: dataclasses.Field[Any]) -> Any:
@@ -103,53 +128,71 @@ def default_of(cls: type, name: str) -> Any:
 
 @cache
 def section_model(cls: type, *, lenient: bool = False) -> type[BaseModel]:
-    """The pydantic model of a settings dataclass: each scalar `setting(...)` field under its key; a setting
-    without a default is required, except in the `lenient` model (read again once a problem has been reported, so
-    a missing key is reported once and reads as None)."""
-    hints = _hints(cls)
+    """The pydantic model of a settings dataclass: each setting pydantic validates (validated_fields) under its key;
+    a setting without a default is required, except in the `lenient` model (read again once a problem has been
+    reported, so a missing key is reported once and reads as None)."""
     spec: dict[str, Any] = {}
-    for f in declared_fields(cls):
-        if not _scalar(cls, f):
-            continue
+    for f in validated_fields(cls).values():
         meta = f.metadata[SETTING]
         default = _default(f)
         default = None if lenient and default is dataclasses.MISSING else default
-        choices = _choices(meta)
-        annotation = hints[f.name] if choices is None else Literal[choices] | None  # type: ignore[valid-type]
+        annotation = _annotation(cls, f)
+        scalar = typing.get_origin(annotation) not in (list, dict)  # a collection's bounds are on its items
+        bounds = {"ge": meta["ge"], "le": meta["le"], "pattern": meta["pattern"]} if scalar else {}
         spec[f.name] = (annotation, Field(... if default is dataclasses.MISSING else default, alias=key_of(f),
-                                          description=meta["doc"], ge=meta["ge"], le=meta["le"],
-                                          pattern=meta["pattern"]))
+                                          description=meta["doc"], **bounds))
     # python-re: the house patterns use look-ahead (a DNS subdomain's length), which pydantic's Rust engine lacks
     config = ConfigDict(extra="forbid", strict=True, frozen=True, regex_engine="python-re")
     return create_model(cls.__name__, __config__=config, **spec)
 
 
+_SAMPLES = {**_KINDS, list: [], dict: {}}  # a sample of each kind of stack file value, named by messages.kind
+
+
 def _expected(annotation: Any) -> str:
-    kinds = [a for a in typing.get_args(annotation) if a is not type(None)] or [annotation]
-    return " or ".join(_kind(_KINDS[k]) if k in _KINDS else "null" for k in kinds)
+    union = typing.get_origin(annotation) in (typing.Union, types.UnionType)
+    kinds = [typing.get_origin(a) or a for a in typing.get_args(annotation) if a is not type(None)] if union \
+        else [typing.get_origin(annotation) or annotation]
+    return " or ".join(_kind(_SAMPLES[k]) if k in _SAMPLES else "null" for k in kinds)
 
 
-def _message(cls: type, error: Any) -> str:
-    """One pydantic error in the house wording."""
-    f = next(f for f in declared_fields(cls) if key_of(f) == error["loc"][0])
+def _message(cls: type, error: Any) -> tuple[str, str]:
+    """One pydantic error in the house wording: (the key path below the section, the message)."""
+    key, *item = error["loc"]
+    f = validated_fields(cls)[key]
     meta, value, kind = f.metadata[SETTING], error["input"], error["type"]
-    annotation = _hints(cls)[f.name]
+    annotation = _annotation(cls, f)
+    if item:  # a list's item ([i]) or a mapping's value (.k) or key (.k, "[key]")
+        at = f"{key}[{item[0]}]" if typing.get_origin(annotation) is list else f"{key}.{item[0]}"
+        of = typing.get_args(annotation)[-1]
+        if item[1:] == ["[key]"]:
+            return at, meta["invalid"] if kind == "string_pattern_mismatch" else f"key {_show(value)} is not a string"
+        if kind == "string_pattern_mismatch":
+            return at, f"{_show(value)} {meta['invalid']}"
+        if typing.get_origin(annotation) is list:
+            return at, f"expected a string, got {_got(value)}"
+        if typing.get_args(of)[0] is str:
+            return at, f"expected a string value, got {_got(value)}"
+        bounds = " and ".join([*([f">= {meta['ge']:g}"] if meta["ge"] is not None else []),
+                               *([f"<= {meta['le']:g}"] if meta["le"] is not None else [])])
+        number = "an integer" if typing.get_args(of)[0] is int else "a number"
+        return at, f"expected {meta['item']} ({number}{' ' + bounds if bounds else ''}), got {_show(value)}"
     if kind == "missing":
-        return "is required"
+        return key, "is required"
     if float in (annotation, *typing.get_args(annotation)) and type(value) is int:
         value = float(value)  # as it was read: a whole number of a float setting is that float
     if kind == "greater_than_equal":
-        return f"{_show(value)} is below the minimum {meta['ge']:g}"
+        return key, f"{_show(value)} is below the minimum {meta['ge']:g}"
     if kind == "less_than_equal":
-        return f"{_show(value)} is above the maximum {meta['le']:g}"
+        return key, f"{_show(value)} is above the maximum {meta['le']:g}"
     if kind == "literal_error":
         choices = _choices(meta) or typing.get_args(annotation)
-        return f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}"
+        return key, f"{_show(value)} is not allowed; choose one of: {', '.join(map(str, choices))}"
     if kind == "string_pattern_mismatch":
-        return f"{_show(value)} {meta['invalid']}"
+        return key, f"{_show(value)} {meta['invalid']}"
     if kind.endswith("_type"):
-        return f"expected {_expected(annotation)}, got {_got(value)}"
-    return f"{_show(value)}: {error['msg']}"
+        return key, f"expected {_expected(annotation)}, got {_got(value)}"
+    return key, f"{_show(value)}: {error['msg']}"
 
 
 class Reporter(Protocol):
@@ -165,41 +208,86 @@ def read(r: Reporter, cls: type[T], raw: Any, path: str) -> T:
 
 
 def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The scalar declared fields of `cls` read from `raw` at `path`, by attribute name, as read() reads them; its
-    other settings (sections, lists, mappings) and the keys in `handled` are allowed, and left to the caller."""
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        r.fail(path, f"expected a mapping, got {_got(raw)}")
-        raw = {}
+    """The declared fields of `cls` read from `raw` at `path`, by attribute name, as read() reads them: pydantic
+    validates the values, lists and mappings (a bad item of a list or mapping is reported and left out), and each
+    section is read in turn; the keys in `handled`, and the settings pydantic does not validate, are allowed and left
+    to the caller."""
+    mapping = raw is None or isinstance(raw, dict)
+    if not mapping:
+        r.fail(path, f"expected a mapping, got {_got(raw)}")  # one problem: its keys are not also "required"
+    raw = raw if isinstance(raw, dict) else {}
     allowed = allowed_keys(cls, handled)
-    scalars = scalar_fields(cls)
+    validated = validated_fields(cls)
     given: dict[str, Any] = {}
     for key, value in raw.items():
         if not isinstance(key, str):
             r.fail(path, f"key {_show(key)} is not a string")
         elif key not in allowed:
-            r.fail(f"{path}.{key}" if path else key, unknown_key(key, allowed))
-        elif value is not None and key in scalars and key not in handled:
+            r.fail(_at(path, key), unknown_key(key, allowed))
+        elif value is not None and key in validated and key not in handled:
             given[key] = value
-    model = section_model(cls)
+    model = section_model(cls, lenient=not mapping)
     while True:
         try:
-            validated = model.model_validate(given)
+            checked = model.model_validate(given)
         except ValidationError as err:
+            items: dict[str, set[Any]] = {}  # the bad items of a list or mapping, left out
             for error in err.errors():
-                key = str(error["loc"][0])
-                r.fail(f"{path}.{key}" if path else key, _message(cls, error))
-                given.pop(key, None)  # read it as its default
+                at, message = _message(cls, error)
+                r.fail(_at(path, at), message)
+                key, *item = error["loc"]
+                if item:
+                    items.setdefault(str(key), set()).add(item[0])
+                else:
+                    given.pop(str(key), None)  # read it as its default
+            for key, bad in items.items():
+                if isinstance(given.get(key), list):
+                    given[key] = [x for i, x in enumerate(given[key]) if i not in bad]
+                elif key in given:
+                    given[key] = {k: x for k, x in given[key].items() if k not in bad}
             model = section_model(cls, lenient=True)
             continue
-        out = {f.name: getattr(validated, f.name) for f in scalars.values()}
-        for key, f in scalars.items():
-            if key in given and (problem := beyond_limits(out[f.name], bounded=f.metadata[SETTING]["le"]
-                                                          is not None)) is not None:
-                r.fail(f"{path}.{key}" if path else key, problem)
-                out[f.name] = None if f.default is dataclasses.MISSING else f.default
-        return out
+        break
+    out = {f.name: _plain(getattr(checked, f.name)) for f in validated.values()}
+    for key, f in validated.items():
+        if key in given and (problem := beyond_limits(out[f.name], bounded=f.metadata[SETTING]["le"]
+                                                      is not None)) is not None:
+            r.fail(_at(path, key), problem)
+            out[f.name] = None if f.default is dataclasses.MISSING else f.default
+    for f in declared_fields(cls):
+        key = key_of(f)
+        sub = raw.get(key)
+        if key in handled or (section := _section(cls, f)) is None:
+            continue
+        if typing.get_origin(_bare(_hints(cls)[f.name])) is tuple:  # a list of sections
+            if sub is not None and not isinstance(sub, list):
+                r.fail(_at(path, key), f"expected a list, got {_got(sub)}")
+            out[f.name] = tuple(read(r, section, x, f"{_at(path, key)}[{i}]") for i, x in enumerate(sub)) \
+                if isinstance(sub, list) else _default(f)
+        else:
+            optional = _bare(_hints(cls)[f.name]) is not _hints(cls)[f.name]
+            out[f.name] = None if optional and sub is None else read(r, section, sub, _at(path, key))
+    return out
+
+
+def value_of(r: Reporter, cls: type, name: str, value: Any, path: str) -> Any:
+    """The setting `name` of the section `cls` written as a bare value at `path` (a section's short form:
+    `quantization: fp8` for {method: fp8}), checked as its declaration says; a problem is reported at `path`."""
+    class _Here:
+        def fail(self, at: str, message: str) -> None:
+            r.fail(path, message)
+
+    key = next(key_of(f) for f in declared_fields(cls) if f.name == name)
+    return values(_Here(), cls, {key: value}, path)[name]
+
+
+def _at(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _plain(value: Any) -> Any:
+    """A validated value as the settings dataclasses hold it: a list as a tuple."""
+    return tuple(value) if isinstance(value, list) else value
 
 
 @cache

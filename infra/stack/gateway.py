@@ -7,17 +7,12 @@ from typing import Any
 
 from components.k8s.settings import (
     CategoryGate,
-    CircuitBreakers,
     Fidelity,
-    FidelityJob,
     GatewayAuth,
     GatewaySettings,
     HealthCheck,
     JwtIssuer,
-    OutlierDetection,
-    Retries,
     Routing,
-    SecretRef,
 )
 from infra.stack.messages import got as _got
 from infra.stack.reader import (
@@ -29,20 +24,17 @@ from infra.stack.reader import (
 
 def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     p = "gateway"
-    v = r.fields(GatewaySettings, raw, p)
+    v = r.fields(GatewaySettings, raw, p, handled=("auth",))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
     routing, margins, gates = _routing(r, d.get("routing"))
+    v["health_check"] = _health_check(r, v["health_check"], d.get("healthCheck"))
     if "maxReplicas" not in d or r.problems_at(f"{p}.maxReplicas"):  # default: 6, or minReplicas when larger
         v["max_replicas"] = max(v["min_replicas"], v["max_replicas"])
     if v["min_replicas"] > v["max_replicas"]:
         r.fail(f"{p}.minReplicas", f"{v['min_replicas']} is greater than maxReplicas {v['max_replicas']}")
     return GatewaySettings(
         **v,
-        retries=r.section(Retries, d.get("retries"), f"{p}.retries"),
-        outlier_detection=r.section(OutlierDetection, d.get("outlierDetection"), f"{p}.outlierDetection"),
-        circuit_breakers=r.section(CircuitBreakers, d.get("circuitBreakers"), f"{p}.circuitBreakers"),
         auth=_gateway_auth(r, d.get("auth")),
-        health_check=_health_check(r, d.get("healthCheck")),
         routing=routing,
         routing_margins=margins,
         fidelity=gates,
@@ -56,7 +48,7 @@ def _routing(r: _Reader, raw: Any) -> tuple[dict[str, str], dict[str, float], di
     gates: dict[str, Fidelity] = {}
     for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
         wp = f"gateway.routing.{workload}"
-        v = r.fields(Routing, body, wp)
+        v = r.fields(Routing, body, wp, handled=("fidelity",))
         policies[workload] = v["policy"]
         if v["margin_percent"] is not None:
             margins[workload] = v["margin_percent"]
@@ -66,13 +58,14 @@ def _routing(r: _Reader, raw: Any) -> tuple[dict[str, str], dict[str, float], di
 
 
 def _fidelity(r: _Reader, raw: Any, path: str) -> Fidelity | None:
-    v = r.fields(Fidelity, raw, path)
+    v = r.fields(Fidelity, raw, path, handled=("categories",))
     d = raw if isinstance(raw, dict) else {}
-    job = _fidelity_job(r, d.get("job"), f"{path}.job")
     categories = _category_gates(r, d.get("categories"), f"{path}.categories")
     if v["suite"] is None or v["baseline"] is None:
         return None
-    return Fidelity(**v, job=job, categories=categories)
+    job = v.pop("job")  # one reported incomplete is left out (the checks that span keys ask only whether one is set)
+    complete = job is not None and None not in (job.image, job.token_secret.name, job.token_secret.key)
+    return Fidelity(**v, job=job if complete else None, categories=categories)
 
 
 def _category_gates(r: _Reader, raw: Any, path: str) -> tuple[CategoryGate, ...]:
@@ -95,44 +88,21 @@ def _category_gates(r: _Reader, raw: Any, path: str) -> tuple[CategoryGate, ...]
     return tuple(sorted(out, key=lambda c: c.name))
 
 
-def _fidelity_job(r: _Reader, raw: Any, path: str) -> FidelityJob | None:
-    if raw is None:
-        return None
-    v = r.fields(FidelityJob, raw, path)
-    d = raw if isinstance(raw, dict) else {}
-    secret = r.fields(SecretRef, d.get("tokenSecret") or {}, f"{path}.tokenSecret")
-    if v["image"] is None or None in secret.values():
-        return None
-    return FidelityJob(**v, token_secret=SecretRef(**secret))
-
-
 def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
     p = "gateway.auth"
     v = r.fields(GatewayAuth, raw, p)
-    d = raw if isinstance(raw, dict) else {}
-    issuers: list[JwtIssuer] = []
-    seen: set[str] = set()
-    for i, item in enumerate(r.value(d, "issuers", p, list, None) or ()):
-        ip = f"{p}.issuers[{i}]"
-        if not isinstance(item, dict):
-            r.fail(ip, f"expected a mapping, got {_got(item)}")
-            continue
-        iv = r.fields(JwtIssuer, item, ip)
-        issuer = iv["issuer"]
-        if issuer in seen:
-            r.fail(f"{ip}.issuer", f"{issuer!r} is listed twice")
-        elif issuer is not None and iv["jwks_uri"] is not None:
-            issuers.append(JwtIssuer(**iv, audiences=r.listed(JwtIssuer, "audiences", item, ip),
-                                     tenants=r.listed(JwtIssuer, "tenants", item, ip)))
-        if issuer is not None:
-            seen.add(issuer)
-    return GatewayAuth(issuers=tuple(issuers), **v)
+    issuers: dict[str, JwtIssuer] = {}
+    for i, item in enumerate(v.pop("issuers")):
+        if item.issuer in issuers:
+            r.fail(f"{p}.issuers[{i}].issuer", f"{item.issuer!r} is listed twice")
+        elif item.issuer is not None:
+            issuers[item.issuer] = item
+    return GatewayAuth(issuers=tuple(i for i in issuers.values() if i.jwks_uri is not None), **v)
 
 
-def _health_check(r: _Reader, raw: Any) -> HealthCheck:
+def _health_check(r: _Reader, hc: HealthCheck, raw: Any) -> HealthCheck:
     """gateway.healthCheck; timeoutSeconds is at most intervalSeconds, and its default no longer than it."""
     p = "gateway.healthCheck"
-    hc = r.section(HealthCheck, raw, p)
     given = _given(raw if isinstance(raw, dict) else None, "timeoutSeconds") and \
         not r.problems_at(f"{p}.timeoutSeconds")
     if given and hc.timeout_seconds > hc.interval_seconds:

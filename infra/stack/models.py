@@ -26,10 +26,8 @@ from components.k8s.settings import (
     MODEL_TASKS,
     QUANTIZATION_METHODS,
     Model,
-    ModelSlo,
     NodePool,
     Quantization,
-    Replicas,
     SessionAffinity,
     Speculative,
     Tenant,
@@ -45,7 +43,7 @@ from infra.stack.reader import (
 def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePool],
            tenants: Mapping[str, Tenant], *, aws: bool) -> Model | None:
     path = f"models.{name}"
-    v = r.fields(Model, d, path)
+    v = r.fields(Model, d, path, handled=("speculative", "variant"))
     engine = v.pop("engine")
     eng = ENGINES.get(engine) if engine is not None else None
     model_id = v["model"]
@@ -123,7 +121,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
             r.fail(sp, f"vLLM's speculative decoding does not support pipeline parallelism "
                        f"(pipelineParallel is {pp}); remove it or use tensorParallel only")
     rp = f"{path}.replicas"
-    replicas = r.section(Replicas, d.get("replicas"), rp)
+    replicas = v.pop("replicas")
     if not r.is_set(d["replicas"] if isinstance(d.get("replicas"), dict) else {}, rp, "max"):
         replicas = dataclasses.replace(replicas, max=max(replicas.min, 1))
     rmax = replicas.max
@@ -131,7 +129,6 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         r.fail(f"{rp}.min", f"{replicas.min} is greater than max {rmax}")
     if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
         _fits_pool(r, path, gpus, per_node, rmax, pool)
-    slo = r.section(ModelSlo, d.get("slo"), f"{path}.slo")
     timeout = v["timeout_seconds"]
     if not r.is_set(d, path, "tryIdleTimeoutSeconds"):
         v["try_idle_timeout_seconds"] = min(timeout, DEFAULT_TRY_IDLE_SECONDS)
@@ -153,8 +150,7 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
         return None
     model = Model(
         name=name, engine=engine,
-        quantization=quant, speculative=spec, replicas=replicas, slo=slo,
-        callers=r.listed(Model, "callers", d, path),
+        quantization=quant, speculative=spec, replicas=replicas,
         gpus_per_node_hint=per_node,
         quantized_checkpoint=prequantized,
         variant=_variant(r, d, path),
@@ -245,8 +241,7 @@ def _quantization(r: _Reader, raw: Any, path: str, *, engine: str | None, pool: 
         method = q["method"] or UNQUANTIZED
         ckpt = q["checkpoint"] if r.is_set(raw, path, "checkpoint") else _default_checkpoint(method, engine)
     else:
-        method = r.value({"quantization": raw}, "quantization", path.rsplit(".", 1)[0], str, UNQUANTIZED,
-                         choices=QUANT_METHODS) or UNQUANTIZED
+        method = declared.value_of(r, Quantization, "method", raw, path) or UNQUANTIZED
         ckpt = _default_checkpoint(method, engine)
     if method == "none":
         return method, False

@@ -2,23 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
 from components.k8s.settings import (
-    ALERT_SEVERITIES,
     Alerting,
     AlertReceiver,
+    AlertRoutes,
     Heartbeat,
-    Ingest,
     ObservabilitySettings,
     SecretRef,
-    VolumeSizes,
     WorkflowSlo,
 )
 from infra.stack import declared
-from infra.stack.common import _dns_label, _known_type
+from infra.stack.common import _known_type
 from infra.stack.reader import (
     _Reader,
     _show,
@@ -39,11 +36,8 @@ def _secret_ref(r: _Reader, d: Mapping[str, Any] | None, path: str, *, required:
         if required and d is not None:
             r.fail(f"{path}.secret", "is required: {name: <Secret in the observability namespace>, key: <its key>}")
         return None
-    sd = r.mapping(d["secret"], f"{path}.secret", ("name", "key"))
-    name = r.value(sd, "name", f"{path}.secret", str, check=_dns_label)
-    key = r.value(sd, "key", f"{path}.secret", str,
-                  check=lambda v: None if re.match(r"^[-._a-zA-Z0-9]+$", v) else "is not a Secret key")
-    return SecretRef(name, key) if name and key else None
+    ref = r.section(SecretRef, d["secret"], f"{path}.secret")
+    return ref if ref.name and ref.key else None
 
 
 # The keys each receiver type takes, and of those the ones it requires (the declared AlertReceiver checks each
@@ -86,20 +80,19 @@ def _receiver(r: _Reader, name: str, d: dict[str, Any]) -> AlertReceiver | None:
 
 def _alerting(r: _Reader, raw: Any) -> Alerting:
     path = "observability.alerting"
-    d = r.mapping(raw if raw is not None else {}, path, ("receivers", "routes", "heartbeat"))
-    given = r.named((d or {}).get("receivers") or {}, f"{path}.receivers")
+    r.fields(Alerting, raw, path, handled=("heartbeat",))  # receivers, routes and heartbeat are read below
+    d = raw if isinstance(raw, dict) else {}
+    given = r.named(d.get("receivers") or {}, f"{path}.receivers")
     receivers = {n: rc for n, b in given.items() if (rc := _receiver(r, n, b)) is not None}
     routes: dict[str, tuple[str, ...]] = {}
-    rd = r.mapping((d or {}).get("routes") or {}, f"{path}.routes", ALERT_SEVERITIES)
-    for severity in ALERT_SEVERITIES:
-        names = r.strings(rd, severity, f"{path}.routes")
+    for severity, names in r.fields(AlertRoutes, d.get("routes"), f"{path}.routes").items():
         for i, n in enumerate(names):
             if n not in given:  # a receiver given but refused is reported where it is written, once
                 r.fail(f"{path}.routes.{severity}[{i}]",
                        f"{n!r} is not a receiver; receivers: {', '.join(sorted(given)) or '(none)'}")
         if names:
             routes[severity] = names
-    return Alerting(receivers, routes, _heartbeat(r, (d or {}).get("heartbeat"), receivers, given=tuple(given)))
+    return Alerting(receivers, routes, _heartbeat(r, d.get("heartbeat"), receivers, given=tuple(given)))
 
 
 def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver], *,
@@ -120,10 +113,11 @@ def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver], *,
 
 def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySettings:
     p = "observability"
-    v = r.fields(ObservabilitySettings, raw, p, handled=("prices", "slo", "workflows", "ingest", "alerting",
-                                                         "volumes"))
+    v = r.fields(ObservabilitySettings, raw, p, handled=("slo", "workflows", "alerting"))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
-    prices = r.mapped(ObservabilitySettings, "prices", d, p, what="a price in $/hour", key_check=_known_type)
+    for itype in [t for t in v["prices"] if _known_type(t) is not None]:
+        r.fail(f"{p}.prices.{itype}", str(_known_type(itype)))
+        del v["prices"][itype]
     base = _workflow_slo(r, (d or {}).get("slo"), f"{p}.slo", WorkflowSlo())
     workflows = {}
     for wname, body in r.named((d or {}).get("workflows") or {}, f"{p}.workflows").items():
@@ -133,10 +127,7 @@ def _observability(r: _Reader, raw: Any, *, aws: bool = True) -> ObservabilitySe
                                 "use 'single-binary' (one replica on its volume) on provider existing")
     return ObservabilitySettings(
         **v,
-        prices=prices,
         default_workflow_slo=base,
         workflows=workflows,
-        ingest=r.section(Ingest, d.get("ingest"), f"{p}.ingest"),
         alerting=_alerting(r, d.get("alerting")),
-        volumes=r.section(VolumeSizes, d.get("volumes"), f"{p}.volumes"),
     )

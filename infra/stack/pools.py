@@ -19,7 +19,6 @@ from components.k8s.settings import (
     NOT_A_UTC_TIME,
     Capacity,
     InfinibandSettings,
-    NodeCheck,
     NodePool,
     Taint,
 )
@@ -78,7 +77,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.fabric", f"{fabric!r} is for GPU pools; {itype} has no GPU")
 
     target_azs = target.availability_zones if target is not None else ()
-    azs = r.listed(NodePool, "availability_zones", d, path)  # derived: the pool's zones (below)
+    azs = v.pop("availability_zones")  # derived: the pool's zones (below)
     if "availabilityZones" in d:
         if not aws:
             r.fail(f"{path}.availabilityZones", "only applies to provider 'aws'")
@@ -95,10 +94,9 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                                             "(EFA traffic does not cross zones)")
 
     cap_raw = d.get("capacity")
-    capacity = Capacity()
+    capacity = v.pop("capacity")
     if cap_raw is not None:
         cp = f"{path}.capacity"
-        capacity = r.section(Capacity, cap_raw, cp)
         cd = {k: x for k, x in cap_raw.items() if x is not None} if isinstance(cap_raw, dict) else {}
         ctype = capacity.type
         if ctype != "on-demand" and _given(cd, "reservationId") is False:
@@ -143,20 +141,13 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     elif v["hugepages_mib"] % 2:
         r.fail(f"{path}.hugepagesMiB", f"{v['hugepages_mib']} must be a multiple of 2 (2 MiB pages)")
         v["hugepages_mib"] = DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0
-    labels = r.string_map(d, "labels", path)
-    for key in labels:
+    for key in v["labels"]:
         if key == POOL_LABEL or key.startswith("nvidia.com/"):
             r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
 
-    taints: list[Taint] = []
-    if "taints" in d:
-        for i, t in enumerate(r.value(d, "taints", path, list, None) or ()):  # derived: the GPU taint (below)
-            tp = f"{path}.taints[{i}]"
-            tv = r.fields(Taint, t, tp)
-            if tv["key"] and tv["effect"]:
-                taints.append(Taint(**tv))
-    elif inst.has_gpu:
-        taints.append(Taint(GPU_TAINT_KEY, "NoSchedule", "true"))
+    taints = tuple(t for t in v.pop("taints") if t.key and t.effect)  # one reported incomplete is left out
+    if "taints" not in d and inst.has_gpu:  # derived: a GPU pool gets the GPU taint
+        taints = (Taint(GPU_TAINT_KEY, "NoSchedule", "true"),)
 
     mig = v.pop("mig")
     if mig is not None and (inst.gpu is None or not inst.gpu.mig_capable):
@@ -169,8 +160,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         r.fail(f"{path}.mig", f"{mig!r} does not fit {itype}'s {inst.gpu.name} ({inst.gpu.memory_gib} GB): the GPU "
                               f"operator's MIG manager would fail to apply it; layouts for it: {', '.join(fitting)}")
 
-    node_check = r.section(NodeCheck, d.get("nodeCheck"), f"{path}.nodeCheck")
-    nodes = r.listed(NodePool, "nodes", d, path)  # provider existing only
+    nodes = v["nodes"]  # provider existing only
     if "nodes" in d and aws:
         r.fail(f"{path}.nodes", "only applies to provider 'existing' (EKS labels the nodes it launches)")
     if mig is not None and target is not None and not aws and not nodes:
@@ -179,8 +169,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                                 f"nvidia.com/mig.config={mig} so the GPU operator's MIG manager partitions them")
     if len(set(nodes)) != len(nodes):
         r.fail(f"{path}.nodes", f"{_show(list(nodes))} lists a node twice")
-    return NodePool(name=name, instance_type=itype, availability_zones=tuple(azs), capacity=capacity, labels=labels,
-                    taints=tuple(taints), mig=mig, nodes=nodes, node_check=node_check, **v)
+    return NodePool(name=name, instance_type=itype, availability_zones=tuple(azs), capacity=capacity,
+                    taints=taints, mig=mig, **v)
 
 
 def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity) -> Capacity:
@@ -221,9 +211,7 @@ def _infiniband(r: _Reader, raw: Any) -> InfinibandSettings:
     if r.is_set(d, path, "ipRange") and (problem := _cidr(v["ip_range"])) is not None:
         r.fail(f"{path}.ipRange", f"{_show(v['ip_range'])} {problem}")
         v["ip_range"] = InfinibandSettings().ip_range
-    lists: dict[str, Any] = {name: r.listed(InfinibandSettings, name, d, path)
-                             for name in ("interfaces", "hca_device_ids", "hcas")}
-    return InfinibandSettings(**v, **lists)
+    return InfinibandSettings(**v)
 
 
 def _ib_rails(r: _Reader, ib: InfinibandSettings, raw: Any, pools: Mapping[str, NodePool]) -> InfinibandSettings:

@@ -14,7 +14,7 @@ from components.k8s.settings import (
     RateLimit,
     Tenant,
 )
-from infra.stack.common import MIG_PROFILE_RE, _dns_label, _reserved_namespace
+from infra.stack.common import MIG_PROFILE_RE, _reserved_namespace
 from infra.stack.reader import (
     _given,
     _Reader,
@@ -24,7 +24,7 @@ from infra.stack.reader import (
 
 def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
     path = f"tenants.{name}"
-    v = r.fields(Tenant, d, path, handled=("migQuota", "rateLimit", "shareWith"))
+    v = r.fields(Tenant, d, path)
     if "namespace" not in d:
         v["namespace"] = name
         if (why := _reserved_namespace(name)) is not None:
@@ -37,15 +37,14 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
         r.fail(f"{path}.namespace", f"{_show(v['namespace'])} {why}")
         v["namespace"] = name
     rl_path = f"{path}.rateLimit"
-    rl = r.section(RateLimit, d.get("rateLimit"), rl_path)
+    rl = v.pop("rate_limit")
     rld = d["rateLimit"] if isinstance(d.get("rateLimit"), dict) else {}
     burst = rl.burst if r.is_set(rld, rl_path, "burst") else max(rl.burst, rl.requests_per_second)
     rl = RateLimit(rl.requests_per_second, burst,
                    rl.batch_requests_per_second if r.is_set(rld, rl_path, "batchRequestsPerSecond")
                    else rl.requests_per_second,
                    rl.batch_burst if r.is_set(rld, rl_path, "batchBurst") else burst)
-    return Tenant(name=name, **v, mig_quota=r.mapped(Tenant, "mig_quota", d, path, what="a slice count"), rate_limit=rl,
-                  share_with=r.strings(d, "shareWith", path, check=_dns_label))
+    return Tenant(name=name, **v, rate_limit=rl)
 
 
 

@@ -29,6 +29,13 @@ def _problems(raw: dict[str, Any], stack: str = "onprem") -> list[str]:
     return [str(p) for p in err.value.problems]
 
 
+def test_kubernetes_version_reaches_the_config_and_a_bad_one_is_refused() -> None:
+    raw = stack_raw("onprem")
+    assert _parse({**raw, "kubernetesVersion": "1.32"}).kubernetes_version == "1.32"
+    assert _problems({**raw, "kubernetesVersion": "1.30"}) == [
+        "kubernetesVersion: '1.30' is not allowed; choose one of: 1.31, 1.32, 1.33, 1.34, 1.35, 1.36"]
+
+
 def test_every_node_check_key_reaches_the_pool() -> None:
     raw = stack_raw("onprem")
     raw["nodePools"]["h100-ib"]["nodeCheck"] = {
@@ -283,6 +290,19 @@ def test_a_bad_receiver_setting_is_reported_at_its_key(receiver: str, key: str, 
     raw = stack_raw("onprem")
     raw["observability"]["alerting"]["receivers"][receiver][key] = value
     assert _problems(raw) == [problem]
+
+
+def test_a_receivers_secret_is_a_secret_name_and_key_each_reported_at_its_key() -> None:
+    raw = stack_raw("onprem")
+    raw["observability"]["alerting"]["receivers"]["oncall-webhook"]["secret"] = {"name": "Hook_Token", "key": "a b",
+                                                                                 "path": "/x"}
+    at = "observability.alerting.receivers.oncall-webhook.secret"
+    assert _problems(raw) == [
+        f"{at}.path: unknown key; allowed keys: name, key",
+        f"{at}.name: 'Hook_Token' is not a DNS label (lowercase letters, digits and '-', at most 63 characters)",
+        f"{at}.key: 'a b' is not a Secret key (letters, digits, '-', '_' and '.')"]
+    raw["observability"]["alerting"]["receivers"]["oncall-webhook"]["secret"] = {"name": "hook"}
+    assert _problems(raw) == [f"{at}.key: is required"]
 
 
 def test_an_unknown_heartbeat_key_is_named_with_the_allowed_ones() -> None:

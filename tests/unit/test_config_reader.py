@@ -7,11 +7,14 @@ stack config hands them to the kit as parsed.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import pytest
 
+from components.k8s.settings import setting
 from infra.config import ConfigError, parse
+from infra.stack import declared
 from infra.stack.reader import _Reader
 from tests.support.stacks import stack_raw
 
@@ -32,36 +35,38 @@ def test_a_mapping_keeps_its_good_keys_and_names_each_bad_one() -> None:
     assert _problems(r)[-1] == "gateway.auth: expected a mapping, got null"
 
 
-@pytest.mark.parametrize(("raw", "want", "problems"), [
-    ({"k": 3}, 3, []),
-    ({"k": "three"}, "three", []),
-    ({"k": 1.5}, None, ["p.k: expected an integer or a string, got a number 1.5"]),
-    ({"k": True}, None, ["p.k: expected an integer or a string, got a boolean true"]),
-])
-def test_a_value_of_one_of_several_kinds(raw: dict[str, Any], want: Any, problems: list[str]) -> None:
-    r = _Reader()
-    assert r.value(raw, "k", "p", (int, str), None) == want
-    assert _problems(r) == problems
+@dataclass(frozen=True)
+class _Collections:
+    """A section of the collections pydantic validates for the stack model (infra/stack/declared.py)."""
 
-
-def test_an_integer_is_a_number_where_a_number_or_a_string_is_wanted() -> None:
-    r = _Reader()
-    got = r.value({"k": 2}, "k", "p", (float, str), None)
-    assert (got, type(got)) == (2.0, float)
-    assert _problems(r) == []
+    labels: Mapping[str, str] = setting(default_factory=dict, doc="A mapping of strings.")
+    zones: tuple[str, ...] = setting(("x",), doc="A list of strings.")
+    lower: tuple[str, ...] = setting((), pattern=r"^[a-z]+$", invalid="is upper", doc="A list of patterned strings.")
+    counts: Mapping[str, int] = setting(default_factory=dict, ge=0, le=9, pattern=r"^[a-z]+$", invalid="is upper",
+                                        item="a count", doc="A mapping of bounded numbers by patterned key.")
 
 
 def test_a_string_map_keeps_string_pairs_and_names_every_other_entry() -> None:
     r = _Reader()
-    got = r.string_map({"labels": {"team": "ml", "tier": 2, "on": None, 3: "x"}}, "labels", "nodePools.gpu")
-    assert got == {"team": "ml"}
-    assert _problems(r)[0] == "nodePools.gpu.labels.tier: expected a string value, got an integer 2"
+    got = declared.values(r, _Collections, {"labels": {"team": "ml", "tier": 2, "on": None, 3: "x"}}, "nodePools.gpu")
+    assert got["labels"] == {"team": "ml"}
     # a null value and a non-string key are refused too, at their paths; null is said once ("got null")
-    assert [p.path for p in r.problems][1:] == ["nodePools.gpu.labels.on", "nodePools.gpu.labels.3"]
-    assert _problems(r)[1] == "nodePools.gpu.labels.on: expected a string value, got null"
-    assert r.string_map({}, "labels", "nodePools.gpu") == {}
-    assert r.string_map({"labels": "team=ml"}, "labels", "nodePools.gpu") == {}
+    assert _problems(r) == ["nodePools.gpu.labels.tier: expected a string value, got an integer 2",
+                            "nodePools.gpu.labels.on: expected a string value, got null",
+                            "nodePools.gpu.labels.3: key 3 is not a string"]
+    assert declared.values(r, _Collections, {}, "nodePools.gpu")["labels"] == {}
+    assert declared.values(r, _Collections, {"labels": "team=ml"}, "nodePools.gpu")["labels"] == {}
     assert _problems(r)[-1] == "nodePools.gpu.labels: expected a mapping, got a string 'team=ml'"
+
+
+def test_a_mapping_of_numbers_keeps_good_entries_and_names_each_bad_key_and_value() -> None:
+    r = _Reader()
+    got = declared.values(r, _Collections, {"counts": {"a": 1, "B": 2, "c": -1, "d": 1.5, "e": True, "f": 9}}, "s")
+    assert got["counts"] == {"a": 1, "f": 9}
+    assert _problems(r) == ["s.counts.B: is upper",
+                            "s.counts.c: expected a count (an integer >= 0 and <= 9), got -1",
+                            "s.counts.d: expected a count (an integer >= 0 and <= 9), got 1.5",
+                            "s.counts.e: expected a count (an integer >= 0 and <= 9), got true"]
 
 
 def test_pool_labels_reach_the_pool_and_a_bad_one_fails_parse_with_its_path() -> None:
@@ -76,41 +81,16 @@ def test_pool_labels_reach_the_pool_and_a_bad_one_fails_parse_with_its_path() ->
                                                     "got an integer 7"]
 
 
-def test_null_as_an_allowed_kind_is_named_null() -> None:
-    r = _Reader()
-    assert r.value({"k": 5}, "k", "p", (str, type(None)), "d") == "d"
-    assert _problems(r) == ["p.k: expected a string or null, got an integer 5"]
-
-
-@pytest.mark.parametrize(("value", "options", "problem"), [
-    ("x", {}, "p.k: expected an integer, got a string 'x'"),
-    (4, {"choices": (1, 2)}, "p.k: 4 is not allowed; choose one of: 1, 2"),
-    (0, {"minimum": 1}, "p.k: 0 is below the minimum 1"),
-    (11, {"maximum": 10}, "p.k: 11 is above the maximum 10"),
-    (3, {"check": lambda v: "must be even" if v % 2 else None}, "p.k: 3 must be even"),
-])
-def test_a_refused_value_falls_back_to_the_default_or_to_none_when_required(value: Any, options: dict[str, Any],
-                                                                           problem: str) -> None:
-    """One problem per refused value; the walk goes on with the default (or nothing, for a required key), so a
-    later check does not report the same mistake again."""
-    r = _Reader()
-    assert r.value({"k": value}, "k", "p", int, 6, **options) == 6
-    assert r.value({"k": value}, "k", "p", int, **options) is None
-    assert _problems(r) == [problem, problem]
-    assert r.value({}, "k", "p", int) is None
-    assert _problems(r)[-1] == "p.k: is required"
-    assert r.value(None, "k", "p", int) is None and len(r.problems) == 3
-
-
 def test_a_string_list_keeps_its_strings_and_names_each_other_item() -> None:
     r = _Reader()
-    assert r.strings({"zones": ["a", 2, "b"]}, "zones", "target") == ("a", "b")
-    assert r.strings({"zones": "a"}, "zones", "target", default=("x",)) == ("x",)
-    assert r.strings({"zones": ["a", "B"]}, "zones", "target", check=lambda v: None if v.islower() else "is upper"
-                     ) == ("a",)
+    assert declared.values(r, _Collections, {"zones": ["a", 2, "b"]}, "target")["zones"] == ("a", "b")
+    assert declared.values(r, _Collections, {"zones": "a"}, "target")["zones"] == ("x",)  # the default
+    assert declared.values(r, _Collections, {"lower": ["a", "B", 3, "C"]}, "target")["lower"] == ("a",)
     assert _problems(r) == ["target.zones[1]: expected a string, got an integer 2",
                             "target.zones: expected a list, got a string 'a'",
-                            "target.zones[1]: 'B' is upper"]
+                            "target.lower[1]: 'B' is upper",
+                            "target.lower[2]: expected a string, got an integer 3",
+                            "target.lower[3]: 'C' is upper"]
 
 
 def test_names_of_pools_tenants_and_models_are_dns_labels() -> None:

@@ -37,11 +37,12 @@ SETTING = "aifactory.setting"  # the key of a stack setting's declaration in its
 def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: float | None = None,
             pattern: str | None = None, invalid: str | None = None, derived: bool = False,
             default_factory: Any = MISSING, key: str | None = None, form: Any = None,
-            choices: tuple[Any, ...] | str | None = None) -> Any:
+            choices: tuple[Any, ...] | str | None = None, item: str | None = None) -> Any:
     """A dataclass field that is also a stack file setting, declared once: its default (or `default_factory`), `doc`
     (what it does and, where the default is not a constant, how it is derived), inclusive bounds `ge`/`le` (of a
     number, or of a mapping's values), and a regular expression `pattern` (of a string, a list's strings, or a
-    mapping's keys) with the message `invalid` for a value that does not match it; `choices` the allowed values
+    mapping's keys) with the message `invalid` for a value that does not match it; `item`: what one value of a
+    mapping of numbers is, as a message names it ("a slice count"); `choices` the allowed values
     (or ENGINE_REGISTRY: the engine registry's names, which the stack reader looks up, as the registry imports this
     module); `derived`: the default
     stands in for a value the stack model computes from other settings, or holds only under another setting (a
@@ -51,7 +52,7 @@ def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: fl
     infra/stack reads the declaration to validate the stack file and to write the editor schema and
     docs/stack-reference.md. Plain metadata: the components need nothing beyond the standard library."""
     meta = {"doc": doc, "ge": ge, "le": le, "pattern": pattern, "invalid": invalid, "derived": derived, "key": key,
-            "form": form, "choices": choices}
+            "form": form, "choices": choices, "item": item}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata={SETTING: meta})
     return field(default=default, metadata={SETTING: meta})
@@ -79,5 +80,6 @@ QUANTITY_PATTERN = r"^\d+(\.\d+)?(m|k|Ki|Mi|Gi|Ti|Pi|M|G|T|P)?$"  # a Kubernetes
 class SecretRef:
     """A key of a Kubernetes Secret in the observability namespace (created outside the stack config)."""
 
-    name: str = setting(doc="The Secret's name.")
-    key: str = setting(doc="The key in the Secret.")
+    name: str = setting(pattern=DNS_LABEL_PATTERN, invalid=NOT_A_DNS_LABEL, doc="The Secret's name.")
+    key: str = setting(pattern=r"^[-._a-zA-Z0-9]+$", invalid="is not a Secret key (letters, digits, '-', '_' and "
+                       "'.')", doc="The key in the Secret.")

@@ -143,10 +143,9 @@ class ObservabilitySettings:
     trace_sample_ratio: float = setting(1.0, ge=0, le=1, doc="Share of traces the Collector keeps.")
     idle_gpu_utilization_percent: float = setting(10.0, ge=0, le=100, doc="GPUs under this utilisation count as "
                                                                           "idle, percent.")
-    prices: Mapping[str, float] = setting(default_factory=dict, ge=0, doc="$/hour of one node by instance type "
-                                                                          "(default: the catalog's on-demand "
-                                                                          "price; required for a type without "
-                                                                          "one).")
+    prices: Mapping[str, float] = setting(default_factory=dict, ge=0, item="a price in $/hour",
+                                          doc="$/hour of one node by instance type (default: the catalog's on-demand "
+                                              "price; required for a type without one).")
     default_workflow_slo: WorkflowSlo = setting(default_factory=WorkflowSlo, key="slo",
                                                 doc="The SLO of every agent workflow not named in workflows.")
     workflows: Mapping[str, WorkflowSlo] = setting(default_factory=dict, pattern=DNS_LABEL_PATTERN,

@@ -47,7 +47,7 @@ class Tenant:
                                 derived=True, doc="Memory the namespace may request, a Kubernetes quantity "
                                                   "(default: as cpuQuota).")
     mig_quota: Mapping[str, int] = setting(default_factory=dict, ge=0, pattern=MIG_PROFILE_PATTERN, derived=True,
-                                           invalid=NOT_A_MIG_PROFILE,
+                                           invalid=NOT_A_MIG_PROFILE, item="a slice count",
                                            doc="MIG slices the namespace may request, by profile (1g.10gb: 2) "
                                                "(default: per profile, what the tenant's models scale to; every MIG "
                                                "profile of the stack has a quota, 0 for a tenant that uses none).")
