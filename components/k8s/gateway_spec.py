@@ -3,7 +3,6 @@ what the gateway's build functions read (a components.k8s.envoy_config.GatewayVi
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
@@ -37,6 +36,7 @@ from components.k8s.values import (
     Tenant,
     Tracing,
     Variant,
+    default_of,
 )
 
 __all__ = [
@@ -87,25 +87,20 @@ def _cost(model: Model) -> float:
     return model.variant.cost_per_request
 
 
-def _default(cls: type, name: str) -> Any:
-    """A field's default in the values' dataclasses (the one place it is written)."""
-    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
-
-
 def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         problems.add(path, f"{value!r} is not allowed; choose one of: {', '.join(allowed)}")
 
 
 def _model(key: str, m: GatewayModelArgs) -> Model:
-    timeout = m.get("timeout_seconds", _default(Model, "timeout_seconds"))
+    timeout = m.get("timeout_seconds", default_of(Model, "timeout_seconds"))
     v = m.get("variant")
     # The gateway reads no served model id, pool or weights URI: those stay empty here.
     return Model(name=key, engine=cast(Engine, m["engine"]), model="", tenant=m["tenant"], pool="", uri="",
                  workload=m.get("workload", key), priority=cast(Priority, m.get("priority", "interactive")),
                  task=cast(Any, m.get("task", "generate")),
                  timeout_seconds=timeout,
-                 slo=ModelSlo(e2e_seconds=m.get("e2e_slo_seconds", _default(ModelSlo, "e2e_seconds"))),
+                 slo=ModelSlo(e2e_seconds=m.get("e2e_slo_seconds", default_of(ModelSlo, "e2e_seconds"))),
                  max_request_bytes=m.get("max_request_bytes", DEFAULT_MAX_REQUEST_BYTES),
                  try_idle_timeout_seconds=m.get("try_idle_timeout_seconds", min(timeout, DEFAULT_TRY_IDLE_SECONDS)),
                  session_affinity_balance_factor=m.get(
@@ -119,8 +114,8 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
 
 def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:
     rl = t.get("rate_limit") or {}
-    rps, burst = rl.get("requests_per_second", _default(RateLimit, "requests_per_second")), \
-        rl.get("burst", _default(RateLimit, "burst"))
+    rps, burst = rl.get("requests_per_second", default_of(RateLimit, "requests_per_second")), \
+        rl.get("burst", default_of(RateLimit, "burst"))
     return Tenant(name=key, namespace=t.get("namespace", key), share_with=tuple(t.get("share_with") or ()),
                   rate_limit=RateLimit(requests_per_second=rps, burst=burst,
                                        batch_requests_per_second=rl.get("batch_requests_per_second", rps),
@@ -175,8 +170,8 @@ def _problems(problems: Problems, args: GatewayArgs) -> None:
                 problems.add(f"tenants.{key}.shareWith[{i}]",
                              f"{other!r} is not a tenant; tenants: {', '.join(tenants)}")
     _choice(problems, "serviceType", args.get("service_type", "LoadBalancer"), SERVICE_TYPES)
-    lo = args.get("min_replicas", _default(GatewaySettings, "min_replicas"))
-    hi = args.get("max_replicas", _default(GatewaySettings, "max_replicas"))
+    lo = args.get("min_replicas", default_of(GatewaySettings, "min_replicas"))
+    hi = args.get("max_replicas", default_of(GatewaySettings, "max_replicas"))
     if not 1 <= lo <= hi:
         problems.add("minReplicas", f"{lo} must be at least 1 and at most maxReplicas ({hi})")
     workloads = {m.get("workload", k) for k, m in models.items() if "variant" in m}

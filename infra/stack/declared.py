@@ -120,12 +120,6 @@ def annotation_of(cls: type, name: str) -> Any:
     return _hints(cls)[name]
 
 
-def default_of(cls: type, name: str) -> Any:
-    """The declared default of the field `name` of `cls`, for code that needs it before or beside the reader (the
-    declaration is the one place it is written)."""
-    return _default(next(f for f in declared_fields(cls) if f.name == name))
-
-
 @cache
 def section_model(cls: type, *, lenient: bool = False) -> type[BaseModel]:
     """The pydantic model of a settings dataclass: each setting pydantic validates (validated_fields) under its key;

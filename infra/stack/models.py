@@ -32,6 +32,7 @@ from components.k8s.settings import (
     Speculative,
     Tenant,
     Variant,
+    default_of,
 )
 from infra.stack import declared
 from infra.stack.reader import (
@@ -220,7 +221,7 @@ def _cold_start_fits(r: _Reader, model: Model, pool: NodePool, *, aws: bool) -> 
 
 
 QUANT_METHODS: tuple[str, ...] = typing.get_args(QUANTIZATION_METHODS)  # declared once, on the settings model
-UNQUANTIZED: str = declared.default_of(Model, "quantization")  # "none"
+UNQUANTIZED: str = default_of(Model, "quantization")  # "none"
 LOAD_TIME_METHODS = ("fp8",)  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
 # Model ids that name their checkpoint's quantization (Meta's -FP8, RedHatAI/neuralmagic -FP8-dynamic / -w8a8,
 # -AWQ, -GPTQ-Int4, ...): such a checkpoint is pre-quantized whatever the config says.

@@ -99,6 +99,32 @@ def test_taints_keep_their_value_and_effect() -> None:
                                                         Taint("gpu", "NoSchedule", ""))
 
 
+def test_each_bad_taint_is_reported_at_its_index_once_and_the_good_ones_kept() -> None:
+    raw = stack_raw("onprem")
+    raw["nodePools"]["h100-ib"]["taints"] = [{"key": "a", "effect": "NoSchedule"}, "gpu=true:NoSchedule",
+                                             {"effect": "Never"}]
+    at = "nodePools.h100-ib.taints"
+    # a string where a taint belongs is one problem: its keys are not also reported as required
+    assert _problems(raw) == [f"{at}[1]: expected a mapping, got a string 'gpu=true:NoSchedule'",
+                              f"{at}[2].key: is required",
+                              f"{at}[2].effect: 'Never' is not allowed; choose one of: NoSchedule, PreferNoSchedule, "
+                              "NoExecute"]
+    raw["nodePools"]["h100-ib"]["taints"] = "gpu"
+    assert _problems(raw) == [f"{at}: expected a list, got a string 'gpu'"]
+    raw["nodePools"]["h100-ib"]["taints"] = []  # none: the GPU taint is not added
+    assert _parse(raw).node_pools["h100-ib"].taints == ()
+
+
+@pytest.mark.parametrize(("value", "problem"), [
+    ("fp4", "'fp4' is not allowed; choose one of: none, fp8, awq, gptq, int8"),
+    (8, "8 is not allowed; choose one of: none, fp8, awq, gptq, int8"),
+])
+def test_quantizations_short_form_is_checked_and_reported_at_its_own_key(value: Any, problem: str) -> None:
+    raw = stack_raw("onprem")
+    raw["models"]["llama-70b"]["quantization"] = value
+    assert _problems(raw) == [f"models.llama-70b.quantization: {problem}"]
+
+
 def test_a_tenants_cpu_and_memory_quota_are_kept_as_written() -> None:
     raw = stack_raw("onprem")
     raw["tenants"]["ml-platform"].update({"cpuQuota": "1000", "memoryQuota": "9Ti"})

@@ -21,6 +21,7 @@ from components.k8s.settings.base import (
     InNamespace,
     NamespaceView,
     SecretRef,
+    default_of,
     setting,
 )
 from components.k8s.settings.gateway import (
@@ -98,6 +99,7 @@ __all__ = [
     "MIG_LAYOUTS",
     "MAX_REQUEST_BYTES_LIMIT",
     "setting",
+    "default_of",
     "NamespaceView",
     "InNamespace",
     "Tracing",

@@ -3,7 +3,7 @@ patterns and messages several sections share, and the small views a component re
 
 from __future__ import annotations
 
-from dataclasses import MISSING, dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Protocol
 
 __all__ = [
@@ -17,6 +17,7 @@ __all__ = [
     "DURATION_PATTERN",
     "QUANTITY_PATTERN",
     "setting",
+    "default_of",
     "NamespaceView",
     "InNamespace",
     "SecretRef",
@@ -56,6 +57,13 @@ def setting(default: Any = MISSING, *, doc: str, ge: float | None = None, le: fl
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata={SETTING: meta})
     return field(default=default, metadata={SETTING: meta})
+
+
+def default_of(cls: type, name: str) -> Any:
+    """The declared default of the field `name` of the settings dataclass `cls`, for code that needs it beside the
+    stack model (the declaration is the one place it is written); MISSING for a required setting."""
+    f = next(f for f in fields(cls) if f.name == name)
+    return f.default_factory() if f.default is MISSING and f.default_factory is not MISSING else f.default
 
 
 class NamespaceView(Protocol):
