@@ -39,8 +39,9 @@ before matching.
 
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
-failures, resets and 500/502/503, bounded by a retry budget; a streamed generation resets the idle
-timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
+failures, resets, 502/503 and the engine's own retriable statuses (vLLM's 500: `retriable_status_codes`),
+bounded by a retry budget; a streamed generation resets the idle timer with every token, so long generations
+run up to `timeoutSeconds`. A JSON body that does not ask to
 stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
@@ -114,9 +115,9 @@ from components.k8s.envoy_base import (
     MODEL_HEADER,
     PRIORITY_DESCRIPTOR,
     PRIORITY_HEADER,
+    PROXY_RETRIABLE_STATUS_CODES,
     RBAC_FILTER,
     REFUSALS_FILTER,
-    RETRIABLE_STATUS_CODES,
     ROUTE_DECISION_HEADER,
     ROUTE_PREFIX,
     SERVICE_NAME,
@@ -132,6 +133,7 @@ from components.k8s.envoy_base import (
     _seconds,
     collector_host,
     model_host,
+    retriable_status_codes,
 )
 from components.k8s.envoy_callers import (
     issuer_tenants_filter,
@@ -191,7 +193,8 @@ __all__ = [
     "OPENAI_APIS",
     "HEALTH_PATHS",
     "REFUSAL_ROUTE_PREFIX",
-    "RETRIABLE_STATUS_CODES",
+    "PROXY_RETRIABLE_STATUS_CODES",
+    "retriable_status_codes",
     "BODY_LIMIT_FILTER",
     "CALLERS_FILTER",
     "REFUSALS_FILTER",
@@ -252,7 +255,7 @@ def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # `reset` also covers a try abandoned by per_try_idle_timeout (the router resets it and retries when
         # retry_on has reset, 5xx or gateway-error)
         "retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
-        "retriable_status_codes": list(RETRIABLE_STATUS_CODES),
+        "retriable_status_codes": retriable_status_codes([model]),
         "num_retries": cfg.gateway.retries.attempts,
         "per_try_idle_timeout": _seconds(model.try_idle_timeout_seconds),
         "retry_host_predicate": [{

@@ -9,6 +9,7 @@ import pytest
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
 from components.k8s import otel_config
+from components.k8s.engines import ENGINES
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
@@ -92,6 +93,28 @@ def test_every_model_route_gives_its_callers_and_body_limit() -> None:
     assert by_name["finance-8b"]["request_body_buffer_limit"] == 8388608
 
 
+def test_a_try_is_retried_on_500_only_where_the_engine_answers_it_for_a_dying_engine() -> None:
+    """vLLM answers 500 to every request in flight when its engine dies (vllm-project/vllm@v0.33.0
+    vllm/entrypoints/serve/exception_handling/error_response.py): another replica serves them. Triton's OpenAI
+    frontend answers 500 to any exception a request raises (triton-inference-server/server@r26.07
+    python/openai/openai_frontend/frontend/fastapi/routers/chat.py), SGLang's too (0.5.23
+    srt/entrypoints/openai/serving_base.py): the same on every replica, so not retried. 502 and 503 (the way to the
+    replica) are retried for every engine. Every route of a model, and its twins, carries its engine's codes."""
+    cfg = prod_without_variants()
+    # route name -> the engine of the model it serves (assistant: assistant-fast; assistant.batch: assistant-batch)
+    engines = {"assistant": "triton", "assistant-tools": "sglang", "deep-research": "vllm", "assistant.batch": "vllm"}
+    codes = {"triton": [502, 503], "sglang": [502, 503], "vllm": [500, 502, 503]}
+    assert [cfg.models[m].engine for m in ("assistant-fast", "assistant-tools", "deep-research", "assistant-batch")] \
+        == list(engines.values())
+    by_name = {r["name"]: r for r in ec.routes(cfg)}
+    for workload, engine in engines.items():
+        for suffix in ("", "-path", "-body"):
+            for twin in ("", "-unstreamed"):
+                retry = by_name[f"{workload}{suffix}{twin}"]["route"]["retry_policy"]
+                assert retry["retriable_status_codes"] == codes[engine], (workload, suffix, twin)
+    assert [ENGINES[e].retriable_status_codes for e in ("vllm", "triton", "sglang")] == [(500,), (), ()]
+
+
 def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     by_name = {r["name"]: r for r in ec.routes(prod_without_variants())}
     assert by_name["assistant.batch"]["route"]["timeout"] == "600s"
@@ -99,7 +122,7 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     assert by_name["finance-8b"]["route"]["timeout"] == "60s"
     # the route's idle timeout replaces the connection manager's: a 900 s request is not cut at 300 s
     assert by_name["deep-research"]["route"]["timeout"] == by_name["deep-research"]["route"]["idle_timeout"] == "900s"
-    retry = by_name["assistant"]["route"]["retry_policy"]
+    retry = by_name["deep-research"]["route"]["retry_policy"]
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
         ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"

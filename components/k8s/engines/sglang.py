@@ -186,4 +186,10 @@ ENGINE = Sglang(
     load_time_quantization=frozenset({"fp8"}),
     multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
     exports_spans=False,
+    # None: its 500 is a request's own exception (0.5.23 srt/entrypoints/openai/serving_base.py
+    # OpenAIServingBase.handle_request: any exception but HTTPException and ValueError -> 500 "Internal server
+    # error"), the same on every replica. A crashed scheduler or detokenizer kills the server's whole process tree
+    # (srt/utils/watchdog.py SubprocessWatchdog sends SIGQUIT; managers/tokenizer_manager.py
+    # running_phase_sigquit_handler -> kill_process_tree): its requests in flight are reset, which the gateway retries.
+    retriable_status_codes=(),
 )

@@ -174,4 +174,11 @@ ENGINE = Triton(
     # docs/model_config.md), which the kit does not write; its frontend takes no trace options (main.py).
     multi_node=False, speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False,
     exports_spans=False,
+    # None: the frontend answers 500 to every exception a request raises that is not its ClientError (400), the same
+    # on every replica: a bad request's (a prompt past the engine's max_seq_len, an input the model's config
+    # refuses) as well as its own ServerError (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/chat.py,
+    # completions.py, embeddings.py: `except Exception` -> HTTPException(StatusCode.SERVER_ERROR);
+    # utils/utils.py StatusCode.SERVER_ERROR = 500). The Triton server runs inside the frontend's process
+    # (main.py), so a dead server is a dead pod: a reset or a refused connection, which the gateway retries.
+    retriable_status_codes=(),
 )

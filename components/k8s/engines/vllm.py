@@ -300,4 +300,10 @@ ENGINE = Vllm(
     load_time_quantization=frozenset({"fp8"}),  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
     multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
     exports_spans=True,
+    # 500: what the API server answers every request in flight when its engine dies (EngineDeadError: vllm-project/
+    # vllm@v0.33.0 vllm/entrypoints/serve/exception_handling/error_response.py create_error_response), the server
+    # then exiting (handlers/vllm_error.py engine_error_handler -> vllm/entrypoints/launchers/launcher.py
+    # terminate_if_errored); another replica serves them. Also EngineGenerateError's (a VLLMServerError, 500), which
+    # may be the request's own: a retry costs it a try per attempt, never an ejection.
+    retriable_status_codes=(500,),
 )
