@@ -18,6 +18,7 @@ __all__ = [
     "model_host",
     "collector_host",
     "retriable_status_codes",
+    "route_name",
 ]
 
 
@@ -62,6 +63,16 @@ class GatewayView(Protocol):
     def routing_margin_percent(self, workload: str) -> float: ...
 
 
+# Route names (the access log's `route`, and the kit's own map of a route to its model). A route's subject is a
+# workload (`<workload>`, header-routed), its batch model (`<workload>.batch`), a variant decision
+# (`<workload>.<variant>.<reason>[.baggage]`: components.k8s.envoy_variants) or a model's own key; after it, each
+# after ROUTE_NAME_SEPARATOR, how the route matches (`path`, `body`; `key-body`: the body names the model's own key)
+# and which twin it is (`unstreamed`, `too-large`). Workload and model names are DNS labels, which hold neither `.`
+# nor ROUTE_NAME_SEPARATOR, so no two names of the kit's routes are alike, whatever a stack's names (`foo` and
+# `foo-path` are two workloads); the gateway's own refusals (components.k8s.envoy_refusals.REFUSAL_ROUTE_PREFIX)
+# hold a `:`, which no other route name does. Envoy accepts two routes of one name, but their access log lines
+# could not be told apart.
+ROUTE_NAME_SEPARATOR = "/"
 MODEL_HEADER = "x-model"
 PRIORITY_HEADER = "x-priority"
 TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim; sent to the model
@@ -141,6 +152,11 @@ def retriable_status_codes(models: Iterable[Model]) -> list[int]:
     (Engine.retriable_status_codes: vLLM's 500, not Triton's or SGLang's, whose 500s are the request's own)."""
     return sorted({*PROXY_RETRIABLE_STATUS_CODES,
                    *(code for m in models for code in ENGINES[m.engine].retriable_status_codes)})
+
+
+def route_name(subject: str, *parts: str) -> str:
+    """A route's name: its subject, then how it matches and which twin it is (see ROUTE_NAME_SEPARATOR)."""
+    return ROUTE_NAME_SEPARATOR.join((subject, *parts))
 
 
 def collector_host(cfg: GatewayView) -> str:

@@ -152,7 +152,7 @@ def _no_budget_pick(cfg: GatewayView, workload: str, variants: Sequence[Model]) 
 class Decision:
     """One routing decision of a workload with variants: requests whose headers match `headers` go to `chosen`."""
 
-    name: str  # the route's name (its -path/-body/-unstreamed/-too-large twins add suffixes)
+    name: str  # its routes' subject (envoy_base.route_name: how they match and their twins follow it)
     chosen: Model
     reason: str  # fits-budget | rescued | default
     headers: tuple[dict[str, Any], ...]
