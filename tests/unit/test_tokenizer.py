@@ -116,3 +116,23 @@ def test_a_relative_tokenizer_is_resolved_from_the_model_path_and_a_hub_id_is_ke
     vllm = one_model(engine="vllm", tokenizer="./tok/").models["m"]
     assert tokenizer_path(vllm) == "/models/store/engines/m/tok"  # vLLM reads a directory in its weights' tree
     assert tokenizer_path(one_model().models["m"]) is None
+
+
+@pytest.mark.parametrize("model", [
+    {"engine": "vllm", "toolCallParser": "hermes", "tokenizer": "./tok"},
+    {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "toolCallParser": "none"},
+    {"engine": "triton", "model": "meta-llama/Llama-3.1-8B-Instruct", "toolCallParser": "none",
+     "tokenizer": "../tok"},
+    {"engine": "sglang", "tokenizer": "org/tok"},
+])
+def test_the_model_deployment_runs_the_command_the_stack_model_gives(model: dict[str, Any]) -> None:
+    """The program creates each model as a ModelDeployment from its args (infra.component_args): the engine
+    settings the stack file gives reach the pod's command. toolCallParser once did not (the family's parser, or
+    none, ran instead)."""
+    cfg = one_model(**model)
+    m = cfg.models["m"]
+    deployed = serving_spec("model-m", model_deployment_args(cfg, m)).model
+    engine = ENGINES[m.engine]
+    assert engine.command(deployed) == engine.command(m)
+    assert (deployed.tool_call_parser, deployed.tokenizer) == (model.get("toolCallParser", "none"),
+                                                             model.get("tokenizer"))
