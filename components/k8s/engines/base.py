@@ -69,9 +69,9 @@ def _is_path(tokenizer: str) -> bool:
 def tokenizer_path(model: Model) -> str | None:
     """models.X.tokenizer as the engine's flag takes it: a Hub id as given; a directory relative to the model's uri
     (`./DIR`, `../DIR`) as its path in the pod, from model_path (pvc://model-store/classifier-trt with
-    ../classifier-tokenizer: /models/model-store/classifier-tokenizer). Both are what transformers'
-    AutoTokenizer.from_pretrained takes, which every engine's tokenizer loader calls: a local directory is read
-    as it is, anything else is a Hub id. None: not set."""
+    ../classifier-tokenizer: /models/model-store/classifier-tokenizer). Each engine's flag takes either: an
+    existing local directory is read as it is, anything else is a Hub id (docs/contracts.md, "Engines"). None: not
+    set."""
     given = model.tokenizer
     if given is None or not _is_path(given):
         return given
@@ -88,7 +88,7 @@ def tokenizer_problems(model: Model) -> list[tuple[str, str]]:
                               "downloaded from the Hub into a cache of its own; give the tokenizer's Hub id "
                               "(ORG/NAME)")]
     path = tokenizer_path(model)
-    if path != storage and not str(path).startswith(f"{storage}/"):
+    if path is None or (path != storage and not path.startswith(f"{storage}/")):
         return [("tokenizer", f"{model.tokenizer!r} leads out of the model's storage ({path}); the pod mounts only "
                               f"{storage} of uri {model.uri}: give a directory within it")]
     return []

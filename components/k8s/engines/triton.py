@@ -99,11 +99,11 @@ def triton_frontend_args(model: Model) -> list[str]:
     Hub id, or a directory in the pod), else the model's HF id; the frontend loads it as it starts
     (engine/utils/tokenizer.py get_tokenizer: AutoTokenizer.from_pretrained, which reads a local directory as it is
     and downloads anything else from the Hub: HTTPS egress, and HF_TOKEN for gated ids; docs/serving.md, "Triton's
-    tokenizer"). A TensorRT-LLM engine of
-    TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does
-    not support leader mode (mpirun), per python/openai/README.md "Model Parallelism Support". main.py exposes no
-    trace or metrics options: see docs/contracts.md for what that drops. A chat model whose family has a parser
-    gets `--tool-call-parser` (triton_tool_call_parser).
+    tokenizer"). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode
+    (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does not support leader mode (mpirun), per
+    python/openai/README.md "Model Parallelism Support". main.py exposes no trace or metrics options: see
+    docs/contracts.md for what that drops. A chat model whose family has a parser gets `--tool-call-parser`
+    (triton_tool_call_parser).
     """
     parser = triton_tool_call_parser(model)
     return [f"--model-repository={model_path(model)}", f"--tokenizer={tokenizer_path(model) or model.model}",
@@ -159,8 +159,9 @@ class Triton(Engine):
 def _repository_tokenizer_problems(model: Model) -> list[tuple[str, str]]:
     """A tokenizer directory inside the model repository would be loaded as a model: the frontend starts Triton
     with --model-control-mode none by default, which loads every model of the repository at start-up (r26.07
-    main.py), and a directory of tokenizer files is no model. Its root (`.`) is allowed: Triton reads only its
-    directories."""
+    main.py), Triton takes each subdirectory of the repository as a model (triton-inference-server/core
+    src/model_repository_manager: GetDirectorySubdirs of the repository path), and a directory of tokenizer files
+    is no model. Its root (`.`) is allowed: files there are no model."""
     repository = model_path(model)
     path = tokenizer_path(model)
     if model.tokenizer is None or path is None or not path.startswith(f"{repository}/"):
@@ -205,8 +206,8 @@ ENGINE = Triton(
     multi_node=False, speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False,
     exports_spans=False,
     # None: the frontend answers 500 to every exception a request raises that is not its ClientError (400), the same
-    # on every replica: a bad request's (a prompt past the engine's max_seq_len, an input the model's config
-    # refuses) as well as its own ServerError (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/chat.py,
+    # on every replica: an error the in-process server returns for the request's inputs as well as its own
+    # ServerError (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/chat.py,
     # completions.py, embeddings.py: `except Exception` -> HTTPException(StatusCode.SERVER_ERROR);
     # utils/utils.py StatusCode.SERVER_ERROR = 500). The Triton server runs inside the frontend's process
     # (main.py), so a dead server is a dead pod: a reset or a refused connection, which the gateway retries.
