@@ -5,10 +5,11 @@ components.k8s.envoy_variants; who may call and how often: components.k8s.envoy_
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
 from components.k8s import naming
+from components.k8s.engines import ENGINES
 from components.k8s.values import GatewaySettings, Model, Tenant
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "ObservabilityView",
     "model_host",
     "collector_host",
+    "retriable_status_codes",
+    "route_name",
 ]
 
 
@@ -60,6 +63,16 @@ class GatewayView(Protocol):
     def routing_margin_percent(self, workload: str) -> float: ...
 
 
+# Route names (the access log's `route`, and the kit's own map of a route to its model). A route's subject is a
+# workload (`<workload>`, header-routed), its batch model (`<workload>.batch`), a variant decision
+# (`<workload>.<variant>.<reason>[.baggage]`: components.k8s.envoy_variants) or a model's own key; after it, each
+# after ROUTE_NAME_SEPARATOR, how the route matches (`path`, `body`; `key-body`: the body names the model's own key)
+# and which twin it is (`unstreamed`, `too-large`). Workload and model names are DNS labels, which hold neither `.`
+# nor ROUTE_NAME_SEPARATOR, so no two names of the kit's routes are alike, whatever a stack's names (`foo` and
+# `foo-path` are two workloads); the gateway's own refusals (components.k8s.envoy_refusals.REFUSAL_ROUTE_PREFIX)
+# hold a `:`, which no other route name does. Envoy accepts two routes of one name, but their access log lines
+# could not be told apart.
+ROUTE_NAME_SEPARATOR = "/"
 MODEL_HEADER = "x-model"
 PRIORITY_HEADER = "x-priority"
 TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim; sent to the model
@@ -84,13 +97,12 @@ JWT_FILTER = "envoy.filters.http.jwt_authn"  # also the dynamic metadata namespa
 ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each issuer may name (403 otherwise)
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
-# What a try is retried on besides connect failures and resets. 500: vLLM answers it to the requests in flight when
-# its engine dies (EngineDeadError; the server then exits) and to EngineGenerateError, which may be the request's
-# own (vllm-project/vllm vllm/entrypoints/launcher.py, `_add_shutdown_handlers`): a retry rescues the first and
-# costs the second a try per attempt, never an ejection (envoy_hops.outlier_detection). 502, 503: the way to the
-# replica failed (the gateway's Istio sidecar answers 503 when it cannot connect to the pod). Not 504: no engine
-# answers it, and a timeout that has taken its time is not repeated (a silent try is the per-try idle timeout's).
-RETRIABLE_STATUS_CODES = (500, 502, 503)
+# What a try of any model is retried on besides connect failures, resets and its engine's own statuses
+# (Engine.retriable_status_codes): 502, 503, the way to the replica failed (the gateway's Istio sidecar answers 503
+# when it cannot connect to the pod). Not 504: no engine answers it, and a timeout that has taken its time is not
+# repeated (a silent try is the per-try idle timeout's). A retried status never ejects a replica by itself
+# (envoy_hops.outlier_detection).
+PROXY_RETRIABLE_STATUS_CODES = (502, 503)
 DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match no model: 404s, scans
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.
@@ -132,6 +144,19 @@ def model_host(cfg: GatewayView, model: Model) -> str:
     """DNS name of the model's headless Service: the cluster's address, and the Host of every request and health
     check the gateway sends the model (the name the gateway's sidecar routes by)."""
     return f"{model.name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
+
+
+def retriable_status_codes(models: Iterable[Model]) -> list[int]:
+    """The statuses a try is retried on when any of `models` may have answered it, ascending: the way's
+    (PROXY_RETRIABLE_STATUS_CODES) and those their engines say another replica may answer better
+    (Engine.retriable_status_codes: vLLM's 500, not Triton's or SGLang's, whose 500s are the request's own)."""
+    return sorted({*PROXY_RETRIABLE_STATUS_CODES,
+                   *(code for m in models for code in ENGINES[m.engine].retriable_status_codes)})
+
+
+def route_name(subject: str, *parts: str) -> str:
+    """A route's name: its subject, then how it matches and which twin it is (see ROUTE_NAME_SEPARATOR)."""
+    return ROUTE_NAME_SEPARATOR.join((subject, *parts))
 
 
 def collector_host(cfg: GatewayView) -> str:

@@ -39,9 +39,10 @@ before matching.
 
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
-failures, resets and 500/502/503, bounded by a retry budget; a streamed generation resets the idle
-timer with every token, so long generations run up to `timeoutSeconds`. A JSON body that does not ask to
-stream (`"stream"` absent or false) takes the route's "-unstreamed" twin, whose tries may stay silent for
+failures, resets, 502/503 and the engine's own retriable statuses (vLLM's 500: `retriable_status_codes`),
+bounded by a retry budget; a streamed generation resets the idle timer with every token, so long generations
+run up to `timeoutSeconds`. A JSON body that does not ask to
+stream (`"stream"` absent or false) takes the route's "/unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
 failures (not 500s), until their next passing health check (envoy_hops.outlier_detection); no panic mode;
@@ -114,9 +115,9 @@ from components.k8s.envoy_base import (
     MODEL_HEADER,
     PRIORITY_DESCRIPTOR,
     PRIORITY_HEADER,
+    PROXY_RETRIABLE_STATUS_CODES,
     RBAC_FILTER,
     REFUSALS_FILTER,
-    RETRIABLE_STATUS_CODES,
     ROUTE_DECISION_HEADER,
     ROUTE_PREFIX,
     SERVICE_NAME,
@@ -132,6 +133,8 @@ from components.k8s.envoy_base import (
     _seconds,
     collector_host,
     model_host,
+    retriable_status_codes,
+    route_name,
 )
 from components.k8s.envoy_callers import (
     issuer_tenants_filter,
@@ -191,7 +194,8 @@ __all__ = [
     "OPENAI_APIS",
     "HEALTH_PATHS",
     "REFUSAL_ROUTE_PREFIX",
-    "RETRIABLE_STATUS_CODES",
+    "PROXY_RETRIABLE_STATUS_CODES",
+    "retriable_status_codes",
     "BODY_LIMIT_FILTER",
     "CALLERS_FILTER",
     "REFUSALS_FILTER",
@@ -252,7 +256,7 @@ def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # `reset` also covers a try abandoned by per_try_idle_timeout (the router resets it and retries when
         # retry_on has reset, 5xx or gateway-error)
         "retry_on": "connect-failure,refused-stream,reset,retriable-status-codes",
-        "retriable_status_codes": list(RETRIABLE_STATUS_CODES),
+        "retriable_status_codes": retriable_status_codes([model]),
         "num_retries": cfg.gateway.retries.attempts,
         "per_try_idle_timeout": _seconds(model.try_idle_timeout_seconds),
         "retry_host_predicate": [{
@@ -340,7 +344,7 @@ def _unstreamed(route: dict[str, Any], model: Model) -> dict[str, Any]:
     gateway did not parse (a content type json_to_metadata does not take, such as `text/plain`) is treated as
     non-streamed, so a healthy generation is never cut and retried three times into a 504."""
     out = copy.deepcopy(route)
-    out["name"] = f"{route['name']}-unstreamed"
+    out["name"] = route_name(route["name"], "unstreamed")
     # only a POST carries a generation request (a bodyless GET with a JSON content type also "lacks" stream)
     out["match"]["headers"] = [*route["match"].get("headers", []),
                                {"name": ":method", "string_match": {"exact": "POST"}}]
@@ -368,10 +372,10 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
             group = (_route(cfg, name, {
                 **_regex(_api_regex(model, f"(?:{ROUTE_PREFIX}[^/]+)?")),
                 "headers": [_header(MODEL_HEADER, w.name), *extra]}, model, rewrite=True),
-                _route(cfg, f"{name}-path", {**_regex(_api_regex(model, path_prefix)), "headers": extra},
+                _route(cfg, route_name(name, "path"), {**_regex(_api_regex(model, path_prefix)), "headers": extra},
                        model, rewrite=True),
-                _route(cfg, f"{name}-body", {**_regex(_api_regex(model, "")), "headers": extra,
-                                             "dynamic_metadata": [_body_model(w.name)]},
+                _route(cfg, route_name(name, "body"), {**_regex(_api_regex(model, "")), "headers": extra,
+                                                       "dynamic_metadata": [_body_model(w.name)]},
                        model, rewrite=False))
             ds = decisions(cfg, w) if model is w.default else []
             for out_list, r in zip((by_header, by_path, by_body), group, strict=True):
@@ -380,15 +384,15 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
                     out_list.append(r)
                 for d in ds:  # the variant's own limits (timeouts, body size) on its decision's route
                     dr = decision_route(_route(cfg, r["name"], copy.deepcopy(r["match"]), d.chosen,
-                                                rewrite=r["name"] != f"{name}-body"), w, d)
+                                                rewrite=r["name"] != route_name(name, "body")), w, d)
                     model_of[dr["name"]] = d.chosen
                     out_list.append(dr)
     for m in sorted(cfg.models.values(), key=lambda m: m.name):  # a model's own key in the body names it
         if m.name != m.workload:
-            by_body.append(_route(cfg, f"{m.name}-body", {**_regex(_api_regex(m, "")),
-                                                          "dynamic_metadata": [_body_model(m.name)]},
+            own = route_name(m.name, "key-body")
+            by_body.append(_route(cfg, own, {**_regex(_api_regex(m, "")), "dynamic_metadata": [_body_model(m.name)]},
                                   m, rewrite=False))
-            model_of[f"{m.name}-body"] = m
+            model_of[own] = m
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
             del r["match"]["headers"]

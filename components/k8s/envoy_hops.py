@@ -264,7 +264,8 @@ def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
     What counts: 502, 503, 504 and the failures Envoy originates (connect failures, resets, timeouts: mapped to
     503/504 while split_external_local_origin_errors is off), `gateway.outlierDetection.consecutive5xx` in a row
     (consecutive_gateway_failure, enforced 100%). A 500 does not: vLLM answers 500 to EngineGenerateError, which
-    "could be request specific" (vllm-project/vllm vllm/entrypoints/launcher.py, `_add_shutdown_handlers`), so
+    "could be request specific" (vllm-project/vllm@v0.33.0 vllm/entrypoints/serve/exception_handling/handlers/
+    vllm_error.py, engine_error_handler), as Triton's and SGLang's 500s are (components.k8s.engines), so
     consecutive_5xx would let one client's bad requests eject healthy replicas; its enforcement is 0.
 
     Why the check brings it back: max_ejection_percent is a share of all of the cluster's hosts (Envoy v1.40

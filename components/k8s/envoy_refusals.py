@@ -20,6 +20,7 @@ from components.k8s.envoy_base import (
     REFUSAL_KEY,
     REFUSALS_FILTER,
     GatewayView,
+    route_name,
 )
 from components.k8s.values import Model
 
@@ -33,11 +34,8 @@ __all__ = [
     "max_body",
 ]
 
-# Route names (the access log's `route`): a workload's routes are `<workload>[-path|-body]`, its batch model's
-# `<workload>.batch[-path|-body]` (a dot: never a model's name, which is a DNS label, so never the `<model>-body`
-# route of a model's own key, such as prod's `assistant-batch`), each with its `-too-large` and `-unstreamed` twins;
-# the gateway's own refusals start with REFUSAL_ROUTE_PREFIX (a colon: never a workload's name). Envoy accepts two
-# routes of one name, but their access log lines could not be told apart.
+# The gateway's own refusals' route names start with this: a colon, in no other route's name, so a workload named
+# `gateway` has routes of its own (route names: components.k8s.envoy_base.ROUTE_NAME_SEPARATOR).
 REFUSAL_ROUTE_PREFIX = "gateway:"
 
 
@@ -94,7 +92,7 @@ def too_large(route: dict[str, Any], model: Model) -> dict[str, Any]:
     match = copy.deepcopy(route["match"])
     match["headers"] = [*match.get("headers", []), {"name": "content-length", "invert_match": True, "range_match": {
         "start": 0, "end": model.max_request_bytes + 1}}]
-    out = not_found(f"{route['name']}-too-large", match,
+    out = not_found(route_name(route["name"], "too-large"), match,
                      f"request body larger than {model.max_request_bytes} bytes (models.{model.name}."
                      "maxRequestBytes)\n", status=413, at_once=True)
     # a caller the model refuses gets its 403 first, whatever the size

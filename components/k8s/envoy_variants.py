@@ -77,6 +77,7 @@ from components.k8s.envoy_base import (
     _hcm,
     _seconds,
     model_host,
+    retriable_status_codes,
 )
 from components.k8s.values import Model
 
@@ -151,7 +152,7 @@ def _no_budget_pick(cfg: GatewayView, workload: str, variants: Sequence[Model]) 
 class Decision:
     """One routing decision of a workload with variants: requests whose headers match `headers` go to `chosen`."""
 
-    name: str  # the route's name (its -path/-body/-unstreamed/-too-large twins add suffixes)
+    name: str  # its routes' subject (envoy_base.route_name: how they match and their twins follow it)
     chosen: Model
     reason: str  # fits-budget | rescued | default
     headers: tuple[dict[str, Any], ...]
@@ -336,7 +337,10 @@ def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str,
     out["match"]["headers"] = [*route["match"].get("headers", []), *d.headers]
     out["route"]["cluster"] = overflow_cluster_name(w.name, d.chosen)
     del out["route"]["host_rewrite_literal"]  # the gate of the variant that serves the try sets it
-    # a failed try goes to the next variant (the next priority of the aggregate cluster)
+    # a failed try goes to the next variant (the next priority of the aggregate cluster), on a status any variant's
+    # engine may answer where another would not (variants of different engines: the chosen one's alone would miss
+    # the others')
+    out["route"]["retry_policy"]["retriable_status_codes"] = retriable_status_codes(w.variants)
     out["route"]["retry_policy"]["retry_priority"] = {
         "name": "envoy.retry_priorities.previous_priorities",
         "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",

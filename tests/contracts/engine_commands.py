@@ -32,6 +32,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "embed": {"task": "embed"},
     "rerank": {"task": "rerank"},
     "multi-node-efa": {"tensorParallel": 8, "pipelineParallel": 2},
+    "tokenizer": {"tokenizer": "org/m-8b-tokenizer"},
 }
 
 

@@ -170,7 +170,7 @@ def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> 
 
 
 def _path_regex(cfg: Any, model: str) -> re.Pattern[str]:
-    route = next(r for r in ec.routes(cfg) if r["name"] == f"{model}-path")
+    route = next(r for r in ec.routes(cfg) if r["name"] == f"{model}/path")
     return re.compile(route["match"]["safe_regex"]["regex"])
 
 

@@ -13,6 +13,7 @@ import pytest
 from components.k8s import envoy_config as ec
 from components.k8s.engines import CAPABILITIES, ENGINES, Engine, engine_named
 from components.k8s.engines.base import EngineSite, EngineTracing, Role
+from components.k8s.envoy_base import retriable_status_codes
 from components.k8s.serving import model_objects, pod_spec, scaling_query, serving_spec
 from components.k8s.values import MODEL_TASKS, Model
 from dashboards.engines import ENGINE_RULES, rules_of
@@ -120,7 +121,8 @@ class _Toy(Engine):
 TOY = _Toy(name="toy", title="Toy", health_path="/live", ready_path="/ready",
            openai_apis={"generate": ("v1/chat/completions",)}, metric_prefix="toy_",
            quantization_methods={"none": None}, load_time_quantization=frozenset(), multi_node=False,
-           speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False, exports_spans=False)
+           speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False, exports_spans=False,
+           retriable_status_codes=(429,))
 
 
 def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -145,3 +147,5 @@ def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert objs["StatefulSet"]["spec"]["template"]["metadata"]["annotations"] == {"example.com/toy": "yes"}
     assert objs["ScaledObject"]["spec"]["triggers"][0]["metadata"]["query"] == \
         'sum(toy_waiting{namespace="t",aifactory_io_model="m"})'
+    # the gateway retries what the engine says another replica may answer better, besides the way's 502 and 503
+    assert retriable_status_codes([model]) == [429, 502, 503]

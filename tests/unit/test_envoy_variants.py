@@ -148,3 +148,31 @@ def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
     with pytest.raises(ConfigError) as e:
         parse(raw, stack="t")
     assert "models.w-int4.variant.maxRequests: 0 is below the minimum 1" in str(e.value)
+
+
+@pytest.mark.parametrize(("engines", "decision_codes"), [
+    ({"w-int4": "triton", "w-mid": "triton", "w-fp8": "triton"}, [502, 503]),
+    ({"w-int4": "triton", "w-mid": "vllm", "w-fp8": "triton"}, [500, 502, 503]),
+])
+def test_a_variants_gate_retries_its_engines_statuses_and_a_decision_any_variants(
+        engines: dict[str, str], decision_codes: list[int]) -> None:
+    """A gate retries a try on another replica of its variant on what the variant's engine answers a dying engine
+    with (vLLM's 500; Triton's 500 is the request's own: components.k8s.engines.triton); a decision's route sends a
+    failed try to the next variant on any status a variant of the workload may answer so."""
+    raw = _three_variants()
+    for name, engine in engines.items():  # with session affinity the gate retries (gate_listener)
+        raw["models"][name].update(engine=engine, sessionAffinity={"enabled": True})
+    boot = envoy_config.bootstrap(parse(raw, stack="t"))
+    listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
+    for name, engine in engines.items():
+        hcm = listeners[f"{name}__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
+        [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
+        assert route["route"]["retry_policy"]["retriable_status_codes"] == (
+            [500, 502, 503] if engine == "vllm" else [502, 503]), name
+    [vhost] = listeners["gateway"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]
+    decision_routes = [r for r in vhost["routes"] if r["name"].startswith("w.")]
+    # 7 decisions, by header, path and body, each with its non-streamed twin (and its 413 twin, which answers itself)
+    decision_routes = [r for r in decision_routes if "route" in r]
+    assert len(decision_routes) == 2 * 3 * 7
+    assert {str(r["route"]["retry_policy"]["retriable_status_codes"]) for r in decision_routes} == {
+        str(decision_codes)}

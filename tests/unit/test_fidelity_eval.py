@@ -499,4 +499,4 @@ def test_without_a_result_only_the_baseline_is_routed_and_envoy_accepts_the_conf
               for chain in listener["filter_chains"] for f in chain["filters"]
               for vh in f["typed_config"].get("route_config", {}).get("virtual_hosts", []) for r in vh["routes"]
               if "name" in r}
-    assert {"chat-good-body", "chat-bad-body", "chat-bf16-body"} <= routes
+    assert {"chat-good/key-body", "chat-bad/key-body", "chat-bf16/key-body"} <= routes

@@ -9,6 +9,7 @@ import pytest
 from components.k8s import envoy_config as ec
 from components.k8s import gateway as gw
 from components.k8s import otel_config
+from components.k8s.engines import ENGINES
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file
@@ -29,20 +30,20 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
     routes = ec.routes(prod_without_variants())
     names = [r["name"] for r in routes]
     header = ["assistant.batch", "assistant", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
-    body = ["assistant.batch-body", "assistant-body", "assistant-tools-body", "deep-research-body", "embed-rerank-body",
-            "finance-8b-body", "assistant-batch-body", "assistant-fast-body"]  # the last two: a model's own key
+    body = ["assistant.batch/body", "assistant/body", "assistant-tools/body", "deep-research/body", "embed-rerank/body",
+            "finance-8b/body", "assistant-batch/key-body", "assistant-fast/key-body"]  # the last two: a model's own key
     # first the methods the API does not use (tests/artifacts/test_envoy_input_live.py); each model route comes
     # after its 413 and non-streamed twins (see below)
     # before the body routes, a 413 from the headers for a body no model takes (its model is not known yet)
-    twins = [[x for n in names_ for x in (f"{n}-too-large", f"{n}-unstreamed", n)]
-             for names_ in ((*header, *(f"{h}-path" for h in header)), body)]
+    twins = [[x for n in names_ for x in (f"{n}/too-large", f"{n}/unstreamed", n)]
+             for names_ in ((*header, *(f"{h}/path" for h in header)), body)]
     assert names == ["gateway:method-not-allowed", "gateway:connect-not-allowed", *twins[0], "gateway:too-large",
                      *twins[1], "gateway:unknown-model", "gateway:not-served"]
     by_name = {r["name"]: r for r in routes}
     assert [by_name[n]["route"]["cluster"] for n in header] == [
         "assistant-batch", "assistant-fast", "assistant-tools", "deep-research", "embed-rerank", "finance-8b"]
     # assistant-tools is SGLang: its OpenAI paths (components.k8s.engines.sglang), /v1/models/{model} included
-    assert by_name["assistant-tools-path"]["match"] == {"safe_regex": {
+    assert by_name["assistant-tools/path"]["match"] == {"safe_regex": {
         "regex": r"^/models/(?i:assistant\-tools)/(?:v1/chat/completions|v1/completions|v1/models|v1/models/[^/]+)$"}}
     # header routes: any model name case, on the engine's OpenAI paths, with or without a /models/<x> prefix
     assert by_name["assistant.batch"]["match"] == {
@@ -50,28 +51,28 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
         "headers": [{"name": "x-model", "string_match": {"exact": "assistant", "ignore_case": True}},
                     {"name": "x-priority", "string_match": {"exact": "batch", "ignore_case": True}}]}
     # assistant-fast is Triton: its OpenAI front end also serves /v1/models/{model_name}
-    assert by_name["assistant-path"]["match"] == {"safe_regex": {
+    assert by_name["assistant/path"]["match"] == {"safe_regex": {
         "regex": "^/models/(?i:assistant)/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models|"
                  "v1/models/[^/]+)$"}}
-    assert by_name["assistant-path"]["route"]["regex_rewrite"] == {"pattern": {"regex": "^/models/[^/]+/"},
+    assert by_name["assistant/path"]["route"]["regex_rewrite"] == {"pattern": {"regex": "^/models/[^/]+/"},
                                                                    "substitution": "/"}
     # a JSON body that does not ask to stream: the try may stay silent for the whole timeoutSeconds
-    unstreamed = by_name["deep-research-path-unstreamed"]
-    assert unstreamed["match"] == {**by_name["deep-research-path"]["match"], "dynamic_metadata": [
+    unstreamed = by_name["deep-research/path/unstreamed"]
+    assert unstreamed["match"] == {**by_name["deep-research/path"]["match"], "dynamic_metadata": [
         {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": True}, "invert": True}],
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
     assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
-    assert by_name["deep-research-path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
+    assert by_name["deep-research/path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
     assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
-        {k: v for k, v in by_name["deep-research-path"]["route"].items() if k != "retry_policy"}
-    assert by_name["finance-8b-body"]["match"] == {
+        {k: v for k, v in by_name["deep-research/path"]["route"].items() if k != "retry_policy"}
+    assert by_name["finance-8b/body"]["match"] == {
         "safe_regex": {"regex": "^/(?:v1/chat/completions|v1/completions|v1/embeddings|v1/models)$"},
         "dynamic_metadata": [{"filter": "aifactory", "path": [{"key": "model"}],
                               "value": {"string_match": {"exact": "finance-8b"}}}]}
-    assert "regex_rewrite" not in by_name["finance-8b-body"]["route"]
-    assert by_name["finance-8b-body-too-large"]["match"]["headers"] == [
+    assert "regex_rewrite" not in by_name["finance-8b/body"]["route"]
+    assert by_name["finance-8b/body/too-large"]["match"]["headers"] == [
         {"name": "content-length", "invert_match": True, "range_match": {"start": 0, "end": 8 * 1024 * 1024 + 1}}]
-    assert by_name["finance-8b-body-too-large"]["direct_response"]["status"] == 413
+    assert by_name["finance-8b/body/too-large"]["direct_response"]["status"] == 413
     assert [by_name[f"gateway:{n}"]["direct_response"]["status"] for n in ("unknown-model", "not-served")] == \
         [404, 404]
     assert by_name["gateway:not-served"]["match"] == {"prefix": "/"}
@@ -85,11 +86,33 @@ def test_every_model_route_gives_its_callers_and_body_limit() -> None:
         "permissions": [{"any": True}],
         "principals": [{"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "assistant"}}},
                        {"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "search"}}}]}}}
-    finance = by_name["finance-8b-path"]["typed_per_filter_config"]
+    finance = by_name["finance-8b/path"]["typed_per_filter_config"]
     assert finance["envoy.filters.http.rbac"]["rbac"]["rules"]["policies"]["callers"]["principals"] == [
         {"header": {"name": "x-aifactory-tenant", "string_match": {"exact": "finance"}}}]
     assert finance["aifactory.body_limit"]["buffer"] == {"max_request_bytes": 8388608}
     assert by_name["finance-8b"]["request_body_buffer_limit"] == 8388608
+
+
+def test_a_try_is_retried_on_500_only_where_the_engine_answers_it_for_a_dying_engine() -> None:
+    """vLLM answers 500 to every request in flight when its engine dies (vllm-project/vllm@v0.33.0
+    vllm/entrypoints/serve/exception_handling/error_response.py): another replica serves them. Triton's OpenAI
+    frontend answers 500 to any exception a request raises (triton-inference-server/server@r26.07
+    python/openai/openai_frontend/frontend/fastapi/routers/chat.py), SGLang's too (0.5.23
+    srt/entrypoints/openai/serving_base.py): the same on every replica, so not retried. 502 and 503 (the way to the
+    replica) are retried for every engine. Every route of a model, and its twins, carries its engine's codes."""
+    cfg = prod_without_variants()
+    # route name -> the engine of the model it serves (assistant: assistant-fast; assistant.batch: assistant-batch)
+    engines = {"assistant": "triton", "assistant-tools": "sglang", "deep-research": "vllm", "assistant.batch": "vllm"}
+    codes = {"triton": [502, 503], "sglang": [502, 503], "vllm": [500, 502, 503]}
+    assert [cfg.models[m].engine for m in ("assistant-fast", "assistant-tools", "deep-research", "assistant-batch")] \
+        == list(engines.values())
+    by_name = {r["name"]: r for r in ec.routes(cfg)}
+    for workload, engine in engines.items():
+        for suffix in ("", "/path", "/body"):
+            for twin in ("", "/unstreamed"):
+                retry = by_name[f"{workload}{suffix}{twin}"]["route"]["retry_policy"]
+                assert retry["retriable_status_codes"] == codes[engine], (workload, suffix, twin)
+    assert [ENGINES[e].retriable_status_codes for e in ("vllm", "triton", "sglang")] == [(500,), (), ()]
 
 
 def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
@@ -99,7 +122,7 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     assert by_name["finance-8b"]["route"]["timeout"] == "60s"
     # the route's idle timeout replaces the connection manager's: a 900 s request is not cut at 300 s
     assert by_name["deep-research"]["route"]["timeout"] == by_name["deep-research"]["route"]["idle_timeout"] == "900s"
-    retry = by_name["assistant"]["route"]["retry_policy"]
+    retry = by_name["deep-research"]["route"]["retry_policy"]
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
         ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"

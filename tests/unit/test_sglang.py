@@ -155,7 +155,7 @@ def test_every_sglang_option_the_kit_passes_exists_at_its_images_version() -> No
               *(dataclasses.replace(base, quantization=q, quantized_checkpoint=False)
                 for q in ("fp8", "awq", "gptq", "int8")),
               dataclasses.replace(base, expert_parallel=True, max_model_length=4096, prefix_caching=False),
-              dataclasses.replace(base, kv_offload_gib=8.0),
+              dataclasses.replace(base, kv_offload_gib=8.0), dataclasses.replace(base, tokenizer="org/tokenizer"),
               *(dataclasses.replace(base, speculative=Speculative("org/d" if m != "ngram" else None, 4, m))  # type: ignore[arg-type]
                 for m in ("eagle3", "eagle", "ngram"))]
     seen: set[str] = set()

@@ -10,6 +10,7 @@ A light module on purpose: no Pulumi, nothing of infra/.
 
 from __future__ import annotations
 
+import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ __all__ = [
     "EngineTracing",
     "Engine",
     "model_path",
+    "tokenizer_path",
+    "tokenizer_problems",
 ]
 
 Role = Literal["single", "leader", "worker"]  # a Deployment's pod, or a LeaderWorkerSet's leader / worker
@@ -48,6 +51,47 @@ def model_path(model: Model) -> str:
         return f"{CACHE_MOUNT}/{model.name}"
     claim, _, path = rest.partition("/")
     return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
+
+
+def _storage(model: Model) -> str | None:
+    """What the pod mounts of the model's own storage: a pvc:// uri's whole claim, an s3:// uri's download; None
+    for hf:// (the Hub's cache keeps no tree a setting could name)."""
+    scheme, _, rest = model.uri.partition("://")
+    if scheme == "pvc":
+        return f"{STORE_MOUNT}/{rest.partition('/')[0]}"
+    return model_path(model) if scheme == "s3" else None
+
+
+def _is_path(tokenizer: str) -> bool:
+    return tokenizer in (".", "..") or tokenizer.startswith(("./", "../"))
+
+
+def tokenizer_path(model: Model) -> str | None:
+    """models.X.tokenizer as the engine's flag takes it: a Hub id as given; a directory relative to the model's uri
+    (`./DIR`, `../DIR`) as its path in the pod, from model_path (pvc://model-store/classifier-trt with
+    ../classifier-tokenizer: /models/model-store/classifier-tokenizer). Each engine's flag takes either: an
+    existing local directory is read as it is, anything else is a Hub id (docs/contracts.md, "Engines"). None: not
+    set."""
+    given = model.tokenizer
+    if given is None or not _is_path(given):
+        return given
+    return posixpath.normpath(f"{model_path(model)}/{given}")
+
+
+def tokenizer_problems(model: Model) -> list[tuple[str, str]]:
+    """models.X.tokenizer as a directory must lie in what the pod mounts of the model's storage (tokenizer_path)."""
+    if model.tokenizer is None or not _is_path(model.tokenizer):
+        return []
+    storage = _storage(model)
+    if storage is None:
+        return [("tokenizer", f"{model.tokenizer!r} is a directory in the model's storage, but uri {model.uri} is "
+                              "downloaded from the Hub into a cache of its own; give the tokenizer's Hub id "
+                              "(ORG/NAME)")]
+    path = tokenizer_path(model)
+    if path is None or (path != storage and not path.startswith(f"{storage}/")):
+        return [("tokenizer", f"{model.tokenizer!r} leads out of the model's storage ({path}); the pod mounts only "
+                              f"{storage} of uri {model.uri}: give a directory within it")]
+    return []
 
 
 class EngineTarget(Protocol):
@@ -98,6 +142,10 @@ class Engine(ABC):
     expert_parallel: bool  # models.X.expertParallel
     kv_offload: bool  # models.X.kvOffloadGiB
     exports_spans: bool  # its process exports OTLP spans under the caller's traceparent
+    # The engine's own HTTP statuses that another replica may answer better, so the gateway retries them there
+    # (besides the way's 502 and 503: components.k8s.envoy_base.PROXY_RETRIABLE_STATUS_CODES). A status the engine
+    # gives a request whatever replica serves it stays out: a retry would only repeat it on every replica.
+    retriable_status_codes: tuple[int, ...]
     # How long a startup or readiness check on ready_path may take to answer (the kubelet's timeoutSeconds).
     ready_timeout_seconds: int = 5
 
@@ -138,10 +186,11 @@ class Engine(ABC):
     def model_problems(self, model: Model) -> list[tuple[str, str]]:
         """(key under models.X, message) for each setting of `model` this engine cannot serve as given; the stack
         model reports them with their key path. By default: a parser named in models.X.toolCallParser (vLLM's
-        flag) is read by no other engine; `none` says what every other engine does anyway."""
+        flag) is read by no other engine; `none` says what every other engine does anyway. A tokenizer directory
+        outside the model's storage (tokenizer_problems), whatever the engine."""
         if model.tool_call_parser not in (None, "none"):
-            return [("toolCallParser", f"is not read by engine {self.name!r}; remove it")]
-        return []
+            return [*tokenizer_problems(model), ("toolCallParser", f"is not read by engine {self.name!r}; remove it")]
+        return tokenizer_problems(model)
 
     def env(self, model: Model) -> list[dict[str, str]]:
         """Engine settings of the container's environment (after the kit's user, cache and fabric settings)."""

@@ -18,7 +18,7 @@ import math
 from dataclasses import dataclass
 
 from components.k8s import naming
-from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path, tokenizer_path
 from components.k8s.engines.vllm import nccl_guard_script
 from components.k8s.values import Model
 from telemetry.names import SGLANG
@@ -95,6 +95,8 @@ def sglang_args(model: Model) -> list[str]:
         args += ["--ep-size", str(model.tensor_parallel)]
     if model.max_model_length is not None:
         args += ["--context-length", str(model.max_model_length)]
+    if (tokenizer := tokenizer_path(model)) is not None:  # fields/serving.py tokenizer_path (default: model_path)
+        args += ["--tokenizer-path", tokenizer]
     if not model.prefix_caching:
         args.append("--disable-radix-cache")
     if model.kv_offload_gib is not None:  # HiCache: evicted radix-tree KV kept in host memory (needs the radix
@@ -186,4 +188,10 @@ ENGINE = Sglang(
     load_time_quantization=frozenset({"fp8"}),
     multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
     exports_spans=False,
+    # None: its 500 is a request's own exception (0.5.23 srt/entrypoints/openai/serving_base.py
+    # OpenAIServingBase.handle_request: any exception but HTTPException and ValueError -> 500 "Internal server
+    # error"), the same on every replica. A crashed scheduler or detokenizer kills the server's whole process tree
+    # (srt/utils/watchdog.py SubprocessWatchdog sends SIGQUIT; managers/tokenizer_manager.py
+    # running_phase_sigquit_handler -> kill_process_tree): its requests in flight are reset, which the gateway retries.
+    retriable_status_codes=(),
 )

@@ -10,7 +10,15 @@ import json
 from dataclasses import dataclass
 
 from components.k8s import naming
-from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.engines.base import (
+    Engine,
+    EngineSite,
+    EngineTracing,
+    Role,
+    model_path,
+    tokenizer_path,
+    tokenizer_problems,
+)
 from components.k8s.engines.vllm import NO_TOOL_CALL_PARSER, TOOL_CALL_PARSER_FAMILIES, served_model_names
 from components.k8s.values import Model
 from telemetry.names import TRITON
@@ -87,16 +95,18 @@ def triton_frontend_args(model: Model) -> list[str]:
     triton-inference-server/server python/openai (r26.07 openai_frontend/main.py), which starts an in-process
     Triton server and serves /v1/chat/completions, /v1/completions, /v1/embeddings, /v1/models, plus /health/ready
     and Triton's Prometheus /metrics, all on --openai-port (default 9000). The KServe frontends stay off
-    (--enable-kserve-frontends not given). --tokenizer is the model's HF id (chat templates), which the frontend
-    downloads from the Hub as it starts (engine/utils/tokenizer.py get_tokenizer: AutoTokenizer.from_pretrained;
-    HTTPS egress, and HF_TOKEN for gated ids: docs/serving.md, "Triton's tokenizer"). A TensorRT-LLM engine of
-    TP x PP > 1 runs in the backend's orchestrator mode (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does
-    not support leader mode (mpirun), per python/openai/README.md "Model Parallelism Support". main.py exposes no
-    trace or metrics options: see docs/contracts.md for what that drops. A chat model whose family has a parser
-    gets `--tool-call-parser` (triton_tool_call_parser).
+    (--enable-kserve-frontends not given). --tokenizer (chat templates) is models.X.tokenizer (tokenizer_path: a
+    Hub id, or a directory in the pod), else the model's HF id; the frontend loads it as it starts
+    (engine/utils/tokenizer.py get_tokenizer: AutoTokenizer.from_pretrained, which reads a local directory as it is
+    and downloads anything else from the Hub: HTTPS egress, and HF_TOKEN for gated ids; docs/serving.md, "Triton's
+    tokenizer"). A TensorRT-LLM engine of TP x PP > 1 runs in the backend's orchestrator mode
+    (TRTLLM_ORCHESTRATOR=1, see Triton.env): the frontend does not support leader mode (mpirun), per
+    python/openai/README.md "Model Parallelism Support". main.py exposes no trace or metrics options: see
+    docs/contracts.md for what that drops. A chat model whose family has a parser gets `--tool-call-parser`
+    (triton_tool_call_parser).
     """
     parser = triton_tool_call_parser(model)
-    return [f"--model-repository={model_path(model)}", f"--tokenizer={model.model}",
+    return [f"--model-repository={model_path(model)}", f"--tokenizer={tokenizer_path(model) or model.model}",
             "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
             f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}",
             *([f"--tool-call-parser={parser}"] if parser is not None else [])]
@@ -141,19 +151,40 @@ class Triton(Engine):
         return {QFORMAT_ANNOTATION: TRTLLM_QFORMAT[model.quantization]}
 
     def model_problems(self, model: Model) -> list[tuple[str, str]]:
-        """toolCallParser: one of the frontend's parsers, or none, and only for a chat model. A chat model of a family
-        the frontend has no parser of is served without tool calls (there is no parser to choose)."""
-        given = model.tool_call_parser
-        if given in (None, NO_TOOL_CALL_PARSER):
-            return []
-        if model.task != "generate":
-            return [("toolCallParser", f"{given!r} is not read for task {model.task!r} (tool calls are chat "
-                                       "completions'); remove it")]
-        if given not in TRITON_TOOL_CALL_PARSERS:
-            allowed = f"{', '.join(sorted(TRITON_TOOL_CALL_PARSERS))}, or {NO_TOOL_CALL_PARSER} (no tool calls)"
-            return [("toolCallParser", f"{given!r} is not a tool call parser of Triton's OpenAI frontend (26.07); "
-                                       f"choose one of: {allowed}")]
+        """A tokenizer directory outside the model's storage (tokenizer_problems) or inside its model repository;
+        the tool call parser's problems (_tool_call_problems)."""
+        return [*tokenizer_problems(model), *_repository_tokenizer_problems(model), *_tool_call_problems(model)]
+
+
+def _repository_tokenizer_problems(model: Model) -> list[tuple[str, str]]:
+    """A tokenizer directory inside the model repository would be loaded as a model: the frontend starts Triton
+    with --model-control-mode none by default, which loads every model of the repository at start-up (r26.07
+    main.py), Triton takes each subdirectory of the repository as a model (triton-inference-server/core
+    src/model_repository_manager: GetDirectorySubdirs of the repository path), and a directory of tokenizer files
+    is no model. Its root (`.`) is allowed: files there are no model."""
+    repository = model_path(model)
+    path = tokenizer_path(model)
+    if model.tokenizer is None or path is None or not path.startswith(f"{repository}/"):
         return []
+    return [("tokenizer", f"{model.tokenizer!r} is a directory of the model repository ({repository}), which Triton "
+                          "would load as a model at start-up; keep the tokenizer beside the repository (e.g. "
+                          "../tokenizer) or in its root (.)")]
+
+
+def _tool_call_problems(model: Model) -> list[tuple[str, str]]:
+    """toolCallParser: one of the frontend's parsers, or none, and only for a chat model. A chat model of a family
+    the frontend has no parser of is served without tool calls (there is no parser to choose)."""
+    given = model.tool_call_parser
+    if given in (None, NO_TOOL_CALL_PARSER):
+        return []
+    if model.task != "generate":
+        return [("toolCallParser", f"{given!r} is not read for task {model.task!r} (tool calls are chat "
+                                   "completions'); remove it")]
+    if given not in TRITON_TOOL_CALL_PARSERS:
+        allowed = f"{', '.join(sorted(TRITON_TOOL_CALL_PARSERS))}, or {NO_TOOL_CALL_PARSER} (no tool calls)"
+        return [("toolCallParser", f"{given!r} is not a tool call parser of Triton's OpenAI frontend (26.07); "
+                                   f"choose one of: {allowed}")]
+    return []
 
 
 ENGINE = Triton(
@@ -174,4 +205,11 @@ ENGINE = Triton(
     # docs/model_config.md), which the kit does not write; its frontend takes no trace options (main.py).
     multi_node=False, speculative=False, prefix_caching=False, expert_parallel=False, kv_offload=False,
     exports_spans=False,
+    # None: the frontend answers 500 to every exception a request raises that is not its ClientError (400), the same
+    # on every replica: an error the in-process server returns for the request's inputs as well as its own
+    # ServerError (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/chat.py,
+    # completions.py, embeddings.py: `except Exception` -> HTTPException(StatusCode.SERVER_ERROR);
+    # utils/utils.py StatusCode.SERVER_ERROR = 500). The Triton server runs inside the frontend's process
+    # (main.py), so a dead server is a dead pod: a reset or a refused connection, which the gateway retries.
+    retriable_status_codes=(),
 )

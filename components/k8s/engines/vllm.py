@@ -12,7 +12,15 @@ import shlex
 from dataclasses import dataclass
 
 from components.k8s import naming
-from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path
+from components.k8s.engines.base import (
+    Engine,
+    EngineSite,
+    EngineTracing,
+    Role,
+    model_path,
+    tokenizer_path,
+    tokenizer_problems,
+)
 from components.k8s.values import Model
 from telemetry.names import VLLM
 
@@ -173,6 +181,8 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
         args.append("--enable-expert-parallel")
     if model.max_model_length is not None:
         args += ["--max-model-len", str(model.max_model_length)]
+    if (tokenizer := tokenizer_path(model)) is not None:  # ModelConfig.tokenizer (default: the model's own)
+        args += ["--tokenizer", tokenizer]
     args.append("--enable-prefix-caching" if model.prefix_caching else "--no-enable-prefix-caching")
     if model.speculative is not None:
         spec: dict[str, str | int] = {"method": model.speculative.method,
@@ -256,6 +266,11 @@ class Vllm(Engine):
                 {"name": "OTEL_TRACES_SAMPLER_ARG", "value": repr(tracing.sample_ratio)}]
 
     def model_problems(self, model: Model) -> list[tuple[str, str]]:
+        """A tokenizer directory outside the model's storage (tokenizer_problems); the tool call parser's problems
+        (_tool_call_problems)."""
+        return [*tokenizer_problems(model), *self._tool_call_problems(model)]
+
+    def _tool_call_problems(self, model: Model) -> list[tuple[str, str]]:
         """A chat model takes tool calls only with a parser: refuse one whose family has none the kit knows unless
         toolCallParser names it (or none), and a name neither pinned release registers."""
         given = model.tool_call_parser
@@ -300,4 +315,10 @@ ENGINE = Vllm(
     load_time_quantization=frozenset({"fp8"}),  # vLLM quantizes BF16 weights on load only to FP8 (dynamic scales)
     multi_node=True, speculative=True, prefix_caching=True, expert_parallel=True, kv_offload=True,
     exports_spans=True,
+    # 500: what the API server answers every request in flight when its engine dies (EngineDeadError: vllm-project/
+    # vllm@v0.33.0 vllm/entrypoints/serve/exception_handling/error_response.py create_error_response), the server
+    # then exiting (handlers/vllm_error.py engine_error_handler -> vllm/entrypoints/launchers/launcher.py
+    # terminate_if_errored); another replica serves them. Also EngineGenerateError's (a VLLMServerError, 500), which
+    # may be the request's own: a retry costs it a try per attempt, never an ejection.
+    retriable_status_codes=(500,),
 )

@@ -170,6 +170,11 @@ class ModelDeploymentArgs(TypedDict):
     """generate, embed or rerank (a cross-encoder; vllm only): the API paths the gateway routes. Default: generate."""
     weights_gib: NotRequired[float]
     """Default: estimated from the model id's parameter count and quantization."""
+    tool_call_parser: NotRequired[str]
+    """The engine's tool call parser (none: no tool calls). Default: the model family's (the engine's module)."""
+    tokenizer: NotRequired[str]
+    """The tokenizer: a Hub id, or a directory relative to the uri (./DIR, ../DIR; components.k8s.engines.base
+    tokenizer_path). Default: vLLM and SGLang the weights' own, Triton the model id (from the Hub)."""
     aws_region: NotRequired[str]
     """The cluster is EKS in this region (EFA images, node-local NVMe caches, the kit's gp3 class).
     Default: none (an existing cluster)."""
@@ -286,7 +291,8 @@ def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> M
         startup_budget_seconds=args.get("startup_budget_seconds", DEFAULT_STARTUP_BUDGET_SECONDS),
         quantized_checkpoint=args.get("quantized_checkpoint", REGISTRY[engine].default_quantized_checkpoint(quant)),
         expert_parallel=args.get("expert_parallel", False), kv_offload_gib=args.get("kv_offload_gib"),
-        weights_gib=args.get("weights_gib"),
+        weights_gib=args.get("weights_gib"), tokenizer=args.get("tokenizer"),
+        tool_call_parser=args.get("tool_call_parser"),
         task=cast(Any, args.get("task", "generate")),
         group_formation_seconds=args.get("group_formation_seconds", DEFAULT_GROUP_FORMATION_SECONDS),
         gpus_per_node_hint=pool.instance.gpu_count if pool.gpu else 8)

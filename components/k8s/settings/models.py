@@ -36,6 +36,14 @@ __all__ = [
 ]
 
 
+# models.X.tokenizer: a Hugging Face Hub id (NAME or ORG/NAME: huggingface_hub's repo id characters), or a path
+# relative to the model's uri, which starts with `.` or `..` (components.k8s.engines.base.tokenizer_path)
+_TOKENIZER_PATTERN = (r"^(\.\.?(/[A-Za-z0-9_.-]+)*/?"
+                     r"|[A-Za-z0-9][A-Za-z0-9_.-]*(/[A-Za-z0-9][A-Za-z0-9_.-]*)?)$")
+_NOT_A_TOKENIZER = ("is neither a Hugging Face Hub id (ORG/NAME) nor a directory in the model's storage relative to "
+                   "its uri (./DIR or ../DIR)")
+
+
 @dataclass(frozen=True, slots=True)
 class Replicas:
     min: int = setting(1, ge=0, doc="Fewest replicas (0: the model scales to zero when idle).")
@@ -195,6 +203,14 @@ class Model:
                                                      "model family's (Llama 3.1-3.3, Qwen2.5/QwQ/Qwen3, "
                                                      "Qwen3-Coder, Mistral AI); required for a chat model of "
                                                      "another family.")
+    tokenizer: str | None = setting(None, pattern=_TOKENIZER_PATTERN, invalid=_NOT_A_TOKENIZER,
+                                    doc="The tokenizer the engine builds prompts with: a Hugging Face Hub id "
+                                        "(ORG/NAME, downloaded at start-up: the tenant needs HTTPS egress, and its "
+                                        "hf-token Secret for a gated id), or a directory in the model's storage "
+                                        "relative to its uri (./DIR or ../DIR, within the pvc:// claim or the "
+                                        "s3:// download). Default: vLLM and SGLang read the weights' own; Triton "
+                                        "downloads the model id's from the Hub, so a Triton model whose tenant "
+                                        "has no HTTPS egress (only pvc:// models) needs a directory here.")
     group_formation_seconds: int = setting(DEFAULT_GROUP_FORMATION_SECONDS, ge=30, le=86400,
                                            doc="Multi-node replicas: seconds the leader waits for its workers to "
                                                "join, on top of startupBudgetSeconds.")
