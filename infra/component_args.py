@@ -11,6 +11,7 @@ import typing
 from typing import Any
 
 from components.k8s.autoscaler import ClusterAutoscalerArgs
+from components.k8s.engines import ENGINES
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
@@ -27,6 +28,7 @@ __all__ = ["same_names", "shared", "tenancy_args", "gateway_args", "model_deploy
            "mesh_args", "fabric_args", "cluster_autoscaler_args", "observability_args", "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
+# (besides a tokenizer its engine downloads from the Hub: Engine.tokenizer_from_hub)
 
 
 def same_names(value: Any, *, unset_left_out: bool = False) -> Any:
@@ -68,7 +70,8 @@ def tenancy_args(cfg: PlatformConfig) -> TenancyArgs:
                              "cpu_quota": t.cpu_quota, "memory_quota": t.memory_quota}
                     for t in cfg.tenants.values()},
         "models": {m.name: {"tenant": m.tenant, "callers": list(m.callers), "multi_node": m.multi_node,
-                            "downloads_weights": m.uri.startswith(WEIGHT_DOWNLOAD_SCHEMES)}
+                            "downloads_weights": m.uri.startswith(WEIGHT_DOWNLOAD_SCHEMES)
+                            or ENGINES[m.engine].tokenizer_from_hub(m)}
                    for m in cfg.models.values()},
         "kubernetes_version": cfg.kubernetes_version,
         "gateway_namespace": cfg.gateway.namespace,

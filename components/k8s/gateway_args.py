@@ -95,7 +95,8 @@ class GatewayTenantArgs(TypedDict):
 
 
 class RetriesArgs(TypedDict):
-    """Retries of a failed try (connect failure, reset, 500/502/503/504, a try idle too long)."""
+    """Retries of a failed try (connect failure, reset, 502/503 and the engine's own retriable statuses: vLLM's 500,
+    a try idle too long)."""
 
     attempts: NotRequired[int]
     """Default: 2."""

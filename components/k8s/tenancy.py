@@ -84,7 +84,8 @@ class TenantModelArgs(TypedDict):
     multi_node: NotRequired[bool]
     """One replica spans several nodes, whose pods talk to each other. Default: false."""
     downloads_weights: NotRequired[bool]
-    """The model server downloads its weights over HTTPS (hf://, s3://). Default: false."""
+    """The model server downloads over HTTPS as it starts: its weights (hf://, s3://) or its tokenizer (a Hub id:
+    Triton's, unless models.X.tokenizer names a directory). Default: false."""
 
 
 class TenancyArgs(TypedDict):

@@ -136,3 +136,24 @@ def test_the_model_deployment_runs_the_command_the_stack_model_gives(model: dict
     assert engine.command(deployed) == engine.command(m)
     assert (deployed.tool_call_parser, deployed.tokenizer) == (model.get("toolCallParser", "none"),
                                                              model.get("tokenizer"))
+
+
+def test_a_tokenizer_from_the_hub_opens_its_tenants_https_egress_and_one_on_the_claim_does_not() -> None:
+    """Triton's frontend downloads a Hub id as it starts (the module docstring), so a pvc:// Triton model without a
+    tokenizer directory gets its tenant the egress an hf:// model gets (allow-model-downloads); onprem's classifier
+    reads its tokenizer from its claim, and its tenant (only pvc:// models) keeps none."""
+    from components.k8s import tenancy
+    from infra.component_args import tenancy_args
+
+    def egress(cfg: PlatformConfig, tenant: str) -> bool:
+        spec = tenancy.tenancy_spec("tenancy", tenancy_args(cfg))
+        names = [p["metadata"]["name"] for p in tenancy.network_policies(spec, cfg.tenants[tenant])]
+        return "allow-model-downloads" in names
+
+    assert egress(one_model(), "t")  # Triton, --tokenizer=org/m-8b
+    assert not egress(one_model(tokenizer="."), "t")  # the claim's directory
+    assert egress(one_model(engine="vllm", tokenizer="org/m-8b-tokenizer"), "t")  # a Hub id, whatever the engine
+    assert not egress(one_model(engine="vllm"), "t")  # vLLM reads the one beside its weights
+    onprem = stack_config("onprem")
+    assert onprem.models["classifier"].tokenizer == "../classifier-tokenizer"
+    assert not egress(onprem, "analytics")

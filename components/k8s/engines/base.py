@@ -192,6 +192,17 @@ class Engine(ABC):
             return [*tokenizer_problems(model), ("toolCallParser", f"is not read by engine {self.name!r}; remove it")]
         return tokenizer_problems(model)
 
+    def tokenizer(self, model: Model) -> str | None:
+        """The tokenizer its command names (tokenizer_path: a Hub id, or a directory in the pod), or None: the engine
+        reads the one beside the weights."""
+        return tokenizer_path(model)
+
+    def tokenizer_from_hub(self, model: Model) -> bool:
+        """Whether its server downloads the tokenizer from the Hugging Face Hub as it starts (a Hub id: HTTPS egress
+        for the model's tenant, whatever its uri)."""
+        named = self.tokenizer(model)
+        return named is not None and not named.startswith("/")
+
     def env(self, model: Model) -> list[dict[str, str]]:
         """Engine settings of the container's environment (after the kit's user, cache and fabric settings)."""
         return []

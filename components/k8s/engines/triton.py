@@ -106,7 +106,7 @@ def triton_frontend_args(model: Model) -> list[str]:
     (triton_tool_call_parser).
     """
     parser = triton_tool_call_parser(model)
-    return [f"--model-repository={model_path(model)}", f"--tokenizer={tokenizer_path(model) or model.model}",
+    return [f"--model-repository={model_path(model)}", f"--tokenizer={_tokenizer(model)}",
             "--host=0.0.0.0", f"--openai-port={naming.MODEL_HTTP_PORT}",
             f"--default-max-tokens={DEFAULT_TRITON_MAX_TOKENS}",
             *([f"--tool-call-parser={parser}"] if parser is not None else [])]
@@ -132,6 +132,11 @@ class Triton(Engine):
                 fabric_name: str = "none") -> list[str]:
         return triton_command(model)
 
+    def tokenizer(self, model: Model) -> str:
+        """models.X.tokenizer, else the model id: the frontend needs one for its chat templates (triton_frontend_args)
+        and has none of its own, so a model without the setting has its tokenizer downloaded from the Hub."""
+        return _tokenizer(model)
+
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Average queue time per request over 1 minute in ms, Value (a latency, not a sum), of the repository
         model that queues most (Triton's `model` label names repository models: a TensorRT-LLM ensemble's
@@ -154,6 +159,10 @@ class Triton(Engine):
         """A tokenizer directory outside the model's storage (tokenizer_problems) or inside its model repository;
         the tool call parser's problems (_tool_call_problems)."""
         return [*tokenizer_problems(model), *_repository_tokenizer_problems(model), *_tool_call_problems(model)]
+
+
+def _tokenizer(model: Model) -> str:
+    return tokenizer_path(model) or model.model
 
 
 def _repository_tokenizer_problems(model: Model) -> list[tuple[str, str]]:

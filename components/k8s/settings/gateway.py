@@ -111,8 +111,9 @@ class Fidelity:
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502 "
-                            "or 503, or a try idle longer than the model's tryIdleTimeoutSeconds.")
+    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 502 or 503 "
+                            "(a vLLM model's 500 too: a dying engine's), or a try idle longer than the model's "
+                            "tryIdleTimeoutSeconds.")
     budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries a variant's overflow may add, at most this "
                                                            "share of the requests in flight, percent (Envoy's retry "
                                                            "budget). A model's own cluster allows 100: every try a "
