@@ -41,7 +41,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from components.k8s.envoy_base import _T, METADATA_NAMESPACE
-from components.k8s.values import DEFAULT_HASH_BALANCE_FACTOR, Model
+from components.k8s.settings import DEFAULT_HASH_BALANCE_FACTOR, Model
 
 __all__ = [
     "SESSION_HEADER",

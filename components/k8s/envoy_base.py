@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from components.k8s import naming
 from components.k8s.engines import ENGINES
-from components.k8s.values import GatewaySettings, Model, Tenant
+from components.k8s.settings import GatewaySettings, Model, Tenant
 
 __all__ = [
     "GatewayView",

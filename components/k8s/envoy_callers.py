@@ -25,7 +25,7 @@ from components.k8s.envoy_base import (
     _address,
     _seconds,
 )
-from components.k8s.values import JwtIssuer
+from components.k8s.settings import JwtIssuer
 
 __all__ = [
     "rate_limit_filter",

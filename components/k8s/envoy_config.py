@@ -177,7 +177,7 @@ from components.k8s.envoy_variants import (
     variant_models,
     workloads,
 )
-from components.k8s.values import Model
+from components.k8s.settings import Model
 from components.vocabulary import dump_yaml
 
 __all__ = [

@@ -65,7 +65,7 @@ from components.k8s.envoy_base import (
     _seconds,
     model_host,
 )
-from components.k8s.values import Model
+from components.k8s.settings import Model
 
 __all__ = [
     "HOP_SEPARATOR",

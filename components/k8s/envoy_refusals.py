@@ -22,7 +22,7 @@ from components.k8s.envoy_base import (
     GatewayView,
     route_name,
 )
-from components.k8s.values import Model
+from components.k8s.settings import Model
 
 __all__ = [
     "REFUSAL_ROUTE_PREFIX",

@@ -79,7 +79,7 @@ from components.k8s.envoy_base import (
     model_host,
     retriable_status_codes,
 )
-from components.k8s.values import Model
+from components.k8s.settings import Model
 
 __all__ = [
     "Workload",

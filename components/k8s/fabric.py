@@ -40,7 +40,7 @@ from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, IPAM_BLOCK_SIZE
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.values import InfinibandSettings, NodePool, Taint, infiniband_settings
+from components.k8s.settings import InfinibandSettings, NodePool, Taint, infiniband_settings
 from components.vocabulary import POOL_LABEL
 
 __all__ = [

@@ -31,7 +31,7 @@ from components.k8s import naming, security
 from components.k8s.gateway import NAMESPACE_NAME_LABEL, service_url
 from components.k8s.otel_config import OTLP_HTTP_PORT
 from components.k8s.serving import register_object
-from components.k8s.values import Fidelity, NamespaceView
+from components.k8s.settings import Fidelity, NamespaceView
 from components.k8s.verdicts import Verdict
 
 __all__ = ["FidelityView", "Verdict", "GATE_CONFIG_MAP", "GATE_KEY", "EVAL_APP", "TOKEN_MOUNT", "gate_document",

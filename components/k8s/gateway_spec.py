@@ -19,7 +19,7 @@ from components.k8s.engines import ENGINE_NAMES
 from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.envoy_config import OPENAI_APIS
 from components.k8s.gateway_args import GatewayArgs, GatewayModelArgs, GatewayTenantArgs
-from components.k8s.values import (
+from components.k8s.settings import (
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
     CircuitBreakers,

@@ -33,7 +33,7 @@ from components.aws.node_pool import TAINT_EFFECTS, TaintArgs
 from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.values import InfinibandSettings, NodePool, Taint
+from components.k8s.settings import InfinibandSettings, NodePool, Taint
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 from telemetry.names import DCGM
 

@@ -50,8 +50,8 @@ from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.envoy_base import _seconds
 from components.k8s.namespaces import create_namespace, namespace_labels
+from components.k8s.settings import InNamespace, NamespaceView, Tenant
 from components.k8s.tenancy import TenantModel, TenantModelArgs
-from components.k8s.values import InNamespace, NamespaceView, Tenant
 
 __all__ = [
     "TYPE",

@@ -31,7 +31,7 @@ from components.k8s import naming
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.values import Tenant
+from components.k8s.settings import Tenant
 
 __all__ = [
     "TYPE",

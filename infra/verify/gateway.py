@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from components.k8s.values import Model
+from components.k8s.settings import Model
 from infra.verify.endpoints import Endpoints, Unreachable, reason_of, shorten
 from infra.verify.report import Hop
 

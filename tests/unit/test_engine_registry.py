@@ -15,7 +15,7 @@ from components.k8s.engines import CAPABILITIES, ENGINES, Engine, engine_named
 from components.k8s.engines.base import EngineSite, EngineTracing, Role
 from components.k8s.envoy_base import retriable_status_codes
 from components.k8s.serving import model_objects, pod_spec, scaling_query, serving_spec
-from components.k8s.values import MODEL_TASKS, Model
+from components.k8s.settings import MODEL_TASKS, Model
 from dashboards.engines import ENGINE_RULES, rules_of
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,7 +16,7 @@ from components.k8s.engines import ENGINES, EngineTracing
 from components.k8s.engines.sglang import DEFAULT_SGLANG_IMAGE, sglang_args
 from components.k8s.mesh import EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION
 from components.k8s.serving import ModelDeploymentArgs, model_objects, serving_spec, workload
-from components.k8s.values import Speculative
+from components.k8s.settings import Speculative
 from dashboards.config import ObservabilityConfig
 from dashboards.engines.sglang import RULES, S
 from dashboards.rules import R, groups

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from components.k8s.values import Model, NodePool
+from components.k8s.settings import Model, NodePool
 
 __all__ = [
     "Role",

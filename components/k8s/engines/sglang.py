@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from components.k8s import naming
 from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path, tokenizer_path
 from components.k8s.engines.vllm import nccl_guard_script
-from components.k8s.values import Model
+from components.k8s.settings import Model
 from telemetry.names import SGLANG
 
 __all__ = [

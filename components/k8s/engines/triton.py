@@ -20,7 +20,7 @@ from components.k8s.engines.base import (
     tokenizer_problems,
 )
 from components.k8s.engines.vllm import NO_TOOL_CALL_PARSER, TOOL_CALL_PARSER_FAMILIES, served_model_names
-from components.k8s.values import Model
+from components.k8s.settings import Model
 from telemetry.names import TRITON
 
 __all__ = [

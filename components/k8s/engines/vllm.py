@@ -21,7 +21,7 @@ from components.k8s.engines.base import (
     tokenizer_path,
     tokenizer_problems,
 )
-from components.k8s.values import Model
+from components.k8s.settings import Model
 from telemetry.names import VLLM
 
 __all__ = [

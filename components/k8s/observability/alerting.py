@@ -7,7 +7,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s.observability.spec import BackendsView
-from components.k8s.values import (
+from components.k8s.settings import (
     AlertReceiver,
 )
 

@@ -10,8 +10,7 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from components.aws.errors import Problems, check_shape
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION
-from components.k8s.storage import StorageTargetView
-from components.k8s.values import (
+from components.k8s.settings import (
     ALERT_RECEIVER_TYPES,
     ALERT_SEVERITIES,
     Alerting,
@@ -25,6 +24,7 @@ from components.k8s.values import (
     Tenant,
     VolumeSizes,
 )
+from components.k8s.storage import StorageTargetView
 
 __all__ = [
     "IngestArgs",

@@ -17,7 +17,7 @@ from components.k8s.defaults import (
 )
 from components.k8s.engines import ENGINE_NAMES
 from components.k8s.engines import ENGINES as REGISTRY
-from components.k8s.values import (
+from components.k8s.settings import (
     Capacity,
     InfinibandSettings,
     Model,

@@ -17,8 +17,8 @@ from components.k8s.serving.args import ModelDeploymentArgs, serving_spec
 from components.k8s.serving.objects import model_objects, s3_read_policy, workload
 from components.k8s.serving.pod import node_cache
 from components.k8s.serving.views import ControllersView, ServingView, model_namespace
+from components.k8s.settings import Model
 from components.k8s.storage import cache_prep_daemonset, node_cache_path
-from components.k8s.values import Model
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster

@@ -13,8 +13,8 @@ from components.k8s.engines import engine_named
 from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.serving.pod import await_annotations, model_ports, node_cache, pod_template
 from components.k8s.serving.views import ServingView, model_labels, model_namespace, object_meta
+from components.k8s.settings import Model
 from components.k8s.storage import node_cache_objects
-from components.k8s.values import Model
 from telemetry.names import ENVOY, TRITON
 
 __all__ = [

@@ -12,8 +12,8 @@ from components.k8s.engines import EngineTracing, engine_named, model_path
 from components.k8s.engines.base import CACHE_MOUNT, STORE_MOUNT, Role
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.serving.views import ServingView, model_labels
+from components.k8s.settings import Model, NodePool
 from components.k8s.storage import cache_storage_class_name, node_cache_claim_name
-from components.k8s.values import Model, NodePool
 
 __all__ = [
     "ENGINE_USER",

@@ -8,7 +8,7 @@ from typing import Any, Protocol
 
 from components.k8s import naming
 from components.k8s.envoy_config import ObservabilityView
-from components.k8s.values import InfinibandSettings, Model, NodePool, Tenant
+from components.k8s.settings import InfinibandSettings, Model, NodePool, Tenant
 
 __all__ = ["TargetView", "ServingView", "ControllersView", "model_namespace", "object_meta", "model_labels"]
 
