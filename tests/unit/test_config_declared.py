@@ -192,8 +192,8 @@ def test_the_stack_reference_page_is_current() -> None:
 def test_the_stack_reference_lists_each_declared_setting_with_type_default_bounds_and_description() -> None:
     page = (ROOT / "docs" / "stack-reference.md").read_text()
     assert ("| `gateway.retries.attempts` | integer | `2` | >= 0; <= 10 | Retries of one request, on a connect "
-            "failure, a reset, a 500, 502 or 503, or a try idle longer than the model's "
-            "tryIdleTimeoutSeconds. |") in page.splitlines()
+            "failure, a reset, a 502 or 503 (a vLLM model's 500 too: a dying engine's), or a try idle longer "
+            "than the model's tryIdleTimeoutSeconds. |") in page.splitlines()
     for cls in SECTIONS:
         for f in declared.declared_fields(cls):
             key = declared.key_of(f)
