@@ -150,3 +150,24 @@ def _cross_model_checks(r: _Reader, models: Mapping[str, Model], tenants: Mappin
                    (f"{t.gpu_quota} is less than" if given else "is unset (null or absent: no GPUs), but")
                    + f" the {need} GPUs its models can scale to (replicas.max x gpusPerReplica); "
                    + ("raise it" if given else "set it") + f" to at least {need}")
+
+
+def capacity_block_only_workloads(models: Mapping[str, Model], pools: Mapping[str, NodePool]) -> list[str]:
+    """A warning for each workload whose interactive requests only models on capacity-block pools serve: a block's
+    pool has nodes only inside its window (minSize and desiredSize 0, scheduled scale-up at its start), and the
+    gateway sends no request elsewhere, so outside the window every interactive request gets Envoy's 503 (no healthy
+    upstream). Valid (the block may be bought for exactly that window), so a warning, not a problem."""
+    out = []
+    workloads = sorted({m.workload for m in models.values() if m.priority == "interactive"})
+    for workload in workloads:
+        serving = sorted((m for m in models.values() if m.workload == workload and m.priority == "interactive"),
+                         key=lambda m: m.name)
+        blocks = [pools[m.pool] for m in serving if pools[m.pool].capacity.type == "capacity-block"]
+        if len(blocks) == len(serving):
+            windows = ", ".join(f"{m.name} on {p.name} ({p.capacity.start_time} to {p.capacity.end_time})"
+                                for m, p in zip(serving, blocks, strict=True))
+            out.append(f"models: workload {workload!r} is served interactively only from capacity blocks ({windows}): "
+                       "outside a block's window its pool has no nodes and the gateway answers every interactive "
+                       f"request to {workload!r} with 503; give the workload an interactive model on another pool "
+                       "(as a variant), or have its clients send x-priority: batch outside the window")
+    return out

@@ -444,3 +444,20 @@ def test_a_tenants_burst_defaults_to_the_larger_of_the_declared_burst_and_its_ra
     raw["tenants"]["analytics"]["rateLimit"] = rate
     limit = _parse(raw).tenants["analytics"].rate_limit
     assert (limit.burst, limit.batch_burst) == (burst, burst)
+
+
+def test_a_workload_served_interactively_only_from_capacity_blocks_is_warned_about() -> None:
+    """Outside its window a block's pool has no nodes, and the gateway sends a workload's interactive requests only to
+    its interactive models: prod's assistant answers 503 then (infra/stack/checks.py)."""
+    from infra.stack.checks import capacity_block_only_workloads
+    from tests.support.stacks import stack_config
+
+    prod = stack_config("prod")
+    assert capacity_block_only_workloads(prod.models, prod.node_pools) == [
+        "models: workload 'assistant' is served interactively only from capacity blocks (assistant-fast on h100-block "
+        "(2026-12-01T11:30:00Z to 2026-12-15T11:30:00Z)): outside a block's window its pool has no nodes and the "
+        "gateway answers every interactive request to 'assistant' with 503; give the workload an interactive model "
+        "on another pool (as a variant), or have its clients send x-priority: batch outside the window"]
+    for stack in ("dev", "staging", "onprem"):
+        cfg = stack_config(stack)
+        assert capacity_block_only_workloads(cfg.models, cfg.node_pools) == [], stack
