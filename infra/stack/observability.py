@@ -83,28 +83,31 @@ def _alerting(r: _Reader, raw: Any) -> Alerting:
     r.fields(Alerting, raw, path, handled=("heartbeat",))  # receivers, routes and heartbeat are read below
     d = raw if isinstance(raw, dict) else {}
     given = r.named(d.get("receivers") or {}, f"{path}.receivers")
+    unread = not isinstance(d.get("receivers") or {}, dict)  # reported once: the names routes give are not checked
     receivers = {n: rc for n, b in given.items() if (rc := _receiver(r, n, b)) is not None}
     routes: dict[str, tuple[str, ...]] = {}
     for severity, names in r.fields(AlertRoutes, d.get("routes"), f"{path}.routes").items():
         for i, n in enumerate(names):
-            if n not in given:  # a receiver given but refused is reported where it is written, once
+            if n not in given and not unread:  # a receiver given but refused is reported where it is written, once
                 r.fail(f"{path}.routes.{severity}[{i}]",
                        f"{n!r} is not a receiver; receivers: {', '.join(sorted(given)) or '(none)'}")
         if names:
             routes[severity] = names
-    return Alerting(receivers, routes, _heartbeat(r, d.get("heartbeat"), receivers, given=tuple(given)))
+    return Alerting(receivers, routes, _heartbeat(r, d.get("heartbeat"), receivers,
+                                                 given=None if unread else tuple(given)))
 
 
 def _heartbeat(r: _Reader, raw: Any, receivers: Mapping[str, AlertReceiver], *,
-               given: tuple[str, ...]) -> Heartbeat | None:
-    """The heartbeat; `given`: every receiver named in the stack file (one refused is reported at its own key)."""
+               given: tuple[str, ...] | None) -> Heartbeat | None:
+    """The heartbeat; `given`: every receiver named in the stack file (one refused is reported at its own key;
+    None: the receivers were not a mapping, reported there)."""
     path = "observability.alerting.heartbeat"
     if raw is None:
         return None
     v = r.fields(Heartbeat, raw, path)
     name = v["receiver"]
     if name is not None and name not in receivers:
-        if name not in given:
+        if given is not None and name not in given:
             r.fail(f"{path}.receiver", f"{_show(name)} is not a receiver; receivers: "
                                        f"{', '.join(sorted(given)) or '(none)'}")
         return None

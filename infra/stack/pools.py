@@ -99,9 +99,10 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
         cp = f"{path}.capacity"
         cd = {k: x for k, x in cap_raw.items() if x is not None} if isinstance(cap_raw, dict) else {}
         ctype = capacity.type
-        if ctype != "on-demand" and _given(cd, "reservationId") is False:
+        typed = not r.problems_at(f"{cp}.type")  # a bad type is one problem: the keys that go with a type are not
+        if typed and ctype != "on-demand" and _given(cd, "reservationId") is False:  # checked against its default
             r.fail(f"{cp}.reservationId", f"is required for capacity type {ctype!r}")
-        if ctype == "on-demand" and _given(cd, "reservationId"):
+        if typed and ctype == "on-demand" and _given(cd, "reservationId"):
             r.fail(f"{cp}.reservationId", "only applies to capacity types 'odcr' and 'capacity-block'")
         if not aws and target is not None:
             r.fail(cp, "only applies to provider 'aws'")
@@ -110,9 +111,9 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                                          "capacity-block node group to zero more than 30 minutes before the block "
                                          "ends")
             capacity = dataclasses.replace(capacity, drain_minutes=CAPACITY_BLOCK_DRAIN_MINUTES)
-        if ctype != "capacity-block" and _given(cd, "drainMinutes"):
+        if typed and ctype != "capacity-block" and _given(cd, "drainMinutes"):
             r.fail(f"{cp}.drainMinutes", "only applies to capacity type 'capacity-block'")
-        capacity = _block_window(r, cd, cp, capacity)
+        capacity = _block_window(r, cd, cp, capacity, typed=typed)
         if aws and ctype != "on-demand" and len(azs) != 1 and not r.problems_at(f"{path}.availabilityZones"):
             # ODCRs and capacity blocks are zonal (EKS user guide, capacity blocks: give the node group only the
             # subnet of the reservation's zone): other zones have nothing reserved to launch into
@@ -173,7 +174,7 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
                     taints=taints, mig=mig, **v)
 
 
-def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity) -> Capacity:
+def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity, *, typed: bool) -> Capacity:
     """A capacity block's start and end (UTC): the pool scales up at the start and to zero `drainMinutes` before
     the end (EKS user guide, capacity-blocks: "scale to zero more than 30 minutes before the ... end time")."""
     times = {"startTime": capacity.start_time, "endTime": capacity.end_time}
@@ -181,6 +182,8 @@ def _block_window(r: _Reader, cd: dict[str, Any], path: str, capacity: Capacity)
         if value is not None and _utc(value) is None:
             r.fail(f"{path}.{key}", f"{_show(value)} {NOT_A_UTC_TIME}")
             times[key] = None
+        if not typed:
+            continue
         if capacity.type == "capacity-block" and key not in cd:
             r.fail(f"{path}.{key}", f"is required for capacity type 'capacity-block': the block's {key[:-4]} "
                                     "(UTC, e.g. 2026-12-01T11:30:00Z, as `aws ec2 describe-capacity-reservations` "

@@ -461,3 +461,16 @@ def test_a_workload_served_interactively_only_from_capacity_blocks_is_warned_abo
     for stack in ("dev", "staging", "onprem"):
         cfg = stack_config(stack)
         assert capacity_block_only_workloads(cfg.models, cfg.node_pools) == [], stack
+
+
+def test_a_mistake_that_others_follow_from_is_reported_once() -> None:
+    """Receivers written as a list: the routes and heartbeat naming receivers are not also told each name is not a
+    receiver; a bad capacity type: its reservationId and window are not also checked against the default type."""
+    raw = stack_raw("onprem")
+    raw["observability"]["alerting"]["receivers"] = ["oncall-webhook", "ops-email"]
+    assert _problems(raw) == ["observability.alerting.receivers: expected a mapping, got a list "
+                              '["oncall-webhook", "ops-email"]']
+    prod = stack_raw("prod")
+    prod["nodePools"]["h100-block"]["capacity"]["type"] = "block"
+    assert _problems(prod, stack="prod") == [
+        "nodePools.h100-block.capacity.type: 'block' is not allowed; choose one of: on-demand, odcr, capacity-block"]
