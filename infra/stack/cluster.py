@@ -182,6 +182,8 @@ def _cluster(r: _Reader, raw: Any, stack: str) -> ClusterSettings:
         if (msg := _cidr(v)) is not None:
             return msg
         net = ipaddress.ip_network(v, strict=False)
+        if net.version == 6:  # EKS UpdateClusterConfig: no IPv6 CIDR blocks on an IPv4 cluster (the kit's)
+            return "is an IPv6 network: the kit's EKS cluster is IPv4, whose public endpoint takes IPv4 CIDRs only"
         if net.prefixlen == 0:
             return "opens the API endpoint to the whole internet; list your own networks instead"
         if reserved := next((str(p) for p in _NOT_ON_THE_INTERNET
@@ -212,12 +214,11 @@ def _addon_versions(r: _Reader, pins: Mapping[str, str]) -> None:
                                                     "v1.20.4-eksbuild.2 (aws eks describe-addon-versions)")
 
 
-# Private (RFC 1918), shared (RFC 6598 carrier-grade NAT), loopback and link-local ranges, IPv4 and IPv6 (RFC 4193,
-# RFC 4291): traffic from them reaches a public endpoint only NATed to a public address, so a public-access CIDR
-# inside one never matches a caller.
+# Private (RFC 1918), shared (RFC 6598 carrier-grade NAT), loopback and link-local IPv4 ranges (an IPv6 network is
+# refused before: the cluster is IPv4): traffic from them reaches a public endpoint only NATed to a public address,
+# so a public-access CIDR inside one never matches a caller.
 _NOT_ON_THE_INTERNET = tuple(ipaddress.ip_network(n) for n in (
-    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16",
-    "fc00::/7", "fe80::/10", "::1/128"))
+    "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16"))
 
 
 # Amazon EKS service quotas: "Public endpoint access CIDR ranges per cluster", 40, not adjustable (Service Quotas

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import ipaddress
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,7 +16,9 @@ from components.k8s.defaults import (
     IPAM_BLOCK_SIZE,
 )
 from components.k8s.settings import (
+    LABEL_VALUE_PATTERN,
     MIG_LAYOUTS,
+    NOT_A_LABEL_VALUE,
     NOT_A_UTC_TIME,
     Capacity,
     InfinibandSettings,
@@ -34,6 +37,16 @@ from infra.stack.reader import (
     _Reader,
     _show,
 )
+
+LABEL_VALUE = re.compile(LABEL_VALUE_PATTERN)
+_KUBERNETES_NAMESPACES = ("kubernetes.io", "k8s.io")
+_KUBELET_PREFIXES = ("node.kubernetes.io", "kubelet.kubernetes.io")
+
+
+def _in(namespace: str, domains: tuple[str, ...]) -> bool:
+    """Whether a label key's prefix is one of `domains` or a subdomain of one (as the kubelet reads it)."""
+    return any(namespace == d or namespace.endswith(f".{d}") for d in domains)
+
 
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
@@ -89,6 +102,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
             r.fail(f"{path}.availabilityZones", "must list at least one zone")
     elif aws:
         azs = target_azs[:1] if fabric == "efa" else target_azs
+    if len(set(azs)) != len(azs):
+        r.fail(f"{path}.availabilityZones", f"{_show(list(azs))} lists a zone twice")
     if fabric == "efa" and len(azs) > 1:
         r.fail(f"{path}.availabilityZones", f"{_show(list(azs))}: an EFA pool must be in exactly one zone "
                                             "(EFA traffic does not cross zones)")
@@ -142,11 +157,24 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     elif v["hugepages_mib"] % 2:
         r.fail(f"{path}.hugepagesMiB", f"{v['hugepages_mib']} must be a multiple of 2 (2 MiB pages)")
         v["hugepages_mib"] = DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0
-    for key in v["labels"]:
+    for key, value in v["labels"].items():
+        prefix = key.rpartition("/")[0]
         if key == POOL_LABEL or key.startswith("nvidia.com/"):
             r.fail(f"{path}.labels.{key}", "is set by the kit; choose another key")
+        elif _in(prefix, _KUBERNETES_NAMESPACES) and not _in(prefix, _KUBELET_PREFIXES):
+            # kubernetes@v1.34.0 cmd/kubelet/app/options/options.go ValidateKubeletFlags: the kubelet does not start
+            # with such a label in --node-labels (pkg/kubelet/apis/well_known_labels.go: its own prefixes)
+            r.fail(f"{path}.labels.{key}", f"is in a namespace Kubernetes reserves ({', '.join(_KUBERNETES_NAMESPACES)}"
+                                           f"): the kubelet refuses to start with it; use your own prefix, or "
+                                           f"{' or '.join(p + '/' for p in _KUBELET_PREFIXES)}")
+        if not LABEL_VALUE.match(value):
+            r.fail(f"{path}.labels.{key}", f"{_show(value)} {NOT_A_LABEL_VALUE}")
 
     taints = tuple(t for t in v.pop("taints") if t.key and t.effect)  # one reported incomplete is left out
+    for i, t in enumerate(taints):
+        if (t.key, t.effect) in {(o.key, o.effect) for o in taints[:i]}:
+            r.fail(f"{path}.taints", f"taint {t.key}:{t.effect} is listed twice (a node has one taint per key and "
+                                     "effect)")
     if "taints" not in d and inst.has_gpu:  # derived: a GPU pool gets the GPU taint
         taints = (Taint(GPU_TAINT_KEY, "NoSchedule", "true"),)
 

@@ -474,3 +474,35 @@ def test_a_mistake_that_others_follow_from_is_reported_once() -> None:
     prod["nodePools"]["h100-block"]["capacity"]["type"] = "block"
     assert _problems(prod, stack="prod") == [
         "nodePools.h100-block.capacity.type: 'block' is not allowed; choose one of: on-demand, odcr, capacity-block"]
+
+
+def test_labels_taints_and_zones_the_kubelet_or_aws_would_refuse_are_refused() -> None:
+    """kubernetes@v1.34.0: label keys and values (apimachinery validation IsQualifiedName, IsValidLabelValue), the
+    kubelet's reserved namespaces (cmd/kubelet/app/options/options.go ValidateKubeletFlags); one taint per key and
+    effect; a pool's zone once; the public endpoint of an IPv4 cluster takes IPv4 CIDRs."""
+    prod = stack_raw("prod")
+    pool = prod["nodePools"]["l40s"]
+    pool["labels"] = {"bad key!": "x", "team": "t" * 64, "app.kubernetes.io/name": "x", "node.kubernetes.io/role": "ok",
+                      "example.com/tier": "gold"}
+    pool["taints"] = [{"key": "a b", "value": "v" * 64, "effect": "NoSchedule"},
+                      {"key": "dedicated", "effect": "NoSchedule"}, {"key": "dedicated", "effect": "NoSchedule"}]
+    pool["availabilityZones"] = ["us-east-1a", "us-east-1a"]
+    prod["cluster"]["publicAccessCidrs"] = ["2001:db8::/32"]
+    prod["cluster"]["apiAccess"] = "public-and-private"
+    at = "nodePools.l40s"
+    problems = _problems(prod, stack="prod")
+    assert problems == [
+        "cluster.publicAccessCidrs[0]: '2001:db8::/32' is an IPv6 network: the kit's EKS cluster is IPv4, whose "
+        "public endpoint takes IPv4 CIDRs only",
+        f"{at}.labels.bad key!: is not a label key: an optional DNS-subdomain prefix and '/', then at most 63 letters, "
+        "digits, '-', '_' or '.', starting and ending with a letter or digit",
+        f"{at}.taints[0].key: 'a b' is not a label key: an optional DNS-subdomain prefix and '/', then at most 63 "
+        "letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        f"{at}.taints[0].value: '{'v' * 64}' is not a label value: at most 63 letters, digits, '-', '_' or '.', "
+        "starting and ending with a letter or digit",
+        f"{at}.availabilityZones: [\"us-east-1a\", \"us-east-1a\"] lists a zone twice",
+        f"{at}.labels.team: '{'t' * 64}' is not a label value: at most 63 letters, digits, '-', '_' or '.', "
+        "starting and ending with a letter or digit",
+        f"{at}.labels.app.kubernetes.io/name: is in a namespace Kubernetes reserves (kubernetes.io, k8s.io): the "
+        "kubelet refuses to start with it; use your own prefix, or node.kubernetes.io/ or kubelet.kubernetes.io/",
+        f"{at}.taints: taint dedicated:NoSchedule is listed twice (a node has one taint per key and effect)"]

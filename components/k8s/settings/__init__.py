@@ -71,8 +71,12 @@ from components.k8s.settings.observability import (
     WorkflowSlo,
 )
 from components.k8s.settings.pools import (
+    LABEL_VALUE_PATTERN,
     MIG_LAYOUTS,
+    NOT_A_LABEL_VALUE,
+    NOT_A_QUALIFIED_NAME,
     NOT_A_UTC_TIME,
+    QUALIFIED_NAME_PATTERN,
     UTC_TIME_PATTERN,
     Capacity,
     InfinibandSettings,
@@ -150,6 +154,10 @@ __all__ = [
     "VolumeSizes",
     "ObservabilitySettings",
     "UTC_TIME_PATTERN",
+    "QUALIFIED_NAME_PATTERN",
+    "NOT_A_QUALIFIED_NAME",
+    "LABEL_VALUE_PATTERN",
+    "NOT_A_LABEL_VALUE",
     "NOT_A_UTC_TIME",
     "NOT_A_MIG_PROFILE",
 ]

@@ -12,8 +12,23 @@ from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.k8s.defaults import CAPACITY_BLOCK_DRAIN_MINUTES, DEFAULT_DRIVER_MIN_VERSION
 from components.k8s.settings.base import DNS_SUBDOMAIN_PATTERN, setting
 
+# A label's (or taint's) key and value as Kubernetes validates them (kubernetes@v1.34.0
+# staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go IsQualifiedName, IsValidLabelValue): an optional
+# DNS-subdomain prefix and '/', then a name of at most 63 characters; a value of at most 63, possibly empty.
+QUALIFIED_NAME_PATTERN = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                          r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+NOT_A_QUALIFIED_NAME = ("is not a label key: an optional DNS-subdomain prefix and '/', then at most 63 letters, "
+                        "digits, '-', '_' or '.', starting and ending with a letter or digit")
+LABEL_VALUE_PATTERN = r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$"
+NOT_A_LABEL_VALUE = ("is not a label value: at most 63 letters, digits, '-', '_' or '.', starting and ending with a "
+                     "letter or digit")
+
 __all__ = [
     "UTC_TIME_PATTERN",
+    "QUALIFIED_NAME_PATTERN",
+    "NOT_A_QUALIFIED_NAME",
+    "LABEL_VALUE_PATTERN",
+    "NOT_A_LABEL_VALUE",
     "NOT_A_UTC_TIME",
     "MIG_LAYOUTS",
     "Capacity",
@@ -63,10 +78,10 @@ class Capacity:
 
 @dataclass(frozen=True, slots=True)
 class Taint:
-    key: str = setting(doc="The taint's key.")
+    key: str = setting(pattern=QUALIFIED_NAME_PATTERN, invalid=NOT_A_QUALIFIED_NAME, doc="The taint's key.")
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = setting(doc="What the taint does to pods that "
                                                                                  "do not tolerate it.")
-    value: str = setting("", doc="The taint's value.")
+    value: str = setting("", pattern=LABEL_VALUE_PATTERN, invalid=NOT_A_LABEL_VALUE, doc="The taint's value.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,8 +131,11 @@ class NodePool:
     hugepages_mib: int = setting(0, ge=0, derived=True, doc="2 MiB huge pages reserved on each node, MiB, a "
                                                             "multiple of 2 (default: 5120 on EFA pools, which "
                                                             "libfabric needs, else 0).")
-    labels: Mapping[str, str] = setting(default_factory=dict, doc="Node labels beyond the kit's own (not its pool "
-                                                                  "label, not nvidia.com/*).")
+    labels: Mapping[str, str] = setting(default_factory=dict, pattern=QUALIFIED_NAME_PATTERN,
+                                        invalid=NOT_A_QUALIFIED_NAME,
+                                        doc="Node labels beyond the kit's own (not its pool label, not nvidia.com/*, "
+                                            "none in the kubernetes.io and k8s.io namespaces but under "
+                                            "node.kubernetes.io/ and kubelet.kubernetes.io/).")
     taints: tuple[Taint, ...] = setting((), derived=True, doc="The nodes' taints (default: "
                                                               "nvidia.com/gpu=true:NoSchedule on GPU types, none "
                                                               "on CPU types).")
