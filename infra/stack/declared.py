@@ -98,6 +98,18 @@ def _annotation(cls: type, f: dataclasses.Field[Any]) -> Any:
     return None
 
 
+@cache
+def _sections(cls: type) -> tuple[tuple[str, str, type, bool, bool], ...]:
+    """(name, key, settings dataclass, a list of them, optional) of each section setting of `cls`, for values()."""
+    out = []
+    for f in declared_fields(cls):
+        if (section := _section(cls, f)) is not None:
+            annotation = _hints(cls)[f.name]
+            out.append((f.name, key_of(f), section, typing.get_origin(_bare(annotation)) is tuple,
+                        _bare(annotation) is not annotation))
+    return tuple(out)
+
+
 def _section(cls: type, f: dataclasses.Field[Any]) -> type | None:
     """The settings dataclass of a section setting (`replicas: Replicas`, `speculative: Speculative | None`) or of
     each item of a list of sections (`taints: tuple[Taint, ...]`)."""
@@ -248,31 +260,36 @@ def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, .
                                                       is not None)) is not None:
             r.fail(_at(path, key), problem)
             out[f.name] = None if f.default is dataclasses.MISSING else f.default
-    for f in declared_fields(cls):
-        key = key_of(f)
+    for name, key, section, many, optional in _sections(cls):
         sub = raw.get(key)
-        if key in handled or (section := _section(cls, f)) is None:
+        if key in handled:
             continue
-        if typing.get_origin(_bare(_hints(cls)[f.name])) is tuple:  # a list of sections
+        if many:  # a list of sections
             if sub is not None and not isinstance(sub, list):
                 r.fail(_at(path, key), f"expected a list, got {_got(sub)}")
-            out[f.name] = tuple(read(r, section, x, f"{_at(path, key)}[{i}]") for i, x in enumerate(sub)) \
-                if isinstance(sub, list) else _default(f)
+            out[name] = tuple(read(r, section, x, f"{_at(path, key)}[{i}]") for i, x in enumerate(sub)) \
+                if isinstance(sub, list) else _default(next(f for f in declared_fields(cls) if f.name == name))
         else:
-            optional = _bare(_hints(cls)[f.name]) is not _hints(cls)[f.name]
-            out[f.name] = None if optional and sub is None else read(r, section, sub, _at(path, key))
+            out[name] = None if optional and sub is None else read(r, section, sub, _at(path, key))
     return out
 
 
 def value_of(r: Reporter, cls: type, name: str, value: Any, path: str) -> Any:
     """The setting `name` of the section `cls` written as a bare value at `path` (a section's short form:
     `quantization: fp8` for {method: fp8}), checked as its declaration says; a problem is reported at `path`."""
-    class _Here:
-        def fail(self, at: str, message: str) -> None:
-            r.fail(path, message)
-
     key = next(key_of(f) for f in declared_fields(cls) if f.name == name)
-    return values(_Here(), cls, {key: value}, path)[name]
+    return values(_Here(r, path), cls, {key: value}, path)[name]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Here:
+    """A Reporter that reports every problem at one path."""
+
+    r: Reporter
+    path: str
+
+    def fail(self, at: str, message: str) -> None:
+        self.r.fail(self.path, message)
 
 
 def _at(path: str, key: str) -> str:
