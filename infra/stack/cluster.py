@@ -233,15 +233,18 @@ def _api_access(r: _Reader, d: dict[str, Any], v: dict[str, Any], public: Callab
     private-only endpoint answers only inside the VPC and networks connected to it (EKS user guide,
     cluster-endpoint)."""
     access, in_vpc = v["api_access"], v["deployer_in_vpc"]
-    given: list[Any] = d["publicAccessCidrs"] if isinstance(d.get("publicAccessCidrs"), list) else []
-    problems = {i: p for i, c in enumerate(given) if isinstance(c, str) and (p := public(c)) is not None}
-    cidrs = tuple(c for c in v["public_access_cidrs"] if public(c) is None)
     if "apiAccess" not in d:
         r.fail("cluster.apiAccess", "is required: 'public-and-private' (the deployer reaches the public endpoint "
                                     "from cluster.publicAccessCidrs) or 'private' (the deployer runs inside the "
                                     "VPC or a network connected to it; set cluster.deployerInVpc: true)")
-    for i, problem in problems.items():
-        r.fail(f"cluster.publicAccessCidrs[{i}]", f"{_show(given[i])} {problem}")
+    given: list[Any] = d["publicAccessCidrs"] if isinstance(d.get("publicAccessCidrs"), list) else []
+    kept: list[str] = []
+    for i, cidr in enumerate(given):  # a non-string item was reported as the list was read
+        if isinstance(cidr, str) and (problem := public(cidr)) is not None:
+            r.fail(f"cluster.publicAccessCidrs[{i}]", f"{_show(cidr)} {problem}")
+        elif isinstance(cidr, str):
+            kept.append(cidr)
+    cidrs = tuple(kept)
     if "apiAccess" not in d:
         return cidrs
     if len(cidrs) > MAX_PUBLIC_ACCESS_CIDRS:
