@@ -60,6 +60,8 @@ RAW = {
         "flaky-503": _MODEL,
         "flaky-reset": _MODEL,
         "two-500": _MODEL,
+        "tri-500": {**_MODEL, "engine": "triton"},
+        "vllm-500": {**_MODEL},  # a copy: the replicas loop below sets replicas on each entry
         "hung": {**_MODEL, "timeoutSeconds": 10, "tryIdleTimeoutSeconds": TRY_IDLE_S},
         # least-request is what keeps traffic off a slow replica: a model without session affinity (with it,
         # requests that carry no session key are spread at random under the load bound: envoy_affinity)
@@ -94,6 +96,8 @@ BACKENDS = {
     "flaky-503": [Behaviour.OK, Behaviour.UNAVAILABLE, Behaviour.OK],
     "flaky-reset": [Behaviour.OK, Behaviour.RESET, Behaviour.OK],
     "two-500": [Behaviour.OK, Behaviour.ERROR, Behaviour.ERROR],
+    "tri-500": [Behaviour.ERROR, Behaviour.ERROR],
+    "vllm-500": [Behaviour.ERROR, Behaviour.ERROR],
     "hung": OK3,  # one of them hangs during the test
     "lagging": [Behaviour.OK, Behaviour.OK, Behaviour.SLOW],
     "slow": [Behaviour.SLOW],
@@ -221,7 +225,7 @@ def test_unknown_model_gets_404_naming_the_models(gateway: Gateway) -> None:
     assert body["text"] == ("unknown model: name one in header x-model, path /models/<model>/v1/... or the body's "
                             "\"model\", on a path its engine serves; models: beta-chat, chat, embed, flaky-503, "
                             "flaky-reset, gamma-chat, hung, lagging, lim, long, long-quiet, long-stream, rerank, "
-                            "slow, tri, two-500\n")
+                            "slow, tri, tri-500, two-500, vllm-500\n")
 
 
 # --- paths -------------------------------------------------------------------------------------------
@@ -435,6 +439,27 @@ def test_two_of_three_replicas_failing_with_500_are_retried_around_and_never_eje
     bad_hits = sum(b.hits for b in gateway.backends["two-500"][1:])
     assert stats["cluster.two-500.upstream_rq_retry"] >= bad_hits - (POOL_REQUESTS - codes[200])
     assert gateway.backends["two-500"][0].hits == codes[200]
+
+
+def test_a_triton_500_is_tried_once_and_a_vllm_500_is_retried_on_another_replica(gateway: Gateway) -> None:
+    """Triton's 500 is the request's own (a model error: Engine.retriable_status_codes is empty for Triton), so the
+    gateway answers it after one try; vLLM's 500 is retried (retriable_status_codes [500]) up to
+    gateway.retries.attempts more times, on replicas it has not tried while there are any (previous_hosts). Both
+    models have two replicas that answer 500 to every request."""
+    attempts = gateway.cfg.gateway.retries.attempts
+    assert attempts >= 1  # else the vLLM case proves nothing
+    requests = 3
+    for model, tries in (("tri-500", 1), ("vllm-500", 1 + attempts)):
+        before = gateway.hits(model)
+        codes = Counter(gateway.get("/v1/chat/completions", {"x-model": model, **JSON}, body=_chat(model))[0]
+                        for _ in range(requests))
+        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}), requests * tries)
+    stats = gateway.envoy.stats()
+    assert stats.get("cluster.tri-500.upstream_rq_retry", 0) == 0
+    assert stats["cluster.vllm-500.upstream_rq_retry"] == requests * attempts
+    # a retry goes to a replica the request has not tried (previous_hosts, host_selection_retry_max_attempts 3):
+    # both replicas saw tries (all 9 on one replica would take 26 same-host draws in a row: about 1 in 6.7e7)
+    assert all(b.hits >= 1 for b in gateway.backends["vllm-500"])
 
 
 def test_a_hung_replica_costs_one_try_idle_timeout_then_is_taken_out(gateway: Gateway) -> None:

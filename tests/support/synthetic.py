@@ -531,7 +531,7 @@ def _mesh(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation], scale:
                                      **envoy}, rate * share)
         # a route that is no variant decision (a plain model route) stays out of the variant panels
         w.counter("envoy_vhost_route_upstream_rq_completed",
-                  {"envoy_virtual_host": "models", "envoy_route": "chat-body", **envoy}, 7 * share)
+                  {"envoy_virtual_host": "models", "envoy_route": "chat/body", **envoy}, 7 * share)
 
 
 def _workflow_names(cfg: ObservabilityConfig) -> tuple[str, ...]:
