@@ -2,9 +2,10 @@
 
 Each field of such a dataclass (components/k8s/settings/) declares, once, its type (the annotation), default,
 bounds, pattern and description; `section_model()` turns the dataclass into a pydantic v2 model (strict types,
-`extra="forbid"`, camelCase keys), `read()` validates one stack file mapping with it and reports pydantic's errors
-in the house wording (key path, the value received, what is allowed, "did you mean"), and `json_schema()` gives the
-editor schema of the section (draft 7) with every field's description.
+`extra="forbid"`, camelCase keys: its values, lists of strings and mappings of strings or numbers), `read()`
+validates one stack file mapping with it, reads its nested sections and lists of sections in turn, and reports
+pydantic's errors in the house wording (key path, the value received, what is allowed, "did you mean"), and
+`json_schema()` gives the editor schema of the section (draft 7) with every field's description.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = ["section_model", "section_schema", "read", "values", "json_schema", "
 
 T = TypeVar("T")
 _UNITS = re.compile(r"(?<=[a-z])([GM])ib(?![a-z])")
-_KINDS = {int: 0, float: 0.0, str: "", bool: False}  # a sample of each scalar type, named by reader._kind
+_KINDS = {int: 0, float: 0.0, str: "", bool: False}  # a sample of each scalar type, named by messages.kind
 
 
 @cache
