@@ -81,6 +81,13 @@ def access_log() -> list[dict[str, Any]]:
 # by trace id, so the gateway's, the sidecars' and the engine's spans of one request are kept or dropped together.
 # Sampling here as well would keep ratio² of the traces and make the spanmetrics RED figures a sample.
 GATEWAY_TRACE_PERCENT = 100.0
+# ... including a request whose traceparent says "not sampled" (flags 00): a meshed caller's sidecar sends that for
+# all but the mesh's sampling percentage of an uninstrumented client's requests. Without a sampler, Envoy's
+# OpenTelemetry tracer keeps the parent's flag, exports no span and passes 00 on, so the engine exports none either;
+# the always_on sampler decides instead, and the gateway's span and the engine's join the caller's trace id
+# (envoyproxy/envoy@v1.40.0:source/extensions/tracers/opentelemetry/tracer.cc Tracer::startSpan,
+# samplers/always_on/). Pinned live by tests/artifacts/test_engine_traces.py.
+GATEWAY_SAMPLER = "envoy.tracers.opentelemetry.samplers.always_on"
 
 
 def tracing(cfg: GatewayView) -> dict[str, Any]:
@@ -95,6 +102,8 @@ def tracing(cfg: GatewayView) -> dict[str, Any]:
                 "grpc_service": {"envoy_grpc": {"cluster_name": COLLECTOR_CLUSTER, "authority": collector_host(cfg)},
                                  "timeout": "0.250s"},
                 "service_name": SERVICE_NAME,
+                "sampler": {"name": GATEWAY_SAMPLER, "typed_config": {
+                    "@type": _T + "extensions.tracers.opentelemetry.samplers.v3.AlwaysOnSamplerConfig"}},
             },
         },
     }

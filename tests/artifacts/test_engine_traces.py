@@ -190,6 +190,25 @@ def test_one_request_shares_a_trace_id_across_gateway_and_engine(gateway: tuple[
         ("llm_request", CLIENT_TRACE_ID, gateway_span.span_id)
 
 
+@pytest.mark.parametrize("request_ratio", [1.0])
+def test_a_caller_whose_trace_is_not_sampled_still_gets_the_gateways_and_the_engines_spans(
+        gateway: tuple[int, _Engine], sink: tuple[_Sink, int]) -> None:
+    """A meshed caller's sidecar sends flags 00 on all but the mesh's sampling percentage of an uninstrumented
+    client's requests: the gateway traces it anyway (its always_on sampler, not the parent's flag), as a child of the
+    caller's span, and sends flags 01 on, so the engine (parent-based, as vLLM samples) traces it too. Without the
+    sampler Envoy exports no span and passes 00 on (components.k8s.envoy_observability GATEWAY_SAMPLER)."""
+    port, engine = gateway
+    spans, _ = sink
+    traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-00"
+    status, _ = request(port, "/v1/chat/completions",
+                        {"x-model": MODEL, "traceparent": traceparent, **ISSUER.bearer("alpha")})
+    assert status == 200
+    [gateway_span] = spans.wait(SERVICE_NAME)
+    [engine_span] = spans.wait(MODEL)
+    assert (gateway_span.trace_id, gateway_span.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_PARENT)
+    assert (engine_span.trace_id, engine_span.parent_span_id) == (CLIENT_TRACE_ID, gateway_span.span_id)
+
+
 @pytest.mark.parametrize("request_ratio", [1.0, 0.2, 0.0])
 def test_a_trace_the_gateway_starts_reaches_the_engine(gateway: tuple[int, _Engine], sink: tuple[_Sink, int]) -> None:
     """Whatever traceSampleRatio says, the gateway traces every request and the engine continues its trace: the

@@ -67,7 +67,8 @@ RAW: dict[str, Any] = {
         "healthCheck": {"intervalSeconds": 0.25, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                         "healthyThreshold": 1},
     },
-    # The gateway starts no trace of its own: verify's requests are traced because they carry a sampled traceparent.
+    # traceSampleRatio is the Collector's (not run here): the gateway traces every request whatever it says, and
+    # verify's requests carry a sampled traceparent of their own.
     "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
 }
 

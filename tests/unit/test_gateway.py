@@ -259,6 +259,9 @@ def test_tracing_goes_to_the_collector_which_alone_samples() -> None:
     assert cfg.observability.trace_sample_ratio == 0.2
     hcm = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
     assert hcm["tracing"]["random_sampling"] == {"value": 100.0}
+    # ... and whatever an incoming traceparent says (its sampler decides, not the parent's flag)
+    assert hcm["tracing"]["provider"]["typed_config"]["sampler"]["name"] == \
+        "envoy.tracers.opentelemetry.samplers.always_on"
     collector = otel_config.collector_config(cfg)
     assert collector["processors"]["probabilistic_sampler"] == {"sampling_percentage": 20.0}
     pipelines = collector["service"]["pipelines"]
