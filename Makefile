@@ -8,22 +8,26 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup synth validate policy test bench mutate lint promtool amtool contracts clean
 
-# The stamp depends on pyproject.toml so a changed pin reinstalls.
+# The stamp depends on pyproject.toml and on this file (UV_VERSION, the threading pin) so a changed pin reinstalls.
 UV_VERSION := 0.13.9
-$(VENV)/.installed: pyproject.toml
-	@# Debian's python3 needs python3-venv for `-m venv`; install it only when venv creation fails.
+UV_PIP := $(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python
+$(VENV)/.installed: pyproject.toml Makefile
+	@# Debian's and Ubuntu's Pythons need their pythonX.Y-venv package for `-m venv` (for the version of the Python used, which
+	@# need not be the system's default python3); install it only when venv creation fails.
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update -q && \
-	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q python3-venv && $(PYTHON) -m venv $(VENV); }
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
+	    "python$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv" && $(PYTHON) -m venv $(VENV); }
 	@# uv resolves the same versions as pip and installs them in about a third of the time (parallel downloads and
 	@# bytecode compiles): ~60 s instead of ~160 s on two cores. Bytecode is compiled here because CI's environment sets
-	@# PYTHONDONTWRITEBYTECODE: without it every test process would compile pulumi_aws again. pip stays for `make mutate`.
+	@# PYTHONDONTWRITEBYTECODE: without it every test process would compile pulumi_aws again. uv reads no pip.conf:
+	@# it installs from PyPI, with the system's certificates as pip is configured to.
 	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
-	$(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python -e '.[test]'
+	$(UV_PIP) -e '.[test]'
 	@# OpenTelemetry's threading instrumentation (the tests carry workflows into threads with it) has no release
 	@# matching the pinned OTel 1.45.2/0.66b2: 0.66b1 is the newest and pins opentelemetry-instrumentation==0.66b1,
 	@# hence semantic-conventions 0.66b1 against the SDK's 0.66b2. Its code only wraps Thread.start/run and
 	@# ThreadPoolExecutor.submit, so it goes in without its own pins. Move it into [test] once 0.66b2 exists.
-	$(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python --no-deps opentelemetry-instrumentation-threading==0.66b1
+	$(UV_PIP) --no-deps opentelemetry-instrumentation-threading==0.66b1
 	touch $@
 
 setup: $(VENV)/.installed ## .venv with the kit (editable) and its test tools
@@ -62,7 +66,7 @@ bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
 # mutmut is installed here, on first use, rather than in the test extras.
 MUTMUT_VERSION := 3.8.1
 mutate: setup promtool ## mutation score per decision module (mutmut); MUTATE="policies/fabric.py" for one; MUTATE="infra/config.py --sample 200 --seed 22" estimates a slow one from 200 mutants
-	@$(BIN)/python -c "import mutmut" 2>/dev/null || $(BIN)/python -m pip install --quiet 'mutmut==$(MUTMUT_VERSION)'
+	@$(BIN)/python -c "import mutmut" 2>/dev/null || $(UV_PIP) 'mutmut==$(MUTMUT_VERSION)'
 	$(BIN)/python -m tests.mutation $(MUTATE)
 
 # The kit's `vllm serve` command lines through vLLM's own argument parser, at each pinned version (the stock
