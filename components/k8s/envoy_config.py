@@ -250,6 +250,26 @@ OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) 
 # What each engine answers on the model port when it can serve (the kit's liveness probes use the same paths).
 HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
 
+# TCP keepalive on the clients' connections. An AWS NLB forgets a flow that carries no packet for its TCP idle timeout
+# (350 s by default; the in-tree cloud provider that makes the gateway's NLB cannot set the listener's
+# tcp.idle_timeout.seconds), and a later packet on it gets a reset: an unstreamed request to a model whose
+# timeoutSeconds is longer (prod's batch and research models: 600 and 900 s) would be cut there. A keepalive probe is
+# a packet on the flow (docs.aws.amazon.com/elasticloadbalancing/latest/network/network-load-balancers.html,
+# "Connection idle timeout"): probes after 60 s idle, then every 30 s, keep it. Set on the listening socket before
+# bind; Linux copies them to each accepted socket. Linux's numbers, whatever machine synthesizes the config
+# (torvalds/linux@v6.12:include/uapi/asm-generic/socket.h, include/uapi/linux/in.h, include/uapi/linux/tcp.h).
+_SOL_SOCKET, _SO_KEEPALIVE, _IPPROTO_TCP, _TCP_KEEPIDLE, _TCP_KEEPINTVL, _TCP_KEEPCNT = 1, 9, 6, 4, 5, 6
+CLIENT_KEEPALIVE_IDLE_S, CLIENT_KEEPALIVE_INTERVAL_S, CLIENT_KEEPALIVE_PROBES = 60, 30, 4
+
+
+def client_keepalive() -> list[dict[str, Any]]:
+    return [{"description": description, "level": level, "name": name, "int_value": value, "state": "STATE_PREBIND"}
+            for description, level, name, value in [
+                ("SO_KEEPALIVE", _SOL_SOCKET, _SO_KEEPALIVE, 1),
+                ("TCP_KEEPIDLE", _IPPROTO_TCP, _TCP_KEEPIDLE, CLIENT_KEEPALIVE_IDLE_S),
+                ("TCP_KEEPINTVL", _IPPROTO_TCP, _TCP_KEEPINTVL, CLIENT_KEEPALIVE_INTERVAL_S),
+                ("TCP_KEEPCNT", _IPPROTO_TCP, _TCP_KEEPCNT, CLIENT_KEEPALIVE_PROBES)]]
+
 
 def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
     return {
@@ -495,7 +515,7 @@ def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
                access_log=access_log(),
                tracing=tracing(cfg))
     return {"name": "gateway", "address": _address("0.0.0.0", naming.ENVOY_LISTENER_PORT),
-            "filter_chains": [{"filters": [hcm]}]}
+            "socket_options": client_keepalive(), "filter_chains": [{"filters": [hcm]}]}
 
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
+from components.k8s.envoy_config import CLIENT_KEEPALIVE_IDLE_S, bootstrap, client_keepalive
 from components.k8s.observability.prometheus import TRACE_ID_MATCHER
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
@@ -165,6 +165,38 @@ def _chat(model: str) -> bytes:
 
 
 JSON = {"content-type": "application/json"}
+
+
+# --- client connections ----------------------------------------------------------------------------
+
+def _accepted(port: int, client_port: int) -> tuple[int, int] | None:
+    """(timer, ticks to it) of the gateway's established socket for one client connection, from /proc/net/tcp: `tr` 2
+    is the keepalive timer (0: no timer on an idle socket), `tm->when` is in USER_HZ ticks (100 a second)
+    (torvalds/linux@v6.12:net/ipv4/tcp_ipv4.c get_tcp4_sock)."""
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, remote, state = fields[1], fields[2], fields[3]
+        if (int(local.split(":")[1], 16), int(remote.split(":")[1], 16), state) == (port, client_port, "01"):
+            timer, ticks = fields[5].split(":")
+            return int(timer, 16), int(ticks, 16)
+    return None
+
+
+def test_client_connections_carry_tcp_keepalive_so_an_nlb_keeps_a_silent_long_request(gateway: Gateway) -> None:
+    """An NLB forgets a flow silent for 350 s: the gateway's accepted sockets have keepalive probes due within
+    CLIENT_KEEPALIVE_IDLE_S (the numbers in the config are Linux's, which this machine's socket module has)."""
+    assert [(o["level"], o["name"]) for o in client_keepalive()] == [
+        (socket.SOL_SOCKET, socket.SO_KEEPALIVE), (socket.IPPROTO_TCP, socket.TCP_KEEPIDLE),
+        (socket.IPPROTO_TCP, socket.TCP_KEEPINTVL), (socket.IPPROTO_TCP, socket.TCP_KEEPCNT)]
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=5) as client:
+        client_port = client.getsockname()[1]
+        deadline = time.monotonic() + 5
+        while (accepted := _accepted(gateway.port, client_port)) is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert accepted is not None
+        timer, ticks = accepted
+        assert timer == 2
+        assert (CLIENT_KEEPALIVE_IDLE_S - 10) * 100 < ticks <= CLIENT_KEEPALIVE_IDLE_S * 100
 
 
 # --- routing ---------------------------------------------------------------------------------------
