@@ -241,14 +241,10 @@ def suite_problems(cfg: PlatformConfig, stacks_dir: Path) -> list[Problem]:
 def evaluated_facts(cfg: PlatformConfig, model: Model) -> dict[str, Any]:
     """What decides a variant's answers: its engine, image and flags as deployed, model id, URI (a revision
     rides in it) and quantization. Replicas, pools and routing are left out: they change speed, not answers."""
-    from components.k8s import serving
     from components.k8s.engines import engine_named
 
-    if model.engine == "vllm":  # its flags without the command's head (the facts recorded since the gate began)
-        image, args = serving.vllm_image(cfg, model), serving.vllm_args(model)
-    else:  # every other engine: the image and command the registry deploys (Triton's: triton_command)
-        engine = engine_named(model.engine)
-        image, args = engine.image(cfg, model), engine.command(model)
+    engine = engine_named(model.engine)
+    image, args = engine.image(cfg, model), engine.evaluated_args(model)
     return {"engine": model.engine, "image": image, "args": list(args), "model": model.model, "uri": model.uri,
             "quantization": model.quantization, "preQuantizedCheckpoint": model.quantized_checkpoint}
 

@@ -24,7 +24,6 @@ REGISTRIES = ("components/k8s/engines", "dashboards/engines")
 # Files that still name engines, each for its reason; a file that no longer does fails the test (the list only
 # shrinks).
 ALLOWED = {
-    "infra/fidelity.py": "a variant's fingerprint: its engine's image and flags, as the recorded verdicts hashed them",
     # Selector families: the exporters' metric-name prefixes and the `selectors.<family>` config keys, named like
     # the engines whose series they select; the engines' rules reach them through the metric names.
     "dashboards/config.py": "the selector families (observability.selectors.vllm / .triton / .sglang)",

@@ -183,6 +183,11 @@ class Engine(ABC):
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """(PromQL, KEDA metricType, threshold) of the model's queue signal; `selector` picks its pods' series."""
 
+    def evaluated_args(self, model: Model) -> list[str]:
+        """The part of its command that the fidelity gate's fingerprint records (infra.fidelity.evaluated_facts):
+        what decides the answers, recorded the same way for as long as results exist. By default the command."""
+        return self.command(model)
+
     def model_problems(self, model: Model) -> list[tuple[str, str]]:
         """(key under models.X, message) for each setting of `model` this engine cannot serve as given; the stack
         model reports them with their key path. By default: a parser named in models.X.toolCallParser (vLLM's

@@ -252,6 +252,10 @@ class Vllm(Engine):
         return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
                                                *_ray_timeout(model), *ray_start_flags(head=False)])]
 
+    def evaluated_args(self, model: Model) -> list[str]:
+        """Its flags without `vllm serve <path>`: what the gate has recorded for vLLM since it began."""
+        return vllm_args(model)
+
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Waiting requests summed over replicas, AverageValue (a target per replica)."""
         return (f"sum({VLLM.WAITING}{{{selector}}})", "AverageValue", str(model.replicas.target_queue_depth))
