@@ -469,11 +469,26 @@ def verdicts(cfg: PlatformConfig, results: Mapping[str, Any], *, suite_digests: 
     out = []
     for workload, gate in sorted(cfg.gateway.fidelity.items()):
         rec = (results.get("workloads") or {}).get(workload)
-        command = f"aifactory eval {cfg.stack} --workload {workload}"
+        command = eval_command_line(cfg, workload)
         digest = (suite_digests or {}).get(gate.suite)
         for v in sorted(cfg.variants_of(workload), key=lambda m: m.name):
             out.append(_judge(cfg, workload, gate, v, rec, digest, command))
     return out
+
+
+def eval_command_line(cfg: PlatformConfig, workload: str) -> str:
+    """The command that evaluates `workload`'s variants. A variant named like its workload has no model key of its
+    own at the gateway (the name routes to the workload), so `eval` reaches it through its engine's Service,
+    port-forwarded (infra/evaluate.py refuses to run without that)."""
+    from components.k8s.naming import MODEL_HTTP_PORT
+
+    line = f"aifactory eval {cfg.stack} --workload {workload}"
+    for v in sorted(cfg.variants_of(workload), key=lambda m: m.name):
+        if v.name == workload:
+            forward = (f"kubectl -n {cfg.tenant_of(v).namespace} port-forward svc/{v.name} "
+                       f"{MODEL_HTTP_PORT}:{MODEL_HTTP_PORT}")
+            line = f"{forward}` and `{line} --url-for {v.name}=http://127.0.0.1:{MODEL_HTTP_PORT}"
+    return line
 
 
 def held_back(found: Sequence[Verdict]) -> frozenset[str]:

@@ -475,6 +475,13 @@ def test_a_variant_named_like_its_workload_needs_its_own_url(tmp_path: Path,
     assert ("  - --url-for: is required for variant 'chat': it is named like its workload, and the gateway routes "
             "that name to the workload's routing, not to this variant; give --url-for chat=URL (its engine's base "
             "URL)\n") in capsys.readouterr().err
+    # ... so the command the gate tells the user to run gives it, with the port-forward it needs
+    cfg = load_stack("t", stacks_dir=stacks)
+    assert fidelity.eval_command_line(cfg, "chat") == (
+        f"kubectl -n {cfg.tenant_of(cfg.models['chat']).namespace} port-forward svc/chat 8000:8000` and "
+        "`aifactory eval t --workload chat --url-for chat=http://127.0.0.1:8000")
+    assert {v.message.rpartition("; run ")[2] for v in fidelity.verdicts(cfg, {}) if v.variant != "chat-bf16"} == {
+        f"`{fidelity.eval_command_line(cfg, 'chat')}`"}
 
 
 @pytest.mark.slow
