@@ -220,7 +220,8 @@ def test_integer_inputs_reach_the_components_as_ints() -> None:
     hard = resource_quota(tenancy_spec("teams", tenancy).tenants["chat"])["spec"]["hard"]
     assert (hard["requests.nvidia.com/gpu"], hard["requests.nvidia.com/mig-1g.10gb"]) == ("8", "7")
     model = _inputs("ModelDeployment", _wire({
-        "engine": "vllm", "model": "m", "tenant": "chat", "storageClass": "gp3", "tensorParallel": 2,
+        "engine": "vllm", "model": "m", "toolCallParser": "none", "tenant": "chat", "storageClass": "gp3",
+        "tensorParallel": 2,
         "pool": {"name": "l40s", "instanceType": "g6e.12xlarge", "taints": [{"key": "k", "effect": "NoSchedule"}]},
         "replicas": {"min": 1, "max": 3}}))
     spec = serving_spec("llama", model)

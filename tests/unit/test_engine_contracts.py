@@ -320,6 +320,7 @@ def test_model_pods_have_a_priority_class_per_priority_and_the_stack_creates_the
                        "aifactory-serving-batch": (10000, "Never", False)}
     dev = stack_config("dev")  # interactive models only
     assert [pc["metadata"]["name"] for pc in serving.priority_classes(dev)] == ["aifactory-serving-interactive"]
-    standalone = serving.serving_spec("m", {"engine": "vllm", "model": "org/m", "tenant": "t", "storage_class": "x",
+    standalone = serving.serving_spec("m", {"engine": "vllm", "model": "org/m", "tool_call_parser": "none",
+                                            "tenant": "t", "storage_class": "x",
                                             "pool": {"name": "gpu", "instance_type": "dgx-h100"}})
     assert "priorityClassName" not in serving.pod_spec(standalone, standalone.model)

@@ -129,7 +129,7 @@ def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> N
     probes, annotations and scaling query; nothing in serving needs to know its name."""
     monkeypatch.setitem(ENGINES, "toy", TOY)
     spec = serving_spec("m", {"engine": "vllm", "model": "org/m", "tenant": "t", "storage_class": "x",
-                              "pool": {"name": "p", "instance_type": "g6e.12xlarge"},
+                              "tool_call_parser": "none", "pool": {"name": "p", "instance_type": "g6e.12xlarge"},
                               "replicas": {"min": 1, "max": 2}})
     model = dataclasses.replace(spec.model, engine="toy")  # type: ignore[arg-type]
     spec = dataclasses.replace(spec, model=model)

@@ -78,3 +78,55 @@ def test_the_stacks_args_build_the_same_objects_as_their_config(name: str) -> No
         spec = serving_spec(f"model-{m.name}", model_deployment_args(cfg, m))
         assert serving.model_objects(spec, spec.model, role_arn="arn") == serving.model_objects(cfg, m,
                                                                                                 role_arn="arn")
+
+
+# A value other than the default for each setting the args share with the Model; a shared key missing here fails
+# the test below, so a new setting is checked the day it is added.
+NON_DEFAULT = {
+    "uri": "pvc://weights/llama-8b", "tensor_parallel": 4, "pipeline_parallel": 2, "gpus_per_replica": 2,
+    "quantization": "fp8", "max_model_length": 8192, "prefix_caching": False, "workload": "chat", "cache_gib": 123,
+    "startup_budget_seconds": 1234, "quantized_checkpoint": False, "expert_parallel": True, "kv_offload_gib": 16.0,
+    "weights_gib": 15.5, "task": "embed", "tool_call_parser": "llama3_json", "tokenizer": "meta-llama/Llama-3.1-8B",
+    "group_formation_seconds": 321, "mig_profile": "1g.12gb",
+}
+# Sections and required keys, checked by the tests above; what the gateway and the dashboards read of a model, which
+# ModelDeployment does not take.
+# What a value needs beside it to be valid (and to differ from the default it would otherwise get)
+WITH = {"mig_profile": {"tensor_parallel": 1}, "gpus_per_replica": {"mig_profile": "1g.12gb", "tensor_parallel": 1}}
+NOT_SCALAR = {"engine", "model", "tenant", "pool", "speculative", "replicas"}
+NOT_DEPLOYMENT = {"name", "priority", "timeout_seconds", "slo", "callers", "max_request_bytes",
+                  "try_idle_timeout_seconds", "variant", "session_affinity_balance_factor", "gpus_per_node_hint",
+                  "spans_nodes"}
+
+
+def test_every_model_setting_the_args_take_reaches_the_model_the_objects_are_built_from() -> None:
+    """A key ModelDeploymentArgs takes but the mapping to the Model does not pass on is dropped without a word (the
+    tool-call parser once was): each one, set alone to a value other than its default, is in serving_spec's model;
+    and each Model field is either an arg or something ModelDeployment does not build from."""
+    import dataclasses
+    import typing
+
+    from components.k8s.settings import Model
+
+    fields = {f.name for f in dataclasses.fields(Model)}
+    keys = set(typing.get_type_hints(ModelDeploymentArgs))
+    assert fields - keys == NOT_DEPLOYMENT
+    assert sorted(NON_DEFAULT) == sorted(fields & keys - NOT_SCALAR)
+    for key, value in NON_DEFAULT.items():
+        without = serving_spec("llama", args(**WITH.get(key, {}))).model
+        model = serving_spec("llama", args(**{key: value}, **WITH.get(key, {}))).model
+        assert (getattr(model, key), getattr(without, key) != value) == (value, True), key
+
+
+def test_a_component_user_gets_the_checks_a_stack_gets_for_the_replica_shape_and_the_engine() -> None:
+    """gpusPerReplica against tensorParallel x pipelineParallel, and the engine's own model checks
+    (Engine.model_problems): the same messages the stack model gives under models.X."""
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        serving_spec("llama", args(gpus_per_replica=1))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [
+        ("gpusPerReplica", "1 must equal tensorParallel x pipelineParallel (2)")]
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        serving_spec("llama", args(engine="triton", tool_call_parser="llama3_json"))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [
+        ("toolCallParser", "'llama3_json' is not a tool call parser of Triton's OpenAI frontend (26.07); choose one "
+                           "of: llama3, mistral, or none (no tool calls)")]

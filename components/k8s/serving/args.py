@@ -249,6 +249,10 @@ def _deployment_problems(problems: Problems, args: ModelDeploymentArgs) -> None:
         value = cast(int, args.get(field_, 1))
         if value < 1:
             problems.add(camel, f"{value} must be at least 1")
+    tp, pp = args.get("tensor_parallel", 1), args.get("pipeline_parallel", 1)
+    if "mig_profile" not in args and args.get("gpus_per_replica", tp * pp) != tp * pp:
+        problems.add("gpusPerReplica", f"{args.get('gpus_per_replica')} must equal tensorParallel x "
+                                       f"pipelineParallel ({tp * pp})")
     replicas = args.get("replicas") or {}
     lo, hi = replicas.get("min", 1), replicas.get("max", max(replicas.get("min", 1), 1))
     if lo < 0 or lo > hi:
@@ -305,8 +309,12 @@ def serving_spec(name: str, args: ModelDeploymentArgs) -> ServingSpec:
     _deployment_problems(problems, args)
     problems.raise_any()
     pool = _pool(args["pool"])
+    model = _deployment_model(name, args, pool)
+    for key, message in REGISTRY[model.engine].model_problems(model):  # what the stack model asks the engine too
+        problems.add(key, message)
+    problems.raise_any()
     return ServingSpec(
-        model=_deployment_model(name, args, pool), pool=pool,
+        model=model, pool=pool,
         tenant=Tenant(name=args["tenant"], namespace=args.get("namespace", args["tenant"])),
         target=_Target(region=args.get("aws_region"), storage_class=args.get("storage_class")),
         observability=Tracing(namespace=args.get("monitoring_namespace", DEFAULT_MONITORING_NAMESPACE),
