@@ -71,6 +71,9 @@ class Pool:
     instance_type: str
     gpus_per_node: int
     node_price_per_hour: float  # $/hour of one node (stack override, else catalog on-demand)
+    # When the pool has nodes by design, as UTC epoch seconds [start, stop): a capacity block's start and the time
+    # its pool scales to zero (endTime - drainMinutes). Default: None, always (an on-demand or reserved pool).
+    window: tuple[int, int] | None = None
 
     @property
     def gpu_price_per_hour(self) -> float:
@@ -89,6 +92,7 @@ class ServedModel:
     e2e_seconds: float
     target_queue_depth: int
     target_queue_seconds: float
+    min_replicas: int = 1  # replicas.min; 0: the model scales to zero when idle, and wakes on the gateway's refusals
 
 
 @dataclass(frozen=True, slots=True)
