@@ -9,9 +9,11 @@ The shipped stacks' cases (outside a block's window, an overflowing variant) are
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dashboards.config import ObservabilityConfig
 from dashboards.gateway_alerts import (
@@ -24,6 +26,7 @@ from dashboards.gateway_alerts import (
 from dashboards.rules import R, alerts, records
 from infra.monitoring import from_platform
 from infra.synth import load_stack
+from tests.artifacts.test_alertmanager import amtool, shipped
 from tests.artifacts.test_rules import (
     Case,
     _around,
@@ -33,6 +36,7 @@ from tests.artifacts.test_rules import (
     _promtool_test,
     _run_promtool_tests,
 )
+from tests.support.stacks import stack_raw
 
 BLOCK_DAYS = 14
 
@@ -108,3 +112,23 @@ def test_model_latency_slos_are_series_only_where_the_engine_exports_the_latency
     assert ttft["assistant-fast"] == "vector(0.3)" and ttft["deep-research"] == "vector(0.5)"
     assert "assistant-fast" not in itl and itl["assistant-tools"] == "vector(0.05)"
     assert set(ttft) == {m.name for m in prod.models} and set(itl) == set(ttft) - {"assistant-fast"}
+
+
+def test_the_gateways_pages_reach_the_pager_and_its_tickets_the_ticket_receivers(
+        tmp_path: Path, synthesized: Callable[[str], Path]) -> None:
+    """Each rule of the gateway's and the model SLOs' alerts, with the labels it fires with, routed by the real
+    amtool through the Alertmanager config prod deploys: to the receivers prod names for its severity."""
+    build = synthesized("prod")
+    config, _ = shipped(build, tmp_path)
+    routes = stack_raw("prod")["observability"]["alerting"]["routes"]
+    rules = yaml.safe_load((build / "rules" / "aifactory.rules.yaml").read_text())
+    fired = {(r["alert"], r["labels"]["severity"]) for g in rules["groups"] for r in g["rules"]
+             if g["name"] in ("aifactory-gateway-alerts", "aifactory-model-slo-alerts")}
+    assert {("GatewayModelUnavailable", "critical"), ("GatewayModelUnavailable", "warning"),
+            ("GatewayServerErrorRatioHigh", "critical"), ("ModelTtftSloMissed", "warning"),
+            ("ModelInterTokenSloMissed", "warning")} <= fired
+    for alert, severity in sorted(fired):
+        res = amtool("config", "routes", "test", f"--config.file={config}", f"severity={severity}",
+                     f"alertname={alert}", "envoy_cluster_name=deep-research", "model=deep-research")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == ",".join(routes[severity]), (alert, severity)
