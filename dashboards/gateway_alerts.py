@@ -44,7 +44,8 @@ components/k8s/envoy_hops.py `stats_config`).
   is back at its next passing health check (components/k8s/envoy_hops.py), so the number ejected right now
   (ejections_active) is rarely above 0 for long even while a replica keeps failing; repeated ejections are the
   signal. With session affinity, the ejected replica's sessions go elsewhere and prefill their context again.
-- GatewayRetryRatioHigh: retries over the tries that got an answer, per cluster, above RETRY_RATIO for 10 minutes:
+- GatewayRetryRatioHigh: retries over the requests answered (upstream_rq_xx counts a request once, after its
+  retries, as above), per cluster, above RETRY_RATIO for 10 minutes:
   replicas fail tries that other replicas then serve (the client sees success, the fleet pays twice, and affinity's
   sessions leave their replica on every retry).
 """
