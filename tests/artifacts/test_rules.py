@@ -452,20 +452,23 @@ def _histogram(metric: str, labels: Labels, edges: tuple[float, float], per_minu
 def _model_slo_cases(cfg: ObservabilityConfig) -> list[Case]:
     """A model's p95 above its slo.ttftSeconds / slo.interTokenSeconds (dashboards/rules.py), from each engine's
     histogram: vLLM's time to first token for deep-research (SLO 0.5 s), SGLang's inter-token latency for
-    assistant-tools (SLO 0.05 s). Every observation in one bucket: the p95 is 95% of the way through it."""
+    assistant-tools (SLO 0.05 s), Triton's time to first response in ms for assistant-fast (SLO 0.3 s). Every
+    observation in one bucket: the p95 is 95% of the way through it."""
     fors = _for(cfg)
     models = {m.name: m for m in cfg.models}
+    triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
     out = []
-    for alert, metric, labels, slo, slow, fast in (
-        ("ModelTtftSloMissed", VLLM.TTFT, {"model_name": "deep-research", "engine": "0"},
-         models["deep-research"].ttft_seconds, (0.75, 1.0), (0.25, 0.5)),
-        ("ModelInterTokenSloMissed", SGLANG.ITL, {"model_name": "assistant-tools", "tp_rank": "0"},
-         models["assistant-tools"].inter_token_seconds, (0.04, 0.06), (0.02, 0.04)),
+    for alert, metric, labels, model, slo, slow, fast, per_second in (
+        ("ModelTtftSloMissed", VLLM.TTFT, {"model_name": "deep-research", "engine": "0"}, "deep-research",
+         models["deep-research"].ttft_seconds, (0.75, 1.0), (0.25, 0.5), 1),
+        ("ModelInterTokenSloMissed", SGLANG.ITL, {"model_name": "assistant-tools", "tp_rank": "0"}, "assistant-tools",
+         models["assistant-tools"].inter_token_seconds, (0.04, 0.06), (0.02, 0.04), 1),
+        ("ModelTtftSloMissed", TRITON.FIRST_RESPONSE_MS, triton, "assistant-fast",
+         models["assistant-fast"].ttft_seconds, (100, 500), (0, 100), 1000),  # Triton's default buckets, ms
     ):
-        assert fast[1] <= slo < slow[0] + 0.95 * (slow[1] - slow[0])
-        p95 = slow[0] + 0.95 * (slow[1] - slow[0])
-        fired = ({"model": labels["model_name"], "alertname": alert, "severity": "warning"}, p95,
-                 fors[(alert, "warning")])
+        p95 = (slow[0] + 0.95 * (slow[1] - slow[0])) / per_second
+        assert fast[1] / per_second <= slo < p95
+        fired = ({"model": model, "alertname": alert, "severity": "warning"}, p95, fors[(alert, "warning")])
         out.append(Case(alert, _histogram(metric, labels, slow, 60), _around(1, [fired])))
         out.append(Case(alert, _histogram(metric, labels, fast, 60), [(1 + fired[2], [])]))
     return out
