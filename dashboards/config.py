@@ -71,6 +71,9 @@ class Pool:
     instance_type: str
     gpus_per_node: int
     node_price_per_hour: float  # $/hour of one node (stack override, else catalog on-demand)
+    # When the pool has nodes by design, as UTC epoch seconds [start, stop): a capacity block's start and the time
+    # its pool scales to zero (endTime - drainMinutes). Default: None, always (an on-demand or reserved pool).
+    window: tuple[int, int] | None = None
 
     @property
     def gpu_price_per_hour(self) -> float:
@@ -89,6 +92,7 @@ class ServedModel:
     e2e_seconds: float
     target_queue_depth: int
     target_queue_seconds: float
+    min_replicas: int = 1  # replicas.min; 0: the model scales to zero when idle, and wakes on the gateway's refusals
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +160,8 @@ def config_problems(cfg: ObservabilityConfig) -> list[tuple[str, str]]:
     for i, p in enumerate(cfg.pools):
         need(p.gpus_per_node >= 1, f"pools[{i}].gpusPerNode", f"{p.gpus_per_node} is below 1")
         need(p.node_price_per_hour >= 0, f"pools[{i}].nodePricePerHour", f"{p.node_price_per_hour} is below 0")
+        need(p.window is None or p.window[0] < p.window[1], f"pools[{i}].window",
+             f"{p.window} does not end after it starts (UTC epoch seconds: start, stop)")
     for i, m in enumerate(cfg.models):
         need(m.pool in pools, f"models[{i}].pool", f"{m.pool!r} is not a pool; pools: {', '.join(sorted(pools))}")
         need(m.tenant in cfg.tenants, f"models[{i}].tenant", f"{m.tenant!r} is not one of tenants")
@@ -163,6 +169,7 @@ def config_problems(cfg: ObservabilityConfig) -> list[tuple[str, str]]:
                            ("e2eSeconds", m.e2e_seconds), ("targetQueueSeconds", m.target_queue_seconds)):
             need(value > 0, f"models[{i}].{key}", f"{value} is not above 0")
         need(m.target_queue_depth >= 1, f"models[{i}].targetQueueDepth", f"{m.target_queue_depth} is below 1")
+        need(m.min_replicas >= 0, f"models[{i}].minReplicas", f"{m.min_replicas} is below 0")
     need(bool(cfg.objectives) and cfg.objectives[-1].workflow is None, "objectives",
          "must end with the default objective (workflow None), which every other workflow is held to")
     for i, o in enumerate(cfg.objectives):

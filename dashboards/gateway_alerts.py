@@ -1,35 +1,199 @@
 """The gateway's alerts, per Envoy cluster (one per model; a workload with variants routes through its aggregate
 clusters `<workload>__<variant>`), from the cluster stats the gateway's stats listener exports to Prometheus
-(telemetry.names.ENVOY: envoy_cluster_outlier_detection_ejections_enforced_total,
-envoy_cluster_upstream_rq_retry and envoy_cluster_upstream_rq_xx, label envoy_cluster_name).
+(telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept, only the hops' are cut:
+components/k8s/envoy_hops.py `stats_config`).
 
+- GatewayModelUnavailable: no replica of a model is healthy at the gateway. A model's cluster has one host per
+  replica it may have, each healthy while its replica passes its health checks and is not ejected, with no panic
+  mode (components/k8s/envoy_hops.py), so with none healthy Envoy answers each request itself: 503 "no healthy
+  upstream" (flag UH), no try made. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
+  cluster healthy total (inclusive of both health checking and outlier detection)",
+  envoyproxy/envoy@v1.40.0:docs/root/configuration/upstream/cluster_manager/cluster_stats.rst) is 0, and the counter
+  `upstream_cx_none_healthy` counts each request that found no host (source/common/upstream/cluster_manager_impl.cc,
+  the cluster entry's connection pool when its load balancer chooses none; the router then answers 503,
+  source/common/router/router.cc `sendNoHealthyUpstreamResponse`). Neither retry nor ejection stats move then,
+  which is why GatewayReplicasEjected and GatewayRetryRatioHigh stay silent. tests/artifacts/test_envoy_live.py
+  scrapes both moving on the real Envoy.
+  * critical (pages): a gateway pod that sees no healthy replica of a model refuses its requests, for
+    UNAVAILABLE_FOR: a rolling restart of the gateway or of a model with more than one replica keeps a replica
+    healthy in every pod, and a gateway pod that has just started sees its replicas at its first checks (seconds).
+  * warning (tickets): no gateway pod sees a healthy replica for NO_REPLICA_FOR and no request is being refused
+    (nobody has asked yet), or the model is a variant: a variant's refusals are not the client's, the gateway
+    retries them on the workload's next variant (components/k8s/envoy_variants.py), so the client gets an answer
+    from a pricier or slower variant; if every variant is down, the workload's aggregate cluster answers 5xx and
+    GatewayServerErrorRatioHigh pages.
+  * Models that scale to zero (replicas.min 0) have no replica by design while idle: no warning; a request wakes
+    them through the gateway's refusals (components/k8s/serving/objects.py `wake_query`) and they refuse until a
+    replica has loaded, so they page only after SCALE_FROM_ZERO_FOR.
+  * Models on a capacity-block pool have no node by design outside the block's window (dashboards.config
+    Pool.window: its start to its scale-down, drainMinutes before its end), and for CAPACITY_BLOCK_WARMUP_MINUTES
+    after its start (nodes join, the model loads): their clusters are recorded as expected down then
+    (R.CLUSTER_EXPECTED_DOWN, from the stack config) and no gateway alert fires for them. An aggregate cluster is
+    expected down when every variant behind it is.
+- GatewayServerErrorRatioHigh (critical): the 5xx the gateway answers clients, per cluster a route sends to (a model
+  without variants, or a workload's aggregate cluster), above ERROR_RATIO of its answers over 5 minutes for ERROR_FOR,
+  with at least MIN_REQUESTS_PER_SECOND answered (one failure among a few requests at night is not a page). It reads
+  `upstream_rq_xx` of the route's cluster, which counts the answer each request ended with, once per request: the
+  final upstream status, or the router's own (503 "no healthy upstream" is charged there too: `chargeUpstreamCode`
+  in `sendNoHealthyUpstreamResponse`; as are its 503 overflow and 504 timeout). A try that was retried is not
+  counted there (the real Envoy: tests/artifacts/test_envoy_live.py). A variant's own cluster also counts the 503s
+  its gate answers for a try the aggregate then retries on the next variant: those are not the client's, so
+  variants' clusters are left out.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
   every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejected replica
   is back at its next passing health check (components/k8s/envoy_hops.py), so the number ejected right now
   (ejections_active) is rarely above 0 for long even while a replica keeps failing; repeated ejections are the
   signal. With session affinity, the ejected replica's sessions go elsewhere and prefill their context again.
-- GatewayRetryRatioHigh: retries over the tries that got an answer, per cluster, above RETRY_RATIO for 10 minutes:
+- GatewayRetryRatioHigh: retries over the requests answered (upstream_rq_xx counts a request once, after its
+  retries, as above), per cluster, above RETRY_RATIO for 10 minutes:
   replicas fail tries that other replicas then serve (the client sees success, the fleet pays twice, and affinity's
   sessions leave their replica on every retry).
 """
 
 from __future__ import annotations
 
-from dashboards.config import ObservabilityConfig
-from dashboards.promql import series
-from dashboards.rule_parts import Alert, R, runbook
+from collections.abc import Sequence
+
+from dashboards.config import ObservabilityConfig, ServedModel
+from dashboards.promql import regex_any, series
+from dashboards.rule_parts import RATE, Alert, R, Record, runbook
 from telemetry.names import ENVOY
 
-__all__ = ["RETRY_RATIO", "FOR", "alerts"]
+__all__ = [
+    "RETRY_RATIO",
+    "FOR",
+    "UNAVAILABLE_FOR",
+    "NO_REPLICA_FOR",
+    "SCALE_FROM_ZERO_FOR",
+    "CAPACITY_BLOCK_WARMUP_MINUTES",
+    "ERROR_RATIO",
+    "MIN_REQUESTS_PER_SECOND",
+    "ERROR_FOR",
+    "client_clusters",
+    "expected_down_records",
+    "alerts",
+]
 
 RETRY_RATIO = 0.05  # retries per answered try: above it, failing replicas cost more than noise
 FOR = "10m"
+UNAVAILABLE_FOR = "5m"  # refusing every request this long pages: longer than a gateway pod's start or a rollout step
+NO_REPLICA_FOR = "15m"  # no healthy replica and nobody refused: a ticket, after longer than a model's usual load
+SCALE_FROM_ZERO_FOR = "20m"  # a model waking from zero refuses until its first replica has a node and has loaded
+CAPACITY_BLOCK_WARMUP_MINUTES = 30  # after a block starts: its nodes join and its models load before anything pages
+ERROR_RATIO = 0.05  # share of a cluster's answers that are 5xx
+MIN_REQUESTS_PER_SECOND = 0.1  # 30 answers in 5 minutes: below it, a cluster's 5xx ratio is too noisy to page on
+ERROR_FOR = "5m"
 CLUSTER = ENVOY.L_CLUSTER
+
+
+def client_clusters(cfg: ObservabilityConfig) -> list[str]:
+    """The clusters the gateway's routes send to, whose answers are the clients': each model without variants
+    (components/k8s/envoy_config.py `_route`) and each workload's aggregate cluster `<workload>__<variant>`
+    (components/k8s/envoy_variants.py `overflow_cluster_name`), sorted."""
+    variants = {v.model for v in cfg.variants}
+    return sorted([m.name for m in cfg.models if m.name not in variants]
+                  + [f"{v.workload}__{v.model}" for v in cfg.variants])
+
+
+def _window_open(window: tuple[int, int]) -> str:
+    """1 (label-less) while a pool with this window has nodes by design and its models have had time to load."""
+    start, stop = window
+    return f"(vector(time()) >= {start + CAPACITY_BLOCK_WARMUP_MINUTES * 60} and vector(time()) < {stop})"
+
+
+def expected_down_records(cfg: ObservabilityConfig) -> list[Record]:
+    """R.CLUSTER_EXPECTED_DOWN for each client cluster and model cluster whose every model is on a capacity-block
+    pool: 1 outside each block's window (and its warm-up), no sample inside one."""
+    variants_of: dict[str, list[str]] = {}
+    for v in cfg.variants:
+        variants_of.setdefault(v.workload, []).append(v.model)
+    models = {m.name: m for m in cfg.models}
+    behind = {m.name: [m.name] for m in cfg.models}
+    behind.update({f"{v.workload}__{v.model}": variants_of[v.workload] for v in cfg.variants})
+    out = []
+    for cluster, names in sorted(behind.items()):
+        windows = [cfg.pool(models[n].pool).window for n in names]
+        if all(w is not None for w in windows):
+            open_ = " or ".join(_window_open(w) for w in sorted({w for w in windows if w is not None}))
+            out.append(Record(R.CLUSTER_EXPECTED_DOWN, f"vector(1) unless on () ({open_})", {CLUSTER: cluster}))
+    return out
+
+
+def _in(names: Sequence[str]) -> str:
+    return f'{CLUSTER}=~"{regex_any(names)}"'
+
+
+def _refusing(cfg: ObservabilityConfig, names: Sequence[str]) -> str:
+    """Requests/s refused by the gateway pods that see no healthy replica of the model, per model's cluster."""
+    refused = f"rate({series(cfg, ENVOY.NO_HEALTHY, _in(names))}[{RATE}])"
+    return f"sum by ({CLUSTER}) ({refused} and {series(cfg, ENVOY.MEMBERSHIP_HEALTHY, _in(names))} == 0) > 0"
+
+
+def _unless_expected(expr: str) -> str:
+    return f"{expr}\nunless on ({CLUSTER}) {R.CLUSTER_EXPECTED_DOWN}"
+
+
+def _unavailable_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    variants = {v.model for v in cfg.variants}
+
+    def names(models: Sequence[ServedModel]) -> list[str]:
+        return [m.name for m in models]
+
+    serving = [m for m in cfg.models if m.name not in variants]
+    always = names([m for m in serving if m.min_replicas >= 1])
+    from_zero = names([m for m in serving if m.min_replicas == 0])
+    summary = "Gateway refuses requests to model {{ $labels.envoy_cluster_name }}: no healthy replica"
+    out = []
+    for group, for_, why in ((always, UNAVAILABLE_FOR, ""),
+                             (from_zero, SCALE_FROM_ZERO_FOR, " The model scales to zero (replicas.min 0): its first "
+                                                             "replica has had that long to get a node and load.")):
+        if group:
+            out.append(Alert(
+                "GatewayModelUnavailable", _unless_expected(_refusing(cfg, group)), "critical", summary=summary,
+                description=f"For {for_} the gateway has answered {{{{ $value }}}} requests/s to model "
+                            "{{ $labels.envoy_cluster_name }} with 503 no healthy upstream (flag UH), from gateway "
+                            "pods that see none of its replicas passing its health checks (or all ejected): clients "
+                            f"are refused.{why}",
+                runbook_url=runbook(cfg, "GatewayModelUnavailable"), for_=for_))
+    quiet = names([m for m in cfg.models if m.min_replicas >= 1])
+    if quiet:
+        healthy = f"max by ({CLUSTER}) ({series(cfg, ENVOY.MEMBERSHIP_HEALTHY, _in(quiet))}) == 0"
+        if always:
+            healthy = f"{healthy}\nunless on ({CLUSTER}) ({_refusing(cfg, always)})"
+        out.append(Alert(
+            "GatewayModelUnavailable", _unless_expected(healthy), "warning",
+            summary="Model {{ $labels.envoy_cluster_name }} has no healthy replica at the gateway",
+            description=f"For {NO_REPLICA_FOR} no gateway pod has seen a replica of model "
+                        "{{ $labels.envoy_cluster_name }} pass its health checks (or one not ejected), and none has "
+                        "refused a request to it: a model's next request gets 503 no healthy upstream; a variant's "
+                        "requests go to its workload's next variant instead.",
+            runbook_url=runbook(cfg, "GatewayModelUnavailable"), for_=NO_REPLICA_FOR))
+    return out
+
+
+def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
+    clusters = _in(client_clusters(cfg))
+    answered = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{clusters}}})"
+    failed = f'sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{ENVOY.L_CODE_CLASS}="5", {clusters}}})'
+    return Alert(
+        "GatewayServerErrorRatioHigh",
+        _unless_expected(f"{failed} / {answered} > {ERROR_RATIO!r}\n"
+                         f"and on ({CLUSTER}) {answered} >= {MIN_REQUESTS_PER_SECOND!r}"), "critical",
+        summary="Gateway answers {{ $value | humanizePercentage }} of requests to {{ $labels.envoy_cluster_name }} "
+                "with 5xx",
+        description=f"For {ERROR_FOR} more than {ERROR_RATIO:.0%} of the gateway's answers to clients of cluster "
+                    "{{ $labels.envoy_cluster_name }} (a model, or <workload>__<variant>: a workload's requests that "
+                    "chose that variant first) were 5xx ({{ $value | humanizePercentage }} over 5 minutes, at least "
+                    f"{MIN_REQUESTS_PER_SECOND:g} requests/s): the replicas' own errors after retries, or the "
+                    "gateway's 503 (no healthy upstream, circuit breaker) and 504 (timeout).",
+        runbook_url=runbook(cfg, "GatewayServerErrorRatioHigh"), for_=ERROR_FOR)
 
 
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
     tries = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS})"
     return [
+        *_unavailable_alerts(cfg),
+        _error_ratio_alert(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",
               summary="Gateway cluster {{ $labels.envoy_cluster_name }} keeps ejecting replicas",

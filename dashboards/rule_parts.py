@@ -141,6 +141,15 @@ class R:
     # tries each variant's cluster served {workload, variant}
     VARIANT_REQUESTS = "variant:envoy_cluster_upstream_rq:rate5m"
     VARIANT_SPEND = "workload:aifactory_variant_spend_dollars:rate5m"  # $/s {workload}
+    # The models' latency SLOs as constant series {model} (models.<name>.slo), and each model's p95 from its engine's
+    # histogram {model} (dashboards.engines: EngineRules.ttft_p95 / itl_p95), in seconds
+    MODEL_TTFT_SLO = "aifactory:model_ttft_slo_seconds"
+    MODEL_ITL_SLO = "aifactory:model_inter_token_slo_seconds"
+    MODEL_TTFT_P95 = "model:time_to_first_token_seconds:p95"
+    MODEL_ITL_P95 = "model:inter_token_latency_seconds:p95"
+    # 1 while a gateway cluster has no replica by design {envoy_cluster_name}: every model behind it is on a
+    # capacity-block pool outside the block's window (dashboards.gateway_alerts)
+    CLUSTER_EXPECTED_DOWN = "aifactory:gateway_cluster_expected_down"
     # $/s had every one of those requests gone to the workload's fastest variant {workload}
     VARIANT_SPEND_ALL_FASTEST = "workload:aifactory_variant_spend_all_fastest_dollars:rate5m"
     # {workflow, tenant, step_kind, le}

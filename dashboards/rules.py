@@ -64,6 +64,7 @@ __all__ = [
     "PIPELINE_FOR",
     "LOKI_ERROR_RATIO",
     "CANARY_MISSING_RATIO",
+    "MODEL_SLO_FOR",
 ]
 
 # kube-state-metrics exposes allow-listed node/pod labels as label_<sanitised key>.
@@ -137,9 +138,26 @@ def _config_records(cfg: ObservabilityConfig) -> list[Record]:
         out.append(Record(R.GPU_PRICE, f"vector({p.gpu_price_per_hour!r})", labels))
         out.append(Record(R.GPUS_PER_NODE, f"vector({p.gpus_per_node})", labels))
     out += [rules_of(m.engine).queue_target(m) for m in cfg.models]
+    out += _model_slo_records(cfg)
+    out += gateway_alerts.expected_down_records(cfg)
     for v in cfg.variants:
         out.append(Record(R.VARIANT_COST, f"vector({v.cost_per_request!r})",
                           {"workload": v.workload, "variant": v.model, "fastest": "true" if v.fastest else "false"}))
+    return out
+
+
+# A model's latency SLOs (models.<name>.slo) as (SLO series, p95 series, EngineRules attribute of its p95)
+_MODEL_SLOS = ((R.MODEL_TTFT_SLO, R.MODEL_TTFT_P95, "ttft_p95"), (R.MODEL_ITL_SLO, R.MODEL_ITL_P95, "itl_p95"))
+
+
+def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
+    """Each model's time-to-first-token and inter-token SLOs, where its engine exports that latency."""
+    out = []
+    for slo, _, attr in _MODEL_SLOS:
+        for m in cfg.models:
+            if getattr(rules_of(m.engine), attr) is not None:
+                value = m.ttft_seconds if slo == R.MODEL_TTFT_SLO else m.inter_token_seconds
+                out.append(Record(slo, f"vector({value!r})", {"model": m.name}))
     return out
 
 
@@ -267,9 +285,13 @@ def _slo_records(cfg: ObservabilityConfig) -> list[Record]:
 def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
     """Each engine's records (dashboards.engines), and the generated tokens/s of every engine by model."""
     engines = ENGINE_RULES.values()
+    p95 = [(record, [getattr(e, attr) for e in engines if getattr(e, attr) is not None])
+           for _, record, attr in _MODEL_SLOS]
     return [*(r for e in engines for r in e.records(cfg)),
             Record(R.GENERATED_TOKENS, " or ".join(e.generated_tokens for e in engines)),
-            *(r for e in engines for r in e.late_records(cfg))]
+            *(r for e in engines for r in e.late_records(cfg)),
+            # every engine's p95 by model, its quantile label dropped (one engine serves a model)
+            *(Record(record, f"max by (model) ({' or '.join(exprs)})") for record, exprs in p95)]
 
 
 def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
@@ -411,6 +433,29 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     ]
 
 
+MODEL_SLO_FOR = "15m"  # a model's p95 above its latency SLO this long tickets
+
+
+def _model_slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    """A model's p95 time to first token or inter-token latency above its models.<name>.slo for MODEL_SLO_FOR:
+    only models with that SLO series, i.e. whose engine exports that latency (Triton: no inter-token latency)."""
+    out = []
+    for alert, slo, p95, key, what in (
+        ("ModelTtftSloMissed", R.MODEL_TTFT_SLO, R.MODEL_TTFT_P95, "ttftSeconds", "time to first token"),
+        ("ModelInterTokenSloMissed", R.MODEL_ITL_SLO, R.MODEL_ITL_P95, "interTokenSeconds", "inter-token latency"),
+    ):
+        if not any(r.record == slo for r in _model_slo_records(cfg)):
+            continue
+        out.append(Alert(
+            alert, f"{p95} > on (model) {slo}", "warning",
+            summary=f"Model {{{{ $labels.model }}}} p95 {what} is {{{{ $value | humanizeDuration }}}}",
+            description=f"For {MODEL_SLO_FOR} model {{{{ $labels.model }}}}'s p95 {what} (its engine's histogram, "
+                        f"over 5 minutes) has been above its SLO, models.{{{{ $labels.model }}}}.slo.{key}: "
+                        f"{{{{ $value | humanizeDuration }}}}. Check its queue and KV cache, and its replicas.",
+            runbook_url=runbook(cfg, alert), for_=MODEL_SLO_FOR))
+    return out
+
+
 SERVER_ERRORS = 'status_code=~"5.."'
 _SIGNAL_WORDS = {"spans": "spans", "metric_points": "metric points", "log_records": "log records"}
 
@@ -487,6 +532,7 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-slo", tuple(_slo_records(cfg))),
         Group("aifactory-slo-alerts", tuple(_slo_alerts(cfg))),
         Group("aifactory-gpu-alerts", tuple(_gpu_alerts(cfg))),
+        Group("aifactory-model-slo-alerts", tuple(_model_slo_alerts(cfg))),
         Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
         Group("aifactory-gateway-alerts", tuple(gateway_alerts.alerts(cfg))),
     ]

@@ -3,6 +3,9 @@ dashboards and rules from (dashboards/ never reads the stack config itself)."""
 
 from __future__ import annotations
 
+import datetime
+
+from components.k8s.settings import Capacity
 from dashboards.config import (
     DEFAULT_RUNBOOK_URL,
     Objective,
@@ -21,12 +24,13 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
     """The observability view of one stack: only GPU pools are priced (GPU cost), every model served."""
     obs = cfg.observability
     pools = tuple(
-        Pool(p.name, p.instance_type, p.instance.gpu_count, cfg.price_per_hour(p.instance_type))
+        Pool(p.name, p.instance_type, p.instance.gpu_count, cfg.price_per_hour(p.instance_type), _window(p.capacity))
         for p in sorted(cfg.gpu_pools, key=lambda p: p.name)
     )
     models = tuple(
         ServedModel(m.name, m.engine, m.tenant, m.pool, m.slo.ttft_seconds, m.slo.inter_token_seconds,
-                    m.slo.e2e_seconds, m.replicas.target_queue_depth, m.replicas.target_queue_time_ms / 1000)
+                    m.slo.e2e_seconds, m.replicas.target_queue_depth, m.replicas.target_queue_time_ms / 1000,
+                    m.replicas.min)
         for m in sorted(cfg.models.values(), key=lambda m: m.name)
     )
     named = tuple(
@@ -48,6 +52,18 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
         variants=_variant_costs(cfg),
     )
+
+
+def _window(capacity: Capacity) -> tuple[int, int] | None:
+    """A capacity block's pool has nodes from its start until it scales to zero, drainMinutes before its end (the
+    scheduled actions of components/aws/node_pool.py); any other pool always."""
+    if capacity.type != "capacity-block" or capacity.start_time is None or capacity.end_time is None:
+        return None
+
+    def epoch(utc: str) -> int:
+        return int(datetime.datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
+
+    return epoch(capacity.start_time), epoch(capacity.end_time) - capacity.drain_minutes * 60
 
 
 def _variant_costs(cfg: PlatformConfig) -> tuple[VariantCost, ...]:

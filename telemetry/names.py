@@ -282,6 +282,10 @@ class ENVOY:
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
+    # gauge: the cluster's hosts passing health checks and not ejected (a model's cluster: its replicas the gateway
+    # may send to; envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst)
+    MEMBERSHIP_HEALTHY = "envoy_cluster_membership_healthy"
+    L_CODE_CLASS = "envoy_response_code_class"  # RQ_XX: 2, 4, 5...
     # Per route stat_prefix (vhost.<vhost>.route.<prefix>.*): the gateway's variant decisions are routes with
     # prefix <workload>__<variant>__<reason> (components/k8s/envoy_config.py)
     ROUTE_RQ_COMPLETED = "envoy_vhost_route_upstream_rq_completed"  # requests completed per route

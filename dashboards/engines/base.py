@@ -26,6 +26,10 @@ class EngineRules(ABC):
     name: str  # models.X.engine
     title: str  # the dashboards' row and panel titles
     generated_tokens: str  # its recorded generated tokens/s by model, which the cost rules read for every engine
+    # Its p95 time to first token and p95 inter-token latency by model, in seconds (PromQL over its recorded
+    # quantiles), which the model SLO rules read for every engine. Default: None, the engine exports no such histogram.
+    ttft_p95: str | None = None
+    itl_p95: str | None = None
 
     @abstractmethod
     def queue_target(self, model: ServedModel) -> Record:

@@ -131,4 +131,6 @@ class SglangRules(EngineRules):
         ]
 
 
-RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS)
+RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS,
+                    ttft_p95=f'{S.quantile(SGLANG.TTFT)}{{quantile="0.95"}}',
+                    itl_p95=f'{S.quantile(SGLANG.ITL)}{{quantile="0.95"}}')

@@ -107,4 +107,6 @@ class TritonRules(EngineRules):
         ]
 
 
-RULES = TritonRules(name="triton", title="Triton", generated_tokens=R.TRITON_TOKENS)
+# TensorRT-LLM's Triton backend exports no per-token timing: no inter-token latency (docs/observability.md)
+RULES = TritonRules(name="triton", title="Triton", generated_tokens=R.TRITON_TOKENS,
+                    ttft_p95=f'{R.TRITON_TTFT_QUANTILE}{{quantile="0.95"}} / 1000')

@@ -118,4 +118,6 @@ class VllmRules(EngineRules):
         ]
 
 
-RULES = VllmRules(name="vllm", title="vLLM", generated_tokens=R.MODEL_TOKENS)
+RULES = VllmRules(name="vllm", title="vLLM", generated_tokens=R.MODEL_TOKENS,
+                  ttft_p95=f'{R.vllm_quantile(VLLM.TTFT)}{{quantile="0.95"}}',
+                  itl_p95=f'{R.vllm_quantile(VLLM.ITL)}{{quantile="0.95"}}')

@@ -371,6 +371,106 @@ def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
     retried = [_sel(ENVOY.RQ_RETRY, {**p, **chat}) for p in pods]
     case("GatewayRetryRatioHigh", 1, 8 / 120, {**{a: "0+60x30" for a in answered}, **{r: "0+4x30" for r in retried}},
          {**{a: "0+60x30" for a in answered}, **{r: "0+2x30" for r in retried}})
+    return out + _unavailable_cases(cfg) + _server_error_cases(cfg)
+
+
+GATEWAY_PODS = [{"namespace": "aifactory-gateway", "pod": f"gateway-{i}", "job": "gateway"} for i in range(2)]
+
+
+def _gateway_fired(cfg: ObservabilityConfig, alert: str, severity: str, cluster: str, value: float, *,
+                   for_: str | None = None) -> tuple[Labels, float, int]:
+    """The alert firing for `cluster`, with its rule's `for` (`for_`: which, where the alert has several rules)."""
+    fors = {_minutes(a.for_) for a in alerts(cfg) if a.alert == alert and a.severity == severity}
+    [minutes] = fors if for_ is None else {_minutes(for_)} & fors
+    return {ENVOY.L_CLUSTER: cluster, "alertname": alert, "severity": severity}, value, minutes
+
+
+def _down(cluster: str, refused_per_minute: tuple[float, float]) -> dict[str, str]:
+    """Both gateway pods see no healthy replica of `cluster` from minute 0, and refuse these requests a minute."""
+    out = {}
+    for p, refused in zip(GATEWAY_PODS, refused_per_minute, strict=True):
+        out[_sel(ENVOY.MEMBERSHIP_HEALTHY, {**p, ENVOY.L_CLUSTER: cluster})] = "0x40"
+        out[_sel(ENVOY.NO_HEALTHY, {**p, ENVOY.L_CLUSTER: cluster})] = f"0+{_num(refused)}x40"
+    return out
+
+
+def _unavailable_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """GatewayModelUnavailable on the prod stack (dashboards/gateway_alerts.py): deep-research (h200, on demand, no
+    variants), finance-8b (a variant of finance-8b), assistant-fast (the h100-block capacity block, whose window,
+    December 2026, is far from promtool's clock at the epoch)."""
+    refused = _gateway_fired(cfg, "GatewayModelUnavailable", "critical", "deep-research", (60 + 30) / 60)
+    idle = _gateway_fired(cfg, "GatewayModelUnavailable", "warning", "deep-research", 0)
+    overflowing = _gateway_fired(cfg, "GatewayModelUnavailable", "warning", "finance-8b", 0)
+    return [
+        # refused by both pods (1 + 0.5 requests/s) from minute 1 (a rate needs two samples): pages 5 minutes
+        # later, and no ticket joins the page
+        Case("GatewayModelUnavailable", _down("deep-research", (60, 30)),
+             _around(1, [refused]) + [(1 + idle[2] + 1, [refused[:2]])]),
+        # no replica, nobody refused: a ticket after 15 minutes, never a page
+        Case("GatewayModelUnavailable", _down("deep-research", (0, 0)), _around(0, [idle]) + [(refused[2] + 1, [])]),
+        # a variant without replicas whose requests overflow to finance-8b-bf16 (its gate's 503s count as refusals
+        # on its cluster, the client is served): a ticket, no page
+        Case("GatewayModelUnavailable", _down("finance-8b", (60, 60)),
+             [(refused[2] + 1, [])] + _around(0, [overflowing])),
+        # a capacity block outside its window: its pool has no node by design, nothing fires
+        Case("GatewayModelUnavailable", _down("assistant-fast", (60, 60)), [(refused[2] + 1, []), (idle[2] + 1, [])]),
+    ]
+
+
+def _answers(cluster: str, per_minute: dict[str, float]) -> dict[str, str]:
+    """Both gateway pods answer clients of `cluster` with these responses a minute, by class (`2`, `5`)."""
+    return {_sel(ENVOY.RQ_XX, {**p, ENVOY.L_CLUSTER: cluster, ENVOY.L_CODE_CLASS: c}): f"0+{_num(n)}x30"
+            for p in GATEWAY_PODS for c, n in per_minute.items()}
+
+
+def _server_error_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """GatewayServerErrorRatioHigh on the prod stack: the workload finance-8b's aggregate cluster for requests that
+    chose finance-8b first; the variant's own cluster; the capacity block's model."""
+    fired = _gateway_fired(cfg, "GatewayServerErrorRatioHigh", "critical", "finance-8b__finance-8b", 12 / 132)
+    quiet = [(1 + fired[2], [])]
+    return [
+        # per pod 60 answers 2xx and 6 5xx a minute: 9.1% of 2.2 requests/s
+        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 60, "5": 6}), _around(1, [fired])),
+        # 2 5xx a minute: 3.2%, under 5%
+        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 60, "5": 2}), quiet),
+        # at night: one 5xx a minute per pod out of two answers, 50% of 0.067 requests/s: under the minimum rate
+        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 1, "5": 1}), quiet),
+        # the variant's own cluster counts its gate's 503s, which the aggregate retried on finance-8b-bf16
+        Case("GatewayServerErrorRatioHigh", _answers("finance-8b", {"5": 60}), quiet),
+        # every answer 5xx, from a model whose capacity block is outside its window: expected, no page
+        Case("GatewayServerErrorRatioHigh", _answers("assistant-fast", {"5": 60}), quiet),
+    ]
+
+
+def _histogram(metric: str, labels: Labels, edges: tuple[float, float], per_minute: float) -> dict[str, str]:
+    """A latency histogram whose every observation (per_minute of them) falls in (edges[0], edges[1]]."""
+    low, high = edges
+    return {_sel(f"{metric}_bucket", {**labels, "le": le}): values for le, values in (
+        (_num(low), "0x30"), (_num(high), f"0+{_num(per_minute)}x30"), ("+Inf", f"0+{_num(per_minute)}x30"))}
+
+
+def _model_slo_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """A model's p95 above its slo.ttftSeconds / slo.interTokenSeconds (dashboards/rules.py), from each engine's
+    histogram: vLLM's time to first token for deep-research (SLO 0.5 s), SGLang's inter-token latency for
+    assistant-tools (SLO 0.05 s), Triton's time to first response in ms for assistant-fast (SLO 0.3 s). Every
+    observation in one bucket: the p95 is 95% of the way through it."""
+    fors = _for(cfg)
+    models = {m.name: m for m in cfg.models}
+    triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
+    out = []
+    for alert, metric, labels, model, slo, slow, fast, per_second in (
+        ("ModelTtftSloMissed", VLLM.TTFT, {"model_name": "deep-research", "engine": "0"}, "deep-research",
+         models["deep-research"].ttft_seconds, (0.75, 1.0), (0.25, 0.5), 1),
+        ("ModelInterTokenSloMissed", SGLANG.ITL, {"model_name": "assistant-tools", "tp_rank": "0"}, "assistant-tools",
+         models["assistant-tools"].inter_token_seconds, (0.04, 0.06), (0.02, 0.04), 1),
+        ("ModelTtftSloMissed", TRITON.FIRST_RESPONSE_MS, triton, "assistant-fast",
+         models["assistant-fast"].ttft_seconds, (100, 500), (0, 100), 1000),  # Triton's default buckets, ms
+    ):
+        p95 = (slow[0] + 0.95 * (slow[1] - slow[0])) / per_second
+        assert fast[1] / per_second <= slo < p95
+        fired = ({"model": model, "alertname": alert, "severity": "warning"}, p95, fors[(alert, "warning")])
+        out.append(Case(alert, _histogram(metric, labels, slow, 60), _around(1, [fired])))
+        out.append(Case(alert, _histogram(metric, labels, fast, 60), [(1 + fired[2], [])]))
     return out
 
 
@@ -416,7 +516,8 @@ def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_inte
 def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
                                                                              tmp_path: Path) -> None:
     long_cases, short_burns = _long_window_cases(prod)
-    cases = _burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
+    cases = (_burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
+             + _model_slo_cases(prod))
     assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
     assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):

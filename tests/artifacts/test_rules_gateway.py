@@ -1,0 +1,134 @@
+"""The gateway's availability alerts where the stack config says a model has no replica by design, under the real
+promtool: a capacity block inside its window (after its warm-up) pages like any model, and a model that scales to
+zero gets no ticket while idle and pages only after it has had time to wake. promtool's clock starts at the epoch,
+so these stacks' capacity blocks open then.
+
+The shipped stacks' cases (outside a block's window, an overflowing variant) are in tests/artifacts/test_rules.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dashboards.config import ObservabilityConfig
+from dashboards.gateway_alerts import (
+    CAPACITY_BLOCK_WARMUP_MINUTES,
+    SCALE_FROM_ZERO_FOR,
+    UNAVAILABLE_FOR,
+    client_clusters,
+    expected_down_records,
+)
+from dashboards.rules import R, alerts, records
+from infra.monitoring import from_platform
+from infra.synth import load_stack
+from tests.artifacts.test_alertmanager import amtool, shipped
+from tests.artifacts.test_rules import (
+    Case,
+    _around,
+    _down,
+    _gateway_fired,
+    _minutes,
+    _promtool_test,
+    _run_promtool_tests,
+)
+from tests.support.stacks import stack_raw
+
+BLOCK_DAYS = 14
+
+
+@pytest.fixture(scope="module")
+def prod() -> ObservabilityConfig:
+    return from_platform(load_stack("prod"))
+
+
+def _annotations(cfg: ObservabilityConfig) -> dict[tuple[str, str, str | None], dict[str, str]]:
+    return {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(cfg)}
+
+
+def _block_from_epoch(cfg: ObservabilityConfig) -> ObservabilityConfig:
+    """prod with its capacity block (h100-block, assistant-fast's pool) from the epoch for BLOCK_DAYS."""
+    pools = tuple(dataclasses.replace(p, window=(0, BLOCK_DAYS * 86400)) if p.window else p for p in cfg.pools)
+    return dataclasses.replace(cfg, pools=pools)
+
+
+def test_a_capacity_block_model_pages_inside_its_window_after_the_warm_up(prod: ObservabilityConfig,
+                                                                         tmp_path: Path) -> None:
+    """assistant-fast refuses every request from minute 0: nothing fires while its block warms up (its nodes join
+    and the model loads); from the warm-up's end the refusals page after UNAVAILABLE_FOR."""
+    cfg = _block_from_epoch(prod)
+    fired = _gateway_fired(cfg, "GatewayModelUnavailable", "critical", "assistant-fast", 2.0)
+    case = Case("GatewayModelUnavailable", _down("assistant-fast", (60, 60)),
+                [(_minutes(UNAVAILABLE_FOR) + 1, [])] + _around(CAPACITY_BLOCK_WARMUP_MINUTES, [fired]))
+    assert case.checks[-1][0] == CAPACITY_BLOCK_WARMUP_MINUTES + _minutes(UNAVAILABLE_FOR)
+    _run_promtool_tests(cfg, tmp_path, ("1m", [_promtool_test(case, _annotations(cfg))]))
+
+
+def test_a_model_that_scales_to_zero_gets_no_ticket_idle_and_pages_after_waking_time(prod: ObservabilityConfig,
+                                                                                   tmp_path: Path) -> None:
+    """deep-research with replicas.min 0: no replica and nobody asking is its normal state; refused requests wake
+    it (KEDA on the gateway's refusals), so they page only after SCALE_FROM_ZERO_FOR, not UNAVAILABLE_FOR."""
+    cfg = dataclasses.replace(prod, models=tuple(dataclasses.replace(m, min_replicas=0) if m.name == "deep-research"
+                                                 else m for m in prod.models))
+    fired = _gateway_fired(cfg, "GatewayModelUnavailable", "critical", "deep-research", 1.0, for_=SCALE_FROM_ZERO_FOR)
+    assert fired[2] > _minutes(UNAVAILABLE_FOR)
+    waking = Case("GatewayModelUnavailable", _down("deep-research", (60, 0)), _around(1, [fired]))
+    idle = Case("GatewayModelUnavailable", _down("deep-research", (0, 0)), [(30, [])])
+    _run_promtool_tests(cfg, tmp_path, ("1m", [_promtool_test(c, _annotations(cfg)) for c in (waking, idle)]))
+
+
+def test_the_clients_clusters_are_models_without_variants_and_the_workloads_aggregates(
+        prod: ObservabilityConfig) -> None:
+    """What GatewayServerErrorRatioHigh reads: the clusters the gateway's routes send to
+    (components/k8s/envoy_config.py `_route`, components/k8s/envoy_variants.py `decision_route`), never a variant's
+    own cluster, which counts the 503s of tries its workload's aggregate retried on the next variant."""
+    assert client_clusters(prod) == ["assistant-batch", "assistant-fast", "assistant-tools", "deep-research",
+                                     "embed-rerank", "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"]
+
+
+def test_an_aggregate_is_expected_down_only_when_every_variant_behind_it_is(prod: ObservabilityConfig) -> None:
+    """finance-8b's variants both on l40s (on demand): nothing expected down. With l40s a capacity block, each
+    variant's cluster and both of the workload's aggregates are, in the hours outside the block's window."""
+    assert [r.labels for r in expected_down_records(prod)] == [{"envoy_cluster_name": "assistant-fast"}]
+    blocked = dataclasses.replace(prod, pools=tuple(dataclasses.replace(p, window=(3600, 7200))
+                                                    if p.name == "l40s" else p for p in prod.pools))
+    got = {r.labels["envoy_cluster_name"]: r.expr for r in expected_down_records(blocked)}
+    assert set(got) == {"assistant-fast", "assistant-tools", "embed-rerank", "finance-8b", "finance-8b-bf16",
+                        "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"}
+    warm = 3600 + CAPACITY_BLOCK_WARMUP_MINUTES * 60
+    assert got["finance-8b__finance-8b"] == (
+        f"vector(1) unless on () ((vector(time()) >= {warm} and vector(time()) < 7200))")
+
+
+def test_model_latency_slos_are_series_only_where_the_engine_exports_the_latency(prod: ObservabilityConfig) -> None:
+    """assistant-fast runs on Triton (TensorRT-LLM), which exports time to first response but no per-token timing:
+    it has a TTFT SLO series and no inter-token one, so ModelInterTokenSloMissed cannot fire for it."""
+    ttft = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_TTFT_SLO]}
+    itl = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_ITL_SLO]}
+    assert ttft["assistant-fast"] == "vector(0.3)" and ttft["deep-research"] == "vector(0.5)"
+    assert "assistant-fast" not in itl and itl["assistant-tools"] == "vector(0.05)"
+    assert set(ttft) == {m.name for m in prod.models} and set(itl) == set(ttft) - {"assistant-fast"}
+
+
+def test_the_gateways_pages_reach_the_pager_and_its_tickets_the_ticket_receivers(
+        tmp_path: Path, synthesized: Callable[[str], Path]) -> None:
+    """Each rule of the gateway's and the model SLOs' alerts, with the labels it fires with, routed by the real
+    amtool through the Alertmanager config prod deploys: to the receivers prod names for its severity."""
+    build = synthesized("prod")
+    config, _ = shipped(build, tmp_path)
+    routes = stack_raw("prod")["observability"]["alerting"]["routes"]
+    rules = yaml.safe_load((build / "rules" / "aifactory.rules.yaml").read_text())
+    fired = {(r["alert"], r["labels"]["severity"]) for g in rules["groups"] for r in g["rules"]
+             if g["name"] in ("aifactory-gateway-alerts", "aifactory-model-slo-alerts")}
+    assert {("GatewayModelUnavailable", "critical"), ("GatewayModelUnavailable", "warning"),
+            ("GatewayServerErrorRatioHigh", "critical"), ("ModelTtftSloMissed", "warning"),
+            ("ModelInterTokenSloMissed", "warning")} <= fired
+    for alert, severity in sorted(fired):
+        res = amtool("config", "routes", "test", f"--config.file={config}", f"severity={severity}",
+                     f"alertname={alert}", "envoy_cluster_name=deep-research", "model=deep-research")
+        assert res.returncode == 0, res.stderr
+        assert res.stdout.strip() == ",".join(routes[severity]), (alert, severity)
