@@ -171,42 +171,26 @@ def gateway(request_ratio: float, sink: tuple[_Sink, int], tmp_path: Path, monke
 
 
 @pytest.mark.parametrize("request_ratio", [1.0])
-def test_one_request_shares_a_trace_id_across_gateway_and_engine(gateway: tuple[int, _Engine],
-                                                                 sink: tuple[_Sink, int]) -> None:
+@pytest.mark.parametrize("flags", ["01", "00"])
+def test_one_request_shares_a_trace_id_across_gateway_and_engine_sampled_by_its_caller_or_not(
+        gateway: tuple[int, _Engine], sink: tuple[_Sink, int], flags: str) -> None:
     """The agent's traceparent continues through the gateway (its span a child of the agent's) into the engine
-    (a child of the gateway's span): one trace id from agent to engine."""
-    port, engine = gateway
+    (a child of the gateway's span): one trace id from agent to engine. Also when its flags say "not sampled" (00),
+    as a meshed caller's sidecar sends for all but the mesh's sampling percentage of an uninstrumented client's
+    requests: the gateway's always_on sampler traces it anyway and sends 01 on, so the engine (parent-based, as vLLM
+    samples) traces it too. Without that sampler Envoy exports no span and passes 00 on
+    (components.k8s.envoy_observability GATEWAY_SAMPLER)."""
+    port, _ = gateway
     spans, _ = sink
-    traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-01"
+    traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-{flags}"
     status, _ = request(port, "/v1/chat/completions",
                         {"x-model": MODEL, "traceparent": traceparent, **ISSUER.bearer("alpha")})
     assert status == 200
     [engine_span] = spans.wait(MODEL)
-    gateway_spans = spans.wait(SERVICE_NAME)
-    assert [s.trace_id for s in gateway_spans] == [CLIENT_TRACE_ID]
-    [gateway_span] = gateway_spans
-    assert gateway_span.parent_span_id == CLIENT_PARENT
+    [gateway_span] = spans.wait(SERVICE_NAME)
+    assert (gateway_span.trace_id, gateway_span.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_PARENT)
     assert (engine_span.name, engine_span.trace_id, engine_span.parent_span_id) == \
         ("llm_request", CLIENT_TRACE_ID, gateway_span.span_id)
-
-
-@pytest.mark.parametrize("request_ratio", [1.0])
-def test_a_caller_whose_trace_is_not_sampled_still_gets_the_gateways_and_the_engines_spans(
-        gateway: tuple[int, _Engine], sink: tuple[_Sink, int]) -> None:
-    """A meshed caller's sidecar sends flags 00 on all but the mesh's sampling percentage of an uninstrumented
-    client's requests: the gateway traces it anyway (its always_on sampler, not the parent's flag), as a child of the
-    caller's span, and sends flags 01 on, so the engine (parent-based, as vLLM samples) traces it too. Without the
-    sampler Envoy exports no span and passes 00 on (components.k8s.envoy_observability GATEWAY_SAMPLER)."""
-    port, engine = gateway
-    spans, _ = sink
-    traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-00"
-    status, _ = request(port, "/v1/chat/completions",
-                        {"x-model": MODEL, "traceparent": traceparent, **ISSUER.bearer("alpha")})
-    assert status == 200
-    [gateway_span] = spans.wait(SERVICE_NAME)
-    [engine_span] = spans.wait(MODEL)
-    assert (gateway_span.trace_id, gateway_span.parent_span_id) == (CLIENT_TRACE_ID, CLIENT_PARENT)
-    assert (engine_span.trace_id, engine_span.parent_span_id) == (CLIENT_TRACE_ID, gateway_span.span_id)
 
 
 @pytest.mark.parametrize("request_ratio", [1.0, 0.2, 0.0])
