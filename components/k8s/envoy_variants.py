@@ -68,7 +68,6 @@ from components.k8s.envoy_base import (
     BUDGET_BAGGAGE_KEY,
     BUDGET_HEADER,
     BUDGET_MAX_MS,
-    DEFAULT_MIN_RETRY_CONCURRENCY,
     METADATA_NAMESPACE,
     ROUTE_DECISION_HEADER,
     VARIANT_HEADER,
@@ -90,6 +89,7 @@ __all__ = [
     "threshold_ms",
     "overflow_cluster_name",
     "overflow_order",
+    "overflow_retries",
     "overflow_cluster",
     "variant_clusters",
     "variant_models",
@@ -221,9 +221,25 @@ def overflow_order(w: Workload, chosen: Model) -> list[Model]:
     return [chosen, *rest]
 
 
+def overflow_retries(cfg: GatewayView, w: Workload) -> int:
+    """The tries of one decision that may overflow at once: as many as the workload's variants take at once (the sum
+    of their circuit breakers, variant.maxRequests or gateway.circuitBreakers.maxRequests), so that the variants'
+    breakers, not the retry budget, bound the overflow.
+
+    Envoy allows a cluster's retries in flight up to budget_percent of *its own* requests in flight, at least
+    min_retry_concurrency (RetryBudget, envoyproxy/envoy@v1.40.0 api/envoy/config/cluster/v3/circuit_breaker.proto).
+    The router checks the budget on the route's cluster, this aggregate one, which counts no requests: each try is
+    counted on the cluster of the host that serves it, a gate's. So the percentage never adds to the floor, and
+    with a floor of 16, 16 of 48 requests overflowing at once were served and 32 got 503 (flag UO), at
+    budget_percent 20 and 100 alike (live: tests/artifacts/test_envoy_variants_block_live.py). A variant with no
+    healthy replica, such as one on a capacity block outside its window, makes every request an overflow."""
+    return sum(m.variant.max_requests if m.variant and m.variant.max_requests else
+               cfg.gateway.circuit_breakers.max_requests for m in w.variants)
+
+
 def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, Any]:
     """An aggregate cluster over the variants' gates in overflow order (each variant keeps its own LB, health
-    checks and breakers)."""
+    checks and breakers); its retry budget lets every try the variants can take overflow (`overflow_retries`)."""
     return {
         "name": overflow_cluster_name(w.name, chosen),
         "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
@@ -235,7 +251,7 @@ def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, 
         "circuit_breakers": {"thresholds": [{
             "priority": "DEFAULT",
             "retry_budget": {"budget_percent": {"value": cfg.gateway.retries.budget_percent},
-                             "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY}}]},
+                             "min_retry_concurrency": overflow_retries(cfg, w)}}]},
     }
 
 

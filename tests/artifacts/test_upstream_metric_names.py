@@ -348,8 +348,9 @@ def test_downstream_latency_is_recorded_per_connection_manager(envoy_scrape: Scr
     """envoy_http_downstream_rq_time carries envoy_http_conn_manager_prefix: the gateway listener's connection
     manager (stat_prefix "gateway"), the stats listener's ("stats": Prometheus scrapes, probes) and the admin
     interface's ("admin") are separate series, so a gateway latency query must select the gateway's prefix. The
-    variants' overflow gates (internal listeners, "gate_<variant>": prod's finance-8b workload and the probe's) have
-    their own too."""
+    variants' overflow gates (internal listeners, "gate_<variant>": prod's assistant and finance-8b workloads and the
+    probe's) have their own too."""
     series = envoy_scrape.values["envoy_http_downstream_rq_time"]
     assert {dict(s).get("envoy_http_conn_manager_prefix") for s in series} == {
-        "gateway", "stats", "admin", "gate_finance-8b", "gate_finance-8b-bf16", "gate_probe-cheap", "gate_probe-fast"}
+        "gateway", "stats", "admin", "gate_assistant-fast", "gate_assistant-steady", "gate_finance-8b",
+        "gate_finance-8b-bf16", "gate_probe-cheap", "gate_probe-fast"}

@@ -38,11 +38,16 @@ def stack_config(stack: str, **overrides: Any) -> PlatformConfig:
 
 @cache
 def prod_without_variants() -> PlatformConfig:
-    """prod with its finance workload as one plain model: finance-8b (AWQ) without its variant settings, without
-    the unquantised baseline finance-8b-bf16 and the workload's routing. The tests of plain model routes use it;
-    the variants' routing is tested on its own (tests/unit/test_envoy_variants.py, test_fidelity_eval.py)."""
+    """prod with each workload of variants as one plain model: finance-8b (AWQ) without its variant settings and
+    without the unquantised baseline finance-8b-bf16; assistant-fast without its variant settings and without the
+    on-demand assistant-steady (and embed-rerank's call rights for it); no routing. The tests of plain model routes
+    use it; the variants' routing is tested on its own (tests/unit/test_envoy_variants.py, test_fidelity_eval.py,
+    tests/artifacts/test_envoy_variants_block_live.py)."""
     raw = stack_raw("prod")
-    models = {k: v for k, v in raw["models"].items() if k != "finance-8b-bf16"}
+    models = {k: v for k, v in raw["models"].items() if k not in ("finance-8b-bf16", "assistant-steady")}
     models["finance-8b"] = {k: v for k, v in models["finance-8b"].items() if k not in ("variant", "slo")}
+    models["assistant-fast"] = {k: v for k, v in models["assistant-fast"].items() if k != "variant"}
+    rerank = models["embed-rerank"]
+    models["embed-rerank"] = {**rerank, "callers": [c for c in rerank["callers"] if c != "assistant-steady"]}
     gateway = {k: v for k, v in raw["gateway"].items() if k != "routing"}
     return parse({**raw, "models": models, "gateway": gateway}, stack="prod")

@@ -446,21 +446,50 @@ def test_a_tenants_burst_defaults_to_the_larger_of_the_declared_burst_and_its_ra
     assert (limit.burst, limit.batch_burst) == (burst, burst)
 
 
+def _assistant_on_the_block_only() -> dict[str, Any]:
+    """prod as it shipped before assistant-steady: the assistant's interactive requests served by assistant-fast alone,
+    on the capacity block's pool."""
+    raw = stack_raw("prod")
+    del raw["models"]["assistant-steady"]
+    del raw["models"]["assistant-fast"]["variant"]
+    del raw["gateway"]["routing"]["assistant"]
+    raw["models"]["embed-rerank"]["callers"].remove("assistant-steady")
+    return raw
+
+
+BLOCK_ONLY_WARNING = (
+    "models: workload 'assistant' is served interactively only from capacity blocks (assistant-fast on h100-block "
+    "(2026-12-01T11:30:00Z to 2026-12-15T11:30:00Z)): outside a block's window its pool has no nodes and the "
+    "gateway answers every interactive request to 'assistant' with 503; give the workload an interactive model "
+    "on another pool (as a variant), or have its clients send x-priority: batch outside the window")
+
+
 def test_a_workload_served_interactively_only_from_capacity_blocks_is_warned_about() -> None:
     """Outside its window a block's pool has no nodes, and the gateway sends a workload's interactive requests only to
-    its interactive models: prod's assistant answers 503 then (infra/stack/checks.py)."""
+    its interactive models: with assistant-fast alone the assistant answers 503 then (infra/stack/checks.py). The
+    shipped stacks have none: prod's assistant has an on-demand variant, assistant-steady."""
     from infra.stack.checks import capacity_block_only_workloads
     from tests.support.stacks import stack_config
 
-    prod = stack_config("prod")
-    assert capacity_block_only_workloads(prod.models, prod.node_pools) == [
-        "models: workload 'assistant' is served interactively only from capacity blocks (assistant-fast on h100-block "
-        "(2026-12-01T11:30:00Z to 2026-12-15T11:30:00Z)): outside a block's window its pool has no nodes and the "
-        "gateway answers every interactive request to 'assistant' with 503; give the workload an interactive model "
-        "on another pool (as a variant), or have its clients send x-priority: batch outside the window"]
-    for stack in ("dev", "staging", "onprem"):
+    cfg = _parse(_assistant_on_the_block_only(), "prod")
+    assert capacity_block_only_workloads(cfg.models, cfg.node_pools) == [BLOCK_ONLY_WARNING]
+    for stack in ("dev", "staging", "prod", "onprem"):
         cfg = stack_config(stack)
         assert capacity_block_only_workloads(cfg.models, cfg.node_pools) == [], stack
+
+
+def test_synth_prints_the_capacity_block_warning(caplog: pytest.LogCaptureFixture) -> None:
+    """The program (what synth, preview and up run) logs each warning as a Pulumi warning (under synth's mocks: the
+    root logger's warnings, which the CLI prints)."""
+    import json
+
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    values = {**read_stack_config(stack_file("prod")),
+              **{f"aifactory:{k}": json.dumps(v) for k, v in _assistant_on_the_block_only().items()
+                 if k in ("models", "gateway")}}
+    run_program("prod", values)
+    assert BLOCK_ONLY_WARNING in [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
 
 
 def test_a_mistake_that_others_follow_from_is_reported_once() -> None:

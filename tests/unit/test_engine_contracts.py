@@ -178,7 +178,7 @@ def test_a_reranker_is_routed_the_paths_vllm_serves_for_it() -> None:
     """vLLM v0.33.0 vllm/entrypoints/pooling/scoring/api_router.py: /score, /v1/score, /rerank, /v1/rerank,
     /v2/rerank. prod's embed-rerank (task rerank) gets exactly those (and /v1/models); a chat model none."""
     prod = stack_config("prod")
-    rerank, chat = _path_regex(prod, "embed-rerank"), _path_regex(prod, "assistant")
+    rerank, chat = _path_regex(prod, "embed-rerank"), _path_regex(prod, "assistant.assistant-fast.default")
     for path in ("/rerank", "/v1/rerank", "/v2/rerank", "/score", "/v1/score", "/v1/models"):
         assert rerank.match(f"/models/embed-rerank{path}"), path
         assert not chat.match(f"/models/assistant{path}") or path == "/v1/models", path
@@ -311,6 +311,7 @@ def test_model_pods_have_a_priority_class_per_priority_and_the_stack_creates_the
     prod = stack_config("prod")
     names = {m.name: serving.pod_spec(prod, m).get("priorityClassName") for m in prod.models.values()}
     assert names == {"assistant-fast": "aifactory-serving-interactive", "assistant-batch": "aifactory-serving-batch",
+                     "assistant-steady": "aifactory-serving-interactive",
                      "assistant-tools": "aifactory-serving-interactive",
                      "deep-research": "aifactory-serving-interactive", "embed-rerank": "aifactory-serving-interactive",
                      "finance-8b": "aifactory-serving-interactive", "finance-8b-bf16": "aifactory-serving-interactive"}

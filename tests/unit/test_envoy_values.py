@@ -20,8 +20,8 @@ from tests.support.stacks import stack_config, stack_raw
 # documented default of tenants.X.rateLimit: 50 requests/s, burst max(100, rps)) -> (per second, burst)
 PROD_TENANT_BUCKETS = {"assistant": (400, 800), "research": (50, 100), "search": (50, 100), "finance": (20, 40)}
 # stacks/Pulumi.prod.yaml, `aifactory:models`: the model backends (one Envoy cluster each)
-PROD_MODELS = ["assistant-batch", "assistant-fast", "assistant-tools", "deep-research", "embed-rerank", "finance-8b",
-               "finance-8b-bf16"]
+PROD_MODELS = ["assistant-batch", "assistant-fast", "assistant-steady", "assistant-tools", "deep-research",
+               "embed-rerank", "finance-8b", "finance-8b-bf16"]
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:

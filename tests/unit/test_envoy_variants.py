@@ -150,6 +150,20 @@ def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
     assert "models.w-int4.variant.maxRequests: 0 is below the minimum 1" in str(e.value)
 
 
+def test_every_try_the_variants_can_take_may_overflow_at_once() -> None:
+    """An aggregate cluster counts no requests of its own, so its retry budget is its min_retry_concurrency alone
+    (envoy_variants.overflow_retries): the sum of the workload's variants' breakers, on every decision's cluster."""
+    raw = _three_variants()
+    raw["models"]["w-int4"]["variant"]["maxRequests"] = 12
+    raw["gateway"]["retries"] = {"budgetPercent": 30}
+    boot = envoy_config.bootstrap(parse(raw, stack="t"))
+    budgets = {c["name"]: c["circuit_breakers"]["thresholds"][0]["retry_budget"]
+               for c in boot["static_resources"]["clusters"] if c["name"].startswith("w__")}
+    # 12 + 4096 + 4096 (w-mid, w-fp8: gateway.circuitBreakers.maxRequests' default)
+    assert budgets == {name: {"budget_percent": {"value": 30.0}, "min_retry_concurrency": 8204}
+                       for name in ("w__w-int4", "w__w-fp8")}
+
+
 @pytest.mark.parametrize(("engines", "decision_codes"), [
     ({"w-int4": "triton", "w-mid": "triton", "w-fp8": "triton"}, [502, 503]),
     ({"w-int4": "triton", "w-mid": "vllm", "w-fp8": "triton"}, [500, 502, 503]),

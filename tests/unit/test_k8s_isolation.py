@@ -55,7 +55,8 @@ def test_prod_callers_across_tenants_and_multi_node_peers() -> None:
                for p in mesh.authorization_policies(stack_cfg("prod"))}
     assert by_name[("search", "allow-callers-embed-rerank")] == _allow(
         {"matchLabels": {"aifactory.io/model": "embed-rerank"}},
-        ["cluster.local/ns/assistant/sa/assistant-batch", "cluster.local/ns/assistant/sa/assistant-fast"], ["8000"])
+        ["cluster.local/ns/assistant/sa/assistant-batch", "cluster.local/ns/assistant/sa/assistant-fast",
+         "cluster.local/ns/assistant/sa/assistant-steady"], ["8000"])
     assert by_name[("research", "allow-peers-deep-research")] == _allow(
         {"matchLabels": {"aifactory.io/model": "deep-research"}}, ["cluster.local/ns/research/sa/deep-research"],
         None)

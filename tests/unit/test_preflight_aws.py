@@ -104,19 +104,19 @@ def test_a_healthy_account_has_no_findings(account: Account) -> None:
 
 
 def test_a_fresh_accounts_p_quota_names_the_pools_the_need_and_the_request(account: Account) -> None:
-    """A new account has 0 vCPUs of 'Running On-Demand P instances': h200 (p5en.48xlarge, 192 vCPUs, maxSize 6) needs
-    1152; the capacity block's pool is not sized by the on-demand quota."""
+    """A new account has 0 vCPUs of 'Running On-Demand P instances': h200 (p5en.48xlarge, 192 vCPUs, maxSize 9) needs
+    1728; the capacity block's pool is not sized by the on-demand quota."""
     account.quotas_for_prod(P=0)
     account.reservation()
     account.amis()
     (finding,) = aws_findings(_prod(), account, deployer_ip=PROD_CIDR_IP)
     assert (finding.check, finding.pool) == ("quota", "h200")
-    assert "needs 1152 vCPUs of 'Running On-Demand P instances (vCPUs)' (L-417A185B)" in finding.message
-    assert finding.fix.endswith("--service-code ec2 --quota-code L-417A185B --desired-value 1152 --region us-east-1")
+    assert "needs 1728 vCPUs of 'Running On-Demand P instances (vCPUs)' (L-417A185B)" in finding.message
+    assert finding.fix.endswith("--service-code ec2 --quota-code L-417A185B --desired-value 1728 --region us-east-1")
 
 
 def test_gp3_and_elastic_ip_quotas(account: Account) -> None:
-    """Root volumes at maxSize: 9x100 + 4x1000 + 6x1000 + 8x500 GiB = 14.6 TiB; three NAT gateways need three
+    """Root volumes at maxSize: 9x100 + 4x1000 + 9x1000 + 8x500 GiB = 17.5 TiB; three NAT gateways need three
     addresses beside the two moto's account already holds."""
     account.ec2.allocate_address(Domain="vpc")
     account.ec2.allocate_address(Domain="vpc")
@@ -125,7 +125,7 @@ def test_gp3_and_elastic_ip_quotas(account: Account) -> None:
     account.amis()
     found = aws_findings(_prod(), account, deployer_ip=PROD_CIDR_IP)
     assert [(f.check, f.pool, f.message) for f in found] == [
-        ("quota", None, "root volumes need 15 TiB of gp3 at maxSize; the quota is 10 TiB"),
+        ("quota", None, "root volumes need 18 TiB of gp3 at maxSize; the quota is 10 TiB"),
         ("quota", None, "3 NAT gateway(s) need 3 Elastic IP(s); 2 of the quota of 4 are allocated already")]
     assert "--quota-code L-0263D0A3 --desired-value 5" in found[1].fix
 
@@ -208,7 +208,7 @@ def test_the_cli_prints_each_finding_with_its_fix_and_exits_1(account: Account, 
     assert cli.main(["preflight", "prod", "--aws", "--deployer-ip", PROD_CIDR_IP]) == 1
     out = capsys.readouterr().out
     assert out.splitlines()[0] == "preflight --aws prod (us-east-1): 1 finding(s)"
-    assert "quota: [h200] needs 1152 vCPUs" in out and "fix: request at least 1152" in out
+    assert "quota: [h200] needs 1728 vCPUs" in out and "fix: request at least 1728" in out
 
 
 def test_without_boto3_the_cli_says_which_extra_to_install(monkeypatch, capsys) -> None:

@@ -62,7 +62,8 @@ def test_every_shipped_vllm_chat_model_takes_tool_calls_with_its_familys_parser(
     assert got == {
         ("dev", "chat"): [*TOOL_FLAGS, "hermes"],
         ("staging", "llama-70b"): llama,
-        ("prod", "assistant-batch"): llama, ("prod", "deep-research"): llama, ("prod", "embed-rerank"): [],
+        ("prod", "assistant-batch"): llama, ("prod", "assistant-steady"): llama,
+        ("prod", "deep-research"): llama, ("prod", "embed-rerank"): [],
         ("prod", "finance-8b"): llama, ("prod", "finance-8b-bf16"): llama,
         ("onprem", "llama-70b"): llama, ("onprem", "llama-405b"): llama,
     }
