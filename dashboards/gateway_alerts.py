@@ -45,9 +45,12 @@ components/k8s/envoy_hops.py `stats_config`).
   (ejections_active) is rarely above 0 for long even while a replica keeps failing; repeated ejections are the
   signal. With session affinity, the ejected replica's sessions go elsewhere and prefill their context again.
 - GatewayRetryRatioHigh: retries over the requests answered (upstream_rq_xx counts a request once, after its
-  retries, as above), per cluster, above RETRY_RATIO for 10 minutes:
+  retries, as above), per model cluster, above RETRY_RATIO for 10 minutes:
   replicas fail tries that other replicas then serve (the client sees success, the fleet pays twice, and affinity's
-  sessions leave their replica on every retry).
+  sessions leave their replica on every retry). A workload's aggregate clusters are not read: their retries are
+  overflow to the next variant, by design (every request of a variant with no replica, such as one on a capacity
+  block outside its window, overflows); a variant's replicas failing show on its own model cluster, where its gate
+  retries them, and overflow on the variant panels.
 """
 
 from __future__ import annotations
@@ -190,7 +193,8 @@ def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
 
 
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
-    tries = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS})"
+    models = _in([m.name for m in cfg.models])
+    tries = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{models}}})"
     return [
         *_unavailable_alerts(cfg),
         _error_ratio_alert(cfg),
@@ -203,7 +207,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "gateway.outlierDetection): a replica fails tries while passing its health checks, and "
                           "with session affinity its sessions prefill their context again elsewhere.",
               runbook_url=runbook(cfg, "GatewayReplicasEjected"), for_=FOR),
-        Alert("GatewayRetryRatioHigh", f"{R.ENVOY_RETRIES} / {tries} > {RETRY_RATIO!r}", "warning",
+        Alert("GatewayRetryRatioHigh", f"{R.ENVOY_RETRIES}{{{models}}} / {tries} > {RETRY_RATIO!r}", "warning",
               summary="Gateway cluster {{ $labels.envoy_cluster_name }} retries "
                       "{{ $value | humanizePercentage }} of its tries",
               description=f"The gateway has retried more than {RETRY_RATIO:.0%} of the tries to gateway cluster "

@@ -354,7 +354,7 @@ def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
     fors = _for(cfg)
     out: list[Case] = []
     pods = [{"namespace": "aifactory-gateway", "pod": f"gateway-{i}", "job": "gateway"} for i in range(2)]
-    chat = {ENVOY.L_CLUSTER: "chat"}
+    chat = {ENVOY.L_CLUSTER: "deep-research"}  # a prod model without variants
 
     def case(alert: str, active_at: int, value: float, series: dict[str, str], quiet: dict[str, str]) -> None:
         fired = ({**chat, "alertname": alert, "severity": "warning"}, value, fors[(alert, "warning")])
@@ -371,6 +371,11 @@ def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
     retried = [_sel(ENVOY.RQ_RETRY, {**p, **chat}) for p in pods]
     case("GatewayRetryRatioHigh", 1, 8 / 120, {**{a: "0+60x30" for a in answered}, **{r: "0+4x30" for r in retried}},
          {**{a: "0+60x30" for a in answered}, **{r: "0+2x30" for r in retried}})
+    # a workload's aggregate cluster retries to overflow by design: every try retried is not this alert's
+    overflowing = {ENVOY.L_CLUSTER: f"{cfg.variants[0].workload}__{cfg.variants[0].model}"}
+    out.append(Case("GatewayRetryRatioHigh", {
+        **{_sel(ENVOY.RQ_XX, {**p, **overflowing, "envoy_response_code_class": "2"}): "0+60x30" for p in pods},
+        **{_sel(ENVOY.RQ_RETRY, {**p, **overflowing}): "0+60x30" for p in pods}}, [(12, [])]))
     return out + _unavailable_cases(cfg) + _server_error_cases(cfg)
 
 

@@ -36,7 +36,7 @@ from tests.artifacts.test_rules import (
     _promtool_test,
     _run_promtool_tests,
 )
-from tests.support.stacks import stack_raw
+from tests.support.stacks import prod_without_variants, stack_raw
 
 BLOCK_DAYS = 14
 
@@ -58,9 +58,10 @@ def _block_from_epoch(cfg: ObservabilityConfig) -> ObservabilityConfig:
 
 def test_a_capacity_block_model_pages_inside_its_window_after_the_warm_up(prod: ObservabilityConfig,
                                                                          tmp_path: Path) -> None:
-    """assistant-fast refuses every request from minute 0: nothing fires while its block warms up (its nodes join
-    and the model loads); from the warm-up's end the refusals page after UNAVAILABLE_FOR."""
-    cfg = _block_from_epoch(prod)
+    """assistant-fast alone (prod without its on-demand variant, whose overflow would serve its clients) refuses
+    every request from minute 0: nothing fires while its block warms up (its nodes join and the model loads); from
+    the warm-up's end the refusals page after UNAVAILABLE_FOR."""
+    cfg = _block_from_epoch(from_platform(prod_without_variants()))
     fired = _gateway_fired(cfg, "GatewayModelUnavailable", "critical", "assistant-fast", 2.0)
     case = Case("GatewayModelUnavailable", _down("assistant-fast", (60, 60)),
                 [(_minutes(UNAVAILABLE_FOR) + 1, [])] + _around(CAPACITY_BLOCK_WARMUP_MINUTES, [fired]))
@@ -86,8 +87,9 @@ def test_the_clients_clusters_are_models_without_variants_and_the_workloads_aggr
     """What GatewayServerErrorRatioHigh reads: the clusters the gateway's routes send to
     (components/k8s/envoy_config.py `_route`, components/k8s/envoy_variants.py `decision_route`), never a variant's
     own cluster, which counts the 503s of tries its workload's aggregate retried on the next variant."""
-    assert client_clusters(prod) == ["assistant-batch", "assistant-fast", "assistant-tools", "deep-research",
-                                     "embed-rerank", "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"]
+    assert client_clusters(prod) == ["assistant-batch", "assistant-tools", "assistant__assistant-fast",
+                                     "assistant__assistant-steady", "deep-research", "embed-rerank",
+                                     "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"]
 
 
 def test_an_aggregate_is_expected_down_only_when_every_variant_behind_it_is(prod: ObservabilityConfig) -> None:
@@ -109,7 +111,7 @@ def test_model_latency_slos_are_series_only_where_the_engine_exports_the_latency
     it has a TTFT SLO series and no inter-token one, so ModelInterTokenSloMissed cannot fire for it."""
     ttft = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_TTFT_SLO]}
     itl = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_ITL_SLO]}
-    assert ttft["assistant-fast"] == "vector(0.3)" and ttft["deep-research"] == "vector(0.5)"
+    assert ttft["assistant-fast"] == "vector(0.3)" and ttft["deep-research"] == "vector(20.0)"
     assert "assistant-fast" not in itl and itl["assistant-tools"] == "vector(0.05)"
     assert set(ttft) == {m.name for m in prod.models} and set(itl) == set(ttft) - {"assistant-fast"}
 
