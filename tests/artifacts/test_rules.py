@@ -456,16 +456,16 @@ def _histogram(metric: str, labels: Labels, edges: tuple[float, float], per_minu
 
 def _model_slo_cases(cfg: ObservabilityConfig) -> list[Case]:
     """A model's p95 above its slo.ttftSeconds / slo.interTokenSeconds (dashboards/rules.py), from each engine's
-    histogram: vLLM's time to first token for deep-research (SLO 0.5 s), SGLang's inter-token latency for
-    assistant-tools (SLO 0.05 s), Triton's time to first response in ms for assistant-fast (SLO 0.3 s). Every
+    histogram: vLLM's time to first token for assistant-steady (SLO 0.5 s, the default), SGLang's inter-token latency
+    for assistant-tools (SLO 0.05 s), Triton's time to first response in ms for assistant-fast (SLO 0.3 s). Every
     observation in one bucket: the p95 is 95% of the way through it."""
     fors = _for(cfg)
     models = {m.name: m for m in cfg.models}
     triton = {"model": TRITON.ENGINE_MODEL, "version": "1", TRITON.L_POD_MODEL: "assistant-fast"}
     out = []
     for alert, metric, labels, model, slo, slow, fast, per_second in (
-        ("ModelTtftSloMissed", VLLM.TTFT, {"model_name": "deep-research", "engine": "0"}, "deep-research",
-         models["deep-research"].ttft_seconds, (0.75, 1.0), (0.25, 0.5), 1),
+        ("ModelTtftSloMissed", VLLM.TTFT, {"model_name": "assistant-steady", "engine": "0"}, "assistant-steady",
+         models["assistant-steady"].ttft_seconds, (0.75, 1.0), (0.25, 0.5), 1),
         ("ModelInterTokenSloMissed", SGLANG.ITL, {"model_name": "assistant-tools", "tp_rank": "0"}, "assistant-tools",
          models["assistant-tools"].inter_token_seconds, (0.04, 0.06), (0.02, 0.04), 1),
         ("ModelTtftSloMissed", TRITON.FIRST_RESPONSE_MS, triton, "assistant-fast",
