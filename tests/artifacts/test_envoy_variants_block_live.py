@@ -11,8 +11,6 @@ hops, a local JWKS) and, for a short run, the gateway's health checks (every 0.2
 
 from __future__ import annotations
 
-import http.client
-import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.artifacts.test_envoy_variants_live import Answer, answer
 from tests.support.envoy import start_gateway
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend
 from tests.support.stacks import stack_config, stack_raw
@@ -34,32 +33,14 @@ HOLD_S = 1.0  # each on-demand replica holds a request this long, so that the CO
 
 
 @dataclass
-class Answer:
-    status: int
-    backend: str
-    route: str | None  # x-aifactory-route: the decision
-    variant: str | None  # x-aifactory-variant: the variant that served
-
-
-@dataclass
 class Gateway:
     envoy: EnvoyProcess
     issuer: Issuer
     audience: str
 
     def ask(self, headers: dict[str, str] | None = None) -> Answer:
-        c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=HOLD_S + 10)
-        try:
-            c.request("POST", "/v1/chat/completions", body=b"{}", headers={
-                "content-type": "application/json", "x-model": "assistant",
-                **self.issuer.bearer("assistant", audience=self.audience), **(headers or {})})
-            resp = c.getresponse()
-            raw = resp.read()
-            backend = json.loads(raw)["backend"] if raw.startswith(b"{") else raw.decode()
-            return Answer(resp.status, backend, resp.getheader("x-aifactory-route"),
-                          resp.getheader("x-aifactory-variant"))
-        finally:
-            c.close()
+        h = {"x-model": "assistant", **self.issuer.bearer("assistant", audience=self.audience), **(headers or {})}
+        return answer(self.envoy.listener_port, "/v1/chat/completions", h, b"{}", timeout=HOLD_S + 10)
 
 
 @pytest.fixture(scope="module")

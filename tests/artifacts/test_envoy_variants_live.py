@@ -70,6 +70,19 @@ class Answer:
     variant: str | None  # x-aifactory-variant: the variant that served
 
 
+def answer(port: int, path: str, headers: dict[str, str], body: bytes, *, timeout: float = 10) -> Answer:
+    """POST to the gateway on `port`; the fake backend that answered (or Envoy's own body) and the variant headers."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    try:
+        c.request("POST", path, body=body, headers={"content-type": "application/json", **headers})
+        resp = c.getresponse()
+        raw = resp.read()
+        backend = json.loads(raw)["backend"] if raw.startswith(b"{") else raw.decode()
+        return Answer(resp.status, backend, resp.getheader("x-aifactory-route"), resp.getheader("x-aifactory-variant"))
+    finally:
+        c.close()
+
+
 @dataclass
 class Gateway:
     envoy: EnvoyProcess
@@ -77,17 +90,8 @@ class Gateway:
 
     def ask(self, workload: str, headers: dict[str, str] | None = None, *, path: str = "/v1/chat/completions",
             body: bytes | None = None) -> Answer:
-        c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=10)
-        try:
-            h = {**self.issuer.bearer("alpha"), **({"x-model": workload} if body is None else {}), **(headers or {})}
-            c.request("POST", path, body=body or b"{}", headers={"content-type": "application/json", **h})
-            resp = c.getresponse()
-            raw = resp.read()
-            backend = json.loads(raw)["backend"] if raw.startswith(b"{") else raw.decode()
-            return Answer(resp.status, backend, resp.getheader("x-aifactory-route"),
-                          resp.getheader("x-aifactory-variant"))
-        finally:
-            c.close()
+        h = {**self.issuer.bearer("alpha"), **({"x-model": workload} if body is None else {}), **(headers or {})}
+        return answer(self.envoy.listener_port, path, h, body or b"{}")
 
 
 @pytest.fixture(scope="module")
