@@ -13,6 +13,7 @@ from components.k8s.engines import ENGINES
 from components.k8s.settings import GatewaySettings, Model, Tenant
 
 __all__ = [
+    "max_requests_of",
     "GatewayView",
     "ObservabilityView",
     "model_host",
@@ -204,3 +205,10 @@ def _hcm(stat_prefix: str, route_config: dict[str, Any], filters: list[dict[str,
             **extra,
         },
     }
+
+
+def max_requests_of(gateway: GatewaySettings, model: Model) -> int:
+    """A model's circuit breaker in one gateway replica: its variant.maxRequests, else
+    gateway.circuitBreakers.maxRequests. Past it, a variant's tries overflow to the next variant."""
+    return model.variant.max_requests if model.variant and model.variant.max_requests else \
+        gateway.circuit_breakers.max_requests

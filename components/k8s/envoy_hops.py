@@ -63,6 +63,7 @@ from components.k8s.envoy_base import (
     GatewayView,
     _dns_cluster,
     _seconds,
+    max_requests_of,
     model_host,
 )
 from components.k8s.settings import Model
@@ -247,8 +248,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "max_connections": cb.max_connections,
             "max_pending_requests": cb.max_pending_requests,
             # a variant's own limit: past it, tries overflow to the next variant (envoy_variants)
-            "max_requests": model.variant.max_requests if model.variant and model.variant.max_requests else
-            cb.max_requests,
+            "max_requests": max_requests_of(cfg.gateway, model),
             "retry_budget": {"budget_percent": {"value": MODEL_RETRY_BUDGET_PERCENT},
                              "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
         }]},

@@ -75,6 +75,7 @@ from components.k8s.envoy_base import (
     GatewayView,
     _hcm,
     _seconds,
+    max_requests_of,
     model_host,
     retriable_status_codes,
 )
@@ -233,8 +234,7 @@ def overflow_retries(cfg: GatewayView, w: Workload) -> int:
     with a floor of 16, 16 of 48 requests overflowing at once were served and 32 got 503 (flag UO), at
     budget_percent 20 and 100 alike (live: tests/artifacts/test_envoy_variants_block_live.py). A variant with no
     healthy replica, such as one on a capacity block outside its window, makes every request an overflow."""
-    return sum(m.variant.max_requests if m.variant and m.variant.max_requests else
-               cfg.gateway.circuit_breakers.max_requests for m in w.variants)
+    return sum(max_requests_of(cfg.gateway, m) for m in w.variants)
 
 
 def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, Any]:
