@@ -1,11 +1,11 @@
 """The gateway's alerts, per Envoy cluster (one per model; a workload with variants routes through its aggregate
 clusters `<workload>__<variant>`), from the cluster stats the gateway's stats listener exports to Prometheus
 (telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept, only the hops' are cut:
-components/k8s/envoy_hops.py `stats_config`).
+components/k8s/gateway/envoy/hops.py `stats_config`).
 
 - GatewayModelUnavailable: no replica of a model is healthy at the gateway. A model's cluster has one host per
   replica it may have, each healthy while its replica passes its health checks and is not ejected, with no panic
-  mode (components/k8s/envoy_hops.py), so with none healthy Envoy answers each request itself: 503 "no healthy
+  mode (components/k8s/gateway/envoy/hops.py), so with none healthy Envoy answers each request itself: 503 "no healthy
   upstream" (flag UH), no try made. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
   cluster healthy total (inclusive of both health checking and outlier detection)",
   envoyproxy/envoy@v1.40.0:docs/root/configuration/upstream/cluster_manager/cluster_stats.rst) is 0, and the counter
@@ -19,7 +19,7 @@ components/k8s/envoy_hops.py `stats_config`).
     healthy in every pod, and a gateway pod that has just started sees its replicas at its first checks (seconds).
   * warning (tickets): no gateway pod sees a healthy replica for NO_REPLICA_FOR and no request is being refused
     (nobody has asked yet), or the model is a variant: a variant's refusals are not the client's, the gateway
-    retries them on the workload's next variant (components/k8s/envoy_variants.py), so the client gets an answer
+    retries them on the workload's next variant (components/k8s/gateway/envoy/variants.py), so the client gets an answer
     from a pricier or slower variant; if every variant is down, the workload's aggregate cluster answers 5xx and
     GatewayServerErrorRatioHigh pages.
   * Models that scale to zero (replicas.min 0) have no replica by design while idle: no warning; a request wakes
@@ -41,7 +41,7 @@ components/k8s/envoy_hops.py `stats_config`).
   variants' clusters are left out.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
   every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejected replica
-  is back at its next passing health check (components/k8s/envoy_hops.py), so the number ejected right now
+  is back at its next passing health check (components/k8s/gateway/envoy/hops.py), so the number ejected right now
   (ejections_active) is rarely above 0 for long even while a replica keeps failing; repeated ejections are the
   signal. With session affinity, the ejected replica's sessions go elsewhere and prefill their context again.
 - GatewayRetryRatioHigh: retries over the requests answered (upstream_rq_xx counts a request once, after its
@@ -91,8 +91,8 @@ CLUSTER = ENVOY.L_CLUSTER
 
 def client_clusters(cfg: ObservabilityConfig) -> list[str]:
     """The clusters the gateway's routes send to, whose answers are the clients': each model without variants
-    (components/k8s/envoy_config.py `_route`) and each workload's aggregate cluster `<workload>__<variant>`
-    (components/k8s/envoy_variants.py `overflow_cluster_name`), sorted."""
+    (components/k8s/gateway/envoy/config.py `_route`) and each workload's aggregate cluster `<workload>__<variant>`
+    (components/k8s/gateway/envoy/variants.py `overflow_cluster_name`), sorted."""
     variants = {v.model for v in cfg.variants}
     return sorted([m.name for m in cfg.models if m.name not in variants]
                   + [f"{v.workload}__{v.model}" for v in cfg.variants])

@@ -2,7 +2,7 @@
 EleutherAI's lm-evaluation-harness (`lm-eval`, pinned in pyproject.toml's `eval` extra).
 
 Each variant is called through the gateway (or `--url-for VARIANT=URL`) by its model key in the body's
-`"model"`: the gateway routes a model key to that model alone (components/k8s/envoy_config.py, "body
+`"model"`: the gateway routes a model key to that model alone (components/k8s/gateway/envoy/config.py, "body
 {"model": "<model key>"}"), so the deadline-aware routing of the workload is bypassed and a variant that gets no
 traffic yet is reachable. Authenticated like any caller: `Authorization: Bearer <token from --token-file>`.
 
@@ -259,7 +259,7 @@ def evaluate(cfg: PlatformConfig, workload: str, *, stacks_dir: Path, url: str |
         raise ConfigError([Problem("--url-for", f"{', '.join(unknown)}: not a variant of workload {workload!r}; "
                                                 f"its variants: {', '.join(v.name for v in variants)}")])
     # A model named like its workload has no route of its own: the gateway sends that name to the workload's
-    # routing (components/k8s/envoy_config.py routes(): only keys other than the workload get a body route).
+    # routing (components/k8s/gateway/envoy/config.py routes(): only keys other than the workload get a body route).
     shadowed = sorted(v.name for v in variants if v.name == workload and v.name not in (url_for or {}))
     if shadowed:
         raise ConfigError([Problem("--url-for", f"is required for variant {n!r}: it is named like its workload, and "

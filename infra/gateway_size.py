@@ -12,10 +12,11 @@ __all__ = ["gateway_fits"]
 def gateway_fits(cfg: PlatformConfig) -> None:
     """ConfigError unless the gateway's envoy.yaml fits its ConfigMap: the API server refuses one whose data is over
     1 MiB (policies.preflight.sizes), and the config grows with every model's replicas.max (a hop per replica,
-    components/k8s/envoy_hops.py), so a stack the rest of validation takes could never be applied. Rendered as the
+    components/k8s/gateway/envoy/hops.py), so a stack the rest of validation takes could never be applied. Rendered as
+    the
     Gateway renders it, every variant routable (the most the fidelity gate can let through)."""
-    from components.k8s.envoy_config import render
-    from components.k8s.gateway_spec import gateway_spec
+    from components.k8s.gateway.envoy.config import render
+    from components.k8s.gateway.spec import gateway_spec
     from infra.component_args import gateway_args
     from policies.preflight.sizes import MAX_DATA_BYTES
 

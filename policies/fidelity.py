@@ -6,7 +6,7 @@ verdict when the gateway was built), or, in `aifactory preflight`, the verdicts 
 suites give now (infra/fidelity.py). The variants routed are the members of the aggregate clusters
 (`envoy.clusters.aggregate`, named `<workload>__<variant>`, whose members reach each variant through its overflow
 gate `<variant>__gate`) in the gateway's Envoy bootstrap (ConfigMap
-`envoy-config`, key envoy.yaml; components/k8s/envoy_config.py).
+`envoy-config`, key envoy.yaml; components/k8s/gateway/envoy/config.py).
 """
 
 from __future__ import annotations

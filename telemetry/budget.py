@@ -12,7 +12,7 @@ each step starts (STEP_BUDGET) and, when they end, whether they met the deadline
 
 Session affinity: inside a workflow, headers() also puts SESSION_BAGGAGE_KEY in the baggage, so every step of one
 run reaches the gateway with one session key and lands on the model replica that holds its prefix
-(components.k8s.envoy_affinity): the workflow's `session` when it was given one (workflow(..., session=...),
+(components.k8s.gateway.envoy.affinity): the workflow's `session` when it was given one (workflow(..., session=...),
 inherited by the workflows inside it), else its trace id (32 hex digits). Give the session when one conversation
 spans workflows, e.g. a chat whose every turn runs as a workflow of its own: with the trace id each turn would be a
 new session, sent wherever the hash puts it, and prefill the conversation again.

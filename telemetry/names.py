@@ -287,7 +287,7 @@ class ENVOY:
     MEMBERSHIP_HEALTHY = "envoy_cluster_membership_healthy"
     L_CODE_CLASS = "envoy_response_code_class"  # RQ_XX: 2, 4, 5...
     # Per route stat_prefix (vhost.<vhost>.route.<prefix>.*): the gateway's variant decisions are routes with
-    # prefix <workload>__<variant>__<reason> (components/k8s/envoy_config.py)
+    # prefix <workload>__<variant>__<reason> (components/k8s/gateway/envoy/config.py)
     ROUTE_RQ_COMPLETED = "envoy_vhost_route_upstream_rq_completed"  # requests completed per route
     ROUTE_RQ_RETRY = "envoy_vhost_route_upstream_rq_retry"  # retries: on a variant route, tries sent to the next one
     L_ROUTE = "envoy_route"
@@ -296,7 +296,7 @@ class ENVOY:
     # Every HTTP connection manager's stats carry its stat_prefix in this label: the gateway listener's, the stats
     # listener's (Prometheus scrapes, probes) and the admin interface's ("admin") are separate series.
     L_HCM_PREFIX = "envoy_http_conn_manager_prefix"
-    GATEWAY_HCM_PREFIX = "gateway"  # the gateway listener's stat_prefix (components/k8s/envoy_config.py)
+    GATEWAY_HCM_PREFIX = "gateway"  # the gateway listener's stat_prefix (components/k8s/gateway/envoy/config.py)
     STATS_HCM_PREFIX = "stats"
 
 

@@ -16,8 +16,8 @@ import pulumi_kubernetes as k8s
 
 from components.aws import catalog, iam
 from components.aws.addons import addon_versions, unpinned_warning
-from components.aws.errors import Problems, check_shape
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
+from components.validation import Problems, check_shape
 
 __all__ = [
     "TYPE",

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.errors import Problems
+from components.validation import Problems
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster

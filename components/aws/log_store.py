@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.errors import Problems
 from components.aws.iam import add_policy, arn_with_policies, irsa_role
+from components.validation import Problems
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster

@@ -13,7 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws import iam
-from components.aws.errors import Problems, check_shape
+from components.validation import Problems, check_shape
 
 __all__ = [
     "TYPE",

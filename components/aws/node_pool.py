@@ -19,7 +19,6 @@ import pulumi_aws as aws
 
 from components.aws import catalog, iam
 from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.aws.errors import Problems, check_shape
 from components.aws.nodes import (
     AMI_TYPE_CPU,
     AMI_TYPE_GPU,
@@ -33,6 +32,7 @@ from components.aws.nodes import (
     efa_security_group,
     node_group,
 )
+from components.validation import Problems, check_shape
 
 __all__ = [
     "TYPE",

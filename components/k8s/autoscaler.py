@@ -19,10 +19,10 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.aws.cluster import GpuCluster
-from components.aws.errors import Problems, check_shape
 from components.aws.iam import arn_with_policies, irsa_role
 from components.aws.nodes import AUTOSCALED_TAG
 from components.k8s import naming, security, versions
+from components.validation import Problems, check_shape
 
 __all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
            "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]

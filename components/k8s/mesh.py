@@ -45,13 +45,13 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws.errors import Problems, check_shape
 from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
-from components.k8s.envoy_base import _seconds
+from components.k8s.gateway.envoy.base import _seconds
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.settings import InNamespace, NamespaceView, Tenant
 from components.k8s.tenancy import TenantModel, TenantModelArgs
+from components.validation import Problems, check_shape
 
 __all__ = [
     "TYPE",

@@ -72,7 +72,8 @@ ISTIO_NAMESPACE = "istio-system"
 SYSTEM_NAMESPACE = "aifactory-system"  # cluster add-ons the kit runs (EFA plugin, autoscaler, collectors)
 
 # The gateway's Envoy reaches each variant of a workload through an in-process "overflow gate": an internal listener
-# and the cluster `<variant>__gate` (components/k8s/envoy_config.py); the policy pack reads routes back through it.
+# and the cluster `<variant>__gate` (components/k8s/gateway/envoy/config.py); the policy pack reads routes back
+# through it.
 GATE_SUFFIX = "__gate"
 # The fidelity gate's ConfigMap (gateway namespace) and its key: which variants passed their workload's evaluation.
 FIDELITY_CONFIG_MAP = "aifactory-fidelity"

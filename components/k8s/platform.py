@@ -22,7 +22,6 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws.errors import check_shape
 from components.k8s import naming, security, versions
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.fabric import Fabric, FabricArgs
@@ -31,6 +30,7 @@ from components.k8s.mesh import Mesh, MeshArgs
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.observability import LokiBucket, Observability, ObservabilityArgs
 from components.k8s.tenancy import Tenancy, TenancyArgs
+from components.validation import check_shape
 
 __all__ = ["TYPE", "PlatformArgs", "METRICS_SERVER_RELEASE", "metrics_server_values", "Platform"]
 

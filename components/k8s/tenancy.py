@@ -26,12 +26,12 @@ from typing import Any, NotRequired, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws.errors import Problems, check_shape
 from components.k8s import naming
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.gpu_stack import mig_resource
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.settings import Tenant
+from components.validation import Problems, check_shape
 
 __all__ = [
     "TYPE",

@@ -20,7 +20,7 @@ from components.k8s.defaults import (
 )
 from components.k8s.engines import ENGINES
 from components.k8s.engines.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
-from components.k8s.envoy_config import OPENAI_APIS
+from components.k8s.gateway.envoy.config import OPENAI_APIS
 from components.k8s.memory_fit import memory_fit
 from components.k8s.settings import (
     MODEL_TASKS,

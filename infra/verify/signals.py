@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from components.k8s.engines import ENGINES
-from components.k8s.envoy_config import SERVICE_NAME as GATEWAY_SERVICE_NAME
+from components.k8s.gateway.envoy.config import SERVICE_NAME as GATEWAY_SERVICE_NAME
 from components.k8s.settings import Model
 from infra.config import PlatformConfig
 from infra.verify.endpoints import Endpoints, Unreachable, http_get, shorten

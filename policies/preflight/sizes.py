@@ -3,7 +3,8 @@
 Kubernetes sums the lengths of every `data` and `binaryData` value (a Secret's `stringData` is merged into `data`)
 and refuses the object past 1 MiB (kubernetes/kubernetes@v1.34.1 pkg/apis/core/validation/validation.go,
 ValidateConfigMap and ValidateSecret: `totalSize > core.MaxSecretSize`). The kit's largest such object is the
-gateway's envoy.yaml, which grows with every model's `replicas.max` (one hop per replica: components/k8s/envoy_hops.py).
+gateway's envoy.yaml, which grows with every model's `replicas.max` (one hop per replica:
+components/k8s/gateway/envoy/hops.py).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from opentelemetry.trace import SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from components.k8s import serving
-from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
+from components.k8s.gateway.envoy.config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import EnvoyProcess, free_port, request
@@ -179,7 +179,7 @@ def test_one_request_shares_a_trace_id_across_gateway_and_engine_sampled_by_its_
     as a meshed caller's sidecar sends for all but the mesh's sampling percentage of an uninstrumented client's
     requests: the gateway's always_on sampler traces it anyway and sends 01 on, so the engine (parent-based, as vLLM
     samples) traces it too. Without that sampler Envoy exports no span and passes 00 on
-    (components.k8s.envoy_observability GATEWAY_SAMPLER)."""
+    (components.k8s.gateway.envoy.observability GATEWAY_SAMPLER)."""
     port, _ = gateway
     spans, _ = sink
     traceparent = f"00-{CLIENT_TRACE_ID}-{CLIENT_PARENT}-{flags}"
@@ -196,7 +196,8 @@ def test_one_request_shares_a_trace_id_across_gateway_and_engine_sampled_by_its_
 @pytest.mark.parametrize("request_ratio", [1.0, 0.2, 0.0])
 def test_a_trace_the_gateway_starts_reaches_the_engine(gateway: tuple[int, _Engine], sink: tuple[_Sink, int]) -> None:
     """Whatever traceSampleRatio says, the gateway traces every request and the engine continues its trace: the
-    ratio is applied once, by the Collector's probabilistic_sampler, after spanmetrics (components.k8s.envoy_config
+    ratio is applied once, by the Collector's probabilistic_sampler, after spanmetrics
+    (components.k8s.gateway.envoy.config
     GATEWAY_TRACE_PERCENT)."""
     port, engine = gateway
     spans, _ = sink

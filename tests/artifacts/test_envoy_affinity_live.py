@@ -3,12 +3,13 @@ replicas per model, for both engines. Each fake replica names itself in its answ
 served each request.
 
 The key is the x-aifactory-session header, else the OpenAI body's prompt_cache_key, else the baggage member
-aifactory.session (components.k8s.envoy_affinity); replicas are picked by Envoy's Maglev with bounded load
+aifactory.session (components.k8s.gateway.envoy.affinity); replicas are picked by Envoy's Maglev with bounded load
 (envoyproxy/envoy@v1.40.0 api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
 
 Failures, retries, ejection, priorities and a scale-up run on a gateway of their own (`failing`): replicas that
 answer 5xx there are ejected, and its model `grow` may have one replica more than it runs: the gateway reaches each
-ordinal through its own hop (components.k8s.envoy_hops), and ordinal 3 stands for a pod that is not ready (its health
+ordinal through its own hop (components.k8s.gateway.envoy.hops), and ordinal 3 stands for a pod that is not ready (its
+health
 checks fail) until the test makes it answer them, as a new StatefulSet pod does once it is ready.
 """
 
@@ -25,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from components.k8s.envoy_affinity import SESSION_BAGGAGE_KEY
+from components.k8s.gateway.envoy.affinity import SESSION_BAGGAGE_KEY
 from infra.config import PlatformConfig, parse
 from telemetry.instrument import SESSION_BAGGAGE_KEY as TELEMETRY_SESSION_KEY
 from tests.support.envoy import start_gateway

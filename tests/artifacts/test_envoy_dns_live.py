@@ -1,6 +1,6 @@
 """The hops' DNS names on the real Envoy 1.40 (c-ares), against a DNS server on 127.0.0.1 that logs every query.
 
-A hop resolves its replica's absolute name (components.k8s.envoy_hops.replica_host: a trailing dot). Its pod's
+A hop resolves its replica's absolute name (components.k8s.gateway.envoy.hops.replica_host: a trailing dot). Its pod's
 resolv.conf has search domains and `ndots:5`; here c-ares gets them from LOCALDOMAIN and RES_OPTIONS (c-ares reads
 them as it reads resolv.conf), so a relative name would also be tried under each search domain.
 """
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from components.k8s import naming
-from components.k8s.envoy_base import _address
-from components.k8s.envoy_hops import hop_cluster, replica_host
+from components.k8s.gateway.envoy.base import _address
+from components.k8s.gateway.envoy.hops import hop_cluster, replica_host
 from infra.config import parse
 from tests.artifacts.test_envoy_input_live import RAW
 from tests.support.fake_backends import EnvoyProcess, FakeBackend, free_port

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from components.k8s.envoy_config import bootstrap
+from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import PlatformConfig, parse
 from telemetry.names import ENVOY
 from tests.support.envoy import await_replicas, rebind, start_gateway
@@ -401,7 +401,8 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
 
 
 def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gateway: Gateway, tmp_path: Path) -> None:
-    """The model's cluster reaches each replica through its own hop (components.k8s.envoy_hops), and keeps its HTTP
+    """The model's cluster reaches each replica through its own hop (components.k8s.gateway.envoy.hops), and keeps its
+    HTTP
     settings per replica: a replica that answers 503 is retried around (previous_hosts) and, after consecutive
     gateway failures, ejected by outlier detection. On a gateway of its own (the ejection would outlast this test)."""
     config, admin, listener = _pool_config(gateway, lambda _: None)
@@ -430,7 +431,8 @@ def test_the_hops_keep_the_models_cluster_balancing_and_ejecting_per_replica(gat
 
 def test_a_model_whose_replicas_all_fail_their_checks_answers_503_and_recovers(gateway: Gateway) -> None:
     """`spare` has 4 hosts (replicas.max) and 2 running replicas: every request is served by those two, none is
-    tried on the absent ordinals (no panic mode: components.k8s.envoy_hops). When both fail their health checks, the
+    tried on the absent ordinals (no panic mode: components.k8s.gateway.envoy.hops). When both fail their health
+    checks, the
     model answers 503 at once (no healthy upstream, flag UH), not after a try; when they pass again, it serves."""
     replicas = gateway.backends["spare"]
     auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "spare"}
@@ -525,7 +527,8 @@ def _prometheus(envoy: EnvoyProcess) -> str:
 
 
 def test_a_hop_keeps_only_its_health_stats(gateway: Gateway, tmp_path: Path) -> None:
-    """components.k8s.envoy_hops.stats_config: of a hop's series on /stats/prometheus (its cluster's, listener's and
+    """components.k8s.gateway.envoy.hops.stats_config: of a hop's series on /stats/prometheus (its cluster's,
+    listener's and
     tcp_proxy's: about 260 on Envoy 1.40 without the matcher), only its health remains; the model's cluster keeps its
     own, which the dashboards and rules read (telemetry.names.ENVOY)."""
     with_matcher = _hop_series(_prometheus(gateway.envoy))

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s.envoy_config import CLIENT_KEEPALIVE_IDLE_S, bootstrap, client_keepalive
+from components.k8s.gateway.envoy.config import CLIENT_KEEPALIVE_IDLE_S, bootstrap, client_keepalive
 from components.k8s.observability.prometheus import TRACE_ID_MATCHER
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
@@ -351,7 +351,7 @@ def test_access_log_and_stats_carry_the_callers_tenant(gateway: Gateway) -> None
     entry = lines[0]
     assert (entry["caller_tenant"], entry["model"], entry["route"], entry["status"], entry["upstream_cluster"],
             entry["flags"]) == ("alpha", "embed", "embed", 200, "embed", "-")
-    # the replica's hop (components.k8s.envoy_hops): ordinal 0, the pod embed-0 (rebind adds the gateway's port)
+    # the replica's hop (components.k8s.gateway.envoy.hops): ordinal 0, the pod embed-0 (rebind adds the gateway's port)
     assert entry["upstream_host"] == f"@aifactory/{gateway.port}/embed__replica-0"
     assert isinstance(entry["duration_ms"], int) and entry["upstream_service_time_ms"].isdigit()
     assert len(entry["trace_id"]) == 32  # traced (sample ratio 1.0)
@@ -458,7 +458,7 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
 def test_two_of_three_replicas_failing_with_500_are_retried_around_and_never_ejected(gateway: Gateway) -> None:
     """A 500 may be the request's own (vLLM's EngineGenerateError): it is retried on another replica
     (retriable_status_codes) but ejects none; Envoy detects the consecutive 500s and does not enforce them
-    (enforcing_consecutive_5xx 0: components.k8s.envoy_hops.outlier_detection). The price, with two of three
+    (enforcing_consecutive_5xx 0: components.k8s.gateway.envoy.hops.outlier_detection). The price, with two of three
     replicas failing every request and none ejected: a request whose three tries (gateway.retries.attempts 2) all
     met them gets the 500 (the least-request pick may repeat a previous host after 3 draws; 34 of 2000 here)."""
     codes = _hammer(gateway, "two-500", POOL_REQUESTS)

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from components.k8s import naming
-from components.k8s.envoy_config import bootstrap, render
+from components.k8s.gateway.envoy.config import bootstrap, render
 from infra import fidelity
 from infra.artifacts import ArtifactContext
 from infra.config import parse

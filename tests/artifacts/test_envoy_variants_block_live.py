@@ -26,7 +26,7 @@ from tests.support.tokens import Issuer
 
 BLOCK, ON_DEMAND, BATCH = "assistant-fast", "assistant-steady", "assistant-batch"
 STEADY_REPLICAS = 2
-# More requests at once than the overflow cluster's min_retry_concurrency (components/k8s/envoy_base.py
+# More requests at once than the overflow cluster's min_retry_concurrency (components/k8s/gateway/envoy/base.py
 # DEFAULT_MIN_RETRY_CONCURRENCY, 16): every one of them is a retry on the next variant, all in flight together.
 CONCURRENT = 48
 HOLD_S = 1.0  # each on-demand replica holds a request this long, so that the CONCURRENT requests overlap

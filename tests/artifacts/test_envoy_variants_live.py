@@ -221,7 +221,7 @@ def test_decisions_are_counted_per_route_stat_prefix(gateway: Gateway) -> None:
 # Envoy never retries that refusal itself (RetryPolicyImpl::wouldRetryFromReset returns false for
 # StreamResetReason::Overflow, and wouldRetryFromHeaders for a response with x-envoy-overloaded: envoyproxy/envoy
 # source/common/router/retry_policy_impl.cc), so the gateway reaches each variant through its overflow gate (see
-# components/k8s/envoy_config.py): the breaker's refusal comes back to the route as a plain 503, which the route
+# components/k8s/gateway/envoy/config.py): the breaker's refusal comes back to the route as a plain 503, which the route
 # retries on the next variant.
 HOLD_S = 2.0
 BUSY = _variants("busy")

@@ -85,7 +85,8 @@ def test_a_model_that_scales_to_zero_gets_no_ticket_idle_and_pages_after_waking_
 def test_the_clients_clusters_are_models_without_variants_and_the_workloads_aggregates(
         prod: ObservabilityConfig) -> None:
     """What GatewayServerErrorRatioHigh reads: the clusters the gateway's routes send to
-    (components/k8s/envoy_config.py `_route`, components/k8s/envoy_variants.py `decision_route`), never a variant's
+    (components/k8s/gateway/envoy/config.py `_route`, components/k8s/gateway/envoy/variants.py `decision_route`),
+    never a variant's
     own cluster, which counts the 503s of tries its workload's aggregate retried on the next variant."""
     assert client_clusters(prod) == ["assistant-batch", "assistant-tools", "assistant__assistant-fast",
                                      "assistant__assistant-steady", "deep-research", "embed-rerank",

@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 import dashboards
-from components.k8s import envoy_config as ec
+from components.k8s.gateway.envoy import config as ec
 from components.k8s.gpu_stack import DCGM_COUNTERS
 from components.k8s.settings import Variant
 from infra.config import PlatformConfig

@@ -34,7 +34,7 @@ import pytest
 import yaml
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from components.k8s.envoy_config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
+from components.k8s.gateway.envoy.config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra import cli
 from infra.config import PlatformConfig, parse
 from infra.verify import Endpoints, Hop, Report, format_report, verify
@@ -62,7 +62,7 @@ RAW: dict[str, Any] = {
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
         # the engine's 5xx cases are verify's to name: outlier detection would eject the only replica (a model
-        # with no healthy replica answers 503: components.k8s.envoy_hops, no panic mode)
+        # with no healthy replica answers 503: components.k8s.gateway.envoy.hops, no panic mode)
         "outlierDetection": {"consecutive5xx": 1000},
         "healthCheck": {"intervalSeconds": 0.25, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                         "healthyThreshold": 1},

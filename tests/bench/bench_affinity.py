@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
+from components.k8s.gateway.envoy.affinity import DEFAULT_HASH_BALANCE_FACTOR
 from infra.config import parse
 from tests.bench.affinity_live import Clock, LiveReplica, Outcome, run_sessions
 from tests.bench.affinity_model import (

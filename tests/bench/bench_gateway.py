@@ -34,7 +34,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_config import bootstrap
+from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
 from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port

@@ -41,7 +41,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_config import bootstrap
+from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
 from telemetry import Telemetry
 from tests.support.envoy import await_replicas, rebind

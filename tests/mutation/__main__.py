@@ -57,7 +57,7 @@ MODULES: dict[str, tuple[str, ...]] = {
                             "tests/artifacts/test_upstream_metric_names.py", "tests/artifacts/test_dashboards.py",
                             "tests/artifacts/test_rules_thresholds_and_texts.py",
                             "tests/artifacts/test_variant_panels.py"),
-    "components/k8s/envoy_config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
+    "components/k8s/gateway/envoy/config.py": ("tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py",
                                        "tests/artifacts/test_envoy_validate.py", "tests/artifacts/test_envoy_live.py",
                                        "tests/artifacts/test_upstream_metric_names.py",
                                        "tests/unit/test_envoy_variants.py",

@@ -11,9 +11,9 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from components.k8s.envoy_base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
-from components.k8s.envoy_config import GatewayView, bootstrap
-from components.k8s.envoy_hops import HOP_SEPARATOR, HOP_SOCKET_PREFIX
+from components.k8s.gateway.envoy.base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
+from components.k8s.gateway.envoy.config import GatewayView, bootstrap
+from components.k8s.gateway.envoy.hops import HOP_SEPARATOR, HOP_SOCKET_PREFIX
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
 

@@ -9,7 +9,7 @@ answer, a hang (accepts, never answers, health checks included), or a long gener
 time. `behaviour` and `delay` can be changed while it serves. Health checks (`HEALTH_PATHS`) are counted
 apart from requests. With `accepts_host`, a request (health checks included) whose Host it refuses is reset and
 listed in `refused_hosts`, as a meshed replica's STRICT sidecar does (tests.support.istio_sidecar).
-`EnvoyProcess` runs `.venv/bin/envoy` on a bootstrap built by components.k8s.envoy_config and rebound to local
+`EnvoyProcess` runs `.venv/bin/envoy` on a bootstrap built by components.k8s.gateway.envoy.config and rebound to local
 ports, waits for it to be ready (bounded) and reads its admin stats.
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from components.k8s.envoy_config import HEALTH_PATHS as ENGINE_HEALTH_PATHS
+from components.k8s.gateway.envoy.config import HEALTH_PATHS as ENGINE_HEALTH_PATHS
 from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]

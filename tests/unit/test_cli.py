@@ -513,7 +513,8 @@ def test_preflight_json_takes_out_like_every_other_command(tmp_path: Path) -> No
 
 
 def test_a_gateway_config_past_what_a_configmap_holds_is_refused_by_validate_and_synth(tmp_path: Path) -> None:
-    """The gateway reaches each replica up to replicas.max through a hop of its own (components/k8s/envoy_hops.py),
+    """The gateway reaches each replica up to replicas.max through a hop of its own
+    (components/k8s/gateway/envoy/hops.py),
     so its envoy.yaml grows with replicas.max; past 1 MiB of data the API server refuses the ConfigMap
     (kubernetes/kubernetes@v1.34.1 pkg/apis/core/validation/validation.go, ValidateConfigMap), so `pulumi up`
     could never apply the stack. validate says so with the key path, and synth writes nothing."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.k8s.gateway_spec import _settings as gateway_settings
+from components.k8s.gateway.spec import _settings as gateway_settings
 from components.k8s.observability import observability_spec
 from components.k8s.settings import GatewaySettings, Ingest, ObservabilitySettings, Retries, VolumeSizes
 from infra.component_args import gateway_args, observability_args, same_names

@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.k8s import envoy_config as ec
 from components.k8s import naming, serving
-from components.k8s.envoy_hops import hop_cluster
+from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.hops import hop_cluster
 from components.k8s.security import DEFAULT_UID
 from infra.config import ConfigError, parse
 from policies import preflight as pf

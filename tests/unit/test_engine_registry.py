@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from components.k8s import envoy_config as ec
 from components.k8s.engines import CAPABILITIES, ENGINES, Engine, engine_named
 from components.k8s.engines.base import EngineSite, EngineTracing, Role
-from components.k8s.envoy_base import retriable_status_codes
+from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.base import retriable_status_codes
 from components.k8s.serving import model_objects, pod_spec, scaling_query, serving_spec
 from components.k8s.settings import MODEL_TASKS, Model
 from dashboards.engines import ENGINE_RULES, rules_of

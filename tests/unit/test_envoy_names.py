@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from components.k8s import envoy_config as ec
+from components.k8s.gateway.envoy import config as ec
 from tests.support.stacks import SHIPPED_STACKS, stack_config
 
 

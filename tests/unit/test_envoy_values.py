@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from components.k8s import envoy_affinity as affinity
-from components.k8s import envoy_config as ec
-from components.k8s.envoy_hops import MODEL_RETRY_BUDGET_PERCENT
+from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.hops import MODEL_RETRY_BUDGET_PERCENT
 from tests.support.stacks import stack_config, stack_raw
 
 # stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
@@ -62,7 +62,7 @@ def test_each_tenant_bucket_is_its_rate_limit_from_the_stack() -> None:
 
 def test_unrouted_requests_share_a_default_bucket_of_100_per_second() -> None:
     """Requests that match no model (404s, scanners, typos) are limited by the filter's default bucket:
-    100 requests/s per replica (the kit's documented default, components/k8s/envoy_config.py), refilled every
+    100 requests/s per replica (the kit's documented default, components/k8s/gateway/envoy/config.py), refilled every
     second, so a client with a wrong model name is told 404 rather than 429, and a scan cannot exhaust any
     tenant's bucket (always_consume_default_token_bucket false: routed requests spend only their tenant's)."""
     rl = _rate_limit(ec.bootstrap(stack_config("prod")))
@@ -84,11 +84,11 @@ def test_retry_policy_reselects_hosts_three_times_and_takes_attempts_from_the_st
     routes = [d["route"] for d in _walk(gateway) if isinstance(d.get("route"), dict)
               and d["route"].get("cluster") in {m.name for m in cfg.models.values()}]
     assert routes and all("retry_policy" in r for r in routes)  # every route to a model retries
-    for p in policies:  # the gates' own single retry too (components.k8s.envoy_variants, GATE_RETRIES)
+    for p in policies:  # the gates' own single retry too (components.k8s.gateway.envoy.variants, GATE_RETRIES)
         assert [h["name"] for h in p["retry_host_predicate"]] == ["envoy.retry_host_predicates.previous_hosts"]
     assert all(r["retry_policy"]["num_retries"] == 4 for r in routes)
     # a model with session affinity re-draws up to AFFINITY_HOST_SELECTION_ATTEMPTS times (Maglev's retry draws,
-    # components.k8s.envoy_affinity); the others 3 times
+    # components.k8s.gateway.envoy.affinity); the others 3 times
     hashed = {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None}
     assert hashed and hashed != {m.name for m in cfg.models.values()}
     for r in routes:

@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from components.k8s import envoy_affinity, envoy_config
-from components.k8s.envoy_config import at_least_regex, decisions, overflow_order, workloads
+from components.k8s.gateway.envoy import affinity as envoy_affinity
+from components.k8s.gateway.envoy import config as envoy_config
+from components.k8s.gateway.envoy.config import at_least_regex, decisions, overflow_order, workloads
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW

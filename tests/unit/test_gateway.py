@@ -6,10 +6,10 @@ import hashlib
 
 import pytest
 
-from components.k8s import envoy_config as ec
-from components.k8s import gateway as gw
 from components.k8s import otel_config
 from components.k8s.engines import ENGINES
+from components.k8s.gateway import component as gw
+from components.k8s.gateway.envoy import config as ec
 from infra.component_args import gateway_args
 from infra.config import ConfigError, PlatformConfig, parse
 from infra.synth import read_stack_config, run_program, stack_file

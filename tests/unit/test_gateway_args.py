@@ -5,8 +5,8 @@ import pulumi
 import pytest
 import yaml
 
-from components.k8s import envoy_config as ec
 from components.k8s.gateway import Gateway, GatewayArgs, gateway_spec
+from components.k8s.gateway.envoy import config as ec
 from infra.component_args import gateway_args
 from infra.fidelity import default_stacks_dir, load_verdicts, routable
 from tests.support.stacks import stack_config
@@ -30,7 +30,7 @@ def test_gateway_from_its_own_args_routes_the_model_to_its_service() -> None:
     assert cm.name == "edge-configmap"
     assert cm.inputs["metadata"]["namespace"] == "edge-gw"
     envoy = yaml.safe_load(cm.inputs["data"]["envoy.yaml"])
-    # one replica by default (max_replicas): pod llama-8b-0 through its hop (components.k8s.envoy_hops)
+    # one replica by default (max_replicas): pod llama-8b-0 through its hop (components.k8s.gateway.envoy.hops)
     hops = [c for c in envoy["static_resources"]["clusters"] if c["name"].startswith("llama-8b__replica-")]
     assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] for c in hops] == [
         {"socket_address": {"address": "llama-8b-0.llama-8b.chat-models.svc.cluster.local.", "port_value": 8000}}]

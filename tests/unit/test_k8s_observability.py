@@ -590,7 +590,8 @@ def test_every_sidecar_of_the_meshed_namespaces_is_scraped_for_istio_metrics(pro
 
 
 def test_the_meshed_namespaces_admit_prometheus_on_the_sidecar_stats_port() -> None:
-    from components.k8s import gateway, tenancy
+    from components.k8s import tenancy
+    from components.k8s.gateway import network as gateway
 
     assert 15090 in tenancy.PROMETHEUS_SCRAPE_PORTS and 15090 in gateway.SIDECAR_METRICS_PORTS
 

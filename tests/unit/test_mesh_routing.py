@@ -14,10 +14,10 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from components.k8s import envoy_config as ec
-from components.k8s import gateway as gw
 from components.k8s import mesh, serving
-from components.k8s.envoy_hops import hop_name, replica_host
+from components.k8s.gateway import component as gw
+from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.hops import hop_name, replica_host
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -43,7 +43,8 @@ def _address(cluster: dict[str, Any]) -> str:
 
 def _model_address(cfg: PlatformConfig, clusters: dict[str, dict[str, Any]], model: str) -> str:
     """The Service of `model` whose pods its cluster reaches: each hop resolves one replica's pod (the model Service's
-    endpoint, or for a multi-node model the leader it selects), by its stable name (components.k8s.envoy_hops); the
+    endpoint, or for a multi-node model the leader it selects), by its stable name
+    (components.k8s.gateway.envoy.hops); the
     Host the gateway's sidecar routes by is the model Service's."""
     m = cfg.models[model]
     assert [_address(clusters[hop_name(m, i)]) for i in range(m.replicas.max)] == [

@@ -176,7 +176,7 @@ def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> No
     assert pod["nodeSelector"] == {"aifactory.io/pool": "l40s"}
     assert by_name["llama-8b-scaledobject"].inputs["spec"]["maxReplicaCount"] == 3
     envoy = yaml.safe_load(by_name["edge-configmap"].inputs["data"]["envoy.yaml"])
-    # replica 0 of llama-8b through its hop (components.k8s.envoy_hops): pod llama-8b-0 of the StatefulSet
+    # replica 0 of llama-8b through its hop (components.k8s.gateway.envoy.hops): pod llama-8b-0 of the StatefulSet
     cluster = next(c for c in envoy["static_resources"]["clusters"] if c["name"] == "llama-8b__replica-0")
     assert cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
         "socket_address": {"address": "llama-8b-0.llama-8b.chat.svc.cluster.local.", "port_value": 8000}}

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
-from components.k8s import envoy_config as ec
 from components.k8s.engines import ENGINES, EngineTracing
 from components.k8s.engines.sglang import DEFAULT_SGLANG_IMAGE, sglang_args
+from components.k8s.gateway.envoy import config as ec
 from components.k8s.mesh import EXCLUDE_OUTBOUND_PORTS_ANNOTATION, INCLUDE_INBOUND_PORTS_ANNOTATION
 from components.k8s.serving import ModelDeploymentArgs, model_objects, serving_spec, workload
 from components.k8s.settings import Speculative

@@ -12,7 +12,8 @@ from tests.support.stacks import stack_config
 
 
 def test_defaults_are_the_in_cluster_services_the_stack_renders() -> None:
-    """Gateway: the kit's Service (components/k8s/gateway.py, port 80). kube-prometheus-stack with fullnameOverride
+    """Gateway: the kit's Service (components/k8s/gateway/component.py, port 80). kube-prometheus-stack with
+    fullnameOverride
     kps names its Services <fullname>-prometheus :9090 and <fullname>-alertmanager :9093 (prometheus-community/
     helm-charts charts/kube-prometheus-stack templates/alertmanager/service.yaml, alertmanager.service.port);
     the jaeger chart 4.11.1 serves the query API on its one Service `jaeger` port 16686 (http-query); the loki

@@ -143,7 +143,8 @@ class Engine(ABC):
     kv_offload: bool  # models.X.kvOffloadGiB
     exports_spans: bool  # its process exports OTLP spans under the caller's traceparent
     # The engine's own HTTP statuses that another replica may answer better, so the gateway retries them there
-    # (besides the way's 502 and 503: components.k8s.envoy_base.PROXY_RETRIABLE_STATUS_CODES). A status the engine
+    # (besides the way's 502 and 503: components.k8s.gateway.envoy.base.PROXY_RETRIABLE_STATUS_CODES). A status the
+    # engine
     # gives a request whatever replica serves it stays out: a retry would only repeat it on every replica.
     retriable_status_codes: tuple[int, ...]
     # How long a startup or readiness check on ready_path may take to answer (the kubelet's timeoutSeconds).

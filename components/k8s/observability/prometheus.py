@@ -79,7 +79,8 @@ def prometheus_mesh_pod_settings() -> dict[str, Any]:
 
 LOKI_DATASOURCE_UID = "loki"
 JAEGER_DATASOURCE_UID = "jaeger"
-# The gateway's access log line (components/k8s/envoy_observability.py: Envoy's json_format, one compact JSON object
+# The gateway's access log line (components/k8s/gateway/envoy/observability.py: Envoy's json_format, one compact JSON
+# object
 # per request, which Alloy ships to Loki as the line) carries the request's trace id as `"trace_id":"<32 hex>"`
 # (%TRACE_ID% of the OpenTelemetry tracer); an untraced request logs no hex id, and no link.
 TRACE_ID_MATCHER = r'"trace_id":"([0-9a-f]{32})"'

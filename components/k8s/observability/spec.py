@@ -8,7 +8,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, NotRequired, Protocol, TypedDict
 
-from components.aws.errors import Problems, check_shape
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION
 from components.k8s.settings import (
     ALERT_RECEIVER_TYPES,
@@ -25,6 +24,7 @@ from components.k8s.settings import (
     VolumeSizes,
 )
 from components.k8s.storage import StorageTargetView
+from components.validation import Problems, check_shape
 
 __all__ = [
     "IngestArgs",

@@ -8,7 +8,6 @@ from typing import Any, NotRequired, TypedDict, cast
 
 from components.aws import catalog
 from components.aws.defaults import DEFAULT_EFA_HUGEPAGES_MIB
-from components.aws.errors import Problems, check_shape
 from components.aws.node_pool import TaintArgs
 from components.k8s.defaults import (
     DEFAULT_GROUP_FORMATION_SECONDS,
@@ -29,6 +28,7 @@ from components.k8s.settings import (
     Tracing,
     infiniband_settings,
 )
+from components.validation import Problems, check_shape
 from components.vocabulary import GPU_TAINT_KEY
 
 __all__ = [

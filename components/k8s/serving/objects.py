@@ -96,7 +96,8 @@ def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
     """A StatefulSet, or a LeaderWorkerSet when one replica spans nodes.
 
     A StatefulSet, so that each replica has a stable DNS name the gateway can reach it by, through its own hop
-    (components.k8s.envoy_hops): pod i is `<model>-<i>` under its governing Service, the model's headless Service
+    (components.k8s.gateway.envoy.hops): pod i is `<model>-<i>` under its governing Service, the model's headless
+    Service
     (kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID").
     Pods are created and deleted in parallel (KEDA may add several at once; podManagementPolicy Parallel), and a
     rolling update replaces them one at a time from the highest ordinal, each deleted before its successor starts

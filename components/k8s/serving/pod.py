@@ -72,7 +72,7 @@ HF_TOKEN_SECRET = "hf-token"  # optional Secret (key `token`) in the tenant name
 def engine_tracing(cfg: ServingView) -> EngineTracing:
     """The stack's engine tracing: the Collector in the observability namespace, observability.traceSampleRatio
     (for requests that reach an engine without a traceparent; the gateway traces every request it routes and the
-    Collector applies the ratio once: components.k8s.envoy_config.GATEWAY_TRACE_PERCENT)."""
+    Collector applies the ratio once: components.k8s.gateway.envoy.config.GATEWAY_TRACE_PERCENT)."""
     host = f"{naming.OTEL_COLLECTOR_SERVICE}.{cfg.observability.namespace}.svc.cluster.local"
     return EngineTracing(grpc_endpoint=f"http://{host}:{naming.OTEL_GRPC_PORT}",
                          sample_ratio=cfg.observability.trace_sample_ratio)

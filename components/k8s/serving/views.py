@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from components.k8s import naming
-from components.k8s.envoy_config import ObservabilityView
+from components.k8s.gateway.envoy.config import ObservabilityView
 from components.k8s.settings import InfinibandSettings, Model, NodePool, Tenant
 
 __all__ = ["TargetView", "ServingView", "ControllersView", "model_namespace", "object_meta", "model_labels"]

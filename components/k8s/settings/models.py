@@ -214,7 +214,8 @@ class Model:
     group_formation_seconds: int = setting(DEFAULT_GROUP_FORMATION_SECONDS, ge=30, le=86400,
                                            doc="Multi-node replicas: seconds the leader waits for its workers to "
                                                "join, on top of startupBudgetSeconds.")
-    # session affinity (components.k8s.envoy_affinity): requests with a session key go to the replica that served
+    # session affinity (components.k8s.gateway.envoy.affinity): requests with a session key go to the replica that
+    # served
     # the session before, each replica taking at most this percentage of the average load; None: least-request.
     session_affinity_balance_factor: int | None = setting(None, key="sessionAffinity", form=SessionAffinity,
                                                           doc="Session affinity: {enabled, hashBalanceFactor}.")

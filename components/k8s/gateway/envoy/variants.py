@@ -60,9 +60,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from components.k8s import naming
-from components.k8s.envoy_affinity import hash_policy
-from components.k8s.envoy_affinity import retry_policy as affinity_retry_policy
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy.affinity import hash_policy
+from components.k8s.gateway.envoy.affinity import retry_policy as affinity_retry_policy
+from components.k8s.gateway.envoy.base import (
     _T,
     BAGGAGE_HEADER,
     BUDGET_BAGGAGE_KEY,
@@ -322,7 +322,8 @@ def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any
     and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
     x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
     No timeouts here: the decision's route has them. The Host becomes the variant's Service name here, the last hop
-    before the socket (see "Through the mesh" in components.k8s.envoy_config): which variant serves a try is known
+    before the socket (see "Through the mesh" in components.k8s.gateway.envoy.config): which variant serves a try is
+    known
     only at its gate.
 
     With session affinity the variant's replica is picked here, by the session key (`hash_policy`). Each pass

@@ -1,5 +1,5 @@
 """GatewayArgs: what a Gateway takes (the models it routes to, their tenants, its settings), each field with its
-default; components.k8s.gateway_spec validates them and applies the defaults.
+default; components.k8s.gateway.spec validates them and applies the defaults.
 
 A platform team can run the gateway without the kit's stack config; infra.component_args maps PlatformConfig to
 these args.

@@ -24,13 +24,14 @@ pkg/utils/controller/controller_utils.go `CreateHeadlessServiceIfNotExists`), so
 pkg/utils/pod/pod_utils.go).
 
 The hops listen on abstract Unix sockets (`@aifactory/<model>__replica-<i>`), not on Envoy internal listeners:
-active health checks run on Envoy's main thread, which reaches no internal listener (components.k8s.envoy_variants,
+active health checks run on Envoy's main thread, which reaches no internal listener
+(components.k8s.gateway.envoy.variants,
 `gate_cluster`), and the model's cluster needs its own checks through each hop to know which of its
 `replicas.max` hosts exist. A check through hop i passes only while replica i exists and passes the hop's own
 checks (the hop's cluster has no panic mode), so the model's cluster balances over the live, healthy replicas only.
 An abstract socket lives in the pod's network namespace, with no file and no port; the gateway's Istio sidecar does
 not capture it (it redirects TCP over IP), while the hop's own connection to the replica leaves as before, with the
-Host of the model's Service (components.k8s.envoy_config, "Through the mesh").
+Host of the model's Service (components.k8s.gateway.envoy.config, "Through the mesh").
 
 Panic: never, at either level. Of the model cluster's hosts only the running replicas can be healthy, so a panic
 threshold would send tries to ordinals that do not exist; and a hop refuses a connection while its replica fails its
@@ -52,10 +53,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
 from components.k8s.engines import ENGINES
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy.base import (
     _T,
     DEFAULT_MIN_RETRY_CONCURRENCY,
     METADATA_NAMESPACE,

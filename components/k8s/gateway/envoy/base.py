@@ -1,7 +1,8 @@
 """What every part of the Envoy gateway's bootstrap shares: the views it reads (GatewayView), the names and
 constants of its headers, metadata, filters and clusters, and the small builders of durations, addresses, DNS clusters
-and connection managers. The bootstrap itself: components.k8s.envoy_config; routing between a workload's variants:
-components.k8s.envoy_variants; who may call and how often: components.k8s.envoy_callers."""
+and connection managers. The bootstrap itself: components.k8s.gateway.envoy.config; routing between a workload's
+variants:
+components.k8s.gateway.envoy.variants; who may call and how often: components.k8s.gateway.envoy.callers."""
 
 from __future__ import annotations
 
@@ -66,11 +67,12 @@ class GatewayView(Protocol):
 
 # Route names (the access log's `route`, and the kit's own map of a route to its model). A route's subject is a
 # workload (`<workload>`, header-routed), its batch model (`<workload>.batch`), a variant decision
-# (`<workload>.<variant>.<reason>[.baggage]`: components.k8s.envoy_variants) or a model's own key; after it, each
+# (`<workload>.<variant>.<reason>[.baggage]`: components.k8s.gateway.envoy.variants) or a model's own key; after it,
+# each
 # after ROUTE_NAME_SEPARATOR, how the route matches (`path`, `body`; `key-body`: the body names the model's own key)
 # and which twin it is (`unstreamed`, `too-large`). Workload and model names are DNS labels, which hold neither `.`
 # nor ROUTE_NAME_SEPARATOR, so no two names of the kit's routes are alike, whatever a stack's names (`foo` and
-# `foo-path` are two workloads); the gateway's own refusals (components.k8s.envoy_refusals.REFUSAL_ROUTE_PREFIX)
+# `foo-path` are two workloads); the gateway's own refusals (components.k8s.gateway.envoy.refusals.REFUSAL_ROUTE_PREFIX)
 # hold a `:`, which no other route name does. Envoy accepts two routes of one name, but their access log lines
 # could not be told apart.
 ROUTE_NAME_SEPARATOR = "/"
@@ -110,7 +112,7 @@ DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match n
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
 DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
-GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway.py)
+GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway/component.py)
 # The overload manager's heap budget: 75% of the container limit, so Envoy sheds load before the kernel OOM-kills
 # it. Bodies are buffered whole before routing, so many slow or large uploads could otherwise fill the heap.
 MAX_HEAP_BYTES = GATEWAY_MEMORY_LIMIT_GIB * 1024**3 * 3 // 4

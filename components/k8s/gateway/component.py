@@ -1,4 +1,4 @@
-"""Gateway: the Envoy inference gateway in front of every model (config: components.k8s.envoy_config).
+"""Gateway: the Envoy inference gateway in front of every model (config: components.k8s.gateway.envoy.config).
 
     Namespace (istio-injection) -> ServiceAccount -> ConfigMap (envoy.yaml) -> Deployment -> Service
     -> metrics Service -> HorizontalPodAutoscaler -> PodDisruptionBudget -> ServiceMonitor (/stats/prometheus)
@@ -35,9 +35,7 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
-from components.k8s.envoy_base import model_host
-from components.k8s.envoy_config import GATEWAY_MEMORY_LIMIT_GIB, GatewayView, render
-from components.k8s.gateway_args import (
+from components.k8s.gateway.args import (
     CircuitBreakersArgs,
     GatewayArgs,
     GatewayAuthArgs,
@@ -51,15 +49,17 @@ from components.k8s.gateway_args import (
     RetriesArgs,
     RoutingArgs,
 )
-from components.k8s.gateway_names import SERVICE_PORT, _meta, _selector, gateway_labels, service_host, service_url
-from components.k8s.gateway_network import (
+from components.k8s.gateway.envoy.base import model_host
+from components.k8s.gateway.envoy.config import GATEWAY_MEMORY_LIMIT_GIB, GatewayView, render
+from components.k8s.gateway.names import SERVICE_PORT, _meta, _selector, gateway_labels, service_host, service_url
+from components.k8s.gateway.network import (
     NAMESPACE_NAME_LABEL,
     SIDECAR_METRICS_PORTS,
     authorization_policies,
     destination_rule,
     network_policies,
 )
-from components.k8s.gateway_spec import (
+from components.k8s.gateway.spec import (
     DEFAULT_TRACE_SAMPLE_RATIO,
     ENGINES,
     PRIORITIES,

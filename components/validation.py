@@ -1,4 +1,4 @@
-"""Input validation for the AWS components: every problem collected, raised once with property paths.
+"""Input validation for every component (AWS and Kubernetes): each problem collected, raised once with property paths.
 
 Property paths use the schema's (camelCase) names, the same names `pulumi package add` consumers and
 the SDK's own missing-input errors use: `capacity.reservationId`, `availabilityZones[1]`.

@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
-from components.k8s.envoy_base import _T, METADATA_NAMESPACE
+from components.k8s.gateway.envoy.base import _T, METADATA_NAMESPACE
 from components.k8s.settings import DEFAULT_HASH_BALANCE_FACTOR, Model
 
 __all__ = [

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy.base import (
     _ALL,
     _T,
     DEFAULT_JWKS_CACHE_SECONDS,

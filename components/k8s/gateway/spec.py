@@ -1,5 +1,5 @@
 """GatewaySpec: a Gateway's args validated (every problem at once, with property paths) and every default applied:
-what the gateway's build functions read (a components.k8s.envoy_config.GatewayView)."""
+what the gateway's build functions read (a components.k8s.gateway.envoy.config.GatewayView)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, cast
 
-from components.aws.errors import Problems, check_shape
 from components.k8s.defaults import (
     DEFAULT_GATEWAY_NAMESPACE,
     DEFAULT_KUBERNETES_VERSION,
@@ -16,9 +15,9 @@ from components.k8s.defaults import (
     DEFAULT_TRY_IDLE_SECONDS,
 )
 from components.k8s.engines import ENGINE_NAMES
-from components.k8s.envoy_affinity import DEFAULT_HASH_BALANCE_FACTOR
-from components.k8s.envoy_config import OPENAI_APIS
-from components.k8s.gateway_args import GatewayArgs, GatewayModelArgs, GatewayTenantArgs
+from components.k8s.gateway.args import GatewayArgs, GatewayModelArgs, GatewayTenantArgs
+from components.k8s.gateway.envoy.affinity import DEFAULT_HASH_BALANCE_FACTOR
+from components.k8s.gateway.envoy.config import OPENAI_APIS
 from components.k8s.settings import (
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
@@ -38,6 +37,7 @@ from components.k8s.settings import (
     Variant,
     default_of,
 )
+from components.validation import Problems, check_shape
 
 __all__ = [
     "DEFAULT_TRACE_SAMPLE_RATIO",
@@ -108,7 +108,7 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                      DEFAULT_HASH_BALANCE_FACTOR if m.get("task", "generate") == "generate" else None),
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
                                                         max_requests=v.get("max_requests")),
-                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.envoy_hops)
+                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.gateway.envoy.hops)
                  spans_nodes=m.get("multi_node", False))  # the hops' pod names: a LeaderWorkerSet's when true
 
 

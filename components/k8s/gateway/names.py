@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s import naming
-from components.k8s.envoy_config import GatewayView
+from components.k8s.gateway.envoy.config import GatewayView
 
 __all__ = ["SERVICE_PORT", "gateway_labels", "service_host", "service_url"]
 
@@ -27,7 +27,7 @@ def _selector() -> dict[str, str]:
 
 def service_host(namespace: str) -> str:
     """The gateway Service's cluster FQDN, a name every in-cluster caller's sidecar routes (see
-    components.k8s.gateway_network)."""
+    components.k8s.gateway.network)."""
     return f"{naming.GATEWAY_APP}.{namespace}.svc.cluster.local"
 
 

@@ -24,8 +24,8 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s import naming
-from components.k8s.envoy_config import GatewayView, jwks_endpoint
-from components.k8s.gateway_names import SERVICE_PORT, _meta, _selector, service_host
+from components.k8s.gateway.envoy.config import GatewayView, jwks_endpoint
+from components.k8s.gateway.names import SERVICE_PORT, _meta, _selector, service_host
 
 __all__ = [
     "NAMESPACE_NAME_LABEL",

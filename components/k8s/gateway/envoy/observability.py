@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy.base import (
     _T,
     ADMIN_CLUSTER,
     BODY_MODEL_KEY,
@@ -59,10 +59,10 @@ _ACCESS_LOG_FORMAT = {
     "upstream_cluster": "%UPSTREAM_CLUSTER%",
     "upstream_host": "%UPSTREAM_HOST%",
     "attempts": "%UPSTREAM_REQUEST_ATTEMPT_COUNT%",
-    # session affinity (components.k8s.envoy_affinity): where the key came from and what picked the replica
+    # session affinity (components.k8s.gateway.envoy.affinity): where the key came from and what picked the replica
     "session_source": affinity.SESSION_SOURCE_LOG,
     "session_lb": affinity.SESSION_LB_LOG,
-    # a workload with variants (components.k8s.envoy_variants): the decision and the variant that served
+    # a workload with variants (components.k8s.gateway.envoy.variants): the decision and the variant that served
     "route_decision": f"%RESP({ROUTE_DECISION_HEADER.upper()})%",
     "variant": f"%RESP({VARIANT_HEADER.upper()})%",
     "downstream": "%DOWNSTREAM_REMOTE_ADDRESS%",

@@ -3,7 +3,8 @@
 Each is a route with a direct response. One the request's headers decide (a method the OpenAI API does not use, a
 path no model serves, a declared content-length past a limit) is answered `at_once` by the refusals filter (a fault
 filter whose abort each such route brings), before the buffer filter holds the body; the rest are answered by the
-router once the body is read (components.k8s.envoy_config, the filter order). Route names: see REFUSAL_ROUTE_PREFIX.
+router once the body is read (components.k8s.gateway.envoy.config, the filter order). Route names: see
+REFUSAL_ROUTE_PREFIX.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy.base import (
     _ALL,
     _T,
     ALLOWED_METHODS,
@@ -35,7 +36,7 @@ __all__ = [
 ]
 
 # The gateway's own refusals' route names start with this: a colon, in no other route's name, so a workload named
-# `gateway` has routes of its own (route names: components.k8s.envoy_base.ROUTE_NAME_SEPARATOR).
+# `gateway` has routes of its own (route names: components.k8s.gateway.envoy.base.ROUTE_NAME_SEPARATOR).
 REFUSAL_ROUTE_PREFIX = "gateway:"
 
 

@@ -1,7 +1,8 @@
 """The Envoy inference gateway's bootstrap, built by pure functions from what the gateway reads (GatewayView).
 
 One cluster per model, whose hosts are its replicas, each reached through a hop of its own
-(components.k8s.envoy_hops: a hung replica's tries are ended and retried when it fails its checks). Requests pass,
+(components.k8s.gateway.envoy.hops: a hung replica's tries are ended and retried when it fails its checks). Requests
+pass,
 in order:
 
     (connection manager) CONNECT: 403 upgrade_failed (its connect_matcher route has no upgrade configured);
@@ -47,7 +48,7 @@ the whole `timeoutSeconds`: such an answer says nothing until it is complete. Ac
 engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
 failures (not 500s), until their next passing health check (envoy_hops.outlier_detection); no panic mode;
 LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
-affinity: components/k8s/envoy_affinity.py). The route's idle timeout is the model's
+affinity: components/k8s/gateway/envoy/affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
 
 Through the mesh: the gateway's Istio sidecar captures every connection to a model replica and, the model Service's
@@ -75,8 +76,9 @@ JsonToMetadata https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/fi
 Cluster (health checks, outlier detection, LB) https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto
 
 Routing between a workload's variants by the request's latency budget, with overflow to the next variant:
-components.k8s.envoy_variants. Tokens, issuers' tenants and rate limits: components.k8s.envoy_callers. The
-gateway's own refusals (405, 404, 413) and their local replies: components.k8s.envoy_refusals.
+components.k8s.gateway.envoy.variants. Tokens, issuers' tenants and rate limits: components.k8s.gateway.envoy.callers.
+The
+gateway's own refusals (405, 404, 413) and their local replies: components.k8s.gateway.envoy.refusals.
 """
 
 from __future__ import annotations
@@ -85,10 +87,10 @@ import copy
 import re
 from typing import Any
 
-from components.k8s import envoy_affinity as affinity
 from components.k8s import naming
 from components.k8s.engines import ENGINES
-from components.k8s.envoy_base import (
+from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy.base import (
     _T,
     ADMIN_CLUSTER,
     ALLOWED_METHODS,
@@ -136,7 +138,7 @@ from components.k8s.envoy_base import (
     retriable_status_codes,
     route_name,
 )
-from components.k8s.envoy_callers import (
+from components.k8s.gateway.envoy.callers import (
     issuer_tenants_filter,
     issuer_tenants_restricted,
     jwks_cluster,
@@ -144,8 +146,8 @@ from components.k8s.envoy_callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.envoy_hops import hop_clusters, hop_listeners, model_cluster, stats_config
-from components.k8s.envoy_observability import (
+from components.k8s.gateway.envoy.hops import hop_clusters, hop_listeners, model_cluster, stats_config
+from components.k8s.gateway.envoy.observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
     admin_cluster,
@@ -153,7 +155,7 @@ from components.k8s.envoy_observability import (
     stats_listener,
     tracing,
 )
-from components.k8s.envoy_refusals import (
+from components.k8s.gateway.envoy.refusals import (
     REFUSAL_ROUTE_PREFIX,
     local_replies,
     max_body,
@@ -162,7 +164,7 @@ from components.k8s.envoy_refusals import (
     too_large,
     too_large_for_any,
 )
-from components.k8s.envoy_variants import (
+from components.k8s.gateway.envoy.variants import (
     Decision,
     Workload,
     at_least_regex,
@@ -529,7 +531,7 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         # runtime overrides through the admin interface (127.0.0.1 only: `kubectl exec` or port-forward), e.g.
         # tenant_rate_limit_enforced=0 lifts the per-tenant limits during an incident; without an admin layer
         # Envoy refuses /runtime_modify (503). Overrides live in the process: a restarted pod has the config's.
-        # the static layer: RE2's program-size ceiling for the session-key check (components.k8s.envoy_affinity,
+        # the static layer: RE2's program-size ceiling for the session-key check (components.k8s.gateway.envoy.affinity,
         # MAX_SESSION_KEY_CHARS; Envoy refuses a regex past 100 by default: envoyproxy/envoy@v1.40.0
         # source/common/common/regex.cc, re2.max_program_size.error_level)
         "layered_runtime": {"layers": [
