@@ -37,5 +37,10 @@ SERVING_PRIORITY_CLASSES: dict[str, tuple[str, int, str]] = {
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
 DEFAULT_TRY_IDLE_SECONDS = 30.0  # longest silence of a replica before the gateway retries elsewhere (at most timeout)
+# Day 2: a model pod stops getting new work before it is told to stop. Within this many seconds of a replica leaving
+# its Service's ready endpoints (a pod being deleted: rollout, scale-in, drain) or failing its checks, the gateway
+# sends it no new request (components.k8s.gateway.envoy.hops: DNS refresh and health checks are sized to it); each
+# model pod's preStop hook waits longer than this before its engine gets SIGTERM (components.k8s.serving).
+GATEWAY_DETECTION_SECONDS = 10
 CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"  # node-check: the oldest NVIDIA driver a GPU node may run
