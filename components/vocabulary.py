@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "dump_yaml"]
+__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "LOKI_INDEX_TABLE_PREFIX", "AUTOSCALED_TAG", "dump_yaml"]
 
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
 GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
@@ -22,6 +22,13 @@ SYSTEM_NAMESPACES = frozenset(
     {"default", "kube-system", "kube-public", "kube-node-lease", "istio-system", "monitoring",
      "gpu-operator", "nvidia-network-operator", "aifactory-gateway", "aifactory-system"}
 )
+
+# Loki's schemaConfig index prefix: Loki writes its index under it (components.k8s.observability.loki), and the log
+# bucket's lifecycle rules expire objects under it (components.aws.log_store).
+LOKI_INDEX_TABLE_PREFIX = "loki_index_"
+# The Auto Scaling group tag of the node pools the cluster autoscaler may size: the AWS pools carry it
+# (components.aws.nodes), the autoscaler discovers groups by it (components.k8s.autoscaler).
+AUTOSCALED_TAG = "aifactory.io/autoscaled"
 
 
 # libyaml's emitter when PyYAML has it (the wheels do): a large fleet's Envoy bootstrap and manifests are the

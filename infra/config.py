@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from components.aws import catalog
+from components import catalog
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, SERVING_PRIORITY_CLASSES
 from components.k8s.settings import (
     DEFAULT_ROUTING_MARGIN_PERCENT,

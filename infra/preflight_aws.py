@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from components.aws import catalog
+from components import catalog
 from components.aws.nodes import AMI_TYPE_CPU, AMI_TYPE_GPU
 from infra.config import PlatformConfig
 from infra.outputs import EXIT_FAILURE, EXIT_OK, UsageError, write_json

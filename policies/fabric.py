@@ -9,7 +9,7 @@ from typing import Any
 
 from pulumi_policy import Severity
 
-from components.aws import catalog
+from components import catalog
 from policies import kube
 from policies.base import ADVISORY, MANDATORY, resource_policy, stack_policy
 from policies.isolation import POD_TYPES
@@ -90,7 +90,7 @@ def layout_problems(interfaces: Sequence[Mapping[str, Any]], instance_type: str)
     try:
         cards = catalog.get(instance_type).network_cards
     except KeyError:
-        return [f"instance type {instance_type!r} is not in the catalog (components/aws/catalog.py)"]
+        return [f"instance type {instance_type!r} is not in the catalog (components/catalog.py)"]
     out = []
     if len(interfaces) != cards:
         out.append(f"{len(interfaces)} network interfaces; {instance_type} has {cards} network cards, one "
@@ -276,7 +276,7 @@ POLICIES = [
         description="An EFA pool's launch template has exactly the catalog's interfaces for its instance type, "
                     "in the AWS layout.",
         severity=Severity.HIGH, enforcement=MANDATORY,
-        remediation="Give the launch template one interface per network card (components/aws/catalog.py "
+        remediation="Give the launch template one interface per network card (components/catalog.py "
                     "network_cards): card 0 type efa at device index 0, every other card type efa-only at device "
                     "index 0.",
         check=_layout,

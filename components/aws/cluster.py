@@ -8,13 +8,15 @@ kubeconfig plus a Kubernetes provider for the layers above. GPU pools are separa
 
 import ipaddress
 import json
+from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.aws import catalog, iam
+from components import catalog
+from components.aws import iam
 from components.aws.addons import addon_versions, unpinned_warning
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
 from components.validation import Problems, check_shape
@@ -304,6 +306,14 @@ class GpuCluster(pulumi.ComponentResource):
             "oidcIssuer": self.oidc_issuer,
             "nodeSecurityGroupId": self.node_security_group_id,
         })
+
+    def service_account_role(self, name: str, *, namespace: str, service_account: str,
+                             inline_policy: Mapping[str, Any], opts: pulumi.ResourceOptions) -> pulumi.Output[str]:
+        """An IRSA role for one service account of this cluster (components.identity.WorkloadIdentity): its ARN, with
+        the role's policies as dependencies too (iam.arn_with_policies)."""
+        return iam.arn_with_policies(iam.irsa_role(name, cluster=self, namespace=namespace,
+                                                   service_account=service_account, inline_policy=inline_policy,
+                                                   opts=opts))
 
     def _admins(self, name: str, role_arns: list[str]) -> list[pulumi.Resource]:
         out: list[pulumi.Resource] = []

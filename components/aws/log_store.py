@@ -21,6 +21,7 @@ import pulumi_aws as aws
 
 from components.aws.iam import add_policy, arn_with_policies, irsa_role
 from components.validation import Problems
+from components.vocabulary import LOKI_INDEX_TABLE_PREFIX
 
 if TYPE_CHECKING:
     from components.aws.cluster import GpuCluster
@@ -38,7 +39,6 @@ OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")  # Loki rea
 # (IndexTables.PathPrefix "index/"). Not expired: the ruler's `rules/` (pkg/ruler/rulestore/bucketclient) and the
 # compactor's delete requests at `index/delete_requests/` (compactor.delete-request-store.key-prefix "index/").
 LOKI_TENANT = "fake"
-LOKI_INDEX_TABLE_PREFIX = "loki_index_"  # Loki's schemaConfig index prefix (components.k8s.observability)
 EXPIRING_PREFIXES = {"chunks": f"{LOKI_TENANT}/", "index": f"index/{LOKI_INDEX_TABLE_PREFIX}"}
 
 

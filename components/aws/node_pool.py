@@ -17,8 +17,8 @@ from typing import NotRequired, TypedDict
 import pulumi
 import pulumi_aws as aws
 
-from components.aws import catalog, iam
-from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
+from components import catalog
+from components.aws import iam
 from components.aws.nodes import (
     AMI_TYPE_CPU,
     AMI_TYPE_GPU,
@@ -31,6 +31,13 @@ from components.aws.nodes import (
     efa_network_interfaces,
     efa_security_group,
     node_group,
+)
+from components.nodes import (
+    DEFAULT_CPU_ROOT_VOLUME_GIB,
+    DEFAULT_EFA_HUGEPAGES_MIB,
+    DEFAULT_GPU_ROOT_VOLUME_GIB,
+    TAINT_EFFECTS,
+    TaintArgs,
 )
 from components.validation import Problems, check_shape
 
@@ -52,9 +59,6 @@ __all__ = [
 TYPE = "aifactory:index:GpuNodePool"
 FABRICS = ("efa", "none")
 CAPACITY_TYPES = ("on-demand", "odcr", "capacity-block")
-TAINT_EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
-
-
 class CapacityArgs(TypedDict):
     """Where the pool's instances come from."""
 
@@ -68,17 +72,6 @@ class CapacityArgs(TypedDict):
     """A capacity block's end, UTC; required for capacity-block. Default: none."""
     drain_minutes: NotRequired[int]
     """capacity-block: scale the pool to 0 this many minutes before the end; more than 30 (EKS). Default: 60."""
-
-
-class TaintArgs(TypedDict):
-    """A Kubernetes taint on every node of the pool."""
-
-    key: str
-    """Taint key, e.g. nvidia.com/gpu."""
-    effect: str
-    """NoSchedule, PreferNoSchedule or NoExecute."""
-    value: NotRequired[str]
-    """Taint value. Default: empty."""
 
 
 class GpuNodePoolArgs(TypedDict):
@@ -95,7 +88,7 @@ class GpuNodePoolArgs(TypedDict):
     subnet_ids: list[pulumi.Input[str]]
     """Private subnets, one per zone of `availability_zones`."""
     instance_type: str
-    """An instance type of the catalog (components.aws.catalog), e.g. p5.48xlarge."""
+    """An instance type of the catalog (components.catalog), e.g. p5.48xlarge."""
     pool_name: NotRequired[str]
     """Value of the aifactory.io/pool node label. Default: the component's name."""
     kubernetes_version: NotRequired[str]

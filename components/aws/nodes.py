@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 import pulumi
 import pulumi_aws as aws
 
-from components.aws import catalog
+from components import catalog
 from components.k8s.naming import LABEL_POOL
+from components.vocabulary import AUTOSCALED_TAG
 
 __all__ = [
     "AMI_TYPE_GPU",
@@ -112,7 +113,6 @@ AUTOSCALER_TAG = "k8s.io/cluster-autoscaler"
 # .../<cluster>): EKS puts those on the Auto Scaling group of EVERY managed node group itself (EKS user guide,
 # "Managed node groups": node group resources are tagged for the Cluster Autoscaler), and nothing can take them off
 # a capacity-block pool's group. Only groups the autoscaler may size carry this tag, on the group itself.
-AUTOSCALED_TAG = "aifactory.io/autoscaled"
 # EC2 accepts only `A-Za-z0-9 ._-:/()#,@[]+=&;{}!$*` in a security-group rule description (no apostrophe):
 # terraform-provider-aws internal/service/ec2/validate.go validSecurityGroupRuleDescription (EC2 API IpRange and
 # UserIdGroupPair Description); pulumi preview fails on anything else (hashicorp/terraform-provider-aws#18874).

@@ -2,27 +2,29 @@
 
 Auto-discovery finds the node groups' autoscaling groups by the kit's tag (`aifactory.io/autoscaled`, on every
 group the autoscaler may size) and `k8s.io/cluster-autoscaler/<cluster>`: not by `.../enabled`, which EKS puts on
-every managed group, capacity blocks included (components.aws.nodes.AUTOSCALED_TAG); the autoscaler reads
+every managed group, capacity blocks included (components.vocabulary.AUTOSCALED_TAG); the autoscaler reads
 each group's labels and taints from EKS (DescribeNodegroup), so GPU pools can scale from zero. It runs
 as its own service account with an IRSA role whose write actions only reach this cluster's groups.
 
-ClusterAutoscaler takes its own `args` (ClusterAutoscalerArgs: the cluster's name and region) and the GpuCluster
-its IRSA role trusts; infra.component_args maps PlatformConfig. It is not in the component package: the IRSA
+ClusterAutoscaler takes its own `args` (ClusterAutoscalerArgs: the cluster's name and region) and the cluster
+(components.identity.WorkloadIdentity: on EKS the GpuCluster, whose OIDC provider its IRSA role trusts);
+infra.component_args maps PlatformConfig. It is not in the component package: the IRSA
 role needs the GpuCluster object, which a package input cannot carry.
 """
 
 # No `from __future__ import annotations`: TypedDict reads its keys from evaluated annotations.
 import re
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws.cluster import GpuCluster
-from components.aws.iam import arn_with_policies, irsa_role
-from components.aws.nodes import AUTOSCALED_TAG
 from components.k8s import naming, security, versions
 from components.validation import Problems, check_shape
+from components.vocabulary import AUTOSCALED_TAG
+
+if TYPE_CHECKING:
+    from components.identity import WorkloadIdentity
 
 __all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
            "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
@@ -111,17 +113,19 @@ class ClusterAutoscaler(pulumi.ComponentResource):
     # with `aifactory:index:<name>`, the token its schema names (components/__main__.py)
 
     def __init__(self, name: str, args: ClusterAutoscalerArgs, opts: pulumi.ResourceOptions | None = None, *,
-                 cluster: GpuCluster, system_namespace: k8s.core.v1.Namespace) -> None:
+                 cluster: "WorkloadIdentity", system_namespace: k8s.core.v1.Namespace) -> None:
         super().__init__(self.pulumi_type, name, None, opts)
         check_autoscaler_args(name, args)
         cluster_name, region = args["cluster_name"], args["region"]
-        role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=naming.SYSTEM_NAMESPACE,
-                         service_account=SERVICE_ACCOUNT, inline_policy=autoscaler_policy(cluster_name),
-                         opts=pulumi.ResourceOptions(parent=self))
         # the ARN with its inline policy as a dependency: the autoscaler starts only once it may act (IAM first)
-        values = arn_with_policies(role).apply(
+        role_arn = cluster.service_account_role(f"{name}-irsa", namespace=naming.SYSTEM_NAMESPACE,
+                                                service_account=SERVICE_ACCOUNT,
+                                                inline_policy=autoscaler_policy(cluster_name),
+                                                opts=pulumi.ResourceOptions(parent=self))
+        values = role_arn.apply(
             lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn))
         versions.release(f"{name}-release", versions.CLUSTER_AUTOSCALER, release_name=RELEASE_NAME,
                          namespace=naming.SYSTEM_NAMESPACE, values=values,
-                         opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, cluster]))
-        self.register_outputs({"roleArn": role.arn})
+                         opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace,
+                                                                                 cast(pulumi.Resource, cluster)]))
+        self.register_outputs({"roleArn": role_arn})

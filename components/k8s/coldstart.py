@@ -22,7 +22,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from components.aws import catalog
+from components import catalog
 
 __all__ = [
     "DEFAULT_GP3_THROUGHPUT_MIBPS",

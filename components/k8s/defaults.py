@@ -1,6 +1,6 @@
 """Defaults and fixed sizes the Kubernetes components share with the stack config (infra.config).
 
-A light module on purpose (like components/aws/defaults.py): config validation imports it without pulling in
+A light module on purpose (like components/nodes.py): config validation imports it without pulling in
 pulumi_kubernetes. Each component module re-exports the defaults of its own args.
 """
 

@@ -33,13 +33,13 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws import catalog
-from components.aws.node_pool import TAINT_EFFECTS, TaintArgs
+from components import catalog
 from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION, IPAM_BLOCK_SIZE
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.settings import InfinibandSettings, NodePool, Taint, infiniband_settings
+from components.nodes import TAINT_EFFECTS, TaintArgs
 from components.validation import Problems, check_shape
 from components.vocabulary import POOL_LABEL
 

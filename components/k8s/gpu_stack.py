@@ -28,11 +28,11 @@ from typing import Any, NotRequired, Protocol, TypedDict
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.aws.node_pool import TAINT_EFFECTS, TaintArgs
 from components.k8s import naming, versions
 from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.settings import InfinibandSettings, NodePool, Taint
+from components.nodes import TAINT_EFFECTS, TaintArgs
 from components.validation import Problems, check_shape
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 from telemetry.names import DCGM

@@ -19,7 +19,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from components.aws import catalog
+from components import catalog
 from components.k8s.coldstart import BYTES_PER_PARAM, parameter_billions
 
 __all__ = ["MIN_KV_SHARE", "GPU_BYTES_PER_PARAM", "MemoryFit", "memory_fit"]

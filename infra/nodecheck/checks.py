@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from components.aws.catalog import GpuSpec
+from components.catalog import GpuSpec
 from components.k8s.naming import GPU_OPERATOR_NAMESPACE
 from components.k8s.settings import NodePool
 from infra.nodecheck import cluster, parsers

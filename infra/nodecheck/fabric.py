@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 
 import testinfra
 
-from components.aws import catalog
+from components import catalog
 from components.k8s import nccl_guard
 from components.k8s.settings import NodePool
 from infra.nodecheck.checks import CMD_HOSTNAME

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from components.aws import catalog
+from components import catalog
 from components.k8s.settings import setting
 from infra.stack.common import DEFAULT_SYSTEM_INSTANCE_TYPE, DNS_SUBDOMAIN, ROLE_ARN, _cidr, _known_type
 from infra.stack.messages import got as _got

@@ -6,7 +6,7 @@ import ipaddress
 import re
 from pathlib import Path
 
-from components.aws import catalog
+from components import catalog
 from components.k8s.settings import DNS_SUBDOMAIN_PATTERN, MIG_PROFILE_PATTERN
 from components.vocabulary import SYSTEM_NAMESPACES
 from infra.stack.reader import (

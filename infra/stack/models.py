@@ -13,7 +13,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from components.aws import catalog
+from components import catalog
 from components.k8s import coldstart, naming
 from components.k8s.defaults import (
     DEFAULT_TRY_IDLE_SECONDS,

@@ -9,8 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from components.aws import catalog
-from components.aws.defaults import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
+from components import catalog
 from components.k8s.defaults import (
     CAPACITY_BLOCK_DRAIN_MINUTES,
     IPAM_BLOCK_SIZE,
@@ -25,6 +24,7 @@ from components.k8s.settings import (
     NodePool,
     Taint,
 )
+from components.nodes import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
 from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
 from infra.stack.cluster import Target, _sizes
 from infra.stack.common import (

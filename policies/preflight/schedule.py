@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from components.aws import catalog
+from components import catalog
 from policies.preflight.pods import effective_pod, mesh_of, namespace_limit_ranges, pod_templates
 from policies.preflight.resources import (
     GPU,

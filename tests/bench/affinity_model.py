@@ -4,7 +4,7 @@ What routing changes, and nothing else: which prompt tokens a replica finds in i
 to prefill, and how that prefill slows every decode running beside it. Everything runs in simulated seconds; the
 Envoy benchmark (tests/bench/bench_affinity.py) maps them onto the wall clock, the oracle runs them here at once.
 
-The replica: Llama-3.1-8B-Instruct in BF16 on one H100 SXM (the kit's catalog entry `components.aws.catalog.H100`:
+The replica: Llama-3.1-8B-Instruct in BF16 on one H100 SXM (the kit's catalog entry `components.catalog.H100`:
 989 TFLOP/s dense BF16, 3,350 GB/s, 80 GiB), served by vLLM with the kit's `--gpu-memory-utilization`:
 
 - KV bytes per token = 2 (K and V) x layers x kv_heads x head_dim x 2 bytes = 2 x 32 x 8 x 128 x 2 = 131,072 B,
@@ -41,7 +41,7 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from components.aws.catalog import H100, GpuSpec
+from components.catalog import H100, GpuSpec
 from components.k8s.engines.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
 
 __all__ = [

@@ -192,5 +192,5 @@ def test_gpu_checks_do_not_apply_to_a_cpu_pool_nor_nvlink_to_a_gpu_without_it() 
         "driver", "gpus", "persistence", "ecc", "xid", "nvlink", "pcie", "mig", "container-runtime", "dcgm-exporter",
         "burn-in"}
     assert cpu["host"][0] == "pass"
-    # the L40S has no NVLink (components/aws/catalog.py, NVIDIA L40S datasheet: PCIe only)
+    # the L40S has no NVLink (components/catalog.py, NVIDIA L40S datasheet: PCIe only)
     assert _outcome("nodes-aws", "l40s", "p5.48xlarge")["nvlink"] == ("n/a", "NVIDIA L40S has no NVLink")

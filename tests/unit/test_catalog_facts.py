@@ -1,7 +1,7 @@
 """The instance catalog against AWS's published instance table (tests/fixtures/aws_instance_types.yaml).
 
 The fixture is written from EC2's DescribeInstanceTypes answers and names the AWS documentation page of each
-row; it is never generated from components/aws/catalog.py. A wrong number of network cards or EFA interfaces
+row; it is never generated from components/catalog.py. A wrong number of network cards or EFA interfaces
 in the catalog gives EFA launch templates EC2 rejects (a card index the type lacks) or nodes that use a
 fraction of their fabric, and node acceptance then expects the wrong device count.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from components.aws import catalog
+from components import catalog
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "aws_instance_types.yaml"
 AWS: dict[str, Any] = yaml.safe_load(FIXTURE.read_text())

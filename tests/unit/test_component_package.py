@@ -104,7 +104,7 @@ def test_every_optional_input_documents_its_default(schema) -> None:
 def test_config_inputs_are_plain_and_ids_accept_outputs(schema) -> None:
     pool = schema["resources"]["aifactory:index:GpuNodePool"]["inputProperties"]
     assert pool["instanceType"] == {"type": "string", "plain": True,
-                                    "description": "An instance type of the catalog (components.aws.catalog), "
+                                    "description": "An instance type of the catalog (components.catalog), "
                                                    "e.g. p5.48xlarge."}
     assert "plain" not in pool["clusterName"]
     assert pool["capacity"]["$ref"] == "#/types/aifactory:index:CapacityArgs"

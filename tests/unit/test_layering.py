@@ -19,7 +19,8 @@ PACKAGES = ("infra", "components", "dashboards", "policies", "telemetry")
 LIBRARIES = ("components", "dashboards", "policies", "telemetry")
 # The bottom: names and facts every layer reads, each importing nothing of the kit (checked below): label and taint
 # keys and the YAML rendering, metric names, instance facts, and the names the kit gives Kubernetes objects.
-VOCABULARY = ("components.vocabulary", "telemetry.names", "components.aws.catalog", "components.k8s.naming")
+VOCABULARY = ("components.vocabulary", "telemetry.names", "components.catalog", "components.nodes",
+              "components.identity", "components.k8s.naming")
 # grafanalib's `generate-dashboards` runs these files by path; nothing imports them (application entry scripts).
 ENTRY_SCRIPTS = ".dashboard.py"
 
@@ -33,23 +34,25 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _runtime_nodes(node: ast.AST) -> Iterator[ast.AST]:
-    """Every node but those under `if TYPE_CHECKING:` (imports that only name argument types never run)."""
+def _runtime_nodes(node: ast.AST, *, type_only: bool = False) -> Iterator[ast.AST]:
+    """Every node but those under `if TYPE_CHECKING:` (imports that only name argument types never run); with
+    `type_only`, those too."""
     yield node
     for child in ast.iter_child_nodes(node):
         test = child.test if isinstance(child, ast.If) else None
-        if test is not None and (getattr(test, "id", None) or getattr(test, "attr", None)) == "TYPE_CHECKING":
+        if not type_only and test is not None and (getattr(test, "id", None) or getattr(test, "attr", None)) == \
+                "TYPE_CHECKING":
             yield from (n for orelse in child.orelse for n in _runtime_nodes(orelse))
             continue
-        yield from _runtime_nodes(child)
+        yield from _runtime_nodes(child, type_only=type_only)
 
 
-def _imports(path: Path, modules: set[str]) -> Iterator[str]:
+def _imports(path: Path, modules: set[str], *, type_only: bool = False) -> Iterator[str]:
     """Kit modules `path` imports (absolute and relative imports): `from pkg import mod` imports pkg.mod, and
     `from pkg.mod import name` imports pkg.mod."""
     here = _module(path).split(".")
     package = here if path.name == "__init__.py" else here[:-1]
-    for node in _runtime_nodes(ast.parse(path.read_text(), str(path))):
+    for node in _runtime_nodes(ast.parse(path.read_text(), str(path)), type_only=type_only):
         if isinstance(node, ast.Import):
             yield from (a.name for a in node.names if a.name in modules)
         elif isinstance(node, ast.ImportFrom):
@@ -67,10 +70,11 @@ def _sources() -> list[Path]:
                   if not p.name.endswith(ENTRY_SCRIPTS) and "__pycache__" not in p.parts)
 
 
-def _graph() -> dict[str, set[str]]:
-    """module -> kit modules it imports (only names that are modules of the tree)."""
+def _graph(*, type_only: bool = False) -> dict[str, set[str]]:
+    """module -> kit modules it imports (only names that are modules of the tree); with `type_only`, also the
+    imports under `if TYPE_CHECKING:`."""
     modules = {_module(p): p for p in _sources()}
-    return {m: {n for n in _imports(p, set(modules)) if n != m} for m, p in modules.items()}
+    return {m: {n for n in _imports(p, set(modules), type_only=type_only) if n != m} for m, p in modules.items()}
 
 
 def _layer(module: str) -> str:
@@ -82,6 +86,15 @@ def test_libraries_import_neither_infra_nor_each_other_but_through_the_vocabular
              if _layer(importer) in LIBRARIES and _layer(target) not in (_layer(importer), *VOCABULARY)}
     assert sorted(found - KNOWN) == [], "new upward or sideways imports"
     assert sorted(KNOWN - found) == [], "gone from the code: remove them from KNOWN"
+
+
+def test_the_kubernetes_layer_imports_no_cloud_layer() -> None:
+    """components/k8s runs on any cluster (EKS or one of your own): what it needs of a cloud comes in through the
+    vocabulary (instance facts, node defaults, tags) or an argument (components.identity.WorkloadIdentity), never
+    by importing components.aws, at run time or for types."""
+    found = sorted((importer, target) for importer, imported in _graph(type_only=True).items() for target in imported
+                   if importer.startswith("components.k8s") and target.startswith("components.aws"))
+    assert found == []
 
 
 def test_the_vocabulary_imports_nothing_of_the_kit_but_itself() -> None:
@@ -138,7 +151,7 @@ def test_the_vocabulary_loads_nothing_of_the_kit_or_the_sdks() -> None:
     assert _loaded_after("import components.vocabulary") == ["components", "components.vocabulary"]
     assert _loaded_after("import components.k8s.naming") == [
         "components", "components.k8s", "components.k8s.naming", "components.vocabulary"]
-    assert _loaded_after("import components.aws.catalog") == ["components", "components.aws", "components.aws.catalog"]
+    assert _loaded_after("import components.catalog") == ["components", "components.catalog"]
     assert _loaded_after("import telemetry.names") == ["telemetry", "telemetry.names"]
 
 

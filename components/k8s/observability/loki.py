@@ -3,12 +3,12 @@
 from dataclasses import dataclass
 from typing import Any
 
-from components.aws.log_store import LOKI_INDEX_TABLE_PREFIX
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.observability.common import container_resources
 from components.k8s.observability.sizing import MIN_VOLUME_GIB, loki_volume_gib, retention_hours
 from components.k8s.observability.spec import BackendsView
 from components.k8s.storage import cache_storage_class_name
+from components.vocabulary import LOKI_INDEX_TABLE_PREFIX
 
 __all__ = [
     "LOKI_RELEASE",

@@ -6,9 +6,7 @@ and ServingSpec: the arguments with every default applied (a ServingView)."""
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, cast
 
-from components.aws import catalog
-from components.aws.defaults import DEFAULT_EFA_HUGEPAGES_MIB
-from components.aws.node_pool import TaintArgs
+from components import catalog
 from components.k8s.defaults import (
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_MONITORING_NAMESPACE,
@@ -28,6 +26,7 @@ from components.k8s.settings import (
     Tracing,
     infiniband_settings,
 )
+from components.nodes import DEFAULT_EFA_HUGEPAGES_MIB, TaintArgs
 from components.validation import Problems, check_shape
 from components.vocabulary import GPU_TAINT_KEY
 
@@ -63,7 +62,7 @@ class ModelPoolArgs(TypedDict):
     name: str
     """The pool's name (the aifactory.io/pool node label's value)."""
     instance_type: str
-    """The nodes' instance type, from the kit's catalog (components.aws.catalog): GPUs, vCPUs, memory, EFA devices."""
+    """The nodes' instance type, from the kit's catalog (components.catalog): GPUs, vCPUs, memory, EFA devices."""
     fabric: NotRequired[str]
     """efa, infiniband or none: the data plane a multi-node replica's pods use. Default: none."""
     hugepages_mib: NotRequired[int]

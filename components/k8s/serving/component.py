@@ -6,10 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import pulumi
-import pulumi_aws as aws
 import pulumi_kubernetes as k8s
 
-from components.aws.iam import arn_with_policies, irsa_role
 from components.k8s import naming, security, versions
 from components.k8s.defaults import SERVING_PRIORITY_CLASSES
 from components.k8s.gpu_stack import pool_tolerations
@@ -21,7 +19,7 @@ from components.k8s.settings import Model
 from components.k8s.storage import cache_prep_daemonset, node_cache_path
 
 if TYPE_CHECKING:
-    from components.aws.cluster import GpuCluster
+    from components.identity import WorkloadIdentity
 
 __all__ = [
     "TYPE",
@@ -141,7 +139,7 @@ class ModelDeployment(pulumi.ComponentResource):
     """StatefulSet, or LeaderWorkerSet for a multi-node replica."""
 
     def __init__(self, name: str, args: ModelDeploymentArgs, opts: pulumi.ResourceOptions | None = None,
-                 cluster: "GpuCluster | None" = None, after: ModelPrerequisites | None = None) -> None:
+                 cluster: "WorkloadIdentity | None" = None, after: ModelPrerequisites | None = None) -> None:
         """`after`: what each object waits for (default: nothing); `opts.depends_on` applies to every object."""
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = serving_spec(name, args)
@@ -149,7 +147,7 @@ class ModelDeployment(pulumi.ComponentResource):
         inherited = _depends_on(opts)
         after = after or ModelPrerequisites()
         # the ARN with the role's policy as a dependency: the model's pods start only once they may read the bucket
-        role_arn = arn_with_policies(self._s3_role(name, cfg, model, cluster)) if model.uri.startswith("s3://") \
+        role_arn = self._s3_role(name, cfg, model, cluster) if model.uri.startswith("s3://") \
             else None
         priority_class, cached = cfg.priority_class_of(model), node_cache(cfg, model)
         # the model's objects by kind (the gateway waits for the Service it resolves); not a class annotation: the
@@ -172,13 +170,15 @@ class ModelDeployment(pulumi.ComponentResource):
         self.register_outputs({"namespace": model_namespace(cfg, model), "service": model.name,
                                "kind": workload(cfg, model)["kind"]})
 
-    def _s3_role(self, name: str, cfg: ServingView, model: Model, cluster: "GpuCluster | None") -> aws.iam.Role:
+    def _s3_role(self, name: str, cfg: ServingView, model: Model,
+                 cluster: "WorkloadIdentity | None") -> pulumi.Output[str]:
         if cluster is None:
             raise ValueError(f"models.{model.name}.uri: {model.uri!r} needs the EKS cluster for its IRSA role; "
                              "pass cluster= (s3:// needs provider aws; use pvc:// or hf:// elsewhere)")
-        return irsa_role(f"{name}-s3", cluster=cluster, namespace=model_namespace(cfg, model),
-                         service_account=naming.model_service_account(model.name),
-                         inline_policy=s3_read_policy(model.uri), opts=pulumi.ResourceOptions(parent=self))
+        return cluster.service_account_role(f"{name}-s3", namespace=model_namespace(cfg, model),
+                                            service_account=naming.model_service_account(model.name),
+                                            inline_policy=s3_read_policy(model.uri),
+                                            opts=pulumi.ResourceOptions(parent=self))
 
 
 class ServingControllers(pulumi.ComponentResource):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from components.aws import catalog
+from components import catalog
 from components.k8s import coldstart, fabric, mesh, naming, security
 from components.k8s.engines import EngineTracing, engine_named, model_path
 from components.k8s.engines.base import CACHE_MOUNT, STORE_MOUNT, Role

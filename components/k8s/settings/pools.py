@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Literal
 
-from components.aws import catalog
-from components.aws.defaults import DEFAULT_GPU_ROOT_VOLUME_GIB
+from components import catalog
 from components.k8s.defaults import CAPACITY_BLOCK_DRAIN_MINUTES, DEFAULT_DRIVER_MIN_VERSION
 from components.k8s.settings.base import DNS_SUBDOMAIN_PATTERN, setting
+from components.nodes import DEFAULT_GPU_ROOT_VOLUME_GIB
 
 # A label's (or taint's) key and value as Kubernetes validates them (kubernetes@v1.34.0
 # staging/src/k8s.io/apimachinery/pkg/util/validation/validation.go IsQualifiedName, IsValidLabelValue): an optional
