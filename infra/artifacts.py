@@ -18,9 +18,20 @@ from typing import TYPE_CHECKING, Any
 from components.vocabulary import dump_yaml  # re-exported: the writers render YAML through here
 
 if TYPE_CHECKING:
-    from infra.synth import SynthResult
+    from infra.config import PlatformConfig
 
-__all__ = ["ArtifactContext", "Writer", "artifact", "writers", "dump_yaml", "dump_json"]
+__all__ = ["SynthResult", "ArtifactContext", "Writer", "artifact", "writers", "dump_yaml", "dump_json"]
+
+
+@dataclass(frozen=True)
+class SynthResult:
+    """One offline run of the program (infra.synth.run_program): what every writer reads."""
+
+    stack: str
+    config: PlatformConfig
+    stack_urn: str
+    stack_outputs: dict[str, Any]
+    resources: list[Any]  # infra.mocks.Registration, in stack-export order
 
 
 @dataclass

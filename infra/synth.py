@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from infra import stack_yaml
+from infra.artifacts import SynthResult  # re-exported: what a program run gives the writers
 from infra.config import (
     DEFAULT_STACKS_DIR,
     NAMESPACE,
@@ -75,15 +76,6 @@ Progress = Callable[[str], None]
 
 class StackFileError(Exception):
     """The stack file is missing or is not a Pulumi stack config file."""
-
-
-@dataclass(frozen=True)
-class SynthResult:
-    stack: str
-    config: PlatformConfig
-    stack_urn: str
-    stack_outputs: dict[str, Any]
-    resources: list[Any]  # infra.mocks.Registration, in stack-export order
 
 
 @dataclass

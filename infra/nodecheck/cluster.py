@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infra.nodecheck.probe import CannotRun
+from infra.nodecheck.probe import CannotRun, ClusterAccess
 
 __all__ = [
     "DCGM_EXPORTER_LABEL",
@@ -132,7 +132,7 @@ def exporter_on_node(pods: Sequence[ExporterPod], *, names: Sequence[str], addre
     return pod
 
 
-def node_of_url(url: str, kubectl: Kubectl) -> tuple[list[str], list[str]]:
+def node_of_url(url: str, kubectl: ClusterAccess) -> tuple[list[str], list[str]]:
     """What the host URL itself says about the node: (names, addresses).
 
     ssh://user@10.1.77.12 names the node's address; kubectl://POD?namespace=NS names a pod whose

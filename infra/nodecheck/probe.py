@@ -18,13 +18,11 @@ import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from infra.nodecheck.cluster import Kubectl
+from typing import Any, Protocol
 
 __all__ = [
     "CannotRun",
+    "ClusterAccess",
     "Probe",
     "describe_failure",
     "BoundedRun",
@@ -57,11 +55,19 @@ class CannotRun(Exception):
     """A check applies but could not run on this node (tool missing, permission, unknown output)."""
 
 
+class ClusterAccess(Protocol):
+    """How a check asks the cluster (infra.nodecheck.cluster.Kubectl; tests replay recordings)."""
+
+    def json(self, args: Sequence[str]) -> Any:
+        """`kubectl ARGS -o json` parsed; CannotRun when the cluster cannot be asked."""
+        ...
+
+
 @dataclass
 class Probe:
     host: Any  # testinfra.host.Host, or anything with .run(command) -> CommandResult
     url: str = ""  # the host URL the node was reached by (names the node for cluster look-ups)
-    kubectl: Kubectl | None = None  # for checks that ask the cluster (dcgm-exporter); None: no cluster access
+    kubectl: ClusterAccess | None = None  # for checks that ask the cluster (dcgm-exporter); None: no cluster access
     _cache: dict[str, str] = field(default_factory=dict)
 
     def run(self, command: str) -> Any:
