@@ -83,6 +83,7 @@ def test_g6e_pool_has_no_efa_interface_and_no_placement_group() -> None:
 
 BLOCK = {"type": "capacity-block", "reservation_id": "cr-0a1b2c3d4e5f60718", "start_time": "2026-12-01T11:30:00Z",
          "end_time": "2026-12-15T11:30:00Z"}
+BEFORE_BLOCK = "2026-11-22T00:00:00Z"  # the schedule is computed against `now`: fixed, so the test holds on any day
 
 
 @pytest.mark.parametrize(("capacity", "sizes", "market", "eks_type"), [
@@ -96,7 +97,8 @@ def test_reserved_pool_names_the_reservation_and_has_no_placement_group(capacity
     missing, then the create request will be rejected"); its node group then names no type (EKS API
     CreateNodegroup instanceTypes: a type in the launch template and any instanceTypes fail the deployment)."""
     lo, hi, want = sizes
-    args = pool_args("p5.48xlarge", fabric="efa", min_size=lo, max_size=hi, desired_size=want, capacity=capacity)
+    args = pool_args("p5.48xlarge", fabric="efa", min_size=lo, max_size=hi, desired_size=want, capacity=capacity,
+                     now=BEFORE_BLOCK)
     res = register(lambda: GpuNodePool("block", args))
     lt, ng = one(res, LT), one(res, NG)
     assert {k: lt.inputs[k] for k in ("instanceMarketOptions", "instanceType") if k in lt.inputs} == market
