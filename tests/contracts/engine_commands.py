@@ -1,6 +1,7 @@
 """Every `vllm serve` command line the kit generates: the shipped stacks' models, and one-model stacks that take
-each branch of serving.vllm_args, with the SIGTERM drain (engines.vllm.shutdown_flags) (quantization methods, speculative decoding, KV offload, expert parallelism,
-pooling tasks, multi-node on EFA). Each with the vLLM version of the image it runs in.
+each branch of serving.vllm_args (quantization methods, speculative decoding, KV offload, expert parallelism,
+pooling tasks, multi-node on EFA), each with its SIGTERM drain (engines.vllm.shutdown_flags). Each with the vLLM
+version of the image it runs in.
 
 `python -m tests.contracts.engine_commands` prints them as JSON for tests/contracts/vllm_parse.py, which runs
 them through vLLM's own parser (`make contracts`); tests/unit/test_engine_contracts.py checks them in CI against

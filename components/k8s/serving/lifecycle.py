@@ -134,8 +134,9 @@ def rollout_of(model: Model, *, others: Iterable[Model] = (), block: bool = Fals
     replica, waits for its successor to be ready, then the next (kubernetes.io/docs/concepts/workloads/controllers/
     statefulset.md "Rolling Updates": one Pod at a time, podManagementPolicy does not apply to updates). So at
     replicas.min >= 2 the others serve while one is replaced; at 1 the model is down until its new pod is ready
-    (`start_seconds` at most), its workload's other models (`others`: variants, other priorities) serving it if
-    they have replicas; at 0 (idle) there is nothing to replace. `block`: the model's pool is a capacity block."""
+    (`start_seconds` at most), unless it is a variant and another variant of its workload among `others` (the
+    models that always have replicas: not those on a capacity block) takes its requests; at 0 (idle) there is nothing
+    to replace. `block`: the model's pool is a capacity block."""
     window = " inside its capacity block's window (0 replicas outside it)" if block else ""
     if model.replicas.min >= 2:
         return Rollout("rolling", f"one replica at a time{window}: {model.replicas.min - 1} of its at least "
@@ -144,9 +145,9 @@ def rollout_of(model: Model, *, others: Iterable[Model] = (), block: bool = Fals
         return Rollout("scaled-to-zero", f"idle at 0 replicas{window}: a rollout then replaces nothing; at 1 replica "
                                          f"the model is down until its new pod is ready (at most {start_seconds} s)")
     covered = sorted(m.name for m in others if m.workload == model.workload and m.name != model.name
-                     and m.replicas.min >= 1)
-    fallback = f"; workload {model.workload!r} is served meanwhile by {', '.join(covered)}" if covered else \
-        "; nothing else serves it meanwhile (replicas.min: 2 keeps one serving)"
+                     and model.variant is not None and m.variant is not None and m.replicas.min >= 1)
+    fallback = (f"; the gateway overflows its requests to the other variant(s) of workload {model.workload!r} "
+                f"meanwhile ({', '.join(covered)}; not one the fidelity gate holds back)") if covered else \
+        "; nothing else serves its requests meanwhile (replicas.min: 2 keeps one serving)"
     return Rollout("outage", f"one replica at its minimum{window}: a rollout takes it down until the new pod is "
                              f"ready (at most {start_seconds} s){fallback}")
-

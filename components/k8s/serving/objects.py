@@ -192,8 +192,8 @@ def keda_scaled(cfg: ServingView, model: Model) -> bool:
 def scale_in_seconds(model: Model) -> int:
     """From KEDA's last active trigger until the model's pods are gone: its cooldown, a polling period, then the pods'
     termination (a multi-node replica's workers outlive its leader: the longest grace period)."""
-    role = "worker" if model.multi_node else "single"
-    return SCALE_DOWN_STABILIZATION_SECONDS + KEDA_POLLING_SECONDS + termination_grace_seconds(model, role)
+    grace = termination_grace_seconds(model, "worker" if model.multi_node else "single")
+    return SCALE_DOWN_STABILIZATION_SECONDS + KEDA_POLLING_SECONDS + grace
 
 
 def block_cron(cfg: ServingView, model: Model) -> dict[str, Any] | None:
