@@ -23,11 +23,12 @@ import datetime
 import math
 from typing import Any
 
+import pulumi
 import pytest
 
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.engines import engine_named
-from components.k8s.serving import model_objects, scaled_object, workload
+from components.k8s.serving import model_objects, scaled_object, serving_spec, workload
 from components.k8s.serving.lifecycle import (
     ENGINE_EXIT_SECONDS,
     PRESTOP_MARGIN_SECONDS,
@@ -241,3 +242,34 @@ def test_prod_assistant_steady_still_fits_its_quota_and_pool() -> None:
     assert sum(m.replicas.max * m.gpus_per_replica for m in h200) == 72 <= \
         cfg.node_pools["h200"].max_size * cfg.node_pools["h200"].instance.gpu_count
     assert sum(m.replicas.min * m.gpus_per_replica for m in h200) == 28
+
+
+def _component_args(**pool: Any) -> dict[str, Any]:
+    return {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B-Instruct", "tenant": "chat", "model_name": "llama",
+            "pool": {"name": "block", "instance_type": "p5.48xlarge", "capacity_type": "capacity-block", **pool},
+            "storage_class": "fast", "replicas": {"min": 1, "max": 1}}
+
+
+def test_a_component_user_gets_the_block_window_and_the_drain() -> None:
+    """ModelDeployment's own args carry the block's window (pool.capacityStartTime, capacityEndTime,
+    capacityDrainMinutes) and the route timeout (timeoutSeconds): the same cron and grace as a stack's."""
+    spec = serving_spec("llama", _component_args(capacity_start_time="2026-12-01T11:30:00Z",
+                                                 capacity_end_time="2026-12-15T11:30:00Z",
+                                                 capacity_drain_minutes=45) | {"timeout_seconds": 120.0})
+    cron = scaled_object(spec, spec.model)["spec"]["triggers"][-1]
+    # nodes gone at 10:45; less 300 + 15 + (15 + 120 + 30) s = 480 s: 10:37
+    assert cron == {"type": "cron", "metadata": {"timezone": "Etc/UTC", "start": "30 11 1 12 *",
+                                                 "end": "37 10 15 12 *", "desiredReplicas": "1"}}
+    pod = workload(spec, spec.model)["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == 165
+    assert "replicas" not in workload(spec, spec.model)["spec"]
+
+
+def test_a_bad_window_or_timeout_is_refused_with_its_key() -> None:
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        serving_spec("llama", _component_args(capacity_start_time="2026-13-01T11:30:00Z") | {"timeout_seconds": 0.0})
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [
+        ("timeoutSeconds", "0.0 must be between 0.1 and 3600 (seconds)"),
+        ("pool.capacityStartTime", "'2026-13-01T11:30:00Z' is not a UTC time such as 2026-12-01T11:30:00Z"),
+        ("pool.capacityStartTime", "capacityStartTime and capacityEndTime go together, on a pool of capacityType "
+                                   "capacity-block")]
