@@ -238,17 +238,15 @@ class ServingSpec:
         return self.priority_class_name
 
 
+_WINDOW_KEYS = {"capacity_start_time": "capacityStartTime", "capacity_end_time": "capacityEndTime"}
+
+
 def _utc_time(value: str) -> bool:
     try:
         datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
     except ValueError:
         return False
     return True
-
-
-def _camel(key: str) -> str:
-    head, *rest = key.split("_")
-    return head + "".join(part.title() for part in rest)
 
 
 def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
@@ -280,13 +278,13 @@ def _deployment_problems(problems: Problems, args: ModelDeploymentArgs) -> None:
     if "mig_profile" not in args and args.get("gpus_per_replica", tp * pp) != tp * pp:
         problems.add("gpusPerReplica", f"{args.get('gpus_per_replica')} must equal tensorParallel x "
                                        f"pipelineParallel ({tp * pp})")
-    timeout = args.get("timeout_seconds", 60.0)
+    timeout = args.get("timeout_seconds", default_of(Model, "timeout_seconds"))
     if not 0.1 <= timeout <= 3600:
         problems.add("timeoutSeconds", f"{timeout} must be between 0.1 and 3600 (seconds)")
-    window = [k for k in ("capacity_start_time", "capacity_end_time") if k in pool]
-    for key in window:
-        if not _utc_time(pool[key]):  # type: ignore[literal-required]
-            problems.add(f"pool.{_camel(key)}", f"{pool[key]!r} {NOT_A_UTC_TIME}")  # type: ignore[literal-required]
+    window: dict[str, str] = {key: cast(str, pool.get(key)) for key in _WINDOW_KEYS if key in pool}
+    for key, when in window.items():
+        if not _utc_time(when):
+            problems.add(f"pool.{_WINDOW_KEYS[key]}", f"{when!r} {NOT_A_UTC_TIME}")
     if window and (len(window) != 2 or pool.get("capacity_type") != "capacity-block"):
         problems.add("pool.capacityStartTime", "capacityStartTime and capacityEndTime go together, on a pool of "
                                                "capacityType capacity-block")
