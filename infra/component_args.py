@@ -152,6 +152,9 @@ def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:
             args[key] = value  # type: ignore[literal-required]
     if pool.vllm_image is not None:
         args["pool"]["vllm_image"] = pool.vllm_image
+    if pool.capacity.start_time is not None and pool.capacity.end_time is not None:  # a capacity block's window
+        args["pool"] |= {"capacity_start_time": pool.capacity.start_time, "capacity_end_time": pool.capacity.end_time,
+                         "capacity_drain_minutes": pool.capacity.drain_minutes}
     if m.speculative is not None:
         sp = m.speculative
         args["speculative"] = {"method": sp.method, "num_speculative_tokens": sp.num_speculative_tokens}

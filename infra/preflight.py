@@ -16,11 +16,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from components.k8s.serving.lifecycle import Rollout, block_window, rollout_of
+from components.k8s.serving.pod import pod_start_seconds
 from components.vocabulary import POOL_LABEL
 from infra.config import PlatformConfig
 from policies import preflight as rules
 
-__all__ = ["REPORT_FILE", "config_pools", "run_rules", "report", "format_text", "preflight_command"]
+__all__ = ["REPORT_FILE", "config_pools", "run_rules", "rollouts", "report", "format_text", "format_rollouts",
+           "preflight_command"]
 
 REPORT_FILE = "preflight-report.json"
 
@@ -72,10 +75,24 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))
 
 
-def report(findings: Sequence[rules.Finding], *, stack: str, resources: int) -> dict[str, Any]:
+def rollouts(cfg: PlatformConfig) -> dict[str, Rollout]:
+    """What a rolling update does to each model of the stack, by name (components.k8s.serving.lifecycle.rollout_of:
+    replicas.min 2 or more keeps serving, 1 is an outage until the new pod is ready, unless another variant of its
+    workload, off the capacity blocks, takes its requests meanwhile)."""
+    block = {m.name for m in cfg.models.values() if block_window(cfg.pool_of(m)) is not None}
+    always = [m for m in cfg.models.values() if m.name not in block]
+    return {m.name: rollout_of(m, others=always, block=m.name in block, start_seconds=pod_start_seconds(m))
+            for m in sorted(cfg.models.values(), key=lambda m: m.name)}
+
+
+def report(findings: Sequence[rules.Finding], *, stack: str, resources: int,
+           rollout: Mapping[str, Rollout] | None = None) -> dict[str, Any]:
     counts = {rule: sum(f.rule == rule for f in findings) for rule in rules.RULES}
-    return {"stack": stack, "resources": resources, "rules": list(rules.RULES), "summary": counts,
-            "findings": [f.as_dict() for f in findings]}
+    out = {"stack": stack, "resources": resources, "rules": list(rules.RULES), "summary": counts,
+           "findings": [f.as_dict() for f in findings]}
+    if rollout is not None:
+        out["rollouts"] = {name: {"kind": r.kind, "detail": r.detail} for name, r in rollout.items()}
+    return out
 
 
 def format_text(findings: Sequence[rules.Finding], *, stack: str, resources: int) -> str:
@@ -85,6 +102,15 @@ def format_text(findings: Sequence[rules.Finding], *, stack: str, resources: int
         if group:
             lines.append(f"\n{rule} ({len(group)})")
             lines.extend(f"  {f.resource}\n      {f.message}\n      fix: {f.fix}" for f in group)
+    return "\n".join(lines) + "\n"
+
+
+def format_rollouts(rollout: Mapping[str, Rollout]) -> str:
+    """The rollout statement of each model (not a finding: the trade-off each model makes, docs/serving.md)."""
+    if not rollout:
+        return ""
+    lines = ["\nrollouts (what a rolling update does to each model)"]
+    lines.extend(f"  {name}: {r.kind}: {r.detail}" for name, r in rollout.items())
     return "\n".join(lines) + "\n"
 
 
@@ -126,7 +152,8 @@ def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path
     resources = rules.from_entries(entries)
     findings = run_rules(resources, cfg, gate=_current_gate(cfg, stacks_dir))
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
-    human.write(format_text(findings, stack=stack, resources=len(resources)))
+    rollout = rollouts(cfg)
+    human.write(format_text(findings, stack=stack, resources=len(resources)) + format_rollouts(rollout))
     if json_out is not None:
-        write_json(json_out, report(findings, stack=stack, resources=len(resources)))
+        write_json(json_out, report(findings, stack=stack, resources=len(resources), rollout=rollout))
     return 1 if findings else 0

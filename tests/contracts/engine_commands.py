@@ -1,6 +1,7 @@
 """Every `vllm serve` command line the kit generates: the shipped stacks' models, and one-model stacks that take
 each branch of serving.vllm_args (quantization methods, speculative decoding, KV offload, expert parallelism,
-pooling tasks, multi-node on EFA). Each with the vLLM version of the image it runs in.
+pooling tasks, multi-node on EFA), each with its SIGTERM drain (engines.vllm.shutdown_flags). Each with the vLLM
+version of the image it runs in.
 
 `python -m tests.contracts.engine_commands` prints them as JSON for tests/contracts/vllm_parse.py, which runs
 them through vLLM's own parser (`make contracts`); tests/unit/test_engine_contracts.py checks them in CI against
@@ -14,6 +15,7 @@ import sys
 from typing import Any
 
 from components.k8s import serving
+from components.k8s.engines.vllm import shutdown_flags
 from infra.config import PlatformConfig, parse
 from tests.support.stacks import SHIPPED_STACKS, stack_config
 
@@ -68,7 +70,8 @@ def vllm_commands() -> list[dict[str, Any]]:
             image = serving.vllm_image(cfg, model)
             out.append({"where": where, "model": model.name, "image": image, "version": image_version(image),
                         "multi_node": model.multi_node, "path": serving.model_path(model),
-                        "args": serving.vllm_args(model, tracing=serving.engine_tracing(cfg))})
+                        "args": [*serving.vllm_args(model, tracing=serving.engine_tracing(cfg)),
+                                 *shutdown_flags(model)]})
     return out
 
 

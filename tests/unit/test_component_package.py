@@ -62,8 +62,8 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
          "kvOffloadGib", "maxModelLength", "migProfile", "model", "modelName", "monitoringNamespace", "namespace",
          "pipelineParallel", "pool", "prefixCaching", "priorityClassName", "quantization", "quantizedCheckpoint",
          "replicas", "speculative",
-         "startupBudgetSeconds", "storageClass", "task", "tenant", "tensorParallel", "tokenizer", "toolCallParser",
-         "traceSampleRatio", "uri", "weightsGib", "workload"],
+         "startupBudgetSeconds", "storageClass", "task", "tenant", "tensorParallel", "timeoutSeconds", "tokenizer",
+         "toolCallParser", "traceSampleRatio", "uri", "weightsGib", "workload"],
         ["engine", "model", "pool", "tenant"],
         ["kind", "namespace", "service"])
     assert shape["aifactory:index:GpuStack"] == (

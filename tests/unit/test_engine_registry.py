@@ -143,7 +143,7 @@ def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert scaling_query(spec, model) == ('sum(toy_waiting{namespace="t",aifactory_io_model="m"})', "AverageValue",
                                           "7")
     objs = {o["kind"]: o for o in model_objects(spec, model)}
-    assert objs["StatefulSet"]["spec"]["template"]["metadata"]["annotations"] == {"example.com/toy": "yes"}
+    assert objs["StatefulSet"]["spec"]["template"]["metadata"]["annotations"]["example.com/toy"] == "yes"
     assert objs["ScaledObject"]["spec"]["triggers"][0]["metadata"]["query"] == \
         'sum(toy_waiting{namespace="t",aifactory_io_model="m"})'
     # the gateway retries what the engine says another replica may answer better, besides the way's 502 and 503

@@ -87,14 +87,14 @@ NON_DEFAULT = {
     "quantization": "fp8", "max_model_length": 8192, "prefix_caching": False, "workload": "chat", "cache_gib": 123,
     "startup_budget_seconds": 1234, "quantized_checkpoint": False, "expert_parallel": True, "kv_offload_gib": 16.0,
     "weights_gib": 15.5, "task": "embed", "tool_call_parser": "llama3_json", "tokenizer": "meta-llama/Llama-3.1-8B",
-    "group_formation_seconds": 321, "mig_profile": "1g.12gb",
+    "group_formation_seconds": 321, "mig_profile": "1g.12gb", "timeout_seconds": 900.0,
 }
 # Sections and required keys, checked by the tests above; what the gateway and the dashboards read of a model, which
 # ModelDeployment does not take.
 # What a value needs beside it to be valid (and to differ from the default it would otherwise get)
 WITH = {"mig_profile": {"tensor_parallel": 1}, "gpus_per_replica": {"mig_profile": "1g.12gb", "tensor_parallel": 1}}
 NOT_SCALAR = {"engine", "model", "tenant", "pool", "speculative", "replicas"}
-NOT_DEPLOYMENT = {"name", "priority", "timeout_seconds", "slo", "callers", "max_request_bytes",
+NOT_DEPLOYMENT = {"name", "priority", "slo", "callers", "max_request_bytes",
                   "try_idle_timeout_seconds", "variant", "session_affinity_balance_factor", "gpus_per_node_hint",
                   "spans_nodes"}
 

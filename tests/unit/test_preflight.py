@@ -646,7 +646,15 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     state = tmp_path / "state.json"
     state.write_text(json.dumps(clean))
     assert main(["preflight", "onprem", "--state", str(state)]) == 0
-    assert capsys.readouterr().out == "preflight onprem: 9 rules over 2 resources: 0 finding(s)\n"
+    assert capsys.readouterr().out == (
+        "preflight onprem: 9 rules over 2 resources: 0 finding(s)\n"
+        "\nrollouts (what a rolling update does to each model)\n"
+        "  classifier: rolling: one replica at a time: 1 of its at least 2 replicas keep serving while one is "
+        "replaced\n"
+        "  llama-405b: outage: one replica at its minimum: a rollout takes it down until the new pod is ready (at "
+        "most 3300 s); nothing else serves its requests meanwhile (replicas.min: 2 keeps one serving)\n"
+        "  llama-70b: outage: one replica at its minimum: a rollout takes it down until the new pod is ready (at "
+        "most 2400 s); nothing else serves its requests meanwhile (replicas.min: 2 keeps one serving)\n")
 
     assert main(["preflight", "onprem", "--stacks-dir", str(FIXTURES), "--json",
                  "--state", str(FIXTURES / "onprem-before-fixes.state.json")]) == 1

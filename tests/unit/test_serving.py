@@ -186,7 +186,7 @@ def test_triton_takes_no_trace_options() -> None:
 
 def test_triton_pods_carry_the_engine_build_qformat() -> None:
     dep = workload(stack("prod"), stack("prod").models["assistant-fast"])
-    assert dep["spec"]["template"]["metadata"]["annotations"] == {"aifactory.io/trtllm-qformat": "fp8"}
+    assert dep["spec"]["template"]["metadata"]["annotations"]["aifactory.io/trtllm-qformat"] == "fp8"
 
 
 # --- placement, resources, fabric ---------------------------------------------------------------

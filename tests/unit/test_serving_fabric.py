@@ -120,7 +120,8 @@ def test_every_port_the_leader_and_workers_open_is_pinned_and_left_out_of_the_si
 def test_single_node_pods_keep_full_sidecar_capture() -> None:
     cfg = stack_config("prod")
     dep = workload(cfg, cfg.models["assistant-batch"])
-    assert "annotations" not in dep["spec"]["template"]["metadata"]
+    annotations = dep["spec"]["template"]["metadata"]["annotations"]
+    assert not [a for a in annotations if a.startswith("traffic.sidecar.istio.io/")]
 
 
 # --- 2. pre-quantized checkpoints -----------------------------------------------------------------

@@ -10,6 +10,7 @@ A light module on purpose: no Pulumi, nothing of infra/.
 
 from __future__ import annotations
 
+import math
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -29,6 +30,7 @@ __all__ = [
     "EngineTracing",
     "Engine",
     "model_path",
+    "drain_seconds",
     "tokenizer_path",
     "tokenizer_problems",
 ]
@@ -51,6 +53,13 @@ def model_path(model: Model) -> str:
         return f"{CACHE_MOUNT}/{model.name}"
     claim, _, path = rest.partition("/")
     return f"{STORE_MOUNT}/{claim}/{path}".rstrip("/")
+
+
+def drain_seconds(model: Model) -> int:
+    """How long a model's engine may drain its requests in flight once it gets SIGTERM: the longest request the
+    gateway allows the model (its route timeout, models.X.timeoutSeconds: components.k8s.gateway.envoy.config
+    `_route`), whole seconds. A request older than that has already been given up by the gateway."""
+    return math.ceil(model.timeout_seconds)
 
 
 def _storage(model: Model) -> str | None:

@@ -17,6 +17,7 @@ from components.k8s.engines.base import (
     EngineSite,
     EngineTracing,
     Role,
+    drain_seconds,
     model_path,
     tokenizer_path,
     tokenizer_problems,
@@ -45,6 +46,7 @@ __all__ = [
     "tool_call_parser",
     "vllm_image",
     "vllm_args",
+    "shutdown_flags",
     "ray_start_flags",
     "multi_node_ports",
     "nccl_guard_script",
@@ -206,6 +208,20 @@ def vllm_args(model: Model, *, tracing: EngineTracing | None = None) -> list[str
     return args
 
 
+def shutdown_flags(model: Model) -> list[str]:
+    """What `vllm serve` does on SIGTERM. By default (--shutdown-timeout 0) it aborts every request in flight: the
+    engine core finishes them all as aborted (v0.33.0 vllm/engine/arg_utils.py `--shutdown-timeout`, default 0,
+    "0 = abort, >0 = wait"; vllm/v1/engine/core.py EngineCore._handle_shutdown). With N > 0 the API server's SIGTERM
+    handler (vllm/entrypoints/launchers/launcher.py serve_http handle_shutdown) stops the engine in drain mode: the
+    engine core refuses new requests (_reject_add_in_shutdown: aborted at once), finishes those in flight and exits,
+    killed after N s (vllm/v1/utils.py shutdown: SIGTERM, join up to the timeout, then kill); only then does the
+    HTTP server stop. N is the model's drain (engines.base.drain_seconds: its gateway route timeout); the pod's
+    grace period covers it (components.k8s.serving.lifecycle). The EFA image's 0.27.1 has the same option and
+    logic (vllm/entrypoints/launcher.py, v1/engine/core.py). Not in vllm_args: it decides no answer, so the
+    fidelity fingerprint does not record it."""
+    return ["--shutdown-timeout", str(drain_seconds(model))]
+
+
 def ray_start_flags(*, head: bool) -> list[str]:
     """`ray start` options that pin every port a Ray node opens (the GCS port is the script's --ray_port)."""
     ports = {**RAY_NODE_PORTS, **(RAY_HEAD_PORTS if head else {})}
@@ -240,7 +256,7 @@ class Vllm(Engine):
 
     def command(self, model: Model, *, role: Role = "single", tracing: EngineTracing | None = None,
                 fabric_name: str = "none") -> list[str]:
-        serve = ["vllm", "serve", model_path(model), *vllm_args(model, tracing=tracing)]
+        serve = ["vllm", "serve", model_path(model), *vllm_args(model, tracing=tracing), *shutdown_flags(model)]
         if role == "single":
             return serve
         if role == "leader":

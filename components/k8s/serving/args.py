@@ -3,11 +3,13 @@ and ServingSpec: the arguments with every default applied (a ServingView)."""
 
 # No `from __future__ import annotations`: TypedDict reads NotRequired (and the package analyzer the types) from
 # evaluated annotations.
+import datetime
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, cast
 
 from components import catalog
 from components.k8s.defaults import (
+    CAPACITY_BLOCK_DRAIN_MINUTES,
     DEFAULT_GROUP_FORMATION_SECONDS,
     DEFAULT_MONITORING_NAMESPACE,
     DEFAULT_STARTUP_BUDGET_SECONDS,
@@ -24,8 +26,10 @@ from components.k8s.settings import (
     Taint,
     Tenant,
     Tracing,
+    default_of,
     infiniband_settings,
 )
+from components.k8s.settings.pools import NOT_A_UTC_TIME
 from components.nodes import DEFAULT_EFA_HUGEPAGES_MIB, TaintArgs
 from components.validation import Problems, check_shape
 from components.vocabulary import GPU_TAINT_KEY
@@ -70,6 +74,13 @@ class ModelPoolArgs(TypedDict):
     capacity_type: NotRequired[str]
     """on-demand, odcr or capacity-block (nodes exist only in the block's window: pulumi does not wait for the
     pods). Default: on-demand."""
+    capacity_start_time: NotRequired[str]
+    """capacity-block: the block's start, UTC (2026-12-01T11:30:00Z); with its end, the model has replicas only
+    inside the window (a KEDA cron trigger). Default: none (no window: the model is scaled as any other)."""
+    capacity_end_time: NotRequired[str]
+    """capacity-block: the block's end, UTC. Default: none."""
+    capacity_drain_minutes: NotRequired[int]
+    """capacity-block: the pool scales to zero this many minutes before the block's end. Default: 60."""
     taints: NotRequired[list[TaintArgs]]
     """The nodes' taints, which the pods tolerate. Default: nvidia.com/gpu=true:NoSchedule."""
     vllm_image: NotRequired[str]
@@ -162,6 +173,9 @@ class ModelDeploymentArgs(TypedDict):
     """The model cache volume per pod. Default: 200."""
     startup_budget_seconds: NotRequired[int]
     """Download + load + warm-up before the startup probe gives up. Default: 1800."""
+    timeout_seconds: NotRequired[float]
+    """The longest request the gateway allows the model (its route timeout): how long the engine drains its
+    requests on SIGTERM, within the pod's grace period. Default: 60."""
     group_formation_seconds: NotRequired[int]
     """Multi-node replicas: how long the leader waits for its workers to join Ray, on top of the start-up budget.
     Default: 900."""
@@ -223,6 +237,17 @@ class ServingSpec:
         return self.priority_class_name
 
 
+_WINDOW_KEYS = {"capacity_start_time": "capacityStartTime", "capacity_end_time": "capacityEndTime"}
+
+
+def _utc_time(value: str) -> bool:
+    try:
+        datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return False
+    return True
+
+
 def _choice(problems: Problems, path: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         problems.add(path, f"{value!r} is not allowed; choose one of: {', '.join(allowed)}")
@@ -252,6 +277,16 @@ def _deployment_problems(problems: Problems, args: ModelDeploymentArgs) -> None:
     if "mig_profile" not in args and args.get("gpus_per_replica", tp * pp) != tp * pp:
         problems.add("gpusPerReplica", f"{args.get('gpus_per_replica')} must equal tensorParallel x "
                                        f"pipelineParallel ({tp * pp})")
+    timeout = args.get("timeout_seconds", default_of(Model, "timeout_seconds"))
+    if not 0.1 <= timeout <= 3600:
+        problems.add("timeoutSeconds", f"{timeout} must be between 0.1 and 3600 (seconds)")
+    window: dict[str, str] = {key: cast(str, pool.get(key)) for key in _WINDOW_KEYS if key in pool}
+    for key, when in window.items():
+        if not _utc_time(when):
+            problems.add(f"pool.{_WINDOW_KEYS[key]}", f"{when!r} {NOT_A_UTC_TIME}")
+    if window and (len(window) != 2 or pool.get("capacity_type") != "capacity-block"):
+        problems.add("pool.capacityStartTime", "capacityStartTime and capacityEndTime go together, on a pool of "
+                                               "capacityType capacity-block")
     replicas = args.get("replicas") or {}
     lo, hi = replicas.get("min", 1), replicas.get("max", max(replicas.get("min", 1), 1))
     if lo < 0 or lo > hi:
@@ -267,10 +302,12 @@ def _pool(p: ModelPoolArgs) -> NodePool:
     fabric = p.get("fabric", "none")
     taints = tuple(Taint(t["key"], cast(Any, t["effect"]), t.get("value", "")) for t in p["taints"]) \
         if "taints" in p else (Taint(GPU_TAINT_KEY, "NoSchedule", "true"),)
+    capacity = Capacity(type=cast(Any, p.get("capacity_type", "on-demand")), start_time=p.get("capacity_start_time"),
+                        end_time=p.get("capacity_end_time"),
+                        drain_minutes=p.get("capacity_drain_minutes", CAPACITY_BLOCK_DRAIN_MINUTES))
     return NodePool(name=p["name"], instance_type=p["instance_type"], fabric=cast(Any, fabric),
                     hugepages_mib=p.get("hugepages_mib", DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0),
-                    capacity=Capacity(type=cast(Any, p.get("capacity_type", "on-demand"))), taints=taints,
-                    vllm_image=p.get("vllm_image"))
+                    capacity=capacity, taints=taints, vllm_image=p.get("vllm_image"))
 
 
 def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> Model:
@@ -298,6 +335,7 @@ def _deployment_model(name: str, args: ModelDeploymentArgs, pool: NodePool) -> M
         tool_call_parser=args.get("tool_call_parser"),
         task=cast(Any, args.get("task", "generate")),
         group_formation_seconds=args.get("group_formation_seconds", DEFAULT_GROUP_FORMATION_SECONDS),
+        timeout_seconds=args.get("timeout_seconds", default_of(Model, "timeout_seconds")),
         gpus_per_node_hint=pool.instance.gpu_count if pool.gpu else 8)
 
 

@@ -12,7 +12,7 @@ from components.k8s import naming, security, versions
 from components.k8s.defaults import SERVING_PRIORITY_CLASSES
 from components.k8s.gpu_stack import pool_tolerations
 from components.k8s.serving.args import ModelDeploymentArgs, serving_spec
-from components.k8s.serving.objects import model_objects, s3_read_policy, workload
+from components.k8s.serving.objects import keda_scaled, model_objects, s3_read_policy, workload
 from components.k8s.serving.pod import node_cache
 from components.k8s.serving.views import ControllersView, ServingView, model_namespace
 from components.k8s.settings import Model
@@ -229,5 +229,5 @@ def priority_classes(cfg: ControllersView) -> list[dict[str, Any]]:
 
 def required_controllers(cfg: ControllersView) -> list[versions.HelmChart]:
     models = cfg.models.values()
-    return ([versions.KEDA] if any(m.replicas.autoscaled for m in models) else []) + \
+    return ([versions.KEDA] if any(keda_scaled(cfg, m) for m in models) else []) + \
         ([versions.LWS] if any(m.multi_node for m in models) else [])

@@ -11,6 +11,7 @@ from components.k8s import naming
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.engines import engine_named
 from components.k8s.mesh import MESH_SCRAPE_TLS
+from components.k8s.serving.lifecycle import CRON_TIMEZONE, cron_window, termination_grace_seconds
 from components.k8s.serving.pod import await_annotations, model_ports, node_cache, pod_template
 from components.k8s.serving.views import ServingView, model_labels, model_namespace, object_meta
 from components.k8s.settings import Model
@@ -36,6 +37,9 @@ __all__ = [
     "disruption_budget",
     "scaling_query",
     "wake_query",
+    "keda_scaled",
+    "scale_in_seconds",
+    "block_cron",
     "scaled_object",
     "service_monitor",
     "model_objects",
@@ -103,9 +107,9 @@ def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
     rolling update replaces them one at a time from the highest ordinal, each deleted before its successor starts
     (a StatefulSet never surges, so each tenant's GPU quota, sized for replicas.max, always admits the
     successor), so a one-replica model is down from its pod's deletion until the new pod is ready, as with the
-    Deployment (maxSurge 0) it replaces. Autoscaled models leave `replicas`
-    to KEDA (the field stays unmanaged by Pulumi)."""
-    replicas = {} if model.replicas.autoscaled else {"replicas": model.replicas.min}
+    Deployment (maxSurge 0) it replaces (what each model's rollouts cost: lifecycle.rollout_of). Models KEDA scales
+    (keda_scaled) leave `replicas` to it (the field stays unmanaged by Pulumi)."""
+    replicas = {} if keda_scaled(cfg, model) else {"replicas": model.replicas.min}
     if not model.multi_node:
         meta = {**object_meta(cfg, model), "annotations": await_annotations(cfg, model)}
         return {"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": meta, "spec": {
@@ -179,15 +183,48 @@ def _trigger(cfg: ServingView, query: str, metric_type: str, threshold: str) -> 
         "activationThreshold": "0", "ignoreNullValues": "true"}}
 
 
+def keda_scaled(cfg: ServingView, model: Model) -> bool:
+    """KEDA owns the model's replica count: it is autoscaled (replicas.max > min), or its pool is a capacity block
+    with a window (block_cron: 0 replicas outside it)."""
+    return model.replicas.autoscaled or block_cron(cfg, model) is not None
+
+
+def scale_in_seconds(model: Model) -> int:
+    """From KEDA's last active trigger until the model's pods are gone: its cooldown, a polling period, then the pods'
+    termination (a multi-node replica's workers outlive its leader: the longest grace period)."""
+    grace = termination_grace_seconds(model, "worker" if model.multi_node else "single")
+    return SCALE_DOWN_STABILIZATION_SECONDS + KEDA_POLLING_SECONDS + grace
+
+
+def block_cron(cfg: ServingView, model: Model) -> dict[str, Any] | None:
+    """The cron trigger of a model on a capacity block: replicas.min (at least 1) from the block's start until its
+    nodes go, less scale_in_seconds; nothing outside, so the model's pods are gone before its nodes and none waits
+    Pending for nodes that do not exist (kube-prometheus-stack's KubePodNotReady and
+    KubeStatefulSetReplicasMismatch stay silent). KEDA's cron scaler (keda.sh/docs/2.18/scalers/cron; kedacore/keda
+    pkg/scalers/cron_scaler.go): metadata timezone, start and end (5-field cron), desiredReplicas, active from a start
+    until the next end. None: not a block model."""
+    window = cron_window(model, cfg.pool_of(model), scale_in_seconds=scale_in_seconds(model))
+    if window is None:
+        return None
+    start, end = window
+    return {"type": "cron", "metadata": {"timezone": CRON_TIMEZONE, "start": start, "end": end,
+                                         "desiredReplicas": str(max(1, model.replicas.min))}}
+
+
 def scaled_object(cfg: ServingView, model: Model) -> dict[str, Any]:
-    """KEDA on the queue signal; models that may scale to zero also wake on the gateway's refusals."""
+    """KEDA on the queue signal; models that may scale to zero also wake on the gateway's refusals. A block model
+    (block_cron) is at 0 outside its window and at least replicas.min inside it, and does not wake on refusals: its
+    queue trigger has no series while it has no pods, and outside the window a woken pod would only wait Pending."""
     triggers = [_trigger(cfg, *scaling_query(cfg, model))]
-    if model.replicas.min == 0:
+    cron = block_cron(cfg, model)
+    if cron is not None:
+        triggers.append(cron)
+    elif model.replicas.min == 0:
         triggers.append(_trigger(cfg, wake_query(model), "AverageValue", "1"))
     kind, api = ("LeaderWorkerSet", LWS_API_VERSION) if model.multi_node else ("StatefulSet", "apps/v1")
     return {"apiVersion": KEDA_API_VERSION, "kind": "ScaledObject", "metadata": object_meta(cfg, model), "spec": {
         "scaleTargetRef": {"apiVersion": api, "kind": kind, "name": workload_name(model)},
-        "minReplicaCount": model.replicas.min,
+        "minReplicaCount": 0 if cron is not None else model.replicas.min,
         "maxReplicaCount": model.replicas.max,
         "pollingInterval": KEDA_POLLING_SECONDS,
         "cooldownPeriod": SCALE_DOWN_STABILIZATION_SECONDS,
@@ -221,7 +258,7 @@ def model_objects(cfg: ServingView, model: Model, *, role_arn: pulumi.Input[str]
                                labels=model_labels(model)) if node_cache(cfg, model) else []
     objs = [service_account(cfg, model, role_arn=role_arn), *cache, workload(cfg, model), service(cfg, model),
             disruption_budget(cfg, model)]
-    if model.replicas.autoscaled:
+    if keda_scaled(cfg, model):
         objs.append(scaled_object(cfg, model))
     return [*objs, service_monitor(cfg, model)]
 

@@ -11,6 +11,7 @@ from components.k8s import coldstart, fabric, mesh, naming, security
 from components.k8s.engines import EngineTracing, engine_named, model_path
 from components.k8s.engines.base import CACHE_MOUNT, STORE_MOUNT, Role
 from components.k8s.gpu_stack import mig_resource
+from components.k8s.serving.lifecycle import container_lifecycle, sidecar_annotations, termination_grace_seconds
 from components.k8s.serving.views import ServingView, model_labels
 from components.k8s.settings import Model, NodePool
 from components.k8s.storage import cache_storage_class_name, node_cache_claim_name
@@ -306,6 +307,8 @@ def pod_spec(cfg: ServingView, model: Model, *, role: Role = "single") -> dict[s
         "env": [*_env(cfg, model), *engine.trace_env(model, tracing)],
         "resources": container_resources(cfg, model),
         "volumeMounts": mounts,
+        # stop getting new work before SIGTERM, then drain (components.k8s.serving.lifecycle)
+        "lifecycle": container_lifecycle(model, role),
         # No IPC_LOCK, even for RDMA: Pod Security `restricted` forbids adding it, and none is needed to
         # register (pin) memory when containers start with RLIMIT_MEMLOCK unlimited. containerd's upstream
         # unit sets no LimitMEMLOCK, so the kit raises it on the node (AWS: a containerd drop-in in the user
@@ -327,7 +330,7 @@ def pod_spec(cfg: ServingView, model: Model, *, role: Role = "single") -> dict[s
         **({"initContainers": fetch} if (fetch := _fetch_container(model)) else {}),
         "containers": [container],
         "volumes": volumes,
-        "terminationGracePeriodSeconds": 60,
+        "terminationGracePeriodSeconds": termination_grace_seconds(model, role),
     }
 
 
@@ -339,6 +342,7 @@ def pod_template(cfg: ServingView, model: Model, role: Role) -> dict[str, Any]:
     if model.multi_node:
         annotations |= mesh.multi_node_sidecar_annotations(outbound_excluded=engine.multi_node_ports())
     annotations |= engine.pod_annotations(model)
+    annotations |= sidecar_annotations(model, role)
     meta: dict[str, Any] = {"labels": model_labels(model)}
     if annotations:
         meta["annotations"] = annotations
