@@ -362,7 +362,8 @@ def test_a_mostly_idle_workflow_is_logged_once_with_the_spans_that_hold_its_time
     assert logged == [
         "GenAiSpanProcessor: workflow 'a': 75% of its critical path is 'other' (time no step covers; more than the "
         "25% set, other_share): the spans there that are no step: 'BaseWorkflowAgent.task' x1 (2.00 s). If one of "
-        "them is a model call, tool or retrieval, its instrumentation marks it in a way the kit does not read (telemetry.genai_spans.SPAN_ROLES, docs/telemetry.md). (Logged once.)"]
+        "them is a model call, tool or retrieval, its instrumentation marks it in a way the kit does not read "
+        "(telemetry.genai_spans.SPAN_ROLES, docs/telemetry.md). (Logged once.)"]
 
 
 def test_other_share_is_a_share() -> None:
