@@ -27,11 +27,16 @@ openinference-semantic-conventions 0.1.42 openinference/semconv/trace/__init__.p
                                                   execute_tool: tool; retrieval, vector_db_retrieve: retrieval
     openinference.span.kind                       AGENT, CHAIN: workflow; LLM, EMBEDDING: llm; TOOL: tool;
                                                   RETRIEVER, RERANKER: retrieval
-    traceloop.span.kind                           workflow, agent: workflow; tool: tool
+    traceloop.span.kind                           workflow, agent: workflow; tool, a task naming a tool
+                                                  (tool.name): tool
     anything else (HTTP client spans, tasks, ...) transparent: not a step; its children belong where it does
+One model call is one llm step: an llm span nested (through transparent spans) in an llm step of the same
+instrumentation scope is the same call, its attributes filling what the outer one lacks (tokens); an OpenInference
+LLM span that shows no call (_MODEL_CALL_PREFIXES, tokens, an error) is transparent.
 One workflow per agent run: the outermost workflow span of a local trace is the workflow; workflow spans nested
 in it (a graph and its agent, an SDK's trace span and its agent, handed-off or sub-agents) are transparent, so
-their steps count in the one workflow's critical path. Its name: the first explicit agent or workflow name
+their steps count in the one workflow's critical path. Its name: the resource's WORKFLOW_RESOURCE_ATTRIBUTE
+(setup(workflow=...)), else the first explicit agent or workflow name
 (gen_ai.agent.name, gen_ai.workflow.name, agent.name) from the outermost span down through its workflow spans,
 else the outermost span's name. Under a kit workflow or step, workflow spans are transparent and the steps
 join the kit's run. Step names: the model (gen_ai.request.model, llm.model_name, embedding.model_name,
@@ -43,7 +48,9 @@ completion, OpenLLMetry's older gen_ai.usage.prompt_tokens / completion_tokens; 
 A kit step run under an instrumented span (a tool of a framework's agent, wrapped in telemetry.step) is
 recorded with that span's trace, by this processor. A kit workflow under one is a workflow of its own.
 Never silent: a local trace whose spans look like an agent's (GenAI, OpenInference or OpenLLMetry attributes)
-but give no workflow is logged once per reason, with what was seen and why it could not be used.
+but give no workflow is logged once per reason, with what was seen and why it could not be used; a workflow whose
+critical path is more than other_share (DEFAULT_OTHER_SHARE) idle is logged once per name, with its spans that hold
+no step.
 
 Do not wrap an instrumented model call in a kit `llm` step as well, nor instrument one call with two
 instrumentations: both would be counted (the inner call becomes a child step, so the critical path stays right,
