@@ -28,6 +28,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import telemetry
 import telemetry.genai_spans
+import telemetry.runs
 from telemetry import names
 from tests.support.telemetry import Harness, harness, labels
 
@@ -225,7 +226,7 @@ def test_a_trace_too_large_is_reported_not_recorded(monkeypatch: pytest.MonkeyPa
                     pass
     assert h.points(names.STEP_DURATION) == {}
     assert len(logged) == 1 and "more than 2 spans" in logged[0]
-    assert telemetry.instrument._foreign_runs == {}  # nothing kept after the root ended
+    assert telemetry.runs._foreign_runs == {}  # nothing kept after the root ended
 
 
 def test_a_kit_workflow_inside_an_instrumented_agent_is_its_own() -> None:
@@ -268,7 +269,7 @@ def test_spans_still_open_when_the_root_ends_are_reported_and_forgotten() -> Non
     still_open = [line for line in logged if "still open" in line]
     assert still_open == [line for line in logged if "1 span(s) of a local trace were still open when its root "
                           "'agent' ended" in line] and len(still_open) == 1
-    assert telemetry.instrument._foreign_runs == {}
+    assert telemetry.runs._foreign_runs == {}
 
 
 def test_one_model_call_is_one_llm_step_however_many_spans_it_takes() -> None:
