@@ -284,12 +284,16 @@ def run_smolagents(h: Harness, base_url: str) -> None:
 
 # --- Strands ---------------------------------------------------------------------------------------------------
 def run_strands(h: Harness, base_url: str) -> None:
+    from opentelemetry.instrumentation.threading import ThreadingInstrumentor
     from strands import Agent, tool
     from strands.models.openai import OpenAIModel
     from strands.telemetry import tracer as strands_tracer
 
     # Strands traces through the global tracer provider (strands-agents 1.62.0 telemetry/tracer.py: get_tracer()
-    # keeps one Tracer over trace.get_tracer_provider()): pointed at the harness's for this run.
+    # keeps one Tracer over trace.get_tracer_provider()): pointed at the harness's for this run. Its Tracer also
+    # instruments threading, for good: undone after the run unless it was on before (later tests check setup()
+    # turns it on and off).
+    threads_were_instrumented = ThreadingInstrumentor().is_instrumented_by_opentelemetry
     tracer = strands_tracer.get_tracer()
     saved = tracer.tracer_provider, tracer.tracer
     tracer.tracer_provider, tracer.tracer = h.tracer_provider, h.tracer_provider.get_tracer(tracer.service_name)
@@ -301,6 +305,8 @@ def run_strands(h: Harness, base_url: str) -> None:
         asyncio.run(agent.invoke_async("How long do refunds take?"))
     finally:
         tracer.tracer_provider, tracer.tracer = saved
+        if not threads_were_instrumented:
+            ThreadingInstrumentor().uninstrument()
 
 
 # --- Microsoft Agent Framework ---------------------------------------------------------------------------------
