@@ -9,11 +9,12 @@
 
     with telemetry.step("tool", "search-kb"): ...
 
-Modules: instrument (Telemetry: the metrics, and the process-wide workflow/step/headers), scopes (workflow and
-step scopes and their spans), runs (the runs they keep in OpenTelemetry's context), budget (latency budget and
-session in W3C baggage), sums (the observable sums a workflow's end adds to), critical_path (the pure sweep),
-genai_spans (the same metrics from GenAI-instrumented agents), providers (setup(): exporters from the
-environment), names (metric and label names shared with dashboards and rules).
+Modules: instrument (Telemetry: the public API, and the process-wide workflow/step/headers), scopes (workflow
+and step scopes and their spans), runs (the runs they keep in OpenTelemetry's context, and the Recorder that
+records their metrics), budget (latency budget and session in W3C baggage), sums (the observable sums a
+workflow's end adds to), critical_path (the pure sweep), genai_spans (the same metrics from GenAI-instrumented
+agents), providers (setup(): exporters from the environment), names (metric and label names shared with dashboards
+and rules).
 
 Exports are lazy (PEP 562 module `__getattr__`): `import telemetry.names` (what dashboards, rules and
 node-check read) loads no OpenTelemetry SDK; `telemetry.workflow` and the others import their module on

@@ -5,7 +5,8 @@
     handle.shutdown()                                                          # flushes, stops the endpoint
 
 Variables (arguments win over the environment):
-    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   service.name; `tenant=<name>` names the tenant
+    OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES   service.name; `tenant=<name>` names the tenant;
+                                                  `workflow=<name>` names the agent runs genai_spans records
     OTEL_TRACES_EXPORTER     otlp (default) | console | none    (console: each span as JSON on stdout when it
                                                                  ends: a way to see a trace locally)
     OTEL_METRICS_EXPORTER    otlp (default) | prometheus | console | none    (console: every
@@ -75,6 +76,8 @@ class Settings:
 
     tenant: str
     service_name: str | None  # None: the SDK's default (unknown_service:<process>)
+    workflow: str | None = None  # the name of every agent run the GenAI span processor records; None: the spans'
+
     traces_exporter: str = "otlp"
     metrics_exporter: str = "otlp"
     traces_protocol: str = DEFAULT_OTLP_PROTOCOL
@@ -84,7 +87,7 @@ class Settings:
 
 
 def settings_from_env(environ: Mapping[str, str], *, service_name: str | None = None,
-                      tenant: str | None = None) -> Settings:
+                      tenant: str | None = None, workflow: str | None = None) -> Settings:
     """Settings from OTEL_* variables; every problem reported at once, each naming the variable."""
     errors: list[str] = []
     resource = resource_attributes(environ)
@@ -100,6 +103,10 @@ def settings_from_env(environ: Mapping[str, str], *, service_name: str | None = 
     if not tenant:
         errors.append("no tenant: pass setup(tenant=...) or set OTEL_RESOURCE_ATTRIBUTES=tenant=<name> "
                       "(the dashboards filter every series by tenant)")
+    if workflow is not None and (not isinstance(workflow, str) or not workflow.strip()):
+        errors.append(f"workflow={workflow!r}: expected a non-empty name (the workflow label of the agent runs "
+                      "GenAiSpanProcessor records), or None to name them from their spans")
+        workflow = None
     protocol = choice("OTEL_EXPORTER_OTLP_PROTOCOL", OTLP_PROTOCOLS, DEFAULT_OTLP_PROTOCOL)
     port_text = environ.get("OTEL_EXPORTER_PROMETHEUS_PORT", "").strip() or str(DEFAULT_PROMETHEUS_PORT)
     if not port_text.isdigit() or int(port_text) > 65535:
@@ -108,6 +115,7 @@ def settings_from_env(environ: Mapping[str, str], *, service_name: str | None = 
     settings = Settings(
         tenant=tenant or "",
         service_name=service_name or environ.get("OTEL_SERVICE_NAME") or resource.get(SERVICE_NAME) or None,
+        workflow=workflow or resource.get(names.L_WORKFLOW) or None,
         traces_exporter=choice("OTEL_TRACES_EXPORTER", TRACES_EXPORTERS, "otlp"),
         metrics_exporter=choice("OTEL_METRICS_EXPORTER", METRICS_EXPORTERS, "otlp"),
         traces_protocol=choice("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", OTLP_PROTOCOLS, protocol),
@@ -149,11 +157,16 @@ class Installation:
                 stop()
 
 
-def setup(*, service_name: str | None = None, tenant: str | None = None, set_global: bool = True,
+def setup(*, service_name: str | None = None, tenant: str | None = None, workflow: str | None = None,
+          set_global: bool = True,
           clock: Callable[[], int] = DEFAULT_CLOCK, genai_spans: bool = False, threads: bool = True,
           exemplars: bool = False, critical_path_attributes: bool = False) -> Installation:
     """Providers, exporters and the installed Telemetry for this process (see the module docstring).
 
+    workflow: the workflow label of every agent run the GenAI span processor records in this process (genai_spans),
+    for a service that runs one agent: it wins over the names its spans carry (which smolagents and LlamaIndex do
+    not record; see docs/telemetry.md); also OTEL_RESOURCE_ATTRIBUTES=workflow=<name>; default: the spans' names.
+    Kit workflows keep the names they are given.
     set_global: also make the providers OTel's global ones, so other instrumentation (HTTP clients,
     gRPC) exports through them; default: True (OTel allows that once per process).
     genai_spans: also compute the workflow metrics from other instrumentations' GenAI spans
@@ -166,8 +179,10 @@ def setup(*, service_name: str | None = None, tenant: str | None = None, set_glo
     critical_path_attributes: each workflow span also carries its critical-path shares
     (Telemetry(critical_path_attributes=)); default: False.
     """
-    settings = settings_from_env(os.environ, service_name=service_name, tenant=tenant)
+    settings = settings_from_env(os.environ, service_name=service_name, tenant=tenant, workflow=workflow)
     attributes = {names.L_TENANT: settings.tenant}
+    if settings.workflow:
+        attributes[names.L_WORKFLOW] = settings.workflow
     if settings.service_name:
         attributes[SERVICE_NAME] = settings.service_name
     resource = Resource.create(attributes)

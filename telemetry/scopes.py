@@ -7,7 +7,7 @@ so whatever carries that context carries them too: asyncio tasks, asyncio.to_thr
 and OpenTelemetry's threading instrumentation for threads and ThreadPoolExecutor. Auto-instrumented client
 spans (HTTP, gRPC, GenAI SDKs) nest under the current step. Process pools carry no context: see docs/telemetry.md.
 A step that finds no workflow in its context while a workflow of the same trace is open (or, in a thread that
-got no context, while any workflow is open) logs one warning per Telemetry: its context was lost on the way.
+got no context, while any workflow is open) logs one warning per Recorder: its context was lost on the way.
 
 Spans (OTel GenAI semantic conventions, development status):
     workflow             invoke_workflow {workflow}   INTERNAL  gen_ai.workflow.name
@@ -30,11 +30,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import re
 from collections.abc import Callable, Mapping
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry.context import Context
@@ -42,7 +41,6 @@ from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.semconv._incubating.attributes import gen_ai_attributes as genai
 from opentelemetry.trace import SpanKind
 
-from telemetry import names
 from telemetry.budget import _BAGGAGE_KEY, SESSION_PATTERN, _deadline_ns, _with_budget
 from telemetry.critical_path import ROOT
 from telemetry.runs import (
@@ -52,14 +50,13 @@ from telemetry.runs import (
     _SPAN_KEY,
     DEFERRED,
     STATUS_OK,
+    Recorder,
     StepRun,
     WorkflowRun,
     _add_step,
+    _check_kind,
     _new_step_run,
 )
-
-if TYPE_CHECKING:
-    from telemetry.instrument import Telemetry
 
 __all__ = [
     "SCOPE_CACHE_SIZE",
@@ -72,8 +69,7 @@ __all__ = [
     "step_scope",
 ]
 
-SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Telemetry (scopes are stateless)
-_KIND_PATTERN = re.compile(r"[a-z][a-z0-9_]{0,31}")
+SCOPE_CACHE_SIZE = 1024  # distinct scopes without extra attributes kept ready per Recorder (scopes are stateless)
 
 
 def _detach(token: Token[Context]) -> None:
@@ -146,7 +142,7 @@ class Scope:
     __slots__ = ("_telemetry", "_fixed", "_workflow", "_kind", "_model", "_name", "_span_name", "_span_kind",
                  "_attributes", "_budget_ns", "_steps", "_session")
 
-    def __init__(self, telemetry: Telemetry | Callable[[], Telemetry], *, workflow: bool, kind: str, name: str,
+    def __init__(self, telemetry: Recorder | Callable[[], Recorder], *, workflow: bool, kind: str, name: str,
                  span_name: str, span_kind: SpanKind, attributes: dict[str, Any], budget_ns: int | None = None,
                  steps: int | None = None, session: str | None = None) -> None:
         self._telemetry = telemetry
@@ -166,7 +162,7 @@ class Scope:
         tel = self._fixed or self._telemetry()  # type: ignore[operator]
         if self._workflow:
             return self._enter_workflow(tel)
-        # A step: the per-step hot path, inline (Telemetry._enter_step's body, without its frame).
+        # A step: the per-step hot path, inline (Recorder._enter_step's body, without its frame).
         start = tel.clock()
         ctx = _get_current()
         owner = ctx.get(_RUN_KEY)
@@ -184,7 +180,7 @@ class Scope:
             run.genai = None
         else:
             if owner is None:
-                owner = tel._orphan(self, ctx)
+                owner = tel._orphan(self._kind, self._name, ctx)
             run = tel._open_step(self._kind, self._name, span, start, owner)  # type: ignore[arg-type]
         workflow = run.workflow
         if self._model:
@@ -215,7 +211,7 @@ class Scope:
             if workflow is None or run.genai is not None or tel.exemplars:
                 tel._finish_step(run, end, None)
                 return
-            # Telemetry._finish_step's body for a step that succeeded in a workflow, without its frame.
+            # Recorder._finish_step's body for a step that succeeded in a workflow, without its frame.
             kind = run.kind
             attrs = tel._attrs.get((workflow.name, kind, run.name, STATUS_OK))  # _step_attrs' key
             start = run.start
@@ -225,7 +221,7 @@ class Scope:
         elif run is not None:
             self._exit_workflow(self._fixed or self._telemetry(), run, exc)  # type: ignore[operator, arg-type]
 
-    def _enter_workflow(self, tel: Telemetry) -> WorkflowRun:
+    def _enter_workflow(self, tel: Recorder) -> WorkflowRun:
         start = tel.clock()
         ctx = _get_current()
         owner = ctx.get(_RUN_KEY)
@@ -244,7 +240,7 @@ class Scope:
         return run
 
     @staticmethod
-    def _exit_workflow(tel: Telemetry, run: WorkflowRun, exc: BaseException | None) -> None:
+    def _exit_workflow(tel: Recorder, run: WorkflowRun, exc: BaseException | None) -> None:
         end = tel.clock()
         error_type = None if exc is None else tel._fail(run.span, exc)
         _detach(run._token)  # type: ignore[arg-type]
@@ -286,7 +282,7 @@ def _critical_path_attribute(kind: str) -> str:
 
 
 
-def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Callable[[], Telemetry], kind: str,
+def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Recorder | Callable[[], Recorder], kind: str,
                   name: str, model: str | None, provider: str | None, operation: str | None) -> Scope:
     """A step scope without extra attributes, built once per distinct arguments (scopes are stateless)."""
     key = (kind, name, model, provider, operation)
@@ -298,7 +294,7 @@ def _cached_scope(cache: dict[tuple[Any, ...], Scope], telemetry: Telemetry | Ca
     return scope
 
 
-def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *, agent: str | None = None,
+def workflow_scope(telemetry: Recorder | Callable[[], Recorder], name: str, *, agent: str | None = None,
                    budget_s: float | None = None, steps: int | None = None, session: str | None = None,
                    **attributes: Any) -> Scope:
     """The scope of one workflow run (see the module docstring for its span).
@@ -330,7 +326,7 @@ def workflow_scope(telemetry: Telemetry | Callable[[], Telemetry], name: str, *,
                  budget_ns=None if budget_s is None else round(budget_s * _NS_PER_S), steps=steps, session=session)
 
 
-def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: str, *, model: str | None = None,
+def step_scope(telemetry: Recorder | Callable[[], Recorder], kind: str, name: str, *, model: str | None = None,
                provider: str | None = None, operation: str | None = None, **attributes: Any) -> Scope:
     """The scope of one step (see the module docstring for its span)."""
     _check_kind(kind, "step kind")
@@ -351,12 +347,3 @@ def step_scope(telemetry: Telemetry | Callable[[], Telemetry], kind: str, name: 
     subject = model if kind == _MODEL_KIND and model else name
     return Scope(telemetry, workflow=False, kind=kind, name=name, span_name=f"{op or kind} {subject}",
                  span_kind=mapping.span_kind, attributes={**base, **attributes})
-
-
-
-def _check_kind(kind: str, what: str) -> str:
-    if not isinstance(kind, str) or not _KIND_PATTERN.fullmatch(kind):
-        raise ValueError(f"{what} {kind!r} is not allowed: use 1-32 lowercase letters, digits or '_', starting "
-                         f"with a letter (the kinds the dashboards know: {', '.join(names.STEP_KINDS)})")
-    return kind
-

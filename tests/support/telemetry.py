@@ -9,6 +9,7 @@ from typing import Any
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import HistogramDataPoint, InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -80,9 +81,10 @@ def at(seconds: float) -> int:
 
 
 @contextmanager
-def harness() -> Iterator[Harness]:
+def harness(resource: dict[str, str] | None = None) -> Iterator[Harness]:
+    """resource: attributes of the tracer provider's resource (as OTEL_RESOURCE_ATTRIBUTES or setup() give)."""
     exporter = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
+    tracer_provider = TracerProvider(resource=Resource.create(resource or {}))
     tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])

@@ -133,7 +133,7 @@ def test_copy_context_into_an_executor_carries_them_without_instrumentation(h: H
 def test_a_thread_without_context_loses_its_steps_and_warns_once(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     """The defect of issue #21: tool steps in a bare executor are roots outside the workflow."""
-    with caplog.at_level(logging.WARNING, logger="telemetry.instrument"):
+    with caplog.at_level(logging.WARNING, logger="telemetry.runs"):
         parallel_tools_agent(h, executor_submit)
     spans = h.spans()
     assert [spans[f"execute_tool {n}"].parent for n in ("a", "b")] == [None, None]
@@ -141,7 +141,7 @@ def test_a_thread_without_context_loses_its_steps_and_warns_once(
                                              labels(workflow="parallel", step_kind="planning"): 3.0}
     assert h.points(names.STEP_DURATION)[labels(workflow="none", step_kind="tool", step_name="a",
                                                 status="ok")] == (2.0, 1)
-    warnings = [r for r in caplog.records if r.name == "telemetry.instrument"]
+    warnings = [r for r in caplog.records if r.name == "telemetry.runs"]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     message = warnings[0].getMessage()
     assert message.startswith("step tool ") and "started outside any workflow in thread " in message
@@ -152,7 +152,7 @@ def test_a_step_under_the_workflows_span_without_its_context_warns(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
     """Code that re-parents by span alone (trace.use_span) keeps the trace but not the kit's context."""
     tel = h.tel
-    with caplog.at_level(logging.WARNING, logger="telemetry.instrument"), tel.workflow("w") as run:
+    with caplog.at_level(logging.WARNING, logger="telemetry.runs"), tel.workflow("w") as run:
         def detached() -> None:
             with trace.use_span(run.span), tel.step("tool", "t"):
                 pass
@@ -161,18 +161,18 @@ def test_a_step_under_the_workflows_span_without_its_context_warns(
         worker.join(WAIT_S)
         with tel.step("tool", "fine"):
             pass
-    messages = [r.getMessage() for r in caplog.records if r.name == "telemetry.instrument"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "telemetry.runs"]
     assert len(messages) == 1 and "under a span of the trace of open workflow 'w'" in messages[0]
 
 
 def test_steps_outside_workflows_in_the_main_thread_do_not_warn(
         h: Harness, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="telemetry.instrument"):
+    with caplog.at_level(logging.WARNING, logger="telemetry.runs"):
         with h.tel.step("tool", "warmup"):
             pass
         with h.tel.workflow("w"):
             pass
-    assert [r for r in caplog.records if r.name == "telemetry.instrument"] == []
+    assert [r for r in caplog.records if r.name == "telemetry.runs"] == []
 
 
 def test_asyncio_to_thread_carries_them(h: Harness) -> None:

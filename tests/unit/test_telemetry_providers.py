@@ -289,3 +289,25 @@ def test_otlp_workflow_span_carries_critical_path_only_when_asked(
     assert (shares.is_monotonic, shares.aggregation_temporality) == (True, AGGREGATION_TEMPORALITY_CUMULATIVE)
     assert [(p.as_double, {a.key: a.value.string_value for a in p.attributes}) for p in shares.data_points] == [
         (2.0, {"tenant": "search", "workflow": "answer", "step_kind": "tool"})]
+
+
+def test_setup_names_the_agent_runs_of_the_process(monkeypatch: pytest.MonkeyPatch) -> None:
+    """setup(workflow=...) (or OTEL_RESOURCE_ATTRIBUTES=workflow=...) puts the name on the resource, where the GenAI
+    span processor reads it: a LlamaIndex run (which names no agent) is recorded under it."""
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    assert settings_from_env({"OTEL_RESOURCE_ATTRIBUTES": "tenant=t,workflow=triage"}).workflow == "triage"
+    assert settings_from_env({}, tenant="t", workflow="answer").workflow == "answer"
+    with pytest.raises(ValueError) as err:
+        settings_from_env({}, tenant="t", workflow=" ")
+    assert str(err.value) == ("telemetry setup: workflow=' ': expected a non-empty name (the workflow label of the "
+                              "agent runs GenAiSpanProcessor records), or None to name them from their spans")
+    handle = telemetry.setup(tenant="search", workflow="support", set_global=False, clock=VirtualClock(),
+                             genai_spans=True, threads=False)
+    try:
+        assert handle.tracer_provider.resource.attributes["workflow"] == "support"
+        tracer = handle.tracer_provider.get_tracer("openinference.instrumentation.llama_index")
+        tracer.start_span("FunctionAgent.run", attributes={"openinference.span.kind": "CHAIN"}).end()
+        assert {a.get("workflow") for a in handle.telemetry._attrs.values()} == {"support"}
+    finally:
+        handle.shutdown()

@@ -28,11 +28,15 @@ from opentelemetry.trace import Status, StatusCode
 
 import telemetry
 import telemetry.genai_spans
+import telemetry.runs
 from telemetry import names
 from tests.support.telemetry import Harness, harness, labels
 
 S = 10**9
 OI_KIND = SpanAttributes.OPENINFERENCE_SPAN_KIND
+# What an OpenInference LLM span that called the model carries besides its kind (messages sent, tokens): one that
+# shows no call is framework code around the call (LlamaIndex's _prepare_chat_with_tools), no step.
+SENT = {f"{SpanAttributes.LLM_INPUT_MESSAGES}.0.message.role": "user"}
 
 
 @contextmanager
@@ -118,7 +122,7 @@ def test_step_and_workflow_mapping(attribute: str, value: str, kind: str, workfl
     with processed() as h:
         s = Spans(h)
         with s.span("run", at_end={workflow_attribute: workflow_value, "gen_ai.agent.name": "a"}):
-            with s.span("step", 2.0, at_end={attribute: value}):
+            with s.span("step", 2.0, at_end={attribute: value, **(SENT if value == "LLM" else {})}):
                 pass
     assert h.points(names.CRITICAL_PATH) == {labels(workflow="a", step_kind=kind): 2.0}
     assert set(telemetry.genai_spans.SPAN_ROLES[workflow_attribute].items()) >= {(workflow_value, "workflow")}
@@ -147,7 +151,7 @@ def test_nested_agent_spans_are_one_workflow_named_by_the_agent() -> None:
         s = Spans(h)
         with s.span("Agent workflow", at_end={OI_KIND: "AGENT"}), s.span("Agent workflow", at_end={OI_KIND: "CHAIN"}):
             with s.span("support", 0.5, at_end={OI_KIND: "AGENT", "agent.name": "support"}):
-                with s.span("generation", 1.0, at_end={OI_KIND: "LLM", "llm.model_name": "m"}):
+                with s.span("generation", 1.0, at_end={OI_KIND: "LLM", "llm.model_name": "m", **SENT}):
                     pass
     assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="support", status="ok"): (1.5, 1)}
     assert h.points(names.CRITICAL_PATH) == {labels(workflow="support", step_kind="other"): 0.5,
@@ -222,7 +226,7 @@ def test_a_trace_too_large_is_reported_not_recorded(monkeypatch: pytest.MonkeyPa
                     pass
     assert h.points(names.STEP_DURATION) == {}
     assert len(logged) == 1 and "more than 2 spans" in logged[0]
-    assert telemetry.instrument._foreign_runs == {}  # nothing kept after the root ended
+    assert telemetry.runs._foreign_runs == {}  # nothing kept after the root ended
 
 
 def test_a_kit_workflow_inside_an_instrumented_agent_is_its_own() -> None:
@@ -262,5 +266,133 @@ def test_spans_still_open_when_the_root_ends_are_reported_and_forgotten() -> Non
         tool.end(end_time=h.clock())
     assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="a", status="ok"): (1.0, 1)}
     assert kinds(h) == {}
-    assert len(logged) == 1 and "1 span(s) of a local trace were still open when its root 'agent' ended" in logged[0]
-    assert telemetry.instrument._foreign_runs == {}
+    still_open = [line for line in logged if "still open" in line]
+    assert still_open == [line for line in logged if "1 span(s) of a local trace were still open when its root "
+                          "'agent' ended" in line] and len(still_open) == 1
+    assert telemetry.runs._foreign_runs == {}
+
+
+def test_one_model_call_is_one_llm_step_however_many_spans_it_takes() -> None:
+    """LlamaIndex under OpenInference (openinference-instrumentation-llama-index 4.6.1: every span of its LLM object
+    is an LLM span): _prepare_chat_with_tools, which sends nothing, then the call itself, whose LLM span may hold
+    another of the same instrumentation (an outer and an inner achat, only the inner with the tokens). One llm step
+    per call (here the inner span: the outer shows no call), its tokens counted once, no "no token counts"
+    report."""
+    with processed() as h, warnings_of("telemetry.genai_spans") as logged:
+        s = Spans(h, "openinference.instrumentation.llama_index")
+        model = {SpanAttributes.LLM_MODEL_NAME: "m", SpanAttributes.LLM_PROVIDER: "openai"}
+        with s.span("FunctionAgent.run", 0.25, at_end={OI_KIND: "CHAIN"}):
+            for prompt in (100, 300):
+                with s.span("BaseWorkflowAgent.run_agent_step", at_end={OI_KIND: "CHAIN"}):
+                    with s.span("OpenAI._prepare_chat_with_tools", 0.5, at_end={OI_KIND: "LLM", **model,
+                                                                                 "input.value": "{}"}):
+                        pass
+                    with s.span("OpenAI.achat", 0.125, at_end={OI_KIND: "LLM", **model}):
+                        with s.span("OpenAI.achat", 1.0, at_end={
+                                OI_KIND: "LLM", **model, **SENT, SpanAttributes.LLM_TOKEN_COUNT_PROMPT: prompt,
+                                SpanAttributes.LLM_TOKEN_COUNT_COMPLETION: 20}):
+                            pass
+    workflow = "FunctionAgent.run"
+    assert kinds(h) == {(workflow, "llm", "m"): (2.0, 2)}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow=workflow, step_kind="llm"): 2.0,
+                                             labels(workflow=workflow, step_kind="other"): 1.5}
+    tokens = {dict(k)["gen_ai.token.type"]: v for k, v in h.points(names.GENAI_TOKEN_USAGE).items()}
+    assert tokens == {"input": (400, 2), "output": (40, 2)}
+    assert h.points(names.WORKFLOW_STEPS) == {labels(workflow=workflow): (2, 1)}
+    assert [line for line in logged if "token" in line] == []
+
+
+def test_the_outer_span_of_a_call_that_shows_it_keeps_its_own_tokens() -> None:
+    """Both spans of one call show it (the outer its messages, the inner its tokens too): still one step, the
+    outer's own values first and the inner's filling what it lacks."""
+    with processed() as h:
+        s = Spans(h, "openinference.instrumentation.llama_index")
+        with s.span("run", at_end={OI_KIND: "AGENT", "agent.name": "a"}):
+            with s.span("OpenAI.achat", 0.5, at_end={OI_KIND: "LLM", SpanAttributes.LLM_MODEL_NAME: "m", **SENT,
+                                                     SpanAttributes.LLM_TOKEN_COUNT_PROMPT: 7}):
+                with s.span("OpenAI.achat", 1.0, at_end={OI_KIND: "LLM", SpanAttributes.LLM_TOKEN_COUNT_PROMPT: 9,
+                                                         SpanAttributes.LLM_TOKEN_COUNT_COMPLETION: 3}):
+                    pass
+        with s.span("run", at_end={OI_KIND: "AGENT", "agent.name": "b"}):  # two instrumentations: two steps
+            with s.span("generation", 0.5, at_end={OI_KIND: "LLM", **SENT}):
+                with Spans(h, "other.instrumentation").span("chat m", 1.0, at_end={"gen_ai.operation.name": "chat"}):
+                    pass
+    assert kinds(h) == {("a", "llm", "m"): (1.5, 1), ("b", "llm", "generation"): (1.5, 1),
+                        ("b", "llm", "m"): (1.0, 1)}
+    tokens = {(dict(k)["workflow"], dict(k)["gen_ai.token.type"]): v
+              for k, v in h.points(names.GENAI_TOKEN_USAGE).items()}
+    assert tokens == {("a", "input"): (7, 1), ("a", "output"): (3, 1)}
+
+
+def test_an_openllmetry_task_that_names_a_tool_is_a_tool_step() -> None:
+    """OpenLLMetry's LlamaIndex instrumentation (opentelemetry-instrumentation-llamaindex 0.62.4,
+    dispatcher_wrapper.py) runs each tool call as a task span with tool.name (set when it starts) around the
+    tool's own task span; a task naming no tool stays the framework's own code."""
+    with processed() as h:
+        s = Spans(h, "opentelemetry.instrumentation.llamaindex")
+        task = {"traceloop.span.kind": TraceloopSpanKindValues.TASK.value}
+        with s.span("FunctionAgent.workflow", 0.25, at_start={"traceloop.span.kind": "workflow"}):
+            with s.span("BaseWorkflowAgent.task", 0.125, at_start=task):
+                pass
+            with s.span("BaseWorkflowAgent.task", at_start={**task, "tool.name": "search"}):
+                with s.span("FunctionTool.task", 0.5, at_start=task):
+                    pass
+    assert kinds(h) == {("FunctionAgent.workflow", "tool", "search"): (0.5, 1)}
+    assert h.points(names.CRITICAL_PATH) == {labels(workflow="FunctionAgent.workflow", step_kind="tool"): 0.5,
+                                             labels(workflow="FunctionAgent.workflow", step_kind="other"): 0.375}
+
+
+def test_a_mostly_idle_workflow_is_logged_once_with_the_spans_that_hold_its_time() -> None:
+    """README's "never silent": more than DEFAULT_OTHER_SHARE of a workflow's critical path in "other" is logged
+    once per workflow name, with the spans there that are no step and hold none, the longest first."""
+    with processed() as h, warnings_of("telemetry.genai_spans") as logged:
+        s = Spans(h)
+        for _ in range(2):
+            with s.span("agent", at_end={OI_KIND: "AGENT", "agent.name": "a"}):
+                with s.span("BaseWorkflowAgent.task", 2.0, at_end={"traceloop.span.kind": "task"}):
+                    pass
+                with s.span("node", 1.0, at_end={OI_KIND: "CHAIN"}):
+                    with s.span("tool", 1.0, at_end={OI_KIND: "TOOL", "tool.name": "t"}):
+                        pass
+        with s.span("agent", at_end={OI_KIND: "AGENT", "agent.name": "busy"}):  # 1 s of 4 other: 25%, not more
+            with s.span("idle", 1.0):
+                pass
+            with s.span("tool", 3.0, at_end={OI_KIND: "TOOL", "tool.name": "t"}):
+                pass
+    assert h.points(names.CRITICAL_PATH)[labels(workflow="a", step_kind="other")] == 6.0
+    assert logged == [
+        "GenAiSpanProcessor: workflow 'a': 75% of its critical path is 'other' (time no step covers; more than the "
+        "25% set, other_share): the spans there that are no step: 'BaseWorkflowAgent.task' x1 (2.00 s). If one of "
+        "them is a model call, tool or retrieval, its instrumentation marks it in a way the kit does not read "
+        "(telemetry.genai_spans.SPAN_ROLES, docs/telemetry.md). (Logged once.)"]
+
+
+def test_other_share_is_a_share() -> None:
+    with pytest.raises(ValueError) as err:
+        telemetry.GenAiSpanProcessor(other_share=0)
+    assert str(err.value) == ("GenAiSpanProcessor: other_share must be a share of the workflow's duration, above 0 "
+                              "and at most 1 (1: never log), got 0")
+
+
+def test_the_resource_names_the_agent_runs() -> None:
+    """smolagents and LlamaIndex name no agent in their spans, so each instrumentation's span names would name the
+    workflow ("FunctionAgent.run" under OpenInference, "FunctionAgent.workflow" under OpenLLMetry): the resource
+    attribute `workflow` (setup(workflow=...), OTEL_RESOURCE_ATTRIBUTES) names them, over any name the spans carry."""
+    with harness({"workflow": "support"}) as h:
+        h.tracer_provider.add_span_processor(telemetry.GenAiSpanProcessor(h.tel))
+        s = Spans(h)
+        for root, named in (("FunctionAgent.run", {OI_KIND: "CHAIN"}),
+                            ("invoke_agent x", {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "x"})):
+            with s.span(root, 0.5, at_end=named):
+                pass
+    assert h.points(names.WORKFLOW_DURATION) == {labels(workflow="support", status="ok"): (1.0, 2)}
+
+
+def test_building_an_agent_is_no_agent_run() -> None:
+    """AutoGen (autogen-core 0.7.5, _telemetry/_genai.py) records create_agent (OTel GenAI agent spans) as a trace
+    of its own when an agent is built: nothing to record, nothing to report."""
+    with processed() as h, warnings_of("telemetry.genai_spans") as logged:
+        with Spans(h, "autogen-core").span("create_agent support", at_end={
+                "gen_ai.operation.name": "create_agent", "gen_ai.agent.name": "support"}):
+            pass
+    assert (logged, h.points(names.WORKFLOW_DURATION), h.points(names.STEP_DURATION)) == ([], {}, {})
