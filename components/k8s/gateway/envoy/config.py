@@ -146,7 +146,7 @@ from components.k8s.gateway.envoy.callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.gateway.envoy.hops import hop_clusters, hop_listeners, model_cluster, stats_config
+from components.k8s.gateway.envoy.replicas import model_cluster
 from components.k8s.gateway.envoy.observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -537,8 +537,6 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
-        # the hops keep only their health stats (envoy_hops.stats_config)
-        "stats_config": stats_config(),
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
@@ -546,8 +544,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
                           *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
-                            for m in variant_models(cfg)), *hop_listeners(cfg)],
-            "clusters": [*(model_cluster(cfg, m) for m in models), *hop_clusters(cfg), *variant_clusters(cfg),
+                            for m in variant_models(cfg))],
+            "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg),
                          collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },
