@@ -179,7 +179,7 @@ def test_a_variants_gate_retries_its_engines_statuses_and_a_decision_any_variant
         raw["models"][name].update(engine=engine, sessionAffinity={"enabled": True})
     boot = envoy_config.bootstrap(parse(raw, stack="t"))
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
-    for name, engine in engines.items():
+    for name in engines:
         hcm = listeners[f"{name}__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
         [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
         assert route["route"]["retry_policy"]["retriable_status_codes"] == (

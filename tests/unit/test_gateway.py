@@ -7,8 +7,8 @@ import hashlib
 import pytest
 
 from components.k8s import otel_config
-from components.k8s.gateway import component as gw
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
+from components.k8s.gateway import component as gw
 from components.k8s.gateway.envoy import config as ec
 from components.k8s.gateway.envoy import replicas
 from infra.component_args import gateway_args

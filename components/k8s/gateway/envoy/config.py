@@ -146,7 +146,6 @@ from components.k8s.gateway.envoy.callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.gateway.envoy.replicas import model_cluster
 from components.k8s.gateway.envoy.observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -164,6 +163,7 @@ from components.k8s.gateway.envoy.refusals import (
     too_large,
     too_large_for_any,
 )
+from components.k8s.gateway.envoy.replicas import model_cluster
 from components.k8s.gateway.envoy.variants import (
     Decision,
     Workload,

@@ -16,7 +16,8 @@ Two decisions, two speeds (docs/gateway.md, "Day 2"):
   drain; its endpoint leaves the ready addresses at once) is removed at the next DNS refresh even while it passes
   its checks (Cluster.ignore_health_on_host_removal); a replica that fails `unhealthyThreshold` checks is taken
   out. Both within components.k8s.defaults.GATEWAY_DETECTION_SECONDS (`dns_detection_seconds`,
-  HealthCheck.detection_seconds), which each model pod's preStop outwaits. Outlier detection takes out a replica that fails requests (`outlier_detection`).
+  HealthCheck.detection_seconds), which each model pod's preStop outwaits. Outlier detection takes out a replica
+  that fails requests (`outlier_detection`).
 - kill work in flight: never on a check. A failed check or a removed record drains the replica's connections
   (Envoy 1.40 drains HTTP pools on host health failure and removal: source/common/upstream/cluster_manager_impl.cc,
   `drainOrCloseConnPools`): the requests on them run to their end. A slow /health under load (vLLM's runs on the
