@@ -109,7 +109,7 @@ BACKENDS = {
     "lim-fast": [Behaviour.OK],
     "lim-batch": [Behaviour.OK],
 }
-for _name, _replicas in BACKENDS.items():  # as many replicas (hops) as fake replicas
+for _name, _replicas in BACKENDS.items():  # as many replicas as fake replicas
     if len(_replicas) > 1:
         RAW["models"][_name]["replicas"] = {"min": 1, "max": len(_replicas)}
 # SLOW waits, STREAM chunk gaps
