@@ -541,5 +541,5 @@ def test_a_gateway_config_past_what_a_configmap_holds_is_refused_by_validate_and
             r"cluster\): split the models across stacks", line)
     assert not (tmp_path / "out").exists(), "nothing is written for a bad config"
     # a few models with hundreds of replicas each fit
-    assert main(["validate", "ok", "--stacks-dir", str(write_stack(tmp_path / "stacks", "ok",
-                                                                 stack_of(2, replicas=400)))]) == 0, capsys.readouterr().err
+    ok = write_stack(tmp_path / "stacks", "ok", stack_of(2, replicas=400))
+    assert main(["validate", "ok", "--stacks-dir", str(ok)]) == 0, capsys.readouterr().err
