@@ -113,7 +113,9 @@ DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match n
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
-DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
+# How often a model's cluster asks its Service's name: how soon a new replica takes traffic, and (with CoreDNS's 5 s
+# TTL) how soon a departing one takes none (components.k8s.gateway.envoy.replicas.dns_detection_seconds)
+DEFAULT_DNS_REFRESH_SECONDS = 5
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
 GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway/component.py)
 # The overload manager's heap budget: 75% of the container limit, so Envoy sheds load before the kernel OOM-kills
