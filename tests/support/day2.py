@@ -108,11 +108,11 @@ class Scenario:
     is pod `chat-<ordinal>`: its Service publishes its address under the Service's name and under its own
     (`chat-<ordinal>.chat.<namespace>...`, a StatefulSet pod's stable name) while it is ready."""
 
-    def __init__(self, stack: ExitStack, workdir: Path, replicas: int, **standin: Any) -> None:
+    def __init__(self, stack: ExitStack, workdir: Path, replicas: int) -> None:
         self.cfg: PlatformConfig = parse(raw_stack(), stack="day2")
         self.issuer = Issuer(ISSUER)
         self.port = free_port()
-        self._stack, self._standin = stack, standin
+        self._stack = stack
         self._started = 0
         self.pods: dict[int, StandInVllm] = {}  # ordinal -> its ready pod (published)
         self.run = Run()
@@ -161,7 +161,7 @@ class Scenario:
         name = f"{MODEL}-{ordinal}" + (f"#{self._started}" if self._started >= 3 else "")
         replica = self._stack.enter_context(StandInVllm(name, f"127.0.0.{10 + self._started}", self.port,
                                                         tokens=TOKENS, token_s=TOKEN_S,
-                                                        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S, **self._standin))
+                                                        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S))
         self._started += 1
         self.run.replicas[name] = replica
         self.pods[ordinal] = replica
@@ -249,47 +249,44 @@ def scale_down(s: Scenario) -> None:
         time.sleep(1.0)
 
 
-def saturated_health(s: Scenario) -> None:
-    """One replica saturated: its /health, on the busy event loop, answers past the checks' timeout."""
+def _fault(moment: str, fault: Callable[[StandInVllm], None], s: Scenario) -> None:
+    """Replica 1 turns bad half a second in (the moment named `moment`), under load for three more seconds."""
     with s.load():
+        time.sleep(0.5)
+        s.run.moments[moment] = time.monotonic()
+        fault(s.run.replicas[f"{MODEL}-1"])
         time.sleep(3.0)
+
+
+def saturated_health(s: Scenario) -> None:
+    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after three
+    check timeouts."""
+    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_health_s=3 * HC_S), s)
 
 
 def replica_500(s: Scenario) -> None:
     """One replica answers 500 to every generation while its /health passes."""
-    with s.load():
-        time.sleep(0.5)
-        s.run.moments["fail"] = time.monotonic()
-        s.run.replicas[f"{MODEL}-1"].fail()
-        time.sleep(2.5)
+    _fault("fail", StandInVllm.fail, s)
 
 
 def engine_hang(s: Scenario) -> None:
     """One replica's engine core hangs: no token comes, /health still passes (vLLM's check_health)."""
-    with s.load():
-        time.sleep(0.5)
-        s.run.moments["hang"] = time.monotonic()
-        s.run.replicas[f"{MODEL}-1"].hang()
-        time.sleep(3.0)
+    _fault("hang", StandInVllm.hang, s)
 
 
-# name -> (replicas, stand-in settings, the scenario)
-SCENARIOS: dict[str, tuple[int, dict[str, Any], Callable[[Scenario], None]]] = {
-    "rolling-update": (3, {}, rolling_update),
-    "scale-down": (3, {}, scale_down),
-    "saturated-health": (3, {}, saturated_health),
-    "replica-500": (3, {}, replica_500),
-    "engine-hang": (3, {}, engine_hang),
+SCENARIOS: dict[str, Callable[[Scenario], None]] = {
+    "rolling-update": rolling_update,
+    "scale-down": scale_down,
+    "saturated-health": saturated_health,
+    "replica-500": replica_500,
+    "engine-hang": engine_hang,
 }
+REPLICAS = 3
 
 
 def scenario(name: str, workdir: Path) -> Run:
-    """Run scenario `name` on a gateway of its own; everything is stopped when it returns."""
-    replicas, standin, play = SCENARIOS[name]
+    """Run scenario `name` on a gateway of its own (REPLICAS replicas); everything is stopped when it returns."""
     with ExitStack() as stack:
-        s = Scenario(stack, workdir, replicas, **standin)
-        if name == "saturated-health":  # replica 1 only: busy from 2 generations in flight, /health then slow
-            busy = s.run.replicas[f"{MODEL}-1"]
-            busy.busy_at, busy.busy_health_s = 2, 3 * HC_S
-        play(s)
+        s = Scenario(stack, workdir, REPLICAS)
+        SCENARIOS[name](s)
         return s.run

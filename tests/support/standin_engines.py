@@ -8,8 +8,8 @@ Behaviour, each from the engine's source at the pinned version (docs/contracts.m
   `data: [DONE]`; otherwise one JSON answer once the last token is done;
 - /health answers 200 while the engine has not errored: check_health reads an errored flag
   (vllm-project/vllm@v0.33.0 vllm/v1/engine/async_llm.py), so a stuck engine core (`hang()`) still passes it; and it
-  runs on the API server's event loop, so with `busy_at` generations or more in flight it answers only after
-  `busy_health_s` (vllm-project/vllm#38157);
+  runs on the API server's event loop, so once `saturate`d it answers only after `busy_health_s` with `busy_at`
+  generations or more in flight (vllm-project/vllm#38157);
 - SIGTERM (`sigterm()`) with `--shutdown-timeout N` (N > 0): it stops accepting (the listening socket closes, idle
   keep-alive connections close), the requests in flight finish for up to N s (their connections then close), and the
   rest are aborted; N = 0, vLLM's default, aborts every request in flight at once (vllm-project/vllm@v0.33.0
@@ -169,10 +169,10 @@ class StandInVllm:
     generation; `shutdown_timeout_s`: vLLM's --shutdown-timeout (0: SIGTERM aborts everything in flight)."""
 
     def __init__(self, name: str, host: str, port: int, *, tokens: int = 10, token_s: float = 0.02,
-                 shutdown_timeout_s: float = 5.0, busy_at: int = 10**9, busy_health_s: float = 0.0) -> None:
+                 shutdown_timeout_s: float = 5.0) -> None:
         self.name, self.host, self.port = name, host, port
         self.tokens, self.token_s, self.shutdown_timeout_s = tokens, token_s, shutdown_timeout_s
-        self.busy_at, self.busy_health_s = busy_at, busy_health_s
+        self.busy_at, self.busy_health_s = 10**9, 0.0  # never busy until `saturate`
         self.lock = threading.Lock()
         self.arrivals: list[float] = []  # monotonic time of each generation request it received
         self.in_flight = self.completed = self.aborted_requests = self.health_checks = 0
@@ -209,6 +209,10 @@ class StandInVllm:
     def hang(self) -> None:
         """The engine core is stuck: generations make no progress, /health still answers 200."""
         self.running.clear()
+
+    def saturate(self, *, busy_at: int, busy_health_s: float) -> None:
+        """From `busy_at` generations in flight, /health answers only after `busy_health_s`."""
+        self.busy_at, self.busy_health_s = busy_at, busy_health_s
 
     def fail(self) -> None:
         """Every generation gets 500, /health still answers 200."""
