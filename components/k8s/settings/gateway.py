@@ -150,8 +150,8 @@ class HealthCheck:
     intervalSeconds) must be at most components.k8s.defaults.GATEWAY_DETECTION_SECONDS (10), which the model pods'
     preStop outwaits."""
 
-    interval_seconds: float = setting(2.0, ge=0.01, le=300, doc="Seconds between the gateway's active health "
-                                                                "checks of each replica.")
+    interval_seconds: float = setting(2.0, ge=0.01, le=5, doc="Seconds between the gateway's active health "
+                                                              "checks of each replica.")
     timeout_seconds: float = setting(2.0, ge=0.01, derived=True, doc="Seconds a health check may take; at most "
                                                                      "intervalSeconds (default: 2, or intervalSeconds "
                                                                      "when that is shorter).")
