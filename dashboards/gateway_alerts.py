@@ -1,12 +1,11 @@
 """The gateway's alerts, per Envoy cluster (one per model; a workload with variants routes through its aggregate
 clusters `<workload>__<variant>`), from the cluster stats the gateway's stats listener exports to Prometheus
-(telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept, only the hops' are cut:
-components/k8s/gateway/envoy/hops.py `stats_config`).
+(telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept).
 
 - GatewayModelUnavailable: no replica of a model is healthy at the gateway. A model's cluster has one host per
-  replica it may have, each healthy while its replica passes its health checks and is not ejected, with no panic
-  mode (components/k8s/gateway/envoy/hops.py), so with none healthy Envoy answers each request itself: 503 "no healthy
-  upstream" (flag UH), no try made. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
+  ready replica, each healthy while its replica passes its health checks and is not ejected, with no panic mode
+  (components/k8s/gateway/envoy/replicas.py), so with none healthy Envoy answers each request itself: 503 "no
+  healthy upstream" (flag UH), no try made. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
   cluster healthy total (inclusive of both health checking and outlier detection)",
   envoyproxy/envoy@v1.40.0:docs/root/configuration/upstream/cluster_manager/cluster_stats.rst) is 0, and the counter
   `upstream_cx_none_healthy` counts each request that found no host (source/common/upstream/cluster_manager_impl.cc,
@@ -40,10 +39,10 @@ components/k8s/gateway/envoy/hops.py `stats_config`).
   its gate answers for a try the aggregate then retries on the next variant: those are not the client's, so
   variants' clusters are left out.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
-  every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejected replica
-  is back at its next passing health check (components/k8s/gateway/envoy/hops.py), so the number ejected right now
-  (ejections_active) is rarely above 0 for long even while a replica keeps failing; repeated ejections are the
-  signal. With session affinity, the ejected replica's sessions go elsewhere and prefill their context again.
+  every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejection lasts
+  its time (30 s, then longer) whatever the replica's checks say (components/k8s/gateway/envoy/replicas.py), and a
+  replica that keeps failing is ejected again each time it is back; repeated ejections are the signal. With session
+  affinity, the ejected replica's sessions go elsewhere and prefill their context again.
 - GatewayRetryRatioHigh: retries over the requests answered (upstream_rq_xx counts a request once, after its
   retries, as above), per model cluster, above RETRY_RATIO for 10 minutes:
   replicas fail tries that other replicas then serve (the client sees success, the fleet pays twice, and affinity's

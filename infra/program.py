@@ -237,10 +237,8 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     evals = stacks_dir or fidelity.default_stacks_dir()
     gate = fidelity.load_verdicts(cfg, evals)
     # The gateway's pods get their sidecar from istiod (whose release follows the Istio CRDs its policies use); its
-    # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services, and reaches each
-    # replica by its pod's name (envoy_hops): its config changes only once the models' workloads are ready (awaited:
-    # on an existing stack a model's Deployment -> StatefulSet change would otherwise leave the new config's hops
-    # pointing at pods that are still loading while the old ones are still serving).
+    # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services (envoy_replicas): its
+    # config changes only once the models' workloads are ready (awaited).
     gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
                                            *(m.objects["Service"] for m in models),

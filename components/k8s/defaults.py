@@ -39,7 +39,7 @@ DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k toke
 DEFAULT_TRY_IDLE_SECONDS = 30.0  # longest silence of a replica before the gateway retries elsewhere (at most timeout)
 # Day 2: a model pod stops getting new work before it is told to stop. Within this many seconds of a replica leaving
 # its Service's ready endpoints (a pod being deleted: rollout, scale-in, drain) or failing its checks, the gateway
-# sends it no new request (components.k8s.gateway.envoy.hops: DNS refresh and health checks are sized to it); each
+# sends it no new request (components.k8s.gateway.envoy.replicas: DNS refresh and health checks are sized to it); each
 # model pod's preStop hook waits longer than this before its engine gets SIGTERM (components.k8s.serving).
 GATEWAY_DETECTION_SECONDS = 10
 CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end

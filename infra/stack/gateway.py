@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.settings import (
     CategoryGate,
     Fidelity,
@@ -108,5 +109,11 @@ def _health_check(r: _Reader, hc: HealthCheck, raw: Any) -> HealthCheck:
     if given and hc.timeout_seconds > hc.interval_seconds:
         r.fail(f"{p}.timeoutSeconds", f"{_show(hc.timeout_seconds)} is above the maximum {hc.interval_seconds:g}")
         given = False
-    return hc if given else dataclasses.replace(hc, timeout_seconds=min(HealthCheck().timeout_seconds,
-                                                                        hc.interval_seconds))
+    hc = hc if given else dataclasses.replace(hc, timeout_seconds=min(HealthCheck().timeout_seconds,
+                                                                      hc.interval_seconds))
+    if hc.detection_seconds > GATEWAY_DETECTION_SECONDS and not r.problems_at(p):
+        r.fail(p, f"unhealthyThreshold x (timeoutSeconds + intervalSeconds) is {hc.detection_seconds:g} s, above "
+                  f"{GATEWAY_DETECTION_SECONDS} s: a replica that stops answering would still get new requests "
+                  "after its pod's preStop wait (components.k8s.defaults.GATEWAY_DETECTION_SECONDS); lower one of "
+                  "them")
+    return hc

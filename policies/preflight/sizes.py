@@ -3,8 +3,7 @@
 Kubernetes sums the lengths of every `data` and `binaryData` value (a Secret's `stringData` is merged into `data`)
 and refuses the object past 1 MiB (kubernetes/kubernetes@v1.34.1 pkg/apis/core/validation/validation.go,
 ValidateConfigMap and ValidateSecret: `totalSize > core.MaxSecretSize`). The kit's largest such object is the
-gateway's envoy.yaml, which grows with every model's `replicas.max` (one hop per replica:
-components/k8s/gateway/envoy/hops.py).
+gateway's envoy.yaml, which grows with every model (its routes and cluster: components/k8s/gateway/envoy/).
 """
 
 from __future__ import annotations
@@ -49,8 +48,7 @@ def size_problem(resource_type: str, props: Mapping[str, Any]) -> str | None:
         return None
     kind = resource_type.rsplit(":", 1)[1]
     return (f"its data is {size} bytes; the API server refuses a {kind} over {MAX_DATA_BYTES} bytes (1 MiB), so "
-            f"`pulumi up` fails on it. For the gateway's envoy.yaml: lower models.*.replicas.max (each replica "
-            f"up to it adds a hop to the config) or split the models across stacks")
+            f"`pulumi up` fails on it. For the gateway's envoy.yaml: split the models across stacks")
 
 
 def size_validate(args: ResourceValidationArgs, report_violation: ReportViolation) -> None:

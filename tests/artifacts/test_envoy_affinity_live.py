@@ -7,10 +7,8 @@ aifactory.session (components.k8s.gateway.envoy.affinity); replicas are picked b
 (envoyproxy/envoy@v1.40.0 api/envoy/extensions/load_balancing_policies/maglev/v3/maglev.proto).
 
 Failures, retries, ejection, priorities and a scale-up run on a gateway of their own (`failing`): replicas that
-answer 5xx there are ejected, and its model `grow` may have one replica more than it runs: the gateway reaches each
-ordinal through its own hop (components.k8s.gateway.envoy.hops), and ordinal 3 stands for a pod that is not ready (its
-health
-checks fail) until the test makes it answer them, as a new StatefulSet pod does once it is ready.
+answer 5xx there are ejected, and its model `grow` has one replica more, which stands for a pod that is not ready (its
+health checks fail) until the test makes it answer them, as a new StatefulSet pod does once it is ready.
 """
 
 from __future__ import annotations
@@ -340,7 +338,9 @@ def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_mo
         failing: Gateway, tmp_path: Path) -> None:
     """`grow` goes from 3 replicas to 4 (ordinal 3 starts answering its health checks, as a new StatefulSet pod does
     once it is ready): the sessions that move all move to the new replica, about a quarter of them, none between
-    the old three; when it goes again (its checks fail), every session is back where it was."""
+    the old three but a handful (replicas are hashed by address: components.k8s.gateway.envoy.replicas; Maglev's
+    disruption is near-minimal, not zero: Eisenbud et al., "Maglev", NSDI 2016, section 3.4; with hops hashed by name
+    none moved in that run); when it goes again (its checks fail), every session is back where it was."""
     new = failing.backends["grow"][REPLICAS]
     sessions = [f"n{s}" for s in range(SCALE_SESSIONS)]
     home = {s: failing.served_by("grow", session=s) for s in sessions}
@@ -353,10 +353,11 @@ def test_a_new_replica_takes_about_its_share_of_sessions_and_no_other_session_mo
     failing.wait_healthy("grow", REPLICAS)
     back = {s: failing.served_by("grow", session=s) for s in sessions}
     moved = {s for s in sessions if after[s] != home[s]}
-    # none between the old replicas (Maglev hashes each hop by its name: the same table every run)
-    assert {after[s] for s in moved} == {"grow-3"}, Counter((home[s], after[s]) for s in moved)
+    # nearly all to the new replica: at most 2% of the sessions between the old ones
+    between = [s for s in moved if after[s] != "grow-3"]
+    assert len(between) <= SCALE_SESSIONS // 50, Counter((home[s], after[s]) for s in moved)
     # Maglev gives each of 4 replicas about a quarter of its table (expected 100 of 400, sd about 9)
-    assert 60 <= len(moved) <= 140, len(moved)
+    assert 60 <= len(moved) - len(between) <= 140, len(moved)
     assert back == home
 
 

@@ -161,8 +161,9 @@ def test_a_variant_without_replicas_overflows_and_its_workloads_answers_stay_2xx
 
 
 def test_a_retried_try_is_not_an_answer_each_request_counts_once_with_its_final_status(gateway: Gateway) -> None:
-    """flaky's replica 0 answers 500, which the gateway retries on replica 1 for a vLLM model (components.k8s.engines:
-    vLLM's 500 may be a dying engine's): every client gets 200, and the cluster's answers are all 2xx."""
+    """flaky's replica 0 answers 500, which the gateway retries on replica 1 (and ejects replica 0 after 3): every
+    client gets 200, and the cluster's answers are all 2xx."""
+    await_replicas(gateway.envoy, {"flaky": REPLICAS["flaky"]})  # both in (a check may fail on a busy machine)
     before = _scrape(gateway.envoy)
     gateway.backends["flaky"][0].behaviour = Behaviour.ERROR
     try:

@@ -109,7 +109,7 @@ BACKENDS = {
     "lim-fast": [Behaviour.OK],
     "lim-batch": [Behaviour.OK],
 }
-for _name, _replicas in BACKENDS.items():  # as many replicas (hops) as fake replicas
+for _name, _replicas in BACKENDS.items():  # as many replicas as fake replicas
     if len(_replicas) > 1:
         RAW["models"][_name]["replicas"] = {"min": 1, "max": len(_replicas)}
 # SLOW waits, STREAM chunk gaps
@@ -351,8 +351,8 @@ def test_access_log_and_stats_carry_the_callers_tenant(gateway: Gateway) -> None
     entry = lines[0]
     assert (entry["caller_tenant"], entry["model"], entry["route"], entry["status"], entry["upstream_cluster"],
             entry["flags"]) == ("alpha", "embed", "embed", 200, "embed", "-")
-    # the replica's hop (components.k8s.gateway.envoy.hops): ordinal 0, the pod embed-0 (rebind adds the gateway's port)
-    assert entry["upstream_host"] == f"@aifactory/{gateway.port}/embed__replica-0"
+    # the replica itself (components.k8s.gateway.envoy.replicas): its pod's address
+    assert entry["upstream_host"] == "{}:{}".format(*gateway.backends["embed"][0].address)
     assert isinstance(entry["duration_ms"], int) and entry["upstream_service_time_ms"].isdigit()
     assert len(entry["trace_id"]) == 32  # traced (sample ratio 1.0)
     stats = gateway.envoy.stats()
@@ -446,8 +446,8 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
     assert ejections >= 1 and stats[f"cluster.{model}.outlier_detection.ejections_enforced_total"] == ejections
     bad_hits = gateway.backends[model][bad].hits
     good_hits = sum(b.hits for i, b in enumerate(gateway.backends[model]) if i != bad)
-    # ejected after a handful of failures; its health check passes, so it is back at its next check (0.25 s here)
-    # and ejected again after as many: a handful per check interval, never a share of the traffic
+    # ejected after a handful of failures, and kept out though its health check passes (issue 44 item 8: before,
+    # it was back at its next check and ejected again after as many failures)
     assert bad_hits < 20 * ejections and bad_hits < 0.1 * good_hits
     # every failure on the bad replica was retried (or refused by the retry budget), on another replica
     assert stats[f"cluster.{model}.upstream_rq_retry"] + stats.get(f"cluster.{model}.upstream_rq_retry_overflow", 0) \
@@ -455,43 +455,38 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
     assert good_hits == codes[200]  # the healthy replicas served every success
 
 
-def test_two_of_three_replicas_failing_with_500_are_retried_around_and_never_ejected(gateway: Gateway) -> None:
-    """A 500 may be the request's own (vLLM's EngineGenerateError): it is retried on another replica
-    (retriable_status_codes) but ejects none; Envoy detects the consecutive 500s and does not enforce them
-    (enforcing_consecutive_5xx 0: components.k8s.gateway.envoy.hops.outlier_detection). The price, with two of three
-    replicas failing every request and none ejected: a request whose three tries (gateway.retries.attempts 2) all
-    met them gets the 500 (the least-request pick may repeat a previous host after 3 draws; 34 of 2000 here)."""
+def test_two_of_three_replicas_failing_with_500_are_retried_around_and_ejected(gateway: Gateway) -> None:
+    """A replica answering 500 to every request while its /health passes (issue 44 item 8): each 500 is retried on
+    another replica (retriable_status_codes), and consecutive 5xx eject it, enforced and not undone by its passing
+    checks (components.k8s.gateway.envoy.replicas.outlier_detection; maxEjectionPercent 67 of 3 ready replicas lets
+    both go). Before: never ejected, 34 of 2000 requests got the 500 (all three tries met the failing replicas)."""
     codes = _hammer(gateway, "two-500", POOL_REQUESTS)
     stats = gateway.envoy.stats()
-    assert set(codes) <= {200, 500} and codes[200] >= 0.95 * POOL_REQUESTS, codes
-    assert codes[500] == stats.get("cluster.two-500.upstream_rq_retry_limit_exceeded", 0)
-    assert stats["cluster.two-500.outlier_detection.ejections_detected_consecutive_5xx"] >= 1
-    assert stats.get("cluster.two-500.outlier_detection.ejections_active", 0) == 0
-    assert stats.get("cluster.two-500.outlier_detection.ejections_enforced_total", 0) == 0
+    assert set(codes) <= {200, 500} and codes[200] >= 0.999 * POOL_REQUESTS, codes
+    assert stats["cluster.two-500.outlier_detection.ejections_enforced_consecutive_5xx"] == 2
+    assert stats["cluster.two-500.outlier_detection.ejections_active"] == 2
     bad_hits = sum(b.hits for b in gateway.backends["two-500"][1:])
-    assert stats["cluster.two-500.upstream_rq_retry"] >= bad_hits - (POOL_REQUESTS - codes[200])
+    assert bad_hits < 20  # a few tries each before its ejection, each retried
     assert gateway.backends["two-500"][0].hits == codes[200]
 
 
-def test_a_triton_500_is_tried_once_and_a_vllm_500_is_retried_on_another_replica(gateway: Gateway) -> None:
-    """Triton's 500 is the request's own (a model error: Engine.retriable_status_codes is empty for Triton), so the
-    gateway answers it after one try; vLLM's 500 is retried (retriable_status_codes [500]) up to
-    gateway.retries.attempts more times, on replicas it has not tried while there are any (previous_hosts). Both
-    models have two replicas that answer 500 to every request."""
+def test_a_500_is_retried_on_another_replica_whatever_the_engine(gateway: Gateway) -> None:
+    """Triton's and vLLM's 500s alike are retried (retriable_status_codes [500, 502, 503]) up to
+    gateway.retries.attempts more times, on replicas the request has not tried while there are any (previous_hosts):
+    a replica whose engine is broken answers 500 to everything, and only another replica tells it from a request
+    that fails everywhere. Both models have two replicas that answer 500 to every request; one of them stays (a
+    model's last ready replica is never ejected: maxEjectionPercent 67 of 2). Before: Triton's 500 was tried once."""
     attempts = gateway.cfg.gateway.retries.attempts
-    assert attempts >= 1  # else the vLLM case proves nothing
+    assert attempts >= 1  # else the case proves nothing
     requests = 3
-    for model, tries in (("tri-500", 1), ("vllm-500", 1 + attempts)):
+    for model in ("tri-500", "vllm-500"):
         before = gateway.hits(model)
         codes = Counter(gateway.get("/v1/chat/completions", {"x-model": model, **JSON}, body=_chat(model))[0]
                         for _ in range(requests))
-        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}), requests * tries)
-    stats = gateway.envoy.stats()
-    assert stats.get("cluster.tri-500.upstream_rq_retry", 0) == 0
-    assert stats["cluster.vllm-500.upstream_rq_retry"] == requests * attempts
-    # a retry goes to a replica the request has not tried (previous_hosts, host_selection_retry_max_attempts 3):
-    # both replicas saw tries (all 9 on one replica would take 26 same-host draws in a row: about 1 in 6.7e7)
-    assert all(b.hits >= 1 for b in gateway.backends["vllm-500"])
+        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}),
+                                                                requests * (1 + attempts))
+        assert gateway.envoy.stats()[f"cluster.{model}.upstream_rq_retry"] == requests * attempts
+        assert all(b.hits >= 1 for b in gateway.backends[model])
 
 
 def test_a_hung_replica_costs_one_try_idle_timeout_then_is_taken_out(gateway: Gateway) -> None:

@@ -62,7 +62,7 @@ RAW: dict[str, Any] = {
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
         # the engine's 5xx cases are verify's to name: outlier detection would eject the only replica (a model
-        # with no healthy replica answers 503: components.k8s.gateway.envoy.hops, no panic mode)
+        # with no healthy replica answers 503: components.k8s.gateway.envoy.replicas, no panic mode)
         "outlierDetection": {"consecutive5xx": 1000},
         "healthCheck": {"intervalSeconds": 0.25, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                         "healthyThreshold": 1},

@@ -1,5 +1,5 @@
 """The gateway's generated bootstrap, pointed at loopback: listeners on 127.0.0.1 ports, each DNS cluster replaced by
-static endpoints (fake backends: a model's replica i behind its hop i), local JWKS instead of the issuers' remote ones.
+static endpoints (fake backends: a model's replicas), local JWKS instead of the issuers' remote ones.
 For the live tests and benches that run the real Envoy on the kit's config."""
 
 from __future__ import annotations
@@ -13,13 +13,12 @@ from typing import Any
 
 from components.k8s.gateway.envoy.base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
 from components.k8s.gateway.envoy.config import GatewayView, bootstrap
-from components.k8s.gateway.envoy.hops import HOP_SEPARATOR, HOP_SOCKET_PREFIX
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
 
 __all__ = ["rebind", "start_gateway", "await_replicas"]
 
-READY_TIMEOUT_S = 30.0  # the kit's default checks: the hop's first check, then the cluster's next one
+READY_TIMEOUT_S = 30.0  # bounded wait for every replica's first passing checks
 
 
 def start_gateway(stack: ExitStack, cfg: GatewayView, workdir: Path, *,
@@ -37,8 +36,8 @@ def start_gateway(stack: ExitStack, cfg: GatewayView, workdir: Path, *,
 
 
 def await_replicas(envoy: EnvoyProcess, replicas: Mapping[str, int], *, timeout: float = READY_TIMEOUT_S) -> None:
-    """Until each model's cluster has its `replicas` healthy (each passed its hop's check, then the cluster's own
-    through the hop; the model's cluster has no panic mode, so until then it answers 503), bounded by `timeout`."""
+    """Until each model's cluster has its `replicas` healthy (each passed its checks; the model's cluster has no panic
+    mode, so until then it answers 503), bounded by `timeout`."""
     deadline = time.monotonic() + timeout
     while short := {m: n for m, n in replicas.items()
                     if envoy.stats().get(f"cluster.{m}.membership_healthy", 0) < n}:
@@ -51,17 +50,15 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
            endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str] = ()) -> dict[str, Any]:
     """A copy of `config` listening on 127.0.0.1 ports, each DNS cluster replaced by static endpoints.
 
-    `endpoints` maps every DNS cluster name to the (address, port) pairs to use instead; a model's name stands for
-    its replicas: the hop cluster of ordinal i (`<model>__replica-<i>`) gets the model's i-th pair, and ordinals
-    past the pairs get none (a replica that does not exist: no DNS record). `jwks` gives each issuer (in config
-    order) a local JWKS document instead of its remote one; the JWKS clusters are dropped. The hops' abstract
-    socket names get `listener_port` in them, so that several gateways can run at once.
+    `endpoints` maps every DNS cluster name to the (address, port) pairs to use instead (a model's: its running
+    replicas). `jwks` gives each issuer (in config order) a local JWKS document instead of its remote one; the JWKS
+    clusters are dropped.
     """
     out = copy.deepcopy(dict(config))
     ports = {"gateway": listener_port, "stats": stats_port}
     for listener in out["static_resources"]["listeners"]:
-        if "internal_listener" in listener or "pipe" in listener["address"]:
-            continue  # in process, or a hop: nothing to bind
+        if "internal_listener" in listener:
+            continue  # in process: nothing to bind
         listener["address"] = _address("127.0.0.1", ports[listener["name"]])
         for f in listener["filter_chains"][0]["filters"][0]["typed_config"]["http_filters"]:
             if f["name"] == "envoy.filters.http.jwt_authn":
@@ -75,15 +72,9 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
     clusters = [c for c in out["static_resources"]["clusters"] if c.get("type") != "LOGICAL_DNS"]
     out["static_resources"]["clusters"] = clusters
     dns = [c for c in clusters if c.get("cluster_type", {}).get("name") == DNS_CLUSTER_TYPE]
-    hops = {c["name"]: c["name"].rpartition(HOP_SEPARATOR) for c in dns if HOP_SEPARATOR in c["name"]}
-    missing = sorted({hops[c["name"]][0] if c["name"] in hops else c["name"] for c in dns} - set(endpoints))
+    missing = sorted({c["name"] for c in dns} - set(endpoints))
     if missing:
         raise ValueError(f"rebind: no endpoints for cluster(s) {', '.join(missing)}")
-    for model in {m for m, _, _ in hops.values()}:
-        ordinals = sum(1 for m, _, _ in hops.values() if m == model)
-        if len(endpoints[model]) > ordinals:
-            raise ValueError(f"rebind: {len(endpoints[model])} replicas for model {model}, which has "
-                             f"{ordinals} hop(s) (its replicas.max)")
     for c in clusters:
         if c["name"] == ADMIN_CLUSTER:
             c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] = \
@@ -91,27 +82,9 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
         elif c in dns:
             del c["cluster_type"]
             c["type"] = "STATIC"
-            if c["name"] in hops:
-                model, _, ordinal = hops[c["name"]]
-                addresses = list(endpoints[model])[int(ordinal):int(ordinal) + 1]
-            else:
-                addresses = list(endpoints[c["name"]])
+            addresses = list(endpoints[c["name"]])
             meta = c["load_assignment"]["endpoints"][0]["lb_endpoints"][0].get("metadata")
             c["load_assignment"]["endpoints"] = [{"lb_endpoints": [
                 {"endpoint": {"address": _address(host, port)}, **({"metadata": meta} if meta else {})}
                 for host, port in addresses]}]
-    _own_sockets(out, listener_port)
     return out
-
-
-def _own_sockets(node: Any, tag: int) -> None:
-    """Every hop socket name (listeners and the model clusters' hosts) made unique to this gateway."""
-    if isinstance(node, dict):
-        pipe = node.get("pipe")
-        if isinstance(pipe, dict) and pipe.get("path", "").startswith(HOP_SOCKET_PREFIX):
-            pipe["path"] = f"{HOP_SOCKET_PREFIX}{tag}/{pipe['path'].removeprefix(HOP_SOCKET_PREFIX)}"
-        for v in node.values():
-            _own_sockets(v, tag)
-    elif isinstance(node, list):
-        for v in node:
-            _own_sockets(v, tag)

@@ -54,6 +54,7 @@ class Behaviour(enum.Enum):
     RESET = "reset"
     SLOW = "slow"
     HANG = "hang"
+    STALL = "stall"  # answers nothing, health checks included, until `release_held()`; then answers them all (200)
     STREAM = "stream"
 
 
@@ -95,6 +96,9 @@ class _Handler(BaseHTTPRequestHandler):
             srv.release.wait(HANG_LIMIT_S)
             self.close_connection = True
             return
+        if behaviour is Behaviour.STALL:
+            srv.held.wait(HANG_LIMIT_S)
+            behaviour = Behaviour.OK
         if health:  # a replica whose inference fails may still pass its health check
             self._send(200, b"")
             return
@@ -164,6 +168,7 @@ class _Server(ThreadingHTTPServer):
         self.hits = self.health_hits = 0
         self.lock = threading.Lock()
         self.release = threading.Event()  # set on stop: slow handlers return at once
+        self.held = threading.Event()  # set by release_held: stalled handlers answer
 
 
 class FakeBackend:
@@ -210,6 +215,11 @@ class FakeBackend:
         if self._server is not None:
             self._server.behaviour = value
 
+    def release_held(self) -> None:
+        """The requests (and checks) a STALL replica holds are answered now, and any it gets later at once."""
+        assert self._server is not None
+        self._server.held.set()
+
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
@@ -224,6 +234,7 @@ class FakeBackend:
     def __exit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.release.set()
+            self._server.held.set()
             self._server.shutdown()
             self._server.server_close()
         if self._thread is not None:

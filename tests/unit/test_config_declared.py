@@ -168,7 +168,11 @@ def test_null_is_unset_and_a_bad_key_reads_as_its_default_so_later_checks_still_
 
 @pytest.mark.parametrize(("health", "timeout", "problems"), [
     ({"intervalSeconds": 1}, 1.0, []),  # the default, 2 s, no longer than the interval
-    ({"intervalSeconds": 10}, 2.0, []),
+    ({"intervalSeconds": 3}, 2.0, []),  # 2 x (2 + 3) = 10 s: the longest the pods' preStop contract allows
+    ({"intervalSeconds": 4, "unhealthyThreshold": 3}, None, [
+        "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 18 s, above 10 s: a replica "
+        "that stops answering would still get new requests after its pod's preStop wait "
+        "(components.k8s.defaults.GATEWAY_DETECTION_SECONDS); lower one of them"]),
     ({"intervalSeconds": 2, "timeoutSeconds": 3}, None, ["gateway.healthCheck.timeoutSeconds: 3.0 is above the "
                                                          "maximum 2"]),
 ])
@@ -192,8 +196,8 @@ def test_the_stack_reference_page_is_current() -> None:
 def test_the_stack_reference_lists_each_declared_setting_with_type_default_bounds_and_description() -> None:
     page = (ROOT / "docs" / "stack-reference.md").read_text()
     assert ("| `gateway.retries.attempts` | integer | `2` | >= 0; <= 10 | Retries of one request, on a connect "
-            "failure, a reset, a 502 or 503 (a vLLM model's 500 too: a dying engine's), or a try idle longer "
-            "than the model's tryIdleTimeoutSeconds. |") in page.splitlines()
+            "failure, a reset, a 500, 502 or 503, or a try idle longer than the model's tryIdleTimeoutSeconds. |"
+            ) in page.splitlines()
     for cls in SECTIONS:
         for f in declared.declared_fields(cls):
             key = declared.key_of(f)

@@ -39,7 +39,7 @@ def test_every_key_is_read() -> None:
                   "outlierDetection": {"consecutive5xx": 5, "intervalSeconds": 3, "baseEjectionSeconds": 45,
                                        "maxEjectionPercent": 50, "panicThresholdPercent": 20},
                   "circuitBreakers": {"maxConnections": 100, "maxPendingRequests": 50, "maxRequests": 200},
-                  "healthCheck": {"intervalSeconds": 10, "timeoutSeconds": 3, "unhealthyThreshold": 4,
+                  "healthCheck": {"intervalSeconds": 1.5, "timeoutSeconds": 1, "unhealthyThreshold": 4,
                                   "healthyThreshold": 5},
                   "requestHeadersTimeoutSeconds": 5, "requestTimeoutSeconds": 120, "streamIdleTimeoutSeconds": 15,
                   "idleTimeoutSeconds": 600, "routing": {}})
@@ -52,7 +52,7 @@ def test_every_key_is_read() -> None:
     cb = g.circuit_breakers
     assert (cb.max_connections, cb.max_pending_requests, cb.max_requests) == (100, 50, 200)
     hc = g.health_check
-    assert (hc.interval_seconds, hc.timeout_seconds, hc.unhealthy_threshold, hc.healthy_threshold) == (10.0, 3.0, 4, 5)
+    assert (hc.interval_seconds, hc.timeout_seconds, hc.unhealthy_threshold, hc.healthy_threshold) == (1.5, 1.0, 4, 5)
     assert (g.request_headers_timeout_seconds, g.request_timeout_seconds, g.stream_idle_timeout_seconds,
             g.idle_timeout_seconds) == (5.0, 120.0, 15.0, 600.0)
 
@@ -74,7 +74,7 @@ def test_auth_is_read() -> None:
 def test_defaults() -> None:
     """As documented: 2-6 replicas behind a LoadBalancer, 2 s connect timeout, 2 retries within a 20 % budget, ejection
     after 3 consecutive 5xx (2 s interval, 30 s base, at most 67 %, panic under 30 %), 4096/2048/4096 circuit
-    breakers, health checks every 5 s (2 s timeout, 2 to eject and 2 to return), 10/60/30/300 s timeouts."""
+    breakers, health checks every 2 s (2 s timeout, 2 to eject and 2 to return), 10/60/30/300 s timeouts."""
     for g in (_gateway(None), _gateway({})):
         assert (g.namespace, g.min_replicas, g.max_replicas, g.service_type, g.connect_timeout_seconds) == (
             "aifactory-gateway", 2, 6, "LoadBalancer", 2.0)
@@ -86,7 +86,7 @@ def test_defaults() -> None:
         assert (cb.max_connections, cb.max_pending_requests, cb.max_requests) == (4096, 2048, 4096)
         hc = g.health_check
         assert (hc.interval_seconds, hc.timeout_seconds, hc.unhealthy_threshold, hc.healthy_threshold) == (
-            5.0, 2.0, 2, 2)
+            2.0, 2.0, 2, 2)
         assert (g.request_headers_timeout_seconds, g.request_timeout_seconds, g.stream_idle_timeout_seconds,
                 g.idle_timeout_seconds) == (10.0, 60.0, 30.0, 300.0)
 
@@ -139,7 +139,7 @@ NUMBERS = [
     ("circuitBreakers", "maxRequests", int, 1, None),
     ("retries", "attempts", int, 0, 10),
     ("retries", "budgetPercent", float, 0.0, 100.0),
-    ("healthCheck", "intervalSeconds", float, 0.01, 300.0),
+    ("healthCheck", "intervalSeconds", float, 0.01, 5.0),
     ("healthCheck", "unhealthyThreshold", int, 1, 10),
     ("healthCheck", "healthyThreshold", int, 1, 10),
     ("", "requestHeadersTimeoutSeconds", float, 0.01, 3600.0),
@@ -149,8 +149,16 @@ NUMBERS = [
 ]
 
 
+# Beside a health-check key at its limit, the others as small as the preStop contract needs (unhealthyThreshold x
+# (timeoutSeconds + intervalSeconds) at most 10 s: components.k8s.defaults.GATEWAY_DETECTION_SECONDS)
+CHECK_BASE = {"intervalSeconds": {"unhealthyThreshold": 1}, "unhealthyThreshold": {"intervalSeconds": 0.01}}
+
+
 def _set(section: str, key: str, value: Any) -> dict[str, Any]:
-    return {section: {key: value}} if section else {key: value}
+    if not section:
+        return {key: value}
+    base = CHECK_BASE.get(key, {}) if section == "healthCheck" else {}
+    return {section: {**base, key: value}}
 
 
 @pytest.mark.parametrize(("section", "key", "kind", "lo", "hi"), NUMBERS,

@@ -138,11 +138,11 @@ def test_model_objects_without_pods_wait_for_their_namespace_only(synthesized: C
 @pytest.mark.parametrize("stack", ["prod", "onprem"])
 def test_the_gateway_waits_for_the_model_services_and_workloads_it_routes_to(
         synthesized: Callable[[str], Path], stack: str) -> None:
-    """Envoy reaches each replica by its pod's DNS name through the model's headless Service (envoy_hops); the
+    """Envoy reaches the replicas by the model's headless Service's name (envoy_replicas); the
     gateway's pods get their sidecar from istiod and its ServiceMonitor needs the Prometheus operator's CRD. Its
     objects are created after the component, which waits for these and for every model's StatefulSet or
-    LeaderWorkerSet (pulumi-kubernetes awaits a StatefulSet's ready replicas): on an existing stack, the config whose
-    hops name the new pods must not replace the one that reaches the old Deployment's pods before they are ready."""
+    LeaderWorkerSet (pulumi-kubernetes awaits a StatefulSet's ready replicas), so a new gateway config is not
+    applied before the workloads it routes to are ready."""
     res = _state(synthesized, stack)
     names = _by_name(res)
     services = {r["urn"] for r in _model_objects(res) if r["type"] == "kubernetes:core/v1:Service"}

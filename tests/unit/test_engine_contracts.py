@@ -21,7 +21,6 @@ import yaml
 
 from components.k8s import naming, serving
 from components.k8s.gateway.envoy import config as ec
-from components.k8s.gateway.envoy.hops import hop_cluster
 from components.k8s.security import DEFAULT_UID
 from infra.config import ConfigError, parse
 from policies import preflight as pf
@@ -148,8 +147,8 @@ def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> 
         c = next(c for c in _engine_containers(serving.workload(cfg, model)) if c["name"] == model.engine)
         ports = {p["name"]: p["containerPort"] for p in c["ports"]}
         cluster = ec.model_cluster(cfg, model)
-        port = hop_cluster(cfg, model, 0)["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"][
-            "address"]["socket_address"]["port_value"]  # replica 0, through its hop (envoy_hops)
+        port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
+            "socket_address"]["port_value"]
         assert ports == {"http": port} and port == naming.MODEL_HTTP_PORT, model.name
         health = cluster["health_checks"][0]["http_health_check"]["path"]
         assert c["livenessProbe"]["httpGet"] == {"path": health, "port": "http"}, model.name

@@ -13,7 +13,6 @@ from typing import Any
 
 from components.k8s.gateway.envoy import affinity as affinity
 from components.k8s.gateway.envoy import config as ec
-from components.k8s.gateway.envoy.hops import MODEL_RETRY_BUDGET_PERCENT
 from tests.support.stacks import stack_config, stack_raw
 
 # stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
@@ -108,19 +107,18 @@ def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None
     assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == PROD_MODELS
     for name in PROD_MODELS:
         c = clusters[name]
-        # gateway failures eject (a 500 may be the request's own), and a passing health check brings the replica
-        # back (envoy_hops.outlier_detection: the percentage counts absent ordinals, so every replica can be out)
-        assert c["outlier_detection"] == {"consecutive_5xx": 4, "enforcing_consecutive_5xx": 0,
+        # every 5xx and gateway failure counts toward ejection, and a passing health check does not end it (a
+        # replica answering 500 while /health passes: envoy_replicas.outlier_detection, issue 44 item 8)
+        assert c["outlier_detection"] == {"consecutive_5xx": 4, "enforcing_consecutive_5xx": 100,
                                           "consecutive_gateway_failure": 4,
                                           "enforcing_consecutive_gateway_failure": 100,
                                           "interval": "5s", "base_ejection_time": "60s",
                                           "max_ejection_percent": 35,
-                                          "successful_active_health_check_uneject_host": True}
+                                          "successful_active_health_check_uneject_host": False}
         [t] = c["circuit_breakers"]["thresholds"]
         assert (t["max_connections"], t["max_pending_requests"], t["max_requests"]) == (1000, 500, 900)
-        # a model's cluster lets every try a hung replica's hop resets retry at once (envoy_hops); the setting is
-        # the variants' overflow clusters' budget
-        assert t["retry_budget"]["budget_percent"] == {"value": MODEL_RETRY_BUDGET_PERCENT} == {"value": 100.0}
+        # no check resets a replica's tries any more (envoy_replicas): the model's cluster has the stack's budget
+        assert t["retry_budget"]["budget_percent"] == {"value": 25.0}
     overflow = [c for n, c in clusters.items() if "retry_budget" in str(c) and n not in PROD_MODELS]
     assert overflow and {c["circuit_breakers"]["thresholds"][0]["retry_budget"]["budget_percent"]["value"]
                          for c in overflow} == {25.0}

@@ -112,7 +112,7 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
         "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": "w-int4__gate"}}},
         "metadata": {"filter_metadata": {"aifactory": {"variant": "w-int4"}}}}
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
-    assert sorted(n for n in listeners if "__replica-" not in n) == [  # and each variant's hops (envoy_hops)
+    assert sorted(listeners) == [
         "gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
     [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
@@ -166,24 +166,24 @@ def test_every_try_the_variants_can_take_may_overflow_at_once() -> None:
 
 
 @pytest.mark.parametrize(("engines", "decision_codes"), [
-    ({"w-int4": "triton", "w-mid": "triton", "w-fp8": "triton"}, [502, 503]),
+    ({"w-int4": "triton", "w-mid": "triton", "w-fp8": "triton"}, [500, 502, 503]),
     ({"w-int4": "triton", "w-mid": "vllm", "w-fp8": "triton"}, [500, 502, 503]),
 ])
 def test_a_variants_gate_retries_its_engines_statuses_and_a_decision_any_variants(
         engines: dict[str, str], decision_codes: list[int]) -> None:
-    """A gate retries a try on another replica of its variant on what the variant's engine answers a dying engine
-    with (vLLM's 500; Triton's 500 is the request's own: components.k8s.engines.triton); a decision's route sends a
-    failed try to the next variant on any status a variant of the workload may answer so."""
+    """A gate retries a try on another replica of its variant on a 500, 502 or 503 whatever its engine (a replica
+    answering 500 to everything is a black hole otherwise: issue 44 item 8); a decision's route sends a failed try to
+    the next variant on the same."""
     raw = _three_variants()
     for name, engine in engines.items():  # with session affinity the gate retries (gate_listener)
         raw["models"][name].update(engine=engine, sessionAffinity={"enabled": True})
     boot = envoy_config.bootstrap(parse(raw, stack="t"))
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
-    for name, engine in engines.items():
+    for name in engines:
         hcm = listeners[f"{name}__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
         [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
         assert route["route"]["retry_policy"]["retriable_status_codes"] == (
-            [500, 502, 503] if engine == "vllm" else [502, 503]), name
+            [500, 502, 503]), name
     [vhost] = listeners["gateway"]["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"]
     decision_routes = [r for r in vhost["routes"] if r["name"].startswith("w.")]
     # 7 decisions, by header, path and body, each with its non-streamed twin (and its 413 twin, which answers itself)

@@ -30,10 +30,10 @@ def test_gateway_from_its_own_args_routes_the_model_to_its_service() -> None:
     assert cm.name == "edge-configmap"
     assert cm.inputs["metadata"]["namespace"] == "edge-gw"
     envoy = yaml.safe_load(cm.inputs["data"]["envoy.yaml"])
-    # one replica by default (max_replicas): pod llama-8b-0 through its hop (components.k8s.gateway.envoy.hops)
-    hops = [c for c in envoy["static_resources"]["clusters"] if c["name"].startswith("llama-8b__replica-")]
-    assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] for c in hops] == [
-        {"socket_address": {"address": "llama-8b-0.llama-8b.chat-models.svc.cluster.local.", "port_value": 8000}}]
+    # its replicas: the addresses of its headless Service (components.k8s.gateway.envoy.replicas)
+    [cluster] = [c for c in envoy["static_resources"]["clusters"] if c["name"] == "llama-8b"]
+    assert cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
+        "socket_address": {"address": "llama-8b.chat-models.svc.cluster.local.", "port_value": 8000}}
     vhost = envoy["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
         "route_config"]["virtual_hosts"][0]
     route = next(r for r in vhost["routes"] if r["name"] == "llama-8b")
@@ -45,17 +45,16 @@ def test_gateway_from_its_own_args_routes_the_model_to_its_service() -> None:
 
 
 def test_a_multi_node_model_is_reached_through_its_leaderworkerset_leaders_and_its_gpus_stay_unknown() -> None:
-    """multi_node is all the gateway knows of a model's replicas: the hops name the leader pods of LWS groups
-    (`<model>-lws-<i>.<model>-lws`, as test_gateway's hop test), and the model states no GPU count it was not given."""
+    """multi_node changes nothing the gateway reaches: the model's Service selects the LWS groups' leaders
+    (components.k8s.serving.objects.service), and the model states no GPU count it was not given."""
     a = args()
     a["models"]["llama-8b"] |= {"multi_node": True, "max_replicas": 2}
     spec = gateway_spec("edge", a)
     model = spec.models["llama-8b"]
     assert (model.multi_node, model.spans_nodes, model.gpus_per_replica) == (True, True, 1)
-    hops = [c for c in yaml.safe_load(ec.render(spec))["static_resources"]["clusters"]
-            if c["name"].startswith("llama-8b__replica-")]
-    assert [c["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"][
-        "address"] for c in hops] == [f"llama-8b-lws-{i}.llama-8b-lws.chat-models.svc.cluster.local." for i in range(2)]
+    [cluster] = [c for c in yaml.safe_load(ec.render(spec))["static_resources"]["clusters"] if c["name"] == "llama-8b"]
+    assert cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"]["socket_address"][
+        "address"] == "llama-8b.chat-models.svc.cluster.local."
 
 
 def test_every_invalid_argument_is_reported_at_once_with_its_path() -> None:

@@ -1,4 +1,4 @@
-"""Every hop the gateway sends through its Istio sidecar names its destination Service (issue #28, blocker 1).
+"""Every request the gateway sends through its Istio sidecar names its destination Service (issue #28, blocker 1).
 
 The gateway's sidecar routes a model's HTTP port by Host alone (istio/istio@1.28.3 pilot/pkg/networking/core:
 listener.go, httproute.go); a Host naming no Service is passed through in plaintext and reset by the model's STRICT
@@ -17,7 +17,7 @@ import pytest
 from components.k8s import mesh, serving
 from components.k8s.gateway import component as gw
 from components.k8s.gateway.envoy import config as ec
-from components.k8s.gateway.envoy.hops import hop_name, replica_host
+from components.k8s.gateway.envoy.replicas import replicas_host
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -42,13 +42,11 @@ def _address(cluster: dict[str, Any]) -> str:
 
 
 def _model_address(cfg: PlatformConfig, clusters: dict[str, dict[str, Any]], model: str) -> str:
-    """The Service of `model` whose pods its cluster reaches: each hop resolves one replica's pod (the model Service's
-    endpoint, or for a multi-node model the leader it selects), by its stable name
-    (components.k8s.gateway.envoy.hops); the
-    Host the gateway's sidecar routes by is the model Service's."""
+    """The Service of `model` whose pods its cluster reaches: the cluster resolves the model Service's absolute name
+    (its ready replicas; for a multi-node model the leaders it selects: components.k8s.gateway.envoy.replicas); the
+    Host the gateway's sidecar routes by is the same name without the trailing dot."""
     m = cfg.models[model]
-    assert [_address(clusters[hop_name(m, i)]) for i in range(m.replicas.max)] == [
-        replica_host(cfg, m, i) for i in range(m.replicas.max)]
+    assert _address(clusters[m.name]) == replicas_host(cfg, m) == f"{ec.model_host(cfg, m)}."
     return ec.model_host(cfg, m)
 
 
@@ -91,9 +89,8 @@ def test_every_health_check_names_the_models_service(stack: str, cfg: PlatformCo
     api/envoy/config/core/v3/health_check.proto), which is no Service name: the sidecar would pass it through."""
     boot = ec.bootstrap(cfg)
     clusters = [c for c in boot["static_resources"]["clusters"] if c.get("health_checks")]
-    # each model's cluster (its checks go through the hops) and each hop; gates, aggregates, collector: not checked
-    of = {hop_name(m, i): m.name for m in cfg.models.values() for i in range(m.replicas.max)} | {
-        m: m for m in cfg.models}
+    # each model's cluster; gates, aggregates, collector: not checked
+    of = {m: m for m in cfg.models}
     assert sorted(c["name"] for c in clusters) == sorted(of)
     by_name = {c["name"]: c for c in boot["static_resources"]["clusters"]}
     for c in clusters:
@@ -153,7 +150,7 @@ def test_the_gateways_sidecar_adds_no_retries_and_connects_within_the_gateways_t
     assert sorted(drs) == [f"destinationrule-model-{m}" for m in sorted(cfg.models)]
     for name, model in cfg.models.items():
         host = f"{name}.{cfg.tenant_of(model).namespace}.svc.cluster.local"
-        assert host == _model_address(cfg, clusters, name)  # the Service of the pods the gateway's hops resolve
+        assert host == _model_address(cfg, clusters, name)  # the Service whose pods the gateway resolves
         v, d = vs[f"virtualservice-model-{name}"], drs[f"destinationrule-model-{name}"]
         assert (v["apiVersion"], v["metadata"]["name"], v["metadata"]["namespace"]) == (
             "networking.istio.io/v1", f"model-{name}", ns)

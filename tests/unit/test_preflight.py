@@ -712,6 +712,5 @@ def test_a_configmap_or_secret_over_1_mib_of_data_is_refused_as_the_api_server_w
     assert [(v.resource_name, v.enforcement) for v in violations] == [("gw-big", "mandatory"), ("gw-p", "mandatory")]
     assert violations[0].message == (
         f"its data is {mib + 1} bytes; the API server refuses a ConfigMap over {mib} bytes (1 MiB), so `pulumi up` "
-        "fails on it. For the gateway's envoy.yaml: lower models.*.replicas.max (each replica up to it adds a hop to "
-        "the config) or split the models across stacks")
+        "fails on it. For the gateway's envoy.yaml: split the models across stacks")
     assert pf_sizes.data_bytes(secret, encoded["inputs"]) == mib

@@ -176,10 +176,10 @@ def test_kubernetes_component_example_runs_without_the_kits_stack_config() -> No
     assert pod["nodeSelector"] == {"aifactory.io/pool": "l40s"}
     assert by_name["llama-8b-scaledobject"].inputs["spec"]["maxReplicaCount"] == 3
     envoy = yaml.safe_load(by_name["edge-configmap"].inputs["data"]["envoy.yaml"])
-    # replica 0 of llama-8b through its hop (components.k8s.gateway.envoy.hops): pod llama-8b-0 of the StatefulSet
-    cluster = next(c for c in envoy["static_resources"]["clusters"] if c["name"] == "llama-8b__replica-0")
+    # llama-8b's replicas: the addresses of its headless Service (components.k8s.gateway.envoy.replicas)
+    cluster = next(c for c in envoy["static_resources"]["clusters"] if c["name"] == "llama-8b")
     assert cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"] == {
-        "socket_address": {"address": "llama-8b-0.llama-8b.chat.svc.cluster.local.", "port_value": 8000}}
+        "socket_address": {"address": "llama-8b.chat.svc.cluster.local.", "port_value": 8000}}
     listener = next(li for li in envoy["static_resources"]["listeners"] if li["name"] == "gateway")
     vhost = listener["filter_chains"][0]["filters"][0]["typed_config"]["route_config"]["virtual_hosts"][0]
     route = next(r for r in vhost["routes"] if r["name"] == "llama-8b")

@@ -237,8 +237,8 @@ def test_efa_multi_node_replica_is_a_leaderworkerset_with_efa_on_leader_and_work
 
 def test_a_single_node_model_is_a_statefulset_governed_by_its_service() -> None:
     """Pod i of `<model>` resolves as `<model>-<i>.<model>.<ns>.svc.cluster.local` (kubernetes/website
-    content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID"): the name the gateway's hop i
-    resolves (components.k8s.gateway.envoy.hops). Pods start in parallel; a rolling update never surges."""
+    content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID"); the gateway resolves the
+    Service's name (components.k8s.gateway.envoy.replicas). Pods start in parallel; a rolling update never surges."""
     cfg = stack("prod")
     m = cfg.models["assistant-batch"]
     sts = workload(cfg, m)

@@ -61,7 +61,7 @@ class GatewayModelArgs(TypedDict):
     variant: NotRequired[GatewayVariantArgs]
     """Default: none (the workload's only model of its priority)."""
     max_replicas: NotRequired[int]
-    """Most replicas: the gateway reaches replica i (its pod `<name>-<i>`) through a hop of its own. Default: 1."""
+    """Most replicas (the gateway reaches the ready ones by the model Service's DNS name). Default: 1."""
     multi_node: NotRequired[bool]
     """A LeaderWorkerSet `<name>-lws`: replica i is its group i's leader. Default: false."""
     session_affinity_balance_factor: NotRequired[int | None]

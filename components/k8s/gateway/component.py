@@ -146,8 +146,6 @@ def config_map(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
 # Seconds between the pod's termination starting and SIGTERM reaching Envoy beyond the longest request, and left
 # after it for Envoy to exit before the kubelet kills it.
 DRAIN_MARGIN_SECONDS = 10
-# A new gateway pod is not ready before its hops' first checks can have passed (see the readiness probe).
-GATEWAY_READY_DELAY_SECONDS = 5
 
 
 def drain_seconds(cfg: GatewayView) -> int:
@@ -171,11 +169,10 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
                  "--drain-time-s", "20", "--drain-strategy", "immediate"],
         "ports": [{"name": "http", "containerPort": naming.ENVOY_LISTENER_PORT, "protocol": "TCP"},
                   {"name": "stats", "containerPort": naming.ENVOY_STATS_PORT, "protocol": "TCP"}],
-        # /ready is LIVE once each cluster's first round of checks is done, but a model's hosts are checked through
-        # their hops, whose own first checks come after it: a new pod takes traffic once they can have passed
-        # (envoy_hops.RECHECK_SECONDS re-checks; measured about 4 s on Envoy 1.40 with the default checks)
+        # /ready is LIVE once every cluster has its first DNS answer and each model's replicas their first round of
+        # checks (Envoy's cluster manager initialises the clusters before the listeners take traffic)
         "readinessProbe": {"httpGet": {"path": "/ready", "port": "stats"}, "periodSeconds": 5,
-                           "initialDelaySeconds": GATEWAY_READY_DELAY_SECONDS, "failureThreshold": 2},
+                           "failureThreshold": 2},
         "livenessProbe": {"tcpSocket": {"port": "http"}, "periodSeconds": 10, "failureThreshold": 3},
         "resources": security.resources("1", "512Mi", cpu_limit="2",
                                         memory_limit=f"{GATEWAY_MEMORY_LIMIT_GIB}Gi"),

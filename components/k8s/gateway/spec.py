@@ -108,8 +108,8 @@ def _model(key: str, m: GatewayModelArgs) -> Model:
                      DEFAULT_HASH_BALANCE_FACTOR if m.get("task", "generate") == "generate" else None),
                  variant=None if v is None else Variant(cost_per_request=v["cost_per_request"],
                                                         max_requests=v.get("max_requests")),
-                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),  # the hops (components.k8s.gateway.envoy.hops)
-                 spans_nodes=m.get("multi_node", False))  # the hops' pod names: a LeaderWorkerSet's when true
+                 replicas=Replicas(min=1, max=m.get("max_replicas", 1)),
+                 spans_nodes=m.get("multi_node", False))
 
 
 def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:

@@ -99,10 +99,10 @@ def workload_name(model: Model) -> str:
 def workload(cfg: ServingView, model: Model) -> dict[str, Any]:
     """A StatefulSet, or a LeaderWorkerSet when one replica spans nodes.
 
-    A StatefulSet, so that each replica has a stable DNS name the gateway can reach it by, through its own hop
-    (components.k8s.gateway.envoy.hops): pod i is `<model>-<i>` under its governing Service, the model's headless
-    Service
-    (kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable Network ID").
+    A StatefulSet, so that each replica has a stable DNS name (the gateway reaches the ready ones by the Service's
+    name: components.k8s.gateway.envoy.replicas): pod i is `<model>-<i>` under its governing Service, the model's
+    headless Service (kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Stable
+    Network ID").
     Pods are created and deleted in parallel (KEDA may add several at once; podManagementPolicy Parallel), and a
     rolling update replaces them one at a time from the highest ordinal, each deleted before its successor starts
     (a StatefulSet never surges, so each tenant's GPU quota, sized for replicas.max, always admits the

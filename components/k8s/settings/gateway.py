@@ -111,35 +111,29 @@ class Fidelity:
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 502 or 503 "
-                            "(a vLLM model's 500 too: a dying engine's), or a try idle longer than the model's "
-                            "tryIdleTimeoutSeconds.")
-    budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries a variant's overflow may add, at most this "
-                                                           "share of the requests in flight, percent (Envoy's retry "
-                                                           "budget). A model's own cluster allows 100: every try a "
-                                                           "hung replica's hop ends must be able to retry.")
+    attempts: int = setting(2, ge=0, le=10, doc="Retries of one request, on a connect failure, a reset, a 500, 502 "
+                            "or 503, or a try idle longer than the model's tryIdleTimeoutSeconds.")
+    budget_percent: float = setting(20.0, ge=0, le=100, doc="Retries in flight to a model (and a variant's "
+                                                           "overflow), at most this share of its requests in "
+                                                           "flight, percent, or 16 (Envoy's retry budget).")
 
 
 @dataclass(frozen=True, slots=True)
 class OutlierDetection:
-    consecutive_5xx: int = setting(3, ge=1, doc="Consecutive gateway failures (502, 503, 504, connect "
-                                                "failures, resets, timeouts) that eject a replica from its model's "
-                                                "load balancing; a 500 never ejects (it can be one request's "
-                                                "fault).")
+    consecutive_5xx: int = setting(3, ge=1, doc="Consecutive failed tries (5xx, connect failures, resets, "
+                                                "timeouts) that eject a replica from its model's load balancing; "
+                                                "each of them is retried on another replica.")
     interval_seconds: float = setting(2.0, ge=0.1, doc="Seconds between ejection sweeps.")
     base_ejection_seconds: float = setting(30.0, ge=0.1, doc="How long a first ejection lasts, seconds (Envoy "
-                                                             "multiplies it by the number of ejections); a "
-                                                             "replica is back sooner at its next passing health "
-                                                             "check.")
-    max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's replicas.max hosts "
-                                                             "(absent ordinals included) is ejected at once, "
-                                                             "percent.")
+                                                             "multiplies it by the number of ejections); a passing "
+                                                             "health check does not end it.")
+    max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's ready replicas is "
+                                                             "ejected at once, percent.")
     panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
-                                                                    "stay valid: models have no panic mode, as "
-                                                                    "their clusters hold replicas.max hosts, absent "
-                                                                    "ones included (docs/gateway.md). Was: below "
-                                                                    "this share of healthy replicas Envoy balanced "
-                                                                    "over all of them, percent.")
+                                                                    "stay valid: models have no panic mode "
+                                                                    "(docs/gateway.md). Was: below this share of "
+                                                                    "healthy replicas Envoy balanced over all of "
+                                                                    "them, percent.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,13 +145,28 @@ class CircuitBreakers:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    interval_seconds: float = setting(5.0, ge=0.01, le=300, doc="Seconds between the gateway's active health "
-                                                                "checks of each replica.")
+    """The gateway's active health checks of each replica. They only steer new requests: a replica that fails them
+    gets no new request, and its requests in flight run to their end. unhealthyThreshold x (timeoutSeconds +
+    intervalSeconds) must be at most components.k8s.defaults.GATEWAY_DETECTION_SECONDS (10), which the model pods'
+    preStop outwaits."""
+
+    interval_seconds: float = setting(2.0, ge=0.01, le=5, doc="Seconds between the gateway's active health "
+                                                              "checks of each replica.")
     timeout_seconds: float = setting(2.0, ge=0.01, derived=True, doc="Seconds a health check may take; at most "
                                                                      "intervalSeconds (default: 2, or intervalSeconds "
                                                                      "when that is shorter).")
-    unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out.")
+    unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out of new "
+                                                           "requests.")
     healthy_threshold: int = setting(2, ge=1, le=10, doc="Passed checks that bring it back.")
+
+    @property
+    def detection_seconds(self) -> float:
+        """Longest time from a replica going silent to its taking no new request: each of unhealthyThreshold checks
+        starts at most an interval after the previous one ended and fails at its timeout (Envoy schedules a check
+        an interval after the previous one's answer or timeout: envoyproxy/envoy@v1.40.0
+        source/extensions/health_checkers/common/health_checker_base_impl.cc, `onIntervalBase`). A replica that
+        answers its checks with an error is out sooner."""
+        return self.unhealthy_threshold * (self.timeout_seconds + self.interval_seconds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -230,7 +230,7 @@ class Model:
     # set by parse(): GPUs on one node of this model's pool (kept here so components need no lookup)
     gpus_per_node_hint: int = 8
     # Whether a replica spans nodes, where that is known but not the GPUs behind it: the gateway's args carry
-    # multi_node alone (it names the hops' LeaderWorkerSet pods by it). None: derived from the GPUs, as above.
+    # multi_node alone. None: derived from the GPUs, as above.
     spans_nodes: bool | None = None
 
     @property

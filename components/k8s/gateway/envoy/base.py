@@ -101,16 +101,21 @@ ISSUER_TENANTS_FILTER = "aifactory.issuer_tenants"  # RBAC: which tenants each i
 COLLECTOR_CLUSTER = "otel_collector"
 ADMIN_CLUSTER = "envoy_admin"
 # What a try of any model is retried on besides connect failures, resets and its engine's own statuses
-# (Engine.retriable_status_codes): 502, 503, the way to the replica failed (the gateway's Istio sidecar answers 503
-# when it cannot connect to the pod). Not 504: no engine answers it, and a timeout that has taken its time is not
-# repeated (a silent try is the per-try idle timeout's). A retried status never ejects a replica by itself
-# (envoy_hops.outlier_detection).
-PROXY_RETRIABLE_STATUS_CODES = (502, 503)
+# (Engine.retriable_status_codes): 500, 502, 503. 502 and 503: the way to the replica failed (the gateway's Istio
+# sidecar answers 503 when it cannot connect to the pod). 500: a replica that answers 500 to every request while its
+# /health passes would otherwise answer for itself (issue 44: 28-46% of requests served on prod's config, the
+# failing replica, holding no requests, preferred by the balancer); retried on another replica, and counted toward
+# its ejection (envoy_replicas.outlier_detection), it costs a try. A 500 that is the request's own fails on every
+# replica tried (gateway.retries.attempts + 1 tries). Not 504: no engine answers it, and a timeout that has taken
+# its time is not repeated (a silent try is the per-try idle timeout's).
+PROXY_RETRIABLE_STATUS_CODES = (500, 502, 503)
 DEFAULT_UNROUTED_RPS = 100  # requests/s (per replica) for requests that match no model: 404s, scans
 # Retries in flight allowed whatever the budget says (Envoy's default is 3): a replica that dies with a
 # dozen requests in flight gets them all retried before outlier detection ejects it.
 DEFAULT_MIN_RETRY_CONCURRENCY = 16
-DEFAULT_DNS_REFRESH_SECONDS = 5  # how soon new replicas behind a headless Service take traffic
+# How often a model's cluster asks its Service's name: how soon a new replica takes traffic, and (with CoreDNS's 5 s
+# TTL) how soon a departing one takes none (components.k8s.gateway.envoy.replicas.dns_detection_seconds)
+DEFAULT_DNS_REFRESH_SECONDS = 5
 DEFAULT_MAX_DOWNSTREAM_CONNECTIONS = 50000  # per replica: past it Envoy refuses connections, not memory
 GATEWAY_MEMORY_LIMIT_GIB = 1  # the gateway container's memory limit (components/k8s/gateway/component.py)
 # The overload manager's heap budget: 75% of the container limit, so Envoy sheds load before the kernel OOM-kills
@@ -152,7 +157,7 @@ def model_host(cfg: GatewayView, model: Model) -> str:
 def retriable_status_codes(models: Iterable[Model]) -> list[int]:
     """The statuses a try is retried on when any of `models` may have answered it, ascending: the way's
     (PROXY_RETRIABLE_STATUS_CODES) and those their engines say another replica may answer better
-    (Engine.retriable_status_codes: vLLM's 500, not Triton's or SGLang's, whose 500s are the request's own)."""
+    (Engine.retriable_status_codes)."""
     return sorted({*PROXY_RETRIABLE_STATUS_CODES,
                    *(code for m in models for code in ENGINES[m.engine].retriable_status_codes)})
 

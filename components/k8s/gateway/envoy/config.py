@@ -1,9 +1,7 @@
 """The Envoy inference gateway's bootstrap, built by pure functions from what the gateway reads (GatewayView).
 
-One cluster per model, whose hosts are its replicas, each reached through a hop of its own
-(components.k8s.gateway.envoy.hops: a hung replica's tries are ended and retried when it fails its checks). Requests
-pass,
-in order:
+One cluster per model, whose hosts are its ready replicas, reached directly (components.k8s.gateway.envoy.replicas:
+checks steer new requests, they never end the ones in flight). Requests pass, in order:
 
     (connection manager) CONNECT: 403 upgrade_failed (its connect_matcher route has no upgrade configured);
                       a header name with an underscore: 400
@@ -40,13 +38,14 @@ before matching.
 
 Failure handling, per model route: a try that stays silent for the model's `tryIdleTimeoutSeconds` (no
 first byte, or no next byte of a stream) is abandoned and retried on another replica, as are connect
-failures, resets, 502/503 and the engine's own retriable statuses (vLLM's 500: `retriable_status_codes`),
+failures, resets, 500/502/503 and the engine's own retriable statuses (`retriable_status_codes`),
 bounded by a retry budget; a streamed generation resets the idle timer with every token, so long generations
 run up to `timeoutSeconds`. A JSON body that does not ask to
 stream (`"stream"` absent or false) takes the route's "/unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
-engine's health endpoint take hung replicas out; outlier detection ejects replicas after consecutive gateway
-failures (not 500s), until their next passing health check (envoy_hops.outlier_detection); no panic mode;
+engine's health endpoint steer new requests away from a replica that fails them (its requests in flight finish);
+outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
+until their next passing check (envoy_replicas.outlier_detection); no panic mode;
 LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
 affinity: components/k8s/gateway/envoy/affinity.py). The route's idle timeout is the model's
 `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
@@ -146,7 +145,6 @@ from components.k8s.gateway.envoy.callers import (
     jwt_filter,
     rate_limit_filter,
 )
-from components.k8s.gateway.envoy.hops import hop_clusters, hop_listeners, model_cluster, stats_config
 from components.k8s.gateway.envoy.observability import (
     GATEWAY_TRACE_PERCENT,
     access_log,
@@ -164,6 +162,7 @@ from components.k8s.gateway.envoy.refusals import (
     too_large,
     too_large_for_any,
 )
+from components.k8s.gateway.envoy.replicas import model_cluster
 from components.k8s.gateway.envoy.variants import (
     Decision,
     Workload,
@@ -537,8 +536,6 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
-        # the hops keep only their health stats (envoy_hops.stats_config)
-        "stats_config": stats_config(),
         # internal listeners (the variants' overflow gates); none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
             "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
@@ -546,8 +543,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
                           *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
-                            for m in variant_models(cfg)), *hop_listeners(cfg)],
-            "clusters": [*(model_cluster(cfg, m) for m in models), *hop_clusters(cfg), *variant_clusters(cfg),
+                            for m in variant_models(cfg))],
+            "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg),
                          collector_cluster(cfg),
                          *jwks, admin_cluster()],
         },

@@ -1,0 +1,176 @@
+"""A model's cluster: its replicas, reached directly, steered by fast checks, never cut by them (issue 44).
+
+Hosts: the model's headless Service by its absolute DNS name (`<model>.<namespace>.svc.cluster.local.`), every
+address it answers being a replica (Envoy's DNS cluster, strict: every A record is a host). The Service selects
+the model's pods, a multi-node model's group leaders only (worker-index 0: components.k8s.serving.objects.service),
+and publishes ready addresses only, so the cluster's hosts are the running, ready replicas: no absent ordinal is a
+host (outlier detection's max_ejection_percent is a share of the replicas that run), and the gateway asks one
+name per model per refresh, whatever replicas.max is. The name is absolute (a trailing dot): c-ares, Envoy's
+resolver, queries it as is and only as is (c-ares ares_getaddrinfo.c, `as_is_only`), where a relative name would
+also be tried under each search domain of the pod's resolv.conf (`ndots:5`), one NXDOMAIN each. The Host of every
+request and check stays the Service's name without the dot (`model_host`), the name the gateway's sidecar routes.
+
+Two decisions, two speeds (docs/gateway.md, "Day 2"):
+
+- stop sending new requests: fast. A replica whose record is gone (a pod being deleted: rollout, scale-in, node
+  drain; its endpoint leaves the ready addresses at once) is removed at the next DNS refresh even while it passes
+  its checks (Cluster.ignore_health_on_host_removal); a replica that fails `unhealthyThreshold` checks is taken
+  out. Both within components.k8s.defaults.GATEWAY_DETECTION_SECONDS (`dns_detection_seconds`,
+  HealthCheck.detection_seconds), which each model pod's preStop outwaits. Outlier detection takes out a replica
+  that fails requests (`outlier_detection`).
+- kill work in flight: never on a check. A failed check or a removed record drains the replica's connections
+  (Envoy 1.40 drains HTTP pools on host health failure and removal: source/common/upstream/cluster_manager_impl.cc,
+  `drainOrCloseConnPools`): the requests on them run to their end. A slow /health under load (vLLM's runs on the
+  API server's event loop: vllm-project/vllm#38157) only steers new work away; nothing is reset and re-run on
+  the saturated peers. A try ends when the replica ends it (a reset, an error: retried elsewhere), when it is
+  silent past the try idle timeout (streamed tries), or at the route timeout.
+
+Panic: never. A panic threshold would send tries to replicas failing their checks; a model whose health endpoint
+fails on every replica answers 503 (no healthy upstream) until one passes again.
+
+Sources (Envoy v1.40.0 API): Cluster.ignore_health_on_host_removal, CommonLbConfig.healthy_panic_threshold,
+OutlierDetection https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto,
+outlier_detection.proto; DnsCluster https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/clusters/dns/v3/
+dns_cluster.proto; HealthCheck https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/core/v3/health_check.proto;
+retry budget https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/circuit_breaker.proto.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.k8s import naming
+from components.k8s.engines import ENGINES
+from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy.base import (
+    _T,
+    DEFAULT_DNS_REFRESH_SECONDS,
+    DEFAULT_MIN_RETRY_CONCURRENCY,
+    METADATA_NAMESPACE,
+    VARIANT_KEY,
+    GatewayView,
+    _dns_cluster,
+    _seconds,
+    max_requests_of,
+    model_host,
+)
+from components.k8s.settings import Model
+
+__all__ = [
+    "NO_PANIC",
+    "COREDNS_TTL_SECONDS",
+    "RECHECK_SECONDS",
+    "replicas_host",
+    "health_check",
+    "dns_detection_seconds",
+    "outlier_detection",
+    "model_cluster",
+]
+
+NO_PANIC = {"healthy_panic_threshold": {"value": 0}}
+# How long CoreDNS may answer a record after its endpoint left the Service: the kubernetes plugin's default TTL
+# (coredns/coredns plugin/kubernetes/README.md, `ttl`: "default is 5 seconds"), which its cache honours.
+COREDNS_TTL_SECONDS = 5
+# How often the cluster checks a replica it holds unhealthy (starting, or failing): one that passes its checks takes
+# requests within about this, not a whole interval later (HealthCheck.unhealthy_interval).
+RECHECK_SECONDS = 1.0
+
+
+def replicas_host(cfg: GatewayView, model: Model) -> str:
+    """The name the model's cluster resolves: its headless Service's, absolute (see the module docstring)."""
+    return f"{model_host(cfg, model)}."
+
+
+def dns_detection_seconds() -> float:
+    """Longest time from a replica's endpoint leaving the Service to the gateway sending it nothing new: CoreDNS may
+    answer the old record for its TTL, then the next refresh drops the host (ignore_health_on_host_removal)."""
+    return COREDNS_TTL_SECONDS + DEFAULT_DNS_REFRESH_SECONDS
+
+
+def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """The model's active health check: the engine's health path, with Host = the model Service's name (Envoy's
+    default Host is the cluster's name, which the gateway's sidecar passes through in plaintext to the model's
+    STRICT sidecar: every check would fail). Healthy replicas are checked every interval, traffic or not (the
+    default no-traffic interval, 60 s, would leave a quiet model's failing replica in for a minute); replicas held
+    unhealthy (a new gateway's before their first passing checks, a starting or failing replica) every
+    RECHECK_SECONDS."""
+    hc = cfg.gateway.health_check
+    recheck = _seconds(min(RECHECK_SECONDS, hc.interval_seconds))
+    return {
+        "timeout": _seconds(hc.timeout_seconds),
+        "interval": _seconds(hc.interval_seconds),
+        "no_traffic_interval": recheck,
+        "no_traffic_healthy_interval": _seconds(hc.interval_seconds),
+        "unhealthy_interval": recheck,
+        "unhealthy_threshold": hc.unhealthy_threshold,
+        "healthy_threshold": hc.healthy_threshold,
+        "http_health_check": {"path": ENGINES[model.engine].health_path, "host": model_host(cfg, model)},
+    }
+
+
+def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """The model's cluster: what the routes send to, its replicas directly."""
+    gw = cfg.gateway
+    cb = gw.circuit_breakers
+    cluster = _dns_cluster(model.name, replicas_host(cfg, model), naming.MODEL_HTTP_PORT,
+                           connect_timeout=gw.connect_timeout_seconds)
+    if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
+        cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["metadata"] = {
+            "filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
+    return {
+        **cluster,
+        # Full scan: the replica with the fewest requests in flight, ties broken at random; a slow replica
+        # holds its requests longer, so it is picked only when it has no more in flight than the others.
+        # With session affinity: Maglev with bounded load (envoy_affinity), hashing each replica by its address.
+        "load_balancing_policy": affinity.load_balancing_policy(model)
+        if model.session_affinity_balance_factor is not None else {"policies": [{"typed_extension_config": {
+            "name": "envoy.load_balancing_policies.least_request",
+            "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                             "selection_method": "FULL_SCAN"}}}]},
+        # No panic mode (module docstring). Host health changes are applied at once: with the default 1 s merge
+        # window a second ejection right after the first waits up to a second while the replica keeps taking (and
+        # failing) requests.
+        "common_lb_config": {**NO_PANIC, "update_merge_window": "0s"},
+        # a replica whose record is gone takes no new request, however well it answers its checks (a pod in its
+        # preStop answers them)
+        "ignore_health_on_host_removal": True,
+        "circuit_breakers": {"thresholds": [{
+            "priority": "DEFAULT",
+            "max_connections": cb.max_connections,
+            "max_pending_requests": cb.max_pending_requests,
+            # a variant's own limit: past it, tries overflow to the next variant (envoy_variants)
+            "max_requests": max_requests_of(cfg.gateway, model),
+            # retries come from failures only (no check resets a replica's tries), so the configured budget
+            "retry_budget": {"budget_percent": {"value": gw.retries.budget_percent},
+                             "min_retry_concurrency": DEFAULT_MIN_RETRY_CONCURRENCY},
+        }]},
+        "health_checks": [health_check(cfg, model)],
+        "outlier_detection": outlier_detection(cfg),
+    }
+
+
+def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
+    """Ejection of a replica that fails requests, kept until its ejection time ends.
+
+    What counts: any 5xx and the failures Envoy originates (connect failures, resets, per-try timeouts: mapped to
+    503/504 while split_external_local_origin_errors is off), `gateway.outlierDetection.consecutive5xx` in a row,
+    enforced (consecutive_5xx and consecutive_gateway_failure, 100%). A replica that answers 500 to every request
+    while its /health passes is out after that many, and each of those tries was retried elsewhere (the route's
+    retriable statuses). A passing health check does not end an ejection (successful_active_health_check_uneject_
+    host false: source/common/upstream/outlier_detection_impl.cc, `DetectorImpl::initialize`), so such a replica
+    stays out for its ejection time (baseEjectionSeconds times its ejections so far), and a replica whose engine
+    stopped producing but answers /health (vLLM's check_health reads an errored flag) stays out as long.
+
+    max_ejection_percent is a share of the cluster's hosts (`DetectorImpl::ejectHost`), here the ready replicas
+    only: at 67%, one of 2 and two of 3, never a model's only replica."""
+    od = cfg.gateway.outlier_detection
+    return {
+        "consecutive_5xx": od.consecutive_5xx,
+        "enforcing_consecutive_5xx": 100,
+        "consecutive_gateway_failure": od.consecutive_5xx,
+        "enforcing_consecutive_gateway_failure": 100,
+        "interval": _seconds(od.interval_seconds),
+        "base_ejection_time": _seconds(od.base_ejection_seconds),
+        "max_ejection_percent": od.max_ejection_percent,
+        "successful_active_health_check_uneject_host": False,
+    }

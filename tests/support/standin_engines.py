@@ -1,0 +1,271 @@
+"""Stand-in model engines for the gateway's day-2 scenarios: what a vLLM 0.33 replica does that the gateway meets when
+it is rolled, scaled in, saturated, broken or hung, on a loopback address of its own and the model port every
+replica shares (a headless Service's records carry addresses, not ports). Not an engine: no tokens are computed.
+
+Behaviour, each from the engine's source at the pinned version (docs/contracts.md, "Day 2: the gateway's side"):
+- a generation (POST /v1/chat/completions, /v1/completions): with `"stream": true` the response's headers leave at
+  once (the server starts its streamed response before the first token), then `tokens` chunks `token_s` apart, then
+  `data: [DONE]`; otherwise one JSON answer once the last token is done;
+- /health answers 200 while the engine has not errored: check_health reads an errored flag
+  (vllm-project/vllm@v0.33.0 vllm/v1/engine/async_llm.py), so a stuck engine core (`hang()`) still passes it; and it
+  runs on the API server's event loop, so once `saturate`d it answers only after `busy_health_s` with `busy_at`
+  generations or more in flight (vllm-project/vllm#38157);
+- SIGTERM (`sigterm()`) with `--shutdown-timeout N` (N > 0): it stops accepting (the listening socket closes, idle
+  keep-alive connections close), the requests in flight finish for up to N s (their connections then close), and the
+  rest are aborted; N = 0, vLLM's default, aborts every request in flight at once (vllm-project/vllm@v0.33.0
+  vllm/engine/arg_utils.py, vllm/entrypoints/launcher.py);
+- `fail()`: 500 to every generation while /health passes (an engine broken without its errored flag set).
+An aborted request's connection is reset (SO_LINGER 0): its client sees a cut stream or no answer.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = ["StandInVllm", "HEALTH_PATH", "GENERATION_PATHS"]
+
+HEALTH_PATH = "/health"
+GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
+HOLD_LIMIT_S = 60.0  # a hung generation gives up after this (or when the replica stops): bounded
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
+        pass
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.engine._opened(self.connection)
+
+    def finish(self) -> None:
+        self.server.engine._closed(self.connection)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's method names)
+        engine = self.server.engine
+        if self.path != HEALTH_PATH:
+            self._json(404, {"error": "not found"})
+            return
+        with engine.lock:
+            engine.health_checks += 1
+            busy = engine.in_flight >= engine.busy_at
+        if busy:  # the event loop is busy with the generations: the check waits its turn
+            engine.stopped.wait(engine.busy_health_s)
+        self._json(200, {})
+
+    def do_POST(self) -> None:  # noqa: N802
+        engine = self.server.engine
+        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        if self.path not in GENERATION_PATHS:
+            self._json(404, {"error": "not found"})
+            return
+        with engine.lock:
+            engine.arrivals.append(time.monotonic())
+            engine.in_flight += 1
+            engine._busy.add(self.connection)
+        try:
+            if engine.failing:
+                self._json(500, {"error": {"message": "engine failed", "type": "InternalServerError", "code": 500}})
+            elif body.get("stream"):
+                self._stream()
+            else:
+                self._whole()
+        finally:
+            with engine.lock:
+                engine.in_flight -= 1
+                engine._busy.discard(self.connection)
+            if engine.draining.is_set():
+                self.close_connection = True
+
+    def _tokens(self, each: Any = None) -> bool:
+        """Wait for each token (calling `each(i)` after token i); False when the request was aborted (a SIGTERM past
+        the shutdown timeout, a stop)."""
+        engine = self.server.engine
+        for i in range(engine.tokens):
+            engine.running.wait(HOLD_LIMIT_S)  # a stuck engine core produces nothing
+            if engine.aborted.wait(engine.token_s) or engine.stopped.is_set():
+                return False
+            if each is not None:
+                each(i)
+        return True
+
+    def _stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        self.wfile.flush()
+        if not self._tokens(lambda i: self._chunk(b'data: {"token": %d}\n\n' % i)):
+            self._abort()
+            return
+        self._chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self._done()
+
+    def _whole(self) -> None:
+        if not self._tokens():
+            self._abort()
+            return
+        self._json(200, {"backend": self.server.engine.name, "tokens": self.server.engine.tokens})
+        self._done()
+
+    def _done(self) -> None:
+        with self.server.engine.lock:
+            self.server.engine.completed += 1
+
+    def _abort(self) -> None:
+        with self.server.engine.lock:
+            self.server.engine.aborted_requests += 1
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        try:
+            self.connection.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+    def _json(self, status: int, payload: dict[str, Any]) -> None:
+        raw = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        if self.server.engine.draining.is_set():
+            self.send_header("connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        self.wfile.write(raw)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], engine: StandInVllm) -> None:
+        self.engine = engine
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # connections the gateway or an abort closed
+
+
+class StandInVllm:
+    """One vLLM replica on `host`:`port` (a loopback address of its own). `tokens` chunks `token_s` apart per
+    generation; `shutdown_timeout_s`: vLLM's --shutdown-timeout (0: SIGTERM aborts everything in flight)."""
+
+    def __init__(self, name: str, host: str, port: int, *, tokens: int = 10, token_s: float = 0.02,
+                 shutdown_timeout_s: float = 5.0) -> None:
+        self.name, self.host, self.port = name, host, port
+        self.tokens, self.token_s, self.shutdown_timeout_s = tokens, token_s, shutdown_timeout_s
+        self.busy_at, self.busy_health_s = 10**9, 0.0  # never busy until `saturate`
+        self.lock = threading.Lock()
+        self.arrivals: list[float] = []  # monotonic time of each generation request it received
+        self.in_flight = self.completed = self.aborted_requests = self.health_checks = 0
+        self.failing = False
+        self.running = threading.Event()  # cleared while the engine core is stuck
+        self.running.set()
+        self.aborted = threading.Event()  # set: every generation in flight is aborted
+        self.draining = threading.Event()  # set by SIGTERM: answers close their connections
+        self.stopped = threading.Event()
+        self.exited = threading.Event()  # the process is gone (after its drain)
+        self._connections: set[socket.socket] = set()
+        self._busy: set[socket.socket] = set()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def _opened(self, conn: socket.socket) -> None:
+        with self.lock:
+            self._connections.add(conn)
+
+    def _closed(self, conn: socket.socket) -> None:
+        with self.lock:
+            self._connections.discard(conn)
+
+    def __enter__(self) -> StandInVllm:
+        self._server = _Server((self.host, self.port), self)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name=f"standin-{self.name}", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def hang(self) -> None:
+        """The engine core is stuck: generations make no progress, /health still answers 200."""
+        self.running.clear()
+
+    def saturate(self, *, busy_at: int, busy_health_s: float) -> None:
+        """From `busy_at` generations in flight, /health answers only after `busy_health_s`."""
+        self.busy_at, self.busy_health_s = busy_at, busy_health_s
+
+    def fail(self) -> None:
+        """Every generation gets 500, /health still answers 200."""
+        self.failing = True
+
+    def sigterm(self) -> threading.Thread:
+        """SIGTERM: stop accepting, drain for up to shutdown_timeout_s, abort the rest, exit. Returns the thread
+        doing it (joined by `exited`)."""
+        def run() -> None:
+            self.draining.set()
+            self._stop_listening()
+            with self.lock:
+                idle = self._connections - self._busy
+            for conn in idle:  # no request on them: closed at once
+                _shut(conn)
+            deadline = time.monotonic() + self.shutdown_timeout_s
+            while time.monotonic() < deadline:
+                with self.lock:
+                    if self.in_flight == 0:
+                        break
+                time.sleep(0.01)
+            self.aborted.set()  # what is left is aborted
+            self.exited.set()
+
+        t = threading.Thread(target=run, name=f"sigterm-{self.name}", daemon=True)
+        t.start()
+        return t
+
+    def _stop_listening(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.aborted.set()
+        self.running.set()
+        self._stop_listening()
+        with self.lock:
+            conns = list(self._connections)
+        for conn in conns:
+            _shut(conn)
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def received_after(self, t: float) -> int:
+        """Generation requests that reached it at monotonic time `t` or later."""
+        with self.lock:
+            return sum(1 for a in self.arrivals if a >= t)
+
+
+def _shut(conn: socket.socket) -> None:
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
