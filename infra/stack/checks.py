@@ -59,6 +59,15 @@ def _variant_checks(r: _Reader, models: Mapping[str, Model],
                                                   f"variants: {', '.join(sorted(groups)) or '(none)'}")
 
 
+def _budget_checks(r: _Reader, models: Mapping[str, Model], budgets: Mapping[str, Any]) -> None:
+    """gateway.routing.<workload>.tokenBudget names a workload some model serves."""
+    workloads = sorted({m.workload for m in models.values()})
+    for workload in budgets:
+        if workload not in workloads:
+            r.fail(f"gateway.routing.{workload}.tokenBudget", f"{workload!r} is not a workload of any model; "
+                                                              f"workloads: {', '.join(workloads) or '(none)'}")
+
+
 def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[str, Fidelity]) -> None:
     """A gate's baseline is one of its workload's variants (the workload itself is checked with gateway.routing)."""
     for workload, gate in fidelity.items():

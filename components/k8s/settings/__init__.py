@@ -86,8 +86,11 @@ from components.k8s.settings.pools import (
     infiniband_settings,
 )
 from components.k8s.settings.tenants import (
+    BUDGET_WINDOWS,
+    STORE_FAILURE_MODES,
     RateLimit,
     Tenant,
+    TokenBudget,
 )
 
 __all__ = [
@@ -109,6 +112,9 @@ __all__ = [
     "Tracing",
     "RateLimit",
     "Tenant",
+    "TokenBudget",
+    "BUDGET_WINDOWS",
+    "STORE_FAILURE_MODES",
     "Replicas",
     "ModelSlo",
     "Speculative",

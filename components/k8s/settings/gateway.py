@@ -9,6 +9,7 @@ from typing import Literal
 
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE
 from components.k8s.settings.base import DNS_LABEL_PATTERN, NOT_A_DNS_LABEL, SecretRef, setting
+from components.k8s.settings.tenants import TokenBudget
 
 __all__ = [
     "ROUTING_POLICIES",
@@ -199,6 +200,9 @@ class Routing:
     fidelity: Fidelity | None = setting(None, doc="The workload's fidelity gate: a variant gets traffic only with "
                                                   "a current evaluation close enough to the baseline's (default: "
                                                   "none).")
+    token_budget: TokenBudget | None = setting(None, doc="Tokens all callers of the workload together may spend per "
+                                                         "window, besides each caller's tenant budget (any workload, "
+                                                         "with or without variants) (default: none).")
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,3 +240,5 @@ class GatewaySettings:
     routing_margins: Mapping[str, float] = field(default_factory=dict)
     # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
     fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
+    # workload -> its token budget (gateway.routing.<workload>.tokenBudget); default: none
+    token_budgets: Mapping[str, TokenBudget] = field(default_factory=dict)
