@@ -65,6 +65,10 @@ _ACCESS_LOG_FORMAT = {
     # a workload with variants (components.k8s.gateway.envoy.variants): the decision and the variant that served
     "route_decision": f"%RESP({ROUTE_DECISION_HEADER.upper()})%",
     "variant": f"%RESP({VARIANT_HEADER.upper()})%",
+    # token budgets (components.k8s.gateway.envoy.budgets): the budget that refused the request
+    # (<scope>:<name>:<window>, or store:<scope>:<name> when the store could not answer), and what it reserved
+    "budget_refused": "%DYNAMIC_METADATA(aifactory.budget:refused)%",
+    "budget_reserved": "%DYNAMIC_METADATA(aifactory.budget:reserved)%",
     "downstream": "%DOWNSTREAM_REMOTE_ADDRESS%",
 }
 
