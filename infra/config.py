@@ -275,7 +275,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
 
     gateway = _gateway(r, raw.get("gateway"))
     _variant_checks(r, models, gateway.routing)
-    _budget_checks(r, models, gateway.token_budgets)
+    _budget_checks(r, models, tenants, gateway)
     _issuer_tenants(r, gateway.auth, tenants)
     _fidelity_checks(r, models, gateway.fidelity)
     observability = _observability(r, raw.get("observability"), aws=aws)

@@ -49,7 +49,8 @@ RAW = {
         "free": {"gpuQuota": 0}},
     "models": {"chat": {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu",
                         "tenant": "open"}},
-    "gateway": {"auth": {"issuers": [{"issuer": IDP, "jwksUri": f"{IDP}/certs", "audiences": [DEFAULT_AUDIENCE]}]}},
+    "gateway": {"auth": {"issuers": [{"issuer": IDP, "jwksUri": f"{IDP}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
+                "budgetService": {"image": "registry.example/aifactory-budgets:test"}},
     "observability": {"prices": {"dgx-h100": 30.0}},
 }
 KEY = window_key("tenant", "open", "perMinute", NOW)

@@ -12,12 +12,18 @@ from infra.config import ConfigError, PlatformConfig, parse
 from tests.support.stacks import stack_raw
 
 
-def _parse(tenant_budget: Any = None, routing: dict[str, Any] | None = None) -> PlatformConfig:
+IMAGE = "registry.example/aifactory-budgets:1"
+
+
+def _parse(tenant_budget: Any = None, routing: dict[str, Any] | None = None, image: str | None = IMAGE
+           ) -> PlatformConfig:
     raw = stack_raw("dev")
     if tenant_budget is not None:
         raw["tenants"]["demo"]["tokenBudget"] = tenant_budget
     if routing is not None:
         raw.setdefault("gateway", {})["routing"] = routing
+    if image is not None:
+        raw.setdefault("gateway", {})["budgetService"] = {"image": image}
     return parse(raw, stack="dev")
 
 
@@ -79,3 +85,16 @@ def test_a_workload_budget_names_a_workload() -> None:
 def test_a_routing_policy_still_needs_variants() -> None:
     assert _problems(routing={"chat": {"policy": "fastest", "tokenBudget": {"perHour": 10}}}) == [
         "gateway.routing.chat: 'chat' is not a workload with variants; workloads with variants: (none)"]
+
+
+def test_budgets_need_the_service_image() -> None:
+    assert _problems(tenant_budget={"perHour": 10}, routing={"chat": {"tokenBudget": {"perDay": 5}}},
+                     image=None) == [
+        "gateway.budgetService.image: is required: tenants.demo.tokenBudget, gateway.routing.chat.tokenBudget need the "
+        "token budget service; build its image from components/k8s/gateway/budgets/Dockerfile and give its reference "
+        "here"]
+
+
+def test_the_budget_service_settings_are_read_with_their_defaults() -> None:
+    b = _parse({"perHour": 10}).gateway.budget_service
+    assert (b.image, b.replicas, b.store_replicas, b.store_volume_gib) == (IMAGE, 2, 0, 8)
