@@ -11,7 +11,6 @@ from components.k8s.settings import TokenBudget
 from infra.config import ConfigError, PlatformConfig, parse
 from tests.support.stacks import stack_raw
 
-
 IMAGE = "registry.example/aifactory-budgets:1"
 
 
