@@ -38,9 +38,12 @@ class _Handler(BaseHTTPRequestHandler):
             send_json(self, 200, b"")
             return
         req = json.loads(body or b"{}")
+        n = min(e.completion_tokens, int(req.get("max_tokens") or e.completion_tokens))
         with e.lock:
             e.bodies.append(req)
-        n = min(e.completion_tokens, int(req.get("max_tokens") or e.completion_tokens))
+            if e.keep_bodies is False:
+                e.bodies.clear()
+            e.tokens_served += e.prompt_tokens + n  # what the engine spends on it (a cut stream: all the same)
         usage = {"prompt_tokens": e.prompt_tokens, "completion_tokens": n, "total_tokens": e.prompt_tokens + n}
         if not req.get("stream"):
             send_json(self, 200, json.dumps({"id": "c", "object": "chat.completion", "choices": [
@@ -85,6 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 256  # a bench's 64 concurrent clients connect at once
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         pass
@@ -102,6 +106,8 @@ class UsageEngine(ServedInThread):
         self.prompt_tokens, self.completion_tokens, self.chunk_delay = prompt_tokens, completion_tokens, chunk_delay
         self.cut_after: int | None = None
         self.bodies: list[dict[str, Any]] = []
+        self.keep_bodies = True  # False: keep none (a bench's many requests)
+        self.tokens_served = 0  # prompt + completion tokens of every request it answered
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self._server = _Server(self)

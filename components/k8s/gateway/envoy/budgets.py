@@ -6,7 +6,8 @@ nothing), with the whole body already buffered. Two instances of one ext_proc co
 caller's tenant (envoy.filters.http.match_delegate with an ExtensionWithMatcher: the filter is skipped where its
 matcher says SkipFilter):
 - `aifactory.budgets`: every caller but the tenants whose budget fails closed; failure_mode_allow: when the service
-  cannot be reached or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes on uncounted (fail-open);
+  cannot be reached (refused at once) or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes on
+  uncounted (fail-open);
 - `aifactory.budgets_closed` (only when a tenant sets onStoreFailure: closed): those tenants; without an answer the
   request gets 500 before it reaches a model (Envoy's ext_proc without failure_mode_allow).
 The store's own failures are the service's to handle, per budget, within BUDGET_STORE_TIMEOUT_S.
@@ -50,11 +51,15 @@ BUDGETS_CLOSED_FILTER = "aifactory.budgets_closed"
 BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
 BUDGETS_GRPC_PORT = 9000
 BUDGETS_METRICS_PORT = 9090  # the service's Prometheus metrics
-# The store answers a reservation in well under a millisecond in the cluster; past this the service treats it as
-# failed (onStoreFailure). Envoy waits for each of the service's answers a little longer, so a slow store is the
-# service's to decide per budget, not Envoy's.
+# The store answers a reservation in well under a millisecond in the cluster; past BUDGET_STORE_TIMEOUT_S the service
+# treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the service's
+# answers (message_timeout) is longer: it also covers every chunk of a streamed answer, which the service reads on the
+# way for its usage, and a chunk given up on (failure_mode_allow) ends the service's view of the stream, so what the
+# rest of it generates would go uncounted. A busy service slows its streams rather than losing their usage; only a
+# service that accepts connections and never answers costs each request up to this long (one that is gone refuses
+# the connection, and the request goes on at once).
 BUDGET_STORE_TIMEOUT_S = 0.1
-BUDGET_MESSAGE_TIMEOUT_S = 0.3
+BUDGET_MESSAGE_TIMEOUT_S = 2.0
 BUDGET_METADATA_NAMESPACE = "aifactory.budget"  # components.k8s.gateway.budgets.service.METADATA_NAMESPACE
 ROUTE_ATTRIBUTE = "xds.route_name"  # components.k8s.gateway.budgets.service.ROUTE_ATTRIBUTE
 _SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
