@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,7 +32,7 @@ from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
 from infra.config import parse
 from tests.support.budget_service import BudgetService
 from tests.support.envoy import start_gateway
-from tests.support.fake_backends import EnvoyProcess
+from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 from tests.support.usage_engine import UsageEngine
@@ -232,3 +233,18 @@ def _last_log(envoy: EnvoyProcess, *, status: int) -> dict[str, Any]:
     raise AssertionError(f"no access log line with status {status}")
 
 
+
+
+def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_closed_ones(
+        live: Live, tmp_path: Path) -> None:
+    """A second gateway whose budget service's address refuses connections: Envoy's ext_proc lets the fail-open
+    filter's requests on (failure_mode_allow) and answers the fail-closed filter's with 500, at once."""
+    cfg = parse(RAW, stack="budgets")
+    with ExitStack() as stack:
+        envoy = start_gateway(stack, cfg, tmp_path, jwks=[live.issuer.jwks],
+                              endpoints={"chat": [live.engine.address], BUDGETS_CLUSTER: [("127.0.0.1", free_port())]})
+        gone = Live(envoy, live.engine, live.redis, live.service, live.issuer)
+        started = time.monotonic()
+        assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
+        assert gone.post("closed", _body(max_tokens=8), timeout=5)[0] == 500
+        assert time.monotonic() - started < 2, "refused connections fail at once, not at the message timeout"
