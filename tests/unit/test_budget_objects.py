@@ -8,10 +8,10 @@ from typing import Any
 
 from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_url, store_values
 from components.k8s.gateway.component import gateway_objects
+from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters, service_config
 from components.k8s.gateway.spec import GatewaySpec, gateway_spec
 from components.k8s.storage import cache_storage_class_name
 from infra.component_args import gateway_args
-from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters, service_config
 from infra.config import PlatformConfig, parse
 from tests.support.stacks import stack_raw
 
