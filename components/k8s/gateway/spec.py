@@ -202,7 +202,8 @@ def _problems(problems: Problems, args: GatewayArgs) -> None:
     for w in args.get("token_budgets") or {}:
         if w not in all_workloads:
             problems.add(f"tokenBudgets.{w}", f"{w!r} is not a workload; workloads: {', '.join(sorted(all_workloads))}")
-    if budgets and not (args.get("budget_service") or {}).get("image"):
+    service = args.get("budget_service")
+    if budgets and not (service and service.get("image")):
         problems.add("budgetService.image", "is required with token budgets: the budget service's image, built from "
                                             "components/k8s/gateway/budgets/Dockerfile")
     for i, issuer in enumerate((args.get("auth") or {}).get("issuers") or ()):

@@ -56,7 +56,7 @@ class RedisLike(Protocol):
 
     def register_script(self, script: str) -> Any: ...
 
-    async def mget(self, keys: Sequence[str]) -> list[Any]: ...
+    def mget(self, keys: Any, *args: Any) -> Any: ...  # awaitable
 
 
 @dataclass(frozen=True)

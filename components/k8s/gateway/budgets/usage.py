@@ -91,7 +91,8 @@ def plan(body: bytes, path: str, default_max_tokens: int) -> Plan:
         req["max_tokens"] = max_tokens
         changed = True
     if req.get("stream") is True:
-        options = req.get("stream_options") if isinstance(req.get("stream_options"), dict) else {}
+        given = req.get("stream_options")
+        options: dict[str, Any] = given if isinstance(given, dict) else {}
         if options.get("include_usage") is not True:
             req["stream_options"] = {**options, "include_usage": True}
             changed = True
