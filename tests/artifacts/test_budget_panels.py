@@ -9,7 +9,6 @@ all), nothing else refused. Used: 0.3, 0.9 and 0; remaining: 700, 10,000, 5,000.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -19,7 +18,7 @@ from dashboards import budgets
 from dashboards.cost import UID
 from infra.monitoring import from_platform
 from telemetry.names import BUDGET
-from tests.support.prometheus import PrometheusServer, backfill
+from tests.support.prometheus import PrometheusServer, serve_recent
 from tests.support.stacks import prod_without_variants
 
 STEP_S = 60
@@ -46,12 +45,8 @@ def _openmetrics(times: list[int]) -> str:
 
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
-    work = tmp_path_factory.mktemp("budget-panels")
-    start = (int(time.time()) - 5 * 3600) // 3600 * 3600  # clear of the head block's last 3 hours
-    times = list(range(start, start + MINUTES * 60 + 1, STEP_S))
-    backfill(_openmetrics(times), work / "tsdb", workdir=work)
-    with PrometheusServer(work / "final", tsdb=work / "tsdb") as server:
-        yield server, times[-1]
+    with serve_recent(tmp_path_factory.mktemp("budget-panels"), _openmetrics, minutes=MINUTES, step_s=STEP_S) as served:
+        yield served
 
 
 def _query(prom: tuple[PrometheusServer, int], title: str) -> dict[tuple[str, str, str], float]:
