@@ -44,14 +44,15 @@ RAW = {
     "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
     "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
     "tenants": {
-        "open": {"gpuQuota": 1, "shareWith": ["closed", "free"],
+        "open": {"gpuQuota": 2, "shareWith": ["closed", "free"],
                  "tokenBudget": {"perMinute": LIMIT, "outputWeight": 4, "defaultMaxTokens": 50}},
         "closed": {"gpuQuota": 0, "tokenBudget": {"perMinute": LIMIT, "onStoreFailure": "closed"}},
         "free": {"gpuQuota": 0}},
-    "models": {"chat": {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu",
-                        "tenant": "open"}},
+    "models": {m: {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu", "tenant": "open"}
+               for m in ("chat", "solo")},  # chat has a workload budget, solo none
     "gateway": {"auth": {"issuers": [{"issuer": IDP, "jwksUri": f"{IDP}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
-                "budgetService": {"image": "registry.example/aifactory-budgets:test"}},
+                "budgetService": {"image": "registry.example/aifactory-budgets:test"},
+                "routing": {"chat": {"tokenBudget": {"perHour": 10 * LIMIT}}}},  # every caller of chat, weight 1
     "observability": {"prices": {"dgx-h100": 30.0}},
 }
 KEY = window_key("tenant", "open", "perMinute", NOW)
@@ -97,7 +98,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
                                                     clock=lambda: NOW))
         engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=10))
         envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
-                              endpoints={"chat": [engine.address], BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
+                              endpoints={"chat": [engine.address], "solo": [engine.address],
+                                         BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
         yield Live(envoy, engine, redis, service, issuer)
 
 
@@ -127,6 +129,8 @@ def test_a_request_reserves_then_settles_its_usage(gw: Live) -> None:
     assert status == 200, body
     assert json.loads(body)["usage"] == {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
     assert gw.spent() == 20 + 4 * 8  # usage: prompt + outputWeight x completion; the reservation was given back
+    # the routed workload's budget too (the route's name reaches the service: attribute xds.route_name)
+    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
 
 
 def test_a_request_without_max_tokens_gets_the_budgets_default(gw: Live) -> None:
@@ -176,11 +180,19 @@ def test_a_request_that_does_not_fit_gets_429_naming_the_budget_and_window(gw: L
 
 
 def test_a_tenant_without_a_budget_is_not_counted(gw: Live) -> None:
-    status, _, _ = gw.post("free", _body())
+    status, _, _ = gw.post("free", {**_body(), "model": "solo"})
     assert status == 200
     assert "max_tokens" not in gw.engine.bodies[-1]  # no budget: the body goes on untouched
     gw.service.drain()
     assert gw.redis.client().keys("aifactory:*") == []
+
+
+def test_a_workloads_budget_counts_every_caller(gw: Live) -> None:
+    status, _, _ = gw.post("free", _body(max_tokens=8))
+    assert status == 200
+    gw.service.drain()
+    assert gw.redis.client().keys("aifactory:*") == [window_key("workload", "chat", "perHour", NOW).encode()]
+    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
 
 
 def test_racing_requests_for_the_last_reservations_worth_let_exactly_one_through(gw: Live) -> None:
@@ -242,7 +254,8 @@ def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_
     cfg = parse(RAW, stack="budgets")
     with ExitStack() as stack:
         envoy = start_gateway(stack, cfg, tmp_path, jwks=[live.issuer.jwks],
-                              endpoints={"chat": [live.engine.address], BUDGETS_CLUSTER: [("127.0.0.1", free_port())]})
+                              endpoints={"chat": [live.engine.address], "solo": [live.engine.address],
+                                         BUDGETS_CLUSTER: [("127.0.0.1", free_port())]})
         gone = Live(envoy, live.engine, live.redis, live.service, live.issuer)
         started = time.monotonic()
         assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
