@@ -96,3 +96,10 @@ def test_fail_closed_tenants_get_a_filter_of_their_own() -> None:
     skip_open = open_["xds_matcher"]["matcher_list"]["matchers"][0]["predicate"]
     assert skip_open["single_predicate"]["value_match"]["safe_regex"]["regex"] == "^(?:demo)$"
     assert "not_matcher" in closed["xds_matcher"]["matcher_list"]["matchers"][0]["predicate"]
+
+
+def test_the_service_reads_the_header_the_gateway_sets() -> None:
+    """The service's image carries components/k8s/gateway/budgets/ alone, so it names the tenant header itself."""
+    from components.k8s.gateway.budgets import names
+    from components.k8s.gateway.envoy.base import TENANT_HEADER
+    assert names.TENANT_HEADER == TENANT_HEADER

@@ -41,6 +41,13 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from prometheus_client.core import GaugeMetricFamily
 
+from components.k8s.gateway.budgets.names import (
+    GRPC_PORT,
+    METADATA_NAMESPACE,
+    METRICS_PORT,
+    ROUTE_ATTRIBUTE,
+    TENANT_HEADER,
+)
 from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, window_key
 from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
 from telemetry.names import BUDGET
@@ -48,9 +55,6 @@ from telemetry.names import BUDGET
 __all__ = ["BudgetConfig", "Processor", "serve", "main", "ROUTE_ATTRIBUTE", "METADATA_NAMESPACE"]
 
 log = logging.getLogger("aifactory.budgets")
-ROUTE_ATTRIBUTE = "xds.route_name"
-TENANT_HEADER = "x-aifactory-tenant"  # components.k8s.gateway.envoy.base.TENANT_HEADER (set from the token)
-METADATA_NAMESPACE = "aifactory.budget"  # dynamic metadata the access log reads: the refusal, the reservation
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
 
@@ -307,9 +311,10 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m components.k8s.gateway.budgets",
                                  description="The gateway's token budget service (Envoy ext_proc).")
     ap.add_argument("--config", required=True, help="the budgets JSON (the service's ConfigMap)")
-    ap.add_argument("--listen", default="0.0.0.0:9000", help="gRPC address (default: 0.0.0.0:9000)")
+    ap.add_argument("--listen", default=f"0.0.0.0:{GRPC_PORT}", help=f"gRPC address (default: 0.0.0.0:{GRPC_PORT})")
     ap.add_argument("--redis-url", required=True, help="the store, e.g. redis://budgets-valkey:6379/0")
-    ap.add_argument("--metrics-port", type=int, default=9090, help="Prometheus metrics port (default: 9090)")
+    ap.add_argument("--metrics-port", type=int, default=METRICS_PORT,
+                    help=f"Prometheus metrics port (default: {METRICS_PORT})")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from components.k8s.gateway.budgets import names
 from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds
 from components.k8s.settings import TokenBudget
 
@@ -49,8 +50,8 @@ BUDGETS_CLUSTER = "aifactory_budgets"
 BUDGETS_FILTER = "aifactory.budgets"
 BUDGETS_CLOSED_FILTER = "aifactory.budgets_closed"
 BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
-BUDGETS_GRPC_PORT = 9000
-BUDGETS_METRICS_PORT = 9090  # the service's Prometheus metrics
+BUDGETS_GRPC_PORT = names.GRPC_PORT
+BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
 # The store answers a reservation in well under a millisecond in the cluster; past BUDGET_STORE_TIMEOUT_S the service
 # treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the service's
 # answers (message_timeout) is longer: it also covers every chunk of a streamed answer, which the service reads on the
@@ -60,8 +61,8 @@ BUDGETS_METRICS_PORT = 9090  # the service's Prometheus metrics
 # the connection, and the request goes on at once).
 BUDGET_STORE_TIMEOUT_S = 0.1
 BUDGET_MESSAGE_TIMEOUT_S = 2.0
-BUDGET_METADATA_NAMESPACE = "aifactory.budget"  # components.k8s.gateway.budgets.service.METADATA_NAMESPACE
-ROUTE_ATTRIBUTE = "xds.route_name"  # components.k8s.gateway.budgets.service.ROUTE_ATTRIBUTE
+BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
+ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
 _SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
 
 
