@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,6 +64,7 @@ class Live:
     redis: RedisServer
     service: BudgetService
     issuer: Issuer
+    gone: EnvoyProcess | None = None  # a gateway whose budget service's address refuses connections
 
     def post(self, tenant: str, body: dict[str, Any], *, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
         c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=timeout)
@@ -94,13 +94,16 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     issuer = Issuer(IDP)
     with ExitStack() as stack:
         redis = stack.enter_context(RedisServer(tmp_path_factory.mktemp("redis")))
-        service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
-                                                    clock=lambda: NOW))
         engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=10))
-        envoy = start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
-                              endpoints={"chat": [engine.address], "solo": [engine.address],
-                                         BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
-        yield Live(envoy, engine, redis, service, issuer)
+        port = free_port()
+        # both gateways before the service: no fork while its gRPC threads run (tests.support.budget_service)
+        envoy, gone = (start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+                                     endpoints={"chat": [engine.address], "solo": [engine.address],
+                                                BUDGETS_CLUSTER: [("127.0.0.1", p)]})
+                       for p in (port, free_port()))
+        service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
+                                                    clock=lambda: NOW, port=port))
+        yield Live(envoy, engine, redis, service, issuer, gone)
 
 
 @pytest.fixture
@@ -247,17 +250,12 @@ def _last_log(envoy: EnvoyProcess, *, status: int) -> dict[str, Any]:
 
 
 
-def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_closed_ones(
-        live: Live, tmp_path: Path) -> None:
+def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_closed_ones(live: Live) -> None:
     """A second gateway whose budget service's address refuses connections: Envoy's ext_proc lets the fail-open
     filter's requests on (failure_mode_allow) and answers the fail-closed filter's with 500, at once."""
-    cfg = parse(RAW, stack="budgets")
-    with ExitStack() as stack:
-        envoy = start_gateway(stack, cfg, tmp_path, jwks=[live.issuer.jwks],
-                              endpoints={"chat": [live.engine.address], "solo": [live.engine.address],
-                                         BUDGETS_CLUSTER: [("127.0.0.1", free_port())]})
-        gone = Live(envoy, live.engine, live.redis, live.service, live.issuer)
-        started = time.monotonic()
-        assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
-        assert gone.post("closed", _body(max_tokens=8), timeout=5)[0] == 500
-        assert time.monotonic() - started < 2, "refused connections fail at once, not at the message timeout"
+    assert live.gone is not None
+    gone = Live(live.gone, live.engine, live.redis, live.service, live.issuer)
+    started = time.monotonic()
+    assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
+    assert gone.post("closed", _body(max_tokens=8), timeout=5)[0] == 500
+    assert time.monotonic() - started < 2, "refused connections fail at once, not at the message timeout"
