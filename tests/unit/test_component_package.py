@@ -82,13 +82,13 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants", "traceSamplingPercent"],
         ["tenants"], ["istioVersion", "mtls"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
-        "AlertReceiverArgs", "AlertingArgs", "BudgetServiceArgs", "CapacityArgs", "CircuitBreakersArgs", "EfaPoolArgs",
-        "FabricArgs", "FabricInfinibandArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs",
-        "GatewayVariantArgs", "GpuPoolArgs", "GpuStackArgs", "HealthCheckArgs", "HeartbeatArgs", "IngestArgs", "JwtIssuerArgs",
-        "MeshArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs", "ObservabilityArgs",
-        "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SecretRefArgs",
-        "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenancyArgs", "TenantArgs", "TenantModelArgs",
-        "TokenBudgetArgs", "VolumeSizesArgs")]
+        "AlertReceiverArgs", "AlertingArgs", "BudgetServiceArgs", "CapacityArgs", "CircuitBreakersArgs",
+        "EfaPoolArgs", "FabricArgs", "FabricInfinibandArgs", "GatewayAuthArgs", "GatewayModelArgs",
+        "GatewayTenantArgs", "GatewayVariantArgs", "GpuPoolArgs", "GpuStackArgs", "HealthCheckArgs", "HeartbeatArgs",
+        "IngestArgs", "JwtIssuerArgs", "MeshArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs",
+        "ObservabilityArgs", "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs",
+        "SecretRefArgs", "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenancyArgs", "TenantArgs",
+        "TenantModelArgs", "TokenBudgetArgs", "VolumeSizesArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:
