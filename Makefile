@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STACK ?= dev
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup synth validate policy test bench mutate lint promtool amtool contracts clean
+.PHONY: setup synth validate policy test bench mutate lint promtool amtool redis contracts clean
 
 # The stamp depends on pyproject.toml and on this file (UV_VERSION, the threading pin) so a changed pin reinstalls.
 UV_VERSION := 0.13.9
@@ -53,13 +53,19 @@ amtool:
 	  $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends prometheus-alertmanager; }
 
+# redis-server (the token budget tests' and bench's store) comes from Debian's package; installed only when missing.
+redis:
+	@command -v redis-server >/dev/null || { \
+	  $(SUDO) apt-get update -q && \
+	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q --no-install-recommends redis-server; }
+
 # The suite runs on every core (pytest-xdist; TEST_WORKERS=0 for one process). Each test file stays on one worker
 # (--dist loadfile): a file's module fixtures (a backfilled Prometheus, a live Envoy) start once, not per worker.
 TEST_WORKERS ?= auto
-test: setup promtool amtool ## the whole suite (unit, artifacts with real tools, node suite replays), in parallel
+test: setup promtool amtool redis ## the whole suite (unit, artifacts with real tools, node suite replays), in parallel
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
-bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
+bench: setup promtool redis ## benchmarks; prints figures, asserts nothing about time
 	$(BIN)/python -m tests.bench
 
 # Mutation testing of the modules that encode decisions (not CI: slow). MUTATE=<module.py ...> narrows it;

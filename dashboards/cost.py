@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from grafanalib.core import Dashboard
 
+from dashboards import budgets
 from dashboards.config import ObservabilityConfig
 from dashboards.engines import ENGINE_RULES
 from dashboards.panels import Q, custom_variable, dashboard, stat, timeseries
@@ -95,5 +96,5 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             custom_variable("pool", "Pool", [p.name for p in cfg.pools]),
             custom_variable("model", "Model", [m.name for m in cfg.models]),
         ],
-        rows=[("Spend", _spend(cfg)), ("Unit costs", _unit_costs())],
+        rows=[("Spend", _spend(cfg)), ("Unit costs", _unit_costs()), (budgets.ROW, budgets.panels())],
     )

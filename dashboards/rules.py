@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards import gateway_alerts
+from dashboards import budgets, gateway_alerts
 from dashboards.config import Objective, ObservabilityConfig
 from dashboards.engines import ENGINE_RULES, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
@@ -535,6 +535,7 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-model-slo-alerts", tuple(_model_slo_alerts(cfg))),
         Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
         Group("aifactory-gateway-alerts", tuple(gateway_alerts.alerts(cfg))),
+        Group("aifactory-token-budget-alerts", tuple(budgets.alerts(cfg))),
     ]
 
 

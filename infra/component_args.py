@@ -13,13 +13,22 @@ from typing import Any
 from components.k8s.autoscaler import ClusterAutoscalerArgs
 from components.k8s.engines import ENGINES
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
-from components.k8s.gateway import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, JwtIssuerArgs, RoutingArgs
+from components.k8s.gateway import (
+    BudgetServiceArgs,
+    GatewayArgs,
+    GatewayModelArgs,
+    GatewayTenantArgs,
+    JwtIssuerArgs,
+    RoutingArgs,
+    TokenBudgetArgs,
+)
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.mesh import MeshArgs
 from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs
 from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
-from components.k8s.settings import AlertReceiver, JwtIssuer, Model, Tenant
+from components.k8s.settings import AlertReceiver, JwtIssuer, Model, Tenant, TokenBudget
+from components.k8s.storage import cache_storage_class_name
 from components.k8s.tenancy import TenancyArgs
 from infra.config import PlatformConfig
 from infra.stack import declared
@@ -92,9 +101,17 @@ def _gateway_model(cfg: PlatformConfig, m: Model) -> GatewayModelArgs:
 
 def _gateway_tenant(t: Tenant) -> GatewayTenantArgs:
     rl = t.rate_limit
-    return {"namespace": t.namespace, "share_with": list(t.share_with), "rate_limit": {
+    out: GatewayTenantArgs = {"namespace": t.namespace, "share_with": list(t.share_with), "rate_limit": {
         "requests_per_second": rl.requests_per_second, "burst": rl.burst,
         "batch_requests_per_second": rl.batch_requests_per_second, "batch_burst": rl.batch_burst}}
+    if t.token_budget is not None:
+        out["token_budget"] = _token_budget(t.token_budget)
+    return out
+
+
+def _token_budget(b: TokenBudget) -> TokenBudgetArgs:
+    """The budget's args: its windows (those set) and every other field."""
+    return typing.cast(TokenBudgetArgs, {k: v for k, v in same_names(b).items() if v is not None})
 
 
 def _issuer(i: JwtIssuer) -> JwtIssuerArgs:
@@ -127,7 +144,18 @@ def gateway_args(cfg: PlatformConfig) -> GatewayArgs:
         "health_check": same_names(gw.health_check),
         "auth": {"tenant_claim": gw.auth.tenant_claim, "issuers": [_issuer(i) for i in gw.auth.issuers]},
         "routing": routing,
+        **({"token_budgets": {w: _token_budget(b) for w, b in gw.token_budgets.items()}} if gw.token_budgets else {}),
+        **({"budget_service": _budget_service(cfg)} if gw.budget_service.image else {}),
     })
+
+
+def _budget_service(cfg: PlatformConfig) -> BudgetServiceArgs:
+    b = cfg.gateway.budget_service
+    out: BudgetServiceArgs = {"image": b.image, "replicas": b.replicas, "store_replicas": b.store_replicas,
+                              "store_volume_gib": b.store_volume_gib}
+    if (sc := cache_storage_class_name(cfg)) is not None:
+        out["store_storage_class"] = sc
+    return out
 
 
 def model_deployment_args(cfg: PlatformConfig, m: Model) -> ModelDeploymentArgs:

@@ -34,6 +34,7 @@ from components.k8s.settings import (
 from infra.stack import declared
 from infra.stack.checks import (
     _aws_name_lengths,
+    _budget_checks,
     _cross_model_checks,
     _fidelity_checks,
     _issuer_tenants,
@@ -274,6 +275,7 @@ def parse(raw: Mapping[str, Any], *, stack: str) -> PlatformConfig:
 
     gateway = _gateway(r, raw.get("gateway"))
     _variant_checks(r, models, gateway.routing)
+    _budget_checks(r, models, tenants, gateway)
     _issuer_tenants(r, gateway.auth, tenants)
     _fidelity_checks(r, models, gateway.fidelity)
     observability = _observability(r, raw.get("observability"), aws=aws)

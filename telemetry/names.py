@@ -51,6 +51,7 @@ __all__ = [
     "SGLANG",
     "ISTIO",
     "ENVOY",
+    "BUDGET",
     "KSM",
     "SPANMETRICS",
 ]
@@ -298,6 +299,27 @@ class ENVOY:
     L_HCM_PREFIX = "envoy_http_conn_manager_prefix"
     GATEWAY_HCM_PREFIX = "gateway"  # the gateway listener's stat_prefix (components/k8s/gateway/envoy/config.py)
     STATS_HCM_PREFIX = "stats"
+
+
+class BUDGET:
+    """The gateway's token budget service (components/k8s/gateway/budgets/service.py), scraped on its metrics port.
+
+    Gauges are read from the shared store at scrape time, so every replica of the service reports the same value:
+    aggregate them with max, not sum. {scope: tenant | workload, name: the tenant or workload, window: perMinute |
+    perHour | perDay}."""
+
+    SPENT = "aifactory_token_budget_spent_tokens"  # gauge: weighted tokens reserved or settled in the current window
+    REMAINING = "aifactory_token_budget_remaining_tokens"  # gauge: the window's limit minus SPENT (at least 0)
+    LIMIT = "aifactory_token_budget_limit_tokens"  # gauge: the window's limit
+    REFUSED = "aifactory_token_budget_refused_total"  # counter: requests refused with 429 {scope, name, window}
+    # counter {scope, name, outcome: admitted | refused}: requests the store could not answer in time; admitted ones
+    # are uncounted (onStoreFailure: open), refused ones got 503 (closed)
+    STORE_FAILURES = "aifactory_token_budget_store_failures_total"
+    CHECK_SECONDS = "aifactory_token_budget_check_seconds"  # histogram: time to reserve in the store
+    L_SCOPE = "scope"
+    L_NAME = "name"
+    L_WINDOW = "window"
+    L_OUTCOME = "outcome"
 
 
 class KSM:

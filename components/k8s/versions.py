@@ -41,6 +41,7 @@ __all__ = [
     "LWS",
     "KEDA",
     "METRICS_SERVER",
+    "VALKEY",
     "DEFAULT_RELEASE_TIMEOUT_SECONDS",
     "ALL_CHARTS",
 ]
@@ -98,10 +99,13 @@ KEDA = HelmChart("keda", "https://kedacore.github.io/charts", "2.18.1")
 # Resource metrics for CPU/memory HPAs (the gateway's): EKS does not install metrics-server.
 # Chart 3.13.1 deploys metrics-server 0.8.1 (kubernetes-sigs/metrics-server, charts/metrics-server/Chart.yaml).
 METRICS_SERVER = HelmChart("metrics-server", "https://kubernetes-sigs.github.io/metrics-server", "3.13.1")
+# The token budgets' store (components/k8s/gateway/budget_objects.py): the Valkey project's own chart (Bitnami's
+# images moved behind new terms in 2025); 0.11.0 deploys valkey/valkey 9.1.1 (its Chart.yaml appVersion).
+VALKEY = HelmChart("valkey", "https://valkey.io/valkey-helm/", "0.11.0")
 
 ALL_CHARTS: tuple[HelmChart, ...] = (
     GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, ISTIO_BASE, ISTIOD, ISTIO_CNI,
-    KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA, METRICS_SERVER,
+    KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA, METRICS_SERVER, VALKEY,
 )
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from components.k8s.settings import (
     Fidelity,
     GatewayAuth,
+    GatewaySettings,
     Model,
     NodePool,
     Tenant,
@@ -57,6 +58,23 @@ def _variant_checks(r: _Reader, models: Mapping[str, Model],
         if workload not in groups:
             r.fail(f"gateway.routing.{workload}", f"{workload!r} is not a workload with variants; workloads with "
                                                   f"variants: {', '.join(sorted(groups)) or '(none)'}")
+
+
+def _budget_checks(r: _Reader, models: Mapping[str, Model], tenants: Mapping[str, Tenant],
+                   gateway: GatewaySettings) -> None:
+    """gateway.routing.<workload>.tokenBudget names a workload some model serves; with any budget, the budget
+    service's image is given."""
+    workloads = sorted({m.workload for m in models.values()})
+    for workload in gateway.token_budgets:
+        if workload not in workloads:
+            r.fail(f"gateway.routing.{workload}.tokenBudget", f"{workload!r} is not a workload of any model; "
+                                                              f"workloads: {', '.join(workloads) or '(none)'}")
+    declared = [f"tenants.{n}.tokenBudget" for n, t in sorted(tenants.items()) if t.token_budget] + \
+        [f"gateway.routing.{w}.tokenBudget" for w in sorted(gateway.token_budgets)]
+    if declared and not gateway.budget_service.image and not r.problems_at("gateway.budgetService.image"):
+        r.fail("gateway.budgetService.image", f"is required: {', '.join(declared)} need the token budget service; "
+                                              "build its image from components/k8s/gateway/budgets/Dockerfile and "
+                                              "give its reference here")
 
 
 def _fidelity_checks(r: _Reader, models: Mapping[str, Model], fidelity: Mapping[str, Fidelity]) -> None:

@@ -14,6 +14,7 @@ from components.k8s.settings import (
     HealthCheck,
     JwtIssuer,
     Routing,
+    TokenBudget,
 )
 from infra.stack.messages import got as _got
 from infra.stack.reader import (
@@ -21,13 +22,14 @@ from infra.stack.reader import (
     _Reader,
     _show,
 )
+from infra.stack.tenants import _token_budget
 
 
 def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
     p = "gateway"
     v = r.fields(GatewaySettings, raw, p, handled=("auth",))
     d = {k: x for k, x in raw.items() if x is not None} if isinstance(raw, dict) else {}
-    routing, margins, gates = _routing(r, d.get("routing"))
+    routing, margins, gates, budgets = _routing(r, d.get("routing"))
     v["health_check"] = _health_check(r, v["health_check"], d.get("healthCheck"))
     if "maxReplicas" not in d or r.problems_at(f"{p}.maxReplicas"):  # default: 6, or minReplicas when larger
         v["max_replicas"] = max(v["min_replicas"], v["max_replicas"])
@@ -39,23 +41,30 @@ def _gateway(r: _Reader, raw: Any) -> GatewaySettings:
         routing=routing,
         routing_margins=margins,
         fidelity=gates,
+        token_budgets=budgets,
     )
 
 
-def _routing(r: _Reader, raw: Any) -> tuple[dict[str, str], dict[str, float], dict[str, Fidelity]]:
-    """gateway.routing: per workload its policy, its marginPercent where given, and its fidelity gate."""
+def _routing(r: _Reader, raw: Any) -> tuple[dict[str, str], dict[str, float], dict[str, Fidelity],
+                                            dict[str, TokenBudget]]:
+    """gateway.routing: per workload its policy, its marginPercent where given, its fidelity gate and its token
+    budget. An entry that gives only tokenBudget sets no policy: any workload may have a budget, variants or not."""
     policies: dict[str, str] = {}
     margins: dict[str, float] = {}
     gates: dict[str, Fidelity] = {}
+    budgets: dict[str, TokenBudget] = {}
     for workload, body in r.named(raw if raw is not None else {}, "gateway.routing").items():
         wp = f"gateway.routing.{workload}"
         v = r.fields(Routing, body, wp, handled=("fidelity",))
-        policies[workload] = v["policy"]
+        if (budget := _token_budget(r, v["token_budget"], f"{wp}.tokenBudget")) is not None:
+            budgets[workload] = budget
+        if set(body) - {"tokenBudget"} or not body:
+            policies[workload] = v["policy"]
         if v["margin_percent"] is not None:
             margins[workload] = v["margin_percent"]
         if body.get("fidelity") is not None and (gate := _fidelity(r, body["fidelity"], f"{wp}.fidelity")):
             gates[workload] = gate
-    return policies, margins, gates
+    return policies, margins, gates, budgets
 
 
 def _fidelity(r: _Reader, raw: Any, path: str) -> Fidelity | None:

@@ -13,6 +13,7 @@ from components.k8s.settings import (
     NodePool,
     RateLimit,
     Tenant,
+    TokenBudget,
 )
 from infra.stack.common import MIG_PROFILE_RE, _reserved_namespace
 from infra.stack.reader import (
@@ -44,7 +45,19 @@ def _tenant(r: _Reader, name: str, d: dict[str, Any]) -> Tenant:
                    rl.batch_requests_per_second if r.is_set(rld, rl_path, "batchRequestsPerSecond")
                    else rl.requests_per_second,
                    rl.batch_burst if r.is_set(rld, rl_path, "batchBurst") else burst)
+    v["token_budget"] = _token_budget(r, v["token_budget"], f"{path}.tokenBudget")
     return Tenant(name=name, **v, rate_limit=rl)
+
+
+def _token_budget(r: _Reader, budget: TokenBudget | None, path: str) -> TokenBudget | None:
+    """A budget limits at least one window; one read with a problem is left out (its problem is reported)."""
+    if budget is None or r.problems_at(path):
+        return None
+    if not budget.limits():
+        r.fail(path, "limits no window: set at least one of perMinute, perHour, perDay (weighted tokens per UTC "
+                     "minute, hour, calendar day), or remove tokenBudget")
+        return None
+    return budget
 
 
 

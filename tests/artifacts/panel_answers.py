@@ -45,6 +45,11 @@ ANSWERED_ELSEWHERE: dict[tuple[str, str], str] = {
         "tests/artifacts/test_affinity_panels.py::test_requests_per_replica_are_shares_of_the_model",
     ("serving", "Busiest replica over the mean"):
         "tests/artifacts/test_affinity_panels.py::test_busiest_replica_over_the_mean",
+    # the token budget row of the cost dashboard: the budget service's series on their own data (issue 48)
+    ("gpu-cost", "Token budget used"): "tests/artifacts/test_budget_panels.py::test_token_budget_used",
+    ("gpu-cost", "Token budget remaining"): "tests/artifacts/test_budget_panels.py::test_token_budget_remaining",
+    ("gpu-cost", "Requests refused by token budgets"):
+        "tests/artifacts/test_budget_panels.py::test_requests_refused_by_token_budgets",
 }
 
 

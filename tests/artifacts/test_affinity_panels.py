@@ -13,7 +13,6 @@ Data, counters at constant rates (every 5-minute rate exact) and constant gauges
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +23,7 @@ from infra.config import parse
 from infra.monitoring import from_platform
 from telemetry.names import VLLM
 from tests.artifacts.test_envoy_affinity_live import RAW
-from tests.support.prometheus import PrometheusServer, backfill
+from tests.support.prometheus import PrometheusServer, serve_recent
 
 STEP_S = 60
 MINUTES = 30
@@ -48,11 +47,8 @@ def _openmetrics(times: list[int]) -> str:
 @pytest.fixture(scope="module")
 def prom(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[PrometheusServer, int]]:
     work = tmp_path_factory.mktemp("affinity-panels")
-    start = (int(time.time()) - 5 * 3600) // 3600 * 3600  # clear of the head block's last 3 hours
-    times = list(range(start, start + MINUTES * 60 + 1, STEP_S))
-    backfill(_openmetrics(times), work / "tsdb", workdir=work)
-    with PrometheusServer(work / "final", tsdb=work / "tsdb") as server:
-        yield server, times[-1]
+    with serve_recent(work, _openmetrics, minutes=MINUTES, step_s=STEP_S) as served:
+        yield served
 
 
 def _serving_row(title: str) -> list[tuple[str, str]]:

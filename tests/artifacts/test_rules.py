@@ -520,9 +520,11 @@ def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_inte
 
 def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
                                                                              tmp_path: Path) -> None:
+    from tests.artifacts.test_rules_budgets import budget_cases  # it imports this module's helpers
+
     long_cases, short_burns = _long_window_cases(prod)
     cases = (_burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
-             + _model_slo_cases(prod))
+             + _model_slo_cases(prod) + budget_cases(prod))
     assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
     assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):

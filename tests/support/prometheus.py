@@ -20,7 +20,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,8 @@ import yaml
 
 from tests.support.processes import die_with_parent, free_port, stop_process
 
-__all__ = ["PrometheusServer", "backfill", "backfill_rules", "rule_levels", "free_port", "require_binaries",
-           "promtool"]
+__all__ = ["PrometheusServer", "backfill", "backfill_rules", "serve_recent", "rule_levels", "free_port",
+           "require_binaries", "promtool"]
 
 START_TIMEOUT_S = 30.0
 
@@ -191,3 +192,15 @@ class PrometheusServer:
         if len(res) != 1:
             raise AssertionError(f"{expr!r} at {at}: expected one sample, got {len(res)}: {res[:3]}")
         return float(res[0]["value"][1])
+
+
+@contextmanager
+def serve_recent(work: Path, openmetrics_of: Callable[[list[int]], str], *, minutes: int, step_s: int = 60
+                 ) -> Iterator[tuple[PrometheusServer, int]]:
+    """A Prometheus over `minutes` of data from `openmetrics_of(sample times)`, starting on the hour at least 5 hours
+    ago (clear of the head block's last 3 hours), backfilled into `work`; yields it with the last sample's time."""
+    start = (int(time.time()) - 5 * 3600) // 3600 * 3600
+    times = list(range(start, start + minutes * 60 + 1, step_s))
+    backfill(openmetrics_of(times), work / "tsdb", workdir=work)
+    with PrometheusServer(work / "final", tsdb=work / "tsdb") as server:
+        yield server, times[-1]

@@ -51,10 +51,11 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["tenants"],
         ["namespaceNames"])
     assert shape["aifactory:index:Gateway"] == (
-        ["auth", "awsInternalLoadBalancer", "circuitBreakers", "connectTimeoutSeconds", "healthCheck",
-         "idleTimeoutSeconds", "kubernetesVersion", "maxReplicas", "minReplicas", "models", "monitoringNamespace",
-         "namespace", "outlierDetection", "requestHeadersTimeoutSeconds", "requestTimeoutSeconds", "retries",
-         "routing", "serviceType", "streamIdleTimeoutSeconds", "tenants", "traceSampleRatio"],
+        ["auth", "awsInternalLoadBalancer", "budgetService", "circuitBreakers", "connectTimeoutSeconds",
+         "healthCheck", "idleTimeoutSeconds", "kubernetesVersion", "maxReplicas", "minReplicas", "models",
+         "monitoringNamespace", "namespace", "outlierDetection", "requestHeadersTimeoutSeconds",
+         "requestTimeoutSeconds", "retries", "routing", "serviceType", "streamIdleTimeoutSeconds", "tenants",
+         "tokenBudgets", "traceSampleRatio"],
         ["models", "tenants"],
         ["namespace", "service"])
     assert shape["aifactory:index:ModelDeployment"] == (
@@ -81,13 +82,13 @@ def test_schema_lists_every_component_with_its_inputs_and_outputs(schema) -> Non
         ["gatewayNamespace", "kubernetesVersion", "models", "monitoringNamespace", "tenants", "traceSamplingPercent"],
         ["tenants"], ["istioVersion", "mtls"])
     assert sorted(schema["types"]) == [f"aifactory:index:{t}" for t in (
-        "AlertReceiverArgs", "AlertingArgs", "CapacityArgs", "CircuitBreakersArgs", "EfaPoolArgs", "FabricArgs",
-        "FabricInfinibandArgs", "GatewayAuthArgs", "GatewayModelArgs", "GatewayTenantArgs", "GatewayVariantArgs",
-        "GpuPoolArgs", "GpuStackArgs", "HealthCheckArgs", "HeartbeatArgs", "IngestArgs", "JwtIssuerArgs",
-        "MeshArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs", "ObservabilityArgs",
-        "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs", "SecretRefArgs",
-        "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenancyArgs", "TenantArgs", "TenantModelArgs",
-        "VolumeSizesArgs")]
+        "AlertReceiverArgs", "AlertingArgs", "BudgetServiceArgs", "CapacityArgs", "CircuitBreakersArgs",
+        "EfaPoolArgs", "FabricArgs", "FabricInfinibandArgs", "GatewayAuthArgs", "GatewayModelArgs",
+        "GatewayTenantArgs", "GatewayVariantArgs", "GpuPoolArgs", "GpuStackArgs", "HealthCheckArgs", "HeartbeatArgs",
+        "IngestArgs", "JwtIssuerArgs", "MeshArgs", "MeshTenantArgs", "ModelInfinibandArgs", "ModelPoolArgs",
+        "ObservabilityArgs", "OutlierDetectionArgs", "RateLimitArgs", "ReplicasArgs", "RetriesArgs", "RoutingArgs",
+        "SecretRefArgs", "SpeculativeArgs", "SystemPoolArgs", "TaintArgs", "TenancyArgs", "TenantArgs",
+        "TenantModelArgs", "TokenBudgetArgs", "VolumeSizesArgs")]
 
 
 def test_every_optional_input_documents_its_default(schema) -> None:

@@ -22,6 +22,8 @@ __all__ = [
     "JwtIssuerArgs",
     "GatewayAuthArgs",
     "RoutingArgs",
+    "TokenBudgetArgs",
+    "BudgetServiceArgs",
 ]
 
 
@@ -83,6 +85,41 @@ class RateLimitArgs(TypedDict):
     """Default: burst."""
 
 
+class TokenBudgetArgs(TypedDict):
+    """Weighted tokens a tenant's callers (or a workload's) may spend per UTC window, across every gateway replica;
+    at least one window."""
+
+    per_minute: NotRequired[int]
+    """Weighted tokens per UTC minute. Default: no limit per minute."""
+    per_hour: NotRequired[int]
+    """Weighted tokens per UTC hour. Default: no limit per hour."""
+    per_day: NotRequired[int]
+    """Weighted tokens per UTC calendar day. Default: no limit per day."""
+    output_weight: NotRequired[float]
+    """What one output token counts for, in input tokens. Default: 1."""
+    default_max_tokens: NotRequired[int]
+    """Reserved (and set as max_tokens) for a request without max_tokens. Default: 4096."""
+    prompt_bytes_per_token: NotRequired[float]
+    """Body bytes counted as one prompt token when reserving. Default: 1."""
+    on_store_failure: NotRequired[str]
+    """open (admit uncounted) or closed (503) when the store cannot answer. Default: open."""
+
+
+class BudgetServiceArgs(TypedDict):
+    """The token budget service (Envoy ext_proc) and its Valkey store, in the gateway namespace."""
+
+    image: str
+    """Built from components/k8s/gateway/budgets/Dockerfile."""
+    replicas: NotRequired[int]
+    """Default: 2."""
+    store_replicas: NotRequired[int]
+    """Valkey replicas beside the primary. Default: 0."""
+    store_volume_gib: NotRequired[int]
+    """Default: 8."""
+    store_storage_class: NotRequired[str]
+    """The class of the store's volumes. Default: the cluster's default class."""
+
+
 class GatewayTenantArgs(TypedDict):
     """A tenant whose callers the gateway admits (the token's tenant claim names it)."""
 
@@ -92,6 +129,8 @@ class GatewayTenantArgs(TypedDict):
     """Default: 50 requests/s, burst 100, the same again for batch traffic."""
     share_with: NotRequired[list[str]]
     """Tenants whose callers may call this tenant's models too. Default: none."""
+    token_budget: NotRequired[TokenBudgetArgs]
+    """Default: none."""
 
 
 class RetriesArgs(TypedDict):
@@ -222,3 +261,7 @@ class GatewayArgs(TypedDict):
     """Default: no issuer (every model request gets 401)."""
     routing: NotRequired[dict[str, RoutingArgs]]
     """By workload with variants. Default: cost-within-deadline with a 25% margin."""
+    token_budgets: NotRequired[dict[str, TokenBudgetArgs]]
+    """By workload: what all its callers together may spend, besides each caller's tenant budget. Default: none."""
+    budget_service: NotRequired[BudgetServiceArgs]
+    """The token budget service and its store; required with any token budget. Default: none."""

@@ -33,9 +33,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.k8s import naming, security
+from components.k8s import naming, security, versions
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_KUBERNETES_VERSION, DEFAULT_MONITORING_NAMESPACE
 from components.k8s.gateway.args import (
+    BudgetServiceArgs,
     CircuitBreakersArgs,
     GatewayArgs,
     GatewayAuthArgs,
@@ -48,8 +49,11 @@ from components.k8s.gateway.args import (
     RateLimitArgs,
     RetriesArgs,
     RoutingArgs,
+    TokenBudgetArgs,
 )
+from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_values
 from components.k8s.gateway.envoy.base import model_host
+from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.gateway.envoy.config import GATEWAY_MEMORY_LIMIT_GIB, GatewayView, render
 from components.k8s.gateway.names import SERVICE_PORT, _meta, _selector, gateway_labels, service_host, service_url
 from components.k8s.gateway.network import (
@@ -92,6 +96,8 @@ __all__ = [
     "JwtIssuerArgs",
     "GatewayAuthArgs",
     "RoutingArgs",
+    "TokenBudgetArgs",
+    "BudgetServiceArgs",
     "GatewaySpec",
     "gateway_spec",
     "DEFAULT_ENVOY_IMAGE",
@@ -283,7 +289,8 @@ def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
             # the sidecar adds no retries of its own to the gateway's tries, and connects within the gateway's time
             **{f"{o['kind'].lower()}-{o['metadata']['name']}": o for o in engine_traffic_objects(
                 namespace=cfg.gateway.namespace, hosts={m.name: model_host(cfg, m) for m in cfg.models.values()},
-                connect_timeout_seconds=cfg.gateway.connect_timeout_seconds, labels=gateway_labels())}}
+                connect_timeout_seconds=cfg.gateway.connect_timeout_seconds, labels=gateway_labels())},
+            **budget_objects(cfg)}  # the token budget service (components.k8s.gateway.budget_objects), if any
 
 
 class Gateway(pulumi.ComponentResource):
@@ -314,6 +321,9 @@ class Gateway(pulumi.ComponentResource):
                                                                spec=obj["spec"], opts=opts_)
             else:
                 made[suffix] = register_object(f"{name}-{suffix}", obj, opts_)
+        if any_budget(cfg):  # the token budgets' store
+            versions.release(f"{name}-budget-store", versions.VALKEY, release_name=STORE_RELEASE,
+                             namespace=cfg.gateway.namespace, values=store_values(cfg), opts=in_ns)
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
         self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,

@@ -15,12 +15,14 @@ from components.k8s.defaults import (
     DEFAULT_TRY_IDLE_SECONDS,
 )
 from components.k8s.engines import ENGINE_NAMES
-from components.k8s.gateway.args import GatewayArgs, GatewayModelArgs, GatewayTenantArgs
+from components.k8s.gateway.args import GatewayArgs, GatewayModelArgs, GatewayTenantArgs, TokenBudgetArgs
 from components.k8s.gateway.envoy.affinity import DEFAULT_HASH_BALANCE_FACTOR
 from components.k8s.gateway.envoy.config import OPENAI_APIS
 from components.k8s.settings import (
     DEFAULT_ROUTING_MARGIN_PERCENT,
     ROUTING_POLICIES,
+    STORE_FAILURE_MODES,
+    BudgetService,
     CircuitBreakers,
     GatewayAuth,
     GatewaySettings,
@@ -33,6 +35,7 @@ from components.k8s.settings import (
     Replicas,
     Retries,
     Tenant,
+    TokenBudget,
     Tracing,
     Variant,
     default_of,
@@ -117,9 +120,14 @@ def _tenant(key: str, t: GatewayTenantArgs) -> Tenant:
     rps, burst = rl.get("requests_per_second", default_of(RateLimit, "requests_per_second")), \
         rl.get("burst", default_of(RateLimit, "burst"))
     return Tenant(name=key, namespace=t.get("namespace", key), share_with=tuple(t.get("share_with") or ()),
+                  token_budget=_token_budget(t["token_budget"]) if "token_budget" in t else None,
                   rate_limit=RateLimit(requests_per_second=rps, burst=burst,
                                        batch_requests_per_second=rl.get("batch_requests_per_second", rps),
                                        batch_burst=rl.get("batch_burst", burst)))
+
+
+def _token_budget(b: TokenBudgetArgs) -> TokenBudget:
+    return TokenBudget(**b)
 
 
 def _settings(args: GatewayArgs) -> GatewaySettings:
@@ -143,7 +151,9 @@ def _settings(args: GatewayArgs) -> GatewaySettings:
         health_check=HealthCheck(**args.get("health_check", {})),
         auth=GatewayAuth(issuers=issuers, **auth_plain),
         routing={w: r["policy"] for w, r in routing.items() if "policy" in r},
-        routing_margins={w: r["margin_percent"] for w, r in routing.items() if "margin_percent" in r})
+        routing_margins={w: r["margin_percent"] for w, r in routing.items() if "margin_percent" in r},
+        token_budgets={w: _token_budget(b) for w, b in (args.get("token_budgets") or {}).items()},
+        budget_service=BudgetService(**args["budget_service"]) if "budget_service" in args else BudgetService())
 
 
 def _problems(problems: Problems, args: GatewayArgs) -> None:
@@ -181,6 +191,21 @@ def _problems(problems: Problems, args: GatewayArgs) -> None:
                                                 f"with variants: {', '.join(sorted(workloads)) or 'none'}")
         if "policy" in r:
             _choice(problems, f"routing.{workload}.policy", r["policy"], ROUTING_POLICIES)
+    budgets = [(f"tenants.{k}.tokenBudget", t["token_budget"]) for k, t in tenants.items() if "token_budget" in t]
+    budgets += [(f"tokenBudgets.{w}", b) for w, b in (args.get("token_budgets") or {}).items()]
+    for path, b in budgets:
+        if not {"per_minute", "per_hour", "per_day"} & set(b):
+            problems.add(path, "limits no window: give at least one of perMinute, perHour, perDay")
+        if "on_store_failure" in b:
+            _choice(problems, f"{path}.onStoreFailure", b["on_store_failure"], STORE_FAILURE_MODES)
+    all_workloads = {m.get("workload", k) for k, m in models.items()}
+    for w in args.get("token_budgets") or {}:
+        if w not in all_workloads:
+            problems.add(f"tokenBudgets.{w}", f"{w!r} is not a workload; workloads: {', '.join(sorted(all_workloads))}")
+    service = args.get("budget_service")
+    if budgets and not (service and service.get("image")):
+        problems.add("budgetService.image", "is required with token budgets: the budget service's image, built from "
+                                            "components/k8s/gateway/budgets/Dockerfile")
     for i, issuer in enumerate((args.get("auth") or {}).get("issuers") or ()):
         if not issuer["jwks_uri"].startswith("https://"):
             problems.add(f"auth.issuers[{i}].jwksUri", f"{issuer['jwks_uri']!r} must be an https:// URL")

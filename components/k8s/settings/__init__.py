@@ -32,6 +32,7 @@ from components.k8s.settings.gateway import (
     DEFAULT_ROUTING_MARGIN_PERCENT,
     MAX_TOKEN_LIFETIME_LIMIT_SECONDS,
     ROUTING_POLICIES,
+    BudgetService,
     CategoryGate,
     CircuitBreakers,
     Fidelity,
@@ -86,8 +87,11 @@ from components.k8s.settings.pools import (
     infiniband_settings,
 )
 from components.k8s.settings.tenants import (
+    BUDGET_WINDOWS,
+    STORE_FAILURE_MODES,
     RateLimit,
     Tenant,
+    TokenBudget,
 )
 
 __all__ = [
@@ -109,6 +113,9 @@ __all__ = [
     "Tracing",
     "RateLimit",
     "Tenant",
+    "TokenBudget",
+    "BUDGET_WINDOWS",
+    "STORE_FAILURE_MODES",
     "Replicas",
     "ModelSlo",
     "Speculative",
@@ -137,6 +144,7 @@ __all__ = [
     "JwtIssuer",
     "GatewayAuth",
     "GatewaySettings",
+    "BudgetService",
     "SecretRef",
     "Capacity",
     "Taint",

@@ -9,6 +9,7 @@ from typing import Literal
 
 from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE
 from components.k8s.settings.base import DNS_LABEL_PATTERN, NOT_A_DNS_LABEL, SecretRef, setting
+from components.k8s.settings.tenants import TokenBudget
 
 __all__ = [
     "ROUTING_POLICIES",
@@ -29,6 +30,7 @@ __all__ = [
     "GatewayAuth",
     "Routing",
     "GatewaySettings",
+    "BudgetService",
 ]
 
 
@@ -208,6 +210,27 @@ class Routing:
     fidelity: Fidelity | None = setting(None, doc="The workload's fidelity gate: a variant gets traffic only with "
                                                   "a current evaluation close enough to the baseline's (default: "
                                                   "none).")
+    token_budget: TokenBudget | None = setting(None, doc="Tokens all callers of the workload together may spend per "
+                                                         "window, besides each caller's tenant budget (any workload, "
+                                                         "with or without variants) (default: none).")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetService:
+    """The token budget service and its store, deployed in the gateway namespace when any budget is declared
+    (docs/gateway.md, "Token budgets")."""
+
+    image: str = setting("", pattern=r"^\S*$", invalid="is not an image reference", derived=True,
+                         doc="The budget service's image, built from components/k8s/gateway/budgets/Dockerfile "
+                             "(required when a tenant or workload declares tokenBudget).")
+    replicas: int = setting(2, ge=1, le=20, doc="Replicas of the budget service; every gateway replica's requests "
+                                                "go to any of them.")
+    store_replicas: int = setting(0, ge=0, le=5, doc="Valkey replicas beside the primary (0: a standalone "
+                                                     "primary).")
+    store_volume_gib: int = setting(8, ge=1, le=1000, doc="The persistent volume of each Valkey pod (its "
+                                                          "append-only file), GiB.")
+    # the class of the store's volumes (None: the cluster's default): the target's, set by infra.component_args
+    store_storage_class: str | None = field(default=None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +260,8 @@ class GatewaySettings:
                                                                              "model use its timeoutSeconds instead.")
     idle_timeout_seconds: float = setting(300.0, ge=1, le=86400, doc="Seconds before an idle client connection is "
                                                                      "closed.")
+    budget_service: BudgetService = setting(default_factory=BudgetService, doc="The token budget service and its "
+                                                                              "Valkey store (only with budgets).")
     # workload -> routing policy among its variants; default: cost-within-deadline for every workload with variants
     routing: Mapping[str, str] = setting(default_factory=dict, form=Mapping[str, Routing], pattern=DNS_LABEL_PATTERN,
                                          doc="Per workload with variants: how a request picks one, and the "
@@ -245,3 +270,5 @@ class GatewaySettings:
     routing_margins: Mapping[str, float] = field(default_factory=dict)
     # workload -> its fidelity gate (gateway.routing.<workload>.fidelity); default: none (every variant is routed)
     fidelity: Mapping[str, Fidelity] = field(default_factory=dict)
+    # workload -> its token budget (gateway.routing.<workload>.tokenBudget); default: none
+    token_budgets: Mapping[str, TokenBudget] = field(default_factory=dict)

@@ -22,6 +22,8 @@ checks steer new requests, they never end the ones in flight). Requests pass, in
     buffer (per route) 413 past the routed model's `maxRequestBytes`
     rbac (per route)  403 unless the caller's tenant owns the model or is in the owner's `shareWith`
     local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
+    budgets (ext_proc) the caller's and the workload's token budgets: reserve, 429 past them, settle at the end
+                      (components.k8s.gateway.envoy.budgets; only with budgets)
     router
 
 Routing, per API model ("workload"), first match wins (header > path > body):
@@ -137,6 +139,7 @@ from components.k8s.gateway.envoy.base import (
     retriable_status_codes,
     route_name,
 )
+from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters
 from components.k8s.gateway.envoy.callers import (
     issuer_tenants_filter,
     issuer_tenants_restricted,
@@ -476,7 +479,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         if issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
     return [*out, callers, refusals, buffer, body_model, *(affinity.session_filters() if sessions else []),
-            body_limit, rbac, rate_limit_filter(cfg)]
+            body_limit, rbac, rate_limit_filter(cfg), *budget_filters(cfg)]
 
 
 
@@ -546,7 +549,7 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
                             for m in variant_models(cfg))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg),
                          collector_cluster(cfg),
-                         *jwks, admin_cluster()],
+                         *jwks, admin_cluster(), *budget_clusters(cfg)],
         },
         "overload_manager": {
             "refresh_interval": "0.25s",

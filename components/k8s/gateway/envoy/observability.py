@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s import naming
+from components.k8s.gateway.budgets import names as budget_names
 from components.k8s.gateway.envoy import affinity as affinity
 from components.k8s.gateway.envoy.base import (
     _T,
@@ -65,6 +66,10 @@ _ACCESS_LOG_FORMAT = {
     # a workload with variants (components.k8s.gateway.envoy.variants): the decision and the variant that served
     "route_decision": f"%RESP({ROUTE_DECISION_HEADER.upper()})%",
     "variant": f"%RESP({VARIANT_HEADER.upper()})%",
+    # token budgets (components.k8s.gateway.envoy.budgets): the budget that refused the request
+    # (<scope>:<name>:<window>, or store:<scope>:<name> when the store could not answer), and what it reserved
+    "budget_refused": f"%DYNAMIC_METADATA({budget_names.METADATA_NAMESPACE}:refused)%",
+    "budget_reserved": f"%DYNAMIC_METADATA({budget_names.METADATA_NAMESPACE}:reserved)%",
     "downstream": "%DOWNSTREAM_REMOTE_ADDRESS%",
 }
 

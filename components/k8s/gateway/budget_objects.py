@@ -1,0 +1,171 @@
+"""The token budget service's objects in the gateway namespace, and the values of its store's chart (the official
+Valkey chart, components.k8s.versions.VALKEY): only when a tenant or workload declares a budget.
+
+    ConfigMap aifactory-budgets (budgets.json) -> ServiceAccount -> Deployment (the kit's image, gRPC 9000,
+    metrics 9090) -> Service -> PodDisruptionBudget -> ServiceMonitor -> NetworkPolicies and AuthorizationPolicies:
+    the gateway to the service, the service to Valkey, Valkey to its replicas, Prometheus to the service's metrics
+
+The gateway namespace denies everything (components.k8s.gateway.network); each flow here is allowed by port and by
+workload, in the NetworkPolicies and, since the namespace is in the mesh, in the AuthorizationPolicies (by the
+callers' service accounts).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from components.k8s import naming, security
+from components.k8s.gateway.envoy.base import GatewayView
+from components.k8s.gateway.envoy.budgets import (
+    BUDGETS_GRPC_PORT,
+    BUDGETS_METRICS_PORT,
+    BUDGETS_SERVICE,
+    any_budget,
+    service_config,
+)
+from components.k8s.gateway.names import _selector
+from components.k8s.serving import MONITORING_API_VERSION
+
+__all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url"]
+
+STORE_RELEASE = "aifactory-budgets-valkey"  # the Helm release; the chart names its Service and pods after it
+STORE_PORT = 6379
+CONFIG_DIR = "/etc/aifactory-budgets"
+STORE_HOST = f"{STORE_RELEASE}"  # the chart's read-write Service (the primary), in the gateway namespace
+
+
+def _labels() -> dict[str, str]:
+    return naming.common_labels(BUDGETS_SERVICE, "token-budgets")
+
+
+def _meta(cfg: GatewayView, name: str = BUDGETS_SERVICE) -> dict[str, Any]:
+    return {"name": name, "namespace": cfg.gateway.namespace, "labels": _labels()}
+
+
+def _pods() -> dict[str, str]:
+    return {"app.kubernetes.io/name": BUDGETS_SERVICE}
+
+
+def _store_pods() -> dict[str, str]:
+    # the chart's selector labels (valkey-io/valkey-helm valkey-0.11.0 valkey/templates/_helpers.tpl, selectorLabels)
+    return {"app.kubernetes.io/name": "valkey", "app.kubernetes.io/instance": STORE_RELEASE}
+
+
+def store_url(cfg: GatewayView) -> str:
+    return f"redis://{STORE_HOST}.{cfg.gateway.namespace}.svc.cluster.local:{STORE_PORT}/0"
+
+
+def store_values(cfg: GatewayView) -> dict[str, Any]:
+    """The Valkey chart's values (valkey-io/valkey-helm valkey-0.11.0 valkey/values.yaml): an append-only file on a
+    persistent volume for every pod, fsynced every second; with storeReplicas, a primary and that many replicas."""
+    b = cfg.gateway.budget_service
+    volume: dict[str, Any] = {"size": f"{b.store_volume_gib}Gi"}
+    out: dict[str, Any] = {
+        "fullnameOverride": STORE_RELEASE,
+        "valkeyConfig": "appendonly yes\nappendfsync everysec\n",
+        "resources": security.resources("250m", "256Mi", memory_limit="1Gi"),
+    }
+    if b.store_replicas:
+        out["replica"] = {"enabled": True, "replicas": b.store_replicas,
+                          "persistence": {**volume, **({"storageClass": b.store_storage_class}
+                                                       if b.store_storage_class else {})}}
+    else:
+        out["dataStorage"] = {"enabled": True, "requestedSize": volume["size"],
+                              **({"className": b.store_storage_class} if b.store_storage_class else {})}
+    return out
+
+
+def _deployment(cfg: GatewayView, config: str) -> dict[str, Any]:
+    b = cfg.gateway.budget_service
+    container = {
+        "name": "budgets",
+        "image": b.image,
+        "args": ["--config", f"{CONFIG_DIR}/budgets.json", "--listen", f"0.0.0.0:{BUDGETS_GRPC_PORT}",
+                 "--redis-url", store_url(cfg), "--metrics-port", str(BUDGETS_METRICS_PORT)],
+        "ports": [{"name": "grpc", "containerPort": BUDGETS_GRPC_PORT, "protocol": "TCP"},
+                  {"name": "metrics", "containerPort": BUDGETS_METRICS_PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 5},
+        "livenessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 10, "failureThreshold": 3},
+        "resources": security.resources("500m", "256Mi", cpu_limit="2", memory_limit="512Mi"),
+        "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
+        "securityContext": security.container_security_context(),
+    }
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
+        "replicas": b.replicas,
+        "selector": {"matchLabels": _pods()},
+        "template": {
+            "metadata": {"labels": _labels(), "annotations": {
+                "aifactory.io/config-sha256": hashlib.sha256(config.encode()).hexdigest()}},
+            "spec": {"serviceAccountName": BUDGETS_SERVICE, "automountServiceAccountToken": False,
+                     "securityContext": security.pod_security_context(),
+                     "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                                    "whenUnsatisfiable": "ScheduleAnyway",
+                                                    "labelSelector": {"matchLabels": _pods()}}],
+                     "containers": [container],
+                     "volumes": [{"name": "config", "configMap": {"name": BUDGETS_SERVICE}}]}}}}
+
+
+def _netpol(cfg: GatewayView, name: str, pods: dict[str, str], **rules: list[dict[str, Any]]) -> dict[str, Any]:
+    spec: dict[str, Any] = {"podSelector": {"matchLabels": pods},
+                            "policyTypes": [k.title() for k in rules], **rules}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": _meta(cfg, name),
+            "spec": spec}
+
+
+def _port(p: int) -> list[dict[str, Any]]:
+    return [{"protocol": "TCP", "port": p}]
+
+
+def _authz(cfg: GatewayView, name: str, pods: dict[str, str], rules: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"apiVersion": "security.istio.io/v1", "kind": "AuthorizationPolicy", "metadata": _meta(cfg, name),
+            "spec": {"selector": {"matchLabels": pods}, "action": "ALLOW", "rules": rules}}
+
+
+def _from(cfg: GatewayView, account: str, port: int, namespace: str | None = None) -> dict[str, Any]:
+    return {"from": [{"source": {"principals": [naming.istio_principal(namespace or cfg.gateway.namespace, account)]}}],
+            "to": [{"operation": {"ports": [str(port)]}}]}
+
+
+def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
+    """Every object of the budget service by child-resource suffix, in apply order; none without budgets."""
+    if not any_budget(cfg):
+        return {}
+    config = service_config(cfg)
+    monitoring = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": cfg.observability.namespace}}}
+    return {
+        "budgets-configmap": {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _meta(cfg),
+                              "data": {"budgets.json": config}},
+        "budgets-serviceaccount": {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(cfg),
+                                   "automountServiceAccountToken": False},
+        "budgets-deployment": _deployment(cfg, config),
+        "budgets-service": {"apiVersion": "v1", "kind": "Service", "metadata": _meta(cfg), "spec": {
+            "selector": _pods(),
+            "ports": [{"name": "grpc", "port": BUDGETS_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+                       "appProtocol": "grpc"},
+                      {"name": "metrics", "port": BUDGETS_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP",
+                       "appProtocol": "http"}]}},
+        "budgets-poddisruptionbudget": {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                                        "metadata": _meta(cfg),
+                                        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _pods()}}},
+        "budgets-servicemonitor": {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor",
+                                   "metadata": _meta(cfg), "spec": {
+                                       "selector": {"matchLabels": _labels()},
+                                       "endpoints": [{"port": "metrics", "interval": "15s"}]}},
+        # the gateway reaches the service; the service, Prometheus aside, reaches only the store
+        "networkpolicy-allow-gateway-to-budgets": _netpol(cfg, "allow-gateway-to-budgets", _selector(), egress=[
+            {"to": [{"podSelector": {"matchLabels": _pods()}}], "ports": _port(BUDGETS_GRPC_PORT)}]),
+        "networkpolicy-allow-budgets": _netpol(cfg, "allow-budgets", _pods(), ingress=[
+            {"from": [{"podSelector": {"matchLabels": _selector()}}], "ports": _port(BUDGETS_GRPC_PORT)},
+            {"from": [monitoring], "ports": _port(BUDGETS_METRICS_PORT)}],
+            egress=[{"to": [{"podSelector": {"matchLabels": _store_pods()}}], "ports": _port(STORE_PORT)}]),
+        "networkpolicy-allow-budget-store": _netpol(cfg, "allow-budget-store", _store_pods(), ingress=[
+            {"from": [{"podSelector": {"matchLabels": _pods()}}, {"podSelector": {"matchLabels": _store_pods()}}],
+             "ports": _port(STORE_PORT)}],
+            egress=[{"to": [{"podSelector": {"matchLabels": _store_pods()}}], "ports": _port(STORE_PORT)}]),
+        "authorizationpolicy-allow-budgets": _authz(cfg, "allow-budgets", _pods(), [
+            _from(cfg, naming.GATEWAY_SERVICE_ACCOUNT, BUDGETS_GRPC_PORT),
+            _from(cfg, naming.PROMETHEUS_SERVICE_ACCOUNT, BUDGETS_METRICS_PORT, cfg.observability.namespace)]),
+        "authorizationpolicy-allow-budget-store": _authz(cfg, "allow-budget-store", _store_pods(), [
+            _from(cfg, BUDGETS_SERVICE, STORE_PORT), _from(cfg, STORE_RELEASE, STORE_PORT)]),
+    }

@@ -1,0 +1,12 @@
+"""What the gateway's Envoy config and the budget service must agree on, in one place that imports nothing (the
+service's image copies this package alone; the bootstrap builders import this module only)."""
+
+from __future__ import annotations
+
+__all__ = ["ROUTE_ATTRIBUTE", "TENANT_HEADER", "METADATA_NAMESPACE", "GRPC_PORT", "METRICS_PORT"]
+
+ROUTE_ATTRIBUTE = "xds.route_name"  # the ext_proc request attribute that names the route the request took
+TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim (clients' copies removed)
+METADATA_NAMESPACE = "aifactory.budget"  # dynamic metadata the access log reads: the refusal, the reservation
+GRPC_PORT = 9000
+METRICS_PORT = 9090

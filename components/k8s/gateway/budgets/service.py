@@ -1,0 +1,327 @@
+"""The token budget service: an Envoy external processor (envoy.service.ext_proc.v3.ExternalProcessor, one gRPC
+stream per HTTP request) that reserves a request's worst case in the shared store before the request goes upstream,
+refuses it with 429 when a budget has no room for it, and settles what the response really used.
+
+Per HTTP request, Envoy's ext_proc filter (components/k8s/gateway/envoy/budgets.py) sends, in order:
+- the request headers, with the route's name (attribute `xds.route_name`): the service finds the budgets that apply
+  (the caller's tenant's, from x-aifactory-tenant, and the routed workload's); with none, it turns the rest of the
+  stream off (mode_override) and the request costs nothing more;
+- the whole request body (BUFFERED; the gateway has buffered it already): reserve (components.k8s.gateway.budgets.
+  store), answer 429 with Retry-After and a JSON error, or let it on with max_tokens / stream_options set;
+- the response headers, then every response body chunk (STREAMED), each answered at once: the service reads the
+  status and the usage as they pass (components.k8s.gateway.budgets.usage);
+- at the body's end, or when the stream ends early (client gone, engine cut), the reservation is settled in the
+  background, after the answer to Envoy: settlement never holds a response.
+
+The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
+budget with onStoreFailure: open admits the request uncounted, one with closed answers 503.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import prometheus_client as prom
+import redis
+import redis.asyncio as aredis
+from envoy.config.core.v3 import base_pb2
+from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as mode_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from envoy.type.v3 import http_status_pb2
+from google.protobuf import struct_pb2
+from prometheus_client.core import GaugeMetricFamily
+
+from components.k8s.gateway.budgets.names import (
+    GRPC_PORT,
+    METADATA_NAMESPACE,
+    METRICS_PORT,
+    ROUTE_ATTRIBUTE,
+    TENANT_HEADER,
+)
+from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, window_key
+from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
+from telemetry.names import BUDGET
+
+__all__ = ["BudgetConfig", "Processor", "serve", "main", "ROUTE_ATTRIBUTE", "METADATA_NAMESPACE"]
+
+log = logging.getLogger("aifactory.budgets")
+SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    """The service's config file (written by components/k8s/gateway/envoy/budgets.py service_config)."""
+
+    tenants: Mapping[str, Policy]
+    workloads: Mapping[str, Policy]
+    models: Mapping[str, str]  # model key -> its workload (a key-body route's subject is the model's key)
+    store_timeout_seconds: float
+
+    @classmethod
+    def load(cls, path: str | Path) -> BudgetConfig:
+        return cls.load_text(Path(path).read_text())
+
+    @classmethod
+    def load_text(cls, text: str) -> BudgetConfig:
+        d = json.loads(text)
+        return cls(tenants={n: Policy.from_json(p) for n, p in d["tenants"].items()},
+                   workloads={n: Policy.from_json(p) for n, p in d["workloads"].items()},
+                   models=dict(d["models"]), store_timeout_seconds=float(d["storeTimeoutSeconds"]))
+
+    def budgets_of(self, tenant: str, route: str) -> list[tuple[str, str, Policy]]:
+        """(scope, name, policy) of every budget a request of `tenant` on route `route` counts against."""
+        out = [("tenant", tenant, self.tenants[tenant])] if tenant in self.tenants else []
+        # a route's subject: <workload>[.batch | .<variant>.<reason>...] or a model's own key (route_name)
+        subject = route.split("/", 1)[0].split(".", 1)[0]
+        workload = self.models.get(subject, subject)
+        if workload in self.workloads:
+            out.append(("workload", workload, self.workloads[workload]))
+        return out
+
+
+def _header(key: str, value: str) -> base_pb2.HeaderValueOption:
+    return base_pb2.HeaderValueOption(header=base_pb2.HeaderValue(key=key, raw_value=value.encode()))
+
+
+def _headers(message: Any) -> dict[str, str]:
+    return {h.key: h.raw_value.decode() if h.raw_value else h.value for h in message.headers.headers}
+
+
+def _metadata(**fields: Any) -> struct_pb2.Struct:
+    s = struct_pb2.Struct()
+    s.update({METADATA_NAMESPACE: fields})
+    return s
+
+
+def _error(status: int, retry_after: int, error: dict[str, Any], **meta: Any) -> pb.ProcessingResponse:
+    body = json.dumps({"error": {**error, "code": status}}, separators=(",", ":")).encode()
+    return pb.ProcessingResponse(
+        immediate_response=pb.ImmediateResponse(
+            status=http_status_pb2.HttpStatus(code=status), body=body, details=error["type"],
+            headers=pb.HeaderMutation(set_headers=[_header("retry-after", str(retry_after)),
+                                                   _header("content-type", "application/json")])),
+        dynamic_metadata=_metadata(**meta))
+
+
+def refusal_response(r: Refusal) -> pb.ProcessingResponse:
+    budget = SCOPE_PATHS[r.scope].format(r.name)
+    return _error(429, r.retry_after, {
+        "message": f"token budget exhausted: {budget}.{r.window} allows {r.limit} weighted tokens in this window and "
+                   f"has no room for this request's reservation of {r.amount} (its prompt estimate plus max_tokens x "
+                   f"outputWeight); retry after {r.retry_after} s, or ask for fewer max_tokens",
+        "type": "token_budget_exceeded", "budget": budget, "window": r.window, "limit": r.limit,
+        "reservation": r.amount, "retry_after_seconds": r.retry_after},
+        refused=f"{r.scope}:{r.name}:{r.window}", reserved=0)
+
+
+class _Stream:
+    """One HTTP request's ext_proc stream."""
+
+    def __init__(self, processor: Processor) -> None:
+        self.p = processor
+        self.budgets: list[tuple[str, str, Policy]] = []
+        self.path = ""
+        self.plan: Plan | None = None
+        self.reservation: Reservation | None = None
+        self.meter = ResponseMeter()
+        self.settled = False
+
+    async def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        kind = req.WhichOneof("request")
+        if kind == "request_headers":
+            return self._request_headers(req)
+        if kind == "request_body":
+            return await self._admit(req.request_body.body)
+        if kind == "response_headers":
+            h = _headers(req.response_headers)
+            self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""))
+            return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
+        if kind == "response_body":
+            self.meter.body(req.response_body.body, req.response_body.end_of_stream)
+            if req.response_body.end_of_stream:
+                self.settle()
+            return pb.ProcessingResponse(response_body=pb.BodyResponse())
+        if kind == "request_trailers":
+            return pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
+        return pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+
+    def _request_headers(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        h = _headers(req.request_headers)
+        route = ""
+        for attrs in req.attributes.values():
+            if ROUTE_ATTRIBUTE in attrs.fields:
+                route = attrs.fields[ROUTE_ATTRIBUTE].string_value
+        self.path = h.get(":path", "")
+        self.budgets = self.p.config.budgets_of(h.get(TENANT_HEADER, ""), route)
+        if not self.budgets or req.request_headers.end_of_stream:  # no budget, or no body: nothing to count
+            return pb.ProcessingResponse(request_headers=pb.HeadersResponse(), mode_override=mode_pb2.ProcessingMode(
+                request_body_mode=mode_pb2.ProcessingMode.NONE, response_header_mode=mode_pb2.ProcessingMode.SKIP,
+                response_body_mode=mode_pb2.ProcessingMode.NONE))
+        # the body may change (max_tokens, stream_options): Envoy sends it on without the client's length
+        return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=pb.CommonResponse(
+            header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))))
+
+    async def _admit(self, body: bytes) -> pb.ProcessingResponse:
+        self.plan = plan(body, self.path, min(p.default_max_tokens for _, _, p in self.budgets))
+        charges = [Charge(scope, name, p.limits, p.cost(p.prompt_estimate(self.plan.body_bytes), self.plan.max_tokens))
+                   for scope, name, p in self.budgets]
+        started = time.monotonic()
+        try:
+            result = await asyncio.wait_for(self.p.store.reserve(charges, self.p.clock()),
+                                            self.p.config.store_timeout_seconds)
+        except (TimeoutError, redis.RedisError, OSError) as e:
+            return self._store_failed(e)
+        finally:
+            self.p.check_seconds.observe(time.monotonic() - started)
+        if isinstance(result, Refusal):
+            self.p.refused.labels(result.scope, result.name, result.window).inc()
+            return refusal_response(result)
+        self.reservation = result
+        common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=self.plan.body)) if self.plan.body else None
+        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common),
+                                     dynamic_metadata=_metadata(reserved=max(c.amount for c in charges)))
+
+    def _store_failed(self, e: BaseException) -> pb.ProcessingResponse:
+        closed = [(s, n) for s, n, p in self.budgets if p.on_store_failure == "closed"]
+        outcome = "refused" if closed else "admitted"
+        for scope, name, _ in self.budgets:
+            self.p.store_failures.labels(scope, name, outcome).inc()
+        log.warning("budget store failed (%s: %s): request %s", type(e).__name__, e, outcome)
+        if closed:
+            budget = SCOPE_PATHS[closed[0][0]].format(closed[0][1])
+            return _error(503, 1, {"message": f"the token budget store did not answer within "
+                                              f"{self.p.config.store_timeout_seconds:g} s, and {budget} refuses what "
+                                              "it cannot count (onStoreFailure: closed); retry shortly",
+                                   "type": "token_budget_unavailable", "budget": budget},
+                          refused=f"store:{closed[0][0]}:{closed[0][1]}", reserved=0)
+        return pb.ProcessingResponse(request_body=pb.BodyResponse(), dynamic_metadata=_metadata(uncounted=True))
+
+    def settle(self) -> None:
+        """Settle the reservation once, in the background (the response is not held for it)."""
+        if self.settled or self.reservation is None or self.plan is None:
+            return
+        self.settled = True
+        used = {(scope, name): self.meter.used(p, self.plan.body_bytes) for scope, name, p in self.budgets}
+        self.p.background(self.p.store.settle(self.reservation, used))
+
+
+class Processor(pb_grpc.ExternalProcessorServicer):
+    def __init__(self, config: BudgetConfig, store: Store, registry: prom.CollectorRegistry,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.store = store
+        self.clock = clock  # Unix time: which windows a reservation falls in
+        self._tasks: set[asyncio.Task[Any]] = set()
+        labels = (BUDGET.L_SCOPE, BUDGET.L_NAME)
+        self.refused = prom.Counter(BUDGET.REFUSED.removesuffix("_total"), "Requests refused with 429 by a token "
+                                    "budget", (*labels, BUDGET.L_WINDOW), registry=registry)
+        self.store_failures = prom.Counter(BUDGET.STORE_FAILURES.removesuffix("_total"), "Requests the budget "
+                                           "store could not answer in time", (*labels, BUDGET.L_OUTCOME),
+                                           registry=registry)
+        self.check_seconds = prom.Histogram(BUDGET.CHECK_SECONDS, "Time to reserve a request in the budget store",
+                                            buckets=(.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1),
+                                            registry=registry)
+
+    def background(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._done)
+
+    def _done(self, task: asyncio.Task[Any]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("settlement failed: %s", task.exception())
+
+    async def drain(self) -> None:
+        """Wait for the settlements in flight (tests, shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (the gRPC name)
+                      context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
+        stream = _Stream(self)
+        try:
+            async for req in request_iterator:
+                yield await stream.handle(req)
+        finally:
+            stream.settle()  # a stream that ended early (client gone, engine cut) settles what was generated
+
+
+class SpendCollector:
+    """The gauges of every budget's current windows, read from the store at scrape time (every service replica
+    reports the same values: aggregate with max)."""
+
+    def __init__(self, config: BudgetConfig, client: redis.Redis, clock: Callable[[], float]) -> None:
+        self.config, self.client, self.clock = config, client, clock
+
+    def collect(self) -> Any:
+        labels = [BUDGET.L_SCOPE, BUDGET.L_NAME, BUDGET.L_WINDOW]
+        spent = GaugeMetricFamily(BUDGET.SPENT, "Weighted tokens reserved or settled in the current window",
+                                  labels=labels)
+        remaining = GaugeMetricFamily(BUDGET.REMAINING, "Weighted tokens left in the current window", labels=labels)
+        limit = GaugeMetricFamily(BUDGET.LIMIT, "The window's budget, weighted tokens", labels=labels)
+        now = self.clock()
+        slots = [(s, n, w, lim) for s, budgets in (("tenant", self.config.tenants), ("workload", self.config.workloads))
+                 for n, p in sorted(budgets.items()) for w, lim in p.limits.items()]
+        try:
+            values = self.client.mget([window_key(s, n, w, now) for s, n, w, _ in slots]) if slots else []
+        except (redis.RedisError, OSError) as e:
+            log.warning("budget store unreadable for metrics: %s", e)
+            values = None
+        for i, (s, n, w, lim) in enumerate(slots):
+            limit.add_metric([s, n, w], lim)
+            if values is not None:
+                used = int(values[i] or 0)
+                spent.add_metric([s, n, w], used)
+                remaining.add_metric([s, n, w], max(0, lim - used))
+        yield from (spent, remaining, limit)
+
+
+async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_port: int | None = None,
+                registry: prom.CollectorRegistry | None = None, clock: Callable[[], float] = time.time
+                ) -> tuple[grpc.aio.Server, Processor, int]:
+    """Start the service on `listen` (host:port; port 0: the kernel picks), return it with its processor and port."""
+    registry = registry or prom.CollectorRegistry()
+    timeout = config.store_timeout_seconds
+    client = aredis.Redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                   retry_on_timeout=False)
+    processor = Processor(config, Store(client), registry, clock)
+    if metrics_port is not None:
+        registry.register(SpendCollector(config, redis.Redis.from_url(
+            redis_url, socket_timeout=timeout, socket_connect_timeout=timeout), clock))
+        prom.start_http_server(metrics_port, registry=registry)
+    server = grpc.aio.server()
+    pb_grpc.add_ExternalProcessorServicer_to_server(processor, server)
+    port = server.add_insecure_port(listen)
+    await server.start()
+    return server, processor, port
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m components.k8s.gateway.budgets",
+                                 description="The gateway's token budget service (Envoy ext_proc).")
+    ap.add_argument("--config", required=True, help="the budgets JSON (the service's ConfigMap)")
+    ap.add_argument("--listen", default=f"0.0.0.0:{GRPC_PORT}", help=f"gRPC address (default: 0.0.0.0:{GRPC_PORT})")
+    ap.add_argument("--redis-url", required=True, help="the store, e.g. redis://budgets-valkey:6379/0")
+    ap.add_argument("--metrics-port", type=int, default=METRICS_PORT,
+                    help=f"Prometheus metrics port (default: {METRICS_PORT})")
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    async def run() -> None:
+        server, _, port = await serve(BudgetConfig.load(args.config), listen=args.listen, redis_url=args.redis_url,
+                                      metrics_port=args.metrics_port)
+        log.info("token budget service on port %d", port)
+        await server.wait_for_termination()
+
+    asyncio.run(run())

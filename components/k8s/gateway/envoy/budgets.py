@@ -1,0 +1,149 @@
+"""Token budgets in the gateway's bootstrap: the external processing filters that send each request to the kit's
+budget service (components/k8s/gateway/budgets/), the cluster that reaches it, and the service's own config.
+
+The filters sit last before the router, after the callers' RBAC and rate limits (a request they refuse reserves
+nothing), with the whole body already buffered. Two instances of one ext_proc config, each behind a matcher on the
+caller's tenant (envoy.filters.http.match_delegate with an ExtensionWithMatcher: the filter is skipped where its
+matcher says SkipFilter):
+- `aifactory.budgets`: every caller but the tenants whose budget fails closed; failure_mode_allow: when the service
+  cannot be reached (refused at once) or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes on
+  uncounted (fail-open);
+- `aifactory.budgets_closed` (only when a tenant sets onStoreFailure: closed): those tenants; without an answer the
+  request gets 500 before it reaches a model (Envoy's ext_proc without failure_mode_allow).
+The store's own failures are the service's to handle, per budget, within BUDGET_STORE_TIMEOUT_S.
+
+Envoy v1.40 references: ExternalProcessor
+https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto (message_timeout
+200 ms by default; failure_mode_allow; allow_mode_override; request_attributes; metadata_options), ProcessingMode
+(BUFFERED request body, STREAMED response body), ExtensionWithMatcher
+https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/common/matching/v3/extension_matcher.proto.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from components.k8s.gateway.budgets import names
+from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds
+from components.k8s.settings import TokenBudget
+
+__all__ = [
+    "BUDGETS_CLUSTER",
+    "BUDGETS_FILTER",
+    "BUDGETS_CLOSED_FILTER",
+    "BUDGETS_SERVICE",
+    "BUDGETS_GRPC_PORT",
+    "BUDGETS_METRICS_PORT",
+    "BUDGET_STORE_TIMEOUT_S",
+    "BUDGET_MESSAGE_TIMEOUT_S",
+    "BUDGET_METADATA_NAMESPACE",
+    "ROUTE_ATTRIBUTE",
+    "any_budget",
+    "budgets_host",
+    "budget_filters",
+    "budget_clusters",
+    "service_config",
+]
+
+BUDGETS_CLUSTER = "aifactory_budgets"
+BUDGETS_FILTER = "aifactory.budgets"
+BUDGETS_CLOSED_FILTER = "aifactory.budgets_closed"
+BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
+BUDGETS_GRPC_PORT = names.GRPC_PORT
+BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
+# The store answers a reservation in well under a millisecond in the cluster; past BUDGET_STORE_TIMEOUT_S the service
+# treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the service's
+# answers (message_timeout) is longer: it also covers every chunk of a streamed answer, which the service reads on the
+# way for its usage, and a chunk given up on (failure_mode_allow) ends the service's view of the stream, so what the
+# rest of it generates would go uncounted. A busy service slows its streams rather than losing their usage; only a
+# service that accepts connections and never answers costs each request up to this long (one that is gone refuses
+# the connection, and the request goes on at once).
+BUDGET_STORE_TIMEOUT_S = 0.1
+BUDGET_MESSAGE_TIMEOUT_S = 2.0
+BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
+ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
+_SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
+
+
+def budgets_host(cfg: GatewayView) -> str:
+    return f"{BUDGETS_SERVICE}.{cfg.gateway.namespace}.svc.cluster.local"
+
+
+def any_budget(cfg: GatewayView) -> bool:
+    return bool(cfg.gateway.token_budgets) or any(t.token_budget for t in cfg.tenants.values())
+
+
+def _closed_tenants(cfg: GatewayView) -> list[str]:
+    return sorted(n for n, t in cfg.tenants.items() if t.token_budget and t.token_budget.on_store_failure == "closed")
+
+
+def _ext_proc(cfg: GatewayView, *, fail_open: bool) -> dict[str, Any]:
+    return {
+        "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        # no gRPC timeout: it would bound the whole stream, i.e. every streamed answer
+        "grpc_service": {"envoy_grpc": {"cluster_name": BUDGETS_CLUSTER, "authority": budgets_host(cfg)}},
+        "failure_mode_allow": fail_open,
+        "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+                            "response_header_mode": "SEND", "response_body_mode": "STREAMED",
+                            "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
+        # the service turns the rest of the stream off for a request no budget counts
+        "allow_mode_override": True,
+        "request_attributes": [ROUTE_ATTRIBUTE],
+        "message_timeout": _seconds(BUDGET_MESSAGE_TIMEOUT_S),
+        # the refusal and the reservation, for the access log
+        "metadata_options": {"receiving_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
+    }
+
+
+def _tenants_predicate(tenants: list[str]) -> dict[str, Any]:
+    return {"single_predicate": {
+        "input": {"name": "tenant", "typed_config": {"@type": _T + "type.matcher.v3.HttpRequestHeaderMatchInput",
+                                                     "header_name": TENANT_HEADER}},
+        "value_match": {"safe_regex": {"google_re2": {}, "regex": f"^(?:{'|'.join(tenants)})$"}}}}
+
+
+def _matched(name: str, ext_proc: dict[str, Any], skip_when: dict[str, Any]) -> dict[str, Any]:
+    return {"name": name, "typed_config": {
+        "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
+        "extension_config": {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
+        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": skip_when, "on_match": {"action": _SKIP}}]}}}}
+
+
+def budget_filters(cfg: GatewayView) -> list[dict[str, Any]]:
+    """The budget filters, last before the router; none without budgets."""
+    if not any_budget(cfg):
+        return []
+    closed = _closed_tenants(cfg)
+    if not closed:
+        return [{"name": BUDGETS_FILTER, "typed_config": _ext_proc(cfg, fail_open=True)}]
+    return [_matched(BUDGETS_FILTER, _ext_proc(cfg, fail_open=True), _tenants_predicate(closed)),
+            _matched(BUDGETS_CLOSED_FILTER, _ext_proc(cfg, fail_open=False),
+                     {"not_matcher": _tenants_predicate(closed)})]
+
+
+def budget_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
+    """The budget service's cluster (gRPC: HTTP/2); none without budgets."""
+    if not any_budget(cfg):
+        return []
+    return [{**_dns_cluster(BUDGETS_CLUSTER, budgets_host(cfg), BUDGETS_GRPC_PORT,
+                            connect_timeout=cfg.gateway.connect_timeout_seconds),
+             "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+                 "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
+                 "explicit_http_config": {"http2_protocol_options": {}}}}}]
+
+
+def _policy(b: TokenBudget) -> dict[str, Any]:
+    return {"limits": b.limits(), "outputWeight": b.output_weight, "defaultMaxTokens": b.default_max_tokens,
+            "promptBytesPerToken": b.prompt_bytes_per_token, "onStoreFailure": b.on_store_failure}
+
+
+def service_config(cfg: GatewayView) -> str:
+    """The budget service's config file (its ConfigMap), deterministic: every budget, and each model's workload
+    (a route whose subject is a model's own key counts against that model's workload's budget)."""
+    doc = {"tenants": {n: _policy(t.token_budget) for n, t in sorted(cfg.tenants.items()) if t.token_budget},
+           "workloads": {w: _policy(b) for w, b in sorted(cfg.gateway.token_budgets.items())},
+           "models": {m.name: m.workload for m in sorted(cfg.models.values(), key=lambda m: m.name)},
+           "storeTimeoutSeconds": BUDGET_STORE_TIMEOUT_S}
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+

@@ -1,0 +1,261 @@
+"""Token budgets through the real Envoy 1.40 (its ext_proc filter), the kit's budget service and a real Redis
+(Debian's redis-server), with a stand-in engine that reports usage as vLLM does: a request reserves its worst case
+and settles its usage; one that does not fit gets 429 with Retry-After and a JSON error naming the budget and window;
+a cut stream settles what was generated; a store that does not answer never hangs a request (fail-open admits it,
+fail-closed answers 503); requests racing for the last reservation's worth let exactly one through.
+
+Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto,
+processing_mode.proto; api/envoy/service/ext_proc/v3/external_processor.proto): one gRPC stream per HTTP request;
+BUFFERED sends the whole request body in one message; STREAMED sends every response chunk; an ImmediateResponse is
+the client's answer; mode_override (with allow_mode_override) turns the rest of a stream's processing off.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import math
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from components.k8s.gateway.budgets.service import BudgetConfig
+from components.k8s.gateway.budgets.store import window_key
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
+from infra.config import parse
+from tests.support.budget_service import BudgetService
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import EnvoyProcess, free_port
+from tests.support.redis_server import RedisServer
+from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
+from tests.support.usage_engine import UsageEngine
+
+IDP = "https://idp.budgets.test"
+NOW = 1_800_000_030.0  # the service's clock: 30 s into a minute, so every request of a test is in one window
+LIMIT = 100_000
+RAW = {
+    "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
+    "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
+    "tenants": {
+        "open": {"gpuQuota": 2, "shareWith": ["closed", "free"],
+                 "tokenBudget": {"perMinute": LIMIT, "outputWeight": 4, "defaultMaxTokens": 50}},
+        "closed": {"gpuQuota": 0, "tokenBudget": {"perMinute": LIMIT, "onStoreFailure": "closed"}},
+        "free": {"gpuQuota": 0}},
+    "models": {m: {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu", "tenant": "open"}
+               for m in ("chat", "solo")},  # chat has a workload budget, solo none
+    "gateway": {"auth": {"issuers": [{"issuer": IDP, "jwksUri": f"{IDP}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
+                "budgetService": {"image": "registry.example/aifactory-budgets:test"},
+                "routing": {"chat": {"tokenBudget": {"perHour": 10 * LIMIT}}}},  # every caller of chat, weight 1
+    "observability": {"prices": {"dgx-h100": 30.0}},
+}
+KEY = window_key("tenant", "open", "perMinute", NOW)
+
+
+@dataclass
+class Live:
+    envoy: EnvoyProcess
+    engine: UsageEngine
+    redis: RedisServer
+    service: BudgetService
+    issuer: Issuer
+    gone: EnvoyProcess | None = None  # a gateway whose budget service's address refuses connections
+
+    def post(self, tenant: str, body: dict[str, Any], *, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
+        c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=timeout)
+        try:
+            c.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                      headers={**self.issuer.bearer(tenant), "content-type": "application/json"})
+            r = c.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            c.close()
+
+    def spent(self, key: str = KEY) -> int:
+        self.service.drain()
+        return int(self.redis.client().get(key) or 0)
+
+    def reset(self) -> None:
+        self.redis.client().flushall()
+        self.engine.cut_after = None
+        self.engine.chunk_delay = 0.0
+        with self.engine.lock:
+            self.engine.bodies.clear()
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    cfg = parse(RAW, stack="budgets")
+    issuer = Issuer(IDP)
+    with ExitStack() as stack:
+        redis = stack.enter_context(RedisServer(tmp_path_factory.mktemp("redis")))
+        engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=10))
+        port = free_port()
+        # both gateways before the service: no fork while its gRPC threads run (tests.support.budget_service)
+        envoy, gone = (start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+                                     endpoints={"chat": [engine.address], "solo": [engine.address],
+                                                BUDGETS_CLUSTER: [("127.0.0.1", p)]})
+                       for p in (port, free_port()))
+        service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
+                                                    clock=lambda: NOW, port=port))
+        yield Live(envoy, engine, redis, service, issuer, gone)
+
+
+@pytest.fixture
+def gw(live: Live) -> Live:
+    live.reset()
+    return live
+
+
+def _body(**extra: Any) -> dict[str, Any]:
+    return {"model": "chat", "messages": [{"role": "user", "content": "hello"}], **extra}
+
+
+def _sent(body: dict[str, Any]) -> int:
+    """The bytes of the body as Live.post sends it: the prompt's estimate (one token per byte; the body the service
+    forwards, compact JSON, is never longer)."""
+    return len(json.dumps(body))
+
+
+def _reservation(body: dict[str, Any], max_tokens: int, weight: float) -> int:
+    """What the service reserves: the body's bytes as prompt tokens, plus max_tokens x outputWeight."""
+    return math.ceil(_sent(body) + weight * max_tokens)
+
+
+def test_a_request_reserves_then_settles_its_usage(gw: Live) -> None:
+    status, _, body = gw.post("open", _body(max_tokens=8))
+    assert status == 200, body
+    assert json.loads(body)["usage"] == {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+    assert gw.spent() == 20 + 4 * 8  # usage: prompt + outputWeight x completion; the reservation was given back
+    # the routed workload's budget too (the route's name reaches the service: attribute xds.route_name)
+    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
+
+
+def test_a_request_without_max_tokens_gets_the_budgets_default(gw: Live) -> None:
+    status, _, _ = gw.post("open", _body())
+    assert status == 200
+    assert gw.engine.bodies[-1]["max_tokens"] == 50  # defaultMaxTokens: what was reserved bounds what it generates
+    assert gw.spent() == 20 + 4 * 10
+
+
+def test_a_stream_is_asked_for_its_usage_and_settles_it(gw: Live) -> None:
+    status, headers, body = gw.post("open", _body(stream=True, max_tokens=30))
+    assert status == 200 and headers["content-type"] == "text/event-stream"
+    assert gw.engine.bodies[-1]["stream_options"] == {"include_usage": True}
+    assert b'"usage"' in body and body.rstrip().endswith(b"data: [DONE]")
+    assert gw.spent() == 20 + 4 * 10
+
+
+def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
+    gw.engine.cut_after, gw.engine.chunk_delay = 3, 0.05  # headers, 3 chunks 50 ms apart, then a reset
+    sent = _body(stream=True, max_tokens=30)
+    with pytest.raises((http.client.HTTPException, ConnectionError)):
+        gw.post("open", sent)
+    # no usage came: the prompt's estimate and the 3 chunks generated, x 4 each; the rest of the reservation is back.
+    # The estimate is of the longer body: the one forwarded, with stream_options added
+    forwarded = json.dumps({**sent, "stream_options": {"include_usage": True}}, separators=(",", ":"))
+    assert len(forwarded) > _sent(sent)
+    assert gw.spent() == len(forwarded) + 4 * 3
+    assert len(gw.engine.bodies) == 1, "a stream cut after its first bytes is not retried"
+
+
+def test_a_request_that_does_not_fit_gets_429_naming_the_budget_and_window(gw: Live) -> None:
+    gw.redis.client().set(KEY, LIMIT - 10)
+    hits = len(gw.engine.bodies)
+    status, headers, body = gw.post("open", _body(max_tokens=8))
+    assert status == 429
+    assert headers["retry-after"] == "30"  # the minute ends 30 s after NOW
+    assert headers["content-type"] == "application/json"
+    error = json.loads(body)["error"]
+    assert {k: error[k] for k in ("type", "code", "budget", "window", "limit", "reservation",
+                                  "retry_after_seconds")} == {
+        "type": "token_budget_exceeded", "code": 429, "budget": "tenants.open.tokenBudget", "window": "perMinute",
+        "limit": LIMIT, "reservation": _reservation(_body(max_tokens=8), 8, 4), "retry_after_seconds": 30}
+    assert len(gw.engine.bodies) == hits, "a refused request never reaches the engine"
+    assert gw.spent() == LIMIT - 10, "a refusal reserves nothing"
+    line = _last_log(gw.envoy, status=429)
+    assert (line["caller_tenant"], line["budget_refused"]) == ("open", "tenant:open:perMinute")
+
+
+def test_a_tenant_without_a_budget_is_not_counted(gw: Live) -> None:
+    status, _, _ = gw.post("free", {**_body(), "model": "solo"})
+    assert status == 200
+    assert "max_tokens" not in gw.engine.bodies[-1]  # no budget: the body goes on untouched
+    gw.service.drain()
+    assert gw.redis.client().keys("aifactory:*") == []
+
+
+def test_a_workloads_budget_counts_every_caller(gw: Live) -> None:
+    status, _, _ = gw.post("free", _body(max_tokens=8))
+    assert status == 200
+    gw.service.drain()
+    assert gw.redis.client().keys("aifactory:*") == [window_key("workload", "chat", "perHour", NOW).encode()]
+    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
+
+
+def test_racing_requests_for_the_last_reservations_worth_let_exactly_one_through(gw: Live) -> None:
+    """The one admitted streams for about 0.4 s, holding its reservation while the others arrive (once it settles,
+    what it gives back may admit a later request: that is not a bypass)."""
+    gw.engine.chunk_delay = 0.05
+    body = _body(max_tokens=8, stream=True)
+    forwarded = json.dumps({**body, "stream_options": {"include_usage": True}}, separators=(",", ":"))
+    one = math.ceil(len(forwarded) + 4 * 8)
+    gw.redis.client().set(KEY, LIMIT - one - one // 2)  # one and a half reservations left: one fits
+    start = threading.Barrier(24)
+
+    def call(_: int) -> int:
+        start.wait(timeout=10)
+        return gw.post("open", body)[0]
+
+    with ThreadPoolExecutor(24) as pool:
+        statuses = list(pool.map(call, range(24)))
+    assert sorted(statuses) == [200] + [429] * 23
+    assert len(gw.engine.bodies) == 1, "zero bypasses"
+
+
+def test_a_store_that_does_not_answer_admits_fail_open_tenants_and_refuses_fail_closed_ones(gw: Live) -> None:
+    gw.redis.pause()
+    try:
+        started = time.monotonic()
+        open_status, _, _ = gw.post("open", _body(max_tokens=8), timeout=5)
+        closed_status, headers, body = gw.post("closed", _body(max_tokens=8), timeout=5)
+        elapsed = time.monotonic() - started
+    finally:
+        gw.redis.resume()
+    assert open_status == 200  # uncounted (onStoreFailure: open)
+    assert closed_status == 503
+    assert json.loads(body)["error"]["type"] == "token_budget_unavailable"
+    assert headers["retry-after"] == "1"
+    assert elapsed < 2, "each waited for the store at most its timeout (0.1 s), never the request's own"
+    failures = gw.service.registry.get_sample_value("aifactory_token_budget_store_failures_total",
+                                                    {"scope": "tenant", "name": "open", "outcome": "admitted"})
+    assert failures and failures >= 1
+
+
+def _last_log(envoy: EnvoyProcess, *, status: int) -> dict[str, Any]:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        lines = [json.loads(x) for x in envoy.access_log.read_text().splitlines() if x.startswith("{")]
+        hits = [x for x in lines if x.get("status") == status]
+        if hits:
+            return hits[-1]
+        time.sleep(0.05)
+    raise AssertionError(f"no access log line with status {status}")
+
+
+
+
+def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_closed_ones(live: Live) -> None:
+    """A second gateway whose budget service's address refuses connections: Envoy's ext_proc lets the fail-open
+    filter's requests on (failure_mode_allow) and answers the fail-closed filter's with 500, at once."""
+    assert live.gone is not None
+    gone = Live(live.gone, live.engine, live.redis, live.service, live.issuer)
+    started = time.monotonic()
+    assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
+    assert gone.post("closed", _body(max_tokens=8), timeout=5)[0] == 500
+    assert time.monotonic() - started < 2, "refused connections fail at once, not at the message timeout"

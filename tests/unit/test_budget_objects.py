@@ -1,0 +1,105 @@
+"""What the gateway deploys for token budgets (components/k8s/gateway/budget_objects.py, envoy/budgets.py): nothing
+without budgets; with them, the service, its config, the Valkey chart's values and the flows the namespace allows."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_url, store_values
+from components.k8s.gateway.component import gateway_objects
+from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters, service_config
+from components.k8s.gateway.spec import GatewaySpec, gateway_spec
+from components.k8s.storage import cache_storage_class_name
+from infra.component_args import gateway_args
+from infra.config import PlatformConfig, parse
+from tests.support.stacks import stack_raw
+
+IMAGE = "registry.example/aifactory-budgets:1"
+
+
+def _cfg(budget: dict[str, Any] | None = None, **service: Any) -> PlatformConfig:
+    raw = stack_raw("dev")
+    if budget is not None:
+        raw["tenants"]["demo"]["tokenBudget"] = budget
+        raw.setdefault("gateway", {})["budgetService"] = {"image": IMAGE, **service}
+    return parse(raw, stack="dev")
+
+
+def _spec(cfg: PlatformConfig) -> GatewaySpec:
+    """What the Gateway component builds from: the stack through its args (the store's class comes from there)."""
+    return gateway_spec("gateway", gateway_args(cfg))
+
+
+def test_nothing_is_deployed_without_budgets() -> None:
+    cfg = _cfg()
+    assert budget_objects(cfg) == {} and budget_filters(cfg) == [] and budget_clusters(cfg) == []
+    assert not [k for k in gateway_objects(cfg) if k.startswith("budgets-") or "budget-store" in k]
+
+
+def test_the_service_reads_its_budgets_and_reaches_the_store() -> None:
+    cfg = _cfg({"perMinute": 1000, "outputWeight": 2})
+    objs = budget_objects(cfg)
+    dep = objs["budgets-deployment"]["spec"]["template"]["spec"]
+    container = dep["containers"][0]
+    assert container["image"] == IMAGE
+    assert container["args"] == ["--config", "/etc/aifactory-budgets/budgets.json", "--listen", "0.0.0.0:9000",
+                                 "--redis-url", "redis://aifactory-budgets-valkey.aifactory-gateway.svc.cluster.local"
+                                 ":6379/0", "--metrics-port", "9090"]
+    assert store_url(cfg).startswith(f"redis://{STORE_RELEASE}.")
+    assert json.loads(objs["budgets-configmap"]["data"]["budgets.json"]) == json.loads(service_config(cfg)) == {
+        "tenants": {"demo": {"limits": {"perMinute": 1000}, "outputWeight": 2.0, "defaultMaxTokens": 4096,
+                             "promptBytesPerToken": 1.0, "onStoreFailure": "open"}},
+        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.1}
+    # the service's pods are not the gateway's: the gateway Service must not select them
+    assert objs["budgets-deployment"]["spec"]["selector"]["matchLabels"] == {
+        "app.kubernetes.io/name": "aifactory-budgets"}
+
+
+def test_only_the_gateway_reaches_the_service_and_only_the_service_reaches_the_store() -> None:
+    objs = budget_objects(_cfg({"perDay": 10}))
+    service = objs["networkpolicy-allow-budgets"]["spec"]
+    assert service["ingress"][0] == {"from": [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "aifactory-gateway"}}}], "ports": [{"protocol": "TCP", "port": 9000}]}
+    store = objs["authorizationpolicy-allow-budget-store"]["spec"]["rules"]
+    assert [r["from"][0]["source"]["principals"] for r in store] == [
+        ["cluster.local/ns/aifactory-gateway/sa/aifactory-budgets"],
+        ["cluster.local/ns/aifactory-gateway/sa/aifactory-budgets-valkey"]]
+
+
+def test_the_store_keeps_an_append_only_file_on_a_volume() -> None:
+    """valkey-io/valkey-helm@valkey-0.11.0 valkey/values.yaml: dataStorage for the standalone primary, replica.* for
+    a primary with replicas (each with its claim)."""
+    cfg = _cfg({"perDay": 10})
+    sc = cache_storage_class_name(cfg)
+    assert sc  # the stack's class for volumes: the store's claims are not left to a default the cluster may lack
+    standalone = store_values(_spec(cfg))
+    assert standalone["valkeyConfig"] == "appendonly yes\nappendfsync everysec\n"
+    assert standalone["dataStorage"] == {"enabled": True, "requestedSize": "8Gi", "className": sc}
+    assert "replica" not in standalone
+    replicated = store_values(_spec(_cfg({"perDay": 10}, storeReplicas=2, storeVolumeGiB=20)))
+    assert replicated["replica"] == {"enabled": True, "replicas": 2,
+                                     "persistence": {"size": "20Gi", "storageClass": sc}}
+    assert replicated["fullnameOverride"] == STORE_RELEASE
+
+
+def test_fail_closed_tenants_get_a_filter_of_their_own() -> None:
+    raw = stack_raw("dev")
+    raw["tenants"]["demo"]["tokenBudget"] = {"perDay": 10, "onStoreFailure": "closed"}
+    raw["tenants"]["other"] = {"gpuQuota": 0, "tokenBudget": {"perDay": 10}}
+    raw.setdefault("gateway", {})["budgetService"] = {"image": IMAGE}
+    filters = budget_filters(parse(raw, stack="dev"))
+    assert [f["name"] for f in filters] == ["aifactory.budgets", "aifactory.budgets_closed"]
+    open_, closed = (f["typed_config"] for f in filters)
+    assert (open_["extension_config"]["typed_config"]["failure_mode_allow"],
+            closed["extension_config"]["typed_config"]["failure_mode_allow"]) == (True, False)
+    skip_open = open_["xds_matcher"]["matcher_list"]["matchers"][0]["predicate"]
+    assert skip_open["single_predicate"]["value_match"]["safe_regex"]["regex"] == "^(?:demo)$"
+    assert "not_matcher" in closed["xds_matcher"]["matcher_list"]["matchers"][0]["predicate"]
+
+
+def test_the_service_reads_the_header_the_gateway_sets() -> None:
+    """The service's image carries components/k8s/gateway/budgets/ alone, so it names the tenant header itself."""
+    from components.k8s.gateway.budgets import names
+    from components.k8s.gateway.envoy.base import TENANT_HEADER
+    assert names.TENANT_HEADER == TENANT_HEADER
