@@ -1,0 +1,100 @@
+"""AWS over time (issue 45): a Kubernetes version in EKS standard support, a warning before it ends, and every EKS
+add-on pinned in the shipped stacks.
+
+EKS calendar: Amazon EKS user guide, Kubernetes release calendar (components/aws/versions.py cites it): 1.34 leaves
+standard support on 2026-12-02, 1.35 on 2027-03-27. Add-on versions: the guide's managing-kube-proxy and
+managing-coredns tables (components/aws/addons.py ADDON_VERSION_SOURCES)."""
+
+from __future__ import annotations
+
+import datetime
+import json
+
+import kubernetes_validate
+import pulumi
+import pytest
+
+from components.aws.addons import DEFAULT_ADDON_VERSIONS
+from components.aws.cluster import ADDONS
+from components.aws.versions import EKS_SUPPORT_CALENDAR, support_warning
+from infra import cli
+from infra.synth import read_stack_config, run_program, stack_file
+from tests.support.stacks import stack_config
+
+AWS_STACKS = ("dev", "staging", "prod")
+ISSUE_DAY = datetime.date(2026, 12, 2)  # Kubernetes 1.34 leaves EKS standard support
+
+
+@pytest.mark.parametrize("stack", (*AWS_STACKS, "onprem"))
+def test_every_shipped_stack_runs_a_version_in_standard_support_for_more_than_the_warning_window(stack: str) -> None:
+    cfg = stack_config(stack)
+    assert EKS_SUPPORT_CALENDAR[cfg.kubernetes_version].end_of_standard > ISSUE_DAY + datetime.timedelta(days=60)
+    assert support_warning(cfg.kubernetes_version, today=ISSUE_DAY) is None
+
+
+def test_the_kubernetes_schemas_the_artifact_tests_use_exist_for_the_stacks_version() -> None:
+    """tests/artifacts/test_k8s_schemas.py validates every object against the stack's own version: kubernetes-validate
+    1.37.0 must carry it (it raises SchemaNotFoundError for every object otherwise, read as 'custom')."""
+    version = stack_config("prod").kubernetes_version
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}, version,
+                                 strict=True)
+
+
+def test_the_warning_names_the_date_within_60_days_and_after_the_end() -> None:
+    assert support_warning("1.35", today=datetime.date(2027, 1, 25)) is None  # 61 days before
+    assert support_warning("1.35", today=datetime.date(2027, 1, 26)) == (
+        "kubernetesVersion: 1.35 leaves EKS standard support on 2027-03-27 (in 60 days): then EKS upgrades the "
+        "control plane itself and the next `pulumi up` asks for a downgrade it refuses; raise it one minor version at "
+        "a time (docs/deploying.md, \"Upgrading Kubernetes\")")
+    assert support_warning("1.34", today=ISSUE_DAY, support_type="EXTENDED") == (
+        "kubernetesVersion: 1.34 left EKS standard support on 2026-12-02: the cluster is billed for extended support; "
+        "raise it one minor version at a time (docs/deploying.md, \"Upgrading Kubernetes\")")
+    assert support_warning("1.36", today=ISSUE_DAY).startswith(
+        "kubernetesVersion: '1.36' is not in the kit's EKS support calendar")
+
+
+def test_validate_warns_on_stderr_with_the_date(monkeypatch, capsys) -> None:
+    monkeypatch.setattr(cli, "_today", lambda: datetime.date(2027, 3, 1))
+    assert cli.main(["validate", "prod"]) == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("prod: valid")
+    assert out.err.splitlines() == [
+        "warning: kubernetesVersion: 1.35 leaves EKS standard support on 2027-03-27 (in 26 days): then EKS upgrades "
+        "the control plane itself and the next `pulumi up` asks for a downgrade it refuses; raise it one minor "
+        "version at a time (docs/deploying.md, \"Upgrading Kubernetes\")"]
+    monkeypatch.setattr(cli, "_today", lambda: ISSUE_DAY)
+    assert cli.main(["validate", "onprem"]) == 0  # an existing cluster's support is its operator's calendar
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("stack", AWS_STACKS)
+def test_every_shipped_stack_pins_every_add_on(stack: str) -> None:
+    pins = stack_config(stack).cluster.addon_versions
+    assert sorted(pins) == sorted(ADDONS)
+    kit = DEFAULT_ADDON_VERSIONS["1.35"]  # where the user guide lists a version, the pin is it
+    assert {a: pins[a] for a in kit} == kit
+
+
+def _warnings(monkeypatch, stack: str, **cluster_overrides) -> tuple[list[str], dict[str, str]]:
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: warned.append(msg))
+    values = read_stack_config(stack_file(stack))
+    if cluster_overrides:
+        values["aifactory:cluster"] = json.dumps({**json.loads(values["aifactory:cluster"]), **cluster_overrides})
+    res = run_program(stack, values).resources
+    versions = {r.inputs["addonName"]: r.inputs["addonVersion"] for r in res if r.type == "aws:eks/addon:Addon"}
+    return [w for w in warned if w.startswith("cluster.addonVersions")], versions
+
+
+def test_the_shipped_stack_synths_without_an_add_on_warning_and_an_unpinned_add_on_warns_once(monkeypatch) -> None:
+    warned, versions = _warnings(monkeypatch, "dev")
+    assert warned == []
+    assert versions == stack_config("dev").cluster.addon_versions
+    pins = dict(stack_config("dev").cluster.addon_versions)
+    del pins["aws-ebs-csi-driver"]
+    warned, _ = _warnings(monkeypatch, "dev", addonVersions=pins)
+    assert warned == [
+        "cluster.addonVersions: the kit has no default version of aws-ebs-csi-driver for Kubernetes 1.35, so EKS's "
+        "default is asked at every run and a new eksbuild is applied at the next `pulumi up`; pin "
+        "cluster.addonVersions.aws-ebs-csi-driver (aws eks describe-addon-versions --kubernetes-version 1.35 "
+        "--addon-name <add-on>)"]
