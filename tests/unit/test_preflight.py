@@ -646,7 +646,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     state = tmp_path / "state.json"
     state.write_text(json.dumps(clean))
     assert main(["preflight", "onprem", "--state", str(state)]) == 0
-    assert capsys.readouterr().out == "preflight onprem: 9 rules over 2 resources: 0 finding(s)\n"
+    assert capsys.readouterr().out == "preflight onprem: 10 rules over 2 resources: 0 finding(s)\n"
 
     assert main(["preflight", "onprem", "--stacks-dir", str(FIXTURES), "--json",
                  "--state", str(FIXTURES / "onprem-before-fixes.state.json")]) == 1
