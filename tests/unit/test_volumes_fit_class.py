@@ -59,7 +59,8 @@ def test_the_old_class_refuses_alertmanagers_claim_with_the_exact_violation() ->
     violations = run_policies(state)
     assert [(v.policy, v.message) for v in violations if v.policy == "volumes-fit-their-class"] == [(
         "volumes-fit-their-class",
-        "HelmRelease/monitoring/kps: values.alertmanager.alertmanagerSpec.storage: a 1Gi claim on StorageClass 'aifactory-gp3' (iops 4000, "
+        "HelmRelease/monitoring/kps: values.alertmanager.alertmanagerSpec.storage: a 1Gi claim on StorageClass "
+        "'aifactory-gp3' (iops 4000, "
         "throughput 1000): EC2 refuses 4000 IOPS on 1 GiB: gp3 allows at most 500 IOPS per GiB (500); the claim "
         "stays Pending")]
 
