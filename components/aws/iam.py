@@ -24,6 +24,7 @@ __all__ = [
     "CLUSTER_POLICIES",
     "NODE_POLICIES",
     "EBS_CSI_POLICY",
+    "CNI_POLICY",
     "STS_AUDIENCE",
     "service_trust_policy",
     "irsa_trust_policy",
@@ -37,13 +38,15 @@ __all__ = [
 
 AWS_MANAGED_POLICY = "arn:aws:iam::aws:policy/"
 CLUSTER_POLICIES = (f"{AWS_MANAGED_POLICY}AmazonEKSClusterPolicy",)
-# Exactly what a node needs: join the cluster, run the VPC CNI, pull from ECR, be reachable by SSM.
+# Exactly what a node needs: join the cluster, pull from ECR, be reachable by SSM. Not the VPC CNI's policy: the CNI
+# gets it through IRSA on its own service account (CNI_POLICY), so no pod on a node inherits the right to attach and
+# detach network interfaces (EKS user guide, cni-iam-role: "we recommend ... the IAM role for service accounts").
 NODE_POLICIES = (
     f"{AWS_MANAGED_POLICY}AmazonEKSWorkerNodePolicy",
-    f"{AWS_MANAGED_POLICY}AmazonEKS_CNI_Policy",
     f"{AWS_MANAGED_POLICY}AmazonEC2ContainerRegistryReadOnly",
     f"{AWS_MANAGED_POLICY}AmazonSSMManagedInstanceCore",
 )
+CNI_POLICY = f"{AWS_MANAGED_POLICY}AmazonEKS_CNI_Policy"
 EBS_CSI_POLICY = f"{AWS_MANAGED_POLICY}service-role/AmazonEBSCSIDriverPolicy"
 STS_AUDIENCE = "sts.amazonaws.com"
 

@@ -98,3 +98,87 @@ def test_the_shipped_stack_synths_without_an_add_on_warning_and_an_unpinned_add_
         "default is asked at every run and a new eksbuild is applied at the next `pulumi up`; pin "
         "cluster.addonVersions.aws-ebs-csi-driver (aws eks describe-addon-versions --kubernetes-version 1.35 "
         "--addon-name <add-on>)"]
+
+
+# --- item 5: tags AWS accepts, the VPC CNI on IRSA, log groups under keys of their own, a versioned log bucket ---
+
+def _prod_state(synthesized) -> list[dict]:
+    return json.loads((synthesized("prod") / "state.json").read_text())["deployment"]["resources"]
+
+
+def _named(res: list[dict], typ: str, suffix: str) -> dict:
+    (found,) = [r for r in res if r["type"] == typ and r["urn"].endswith(suffix)]
+    return found
+
+
+def test_label_keys_and_tag_count_fit_aws_tags() -> None:
+    """A label becomes `k8s.io/cluster-autoscaler/node-template/label/<key>` (46 characters before the key) on the
+    node group and its ASG; AWS tag keys take at most 128 characters and a resource at most 50 tags (AWS General
+    Reference, tagging limits)."""
+    from components.aws.node_pool import pool_spec
+    from tests.unit.test_aws_node_pool import pool_args
+
+    ok = "example.com/" + "k" * 70  # 82 characters: a 128-character tag key
+    assert pool_spec("gpu", pool_args("g6e.xlarge", labels={ok: "v"})).labels == {ok: "v"}
+    long = ok + "x"
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        pool_spec("gpu", pool_args("g6e.xlarge", labels={long: "v"}))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [(
+        f"labels.{long}", f"the key makes the cluster-autoscaler tag 'k8s.io/cluster-autoscaler/node-template/label/"
+                          f"{long}' (129 characters); AWS tag keys take at most 128: shorten the label key to 82 "
+                          "characters or fewer")]
+    # g6e.xlarge: 3 discovery tags, the kit's 4 labels, the GPU taint and resource: 9 tags before the pool's labels
+    many = {f"team.example.com/l{i:02d}": "x" for i in range(42)}
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        pool_spec("gpu", pool_args("g6e.xlarge", labels=many))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [(
+        "labels", "42 labels make the node group 51 tags (one per label, taint and extended resource, and the "
+                  "autoscaler's own); AWS allows 50 per resource: drop 1 label(s)")]
+    assert pool_spec("gpu", pool_args("g6e.xlarge", labels=dict(list(many.items())[:41]))) is not None
+
+
+def test_the_vpc_cni_uses_irsa_on_aws_node_and_no_node_role_carries_its_policy(synthesized) -> None:
+    """EKS user guide, cni-iam-role: the VPC CNI's AmazonEKS_CNI_Policy on an IAM role for the `aws-node` service
+    account rather than the node role, which every pod on the node could use."""
+    res = _prod_state(synthesized)
+    cni = _named(res, "aws:eks/addon:Addon", "-vpc-cni")
+    role = next(r for r in res if r["type"] == "aws:iam/role:Role"
+                and r["outputs"].get("arn") == cni["inputs"]["serviceAccountRoleArn"])
+    condition = json.loads(role["inputs"]["assumeRolePolicy"])["Statement"][0]["Condition"]["StringEquals"]
+    assert [v for k, v in condition.items() if k.endswith(":sub")] == ["system:serviceaccount:kube-system:aws-node"]
+    attachments = [r for r in res if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment"]
+    with_cni = {r["parent"] for r in attachments if r["inputs"]["policyArn"].endswith("/AmazonEKS_CNI_Policy")}
+    assert with_cni == {role["urn"]}
+
+
+def test_flow_log_and_control_plane_log_groups_are_encrypted_with_keys_cloudwatch_logs_may_use(synthesized) -> None:
+    """CloudWatch Logs user guide, encrypt-log-data-kms: the key policy lets `logs.<region>.amazonaws.com` use the key
+    for the log group's ARN (kms:EncryptionContext:aws:logs:arn)."""
+    res = _prod_state(synthesized)
+    for group_suffix, key_suffix, pattern in (
+            ("-control-plane", "-control-plane-logs", "/aws/eks/aifactory-prod/cluster"),
+            ("-flow-logs", "-flow-logs", "aifactory-prod-flow-logs-*")):
+        group = _named(res, "aws:cloudwatch/logGroup:LogGroup", group_suffix)
+        key = _named(res, "aws:kms/key:Key", key_suffix)
+        assert group["inputs"]["kmsKeyId"] == key["outputs"]["arn"]
+        assert key["urn"] in group["dependencies"]
+        assert key["inputs"]["enableKeyRotation"] is True
+        logs = json.loads(key["inputs"]["policy"])["Statement"][1]
+        assert logs["Principal"] == {"Service": "logs.us-east-1.amazonaws.com"}
+        assert logs["Condition"] == {"ArnLike": {"kms:EncryptionContext:aws:logs:arn":
+                                                 f"arn:aws:logs:us-east-1:123456789012:log-group:{pattern}"}}
+
+
+def test_the_loki_bucket_is_versioned_and_old_versions_expire(synthesized) -> None:
+    from components.aws.log_store import NONCURRENT_VERSION_DAYS
+
+    res = _prod_state(synthesized)
+    bucket = next(r for r in res if r["type"] == "aws:s3/bucket:Bucket")
+    versioning = next(r for r in res if r["type"] == "aws:s3/bucketVersioning:BucketVersioning")
+    assert versioning["parent"] == bucket["urn"]
+    assert versioning["inputs"]["versioningConfiguration"] == {"status": "Enabled"}
+    lifecycle = next(r for r in res if r["type"] == "aws:s3/bucketLifecycleConfiguration:BucketLifecycleConfiguration")
+    assert versioning["urn"] in lifecycle["dependencies"]
+    (rule,) = [r for r in lifecycle["inputs"]["rules"] if r["id"] == "expire-noncurrent-versions"]
+    assert rule["noncurrentVersionExpiration"] == {"noncurrentDays": NONCURRENT_VERSION_DAYS}
+    assert rule["expiration"] == {"expiredObjectDeleteMarker": True}
