@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_aws as aws
 
 from components.validation import Problems
-
-if TYPE_CHECKING:
-    from components.aws.cluster import GpuCluster
 
 __all__ = [
     "AWS_MANAGED_POLICY",
@@ -26,6 +23,7 @@ __all__ = [
     "EBS_CSI_POLICY",
     "CNI_POLICY",
     "STS_AUDIENCE",
+    "OidcIssuer",
     "service_trust_policy",
     "irsa_trust_policy",
     "wildcard_statements",
@@ -49,6 +47,14 @@ NODE_POLICIES = (
 CNI_POLICY = f"{AWS_MANAGED_POLICY}AmazonEKS_CNI_Policy"
 EBS_CSI_POLICY = f"{AWS_MANAGED_POLICY}service-role/AmazonEBSCSIDriverPolicy"
 STS_AUDIENCE = "sts.amazonaws.com"
+
+
+class OidcIssuer(Protocol):
+    """What an IRSA role trusts: a cluster's OIDC provider (components.aws.cluster.GpuCluster is one). The type lives
+    here, below the cluster, so the cluster's module and this one do not need each other."""
+
+    oidc_provider_arn: pulumi.Output[str]
+    oidc_issuer: pulumi.Output[str]  # host/path, without https://
 
 
 def service_trust_policy(service: str) -> str:
@@ -150,7 +156,7 @@ def node_role(name: str, *, opts: pulumi.ResourceOptions | None = None) -> aws.i
 def irsa_role(
     name: str,
     *,
-    cluster: GpuCluster,
+    cluster: OidcIssuer,
     namespace: str,
     service_account: str,
     managed_policy_arns: Sequence[str] = (),

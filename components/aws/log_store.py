@@ -14,16 +14,13 @@ one service account of the cluster's OIDC provider and reaches this bucket only.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.iam import add_policy, arn_with_policies, irsa_role
+from components.aws.iam import OidcIssuer, add_policy, arn_with_policies, irsa_role
 from components.validation import Problems
-
-if TYPE_CHECKING:
-    from components.aws.cluster import GpuCluster
 
 __all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "NONCURRENT_VERSION_DAYS",
            "OBJECT_ACTIONS", "LOKI_TENANT", "LOKI_INDEX_TABLE_PREFIX", "EXPIRING_PREFIXES", "tls_only_policy",
@@ -96,7 +93,7 @@ class LogStore(pulumi.ComponentResource):
     bucket_arn: pulumi.Output[str]
     role_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, args: LogStoreArgs, *, cluster: GpuCluster,
+    def __init__(self, name: str, args: LogStoreArgs, *, cluster: OidcIssuer,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:aws:LogStore", name, None, opts)
         retention = args.get("retention_days", DEFAULT_LOG_RETENTION_DAYS)

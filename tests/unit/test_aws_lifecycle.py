@@ -182,3 +182,18 @@ def test_the_loki_bucket_is_versioned_and_old_versions_expire(synthesized) -> No
     (rule,) = [r for r in lifecycle["inputs"]["rules"] if r["id"] == "expire-noncurrent-versions"]
     assert rule["noncurrentVersionExpiration"] == {"noncurrentDays": NONCURRENT_VERSION_DAYS}
     assert rule["expiration"] == {"expiredObjectDeleteMarker": True}
+
+
+def test_iam_needs_not_the_cluster_module_even_for_types() -> None:
+    """Issue 47 item 3: cluster.py and iam.py needed each other (iam for GpuCluster's type, under TYPE_CHECKING);
+    the shared type (what an IRSA role trusts) lives in iam now, and the cluster satisfies it."""
+    import ast
+    from pathlib import Path
+
+    from components.aws import iam
+    from components.aws.cluster import GpuCluster
+
+    tree = ast.parse(Path(iam.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "components.aws.cluster" not in imported
+    assert set(iam.OidcIssuer.__annotations__) <= set(GpuCluster.__annotations__)
