@@ -86,7 +86,7 @@ class GpuClusterArgs(TypedDict):
     """Arguments of a GpuCluster."""
 
     kubernetes_version: str
-    """EKS Kubernetes version, e.g. 1.34."""
+    """EKS Kubernetes version, e.g. 1.35 (components/aws/versions.py: when each leaves standard support)."""
     vpc_id: pulumi.Input[str]
     """The cluster's VPC."""
     subnet_ids: list[pulumi.Input[str]]
