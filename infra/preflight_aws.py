@@ -463,8 +463,6 @@ def _identity_findings(cfg: PlatformConfig, sts: Any) -> list[AwsFinding]:
     false), so the caller must be one of them, or `pulumi up` fails with 401 right after creating the cluster."""
     assert cfg.cluster is not None
     admins = cfg.cluster.admin_role_arns
-    if not admins:
-        return []
     arn = _call("sts:GetCallerIdentity", sts.get_caller_identity)["Arn"]
     role = role_of_caller(arn)
     if _is_admin(role, admins):
@@ -582,7 +580,8 @@ def aws_checks(cfg: PlatformConfig, session: Any, *,
     sts, eks = _client(session, "sts"), _client(session, "eks")
     zones = _Zones()
     checks: list[tuple[str, Callable[[], list[AwsFinding]] | str]] = [
-        ("caller identity", lambda: _identity_findings(cfg, sts)),
+        ("caller identity", (lambda: _identity_findings(cfg, sts)) if cfg.cluster and cfg.cluster.admin_role_arns
+         else "not asked (no cluster.adminRoleArns: the creator gets the admin entry)"),
         ("Kubernetes version", lambda: _version_findings(cfg, eks)),
         *_addon_checks(cfg, eks),
         ("availability zones", lambda: _zone_findings(cfg, pools, ec2, zones)),

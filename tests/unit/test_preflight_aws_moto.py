@@ -109,6 +109,8 @@ def test_a_throttled_version_check_could_not_ask_and_the_rest_still_run(simulate
             {"addonName": addon, "kubernetesVersion": "1.35"})
     account.amis()
     outcomes, findings = aws_checks(stack_config("dev"), account, deployer_ip=DEV_CIDR_IP)
+    assert outcomes[0] == CheckOutcome("caller identity",
+                                       "not asked (no cluster.adminRoleArns: the creator gets the admin entry)")
     assert outcomes[1] == CheckOutcome("Kubernetes version",
                                        "could not ask (eks:DescribeClusterVersions: ThrottlingException)")
     assert outcomes[3] == CheckOutcome("add-on kube-proxy", "1 finding(s)")
