@@ -7,6 +7,7 @@ Exit codes: 0 ok; 2 config or usage error (a message naming the key path, no tra
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import shutil
 import signal
@@ -150,8 +151,13 @@ def _cmd_synth(args: argparse.Namespace) -> int:
     return EXIT_FAILURE if summary.failures else EXIT_OK
 
 
+def _today() -> datetime.date:
+    return datetime.datetime.now(datetime.UTC).date()
+
+
 def _cmd_validate(args: argparse.Namespace) -> int:
     from infra.config import ConfigError
+    from infra.stack.lifecycle import version_warning
     from infra.synth import gateway_fits, load_stack
 
     json_out = json_target(args.json)
@@ -165,6 +171,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     line = (f"{args.stack}: valid ({cfg.target.provider}, {_count(len(cfg.node_pools), 'pool')}, "
             f"{_count(len(cfg.tenants), 'tenant')}, {_count(len(cfg.models), 'model')})")
     print(line, file=sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout)
+    if (warning := version_warning(cfg, today=_today())) is not None:
+        print(f"warning: {warning}", file=sys.stderr)
     if json_out is not None:
         write_json(json_out, {"stack": args.stack, "valid": True, "provider": cfg.target.provider,
                               "nodePools": sorted(cfg.node_pools), "tenants": sorted(cfg.tenants),

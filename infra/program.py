@@ -185,7 +185,7 @@ def model_prerequisites(cfg: PlatformConfig, model: Model, *, platform: Platform
         namespace=[platform.tenant_namespaces[model.tenant]],
         crds={group: [release] for group, release in crds.items() if release is not None},
         pods=[mesh.istiod, mesh.peer_authentication, *mesh.policies[cfg.tenant_of(model).namespace],
-              *(c.storage_class for c in cache),
+              *(sc for c in cache for sc in (c.storage_class, c.fast_storage_class)),
               *([on_aws.pools[model.pool].node_group] if on_aws is not None else [])],
         priority_classes=controllers.priority_classes,
         node_cache=[controllers.cache_prep] if controllers.cache_prep is not None else [])

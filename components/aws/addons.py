@@ -11,8 +11,9 @@ publishes a new eksbuild, and the add-on's OVERWRITE conflict resolution then ap
 
 The defaults are the versions the Amazon EKS user guide lists as the latest of the Amazon EKS add-on type for each
 Kubernetes version, at the commits cited per add-on below (awsdocs/amazon-eks-user-guide). The guide lists no
-per-Kubernetes-version table for the EBS CSI driver, and the stored pages stop at Kubernetes 1.33 (kube-proxy at
-1.31): those add-ons and versions are not in the table and take path 3 until a version is pinned.
+per-Kubernetes-version table for the EBS CSI driver, and the VPC CNI's stored table stops at Kubernetes 1.33: those
+add-ons and versions are not in the table and take path 3 until a version is pinned (the shipped stacks pin every
+add-on, and `preflight --aws` checks each pin against eks:DescribeAddonVersions for the stack's version).
 """
 
 from collections.abc import Mapping, Sequence
@@ -31,9 +32,13 @@ ADDON_VERSION_SOURCES: dict[str, str] = {
     "vpc-cni": "awsdocs/amazon-eks-user-guide@057948d9301426e6165db5fddb5617a971d08b6c:"
                "latest/ug/networking/managing-vpc-cni.adoc (Amazon VPC CNI versions)",
     "coredns": "awsdocs/amazon-eks-user-guide@057948d9301426e6165db5fddb5617a971d08b6c:"
-               "latest/ug/networking/managing-coredns.adoc (CoreDNS versions)",
+               "latest/ug/networking/managing-coredns.adoc (CoreDNS versions; 1.34 and 1.35: the same table at "
+               "docs.aws.amazon.com/eks/latest/userguide/managing-coredns.html and "
+               "docs.amazonaws.cn/en_us/eks/latest/userguide/managing-coredns.md)",
     "kube-proxy": "awsdocs/amazon-eks-user-guide@0cc5a7608f9d1162d052bf2a61eddebc3352139f:"
-                  "latest/ug/networking/managing-kube-proxy.adoc (kube-proxy versions)",
+                  "latest/ug/networking/managing-kube-proxy.adoc (kube-proxy versions; 1.34 and 1.35: the same table "
+                  "at docs.aws.amazon.com/eks/latest/userguide/managing-kube-proxy.html and "
+                  "docs.amazonaws.cn/zh_cn/eks/latest/userguide/managing-kube-proxy.md)",
 }
 
 # Kubernetes version -> add-on -> version (ADDON_VERSION_SOURCES). default: EKS's default version, asked at every
@@ -42,6 +47,8 @@ DEFAULT_ADDON_VERSIONS: dict[str, dict[str, str]] = {
     "1.31": {"vpc-cni": "v1.20.1-eksbuild.3", "coredns": "v1.11.4-eksbuild.22", "kube-proxy": "v1.31.3-eksbuild.2"},
     "1.32": {"vpc-cni": "v1.20.1-eksbuild.3", "coredns": "v1.11.4-eksbuild.22"},
     "1.33": {"vpc-cni": "v1.20.1-eksbuild.3", "coredns": "v1.12.3-eksbuild.1"},
+    "1.34": {"coredns": "v1.12.4-eksbuild.1", "kube-proxy": "v1.34.1-eksbuild.2"},
+    "1.35": {"coredns": "v1.14.2-eksbuild.4", "kube-proxy": "v1.35.3-eksbuild.2"},
 }
 
 

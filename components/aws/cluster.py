@@ -18,6 +18,7 @@ import pulumi_kubernetes as k8s
 from components import catalog
 from components.aws import iam
 from components.aws.addons import addon_versions, unpinned_warning
+from components.aws.kms import log_group_key
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
 from components.validation import Problems, check_shape
 
@@ -52,7 +53,12 @@ ADDONS_NEEDING_NODES_ORDERED = tuple(a for a in ADDONS if a in ADDONS_NEEDING_NO
 # Add-on configuration values (the add-on's own JSON schema). The VPC CNI enforces NetworkPolicy only with
 # its network policy agent on; without it the tenant isolation policies are accepted and never applied.
 ADDON_CONFIGURATION: dict[str, dict[str, str]] = {"vpc-cni": {"enableNetworkPolicy": "true"}}
-EBS_CSI_SERVICE_ACCOUNT = ("kube-system", "ebs-csi-controller-sa")
+# Add-ons that call AWS APIs, each through IRSA on its own service account: (role name suffix, namespace, service
+# account, managed policy). The EBS CSI controller's, and the VPC CNI's `aws-node` (its policy is on no node role).
+ADDON_IDENTITIES: dict[str, tuple[str, str, str, str]] = {
+    "vpc-cni": ("vpc-cni", "kube-system", "aws-node", iam.CNI_POLICY),
+    "aws-ebs-csi-driver": ("ebs-csi", "kube-system", "ebs-csi-controller-sa", iam.EBS_CSI_POLICY),
+}
 ADMIN_POLICY_ARN = "arn:aws:eks::aws:cluster-access-policy/AmazonEKSClusterAdminPolicy"
 DEFAULT_SYSTEM_INSTANCE_TYPE = "m7i.2xlarge"
 DEFAULT_SYSTEM_ROOT_VOLUME_GIB = 100
@@ -82,7 +88,7 @@ class GpuClusterArgs(TypedDict):
     """Arguments of a GpuCluster."""
 
     kubernetes_version: str
-    """EKS Kubernetes version, e.g. 1.34."""
+    """EKS Kubernetes version, e.g. 1.35 (components/aws/versions.py: when each leaves standard support)."""
     vpc_id: pulumi.Input[str]
     """The cluster's VPC."""
     subnet_ids: list[pulumi.Input[str]]
@@ -254,8 +260,11 @@ class GpuCluster(pulumi.ComponentResource):
         kept = pulumi.ResourceOptions(parent=self, protect=protect)
         key = aws.kms.Key(f"{name}-secrets", description=f"EKS secrets envelope encryption for {cluster_name}",
                           enable_key_rotation=True, deletion_window_in_days=30, opts=kept)
+        log_group = f"/aws/eks/{cluster_name}/cluster"  # the name EKS writes its control-plane logs to
+        log_key = log_group_key(f"{name}-control-plane-logs", log_group=log_group, opts=child,
+                                description=f"CloudWatch Logs encryption of EKS control-plane logs of {cluster_name}")
         logs = aws.cloudwatch.LogGroup(
-            f"{name}-control-plane", name=f"/aws/eks/{cluster_name}/cluster",
+            f"{name}-control-plane", name=log_group, kms_key_id=log_key.arn,
             retention_in_days=args.get("log_retention_days", DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS), opts=child)
         self.eks = aws.eks.Cluster(  # type: ignore[call-overload]  # nested inputs as plain dicts
             f"{name}-eks",
@@ -345,9 +354,10 @@ class GpuCluster(pulumi.ComponentResource):
         version (DescribeAddonVersions' defaultVersion, not `mostRecent`), which EKS moves within a Kubernetes
         version (a new eksbuild, applied by OVERWRITE at the next unrelated `pulumi up`): the cluster warns, naming
         the key that pins it."""
-        ebs_role = iam.irsa_role(f"{name}-ebs-csi", cluster=self, namespace=EBS_CSI_SERVICE_ACCOUNT[0],
-                                 service_account=EBS_CSI_SERVICE_ACCOUNT[1],
-                                 managed_policy_arns=(iam.EBS_CSI_POLICY,), opts=pulumi.ResourceOptions(parent=self))
+        roles = {addon: iam.irsa_role(f"{name}-{suffix}", cluster=self, namespace=namespace,
+                                      service_account=account, managed_policy_arns=(policy,),
+                                      opts=pulumi.ResourceOptions(parent=self))
+                 for addon, (suffix, namespace, account, policy) in ADDON_IDENTITIES.items()}
         decided = addon_versions(ADDONS, kubernetes_version=kubernetes_version, pinned=pinned)
         if decided.unresolved:
             pulumi.log.warn(unpinned_warning(decided.unresolved, kubernetes_version=kubernetes_version), resource=self)
@@ -361,7 +371,7 @@ class GpuCluster(pulumi.ComponentResource):
                 configuration_values=addon_configuration(addon),
                 resolve_conflicts_on_create="OVERWRITE",
                 resolve_conflicts_on_update="OVERWRITE",
-                service_account_role_arn=iam.arn_with_policies(ebs_role) if addon == "aws-ebs-csi-driver" else None,
+                service_account_role_arn=iam.arn_with_policies(roles[addon]) if addon in roles else None,
                 opts=pulumi.ResourceOptions(parent=self,
                                             depends_on=[system] if addon in ADDONS_NEEDING_NODES else None),
             ) for addon in ADDONS}

@@ -9,22 +9,21 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import pulumi
 import pulumi_aws as aws
 
 from components.validation import Problems
 
-if TYPE_CHECKING:
-    from components.aws.cluster import GpuCluster
-
 __all__ = [
     "AWS_MANAGED_POLICY",
     "CLUSTER_POLICIES",
     "NODE_POLICIES",
     "EBS_CSI_POLICY",
+    "CNI_POLICY",
     "STS_AUDIENCE",
+    "OidcIssuer",
     "service_trust_policy",
     "irsa_trust_policy",
     "wildcard_statements",
@@ -37,15 +36,25 @@ __all__ = [
 
 AWS_MANAGED_POLICY = "arn:aws:iam::aws:policy/"
 CLUSTER_POLICIES = (f"{AWS_MANAGED_POLICY}AmazonEKSClusterPolicy",)
-# Exactly what a node needs: join the cluster, run the VPC CNI, pull from ECR, be reachable by SSM.
+# Exactly what a node needs: join the cluster, pull from ECR, be reachable by SSM. Not the VPC CNI's policy: the CNI
+# gets it through IRSA on its own service account (CNI_POLICY), so no pod on a node inherits the right to attach and
+# detach network interfaces (EKS user guide, cni-iam-role: "we recommend ... the IAM role for service accounts").
 NODE_POLICIES = (
     f"{AWS_MANAGED_POLICY}AmazonEKSWorkerNodePolicy",
-    f"{AWS_MANAGED_POLICY}AmazonEKS_CNI_Policy",
     f"{AWS_MANAGED_POLICY}AmazonEC2ContainerRegistryReadOnly",
     f"{AWS_MANAGED_POLICY}AmazonSSMManagedInstanceCore",
 )
+CNI_POLICY = f"{AWS_MANAGED_POLICY}AmazonEKS_CNI_Policy"
 EBS_CSI_POLICY = f"{AWS_MANAGED_POLICY}service-role/AmazonEBSCSIDriverPolicy"
 STS_AUDIENCE = "sts.amazonaws.com"
+
+
+class OidcIssuer(Protocol):
+    """What an IRSA role trusts: a cluster's OIDC provider (components.aws.cluster.GpuCluster is one). The type lives
+    here, below the cluster, so the cluster's module and this one do not need each other."""
+
+    oidc_provider_arn: pulumi.Output[str]
+    oidc_issuer: pulumi.Output[str]  # host/path, without https://
 
 
 def service_trust_policy(service: str) -> str:
@@ -147,7 +156,7 @@ def node_role(name: str, *, opts: pulumi.ResourceOptions | None = None) -> aws.i
 def irsa_role(
     name: str,
     *,
-    cluster: GpuCluster,
+    cluster: OidcIssuer,
     namespace: str,
     service_account: str,
     managed_policy_arns: Sequence[str] = (),

@@ -14,24 +14,22 @@ one service account of the cluster's OIDC provider and reaches this bucket only.
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, NotRequired, TypedDict
+from typing import Any, NotRequired, TypedDict
 
 import pulumi
 import pulumi_aws as aws
 
-from components.aws.iam import add_policy, arn_with_policies, irsa_role
+from components.aws.iam import OidcIssuer, add_policy, arn_with_policies, irsa_role
 from components.validation import Problems
 from components.vocabulary import LOKI_INDEX_TABLE_PREFIX
 
-if TYPE_CHECKING:
-    from components.aws.cluster import GpuCluster
-
-__all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "OBJECT_ACTIONS", "LOKI_TENANT",
-           "LOKI_INDEX_TABLE_PREFIX", "EXPIRING_PREFIXES", "tls_only_policy", "bucket_access_policy",
-           "expiration_days", "lifecycle_rules", "LogStore"]
+__all__ = ["LogStoreArgs", "DEFAULT_LOG_RETENTION_DAYS", "LIFECYCLE_GRACE_DAYS", "NONCURRENT_VERSION_DAYS",
+           "OBJECT_ACTIONS", "LOKI_TENANT", "LOKI_INDEX_TABLE_PREFIX", "EXPIRING_PREFIXES", "tls_only_policy",
+           "bucket_access_policy", "expiration_days", "lifecycle_rules", "LogStore"]
 
 DEFAULT_LOG_RETENTION_DAYS = 15
 LIFECYCLE_GRACE_DAYS = 1  # the compactor deletes at the retention; S3 expires a day later as a backstop
+NONCURRENT_VERSION_DAYS = 7  # how long a deleted or overwritten object can be restored (bucket versioning)
 OBJECT_ACTIONS = ("s3:GetObject", "s3:PutObject", "s3:DeleteObject")  # Loki reads, writes and compacts chunks
 # Loki 3.x's object keys (grafana/loki v3.6.x): with auth_enabled false every request is tenant `fake`
 # (pkg/util/fakeauth) and v12+ schemas write chunks at `<tenant>/<fingerprint>/<from>:<through>:<checksum>`
@@ -71,11 +69,17 @@ def expiration_days(retention_days: int) -> int:
 
 
 def lifecycle_rules(retention_days: int) -> list[dict[str, Any]]:
-    """Expire chunks and index tables a day after the retention; abort stale multipart uploads anywhere."""
+    """Expire chunks and index tables a day after the retention; keep an overwritten or deleted object's old version
+    NONCURRENT_VERSION_DAYS (versioning: an object deleted by mistake, by the compactor or by hand, can be restored
+    meanwhile), then remove it and the delete markers left alone; abort stale multipart uploads anywhere."""
     expire = [{"id": f"expire-{what}", "status": "Enabled", "filter": {"prefix": prefix},
                "expiration": {"days": expiration_days(retention_days)}} for what, prefix in EXPIRING_PREFIXES.items()]
-    return [*expire, {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
-                      "abort_incomplete_multipart_upload": {"days_after_initiation": 1}}]
+    return [*expire,
+            {"id": "expire-noncurrent-versions", "status": "Enabled", "filter": {},
+             "noncurrent_version_expiration": {"noncurrent_days": NONCURRENT_VERSION_DAYS},
+             "expiration": {"expired_object_delete_marker": True}},
+            {"id": "abort-incomplete-uploads", "status": "Enabled", "filter": {},
+             "abort_incomplete_multipart_upload": {"days_after_initiation": 1}}]
 
 
 class LogStore(pulumi.ComponentResource):
@@ -89,7 +93,7 @@ class LogStore(pulumi.ComponentResource):
     bucket_arn: pulumi.Output[str]
     role_arn: pulumi.Output[str]
 
-    def __init__(self, name: str, args: LogStoreArgs, *, cluster: GpuCluster,
+    def __init__(self, name: str, args: LogStoreArgs, *, cluster: OidcIssuer,
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:aws:LogStore", name, None, opts)
         retention = args.get("retention_days", DEFAULT_LOG_RETENTION_DAYS)
@@ -104,16 +108,20 @@ class LogStore(pulumi.ComponentResource):
         aws.s3.BucketPublicAccessBlock(f"{name}-public-access", bucket=bucket.id, block_public_acls=True,
                                        block_public_policy=True, ignore_public_acls=True,
                                        restrict_public_buckets=True, opts=on_bucket)
+        # versioning: a deleted or overwritten object (the ruler's rules, the delete-request store, chunks) keeps its
+        # previous version NONCURRENT_VERSION_DAYS (the lifecycle then removes it); S3 user guide, "Versioning"
+        versioning = aws.s3.BucketVersioning(f"{name}-versioning", bucket=bucket.id,
+                                             versioning_configuration={"status": "Enabled"}, opts=on_bucket)
         aws.s3.BucketServerSideEncryptionConfiguration(
             f"{name}-encryption", bucket=bucket.id,
             rules=[{"apply_server_side_encryption_by_default": {"sse_algorithm": "AES256"}}], opts=on_bucket)
         aws.s3.BucketPolicy(f"{name}-tls-only", bucket=bucket.id,
                             policy=bucket.arn.apply(lambda arn: json.dumps(tls_only_policy(arn), sort_keys=True)),
                             opts=on_bucket)
-        aws.s3.BucketLifecycleConfiguration(
+        aws.s3.BucketLifecycleConfiguration(  # S3 asks for versioning before rules on noncurrent versions
             f"{name}-lifecycle", bucket=bucket.id,
             rules=lifecycle_rules(retention),  # type: ignore[arg-type]  # engine-shaped dicts, as the schema allows
-            opts=on_bucket)
+            opts=pulumi.ResourceOptions(parent=bucket, depends_on=[versioning]))
         # The bucket's ARN is known only after creation: the role's policy is its own child resource.
         self.role = irsa_role(f"{name}-irsa", cluster=cluster, namespace=args["namespace"],
                               service_account=args["service_account"], opts=child)

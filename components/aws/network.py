@@ -13,6 +13,7 @@ import pulumi
 import pulumi_aws as aws
 
 from components.aws import iam
+from components.aws.kms import log_group_key
 from components.validation import Problems, check_shape
 
 __all__ = [
@@ -197,7 +198,11 @@ class Network(pulumi.ComponentResource):
 
     @staticmethod
     def _flow_logs(name: str, vpc: aws.ec2.Vpc, retention_days: int, opts: pulumi.ResourceOptions) -> None:
-        group = aws.cloudwatch.LogGroup(f"{name}-flow-logs", retention_in_days=retention_days, opts=opts)
+        # pulumi auto-names the group `<name>-flow-logs-<7 hex>`: the key serves those names only
+        key = log_group_key(f"{name}-flow-logs", log_group=f"{name}-flow-logs-*", opts=opts,
+                            description=f"CloudWatch Logs encryption of the VPC flow logs of {name}")
+        group = aws.cloudwatch.LogGroup(f"{name}-flow-logs", retention_in_days=retention_days, kms_key_id=key.arn,
+                                        opts=opts)
         invoke = pulumi.InvokeOutputOptions(parent=opts.parent)
         trust = pulumi.Output.all(aws.get_caller_identity_output(opts=invoke).account_id,
                                   aws.get_region_output(opts=invoke).region,

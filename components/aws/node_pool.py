@@ -31,6 +31,7 @@ from components.aws.nodes import (
     efa_network_interfaces,
     efa_security_group,
     node_group,
+    tag_problems,
 )
 from components.nodes import (
     DEFAULT_CPU_ROOT_VOLUME_GIB,
@@ -213,7 +214,7 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     if hugepages < 0 or hugepages % 2:
         problems.add("hugepagesMib", f"{hugepages} must be a non-negative multiple of 2 (2 MiB pages)")
     problems.raise_any()
-    return NodeGroupSpec(
+    spec = NodeGroupSpec(
         pool=args.get("pool_name", name),
         instance_type=itype,
         ami_type=AMI_TYPE_GPU if inst.has_gpu else AMI_TYPE_CPU,
@@ -230,6 +231,10 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
         block_drain_minutes=drain,
         placement_group=placement,
     )
+    for path, message in tag_problems(spec):  # node-template tags AWS would refuse on the node group and its ASG
+        problems.add(path, message)
+    problems.raise_any()
+    return spec
 
 
 def _now(now: str | None) -> datetime.datetime | None:

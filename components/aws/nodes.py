@@ -62,6 +62,9 @@ __all__ = [
     "node_labels",
     "eks_taints",
     "node_template_tags",
+    "tag_problems",
+    "MAX_TAG_KEY_CHARS",
+    "MAX_TAGS_PER_RESOURCE",
     "autoscaler_tags",
     "capacity_options",
     "node_group_instance_types",
@@ -252,6 +255,33 @@ def node_template_tags(spec: NodeGroupSpec) -> dict[str, str]:
     if spec.hugepages_mib:
         tags[f"{template}/resources/{HUGEPAGES_RESOURCE}"] = f"{spec.hugepages_mib}Mi"
     return tags
+
+
+# AWS tags (EC2, Auto Scaling, EKS): keys of at most 128 characters, at most 50 user tags per resource (AWS General
+# Reference, "Tagging AWS resources": tag naming limits and requirements). A label becomes the template tag
+# `k8s.io/cluster-autoscaler/node-template/label/<key>` (46 characters before the key), so a label key of more than
+# 82 characters, or a pool with many labels and taints, is a tag AWS refuses on the node group and its ASG.
+MAX_TAG_KEY_CHARS = 128
+MAX_TAGS_PER_RESOURCE = 50
+
+
+def tag_problems(spec: NodeGroupSpec) -> list[tuple[str, str]]:
+    """(property path, message) for every template tag whose key AWS refuses, and for more tags than AWS allows on
+    the node group or its Auto Scaling group."""
+    template = f"{AUTOSCALER_TAG}/node-template"
+    out = [(f"labels.{key}", f"the key makes the cluster-autoscaler tag '{template}/label/{key}' "
+                             f"({len(template) + 7 + len(key)} characters); AWS tag keys take at most "
+                             f"{MAX_TAG_KEY_CHARS}: shorten the label key to {MAX_TAG_KEY_CHARS - len(template) - 7} "
+                             "characters or fewer")
+           for key in sorted(spec.labels) if len(f"{template}/label/{key}") > MAX_TAG_KEY_CHARS]
+    out += [(f"taints[{i}].key", f"the key makes the cluster-autoscaler tag '{template}/taint/{t.key}', longer than "
+                                 f"the {MAX_TAG_KEY_CHARS} characters AWS allows a tag key")
+            for i, t in enumerate(spec.taints) if len(f"{template}/taint/{t.key}") > MAX_TAG_KEY_CHARS]
+    if (n := len(autoscaler_tags("cluster", spec))) > MAX_TAGS_PER_RESOURCE:  # the name changes no count
+        out.append(("labels", f"{len(spec.labels)} labels make the node group {n} tags (one per label, taint and "
+                              f"extended resource, and the autoscaler's own); AWS allows {MAX_TAGS_PER_RESOURCE} per "
+                              f"resource: drop {n - MAX_TAGS_PER_RESOURCE} label(s)"))
+    return out
 
 
 def autoscaler_tags(cluster_name: str, spec: NodeGroupSpec) -> dict[str, str]:

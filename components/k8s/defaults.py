@@ -19,7 +19,7 @@ __all__ = [
 ]
 
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
-DEFAULT_KUBERNETES_VERSION = "1.34"  # the cluster's minor version (Pod Security labels, chart choices)
+DEFAULT_KUBERNETES_VERSION = "1.35"  # the cluster's minor version (Pod Security labels, chart choices)
 DEFAULT_GATEWAY_NAMESPACE = "aifactory-gateway"  # where the Envoy gateway runs
 DEFAULT_MONITORING_NAMESPACE = "monitoring"  # where Prometheus and the OpenTelemetry Collector run
 # A multi-node replica's Ray group formation: the leader's wait for its workers to join (vLLM's

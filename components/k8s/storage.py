@@ -1,11 +1,14 @@
-"""Storage: the one StorageClass every claim the kit (or a chart it installs) creates names explicitly.
+"""Storage: the StorageClasses every claim the kit (or a chart it installs) creates names explicitly.
 
 EKS clusters created at 1.30 or later have no default StorageClass (EKS user guide, "Storage classes"),
 so a claim without a class stays Pending and the Helm release that made it times out. On AWS the kit
-creates an encrypted gp3 class for the EBS CSI driver, marks it the cluster default (for claims of charts
-that cannot name one) and orders it after the EBS CSI add-on; every claim of the kit names it. On an
-existing cluster the class is the stack's `target.storageClass` (required: the kit cannot know which
-classes exist there, nor whether one is the default).
+creates two encrypted gp3 classes for the EBS CSI driver, ordered after the EBS CSI add-on: `aifactory-gp3` at gp3's
+baseline (3,000 IOPS, 125 MiB/s, which EC2 gives a volume of any size), the cluster default, named by the backends'
+claims (Prometheus, Alertmanager, Loki, Jaeger) and any small claim; and `aifactory-gp3-fast` at gp3's maximum
+throughput for model caches, which fits only claims of FAST_MIN_GIB and more (components/volumes.py: EC2 refuses
+4,000 IOPS on a 1 GiB volume, so Alertmanager's 1 GiB claim on it would stay Pending). `cache_storage_class_name`
+picks the fast class only for a claim it fits. On an existing cluster the class is the stack's `target.storageClass`
+(required: the kit cannot know which classes exist there, nor whether one is the default).
 
 Model caches: on types with NVMe instance store (p4d/p5/p5en/p6) the cache is shared by the node's pods of a
 model, one download per node: nodeadm RAID0s the drives at /mnt/k8s-disks/0 (LocalStorageOptions.MountPath
@@ -33,6 +36,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import coldstart, naming, security
+from components.volumes import gp3_min_size_gib
 
 __all__ = [
     "NODE_CACHE_ROOT",
@@ -41,20 +45,27 @@ __all__ = [
     "node_cache_objects",
     "cache_prep_daemonset",
     "MODEL_CACHE_STORAGE_CLASS",
+    "FAST_STORAGE_CLASS",
+    "FAST_MIN_GIB",
     "EBS_CSI_PROVISIONER",
     "DEFAULT_CLASS_ANNOTATION",
     "cache_storage_class_name",
     "storage_class",
+    "storage_classes",
     "ModelCacheStorage",
 ]
 
-MODEL_CACHE_STORAGE_CLASS = "aifactory-gp3"
+MODEL_CACHE_STORAGE_CLASS = "aifactory-gp3"  # the general class (the name the backends' claims have always named)
+FAST_STORAGE_CLASS = "aifactory-gp3-fast"
 EBS_CSI_PROVISIONER = "ebs.csi.aws.com"
+# aws-ebs-csi-driver docs/parameters.md: `type`, `encrypted` (the account's default EBS key, aws/ebs), `iops`,
+# `throughput` (MiB/s, gp3 only). The general class provisions nothing beyond gp3's baseline, so it fits any size.
+EBS_PARAMETERS = {"type": "gp3", "encrypted": "true"}
 # gp3 at its maximum throughput instead of the 125 MiB/s baseline, with the IOPS that throughput needs
-# (0.25 MiB/s per IOPS): a 140 GB model reads in ~2.2 minutes instead of ~18 (coldstart.py). aws-ebs-csi-driver
-# docs/parameters.md: `iops`, `throughput` (MiB/s, gp3 only). The account's default EBS key (aws/ebs).
-EBS_PARAMETERS = {"type": "gp3", "encrypted": "true", "iops": str(coldstart.DEFAULT_GP3_IOPS),
-                  "throughput": str(coldstart.DEFAULT_GP3_THROUGHPUT_MIBPS)}
+# (0.25 MiB/s per IOPS): a 140 GB model reads in ~2.2 minutes instead of ~18 (coldstart.py).
+FAST_EBS_PARAMETERS = {**EBS_PARAMETERS, "iops": str(coldstart.DEFAULT_GP3_IOPS),
+                       "throughput": str(coldstart.DEFAULT_GP3_THROUGHPUT_MIBPS)}
+FAST_MIN_GIB = gp3_min_size_gib(FAST_EBS_PARAMETERS)  # 8 GiB: 4,000 IOPS at 500 per GiB
 # The annotation that makes a class the default for claims that name none (Kubernetes docs, "Change the
 # default StorageClass"; DefaultStorageClass admission plugin).
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
@@ -156,39 +167,52 @@ class StorageView(Protocol):
     def target(self) -> StorageTargetView: ...
 
 
-def cache_storage_class_name(cfg: StorageView) -> str:
-    """The StorageClass every claim of the stack names: the kit's gp3 class on AWS, `target.storageClass`
-    on an existing cluster."""
+def cache_storage_class_name(cfg: StorageView, *, size_gib: int | None = None) -> str:
+    """The StorageClass a claim of the stack names: on AWS the fast gp3 class for a claim of `size_gib` it fits
+    (FAST_MIN_GIB and more: model caches), else the general one; `target.storageClass` on an existing cluster."""
     if cfg.is_aws:
-        return MODEL_CACHE_STORAGE_CLASS
+        return FAST_STORAGE_CLASS if size_gib is not None and size_gib >= FAST_MIN_GIB else MODEL_CACHE_STORAGE_CLASS
     assert cfg.target.storage_class is not None  # parse() requires it for provider existing
     return cfg.target.storage_class
 
 
-def storage_class() -> dict[str, Any]:
-    """The gp3 StorageClass (cluster-scoped, the cluster default); expandable, deleted with its claim."""
+def storage_class(*, fast: bool = False) -> dict[str, Any]:
+    """A gp3 StorageClass (cluster-scoped; the general one is the cluster default); expandable, deleted with its
+    claim."""
+    annotations = {} if fast else {"annotations": {DEFAULT_CLASS_ANNOTATION: "true"}}
     return {"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-            "metadata": {"name": MODEL_CACHE_STORAGE_CLASS, "labels": dict(naming.MANAGED_BY),
-                         "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+            "metadata": {"name": FAST_STORAGE_CLASS if fast else MODEL_CACHE_STORAGE_CLASS,
+                         "labels": dict(naming.MANAGED_BY), **annotations},
             "provisioner": EBS_CSI_PROVISIONER,
-            "parameters": dict(EBS_PARAMETERS),
+            "parameters": dict(FAST_EBS_PARAMETERS if fast else EBS_PARAMETERS),
             "reclaimPolicy": "Delete",
             "volumeBindingMode": "WaitForFirstConsumer",
             "allowVolumeExpansion": True}
 
 
+def storage_classes() -> list[dict[str, Any]]:
+    """The general class, then the fast one."""
+    return [storage_class(), storage_class(fast=True)]
+
+
 class ModelCacheStorage(pulumi.ComponentResource):
-    """The gp3 StorageClass of AWS stacks, after the add-ons that provision it (`after`: the EBS CSI add-on)."""
+    """The gp3 StorageClasses of AWS stacks, after the add-ons that provision them (`after`: the EBS CSI add-on).
+
+    `storage_class` is the general class (its Pulumi name unchanged); `fast_storage_class` the model caches'. The
+    general class's parameters changed (no provisioned IOPS): Kubernetes refuses a change of a class's parameters, so
+    Pulumi replaces it (same name: delete, then create); claims bound before keep their volumes."""
 
     storage_class: k8s.storage.v1.StorageClass
+    fast_storage_class: k8s.storage.v1.StorageClass
 
     def __init__(self, name: str, *, after: Sequence[pulumi.Resource] = (),
                  opts: pulumi.ResourceOptions | None = None) -> None:
         super().__init__("aifactory:k8s:ModelCacheStorage", name, None, opts)
-        sc = storage_class()
-        self.storage_class = k8s.storage.v1.StorageClass(
-            f"{name}-storageclass", metadata=sc["metadata"], provisioner=sc["provisioner"],
+        made = [k8s.storage.v1.StorageClass(
+            f"{name}-storageclass{suffix}", metadata=sc["metadata"], provisioner=sc["provisioner"],
             parameters=sc["parameters"], reclaim_policy=sc["reclaimPolicy"],
             volume_binding_mode=sc["volumeBindingMode"], allow_volume_expansion=sc["allowVolumeExpansion"],
             opts=pulumi.ResourceOptions(parent=self, depends_on=list(after)))
-        self.register_outputs({"storageClass": MODEL_CACHE_STORAGE_CLASS})
+            for suffix, sc in zip(("", "-fast"), storage_classes(), strict=True)]
+        self.storage_class, self.fast_storage_class = made
+        self.register_outputs({"storageClass": MODEL_CACHE_STORAGE_CLASS, "fastStorageClass": FAST_STORAGE_CLASS})

@@ -58,6 +58,7 @@ from policies.preflight.schedule import (
     system_reserve,
 )
 from policies.preflight.storage import claims, storage_findings
+from policies.preflight.volumes import volume_fit_findings
 
 __all__ = [
     "Res",
@@ -77,6 +78,7 @@ __all__ = [
     "pod_security_findings",
     "claims",
     "storage_findings",
+    "volume_fit_findings",
     "crd_order_findings",
     "await_findings",
     "release_order_findings",

@@ -15,6 +15,7 @@ from policies.preflight.pod_security import pod_security_findings
 from policies.preflight.quota import quota_findings
 from policies.preflight.resources import from_policy_resources
 from policies.preflight.sizes import size_validate
+from policies.preflight.volumes import volume_fit_findings
 
 __all__ = [
     "RULES",
@@ -22,8 +23,9 @@ __all__ = [
 ]
 
 
-RULES = ("quota-admission", "pod-security-admission", "storage-class", "crd-before-custom-resource",
-         "await-timeout", "release-bring-up-order", "api-endpoint-reachable", "schedulable", "fidelity-gate")
+RULES = ("quota-admission", "pod-security-admission", "storage-class", "volume-fits-class",
+         "crd-before-custom-resource", "await-timeout", "release-bring-up-order", "api-endpoint-reachable",
+         "schedulable", "fidelity-gate")
 
 
 def _stack_check(rule: Any) -> Any:
@@ -64,6 +66,15 @@ POLICIES = [
         severity=Severity.HIGH, enforcement=MANDATORY,
         remediation="Meet the level's controls (components/k8s/security.py); for sidecars use the Istio CNI plugin.",
         check=_stack_check(pod_security_findings),
+    ),
+    stack_policy(
+        name="volumes-fit-their-class",
+        description="Every claim on an EBS CSI gp3 StorageClass is large enough for the IOPS and throughput the class "
+                    "provisions (500 IOPS per GiB, 0.25 MiB/s per IOPS), so EC2 creates its volume.",
+        severity=Severity.HIGH, enforcement=MANDATORY,
+        remediation="Put small claims on a class without provisioned IOPS (the kit's aifactory-gp3), or size the claim "
+                    "to the class (components/volumes.py gp3_min_size_gib).",
+        check=_stack_check(volume_fit_findings),
     ),
     stack_policy(
         name="crds-before-custom-resources",

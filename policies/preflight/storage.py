@@ -32,6 +32,7 @@ class Claim:
     res: Res
     where: str
     storage_class: str | None  # None: no storageClassName (the cluster's default class)
+    size: Any = None  # the requested storage quantity ("1Gi"), where the object or the values say it
 
 
 def _helm_claims(r: Res) -> list[Claim]:
@@ -45,22 +46,25 @@ def _helm_claims(r: Res) -> list[Claim]:
     chart = chart_of(r)
     out: list[Claim] = []
 
-    def add(where: str, cls: Any) -> None:
-        out.append(Claim(r, f"values.{where}", str(cls) if cls not in (None, "", "-") else None))
+    def add(where: str, cls: Any, size: Any = None) -> None:
+        out.append(Claim(r, f"values.{where}", str(cls) if cls not in (None, "", "-") else None, size))
 
     if chart == "loki":
         mode = v.get("deploymentMode", "SimpleScalable")
         if mode == "SingleBinary" and int(get_path(v, "singleBinary", "replicas", default=1) or 0) > 0 \
                 and get_path(v, "singleBinary", "persistence", "enabled", default=True):
-            add("singleBinary.persistence", get_path(v, "singleBinary", "persistence", "storageClass"))
+            add("singleBinary.persistence", get_path(v, "singleBinary", "persistence", "storageClass"),
+                get_path(v, "singleBinary", "persistence", "size"))
         if mode != "SingleBinary":
             for target in ("write", "backend"):
                 if int(get_path(v, target, "replicas", default=1) or 0) > 0 and \
                         get_path(v, target, "persistence", "volumeClaimsEnabled", default=True):
-                    add(f"{target}.persistence", get_path(v, target, "persistence", "storageClass"))
+                    add(f"{target}.persistence", get_path(v, target, "persistence", "storageClass"),
+                        get_path(v, target, "persistence", "size"))
         if get_path(v, "minio", "enabled", default=False) and \
                 get_path(v, "minio", "persistence", "enabled", default=True):
-            add("minio.persistence", get_path(v, "minio", "persistence", "storageClass"))
+            add("minio.persistence", get_path(v, "minio", "persistence", "storageClass"),
+                get_path(v, "minio", "persistence", "size"))
     elif chart == "kube-prometheus-stack":
         for where, path in (("prometheus.prometheusSpec.storageSpec",
                              ("prometheus", "prometheusSpec", "storageSpec", "volumeClaimTemplate")),
@@ -68,12 +72,18 @@ def _helm_claims(r: Res) -> list[Claim]:
                              ("alertmanager", "alertmanagerSpec", "storage", "volumeClaimTemplate"))):
             tpl = get_path(v, *path)
             if isinstance(tpl, Mapping):
-                add(where, get_path(tpl, "spec", "storageClassName"))
+                add(where, get_path(tpl, "spec", "storageClassName"), _requested(tpl.get("spec")))
         if get_path(v, "grafana", "persistence", "enabled", default=False):
-            add("grafana.persistence", get_path(v, "grafana", "persistence", "storageClassName"))
+            add("grafana.persistence", get_path(v, "grafana", "persistence", "storageClassName"),
+                get_path(v, "grafana", "persistence", "size"))
     elif chart == "jaeger" and get_path(v, "provisionDataStore", "cassandra", default=False):
-        add("cassandra.persistence", get_path(v, "cassandra", "persistence", "storageClass"))
+        add("cassandra.persistence", get_path(v, "cassandra", "persistence", "storageClass"),
+            get_path(v, "cassandra", "persistence", "size"))
     return out
+
+
+def _requested(spec: Any) -> Any:
+    return get_path(spec, "resources", "requests", "storage") if isinstance(spec, Mapping) else None
 
 
 def claims(resources: Sequence[Res]) -> list[Claim]:
@@ -82,10 +92,11 @@ def claims(resources: Sequence[Res]) -> list[Claim]:
     out: list[Claim] = []
     for r in resources:
         if r.kind == "PersistentVolumeClaim" and r.group in CORE:
-            out.append(Claim(r, "spec", get_path(r.props, "spec", "storageClassName")))
+            out.append(Claim(r, "spec", get_path(r.props, "spec", "storageClassName"), _requested(r.props.get("spec"))))
         elif r.kind == "StatefulSet":
             for i, tpl in enumerate(get_path(r.props, "spec", "volumeClaimTemplates", default=()) or ()):
-                out.append(Claim(r, f"spec.volumeClaimTemplates[{i}]", get_path(tpl, "spec", "storageClassName")))
+                out.append(Claim(r, f"spec.volumeClaimTemplates[{i}]", get_path(tpl, "spec", "storageClassName"),
+                                 _requested(tpl.get("spec"))))
         elif r.type == kube.HELM_RELEASE:
             out.extend(_helm_claims(r))
     for t in pod_templates(resources):
@@ -93,7 +104,7 @@ def claims(resources: Sequence[Res]) -> list[Claim]:
             tpl = get_path(v, "ephemeral", "volumeClaimTemplate")
             if isinstance(tpl, Mapping):
                 out.append(Claim(t.res, f"{t.where}.volumes[{v.get('name')}].ephemeral",
-                                 get_path(tpl, "spec", "storageClassName")))
+                                 get_path(tpl, "spec", "storageClassName"), _requested(tpl.get("spec"))))
     return out
 
 

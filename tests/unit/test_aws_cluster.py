@@ -40,7 +40,7 @@ def test_prod_eks_endpoint_answers_its_deployer_only_encrypted_and_logs_everythi
     only inside the VPC (EKS user guide, cluster-endpoint), so the same program could not create its
     Kubernetes objects. The public endpoint answers the runners' egress CIDR only."""
     (eks,) = of(prod, EKS)
-    (key,) = of(prod, "aws:kms/key:Key")
+    (key,) = [k for k in of(prod, "aws:kms/key:Key") if k.name.endswith("-secrets")]
     assert eks.inputs["vpcConfig"]["endpointPrivateAccess"] is True
     assert eks.inputs["vpcConfig"]["endpointPublicAccess"] is True
     assert eks.inputs["vpcConfig"]["publicAccessCidrs"] == ["198.51.100.0/28"]
@@ -49,7 +49,7 @@ def test_prod_eks_endpoint_answers_its_deployer_only_encrypted_and_logs_everythi
     assert eks.inputs["enabledClusterLogTypes"] == ["api", "audit", "authenticator", "controllerManager", "scheduler"]
     # prod lists its admins: EKS's own creator entry is off, or listing the deploying role would fail with 409
     assert eks.inputs["accessConfig"] == {"authenticationMode": "API", "bootstrapClusterCreatorAdminPermissions": False}
-    assert eks.inputs["version"] == "1.34"
+    assert eks.inputs["version"] == "1.35"
 
 
 def test_private_api_access_with_a_deployer_in_the_vpc_has_no_public_endpoint() -> None:
@@ -248,10 +248,11 @@ def test_what_uses_a_role_records_its_policy_attachments_so_destroy_detaches_the
     (eks,) = of(prod, EKS)
     assert policies_of(eks) == {"AmazonEKSClusterPolicy"}
     for ng in of(prod, "aws:eks/nodeGroup:NodeGroup"):
-        assert policies_of(ng) == {"AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy",
-                                   "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore"}, ng.name
-    (ebs,) = [a for a in of(prod, "aws:eks/addon:Addon") if a.inputs["addonName"] == "aws-ebs-csi-driver"]
-    assert policies_of(ebs) == {"AmazonEBSCSIDriverPolicy"}
+        assert policies_of(ng) == {"AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly",
+                                   "AmazonSSMManagedInstanceCore"}, ng.name  # the CNI's policy: IRSA (issue 45)
+    addons = {a.inputs["addonName"]: a for a in of(prod, "aws:eks/addon:Addon")}
+    assert policies_of(addons["aws-ebs-csi-driver"]) == {"AmazonEBSCSIDriverPolicy"}
+    assert policies_of(addons["vpc-cni"]) == {"AmazonEKS_CNI_Policy"}
 
 
 def test_the_stacks_aws_profile_and_account_guards_reach_the_kits_provider_and_kubeconfig() -> None:
@@ -290,8 +291,11 @@ def test_addons_run_ekss_default_version_for_the_clusters_kubernetes_version(mon
         return real_call(self, args)
 
     monkeypatch.setattr(PlatformMocks, "call", call)
-    res = run_program("prod", read_stack_config(stack_file("prod"))).resources
-    k8s_version = "1.34"  # stacks/Pulumi.prod.yaml aifactory:kubernetesVersion
+    k8s_version = "1.36"  # supported, and in no row of the kit's table; prod's pins taken out
+    values = read_stack_config(stack_file("prod"))
+    cluster = {k: v for k, v in json.loads(values["aifactory:cluster"]).items() if k != "addonVersions"}
+    res = run_program("prod", {**values, "aifactory:kubernetesVersion": k8s_version,
+                               "aifactory:cluster": json.dumps(cluster)}).resources
     assert sorted((a["addonName"], a["kubernetesVersion"], a.get("mostRecent")) for a in asked) == [
         (name, k8s_version, None) for name in ("aws-ebs-csi-driver", "coredns", "kube-proxy", "vpc-cni")]
     assert {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")} == {
@@ -318,7 +322,7 @@ def test_pinned_addon_versions_are_used_as_given_and_never_asked_for(monkeypatch
     res = run_program("dev", {**values, "aifactory:cluster": json.dumps(cluster)}).resources
     versions = {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")}
     assert (versions["vpc-cni"], versions["coredns"]) == ("v1.20.4-eksbuild.2", "v1.12.3-eksbuild.1")
-    assert sorted(asked) == ["aws-ebs-csi-driver", "kube-proxy"]
+    assert sorted(asked) == ["aws-ebs-csi-driver"]  # kube-proxy: the kit's default for 1.35
 
 
 @pytest.mark.parametrize(("pins", "problem"), [
@@ -384,6 +388,8 @@ def test_a_known_kubernetes_version_never_asks_eks_for_its_add_ons_and_the_rest_
     monkeypatch.setattr(PlatformMocks, "call", call)
     monkeypatch.setattr(pulumi.log, "warn", lambda msg, *a, **k: warned.append(msg))
     values = {**read_stack_config(stack_file("dev")), "aifactory:kubernetesVersion": "1.33"}
+    values["aifactory:cluster"] = json.dumps({k: v for k, v in json.loads(values["aifactory:cluster"]).items()
+                                              if k != "addonVersions"})  # dev pins every add-on
     res = run_program("dev", values).resources
     versions = {r.inputs["addonName"]: r.inputs["addonVersion"] for r in of(res, "aws:eks/addon:Addon")}
     assert (versions["vpc-cni"], versions["coredns"]) == ("v1.20.1-eksbuild.3", "v1.12.3-eksbuild.1")

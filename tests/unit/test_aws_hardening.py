@@ -47,10 +47,11 @@ def test_prod_protects_its_cluster_key_and_log_bucket(synthesized, stack: str, p
     assert eks["inputs"].get("deletionProtection", False) is protected
     kept = {r["urn"] for r in res if r.get("protect")}
     (bucket,) = [r for r in res if r["type"] == "aws:s3/bucket:Bucket"]
-    (key,) = [r for r in res if r["type"] == "aws:kms/key:Key"]
-    # the bucket's policy, encryption, lifecycle and public-access block inherit `protect` from it (their parent)
+    (key,) = [r for r in res if r["type"] == "aws:kms/key:Key" and r["urn"].endswith("-secrets")]
+    # the bucket's policy, encryption, versioning, lifecycle and public-access block inherit `protect` from it
+    # (their parent)
     on_bucket = {r["urn"] for r in res if r.get("parent") == bucket["urn"]}
-    assert len(on_bucket) == 4
+    assert len(on_bucket) == 5
     assert kept == ({eks["urn"], key["urn"], bucket["urn"], *on_bucket} if protected else set())
 
 

@@ -176,15 +176,15 @@ def test_cpu_pool_asg_carries_labels_only_and_custom_hugepages_count() -> None:
     }
 
 
-def test_node_role_has_only_the_four_node_policies() -> None:
+def test_node_role_has_only_the_three_node_policies() -> None:
+    """The VPC CNI's policy is on its own IRSA role (issue 45), not on the nodes'."""
     res = register(lambda: GpuNodePool("gpu", pool_args("g6e.xlarge")))
     role = one(res, "aws:iam/role:Role")
     assert json.loads(role.inputs["assumeRolePolicy"])["Statement"][0]["Principal"] == {"Service": "ec2.amazonaws.com"}
     attachment = "aws:iam/rolePolicyAttachment:RolePolicyAttachment"
     attached = sorted(r.inputs["policyArn"] for r in res if r.type == attachment)
     assert attached == sorted(f"arn:aws:iam::aws:policy/{p}" for p in (
-        "AmazonEKSWorkerNodePolicy", "AmazonEKS_CNI_Policy", "AmazonEC2ContainerRegistryReadOnly",
-        "AmazonSSMManagedInstanceCore"))
+        "AmazonEKSWorkerNodePolicy", "AmazonEC2ContainerRegistryReadOnly", "AmazonSSMManagedInstanceCore"))
     assert [r for r in res if r.type == "aws:iam/rolePolicy:RolePolicy"] == []
 
 

@@ -195,13 +195,16 @@ def _claim_classes(stack: str) -> set[str | None]:
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod"])
 def test_aws_claims_name_the_kit_class_which_is_the_default_and_follows_ebs_csi(stack: str) -> None:
     """EKS 1.30+ has no default StorageClass (EKS user guide, "Storage classes"): a claim without a class stays
-    Pending. The class exists, is the default for chart claims that cannot name one, and waits for EBS CSI."""
-    (sc,) = of(stack, STORAGE_CLASS)
-    assert sc.inputs["metadata"]["name"] == "aifactory-gp3"
+    Pending. The general class exists, is the default for chart claims that cannot name one; the model caches' fast
+    class (issue 45: too fast for a 1 GiB claim) is no default; both wait for EBS CSI."""
+    sc, fast = of(stack, STORAGE_CLASS)
+    assert (sc.inputs["metadata"]["name"], fast.inputs["metadata"]["name"]) == ("aifactory-gp3", "aifactory-gp3-fast")
     assert sc.inputs["metadata"]["annotations"] == {"storageclass.kubernetes.io/is-default-class": "true"}
-    assert _claim_classes(stack) == {"aifactory-gp3"}
+    assert "annotations" not in fast.inputs["metadata"]
+    assert _claim_classes(stack) <= {"aifactory-gp3", "aifactory-gp3-fast"}
+    assert "aifactory-gp3" in _claim_classes(stack)
     ebs = next(a for a in of(stack, ADDON) if a.inputs["addonName"] == "aws-ebs-csi-driver")
-    assert ebs.urn in sc.dependencies
+    assert ebs.urn in sc.dependencies and ebs.urn in fast.dependencies
 
 
 def test_existing_cluster_claims_name_target_storage_class_which_is_required() -> None:
@@ -219,7 +222,7 @@ def test_existing_cluster_claims_name_target_storage_class_which_is_required() -
 def test_every_release_waits_for_system_nodes_coredns_ebs_csi_and_the_storage_class(stack: str) -> None:
     addons = {a.inputs["addonName"]: a.urn for a in of(stack, ADDON)}
     (system,) = [n for n in of(stack, NODE_GROUP) if n.name.endswith("-system-ng")]
-    (sc,) = of(stack, STORAGE_CLASS)
+    sc = of(stack, STORAGE_CLASS)[0]  # the general class the releases' claims name
     need = {system.urn, addons["coredns"], addons["aws-ebs-csi-driver"], sc.urn}
     missing = {r.inputs["name"]: sorted(need - set(r.dependencies)) for r in of(stack, RELEASE)
                if not need <= set(r.dependencies) and r.inputs["name"] != "cluster-autoscaler"}

@@ -20,7 +20,7 @@ LIBRARIES = ("components", "dashboards", "policies", "telemetry")
 # The bottom: names and facts every layer reads, each importing nothing of the kit (checked below): label and taint
 # keys and the YAML rendering, metric names, instance facts, and the names the kit gives Kubernetes objects.
 VOCABULARY = ("components.vocabulary", "telemetry.names", "components.catalog", "components.nodes",
-              "components.identity", "components.k8s.naming")
+              "components.identity", "components.k8s.naming", "components.volumes")
 # grafanalib's `generate-dashboards` runs these files by path; nothing imports them (application entry scripts).
 ENTRY_SCRIPTS = ".dashboard.py"
 

@@ -79,7 +79,7 @@ def test_mesh_from_required_args_renders_the_stack_models_defaults() -> None:
     assert policies["istio-chat-allow-monitoring"]["rules"][0]["from"] == [  # monitoring_namespace: monitoring
         {"source": {"principals": ["cluster.local/ns/monitoring/sa/prometheus"]}}]
     assert res["istio-tracing"]["spec"]["tracing"][0]["randomSamplingPercentage"] == 1  # trace_sampling_percent
-    assert res["istio-ns"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == "v1.34"
+    assert res["istio-ns"]["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] == "v1.35"
     assert rendered(lambda: Mesh("istio", mesh_args(minimal_stack()))) == res
 
 
@@ -87,7 +87,7 @@ def test_tenancy_from_required_args_renders_the_stack_models_defaults() -> None:
     res = rendered(lambda: Tenancy("tenancy", {"tenants": {"chat": {"cpu_quota": "96", "memory_quota": "1024Gi"}}}))
     ns = res["tenancy-chat"]["metadata"]
     assert ns["name"] == "chat"  # namespace: the tenant's name
-    assert ns["labels"]["pod-security.kubernetes.io/enforce-version"] == "v1.34"
+    assert ns["labels"]["pod-security.kubernetes.io/enforce-version"] == "v1.35"
     quota = next(r for r in res.values() if r.get("kind") == "ResourceQuota")["spec"]["hard"]
     assert quota["requests.nvidia.com/gpu"] == "0"  # gpu_quota: 0; no MIG quota
     assert not any(k.startswith("requests.nvidia.com/mig-") for k in quota)

@@ -1,7 +1,5 @@
-"""`aifactory preflight STACK --aws` against a simulated account: moto's EC2 (instance type offerings from its
-recorded per-zone data, Elastic IPs) where it implements the call, botocore's Stubber with responses in the API's
-own shape (validated against botocore's service model) where moto does not (Service Quotas GetServiceQuota for
-EC2/EBS codes, DescribeCapacityReservations, the EKS AMI's public SSM parameters). Never a live account."""
+"""`aifactory preflight STACK --aws` against a simulated account (tests/support/aws_account.py): moto where it
+implements the call, botocore's Stubber where it does not. Never a live account."""
 
 from __future__ import annotations
 
@@ -10,86 +8,25 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-import boto3
 import pytest
-from botocore.stub import Stubber
 from moto import mock_aws
 
 from infra import cli
-from infra.preflight_aws import AMI_PARAMETER, QUOTAS, REQUIRED_ACTIONS, aws_findings
+from infra.preflight_aws import REQUIRED_ACTIONS, aws_findings
+from tests.support.aws_account import RESERVATION, Account
 from tests.support.stacks import stack_config, stack_raw
 
 PROD_CIDR_IP = "198.51.100.5"  # inside prod's cluster.publicAccessCidrs (198.51.100.0/28)
-ENOUGH = {"P": 2000, "G": 1000, "standard": 500, "gp3": 50, "eip": 5}
-RESERVATION = "cr-0a1b2c3d4e5f60718"  # prod's h100-block capacity block
-
-
-class _Ec2:
-    """moto's EC2, with the one call moto does not implement (DescribeCapacityReservations) on a stubbed client."""
-
-    def __init__(self, moto_client: Any, reservations: Any) -> None:
-        self._moto, self._reservations = moto_client, reservations
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._reservations if name == "describe_capacity_reservations" else self._moto, name)
-
-
-class Account:
-    """What boto3.Session gives preflight --aws: a client per service, here simulated."""
-
-    def __init__(self) -> None:
-        session = boto3.Session(region_name="us-east-1", aws_access_key_id="testing",
-                                aws_secret_access_key="testing")
-        self.quotas = session.client("service-quotas")
-        self.ssm = session.client("ssm")
-        self.reservations = session.client("ec2")
-        self.ec2 = _Ec2(session.client("ec2"), self.reservations)
-        self.stubs = {name: Stubber(c) for name, c in
-                      (("quotas", self.quotas), ("ssm", self.ssm), ("reservations", self.reservations))}
-
-    def client(self, service: str, config: Any = None) -> Any:
-        return {"ec2": self.ec2, "service-quotas": self.quotas, "ssm": self.ssm}[service]
-
-    def quota(self, key: str, value: float) -> None:
-        service, code, name = QUOTAS[key]
-        self.stubs["quotas"].add_response(
-            "get_service_quota", {"Quota": {"ServiceCode": service, "QuotaCode": code, "QuotaName": name,
-                                            "Value": value}},
-            {"ServiceCode": service, "QuotaCode": code})
-
-    def quotas_for_prod(self, **values: float) -> None:
-        """prod asks for G, P and standard vCPUs (sorted), then gp3, then Elastic IPs."""
-        for key in ("G", "P", "standard", "gp3", "eip"):
-            self.quota(key, values.get(key, ENOUGH[key]))
-
-    def reservation(self, **fields: Any) -> None:
-        cr = {"CapacityReservationId": RESERVATION, "InstanceType": "p5.48xlarge", "AvailabilityZone": "us-east-1b",
-              "TotalInstanceCount": 4, "State": "scheduled",
-              "StartDate": datetime.datetime(2026, 12, 1, 11, 30, tzinfo=datetime.UTC),
-              "EndDate": datetime.datetime(2026, 12, 15, 11, 30, tzinfo=datetime.UTC), **fields}
-        self.stubs["reservations"].add_response("describe_capacity_reservations", {"CapacityReservations": [cr]},
-                                                {"CapacityReservationIds": [RESERVATION]})
-
-    def amis(self, missing: tuple[str, ...] = (), version: str = "1.34") -> None:
-        for variant in ("nvidia", "standard"):  # AL2023_x86_64_NVIDIA sorts before _STANDARD: asked first
-            name = AMI_PARAMETER.format(version=version, variant=variant)
-            if variant in missing:
-                self.stubs["ssm"].add_client_error("get_parameter", service_error_code="ParameterNotFound",
-                                                   http_status_code=400, expected_params={"Name": name})
-            else:
-                self.stubs["ssm"].add_response("get_parameter", {"Parameter": {
-                    "Name": name, "Type": "String", "Value": "ami-0123456789abcdef0"}}, {"Name": name})
 
 
 @pytest.fixture
 def account() -> Iterator[Account]:
+    """The deployer has assumed prod's platform-admin role; EKS offers 1.35 in standard support and every pin."""
     with mock_aws():
-        acct = Account()
-        for stub in acct.stubs.values():
-            stub.activate()
+        acct = Account().activate()
+        acct.eks_offers()
         yield acct
-        for stub in acct.stubs.values():
-            stub.assert_no_pending_responses()
+        acct.assert_no_pending()
 
 
 def _prod(**overrides: Any) -> Any:
@@ -176,7 +113,7 @@ def test_an_ami_type_not_published_for_the_version_names_the_pools_using_it(acco
     account.amis(missing=("nvidia",))
     (finding,) = aws_findings(_prod(), account, deployer_ip=PROD_CIDR_IP)
     assert (finding.check, finding.pool) == ("ami", "h100-block, h200, l40s")
-    assert finding.message.startswith("AL2023_x86_64_NVIDIA for Kubernetes 1.34 is not published in us-east-1")
+    assert finding.message.startswith("AL2023_x86_64_NVIDIA for Kubernetes 1.35 is not published in us-east-1")
 
 
 def test_a_deployer_outside_the_endpoint_allow_list(account: Account) -> None:
@@ -190,13 +127,15 @@ def test_a_deployer_outside_the_endpoint_allow_list(account: Account) -> None:
 
 
 def test_a_missing_permission_names_the_iam_action_and_the_other_checks_still_run(account: Account) -> None:
-    account.stubs["quotas"].add_client_error("get_service_quota", service_error_code="AccessDeniedException",
-                                             http_status_code=400)
+    """Each of the five EC2/EBS quotas is its own check: all are refused, one finding names the action."""
+    for _ in range(5):
+        account.stubs["quotas"].add_client_error("get_service_quota", service_error_code="AccessDeniedException",
+                                                 http_status_code=400)
     account.reservation()
     account.amis()
     (finding,) = aws_findings(_prod(), account, deployer_ip=PROD_CIDR_IP)
     assert (finding.check, finding.message) == (
-        "permission", "quotas: the credentials may not call servicequotas:GetServiceQuota")
+        "permission", "quota L-DB2E81BA: the credentials may not call servicequotas:GetServiceQuota")
     assert "servicequotas:GetServiceQuota" in REQUIRED_ACTIONS
 
 

@@ -243,7 +243,7 @@ def cache_volume(cfg: ServingView, model: Model) -> dict[str, Any]:
         return {"name": "model-cache", "persistentVolumeClaim": {"claimName": claim}}
     spec: dict[str, Any] = {"accessModes": [CACHE_ACCESS_MODE],
                             "resources": {"requests": {"storage": f"{model.cache_gib}Gi"}}}
-    if (storage_class := cache_storage_class_name(cfg)) is not None:
+    if (storage_class := cache_storage_class_name(cfg, size_gib=model.cache_gib)) is not None:
         spec["storageClassName"] = storage_class
     return {"name": "model-cache", "ephemeral": {"volumeClaimTemplate": {
         "metadata": {"labels": model_labels(model)}, "spec": spec}}}
