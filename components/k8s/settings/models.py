@@ -61,8 +61,12 @@ class Replicas:
 
 @dataclass(frozen=True, slots=True)
 class ModelSlo:
-    ttft_seconds: float = setting(0.5, ge=0.001, doc="p95 time to first token, seconds.")
-    inter_token_seconds: float = setting(0.05, ge=0.001, doc="p95 time between output tokens, seconds.")
+    ttft_seconds: float = setting(0.5, ge=0.001, doc="p95 time to first token, seconds: a bucket edge of the "
+                                                     "engine's histogram (where the default is not one, the next "
+                                                     "edge above it); not on Triton, which exports none.")
+    inter_token_seconds: float = setting(0.05, ge=0.001, doc="p95 time between output tokens, seconds: a bucket edge "
+                                                             "of the engine's histogram (where the default is not "
+                                                             "one, the next edge above it); not on Triton.")
     e2e_seconds: float = setting(20.0, ge=0.01, doc="p95 end-to-end request latency, seconds; a variant fits a "
                                                     "request's budget by it.")
 
