@@ -166,6 +166,12 @@ class R:
         return f"pool:{metric.lower()}:{agg}"
 
     @staticmethod
+    def dcgm_gpu(metric: str, rate: bool = False) -> str:
+        """A DCGM series per GPU with its node and pool {node, pool, gpu, UUID, GPU_I_ID}; its 5-minute rate for a
+        counter."""
+        return f"gpu:{metric.lower()}:{'rate5m' if rate else 'max'}"
+
+    @staticmethod
     def slo_errors(sli: str, window: str) -> str:
         return f"workflow:aifactory_workflow_{sli}_errors:ratio_rate{window}"
 

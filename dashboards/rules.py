@@ -66,6 +66,7 @@ __all__ = [
     "CANARY_MISSING_RATIO",
     "MODEL_SLO_FOR",
     "MODEL_SLOS",
+    "DCGM_PER_GPU",
     "MODEL_SLO_QUANTILE",
     "MODEL_SLO_MIN_REQUESTS_PER_SECOND",
     "model_slo_problems",
@@ -126,9 +127,24 @@ DCGM_POOL_AGGREGATES = (
 )
 
 
-def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str) -> str:
-    """A DCGM series with `node` and the node's `pool`."""
-    return f"{by_node(series(cfg, metric, *matchers))} * on (node) group_left (pool) {R.NODE_POOL}"
+# DCGM series the fleet dashboard shows per GPU, each recorded with the `node` and `pool` its panels select by:
+# (metric, take a rate). The join a panel would otherwise run on every refresh (Hostname or hostname to node, node to
+# pool) runs once per evaluation, so a per-GPU panel reads one selector, as dcgm-exporter's own dashboard does.
+DCGM_PER_GPU = (
+    (DCGM.GPU_UTIL, False), (DCGM.GPU_TEMP, False), (DCGM.POWER, False), (DCGM.FB_USED, False),
+    (DCGM.SM_CLOCK, False), (DCGM.TENSOR_ACTIVE, False), (DCGM.CLOCK_THROTTLE_REASONS, False), (DCGM.XID, False),
+    (DCGM.ROW_REMAP_FAILURE, False), (DCGM.PCIE_REPLAY, True), (DCGM.NVLINK_BW, False),
+)
+# What tells a GPU's series apart: one per GPU, or per MIG instance (GPU_I_ID); the exporter's other labels (its own
+# pod, the pod holding the GPU, the driver version) would only add series as pods come and go.
+GPU_LABELS = "node, pool, gpu, UUID, GPU_I_ID"
+
+
+def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str, rate: bool = False) -> str:
+    """A DCGM series (or its rate) with `node` and the node's `pool`."""
+    selected = series(cfg, metric, *matchers)
+    return (f"{by_node(f'rate({selected}[{RATE}])' if rate else selected)} * on (node) group_left (pool) "
+            f"{R.NODE_POOL}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -351,6 +367,8 @@ def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
            for metric, agg in DCGM_POOL_AGGREGATES]
     out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
     out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"sum by (pool) ({_in_pool(cfg, DCGM.XID)} > bool 0)"))
+    out += [Record(R.dcgm_gpu(metric, rate), f"max by ({GPU_LABELS}) ({_in_pool(cfg, metric, rate=rate)})")
+            for metric, rate in DCGM_PER_GPU]
     xid = series(cfg, DCGM.XID)
     out.append(Record(R.NEW_XID, f"{xid} > 0 and changes({xid}[{XID_WINDOW}]) > 0"))
     return out

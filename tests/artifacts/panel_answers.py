@@ -244,6 +244,8 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
         ("gpu-fleet", "Pending row remaps by pool"): [_per_pool(gpus, lambda gs: 0.0)],
         ("gpu-fleet", "GPU utilisation per GPU"): [_per_gpu(gpus, lambda g: g.util)],
         ("gpu-fleet", "Temperature per GPU"): [_per_gpu(gpus, temp)],
+        ("gpu-fleet", "Mean GPU temperature"): [Answer((), {(): _mean([temp(g) for g in gpus])})],
+        ("gpu-fleet", "Tensor pipe active per GPU"): [_per_gpu(gpus, lambda g: g.util / 200)],
         ("gpu-fleet", "Power per GPU"): [_per_gpu(gpus, lambda g: 100 + 5 * g.util)],
         ("gpu-fleet", "Framebuffer used per GPU"): [_per_gpu(gpus, lambda g: 60000 * MIB)],
         ("gpu-fleet", "SM clock per GPU"): [_per_gpu(gpus, lambda g: 1980.0)],

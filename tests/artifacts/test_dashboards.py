@@ -188,6 +188,22 @@ def test_nvlink_throughput_reads_the_gauge_in_bytes_per_second(prod: Observabili
     assert got_gpu == pytest.approx(want, rel=TOLERANCE)
 
 
+def test_per_gpu_panels_read_one_recorded_selector_and_the_node_variable_has_all(prod: ObservabilityConfig) -> None:
+    """Issue 46 item 3: the per-GPU panels ran two label_replace over an `or` of both host labels and a join to the
+    node-pool series on every refresh (4-5x dcgm-exporter's dashboard 12239 per panel); the join is recorded once
+    (dashboards.rules DCGM_PER_GPU) and each panel reads one selector. $node has All, as 12239's $Hostname."""
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["gpu-fleet"]))
+    node = next(v for v in doc["templating"]["list"] if v["name"] == "node")
+    assert (node["includeAll"], node["allValue"], node["multi"]) == (True, ".*", True)
+    recorded = records(prod)
+    per_gpu = [(t, e) for t, e in dashboards.queries(dashboards.build(prod)["gpu-fleet"]) if t.endswith("per GPU")]
+    assert len(per_gpu) == 11
+    for title, expr in per_gpu:
+        name = expr.split("{")[0]
+        assert name in recorded and expr.startswith(f'{name}{{node=~".*", pool=~".*"}}'), title
+        assert "label_replace" not in expr and " on (" not in expr, title
+
+
 def test_workflow_p95_per_workflow(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
     p95 = next(e for e in _panel("compound-latency", "Workflow latency p50 / p95 / p99", prod)
                if 'quantile="0.95"' in e)
