@@ -39,23 +39,19 @@ def test_a_triton_model_takes_no_time_to_first_token_or_inter_token_slo() -> Non
     assert ok.models["m1"].slo.e2e_seconds == 15
 
 
-@pytest.mark.parametrize(("engine", "slo", "want"), [
-    ("vllm", {"interTokenSeconds": 0.04}, ["models.m1.slo.interTokenSeconds: 0.04 s is not a bucket edge of the "
-                                           "inter-token latency histogram of engine 'vllm', where the alert counts "
-                                           "the share of requests above the SLO; use 0.025 or 0.05"]),
-    ("vllm", {"ttftSeconds": 0.8}, ["models.m1.slo.ttftSeconds: 0.8 s is not a bucket edge of the time to first "
-                                    "token histogram of engine 'vllm', where the alert counts the share of requests "
-                                    "above the SLO; use 0.75 or 1"]),
-    ("vllm", {"ttftSeconds": 3000}, ["models.m1.slo.ttftSeconds: 3000 s is not a bucket edge of the time to first "
-                                     "token histogram of engine 'vllm', where the alert counts the share of requests "
-                                     "above the SLO; use 2560"]),
-    ("sglang", {"ttftSeconds": 0.5}, ["models.m1.slo.ttftSeconds: 0.5 s is not a bucket edge of the time to first "
-                                      "token histogram of engine 'sglang', where the alert counts the share of "
-                                      "requests above the SLO; use 0.4 or 0.6"]),
+TTFT, ITL = ("ttftSeconds", "time to first token"), ("interTokenSeconds", "inter-token latency")
+
+
+@pytest.mark.parametrize(("engine", "slo", "value", "use"), [
+    ("vllm", ITL, 0.04, "0.025 or 0.05"), ("vllm", TTFT, 0.8, "0.75 or 1"), ("vllm", TTFT, 3000, "2560"),
+    ("sglang", TTFT, 0.5, "0.4 or 0.6"),
 ])
-def test_a_latency_slo_inside_a_bucket_is_refused_naming_the_nearest_edges(engine: str, slo: dict, want: list
-                                                                            ) -> None:
-    assert problems(_slo(engine, slo)) == want
+def test_a_latency_slo_inside_a_bucket_is_refused_naming_the_nearest_edges(engine: str, slo: tuple[str, str],
+                                                                            value: float, use: str) -> None:
+    key, what = slo
+    assert problems(_slo(engine, {key: value})) == [
+        f"models.m1.slo.{key}: {value:g} s is not a bucket edge of the {what} histogram of engine {engine!r}, where "
+        f"the alert counts the share of requests above the SLO; use {use}"]
 
 
 def test_a_default_slo_off_the_engines_edges_is_the_next_edge_above() -> None:
