@@ -55,13 +55,22 @@ def anchor_12239(metric: str, rate: bool, scale: int) -> str:
     return f"{query} * {scale}" if scale != 1 else query
 
 
+ANCHOR_ROUNDS = 5  # kit and 12239 timed in turn, best of each: both see the machine's load alike
+
+
 def _against_12239(prom: PrometheusServer, board_queries: dict[str, str], end: int) -> list[tuple[str, str]]:
     """Each per-GPU panel (and the mean temperature) beside 12239's equivalent, both at 1,024 GPUs."""
     pairs = [(title, anchor_12239(metric, rate, scale)) for title, _, _, metric, scale, rate in GPU_PANELS]
     pairs.append(("Mean GPU temperature", f"avg(DCGM_FI_DEV_GPU_TEMP{ANCHOR_SELECTOR})"))
     rows, under = [], 0
     for title, anchor in pairs:
-        kit, theirs = _time(prom, board_queries[title], end), _time(prom, anchor, end)
+        best = {board_queries[title]: float("inf"), anchor: float("inf")}
+        for _ in range(ANCHOR_ROUNDS):
+            for expr in best:
+                started = time.perf_counter()
+                prom.api("query_range", query=expr, start=end - RANGE_S, end=end, step=STEP_S)
+                best[expr] = min(best[expr], time.perf_counter() - started)
+        kit, theirs = best[board_queries[title]], best[anchor]
         under += kit <= theirs
         rows.append((f"  gpu-fleet / {title}",
                      f"kit {kit * 1000:6.1f} ms  12239 {theirs * 1000:6.1f} ms  x{theirs / kit:5.2f}"))
