@@ -31,7 +31,7 @@ def _slo_problems(config: ObservabilityConfig) -> list[tuple[str, str]]:
     """Each model's latency SLO that is not a bucket edge of its engine's histogram (dashboards.rules)."""
     out = []
     for i, m in enumerate(config.models):
-        slo = {key: getattr(m, field_) for _, _, attr, field_, key, _ in MODEL_SLOS if slo_histogram(m, attr)}
+        slo = {key: getattr(m, field_) for _, _, attr, field_, key, _ in MODEL_SLOS if slo_histogram(m.engine, attr)}
         out += [(f"models[{i}].{key}", reason) for key, reason in model_slo_problems(m.engine, slo)]
     return out
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboards import gateway_alerts
-from dashboards.config import Objective, ObservabilityConfig, ServedModel
+from dashboards.config import Objective, ObservabilityConfig
 from dashboards.engines import ENGINE_RULES, SloHistogram, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
 from dashboards.rule_parts import QUANTILES, RATE, XID_WINDOW, Alert, Group, R, Record, quantile_record, runbook
@@ -71,6 +71,7 @@ __all__ = [
     "MODEL_SLO_MIN_REQUESTS_PER_SECOND",
     "model_slo_problems",
     "model_slo_default",
+    "slo_histogram",
 ]
 
 # kube-state-metrics exposes allow-listed node/pod labels as label_<sanitised key>.
@@ -308,9 +309,9 @@ MODEL_SLO_QUANTILE = 0.95  # a model's latency SLOs are p95s: at most 5% of obse
 MODEL_SLO_MIN_REQUESTS_PER_SECOND = 0.2  # 60 requests in 5 minutes: fewer, and three slow ones are already 5%
 
 
-def slo_histogram(model: ServedModel, attr: str) -> SloHistogram | None:
-    """The histogram of model's engine its `attr` SLO ("ttft" or "itl") is judged on; None: no such SLO."""
-    return getattr(rules_of(model.engine), attr)
+def slo_histogram(engine: str, attr: str) -> SloHistogram | None:
+    """The histogram of `engine` an `attr` SLO ("ttft" or "itl") is judged on; None: it takes no such SLO."""
+    return getattr(rules_of(engine), attr)
 
 
 def model_slo_problems(engine: str, slo: Mapping[str, float]) -> list[tuple[str, str]]:
@@ -321,7 +322,7 @@ def model_slo_problems(engine: str, slo: Mapping[str, float]) -> list[tuple[str,
     for _, _, attr, _, key, what in MODEL_SLOS:
         if key not in slo:
             continue
-        hist, value = getattr(rules_of(engine), attr), slo[key]
+        hist, value = slo_histogram(engine, attr), slo[key]
         if hist is None:
             out.append((key, f"engine {engine!r} exports no {what} histogram, so nothing can judge this SLO; remove "
                              "it (docs/observability.md)"))
@@ -336,8 +337,7 @@ def model_slo_default(engine: str, key: str, default: float) -> float:
     """The SLO a model on `engine` gets when models.<name>.slo.<key> is not set: the documented default, or where that
     is not a bucket edge of the engine's histogram, the next edge above it (the alert never fires on requests within
     the default)."""
-    attr = next(a for _, _, a, _, k, _ in MODEL_SLOS if k == key)
-    hist = getattr(rules_of(engine), attr)
+    hist = slo_histogram(engine, next(a for _, _, a, _, k, _ in MODEL_SLOS if k == key))
     if hist is None or default in hist.edges:
         return default
     return min((e for e in hist.edges if e > default), default=max(hist.edges))
@@ -350,13 +350,13 @@ def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
     out = []
     for _, record, attr, field_, _, _ in MODEL_SLOS:
         for m in cfg.models:
-            if (hist := slo_histogram(m, attr)) is None:
+            if (hist := slo_histogram(m.engine, attr)) is None:
                 continue
             within = f'sum by (model) ({hist.buckets}{{model="{m.name}", {le(getattr(m, field_))}}})'
             total = f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})'
             out.append(Record(record, f"1 - {within} / {total}", {"model": m.name}))
     for m in cfg.models:
-        if (hist := slo_histogram(m, "ttft")) is not None:
+        if (hist := slo_histogram(m.engine, "ttft")) is not None:
             out.append(Record(R.MODEL_SLO_REQUESTS, f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})',
                               {"model": m.name}))
     return out
@@ -523,9 +523,9 @@ def _model_slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
                     "SLO",
             description=f"For {MODEL_SLO_FOR} more than {share:.0%} of model {{{{ $labels.model }}}}'s "
                         f"{what} observations (its engine's histogram, over 5 minutes, at least "
-                        f"{MODEL_SLO_MIN_REQUESTS_PER_SECOND:g} requests/s) have been above its p95 SLO, "
-                        f"models.{{{{ $labels.model }}}}.slo.{key}: {{{{ $value | humanizePercentage }}}}. Check its "
-                        "queue and KV cache, and its replicas.",
+                        f"{MODEL_SLO_MIN_REQUESTS_PER_SECOND:g} requests/s) have been above its p95 SLO "
+                        f"(models.{{{{ $labels.model }}}}.slo.{key}): {{{{ $value | humanizePercentage }}}} of them. "
+                        "Check its queue and KV cache, and its replicas.",
             runbook_url=runbook(cfg, alert), for_=MODEL_SLO_FOR))
     return out
 
