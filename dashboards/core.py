@@ -38,11 +38,10 @@ def prometheus_rules(cfg: ObservabilityConfig) -> dict[str, Any]:
 
 
 def default_variables(dashboard: Dashboard) -> dict[str, str]:
-    """Each template variable's value for queries(): All (`.*`), the default, or for a query variable
-    without All (Grafana opens it on its first value, unknown here) every value (`.*`)."""
+    """Each template variable's value for queries(): All (`.*`), or its default."""
     values = {}
     for t in dashboard.templating.list:
-        if t.includeAll or (t.type == "query" and not t.default):
+        if t.includeAll:
             values[t.name] = ".*"
         else:
             values[t.name] = t.default or ""

@@ -11,6 +11,7 @@ from components.k8s import naming
 from components.k8s.naming import common_labels
 from dashboards.config import ObservabilityConfig, config_problems
 from dashboards.core import build, dashboard_json, prometheus_rules
+from dashboards.rules import MODEL_SLOS, model_slo_problems, slo_histogram
 
 __all__ = ["DASHBOARD_LABEL", "FOLDER_ANNOTATION", "FOLDER", "RULE_NAME", "configmap_name", "check_config",
            "Monitoring"]
@@ -26,9 +27,18 @@ def configmap_name(key: str) -> str:
     return f"aifactory-dashboard-{key}"
 
 
+def _slo_problems(config: ObservabilityConfig) -> list[tuple[str, str]]:
+    """Each model's latency SLO that is not a bucket edge of its engine's histogram (dashboards.rules)."""
+    out = []
+    for i, m in enumerate(config.models):
+        slo = {key: getattr(m, field_) for _, _, attr, field_, key, _ in MODEL_SLOS if slo_histogram(m.engine, attr)}
+        out += [(f"models[{i}].{key}", reason) for key, reason in model_slo_problems(m.engine, slo)]
+    return out
+
+
 def check_config(name: str, config: ObservabilityConfig) -> None:
     """Raise pulumi.InputPropertiesError naming every invalid value of `config`, each with its property path."""
-    if problems := config_problems(config):
+    if problems := config_problems(config) + _slo_problems(config):
         raise pulumi.InputPropertiesError(
             f"Monitoring {name!r}: {len(problems)} invalid argument(s) in config",
             [{"property_path": f"config.{path}", "reason": reason} for path, reason in problems])

@@ -122,14 +122,10 @@ def custom_variable(name: str, label: str, values: Sequence[str]) -> Template:
                     allValue=".*", default="All")
 
 
-def query_variable(name: str, label: str, query: str, *, include_all: bool = True) -> Template:
-    """A multi-select variable whose values Prometheus reports (`label_values(...)`).
-
-    Without `include_all` Grafana starts on the first value: for per-node panels that would otherwise
-    draw the whole fleet.
-    """
-    return Template(name=name, label=label, query=query, dataSource=PROMETHEUS, includeAll=include_all, multi=True,
-                    allValue=".*" if include_all else None, default="All" if include_all else None, refresh=2)
+def query_variable(name: str, label: str, query: str) -> Template:
+    """A multi-select variable whose values Prometheus reports (`label_values(...)`), opening on All."""
+    return Template(name=name, label=label, query=query, dataSource=PROMETHEUS, includeAll=True, multi=True,
+                    allValue=".*", default="All", refresh=2)
 
 
 def textbox_variable(name: str, label: str, default: str) -> Template:

@@ -124,8 +124,6 @@ class R:
     TRITON_COMPUTE = "model:nv_inference_compute_duration_seconds:mean5m"
     TRITON_BATCH = "model:nv_inference_batch_size:mean5m"
     TRITON_PENDING = "model:nv_inference_pending_request_count:sum"
-    TRITON_TTFT_BUCKET = "model:nv_inference_first_response_histogram_ms_bucket:rate5m"
-    TRITON_TTFT_QUANTILE = "model:nv_inference_first_response_histogram_ms:histogram_quantile"
     ISTIO_BUCKET = "workload:istio_request_duration_milliseconds_bucket:rate5m"
     ISTIO_QUANTILE = "workload:istio_request_duration_milliseconds:histogram_quantile"
     ISTIO_REQUESTS = "workload:istio_requests:rate5m"
@@ -141,12 +139,11 @@ class R:
     # tries each variant's cluster served {workload, variant}
     VARIANT_REQUESTS = "variant:envoy_cluster_upstream_rq:rate5m"
     VARIANT_SPEND = "workload:aifactory_variant_spend_dollars:rate5m"  # $/s {workload}
-    # The models' latency SLOs as constant series {model} (models.<name>.slo), and each model's p95 from its engine's
-    # histogram {model} (dashboards.engines: EngineRules.ttft_p95 / itl_p95), in seconds
-    MODEL_TTFT_SLO = "aifactory:model_ttft_slo_seconds"
-    MODEL_ITL_SLO = "aifactory:model_inter_token_slo_seconds"
-    MODEL_TTFT_P95 = "model:time_to_first_token_seconds:p95"
-    MODEL_ITL_P95 = "model:inter_token_latency_seconds:p95"
+    # Per model {model}: the share of its time-to-first-token / inter-token observations above its latency SLO
+    # (models.<name>.slo, a bucket edge of its engine's histogram), and its requests/s (first tokens), over 5 minutes
+    MODEL_TTFT_ABOVE_SLO = "model:time_to_first_token_above_slo:ratio_rate5m"
+    MODEL_ITL_ABOVE_SLO = "model:inter_token_latency_above_slo:ratio_rate5m"
+    MODEL_SLO_REQUESTS = "model:time_to_first_token_count:rate5m"
     # 1 while a gateway cluster has no replica by design {envoy_cluster_name}: every model behind it is on a
     # capacity-block pool outside the block's window (dashboards.gateway_alerts)
     CLUSTER_EXPECTED_DOWN = "aifactory:gateway_cluster_expected_down"
@@ -167,6 +164,12 @@ class R:
     @staticmethod
     def dcgm_pool(metric: str, agg: str) -> str:
         return f"pool:{metric.lower()}:{agg}"
+
+    @staticmethod
+    def dcgm_gpu(metric: str, rate: bool = False) -> str:
+        """A DCGM series per GPU with its node and pool {node, pool, gpu, UUID, GPU_I_ID}; its 5-minute rate for a
+        counter."""
+        return f"gpu:{metric.lower()}:{'rate5m' if rate else 'max'}"
 
     @staticmethod
     def slo_errors(sli: str, window: str) -> str:

@@ -17,13 +17,13 @@ faults such as 13, 31, 43: the GPU is fine).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from dashboards import budgets, gateway_alerts
 from dashboards.config import Objective, ObservabilityConfig
-from dashboards.engines import ENGINE_RULES, rules_of
+from dashboards.engines import ENGINE_RULES, SloHistogram, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
 from dashboards.rule_parts import QUANTILES, RATE, XID_WINDOW, Alert, Group, R, Record, quantile_record, runbook
 from telemetry.names import (
@@ -65,6 +65,13 @@ __all__ = [
     "LOKI_ERROR_RATIO",
     "CANARY_MISSING_RATIO",
     "MODEL_SLO_FOR",
+    "MODEL_SLOS",
+    "DCGM_PER_GPU",
+    "MODEL_SLO_QUANTILE",
+    "MODEL_SLO_MIN_REQUESTS_PER_SECOND",
+    "model_slo_problems",
+    "model_slo_default",
+    "slo_histogram",
 ]
 
 # kube-state-metrics exposes allow-listed node/pod labels as label_<sanitised key>.
@@ -121,9 +128,24 @@ DCGM_POOL_AGGREGATES = (
 )
 
 
-def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str) -> str:
-    """A DCGM series with `node` and the node's `pool`."""
-    return f"{by_node(series(cfg, metric, *matchers))} * on (node) group_left (pool) {R.NODE_POOL}"
+# DCGM series the fleet dashboard shows per GPU, each recorded with the `node` and `pool` its panels select by:
+# (metric, take a rate). The join a panel would otherwise run on every refresh (Hostname or hostname to node, node to
+# pool) runs once per evaluation, so a per-GPU panel reads one selector, as dcgm-exporter's own dashboard does.
+DCGM_PER_GPU = (
+    (DCGM.GPU_UTIL, False), (DCGM.GPU_TEMP, False), (DCGM.POWER, False), (DCGM.FB_USED, False),
+    (DCGM.SM_CLOCK, False), (DCGM.TENSOR_ACTIVE, False), (DCGM.CLOCK_THROTTLE_REASONS, False), (DCGM.XID, False),
+    (DCGM.ROW_REMAP_FAILURE, False), (DCGM.PCIE_REPLAY, True), (DCGM.NVLINK_BW, False),
+)
+# What tells a GPU's series apart: one per GPU, or per MIG instance (GPU_I_ID); the exporter's other labels (its own
+# pod, the pod holding the GPU, the driver version) would only add series as pods come and go.
+GPU_LABELS = "node, pool, gpu, UUID, GPU_I_ID"
+
+
+def _in_pool(cfg: ObservabilityConfig, metric: str, *matchers: str, rate: bool = False) -> str:
+    """A DCGM series (or its rate) with `node` and the node's `pool`."""
+    selected = series(cfg, metric, *matchers)
+    return (f"{by_node(f'rate({selected}[{RATE}])' if rate else selected)} * on (node) group_left (pool) "
+            f"{R.NODE_POOL}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -138,26 +160,10 @@ def _config_records(cfg: ObservabilityConfig) -> list[Record]:
         out.append(Record(R.GPU_PRICE, f"vector({p.gpu_price_per_hour!r})", labels))
         out.append(Record(R.GPUS_PER_NODE, f"vector({p.gpus_per_node})", labels))
     out += [rules_of(m.engine).queue_target(m) for m in cfg.models]
-    out += _model_slo_records(cfg)
     out += gateway_alerts.expected_down_records(cfg)
     for v in cfg.variants:
         out.append(Record(R.VARIANT_COST, f"vector({v.cost_per_request!r})",
                           {"workload": v.workload, "variant": v.model, "fastest": "true" if v.fastest else "false"}))
-    return out
-
-
-# A model's latency SLOs (models.<name>.slo) as (SLO series, p95 series, EngineRules attribute of its p95)
-_MODEL_SLOS = ((R.MODEL_TTFT_SLO, R.MODEL_TTFT_P95, "ttft_p95"), (R.MODEL_ITL_SLO, R.MODEL_ITL_P95, "itl_p95"))
-
-
-def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
-    """Each model's time-to-first-token and inter-token SLOs, where its engine exports that latency."""
-    out = []
-    for slo, _, attr in _MODEL_SLOS:
-        for m in cfg.models:
-            if getattr(rules_of(m.engine), attr) is not None:
-                value = m.ttft_seconds if slo == R.MODEL_TTFT_SLO else m.inter_token_seconds
-                out.append(Record(slo, f"vector({value!r})", {"model": m.name}))
     return out
 
 
@@ -283,15 +289,77 @@ def _slo_records(cfg: ObservabilityConfig) -> list[Record]:
 
 
 def _serving_records(cfg: ObservabilityConfig) -> list[Record]:
-    """Each engine's records (dashboards.engines), and the generated tokens/s of every engine by model."""
+    """Each engine's records (dashboards.engines), the generated tokens/s of every engine by model, then the models'
+    latency SLO records."""
     engines = ENGINE_RULES.values()
-    p95 = [(record, [getattr(e, attr) for e in engines if getattr(e, attr) is not None])
-           for _, record, attr in _MODEL_SLOS]
     return [*(r for e in engines for r in e.records(cfg)),
             Record(R.GENERATED_TOKENS, " or ".join(e.generated_tokens for e in engines)),
             *(r for e in engines for r in e.late_records(cfg)),
-            # every engine's p95 by model, its quantile label dropped (one engine serves a model)
-            *(Record(record, f"max by (model) ({' or '.join(exprs)})") for record, exprs in p95)]
+            *_model_slo_records(cfg)]
+
+
+# A model's latency SLOs (models.<name>.slo): (alert, share-above record, EngineRules attribute of its histogram,
+# ServedModel attribute of its SLO, its key under models.<name>.slo, what it measures)
+MODEL_SLOS = (
+    ("ModelTtftSloMissed", R.MODEL_TTFT_ABOVE_SLO, "ttft", "ttft_seconds", "ttftSeconds", "time to first token"),
+    ("ModelInterTokenSloMissed", R.MODEL_ITL_ABOVE_SLO, "itl", "inter_token_seconds", "interTokenSeconds",
+     "inter-token latency"),
+)
+MODEL_SLO_QUANTILE = 0.95  # a model's latency SLOs are p95s: at most 5% of observations above the SLO
+MODEL_SLO_MIN_REQUESTS_PER_SECOND = 0.2  # 60 requests in 5 minutes: fewer, and three slow ones are already 5%
+
+
+def slo_histogram(engine: str, attr: str) -> SloHistogram | None:
+    """The histogram of `engine` an `attr` SLO ("ttft" or "itl") is judged on; None: it takes no such SLO."""
+    return getattr(rules_of(engine), attr)
+
+
+def model_slo_problems(engine: str, slo: Mapping[str, float]) -> list[tuple[str, str]]:
+    """(key, reason) for each latency SLO in `slo` (its key under models.<name>.slo -> seconds) that engine `engine`
+    cannot judge: it exports no such histogram, or the value is not one of its bucket edges, where the share of
+    requests above it would be an interpolation inside a bucket."""
+    out = []
+    for _, _, attr, _, key, what in MODEL_SLOS:
+        if key not in slo:
+            continue
+        hist, value = slo_histogram(engine, attr), slo[key]
+        if hist is None:
+            out.append((key, f"engine {engine!r} exports no {what} histogram, so nothing can judge this SLO; remove "
+                             "it (docs/observability.md)"))
+        elif value not in hist.edges:
+            edges = " or ".join(f"{e:g}" for e in hist.nearest(value))
+            out.append((key, f"{value:g} s is not a bucket edge of the {what} histogram of engine {engine!r}, "
+                             f"where the alert counts the share of requests above the SLO; use {edges}"))
+    return out
+
+
+def model_slo_default(engine: str, key: str, default: float) -> float:
+    """The SLO a model on `engine` gets when models.<name>.slo.<key> is not set: the documented default, or where that
+    is not a bucket edge of the engine's histogram, the next edge above it (the alert never fires on requests within
+    the default)."""
+    hist = slo_histogram(engine, next(a for _, _, a, _, k, _ in MODEL_SLOS if k == key))
+    if hist is None or default in hist.edges:
+        return default
+    return min((e for e in hist.edges if e > default), default=max(hist.edges))
+
+
+def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
+    """Per model, where its engine exports the latency: the share of its observations above each SLO (a bucket edge:
+    exact, no interpolation), and its requests/s (the count of its time-to-first-token histogram) that the alerts'
+    minimum rate reads."""
+    out = []
+    for _, record, attr, field_, _, _ in MODEL_SLOS:
+        for m in cfg.models:
+            if (hist := slo_histogram(m.engine, attr)) is None:
+                continue
+            within = f'sum by (model) ({hist.buckets}{{model="{m.name}", {le(getattr(m, field_))}}})'
+            total = f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})'
+            out.append(Record(record, f"1 - {within} / {total}", {"model": m.name}))
+    for m in cfg.models:
+        if (hist := slo_histogram(m.engine, "ttft")) is not None:
+            out.append(Record(R.MODEL_SLO_REQUESTS, f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})',
+                              {"model": m.name}))
+    return out
 
 
 def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
@@ -299,6 +367,8 @@ def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:
            for metric, agg in DCGM_POOL_AGGREGATES]
     out.append(Record(R.dcgm_pool(DCGM.GPU_UTIL, "avg"), f"avg by (pool) ({R.GPU_UTIL})"))
     out.append(Record(R.dcgm_pool(DCGM.XID, "count"), f"sum by (pool) ({_in_pool(cfg, DCGM.XID)} > bool 0)"))
+    out += [Record(R.dcgm_gpu(metric, rate), f"max by ({GPU_LABELS}) ({_in_pool(cfg, metric, rate=rate)})")
+            for metric, rate in DCGM_PER_GPU]
     xid = series(cfg, DCGM.XID)
     out.append(Record(R.NEW_XID, f"{xid} > 0 and changes({xid}[{XID_WINDOW}]) > 0"))
     return out
@@ -433,25 +503,29 @@ def _gpu_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     ]
 
 
-MODEL_SLO_FOR = "15m"  # a model's p95 above its latency SLO this long tickets
+MODEL_SLO_FOR = "15m"  # more than 5% of a model's requests above its latency SLO this long tickets
 
 
 def _model_slo_alerts(cfg: ObservabilityConfig) -> list[Alert]:
-    """A model's p95 time to first token or inter-token latency above its models.<name>.slo for MODEL_SLO_FOR:
-    only models with that SLO series, i.e. whose engine exports that latency (Triton: no inter-token latency)."""
+    """More than 1 - MODEL_SLO_QUANTILE of a model's requests above its models.<name>.slo time to first token or
+    inter-token latency for MODEL_SLO_FOR, at MODEL_SLO_MIN_REQUESTS_PER_SECOND or more: only models with that
+    record, i.e. whose engine exports that latency (Triton: neither)."""
     out = []
-    for alert, slo, p95, key, what in (
-        ("ModelTtftSloMissed", R.MODEL_TTFT_SLO, R.MODEL_TTFT_P95, "ttftSeconds", "time to first token"),
-        ("ModelInterTokenSloMissed", R.MODEL_ITL_SLO, R.MODEL_ITL_P95, "interTokenSeconds", "inter-token latency"),
-    ):
-        if not any(r.record == slo for r in _model_slo_records(cfg)):
+    share = round(1 - MODEL_SLO_QUANTILE, 10)
+    recorded = {r.record for r in _model_slo_records(cfg)}
+    for alert, record, _, _, key, what in MODEL_SLOS:
+        if record not in recorded:
             continue
         out.append(Alert(
-            alert, f"{p95} > on (model) {slo}", "warning",
-            summary=f"Model {{{{ $labels.model }}}} p95 {what} is {{{{ $value | humanizeDuration }}}}",
-            description=f"For {MODEL_SLO_FOR} model {{{{ $labels.model }}}}'s p95 {what} (its engine's histogram, "
-                        f"over 5 minutes) has been above its SLO, models.{{{{ $labels.model }}}}.slo.{key}: "
-                        f"{{{{ $value | humanizeDuration }}}}. Check its queue and KV cache, and its replicas.",
+            alert, f"{record} > {share!r}\nand on (model) {R.MODEL_SLO_REQUESTS} >= "
+                   f"{MODEL_SLO_MIN_REQUESTS_PER_SECOND!r}", "warning",
+            summary=f"Model {{{{ $labels.model }}}}: {{{{ $value | humanizePercentage }}}} of its {what} above its "
+                    "SLO",
+            description=f"For {MODEL_SLO_FOR} more than {share:.0%} of model {{{{ $labels.model }}}}'s "
+                        f"{what} observations (its engine's histogram, over 5 minutes, at least "
+                        f"{MODEL_SLO_MIN_REQUESTS_PER_SECOND:g} requests/s) have been above its p95 SLO "
+                        f"(models.{{{{ $labels.model }}}}.slo.{key}): {{{{ $value | humanizePercentage }}}} of them. "
+                        "Check its queue and KV cache, and its replicas.",
             runbook_url=runbook(cfg, alert), for_=MODEL_SLO_FOR))
     return out
 

@@ -206,8 +206,12 @@ class VLLM:
     SPEC_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens_total"
     SPEC_DRAFTS = "vllm:spec_decode_num_drafts_total"
     L_MODEL = "model_name"
+    # Default bucket edges (vllm 0.33.0 vllm/v1/metrics/buckets.py; the kit passes no --custom-histogram-buckets):
+    # TTFT's for time_to_first_token_seconds, ITL's for inter_token_latency_seconds and
+    # request_time_per_output_token_seconds, REQUEST's for e2e, queue, prefill and decode times.
     TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
                     160, 640, 2560)
+    ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80)
     REQUEST_BUCKETS = (0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680)
 
 
@@ -227,9 +231,6 @@ class TRITON:
     GPU_UTILIZATION = "nv_gpu_utilization"  # 0-1
     GPU_MEMORY_USED = "nv_gpu_memory_used_bytes"
     ENERGY = "nv_energy_consumption"
-    # Decoupled models only, with `--metrics-config histogram_latencies=true` (Triton core r25.08
-    # src/metric_model_reporter.cc); milliseconds from request to first response (src/infer_response.cc).
-    FIRST_RESPONSE_MS = "nv_inference_first_response_histogram_ms"  # histogram
     # The TensorRT-LLM backend's custom metrics (NVIDIA/TensorRT-LLM triton_backend/inflight_batcher_llm/src/
     # custom_metrics_reporter/custom_metrics_reporter.cc): histograms of the tokens of each response, labelled
     # response_metric_type; their _sum counts tokens.
@@ -253,7 +254,9 @@ class SGLANG:
 
     RUNNING = "sglang:num_running_reqs"  # gauge
     QUEUE = "sglang:num_queue_reqs"  # gauge: requests waiting in the scheduler's queue
-    CACHE_HIT_RATE = "sglang:cache_hit_rate"  # gauge 0-1: prefix (RadixAttention) hits over the last batches
+    # counter {cache_source: device | host | storage, or total}: prompt tokens served from cached prefixes, counted
+    # when a request finishes (the tokenizer's collector); the series appear at the first hit
+    CACHED_TOKENS = "sglang:cached_tokens_total"
     TOKEN_USAGE = "sglang:token_usage"  # gauge 0-1: share of the KV pool in use
     GEN_THROUGHPUT = "sglang:gen_throughput"  # gauge: tokens/s
     PROMPT_TOKENS = "sglang:prompt_tokens_total"  # counter {is_streaming}
@@ -263,6 +266,11 @@ class SGLANG:
     E2E = "sglang:e2e_request_latency_seconds"  # histogram
     QUEUE_TIME = "sglang:queue_time_seconds"  # histogram
     L_MODEL = "model_name"
+    # Default bucket edges of the two latency histograms a model SLO is judged on (metrics_collector.py
+    # TokenizerMetricsCollector; the kit passes no --bucket-time-to-first-token / --bucket-inter-token-latency)
+    TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
+    ITL_BUCKETS = (0.002, 0.004, 0.006, 0.008, 0.010, 0.015, 0.020, 0.025, 0.030, 0.035, 0.040, 0.060, 0.080, 0.100,
+                   0.200, 0.400, 0.600, 0.800, 1.0, 2.0, 4.0, 6.0, 8.0)
 
 
 class ISTIO:

@@ -7,9 +7,9 @@ Adding an engine: a module beside vllm.py and triton.py whose RULES implements `
 from __future__ import annotations
 
 from dashboards.engines import sglang, triton, vllm
-from dashboards.engines.base import MODEL, EngineRules
+from dashboards.engines.base import MODEL, EngineRules, SloHistogram
 
-__all__ = ["ENGINE_RULES", "EngineRules", "MODEL", "rules_of"]
+__all__ = ["ENGINE_RULES", "EngineRules", "MODEL", "SloHistogram", "rules_of"]
 
 ENGINE_RULES: dict[str, EngineRules] = {
     vllm.RULES.name: vllm.RULES,

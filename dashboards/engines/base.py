@@ -14,9 +14,24 @@ from typing import Any
 from dashboards.config import ObservabilityConfig, ServedModel
 from dashboards.rule_parts import Alert, Record
 
-__all__ = ["MODEL", "EngineRules"]
+__all__ = ["MODEL", "EngineRules", "SloHistogram"]
 
 MODEL = 'model=~"$model"'  # the dashboards' model variable
+
+
+@dataclass(frozen=True, slots=True)
+class SloHistogram:
+    """A latency histogram of an engine that a model's SLO is judged on (models.<name>.slo): the share of its
+    observations above the SLO is read at the SLO's own bucket edge, so the SLO must be one of `edges`."""
+
+    buckets: str  # its recorded bucket rates {model, le}
+    edges: tuple[float, ...]  # its bucket edges in seconds: the engine's defaults at the pinned version
+
+    def nearest(self, value: float) -> tuple[float, ...]:
+        """The edges on either side of `value` (one at either end of the range)."""
+        below = [e for e in self.edges if e < value]
+        above = [e for e in self.edges if e > value]
+        return tuple(x for x in (max(below, default=None), min(above, default=None)) if x is not None)
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,10 +41,10 @@ class EngineRules(ABC):
     name: str  # models.X.engine
     title: str  # the dashboards' row and panel titles
     generated_tokens: str  # its recorded generated tokens/s by model, which the cost rules read for every engine
-    # Its p95 time to first token and p95 inter-token latency by model, in seconds (PromQL over its recorded
-    # quantiles), which the model SLO rules read for every engine. Default: None, the engine exports no such histogram.
-    ttft_p95: str | None = None
-    itl_p95: str | None = None
+    # Its time-to-first-token and inter-token latency histograms, which the model SLO rules read for every engine.
+    # Default: None, the engine exports no such histogram and a model on it can have no such SLO.
+    ttft: SloHistogram | None = None
+    itl: SloHistogram | None = None
 
     @abstractmethod
     def queue_target(self, model: ServedModel) -> Record:

@@ -1,5 +1,5 @@
 """SGLang's rules and panels: its latency histograms, tokens, queue, running batch, KV pool and RadixAttention hit
-rate, by model_name (its --served-model-name, the config key) renamed `model`."""
+rate (cached over prompt tokens), by model_name (its --served-model-name, the config key) renamed `model`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboards.config import ObservabilityConfig, ServedModel
-from dashboards.engines.base import MODEL, EngineRules
+from dashboards.engines.base import MODEL, EngineRules, SloHistogram
 from dashboards.panels import Q, timeseries
 from dashboards.promql import series
 from dashboards.rule_parts import QUANTILES, RATE, Alert, R, Record, quantile_record, runbook
@@ -27,7 +27,7 @@ class S:
     QUEUE = "model:sglang_num_queue_reqs:sum"
     QUEUE_PER_REPLICA = "model:sglang_num_queue_reqs:avg"
     TOKEN_USAGE = "model:sglang_token_usage:max"
-    CACHE_HIT = "model:sglang_cache_hit_rate:avg"
+    CACHE_HIT = "model:sglang_cached_tokens:ratio_rate5m"
 
     @staticmethod
     def bucket(metric: str) -> str:
@@ -74,7 +74,11 @@ class SglangRules(EngineRules):
             Record(S.QUEUE, gauge("sum", SGLANG.QUEUE)),
             Record(S.QUEUE_PER_REPLICA, gauge("avg", SGLANG.QUEUE)),
             Record(S.TOKEN_USAGE, gauge("max", SGLANG.TOKEN_USAGE)),
-            Record(S.CACHE_HIT, gauge("avg", SGLANG.CACHE_HIT_RATE)),
+            # cached prompt tokens over prompt tokens, both counted per finished request: sglang:cache_hit_rate is
+            # each prefill batch's own share, so averaging it shows the last batch's and freezes on an idle replica.
+            # A model with no hit yet has no cached_tokens series (they appear at the first hit): 0, not no data.
+            Record(S.CACHE_HIT, f"({srate(SGLANG.CACHED_TOKENS)} or {srate(SGLANG.PROMPT_TOKENS)} * 0) / "
+                                f"{srate(SGLANG.PROMPT_TOKENS)}"),
         ]
 
     def alerts(self, cfg: ObservabilityConfig) -> list[Alert]:
@@ -108,7 +112,9 @@ class SglangRules(EngineRules):
                        Q(f"{S.PROMPT_TOKENS}{{{MODEL}}}", "{{model}} prompt"),
                        Q(f"{S.TOKENS}{{{MODEL}}}", "{{model}} generated")),
             timeseries("SGLang prefix cache hit rate", "RadixAttention: share of prompt tokens served from cached "
-                                                       "prefixes (sglang:cache_hit_rate), mean over replicas.",
+                                                       "prefixes (device, host or storage) over 5 minutes, all "
+                                                       "replicas: sglang:cached_tokens_total over "
+                                                       "sglang:prompt_tokens_total.",
                        "percentunit", Q(f"{S.CACHE_HIT}{{{MODEL}}}", "{{model}}")),
             timeseries("SGLang KV pool usage", "Highest share of a replica's KV token pool in use "
                                                "(sglang:token_usage; 1 = full: requests wait or are retracted).",
@@ -132,5 +138,5 @@ class SglangRules(EngineRules):
 
 
 RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS,
-                    ttft_p95=f'{S.quantile(SGLANG.TTFT)}{{quantile="0.95"}}',
-                    itl_p95=f'{S.quantile(SGLANG.ITL)}{{quantile="0.95"}}')
+                    ttft=SloHistogram(S.bucket(SGLANG.TTFT), SGLANG.TTFT_BUCKETS),
+                    itl=SloHistogram(S.bucket(SGLANG.ITL), SGLANG.ITL_BUCKETS))

@@ -1,6 +1,11 @@
-"""Triton's rules and panels: requests, queue and compute time, batching, pending requests, TensorRT-LLM's token
-counts and time to first response, of the repository model TRITON.ENGINE_MODEL, by the pod's model label renamed
-`model`."""
+"""Triton's rules and panels: requests, queue and compute time, batching, pending requests and TensorRT-LLM's token
+counts, of the repository model TRITON.ENGINE_MODEL, by the pod's model label renamed `model`.
+
+No latency SLO histogram (EngineRules.ttft / itl): Triton's OpenAI frontend (triton-inference-server/server@v2.71.0,
+r26.07, python/openai/openai_frontend/main.py) starts its in-process server without `histogram_latencies`, so
+nv_inference_first_response_histogram_ms is never exported, and the TensorRT-LLM backend exports no per-token timing.
+A Triton model has no time-to-first-token panel and no model SLO alert; the stack config refuses its slo.ttftSeconds
+and slo.interTokenSeconds (infra/stack/models.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from dashboards.config import ObservabilityConfig, ServedModel
 from dashboards.engines.base import MODEL, EngineRules
 from dashboards.panels import Q, timeseries
 from dashboards.promql import series
-from dashboards.rule_parts import QUANTILES, RATE, Alert, R, Record, quantile_record, runbook
+from dashboards.rule_parts import RATE, Alert, R, Record, runbook
 from telemetry.names import TRITON
 
 __all__ = ["TritonRules", "RULES"]
@@ -53,13 +58,6 @@ class TritonRules(EngineRules):
             Record(R.TRITON_PROMPT_TOKENS, tokens(TRITON.INPUT_TOKENS, TRITON.INPUT_TOKENS_TYPE)),
         ]
 
-    def late_records(self, cfg: ObservabilityConfig) -> list[Record]:
-        return [
-            Record(R.TRITON_TTFT_BUCKET, _rate(cfg, f"{TRITON.FIRST_RESPONSE_MS}_bucket",
-                                               by=f"{TRITON.L_POD_MODEL}, le")),
-            *quantile_record(R.TRITON_TTFT_QUANTILE, R.TRITON_TTFT_BUCKET, "model"),
-        ]
-
     def alerts(self, cfg: ObservabilityConfig) -> list[Alert]:
         return [
             Alert("TritonQueueTimeHigh",
@@ -89,13 +87,6 @@ class TritonRules(EngineRules):
                                                   "sums).", "short",
                        Q(f"{R.TRITON_PROMPT_TOKENS}{{{MODEL}}}", "{{model}} prompt"),
                        Q(f"{R.TRITON_TOKENS}{{{MODEL}}}", "{{model}} generated")),
-            timeseries("Triton time to first token", "p50 / p95 / p99 of tensorrt_llm's time to first response "
-                                                     "(nv_inference_first_response_histogram_ms; Triton's default "
-                                                     "buckets 100/500/2000/5000 ms bound the precision). "
-                                                     "TensorRT-LLM's Triton backend exports no per-token latency: "
-                                                     "no inter-token panel.", "s",
-                       *(Q(f'{R.TRITON_TTFT_QUANTILE}{{quantile="{q}", {MODEL}}} / 1000',
-                           f"{{{{model}}}} p{q[2:].ljust(2, '0')}") for q in QUANTILES)),
         ]
 
     def compound_panels(self) -> list[Any]:
@@ -107,6 +98,4 @@ class TritonRules(EngineRules):
         ]
 
 
-# TensorRT-LLM's Triton backend exports no per-token timing: no inter-token latency (docs/observability.md)
-RULES = TritonRules(name="triton", title="Triton", generated_tokens=R.TRITON_TOKENS,
-                    ttft_p95=f'{R.TRITON_TTFT_QUANTILE}{{quantile="0.95"}} / 1000')
+RULES = TritonRules(name="triton", title="Triton", generated_tokens=R.TRITON_TOKENS)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dashboards.config import ObservabilityConfig, ServedModel
-from dashboards.engines.base import MODEL, EngineRules
+from dashboards.engines.base import MODEL, EngineRules, SloHistogram
 from dashboards.panels import Q, timeseries
 from dashboards.promql import series
 from dashboards.rule_parts import QUANTILES, RATE, Alert, R, Record, quantile_record, runbook
@@ -119,5 +119,5 @@ class VllmRules(EngineRules):
 
 
 RULES = VllmRules(name="vllm", title="vLLM", generated_tokens=R.MODEL_TOKENS,
-                  ttft_p95=f'{R.vllm_quantile(VLLM.TTFT)}{{quantile="0.95"}}',
-                  itl_p95=f'{R.vllm_quantile(VLLM.ITL)}{{quantile="0.95"}}')
+                  ttft=SloHistogram(R.vllm_bucket(VLLM.TTFT), VLLM.TTFT_BUCKETS),
+                  itl=SloHistogram(R.vllm_bucket(VLLM.ITL), VLLM.ITL_BUCKETS))

@@ -26,6 +26,7 @@ from components.k8s.settings import (
     MODEL_TASKS,
     QUANTIZATION_METHODS,
     Model,
+    ModelSlo,
     NodePool,
     Quantization,
     SessionAffinity,
@@ -34,6 +35,7 @@ from components.k8s.settings import (
     Variant,
     default_of,
 )
+from dashboards.rules import MODEL_SLOS, model_slo_default, model_slo_problems
 from infra.stack import declared
 from infra.stack.reader import (
     _Reader,
@@ -138,6 +140,8 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
                                                 f"{timeout:g}; use at most {timeout:g}")
     if not r.is_set(d, path, "workload"):
         v["workload"] = name
+    if eng is not None:
+        v["slo"] = _latency_slo(r, d, path, engine, v["slo"])
     v["prefix_caching"] = _prefix_caching(r, d, path, engine, v["prefix_caching"])
     _expert_parallel(r, path, engine, tp, v["expert_parallel"])
     _kv_offload(r, d, path, engine, v["kv_offload_gib"])
@@ -166,6 +170,20 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     for key, problem in ENGINES[engine].model_problems(model):
         r.fail(f"{path}.{key}", problem)
     return model
+
+
+def _latency_slo(r: _Reader, d: dict[str, Any], path: str, engine: str, slo: ModelSlo) -> ModelSlo:
+    """models.X.slo.ttftSeconds / interTokenSeconds: the alerts count the share of requests above each at that bucket
+    edge of the engine's histogram (dashboards.rules), so a value given must be an edge, and an engine without the
+    histogram (Triton) takes none; a default that is not an edge becomes the next edge above it."""
+    sp = f"{path}.slo"
+    sd = d["slo"] if isinstance(d.get("slo"), dict) else {}
+    given = {key: getattr(slo, field_) for _, _, _, field_, key, _ in MODEL_SLOS if r.is_set(sd, sp, key)}
+    for key, problem in model_slo_problems(engine, given):
+        r.fail(f"{sp}.{key}", problem)
+    defaults = {field_: model_slo_default(engine, key, getattr(slo, field_))
+                for _, _, _, field_, key, _ in MODEL_SLOS if key not in given}
+    return dataclasses.replace(slo, **defaults)
 
 
 def _with(capability: str) -> str:

@@ -140,8 +140,9 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
     def sglang_quantiles(buckets: tuple[float, ...]) -> list[Answer]:  # uniform on the 3rd to 9th boundaries
         return [per_model(sglang, lambda m, q=q: _quantile(buckets[2], buckets[8], q)) for q in (0.5, 0.95, 0.99)]
 
-    # vLLM's histograms are uniform between their 3rd and 9th bucket boundaries (vLLM v0.11.0's buckets)
+    # vLLM's histograms are uniform between their 3rd and 9th bucket boundaries (vLLM 0.33.0's buckets)
     ttft_span = (syn.VLLM_TTFT_BUCKETS[2], syn.VLLM_TTFT_BUCKETS[8])  # 0.01 .. 0.25 s
+    itl_span = (syn.VLLM_ITL_BUCKETS[2], syn.VLLM_ITL_BUCKETS[8])  # 0.05 .. 0.3 s
     request_span = (syn.VLLM_REQUEST_BUCKETS[2], syn.VLLM_REQUEST_BUCKETS[8])  # 0.8 .. 10 s
     def hops(q: float) -> Answer:
         pairs = [(gateway, m) for m in models] + [(a, gateway) for a in agents]
@@ -185,7 +186,7 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
         ("compound-latency", "Time to first token p95 (vLLM)"): [
             per_model(vllm, lambda m: _quantile(*ttft_span, 0.95))],
         ("compound-latency", "Inter-token latency p95 (vLLM)"): [
-            per_model(vllm, lambda m: _quantile(*ttft_span, 0.95))],
+            per_model(vllm, lambda m: _quantile(*itl_span, 0.95))],
         ("compound-latency", "vLLM request phases p95: queue, prefill, decode"): [
             per_model(vllm, lambda m: _quantile(*request_span, 0.95)) for _ in range(3)],
         ("compound-latency", "Time to first token p95 (SGLang)"): sglang_quantiles(syn.SGLANG_TTFT_BUCKETS)[1:2],
@@ -248,6 +249,8 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
         ("gpu-fleet", "Pending row remaps by pool"): [_per_pool(gpus, lambda gs: 0.0)],
         ("gpu-fleet", "GPU utilisation per GPU"): [_per_gpu(gpus, lambda g: g.util)],
         ("gpu-fleet", "Temperature per GPU"): [_per_gpu(gpus, temp)],
+        ("gpu-fleet", "Mean GPU temperature"): [Answer((), {(): _mean([temp(g) for g in gpus])})],
+        ("gpu-fleet", "Tensor pipe active per GPU"): [_per_gpu(gpus, lambda g: g.util / 200)],
         ("gpu-fleet", "Power per GPU"): [_per_gpu(gpus, lambda g: 100 + 5 * g.util)],
         ("gpu-fleet", "Framebuffer used per GPU"): [_per_gpu(gpus, lambda g: 60000 * MIB)],
         ("gpu-fleet", "SM clock per GPU"): [_per_gpu(gpus, lambda g: 1980.0)],
@@ -268,7 +271,7 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
         ("serving", "Finished requests by reason"): [
             Answer(("model", "finished_reason"), {(m, r): v for m in vllm for r, v in syn.FINISHED_PER_S.items()})],
         ("serving", "Time to first token"): vllm_quantiles(ttft_span),
-        ("serving", "Inter-token latency"): vllm_quantiles(ttft_span),
+        ("serving", "Inter-token latency"): vllm_quantiles(itl_span),
         ("serving", "End-to-end request latency"): vllm_quantiles(request_span),
         ("serving", "Queue time"): vllm_quantiles(request_span),
         # --- serving: Triton (tensorrt_llm only; the repository's other models carry other numbers) ----------
@@ -279,14 +282,14 @@ def answers(cfg: ObservabilityConfig, nodes: Mapping[str, int]) -> dict[tuple[st
         ("serving", "Pending requests"): [per_model(triton, lambda m: 3.0)],
         ("serving", "Triton token throughput"): [
             per_model(triton, lambda m: 4 * tokens[m]), per_model(triton, lambda m: tokens[m])],
-        ("serving", "Triton time to first token"): [  # first responses uniform on 100-500 ms, shown in s
-            per_model(triton, lambda m, q=q: _quantile(100, 500, q) / 1000) for q in (0.5, 0.95, 0.99)],
-        # --- serving: SGLang (one pod per model, one scheduler: 12 running, 1 queued, KV pool 40 %, hits 0.5) --
+        # --- serving: SGLang (one pod per model, one scheduler: 12 running, 1 queued, KV pool 40 %) -------------
         ("serving", "SGLang requests running and queued"): [
             per_model(sglang, lambda m: 12.0), per_model(sglang, lambda m: 1.0)],
         ("serving", "SGLang token throughput"): [
             per_model(sglang, lambda m: 4 * tokens[m]), per_model(sglang, lambda m: tokens[m])],
-        ("serving", "SGLang prefix cache hit rate"): [per_model(sglang, lambda m: 0.5)],
+        # cached tokens (device 1.5 + host 0.5 per generated token) over prompt tokens (4 per generated token); the
+        # last batch's sglang:cache_hit_rate gauge reads 0.9
+        ("serving", "SGLang prefix cache hit rate"): [per_model(sglang, lambda m: (1.5 + 0.5) / 4)],
         ("serving", "SGLang KV pool usage"): [per_model(sglang, lambda m: 0.4)],
         ("serving", "SGLang time to first token"): sglang_quantiles(syn.SGLANG_TTFT_BUCKETS),  # 0.4 .. 4 s
         ("serving", "SGLang inter-token latency"): sglang_quantiles(syn.SGLANG_ITL_BUCKETS),  # 6 .. 30 ms

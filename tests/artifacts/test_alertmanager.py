@@ -13,6 +13,9 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +24,7 @@ import pytest
 import yaml
 
 from components.k8s.settings import ALERT_SEVERITIES
+from tests.support.processes import die_with_parent, free_port, stop_process
 from tests.support.stacks import SHIPPED_STACKS, stack_raw
 
 
@@ -92,3 +96,64 @@ def test_notifications_carry_the_alerts_runbook_url(tmp_path: Path, synthesized:
         "chat is slow", "chat missed its SLO",
         f"Runbook: {alert['annotations']['runbook_url']}"]
     assert alert["annotations"]["runbook_url"].startswith("https://")
+
+
+def _alertmanager_api(url: str, path: str, body: Any = None) -> Any:
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(f"{url}{path}", data=data, method="GET" if body is None else "POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=5) as resp:
+        text = resp.read()
+    return json.loads(text) if text else None
+
+
+def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critical_alert(
+        tmp_path: Path, synthesized: Callable[[str], Path]) -> None:
+    """Issue 44 item 11, on prod's Alertmanager config under the real Alertmanager (Debian's
+    prometheus-alertmanager 0.25). kube-prometheus-stack's `equal: [namespace, alertname]` let model a's critical
+    GatewayModelUnavailable silence model b's warning (neither carries a namespace, and Alertmanager takes a label
+    missing from both alerts as equal: prometheus/alertmanager@v0.25.0 inhibit/inhibit.go hasEqual); one workflow's
+    fast burn silenced another's slow burn. A model's gateway outage pages once: its GatewayModelUnavailable silences
+    its own GatewayServerErrorRatioHigh (the same 503s), not another model's."""
+    config, _ = shipped(synthesized("prod"), tmp_path)
+    binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+    assert binary, "run `make test`: it installs Debian's prometheus-alertmanager"
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.path={tmp_path / 'data'}",
+                             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent)
+    unavailable, ratio, burn = "GatewayModelUnavailable", "GatewayServerErrorRatioHigh", "WorkflowLatencyBudgetBurn"
+    sent = {  # name -> labels
+        "a down": {"alertname": unavailable, "severity": "critical", "envoy_cluster_name": "a"},
+        "a no replica": {"alertname": unavailable, "severity": "warning", "envoy_cluster_name": "a"},
+        "b no replica": {"alertname": unavailable, "severity": "warning", "envoy_cluster_name": "b"},
+        "a 5xx": {"alertname": ratio, "severity": "critical", "envoy_cluster_name": "a"},
+        "c 5xx": {"alertname": ratio, "severity": "critical", "envoy_cluster_name": "c"},
+        "x fast burn": {"alertname": burn, "severity": "critical", "workflow": "x", "tenant": "t", "slo": "latency"},
+        "x slow burn": {"alertname": burn, "severity": "warning", "workflow": "x", "tenant": "t", "slo": "latency"},
+        "y slow burn": {"alertname": burn, "severity": "warning", "workflow": "y", "tenant": "t", "slo": "latency"},
+    }
+    want = {"a down": False, "a no replica": True, "b no replica": False, "a 5xx": True, "c 5xx": False,
+            "x fast burn": False, "x slow burn": True, "y slow burn": False}
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                _alertmanager_api(url, "/api/v2/status")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+                time.sleep(0.1)
+        _alertmanager_api(url, "/api/v2/alerts", [{"labels": labels, "annotations": {"summary": name}}
+                                                   for name, labels in sent.items()])
+        got: dict[str, bool] = {}
+        while time.monotonic() < deadline:  # the inhibitor reads new alerts from its subscription, asynchronously
+            alerts = _alertmanager_api(url, "/api/v2/alerts")
+            got = {a["annotations"]["summary"]: bool(a["status"]["inhibitedBy"]) for a in alerts}
+            if got == want:
+                break
+            time.sleep(0.1)
+        assert got == want
+    finally:
+        stop_process(proc)

@@ -156,10 +156,17 @@ def test_cost_per_million_generated_tokens_per_model(prod: ObservabilityConfig, 
     assert {m.engine for m in prod.models} == {"vllm", "triton", "sglang"}
 
 
-def test_triton_time_to_first_token_p95(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:
-    """Triton's first-response histogram of `tensorrt_llm` (ms), in seconds like vLLM's TTFT."""
-    p95 = next(e for e in _panel("serving", "Triton time to first token", prod) if 'quantile="0.95"' in e)
-    assert _by(prom, p95, data.end, "model") == pytest.approx(dict(data.truth.triton_ttft_p95), rel=TOLERANCE)
+def test_no_panel_or_rule_reads_a_triton_first_response_histogram(prod: ObservabilityConfig) -> None:
+    """Issue 46 item 1: Triton's OpenAI frontend (triton-inference-server/server@v2.71.0, r26.07,
+    python/openai/openai_frontend/main.py) starts its server without `histogram_latencies`, so Triton core never
+    creates nv_inference_first_response_histogram_ms (src/metric_model_reporter.cc): a Triton TTFT panel stays empty
+    and an SLO alert on it never fires. Prod serves assistant-fast on Triton: no panel, record or alert reads it, and
+    the Triton row has no time-to-first-token panel."""
+    exprs = [e for d in dashboards.build(prod).values() for _, e in dashboards.queries(d)]
+    rules = yaml.safe_dump(dashboards.prometheus_rules(prod))
+    assert not [e for e in exprs if "first_response" in e] and "first_response" not in rules
+    assert "Triton time to first token" not in {t for t, _ in dashboards.queries(dashboards.build(prod)["serving"])}
+    assert "triton" in {m.engine for m in prod.models}
 
 
 def test_nvlink_throughput_reads_the_gauge_in_bytes_per_second(prod: ObservabilityConfig, prom: PrometheusServer,
@@ -179,6 +186,22 @@ def test_nvlink_throughput_reads_the_gauge_in_bytes_per_second(prod: Observabili
     got_gpu = {r["metric"]["gpu"]: float(r["value"][1]) for r in prom.query(per_gpu, data.end)}
     want = {gpu: v for (n, gpu), v in data.truth.nvlink_gpu_bytes_per_second.items() if n == node}
     assert got_gpu == pytest.approx(want, rel=TOLERANCE)
+
+
+def test_per_gpu_panels_read_one_recorded_selector_and_the_node_variable_has_all(prod: ObservabilityConfig) -> None:
+    """Issue 46 item 3: the per-GPU panels ran two label_replace over an `or` of both host labels and a join to the
+    node-pool series on every refresh (4-5x dcgm-exporter's dashboard 12239 per panel); the join is recorded once
+    (dashboards.rules DCGM_PER_GPU) and each panel reads one selector. $node has All, as 12239's $Hostname."""
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(prod)["gpu-fleet"]))
+    node = next(v for v in doc["templating"]["list"] if v["name"] == "node")
+    assert (node["includeAll"], node["allValue"], node["multi"]) == (True, ".*", True)
+    recorded = records(prod)
+    per_gpu = [(t, e) for t, e in dashboards.queries(dashboards.build(prod)["gpu-fleet"]) if t.endswith("per GPU")]
+    assert len(per_gpu) == 11
+    for title, expr in per_gpu:
+        name = expr.split("{")[0]
+        assert name in recorded and expr.startswith(f'{name}{{node=~".*", pool=~".*"}}'), title
+        assert "label_replace" not in expr and " on (" not in expr, title
 
 
 def test_workflow_p95_per_workflow(prod: ObservabilityConfig, prom: PrometheusServer, data: Synthetic) -> None:

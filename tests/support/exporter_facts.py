@@ -1,6 +1,6 @@
 """What the exporters really emit, written from their upstream sources at the kit's pinned versions.
 
-Synthetic data for the NVLink, GPU capacity and Triton TensorRT-LLM token / first-response panels is built
+Synthetic data for the NVLink, GPU capacity and Triton TensorRT-LLM token panels is built
 from these records, never from telemetry/names.py: a wrong name, type, label or unit in the kit is then
 wrong on one side only, and the known-answer tests catch it. Each record names the file it was read from.
 """
@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 __all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY", "POD_PHASE",
            "POD_PHASES", "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
-           "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE", "FIRST_RESPONSE_HISTOGRAM",
-           "FIRST_RESPONSE_DEFAULT_BUCKETS_MS"]
+           "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,13 +64,3 @@ TRTLLM_INPUT_TOKENS = ExporterMetric(
 TRTLLM_TOKEN_BUCKETS = (10.0, 50.0, 100.0, 500.0, 1000.0)
 TRTLLM_OUTPUT_TOKENS_TYPE = "total_output_tokens"  # response_metric_type of nv_llm_output_token_len
 TRTLLM_INPUT_TOKENS_TYPE = "total_input_tokens"
-
-# Triton core r25.08: src/metrics.cc registers nv_inference_first_response_histogram_ms ("Duration from request
-# to first response in milliseconds"); src/metric_model_reporter.cc creates it only for decoupled models and
-# only with `--metrics-config histogram_latencies=true`; src/infer_response.cc observes it once per request,
-# at the first response. Labels model and version (src/metric_model_reporter.cc GetMetricLabels). Default
-# buckets {100, 500, 2000, 5000} ms (src/metric_model_reporter.h), overridable per model (model_metrics).
-FIRST_RESPONSE_HISTOGRAM = ExporterMetric(
-    "nv_inference_first_response_histogram_ms", "histogram", ("model", "version"),
-    "triton-inference-server/core r25.08 src/metrics.cc, src/metric_model_reporter.{h,cc}, src/infer_response.cc")
-FIRST_RESPONSE_DEFAULT_BUCKETS_MS = (100.0, 500.0, 2000.0, 5000.0)

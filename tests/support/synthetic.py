@@ -1,8 +1,8 @@
 """Synthetic exporter data with known answers, as OpenMetrics text for `promtool tsdb create-blocks-from`.
 
 Series are named and labelled exactly as the real exporters emit them (docs/contracts.md,
-telemetry/names.py; the NVLink gauge, node GPU capacity and Triton's TensorRT-LLM token and first-response
-histograms from tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half
+telemetry/names.py; the NVLink gauge, node GPU capacity and Triton's TensorRT-LLM token histograms from
+tests/support/exporter_facts.py, written from the upstream sources): DCGM exporter (half
 the pools with `Hostname`, half with the newer `hostname`; unallocated GPUs carry the exporter's own pod, as
 a ServiceMonitor with honorLabels leaves them),
 kube-state-metrics (allow-listed node/pod labels, GPU requests), vLLM, Triton (counters without
@@ -57,8 +57,9 @@ __all__ = ["IDLE_UTIL_PERCENT", "BUSY_UTIL_PERCENT", "CRITICAL_PATH_SHARES", "WO
 
 # The DCGM exporter's host label, in the fixture's spellings: 4.4.2-4.7.0's and the later exporters'.
 HOSTNAME_LABELS = ("Hostname", "hostname")
-# vLLM v0.11.0's histogram buckets (vllm/v1/metrics/loggers.py), as telemetry/names.py records them.
-VLLM_TTFT_BUCKETS, VLLM_REQUEST_BUCKETS = _VLLM_BUCKETS.TTFT_BUCKETS, _VLLM_BUCKETS.REQUEST_BUCKETS
+# vLLM 0.33.0's histogram buckets (vllm/v1/metrics/buckets.py), as telemetry/names.py records them.
+VLLM_TTFT_BUCKETS, VLLM_ITL_BUCKETS = _VLLM_BUCKETS.TTFT_BUCKETS, _VLLM_BUCKETS.ITL_BUCKETS
+VLLM_REQUEST_BUCKETS = _VLLM_BUCKETS.REQUEST_BUCKETS
 TRITON_ENGINE_MODEL = "tensorrt_llm"  # the TensorRT-LLM repository's engine model (tensorrtllm_backend all_models/)
 # SGLang 0.5.23's default histogram buckets (sglang/srt/observability/metrics_collector.py, the PyPI wheel).
 SGLANG_TTFT_BUCKETS = (0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400)
@@ -107,7 +108,6 @@ class Truth:
     cost_per_million_tokens: Mapping[str, float]  # every model that generates tokens (vLLM and Triton)
     nvlink_bytes_per_second: Mapping[str, float]  # per pool, at the last sample
     nvlink_gpu_bytes_per_second: Mapping[tuple[str, str], float]  # per (node, gpu), at the last sample
-    triton_ttft_p95: Mapping[str, float]  # seconds, per Triton model
     workflow_p95: Mapping[str, float]
     critical_path_share: Mapping[str, float]
     route_decisions: Mapping[tuple[str, str, str], float]  # (workload, variant, reason) -> requests/s, all gateways
@@ -363,28 +363,25 @@ def _tokens_per_s(index: int) -> float:
     return 500.0 * (index + 1)
 
 
-# Triton: requests per second a model answers (all replicas), each streaming one response per token; time to
-# first response uniform on TRITON_FIRST_RESPONSE_MS (inside the default buckets: histogram_quantile is exact).
+# Triton: requests per second a model answers (all replicas), each streaming one response per token. No
+# first-response histogram: the OpenAI frontend runs Triton without histogram_latencies (docs/contracts.md).
 TRITON_REQUESTS_PER_S = 20.0
-TRITON_FIRST_RESPONSE_MS = (100.0, 500.0)
 
 
 def _trtllm(w: _Writer, labels: Mapping[str, str], tokens: float, share: float) -> None:
-    """The TensorRT-LLM backend's token histograms and Triton's first-response histogram of one pod's
-    `tensorrt_llm` (tests.support.exporter_facts): `tokens` generated per second, four prompt tokens each."""
+    """The TensorRT-LLM backend's token histograms of one pod's `tensorrt_llm` (tests.support.exporter_facts): `tokens`
+    generated per second, four prompt tokens each."""
     responses = tokens * share  # one response per streamed token
     for fact, kind, per_token in ((facts.TRTLLM_OUTPUT_TOKENS, facts.TRTLLM_OUTPUT_TOKENS_TYPE, 1.0),
                                   (facts.TRTLLM_INPUT_TOKENS, facts.TRTLLM_INPUT_TOKENS_TYPE, 4.0)):
         w.histogram(fact.name, {**labels, "response_metric_type": kind}, facts.TRTLLM_TOKEN_BUCKETS,
                     _uniform(0.5 * per_token, 1.5 * per_token), responses, per_token, python_client=False)
-    lo, hi = TRITON_FIRST_RESPONSE_MS
-    w.histogram(facts.FIRST_RESPONSE_HISTOGRAM.name, labels, facts.FIRST_RESPONSE_DEFAULT_BUCKETS_MS,
-                _uniform(lo, hi), TRITON_REQUESTS_PER_S * share, (lo + hi) / 2, python_client=False)
 
 
 def _sglang(w: _Writer, model: str, pods: list[Allocation], tokens: float) -> None:
-    """One SGLang model's series: each pod one scheduler (TP rank 0) with 12 running, 1 queued, KV pool 40 %,
-    RadixAttention hit rate 0.5; 5 requests/s uniform between the 3rd and 9th bucket boundaries."""
+    """One SGLang model's series: each pod one scheduler (TP rank 0) with 12 running, 1 queued, KV pool 40 %; half
+    its prompt tokens cached (1.5 x tokens/s from the device, 0.5 x from host memory, of 4 x), while its last prefill
+    batch's sglang:cache_hit_rate reads 0.9; 5 requests/s uniform between the 3rd and 9th bucket boundaries."""
     share = 1 / len(pods)
     for a in pods:
         base = {SGLANG.L_MODEL: model, "engine_type": "unified",
@@ -398,16 +395,16 @@ def _sglang(w: _Writer, model: str, pods: list[Allocation], tokens: float) -> No
             w.histogram(h, {**base, **extra}, buckets, _uniform(lo, hi), 5 * share, (lo + hi) / 2, python_client=True)
         w.level(SGLANG.GENERATION_TOKENS, {**base, **streaming}, tokens * share)
         w.level(SGLANG.PROMPT_TOKENS, {**base, **streaming}, 4 * tokens * share)
+        for source, per_token in (("device", 1.5), ("host", 0.5)):
+            w.level(SGLANG.CACHED_TOKENS, {**base, "cache_source": source}, per_token * tokens * share)
         for metric, value in ((SGLANG.RUNNING, 12), (SGLANG.QUEUE, 1), (SGLANG.TOKEN_USAGE, 0.4),
-                              (SGLANG.CACHE_HIT_RATE, 0.5)):
+                              ("sglang:cache_hit_rate", 0.9)):
             w.level(metric, {**base, **ranks}, value)
 
 
-def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
-             ) -> tuple[dict[str, float], dict[str, float]]:
-    """vLLM, Triton and SGLang series; returns the true cost per 1M generated tokens of each model and the true
-    p95 time to first token (s) of each Triton model."""
-    truth, ttft = {}, {}
+def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]) -> dict[str, float]:
+    """vLLM, Triton and SGLang series; returns the true cost per 1M generated tokens of each model."""
+    truth = {}
     for index, m in enumerate(cfg.models):
         pods = [a for a in allocs if a.model == m.name]
         gpus = sum(len(a.gpus) for a in pods)
@@ -420,8 +417,8 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
                           **w.target(a.tenant, a.pod, container="server", port=SERVING_PORT, job=m.name)}
                 share = 1 / len(pods)
                 for h, buckets in (("vllm:time_to_first_token_seconds", VLLM_TTFT_BUCKETS),
-                                   ("vllm:inter_token_latency_seconds", VLLM_TTFT_BUCKETS),
-                                   ("vllm:request_time_per_output_token_seconds", VLLM_TTFT_BUCKETS),
+                                   ("vllm:inter_token_latency_seconds", VLLM_ITL_BUCKETS),
+                                   ("vllm:request_time_per_output_token_seconds", VLLM_ITL_BUCKETS),
                                    ("vllm:e2e_request_latency_seconds", VLLM_REQUEST_BUCKETS),
                                    ("vllm:request_queue_time_seconds", VLLM_REQUEST_BUCKETS),
                                    ("vllm:request_prefill_time_seconds", VLLM_REQUEST_BUCKETS),
@@ -455,10 +452,6 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
                     w.level("nv_inference_request_success", labels, 7 * share)
                     w.level("nv_inference_queue_duration_us", labels, 7 * 900_000 * share)
                     w.level("nv_inference_pending_request_count", labels, 40)
-                    if repo_model == "ensemble":  # decoupled too: its own first-response histogram
-                        w.histogram(facts.FIRST_RESPONSE_HISTOGRAM.name, labels,
-                                    facts.FIRST_RESPONSE_DEFAULT_BUCKETS_MS, _uniform(2000, 5000), 7 * share, 3500,
-                                    python_client=False)
                     continue
                 _trtllm(w, labels, tokens, share)
                 w.level("nv_inference_request_success", labels, 20 * share)
@@ -472,9 +465,7 @@ def _serving(w: _Writer, cfg: ObservabilityConfig, allocs: list[Allocation]
                                    ("nv_inference_compute_output_duration_us", 1_000)):
                     w.level(metric, labels, 20 * us * share)
                 w.level("nv_inference_pending_request_count", labels, 3)
-            lo, hi = TRITON_FIRST_RESPONSE_MS
-            ttft[m.name] = (lo + 0.95 * (hi - lo)) / 1000
-    return truth, ttft
+    return truth
 
 
 def _istio_hop(w: _Writer, source: tuple[str, str], destination: tuple[str, str],
@@ -586,11 +577,11 @@ def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, 
     w = _Writer(times)
     allocs = allocate(cfg, nodes, replicas=scale.replicas)
     fleet = _dcgm(w, cfg, nodes, allocs)
-    per_mtok, ttft = _serving(w, cfg, allocs)
+    per_mtok = _serving(w, cfg, allocs)
     _mesh(w, cfg, allocs, scale)
     p95 = _workflows(w, cfg, scale)
     pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
     truth = Truth(pool_cost, sum(pool_cost.values()), fleet.idle_cost, fleet.unallocated, fleet.working, per_mtok,
-                  fleet.nvlink, fleet.nvlink_gpu, ttft, p95, dict(CRITICAL_PATH_SHARES), dict(ROUTE_DECISIONS_PER_S),
+                  fleet.nvlink, fleet.nvlink_gpu, p95, dict(CRITICAL_PATH_SHARES), dict(ROUTE_DECISIONS_PER_S),
                   dict(ROUTE_OVERFLOW_PER_S))
     return Synthetic(w.text(), times[0], times[-1], step, truth, w.series)

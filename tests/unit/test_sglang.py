@@ -190,7 +190,9 @@ def prod() -> ObservabilityConfig:
 def test_sglang_recording_rules_give_known_answers(prod: ObservabilityConfig, tmp_path: Path) -> None:
     """Two replicas of `planner`, each with two scheduler processes (TP ranks) reporting the same queue, in SGLang's
     exposition format: the queue counts each pod once; tokens/s are rates; the generated-tokens series of every
-    engine includes SGLang's."""
+    engine includes SGLang's; with no prompt token cached yet (sglang:cached_tokens_total has no series before the
+    first hit, sglang 0.5.23 srt/observability/metrics_collector.py) the prefix cache hit rate is 0, not missing,
+    and the last prefill batch's sglang:cache_hit_rate gauge (0.9 here) is not what it reads."""
     serving = next(g for g in groups(prod) if g.name == "aifactory-serving")
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump({"groups": [serving.to_dict()]}, sort_keys=False))
     sel = 'model_name="planner", engine_type="unified", namespace="agents"'
@@ -201,6 +203,10 @@ def test_sglang_recording_rules_give_known_answers(prod: ObservabilityConfig, tm
                                      f'moe_ep_rank="0"}}', "values": f"{queue}x20"})
         series.append({"series": f'sglang:generation_tokens_total{{{sel}, pod="{pod}", is_streaming="true"}}',
                        "values": "0+600x20"})  # 600 tokens a minute: 10/s per pod
+        series.append({"series": f'sglang:prompt_tokens_total{{{sel}, pod="{pod}", is_streaming="true"}}',
+                       "values": "0+2400x20"})
+        series.append({"series": f'sglang:cache_hit_rate{{{sel}, pod="{pod}", tp_rank="0", pp_rank="0", '
+                                 'moe_ep_rank="0"}', "values": "0.9x20"})
     test = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [{
         "interval": "1m", "input_series": series,
         "promql_expr_test": [
@@ -212,6 +218,8 @@ def test_sglang_recording_rules_give_known_answers(prod: ObservabilityConfig, tm
             {"expr": R.GENERATED_TOKENS, "eval_time": "10m",
              "exp_samples": [{"labels": f'{R.GENERATED_TOKENS}{{model="planner", model_name="planner"}}',
                               "value": 20}]},
+            {"expr": S.CACHE_HIT, "eval_time": "10m",
+             "exp_samples": [{"labels": f'{S.CACHE_HIT}{{model="planner", model_name="planner"}}', "value": 0}]},
         ]}]}
     (tmp_path / "test.yaml").write_text(yaml.safe_dump(test, sort_keys=False))
     out = promtool("test", "rules", str(tmp_path / "test.yaml"), timeout=300)

@@ -10,12 +10,14 @@ from components.k8s.observability.spec import BackendsView
 from components.k8s.settings import (
     AlertReceiver,
 )
+from telemetry.names import ENVOY
 
 __all__ = [
     "ALERTMANAGER_SECRETS_DIR",
     "ALERT_TEMPLATE_FILE",
     "ALERT_TEMPLATES_GLOB",
     "WATCHDOG_GROUP_INTERVAL",
+    "SUBJECT_LABELS",
     "watchdog_route",
     "alertmanager_config",
     "alert_templates",
@@ -32,6 +34,35 @@ ALERT_TEMPLATES_GLOB = "/etc/alertmanager/config/*.tmpl"
 # Alertmanager re-sends a firing group only at a group_interval tick, so repeat_interval takes effect rounded up
 # to a multiple of it (alertmanager docs, configuration, <route>): 1m keeps the heartbeat close to its interval.
 WATCHDOG_GROUP_INTERVAL = "1m"
+
+
+# What an alert is about, beside its name: the labels the severity inhibitions require equal, so a critical alert
+# silences the warning of the same thing only. Alertmanager takes a label missing from both alerts as equal
+# (prometheus/alertmanager@v0.25.0 inhibit/inhibit.go, InhibitRule.hasEqual), so with kube-prometheus-stack's
+# [namespace, alertname] alone, one model's critical gateway alert silenced every other model's warning of that name:
+# none of the kit's aggregated alerts carries a namespace. Each label is one the kit's alerts with a critical and a
+# warning rule of one name fire with (dashboards/rules.py, dashboards/gateway_alerts.py): a gateway cluster
+# (GatewayModelUnavailable), a workflow and tenant (WorkflowLatencyBudgetBurn, WorkflowErrorBudgetBurn), a GPU
+# (GpuXidError: DCGM's UUID), and a model.
+SUBJECT_LABELS = ("namespace", "alertname", ENVOY.L_CLUSTER, "model", "workflow", "tenant", "UUID")
+
+
+def _inhibit_rules() -> list[dict[str, Any]]:
+    """The chart's severity and InfoInhibitor rules, by subject; and a model's gateway outage paged once: while
+    GatewayModelUnavailable pages for a cluster (every request refused: 503 no healthy upstream), the same cluster's
+    GatewayServerErrorRatioHigh (those 503s) is silenced."""
+    return [
+        {"source_matchers": ['severity = "critical"'], "target_matchers": ['severity =~ "warning|info"'],
+         "equal": list(SUBJECT_LABELS)},
+        {"source_matchers": ['severity = "warning"'], "target_matchers": ['severity = "info"'],
+         "equal": list(SUBJECT_LABELS)},
+        # kube-prometheus-stack's InfoInhibitor silences info alerts of a namespace while it fires.
+        {"source_matchers": ['alertname = "InfoInhibitor"'], "target_matchers": ['severity = "info"'],
+         "equal": ["namespace"]},
+        {"target_matchers": ['alertname = "InfoInhibitor"']},
+        {"source_matchers": ['alertname = "GatewayModelUnavailable"', 'severity = "critical"'],
+         "target_matchers": ['alertname = "GatewayServerErrorRatioHigh"'], "equal": [ENVOY.L_CLUSTER]},
+    ]
 
 
 def _secret_file(receiver: AlertReceiver) -> str:
@@ -85,7 +116,7 @@ def watchdog_route(cfg: BackendsView) -> dict[str, Any]:
 def alertmanager_config(cfg: BackendsView) -> dict[str, Any]:
     """The whole Alertmanager configuration: severity routes to the configured receivers (each severity's
     receivers all get it), Watchdog to the heartbeat receiver (or "null"), unrouted severities to "null", and
-    the chart's inhibition rules."""
+    the inhibition rules (_inhibit_rules)."""
     alerting = cfg.observability.alerting
     routes: list[dict[str, Any]] = [watchdog_route(cfg)]
     for severity, names in alerting.routes.items():
@@ -96,16 +127,7 @@ def alertmanager_config(cfg: BackendsView) -> dict[str, Any]:
             routes.append(route)
     return {
         "global": {"resolve_timeout": "5m"},
-        "inhibit_rules": [
-            {"source_matchers": ['severity = "critical"'], "target_matchers": ['severity =~ "warning|info"'],
-             "equal": ["namespace", "alertname"]},
-            {"source_matchers": ['severity = "warning"'], "target_matchers": ['severity = "info"'],
-             "equal": ["namespace", "alertname"]},
-            # kube-prometheus-stack's InfoInhibitor silences info alerts of a namespace while it fires.
-            {"source_matchers": ['alertname = "InfoInhibitor"'], "target_matchers": ['severity = "info"'],
-             "equal": ["namespace"]},
-            {"target_matchers": ['alertname = "InfoInhibitor"']},
-        ],
+        "inhibit_rules": _inhibit_rules(),
         "route": {"receiver": "null", "group_by": ["namespace", "alertname"], "group_wait": "30s",
                   "group_interval": "5m", "repeat_interval": "4h", "routes": routes},
         "receivers": [{"name": "null"}, *(_receiver_config(r) for r in alerting.receivers.values())],

@@ -61,8 +61,14 @@ class Replicas:
 
 @dataclass(frozen=True, slots=True)
 class ModelSlo:
-    ttft_seconds: float = setting(0.5, ge=0.001, doc="p95 time to first token, seconds.")
-    inter_token_seconds: float = setting(0.05, ge=0.001, doc="p95 time between output tokens, seconds.")
+    ttft_seconds: float = setting(0.5, ge=0.001, derived=True,
+                                  doc="p95 time to first token, seconds: a bucket edge of the engine's histogram "
+                                      "(default: 0.5 where that is one, as on vLLM, else the next edge above it, "
+                                      "0.6 on SGLang); none on Triton, which exports no such histogram.")
+    inter_token_seconds: float = setting(0.05, ge=0.001, derived=True,
+                                         doc="p95 time between output tokens, seconds: a bucket edge of the engine's "
+                                             "histogram (default: 0.05 where that is one, as on vLLM, else the next "
+                                             "edge above it, 0.06 on SGLang); none on Triton.")
     e2e_seconds: float = setting(20.0, ge=0.01, doc="p95 end-to-end request latency, seconds; a variant fits a "
                                                     "request's budget by it.")
 
