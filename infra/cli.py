@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import traceback
 from collections import Counter
@@ -17,6 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infra.console import entry
 from infra.outputs import EXIT_FAILURE, EXIT_OK, EXIT_USAGE, UsageError, json_target, write_json
 
 if TYPE_CHECKING:
@@ -410,9 +410,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (StackFileError, OutputDirError, UsageError) as err:
         _err(str(err))
         return EXIT_USAGE
-    except KeyboardInterrupt:
-        _err("interrupted")
-        return 130
     except Exception as err:  # noqa: BLE001 - the CLI's last resort: one line, traceback only with --debug
         if args.debug or os.environ.get("AIFACTORY_DEBUG"):
             traceback.print_exc()
@@ -420,12 +417,5 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_FAILURE
 
 
-def entry() -> None:
-    """The console script. Like other Unix tools, `aifactory synth prod | head` ends quietly when the reader
-    goes away (default SIGPIPE); only here, never for in-process callers of main()."""
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
-
-
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m infra.cli` runs what the console script runs
     entry()
