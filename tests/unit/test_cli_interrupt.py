@@ -3,7 +3,7 @@ line on stderr and exit 130, no traceback (issue 46 item 9; README, "Ctrl-C ends
 
 Each run starts the console script as an installer writes it from pyproject.toml's [project.scripts] (import the
 entry's module, call the function, exit with what it returns: the same lines pip and uv write into .venv/bin), so
-it tests the entry point the package declares whatever an older install in .venv says. The child's import log
+it tests the entry point the package declares, whatever an install in .venv says. The child's import log
 (PYTHONPROFILEIMPORTTIME, one stderr line per finished import) tells when it is importing a given module; SIGINT
 goes out as soon as that line is read, so it lands in the imports that follow."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.console import EXIT_INTERRUPTED, INTERRUPTED
+from infra.cli import EXIT_INTERRUPTED, INTERRUPTED
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -35,8 +35,8 @@ def _console_script(tmp_path: Path) -> Path:
 
 
 @pytest.mark.parametrize("command, after", [
-    (["validate", "dev"], "argparse"),  # the CLI module is being imported
-    (["validate", "dev"], "infra.cli"),  # the CLI is in; the parser and the stack model are being imported
+    (["validate", "dev"], "argparse"),  # infra/commands.py is being imported
+    (["validate", "dev"], "infra.commands"),  # the command line is in; the stack model is being imported
     (["policy", "check", "state.json"], "pydantic"),  # deep in the stack model
     (["validate", "dev"], "grpc"),  # the Pulumi SDK
 ])
