@@ -94,7 +94,7 @@ def _next_command(summary: SynthSummary) -> str:
         return f"{_prog()} policy check {summary.out / 'state.json'}"
     if summary.preflight:  # each finding with the resource and the fix
         return f"{_prog()} preflight {summary.stack} --state {summary.out / 'state.json'}"
-    return f"pulumi preview -s {summary.stack}   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"
+    return f"pulumi preview -s {summary.stack}   (needs the Pulumi CLI: see README.md, 'Running `pulumi up` for real')"
 
 
 def synth_summary_lines(summary: SynthSummary) -> list[str]:

@@ -1,5 +1,5 @@
 """Ctrl-C while a command is still importing the kit (its first second or two) ends it as Ctrl-C does later: one
-line on stderr and exit 130, no traceback (issue 46 item 9; README, "Ctrl-C ends a command ...").
+line on stderr and exit 130, no traceback (issue 46 item 9; README.md, "Commands").
 
 Each run starts the console script as an installer writes it from pyproject.toml's [project.scripts] (import the
 entry's module, call the function, exit with what it returns: the same lines pip and uv write into .venv/bin), so
