@@ -76,6 +76,8 @@ def pointers() -> list[tuple[str, str, str]]:
                            text=True).stdout.split()
     found = []
     for name in files:
+        if ROOT / name == Path(__file__).resolve():
+            continue  # this file's examples
         for text in _texts(ROOT / name):
             for m in POINTER.finditer(" ".join(text.split())):
                 found.append((name, m.group(1), m.group(3)))
