@@ -142,7 +142,7 @@ def test_each_hop_is_said_as_it_is_tried_with_what_it_waits_for(platform: str,
     broken = [line.split()[1] for line in out.splitlines() if line.startswith("  BROKEN")]
     assert broken == ["trace", "logs", "metrics:gateway", "metrics:engine", "metrics:sidecar", "metrics:autoscaling",
                       "gpu-metrics"]
-    assert f"  BROKEN  trace                chat  not asked: jaeger.invalid does not resolve here (" in out
+    assert "  BROKEN  trace                chat  not asked: jaeger.invalid does not resolve here (" in out
 
 
 def _check(hop: str, answers: list[bool], asked: list[str]) -> Check:
