@@ -253,9 +253,12 @@ class _Open:
     key: str | None = None  # a mapping's key awaiting its value (None: the next scalar is a key)
     index: int = 0  # a sequence's next item
 
+    def key_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
     def next_path(self) -> str:
         if self.mapping:
-            at, self.key = f"{self.path}.{self.key}" if self.path else str(self.key), None
+            at, self.key = self.key_path(str(self.key)), None
             return at
         self.index += 1
         return f"{self.path}[{self.index - 1}]"
@@ -274,8 +277,7 @@ def _largest_value(head: bytes, *, more: bool) -> _Value | None:
             assert start is not None and end is not None  # the parser marks every event
             if isinstance(event, yaml.ScalarEvent) and open_ and open_[-1].mapping and open_[-1].key is None:
                 open_[-1].key = event.value
-                awaiting = _Value(_key_path(f"{open_[-1].path}.{event.value}".lstrip(".")), start.line + 1, 0,
-                                  cut=True), end.index
+                awaiting = _Value(_key_path(open_[-1].key_path(event.value)), start.line + 1, 0, cut=True), end.index
                 continue
             awaiting = None
             if isinstance(event, yaml.ScalarEvent | yaml.AliasEvent):
