@@ -71,7 +71,7 @@ bench: setup promtool redis ## benchmarks; prints figures, asserts nothing about
 # Mutation testing of the modules that encode decisions (not CI: slow). MUTATE=<module.py ...> narrows it;
 # mutmut is installed here, on first use, rather than in the test extras.
 MUTMUT_VERSION := 3.8.1
-mutate: setup promtool ## mutation score per decision module (mutmut); MUTATE="policies/fabric.py" for one; MUTATE="infra/config.py --sample 200 --seed 22" estimates a slow one from 200 mutants
+mutate: setup promtool ## mutation score per decision module (mutmut); MUTATE="policies/fabric.py" for one; MUTATE="infra/stack/models.py --sample 200 --seed 22" estimates a slow one from 200 mutants
 	@$(BIN)/python -c "import mutmut" 2>/dev/null || $(UV_PIP) 'mutmut==$(MUTMUT_VERSION)'
 	$(BIN)/python -m tests.mutation $(MUTATE)
 

@@ -65,6 +65,7 @@ __all__ = [
     "write_results",
     "write_text",
     "verdicts",
+    "eval_commands",
     "held_back",
     "routable",
     "suite_digests",
@@ -402,11 +403,11 @@ def _category_failures(gate: Fidelity, mine: Mapping[str, Any], base: Mapping[st
 
 
 def _judge(cfg: PlatformConfig, workload: str, gate: Fidelity, v: Model, rec: Mapping[str, Any] | None,
-           suite_digest: str | None, command: str) -> Verdict:
+           suite_digest: str | None, commands: Sequence[str]) -> Verdict:
     variants = (rec or {}).get("variants") or {}
     mine, base = variants.get(v.name), variants.get(gate.baseline)
     who = f"workload {workload!r}: variant {v.name!r}"
-    rerun = f"; run `{command}`"
+    rerun = "; run " + " and ".join(f"`{c}`" for c in commands)
     if v.name == gate.baseline:
         return Verdict(workload, v.name, "baseline", f"{who} is the baseline")
     if rec is None or mine is None:
@@ -469,26 +470,27 @@ def verdicts(cfg: PlatformConfig, results: Mapping[str, Any], *, suite_digests: 
     out = []
     for workload, gate in sorted(cfg.gateway.fidelity.items()):
         rec = (results.get("workloads") or {}).get(workload)
-        command = eval_command_line(cfg, workload)
+        commands = eval_commands(cfg, workload)
         digest = (suite_digests or {}).get(gate.suite)
         for v in sorted(cfg.variants_of(workload), key=lambda m: m.name):
-            out.append(_judge(cfg, workload, gate, v, rec, digest, command))
+            out.append(_judge(cfg, workload, gate, v, rec, digest, commands))
     return out
 
 
-def eval_command_line(cfg: PlatformConfig, workload: str) -> str:
-    """The command that evaluates `workload`'s variants. A variant named like its workload has no model key of its
-    own at the gateway (the name routes to the workload), so `eval` reaches it through its engine's Service,
-    port-forwarded (infra/evaluate.py refuses to run without that)."""
+def eval_commands(cfg: PlatformConfig, workload: str) -> tuple[str, ...]:
+    """The commands that evaluate `workload`'s variants, in the order to start them: `aifactory eval` last. A
+    variant named like its workload has no model key of its own at the gateway (the name routes to the workload),
+    so `eval` reaches it through its engine's Service, port-forwarded first (infra/evaluate.py refuses to run
+    without that)."""
     from components.k8s.naming import MODEL_HTTP_PORT
 
-    line = f"aifactory eval {cfg.stack} --workload {workload}"
+    forwards, line = [], f"aifactory eval {cfg.stack} --workload {workload}"
     for v in sorted(cfg.variants_of(workload), key=lambda m: m.name):
         if v.name == workload:
-            forward = (f"kubectl -n {cfg.tenant_of(v).namespace} port-forward svc/{v.name} "
-                       f"{MODEL_HTTP_PORT}:{MODEL_HTTP_PORT}")
-            line = f"{forward}` and `{line} --url-for {v.name}=http://127.0.0.1:{MODEL_HTTP_PORT}"
-    return line
+            forwards.append(f"kubectl -n {cfg.tenant_of(v).namespace} port-forward svc/{v.name} "
+                            f"{MODEL_HTTP_PORT}:{MODEL_HTTP_PORT}")
+            line += f" --url-for {v.name}=http://127.0.0.1:{MODEL_HTTP_PORT}"
+    return (*forwards, line)
 
 
 def held_back(found: Sequence[Verdict]) -> frozenset[str]:

@@ -1,5 +1,5 @@
 """Whether a stack's gateway config fits the ConfigMap that carries it: checked by `validate` and `synth` before
-anything is written (infra/cli.py, infra/synth.py), not by every reader of a stack (node-check reads stacks on GPU
+anything is written (infra/commands.py, infra/synth.py), not by every reader of a stack (node-check reads stacks on GPU
 hosts without the OpenTelemetry SDK the gateway modules import, so they are imported here only when called)."""
 
 from __future__ import annotations

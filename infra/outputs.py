@@ -1,6 +1,6 @@
 """What every command shares, below the CLI: exit codes, the usage error, and `--json` targets written whole.
 
-infra/cli.py and the commands it runs (node-check, fabric-check, preflight) import this module; none of them
+infra/commands.py and the commands it runs (node-check, fabric-check, preflight) import this module; none of them
 imports the CLI, so there is no import circle between the CLI and its commands.
 """
 

@@ -12,7 +12,8 @@ refuses three things that PyYAML accepts without a word:
 
 `load` checks the composed node graph for all three before anything is constructed, counting decodes the way
 go-yaml does but over the graph (each node once, its expanded size memoised), so a bomb is refused in the time
-it takes to read the file. A file over MAX_STACK_FILE_BYTES is refused before it is parsed at all.
+it takes to read the file. A file over MAX_STACK_FILE_BYTES is refused before it is constructed (`oversized`),
+naming the setting that makes it so large from the YAML events of its first OVERSIZED_SCAN_BYTES.
 
 Plain scalars get the types go-yaml v3 gives them (YAML 1.2's core schema), not PyYAML's YAML 1.1 ones, so
 `validate` sees the values `pulumi up` will: `yes`, `on` and `12:30` are strings, `1e23` is a number, `0o17` and
@@ -23,22 +24,29 @@ CLI passes them to the program: go-yaml's decode.go sets a timestamp decoded int
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, BinaryIO
 
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from infra.stack.messages import STRING_LIMIT
+
 NAMESPACE = "aifactory"  # infra.config.NAMESPACE (not imported: this module sits below the config reader)
 
-__all__ = ["MAX_STACK_FILE_BYTES", "MAX_EXPANDED_VALUES", "StackYamlError", "allowed_alias_ratio", "load"]
+__all__ = ["MAX_STACK_FILE_BYTES", "MAX_EXPANDED_VALUES", "OVERSIZED_SCAN_BYTES", "StackYamlError",
+           "allowed_alias_ratio", "oversized", "load"]
 
 # A stack file is settings, and every value in it ends up in Pulumi state and Kubernetes objects: 1 MiB is the
 # most one ConfigMap or Secret may hold (kubernetes/kubernetes pkg/apis/core/types.go `MaxSecretSize`, applied to
 # ConfigMaps by pkg/apis/core/validation/validation.go `ValidateConfigMap`). The bench's generated large stack
 # (150 models, 40 pools) is about 40 KB.
 MAX_STACK_FILE_BYTES = 1024 * 1024
+# How much of a file over that limit is read to name the setting that makes it so large (libyaml's parser reads
+# 8 MiB in a fraction of a second; PyYAML's own parser, where PyYAML was built without libyaml, in about 10 s).
+OVERSIZED_SCAN_BYTES = 8 * MAX_STACK_FILE_BYTES
 # go-yaml v3.0.1 decode.go: alias_ratio_range_low / alias_ratio_range_high.
 _ALIAS_RATIO_LOW, _ALIAS_RATIO_HIGH = 400_000, 4_000_000
 # go-yaml would still decode up to 4,000,000 values at a 10% alias ratio; nothing the kit reads needs a
@@ -141,9 +149,9 @@ def _children(node: Node) -> list[Node]:
     return []
 
 
-def _count(root: Node, alias_edges: dict[int, list[Node]]) -> _Counts:
-    """Decodes and alias-driven decodes of the document, each node's expansion computed once (iteratively: a
-    deep document must not exhaust Python's stack here)."""
+def _count(root: Node, alias_edges: dict[int, list[Node]]) -> dict[int, _Counts]:
+    """Decodes and alias-driven decodes of every node of the document (by id), each node's expansion computed once
+    (iteratively: a deep document must not exhaust Python's stack here)."""
     done: dict[int, _Counts] = {}
     on_path: set[int] = set()
     stack: list[tuple[Node, bool]] = [(root, False)]
@@ -173,7 +181,24 @@ def _count(root: Node, alias_edges: dict[int, list[Node]]) -> _Counts:
         on_path.add(key)
         stack.append((node, True))
         stack.extend((child, False) for child in _children(node) if id(child) not in done)
-    return done[id(root)]
+    return done
+
+
+def _most_expanded(root: Node, alias_edges: dict[int, list[Node]], counts: dict[int, _Counts]) -> tuple[str, Node]:
+    """The key path (and node) under which most of the document's alias expansion happens: from the root down to
+    the child holding more than half of it, stopping at the collection whose own aliases expand it."""
+    path, node = "", root
+    while True:
+        aliases = alias_edges.get(id(node), [])
+        pairs = (node.value if isinstance(node, MappingNode) else
+                 [(None, item) for item in node.value] if isinstance(node, SequenceNode) else [])
+        heavy = [(i, key, child) for i, (key, child) in enumerate(pairs)
+                 if 2 * counts[id(child)].decodes > counts[id(node)].decodes]
+        if not heavy or any(heavy[0][2] is a for a in aliases):
+            return _key_path(path), node
+        i, key, node = heavy[0]
+        where = key.value if isinstance(key, ScalarNode) else f"[{i}]"
+        path = f"{path}{'' if where.startswith('[') or not path else '.'}{where}"
 
 
 def _key_path(path: str) -> str:
@@ -211,24 +236,105 @@ def _duplicate_keys(root: Node) -> list[tuple[int | None, str]]:
     return sorted(found, key=lambda p: p[0] or 0)
 
 
+@dataclass
+class _Value:
+    key: str  # its key path, as validate names it
+    line: int
+    chars: int
+    cut: bool = False  # it runs past what was read: at least `chars` characters
+
+
+@dataclass
+class _Open:
+    """A collection being read: its path, and where its next value goes."""
+
+    path: str
+    mapping: bool
+    key: str | None = None  # a mapping's key awaiting its value (None: the next scalar is a key)
+    index: int = 0  # a sequence's next item
+
+    def key_path(self, key: str) -> str:
+        return f"{self.path}.{key}" if self.path else key
+
+    def next_path(self) -> str:
+        if self.mapping:
+            at, self.key = self.key_path(str(self.key)), None
+            return at
+        self.index += 1
+        return f"{self.path}[{self.index - 1}]"
+
+
+def _largest_value(head: bytes, *, more: bool) -> _Value | None:
+    """The longest scalar value in `head`, the start of a stack file (`more`: the file goes on), from its YAML
+    events only: nothing is constructed, nothing kept but the path being read."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml where PyYAML has it: megabyte scalars fast
+    open_: list[_Open] = []
+    best = last = None
+    awaiting: tuple[_Value, int] | None = None  # a key whose value has not come yet, and where that value starts
+    try:
+        for event in yaml.parse(head, Loader=loader):
+            start, end = event.start_mark, event.end_mark
+            assert start is not None and end is not None  # the parser marks every event
+            if isinstance(event, yaml.ScalarEvent) and open_ and open_[-1].mapping and open_[-1].key is None:
+                open_[-1].key = event.value
+                awaiting = _Value(_key_path(open_[-1].key_path(event.value)), start.line + 1, 0, cut=True), end.index
+                continue
+            awaiting = None
+            if isinstance(event, yaml.ScalarEvent | yaml.AliasEvent):
+                last = _Value(_key_path(open_[-1].next_path() if open_ else ""), start.line + 1,
+                              len(event.value) if isinstance(event, yaml.ScalarEvent) else 0)
+                best = last if best is None or last.chars > best.chars else best
+            elif isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
+                open_.append(_Open(open_[-1].next_path() if open_ else "", isinstance(event, yaml.MappingStartEvent)))
+                last = None
+            elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
+                open_.pop()
+        if more and last is not None and last is best:  # the value read last was cut off where the read ended
+            best.cut = True
+    except yaml.YAMLError as err:  # the cut, inside a value that never ended (a quoted one)
+        mark = getattr(err, "problem_mark", None)
+        if more and awaiting is not None and mark is not None:
+            value, starts = awaiting
+            value.chars = mark.index - starts
+            best = value if best is None or value.chars > best.chars else best
+    return best
+
+
+def oversized(stream: BinaryIO, size: int) -> StackYamlError:
+    """The refusal of a stack file of `size` bytes, over MAX_STACK_FILE_BYTES, read from `stream` (its start),
+    naming the key path and line of a value over a setting's STRING_LIMIT when one makes the file so large."""
+    limit = f"a stack file holds settings, not data, and may be at most {MAX_STACK_FILE_BYTES:,} bytes"
+    found = _largest_value(stream.read(OVERSIZED_SCAN_BYTES), more=size > OVERSIZED_SCAN_BYTES)
+    if found is not None and found.chars > STRING_LIMIT:
+        return StackYamlError(f"{found.key}: is {'at least ' if found.cut else ''}{found.chars:,} characters; a "
+                              f"setting is at most {STRING_LIMIT:,}, and this value makes the file {size:,} bytes: "
+                              f"{limit}", line=found.line)
+    return StackYamlError(f"is {size:,} bytes, and no setting is over {STRING_LIMIT:,} characters (comments, or "
+                          f"very many settings?): {limit}")
+
+
 def load(text: str) -> Any:
     """The document in `text`, constructed only once it is known the Pulumi CLI would decode it too."""
-    if len(text.encode("utf-8")) > MAX_STACK_FILE_BYTES:
-        raise StackYamlError(f"is {len(text.encode('utf-8')):,} bytes; a stack file holds settings and may be at "
-                             f"most {MAX_STACK_FILE_BYTES:,} bytes")
+    encoded = text.encode("utf-8")
+    if len(encoded) > MAX_STACK_FILE_BYTES:
+        raise oversized(io.BytesIO(encoded), len(encoded))
     loader = _Loader(text)
     try:
         root = loader.get_single_node()
         if root is None:
             return None
-        counts = _count(root, loader.alias_edges)
+        every = _count(root, loader.alias_edges)
+        counts = every[id(root)]
         if counts.decodes > MAX_EXPANDED_VALUES or (
                 counts.aliased > 100 and counts.decodes > 1000
                 and counts.aliased / counts.decodes > allowed_alias_ratio(counts.decodes)):
+            key, node = _most_expanded(root, loader.alias_edges, every)
             raise StackYamlError(
-                f"YAML aliases expand it to {counts.decodes:,} values, {counts.aliased:,} of them from aliases; "
-                "the Pulumi CLI refuses excessive aliasing (go-yaml v3), and the kit reads at most "
-                f"{MAX_EXPANDED_VALUES:,} values: write the values out, or use fewer nested aliases")
+                f"{key or '(the document)'}: YAML aliases expand the file to {counts.decodes:,} values, "
+                f"{counts.aliased:,} of them from aliases, {every[id(node)].decodes:,} under this key; the Pulumi CLI "
+                "refuses excessive aliasing (go-yaml v3), and the kit reads at most "
+                f"{MAX_EXPANDED_VALUES:,} values: write the values out, or use fewer nested aliases",
+                line=node.start_mark.line + 1)
         if duplicates := _duplicate_keys(root):
             raise StackYamlError("duplicate keys", problems=duplicates)
         return loader.construct_document(root)

@@ -101,11 +101,11 @@ def read_stack_config(path: Path) -> dict[str, str]:
         known = sorted(p.name[len("Pulumi."):-len(".yaml")] for p in path.parent.glob("Pulumi.*.yaml"))
         raise StackFileError(f"{path}: no such stack file; stacks: {', '.join(known) or '(none)'}")
     try:
-        with path.open("rb") as f:  # never more than the limit into memory, whatever the file's size
+        with path.open("rb") as f:  # never more than the limit into memory, but to name what makes it larger
             data = f.read(stack_yaml.MAX_STACK_FILE_BYTES + 1)
-        if len(data) > stack_yaml.MAX_STACK_FILE_BYTES:
-            raise StackFileError(f"{path}: is larger than {stack_yaml.MAX_STACK_FILE_BYTES:,} bytes; a stack file "
-                                 "holds settings, not data")
+            if len(data) > stack_yaml.MAX_STACK_FILE_BYTES:
+                f.seek(0)
+                raise stack_yaml.oversized(f, path.stat().st_size)
         doc = stack_yaml.load(data.decode("utf-8"))
     except stack_yaml.StackYamlError as err:
         raise StackFileError("\n".join(f"{path}{f' line {line}' if line else ''}: {message}"

@@ -8,7 +8,7 @@ and cannot run is "fail" with the tool's reason (never a skip), progress is one 
 in parallel, and no conftest, rootdir or plugin discovery depends on where the kit is installed or on an
 outer pytest session (the CI tests call this very function).
 
-Exit codes (infra.cli): 0 every applicable check passed on every host; 1 a check failed; 2 bad stack,
+Exit codes (infra.commands): 0 every applicable check passed on every host; 1 a check failed; 2 bad stack,
 pool or host URL (the message names what exists).
 """
 
@@ -229,7 +229,7 @@ def node_check_command(*, stack: str, pool: str, hosts: str, stacks_dir: Path | 
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
     print(format_table(results), file=human)
     print(_summary(stack, profile, len(urls), results), file=human)
-    if json_out is not None:  # `--json OUT` (`-`: stdout); infra.cli checked the target before any work
+    if json_out is not None:  # `--json OUT` (`-`: stdout); infra.commands checked the target before any work
         from infra.outputs import write_json
 
         write_json(json_out, {"stack": stack, "pool": profile.name, "instanceType": profile.instance_type,

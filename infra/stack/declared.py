@@ -257,10 +257,10 @@ def values(r: Reporter, cls: type, raw: Any, path: str, *, handled: tuple[str, .
         break
     out = {f.name: _plain(getattr(checked, f.name)) for f in validated.values()}
     for key, f in validated.items():
-        if key in given and (problem := beyond_limits(out[f.name], bounded=f.metadata[SETTING]["le"]
-                                                      is not None)) is not None:
-            r.fail(_at(path, key), problem)
-            out[f.name] = None if f.default is dataclasses.MISSING else f.default
+        beyond = list(beyond_limits(out[f.name], bounded=f.metadata[SETTING]["le"] is not None, at=_at(path, key)))
+        for at, problem in beyond if key in given else ():
+            r.fail(at, problem)
+            out[f.name] = None if (default := _default(f)) is dataclasses.MISSING else _plain(default)
     for name, key, section, many, optional in _sections(cls):
         sub = raw.get(key)
         if key in handled:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import difflib
 import json
+from collections.abc import Iterator
 from typing import Any
 
 __all__ = ["did_you_mean", "unknown_key", "show", "got", "kind", "beyond_limits", "NUMBER_LIMIT", "STRING_LIMIT"]
@@ -44,12 +45,19 @@ def kind(value: Any) -> str:
             list: "a list", dict: "a mapping", type(None): "null"}.get(type(value), type(value).__name__)
 
 
-def beyond_limits(value: Any, *, bounded: bool) -> str | None:
-    """The problem of a string longer than STRING_LIMIT or, for a setting with no maximum of its own (`bounded`
-    false), a number beyond NUMBER_LIMIT; None when the value is within both."""
-    if isinstance(value, str) and len(value) > STRING_LIMIT:
-        return (f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends up in "
-                "Kubernetes objects and AWS fields, which are shorter)")
-    if not bounded and isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > NUMBER_LIMIT:
-        return f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their 32-bit integers)"
-    return None
+def beyond_limits(value: Any, *, bounded: bool, at: str = "") -> Iterator[tuple[str, str]]:
+    """Each string longer than STRING_LIMIT and, for a setting with no maximum of its own (`bounded` false), each
+    number beyond NUMBER_LIMIT in `value`, items of its lists and mappings included: (where under the setting,
+    '' or '[0]' or '.key' appended to `at`; the problem)."""
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            yield from beyond_limits(item, bounded=bounded, at=f"{at}[{i}]")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from beyond_limits(item, bounded=bounded, at=f"{at}.{key}")
+    elif isinstance(value, str) and len(value) > STRING_LIMIT:
+        yield at, (f"is {len(value):,} characters; a setting is at most {STRING_LIMIT:,} (what it names ends up in "
+                   "Kubernetes objects and AWS fields, which are shorter)")
+    elif not bounded and isinstance(value, int | float) and not isinstance(value, bool) and abs(value) > NUMBER_LIMIT:
+        yield at, (f"{value:.6g} is beyond what Kubernetes and AWS take: at most {NUMBER_LIMIT:,} (their 32-bit "
+                   "integers)")

@@ -18,7 +18,9 @@ tokens each, with the caller's token), then queries only:
     alerting           Alertmanager has the always-firing Watchdog (GET /api/v2/alerts)
 
 Signals arrive late (Envoy flushes spans every 5 s, scrapes every 15-30 s, Alloy tails files), so signal hops are
-retried until `wait_seconds` after the requests. One row per hop: ok or broken, what it saw, the likely cause.
+retried until `wait_seconds` after the requests; a hop whose endpoint's name does not resolve here is broken at once,
+never waited on. `progress` hears each hop as it is tried and what it waits for (the CLI prints it on stderr). One
+row per hop: ok or broken, what it saw, the likely cause.
 
 APIs at the pinned versions: Jaeger v2's query service keeps the UI's HTTP API, GET /api/traces/{trace id}
 (jaegertracing/jaeger cmd/query/app/http_handler.go: getTrace; a trace is {traceID, spans[{spanID, references

@@ -15,9 +15,9 @@ from typing import Any
 
 from infra.config import ConfigError, PlatformConfig, Problem
 from infra.outputs import EXIT_FAILURE, EXIT_OK, write_json
-from infra.verify.endpoints import Endpoints, default_endpoints, kube_access, proxied_endpoints
+from infra.verify.endpoints import Endpoints, default_endpoints, kube_access, proxied_endpoints, unresolved_names
 from infra.verify.gateway import request_hops
-from infra.verify.report import Hop, Report, format_report, report_doc
+from infra.verify.report import Hop, Progress, Report, format_report, report_doc
 from infra.verify.signals import Check, await_hops, gpu_check, logs_check, metric_checks, trace_check, watchdog_check
 
 __all__ = [
@@ -46,23 +46,33 @@ def verify(cfg: PlatformConfig, *, stack: str, endpoints: Endpoints, token: str 
            models: Iterable[str] | None = None, wait_seconds: float = DEFAULT_WAIT_SECONDS,
            request_timeout_seconds: float = DEFAULT_REQUEST_TIMEOUT_SECONDS,
            query_timeout_seconds: float = DEFAULT_QUERY_TIMEOUT_SECONDS,
-           poll_seconds: float = DEFAULT_POLL_SECONDS) -> Report:
+           poll_seconds: float = DEFAULT_POLL_SECONDS, progress: Progress | None = None) -> Report:
     """Requests through the gateway for each model (`models`: default every model of the stack), then every signal
-    check, retried until `wait_seconds` after the requests."""
+    check, retried until `wait_seconds` after the requests. An endpoint whose name does not resolve here is not
+    asked (its hops are broken at once, never waited on). `progress` hears each hop as it is tried and what it
+    waits for."""
+    say = progress or (lambda _msg: None)
     chosen = [cfg.models[m] for m in sorted(models if models is not None else cfg.models)]
     since = time.time() - LOG_LOOKBACK_SECONDS
+    unresolved = unresolved_names(endpoints)
     hops: list[Hop] = []
     checks: list[Check] = []
     q = query_timeout_seconds
+    say(f"[1/2] requests {len(chosen)} model(s) through {endpoints.gateway}, each request up to "
+        f"{request_timeout_seconds:g}s")
     for model in chosen:
-        sent_hops, sent = request_hops(endpoints, model, token, timeout=request_timeout_seconds)
+        sent_hops, sent = request_hops(endpoints, model, token, timeout=request_timeout_seconds,
+                                       unresolved=unresolved.get("gateway"), progress=say)
         hops += sent_hops
         if sent.answered:  # a request that never arrived leaves no signal to look for
             checks += [trace_check(endpoints, sent, timeout=q), logs_check(endpoints, cfg, sent, since, timeout=q)]
         checks += metric_checks(endpoints, cfg, model, timeout=q)
     gpu = gpu_check(endpoints, cfg, timeout=q)
     checks += [*([gpu] if gpu is not None else []), watchdog_check(endpoints, timeout=q)]
-    hops += await_hops(checks, wait_seconds=wait_seconds, poll_seconds=poll_seconds)
+    say(f"[2/2] signals  {len(checks)} hop(s), each asked every {poll_seconds:g}s until it passes or "
+        f"{wait_seconds:g}s have passed")
+    hops += await_hops(checks, wait_seconds=wait_seconds, poll_seconds=poll_seconds, unresolved=unresolved,
+                       progress=say)
     return Report(stack, endpoints, tuple(hops))
 
 
@@ -106,7 +116,8 @@ def verify_command(stack: str, *, urls: Mapping[str, str | None], token_file: Pa
                                      gateway=urls.get("gateway") or base.gateway)
         given: dict[str, Any] = {f: u for f, u in urls.items() if u is not None}
         report = verify(cfg, stack=stack, endpoints=replace(base, **given), token=token, models=models or None,
-                        wait_seconds=wait_seconds, request_timeout_seconds=request_timeout_seconds)
+                        wait_seconds=wait_seconds, request_timeout_seconds=request_timeout_seconds,
+                        progress=lambda line: print(line, file=sys.stderr, flush=True))
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
     human.write(format_report(report))
     human.flush()

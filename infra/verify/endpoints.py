@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import socket
 import ssl
 import subprocess
 import urllib.error
@@ -32,6 +33,9 @@ __all__ = [
     "KUBE_EXEC_TIMEOUT_SECONDS",
     "kube_access",
     "proxied_endpoints",
+    "ENDPOINT_FIELDS",
+    "unresolved_names",
+    "unresolved_cause",
     "Unreachable",
     "Answer",
     "http_get",
@@ -174,6 +178,36 @@ def proxied_endpoints(cfg: PlatformConfig, access: Access, *, gateway: str) -> E
 
     return Endpoints(gateway=gateway, prometheus=proxy(base.prometheus), jaeger=proxy(base.jaeger),
                      loki=proxy(base.loki), alertmanager=proxy(base.alertmanager), access=access)
+
+
+ENDPOINT_FIELDS = ("gateway", "prometheus", "jaeger", "loki", "alertmanager")  # each has a --<field>-url flag
+
+
+def unresolved_names(endpoints: Endpoints) -> dict[str, str]:
+    """The endpoints (by field) whose host name does not resolve here, each with why: "HOST does not resolve here
+    (the resolver's words)". Each host is asked once; an address always resolves. Nothing waits on such a name:
+    an in-cluster Service name does not start resolving outside the cluster while verify retries."""
+    reasons: dict[str, str | None] = {}
+    out: dict[str, str] = {}
+    for name in ENDPOINT_FIELDS:
+        host = urllib.parse.urlsplit(getattr(endpoints, name)).hostname or ""
+        if host not in reasons:
+            try:
+                socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+                reasons[host] = None
+            except (socket.gaierror, UnicodeError) as err:  # UnicodeError: not a valid host name at all
+                reasons[host] = f"{host} does not resolve here ({getattr(err, 'strerror', None) or err})"
+        reason = reasons[host]
+        if reason is not None:
+            out[name] = reason
+    return out
+
+
+def unresolved_cause(name: str) -> str:
+    """The likely cause of an endpoint (an Endpoints field) whose name does not resolve, and the fix."""
+    give = "(the gateway's load balancer)" if name == "gateway" else "(a port-forward, an ingress) or --kubeconfig"
+    return (f"the in-cluster Service names resolve only where cluster DNS does: run verify from a pod, or give "
+            f"--{name}-url {give}")
 
 
 class Unreachable(Exception):

@@ -15,13 +15,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from components.k8s.settings import Model
-from infra.verify.endpoints import Endpoints, Unreachable, reason_of, shorten
-from infra.verify.report import Hop
+from infra.verify.endpoints import Endpoints, Unreachable, reason_of, shorten, unresolved_cause
+from infra.verify.report import Hop, Progress, progress_line
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
     "PROMPT",
     "CLIENT_TRACE_HEADER",
+    "CHAT_PATH",
     "Sent",
     "request_hops",
 ]
@@ -32,6 +33,8 @@ DEFAULT_MAX_TOKENS = 4  # the answer only has to exist: a few tokens cost nothin
 PROMPT = "Reply with the word OK."
 
 CLIENT_TRACE_HEADER = "x-client-trace-id"
+
+CHAT_PATH = "/v1/chat/completions"
 
 
 @dataclass
@@ -112,8 +115,12 @@ def _stream_events(body: bytes) -> list[str]:
     return [line[5:].strip() for line in body.decode(errors="replace").splitlines() if line.startswith("data:")]
 
 
-def request_hops(endpoints: Endpoints, model: Model, token: str | None, *, timeout: float
-                  ) -> tuple[list[Hop], Sent]:
+def request_hops(endpoints: Endpoints, model: Model, token: str | None, *, timeout: float,
+                 unresolved: str | None = None, progress: Progress | None = None
+                 ) -> tuple[list[Hop], Sent]:
+    """The model's two requests, each said to `progress` as it is sent; none is sent when the gateway's name does
+    not resolve (`unresolved`: why), and both rows say so."""
+    say = progress or (lambda _msg: None)
     auth = {"authorization": f"Bearer {token}"} if token else {}
     trace_id, request_id = secrets.token_hex(16), str(uuid.uuid4())
     sent = Sent(model, trace_id, request_id, answered=False)
@@ -123,9 +130,14 @@ def request_hops(endpoints: Endpoints, model: Model, token: str | None, *, timeo
         tid = secrets.token_hex(16) if stream else trace_id  # the streamed request's trace is not looked up
         headers = {**auth, "traceparent": _traceparent(tid), CLIENT_TRACE_HEADER: tid,
                    **({} if stream else {"x-request-id": request_id})}
+        if unresolved is not None:
+            say(progress_line(name, model.name, f"not sent: {unresolved}"))
+            hops.append(Hop(name, model.name, False, f"not sent: {unresolved}", unresolved_cause("gateway")))
+            continue
+        say(progress_line(name, model.name, f"POST {CHAT_PATH}" + (", streamed" if stream else "")))
         started = time.monotonic()
         try:
-            status, resp_headers, body = _post(endpoints, "/v1/chat/completions",
+            status, resp_headers, body = _post(endpoints, CHAT_PATH,
                                                _body(model, stream=stream), headers, timeout=timeout)
         except Unreachable as err:
             hops.append(Hop(name, model.name, False, f"no answer from {endpoints.gateway}: {err}",

@@ -1,7 +1,9 @@
-"""The report: one row per hop (ok or broken, what verify saw, the likely cause), as text and as JSON."""
+"""The report: one row per hop (ok or broken, what verify saw, the likely cause), as text and as JSON; and the
+progress lines verify says while it asks."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -10,6 +12,8 @@ from infra.verify.endpoints import Endpoints
 __all__ = [
     "Hop",
     "Report",
+    "Progress",
+    "progress_line",
     "format_report",
     "report_doc",
 ]
@@ -35,6 +39,14 @@ class Report:
     @property
     def ok(self) -> bool:
         return all(h.ok for h in self.hops)
+
+
+Progress = Callable[[str], None]  # hears what verify is doing while it does it (the CLI: stderr)
+
+
+def progress_line(hop: str, model: str, text: str) -> str:
+    """A progress line about one hop, under the `[n/2]` line of its phase."""
+    return f"               {hop:<19} {f'{model}: ' if model else ''}{text}"
 
 
 def format_report(report: Report) -> str:

@@ -10,16 +10,17 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy.config import SERVICE_NAME as GATEWAY_SERVICE_NAME
 from components.k8s.settings import Model
 from infra.config import PlatformConfig
-from infra.verify.endpoints import Endpoints, Unreachable, http_get, shorten
+from infra.verify.endpoints import Endpoints, Unreachable, http_get, shorten, unresolved_cause
 from infra.verify.gateway import Sent
-from infra.verify.report import Hop
+from infra.verify.report import Hop, Progress, progress_line
 from telemetry.names import DCGM, ENVOY, ISTIO, KSM, TRITON
 
 __all__ = [
@@ -27,6 +28,7 @@ __all__ = [
     "POOL_LABEL_KSM",
     "MODEL_LABEL",
     "Check",
+    "PROGRESS_SECONDS",
     "trace_check",
     "logs_check",
     "metric_checks",
@@ -42,7 +44,23 @@ POOL_LABEL_KSM = "label_aifactory_io_pool"  # kube-state-metrics' name of the no
 
 MODEL_LABEL = TRITON.L_POD_MODEL  # the pod's aifactory.io/model label on the model's scraped series
 
-Check = Callable[[], Hop]
+PROGRESS_SECONDS = 30.0  # how often the wait names the hops still broken and their last answer
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """One signal hop, asked until it passes: its row's hop and model, the endpoint it asks (an Endpoints field),
+    what it waits for (in words, for the progress lines) and the question itself."""
+
+    hop: str
+    model: str
+    endpoint: str
+    waits_for: str
+    ask: Callable[[], Hop]
+
+    def __call__(self) -> Hop:
+        return self.ask()
+
+
 
 
 def _prom_query(endpoints: Endpoints, expr: str, *, timeout: float) -> list[dict[str, Any]]:
@@ -90,7 +108,7 @@ def trace_check(endpoints: Endpoints, sent: Sent, *, timeout: float) -> Check:
                        "traces (--otlp-traces-endpoint, its OTEL_* environment, the image's OpenTelemetry SDK) "
                        "or does not continue the gateway's traceparent")
         return Hop("trace", model.name, True, saw + f"; {model.name} under {GATEWAY_SERVICE_NAME}")
-    return check
+    return Check("trace", model.name, "jaeger", f"trace {sent.trace_id} in Jaeger ({endpoints.jaeger})", check)
 
 
 def _descends(span_id: str | None, ancestors: set[str], parents: dict[str | None, list[str | None]]) -> bool:
@@ -149,7 +167,8 @@ def logs_check(endpoints: Endpoints, cfg: PlatformConfig, sent: Sent, since: flo
             by_ns[ns] = by_ns.get(ns, 0) + 1
         counts = ", ".join(f"{ns} {n}" for ns, n in sorted(by_ns.items())) or "none"
         return Hop("logs", model.name, True, f"request {request_id}: lines by namespace: {counts}")
-    return check
+    return Check("logs", model.name, "loki",
+                 f"the gateway's log line with trace id {sent.trace_id} in Loki ({endpoints.loki})", check)
 
 
 def metric_checks(endpoints: Endpoints, cfg: PlatformConfig, model: Model, *, timeout: float) -> list[Check]:
@@ -178,7 +197,8 @@ def metric_checks(endpoints: Endpoints, cfg: PlatformConfig, model: Model, *, ti
             if not result:
                 return Hop(f"metrics:{what}", model.name, False, f"no data for {expr}", cause)
             return Hop(f"metrics:{what}", model.name, True, f"{expr} = {result[0]['value'][1]}")
-        return check
+        return Check(f"metrics:{what}", model.name, "prometheus",
+                     f"data for {expr} in Prometheus ({endpoints.prometheus})", check)
 
     checks = [probe(*p) for p in probes]
     if model.replicas.autoscaled:
@@ -216,7 +236,8 @@ def gpu_check(endpoints: Endpoints, cfg: PlatformConfig, *, timeout: float) -> C
                        "the DCGM exporter is not running or not scraped on those nodes (GPU operator "
                        "dcgmExporter, its ServiceMonitor, the node's GPU driver)")
         return Hop("gpu-metrics", "", True, saw)
-    return check
+    return Check("gpu-metrics", "", "prometheus", f"DCGM series from every node of pool(s) {', '.join(pools)} in "
+                                                  f"Prometheus ({endpoints.prometheus})", check)
 
 
 def watchdog_check(endpoints: Endpoints, *, timeout: float) -> Check:
@@ -238,18 +259,45 @@ def watchdog_check(endpoints: Endpoints, *, timeout: float) -> Check:
                        "Prometheus does not deliver alerts to Alertmanager (its alertmanagers config), or "
                        "kube-prometheus-stack's general rules are off: nothing would page")
         return Hop("alerting", "", True, f"{WATCHDOG} active since {watchdogs[0].get('startsAt', '?')}")
-    return check
+    return Check("alerting", "", "alertmanager",
+                 f"the always-firing {WATCHDOG} in Alertmanager ({endpoints.alertmanager})", check)
 
 
-def await_hops(checks: Sequence[Check], *, wait_seconds: float, poll_seconds: float) -> list[Hop]:
-    """Each check until it passes or the wait is over; the last answer of each, in order."""
-    deadline = time.monotonic() + wait_seconds
+def await_hops(checks: Sequence[Check], *, wait_seconds: float, poll_seconds: float,
+               unresolved: Mapping[str, str] | None = None, progress: Progress | None = None,
+               progress_seconds: float = PROGRESS_SECONDS) -> list[Hop]:
+    """Each check until it passes or the wait is over; the last answer of each, in order. A check whose endpoint's
+    name does not resolve (`unresolved`: endpoint -> why) is broken at once and never asked. `progress` hears each
+    hop as it is first asked (what it waits for), each hop that passes, and every `progress_seconds` the hops
+    still broken with their last answer."""
+    say = progress or (lambda _msg: None)
+    unresolved = unresolved or {}
+    started = time.monotonic()
+    deadline, next_note = started + wait_seconds, started + progress_seconds
     results: list[Hop | None] = [None] * len(checks)
+    for i, check in enumerate(checks):
+        if check.endpoint in unresolved:
+            results[i] = Hop(check.hop, check.model, False, f"not asked: {unresolved[check.endpoint]}",
+                             unresolved_cause(check.endpoint))
+            say(progress_line(check.hop, check.model, f"not asked: {unresolved[check.endpoint]}"))
+    asked = [i for i, c in enumerate(checks) if c.endpoint not in unresolved]
     while True:
-        for i, check in enumerate(checks):
-            current = results[i]
+        for i in asked:
+            current, check = results[i], checks[i]
+            if current is None:
+                say(progress_line(check.hop, check.model, f"waiting for {check.waits_for}"))
             if current is None or not current.ok:
-                results[i] = check()
-        if all(r is not None and r.ok for r in results) or time.monotonic() >= deadline:
+                answer = results[i] = check()
+                if answer.ok:
+                    say(progress_line(check.hop, check.model, f"ok after {time.monotonic() - started:.1f}s"))
+        broken = [i for i in asked if not (r := results[i]) or not r.ok]
+        now = time.monotonic()
+        if not broken or now >= deadline:
             return [r for r in results if r is not None]
-        time.sleep(min(poll_seconds, max(0.0, deadline - time.monotonic())))
+        if now >= next_note:
+            next_note = now + progress_seconds
+            for i in broken:
+                last = results[i]
+                say(progress_line(checks[i].hop, checks[i].model, f"still broken, {deadline - now:.0f}s left: "
+                                                                  f"{shorten(last.saw if last else '', 100)}"))
+        time.sleep(min(poll_seconds, max(0.0, deadline - now)))

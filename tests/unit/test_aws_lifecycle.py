@@ -17,7 +17,7 @@ import pytest
 from components.aws.addons import DEFAULT_ADDON_VERSIONS
 from components.aws.cluster import ADDONS
 from components.aws.versions import EKS_SUPPORT_CALENDAR, support_warning
-from infra import cli
+from infra import cli, commands
 from infra.synth import read_stack_config, run_program, stack_file
 from tests.support.stacks import stack_config
 
@@ -54,7 +54,7 @@ def test_the_warning_names_the_date_within_60_days_and_after_the_end() -> None:
 
 
 def test_validate_warns_on_stderr_with_the_date(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(cli, "_today", lambda: datetime.date(2027, 3, 1))
+    monkeypatch.setattr(commands, "_today", lambda: datetime.date(2027, 3, 1))
     assert cli.main(["validate", "prod"]) == 0
     out = capsys.readouterr()
     assert out.out.startswith("prod: valid")
@@ -62,7 +62,7 @@ def test_validate_warns_on_stderr_with_the_date(monkeypatch, capsys) -> None:
         "warning: kubernetesVersion: 1.35 leaves EKS standard support on 2027-03-27 (in 26 days): then EKS upgrades "
         "the control plane itself and the next `pulumi up` asks for a downgrade it refuses; raise it one minor "
         "version at a time (docs/deploying.md, \"Upgrading Kubernetes\")"]
-    monkeypatch.setattr(cli, "_today", lambda: ISSUE_DAY)
+    monkeypatch.setattr(commands, "_today", lambda: ISSUE_DAY)
     assert cli.main(["validate", "onprem"]) == 0  # an existing cluster's support is its operator's calendar
     assert capsys.readouterr().err == ""
 

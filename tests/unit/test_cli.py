@@ -350,7 +350,7 @@ def test_synth_prints_a_short_summary_last_with_the_policy_verdict(tmp_path: Pat
         f"  output:    {out}",
         "  policy:    0 mandatory, 0 advisory violation(s)",
         "  preflight: 0 finding(s)",
-        "  next:      pulumi preview -s dev   (needs the Pulumi CLI: see README, Running `pulumi up` for real)"]
+        "  next:      pulumi preview -s dev   (needs the Pulumi CLI: see README.md, 'Running `pulumi up` for real')"]
     assert res.stderr.count("state            1 file(s)") == 1, "artifact counts are printed once"
     table = run("synth", "dev", "--out", str(out), "--resources", "-q")
     assert f"resources by type ({resources}):" in table.stdout

@@ -1,6 +1,7 @@
 """The gateway's settings (aifactory:gateway): every key is read into the settings, absent ones take their
-documented defaults (the `# default:` of each field in infra/config.py; README "Gateway" for maxEjectionPercent 67
-and panicThresholdPercent 30), and the replica bounds are checked with the key path.
+documented defaults (the `# default:` of each field in infra/config.py; docs/gateway.md, "Requests on a replica
+that hangs", for maxEjectionPercent 67 and panicThresholdPercent 30), and the replica bounds are checked with the
+key path.
 """
 
 from __future__ import annotations

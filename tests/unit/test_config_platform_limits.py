@@ -113,3 +113,20 @@ def test_absurd_numbers_and_strings_are_bounded_by_what_the_platform_takes(
             "32-bit integers)") in err
     assert "models.chat.model: is 100,002 characters; a setting is at most 2,048" in err
     assert len(err) < 10_000, "the long value is not echoed back"
+
+
+def test_a_string_too_long_in_a_list_or_a_mapping_is_named_by_its_key_path(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A 3,000-character audience was accepted: only a setting's own value was bounded, not the items of its list
+    or mapping. Each is named by its key path (the label's own 63-character rule then applies to what is left)."""
+    long = "a" * 3_000
+    text = STACK.replace("gpu-a: {instanceType: g6e.xlarge,", f"gpu-a: {{labels: {{team: {long}}}, instanceType: "
+                                                                "g6e.xlarge,") + (
+        "  aifactory:gateway:\n    auth:\n      issuers:\n        - issuer: https://sso.example.com/realms/a\n"
+        "          jwksUri: https://sso.example.com/realms/a/certs\n"
+        f"          audiences: [aifactory-gateway, {long}]\n")
+    err = validate(tmp_path, text, capsys)
+    limit = ("is 3,000 characters; a setting is at most 2,048 (what it names ends up in Kubernetes objects and AWS "
+             "fields, which are shorter)")
+    assert err.splitlines()[1:] == [f"  - nodePools.gpu-a.labels.team: {limit}",
+                                    f"  - gateway.auth.issuers[0].audiences[1]: {limit}"]

@@ -477,11 +477,12 @@ def test_a_variant_named_like_its_workload_needs_its_own_url(tmp_path: Path,
             "URL)\n") in capsys.readouterr().err
     # ... so the command the gate tells the user to run gives it, with the port-forward it needs
     cfg = load_stack("t", stacks_dir=stacks)
-    assert fidelity.eval_command_line(cfg, "chat") == (
-        f"kubectl -n {cfg.tenant_of(cfg.models['chat']).namespace} port-forward svc/chat 8000:8000` and "
-        "`aifactory eval t --workload chat --url-for chat=http://127.0.0.1:8000")
+    forward = f"kubectl -n {cfg.tenant_of(cfg.models['chat']).namespace} port-forward svc/chat 8000:8000"
+    assert fidelity.eval_commands(cfg, "chat") == (
+        forward, "aifactory eval t --workload chat --url-for chat=http://127.0.0.1:8000")
     assert {v.message.rpartition("; run ")[2] for v in fidelity.verdicts(cfg, {}) if v.variant != "chat-bf16"} == {
-        f"`{fidelity.eval_command_line(cfg, 'chat')}`"}
+        f"`{forward}` and `aifactory eval t --workload chat --url-for chat=http://127.0.0.1:8000`"}
+    assert fidelity.eval_commands(cfg, "other") == ("aifactory eval t --workload other",)
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from infra import stack_yaml
-from infra.synth import load_stack
+from infra.synth import StackFileError, load_stack
 
 STACK = """\
 config:
@@ -93,8 +93,12 @@ def test_an_alias_bomb_is_refused_before_it_is_expanded(tmp_path: Path) -> None:
         sizes.append(1 + 9 * (1 + sizes[-1]))
     aliased = sum(9 * n for n in sizes)
     assert aliased == 544_809_960
-    assert f"YAML aliases expand it to 544,810,123 values, {aliased:,} of them from aliases" in err
-    assert "the Pulumi CLI refuses excessive aliasing (go-yaml v3)" in err
+    # the key it expands under is named: tags.i, whose 9 aliases of h hold 9 x (1 + sizes[-1]) + 1 nodes
+    assert 9 * (1 + sizes[-1]) + 1 == 484_275_610
+    assert (f"{tmp_path / 'stacks' / 'Pulumi.s.yaml'} line 20: tags.i: YAML aliases expand the file to 544,810,123 "
+            f"values, {aliased:,} of them from aliases, 484,275,610 under this key; the Pulumi CLI refuses excessive "
+            "aliasing (go-yaml v3), and the kit reads at most 1,000,000 values: write the values out, or use fewer "
+            "nested aliases") in err
 
 
 def test_go_yamls_alias_ratio_is_followed() -> None:
@@ -126,8 +130,46 @@ def test_an_anchor_that_contains_itself_is_refused(tmp_path: Path) -> None:
 
 def test_an_oversized_file_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
     filler = "# " + "x" * 1_000 + "\n"
-    err = refused(tmp_path, STACK + filler * (stack_yaml.MAX_STACK_FILE_BYTES // len(filler) + 1))
-    assert "is larger than 1,048,576 bytes; a stack file holds settings, not data" in err
+    text = STACK + filler * (stack_yaml.MAX_STACK_FILE_BYTES // len(filler) + 1)
+    err = refused(tmp_path, text)
+    assert (f"{tmp_path / 'stacks' / 'Pulumi.s.yaml'}: is {len(text):,} bytes, and no setting is over 2,048 characters "
+            "(comments, or very many settings?): a stack file holds settings, not data, and may be at most 1,048,576 "
+            "bytes") in err
+
+
+def _oversized(tmp_path: Path, text: str) -> str:
+    """What reading the stack file says (in-process: the message synth and validate print after `aifactory: `)."""
+    (tmp_path / "Pulumi.s.yaml").write_text(text)
+    with pytest.raises(StackFileError) as exc:
+        load_stack("s", tmp_path)
+    return str(exc.value).removeprefix(f"{tmp_path / 'Pulumi.s.yaml'} ")
+
+
+LIMITS = "a stack file holds settings, not data, and may be at most 1,048,576 bytes"
+
+
+@pytest.mark.parametrize("value", [
+    "o/" + "x" * 1_999_998,
+    "|\n" + "".join(f"        {'y' * 99}\n" for _ in range(20_000)),
+], ids=["plain", "block"])
+def test_a_value_that_makes_the_file_too_large_is_named_by_its_key_path(tmp_path: Path, value: str) -> None:
+    """A 2 MB value pasted as models.X.model was refused as 'larger than 1,048,576 bytes' without its key: the
+    YAML events of the file (never constructed) name the setting, its line and length."""
+    text = STACK + f"    big:\n      engine: vllm\n      model: {value}\n      tenant: t\n      pool: gpu-a\n"
+    assert _oversized(tmp_path, text) == (
+        f"line 13: models.big.model: is 2,000,000 characters; a setting is at most 2,048, and this value makes the "
+        f"file {len(text):,} bytes: {LIMITS}")
+
+
+def test_a_value_longer_than_what_is_read_of_the_file_is_at_least_that_long(tmp_path: Path) -> None:
+    """An oversized file is read only so far (OVERSIZED_SCAN_BYTES) to find the value: a quoted one still open
+    there is named with the length read."""
+    opening = STACK + '  aifactory:cluster2: {name: "'
+    text = opening + "z" * stack_yaml.OVERSIZED_SCAN_BYTES + '"}\n'
+    read = stack_yaml.OVERSIZED_SCAN_BYTES - len(opening) + len(': "')  # counted from the end of its key
+    assert _oversized(tmp_path, text) == (
+        f"line 11: cluster2.name: is at least {read:,} characters; a setting is at most 2,048, and this value makes "
+        f"the file {len(text):,} bytes: {LIMITS}")
 
 
 def test_settings_at_the_top_level_are_said_to_belong_under_config(tmp_path: Path) -> None:

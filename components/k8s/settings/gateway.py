@@ -83,7 +83,7 @@ class CategoryGate:
 class Fidelity:
     """A workload's fidelity gate (gateway.routing.<workload>.fidelity): a variant other than `baseline` gets
     traffic only with a current result of suite `suite` (stacks/evals/<suite>/) whose drop below the baseline's
-    score on the same items is shown to be at most `max_drop` (infra/fidelity.py, README "Fidelity")."""
+    score on the same items is shown to be at most `max_drop` (infra/fidelity.py, docs/fidelity.md)."""
 
     suite: str = setting(pattern=DNS_LABEL_PATTERN, invalid="is not a suite directory name (a DNS label: lowercase "
                          "letters, digits, '-')", doc="The suite: a directory under stacks/evals/.")
