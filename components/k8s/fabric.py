@@ -128,7 +128,7 @@ class FabricArgs(TypedDict):
     infiniband: NotRequired[FabricInfinibandArgs]
     """Default: none (no network operator)."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
 
 
 class FabricView(Protocol):

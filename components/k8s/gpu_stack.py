@@ -118,7 +118,7 @@ class GpuStackArgs(TypedDict):
     hosts_have_ofed: NotRequired[bool]
     """With rdma: the hosts bring MLNX OFED/DOCA (else the network operator's driver container). Default: false."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
 
 
 class _TargetView(Protocol):

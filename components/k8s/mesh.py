@@ -118,7 +118,7 @@ class MeshArgs(TypedDict):
     """The models the tenants serve, by name (their callers and multi-node peers get ALLOW policies).
     Default: none."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
     gateway_namespace: NotRequired[str]
     """The namespace of the gateway (its service account may call every model). Default: aifactory-gateway."""
     monitoring_namespace: NotRequired[str]

@@ -52,7 +52,7 @@ class PlatformArgs(TypedDict):
     fabric: NotRequired[FabricArgs]
     """The data-plane fabric (Fabric). Default: none (no EFA device plugin, no network operator)."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the system namespace's Pod Security labels). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the system namespace's Pod Security labels). Default: 1.35."""
     install_metrics_server: NotRequired[bool]
     """Install metrics-server (EKS has none; an existing cluster may run one already). Default: true."""
 

@@ -96,7 +96,7 @@ class TenancyArgs(TypedDict):
     models: NotRequired[dict[str, TenantModelArgs]]
     """The models the tenants serve, by name. Default: none."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
     gateway_namespace: NotRequired[str]
     """The namespace of the gateway that calls the model servers. Default: aifactory-gateway."""
     monitoring_namespace: NotRequired[str]

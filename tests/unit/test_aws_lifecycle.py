@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from pathlib import Path
 
 import kubernetes_validate
 import pulumi
@@ -197,3 +198,16 @@ def test_iam_needs_not_the_cluster_module_even_for_types() -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "components.aws.cluster" not in imported
     assert set(iam.OidcIssuer.__annotations__) <= set(GpuCluster.__annotations__)
+
+
+def test_every_component_documents_the_kubernetes_version_it_defaults_to() -> None:
+    """The args' `kubernetes_version` docstrings state the default the components use (they said 1.34 after the kit
+    moved to 1.35): what a component user reads is what they get."""
+    import re
+
+    from components.k8s.defaults import DEFAULT_KUBERNETES_VERSION
+
+    root = Path(__file__).resolve().parents[2] / "components" / "k8s"
+    stated = {str(p.relative_to(root)): m.group(1) for p in sorted(root.rglob("*.py"))
+              for m in re.finditer(r"Kubernetes minor version \([^)]*\)\. Default: ([0-9.]+)\.", p.read_text())}
+    assert len(stated) == 7 and set(stated.values()) == {DEFAULT_KUBERNETES_VERSION}, stated

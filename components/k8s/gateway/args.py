@@ -226,7 +226,7 @@ class GatewayArgs(TypedDict):
     """The gateway's namespace (created with Pod Security restricted and Istio injection).
     Default: aifactory-gateway."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
     monitoring_namespace: NotRequired[str]
     """Where Prometheus (which scrapes the gateway) and the OpenTelemetry Collector run. Default: monitoring."""
     trace_sample_ratio: NotRequired[float]

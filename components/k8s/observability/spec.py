@@ -140,7 +140,7 @@ class ObservabilityArgs(TypedDict):
     gateway_namespace: NotRequired[str]
     """Default: aifactory-gateway."""
     kubernetes_version: NotRequired[str]
-    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.34."""
+    """The cluster's Kubernetes minor version (the Pod Security labels' version). Default: 1.35."""
     aws_region: NotRequired[str]
     """The cluster is EKS in this region (volumes on the kit's gp3 class). Default: none (an existing cluster)."""
     storage_class: NotRequired[str]
