@@ -8,7 +8,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup synth validate policy test bench mutate lint promtool amtool redis contracts clean
 
-# The stamp depends on pyproject.toml and on this file (UV_VERSION, the threading pin) so a changed pin reinstalls.
+# The stamp depends on pyproject.toml and on this file (UV_VERSION, the install steps) so a changed pin reinstalls.
 UV_VERSION := 0.13.9
 UV_PIP := $(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python
 $(VENV)/.installed: pyproject.toml Makefile
@@ -23,11 +23,12 @@ $(VENV)/.installed: pyproject.toml Makefile
 	@# it installs from PyPI, with the system's certificates as pip is configured to.
 	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
 	$(UV_PIP) -e '.[test]'
-	@# OpenTelemetry's threading instrumentation (the tests carry workflows into threads with it) has no release
-	@# matching the pinned OTel 1.45.2/0.66b2: 0.66b1 is the newest and pins opentelemetry-instrumentation==0.66b1,
-	@# hence semantic-conventions 0.66b1 against the SDK's 0.66b2. Its code only wraps Thread.start/run and
-	@# ThreadPoolExecutor.submit, so it goes in without its own pins. Move it into [test] once 0.66b2 exists.
-	$(UV_PIP) --no-deps opentelemetry-instrumentation-threading==0.66b1
+	@# The threading instrumentation's pins are overridden in pyproject.toml ([tool.uv] override-dependencies).
+	@# xds-protos (Envoy's ext_proc messages for the token budget service) ships an older copy of opentelemetry-proto's
+	@# modules (opentelemetry/proto/**/*_pb2.py) into the same directory: whichever wheel is unpacked last wins, and the
+	@# older copy lacks InstrumentationScope, which the OTLP exporters import. Reinstalling opentelemetry-proto last makes
+	@# its files win whatever order uv unpacked them in (the budget service's image installs no OpenTelemetry).
+	$(UV_PIP) --reinstall --no-deps "opentelemetry-proto==$$($(BIN)/python -c 'from importlib.metadata import version; print(version("opentelemetry-proto"))')"
 	touch $@
 
 setup: $(VENV)/.installed ## .venv with the kit (editable) and its test tools
