@@ -45,7 +45,7 @@ def test_the_service_reads_its_budgets_and_reaches_the_store() -> None:
     assert container["image"] == IMAGE
     assert container["args"] == ["--config", "/etc/aifactory-budgets/budgets.json", "--listen", "0.0.0.0:9000",
                                  "--redis-url", "redis://aifactory-budgets-valkey.aifactory-gateway.svc.cluster.local"
-                                 ":6379/0", "--metrics-port", "9090"]
+                                 ":6379/0", "--metrics-port", "9090", "--shutdown-grace-seconds", "60"]
     assert store_url(cfg).startswith(f"redis://{STORE_RELEASE}.")
     assert json.loads(objs["budgets-configmap"]["data"]["budgets.json"]) == json.loads(service_config(cfg)) == {
         "tenants": {"demo": {"limits": {"perMinute": 1000}, "outputWeight": 2.0, "defaultMaxTokens": 4096,
@@ -103,3 +103,15 @@ def test_the_service_reads_the_header_the_gateway_sets() -> None:
     from components.k8s.gateway.budgets import names
     from components.k8s.gateway.envoy.base import TENANT_HEADER
     assert names.TENANT_HEADER == TENANT_HEADER
+
+
+def test_a_terminating_service_pod_serves_its_streams_to_their_end() -> None:
+    """An ext_proc stream lives as long as its request: on SIGTERM the service lets its streams run for the longest
+    request a route allows (dev's chat: timeoutSeconds 60), after a preStop past the gateway's DNS refresh (5 s +
+    5 s), and the pod's grace (and its classic Istio sidecar's drain) covers both plus 10 s for the settlements."""
+    template = budget_objects(_cfg({"perDay": 10}))["budgets-deployment"]["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    assert container["args"][-2:] == ["--shutdown-grace-seconds", "60"]
+    assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
+    assert template["spec"]["terminationGracePeriodSeconds"] == 10 + 60 + 10
+    assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "80s"}'

@@ -13,10 +13,12 @@ callers' service accounts).
 from __future__ import annotations
 
 import hashlib
+import json
+import math
 from typing import Any
 
 from components.k8s import naming, security
-from components.k8s.gateway.envoy.base import GatewayView
+from components.k8s.gateway.envoy.base import DEFAULT_DNS_REFRESH_SECONDS, GatewayView
 from components.k8s.gateway.envoy.budgets import (
     BUDGETS_GRPC_PORT,
     BUDGETS_METRICS_PORT,
@@ -26,8 +28,10 @@ from components.k8s.gateway.envoy.budgets import (
 )
 from components.k8s.gateway.names import _selector
 from components.k8s.serving import MONITORING_API_VERSION
+from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, PROXY_CONFIG_ANNOTATION
 
-__all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url"]
+__all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url",
+           "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds"]
 
 STORE_RELEASE = "aifactory-budgets-valkey"  # the Helm release; the chart names its Service and pods after it
 STORE_PORT = 6379
@@ -76,13 +80,35 @@ def store_values(cfg: GatewayView) -> dict[str, Any]:
     return out
 
 
+# A terminating service pod: its endpoint leaves the Service at once, but the gateway's Envoy keeps its HTTP/2
+# connection to the pod (and re-resolves the Service's name every DEFAULT_DNS_REFRESH_SECONDS), so the pod keeps
+# serving, streams started meanwhile included, for PRESTOP_SECONDS before the process gets SIGTERM. Then it refuses
+# new streams (gRPC GOAWAY: Envoy's next request opens a connection to another replica) and lets those in flight
+# run to their end (shutdown_grace_seconds), settles them and writes the settlements (SETTLE_MARGIN_SECONDS).
+PRESTOP_SECONDS = DEFAULT_DNS_REFRESH_SECONDS + PRESTOP_MARGIN_SECONDS
+SETTLE_MARGIN_SECONDS = 10
+
+
+def shutdown_grace_seconds(cfg: GatewayView) -> int:
+    """How long the service lets its streams in flight run after SIGTERM: an ext_proc stream lives as long as its
+    request, so the longest request any route allows (a model's timeoutSeconds)."""
+    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
+
+
+def termination_grace_seconds(cfg: GatewayView) -> int:
+    """terminationGracePeriodSeconds: the preStop, the streams' drain, the settlements."""
+    return PRESTOP_SECONDS + shutdown_grace_seconds(cfg) + SETTLE_MARGIN_SECONDS
+
+
 def _deployment(cfg: GatewayView, config: str) -> dict[str, Any]:
     b = cfg.gateway.budget_service
+    grace = termination_grace_seconds(cfg)
     container = {
         "name": "budgets",
         "image": b.image,
         "args": ["--config", f"{CONFIG_DIR}/budgets.json", "--listen", f"0.0.0.0:{BUDGETS_GRPC_PORT}",
-                 "--redis-url", store_url(cfg), "--metrics-port", str(BUDGETS_METRICS_PORT)],
+                 "--redis-url", store_url(cfg), "--metrics-port", str(BUDGETS_METRICS_PORT),
+                 "--shutdown-grace-seconds", str(shutdown_grace_seconds(cfg))],
         "ports": [{"name": "grpc", "containerPort": BUDGETS_GRPC_PORT, "protocol": "TCP"},
                   {"name": "metrics", "containerPort": BUDGETS_METRICS_PORT, "protocol": "TCP"}],
         "readinessProbe": {"tcpSocket": {"port": "grpc"}, "periodSeconds": 5},
@@ -90,14 +116,19 @@ def _deployment(cfg: GatewayView, config: str) -> dict[str, Any]:
         "resources": security.resources("500m", "256Mi", cpu_limit="2", memory_limit="512Mi"),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         "securityContext": security.container_security_context(),
+        # the kubelet's own sleep (no shell in the image needed): PodLifecycleSleepAction, on since Kubernetes 1.30
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SECONDS}}},
     }
     return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
         "replicas": b.replicas,
         "selector": {"matchLabels": _pods()},
         "template": {
             "metadata": {"labels": _labels(), "annotations": {
-                "aifactory.io/config-sha256": hashlib.sha256(config.encode()).hexdigest()}},
+                "aifactory.io/config-sha256": hashlib.sha256(config.encode()).hexdigest(),
+                # a classic Istio sidecar drains as long as the pod may live (components.k8s.serving.lifecycle)
+                PROXY_CONFIG_ANNOTATION: json.dumps({"terminationDrainDuration": f"{grace}s"})}},
             "spec": {"serviceAccountName": BUDGETS_SERVICE, "automountServiceAccountToken": False,
+                     "terminationGracePeriodSeconds": grace,
                      "securityContext": security.pod_security_context(),
                      "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
                                                     "whenUnsatisfiable": "ScheduleAnyway",

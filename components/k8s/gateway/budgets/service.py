@@ -15,6 +15,11 @@ Per HTTP request, Envoy's ext_proc filter (components/k8s/gateway/envoy/budgets.
 
 The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
 budget with onStoreFailure: open admits the request uncounted, one with closed answers 503.
+
+On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
+connection, to another replica, for its next request) and lets the streams in flight run for up to
+`--shutdown-grace-seconds` (the longest request the gateway allows), so a fail-closed tenant's stream is not cut;
+every stream's reservation is settled, and every settlement written, before the process exits.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import argparse
 import asyncio
 import json
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -52,9 +58,10 @@ from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, S
 from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
 from telemetry.names import BUDGET
 
-__all__ = ["BudgetConfig", "Processor", "serve", "main", "ROUTE_ATTRIBUTE", "METADATA_NAMESPACE"]
+__all__ = ["BudgetConfig", "Processor", "serve", "shutdown", "main", "ROUTE_ATTRIBUTE", "METADATA_NAMESPACE"]
 
 log = logging.getLogger("aifactory.budgets")
+SHUTDOWN_GRACE_S = 600.0  # main()'s default; the Deployment passes its own (budget_objects.shutdown_grace_seconds)
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
 
@@ -222,6 +229,7 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self.store = store
         self.clock = clock  # Unix time: which windows a reservation falls in
         self._tasks: set[asyncio.Task[Any]] = set()
+        self.streams = 0  # in flight
         labels = (BUDGET.L_SCOPE, BUDGET.L_NAME)
         self.refused = prom.Counter(BUDGET.REFUSED.removesuffix("_total"), "Requests refused with 429 by a token "
                                     "budget", (*labels, BUDGET.L_WINDOW), registry=registry)
@@ -250,10 +258,12 @@ class Processor(pb_grpc.ExternalProcessorServicer):
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (the gRPC name)
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
         stream = _Stream(self)
+        self.streams += 1
         try:
             async for req in request_iterator:
                 yield await stream.handle(req)
         finally:
+            self.streams -= 1
             stream.settle()  # a stream that ended early (client gone, engine cut) settles what was generated
 
 
@@ -307,6 +317,15 @@ async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_po
     return server, processor, port
 
 
+async def shutdown(server: grpc.aio.Server, processor: Processor, grace: float) -> None:
+    """Stop taking streams, let those in flight end within `grace` seconds (past it they are cancelled, and settle
+    what they metered), then write every settlement."""
+    log.info("stopping: %d streams in flight, up to %g s for them to end", processor.streams, grace)
+    await server.stop(grace)
+    await processor.drain()
+    log.info("stopped: every reservation settled")
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m components.k8s.gateway.budgets",
                                  description="The gateway's token budget service (Envoy ext_proc).")
@@ -315,13 +334,20 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--redis-url", required=True, help="the store, e.g. redis://budgets-valkey:6379/0")
     ap.add_argument("--metrics-port", type=int, default=METRICS_PORT,
                     help=f"Prometheus metrics port (default: {METRICS_PORT})")
+    ap.add_argument("--shutdown-grace-seconds", type=float, default=SHUTDOWN_GRACE_S,
+                    help="on SIGTERM, how long the streams in flight may still run (default: "
+                         f"{SHUTDOWN_GRACE_S:g}; the Deployment passes the gateway's longest request)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     async def run() -> None:
-        server, _, port = await serve(BudgetConfig.load(args.config), listen=args.listen, redis_url=args.redis_url,
-                                      metrics_port=args.metrics_port)
+        server, processor, port = await serve(BudgetConfig.load(args.config), listen=args.listen,
+                                              redis_url=args.redis_url, metrics_port=args.metrics_port)
         log.info("token budget service on port %d", port)
-        await server.wait_for_termination()
+        stopping = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            asyncio.get_running_loop().add_signal_handler(sig, stopping.set)
+        await stopping.wait()
+        await shutdown(server, processor, args.shutdown_grace_seconds)
 
     asyncio.run(run())

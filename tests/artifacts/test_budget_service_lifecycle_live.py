@@ -1,0 +1,130 @@
+"""The token budget service as a real process behind the real Envoy 1.40, with a real Redis (Debian's redis-server)
+and a stand-in engine that streams as vLLM does: what a rollout (SIGTERM) does to the streams in flight.
+
+Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto): one gRPC
+stream per HTTP request, open as long as the request; without failure_mode_allow a failed stream fails the request
+(the fail-closed tenants' filter). gRPC's server.stop(grace) (grpc/grpc@v1.76.0 src/python/grpcio/grpc/aio/_server.py)
+refuses new RPCs and lets those in flight run for `grace` seconds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from components.k8s.gateway.budgets.store import window_key
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
+from infra.config import parse
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import EnvoyProcess, free_port
+from tests.support.processes import die_with_parent, stop_process
+from tests.support.redis_server import RedisServer
+from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
+from tests.support.usage_engine import UsageEngine
+
+IDP = "https://idp.budgets.test"
+ROOT = Path(__file__).resolve().parents[2]
+LIMIT = 1_000_000
+BOUND_S = 10.0  # every wait here is bounded; none is expected to come near it
+RAW = {
+    "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
+    "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
+    "tenants": {
+        "open": {"gpuQuota": 2, "shareWith": ["closed"], "tokenBudget": {"perDay": LIMIT}},
+        "closed": {"gpuQuota": 0, "tokenBudget": {"perDay": LIMIT, "onStoreFailure": "closed"}}},
+    "models": {"chat": {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "pool": "gpu",
+                        "tenant": "open"}},
+    "gateway": {"auth": {"issuers": [{"issuer": IDP, "jwksUri": f"{IDP}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
+                "budgetService": {"image": "registry.example/aifactory-budgets:test"}},
+    "observability": {"prices": {"dgx-h100": 30.0}},
+}
+
+
+@dataclass
+class Live:
+    envoy: EnvoyProcess
+    engine: UsageEngine
+    redis: RedisServer
+    issuer: Issuer
+    config: Path
+    port: int
+
+    def service(self, stack: ExitStack) -> subprocess.Popen[bytes]:
+        """The service as the Deployment runs it (python -m components.k8s.gateway.budgets), once it listens."""
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "components.k8s.gateway.budgets", "--config", str(self.config),
+             "--listen", f"127.0.0.1:{self.port}", "--redis-url", self.redis.url,
+             "--metrics-port", str(free_port()), "--shutdown-grace-seconds", str(BOUND_S)],
+            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+        stack.callback(stop_process, proc)
+        deadline = time.monotonic() + BOUND_S
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return proc
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(f"the budget service did not start: {proc.communicate()[0]!r}") from None
+                time.sleep(0.05)
+
+    def open_stream(self, tenant: str, body: dict[str, Any]) -> tuple[http.client.HTTPConnection,
+                                                                      http.client.HTTPResponse]:
+        c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=BOUND_S)
+        c.request("POST", "/v1/chat/completions", body=json.dumps(body).encode(),
+                  headers={**self.issuer.bearer(tenant), "content-type": "application/json"})
+        return c, c.getresponse()
+
+    def spent(self, tenant: str) -> int:
+        return int(self.redis.client().get(window_key("tenant", tenant, "perDay", time.time())) or 0)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    cfg = parse(RAW, stack="budgets")
+    issuer = Issuer(IDP)
+    workdir = tmp_path_factory.mktemp("budget-lifecycle")
+    config = workdir / "budgets.json"
+    config.write_text(service_config(cfg))
+    with ExitStack() as stack:
+        redis = stack.enter_context(RedisServer(workdir))
+        engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=10))
+        port = free_port()
+        envoy = start_gateway(stack, cfg, workdir, jwks=[issuer.jwks],
+                              endpoints={"chat": [engine.address], BUDGETS_CLUSTER: [("127.0.0.1", port)]})
+        yield Live(envoy, engine, redis, issuer, config, port)
+
+
+def test_sigterm_lets_a_fail_closed_stream_finish_and_settles_it(live: Live) -> None:
+    """A rollout's SIGTERM reaches the service while a fail-closed tenant's answer streams: the stream runs to its
+    end (usage and [DONE]), its reservation is settled to the usage, and the process then exits 0 by itself."""
+    live.redis.client().flushall()
+    live.engine.chunk_delay = 0.1  # 10 chunks over about a second
+    with ExitStack() as stack:
+        service = live.service(stack)
+        conn, resp = live.open_stream("closed", {"model": "chat", "stream": True, "max_tokens": 10,
+                                                 "messages": [{"role": "user", "content": "hello"}]})
+        stack.callback(conn.close)
+        assert resp.status == 200
+        first = resp.readline()
+        assert first.startswith(b"data: "), first
+        service.send_signal(signal.SIGTERM)
+        rest = resp.read()  # raises IncompleteRead if the stream is cut
+        events = [x for x in (first + rest).split(b"\n\n") if x]
+        assert events[-1] == b"data: [DONE]"
+        assert json.loads(events[-2].removeprefix(b"data: "))["usage"]["completion_tokens"] == 10
+        assert service.wait(timeout=BOUND_S) == 0, service.communicate()[0]
+        assert live.spent("closed") == 20 + 10  # usage, outputWeight 1: settled before the process exited
