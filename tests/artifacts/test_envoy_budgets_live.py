@@ -27,6 +27,7 @@ import pytest
 
 from components.k8s.gateway.budgets.service import BudgetConfig
 from components.k8s.gateway.budgets.store import window_key
+from components.k8s.gateway.budgets.usage import ResponseMeter
 from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
 from infra.config import parse
 from tests.support.budget_service import BudgetService
@@ -55,6 +56,7 @@ RAW = {
     "observability": {"prices": {"dgx-h100": 30.0}},
 }
 KEY = window_key("tenant", "open", "perMinute", NOW)
+SETTLE_BOUND_S = 10.0
 
 
 @dataclass
@@ -79,6 +81,14 @@ class Live:
     def spent(self, key: str = KEY) -> int:
         self.service.drain()
         return int(self.redis.client().get(key) or 0)
+
+    def settles_to(self, expected: int, key: str = KEY) -> int:
+        """The counter once it reads `expected` (a cut stream is settled when Envoy closes its metering stream,
+        which observability mode defers past the request's end), or what it reads after SETTLE_BOUND_S."""
+        deadline = time.monotonic() + SETTLE_BOUND_S
+        while (spent := self.spent(key)) != expected and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return spent
 
     def reset(self) -> None:
         self.redis.client().flushall()
@@ -160,8 +170,32 @@ def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
     # The estimate is of the longer body: the one forwarded, with stream_options added
     forwarded = json.dumps({**sent, "stream_options": {"include_usage": True}}, separators=(",", ":"))
     assert len(forwarded) > _sent(sent)
-    assert gw.spent() == len(forwarded) + 4 * 3
+    assert gw.settles_to(len(forwarded) + 4 * 3) == len(forwarded) + 4 * 3
     assert len(gw.engine.bodies) == 1, "a stream cut after its first bytes is not retried"
+
+
+def test_a_slow_service_never_holds_a_streamed_answer(gw: Live, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service stops reading at the response's first chunk (its event loop blocked until released): a
+    fail-closed tenant's answer still streams to its end, since Envoy sends the response side in observability mode
+    and waits for no answer (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto,
+    ExternalProcessor.observability_mode); once the service reads on, the usage is settled."""
+    gate = threading.Event()
+    read = ResponseMeter.body
+
+    def held(self: ResponseMeter, chunk: bytes, end: bool) -> None:
+        gate.wait(SETTLE_BOUND_S)
+        read(self, chunk, end)
+
+    monkeypatch.setattr(ResponseMeter, "body", held)
+    try:
+        status, _, body = gw.post("closed", _body(stream=True, max_tokens=30))
+        served_while_held = not gate.is_set()
+    finally:
+        gate.set()
+    assert status == 200 and body.rstrip().endswith(b"data: [DONE]") and b'"usage"' in body
+    assert served_while_held
+    closed = window_key("tenant", "closed", "perMinute", NOW)
+    assert gw.settles_to(20 + 10, closed) == 20 + 10  # usage, outputWeight 1
 
 
 def test_a_request_that_does_not_fit_gets_429_naming_the_budget_and_window(gw: Live) -> None:

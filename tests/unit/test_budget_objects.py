@@ -89,8 +89,8 @@ def test_fail_closed_tenants_get_a_filter_of_their_own() -> None:
     raw["tenants"]["other"] = {"gpuQuota": 0, "tokenBudget": {"perDay": 10}}
     raw.setdefault("gateway", {})["budgetService"] = {"image": IMAGE}
     filters = budget_filters(parse(raw, stack="dev"))
-    assert [f["name"] for f in filters] == ["aifactory.budgets", "aifactory.budgets_closed"]
-    open_, closed = (f["typed_config"] for f in filters)
+    assert [f["name"] for f in filters] == ["aifactory.budgets", "aifactory.budgets_closed", "aifactory.budgets_meter"]
+    open_, closed, _ = (f["typed_config"] for f in filters)
     assert (open_["extension_config"]["typed_config"]["failure_mode_allow"],
             closed["extension_config"]["typed_config"]["failure_mode_allow"]) == (True, False)
     skip_open = open_["xds_matcher"]["matcher_list"]["matchers"][0]["predicate"]
@@ -115,3 +115,21 @@ def test_a_terminating_service_pod_serves_its_streams_to_their_end() -> None:
     assert container["lifecycle"] == {"preStop": {"sleep": {"seconds": 10}}}
     assert template["spec"]["terminationGracePeriodSeconds"] == 10 + 60 + 10
     assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "80s"}'
+
+
+def test_admission_waits_for_the_service_and_metering_never_does() -> None:
+    """Admission (the 429 decision) is synchronous on the request side only; the response goes to a second filter in
+    observability mode (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto:
+    ExternalProcessor.observability_mode, metadata_options.forwarding_namespaces), which gets the reservation from
+    admission's dynamic metadata."""
+    admit, meter = (f["typed_config"] for f in budget_filters(_cfg({"perDay": 10})))
+    assert admit["processing_mode"] == {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+                                        "response_header_mode": "SKIP", "response_body_mode": "NONE",
+                                        "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
+    assert (admit["failure_mode_allow"], admit["message_timeout"], "observability_mode" in admit) == (True, "1s", False)
+    assert admit["metadata_options"] == {"receiving_namespaces": {"untyped": ["aifactory.budget"]}}
+    assert meter["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
+                                        "response_header_mode": "SEND", "response_body_mode": "STREAMED",
+                                        "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
+    assert (meter["observability_mode"], meter["failure_mode_allow"]) == (True, True)
+    assert meter["metadata_options"] == {"forwarding_namespaces": {"untyped": ["aifactory.budget"]}}

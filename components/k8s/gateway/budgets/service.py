@@ -2,16 +2,19 @@
 stream per HTTP request) that reserves a request's worst case in the shared store before the request goes upstream,
 refuses it with 429 when a budget has no room for it, and settles what the response really used.
 
-Per HTTP request, Envoy's ext_proc filter (components/k8s/gateway/envoy/budgets.py) sends, in order:
-- the request headers, with the route's name (attribute `xds.route_name`): the service finds the budgets that apply
-  (the caller's tenant's, from x-aifactory-tenant, and the routed workload's); with none, it turns the rest of the
-  stream off (mode_override) and the request costs nothing more;
-- the whole request body (BUFFERED; the gateway has buffered it already): reserve (components.k8s.gateway.budgets.
-  store), answer 429 with Retry-After and a JSON error, or let it on with max_tokens / stream_options set;
-- the response headers, then every response body chunk (STREAMED), each answered at once: the service reads the
-  status and the usage as they pass (components.k8s.gateway.budgets.usage);
-- at the body's end, or when the stream ends early (client gone, engine cut), the reservation is settled in the
-  background, after the answer to Envoy: settlement never holds a response.
+Per HTTP request, Envoy's ext_proc filters (components/k8s/gateway/envoy/budgets.py) open two streams:
+- admission, each message answered before the request goes on:
+  - the request headers, with the route's name (attribute `xds.route_name`): the service finds the budgets that
+    apply (the caller's tenant's, from x-aifactory-tenant, and the routed workload's); with none, it turns the rest
+    of the stream off (mode_override) and the request costs nothing more;
+  - the whole request body (BUFFERED; the gateway has buffered it already): reserve (components.k8s.gateway.budgets.
+    store), answer 429 with Retry-After and a JSON error, or let it on with max_tokens / stream_options set, the
+    reservation in the request's dynamic metadata (`reservation`: keys, amounts, budgets, the body's size);
+- metering, in Envoy's observability mode (sent without waiting; the service answers nothing): the request body with
+  that metadata, the response headers, then every response chunk: the service reads the status and the usage as
+  they pass (components.k8s.gateway.budgets.usage) and settles the reservation at the body's end, or when the
+  stream ends early (client gone, engine cut: Envoy closes the stream). No response byte waits for the service, and
+  either stream may reach any replica: the reservation travels in the metadata.
 
 The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
 budget with onStoreFailure: open admits the request uncounted, one with closed answers 503.
@@ -142,6 +145,42 @@ class _Stream:
         self.reservation: Reservation | None = None
         self.meter = ResponseMeter()
         self.settled = False
+        self.metering = False  # a metering stream that received a reservation: it settles it
+
+    def observe(self, req: pb.ProcessingRequest) -> bool:
+        """A metering message (observability mode: no answer); True once the response has ended."""
+        if self.reservation is None and req.HasField("metadata_context"):
+            self._receive(req.metadata_context.filter_metadata.get(METADATA_NAMESPACE))
+        kind = req.WhichOneof("request")
+        if kind == "response_headers":
+            h = _headers(req.response_headers)
+            self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""))
+            return req.response_headers.end_of_stream
+        if kind == "response_body":
+            self.meter.body(req.response_body.body, req.response_body.end_of_stream)
+            return req.response_body.end_of_stream
+        return False
+
+    def _receive(self, meta: struct_pb2.Struct | None) -> None:
+        """The reservation admission put in the request's metadata (reservation_metadata)."""
+        if meta is None or "reservation" not in meta.fields:
+            return
+        r = json.loads(meta.fields["reservation"].string_value)
+        self.budgets = [(c["scope"], c["name"], Policy.from_json(c["policy"])) for c in r["charges"]]
+        charges = tuple(Charge(s, n, p.limits, int(c["amount"]))
+                        for (s, n, p), c in zip(self.budgets, r["charges"], strict=True))
+        self.reservation = Reservation(tuple(r["keys"]), tuple(r["amounts"]), charges)
+        self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=0, body=None)
+        self.metering = True
+
+    def reservation_metadata(self) -> str:
+        assert self.reservation is not None and self.plan is not None
+        policies = {(s, n): p for s, n, p in self.budgets}
+        return json.dumps({"keys": self.reservation.keys, "amounts": self.reservation.amounts,
+                           "bodyBytes": self.plan.body_bytes,
+                           "charges": [{"scope": c.scope, "name": c.name, "amount": c.amount,
+                                        "policy": policies[(c.scope, c.name)].to_json()}
+                                       for c in self.reservation.charges]}, separators=(",", ":"))
 
     async def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         kind = req.WhichOneof("request")
@@ -149,18 +188,8 @@ class _Stream:
             return self._request_headers(req)
         if kind == "request_body":
             return await self._admit(req.request_body.body)
-        if kind == "response_headers":
-            h = _headers(req.response_headers)
-            self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""))
-            return pb.ProcessingResponse(response_headers=pb.HeadersResponse())
-        if kind == "response_body":
-            self.meter.body(req.response_body.body, req.response_body.end_of_stream)
-            if req.response_body.end_of_stream:
-                self.settle()
-            return pb.ProcessingResponse(response_body=pb.BodyResponse())
-        if kind == "request_trailers":
-            return pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
-        return pb.ProcessingResponse(response_trailers=pb.TrailersResponse())
+        # admission sends nothing else (its processing mode); answered all the same
+        return pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
 
     def _request_headers(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
         h = _headers(req.request_headers)
@@ -195,8 +224,8 @@ class _Stream:
             return refusal_response(result)
         self.reservation = result
         common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=self.plan.body)) if self.plan.body else None
-        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common),
-                                     dynamic_metadata=_metadata(reserved=max(c.amount for c in charges)))
+        return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=_metadata(
+            reserved=max(c.amount for c in charges), reservation=self.reservation_metadata()))
 
     def _store_failed(self, e: BaseException) -> pb.ProcessingResponse:
         closed = [(s, n) for s, n, p in self.budgets if p.on_store_failure == "closed"]
@@ -261,10 +290,18 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self.streams += 1
         try:
             async for req in request_iterator:
-                yield await stream.handle(req)
+                if not req.observability_mode:
+                    yield await stream.handle(req)
+                elif stream.observe(req) or not stream.metering:
+                    # the response ended (settle), or the request holds no reservation (no budget counts it, or one
+                    # refused it): end the stream, Envoy needs nothing more of it
+                    break
         finally:
             self.streams -= 1
-            stream.settle()  # a stream that ended early (client gone, engine cut) settles what was generated
+            # the metering stream settles (at the response's end, or as it ends early: client gone, engine cut);
+            # admission's reservation travels to it in the request's metadata
+            if stream.metering:
+                stream.settle()  # a stream that ended early (client gone, engine cut) settles what was generated
 
 
 class SpendCollector:

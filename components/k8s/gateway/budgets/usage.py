@@ -42,9 +42,14 @@ class Policy:
 
     @classmethod
     def from_json(cls, d: Mapping[str, Any]) -> Policy:
-        return cls(limits=dict(d["limits"]), output_weight=float(d["outputWeight"]),
+        return cls(limits={w: int(n) for w, n in d["limits"].items()}, output_weight=float(d["outputWeight"]),
                    default_max_tokens=int(d["defaultMaxTokens"]),
                    prompt_bytes_per_token=float(d["promptBytesPerToken"]), on_store_failure=d["onStoreFailure"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"limits": dict(self.limits), "outputWeight": self.output_weight,
+                "defaultMaxTokens": self.default_max_tokens, "promptBytesPerToken": self.prompt_bytes_per_token,
+                "onStoreFailure": self.on_store_failure}
 
     def prompt_estimate(self, body_bytes: int) -> int:
         return math.ceil(body_bytes / self.prompt_bytes_per_token)

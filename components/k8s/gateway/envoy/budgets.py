@@ -2,19 +2,29 @@
 budget service (components/k8s/gateway/budgets/), the cluster that reaches it, and the service's own config.
 
 The filters sit last before the router, after the callers' RBAC and rate limits (a request they refuse reserves
-nothing), with the whole body already buffered. Two instances of one ext_proc config, each behind a matcher on the
-caller's tenant (envoy.filters.http.match_delegate with an ExtensionWithMatcher: the filter is skipped where its
-matcher says SkipFilter):
-- `aifactory.budgets`: every caller but the tenants whose budget fails closed; failure_mode_allow: when the service
-  cannot be reached (refused at once) or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes on
-  uncounted (fail-open);
-- `aifactory.budgets_closed` (only when a tenant sets onStoreFailure: closed): those tenants; without an answer the
-  request gets 500 before it reaches a model (Envoy's ext_proc without failure_mode_allow).
+nothing), with the whole body already buffered. Admission and metering are separate ext_proc filters, so that no
+response byte ever waits for the service:
+- admission (synchronous: the request's headers and its whole body; the 429 or the reservation): two instances of one
+  ext_proc config, each behind a matcher on the caller's tenant (envoy.filters.http.match_delegate with an
+  ExtensionWithMatcher: the filter is skipped where its matcher says SkipFilter):
+  - `aifactory.budgets`: every caller but the tenants whose budget fails closed; failure_mode_allow: when the
+    service cannot be reached (refused at once) or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes
+    on uncounted (fail-open);
+  - `aifactory.budgets_closed` (only when a tenant sets onStoreFailure: closed): those tenants; without an answer
+    the request gets 500 before it reaches a model (Envoy's ext_proc without failure_mode_allow).
+  The reservation goes into the request's dynamic metadata (namespace BUDGET_METADATA_NAMESPACE, key
+  `reservation`).
+- metering, `aifactory.budgets_meter` (every request; observability_mode: Envoy sends and never waits, and ignores
+  any answer): the request body (only to open the stream once the reservation is in the metadata, which it forwards:
+  metadata_options.forwarding_namespaces), the response headers and every response chunk. The service settles the
+  reservation at the response's end, or when Envoy closes the stream (the request ended early: client gone, engine
+  cut; in observability mode Envoy keeps the stream for up to deferred_close_timeout after the request ends).
 The store's own failures are the service's to handle, per budget, within BUDGET_STORE_TIMEOUT_S.
 
 Envoy v1.40 references: ExternalProcessor
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto (message_timeout
-200 ms by default; failure_mode_allow; allow_mode_override; request_attributes; metadata_options), ProcessingMode
+200 ms by default; failure_mode_allow; allow_mode_override; request_attributes; metadata_options;
+observability_mode: only STREAMED bodies, answers ignored; deferred_close_timeout, 5 s by default), ProcessingMode
 (BUFFERED request body, STREAMED response body), ExtensionWithMatcher
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/common/matching/v3/extension_matcher.proto.
 """
@@ -32,6 +42,7 @@ __all__ = [
     "BUDGETS_CLUSTER",
     "BUDGETS_FILTER",
     "BUDGETS_CLOSED_FILTER",
+    "BUDGETS_METER_FILTER",
     "BUDGETS_SERVICE",
     "BUDGETS_GRPC_PORT",
     "BUDGETS_METRICS_PORT",
@@ -49,18 +60,18 @@ __all__ = [
 BUDGETS_CLUSTER = "aifactory_budgets"
 BUDGETS_FILTER = "aifactory.budgets"
 BUDGETS_CLOSED_FILTER = "aifactory.budgets_closed"
+BUDGETS_METER_FILTER = "aifactory.budgets_meter"
 BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
 BUDGETS_GRPC_PORT = names.GRPC_PORT
 BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
 # The store answers a reservation in well under a millisecond in the cluster; past BUDGET_STORE_TIMEOUT_S the service
-# treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the service's
-# answers (message_timeout) is longer: it also covers every chunk of a streamed answer, which the service reads on the
-# way for its usage, and a chunk given up on (failure_mode_allow) ends the service's view of the stream, so what the
-# rest of it generates would go uncounted. A busy service slows its streams rather than losing their usage; only a
-# service that accepts connections and never answers costs each request up to this long (one that is gone refuses
-# the connection, and the request goes on at once).
+# treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the admission's
+# two answers (message_timeout: the request's headers, then its body) is longer, for a busy service; only a service
+# that accepts connections and never answers costs a request this long (one that is gone refuses the connection, and
+# the request goes on at once, or gets 500 when fail-closed). No response byte waits for it: metering is
+# observability-only.
 BUDGET_STORE_TIMEOUT_S = 0.1
-BUDGET_MESSAGE_TIMEOUT_S = 2.0
+BUDGET_MESSAGE_TIMEOUT_S = 1.0
 BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
 ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
 _SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
@@ -78,21 +89,40 @@ def _closed_tenants(cfg: GatewayView) -> list[str]:
     return sorted(n for n, t in cfg.tenants.items() if t.token_budget and t.token_budget.on_store_failure == "closed")
 
 
+def _grpc(cfg: GatewayView) -> dict[str, Any]:
+    # no gRPC timeout: it would bound the whole stream, i.e. every streamed answer
+    return {"envoy_grpc": {"cluster_name": BUDGETS_CLUSTER, "authority": budgets_host(cfg)}}
+
+
 def _ext_proc(cfg: GatewayView, *, fail_open: bool) -> dict[str, Any]:
+    """Admission: the request's headers and whole body, each answered before the request goes on."""
     return {
         "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
-        # no gRPC timeout: it would bound the whole stream, i.e. every streamed answer
-        "grpc_service": {"envoy_grpc": {"cluster_name": BUDGETS_CLUSTER, "authority": budgets_host(cfg)}},
+        "grpc_service": _grpc(cfg),
         "failure_mode_allow": fail_open,
         "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
-                            "response_header_mode": "SEND", "response_body_mode": "STREAMED",
+                            "response_header_mode": "SKIP", "response_body_mode": "NONE",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
         # the service turns the rest of the stream off for a request no budget counts
         "allow_mode_override": True,
         "request_attributes": [ROUTE_ATTRIBUTE],
         "message_timeout": _seconds(BUDGET_MESSAGE_TIMEOUT_S),
-        # the refusal and the reservation, for the access log
+        # the refusal and the reservation: the access log's, and the meter's
         "metadata_options": {"receiving_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
+    }
+
+
+def _meter(cfg: GatewayView) -> dict[str, Any]:
+    """Metering: the request body (with the reservation's metadata) and the response, sent without waiting."""
+    return {
+        "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "grpc_service": _grpc(cfg),
+        "failure_mode_allow": True,
+        "observability_mode": True,
+        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
+                            "response_header_mode": "SEND", "response_body_mode": "STREAMED",
+                            "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
+        "metadata_options": {"forwarding_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
     }
 
 
@@ -111,15 +141,17 @@ def _matched(name: str, ext_proc: dict[str, Any], skip_when: dict[str, Any]) -> 
 
 
 def budget_filters(cfg: GatewayView) -> list[dict[str, Any]]:
-    """The budget filters, last before the router; none without budgets."""
+    """The budget filters, last before the router (admission, then metering: it reads admission's metadata); none
+    without budgets."""
     if not any_budget(cfg):
         return []
     closed = _closed_tenants(cfg)
+    meter = {"name": BUDGETS_METER_FILTER, "typed_config": _meter(cfg)}
     if not closed:
-        return [{"name": BUDGETS_FILTER, "typed_config": _ext_proc(cfg, fail_open=True)}]
+        return [{"name": BUDGETS_FILTER, "typed_config": _ext_proc(cfg, fail_open=True)}, meter]
     return [_matched(BUDGETS_FILTER, _ext_proc(cfg, fail_open=True), _tenants_predicate(closed)),
             _matched(BUDGETS_CLOSED_FILTER, _ext_proc(cfg, fail_open=False),
-                     {"not_matcher": _tenants_predicate(closed)})]
+                     {"not_matcher": _tenants_predicate(closed)}), meter]
 
 
 def budget_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
