@@ -9,8 +9,19 @@ the same value: panels and alerts take the max over replicas, never the sum.
   callers keep reaching it).
 - TokenBudgetExhausted (warning): the budget refused requests (429) in the last RATE: its callers are being turned
   away until the window ends.
-- TokenBudgetStoreFailing: the service could not reach the store in time for STORE_FOR: critical where a fail-closed
-  budget refused requests (503), warning where fail-open budgets admitted them uncounted.
+- TokenBudgetStoreFailing: for STORE_FOR, more than STORE_FAILURE_RATIO of the service's reservations could not reach
+  the store in time: critical where a fail-closed budget refused requests (503), warning where fail-open budgets
+  admitted them uncounted. A ratio, so one slow answer in a busy hour does not page.
+- TokenBudgetServiceUnreachable (critical): for STORE_FOR, more than STORE_FAILURE_RATIO of the gateway's admission
+  streams to the service failed or timed out (Envoy's own ext_proc stats: the service's counters cannot count what
+  never reached it): fail-closed tenants get 500, fail-open ones are served uncounted.
+- TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
+  stay at the worst case until the window ends (callers are refused early).
+
+Envoy's stats (each budget filter's ExternalProcessor.stat_prefix, components/k8s/gateway/envoy/budgets.py):
+http.<listener prefix>.ext_proc.<stat_prefix>.streams_started / streams_failed / message_timeouts
+(envoyproxy/envoy@v1.40.0 source/extensions/filters/http/ext_proc/ext_proc.h, ALL_EXT_PROC_FILTER_STATS), which
+Envoy's Prometheus endpoint names envoy_http_ext_proc_<stat_prefix>_<stat>{envoy_http_conn_manager_prefix}.
 """
 
 from __future__ import annotations
@@ -20,11 +31,13 @@ from dashboards.panels import Q, timeseries
 from dashboards.rule_parts import RATE, Alert, runbook
 from telemetry.names import BUDGET
 
-__all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "STORE_FOR", "ROW", "panels", "alerts"]
+__all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "STORE_FOR", "STORE_FAILURE_RATIO", "ROW", "panels", "alerts",
+           "ext_proc_metric"]
 
 NEARLY_SPENT = 0.8
 NEARLY_SPENT_FOR = "5m"
 STORE_FOR = "2m"
+STORE_FAILURE_RATIO = 0.01
 ROW = "Token budgets"
 BY = f"{BUDGET.L_SCOPE}, {BUDGET.L_NAME}, {BUDGET.L_WINDOW}"
 LEGEND = "{{scope}} {{name}} {{window}}"
@@ -49,10 +62,25 @@ def panels() -> list:
     ]
 
 
+def ext_proc_metric(stat_prefix: str, stat: str) -> str:
+    """An ext_proc filter's stat as Envoy's Prometheus endpoint names it."""
+    return f"envoy_http_ext_proc_{stat_prefix}_{stat}"
+
+
+def _stream_failures(*prefixes: str) -> str:
+    """The share of the filters' ext_proc streams that failed or timed out (a filter that is not deployed, e.g. no
+    tenant fails closed, adds nothing)."""
+    def total(stats: tuple[str, ...]) -> str:
+        return " + ".join(f"(sum(rate({ext_proc_metric(p, s)}[{RATE}])) or vector(0))" for p in prefixes for s in stats)
+    failed, started = total(("streams_failed", "message_timeouts")), total(("streams_started",))
+    return f"({failed}) / ({started}) > {STORE_FAILURE_RATIO}"
+
+
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
     who = "{{ $labels.scope }} {{ $labels.name }}"
-    failures = f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (increase({BUDGET.STORE_FAILURES}{{outcome=\"%s\"}}" \
-               f"[{RATE}])) > 0"
+    failures = f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (rate({BUDGET.STORE_FAILURES}{{outcome=\"%s\"}}" \
+               f"[{RATE}])) / on() group_left() sum(rate({BUDGET.CHECK_SECONDS}_count[{RATE}])) " \
+               f"> {STORE_FAILURE_RATIO}"
     return [
         Alert("TokenBudgetNearlySpent",
               f"max by ({BY}) (max_over_time({BUDGET.SPENT}[1m])) / max by ({BY}) ({BUDGET.LIMIT}) >= {NEARLY_SPENT}",
@@ -69,14 +97,27 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
               runbook_url=runbook(cfg, "TokenBudgetExhausted")),
         Alert("TokenBudgetStoreFailing", failures % "refused", "critical",
               summary=f"Token budget store unreachable: {who}'s requests are refused (fail-closed)",
-              description=f"For {STORE_FOR} the budget service could not reserve in the store in time, and {who}'s "
-                          "budget fails closed: {{ $value }} requests got 503 in the last "
-                          f"{RATE}.",
+              description=f"For {STORE_FOR} the budget service could not reserve in the store in time for "
+                          f"{{{{ $value | humanizePercentage }}}} of its requests, and {who}'s budget fails closed: "
+                          "they got 503.",
               runbook_url=runbook(cfg, "TokenBudgetStoreFailing"), for_=STORE_FOR),
         Alert("TokenBudgetStoreFailing", failures % "admitted", "warning",
               summary=f"Token budget store unreachable: {who}'s requests are served uncounted (fail-open)",
-              description=f"For {STORE_FOR} the budget service could not reserve in the store in time: "
-                          f"{{{{ $value }}}} requests of {who} were admitted without counting them "
-                          f"in the last {RATE} (onStoreFailure: open); its budget is not enforced.",
+              description=f"For {STORE_FOR} the budget service could not reserve in the store in time for "
+                          f"{{{{ $value | humanizePercentage }}}} of its requests: {who}'s were admitted without "
+                          "counting them (onStoreFailure: open); its budget is not enforced.",
               runbook_url=runbook(cfg, "TokenBudgetStoreFailing"), for_=STORE_FOR),
+        Alert("TokenBudgetServiceUnreachable",
+              _stream_failures(BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED), "critical",
+              summary="The gateway cannot reach the token budget service",
+              description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's admission "
+                          "streams to the budget service failed or timed out: fail-closed tenants' requests get "
+                          "500, fail-open tenants' are served without counting them.",
+              runbook_url=runbook(cfg, "TokenBudgetServiceUnreachable"), for_=STORE_FOR),
+        Alert("TokenBudgetMeteringFailing", _stream_failures(BUDGET.ENVOY_METER), "warning",
+              summary="The gateway cannot meter responses to the token budget service",
+              description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's metering streams "
+                          "to the budget service failed: those requests keep their worst-case reservation until "
+                          "the window ends, so their callers are refused early.",
+              runbook_url=runbook(cfg, "TokenBudgetMeteringFailing"), for_=STORE_FOR),
     ]

@@ -324,6 +324,11 @@ class BUDGET:
     # are uncounted (onStoreFailure: open), refused ones got 503 (closed)
     STORE_FAILURES = "aifactory_token_budget_store_failures_total"
     CHECK_SECONDS = "aifactory_token_budget_check_seconds"  # histogram: time to reserve in the store
+    # the gateway's budget filters' ext_proc stat prefixes (components/k8s/gateway/envoy/budgets.py): admission for
+    # fail-open callers, for fail-closed tenants, and metering
+    ENVOY_ADMISSION = "budgets"
+    ENVOY_ADMISSION_CLOSED = "budgets_closed"
+    ENVOY_METER = "budgets_meter"
     L_SCOPE = "scope"
     L_NAME = "name"
     L_WINDOW = "window"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from dashboards.budgets import NEARLY_SPENT_FOR, STORE_FOR
+from dashboards.budgets import NEARLY_SPENT_FOR, STORE_FOR, ext_proc_metric
 from dashboards.config import ObservabilityConfig
 from dashboards.rules import alerts
 from telemetry.names import BUDGET
@@ -42,15 +42,39 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("TokenBudgetExhausted", {_sel(BUDGET.REFUSED, {**finance, "pod": REPLICAS[0]}): "5x30"},
                     [(2, [])]))
     who = {BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: "finance"}
+    # 100 reservations a minute over both replicas (their check histogram's count)
+    checks = {_sel(f"{BUDGET.CHECK_SECONDS}_count", {"pod": pod, "job": "aifactory-budgets"}): "0+50x30"
+              for pod in REPLICAS}
     for outcome, severity in (("refused", "critical"), ("admitted", "warning")):
-        failing = {_sel(BUDGET.STORE_FAILURES, {**who, BUDGET.L_OUTCOME: outcome, "pod": REPLICAS[1]}): "0+3x30"}
-        # from minute 1 the 5-minute increase is 3 a minute so far: 3, 6, 9 ... capped at 15 once the window is full
-        value = 3.0 * (1 + _minutes(STORE_FOR))
+        # 3 of every 100 failed (3%, past the 1% threshold) from minute 1
+        failing = {_sel(BUDGET.STORE_FAILURES, {**who, BUDGET.L_OUTCOME: outcome, "pod": REPLICAS[1]}): "0+3x30",
+                   **checks}
         out.append(Case("TokenBudgetStoreFailing", failing,
-                        _around(1, [fired("TokenBudgetStoreFailing", severity, who, value, STORE_FOR)])))
-    # a store that failed once, long ago: the counter stays where it was
+                        _around(1, [fired("TokenBudgetStoreFailing", severity, who, 0.03, STORE_FOR)])))
+    # one in 200 (0.5%): a slow answer now and then in a busy service pages no one
     out.append(Case("TokenBudgetStoreFailing", {_sel(BUDGET.STORE_FAILURES, {
-        **who, BUDGET.L_OUTCOME: "admitted", "pod": REPLICAS[1]}): "4x30"}, [(_minutes(STORE_FOR) + 2, [])]))
+        **who, BUDGET.L_OUTCOME: "refused", "pod": REPLICAS[1]}): "0+0.5x30", **checks},
+        [(_minutes(STORE_FOR) + 2, [])]))
+    # Envoy's ext_proc stats of the gateway's budget filters (each gateway pod its own): 200 admission streams a
+    # minute, half of them fail-closed tenants'; the fail-closed filter's all fail (the service is gone), or time out
+    gateway = {"envoy_http_conn_manager_prefix": "gateway", "job": "aifactory-gateway", "pod": "gw-a"}
+    started = {_sel(ext_proc_metric(p, "streams_started"), gateway): "0+100x30"
+               for p in (BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED, BUDGET.ENVOY_METER)}
+    for stat in ("streams_failed", "message_timeouts"):
+        down = {**started, _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION_CLOSED, stat), gateway): "0+100x30"}
+        out.append(Case("TokenBudgetServiceUnreachable", down, _around(
+            1, [fired("TokenBudgetServiceUnreachable", "critical", {}, 0.5, STORE_FOR)])))
+    metering = {**started, _sel(ext_proc_metric(BUDGET.ENVOY_METER, "streams_failed"), gateway): "0+10x30"}
+    out.append(Case("TokenBudgetMeteringFailing", metering, _around(
+        1, [fired("TokenBudgetMeteringFailing", "warning", {}, 0.1, STORE_FOR)])))
+    meter_failed = _sel(ext_proc_metric(BUDGET.ENVOY_METER, "streams_failed"), gateway)
+    out.append(Case("TokenBudgetMeteringFailing", {**started, meter_failed: "0+0.5x30"},
+                    [(_minutes(STORE_FOR) + 2, [])]))
+    # a stack without fail-closed tenants has no such filter: one failure in 200 of the other's streams pages no one
+    out.append(Case("TokenBudgetServiceUnreachable", {
+        _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_started"), gateway): "0+200x30",
+        _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_failed"), gateway): "0+1x30"},
+        [(_minutes(STORE_FOR) + 2, [])]))
     return out
 
 
@@ -59,6 +83,7 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
     cases = budget_cases(prod)
     mine = {(a.alert, a.severity) for a in alerts(prod) if a.alert.startswith("TokenBudget")}
     assert mine == {("TokenBudgetNearlySpent", "warning"), ("TokenBudgetExhausted", "warning"),
-                    ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning")}
+                    ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning"),
+                    ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))

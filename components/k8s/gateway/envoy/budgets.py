@@ -37,6 +37,7 @@ from typing import Any
 from components.k8s.gateway.budgets import names
 from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds
 from components.k8s.settings import TokenBudget
+from telemetry.names import BUDGET
 
 __all__ = [
     "BUDGETS_CLUSTER",
@@ -61,6 +62,11 @@ BUDGETS_CLUSTER = "aifactory_budgets"
 BUDGETS_FILTER = "aifactory.budgets"
 BUDGETS_CLOSED_FILTER = "aifactory.budgets_closed"
 BUDGETS_METER_FILTER = "aifactory.budgets_meter"
+# each filter's ext_proc stats (ExternalProcessor.stat_prefix): http.<listener's stat prefix>.ext_proc.<this>.<stat>,
+# e.g. streams_failed, message_timeouts (dashboards/budgets.py alerts on them)
+ADMISSION_STATS = BUDGET.ENVOY_ADMISSION
+ADMISSION_CLOSED_STATS = BUDGET.ENVOY_ADMISSION_CLOSED
+METER_STATS = BUDGET.ENVOY_METER
 BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
 BUDGETS_GRPC_PORT = names.GRPC_PORT
 BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
@@ -98,6 +104,7 @@ def _ext_proc(cfg: GatewayView, *, fail_open: bool) -> dict[str, Any]:
     """Admission: the request's headers and whole body, each answered before the request goes on."""
     return {
         "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
+        "stat_prefix": ADMISSION_STATS if fail_open else ADMISSION_CLOSED_STATS,
         "grpc_service": _grpc(cfg),
         "failure_mode_allow": fail_open,
         "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
@@ -117,6 +124,7 @@ def _meter(cfg: GatewayView) -> dict[str, Any]:
     return {
         "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": _grpc(cfg),
+        "stat_prefix": METER_STATS,
         "failure_mode_allow": True,
         "observability_mode": True,
         "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
