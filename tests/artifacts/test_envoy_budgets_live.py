@@ -17,6 +17,7 @@ import json
 import math
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -29,7 +30,9 @@ from components.k8s.gateway.budgets.service import BudgetConfig
 from components.k8s.gateway.budgets.store import window_key
 from components.k8s.gateway.budgets.usage import ResponseMeter
 from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
+from dashboards.budgets import ext_proc_metric
 from infra.config import parse
+from telemetry.names import BUDGET
 from tests.support.budget_service import BudgetService
 from tests.support.envoy import start_gateway
 from tests.support.fake_backends import EnvoyProcess, free_port
@@ -293,3 +296,12 @@ def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_
     assert gone.post("open", _body(max_tokens=8), timeout=5)[0] == 200
     assert gone.post("closed", _body(max_tokens=8), timeout=5)[0] == 500
     assert time.monotonic() - started < 2, "refused connections fail at once, not at the message timeout"
+    # what TokenBudgetServiceUnreachable reads (dashboards/budgets.py): each admission filter's failed streams, under
+    # the names Envoy's Prometheus endpoint gives them (the stat prefix per filter, ext_proc.h's stat names)
+    with urllib.request.urlopen(f"http://127.0.0.1:{live.gone.admin_port}/stats/prometheus", timeout=5) as r:
+        samples = {line.split("{", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in r.read().decode().splitlines()
+                   if line.startswith("envoy_http_ext_proc_")}
+    for prefix in (BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED):
+        assert samples[ext_proc_metric(prefix, "streams_started")] >= 1
+        assert samples[ext_proc_metric(prefix, "streams_failed")] >= 1, prefix
+        assert ext_proc_metric(prefix, "message_timeouts") in samples

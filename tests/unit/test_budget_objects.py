@@ -132,4 +132,6 @@ def test_admission_waits_for_the_service_and_metering_never_does() -> None:
                                         "response_header_mode": "SEND", "response_body_mode": "STREAMED",
                                         "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
     assert (meter["observability_mode"], meter["failure_mode_allow"]) == (True, True)
+    # each filter's stats apart (http.<prefix>.ext_proc.<stat_prefix>.*): the alerts read them
+    assert (admit["stat_prefix"], meter["stat_prefix"]) == ("budgets", "budgets_meter")
     assert meter["metadata_options"] == {"forwarding_namespaces": {"untyped": ["aifactory.budget"]}}
