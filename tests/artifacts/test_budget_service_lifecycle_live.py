@@ -3,7 +3,7 @@ and a stand-in engine that streams as vLLM does: what a rollout (SIGTERM) does t
 
 Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto): one gRPC
 stream per HTTP request, open as long as the request; without failure_mode_allow a failed stream fails the request
-(the fail-closed tenants' filter). gRPC's server.stop(grace) (grpc/grpc@v1.76.0 src/python/grpcio/grpc/aio/_server.py)
+(the fail-closed tenants' filter). gRPC's server.stop(grace) (grpc/grpc@v1.85.3 src/python/grpcio/grpc/aio/_server.py)
 refuses new RPCs and lets those in flight run for `grace` seconds.
 """
 
