@@ -201,28 +201,34 @@ def overspend(tmp: Path) -> list[tuple[str, str]]:
     ]
 
 
-def latency(tmp: Path) -> list[tuple[str, str]]:
+def _with_and_without(stack: ExitStack, tmp: Path, completion_tokens: int) -> tuple[int, int, dict[str, str]]:
+    """A gateway with a budget too large to refuse anything and one from the same stack without budgets, to one
+    engine: their listener ports, and a caller's headers."""
     issuer = Issuer(IDP)
-    headers = {**issuer.bearer("agents"), "content-type": "application/json"}
-    body = json.dumps({**_body(False), "max_tokens": 8}).encode()
     budgeted, plain = parse(_raw(2_000_000_000), stack="bench-budgets"), parse(_raw(None), stack="bench-budgets")
+    store = stack.enter_context(RedisServer(tmp))
+    service = _Service(service_config(budgeted), store.url, tmp)
+    stack.callback(service.close)
+    engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=completion_tokens))
+    engine.keep_bodies = False
+    with_check = start_gateway(stack, budgeted, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
+                               endpoints={"chat": [engine.address], BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
+    without = start_gateway(stack, plain, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
+                            endpoints={"chat": [engine.address]})
+    return with_check.listener_port, without.listener_port, {**issuer.bearer("agents"),
+                                                             "content-type": "application/json"}
+
+
+def latency(tmp: Path) -> list[tuple[str, str]]:
+    body = json.dumps({**_body(False), "max_tokens": 8}).encode()
     added: list[float] = []
     rows = []
     with ExitStack() as stack:
-        store = stack.enter_context(RedisServer(tmp))
-        service = _Service(service_config(budgeted), store.url, tmp)
-        stack.callback(service.close)
-        engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=8))
-        engine.keep_bodies = False
-        with_check = start_gateway(stack, budgeted, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
-                                   endpoints={"chat": [engine.address],
-                                              BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
-        without = start_gateway(stack, plain, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
-                                endpoints={"chat": [engine.address]})
-        measure(without.listener_port, with_check.listener_port, RATE, 1.0, headers, "POST",
+        checked_port, base_port, headers = _with_and_without(stack, tmp, 8)
+        measure(base_port, checked_port, RATE, 1.0, headers, "POST",
                 "/v1/chat/completions", body)  # warm up
         for _ in range(RUNS):
-            base, checked = measure(without.listener_port, with_check.listener_port, RATE, SECONDS, headers, "POST",
+            base, checked = measure(base_port, checked_port, RATE, SECONDS, headers, "POST",
                                     "/v1/chat/completions", body)
             added.append(percentile(checked, 0.99) - percentile(base, 0.99))
             rows.append((f"run {len(rows) + 1}", f"p50 {statistics.median(base):.2f} -> "
@@ -254,26 +260,14 @@ def _last_byte_ms(port: int, headers: dict[str, str], body: bytes, seconds: floa
 
 
 def streamed(tmp: Path) -> list[tuple[str, str]]:
-    issuer = Issuer(IDP)
-    headers = {**issuer.bearer("agents"), "content-type": "application/json"}
     body = json.dumps({**_body(True), "max_tokens": STREAM_TOKENS}).encode()
-    budgeted, plain = parse(_raw(2_000_000_000), stack="bench-budgets"), parse(_raw(None), stack="bench-budgets")
     added: list[float] = []
     rows = []
     with ExitStack() as stack:
-        store = stack.enter_context(RedisServer(tmp))
-        service = _Service(service_config(budgeted), store.url, tmp)
-        stack.callback(service.close)
-        engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=STREAM_TOKENS))
-        engine.keep_bodies = False
-        with_check = start_gateway(stack, budgeted, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
-                                   endpoints={"chat": [engine.address],
-                                              BUDGETS_CLUSTER: [("127.0.0.1", service.port)]})
-        without = start_gateway(stack, plain, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
-                                endpoints={"chat": [engine.address]})
+        checked_port, base_port, headers = _with_and_without(stack, tmp, STREAM_TOKENS)
         for _ in range(RUNS):
-            base = _last_byte_ms(without.listener_port, headers, body, STREAM_SECONDS)
-            checked = _last_byte_ms(with_check.listener_port, headers, body, STREAM_SECONDS)
+            base = _last_byte_ms(base_port, headers, body, STREAM_SECONDS)
+            checked = _last_byte_ms(checked_port, headers, body, STREAM_SECONDS)
             added.append(percentile(checked, 0.99) - percentile(base, 0.99))
             rows.append((f"streamed run {len(rows) + 1}",
                          f"{STREAM_TOKENS} chunks, last byte p50 {statistics.median(base):.1f} -> "
