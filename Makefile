@@ -55,9 +55,12 @@ amtool:
 
 # The suite runs on every core (pytest-xdist; TEST_WORKERS=0 for one process). Each test file stays on one worker
 # (--dist loadfile): a file's module fixtures (a backfilled Prometheus, a live Envoy) start once, not per worker.
+# PYTHONDONTWRITEBYTECODE (CI sets it) is lifted for the run: the kit's own modules and pytest's rewritten test and
+# plugin modules are then compiled once and read back by the other worker and by the CLI processes the tests start,
+# not compiled again in each (a worker's collection: 20 s CPU without the cache, 12 s with it).
 TEST_WORKERS ?= auto
 test: setup promtool amtool ## the whole suite (unit, artifacts with real tools, node suite replays), in parallel
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 bench: setup promtool ## benchmarks; prints figures, asserts nothing about time
 	$(BIN)/python -m tests.bench
