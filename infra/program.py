@@ -239,7 +239,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # The gateway's pods get their sidecar from istiod (whose release follows the Istio CRDs its policies use); its
     # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services (envoy_replicas): its
     # config changes only once the models' workloads are ready (awaited).
-    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
+    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), after=after, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
                                            *(m.objects["Service"] for m in models),
                                            *(m.objects[k] for m in models for k in sorted(WORKLOAD_KINDS)

@@ -27,7 +27,7 @@ team can run it without the kit's stack config; infra.component_args maps Platfo
 # annotations.
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -303,7 +303,10 @@ class Gateway(pulumi.ComponentResource):
     service: pulumi.Output[str]
     """The gateway Service's in-cluster host name."""
 
-    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None, *,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        """`after`: what the token budgets' store (a Helm release with a volume claim) waits for besides the
+        namespace, as the platform's releases do (on EKS: the system nodes, the add-ons, the storage class)."""
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = gateway_spec(name, args)
         namespace = create_namespace(
@@ -323,7 +326,8 @@ class Gateway(pulumi.ComponentResource):
                 made[suffix] = register_object(f"{name}-{suffix}", obj, opts_)
         if any_budget(cfg):  # the token budgets' store
             versions.release(f"{name}-budget-store", versions.VALKEY, release_name=STORE_RELEASE,
-                             namespace=cfg.gateway.namespace, values=store_values(cfg), opts=in_ns)
+                             namespace=cfg.gateway.namespace, values=store_values(cfg),
+                             opts=in_ns.merge(pulumi.ResourceOptions(depends_on=list(after))) if after else in_ns)
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
         self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,

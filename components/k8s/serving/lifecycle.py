@@ -131,8 +131,9 @@ def rollout_of(model: Model, *, others: Iterable[Model] = (), block: bool = Fals
     """A StatefulSet has no surge (apps/v1 StatefulSetUpdateStrategy: maxUnavailable only, and only behind a feature
     gate) and the kit's LeaderWorkerSets replace a group before starting its successor (maxSurge 0: the tenants'
     GPU quotas are sized for replicas.max, which a surge group at max would exceed): a rolling update deletes one
-    replica, waits for its successor to be ready, then the next (kubernetes.io/docs/concepts/workloads/controllers/
-    statefulset.md "Rolling Updates": one Pod at a time, podManagementPolicy does not apply to updates). So at
+    replica, waits for its successor to be ready, then the next (one Pod at a time, podManagementPolicy does not
+    apply to updates: kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Rolling
+    Updates"). So at
     replicas.min >= 2 the others serve while one is replaced; at 1 the model is down until its new pod is ready
     (`start_seconds` at most), unless it is a variant and another variant of its workload among `others` (the
     models that always have replicas: not those on a capacity block) takes its requests; at 0 (idle) there is nothing
