@@ -258,7 +258,8 @@ def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
                                 "common_http_protocol_options", "normalize_path", "merge_slashes",
                                 "path_with_escaped_slashes_action")} == {
         "request_headers_timeout": "10s", "request_timeout": "60s", "stream_idle_timeout": "30s",
-        "common_http_protocol_options": {"idle_timeout": "300s", "headers_with_underscores_action": "REJECT_REQUEST"},
+        "common_http_protocol_options": {"idle_timeout": "300s", "max_connection_duration": "60s",
+                                         "headers_with_underscores_action": "REJECT_REQUEST"},
         "normalize_path": True, "merge_slashes": True,
         "path_with_escaped_slashes_action": "REJECT_REQUEST"}
 
@@ -579,15 +580,23 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     """Envoy exits on SIGTERM at once (--drain-time-s is for hot restarts and /drain_listeners:
     envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst; the end-to-end review cut a
     request in flight that way on the real binary), so every rollout, scale-down and node drain cut requests. The pod
-    now sleeps before SIGTERM for the longest request a route allows (prod: deep-research's 900 s), out of the
-    Service's endpoints meanwhile, and the kubelet waits for that."""
+    now sleeps before SIGTERM, out of the Service's endpoints meanwhile, and the kubelet waits for that: a client's
+    keep-alive connection is told to close within 60 s (max_connection_duration) plus the 5 s drain_timeout, and the
+    last request it carried may last the longest a route allows (prod: deep-research's 900 s), plus 10 s. Its
+    outbound Istio sidecar drains as long as the pod may live (a classic sidecar otherwise aborts 5 s after
+    termination starts: istio/istio@1.28.3 pkg/config/mesh/mesh.go TerminationDrainDuration)."""
     cfg = stack_config("prod")
     longest = max(m.timeout_seconds for m in cfg.models.values())
     assert longest == 900
-    spec = gw.deployment(cfg, "{}")["spec"]["template"]["spec"]
+    template = gw.deployment(cfg, "{}")["spec"]["template"]
+    spec = template["spec"]
     [envoy] = spec["containers"]
-    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 910}}}
-    assert spec["terminationGracePeriodSeconds"] == 920
+    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 975}}}
+    assert spec["terminationGracePeriodSeconds"] == 985
+    assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "985s"}'
+    hcm = _hcm(cfg)
+    assert hcm["common_http_protocol_options"]["max_connection_duration"] == "60s"
+    assert hcm["drain_timeout"] == "5s"
 
 
 def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() -> None:

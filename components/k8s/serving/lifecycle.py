@@ -28,6 +28,7 @@ __all__ = [
     "PRESTOP_MARGIN_SECONDS",
     "ENGINE_EXIT_SECONDS",
     "PROXY_CONFIG_ANNOTATION",
+    "proxy_drain_annotations",
     "CRON_TIMEZONE",
     "drain_seconds",
     "prestop_seconds",
@@ -83,9 +84,14 @@ def container_lifecycle(model: Model, role: Role = "single") -> dict[str, Any]:
     return {"preStop": {"sleep": {"seconds": prestop_seconds(model, role)}}}
 
 
+def proxy_drain_annotations(grace_seconds: int) -> dict[str, str]:
+    """A pod's Istio sidecar drains as long as the pod may live, its terminationGracePeriodSeconds (see
+    PROXY_CONFIG_ANNOTATION). Model pods and the gateway's carry it."""
+    return {PROXY_CONFIG_ANNOTATION: f'{{"terminationDrainDuration": "{grace_seconds}s"}}'}
+
+
 def sidecar_annotations(model: Model, role: Role = "single") -> dict[str, str]:
-    """The pod's Istio sidecar drains as long as the pod may live (see PROXY_CONFIG_ANNOTATION)."""
-    return {PROXY_CONFIG_ANNOTATION: f'{{"terminationDrainDuration": "{termination_grace_seconds(model, role)}s"}}'}
+    return proxy_drain_annotations(termination_grace_seconds(model, role))
 
 
 def _utc(value: str) -> datetime.datetime:
