@@ -28,6 +28,7 @@ __all__ = [
     "PRESTOP_MARGIN_SECONDS",
     "ENGINE_EXIT_SECONDS",
     "PROXY_CONFIG_ANNOTATION",
+    "block_end",
     "proxy_drain_annotations",
     "CRON_TIMEZONE",
     "drain_seconds",
@@ -113,15 +114,22 @@ def _cron(when: datetime.datetime) -> str:
 
 def cron_window(model: Model, pool: NodePool, *, scale_in_seconds: int) -> tuple[str, str] | None:
     """KEDA cron `start` and `end` (minute hour day month weekday, UTC) of a block model: from the block's start
-    until its nodes go, less the time KEDA takes to scale the model in and the pods to terminate
-    (`scale_in_seconds`), rounded to the earlier minute. Cron repeats yearly: a window of a later year needs the
-    block's new times, which the stack file carries anyway."""
+    until block_end. Cron repeats yearly: a window of a later year needs the block's new times, which the stack file
+    carries anyway."""
+    window = block_window(pool)
+    end = block_end(pool, scale_in_seconds=scale_in_seconds)
+    if window is None or end is None:
+        return None
+    return _cron(window[0]), _cron(end)
+
+
+def block_end(pool: NodePool, *, scale_in_seconds: int) -> datetime.datetime | None:
+    """When a block model's scaling must go inactive: before the block's nodes go, the time KEDA takes to scale the
+    model in and the pods to terminate (`scale_in_seconds`), rounded to the earlier minute. None: not a block."""
     window = block_window(pool)
     if window is None:
         return None
-    start, nodes_gone = window
-    end = nodes_gone - datetime.timedelta(seconds=scale_in_seconds)
-    return _cron(start), _cron(end.replace(second=0, microsecond=0))
+    return (window[1] - datetime.timedelta(seconds=scale_in_seconds)).replace(second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
