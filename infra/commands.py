@@ -157,6 +157,7 @@ def _today() -> datetime.date:
 
 def _cmd_validate(args: argparse.Namespace) -> int:
     from infra.config import ConfigError
+    from infra.stack.checks import try_idle_warnings
     from infra.stack.lifecycle import version_warning
     from infra.synth import gateway_fits, load_stack
 
@@ -172,6 +173,8 @@ def _cmd_validate(args: argparse.Namespace) -> int:
             f"{_count(len(cfg.tenants), 'tenant')}, {_count(len(cfg.models), 'model')})")
     print(line, file=sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout)
     if (warning := version_warning(cfg, today=_today())) is not None:
+        print(f"warning: {warning}", file=sys.stderr)
+    for warning in try_idle_warnings(cfg.models):
         print(f"warning: {warning}", file=sys.stderr)
     if json_out is not None:
         write_json(json_out, {"stack": args.stack, "valid": True, "provider": cfg.target.provider,

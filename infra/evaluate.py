@@ -311,8 +311,8 @@ def outcomes_file(results_path: Path, fp: str) -> Path:
 
 def outcome_lines(report: Report, s: VariantScore) -> str:
     """One JSON line per item: its id, category, and whether the variant answered it and was right."""
-    fp = fidelity.fingerprint(report.facts[s.variant])
-    return "".join(json.dumps({"fingerprint": fp, "suiteDigest": report.suite.digest, "id": item.id,
+    fp, digest = fidelity.fingerprint(report.facts[s.variant]), report.suite.digest  # once: digest hashes the suite
+    return "".join(json.dumps({"fingerprint": fp, "suiteDigest": digest, "id": item.id,
                                "category": item.category, "answered": answered, "right": bool(round(right))},
                               sort_keys=True) + "\n"
                    for item, right, answered in zip(report.suite.items, s.scores, s.answered, strict=True))

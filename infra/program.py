@@ -41,7 +41,7 @@ from infra import fidelity
 from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
 from infra.config import PlatformConfig
 from infra.monitoring import from_platform
-from infra.stack.checks import capacity_block_only_workloads
+from infra.stack.checks import capacity_block_only_workloads, try_idle_warnings
 
 __all__ = ["program", "aws_cluster", "existing_cluster_provider", "network_args", "cluster_args", "node_pool_args",
            "loki_bucket", "model_prerequisites"]
@@ -195,7 +195,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     """`now`: the UTC time (2026-12-01T11:30:00Z) capacity-block schedules are computed against: only actions
     still ahead of it are created (default: the wall clock). `stacks_dir`: where the fidelity suites and results
     are (evals/ under it; default: the repo's stacks/)."""
-    for warning in capacity_block_only_workloads(cfg.models, cfg.node_pools):
+    for warning in [*capacity_block_only_workloads(cfg.models, cfg.node_pools), *try_idle_warnings(cfg.models)]:
         pulumi.log.warn(warning)
     # --- cluster: EKS on AWS, or an existing cluster by kubeconfig --------------------------
     on_aws = aws_cluster(cfg, now) if cfg.is_aws else None
@@ -239,7 +239,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # The gateway's pods get their sidecar from istiod (whose release follows the Istio CRDs its policies use); its
     # ServiceMonitor needs the Prometheus operator's CRD; Envoy resolves the models' Services (envoy_replicas): its
     # config changes only once the models' workloads are ready (awaited).
-    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), opts=on_cluster.merge(
+    gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), after=after, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
                                            *(m.objects["Service"] for m in models),
                                            *(m.objects[k] for m in models for k in sorted(WORKLOAD_KINDS)

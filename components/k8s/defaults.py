@@ -16,6 +16,9 @@ __all__ = [
     "SERVING_PRIORITY_CLASSES",
     "DEFAULT_MAX_REQUEST_BYTES",
     "DEFAULT_TRY_IDLE_SECONDS",
+    "TRY_IDLE_TTFT_FACTOR",
+    "TRY_IDLE_TTFT_WARN",
+    "default_try_idle_seconds",
 ]
 
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
@@ -37,6 +40,17 @@ SERVING_PRIORITY_CLASSES: dict[str, tuple[str, int, str]] = {
 DEFAULT_STARTUP_BUDGET_SECONDS = 1800  # a model's download + load + warm-up (models.X.startupBudgetSeconds)
 DEFAULT_MAX_REQUEST_BYTES = 8 * 1024 * 1024  # an OpenAI request body: 128k tokens of text is ~0.5 MiB; images more
 DEFAULT_TRY_IDLE_SECONDS = 30.0  # longest silence of a replica before the gateway retries elsewhere (at most timeout)
+# A streamed try is silent until its first token: a try idle timeout near the model's p95 TTFT SLO cuts the slow 5%
+# of first tokens (long prefills, a deep queue) and retries them from scratch elsewhere. The default leaves
+# TRY_IDLE_TTFT_FACTOR x the SLO; a stack that sets it at or below TRY_IDLE_TTFT_WARN x the SLO is warned.
+TRY_IDLE_TTFT_FACTOR = 3.0
+TRY_IDLE_TTFT_WARN = 1.5
+
+
+def default_try_idle_seconds(timeout_seconds: float, ttft_seconds: float) -> float:
+    """models.X.tryIdleTimeoutSeconds when unset: DEFAULT_TRY_IDLE_SECONDS, or TRY_IDLE_TTFT_FACTOR x the model's
+    TTFT SLO where that is longer, at most timeoutSeconds."""
+    return min(timeout_seconds, max(DEFAULT_TRY_IDLE_SECONDS, TRY_IDLE_TTFT_FACTOR * ttft_seconds))
 # Day 2: a model pod stops getting new work before it is told to stop. Within this many seconds of a replica leaving
 # its Service's ready endpoints (a pod being deleted: rollout, scale-in, drain) or failing its checks, the gateway
 # sends it no new request (components.k8s.gateway.envoy.replicas: DNS refresh and health checks are sized to it); each

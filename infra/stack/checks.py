@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from components.k8s.defaults import DEFAULT_TRY_IDLE_SECONDS, TRY_IDLE_TTFT_FACTOR, TRY_IDLE_TTFT_WARN
 from components.k8s.settings import (
     Fidelity,
     GatewayAuth,
@@ -188,4 +189,21 @@ def capacity_block_only_workloads(models: Mapping[str, Model], pools: Mapping[st
                        "outside a block's window its pool has no nodes and the gateway answers every interactive "
                        f"request to {workload!r} with 503; give the workload an interactive model on another pool "
                        "(as a variant), or have its clients send x-priority: batch outside the window")
+    return out
+
+
+def try_idle_warnings(models: Mapping[str, Model]) -> list[str]:
+    """A warning for each generating model whose try idle timeout is at most TRY_IDLE_TTFT_WARN x its TTFT SLO: a
+    streamed try is silent until its first token, so the slow first tokens the p95 SLO allows (long prefills, a deep
+    queue) hit the timeout, are reset and re-run from scratch on another replica, and a stream may end 504. Valid
+    (a model may prefer a fast retry), so a warning, not a problem."""
+    out = []
+    for m in sorted(models.values(), key=lambda m: m.name):
+        limit = TRY_IDLE_TTFT_WARN * m.slo.ttft_seconds
+        if m.task == "generate" and m.try_idle_timeout_seconds <= limit:
+            out.append(f"models.{m.name}.tryIdleTimeoutSeconds: {m.try_idle_timeout_seconds:g} s is at most "
+                       f"{TRY_IDLE_TTFT_WARN:g} x models.{m.name}.slo.ttftSeconds ({m.slo.ttft_seconds:g} s): a "
+                       f"streamed try whose first token comes later is reset and re-run on another replica; set it "
+                       f"above {limit:g} s (unset: max({DEFAULT_TRY_IDLE_SECONDS:g}, "
+                       f"{TRY_IDLE_TTFT_FACTOR:g} x ttftSeconds), at most timeoutSeconds)")
     return out

@@ -15,9 +15,7 @@ from typing import Any, Literal
 
 from components import catalog
 from components.k8s import coldstart, naming
-from components.k8s.defaults import (
-    DEFAULT_TRY_IDLE_SECONDS,
-)
+from components.k8s.defaults import default_try_idle_seconds
 from components.k8s.engines import ENGINES
 from components.k8s.engines.vllm import DEFAULT_GPU_MEMORY_UTILIZATION
 from components.k8s.gateway.envoy.config import OPENAI_APIS
@@ -133,15 +131,15 @@ def _model(r: _Reader, name: str, d: dict[str, Any], pools: Mapping[str, NodePoo
     if pool is not None and pool.gpu and mig is None and not r.problems_at(path):
         _fits_pool(r, path, gpus, per_node, rmax, pool)
     timeout = v["timeout_seconds"]
-    if not r.is_set(d, path, "tryIdleTimeoutSeconds"):
-        v["try_idle_timeout_seconds"] = min(timeout, DEFAULT_TRY_IDLE_SECONDS)
-    elif v["try_idle_timeout_seconds"] > timeout:
+    if v["try_idle_timeout_seconds"] > timeout and r.is_set(d, path, "tryIdleTimeoutSeconds"):
         r.fail(f"{path}.tryIdleTimeoutSeconds", f"{v['try_idle_timeout_seconds']:g} is longer than timeoutSeconds "
                                                 f"{timeout:g}; use at most {timeout:g}")
     if not r.is_set(d, path, "workload"):
         v["workload"] = name
     if eng is not None:
         v["slo"] = _latency_slo(r, d, path, engine, v["slo"])
+    if not r.is_set(d, path, "tryIdleTimeoutSeconds"):
+        v["try_idle_timeout_seconds"] = default_try_idle_seconds(timeout, v["slo"].ttft_seconds)
     v["prefix_caching"] = _prefix_caching(r, d, path, engine, v["prefix_caching"])
     _expert_parallel(r, path, engine, tp, v["expert_parallel"])
     _kv_offload(r, d, path, engine, v["kv_offload_gib"])

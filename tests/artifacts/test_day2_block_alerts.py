@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from components.k8s.serving import scaled_object
-from tests.support.prometheus import promtool
+from tests.support.prometheus import PrometheusServer, backfill, promtool
 from tests.support.stacks import stack_config
 
 RULES = Path(__file__).resolve().parents[1] / "fixtures" / "kube_prometheus_stack" / "kubernetes-apps-82.4.0.yaml"
@@ -81,3 +81,32 @@ def test_default_pod_alerts_stay_silent_outside_the_block_window(stack: str, tmp
     outside = replicas_outside_window(scaled_object(cfg, model))
     _run(tmp_path, "outside", outside, namespace="assistant", statefulset=model.name, fires=False)
     _run(tmp_path, "control", 2, namespace="assistant", statefulset=model.name, fires=True)
+
+
+def _busy_queue(times: list[int]) -> str:
+    """Triton's counters for a busy assistant-fast: one request a second, each 60 ms in the queue (60,000 us)."""
+    labels = 'namespace="assistant",aifactory_io_model="assistant-fast",model="assistant-fast"'
+    lines = []
+    for metric, per_s in (("nv_inference_queue_duration_us", 60_000), ("nv_inference_request_success", 1)):
+        lines.append(f"# TYPE {metric} gauge")
+        lines += [f"{metric}{{{labels}}} {per_s * (t - times[0])} {t}" for t in times]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_busy_block_models_queue_trigger_goes_inactive_at_the_crons_end(tmp_path: Path) -> None:
+    """The real Prometheus over a busy assistant-fast (60 ms of queue per request) around its cron's end (10:23 UTC
+    on 2026-12-15), asked the exact query of its rendered ScaledObject's queue trigger: 60 ms (above its threshold 30:
+    active) a minute before the end, no sample a minute after, which KEDA reads as 0 (ignoreNullValues) with
+    activationThreshold 0: inactive, so with the cron also inactive KEDA scales the model to 0 before its nodes go
+    (keda.sh/docs/2.18/scalers/prometheus; kedacore/keda pkg/scalers/prometheus_scaler.go). Before, the query had
+    no gate and answered 60 after the end too."""
+    cfg = stack_config("prod")
+    [queue] = [t for t in scaled_object(cfg, cfg.models["assistant-fast"])["spec"]["triggers"]
+               if t["type"] == "prometheus"]
+    end = 1797330180  # 2026-12-15T10:23:00Z, the cron's end
+    times = list(range(end - 600, end + 601, 15))
+    backfill(_busy_queue(times), tmp_path / "tsdb", workdir=tmp_path)
+    with PrometheusServer(tmp_path, tsdb=tmp_path / "tsdb") as prom:
+        assert prom.scalar(queue["metadata"]["query"], at=end - 60) == 60.0
+        assert prom.query(queue["metadata"]["query"], at=end + 60) == []
+        assert prom.query(queue["metadata"]["query"], at=end) == []  # from the end itself

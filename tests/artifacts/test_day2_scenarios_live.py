@@ -8,9 +8,25 @@ shows its detection window. `make bench` reports the same scenarios' figures (te
 
 from __future__ import annotations
 
+import select
+import time
+from contextlib import ExitStack
 from pathlib import Path
 
-from tests.support.day2 import CONSECUTIVE_FAILURES, MODEL, PRESTOP_S, TIMEOUT_S, TRY_IDLE_S, Run, scenario
+from tests.support.day2 import (
+    CLIENT_DRAIN_S,
+    CONNECTION_S,
+    CONSECUTIVE_FAILURES,
+    MODEL,
+    PRESTOP_S,
+    TIMEOUT_S,
+    TOKEN_S,
+    TOKENS,
+    TRY_IDLE_S,
+    Run,
+    Scenario,
+    scenario,
+)
 
 MIN_SUCCESS = 0.999
 MARGIN_S = 0.5  # scheduling on a busy 2-core machine: added to bounds taken from the configuration
@@ -94,3 +110,52 @@ def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_
         else:  # held to the route timeout, never longer
             assert c.status == 504 and TIMEOUT_S - MARGIN_S < c.seconds < TIMEOUT_S + MARGIN_S, c
     assert all(c.ok for c in run.calls if c.sent < hang - MARGIN_S)
+
+
+# Envoy's connection close after its last response waits up to the listener's delayed_close_timeout (1 s by default:
+# envoyproxy/envoy@v1.40.0:api/envoy/extensions/filters/network/http_connection_manager/v3/
+# http_connection_manager.proto) for the client to close first.
+DELAYED_CLOSE_S = 1.0
+
+
+def test_a_client_connection_to_a_gateway_pod_is_closed_within_its_bound_and_a_long_request_on_it_finishes(
+        tmp_path: Path) -> None:
+    """A terminating gateway pod leaves its Service at once, but a client's keep-alive connection kept bringing it
+    new requests through its whole preStop (HCM idle_timeout 300 s, no lifetime) until SIGTERM cut them. Now a
+    connection lives CONNECTION_S (max_connection_duration; 60 s shipped, scaled): a busy one answers with
+    `Connection: close` after its current request, one with a long stream in flight when its time is up keeps the
+    stream to [DONE] and is closed after it (the connection manager's drain_timeout, CLIENT_DRAIN_S, has passed),
+    with Envoy's delayed close; the real Envoy 1.40 on the kit's bootstrap
+    (envoyproxy/envoy@v1.40.0:api/envoy/config/core/v3/protocol.proto HttpProtocolOptions.max_connection_duration).
+    So every client connection has moved to another pod well inside the pod's preStop
+    (components.k8s.gateway.component.drain_seconds)."""
+    with ExitStack() as stack:
+        s = Scenario(stack, tmp_path, 1)
+        replica = s.run.replicas[f"{MODEL}-0"]
+
+        # back-to-back short requests: the first answer after CONNECTION_S says close, none fails
+        busy = s.connect()
+        busy.connect()
+        opened, answers = time.monotonic(), []
+        while time.monotonic() - opened < CONNECTION_S + 3 * TOKENS * TOKEN_S + MARGIN_S:
+            call, connection = s.exchange(busy, streamed=False)
+            answers.append((call.ok, connection))
+            if connection == "close":
+                break
+        busy.close()
+        assert all(ok for ok, _ in answers) and answers[-1][1] == "close", answers
+        assert time.monotonic() - opened <= CONNECTION_S + TOKENS * TOKEN_S + MARGIN_S
+        assert len(answers) >= 2  # a fresh connection is kept alive
+
+        # a stream that outlives the connection's time and its drain runs to its end, then the connection closes
+        long = s.connect()
+        long.connect()
+        opened = time.monotonic()
+        replica.tokens = 2 * round((CONNECTION_S + CLIENT_DRAIN_S) / TOKEN_S)
+        call, _ = s.exchange(long, streamed=True)
+        replica.tokens = TOKENS
+        ended = time.monotonic()
+        assert call.ok and ended - opened > CONNECTION_S + CLIENT_DRAIN_S, (call, ended - opened)
+        readable, _, _ = select.select([long.sock], [], [], DELAYED_CLOSE_S + MARGIN_S)
+        assert readable and long.sock.recv(1) == b"", "the connection stayed open"
+        long.close()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,8 @@ import yaml
 from components.k8s import naming
 from components.k8s.gateway.envoy.config import bootstrap, render
 from infra import fidelity
-from infra.artifacts import ArtifactContext
 from infra.config import parse
-from infra.synth import read_stack_config, run_program, stack_file
-from infra.writers.envoy import ENVOY_CONFIG_PATH, write_envoy
+from infra.writers.envoy import ENVOY_CONFIG_PATH
 from tests.artifacts.test_envoy_variants_live import RAW as VARIANTS_RAW
 from tests.support.fake_backends import ENVOY
 from tests.support.stacks import SHIPPED_STACKS, stack_config
@@ -30,18 +29,16 @@ def validate(path: Path) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("stack", STACKS)
-def test_written_config_passes_envoy_validate(stack: str, tmp_path: Path) -> None:
+def test_written_config_passes_envoy_validate(stack: str, synthesized: Callable[[str], Path]) -> None:
     cfg = stack_config(stack)
-    result = run_program(stack, read_stack_config(stack_file(stack)))  # the writer copies the program's ConfigMap
-    files = write_envoy(ArtifactContext(result=result, out=tmp_path))
-    assert files == [tmp_path / ENVOY_CONFIG_PATH]
-    res = validate(files[0])
+    written = synthesized(stack) / ENVOY_CONFIG_PATH  # write_envoy copies the program's ConfigMap there
+    res = validate(written)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "Deprecated field" not in res.stderr
-    assert f"configuration '{files[0]}' OK" in res.stdout
+    assert f"configuration '{written}' OK" in res.stdout
     # the program builds the gateway from the config the fidelity gate leaves (variants without a pass held back)
     routed = fidelity.routable(cfg, fidelity.load_verdicts(cfg, fidelity.default_stacks_dir()))
-    assert yaml.safe_load(files[0].read_text()) == bootstrap(routed)
+    assert yaml.safe_load(written.read_text()) == bootstrap(routed)
 
 
 def test_envoy_validate_rejects_a_broken_config(tmp_path: Path) -> None:

@@ -8,12 +8,13 @@ are in tests/artifacts/crds/*.yaml (notation in monitoring.coreos.com.yaml); emb
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import kubernetes_validate.utils
 import pytest
 import yaml
 
@@ -35,6 +36,17 @@ CUSTOM_GROUPS = {
     "gateway.networking.k8s.io": "Gateway API",
     "nvidia.com": "NVIDIA GPU operator",
 }
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _schemas_parsed_once() -> Iterator[None]:
+    """kubernetes-validate reads and parses a kind's schema file and the version's _definitions.json (megabytes)
+    again for every object it validates (kubernetes-validate 1.37.0 utils.py, validate() calls schema_contents()
+    for both); the files do not change during the run, so this module parses each once (a pure function of the
+    file name; the validator only reads what it returns)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(kubernetes_validate.utils, "schema_contents", cache(kubernetes_validate.utils.schema_contents))
+        yield
 
 
 def _objects(out: Path) -> list[tuple[str, dict[str, Any]]]:

@@ -28,6 +28,7 @@ import yaml
 
 import dashboards
 from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER
 from components.k8s.gpu_stack import DCGM_COUNTERS
 from components.k8s.settings import Variant
 from infra.config import PlatformConfig
@@ -272,7 +273,7 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
         dns = [c["name"] for c in boot["static_resources"]["clusters"]
                if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
         config = rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
-                           endpoints={name.partition("__replica-")[0]: [backend] for name in dns},  # a model's hops
+                           endpoints={name: [backend] for name in dns if name != BUDGETS_CLUSTER},
                            jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:

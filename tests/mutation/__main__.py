@@ -64,7 +64,7 @@ MODULES: dict[str, tuple[str, ...]] = {
     # the gateway's bootstrap: config.py assembles it from the builders of the other envoy/ modules (split from it,
     # issue 30); the same tests run the result through Envoy
     **dict.fromkeys((f"components/k8s/gateway/envoy/{name}.py" for name in (
-        "config", "base", "hops", "variants", "affinity", "callers", "refusals", "observability")), (
+        "config", "base", "variants", "affinity", "callers", "refusals", "observability")), (
         "tests/unit/test_gateway.py", "tests/unit/test_envoy_values.py", "tests/artifacts/test_envoy_validate.py",
         "tests/artifacts/test_envoy_live.py", "tests/artifacts/test_upstream_metric_names.py",
         "tests/unit/test_envoy_variants.py", "tests/artifacts/test_envoy_issuer_tenants_live.py")),

@@ -6,7 +6,9 @@ tests/artifacts/test_day2_scenarios_live.py (assertions) and tests/bench/bench_d
 Times are scaled down, each by what the tested system allows: the DNS refresh (5 s shipped) to DNS_REFRESH_S, the
 health checks (2 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
 components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped) to
-TRY_IDLE_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection.
+TRY_IDLE_S, a client connection's lifetime and drain (60 s and 5 s shipped:
+components.k8s.gateway.envoy.config.CLIENT_CONNECTION_MAX_SECONDS, CLIENT_DRAIN_SECONDS) to CONNECTION_S and
+CLIENT_DRAIN_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from tests.support.fake_dns import FakeDns, resolver
 from tests.support.standin_engines import StandInVllm
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
-__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "PRESTOP_S", "TRY_IDLE_S", "Call", "Run", "Scenario", "scenario",
-           "SCENARIOS"]
+__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S", "CLIENT_DRAIN_S", "Call",
+           "Run", "Scenario", "scenario", "SCENARIOS"]
 
 MODEL = "chat"
 ISSUER = "https://issuer.day2/realms/aifactory"
@@ -41,6 +43,7 @@ DNS_REFRESH_S = 0.2
 HC_S = 0.2  # check interval and timeout; unhealthyThreshold 2: a silent replica is out within 2 x (0.2 + 0.2) s
 PRESTOP_S = 1.0  # > DNS_REFRESH_S and > the checks' detection (0.8 s), as the shipped preStop > 10 s
 TRY_IDLE_S = 0.5
+CONNECTION_S, CLIENT_DRAIN_S = 0.5, 0.2  # the gateway's max_connection_duration and drain_timeout, where it sets them
 TIMEOUT_S = 3.0  # the model's timeoutSeconds
 SHUTDOWN_TIMEOUT_S = 5.0  # the stand-ins' --shutdown-timeout: longer than any generation here
 TOKENS, TOKEN_S = 10, 0.02  # a generation: 0.2 s
@@ -148,6 +151,12 @@ class Scenario:
             return out
 
         config["static_resources"]["clusters"] = [resolved(c) for c in config["static_resources"]["clusters"]]
+        [listener] = [li for li in config["static_resources"]["listeners"] if li["name"] == "gateway"]
+        hcm = listener["filter_chains"][0]["filters"][0]["typed_config"]
+        if "max_connection_duration" in hcm["common_http_protocol_options"]:
+            hcm["common_http_protocol_options"]["max_connection_duration"] = f"{CONNECTION_S}s"
+        if "drain_timeout" in hcm:
+            hcm["drain_timeout"] = f"{CLIENT_DRAIN_S}s"
         return config
 
     def _publish(self) -> None:
@@ -183,25 +192,35 @@ class Scenario:
     def await_healthy(self, n: int) -> None:
         await_replicas(self.envoy, {MODEL: n}, timeout=READY_S)
 
-    def call(self, streamed: bool) -> Call:
+    def connect(self) -> http.client.HTTPConnection:
+        return http.client.HTTPConnection("127.0.0.1", self._listener, timeout=2 * TIMEOUT_S)
+
+    def exchange(self, conn: http.client.HTTPConnection, streamed: bool) -> tuple[Call, str | None]:
+        """One generation on `conn` (kept open): the call and the answer's Connection header."""
         c = Call(sent=time.monotonic(), streamed=streamed)
         body = json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}],
                            "stream": streamed}).encode()
-        conn = http.client.HTTPConnection("127.0.0.1", self._listener, timeout=2 * TIMEOUT_S)
+        connection = None
         try:
             conn.request("POST", "/v1/chat/completions", body=body, headers={
                 **self.issuer.bearer("alpha"), "content-type": "application/json"})
             resp = conn.getresponse()
-            c.status = resp.status
+            c.status, connection = resp.status, resp.getheader("connection")
             raw = resp.read()
             c.complete = raw.endswith(b"data: [DONE]\n\n") if streamed else (
                 resp.status == 200 and json.loads(raw).get("tokens") == TOKENS)
         except (OSError, http.client.HTTPException, ValueError):
             pass
         finally:
-            conn.close()
             c.seconds = time.monotonic() - c.sent
-        return c
+        return c, connection
+
+    def call(self, streamed: bool) -> Call:
+        conn = self.connect()
+        try:
+            return self.exchange(conn, streamed)[0]
+        finally:
+            conn.close()
 
     @contextmanager
     def load(self, rate: float = RATE) -> Iterator[None]:

@@ -12,9 +12,12 @@ from pathlib import Path
 from typing import Any
 
 from components.k8s.gateway.envoy.base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLOSED_FILTER, BUDGETS_CLUSTER, BUDGETS_FILTER
 from components.k8s.gateway.envoy.config import GatewayView, bootstrap
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
+
+BUDGET_FILTERS = (BUDGETS_FILTER, BUDGETS_CLOSED_FILTER)
 
 __all__ = ["rebind", "start_gateway", "await_replicas"]
 
@@ -46,15 +49,30 @@ def await_replicas(envoy: EnvoyProcess, replicas: Mapping[str, int], *, timeout:
         time.sleep(0.05)
 
 
+def _without_budgets(config: dict[str, Any]) -> dict[str, Any]:
+    config["static_resources"]["clusters"] = [c for c in config["static_resources"]["clusters"]
+                                              if c["name"] != BUDGETS_CLUSTER]
+    for listener in config["static_resources"]["listeners"]:
+        for chain in listener.get("filter_chains", []):
+            for f in chain["filters"]:
+                hcm = f.get("typed_config", {})
+                if "http_filters" in hcm:
+                    hcm["http_filters"] = [h for h in hcm["http_filters"] if h["name"] not in BUDGET_FILTERS]
+    return config
+
+
 def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, admin_port: int,
            endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str] = ()) -> dict[str, Any]:
     """A copy of `config` listening on 127.0.0.1 ports, each DNS cluster replaced by static endpoints.
 
     `endpoints` maps every DNS cluster name to the (address, port) pairs to use instead (a model's: its running
     replicas). `jwks` gives each issuer (in config order) a local JWKS document instead of its remote one; the JWKS
-    clusters are dropped.
+    clusters are dropped. A test that gives the token budget service no endpoints runs without the budget filters
+    and their cluster (a fail-closed tenant's requests would otherwise be refused with no service to ask).
     """
     out = copy.deepcopy(dict(config))
+    if BUDGETS_CLUSTER not in endpoints:
+        out = _without_budgets(out)
     ports = {"gateway": listener_port, "stats": stats_port}
     for listener in out["static_resources"]["listeners"]:
         if "internal_listener" in listener:

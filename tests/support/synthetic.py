@@ -35,6 +35,7 @@ from dashboards.config import ObservabilityConfig
 # written (tests.support.upstream); Envoy's names are the ones the real Envoy's scrape shows
 # (tests/artifacts/test_upstream_metric_names.py), Istio's and kube-state-metrics' those of docs/contracts.md.
 from telemetry.names import (
+    BUDGET,
     BUDGET_BUCKETS_S,
     CRITICAL_PATH,
     ENVOY,
@@ -565,6 +566,19 @@ def _workflows(w: _Writer, cfg: ObservabilityConfig, scale: Scale) -> dict[str, 
     return truth
 
 
+def _token_budgets(w: _Writer, cfg: ObservabilityConfig) -> None:
+    """The budget service's series (telemetry.names.BUDGET): each tenant 60% into a per-minute window of 1,000
+    weighted tokens, refusing 0.1 request/s. The row's known answers are tests/artifacts/test_budget_panels.py's."""
+    target = w.target("aifactory-gateway", "aifactory-budgets-0", container="budgets", port=9090,
+                      job="aifactory-budgets")
+    for tenant in cfg.tenants:
+        labels = {**target, BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: tenant, BUDGET.L_WINDOW: "perMinute"}
+        w.gauge(BUDGET.SPENT, labels, 600)
+        w.gauge(BUDGET.LIMIT, labels, 1000)
+        w.gauge(BUDGET.REMAINING, labels, 400)
+        w.counter(BUDGET.REFUSED, labels, 0.1)
+
+
 def _times(start: int, minutes: int, step: int) -> list[int]:
     return list(range(start, start + minutes * 60 + 1, step))
 
@@ -580,6 +594,7 @@ def generate(cfg: ObservabilityConfig, *, nodes: Mapping[str, int], start: int, 
     per_mtok = _serving(w, cfg, allocs)
     _mesh(w, cfg, allocs, scale)
     p95 = _workflows(w, cfg, scale)
+    _token_budgets(w, cfg)
     pool_cost = {p.name: nodes[p.name] * p.node_price_per_hour for p in cfg.pools}
     truth = Truth(pool_cost, sum(pool_cost.values()), fleet.idle_cost, fleet.unallocated, fleet.working, per_mtok,
                   fleet.nvlink, fleet.nvlink_gpu, p95, dict(CRITICAL_PATH_SHARES), dict(ROUTE_DECISIONS_PER_S),

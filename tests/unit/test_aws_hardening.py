@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from infra.stack.cluster import default_vpc_cidr
-from infra.synth import run_program
 from tests.support.stacks import stack_config, stack_raw
 
 AWS_STACKS = ("dev", "staging", "prod")
@@ -91,9 +90,6 @@ def test_each_aws_stack_has_its_own_vpc_block() -> None:
                for s in ("dev", "a-very-long-stack-name", "x"))
 
 
-def test_the_large_stack_runs_with_the_new_defaults() -> None:
-    from tests.bench.bench_large_stack import large_stack_values
-
-    res = run_program("large", large_stack_values()).resources
-    (vpc,) = [r for r in res if r.type == "aws:ec2/vpc:Vpc"]
-    assert vpc.inputs["cidrBlock"] == default_vpc_cidr("large")
+def test_the_large_stack_runs_with_the_new_defaults(large_stack_state: dict[str, Any]) -> None:
+    (vpc,) = [r for r in large_stack_state["deployment"]["resources"] if r["type"] == "aws:ec2/vpc:Vpc"]
+    assert vpc["inputs"]["cidrBlock"] == default_vpc_cidr("large")

@@ -6,12 +6,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from components.aws import nodes
-from infra.synth import run_program, state_export
-from tests.bench.bench_large_stack import large_stack_values
 from tests.support.aws_input_rules import RULES, violations
 
 AWS_STACKS = ("dev", "staging", "prod")
@@ -24,9 +23,9 @@ def test_every_string_of_a_shipped_stack_passes_the_providers_rules(stack: str,
     assert violations(state) == []
 
 
-def test_every_string_of_the_generated_large_stack_passes_the_providers_rules() -> None:
-    state = state_export(run_program("large", large_stack_values()))
-    assert violations(state) == []
+def test_every_string_of_the_generated_large_stack_passes_the_providers_rules(
+        large_stack_state: dict[str, Any]) -> None:
+    assert violations(large_stack_state) == []
 
 
 @pytest.mark.parametrize(("rule", "good", "bad"), [

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import re
@@ -10,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 import yaml
@@ -35,10 +38,22 @@ def write_stack(d: Path, name: str, config: dict) -> Path:
     return d
 
 
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).with_name("aifactory")
-    return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, "AIFACTORY_DEBUG": ""}, check=False)
+def run(*args: str, cwd: Path | None = None, process: bool = False) -> subprocess.CompletedProcess[str]:
+    """`aifactory ARGS`, its exit status and what it printed: through main() in this process (what the command
+    does, without a process start and the SDK's imports, seconds each), or with process=True as the console script
+    in a process of its own, for what only a process shows (its argv[0], the entry point's exit)."""
+    if process:
+        exe = Path(sys.executable).with_name("aifactory")
+        return subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd,
+                              env={**os.environ, "AIFACTORY_DEBUG": ""}, check=False)
+    out, err = io.StringIO(), io.StringIO()
+    with (contextlib.chdir(cwd or Path.cwd()), mock.patch.dict(os.environ, {"AIFACTORY_DEBUG": ""}),
+          contextlib.redirect_stdout(out), contextlib.redirect_stderr(err)):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's usage errors, as the console script would exit
+            code = exc.code if isinstance(exc.code, int) else 1
+    return subprocess.CompletedProcess(["aifactory", *args], code, out.getvalue(), err.getvalue())
 
 
 @pytest.mark.parametrize("argv", [[], ["synth"], ["validate"], ["policy"], ["policy", "check"], ["node-check"]])
@@ -362,7 +377,7 @@ def test_synth_summary_names_violated_policies_and_the_next_command(tmp_path: Pa
         **GOOD, "aifactory:nodePools": {"gpu-a": {"instanceType": "p5.48xlarge", "fabric": "efa",
                                                   "placementGroup": False}}})
     out = tmp_path / "adv"
-    res = run("synth", "adv", "--stacks-dir", str(stacks), "--out", str(out), "--json", "-", "-q")
+    res = run("synth", "adv", "--stacks-dir", str(stacks), "--out", str(out), "--json", "-", "-q", process=True)
     doc = json.loads(res.stdout)
     assert doc["policy"]["mandatory"] + doc["policy"]["advisory"] > 0, res.stderr
     named = {**doc["policy"]["mandatoryPolicies"], **doc["policy"]["advisoryPolicies"]}
@@ -398,7 +413,7 @@ def test_policy_check_prints_each_violated_policys_remediation(tmp_path: Path) -
 def test_version() -> None:
     from importlib import metadata
 
-    res = run("--version")
+    res = run("--version", process=True)
     assert res.returncode == 0 and res.stdout == f"aifactory {metadata.version('aifactory')}\n"
 
 

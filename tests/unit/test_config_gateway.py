@@ -16,7 +16,7 @@ from tests.support.stacks import stack_raw
 
 KEYS = ("namespace", "minReplicas", "maxReplicas", "serviceType", "connectTimeoutSeconds", "retries",
         "outlierDetection", "circuitBreakers", "auth", "healthCheck", "requestHeadersTimeoutSeconds",
-        "requestTimeoutSeconds", "streamIdleTimeoutSeconds", "idleTimeoutSeconds", "routing")
+        "requestTimeoutSeconds", "streamIdleTimeoutSeconds", "idleTimeoutSeconds", "budgetService", "routing")
 
 
 def _gateway(gateway: dict[str, Any] | None) -> GatewaySettings:

@@ -144,13 +144,17 @@ def test_a_classic_istio_sidecar_outlives_the_drain() -> None:
 def test_block_model_scaled_object_exactly() -> None:
     """prod's assistant-fast (h100-block, 2026-12-01T11:30Z to 2026-12-15T11:30Z, nodes gone 60 min before the end):
     KEDA keeps 2 replicas from the block's start until 10:23 on the 15th (10:30 less its cooldown 300 s, a 15 s
-    poll and the pods' 75 s grace, to the earlier minute) and 0 outside; no wake trigger."""
+    poll and the pods' 75 s grace, to the earlier minute) and 0 outside; no wake trigger. Its queue trigger has no
+    sample from 10:23 on the 15th (1797330180): before, a busy model's queue kept KEDA at >= 1 replica past the
+    cron's end, and the pods were evicted with the nodes and waited Pending."""
     cfg = stack_config("prod")
     so = scaled_object(cfg, cfg.models["assistant-fast"])
-    query = ('max(sum by (model) (rate(nv_inference_queue_duration_us{namespace="assistant",'
+    query = ('(max(sum by (model) (rate(nv_inference_queue_duration_us{namespace="assistant",'
              'aifactory_io_model="assistant-fast"}[1m])) / 1000 / clamp_min(sum by (model) '
              '(rate(nv_inference_request_success{namespace="assistant",aifactory_io_model="assistant-fast"}[1m])), '
-             '1e-9))')
+             '1e-9))) and on() (vector(time()) < 1797330180)')
+    assert datetime.datetime.fromtimestamp(1797330180, datetime.UTC) == datetime.datetime(
+        2026, 12, 15, 10, 23, tzinfo=datetime.UTC)
     assert so["spec"] == {
         "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "assistant-fast"},
         "minReplicaCount": 0,
@@ -273,3 +277,22 @@ def test_a_bad_window_or_timeout_is_refused_with_its_key() -> None:
         ("pool.capacityStartTime", "'2026-13-01T11:30:00Z' is not a UTC time such as 2026-12-01T11:30:00Z"),
         ("pool.capacityStartTime", "capacityStartTime and capacityEndTime go together, on a pool of capacityType "
                                    "capacity-block")]
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
+def test_no_trigger_of_a_block_model_outlives_its_window(stack: str) -> None:
+    """Every non-cron trigger of every block model of every shipped stack ends with the cron (until_block_end); a
+    trigger without the gate could keep KEDA at >= 1 replica past the window (the review's item 5)."""
+    cfg = stack_config(stack)
+    for model in cfg.models.values():
+        so = scaled_object(cfg, model)
+        [cron] = [t for t in so["spec"]["triggers"] if t["type"] == "cron"] or [None]
+        if cron is None:
+            assert all("vector(time())" not in t["metadata"].get("query", "") for t in so["spec"]["triggers"])
+            continue
+        window = block_window(cfg.pool_of(model))
+        assert window is not None
+        end = _cron_time(cron["metadata"]["end"], window[1].year)
+        for t in so["spec"]["triggers"]:
+            if t["type"] != "cron":
+                assert t["metadata"]["query"].endswith(f" and on() (vector(time()) < {int(end.timestamp())})"), t

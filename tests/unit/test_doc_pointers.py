@@ -88,7 +88,7 @@ def test_every_pointer_to_a_section_of_the_kits_docs_names_a_section_there() -> 
     found = pointers()
     assert ("infra/nodecheck/checks.py", "docs/serving.md", "Locked memory for RDMA") in found
     assert ("infra/commands.py", "README.md", "Running `pulumi up` for real") in found
-    assert ("telemetry/instrument.py", "docs/telemetry.md", "What carries the workflow") in found
+    assert ("telemetry/runs.py", "docs/telemetry.md", "What carries the workflow") in found
     stale = []
     for source, page, section in found:
         if (source, section) in UPSTREAM:

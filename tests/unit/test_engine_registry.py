@@ -146,5 +146,6 @@ def test_a_third_engine_is_a_registry_line(monkeypatch: pytest.MonkeyPatch) -> N
     assert objs["StatefulSet"]["spec"]["template"]["metadata"]["annotations"]["example.com/toy"] == "yes"
     assert objs["ScaledObject"]["spec"]["triggers"][0]["metadata"]["query"] == \
         'sum(toy_waiting{namespace="t",aifactory_io_model="m"})'
-    # the gateway retries what the engine says another replica may answer better, besides the way's 502 and 503
-    assert retriable_status_codes([model]) == [429, 502, 503]
+    # the gateway retries what the engine says another replica may answer better, besides the way's 500 (a replica
+    # answering 500 to everything is otherwise a black hole: issue 44), 502 and 503
+    assert retriable_status_codes([model]) == [429, 500, 502, 503]

@@ -63,7 +63,7 @@ def test_route_table_is_header_then_path_then_body_then_404s() -> None:
         {"filter": "aifactory", "path": [{"key": "stream"}], "value": {"bool_match": True}, "invert": True}],
         "headers": [{"name": ":method", "string_match": {"exact": "POST"}}]}
     assert unstreamed["route"]["retry_policy"]["per_try_idle_timeout"] == "900s"
-    assert by_name["deep-research/path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "30s"
+    assert by_name["deep-research/path"]["route"]["retry_policy"]["per_try_idle_timeout"] == "60s"
     assert {k: v for k, v in unstreamed["route"].items() if k != "retry_policy"} == \
         {k: v for k, v in by_name["deep-research/path"]["route"].items() if k != "retry_policy"}
     assert by_name["finance-8b/body"]["match"] == {
@@ -125,9 +125,9 @@ def test_routes_carry_model_timeouts_retries_and_tenant() -> None:
     assert (retry["retry_on"], retry["retriable_status_codes"], retry["num_retries"]) == \
         ("connect-failure,refused-stream,reset,retriable-status-codes", [500, 502, 503], 2)
     assert retry["retry_host_predicate"][0]["name"] == "envoy.retry_host_predicates.previous_hosts"
-    # per-try protection: min(timeoutSeconds, 30 s) of silence
+    # per-try protection: max(30 s, 3 x the TTFT SLO) of silence, at most timeoutSeconds (deep-research: 20 s TTFT)
     assert [by_name[n]["route"]["retry_policy"]["per_try_idle_timeout"] for n in
-            ("assistant", "assistant.batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "30s"]
+            ("assistant", "assistant.batch", "embed-rerank", "deep-research")] == ["30s", "30s", "10s", "60s"]
     # session_affinity: the route hashes the session key (the access log's session_lb reads it)
     assert by_name["finance-8b"]["metadata"] == {"filter_metadata": {"aifactory": {
         "tenant": "finance", "priority": "interactive", "session_affinity": True}}}
@@ -258,7 +258,8 @@ def test_listener_bounds_slow_clients_and_normalises_paths() -> None:
                                 "common_http_protocol_options", "normalize_path", "merge_slashes",
                                 "path_with_escaped_slashes_action")} == {
         "request_headers_timeout": "10s", "request_timeout": "60s", "stream_idle_timeout": "30s",
-        "common_http_protocol_options": {"idle_timeout": "300s", "headers_with_underscores_action": "REJECT_REQUEST"},
+        "common_http_protocol_options": {"idle_timeout": "300s", "max_connection_duration": "60s",
+                                         "headers_with_underscores_action": "REJECT_REQUEST"},
         "normalize_path": True, "merge_slashes": True,
         "path_with_escaped_slashes_action": "REJECT_REQUEST"}
 
@@ -579,15 +580,23 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     """Envoy exits on SIGTERM at once (--drain-time-s is for hot restarts and /drain_listeners:
     envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst; the end-to-end review cut a
     request in flight that way on the real binary), so every rollout, scale-down and node drain cut requests. The pod
-    now sleeps before SIGTERM for the longest request a route allows (prod: deep-research's 900 s), out of the
-    Service's endpoints meanwhile, and the kubelet waits for that."""
+    now sleeps before SIGTERM, out of the Service's endpoints meanwhile, and the kubelet waits for that: a client's
+    keep-alive connection is told to close within 60 s (max_connection_duration) plus the 5 s drain_timeout, and the
+    last request it carried may last the longest a route allows (prod: deep-research's 900 s), plus 10 s. Its
+    outbound Istio sidecar drains as long as the pod may live (a classic sidecar otherwise aborts 5 s after
+    termination starts: istio/istio@1.28.3 pkg/config/mesh/mesh.go TerminationDrainDuration)."""
     cfg = stack_config("prod")
     longest = max(m.timeout_seconds for m in cfg.models.values())
     assert longest == 900
-    spec = gw.deployment(cfg, "{}")["spec"]["template"]["spec"]
+    template = gw.deployment(cfg, "{}")["spec"]["template"]
+    spec = template["spec"]
     [envoy] = spec["containers"]
-    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 910}}}
-    assert spec["terminationGracePeriodSeconds"] == 920
+    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 975}}}
+    assert spec["terminationGracePeriodSeconds"] == 985
+    assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "985s"}'
+    hcm = _hcm(cfg)
+    assert hcm["common_http_protocol_options"]["max_connection_duration"] == "60s"
+    assert hcm["drain_timeout"] == "5s"
 
 
 def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() -> None:
@@ -623,3 +632,34 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
     assert session["typed_config"]["mutations"] == {"request_mutations": [{"append": {
         "header": {"key": "x-aifactory-session", "value": f"%DYNAMIC_METADATA(aifactory:{key})%"},
         "append_action": "ADD_IF_ABSENT"}} for key in ("prompt_cache_key", "session_baggage")]}
+
+
+def test_a_long_prefill_models_try_idle_timeout_leaves_room_for_its_first_token() -> None:
+    """prod's deep-research (20 s TTFT SLO on 128k prompts, queue up to 20): its streamed tries are silent until the
+    first token, and a 30 s try idle timeout (the old default) cut the slow ones the SLO allows and re-ran them on
+    another replica. Unset, it is now 3 x the TTFT SLO where that is above 30 s (60 s), at most timeoutSeconds; the
+    other prod models keep 30 s (or their timeout)."""
+    cfg = stack_config("prod")
+    assert {n: m.try_idle_timeout_seconds for n, m in cfg.models.items()} == {
+        "assistant-fast": 30.0, "assistant-steady": 30.0, "assistant-batch": 30.0, "assistant-tools": 30.0,
+        "deep-research": 60.0, "embed-rerank": 10.0, "finance-8b": 30.0, "finance-8b-bf16": 30.0}
+    # streamed routes: 60 s; unstreamed ones: the whole timeoutSeconds
+    assert {r["route"]["retry_policy"]["per_try_idle_timeout"] for r in ec.routes(cfg)
+            if r.get("route", {}).get("cluster") == "deep-research"} == {"60s", "900s"}
+
+
+def test_a_try_idle_timeout_at_most_one_and_a_half_ttft_slos_is_warned_about() -> None:
+    """Set explicitly at or below 1.5 x the TTFT SLO: valid, warned about (validate and synth), naming both keys and
+    their values; the shipped stacks have no such warning."""
+    from infra.stack.checks import try_idle_warnings
+
+    raw = stack_raw("prod")
+    raw["models"]["deep-research"]["tryIdleTimeoutSeconds"] = 30
+    assert try_idle_warnings(parse(raw, stack="prod").models) == [
+        "models.deep-research.tryIdleTimeoutSeconds: 30 s is at most 1.5 x models.deep-research.slo.ttftSeconds "
+        "(20 s): a streamed try whose first token comes later is reset and re-run on another replica; set it above "
+        "30 s (unset: max(30, 3 x ttftSeconds), at most timeoutSeconds)"]
+    raw["models"]["deep-research"]["tryIdleTimeoutSeconds"] = 30.5
+    assert try_idle_warnings(parse(raw, stack="prod").models) == []
+    for stack in ("dev", "staging", "prod", "onprem"):
+        assert try_idle_warnings(stack_config(stack).models) == [], stack

@@ -84,7 +84,7 @@ def test_tenant_namespace_labels_enforce_restricted_and_injection() -> None:
     assert tenancy.tenant_namespace_labels(tenancy_of(cfg), cfg.tenants["analytics"]) == {
         **MANAGED,
         "pod-security.kubernetes.io/enforce": "restricted",
-        "pod-security.kubernetes.io/enforce-version": "v1.33",
+        "pod-security.kubernetes.io/enforce-version": "v1.35",
         "pod-security.kubernetes.io/audit": "restricted",
         "pod-security.kubernetes.io/warn": "restricted",
         "istio-injection": "enabled",

@@ -50,6 +50,7 @@ def test_every_chart_is_pinned_to_an_official_repository() -> None:
         ("alloy", "https://grafana.github.io/helm-charts", "1.4.0"),
         ("lws", "oci://registry.k8s.io/lws/charts", "0.9.0"),
         ("keda", "https://kedacore.github.io/charts", "2.18.1"),
+        ("valkey", "https://valkey.io/valkey-helm/", "0.11.0"),
         ("metrics-server", "https://kubernetes-sigs.github.io/metrics-server", "3.13.1"),
     }
 

@@ -68,16 +68,18 @@ def test_the_unit_test_example_passes_under_pytest(tmp_path: Path) -> None:
     import sys
 
     example = next(b for b in python_blocks() if "@pulumi.runtime.test" in b)
-    (tmp_path / "test_my_pools.py").write_text(example)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-                         capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
-    assert res.returncode == 0, res.stdout + res.stderr
-    assert "1 passed" in res.stdout
     broken = example.replace("len(interfaces) == 32", "len(interfaces) == 31")
-    (tmp_path / "test_my_pools.py").write_text(broken)
-    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
+    assert broken != example
+    # One pytest run (a process start and the SDK's import are most of its cost) over the example as written and a
+    # copy whose assertion is off by one: the first must pass, the second fail, so the example's assertion runs.
+    (tmp_path / "test_my_pools.py").write_text(example)
+    (tmp_path / "test_my_pools_broken.py").write_text(broken)
+    res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfE", "-p", "no:cacheprovider", str(tmp_path)],
                          capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
-    assert res.returncode == 1 and "1 failed" in res.stdout, "the example's assertion really runs"
+    assert res.returncode == 1, res.stdout + res.stderr
+    failed = [line.split(" - ")[0] for line in res.stdout.splitlines() if line.startswith(("FAILED", "ERROR"))]
+    assert [f.split("::")[0] for f in failed] == ["FAILED test_my_pools_broken.py"], res.stdout
+    assert "1 failed, 1 passed" in res.stdout
 
 
 def test_components_k8s_exports_what_readme_names() -> None:
@@ -89,10 +91,12 @@ def test_components_k8s_exports_what_readme_names() -> None:
         "ClusterAutoscaler", "Gateway", "ModelDeployment"}
 
 
-def test_the_commands_after_make_synth_work_as_written(tmp_path: Path) -> None:
+def test_the_commands_after_make_synth_work_as_written(tmp_path: Path, synthesized) -> None:
     """README's block of commands to run after `make synth`, run as written from a directory laid out like the
-    repository root (.venv beside it), through a shell."""
+    repository root (.venv beside it), through a shell. What `make synth` leaves, build/dev, is the run's shared
+    synth of dev (the same bytes: synth is deterministic, tests/unit/test_synth.py)."""
     import os
+    import shutil
     import subprocess
     import sys
 
@@ -102,8 +106,7 @@ def test_the_commands_after_make_synth_work_as_written(tmp_path: Path) -> None:
     assert commands and all(c.startswith(".venv/bin/aifactory ") for c in commands)
     (tmp_path / ".venv").symlink_to(Path(sys.executable).parents[1])
     env = {**os.environ, "AIFACTORY_DEBUG": ""}
-    subprocess.run([".venv/bin/aifactory", "synth", "dev", "-q"], cwd=tmp_path, env=env, check=True,
-                   capture_output=True, timeout=120)  # what `make synth` leaves: build/dev
+    shutil.copytree(synthesized("dev"), tmp_path / "build" / "dev")  # what `make synth` leaves
     for command in commands:
         res = subprocess.run(command, shell=True, cwd=tmp_path, env=env, capture_output=True, text=True,
                              timeout=120, check=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -75,9 +76,10 @@ def test_same_config_same_bytes(stack: str, tmp_path: Path, synthesized: Callabl
     assert not different, different
 
 
-def test_failing_writer_leaves_no_output_and_keeps_the_previous_one(tmp_path: Path, monkeypatch) -> None:
+def test_failing_writer_leaves_no_output_and_keeps_the_previous_one(tmp_path: Path, monkeypatch,
+                                                                   synthesized: Callable[[str], Path]) -> None:
     out = tmp_path / "dev"
-    synth("dev", out, progress=None)
+    shutil.copytree(synthesized("dev"), out)  # a previous synth's output (marker included)
     before = tree(out)
 
     def broken(ctx: artifacts.ArtifactContext) -> list[Path]:
@@ -97,9 +99,9 @@ def test_failing_writer_leaves_no_output_and_keeps_the_previous_one(tmp_path: Pa
     assert not fresh.exists()
 
 
-def test_rerun_replaces_output_completely(tmp_path: Path) -> None:
+def test_rerun_replaces_output_completely(tmp_path: Path, synthesized: Callable[[str], Path]) -> None:
     out = tmp_path / "dev"
-    synth("dev", out, progress=None)
+    shutil.copytree(synthesized("dev"), out)  # a previous synth's output (marker included)
     (out / "stale.yaml").write_text("left over from an older run")
     synth("dev", out, progress=None)
     assert not (out / "stale.yaml").exists()

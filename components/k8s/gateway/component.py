@@ -27,7 +27,7 @@ team can run it without the kit's stack config; infra.component_args maps Platfo
 # annotations.
 import hashlib
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pulumi
@@ -54,7 +54,13 @@ from components.k8s.gateway.args import (
 from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_values
 from components.k8s.gateway.envoy.base import model_host
 from components.k8s.gateway.envoy.budgets import any_budget
-from components.k8s.gateway.envoy.config import GATEWAY_MEMORY_LIMIT_GIB, GatewayView, render
+from components.k8s.gateway.envoy.config import (
+    CLIENT_CONNECTION_MAX_SECONDS,
+    CLIENT_DRAIN_SECONDS,
+    GATEWAY_MEMORY_LIMIT_GIB,
+    GatewayView,
+    render,
+)
 from components.k8s.gateway.names import SERVICE_PORT, _meta, _selector, gateway_labels, service_host, service_url
 from components.k8s.gateway.network import (
     NAMESPACE_NAME_LABEL,
@@ -74,6 +80,7 @@ from components.k8s.gateway.spec import (
 from components.k8s.mesh import MESH_SCRAPE_TLS, engine_traffic_objects
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
+from components.k8s.serving.lifecycle import proxy_drain_annotations
 
 __all__ = [
     "TYPE",
@@ -155,12 +162,16 @@ DRAIN_MARGIN_SECONDS = 10
 
 
 def drain_seconds(cfg: GatewayView) -> int:
-    """How long a terminating gateway pod keeps serving: the longest request any route allows (a model's
-    timeoutSeconds). Envoy exits on SIGTERM without draining (its --drain-time-s applies to hot restarts and
-    /drain_listeners: envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the
-    pod's preStop sleeps this long first: the endpoint leaves the Service at once (no new connections), requests
-    in flight, streams included, finish."""
-    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0)) + DRAIN_MARGIN_SECONDS
+    """How long a terminating gateway pod keeps serving. Envoy exits on SIGTERM without draining (its --drain-time-s
+    applies to hot restarts and /drain_listeners:
+    envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the pod's preStop sleeps
+    first: the endpoint leaves the Service at once (no new connections); a client's keep-alive connection takes
+    its last new request within CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS (max_connection_duration, then
+    the connection manager's drain: `Connection: close`), and that request may last the longest any route allows
+    (a model's timeoutSeconds). So nothing a client sent is still in flight, and no client connection open, when
+    Envoy gets SIGTERM."""
+    longest = math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
+    return CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + longest + DRAIN_MARGIN_SECONDS
 
 
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
@@ -168,6 +179,7 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
     evicted serves its requests in flight to their end before Envoy stops (drain_seconds)."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
     drain = drain_seconds(cfg)
+    grace = drain + DRAIN_MARGIN_SECONDS
     container = {
         "name": "envoy",
         "image": DEFAULT_ENVOY_IMAGE,
@@ -194,7 +206,9 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
         "template": {
             "metadata": {"labels": gateway_labels(), "annotations": {
                 CONFIG_HASH_ANNOTATION: config_hash,
-                "traffic.sidecar.istio.io/excludeInboundPorts": str(naming.ENVOY_LISTENER_PORT)}},
+                "traffic.sidecar.istio.io/excludeInboundPorts": str(naming.ENVOY_LISTENER_PORT),
+                # its outbound sidecar carries the requests to the models until the pod ends
+                **proxy_drain_annotations(grace)}},
             "spec": {
                 "serviceAccountName": naming.GATEWAY_SERVICE_ACCOUNT,
                 "automountServiceAccountToken": False,
@@ -204,7 +218,7 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
                                                "labelSelector": {"matchLabels": _selector()}}],
                 "containers": [container],
                 "volumes": [{"name": "config", "configMap": {"name": CONFIG_MAP}}],
-                "terminationGracePeriodSeconds": drain + DRAIN_MARGIN_SECONDS,
+                "terminationGracePeriodSeconds": grace,
             },
         },
     }}
@@ -303,7 +317,10 @@ class Gateway(pulumi.ComponentResource):
     service: pulumi.Output[str]
     """The gateway Service's in-cluster host name."""
 
-    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None) -> None:
+    def __init__(self, name: str, args: GatewayArgs, opts: pulumi.ResourceOptions | None = None, *,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        """`after`: what the token budgets' store (a Helm release with a volume claim) waits for besides the
+        namespace, as the platform's releases do (on EKS: the system nodes, the add-ons, the storage class)."""
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = gateway_spec(name, args)
         namespace = create_namespace(
@@ -323,7 +340,8 @@ class Gateway(pulumi.ComponentResource):
                 made[suffix] = register_object(f"{name}-{suffix}", obj, opts_)
         if any_budget(cfg):  # the token budgets' store
             versions.release(f"{name}-budget-store", versions.VALKEY, release_name=STORE_RELEASE,
-                             namespace=cfg.gateway.namespace, values=store_values(cfg), opts=in_ns)
+                             namespace=cfg.gateway.namespace, values=store_values(cfg),
+                             opts=in_ns.merge(pulumi.ResourceOptions(depends_on=list(after))) if after else in_ns)
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
         self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,

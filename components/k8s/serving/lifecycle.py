@@ -28,6 +28,8 @@ __all__ = [
     "PRESTOP_MARGIN_SECONDS",
     "ENGINE_EXIT_SECONDS",
     "PROXY_CONFIG_ANNOTATION",
+    "block_end",
+    "proxy_drain_annotations",
     "CRON_TIMEZONE",
     "drain_seconds",
     "prestop_seconds",
@@ -83,9 +85,14 @@ def container_lifecycle(model: Model, role: Role = "single") -> dict[str, Any]:
     return {"preStop": {"sleep": {"seconds": prestop_seconds(model, role)}}}
 
 
+def proxy_drain_annotations(grace_seconds: int) -> dict[str, str]:
+    """A pod's Istio sidecar drains as long as the pod may live, its terminationGracePeriodSeconds (see
+    PROXY_CONFIG_ANNOTATION). Model pods and the gateway's carry it."""
+    return {PROXY_CONFIG_ANNOTATION: f'{{"terminationDrainDuration": "{grace_seconds}s"}}'}
+
+
 def sidecar_annotations(model: Model, role: Role = "single") -> dict[str, str]:
-    """The pod's Istio sidecar drains as long as the pod may live (see PROXY_CONFIG_ANNOTATION)."""
-    return {PROXY_CONFIG_ANNOTATION: f'{{"terminationDrainDuration": "{termination_grace_seconds(model, role)}s"}}'}
+    return proxy_drain_annotations(termination_grace_seconds(model, role))
 
 
 def _utc(value: str) -> datetime.datetime:
@@ -107,15 +114,22 @@ def _cron(when: datetime.datetime) -> str:
 
 def cron_window(model: Model, pool: NodePool, *, scale_in_seconds: int) -> tuple[str, str] | None:
     """KEDA cron `start` and `end` (minute hour day month weekday, UTC) of a block model: from the block's start
-    until its nodes go, less the time KEDA takes to scale the model in and the pods to terminate
-    (`scale_in_seconds`), rounded to the earlier minute. Cron repeats yearly: a window of a later year needs the
-    block's new times, which the stack file carries anyway."""
+    until block_end. Cron repeats yearly: a window of a later year needs the block's new times, which the stack file
+    carries anyway."""
+    window = block_window(pool)
+    end = block_end(pool, scale_in_seconds=scale_in_seconds)
+    if window is None or end is None:
+        return None
+    return _cron(window[0]), _cron(end)
+
+
+def block_end(pool: NodePool, *, scale_in_seconds: int) -> datetime.datetime | None:
+    """When a block model's scaling must go inactive: before the block's nodes go, the time KEDA takes to scale the
+    model in and the pods to terminate (`scale_in_seconds`), rounded to the earlier minute. None: not a block."""
     window = block_window(pool)
     if window is None:
         return None
-    start, nodes_gone = window
-    end = nodes_gone - datetime.timedelta(seconds=scale_in_seconds)
-    return _cron(start), _cron(end.replace(second=0, microsecond=0))
+    return (window[1] - datetime.timedelta(seconds=scale_in_seconds)).replace(second=0, microsecond=0)
 
 
 @dataclass(frozen=True)
@@ -131,8 +145,9 @@ def rollout_of(model: Model, *, others: Iterable[Model] = (), block: bool = Fals
     """A StatefulSet has no surge (apps/v1 StatefulSetUpdateStrategy: maxUnavailable only, and only behind a feature
     gate) and the kit's LeaderWorkerSets replace a group before starting its successor (maxSurge 0: the tenants'
     GPU quotas are sized for replicas.max, which a surge group at max would exceed): a rolling update deletes one
-    replica, waits for its successor to be ready, then the next (kubernetes.io/docs/concepts/workloads/controllers/
-    statefulset.md "Rolling Updates": one Pod at a time, podManagementPolicy does not apply to updates). So at
+    replica, waits for its successor to be ready, then the next (one Pod at a time, podManagementPolicy does not
+    apply to updates: kubernetes/website content/en/docs/concepts/workloads/controllers/statefulset.md, "Rolling
+    Updates"). So at
     replicas.min >= 2 the others serve while one is replaced; at 1 the model is down until its new pod is ready
     (`start_seconds` at most), unless it is a variant and another variant of its workload among `others` (the
     models that always have replicas: not those on a capacity block) takes its requests; at 0 (idle) there is nothing

@@ -11,7 +11,7 @@ from components.k8s import naming
 from components.k8s.autoscaler import IRSA_ANNOTATION
 from components.k8s.engines import engine_named
 from components.k8s.mesh import MESH_SCRAPE_TLS
-from components.k8s.serving.lifecycle import CRON_TIMEZONE, cron_window, termination_grace_seconds
+from components.k8s.serving.lifecycle import CRON_TIMEZONE, block_end, cron_window, termination_grace_seconds
 from components.k8s.serving.pod import await_annotations, model_ports, node_cache, pod_template
 from components.k8s.serving.views import ServingView, model_labels, model_namespace, object_meta
 from components.k8s.settings import Model
@@ -40,6 +40,7 @@ __all__ = [
     "keda_scaled",
     "scale_in_seconds",
     "block_cron",
+    "until_block_end",
     "scaled_object",
     "service_monitor",
     "model_objects",
@@ -211,11 +212,24 @@ def block_cron(cfg: ServingView, model: Model) -> dict[str, Any] | None:
                                          "desiredReplicas": str(max(1, model.replicas.min))}}
 
 
+def until_block_end(cfg: ServingView, model: Model, query: str) -> str:
+    """`query` while the block model's window lasts, no sample from its end on (block_end: the cron's end), so the
+    trigger goes inactive with the cron (ignoreNullValues: an empty result is 0) and KEDA scales the model to 0
+    before its nodes go, however busy it is. Other models: `query` unchanged."""
+    end = block_end(cfg.pool_of(model), scale_in_seconds=scale_in_seconds(model))
+    if end is None:
+        return query
+    return f"({query}) and on() (vector(time()) < {int(end.timestamp())})"
+
+
 def scaled_object(cfg: ServingView, model: Model) -> dict[str, Any]:
     """KEDA on the queue signal; models that may scale to zero also wake on the gateway's refusals. A block model
     (block_cron) is at 0 outside its window and at least replicas.min inside it, and does not wake on refusals: its
-    queue trigger has no series while it has no pods, and outside the window a woken pod would only wait Pending."""
-    triggers = [_trigger(cfg, *scaling_query(cfg, model))]
+    queue trigger has no series while it has no pods, and outside the window a woken pod would only wait Pending.
+    Its queue trigger ends with the window (until_block_end): a busy model's queue would otherwise keep it active,
+    and its pods would be evicted with the nodes and wait Pending."""
+    query, metric_type, threshold = scaling_query(cfg, model)
+    triggers = [_trigger(cfg, until_block_end(cfg, model, query), metric_type, threshold)]
     cron = block_cron(cfg, model)
     if cron is not None:
         triggers.append(cron)

@@ -186,7 +186,8 @@ class Model:
                                               doc="Longest silence of a replica (before its first byte or between "
                                                   "two) before the gateway retries on another one; a streamed "
                                                   "generation resets it with every token (default: "
-                                                  "min(timeoutSeconds, 30); at most timeoutSeconds).")
+                                                  "max(30, 3 x slo.ttftSeconds); at most timeoutSeconds; "
+                                                  "validate warns at or below 1.5 x slo.ttftSeconds).")
     # quantization.checkpoint: pre-quantized (the checkpoint carries its own quantization config; the engine
     # reads it and gets no --quantization) or load-time (vLLM quantizes BF16 weights as it loads them).
     # default: load-time for fp8, pre-quantized for awq/gptq/int8 (which only exist as checkpoints)

@@ -266,6 +266,20 @@ _SOL_SOCKET, _SO_KEEPALIVE, _IPPROTO_TCP, _TCP_KEEPIDLE, _TCP_KEEPINTVL, _TCP_KE
 CLIENT_KEEPALIVE_IDLE_S, CLIENT_KEEPALIVE_INTERVAL_S, CLIENT_KEEPALIVE_PROBES = 60, 30, 4
 
 
+# A client's connection lives at most this long: then its next response says `Connection: close` (HTTP/1.1; HTTP/2
+# gets GOAWAY), a request in flight on it runs to its end, and an idle one is closed at once. A terminating gateway
+# pod is out of its Service's endpoints from its first second, but clients' keep-alive connections (idle_timeout
+# 300 s) would keep bringing it new requests through its whole preStop and be cut by SIGTERM; this makes them
+# reconnect, to the other pods, within a minute (components.k8s.gateway.component.drain_seconds).
+# A connection busy when its time is up is draining: a request that starts on it within CLIENT_DRAIN_SECONDS (the
+# connection manager's drain_timeout, Envoy's default, stated) is still served, with `Connection: close`; then it
+# closes once no request is left on it.
+# envoyproxy/envoy@v1.40.0:api/envoy/config/core/v3/protocol.proto (HttpProtocolOptions.max_connection_duration),
+# api/envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto (drain_timeout).
+CLIENT_CONNECTION_MAX_SECONDS = 60
+CLIENT_DRAIN_SECONDS = 5
+
+
 def client_keepalive() -> list[dict[str, Any]]:
     return [{"description": description, "level": level, "name": name, "int_value": value, "state": "STATE_PREBIND"}
             for description, level, name, value in [
@@ -508,7 +522,9 @@ def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
                request_headers_timeout=_seconds(gw.request_headers_timeout_seconds),
                request_timeout=_seconds(gw.request_timeout_seconds),
                stream_idle_timeout=_seconds(gw.stream_idle_timeout_seconds),
+               drain_timeout=_seconds(CLIENT_DRAIN_SECONDS),
                common_http_protocol_options={"idle_timeout": _seconds(gw.idle_timeout_seconds),
+                                             "max_connection_duration": _seconds(CLIENT_CONNECTION_MAX_SECONDS),
                                              # x_model would otherwise reach the engine beside x-model (400)
                                              "headers_with_underscores_action": "REJECT_REQUEST"},
                local_reply_config=local_replies(),
