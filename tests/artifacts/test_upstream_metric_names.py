@@ -18,7 +18,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -27,14 +27,16 @@ import pytest
 import yaml
 
 import dashboards
+from components.k8s.gateway.budgets.service import BudgetConfig
 from components.k8s.gateway.envoy import config as ec
-from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
 from components.k8s.gpu_stack import DCGM_COUNTERS
 from components.k8s.settings import Variant
 from infra.config import PlatformConfig
 from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, SGLANG, TRITON, VLLM
+from tests.support.budget_service import BudgetService
 from tests.support.envoy import rebind
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
@@ -261,19 +263,23 @@ def _parse(text: str) -> Scrape:
 def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
     """The prod stack's bootstrap on 127.0.0.1, every model cluster on one local backend: a routed request per
     workload, an unrouted one (404), then the stats listener's /stats/prometheus (what Prometheus scrapes).
-    Two variants of one more workload are added, so the variant decision routes' stats exist too."""
+    Two variants of one more workload are added, so the variant decision routes' stats exist too. The token budget
+    service runs too (its filters' ext_proc stats are read by the budget alerts): these requests have no body, so it
+    never asks its store, and none is started."""
     cfg = _with_variants(stack_config("prod"))
     work = tmp_path_factory.mktemp("envoy-scrape")
     admin, listener, stats = free_port(), free_port(), free_port()
     # The gateway admits only tokens of the stack's issuers: stand in for each with a local key.
     issuers = [Issuer(i.issuer) for i in cfg.gateway.auth.issuers]
     first = cfg.gateway.auth.issuers[0]
-    with _backend() as backend:
+    budgets = free_port()
+    with _backend() as backend, ExitStack() as stack:
         boot = ec.bootstrap(cfg)
         dns = [c["name"] for c in boot["static_resources"]["clusters"]
                if c.get("cluster_type", {}).get("name") == ec.DNS_CLUSTER_TYPE]
         config = rebind(boot, listener_port=listener, stats_port=stats, admin_port=admin,
-                           endpoints={name: [backend] for name in dns if name != BUDGETS_CLUSTER},
+                           endpoints={name: [("127.0.0.1", budgets) if name == BUDGETS_CLUSTER else backend]
+                                      for name in dns},
                            jwks=[i.jwks for i in issuers])
         (work / "envoy.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
         with (work / "envoy.log").open("wb") as log:
@@ -281,6 +287,9 @@ def envoy_scrape(tmp_path_factory: pytest.TempPathFactory) -> Scrape:
                                      "--concurrency", "1", "-l", "warning", "--disable-hot-restart"],
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         try:
+            # after Envoy's fork (tests.support.budget_service); a store nothing listens on, never asked
+            stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)),
+                                              f"redis://127.0.0.1:{free_port()}/0", port=budgets))
             deadline = time.monotonic() + 30
             while _get_ready(admin) != 200:
                 assert proc.poll() is None, (work / "envoy.log").read_text()[-3000:]

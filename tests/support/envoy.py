@@ -12,12 +12,17 @@ from pathlib import Path
 from typing import Any
 
 from components.k8s.gateway.envoy.base import ADMIN_CLUSTER, DNS_CLUSTER_TYPE, _address
-from components.k8s.gateway.envoy.budgets import BUDGETS_CLOSED_FILTER, BUDGETS_CLUSTER, BUDGETS_FILTER
+from components.k8s.gateway.envoy.budgets import (
+    BUDGETS_CLOSED_FILTER,
+    BUDGETS_CLUSTER,
+    BUDGETS_FILTER,
+    BUDGETS_METER_FILTER,
+)
 from components.k8s.gateway.envoy.config import GatewayView, bootstrap
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
 
-BUDGET_FILTERS = (BUDGETS_FILTER, BUDGETS_CLOSED_FILTER)
+BUDGET_FILTERS = (BUDGETS_FILTER, BUDGETS_CLOSED_FILTER, BUDGETS_METER_FILTER)
 
 __all__ = ["rebind", "start_gateway", "await_replicas"]
 
