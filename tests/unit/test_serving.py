@@ -454,10 +454,12 @@ def test_triton_scales_on_average_queue_time() -> None:
     assert trigger["metricType"] == "Value" and trigger["metadata"]["threshold"] == "30"
     # Per repository model, the worst average queue time: whatever the repository names its models (an
     # ensemble's tensorrt_llm, the onprem classifier's own), its bottleneck decides; no model name is assumed.
+    # (a capacity-block model: the query holds until the block's cron window ends, 2026-12-15 10:23 UTC)
     assert trigger["metadata"]["query"] == (
-        'max(sum by (model) (rate(nv_inference_queue_duration_us{namespace="assistant",'
+        '(max(sum by (model) (rate(nv_inference_queue_duration_us{namespace="assistant",'
         'aifactory_io_model="assistant-fast"}[1m])) / 1000 / clamp_min(sum by (model) '
-        '(rate(nv_inference_request_success{namespace="assistant",aifactory_io_model="assistant-fast"}[1m])), 1e-9))')
+        '(rate(nv_inference_request_success{namespace="assistant",aifactory_io_model="assistant-fast"}[1m])), 1e-9)))'
+        ' and on() (vector(time()) < 1797330180)')
     classifier = scaled_object(stack("onprem"), stack("onprem").models["classifier"])["spec"]["triggers"][0]
     assert 'model="tensorrt_llm"' not in classifier["metadata"]["query"]
 

@@ -341,7 +341,7 @@ class Gateway(pulumi.ComponentResource):
         if any_budget(cfg):  # the token budgets' store
             versions.release(f"{name}-budget-store", versions.VALKEY, release_name=STORE_RELEASE,
                              namespace=cfg.gateway.namespace, values=store_values(cfg),
-                             opts=in_ns.merge(pulumi.ResourceOptions(depends_on=list(after))) if after else in_ns)
+                             opts=pulumi.ResourceOptions(parent=self, depends_on=[namespace, *after]))
         self.namespace = pulumi.Output.from_input(cfg.gateway.namespace)
         self.service = pulumi.Output.from_input(service_host(cfg.gateway.namespace))
         self.register_outputs({"namespace": cfg.gateway.namespace,
