@@ -22,6 +22,8 @@ from components.k8s.gateway.envoy.config import GatewayView, bootstrap
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
 
+FLUSH_INTERVAL_KEY = "tracing.opentelemetry.flush_interval_ms"
+TEST_FLUSH_INTERVAL_MS = 100
 BUDGET_FILTERS = (BUDGETS_FILTER, BUDGETS_CLOSED_FILTER, BUDGETS_METER_FILTER)
 
 __all__ = ["rebind", "start_gateway", "await_replicas"]
@@ -76,6 +78,12 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
     and their cluster (a fail-closed tenant's requests would otherwise be refused with no service to ask).
     """
     out = copy.deepcopy(dict(config))
+    # Spans are exported at once rather than every 5 s (Envoy's default OpenTelemetry flush interval), so a test
+    # waiting for a span waits for the span, not for the timer (envoyproxy/envoy@v1.40.0
+    # source/extensions/tracers/opentelemetry/tracer.cc: runtime tracing.opentelemetry.flush_interval_ms).
+    for layer in out.get("layered_runtime", {}).get("layers", []):
+        if "static_layer" in layer:
+            layer["static_layer"] = {**layer["static_layer"], FLUSH_INTERVAL_KEY: TEST_FLUSH_INTERVAL_MS}
     if BUDGETS_CLUSTER not in endpoints:
         out = _without_budgets(out)
     ports = {"gateway": listener_port, "stats": stats_port}
