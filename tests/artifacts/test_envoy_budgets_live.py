@@ -146,16 +146,17 @@ def test_a_request_reserves_then_settles_its_usage(gw: Live) -> None:
     status, _, body = gw.post("open", _body(max_tokens=8))
     assert status == 200, body
     assert json.loads(body)["usage"] == {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
-    assert gw.spent() == 20 + 4 * 8  # usage: prompt + outputWeight x completion; the reservation was given back
+    # usage: prompt + outputWeight x completion; the reservation was given back
+    assert gw.settles_to(20 + 4 * 8) == 20 + 4 * 8
     # the routed workload's budget too (the route's name reaches the service: attribute xds.route_name)
-    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
+    assert gw.settles_to(20 + 8, window_key("workload", "chat", "perHour", NOW)) == 20 + 8
 
 
 def test_a_request_without_max_tokens_gets_the_budgets_default(gw: Live) -> None:
     status, _, _ = gw.post("open", _body())
     assert status == 200
     assert gw.engine.bodies[-1]["max_tokens"] == 50  # defaultMaxTokens: what was reserved bounds what it generates
-    assert gw.spent() == 20 + 4 * 10
+    assert gw.settles_to(20 + 4 * 10) == 20 + 4 * 10
 
 
 def test_a_stream_is_asked_for_its_usage_and_settles_it(gw: Live) -> None:
@@ -163,7 +164,7 @@ def test_a_stream_is_asked_for_its_usage_and_settles_it(gw: Live) -> None:
     assert status == 200 and headers["content-type"] == "text/event-stream"
     assert gw.engine.bodies[-1]["stream_options"] == {"include_usage": True}
     assert b'"usage"' in body and body.rstrip().endswith(b"data: [DONE]")
-    assert gw.spent() == 20 + 4 * 10
+    assert gw.settles_to(20 + 4 * 10) == 20 + 4 * 10
 
 
 def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
@@ -234,7 +235,7 @@ def test_a_workloads_budget_counts_every_caller(gw: Live) -> None:
     assert status == 200
     gw.service.drain()
     assert gw.redis.client().keys("aifactory:*") == [window_key("workload", "chat", "perHour", NOW).encode()]
-    assert gw.spent(window_key("workload", "chat", "perHour", NOW)) == 20 + 8
+    assert gw.settles_to(20 + 8, window_key("workload", "chat", "perHour", NOW)) == 20 + 8
 
 
 def test_racing_requests_for_the_last_reservations_worth_let_exactly_one_through(gw: Live) -> None:
