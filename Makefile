@@ -10,17 +10,17 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 # The stamp depends on pyproject.toml and on this file (UV_VERSION, the install steps) so a changed pin reinstalls.
 UV_VERSION := 0.13.9
-UV_PIP := $(BIN)/uv pip install --quiet --system-certs --compile-bytecode --python $(BIN)/python
+UV_PIP := $(BIN)/uv pip install --quiet --system-certs --python $(BIN)/python
 $(VENV)/.installed: pyproject.toml Makefile
 	@# Debian's and Ubuntu's Pythons need their pythonX.Y-venv package for `-m venv` (for the version of the Python used, which
 	@# need not be the system's default python3); install it only when venv creation fails.
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(SUDO) apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -q \
 	    "python$$($(PYTHON) -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv" && $(PYTHON) -m venv $(VENV); }
-	@# uv resolves the same versions as pip and installs them in about a third of the time (parallel downloads and
-	@# bytecode compiles): ~60 s instead of ~160 s on two cores. Bytecode is compiled here because CI's environment sets
-	@# PYTHONDONTWRITEBYTECODE: without it every test process would compile pulumi_aws again. uv reads no pip.conf:
-	@# it installs from PyPI, with the system's certificates as pip is configured to.
+	@# uv resolves the same versions as pip and installs them in a fraction of the time (parallel downloads). Bytecode
+	@# is not compiled here (21 s of ~230 packages, most never imported): `make test` lifts CI's PYTHONDONTWRITEBYTECODE,
+	@# so what the tests import is compiled once, by its first importer, and read back by every later process. uv reads
+	@# no pip.conf: it installs from PyPI, with the system's certificates as pip is configured to.
 	$(BIN)/python -m pip install --quiet 'uv==$(UV_VERSION)'
 	$(UV_PIP) -e '.[test]'
 	@# The threading instrumentation's pins are overridden in pyproject.toml ([tool.uv] override-dependencies).
