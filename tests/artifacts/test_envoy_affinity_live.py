@@ -308,14 +308,20 @@ def test_a_sessions_failed_try_is_retried_on_another_replica(failing: Gateway, m
     replicas stayed on its failing one once in 27 (here: a failed run more often than not); with affinity the
     draws are AFFINITY_HOST_SELECTION_ATTEMPTS. Each session is back on its replica once it answers again (one
     503 between two 200s ejects nothing)."""
+    overflowed = []
     for s in range(30):
         session = f"r{s}"
         home = failing.served_by(model, session=session)
         with behaving(failing, (home,), Behaviour.UNAVAILABLE):
             status, served = failing.ask(model, session=session)
-        assert status == 200 and served is not None and served.startswith(replicas) and served != home, (
-            s, home, status, served)
+        assert status == 200 and served is not None and served != home, (s, home, status, served)
+        if not served.startswith(replicas):
+            # a variant's: its gate's retries spent (each draw of a retry can land on the failing replica again), the
+            # workload's route overflowed to its next variant, which served: seen once in 30 on a busy CI machine
+            overflowed.append((s, home, served))
         assert failing.served_by(model, session=session) == home
+    assert model != "chat" or overflowed == [], overflowed
+    assert len(overflowed) <= 2, overflowed
 
 
 def test_a_conversations_workflows_send_one_session_through_the_gateway(gateway: Gateway) -> None:
