@@ -13,7 +13,6 @@ callers' service accounts).
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 from typing import Any
 
@@ -26,9 +25,9 @@ from components.k8s.gateway.envoy.budgets import (
     any_budget,
     service_config,
 )
-from components.k8s.gateway.names import _selector
+from components.k8s.gateway.names import CONFIG_HASH_ANNOTATION, _selector
 from components.k8s.serving import MONITORING_API_VERSION
-from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, PROXY_CONFIG_ANNOTATION
+from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, proxy_drain_annotations
 
 __all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url",
            "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds"]
@@ -124,9 +123,9 @@ def _deployment(cfg: GatewayView, config: str) -> dict[str, Any]:
         "selector": {"matchLabels": _pods()},
         "template": {
             "metadata": {"labels": _labels(), "annotations": {
-                "aifactory.io/config-sha256": hashlib.sha256(config.encode()).hexdigest(),
+                CONFIG_HASH_ANNOTATION: hashlib.sha256(config.encode()).hexdigest(),
                 # a classic Istio sidecar drains as long as the pod may live (components.k8s.serving.lifecycle)
-                PROXY_CONFIG_ANNOTATION: json.dumps({"terminationDrainDuration": f"{grace}s"})}},
+                **proxy_drain_annotations(grace)}},
             "spec": {"serviceAccountName": BUDGETS_SERVICE, "automountServiceAccountToken": False,
                      "terminationGracePeriodSeconds": grace,
                      "securityContext": security.pod_security_context(),

@@ -61,7 +61,15 @@ from components.k8s.gateway.envoy.config import (
     GatewayView,
     render,
 )
-from components.k8s.gateway.names import SERVICE_PORT, _meta, _selector, gateway_labels, service_host, service_url
+from components.k8s.gateway.names import (
+    CONFIG_HASH_ANNOTATION,
+    SERVICE_PORT,
+    _meta,
+    _selector,
+    gateway_labels,
+    service_host,
+    service_url,
+)
 from components.k8s.gateway.network import (
     NAMESPACE_NAME_LABEL,
     SIDECAR_METRICS_PORTS,
@@ -139,7 +147,6 @@ __all__ = [
 TYPE = "aifactory:k8s:Gateway"  # the type token of the kit's existing stacks (part of every child's URN)
 DEFAULT_ENVOY_IMAGE = "envoyproxy/envoy:v1.40.0"  # the version the tests validate the config with
 CONFIG_MAP = "envoy-config"
-CONFIG_HASH_ANNOTATION = "aifactory.io/config-sha256"  # a config change rolls the pods
 DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new replicas start
 METRICS_SERVICE = f"{naming.GATEWAY_APP}-metrics"
 METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metrics Service only

@@ -8,9 +8,10 @@ from typing import Any
 from components.k8s import naming
 from components.k8s.gateway.envoy.config import GatewayView
 
-__all__ = ["SERVICE_PORT", "gateway_labels", "service_host", "service_url"]
+__all__ = ["SERVICE_PORT", "CONFIG_HASH_ANNOTATION", "gateway_labels", "service_host", "service_url"]
 
 SERVICE_PORT = 80
+CONFIG_HASH_ANNOTATION = "aifactory.io/config-sha256"  # on a pod template: a config change rolls the pods
 
 
 def gateway_labels() -> dict[str, str]:
