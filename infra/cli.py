@@ -4,6 +4,10 @@ The script an installer writes imports this module, then calls `entry()`. This m
 so Ctrl-C while the kit's modules are still being imported (the first second or two of every command: the parser,
 the stack model, the Pulumi SDK) lands in `entry()` and ends the command as it does later: one line, exit 130.
 The command line itself is infra/commands.py.
+
+Python swallows an exception raised inside a callback it cannot return it from (a weakref callback, `__del__`): a
+Ctrl-C that lands in the import system's module-lock callback prints "Exception ignored in ..." and the command goes
+on. `entry()` ends the process on such a swallowed Ctrl-C (sys.unraisablehook) the same way, one line and 130.
 """
 
 from __future__ import annotations
@@ -40,9 +44,21 @@ def __getattr__(name: str) -> Any:
     return getattr(infra.commands, name)
 
 
+def _undelivered_interrupt(unraisable: Any) -> None:
+    """sys.unraisablehook: a KeyboardInterrupt Python could not deliver ends the command at once (module docstring);
+    anything else is reported as Python does."""
+    if isinstance(unraisable.exc_value, KeyboardInterrupt):
+        print(INTERRUPTED, file=sys.stderr, flush=True)
+        import os
+
+        os._exit(EXIT_INTERRUPTED)
+    sys.__unraisablehook__(unraisable)
+
+
 def entry() -> None:
     """Run the command line and exit with its code. Like other Unix tools, `aifactory synth prod | head` ends
     quietly when the reader goes away (default SIGPIPE); only here, never for in-process callers of main()."""
+    sys.unraisablehook = _undelivered_interrupt
     try:
         import signal
 
