@@ -23,7 +23,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["SCORERS", "METRIC", "ANSWERED", "score", "answered", "process_results"]
+__all__ = ["SCORERS", "METRIC", "ANSWERED", "score", "answered", "process_results", "doc_to_text", "doc_to_target"]
 
 SCORERS = ("exact", "regex", "numeric", "json-schema")
 METRIC = "score"  # the task's metric: 1.0 when the item's answer is right, else 0.0
@@ -82,3 +82,13 @@ def process_results(doc: Mapping[str, Any], results: Sequence[str]) -> dict[str,
     ok = score(scorer=doc["scorer"], reference=doc["reference"], answer=answer,
                tolerance=float(doc.get("tolerance") or 0.0))
     return {METRIC: 1.0 if ok else 0.0, ANSWERED: 1.0 if answered(answer) else 0.0}
+
+
+def doc_to_text(doc: Mapping[str, Any]) -> str:
+    """The prompt the harness sends for a document (the task's `doc_to_text`)."""
+    return str(doc["prompt"])
+
+
+def doc_to_target(doc: Mapping[str, Any]) -> str:
+    """The document's reference, as the harness records it beside each sample (the task's `doc_to_target`)."""
+    return str(doc["reference"])
