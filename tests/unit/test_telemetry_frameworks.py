@@ -548,10 +548,14 @@ def test_parallel_tools_are_not_summed(ran: tuple[Combo, Ran]) -> None:
                 and (s.attributes or {}).get("tool.name") != "final_answer"]
     assert len(parallel) == 2
     summed = sum(((s.end_time or 0) - (s.start_time or 0)) / 1e9 for s in parallel)
+    (s1, e1), (s2, e2) = sorted(((s.start_time or 0) / 1e9, (s.end_time or 0) / 1e9) for s in parallel)
+    overlap = max(0.0, min(e1, e2) - s2)  # the time both ran: the faster tool's 0.2 s less any late start
+    assert overlap > 0
     tool_path = value(r.h, names.CRITICAL_PATH, step_kind="tool")[0]
     kb_s = KB_S if ("tool", "kb") in combo.kinds else 0.0
-    # The batch costs the slower tool (0.5 s), not both (0.7 s): less than the sum by about the faster one.
-    assert tool_path < summed + kb_s - 0.8 * TOOL_S["search"]
+    # The batch costs the slower tool (0.5 s), not both (0.7 s): less than the sum by about the time they ran
+    # together (measured from the spans: on a busy machine the second tool may start late; it once overlapped 0.15 s)
+    assert tool_path < summed + kb_s - 0.8 * overlap
     assert tool_path >= TOOL_S["weather"] + kb_s
 
 
