@@ -42,17 +42,52 @@ ALONE_FILES = ("tests/artifacts/test_envoy_live.py", "tests/artifacts/test_envoy
                "tests/artifacts/test_envoy_variants_live.py", "tests/artifacts/test_day2_scenarios_live.py")
 
 
+# The files that take longest, longest first (per-file sums of `pytest --junitxml` on the development machine). The
+# suite runs them first: `make test` hands files to the workers in collection order (--no-loadscope-reorder), so
+# the run ends on short files and no worker idles while another finishes a long one (xdist's own order is by
+# number of tests, which put a one-test 27 s promtool file and the eval files last). Files not listed follow in
+# their usual order; a stale entry costs balance, never a test (tests/unit/test_conftest_order.py checks they exist).
+LONGEST_FIRST = (
+    "tests/unit/test_cli.py",
+    "tests/unit/test_fidelity_known_answers.py",
+    "tests/unit/test_fidelity_eval.py",
+    "tests/artifacts/test_dashboards.py",
+    "tests/unit/test_telemetry_frameworks.py",
+    "tests/artifacts/test_rules.py",
+    "tests/artifacts/test_envoy_affinity_live.py",
+    "tests/artifacts/test_day2_scenarios_live.py",
+    "tests/unit/test_readme.py",
+    "tests/unit/test_synth.py",
+    "tests/artifacts/test_envoy_live.py",
+    "tests/artifacts/test_verify_live.py",
+    "tests/artifacts/test_k8s_schemas.py",
+    "tests/unit/test_aws_cluster.py",
+    "tests/unit/test_aws_input_rules.py",
+    "tests/unit/test_bringup.py",
+    "tests/unit/test_fidelity_job.py",
+    "tests/artifacts/test_envoy_issuer_tenants_live.py",
+    "tests/unit/test_config_schema.py",
+    "tests/artifacts/test_envoy_input_live.py",
+    "tests/unit/test_gateway.py",
+    "tests/artifacts/test_envoy_variants_live.py",
+    "tests/unit/test_config.py",
+    "tests/unit/test_preflight.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW_DIRS) or item.nodeid.partition("[")[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: a file stays whole
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
     """What collection built (every test module, the kit, its SDKs: some 400,000 objects) lives to the end of the
     run: frozen out of the cyclic collector's sight, a full collection scans only what the tests create since. The
-    eval runs make one after each variant (infra/evaluate.py): 0.5-1 s of CPU each over the whole heap on the
-    development machine, none once it is frozen."""
+    eval runs make one after each failed variant (infra/evaluate.py): 0.5-1 s of CPU each over the whole heap on
+    the development machine, none once it is frozen."""
     gc.freeze()
 
 
