@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from components.k8s.gateway.envoy.base import COLLECTOR_CLUSTER
+from components.k8s.observability.sizing import GATEWAY_SPANS
 from tests.bench.bench_gateway import ISSUER, overhead_setup, variants
 from tests.support.otlp_sink import TraceSink
 from tests.support.tokens import Issuer
@@ -41,5 +42,5 @@ def test_every_gateway_request_exports_one_span_to_a_listening_receiver(tmp_path
         stats = gw.stats()
         spans = sink.spans
     assert statuses == [200] * 2 * PER_SHAPE
-    assert spans == 2 * PER_SHAPE
+    assert spans == 2 * PER_SHAPE * GATEWAY_SPANS == 2 * PER_SHAPE
     assert stats.get(f"cluster.{COLLECTOR_CLUSTER}.upstream_cx_connect_fail", 0) == 0

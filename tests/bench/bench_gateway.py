@@ -41,7 +41,7 @@ from typing import Any
 from components.k8s.gateway.envoy.base import COLLECTOR_CLUSTER
 from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
-from tests.support.envoy import await_replicas, rebind
+from tests.support.envoy import FLUSH_INTERVAL_KEY, await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
 from tests.support.otlp_sink import TraceSink
 from tests.support.stacks import stack_raw
@@ -181,6 +181,8 @@ def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int]) -> Ite
     gateway_cfg = rebind(bootstrap(cfg), listener_port=g_port, stats_port=free_port(), admin_port=g_admin,
                          endpoints={MODEL: [("127.0.0.1", b_port)], COLLECTOR_CLUSTER: [collector]},
                          jwks=[issuer.jwks])
+    for layer in gateway_cfg.get("layered_runtime", {}).get("layers", []):  # the shipped export batching: Envoy's
+        layer.get("static_layer", {}).pop(FLUSH_INTERVAL_KEY, None)  # 5 s timer or 5 spans, not the tests' 100 ms
     with EnvoyProcess(backend_bootstrap(b_port, b_admin), tmp / "backend", admin_port=b_admin,
                       listener_port=b_port), \
             EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2) as gw:

@@ -3,35 +3,44 @@ to the gateway, for live tests and benches that must export somewhere real (an e
 listens on spends CPU on every failed connect and retry, which a deployed gateway does not).
 
 It answers every `opentelemetry.proto.collector.trace.v1.TraceService/Export` with an empty response and counts
-the spans it received (opentelemetry-proto's ExportTraceServiceRequest; the service and method names are
+the spans it received, by name (opentelemetry-proto's ExportTraceServiceRequest; the service and method names are
 opentelemetry-proto's `opentelemetry/proto/collector/trace/v1/trace_service.proto`). Its own process keeps its
 parsing off the caller's interpreter lock, so a latency bench's client threads do not wait on it.
 """
 
 from __future__ import annotations
 
-import multiprocessing
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
 from concurrent import futures
-from multiprocessing.connection import Connection
-from multiprocessing.sharedctypes import Synchronized
+from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import IO, Any
 
 __all__ = ["TRACE_SERVICE", "TraceSink"]
 
 TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 START_TIMEOUT_S = 30.0
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _serve(conn: Connection, spans: Synchronized) -> None:  # type: ignore[type-arg]
+def serve(commands: IO[str], answers: IO[str]) -> None:
+    """The receiver: prints its port, then answers each command line (`names`: a JSON object of span counts by
+    name) until `stop` or the end of `commands`."""
     import grpc
     from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+    names: Counter[str] = Counter()
+    lock = threading.Lock()
+
     def export(request: bytes, _context: Any) -> bytes:
-        n = sum(len(ss.spans) for rs in ExportTraceServiceRequest.FromString(request).resource_spans
-                for ss in rs.scope_spans)
-        with spans.get_lock():
-            spans.value += n
+        got = [s.name for rs in ExportTraceServiceRequest.FromString(request).resource_spans
+               for ss in rs.scope_spans for s in ss.spans]
+        with lock:
+            names.update(got)
         return b""  # an empty ExportTraceServiceResponse: everything accepted
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
@@ -39,45 +48,82 @@ def _serve(conn: Connection, spans: Synchronized) -> None:  # type: ignore[type-
         TRACE_SERVICE, {"Export": grpc.unary_unary_rpc_method_handler(export)}),))
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
-    conn.send(port)
-    conn.recv()  # until the owner says stop (or goes away)
+    print(port, file=answers, flush=True)
+    for line in commands:
+        if line.strip() != "names":
+            break
+        with lock:
+            print(json.dumps(dict(names)), file=answers, flush=True)
     server.stop(grace=None).wait(5)
 
 
 class TraceSink:
-    """`with TraceSink() as sink:` `sink.port` takes OTLP/gRPC exports; `sink.spans` counts what arrived."""
+    """`with TraceSink() as sink:` `sink.port` takes OTLP/gRPC exports; `sink.names()` counts the spans that
+    arrived by name, `sink.spans` in all."""
 
     def __init__(self) -> None:
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: gRPC does not survive fork
-        self._conn, child = ctx.Pipe()
-        self._count = ctx.Value("q", 0)
-        self._proc = ctx.Process(target=_serve, args=(child, self._count), daemon=True)
         self.port = 0
+        self._proc: subprocess.Popen[str] | None = None
+        self._lock = threading.Lock()
 
     @property
     def address(self) -> tuple[str, int]:
         return ("127.0.0.1", self.port)
 
+    def _ask(self, command: str) -> str:
+        assert self._proc is not None and self._proc.stdin is not None and self._proc.stdout is not None
+        with self._lock:
+            self._proc.stdin.write(command + "\n")
+            self._proc.stdin.flush()
+            return self._proc.stdout.readline()
+
+    def names(self) -> dict[str, int]:
+        """How many spans of each name arrived."""
+        return dict(json.loads(self._ask("names")))
+
     @property
     def spans(self) -> int:
-        with self._count.get_lock():
-            return int(self._count.value)
+        return sum(self.names().values())
 
     def __enter__(self) -> TraceSink:
-        self._proc.start()
-        if not self._conn.poll(START_TIMEOUT_S):
-            self._proc.kill()
+        self._proc = subprocess.Popen([sys.executable, "-m", "tests.support.otlp_sink"], cwd=ROOT, text=True,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        assert self._proc.stdout is not None
+        ready = threading.Event()
+        first: list[str] = []
+
+        def read_port() -> None:
+            first.append(self._proc.stdout.readline() if self._proc and self._proc.stdout else "")
+            ready.set()
+
+        threading.Thread(target=read_port, daemon=True).start()
+        if not ready.wait(START_TIMEOUT_S) or not first[0].strip().isdigit():
+            self._stop()
             raise RuntimeError(f"the OTLP sink did not start within {START_TIMEOUT_S:g} s")
-        self.port = int(self._conn.recv())
+        self.port = int(first[0])
         return self
+
+    def _stop(self) -> None:
+        if self._proc is None:
+            return
+        try:
+            if self._proc.stdin is not None:
+                self._proc.stdin.write("stop\n")
+                self._proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self._proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self._proc.kill()
+            self._proc.wait(5)
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        try:
-            self._conn.send("stop")
-        except OSError:
-            pass
-        self._proc.join(10)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
+        self._stop()
+
+
+if __name__ == "__main__":
+    serve(sys.stdin, sys.stdout)
