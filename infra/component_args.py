@@ -10,7 +10,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from components.k8s.autoscaler import ClusterAutoscalerArgs
+from components.k8s.autoscaler import DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS, ClusterAutoscalerArgs
 from components.k8s.engines import ENGINES
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import (
@@ -22,11 +22,15 @@ from components.k8s.gateway import (
     RoutingArgs,
     TokenBudgetArgs,
 )
+from components.k8s.gateway import termination_grace_seconds as gateway_grace_seconds
+from components.k8s.gateway.budget_objects import termination_grace_seconds as budget_grace_seconds
+from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
 from components.k8s.mesh import MeshArgs
 from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs
 from components.k8s.platform import PlatformArgs
 from components.k8s.serving import ModelDeploymentArgs, ModelInfinibandArgs
+from components.k8s.serving.lifecycle import termination_grace_seconds as model_grace_seconds
 from components.k8s.settings import AlertReceiver, JwtIssuer, Model, Tenant, TokenBudget
 from components.k8s.storage import cache_storage_class_name
 from components.k8s.tenancy import TenancyArgs
@@ -34,7 +38,8 @@ from infra.config import PlatformConfig
 from infra.stack import declared
 
 __all__ = ["same_names", "shared", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args",
-           "mesh_args", "fabric_args", "cluster_autoscaler_args", "observability_args", "platform_args"]
+           "mesh_args", "fabric_args", "pod_grace_seconds", "cluster_autoscaler_args", "observability_args",
+           "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 # (besides a tokenizer its engine downloads from the Hub: Engine.tokenizer_from_hub)
@@ -246,10 +251,27 @@ def fabric_args(cfg: PlatformConfig) -> FabricArgs:
     return args
 
 
+def pod_grace_seconds(cfg: PlatformConfig) -> dict[str, int]:
+    """terminationGracePeriodSeconds of each kind of pod the stack renders that drains work in flight, by a label
+    (`model <name>`, with its role for a multi-node replica's leader and workers; `gateway`; `budget service`)."""
+    out: dict[str, int] = {}
+    for m in cfg.models.values():
+        for role in ("leader", "worker") if m.multi_node else ("single",):
+            out[f"model {m.name}" + (f" ({role})" if m.multi_node else "")] = model_grace_seconds(m, role)
+    out["gateway"] = gateway_grace_seconds(cfg)  # the gateway routes to every model key (infra.fidelity.routable)
+    if any_budget(cfg):
+        out["budget service"] = budget_grace_seconds(cfg)
+    return out
+
+
 def cluster_autoscaler_args(cfg: PlatformConfig) -> ClusterAutoscalerArgs:
-    """AWS stacks only: the EKS cluster's name and region."""
+    """AWS stacks only: the EKS cluster's name and region, and the longest grace period of the stack's pods, so a
+    scale-down lets each of them drain (components.k8s.autoscaler); never below the autoscaler's default, which
+    the platform releases' own pods (charts with grace periods of their own) keep."""
     assert cfg.cluster is not None and cfg.target.region is not None
-    return {"cluster_name": cfg.cluster.name, "region": cfg.target.region}
+    return {"cluster_name": cfg.cluster.name, "region": cfg.target.region,
+            "max_graceful_termination_seconds": max(DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS,
+                                                    *pod_grace_seconds(cfg).values())}
 
 
 def _receiver(r: AlertReceiver) -> AlertReceiverArgs:

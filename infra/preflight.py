@@ -71,6 +71,7 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
         *rules.release_order_findings(resources),
         *rules.endpoint_findings(resources, deployer_in_vpc=deployer_in_vpc),
         *rules.schedule_findings(resources, pools),
+        *rules.drain_findings(resources),
         *fidelity_findings(resources, gate),
     ]
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))

@@ -6,6 +6,13 @@ every managed group, capacity blocks included (components.vocabulary.AUTOSCALED_
 each group's labels and taints from EKS (DescribeNodegroup), so GPU pools can scale from zero. It runs
 as its own service account with an IRSA role whose write actions only reach this cluster's groups.
 
+A scale-down evicts each pod of the node with a grace period of at most `--max-graceful-termination-sec` (the
+autoscaler's default 600 s), however long the pod's own terminationGracePeriodSeconds, and the kubelet kills the pod
+when it ends (kubernetes/autoscaler@cluster-autoscaler-1.34.1: cluster-autoscaler/core/scaledown/actuation/drain.go
+evictPod; config/flags/flags.go; the FAQ.md entry on graceful termination in scale-down). So the kit passes the
+longest grace period of the pods it renders (`max_graceful_termination_seconds`; infra.component_args), and
+`aifactory preflight` names a pod whose grace the autoscaler's setting would cut (policies/preflight/drain.py).
+
 ClusterAutoscaler takes its own `args` (ClusterAutoscalerArgs: the cluster's name and region) and the cluster
 (components.identity.WorkloadIdentity: on EKS the GpuCluster, whose OIDC provider its IRSA role trusts);
 infra.component_args maps PlatformConfig. It is not in the component package: the IRSA
@@ -14,7 +21,7 @@ role needs the GpuCluster object, which a package input cannot carry.
 
 # No `from __future__ import annotations`: TypedDict reads its keys from evaluated annotations.
 import re
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -27,13 +34,18 @@ if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
 
 __all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
-           "IRSA_ANNOTATION", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
+           "IRSA_ANNOTATION", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS", "MAX_GRACEFUL_TERMINATION_FLAG",
+           "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
 
 TYPE = "aifactory:k8s:ClusterAutoscaler"  # the type token of the kit's existing stacks (part of every child's URN)
 RELEASE_NAME = "cluster-autoscaler"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 DEFAULT_SCALE_DOWN_UNNEEDED = "10m"  # GPU nodes are expensive: give them back after 10 idle minutes
+# The autoscaler's flag and its own default (cluster-autoscaler 1.34.1, the app of chart 9.52.1: flags.go
+# maxGracefulTerminationFlag = 10*60)
+MAX_GRACEFUL_TERMINATION_FLAG = "max-graceful-termination-sec"
+DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS = 600
 READ_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups",
     "autoscaling:DescribeAutoScalingInstances",
@@ -56,6 +68,10 @@ class ClusterAutoscalerArgs(TypedDict):
     """The EKS cluster whose node groups it scales (auto-discovery tag k8s.io/cluster-autoscaler/<name>)."""
     region: str
     """The cluster's AWS region."""
+    max_graceful_termination_seconds: NotRequired[int]
+    """The most grace a scale-down gives each evicted pod (`--max-graceful-termination-sec`): at least the longest
+    terminationGracePeriodSeconds of the pods on the groups it scales, or their drain is cut. Default: 600 (the
+    autoscaler's own); the kit passes its pods' longest grace."""
 
 
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")  # us-east-1, ap-southeast-2, us-gov-west-1
@@ -69,6 +85,10 @@ def check_autoscaler_args(name: str, args: ClusterAutoscalerArgs) -> None:
         problems.add("region", f"{args['region']!r} is not an AWS region such as us-east-1")
     if not args["cluster_name"]:
         problems.add("clusterName", "must not be empty")
+    grace = args.get("max_graceful_termination_seconds", DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS)
+    if grace < 1:
+        problems.add("maxGracefulTerminationSeconds", f"{grace} is not a number of seconds of at least 1 (the pods' "
+                                                      "longest terminationGracePeriodSeconds)")
     problems.raise_any()
 
 
@@ -83,7 +103,9 @@ def autoscaler_policy(cluster_name: str) -> dict[str, Any]:
     ]}
 
 
-def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[str, Any]:
+def autoscaler_values(*, cluster_name: str, region: str, role_arn: str,
+                      max_graceful_termination_seconds: int = DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS
+                      ) -> dict[str, Any]:
     return {
         "fullnameOverride": RELEASE_NAME,
         "cloudProvider": "aws",
@@ -99,6 +121,8 @@ def autoscaler_values(*, cluster_name: str, region: str, role_arn: str) -> dict[
             "expander": "least-waste",
             "skip-nodes-with-local-storage": False,
             "scale-down-unneeded-time": DEFAULT_SCALE_DOWN_UNNEEDED,
+            # the chart renders each as --<key>=<value> (templates/deployment.yaml)
+            MAX_GRACEFUL_TERMINATION_FLAG: max_graceful_termination_seconds,
         },
         "priorityClassName": "system-cluster-critical",
         "resources": security.resources("100m", "300Mi", cpu_limit="500m", memory_limit="600Mi"),
@@ -117,13 +141,15 @@ class ClusterAutoscaler(pulumi.ComponentResource):
         super().__init__(self.pulumi_type, name, None, opts)
         check_autoscaler_args(name, args)
         cluster_name, region = args["cluster_name"], args["region"]
+        grace = args.get("max_graceful_termination_seconds", DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS)
         # the ARN with its inline policy as a dependency: the autoscaler starts only once it may act (IAM first)
         role_arn = cluster.service_account_role(f"{name}-irsa", namespace=naming.SYSTEM_NAMESPACE,
                                                 service_account=SERVICE_ACCOUNT,
                                                 inline_policy=autoscaler_policy(cluster_name),
                                                 opts=pulumi.ResourceOptions(parent=self))
         values = role_arn.apply(
-            lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn))
+            lambda arn: autoscaler_values(cluster_name=cluster_name, region=region, role_arn=arn,
+                                          max_graceful_termination_seconds=grace))
         versions.release(f"{name}-release", versions.CLUSTER_AUTOSCALER, release_name=RELEASE_NAME,
                          namespace=naming.SYSTEM_NAMESPACE, values=values,
                          opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace,

@@ -26,7 +26,7 @@ Upstream facts the rules encode (each constant below names its source):
 
 Modules: `resources` reads the state (Res, Finding, quantities, creation order); `pods` derives what admission
 sees of each pod template (LimitRange defaults, the injected sidecar); one module per rule: `quota`,
-`pod_security`, `storage`, `ordering` (CRDs and release bring-up), `awaits`, `endpoint`, `schedule`; `policy`
+`pod_security`, `storage`, `ordering` (CRDs and release bring-up), `awaits`, `endpoint`, `schedule`, `drain`; `policy`
 names the rules and makes the state-only ones policies. This package re-exports their public names.
 """
 
@@ -35,6 +35,7 @@ from policies.preflight.awaits import (
     DEFAULT_IMAGE_PULL_ALLOWANCE_SECONDS,
     await_findings,
 )
+from policies.preflight.drain import drain_findings
 from policies.preflight.endpoint import endpoint_findings
 from policies.preflight.ordering import DEFAULT_HELM_TIMEOUT_SECONDS, crd_order_findings, release_order_findings
 from policies.preflight.pod_security import pod_security_findings, pss_violations
@@ -82,6 +83,7 @@ __all__ = [
     "crd_order_findings",
     "await_findings",
     "release_order_findings",
+    "drain_findings",
     "endpoint_findings",
     "node_group_pools",
     "system_reserve",

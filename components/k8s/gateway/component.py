@@ -124,6 +124,7 @@ __all__ = [
     "AWS_LB_ANNOTATIONS",
     "gateway_labels",
     "config_map",
+    "termination_grace_seconds",
     "deployment",
     "service",
     "metrics_service",
@@ -181,12 +182,17 @@ def drain_seconds(cfg: GatewayView) -> int:
     return CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + longest + DRAIN_MARGIN_SECONDS
 
 
+def termination_grace_seconds(cfg: GatewayView) -> int:
+    """The gateway pod's terminationGracePeriodSeconds: its preStop (drain_seconds) and a margin for Envoy's exit."""
+    return drain_seconds(cfg) + DRAIN_MARGIN_SECONDS
+
+
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
     """Rolled when the config changes: the pod template carries the config's hash. A pod being replaced or
     evicted serves its requests in flight to their end before Envoy stops (drain_seconds)."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
     drain = drain_seconds(cfg)
-    grace = drain + DRAIN_MARGIN_SECONDS
+    grace = termination_grace_seconds(cfg)
     container = {
         "name": "envoy",
         "image": DEFAULT_ENVOY_IMAGE,

@@ -22,6 +22,10 @@ __all__ = [
     "loki_volume_gib",
     "volume_claim_spec",
     "retention_hours",
+    "GATEWAY_SPANS",
+    "SIDECAR_SPANS_PER_HOP",
+    "BUDGET_STREAMS",
+    "spans_per_request",
 ]
 
 # Disk sizing (docs/observability.md, "Observability data"). Prometheus stores 1-2 bytes per sample on disk
@@ -34,6 +38,29 @@ MIN_VOLUME_GIB = 10
 ALERTMANAGER_VOLUME_GIB = 1  # silences and the notification log: kilobytes to a few megabytes
 RETENTION_SIZE_FRACTION = 0.85  # Prometheus drops old blocks before its volume fills
 GIB = 1024 ** 3
+
+
+# What one request through the gateway sends the Collector (docs/observability.md, "Spans per request"). The gateway
+# samples every request (always_on) and passes `sampled` on in its traceparent, which each sidecar's tracer and vLLM's
+# parent-based sampler follow, so every span of the request is sent; the Collector's probabilistic_sampler keeps
+# traceSampleRatio of the traces after its spanmetrics have counted them all.
+GATEWAY_SPANS = 1  # the gateway's request span: its HCM sets no spawn_upstream_span (so no span per try)
+# A hop through the mesh: the caller's sidecar (its outbound HTTP connection manager) and the callee's (inbound) each
+# record one span; a sidecar spawns no upstream span (istio/istio@1.28.3 pilot/pkg/networking/core/tracing.go
+# configureFromProviderConfig: only for gateways, proxy.Type == Router).
+SIDECAR_SPANS_PER_HOP = 2
+# With token budgets: admission's and metering's ext_proc streams, each a child span of the gateway's
+# (envoyproxy/envoy@v1.40.0 source/extensions/filters/http/ext_proc/ext_proc.cc: the stream's parent span is the
+# request's) and a hop to the budget service, for every request (tenants without a budget too).
+BUDGET_STREAMS = 2
+
+
+def spans_per_request(*, engine_spans: int, token_budgets: bool, tries: int = 1) -> int:
+    """Spans one request through the gateway sends the Collector: the gateway's, each try's hop to the model, the
+    engine's own (`engine_spans`: vLLM 1, SGLang and Triton 0), and with token budgets each budget stream's span and
+    hop. `tries`: a retried request's tries (each a hop of its own)."""
+    budgets = BUDGET_STREAMS * (1 + SIDECAR_SPANS_PER_HOP) if token_budgets else 0
+    return GATEWAY_SPANS + tries * (SIDECAR_SPANS_PER_HOP + engine_spans) + budgets
 
 
 def retention_days(retention: str) -> float:
