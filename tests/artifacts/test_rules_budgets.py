@@ -5,11 +5,17 @@ tests/artifacts/test_rules.py's every-alert test."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+import dashboards
 from dashboards.budgets import NEARLY_SPENT_FOR, STORE_FOR, ext_proc_metric
 from dashboards.config import ObservabilityConfig
-from dashboards.rules import alerts
+from dashboards.rules import alerts, groups
+from infra.monitoring import from_platform
+from infra.synth import load_stack
 from telemetry.names import BUDGET
 from tests.artifacts.test_rules import Case, Labels, _around, _minutes, _promtool_test, _run_promtool_tests, _sel
 from tests.artifacts.test_rules import prod as prod  # noqa: F401 (the module fixture)
@@ -87,3 +93,22 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
                     ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
+
+
+@pytest.mark.parametrize(("stack", "budgeted"), [("dev", False), ("prod", True)])
+def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(stack: str, budgeted: bool) -> None:
+    """dev declares no token budget (no budget service is deployed): no budget rule group, alert or panel, whose
+    queries would read series nothing exports; prod declares its tenants' budgets: all of them."""
+    cfg = from_platform(load_stack(stack))
+    assert cfg.token_budgets is budgeted
+    assert [g.name for g in groups(cfg) if "budget" in g.name] == (["aifactory-token-budget-alerts"] if budgeted
+                                                                   else [])
+    assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
+        ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
+         "TokenBudgetServiceUnreachable", "TokenBudgetStoreFailing"] if budgeted else [])
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
+    assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
+                                                                         *(["Token budgets"] if budgeted else [])]
+    budget_panels = [p["title"] for p in doc["panels"] if "token budget" in p["title"].lower() and p["type"] != "row"]
+    assert budget_panels == (["Token budget used", "Token budget remaining", "Requests refused by token budgets"]
+                             if budgeted else [])
