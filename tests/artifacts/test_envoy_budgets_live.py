@@ -98,6 +98,7 @@ class Live:
     def reset(self) -> None:
         self.redis.client().flushall()
         self.engine.cut_after = None
+        self.engine.resets_before_headers = 0
         self.engine.chunk_delay = 0.0
         with self.engine.lock:
             self.engine.bodies.clear()
@@ -178,6 +179,21 @@ def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
     assert len(forwarded) > _sent(sent)
     assert gw.settles_to(len(forwarded) + 4 * 3) == len(forwarded) + 4 * 3
     assert len(gw.engine.bodies) == 1, "a stream cut after its first bytes is not retried"
+
+
+def test_a_try_reset_before_its_answer_is_retried_and_only_the_answered_try_is_settled(gw: Live) -> None:
+    """A replica takes a request and dies before answering (no response headers; a streaming engine sends its headers
+    before generating anything: vLLM 0.33.0's chat route answers a stream with Starlette's StreamingResponse, which
+    sends them before it first iterates the generator, encode/starlette responses.py StreamingResponse.
+    stream_response). The router retries it (retry_on: reset;
+    envoyproxy/envoy@v1.40.0 api/envoy/config/route/v3/route_components.proto RetryPolicy: only while no response
+    headers went downstream). The budget filters sit before the router and see one request and one response, the
+    answered try's: its one reservation is settled to that try's usage, which is all that was generated."""
+    gw.engine.resets_before_headers = 1
+    status, _, body = gw.post("open", _body(stream=True, max_tokens=8))
+    assert status == 200 and b'"usage"' in body
+    assert len(gw.engine.bodies) == 2, "the reset try, then the answered one"
+    assert gw.settles_to(20 + 4 * 8) == 20 + 4 * 8
 
 
 def test_a_slow_service_never_holds_a_streamed_answer(gw: Live, monkeypatch: pytest.MonkeyPatch) -> None:
