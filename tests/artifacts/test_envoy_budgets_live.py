@@ -287,7 +287,7 @@ def test_a_store_that_does_not_answer_admits_fail_open_tenants_and_refuses_fail_
     assert closed_status == 503
     assert json.loads(body)["error"]["type"] == "token_budget_unavailable"
     assert headers["retry-after"] == "1"
-    assert elapsed < 2, "each waited for the store at most its timeout (0.1 s), never the request's own"
+    assert elapsed < 3, "each waited for the store at most its timeout (0.5 s), never the request's own"
     failures = gw.service.registry.get_sample_value("aifactory_token_budget_store_failures_total",
                                                     {"scope": "tenant", "name": "open", "outcome": "admitted"})
     assert failures and failures >= 1

@@ -50,7 +50,7 @@ def test_the_service_reads_its_budgets_and_reaches_the_store() -> None:
     assert json.loads(objs["budgets-configmap"]["data"]["budgets.json"]) == json.loads(service_config(cfg)) == {
         "tenants": {"demo": {"limits": {"perMinute": 1000}, "outputWeight": 2.0, "defaultMaxTokens": 4096,
                              "promptBytesPerToken": 1.0, "onStoreFailure": "open"}},
-        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.1}
+        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.5}
     # the service's pods are not the gateway's: the gateway Service must not select them
     assert objs["budgets-deployment"]["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "aifactory-budgets"}
