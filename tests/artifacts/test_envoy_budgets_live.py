@@ -6,10 +6,10 @@ fail-closed answers 503); requests racing for the last reservation's worth let e
 
 Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto,
 processing_mode.proto; api/envoy/service/ext_proc/v3/external_processor.proto): one gRPC stream per HTTP request and
-filter; BUFFERED sends the whole request body in one message; an ImmediateResponse is the client's answer;
-mode_override (with allow_mode_override) turns the rest of a stream's processing off; the metering filter's
-observability_mode sends the response's chunks without waiting, with the reservation admission wrote into the
-request's dynamic metadata (metadata_options.forwarding_namespaces).
+filter; with the request headers skipped, BUFFERED sends the whole request body in one message, with the
+request_attributes (route name, path, and the tenant header through a CEL expression); an ImmediateResponse is the
+client's answer; the metering filter's observability_mode sends the response's headers and chunks without waiting,
+with the reservation admission wrote into the request's dynamic metadata (metadata_options.forwarding_namespaces).
 """
 
 from __future__ import annotations

@@ -279,6 +279,17 @@ def _with_and_without(stack: ExitStack, tmp: Path, completion_tokens: int
                                                              "content-type": "application/json"}, service
 
 
+def _pair(base: list[float], checked: list[float], digits: int) -> str:
+    """p50 and p99 (ms) without and with the budget check."""
+    return (f"p50 {statistics.median(base):.{digits}f} -> {statistics.median(checked):.{digits}f} ms, p99 "
+            f"{percentile(base, 0.99):.{digits}f} -> {percentile(checked, 0.99):.{digits}f} ms")
+
+
+def _spread(added: list[float], digits: int) -> str:
+    return f"median {statistics.median(added):+.{digits}f} ms (min {min(added):+.{digits}f}, max " \
+           f"{max(added):+.{digits}f})"
+
+
 def latency(tmp: Path) -> list[tuple[str, str]]:
     body = json.dumps({**_body(False), "max_tokens": 8}).encode()
     rows = []
@@ -298,12 +309,9 @@ def latency(tmp: Path) -> list[tuple[str, str]]:
                 n = _sum(after, f"{name}_count") - _sum(before, f"{name}_count")
                 store_ms = (_sum(after, f"{name}_sum") - _sum(before, f"{name}_sum")) / n * 1000 if n else 0.0
                 added.append(percentile(checked, 0.99) - percentile(base, 0.99))
-                out.append((f"{label} run {i + 1}",
-                            f"p50 {statistics.median(base):.2f} -> {statistics.median(checked):.2f} ms, p99 "
-                            f"{percentile(base, 0.99):.2f} -> {percentile(checked, 0.99):.2f} ms; service CPU "
-                            f"{cpu:.2f} ms/request, store answer {store_ms:.2f} ms mean"))
-            return [*out, (f"p99 added at {rate} req/s", f"median {statistics.median(added):+.2f} ms (min "
-                                                          f"{min(added):+.2f}, max {max(added):+.2f})")]
+                out.append((f"{label} run {i + 1}", f"{_pair(base, checked, 2)}; service CPU {cpu:.2f} ms/request, "
+                                                    f"store answer {store_ms:.2f} ms mean"))
+            return [*out, (f"p99 added at {rate} req/s", _spread(added, 2))]
 
         measure(base_port, checked_port, RATE, 1.0, headers, "POST", "/v1/chat/completions", body)  # warm up
         rows += runs(RATE, f"{RATE}/s")
@@ -342,13 +350,10 @@ def streamed(tmp: Path) -> list[tuple[str, str]]:
             base = _last_byte_ms(base_port, headers, body, STREAM_SECONDS)
             checked = _last_byte_ms(checked_port, headers, body, STREAM_SECONDS)
             added.append(percentile(checked, 0.99) - percentile(base, 0.99))
-            rows.append((f"streamed run {len(rows) + 1}",
-                         f"{STREAM_TOKENS} chunks, last byte p50 {statistics.median(base):.1f} -> "
-                         f"{statistics.median(checked):.1f} ms, p99 {percentile(base, 0.99):.1f} -> "
-                         f"{percentile(checked, 0.99):.1f} ms ({len(base)} / {len(checked)} answers)"))
-    return [*rows, (f"streamed p99 added, {STREAM_CLIENTS} clients", f"median {statistics.median(added):+.1f} ms "
-                                                                     f"(min {min(added):+.1f}, max "
-                                                                     f"{max(added):+.1f})")]
+            rows.append((f"streamed run {len(rows) + 1}", f"{STREAM_TOKENS} chunks, last byte "
+                                                          f"{_pair(base, checked, 1)} ({len(base)} / {len(checked)} "
+                                                          "answers)"))
+    return [*rows, (f"streamed p99 added, {STREAM_CLIENTS} clients", _spread(added, 1))]
 
 
 def run() -> list[tuple[str, str]]:

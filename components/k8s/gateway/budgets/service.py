@@ -18,7 +18,8 @@ Per HTTP request, Envoy's ext_proc filters (components/k8s/gateway/envoy/budgets
   client gone while it waited) opens no metering stream: it keeps its worst-case reservation until the window ends.
 
 The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
-budget with onStoreFailure: open admits the request uncounted, one with closed answers 503.
+budget with onStoreFailure: open admits the request unreserved (its response still settles what it used), one with
+closed answers 503.
 
 On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
 connection, to another replica, for its next request) and lets the streams in flight run for up to
