@@ -278,12 +278,15 @@ def test_a_store_that_does_not_answer_admits_fail_open_tenants_and_refuses_fail_
     gw.redis.pause()
     try:
         started = time.monotonic()
-        open_status, _, _ = gw.post("open", _body(max_tokens=8), timeout=5)
+        open_status, _, _ = gw.post("open", _body(), timeout=5)
+        # admitted unreserved, still bounded: the budget's defaultMaxTokens, as a reserved request
+        forwarded = gw.engine.bodies[-1]
         closed_status, headers, body = gw.post("closed", _body(max_tokens=8), timeout=5)
         elapsed = time.monotonic() - started
     finally:
         gw.redis.resume()
-    assert open_status == 200  # uncounted (onStoreFailure: open)
+    assert open_status == 200  # unreserved (onStoreFailure: open)
+    assert forwarded["max_tokens"] == 50
     assert closed_status == 503
     assert json.loads(body)["error"]["type"] == "token_budget_unavailable"
     assert headers["retry-after"] == "1"
