@@ -17,6 +17,10 @@ the same value: panels and alerts take the max over replicas, never the sum.
   never reached it): fail-closed tenants get 500, fail-open ones are served uncounted.
 - TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
   stay at the worst case until the window ends (callers are refused early).
+- TokenBudgetStorePrimaryDown (critical): for STORE_FOR the store's primary (the Valkey StatefulSet's pod 0,
+  BUDGET.STORE_PRIMARY_POD) has not been ready (kube-state-metrics' kube_pod_status_ready). The pinned chart has no
+  Sentinel: nothing promotes a replica, every budget fails as its onStoreFailure says until pod 0 is back, and when
+  its volume is lost a person fails over (docs/gateway.md, "Token budgets", Failure; dashboards/RUNBOOKS.md).
 
 Envoy's stats (each budget filter's ExternalProcessor.stat_prefix, components/k8s/gateway/envoy/budgets.py):
 http.<listener prefix>.ext_proc.<stat_prefix>.streams_started / streams_failed / message_timeouts
@@ -29,7 +33,7 @@ from __future__ import annotations
 from dashboards.config import ObservabilityConfig
 from dashboards.panels import Q, timeseries
 from dashboards.rule_parts import RATE, Alert, runbook
-from telemetry.names import BUDGET
+from telemetry.names import BUDGET, KSM
 
 __all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "STORE_FOR", "STORE_FAILURE_RATIO", "ROW", "panels", "alerts",
            "ext_proc_metric"]
@@ -114,6 +118,16 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "streams to the budget service failed or timed out: fail-closed tenants' requests get "
                           "500, fail-open tenants' are served without counting them.",
               runbook_url=runbook(cfg, "TokenBudgetServiceUnreachable"), for_=STORE_FOR),
+        Alert("TokenBudgetStorePrimaryDown",
+              f"max by (namespace) ({KSM.POD_READY}{{pod=\"{BUDGET.STORE_PRIMARY_POD}\", condition=\"true\"}}) == 0",
+              "critical", summary="The token budget store's primary {{ $labels.namespace }}/"
+                                  f"{BUDGET.STORE_PRIMARY_POD} is not ready",
+              description=f"For {STORE_FOR} the budget store's primary (Valkey pod {BUDGET.STORE_PRIMARY_POD}) has "
+                          "not been ready: no reservation can be made, so fail-open budgets serve requests uncounted "
+                          "and fail-closed ones answer 503. Nothing promotes a replica (the Valkey chart has no "
+                          "Sentinel): the StatefulSet brings pod 0 back on its volume; if the volume is lost, fail "
+                          "over by hand (runbook).",
+              runbook_url=runbook(cfg, "TokenBudgetStorePrimaryDown"), for_=STORE_FOR),
         Alert("TokenBudgetMeteringFailing", _stream_failures(BUDGET.ENVOY_METER), "warning",
               summary="The gateway cannot meter responses to the token budget service",
               description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's metering streams "

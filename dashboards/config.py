@@ -134,6 +134,8 @@ class ObservabilityConfig:
     jaeger_url: str | None = None
     jaeger_datasource_uid: str = JAEGER_DATASOURCE_UID
     variants: tuple[VariantCost, ...] = ()  # default: none (no workload has variants)
+    # default: False (no tenant or workload has a token budget: no budget service, so no token budget row or alerts)
+    token_budgets: bool = False
 
     @property
     def named_workflows(self) -> tuple[str, ...]:

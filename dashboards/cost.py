@@ -96,5 +96,6 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             custom_variable("pool", "Pool", [p.name for p in cfg.pools]),
             custom_variable("model", "Model", [m.name for m in cfg.models]),
         ],
-        rows=[("Spend", _spend(cfg)), ("Unit costs", _unit_costs()), (budgets.ROW, budgets.panels())],
+        rows=[("Spend", _spend(cfg)), ("Unit costs", _unit_costs()),
+              *([(budgets.ROW, budgets.panels())] if cfg.token_budgets else [])],
     )

@@ -609,7 +609,7 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-model-slo-alerts", tuple(_model_slo_alerts(cfg))),
         Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
         Group("aifactory-gateway-alerts", tuple(gateway_alerts.alerts(cfg))),
-        Group("aifactory-token-budget-alerts", tuple(budgets.alerts(cfg))),
+        *([Group("aifactory-token-budget-alerts", tuple(budgets.alerts(cfg)))] if cfg.token_budgets else []),
     ]
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 
+from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.settings import Capacity
 from dashboards.config import (
     DEFAULT_RUNBOOK_URL,
@@ -51,6 +52,7 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         selectors=selectors or Selectors(),
         runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
         variants=_variant_costs(cfg),
+        token_budgets=any_budget(cfg),
     )
 
 

@@ -329,6 +329,10 @@ class BUDGET:
     ENVOY_ADMISSION = "budgets"
     ENVOY_ADMISSION_CLOSED = "budgets_closed"
     ENVOY_METER = "budgets_meter"
+    # the store: the Valkey chart's release in the gateway namespace; its primary is always the StatefulSet's pod 0
+    # (valkey-io/valkey-helm valkey-0.11.0 valkey/templates/init_config.yaml, service.yaml: no Sentinel, no promotion)
+    STORE_RELEASE = "aifactory-budgets-valkey"
+    STORE_PRIMARY_POD = f"{STORE_RELEASE}-0"
     L_SCOPE = "scope"
     L_NAME = "name"
     L_WINDOW = "window"
@@ -344,6 +348,7 @@ class KSM:
     NODE_INFO = "kube_node_info"
     NODE_CAPACITY = "kube_node_status_capacity"  # gauge {node, resource="nvidia_com_gpu", unit}
     POD_PHASE = "kube_pod_status_phase"  # gauge {namespace, pod, uid, phase}: 1 for the pod's current phase
+    POD_READY = "kube_pod_status_ready"  # gauge {namespace, pod, uid, condition: true | false | unknown}
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
 
 

@@ -79,8 +79,8 @@ def test_settle_gives_back_what_was_not_used_and_charges_what_was(url: str, serv
         a = await store.reserve([Charge("tenant", "demo", {"perMinute": 1000}, 600)], NOW)
         b = await store.reserve([Charge("tenant", "demo", {"perMinute": 1000}, 300)], NOW)
         assert isinstance(a, Reservation) and isinstance(b, Reservation)
-        await store.settle(a, {("tenant", "demo"): 250})
-        await store.settle(b, {("tenant", "demo"): 320})  # used more than reserved (an estimate ran short)
+        await store.settle(a, {("tenant", "demo"): 250}, NOW)
+        await store.settle(b, {("tenant", "demo"): 320}, NOW)  # used more than reserved (an estimate ran short)
     _run(go())
     assert int(server.client().get(window_key("tenant", "demo", "perMinute", NOW))) == 570
 
@@ -91,9 +91,29 @@ def test_settle_after_the_window_expired_creates_no_counter(url: str, server: Re
         a = await store.reserve([Charge("tenant", "demo", {"perMinute": 1000}, 600)], NOW)
         assert isinstance(a, Reservation)
         server.client().delete(*a.keys)  # what expiry does one window after the window's end
-        await store.settle(a, {("tenant", "demo"): 10})
+        await store.settle(a, {("tenant", "demo"): 10}, NOW)
+        await store.settle(a, {("tenant", "demo"): 700}, NOW + 120)  # more than reserved, the window long over
     _run(go())
     assert server.client().keys("aifactory:*") == []
+
+
+def test_a_request_admitted_unreserved_settles_what_it_used_into_its_windows(url: str, server: RedisServer) -> None:
+    """The store did not answer in time and the budget fails open: the request went on unreserved, and its response
+    still adds what it used, to the counter that holds the window's spend, or to a new one with the window's expiry
+    when there is none yet (the store was down at the window's start)."""
+    minute, hour = window_key("tenant", "demo", "perMinute", NOW), window_key("tenant", "demo", "perHour", NOW)
+    server.client().set(hour, 500)
+
+    async def go() -> Reservation:
+        store = await _store(url)
+        r = Store.unreserved([Charge("tenant", "demo", {"perMinute": 1000, "perHour": 5000}, 600)], NOW)
+        await store.settle(r, {("tenant", "demo"): 250}, NOW + 1)
+        return r
+    r = _run(go())
+    assert (r.keys, r.amounts) == ((minute, hour), (0, 0))
+    c = server.client()
+    assert (int(c.get(minute)), int(c.get(hour))) == (250, 750)
+    assert 87 <= c.ttl(minute) <= 89  # one window past the minute's end, as a reservation's counter
 
 
 def test_racing_reservations_for_the_last_reservations_worth_admit_exactly_one(url: str, server: RedisServer) -> None:

@@ -6,10 +6,10 @@ fail-closed answers 503); requests racing for the last reservation's worth let e
 
 Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto,
 processing_mode.proto; api/envoy/service/ext_proc/v3/external_processor.proto): one gRPC stream per HTTP request and
-filter; BUFFERED sends the whole request body in one message; an ImmediateResponse is the client's answer;
-mode_override (with allow_mode_override) turns the rest of a stream's processing off; the metering filter's
-observability_mode sends the response's chunks without waiting, with the reservation admission wrote into the
-request's dynamic metadata (metadata_options.forwarding_namespaces).
+filter; with the request headers skipped, BUFFERED sends the whole request body in one message, with the
+request_attributes (route name, path, and the tenant header through a CEL expression); an ImmediateResponse is the
+client's answer; the metering filter's observability_mode sends the response's headers and chunks without waiting,
+with the reservation admission wrote into the request's dynamic metadata (metadata_options.forwarding_namespaces).
 """
 
 from __future__ import annotations
@@ -98,6 +98,7 @@ class Live:
     def reset(self) -> None:
         self.redis.client().flushall()
         self.engine.cut_after = None
+        self.engine.resets_before_headers = 0
         self.engine.chunk_delay = 0.0
         with self.engine.lock:
             self.engine.bodies.clear()
@@ -178,6 +179,21 @@ def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
     assert len(forwarded) > _sent(sent)
     assert gw.settles_to(len(forwarded) + 4 * 3) == len(forwarded) + 4 * 3
     assert len(gw.engine.bodies) == 1, "a stream cut after its first bytes is not retried"
+
+
+def test_a_try_reset_before_its_answer_is_retried_and_only_the_answered_try_is_settled(gw: Live) -> None:
+    """A replica takes a request and dies before answering (no response headers; a streaming engine sends its headers
+    before generating anything: vLLM 0.33.0's chat route answers a stream with Starlette's StreamingResponse, which
+    sends them before it first iterates the generator, encode/starlette responses.py StreamingResponse.
+    stream_response). The router retries it (retry_on: reset;
+    envoyproxy/envoy@v1.40.0 api/envoy/config/route/v3/route_components.proto RetryPolicy: only while no response
+    headers went downstream). The budget filters sit before the router and see one request and one response, the
+    answered try's: its one reservation is settled to that try's usage, which is all that was generated."""
+    gw.engine.resets_before_headers = 1
+    status, _, body = gw.post("open", _body(stream=True, max_tokens=8))
+    assert status == 200 and b'"usage"' in body
+    assert len(gw.engine.bodies) == 2, "the reset try, then the answered one"
+    assert gw.settles_to(20 + 4 * 8) == 20 + 4 * 8
 
 
 def test_a_slow_service_never_holds_a_streamed_answer(gw: Live, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,16 +278,19 @@ def test_a_store_that_does_not_answer_admits_fail_open_tenants_and_refuses_fail_
     gw.redis.pause()
     try:
         started = time.monotonic()
-        open_status, _, _ = gw.post("open", _body(max_tokens=8), timeout=5)
+        open_status, _, _ = gw.post("open", _body(), timeout=5)
+        # admitted unreserved, still bounded: the budget's defaultMaxTokens, as a reserved request
+        forwarded = gw.engine.bodies[-1]
         closed_status, headers, body = gw.post("closed", _body(max_tokens=8), timeout=5)
         elapsed = time.monotonic() - started
     finally:
         gw.redis.resume()
-    assert open_status == 200  # uncounted (onStoreFailure: open)
+    assert open_status == 200  # unreserved (onStoreFailure: open)
+    assert forwarded["max_tokens"] == 50
     assert closed_status == 503
     assert json.loads(body)["error"]["type"] == "token_budget_unavailable"
     assert headers["retry-after"] == "1"
-    assert elapsed < 2, "each waited for the store at most its timeout (0.1 s), never the request's own"
+    assert elapsed < 3, "each waited for the store at most its timeout (0.5 s), never the request's own"
     failures = gw.service.registry.get_sample_value("aifactory_token_budget_store_failures_total",
                                                     {"scope": "tenant", "name": "open", "outcome": "admitted"})
     assert failures and failures >= 1

@@ -5,12 +5,18 @@ tests/artifacts/test_rules.py's every-alert test."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
+
+import dashboards
 from dashboards.budgets import NEARLY_SPENT_FOR, STORE_FOR, ext_proc_metric
 from dashboards.config import ObservabilityConfig
-from dashboards.rules import alerts
-from telemetry.names import BUDGET
+from dashboards.rules import alerts, groups
+from infra.monitoring import from_platform
+from infra.synth import load_stack
+from telemetry.names import BUDGET, KSM
 from tests.artifacts.test_rules import Case, Labels, _around, _minutes, _promtool_test, _run_promtool_tests, _sel
 from tests.artifacts.test_rules import prod as prod  # noqa: F401 (the module fixture)
 
@@ -75,6 +81,17 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
         _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_started"), gateway): "0+200x30",
         _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_failed"), gateway): "0+1x30"},
         [(_minutes(STORE_FOR) + 2, [])]))
+    # the store's primary (kube-state-metrics' readiness of the Valkey StatefulSet's pod 0): not ready from minute 0,
+    # fires once STORE_FOR has passed; a ready one (and a replica that is not) pages no one
+    ksm = {"namespace": "aifactory-gateway", "job": "kube-state-metrics", "uid": "u0"}
+
+    def ready(pod: str, value: str) -> dict[str, str]:
+        return {_sel(KSM.POD_READY, {**ksm, "pod": pod, "condition": "true"}): value}
+    out.append(Case("TokenBudgetStorePrimaryDown", ready(BUDGET.STORE_PRIMARY_POD, "0x30"), _around(
+        0, [fired("TokenBudgetStorePrimaryDown", "critical", {"namespace": "aifactory-gateway"}, 0.0, STORE_FOR)])))
+    out.append(Case("TokenBudgetStorePrimaryDown", {**ready(BUDGET.STORE_PRIMARY_POD, "1x30"),
+                                                    **ready(f"{BUDGET.STORE_RELEASE}-1", "0x30")},
+                    [(_minutes(STORE_FOR) + 1, [])]))
     return out
 
 
@@ -84,6 +101,26 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
     mine = {(a.alert, a.severity) for a in alerts(prod) if a.alert.startswith("TokenBudget")}
     assert mine == {("TokenBudgetNearlySpent", "warning"), ("TokenBudgetExhausted", "warning"),
                     ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning"),
-                    ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning")}
+                    ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning"),
+                    ("TokenBudgetStorePrimaryDown", "critical")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
+
+
+@pytest.mark.parametrize(("stack", "budgeted"), [("dev", False), ("prod", True)])
+def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(stack: str, budgeted: bool) -> None:
+    """dev declares no token budget (no budget service is deployed): no budget rule group, alert or panel, whose
+    queries would read series nothing exports; prod declares its tenants' budgets: all of them."""
+    cfg = from_platform(load_stack(stack))
+    assert cfg.token_budgets is budgeted
+    assert [g.name for g in groups(cfg) if "budget" in g.name] == (["aifactory-token-budget-alerts"] if budgeted
+                                                                   else [])
+    assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
+        ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
+         "TokenBudgetServiceUnreachable", "TokenBudgetStoreFailing", "TokenBudgetStorePrimaryDown"] if budgeted else [])
+    doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
+    assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
+                                                                         *(["Token budgets"] if budgeted else [])]
+    budget_panels = [p["title"] for p in doc["panels"] if "token budget" in p["title"].lower() and p["type"] != "row"]
+    assert budget_panels == (["Token budget used", "Token budget remaining", "Requests refused by token budgets"]
+                             if budgeted else [])

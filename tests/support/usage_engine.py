@@ -43,6 +43,11 @@ class _Handler(BaseHTTPRequestHandler):
             e.bodies.append(req)
             if e.keep_bodies is False:
                 e.bodies.clear()
+            reset, e.resets_before_headers = e.resets_before_headers > 0, max(0, e.resets_before_headers - 1)
+        if reset:  # dies with the request taken and nothing answered (no headers, nothing generated)
+            self._reset()
+            return
+        with e.lock:
             e.tokens_served += e.prompt_tokens + n  # what the engine spends on it (a cut stream: all the same)
         usage = {"prompt_tokens": e.prompt_tokens, "completion_tokens": n, "total_tokens": e.prompt_tokens + n}
         if not req.get("stream"):
@@ -58,9 +63,7 @@ class _Handler(BaseHTTPRequestHandler):
             if e.stop.wait(e.chunk_delay):
                 return
             if e.cut_after is not None and i == e.cut_after:  # a delay after the last chunk: it is not lost to the RST
-                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                self.close_connection = True
-                self.connection.close()
+                self._reset()
                 return
             self._event({"id": "c", "object": "chat.completion.chunk", "choices": [
                 {"index": 0, "delta": {"content": "x"}, "finish_reason": None}]})
@@ -69,6 +72,11 @@ class _Handler(BaseHTTPRequestHandler):
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _reset(self) -> None:
+        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.close_connection = True
+        self.connection.close()
 
     def _chunked(self) -> bytes:
         out = b""
@@ -100,11 +108,13 @@ class _Server(ThreadingHTTPServer):
 
 class UsageEngine(ServedInThread):
     """`prompt_tokens` it reports, `completion_tokens` it generates (at most the request's max_tokens), a chunk every
-    `chunk_delay` seconds; `cut_after`: reset the connection before that chunk (None: never)."""
+    `chunk_delay` seconds; `cut_after`: reset the connection before that chunk (None: never);
+    `resets_before_headers`: reset that many next requests before answering anything."""
 
     def __init__(self, *, prompt_tokens: int = 20, completion_tokens: int = 10, chunk_delay: float = 0.0) -> None:
         self.prompt_tokens, self.completion_tokens, self.chunk_delay = prompt_tokens, completion_tokens, chunk_delay
         self.cut_after: int | None = None
+        self.resets_before_headers = 0  # the next this many requests: reset once their body is read, unanswered
         self.bodies: list[dict[str, Any]] = []
         self.keep_bodies = True  # False: keep none (a bench's many requests)
         self.tokens_served = 0  # prompt + completion tokens of every request it answered

@@ -50,7 +50,7 @@ def test_the_service_reads_its_budgets_and_reaches_the_store() -> None:
     assert json.loads(objs["budgets-configmap"]["data"]["budgets.json"]) == json.loads(service_config(cfg)) == {
         "tenants": {"demo": {"limits": {"perMinute": 1000}, "outputWeight": 2.0, "defaultMaxTokens": 4096,
                              "promptBytesPerToken": 1.0, "onStoreFailure": "open"}},
-        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.1}
+        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.5}
     # the service's pods are not the gateway's: the gateway Service must not select them
     assert objs["budgets-deployment"]["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "aifactory-budgets"}
@@ -118,17 +118,21 @@ def test_a_terminating_service_pod_serves_its_streams_to_their_end() -> None:
 
 
 def test_admission_waits_for_the_service_and_metering_never_does() -> None:
-    """Admission (the 429 decision) is synchronous on the request side only; the response goes to a second filter in
-    observability mode (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto:
-    ExternalProcessor.observability_mode, metadata_options.forwarding_namespaces), which gets the reservation from
-    admission's dynamic metadata."""
+    """Admission (the 429 decision) is synchronous on the request side only, one message per request: the body, with
+    the route, path and tenant as attributes (CEL expressions, sent with the request's first message); the response
+    goes to a second filter in observability mode (envoyproxy/envoy@v1.40.0
+    api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto: ExternalProcessor.request_attributes,
+    observability_mode, metadata_options.forwarding_namespaces), which gets the reservation from admission's dynamic
+    metadata with the response headers."""
     admit, meter = (f["typed_config"] for f in budget_filters(_cfg({"perDay": 10})))
-    assert admit["processing_mode"] == {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+    assert admit["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "BUFFERED",
                                         "response_header_mode": "SKIP", "response_body_mode": "NONE",
                                         "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
     assert (admit["failure_mode_allow"], admit["message_timeout"], "observability_mode" in admit) == (True, "1s", False)
     assert admit["metadata_options"] == {"receiving_namespaces": {"untyped": ["aifactory.budget"]}}
-    assert meter["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
+    assert admit["request_attributes"] == ["xds.route_name", "request.path", "request.headers['x-aifactory-tenant']"]
+    assert "allow_mode_override" not in admit
+    assert meter["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "NONE",
                                         "response_header_mode": "SEND", "response_body_mode": "STREAMED",
                                         "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
     assert (meter["observability_mode"], meter["failure_mode_allow"]) == (True, True)

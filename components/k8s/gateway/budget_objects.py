@@ -28,11 +28,12 @@ from components.k8s.gateway.envoy.budgets import (
 from components.k8s.gateway.names import CONFIG_HASH_ANNOTATION, _selector
 from components.k8s.serving import MONITORING_API_VERSION
 from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, proxy_drain_annotations
+from telemetry.names import BUDGET
 
 __all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url",
            "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds"]
 
-STORE_RELEASE = "aifactory-budgets-valkey"  # the Helm release; the chart names its Service and pods after it
+STORE_RELEASE = BUDGET.STORE_RELEASE  # the Helm release; the chart names its Service and pods after it
 STORE_PORT = 6379
 CONFIG_DIR = "/etc/aifactory-budgets"
 STORE_HOST = f"{STORE_RELEASE}"  # the chart's read-write Service (the primary), in the gateway namespace

@@ -3,10 +3,16 @@ service's image copies this package alone; the bootstrap builders import this mo
 
 from __future__ import annotations
 
-__all__ = ["ROUTE_ATTRIBUTE", "TENANT_HEADER", "METADATA_NAMESPACE", "GRPC_PORT", "METRICS_PORT"]
+__all__ = ["ROUTE_ATTRIBUTE", "PATH_ATTRIBUTE", "TENANT_ATTRIBUTE", "REQUEST_ATTRIBUTES", "TENANT_HEADER",
+           "METADATA_NAMESPACE", "GRPC_PORT", "METRICS_PORT"]
 
 ROUTE_ATTRIBUTE = "xds.route_name"  # the ext_proc request attribute that names the route the request took
 TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim (clients' copies removed)
+PATH_ATTRIBUTE = "request.path"
+# an ext_proc request attribute is a CEL expression: this one reads the tenant header without sending every header
+TENANT_ATTRIBUTE = f"request.headers['{TENANT_HEADER}']"
+# what admission asks Envoy to send with the request's body (its only message: the headers are not sent)
+REQUEST_ATTRIBUTES = (ROUTE_ATTRIBUTE, PATH_ATTRIBUTE, TENANT_ATTRIBUTE)
 METADATA_NAMESPACE = "aifactory.budget"  # dynamic metadata the access log reads: the refusal, the reservation
 GRPC_PORT = 9000
 METRICS_PORT = 9090

@@ -3,21 +3,23 @@ stream per HTTP request) that reserves a request's worst case in the shared stor
 refuses it with 429 when a budget has no room for it, and settles what the response really used.
 
 Per HTTP request, Envoy's ext_proc filters (components/k8s/gateway/envoy/budgets.py) open two streams:
-- admission, each message answered before the request goes on:
-  - the request headers, with the route's name (attribute `xds.route_name`): the service finds the budgets that
-    apply (the caller's tenant's, from x-aifactory-tenant, and the routed workload's); with none, it turns the rest
-    of the stream off (mode_override) and the request costs nothing more;
-  - the whole request body (BUFFERED; the gateway has buffered it already): reserve (components.k8s.gateway.budgets.
-    store), answer 429 with Retry-After and a JSON error, or let it on with max_tokens / stream_options set, the
-    reservation in the request's dynamic metadata (`reservation`: keys, amounts, budgets, the body's size);
-- metering, in Envoy's observability mode (sent without waiting; the service answers nothing): the request body with
-  that metadata, the response headers, then every response chunk: the service reads the status and the usage as
-  they pass (components.k8s.gateway.budgets.usage) and settles the reservation at the body's end, or when the
-  stream ends early (client gone, engine cut: Envoy closes the stream). No response byte waits for the service, and
-  either stream may reach any replica: the reservation travels in the metadata.
+- admission, one message answered before the request goes on: the whole request body (BUFFERED; the gateway has
+  buffered it already), with the attributes that say whose it is and where it goes (names.REQUEST_ATTRIBUTES: the
+  route's name, the path, the caller's tenant from x-aifactory-tenant; the headers themselves are not sent). The
+  service finds the budgets that apply (the tenant's and the routed workload's); with none, the request goes on
+  unchanged; else it reserves (components.k8s.gateway.budgets.store), answers 429 with Retry-After and a JSON error,
+  or lets it on with max_tokens / stream_options set, the reservation in the request's dynamic metadata
+  (`reservation`: keys, amounts, budgets, the body's size);
+- metering, in Envoy's observability mode (sent without waiting; the service answers nothing): the response headers
+  (with that metadata), then every response chunk: the service reads the status and the usage as they pass
+  (components.k8s.gateway.budgets.usage) and settles the reservation at the body's end, or when the stream ends early
+  (client gone, engine cut: Envoy closes the stream). No response byte waits for the service, and either stream may
+  reach any replica: the reservation travels in the metadata. A request that ends before its response starts (the
+  client gone while it waited) opens no metering stream: it keeps its worst-case reservation until the window ends.
 
 The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
-budget with onStoreFailure: open admits the request uncounted, one with closed answers 503.
+budget with onStoreFailure: open admits the request unreserved (its response still settles what it used), one with
+closed answers 503.
 
 On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
 connection, to another replica, for its next request) and lets the streams in flight run for up to
@@ -43,7 +45,6 @@ import prometheus_client as prom
 import redis
 import redis.asyncio as aredis
 from envoy.config.core.v3 import base_pb2
-from envoy.extensions.filters.http.ext_proc.v3 import processing_mode_pb2 as mode_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 from envoy.type.v3 import http_status_pb2
@@ -54,8 +55,9 @@ from components.k8s.gateway.budgets.names import (
     GRPC_PORT,
     METADATA_NAMESPACE,
     METRICS_PORT,
+    PATH_ATTRIBUTE,
     ROUTE_ATTRIBUTE,
-    TENANT_HEADER,
+    TENANT_ATTRIBUTE,
 )
 from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, window_key
 from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
@@ -183,51 +185,44 @@ class _Stream:
                                        for c in self.reservation.charges]}, separators=(",", ":"))
 
     async def handle(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
-        kind = req.WhichOneof("request")
-        if kind == "request_headers":
-            return self._request_headers(req)
-        if kind == "request_body":
-            return await self._admit(req.request_body.body)
-        # admission sends nothing else (its processing mode); answered all the same
-        return pb.ProcessingResponse(request_trailers=pb.TrailersResponse())
+        if req.WhichOneof("request") == "request_body":
+            return await self._admit(req)
+        # admission sends nothing else (its processing mode: the body alone); answered all the same
+        return pb.ProcessingResponse(request_headers=pb.HeadersResponse())
 
-    def _request_headers(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
-        h = _headers(req.request_headers)
-        route = ""
-        for attrs in req.attributes.values():
-            if ROUTE_ATTRIBUTE in attrs.fields:
-                route = attrs.fields[ROUTE_ATTRIBUTE].string_value
-        self.path = h.get(":path", "")
-        self.budgets = self.p.config.budgets_of(h.get(TENANT_HEADER, ""), route)
-        if not self.budgets or req.request_headers.end_of_stream:  # no budget, or no body: nothing to count
-            return pb.ProcessingResponse(request_headers=pb.HeadersResponse(), mode_override=mode_pb2.ProcessingMode(
-                request_body_mode=mode_pb2.ProcessingMode.NONE, response_header_mode=mode_pb2.ProcessingMode.SKIP,
-                response_body_mode=mode_pb2.ProcessingMode.NONE))
-        # the body may change (max_tokens, stream_options): Envoy sends it on without the client's length
-        return pb.ProcessingResponse(request_headers=pb.HeadersResponse(response=pb.CommonResponse(
-            header_mutation=pb.HeaderMutation(remove_headers=["content-length"]))))
-
-    async def _admit(self, body: bytes) -> pb.ProcessingResponse:
+    async def _admit(self, req: pb.ProcessingRequest) -> pb.ProcessingResponse:
+        """The request's one message: its whole body, with the attributes that say whose it is and where it goes."""
+        attrs = {k: v.string_value for a in req.attributes.values() for k, v in a.fields.items()}
+        self.path = attrs.get(PATH_ATTRIBUTE, "")
+        self.budgets = self.p.config.budgets_of(attrs.get(TENANT_ATTRIBUTE, ""), attrs.get(ROUTE_ATTRIBUTE, ""))
+        if not self.budgets:  # nothing counts it: on unchanged
+            return pb.ProcessingResponse(request_body=pb.BodyResponse())
+        body = req.request_body.body
         self.plan = plan(body, self.path, min(p.default_max_tokens for _, _, p in self.budgets))
         charges = [Charge(scope, name, p.limits, p.cost(p.prompt_estimate(self.plan.body_bytes), self.plan.max_tokens))
                    for scope, name, p in self.budgets]
-        started = time.monotonic()
+        started, now = time.monotonic(), self.p.clock()
         try:
-            result = await asyncio.wait_for(self.p.store.reserve(charges, self.p.clock()),
-                                            self.p.config.store_timeout_seconds)
+            async with asyncio.timeout(self.p.config.store_timeout_seconds):
+                result = await self.p.store.reserve(charges, now)
         except (TimeoutError, redis.RedisError, OSError) as e:
-            return self._store_failed(e)
+            return self._store_failed(e, charges, now)
         finally:
             self.p.check_seconds.observe(time.monotonic() - started)
         if isinstance(result, Refusal):
             self.p.refused.labels(result.scope, result.name, result.window).inc()
             return refusal_response(result)
         self.reservation = result
+        return self._let_on(reserved=max(c.amount for c in charges))
+
+    def _let_on(self, **meta: Any) -> pb.ProcessingResponse:
+        """The request goes on (its body with max_tokens / stream_options set), its reservation in the metadata."""
+        assert self.plan is not None
         common = pb.CommonResponse(body_mutation=pb.BodyMutation(body=self.plan.body)) if self.plan.body else None
         return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=_metadata(
-            reserved=max(c.amount for c in charges), reservation=self.reservation_metadata()))
+            reservation=self.reservation_metadata(), **meta))
 
-    def _store_failed(self, e: BaseException) -> pb.ProcessingResponse:
+    def _store_failed(self, e: BaseException, charges: list[Charge], now: float) -> pb.ProcessingResponse:
         closed = [(s, n) for s, n, p in self.budgets if p.on_store_failure == "closed"]
         outcome = "refused" if closed else "admitted"
         for scope, name, _ in self.budgets:
@@ -240,7 +235,10 @@ class _Stream:
                                               "it cannot count (onStoreFailure: closed); retry shortly",
                                    "type": "token_budget_unavailable", "budget": budget},
                           refused=f"store:{closed[0][0]}:{closed[0][1]}", reserved=0)
-        return pb.ProcessingResponse(request_body=pb.BodyResponse(), dynamic_metadata=_metadata(uncounted=True))
+        # admitted unreserved: its response still settles what it used into the counters (the store answering by
+        # then), so the requests after it see its spend
+        self.reservation = Store.unreserved(charges, now)
+        return self._let_on(uncounted=True, reserved=0)
 
     def settle(self) -> None:
         """Settle the reservation once, in the background (the response is not held for it)."""
@@ -248,7 +246,7 @@ class _Stream:
             return
         self.settled = True
         used = {(scope, name): self.meter.used(p, self.plan.body_bytes) for scope, name, p in self.budgets}
-        self.p.background(self.p.store.settle(self.reservation, used))
+        self.p.background(self.p.store.settle(self.reservation, used, self.p.clock()))
 
 
 class Processor(pb_grpc.ExternalProcessorServicer):

@@ -39,12 +39,17 @@ for i, key in ipairs(KEYS) do
 end
 return 0
 """
-# KEYS: the counters a reservation incremented; ARGV: per key the difference to add. A counter that expired with its
-# window is left gone (INCRBY would make a new one without expiry).
+# KEYS: the counters a reservation incremented; ARGV: per key the difference to add, then per key its TTL (seconds;
+# <= 0 once its window's counter would have expired). A counter that expired with its window is left gone (INCRBY
+# would make a new one without expiry); one that is missing while its window runs (the store was down when the request
+# was admitted unreserved, or it restarted empty) is created with its expiry by what a request used on top.
 SETTLE_LUA = """
 for i, key in ipairs(KEYS) do
   if redis.call('EXISTS', key) == 1 then
     redis.call('INCRBY', key, ARGV[i])
+  elseif tonumber(ARGV[i]) > 0 and tonumber(ARGV[#KEYS + i]) > 0 then
+    redis.call('INCRBY', key, ARGV[i])
+    redis.call('EXPIRE', key, ARGV[#KEYS + i])
   end
 end
 return 0
@@ -98,9 +103,21 @@ def window_key(scope: str, name: str, window: str, now: float) -> str:
     return f"{KEY_PREFIX}:{scope}:{name}:{window}:{window_start(window, now)}"
 
 
+def _ttl(key: str, now: float) -> int:
+    """Seconds a window's counter is kept from `now`: one window past the window's end, so the last window's spend can
+    still be read and settled."""
+    window, start = key.rsplit(":", 2)[1:]
+    return int(start) + 2 * WINDOW_SECONDS[window] - int(now)
+
+
 def retry_after_seconds(window: str, now: float) -> int:
     """Whole seconds until `window` (the one `now` is in) ends: when its counter starts again from 0."""
     return max(1, math.ceil(window_start(window, now) + WINDOW_SECONDS[window] - now))
+
+
+def _slots(charges: Sequence[Charge]) -> list[tuple[Charge, str, int]]:
+    """(charge, window, limit) of every window of every charge: one counter each, in this order."""
+    return [(c, w, limit) for c in charges for w, limit in c.limits.items()]
 
 
 class Store:
@@ -113,24 +130,31 @@ class Store:
 
     async def reserve(self, charges: Sequence[Charge], now: float) -> Reservation | Refusal:
         """Every charge's amount in every window of its budget, atomically; or the first window it does not fit."""
-        slots = [(c, w, limit) for c in charges for w, limit in c.limits.items()]
+        slots = _slots(charges)
         keys = [window_key(c.scope, c.name, w, now) for c, w, _ in slots]
         argv: list[int] = []
-        for c, w, limit in slots:
-            # kept one window past its end, so the last window's spend can still be read and settled
-            ttl = window_start(w, now) + 2 * WINDOW_SECONDS[w] - int(now)
-            argv += [limit, c.amount, ttl]
+        for (c, _, limit), key in zip(slots, keys, strict=True):
+            argv += [limit, c.amount, _ttl(key, now)]
         failed = int(await self._reserve(keys=keys, args=argv)) if slots else 0
         if failed:
             c, w, limit = slots[failed - 1]
             return Refusal(c.scope, c.name, w, limit, c.amount, retry_after_seconds(w, now))
         return Reservation(tuple(keys), tuple(c.amount for c, _, _ in slots), tuple(charges))
 
-    async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int]) -> None:
+    @staticmethod
+    def unreserved(charges: Sequence[Charge], now: float) -> Reservation:
+        """A request admitted without a reservation (the store did not answer in time, fail-open): nothing was
+        reserved, so settling it adds what it used to the counters (those of its windows that exist by then)."""
+        zero = tuple(Charge(c.scope, c.name, c.limits, 0) for c in charges)
+        return Reservation(tuple(window_key(c.scope, c.name, w, now) for c, w, _ in _slots(zero)),
+                           tuple(0 for _ in _slots(zero)), zero)
+
+    async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int], now: float) -> None:
         """Replace each charge's reservation by what the request used (`used`: (scope, name) -> weighted tokens)."""
         per_key = [used[(c.scope, c.name)] - c.amount for c in reservation.charges for _ in c.limits]
         if reservation.keys and any(per_key):
-            await self._settle(keys=list(reservation.keys), args=per_key)
+            await self._settle(keys=list(reservation.keys),
+                               args=[*per_key, *(_ttl(k, now) for k in reservation.keys)])
 
     async def spent(self, scope: str, name: str, windows: Sequence[str], now: float) -> dict[str, int]:
         """Weighted tokens reserved or settled so far in the current `windows` of one budget."""

@@ -4,8 +4,10 @@ budget service (components/k8s/gateway/budgets/), the cluster that reaches it, a
 The filters sit last before the router, after the callers' RBAC and rate limits (a request they refuse reserves
 nothing), with the whole body already buffered. Admission and metering are separate ext_proc filters, so that no
 response byte ever waits for the service:
-- admission (synchronous: the request's headers and its whole body; the 429 or the reservation): two instances of one
-  ext_proc config, each behind a matcher on the caller's tenant (envoy.filters.http.match_delegate with an
+- admission (synchronous: one message per request, its whole body, answered before the request goes on with the 429
+  or the reservation; the request's headers are not sent, the attributes the service needs come with the body:
+  names.REQUEST_ATTRIBUTES, the route's name, the path and the tenant header read by a CEL expression): two instances
+  of one ext_proc config, each behind a matcher on the caller's tenant (envoy.filters.http.match_delegate with an
   ExtensionWithMatcher: the filter is skipped where its matcher says SkipFilter):
   - `aifactory.budgets`: every caller but the tenants whose budget fails closed; failure_mode_allow: when the
     service cannot be reached (refused at once) or does not answer within BUDGET_MESSAGE_TIMEOUT_S the request goes
@@ -13,19 +15,21 @@ response byte ever waits for the service:
   - `aifactory.budgets_closed` (only when a tenant sets onStoreFailure: closed): those tenants; without an answer
     the request gets 500 before it reaches a model (Envoy's ext_proc without failure_mode_allow).
   The reservation goes into the request's dynamic metadata (namespace BUDGET_METADATA_NAMESPACE, key
-  `reservation`).
+  `reservation`). A changed body (max_tokens, stream_options) reaches the engine whole: Envoy holds the headers of a
+  BUFFERED body until the processor answers, and fixes their length (the live tests read the engine's copy).
 - metering, `aifactory.budgets_meter` (every request; observability_mode: Envoy sends and never waits, and ignores
-  any answer): the request body (only to open the stream once the reservation is in the metadata, which it forwards:
-  metadata_options.forwarding_namespaces), the response headers and every response chunk. The service settles the
-  reservation at the response's end, or when Envoy closes the stream (the request ended early: client gone, engine
-  cut; in observability mode Envoy keeps the stream for up to deferred_close_timeout after the request ends).
+  any answer): the response headers (with the reservation's metadata: metadata_options.forwarding_namespaces, sent
+  with every message) and every response chunk. The service settles the reservation at the response's end, or when
+  Envoy closes the stream (the request ended early: client gone, engine cut; in observability mode Envoy keeps the
+  stream for up to deferred_close_timeout after the request ends).
 The store's own failures are the service's to handle, per budget, within BUDGET_STORE_TIMEOUT_S.
 
 Envoy v1.40 references: ExternalProcessor
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/ext_proc/v3/ext_proc.proto (message_timeout
-200 ms by default; failure_mode_allow; allow_mode_override; request_attributes; metadata_options;
-observability_mode: only STREAMED bodies, answers ignored; deferred_close_timeout, 5 s by default), ProcessingMode
-(BUFFERED request body, STREAMED response body), ExtensionWithMatcher
+200 ms by default; failure_mode_allow; request_attributes; metadata_options;
+observability_mode: only STREAMED bodies, answers ignored; deferred_close_timeout, 5 s by default; request_attributes:
+attribute names or CEL expressions, sent with the first message of the request), ProcessingMode (SKIP request
+headers, BUFFERED request body, STREAMED response body), ExtensionWithMatcher
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/common/matching/v3/extension_matcher.proto.
 """
 
@@ -70,13 +74,16 @@ METER_STATS = BUDGET.ENVOY_METER
 BUDGETS_SERVICE = "aifactory-budgets"  # the budget service's Service in the gateway namespace
 BUDGETS_GRPC_PORT = names.GRPC_PORT
 BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
-# The store answers a reservation in well under a millisecond in the cluster; past BUDGET_STORE_TIMEOUT_S the service
-# treats it as failed and applies each budget's onStoreFailure at once. Envoy's own wait for each of the admission's
-# two answers (message_timeout: the request's headers, then its body) is longer, for a busy service; only a service
-# that accepts connections and never answers costs a request this long (one that is gone refuses the connection, and
-# the request goes on at once, or gets 500 when fail-closed). No response byte waits for it: metering is
-# observability-only.
-BUDGET_STORE_TIMEOUT_S = 0.1
+# The store answers a reservation in well under a millisecond in the cluster, but the service sees its answer only
+# once its event loop gets to it: on a busy service that scheduling delay is the larger part (tests/bench/
+# bench_budgets.py, "store answer time": p99 under 10 ms, the slowest few up to 250 ms on a shared 2-core machine with
+# 64 streams). A shorter timeout turns that delay into fail-open admissions, which then go unreserved; a longer one is
+# what each request waits when the store hangs. Past BUDGET_STORE_TIMEOUT_S the service applies each budget's
+# onStoreFailure. Envoy's own wait for admission's one answer (message_timeout) is twice that, so a slow store is the
+# service's to decide; only a service that accepts connections and never answers costs a request this long (one that
+# is gone refuses the connection, and the request goes on at once, or gets 500 when fail-closed). No response byte
+# waits for it: metering is observability-only.
+BUDGET_STORE_TIMEOUT_S = 0.5
 BUDGET_MESSAGE_TIMEOUT_S = 1.0
 BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
 ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
@@ -101,18 +108,16 @@ def _grpc(cfg: GatewayView) -> dict[str, Any]:
 
 
 def _ext_proc(cfg: GatewayView, *, fail_open: bool) -> dict[str, Any]:
-    """Admission: the request's headers and whole body, each answered before the request goes on."""
+    """Admission: the request's whole body with its attributes, answered before the request goes on."""
     return {
         "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "stat_prefix": ADMISSION_STATS if fail_open else ADMISSION_CLOSED_STATS,
         "grpc_service": _grpc(cfg),
         "failure_mode_allow": fail_open,
-        "processing_mode": {"request_header_mode": "SEND", "request_body_mode": "BUFFERED",
+        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "BUFFERED",
                             "response_header_mode": "SKIP", "response_body_mode": "NONE",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
-        # the service turns the rest of the stream off for a request no budget counts
-        "allow_mode_override": True,
-        "request_attributes": [ROUTE_ATTRIBUTE],
+        "request_attributes": list(names.REQUEST_ATTRIBUTES),
         "message_timeout": _seconds(BUDGET_MESSAGE_TIMEOUT_S),
         # the refusal and the reservation: the access log's, and the meter's
         "metadata_options": {"receiving_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
@@ -120,14 +125,14 @@ def _ext_proc(cfg: GatewayView, *, fail_open: bool) -> dict[str, Any]:
 
 
 def _meter(cfg: GatewayView) -> dict[str, Any]:
-    """Metering: the request body (with the reservation's metadata) and the response, sent without waiting."""
+    """Metering: the response (with the reservation's metadata), sent without waiting."""
     return {
         "@type": _T + "extensions.filters.http.ext_proc.v3.ExternalProcessor",
         "grpc_service": _grpc(cfg),
         "stat_prefix": METER_STATS,
         "failure_mode_allow": True,
         "observability_mode": True,
-        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
+        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "NONE",
                             "response_header_mode": "SEND", "response_body_mode": "STREAMED",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
         "metadata_options": {"forwarding_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
