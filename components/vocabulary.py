@@ -12,7 +12,8 @@ from typing import Any
 
 import yaml
 
-__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "LOKI_INDEX_TABLE_PREFIX", "AUTOSCALED_TAG", "dump_yaml"]
+__all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "LOKI_INDEX_TABLE_PREFIX", "AUTOSCALED_TAG",
+           "AUTOSCALER_CHART", "MAX_GRACEFUL_TERMINATION_FLAG", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS", "dump_yaml"]
 
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
 GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
@@ -29,6 +30,12 @@ LOKI_INDEX_TABLE_PREFIX = "loki_index_"
 # The Auto Scaling group tag of the node pools the cluster autoscaler may size: the AWS pools carry it
 # (components.aws.nodes), the autoscaler discovers groups by it (components.k8s.autoscaler).
 AUTOSCALED_TAG = "aifactory.io/autoscaled"
+# The cluster autoscaler's chart, and its flag for the longest grace it gives a pod it evicts at scale-down, with the
+# app's own default (cluster-autoscaler 1.34.1, the app of chart 9.52.1: config/flags/flags.go, 10*60): the kit's
+# release sets it (components.k8s.autoscaler), preflight's scale-down-drains rule reads it (policies.preflight.drain).
+AUTOSCALER_CHART = "cluster-autoscaler"
+MAX_GRACEFUL_TERMINATION_FLAG = "max-graceful-termination-sec"
+DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS = 600
 
 
 # libyaml's emitter when PyYAML has it (the wheels do): a large fleet's Envoy bootstrap and manifests are the

@@ -10,7 +10,7 @@ import dataclasses
 import typing
 from typing import Any
 
-from components.k8s.autoscaler import DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS, ClusterAutoscalerArgs
+from components.k8s.autoscaler import ClusterAutoscalerArgs
 from components.k8s.engines import ENGINES
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
 from components.k8s.gateway import (
@@ -34,6 +34,7 @@ from components.k8s.serving.lifecycle import termination_grace_seconds as model_
 from components.k8s.settings import AlertReceiver, JwtIssuer, Model, Tenant, TokenBudget
 from components.k8s.storage import cache_storage_class_name
 from components.k8s.tenancy import TenancyArgs
+from components.vocabulary import DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS
 from infra.config import PlatformConfig
 from infra.stack import declared
 

@@ -28,7 +28,11 @@ import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security, versions
 from components.validation import Problems, check_shape
-from components.vocabulary import AUTOSCALED_TAG
+from components.vocabulary import (
+    AUTOSCALED_TAG,
+    DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS,
+    MAX_GRACEFUL_TERMINATION_FLAG,
+)
 
 if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
@@ -42,10 +46,6 @@ RELEASE_NAME = "cluster-autoscaler"
 SERVICE_ACCOUNT = "cluster-autoscaler"
 IRSA_ANNOTATION = "eks.amazonaws.com/role-arn"
 DEFAULT_SCALE_DOWN_UNNEEDED = "10m"  # GPU nodes are expensive: give them back after 10 idle minutes
-# The autoscaler's flag and its own default (cluster-autoscaler 1.34.1, the app of chart 9.52.1: flags.go
-# maxGracefulTerminationFlag = 10*60)
-MAX_GRACEFUL_TERMINATION_FLAG = "max-graceful-termination-sec"
-DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS = 600
 READ_ACTIONS = (
     "autoscaling:DescribeAutoScalingGroups",
     "autoscaling:DescribeAutoScalingInstances",

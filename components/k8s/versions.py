@@ -19,6 +19,8 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.vocabulary import AUTOSCALER_CHART
+
 __all__ = [
     "HelmChart",
     "release",
@@ -75,7 +77,7 @@ NETWORK_OPERATOR_IMAGE_TAG = f"network-operator-v{NETWORK_OPERATOR.version}"
 DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-4"  # network-operator 26.1.1 hack/release.yaml Mofed.version
 EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26",
                               SLOW_RELEASE_TIMEOUT_SECONDS)
-CLUSTER_AUTOSCALER = HelmChart("cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.52.1")
+CLUSTER_AUTOSCALER = HelmChart(AUTOSCALER_CHART, "https://kubernetes.github.io/autoscaler", "9.52.1")
 
 ISTIO_VERSION = "1.28.3"  # base and istiod move together: one version for the whole control plane
 ISTIO_BASE = HelmChart("base", ISTIO_REPO, ISTIO_VERSION)

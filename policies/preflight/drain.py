@@ -13,9 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from components.k8s.autoscaler import DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS, MAX_GRACEFUL_TERMINATION_FLAG
-from components.k8s.versions import CLUSTER_AUTOSCALER
-from components.vocabulary import AUTOSCALED_TAG, POOL_LABEL
+from components.vocabulary import (
+    AUTOSCALED_TAG,
+    AUTOSCALER_CHART,
+    DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS,
+    MAX_GRACEFUL_TERMINATION_FLAG,
+    POOL_LABEL,
+)
 from policies import kube
 from policies.preflight.pods import pod_templates
 from policies.preflight.resources import NODE_GROUP, Finding, Res, chart_of, get_path
@@ -36,7 +40,7 @@ def _unscaled_pools(resources: Sequence[Res]) -> set[str]:
 
 def drain_findings(resources: Sequence[Res]) -> list[Finding]:
     """A pod whose grace period is longer than what the stack's cluster-autoscaler gives an evicted pod."""
-    autoscalers = [r for r in resources if r.type == kube.HELM_RELEASE and chart_of(r) == CLUSTER_AUTOSCALER.chart]
+    autoscalers = [r for r in resources if r.type == kube.HELM_RELEASE and chart_of(r) == AUTOSCALER_CHART]
     if not autoscalers:
         return []
     unscaled = _unscaled_pools(resources)
