@@ -91,22 +91,41 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-@pytest.fixture(autouse=True)
-def _alone_when_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under xdist, every test holds the run's lock shared and an ALONE_FILES test holds it exclusively. A
-    turnstile taken before either keeps the other workers from starving a waiting exclusive test."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        yield
-        return
+@contextmanager
+def _run_lock(tmp_path_factory: pytest.TempPathFactory, mode: int) -> Iterator[None]:
+    """The run's lock in `mode` (shared or exclusive) across xdist workers. A turnstile taken before either keeps the
+    other workers from starving a waiting exclusive holder."""
     root = tmp_path_factory.getbasetemp().parent
-    alone = request.node.nodeid.startswith(ALONE_FILES)
     with (root / ".alone.lock").open("a") as run_lock:
         with _locked(root / ".turnstile.lock"):
-            fcntl.flock(run_lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            fcntl.flock(run_lock, mode)
         try:
             yield
         finally:
             fcntl.flock(run_lock, fcntl.LOCK_UN)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _alone_when_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under xdist, an ALONE_FILES module holds the run's lock exclusively from its first fixture to its last test,
+    and every other test holds it shared while it runs (`_beside_others`). Whole modules, not single tests: the
+    exclusive holder waits for the other workers' tests in flight once per file (as long as the longest of them),
+    where taking it per test waited so for each of some 70 tests."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(ALONE_FILES):
+        yield
+        return
+    with _run_lock(tmp_path_factory, fcntl.LOCK_EX):
+        yield
+
+
+@pytest.fixture(autouse=True)
+def _beside_others(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Under xdist, every test of the other files holds the run's lock shared (see `_alone_when_timed`)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None or request.node.nodeid.startswith(ALONE_FILES):
+        yield
+        return
+    with _run_lock(tmp_path_factory, fcntl.LOCK_SH):
+        yield
 
 
 @contextmanager
