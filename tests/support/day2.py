@@ -4,11 +4,12 @@ changes (tests.support.fake_dns), under a steady mix of streamed and non-streame
 tests/artifacts/test_day2_scenarios_live.py (assertions) and tests/bench/bench_day2.py (figures).
 
 Times are scaled down, each by what the tested system allows: the DNS refresh (5 s shipped) to DNS_REFRESH_S, the
-health checks (2 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
-components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped) to
-TRY_IDLE_S, a client connection's lifetime and drain (60 s and 5 s shipped:
+progress checks (2.5 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
+components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped, 3 x the
+checks' 10 s window) to TRY_IDLE_S (3 x theirs here), a client connection's lifetime and drain (60 s and 5 s shipped:
 components.k8s.gateway.envoy.config.CLIENT_CONNECTION_MAX_SECONDS, CLIENT_DRAIN_SECONDS) to CONNECTION_S and
-CLIENT_DRAIN_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection.
+CLIENT_DRAIN_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection, and a hang is
+the checks' to find, not the try idle timeout's.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.k8s.engines.vllm import served_model_names
 from components.k8s.gateway.envoy.base import DNS_CLUSTER_TYPE, model_host
 from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import PlatformConfig, parse
@@ -34,15 +36,16 @@ from tests.support.fake_dns import FakeDns, resolver
 from tests.support.standin_engines import StandInVllm
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
-__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S", "CLIENT_DRAIN_S", "Call",
-           "Run", "Scenario", "scenario", "SCENARIOS"]
+__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "DETECTION_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S",
+           "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
 
 MODEL = "chat"
 ISSUER = "https://issuer.day2/realms/aifactory"
 DNS_REFRESH_S = 0.2
 HC_S = 0.2  # check interval and timeout; unhealthyThreshold 2: a silent replica is out within 2 x (0.2 + 0.2) s
+DETECTION_S = 2 * (HC_S + HC_S)  # the checks' window (GATEWAY_DETECTION_SECONDS, 10 s shipped)
 PRESTOP_S = 1.0  # > DNS_REFRESH_S and > the checks' detection (0.8 s), as the shipped preStop > 10 s
-TRY_IDLE_S = 0.5
+TRY_IDLE_S = 2.4  # 3 x DETECTION_S, as shipped (30 s, 3 x 10 s)
 CONNECTION_S, CLIENT_DRAIN_S = 0.5, 0.2  # the gateway's max_connection_duration and drain_timeout, where it sets them
 TIMEOUT_S = 3.0  # the model's timeoutSeconds
 SHUTDOWN_TIMEOUT_S = 5.0  # the stand-ins' --shutdown-timeout: longer than any generation here
@@ -168,8 +171,9 @@ class Scenario:
     def add_replica(self, ordinal: int) -> StandInVllm:
         """Pod `chat-<ordinal>` starts (a new address), then its records appear (it is ready)."""
         name = f"{MODEL}-{ordinal}" + (f"#{self._started}" if self._started >= 3 else "")
+        served = tuple(served_model_names(self.cfg.models[MODEL]))
         replica = self._stack.enter_context(StandInVllm(name, f"127.0.0.{10 + self._started}", self.port,
-                                                        tokens=TOKENS, token_s=TOKEN_S,
+                                                        served=served, tokens=TOKENS, token_s=TOKEN_S,
                                                         shutdown_timeout_s=SHUTDOWN_TIMEOUT_S))
         self._started += 1
         self.run.replicas[name] = replica
@@ -278,9 +282,10 @@ def _fault(moment: str, fault: Callable[[StandInVllm], None], s: Scenario) -> No
 
 
 def saturated_health(s: Scenario) -> None:
-    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after three
-    check timeouts."""
-    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_health_s=3 * HC_S), s)
+    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after one and
+    a half check timeouts, and a new generation (the progress check too) waits as long in its queue: it fails its
+    checks, well inside any try idle timeout."""
+    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_s=1.5 * HC_S), s)
 
 
 def replica_500(s: Scenario) -> None:
@@ -289,7 +294,8 @@ def replica_500(s: Scenario) -> None:
 
 
 def engine_hang(s: Scenario) -> None:
-    """One replica's engine core hangs: no token comes, /health still passes (vLLM's check_health)."""
+    """One replica's engine core hangs: no token comes (the progress check's neither), /health still passes (vLLM's
+    check_health)."""
     _fault("hang", StandInVllm.hang, s)
 
 

@@ -2,14 +2,20 @@
 it is rolled, scaled in, saturated, broken or hung, on a loopback address of its own and the model port every
 replica shares (a headless Service's records carry addresses, not ports). Not an engine: no tokens are computed.
 
-Behaviour, each from the engine's source at the pinned version (docs/contracts.md, "Day 2: the gateway's side"):
-- a generation (POST /v1/chat/completions, /v1/completions): with `"stream": true` the response's headers leave at
-  once (the server starts its streamed response before the first token), then `tokens` chunks `token_s` apart, then
-  `data: [DONE]`; otherwise one JSON answer once the last token is done;
+Behaviour, each from the engine's source at the pinned version (docs/contracts.md, "Day 2: the gateway's side" and
+"Day 2: progress checks"):
+- a generation (POST /v1/chat/completions, /v1/completions) with a JSON body (content-type application/json, else
+  422: FastAPI reads the body as JSON by that header) naming a served model (else 404 "The model `x` does not
+  exist": vllm-project/vllm@v0.33.0 vllm/entrypoints/serve/engine/serving.py _check_model): with `"stream": true`
+  the response's headers leave at once (the server starts its streamed response before the first token), then
+  `tokens` chunks (at most its max_tokens) `token_s` apart, then `data: [DONE]`; otherwise one JSON answer once the
+  last token is done. The gateway's progress check (a 1-token completion) is such a generation: a stuck engine core
+  never answers it;
 - /health answers 200 while the engine has not errored: check_health reads an errored flag
   (vllm-project/vllm@v0.33.0 vllm/v1/engine/async_llm.py), so a stuck engine core (`hang()`) still passes it; and it
-  runs on the API server's event loop, so once `saturate`d it answers only after `busy_health_s` with `busy_at`
-  generations or more in flight (vllm-project/vllm#38157);
+  runs on the API server's event loop, so once `saturate`d it answers only after `busy_s` with `busy_at`
+  generations or more in flight (vllm-project/vllm#38157); a generation that arrives then waits as long for its first
+  token (the engine's waiting queue: the progress check too);
 - SIGTERM (`sigterm()`) with `--shutdown-timeout N` (N > 0): it stops accepting (the listening socket closes, idle
   keep-alive connections close), the requests in flight finish for up to N s (their connections then close), and the
   rest are aborted; N = 0, vLLM's default, aborts every request in flight at once (vllm-project/vllm@v0.33.0
@@ -28,17 +34,21 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["StandInVllm", "HEALTH_PATH", "GENERATION_PATHS"]
+__all__ = ["StandInVllm", "HEALTH_PATH", "GENERATION_PATHS", "CHECKER"]
 
 HEALTH_PATH = "/health"
 GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 HOLD_LIMIT_S = 60.0  # a hung generation gives up after this (or when the replica stops): bounded
+# The user agent of Envoy's health checks (envoyproxy/envoy@v1.40.0 source/common/http/headers.h
+# UserAgentValues.EnvoyHealthChecker): a stand-in serves them as any request and only counts them apart.
+CHECKER = "Envoy/HC"
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: _Server
+    _check = False  # the request is the gateway's check (user agent CHECKER)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
         pass
@@ -63,26 +73,37 @@ class _Handler(BaseHTTPRequestHandler):
             engine.health_checks += 1
             busy = engine.in_flight >= engine.busy_at
         if busy:  # the event loop is busy with the generations: the check waits its turn
-            engine.stopped.wait(engine.busy_health_s)
+            engine.stopped.wait(engine.busy_s)
         self._json(200, {})
 
     def do_POST(self) -> None:  # noqa: N802
         engine = self.server.engine
-        body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)) or b"{}")
+        raw = self.rfile.read(int(self.headers.get("content-length") or 0))
         if self.path not in GENERATION_PATHS:
             self._json(404, {"error": "not found"})
             return
+        if self.headers.get("content-type", "").split(";")[0].strip() != "application/json":
+            self._json(422, {"detail": "the body is not JSON"})
+            return
+        body = json.loads(raw or b"{}")
+        if body.get("model") not in engine.served:
+            self._json(404, {"error": {"message": f"The model `{body.get('model')}` does not exist.",
+                                       "type": "NotFoundError", "code": 404}})
+            return
+        check = self._check = self.headers.get("user-agent") == CHECKER
         with engine.lock:
-            engine.arrivals.append(time.monotonic())
+            (engine.check_arrivals if check else engine.arrivals).append(time.monotonic())
+            queued = engine.in_flight >= engine.busy_at
             engine.in_flight += 1
             engine._busy.add(self.connection)
+        tokens = min(engine.tokens, int(body.get("max_tokens") or engine.tokens))
         try:
             if engine.failing:
                 self._json(500, {"error": {"message": "engine failed", "type": "InternalServerError", "code": 500}})
             elif body.get("stream"):
-                self._stream()
+                self._stream(tokens, queued)
             else:
-                self._whole()
+                self._whole(tokens, queued)
         finally:
             with engine.lock:
                 engine.in_flight -= 1
@@ -90,11 +111,13 @@ class _Handler(BaseHTTPRequestHandler):
             if engine.draining.is_set():
                 self.close_connection = True
 
-    def _tokens(self, each: Any = None) -> bool:
-        """Wait for each token (calling `each(i)` after token i); False when the request was aborted (a SIGTERM past
-        the shutdown timeout, a stop)."""
+    def _tokens(self, tokens: int, queued: bool, each: Any = None) -> bool:
+        """Wait for each of `tokens` tokens (calling `each(i)` after token i), the first `busy_s` later when it
+        `queued`; False when the request was aborted (a SIGTERM past the shutdown timeout, a stop)."""
         engine = self.server.engine
-        for i in range(engine.tokens):
+        if queued and (engine.aborted.wait(engine.busy_s) or engine.stopped.is_set()):
+            return False
+        for i in range(tokens):
             engine.running.wait(HOLD_LIMIT_S)  # a stuck engine core produces nothing
             if engine.aborted.wait(engine.token_s) or engine.stopped.is_set():
                 return False
@@ -102,24 +125,24 @@ class _Handler(BaseHTTPRequestHandler):
                 each(i)
         return True
 
-    def _stream(self) -> None:
+    def _stream(self, tokens: int, queued: bool) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
         self.wfile.flush()
-        if not self._tokens(lambda i: self._chunk(b'data: {"token": %d}\n\n' % i)):
+        if not self._tokens(tokens, queued, lambda i: self._chunk(b'data: {"token": %d}\n\n' % i)):
             self._abort()
             return
         self._chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self._done()
 
-    def _whole(self) -> None:
-        if not self._tokens():
+    def _whole(self, tokens: int, queued: bool) -> None:
+        if not self._tokens(tokens, queued):
             self._abort()
             return
-        self._json(200, {"backend": self.server.engine.name, "tokens": self.server.engine.tokens})
+        self._json(200, {"backend": self.server.engine.name, "tokens": tokens})
         self._done()
 
     def _done(self) -> None:
@@ -128,7 +151,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _abort(self) -> None:
         with self.server.engine.lock:
-            self.server.engine.aborted_requests += 1
+            if not self._check:  # a check in flight when the scenario stops is not a request it lost
+                self.server.engine.aborted_requests += 1
         self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         self.close_connection = True
         try:
@@ -165,16 +189,18 @@ class _Server(ThreadingHTTPServer):
 
 
 class StandInVllm:
-    """One vLLM replica on `host`:`port` (a loopback address of its own). `tokens` chunks `token_s` apart per
-    generation; `shutdown_timeout_s`: vLLM's --shutdown-timeout (0: SIGTERM aborts everything in flight)."""
+    """One vLLM replica on `host`:`port` (a loopback address of its own), serving the model names `served`. `tokens`
+    chunks `token_s` apart per generation; `shutdown_timeout_s`: vLLM's --shutdown-timeout (0: SIGTERM aborts
+    everything in flight)."""
 
-    def __init__(self, name: str, host: str, port: int, *, tokens: int = 10, token_s: float = 0.02,
-                 shutdown_timeout_s: float = 5.0) -> None:
-        self.name, self.host, self.port = name, host, port
+    def __init__(self, name: str, host: str, port: int, *, served: tuple[str, ...] = ("chat",), tokens: int = 10,
+                 token_s: float = 0.02, shutdown_timeout_s: float = 5.0) -> None:
+        self.name, self.host, self.port, self.served = name, host, port, served
         self.tokens, self.token_s, self.shutdown_timeout_s = tokens, token_s, shutdown_timeout_s
-        self.busy_at, self.busy_health_s = 10**9, 0.0  # never busy until `saturate`
+        self.busy_at, self.busy_s = 10**9, 0.0  # never busy until `saturate`
         self.lock = threading.Lock()
-        self.arrivals: list[float] = []  # monotonic time of each generation request it received
+        self.arrivals: list[float] = []  # monotonic time of each generation request it received (not a check)
+        self.check_arrivals: list[float] = []  # and of each of the gateway's progress checks (user agent CHECKER)
         self.in_flight = self.completed = self.aborted_requests = self.health_checks = 0
         self.failing = False
         self.running = threading.Event()  # cleared while the engine core is stuck
@@ -207,12 +233,14 @@ class StandInVllm:
         self.stop()
 
     def hang(self) -> None:
-        """The engine core is stuck: generations make no progress, /health still answers 200."""
+        """The engine core is stuck: generations (the progress check's included) make no progress, /health still
+        answers 200."""
         self.running.clear()
 
-    def saturate(self, *, busy_at: int, busy_health_s: float) -> None:
-        """From `busy_at` generations in flight, /health answers only after `busy_health_s`."""
-        self.busy_at, self.busy_health_s = busy_at, busy_health_s
+    def saturate(self, *, busy_at: int, busy_s: float) -> None:
+        """From `busy_at` generations in flight, /health answers only after `busy_s`, and a new generation (a check
+        too) waits as long for its first token."""
+        self.busy_at, self.busy_s = busy_at, busy_s
 
     def fail(self) -> None:
         """Every generation gets 500, /health still answers 200."""
@@ -259,7 +287,7 @@ class StandInVllm:
             self._thread.join(timeout=5)
 
     def received_after(self, t: float) -> int:
-        """Generation requests that reached it at monotonic time `t` or later."""
+        """Generation requests (not checks) that reached it at monotonic time `t` or later."""
         with self.lock:
             return sum(1 for a in self.arrivals if a >= t)
 
