@@ -1,0 +1,66 @@
+"""The gateway's progress checks are requests to vLLM (issue 44 item 6): each is a 1-token completion, one observation
+of vLLM's time-to-first-token histogram, so a model's SLO rules read them as traffic unless they take them off.
+Each gateway pod checks each replica every interval (2.5 s): prod's two gateway pods and two replicas of
+assistant-steady send it 1.6 checks/s, eight times MODEL_SLO_MIN_REQUESTS_PER_SECOND. The rules subtract the
+checks' rate, measured at the gateway (envoy_cluster_health_check_attempt of the model's cluster: envoyproxy/
+envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst, health check statistics), from the
+requests/s and from the observations within the SLO. Both cases run the real promtool on prod's rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dashboards.config import ObservabilityConfig
+from dashboards.rule_parts import R
+from dashboards.rules import MODEL_SLO_MIN_REQUESTS_PER_SECOND, alerts, records
+from telemetry.names import ENVOY, VLLM
+from tests.artifacts.test_rules import (
+    GATEWAY_PODS,
+    Case,
+    _around,
+    _for,
+    _latency,
+    _num,
+    _promtool_test,
+    _run_promtool_tests,
+    _sel,
+)
+from tests.artifacts.test_rules import prod as prod  # noqa: F401 (the module fixture)
+
+MODEL = "assistant-steady"  # vLLM, TTFT SLO 0.5 s
+CHECKS_PER_MINUTE = 2 * 60 / 2.5  # per gateway pod: two replicas, one check each every 2.5 s
+
+
+def _checks() -> dict[str, str]:
+    return {_sel(ENVOY.HEALTH_CHECK_ATTEMPT, {**p, ENVOY.L_CLUSTER: MODEL}): f"0+{_num(CHECKS_PER_MINUTE)}x30"
+            for p in GATEWAY_PODS}
+
+
+def _first_tokens(per_minute: dict[float, float]) -> dict[str, str]:
+    """vLLM's time-to-first-token histogram of the model: the users' first tokens (`per_minute`, by seconds) plus
+    one fast first token (0.05 s) per progress check."""
+    checks = len(GATEWAY_PODS) * CHECKS_PER_MINUTE
+    observed = dict(per_minute)
+    observed[0.05] = observed.get(0.05, 0) + checks
+    return _latency(VLLM.TTFT, {"model_name": MODEL, "engine": "0"}, VLLM.TTFT_BUCKETS, observed)
+
+
+def test_the_model_slo_rules_take_the_gateways_progress_checks_off_vllms_first_tokens(
+        prod: ObservabilityConfig, tmp_path: Path) -> None:  # noqa: F811
+    """Quiet: 0.1 user requests/s, every one slow, beside the checks: under the minimum rate once the checks are off
+    (before: the checks' 1.6/s met it and their fast first tokens made the share 6 / 198, the alert firing on a
+    night's six requests). Fault: 1 user request/s, 10% of first tokens at 0.6 s: the share is 10%, not the diluted
+    6 / 252 = 2.4% (before: silent)."""
+    assert [r.expr for r in records(prod)[R.MODEL_PROGRESS_CHECKS] if r.labels["model"] == MODEL] == [
+        f'sum(rate({ENVOY.HEALTH_CHECK_ATTEMPT}{{{ENVOY.L_CLUSTER}="{MODEL}"}}[5m])) or vector(0)']
+    assert MODEL_SLO_MIN_REQUESTS_PER_SECOND == 0.2
+    alert = "ModelTtftSloMissed"
+    fors = _for(prod)
+    fired = ({"model": MODEL, "alertname": alert, "severity": "warning"}, 0.1, fors[(alert, "warning")])
+    cases = [
+        Case(alert, {**_checks(), **_first_tokens({0.6: 6})}, [(1 + fors[(alert, "warning")], [])]),
+        Case(alert, {**_checks(), **_first_tokens({0.3: 54, 0.6: 6})}, _around(1, [fired])),
+    ]
+    annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):
+                   a.to_dict()["annotations"] for a in alerts(prod)}
+    _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
