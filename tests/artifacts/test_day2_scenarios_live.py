@@ -95,7 +95,7 @@ def test_a_replica_answering_500_while_its_health_passes_is_retried_around_and_e
     assert failing.received_after(run.moments["fail"] + HC_S + MARGIN_S) == 0
 
 
-def test_an_engine_hang_is_out_of_new_requests_within_the_checks_window(tmp_path: Path) -> None:
+def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_it(tmp_path: Path) -> None:
     """Replica 1's engine core hangs: no token comes, /health still answers 200 (vLLM's check_health reads an errored
     flag). The gateway's progress checks (a 1-token completion) time out: 2 failed checks take it out of new
     requests within DETECTION_S (2 x (timeout + interval): GATEWAY_DETECTION_SECONDS, 10 s shipped), whatever the
