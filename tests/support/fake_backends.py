@@ -37,7 +37,8 @@ import yaml
 from components.k8s.gateway.envoy.config import HEALTH_PATHS as ENGINE_HEALTH_PATHS
 from tests.support.processes import die_with_parent, free_port, stop_process
 
-__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]
+__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "ENVOY_CHECKER", "request", "free_port", "HEALTH_PATHS",
+           "send_json"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
