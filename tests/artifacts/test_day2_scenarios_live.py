@@ -9,11 +9,16 @@ same scenarios' figures (tests/bench/bench_day2.py).
 
 from __future__ import annotations
 
+import http.client
 import select
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
+
+from components.k8s.engines import ENGINES
+from infra.config import parse
 from tests.support.day2 import (
     CLIENT_DRAIN_S,
     CONNECTION_S,
@@ -22,14 +27,18 @@ from tests.support.day2 import (
     HC_S,
     MODEL,
     PRESTOP_S,
+    SGLANG_TIMES,
     TIMEOUT_S,
     TOKEN_S,
     TOKENS,
     TRY_IDLE_S,
     Run,
     Scenario,
+    raw_stack,
     scenario,
 )
+from tests.support.processes import free_port
+from tests.support.standin_engines import CHECKER, STANDIN_ENGINES, StandInEngine
 
 MIN_SUCCESS = 0.999
 MARGIN_S = 0.5  # scheduling on a busy 2-core machine: added to bounds taken from the configuration
@@ -39,13 +48,16 @@ def _no_request_after(run: Run, replica: str, moment: float) -> None:
     assert run.replicas[replica].received_after(moment) == 0, (replica, run.moments)
 
 
-def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path, engine: str) -> None:
     """Each pod, highest ordinal first, leaves its Service's ready addresses, waits its preStop (longer than the
-    gateway's detection), gets SIGTERM and drains; its successor (a new address) joins once ready. The gateway drops
-    a departing replica at its next DNS refresh although it still passes its checks (ignore_health_on_host_removal:
-    before, a pod in its preStop kept its new requests until SIGTERM ended it), so nothing reaches a replica after
-    its SIGTERM and nothing in flight is aborted."""
-    run = scenario("rolling-update", tmp_path)
+    gateway's detection), gets SIGTERM and drains as its engine does (vLLM and Triton stop accepting and finish what
+    they hold; SGLang keeps accepting, fails its checks and exits once nothing is in flight); its successor (a new
+    address) joins once ready, its progress checks passing (SGLang's /health_generate, the others' 1-token
+    completion). The gateway drops a departing replica at its next DNS refresh although it still passes its checks
+    (ignore_health_on_host_removal: before, a pod in its preStop kept its new requests until SIGTERM ended it), so
+    nothing reaches a replica after its SIGTERM and nothing in flight is aborted."""
+    run = scenario("rolling-update", tmp_path, engine)
     assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
     for name in (f"{MODEL}-{i}" for i in range(3)):
         _no_request_after(run, name, run.moments[f"{name} sigterm"])
@@ -54,10 +66,11 @@ def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path) ->
     # (on a busy machine a refresh can come late); none was cut
 
 
-def test_a_scale_down_cuts_no_stream_and_fails_no_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_a_scale_down_cuts_no_stream_and_fails_no_request(tmp_path: Path, engine: str) -> None:
     """The highest ordinal's pod is deleted: out of the gateway's hosts within its DNS refresh, well before its
-    preStop ends; its requests in flight finish."""
-    run = scenario("scale-down", tmp_path)
+    preStop ends; its requests in flight finish, whatever its engine's SIGTERM."""
+    run = scenario("scale-down", tmp_path, engine)
     assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
     gone = f"{MODEL}-2"
     _no_request_after(run, gone, run.moments[f"{gone} deleted"] + PRESTOP_S / 2)
@@ -172,3 +185,39 @@ def test_a_client_connection_to_a_gateway_pod_is_closed_within_its_bound_and_a_l
         readable, _, _ = select.select([long.sock], [], [], DELAYED_CLOSE_S + MARGIN_S)
         assert readable and long.sock.recv(1) == b"", "the connection stayed open"
         long.close()
+
+
+def _ask(replica: StandInEngine, method: str, path: str, body: bytes = b"", timeout: float = 1.0) -> int | None:
+    """The status the replica answers within `timeout` (None: none), asked as Envoy's health checker asks."""
+    conn = http.client.HTTPConnection(replica.host, replica.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body or None, headers={
+            "user-agent": CHECKER, **({"content-type": "application/json"} if body else {})})
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_each_stand_in_fails_the_gateways_progress_check_when_its_engine_hangs_while_its_health_passes(
+        engine: str) -> None:
+    """The check the gateway renders for the engine (Engine.progress_check: vLLM's and Triton's 1-token completion,
+    SGLang's /health_generate) passes on a working stand-in within the scaled check timeout's margin, gets no answer
+    once its engine hangs while its liveness path still answers 200 (vLLM: the completion never produces; SGLang:
+    /health_generate sees no output and would answer 503 only after its own timeout), and after SIGTERM SGLang
+    answers both 503 (tokenizer_manager's SignalHandler)."""
+    cfg = parse(raw_stack(engine), stack="day2")
+    check = ENGINES[engine].progress_check(cfg.models[MODEL])
+    with StandInEngine("probe", "127.0.0.1", free_port(), kind=engine, served=(MODEL,), token_s=0.02,
+                       **SGLANG_TIMES) as replica:
+        assert _ask(replica, check.method, check.path, check.payload()) == 200
+        replica.hang()
+        assert _ask(replica, check.method, check.path, check.payload(), timeout=3 * HC_S) is None
+        assert _ask(replica, "GET", ENGINES[engine].health_path) == 200
+        replica.running.set()  # it produces again: the check passes again
+        assert _ask(replica, check.method, check.path, check.payload()) == 200
+        if engine == "sglang":
+            replica.sigterm()
+            assert _ask(replica, check.method, check.path) == _ask(replica, "GET", "/health") == 503

@@ -1,7 +1,8 @@
-"""The gateway's day-2 scenarios (issue 44): the real Envoy on the kit's bootstrap in front of stand-in vLLM replicas
-(tests.support.standin_engines), the model's cluster resolving its Service's name against a DNS server the scenario
-changes (tests.support.fake_dns), under a steady mix of streamed and non-streamed generations. Used by
-tests/artifacts/test_day2_scenarios_live.py (assertions) and tests/bench/bench_day2.py (figures).
+"""The gateway's day-2 scenarios (issue 44): the real Envoy on the kit's bootstrap in front of stand-in replicas
+(tests.support.standin_engines: vLLM's; SGLang's or Triton's too for the rollouts), the model's cluster resolving its
+Service's name against a DNS server the scenario changes (tests.support.fake_dns), under a steady mix of streamed and
+non-streamed generations. Used by tests/artifacts/test_day2_scenarios_live.py (assertions) and
+tests/bench/bench_day2.py (figures).
 
 Times are scaled down, each by what the tested system allows: the DNS refresh (5 s shipped) to DNS_REFRESH_S, the
 progress checks (2.5 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
@@ -33,7 +34,7 @@ from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.fake_dns import FakeDns, resolver
-from tests.support.standin_engines import StandInVllm
+from tests.support.standin_engines import StandInEngine
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 __all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "DETECTION_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S",
@@ -53,14 +54,17 @@ TOKENS, TOKEN_S = 10, 0.02  # a generation: 0.2 s
 RATE = 80.0  # generations per second, half streamed
 READY_S = 10.0  # bounded waits for the gateway to see a replica come or go
 CONSECUTIVE_FAILURES = 3  # gateway.outlierDetection.consecutive5xx (default)
+# SGLang's /health_generate poll (1 s) and timeout (20 s), and its SIGTERM watchdog's poll (5 s), scaled as the checks
+# are (2.5 s shipped, HC_S here)
+SGLANG_TIMES = {"poll_s": 0.4 * HC_S, "check_timeout_s": 8 * HC_S, "watchdog_s": 2 * HC_S}
 
 
-def raw_stack() -> dict[str, Any]:
+def raw_stack(engine: str = "vllm") -> dict[str, Any]:
     return {
         "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
         "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
-        "models": {MODEL: {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
+        "models": {MODEL: {"engine": engine, "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
                            "pool": "gpu", "replicas": {"min": 1, "max": 4}, "timeoutSeconds": TIMEOUT_S,
                            "tryIdleTimeoutSeconds": TRY_IDLE_S}},
         "gateway": {
@@ -96,7 +100,7 @@ class Run:
     """What a scenario saw: every call, each replica (by name), and named moments (monotonic)."""
 
     calls: list[Call] = field(default_factory=list)
-    replicas: dict[str, StandInVllm] = field(default_factory=dict)
+    replicas: dict[str, StandInEngine] = field(default_factory=dict)
     moments: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -114,13 +118,14 @@ class Scenario:
     is pod `chat-<ordinal>`: its Service publishes its address under the Service's name and under its own
     (`chat-<ordinal>.chat.<namespace>...`, a StatefulSet pod's stable name) while it is ready."""
 
-    def __init__(self, stack: ExitStack, workdir: Path, replicas: int) -> None:
-        self.cfg: PlatformConfig = parse(raw_stack(), stack="day2")
+    def __init__(self, stack: ExitStack, workdir: Path, replicas: int, engine: str = "vllm") -> None:
+        self.engine = engine
+        self.cfg: PlatformConfig = parse(raw_stack(engine), stack="day2")
         self.issuer = Issuer(ISSUER)
         self.port = free_port()
         self._stack = stack
         self._started = 0
-        self.pods: dict[int, StandInVllm] = {}  # ordinal -> its ready pod (published)
+        self.pods: dict[int, StandInEngine] = {}  # ordinal -> its ready pod (published)
         self.run = Run()
         self.service = model_host(self.cfg, self.cfg.models[MODEL])
         self.dns = stack.enter_context(FakeDns({}))
@@ -168,13 +173,14 @@ class Scenario:
             pod = self.pods.get(ordinal)
             self.dns.set(f"{MODEL}-{ordinal}.{self.service}", [pod.host] if pod else [])
 
-    def add_replica(self, ordinal: int) -> StandInVllm:
+    def add_replica(self, ordinal: int) -> StandInEngine:
         """Pod `chat-<ordinal>` starts (a new address), then its records appear (it is ready)."""
         name = f"{MODEL}-{ordinal}" + (f"#{self._started}" if self._started >= 3 else "")
         served = tuple(served_model_names(self.cfg.models[MODEL]))
-        replica = self._stack.enter_context(StandInVllm(name, f"127.0.0.{10 + self._started}", self.port,
-                                                        served=served, tokens=TOKENS, token_s=TOKEN_S,
-                                                        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S))
+        replica = self._stack.enter_context(StandInEngine(name, f"127.0.0.{10 + self._started}", self.port,
+                                                          kind=self.engine, served=served, tokens=TOKENS,
+                                                          token_s=TOKEN_S, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+                                                          **SGLANG_TIMES))
         self._started += 1
         self.run.replicas[name] = replica
         self.pods[ordinal] = replica
@@ -272,7 +278,7 @@ def scale_down(s: Scenario) -> None:
         time.sleep(1.0)
 
 
-def _fault(moment: str, fault: Callable[[StandInVllm], None], s: Scenario) -> None:
+def _fault(moment: str, fault: Callable[[StandInEngine], None], s: Scenario) -> None:
     """Replica 1 turns bad half a second in (the moment named `moment`), under load for three more seconds."""
     with s.load():
         time.sleep(0.5)
@@ -290,13 +296,13 @@ def saturated_health(s: Scenario) -> None:
 
 def replica_500(s: Scenario) -> None:
     """One replica answers 500 to every generation while its /health passes."""
-    _fault("fail", StandInVllm.fail, s)
+    _fault("fail", StandInEngine.fail, s)
 
 
 def engine_hang(s: Scenario) -> None:
     """One replica's engine core hangs: no token comes (the progress check's neither), /health still passes (vLLM's
     check_health)."""
-    _fault("hang", StandInVllm.hang, s)
+    _fault("hang", StandInEngine.hang, s)
 
 
 SCENARIOS: dict[str, Callable[[Scenario], None]] = {
@@ -309,9 +315,10 @@ SCENARIOS: dict[str, Callable[[Scenario], None]] = {
 REPLICAS = 3
 
 
-def scenario(name: str, workdir: Path) -> Run:
-    """Run scenario `name` on a gateway of its own (REPLICAS replicas); everything is stopped when it returns."""
+def scenario(name: str, workdir: Path, engine: str = "vllm") -> Run:
+    """Run scenario `name` on a gateway of its own (REPLICAS replicas of `engine`'s stand-in); everything is stopped
+    when it returns."""
     with ExitStack() as stack:
-        s = Scenario(stack, workdir, REPLICAS)
+        s = Scenario(stack, workdir, REPLICAS, engine)
         SCENARIOS[name](s)
         return s.run
