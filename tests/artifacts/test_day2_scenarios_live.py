@@ -3,7 +3,8 @@ engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of th
 (tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's event
 loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check sends),
 under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it states).
-Each shows no cut stream and at least 99.9% success; the hang shows its detection window. `make bench` reports the
+Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update and the
+scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports the
 same scenarios' figures (tests/bench/bench_day2.py).
 """
 
