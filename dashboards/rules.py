@@ -346,20 +346,39 @@ def model_slo_default(engine: str, key: str, default: float) -> float:
 def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
     """Per model, where its engine exports the latency: the share of its observations above each SLO (a bucket edge:
     exact, no interpolation), and its requests/s (the count of its time-to-first-token histogram) that the alerts'
-    minimum rate reads."""
+    minimum rate reads.
+
+    The gateway's progress checks (one 1-token generation per check: gateway pods / interval per replica) are
+    observations of a histogram that `counts_progress_checks` (vLLM's time to first token): their rate, measured
+    at the gateway (its health check attempts to the model's cluster, MODEL_PROGRESS_CHECKS), is taken off the
+    requests/s and off the observations within the SLO, so checks alone never reach the minimum rate nor dilute the
+    share above the SLO. A check's first token is counted as within the SLO; one slower counts as a request above
+    it (the alert may fire sooner, never later), and a check a hung replica never answers is taken off all the
+    same (the share reads higher while a replica hangs)."""
     out = []
+    checked = set()
     for _, record, attr, field_, _, _ in MODEL_SLOS:
         for m in cfg.models:
             if (hist := slo_histogram(m.engine, attr)) is None:
                 continue
             within = f'sum by (model) ({hist.buckets}{{model="{m.name}", {le(getattr(m, field_))}}})'
             total = f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})'
-            out.append(Record(record, f"1 - {within} / {total}", {"model": m.name}))
+            if hist.counts_progress_checks:
+                checked.add(m.name)
+                checks = f'{R.MODEL_PROGRESS_CHECKS}{{model="{m.name}"}}'
+                out.append(Record(record, f"({total} - {within}) / clamp_min({total} - {checks}, 1e-9)",
+                                  {"model": m.name}))
+            else:
+                out.append(Record(record, f"1 - {within} / {total}", {"model": m.name}))
     for m in cfg.models:
         if (hist := slo_histogram(m.engine, "ttft")) is not None:
-            out.append(Record(R.MODEL_SLO_REQUESTS, f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})',
-                              {"model": m.name}))
-    return out
+            total = f'sum by (model) ({hist.buckets}{{model="{m.name}", le="+Inf"}})'
+            if m.name in checked:
+                total = f'clamp_min({total} - {R.MODEL_PROGRESS_CHECKS}{{model="{m.name}"}}, 0)'
+            out.append(Record(R.MODEL_SLO_REQUESTS, total, {"model": m.name}))
+    return [*(Record(R.MODEL_PROGRESS_CHECKS,
+                     f"sum(rate({series(cfg, ENVOY.HEALTH_CHECK_ATTEMPT, _cluster(name))}[{RATE}])) or vector(0)",
+                     {"model": name}) for name in sorted(checked)), *out]
 
 
 def _fleet_records(cfg: ObservabilityConfig) -> list[Record]:

@@ -291,6 +291,8 @@ class ENVOY:
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
+    # counter: active health checks sent to the cluster's hosts (a model's: its progress checks, one generation each)
+    HEALTH_CHECK_ATTEMPT = "envoy_cluster_health_check_attempt"
     # gauge: the cluster's hosts passing health checks and not ejected (a model's cluster: its replicas the gateway
     # may send to; envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst)
     MEMBERSHIP_HEALTHY = "envoy_cluster_membership_healthy"

@@ -19,6 +19,8 @@ __all__ = [
     "TRY_IDLE_TTFT_FACTOR",
     "TRY_IDLE_TTFT_WARN",
     "default_try_idle_seconds",
+    "GATEWAY_DETECTION_SECONDS",
+    "DEFAULT_HEALTH_CHECK_SECONDS",
 ]
 
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
@@ -56,5 +58,13 @@ def default_try_idle_seconds(timeout_seconds: float, ttft_seconds: float) -> flo
 # sends it no new request (components.k8s.gateway.envoy.replicas: DNS refresh and health checks are sized to it); each
 # model pod's preStop hook waits longer than this before its engine gets SIGTERM (components.k8s.serving).
 GATEWAY_DETECTION_SECONDS = 10
+# The gateway's progress checks (gateway.healthCheck: components.k8s.gateway.envoy.replicas.health_check), interval
+# and timeout alike: a check is a generation, not a /health. SGLang's /health_generate answers no sooner than 1 s and
+# then on whole seconds (it polls once a second), so a replica whose scheduler produced within 2 s passes only with a
+# timeout above 2 s; vLLM's 1-token completion joins the running batch at the next engine step unless requests are
+# already waiting, where it waits its turn (a saturated replica: steered away, its work left to run). With the
+# default unhealthyThreshold 2 the window is 2 x (2.5 + 2.5) = GATEWAY_DETECTION_SECONDS; each gateway pod sends a
+# replica one check per interval (0.4/s).
+DEFAULT_HEALTH_CHECK_SECONDS = 2.5
 CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"  # node-check: the oldest NVIDIA driver a GPU node may run

@@ -26,6 +26,10 @@ class SloHistogram:
 
     buckets: str  # its recorded bucket rates {model, le}
     edges: tuple[float, ...]  # its bucket edges in seconds: the engine's defaults at the pinned version
+    # The gateway's progress checks are observations of it (one each: a 1-token generation's first token), which the
+    # model SLO rules subtract (dashboards.rules._model_slo_records). Default: False (the engine leaves them out, or
+    # a 1-token generation has no such observation).
+    counts_progress_checks: bool = False
 
     def nearest(self, value: float) -> tuple[float, ...]:
         """The edges on either side of `value` (one at either end of the range)."""

@@ -137,6 +137,9 @@ class SglangRules(EngineRules):
         ]
 
 
+# Its progress check (/health_generate) is not in its metrics: the handler's request has log_metrics False (sglang
+# 0.5.23 srt/entrypoints/http_server.py health_generate; srt/managers/tokenizer_manager.py collects metrics only for
+# requests with log_metrics).
 RULES = SglangRules(name="sglang", title="SGLang", generated_tokens=S.TOKENS,
                     ttft=SloHistogram(S.bucket(SGLANG.TTFT), SGLANG.TTFT_BUCKETS),
                     itl=SloHistogram(S.bucket(SGLANG.ITL), SGLANG.ITL_BUCKETS))

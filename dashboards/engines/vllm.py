@@ -119,5 +119,8 @@ class VllmRules(EngineRules):
 
 
 RULES = VllmRules(name="vllm", title="vLLM", generated_tokens=R.MODEL_TOKENS,
-                  ttft=SloHistogram(R.vllm_bucket(VLLM.TTFT), VLLM.TTFT_BUCKETS),
+                  # the gateway's progress check is a 1-token completion: one first token each, no inter-token
+                  # observation (vllm 0.33.0 vllm/v1/metrics/stats.py IterationStats.update_from_output: an
+                  # inter-token latency for each output after the prefill's)
+                  ttft=SloHistogram(R.vllm_bucket(VLLM.TTFT), VLLM.TTFT_BUCKETS, counts_progress_checks=True),
                   itl=SloHistogram(R.vllm_bucket(VLLM.ITL), VLLM.ITL_BUCKETS))

@@ -1,32 +1,45 @@
 """Day 2 at the gateway (issue 44): rolling update, scale-down, a saturated /health, a replica answering 500 and an
 engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of three stand-in vLLM replicas
 (tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's event
-loop, its check_health that reads an errored flag), under a steady mix of streamed and non-streamed generations
-(tests.support.day2, times scaled down as it states). Each shows no cut stream and at least 99.9% success; the hang
-shows its detection window. `make bench` reports the same scenarios' figures (tests/bench/bench_day2.py).
+loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check sends),
+under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it states).
+Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update and the
+scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports the
+same scenarios' figures (tests/bench/bench_day2.py).
 """
 
 from __future__ import annotations
 
+import http.client
 import select
 import time
 from contextlib import ExitStack
 from pathlib import Path
 
+import pytest
+
+from components.k8s.engines import ENGINES
+from infra.config import parse
 from tests.support.day2 import (
     CLIENT_DRAIN_S,
     CONNECTION_S,
     CONSECUTIVE_FAILURES,
+    DETECTION_S,
+    HC_S,
     MODEL,
     PRESTOP_S,
+    SGLANG_TIMES,
     TIMEOUT_S,
     TOKEN_S,
     TOKENS,
     TRY_IDLE_S,
     Run,
     Scenario,
+    raw_stack,
     scenario,
 )
+from tests.support.processes import free_port
+from tests.support.standin_engines import CHECKER, STANDIN_ENGINES, StandInEngine
 
 MIN_SUCCESS = 0.999
 MARGIN_S = 0.5  # scheduling on a busy 2-core machine: added to bounds taken from the configuration
@@ -36,13 +49,16 @@ def _no_request_after(run: Run, replica: str, moment: float) -> None:
     assert run.replicas[replica].received_after(moment) == 0, (replica, run.moments)
 
 
-def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path, engine: str) -> None:
     """Each pod, highest ordinal first, leaves its Service's ready addresses, waits its preStop (longer than the
-    gateway's detection), gets SIGTERM and drains; its successor (a new address) joins once ready. The gateway drops
-    a departing replica at its next DNS refresh although it still passes its checks (ignore_health_on_host_removal:
-    before, a pod in its preStop kept its new requests until SIGTERM ended it), so nothing reaches a replica after
-    its SIGTERM and nothing in flight is aborted."""
-    run = scenario("rolling-update", tmp_path)
+    gateway's detection), gets SIGTERM and drains as its engine does (vLLM and Triton stop accepting and finish what
+    they hold; SGLang keeps accepting, fails its checks and exits once nothing is in flight); its successor (a new
+    address) joins once ready, its progress checks passing (SGLang's /health_generate, the others' 1-token
+    completion). The gateway drops a departing replica at its next DNS refresh although it still passes its checks
+    (ignore_health_on_host_removal: before, a pod in its preStop kept its new requests until SIGTERM ended it), so
+    nothing reaches a replica after its SIGTERM and nothing in flight is aborted."""
+    run = scenario("rolling-update", tmp_path, engine)
     assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
     for name in (f"{MODEL}-{i}" for i in range(3)):
         _no_request_after(run, name, run.moments[f"{name} sigterm"])
@@ -51,10 +67,11 @@ def test_a_rolling_update_cuts_no_stream_and_fails_no_request(tmp_path: Path) ->
     # (on a busy machine a refresh can come late); none was cut
 
 
-def test_a_scale_down_cuts_no_stream_and_fails_no_request(tmp_path: Path) -> None:
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_a_scale_down_cuts_no_stream_and_fails_no_request(tmp_path: Path, engine: str) -> None:
     """The highest ordinal's pod is deleted: out of the gateway's hosts within its DNS refresh, well before its
-    preStop ends; its requests in flight finish."""
-    run = scenario("scale-down", tmp_path)
+    preStop ends; its requests in flight finish, whatever its engine's SIGTERM."""
+    run = scenario("scale-down", tmp_path, engine)
     assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
     gone = f"{MODEL}-2"
     _no_request_after(run, gone, run.moments[f"{gone} deleted"] + PRESTOP_S / 2)
@@ -63,12 +80,13 @@ def test_a_scale_down_cuts_no_stream_and_fails_no_request(tmp_path: Path) -> Non
 
 
 def test_a_saturated_replicas_slow_health_steers_new_requests_and_kills_no_work(tmp_path: Path) -> None:
-    """Replica 1's /health answers after 3 check timeouts while it is busy (vLLM's runs on the API server's event
-    loop: vllm-project/vllm#38157). Its failed checks steer new requests to the others; what it holds runs to its
-    end: no try is reset or retried, no stream cut (before, its hop closed every connection after 2 failed checks
-    and the peers re-ran the work)."""
+    """Replica 1, busy, answers its /health late (vLLM's runs on the API server's event loop: vllm-project/vllm#38157)
+    and queues new generations, the progress check's 1-token completion among them, past the check's timeout. Its
+    failed checks steer new requests to the others; what it holds runs to its end: no try is reset or retried, no
+    stream cut, every request served (before, its hop closed every connection after 2 failed checks and the peers
+    re-ran the work)."""
     run = scenario("saturated-health", tmp_path)
-    assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
+    assert run.cut == 0 and run.success() == 1.0, (run.cut, run.success())
     assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 2  # it was steered away
     assert run.stats.get(f"cluster.{MODEL}.upstream_rq_retry", 0) == 0
     assert run.stats.get(f"cluster.{MODEL}.upstream_cx_destroy_remote_with_active_rq", 0) == 0
@@ -76,32 +94,41 @@ def test_a_saturated_replicas_slow_health_steers_new_requests_and_kills_no_work(
 
 
 def test_a_replica_answering_500_while_its_health_passes_is_retried_around_and_ejected(tmp_path: Path) -> None:
-    """Replica 1 answers 500 to every generation, /health 200: each 500 is retried on another replica and
-    consecutive 5xx eject it, for its ejection time, not until its next passing check (before: never ejected, every
-    third try met it)."""
+    """Replica 1 answers 500 to every generation, /health 200: each 500 is retried on another replica, and it is out
+    of new requests at once: consecutive 5xx eject it (for its ejection time, not until its next passing check), and
+    its progress check, a generation answered 500, fails (an HTTP status other than 200 takes a host out at the first
+    failure, whatever unhealthyThreshold: envoyproxy/envoy@v1.40.0 api/envoy/config/core/v3/health_check.proto
+    unhealthy_threshold), whichever comes first (before: never ejected, every third try met it)."""
     run = scenario("replica-500", tmp_path)
     assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
-    assert run.stats[f"cluster.{MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"] == 1
-    assert run.stats[f"cluster.{MODEL}.outlier_detection.ejections_active"] == 1
+    ejected = run.stats[f"cluster.{MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"]
+    assert ejected == 1 or run.stats[f"cluster.{MODEL}.health_check.failure"] >= 1, run.stats
     failing = run.replicas[f"{MODEL}-1"]
-    # the tries it got after it failed: the few before its ejection (each retried elsewhere), then none
+    # the tries it got after it failed: the few before it was out (each retried elsewhere), then none
     assert failing.received_after(run.moments["fail"]) <= 2 * CONSECUTIVE_FAILURES
+    assert failing.received_after(run.moments["fail"] + HC_S + MARGIN_S) == 0
 
 
 def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_it(tmp_path: Path) -> None:
     """Replica 1's engine core hangs: no token comes, /health still answers 200 (vLLM's check_health reads an errored
-    flag), so the checks never see it. What the gateway sees: streamed tries silent past the try idle timeout,
-    counted as gateway failures, and consecutive ones eject it, kept out though /health passes. The window: at most
-    consecutive5xx try idle timeouts (the tries caught by the hang time out together: about one). No request sent
-    after it reaches the replica, and all of those succeed. Not saved: a stream already under way on it is cut at
-    the try idle timeout (its headers were sent: no retry), and a non-streamed generation it holds ends with 504 at
-    the model's timeoutSeconds (nothing ends a silent non-streamed try sooner: docs/gateway.md, "Requests on a
-    replica that hangs")."""
+    flag). The gateway's progress checks (a 1-token completion) time out: 2 failed checks take it out of new
+    requests within DETECTION_S (2 x (timeout + interval): GATEWAY_DETECTION_SECONDS, 10 s shipped), whatever the
+    traffic, and it stays out while it produces nothing. Before, only streamed tries silent past the try idle
+    timeout (3 x the window, as 30 s shipped) found it, so requests kept reaching it until then.
+
+    After the window: no request reaches it, every one succeeds and none waits longer than the window plus one try.
+    Not saved: a stream already under way on it is cut at the try idle timeout (its headers were sent: no retry),
+    and a non-streamed generation it holds ends with 504 at the model's timeoutSeconds (nothing ends a silent
+    non-streamed try sooner: docs/gateway.md, "Requests on a replica that hangs")."""
     run = scenario("engine-hang", tmp_path)
-    hang, window = run.moments["hang"], CONSECUTIVE_FAILURES * TRY_IDLE_S + MARGIN_S
+    hang, window = run.moments["hang"], DETECTION_S + MARGIN_S
+    hung = run.replicas[f"{MODEL}-1"]
     _no_request_after(run, f"{MODEL}-1", hang + window)
-    assert run.success(since=hang + window) >= MIN_SUCCESS
-    assert run.stats[f"cluster.{MODEL}.outlier_detection.ejections_enforced_total"] == 1
+    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 2
+    assert hung.check_arrivals and all(r.check_arrivals for r in run.replicas.values())
+    later = [c for c in run.calls if c.sent >= hang + window]
+    assert later and run.success(since=hang + window) >= MIN_SUCCESS
+    assert max(c.seconds for c in later) < window + TRY_IDLE_S, max(c.seconds for c in later)
     caught = [c for c in run.calls if c.sent >= hang and not c.ok]
     assert caught  # the hang did catch requests (else this proves nothing)
     for c in caught:
@@ -159,3 +186,39 @@ def test_a_client_connection_to_a_gateway_pod_is_closed_within_its_bound_and_a_l
         readable, _, _ = select.select([long.sock], [], [], DELAYED_CLOSE_S + MARGIN_S)
         assert readable and long.sock.recv(1) == b"", "the connection stayed open"
         long.close()
+
+
+def _ask(replica: StandInEngine, method: str, path: str, body: bytes = b"", timeout: float = 1.0) -> int | None:
+    """The status the replica answers within `timeout` (None: none), asked as Envoy's health checker asks."""
+    conn = http.client.HTTPConnection(replica.host, replica.port, timeout=timeout)
+    try:
+        conn.request(method, path, body=body or None, headers={
+            "user-agent": CHECKER, **({"content-type": "application/json"} if body else {})})
+        return conn.getresponse().status
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("engine", STANDIN_ENGINES)
+def test_each_stand_in_fails_the_gateways_progress_check_when_its_engine_hangs_while_its_health_passes(
+        engine: str) -> None:
+    """The check the gateway renders for the engine (Engine.progress_check: vLLM's and Triton's 1-token completion,
+    SGLang's /health_generate) passes on a working stand-in within the scaled check timeout's margin, gets no answer
+    once its engine hangs while its liveness path still answers 200 (vLLM: the completion never produces; SGLang:
+    /health_generate sees no output and would answer 503 only after its own timeout), and after SIGTERM SGLang
+    answers both 503 (tokenizer_manager's SignalHandler)."""
+    cfg = parse(raw_stack(engine), stack="day2")
+    check = ENGINES[engine].progress_check(cfg.models[MODEL])
+    with StandInEngine("probe", "127.0.0.1", free_port(), kind=engine, served=(MODEL,), token_s=0.02,
+                       **SGLANG_TIMES) as replica:
+        assert _ask(replica, check.method, check.path, check.payload()) == 200
+        replica.hang()
+        assert _ask(replica, check.method, check.path, check.payload(), timeout=3 * HC_S) is None
+        assert _ask(replica, "GET", ENGINES[engine].health_path) == 200
+        replica.running.set()  # it produces again: the check passes again
+        assert _ask(replica, check.method, check.path, check.payload()) == 200
+        if engine == "sglang":
+            replica.sigterm()
+            assert _ask(replica, check.method, check.path) == _ask(replica, "GET", "/health") == 503

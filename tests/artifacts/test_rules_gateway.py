@@ -110,15 +110,17 @@ def test_an_aggregate_is_expected_down_only_when_every_variant_behind_it_is(prod
 def test_model_latency_slos_are_records_only_where_the_engine_exports_the_latency(prod: ObservabilityConfig) -> None:
     """Issue 46 item 1: assistant-fast runs on Triton, whose OpenAI frontend exports no first-response histogram and
     whose TensorRT-LLM backend no per-token timing: it has no SLO record, so neither model SLO alert can be generated
-    for it. Every other model's SLO is read at its own bucket edge (issue 44 item 9)."""
+    for it. Every other model's SLO is read at its own bucket edge (issue 44 item 9); vLLM's first tokens without the
+    gateway's progress checks (issue 44 item 6: tests/artifacts/test_rules_progress_checks.py)."""
     ttft = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_TTFT_ABOVE_SLO]}
     itl = {r.labels["model"]: r.expr for r in records(prod)[R.MODEL_ITL_ABOVE_SLO]}
     others = {m.name for m in prod.models} - {"assistant-fast"}
     assert set(ttft) == set(itl) == set(r.labels["model"] for r in records(prod)[R.MODEL_SLO_REQUESTS]) == others
+    total = 'sum by (model) (model:vllm_time_to_first_token_seconds_bucket:rate5m{model="deep-research", le="+Inf"})'
     assert ttft["deep-research"] == (
-        '1 - sum by (model) (model:vllm_time_to_first_token_seconds_bucket:rate5m{model="deep-research", '
-        'le=~"20(\\\\.0)?"}) / sum by (model) (model:vllm_time_to_first_token_seconds_bucket:rate5m'
-        '{model="deep-research", le="+Inf"})')
+        f'({total} - sum by (model) (model:vllm_time_to_first_token_seconds_bucket:rate5m{{model="deep-research", '
+        f'le=~"20(\\\\.0)?"}})) / clamp_min({total} - model:gateway_progress_checks:rate5m{{model="deep-research"}}, '
+        '1e-9)')
     tools = itl["assistant-tools"]
     assert 'le="0.06"' in tools and "sglang_inter_token_latency_seconds_bucket" in tools
 

@@ -1,14 +1,16 @@
-"""The gateway's day-2 scenarios (issue 44): the real Envoy on the kit's bootstrap in front of stand-in vLLM replicas
-(tests.support.standin_engines), the model's cluster resolving its Service's name against a DNS server the scenario
-changes (tests.support.fake_dns), under a steady mix of streamed and non-streamed generations. Used by
-tests/artifacts/test_day2_scenarios_live.py (assertions) and tests/bench/bench_day2.py (figures).
+"""The gateway's day-2 scenarios (issue 44): the real Envoy on the kit's bootstrap in front of stand-in replicas
+(tests.support.standin_engines: vLLM's; SGLang's or Triton's too for the rollouts), the model's cluster resolving its
+Service's name against a DNS server the scenario changes (tests.support.fake_dns), under a steady mix of streamed and
+non-streamed generations. Used by tests/artifacts/test_day2_scenarios_live.py (assertions) and
+tests/bench/bench_day2.py (figures).
 
 Times are scaled down, each by what the tested system allows: the DNS refresh (5 s shipped) to DNS_REFRESH_S, the
-health checks (2 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
-components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped) to
-TRY_IDLE_S, a client connection's lifetime and drain (60 s and 5 s shipped:
+progress checks (2.5 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
+components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped, 3 x the
+checks' 10 s window) to TRY_IDLE_S (3 x theirs here), a client connection's lifetime and drain (60 s and 5 s shipped:
 components.k8s.gateway.envoy.config.CLIENT_CONNECTION_MAX_SECONDS, CLIENT_DRAIN_SECONDS) to CONNECTION_S and
-CLIENT_DRAIN_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection.
+CLIENT_DRAIN_S. Ratios are kept: the preStop outwaits both the DNS refresh and the checks' detection, and a hang is
+the checks' to find, not the try idle timeout's.
 """
 
 from __future__ import annotations
@@ -25,24 +27,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from components.k8s.engines.vllm import served_model_names
 from components.k8s.gateway.envoy.base import DNS_CLUSTER_TYPE, model_host
 from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
 from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.fake_dns import FakeDns, resolver
-from tests.support.standin_engines import StandInVllm
+from tests.support.standin_engines import StandInEngine
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
-__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S", "CLIENT_DRAIN_S", "Call",
-           "Run", "Scenario", "scenario", "SCENARIOS"]
+__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "DETECTION_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S",
+           "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
 
 MODEL = "chat"
 ISSUER = "https://issuer.day2/realms/aifactory"
 DNS_REFRESH_S = 0.2
 HC_S = 0.2  # check interval and timeout; unhealthyThreshold 2: a silent replica is out within 2 x (0.2 + 0.2) s
+DETECTION_S = 2 * (HC_S + HC_S)  # the checks' window (GATEWAY_DETECTION_SECONDS, 10 s shipped)
 PRESTOP_S = 1.0  # > DNS_REFRESH_S and > the checks' detection (0.8 s), as the shipped preStop > 10 s
-TRY_IDLE_S = 0.5
+TRY_IDLE_S = 2.4  # 3 x DETECTION_S, as shipped (30 s, 3 x 10 s)
 CONNECTION_S, CLIENT_DRAIN_S = 0.5, 0.2  # the gateway's max_connection_duration and drain_timeout, where it sets them
 TIMEOUT_S = 3.0  # the model's timeoutSeconds
 SHUTDOWN_TIMEOUT_S = 5.0  # the stand-ins' --shutdown-timeout: longer than any generation here
@@ -50,14 +54,17 @@ TOKENS, TOKEN_S = 10, 0.02  # a generation: 0.2 s
 RATE = 80.0  # generations per second, half streamed
 READY_S = 10.0  # bounded waits for the gateway to see a replica come or go
 CONSECUTIVE_FAILURES = 3  # gateway.outlierDetection.consecutive5xx (default)
+# SGLang's /health_generate poll (1 s) and timeout (20 s), and its SIGTERM watchdog's poll (5 s), scaled as the checks
+# are (2.5 s shipped, HC_S here)
+SGLANG_TIMES = {"poll_s": 0.4 * HC_S, "check_timeout_s": 8 * HC_S, "watchdog_s": 2 * HC_S}
 
 
-def raw_stack() -> dict[str, Any]:
+def raw_stack(engine: str = "vllm") -> dict[str, Any]:
     return {
         "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
         "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
         "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
-        "models": {MODEL: {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
+        "models": {MODEL: {"engine": engine, "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
                            "pool": "gpu", "replicas": {"min": 1, "max": 4}, "timeoutSeconds": TIMEOUT_S,
                            "tryIdleTimeoutSeconds": TRY_IDLE_S}},
         "gateway": {
@@ -93,7 +100,7 @@ class Run:
     """What a scenario saw: every call, each replica (by name), and named moments (monotonic)."""
 
     calls: list[Call] = field(default_factory=list)
-    replicas: dict[str, StandInVllm] = field(default_factory=dict)
+    replicas: dict[str, StandInEngine] = field(default_factory=dict)
     moments: dict[str, float] = field(default_factory=dict)
     stats: dict[str, int] = field(default_factory=dict)
 
@@ -111,13 +118,14 @@ class Scenario:
     is pod `chat-<ordinal>`: its Service publishes its address under the Service's name and under its own
     (`chat-<ordinal>.chat.<namespace>...`, a StatefulSet pod's stable name) while it is ready."""
 
-    def __init__(self, stack: ExitStack, workdir: Path, replicas: int) -> None:
-        self.cfg: PlatformConfig = parse(raw_stack(), stack="day2")
+    def __init__(self, stack: ExitStack, workdir: Path, replicas: int, engine: str = "vllm") -> None:
+        self.engine = engine
+        self.cfg: PlatformConfig = parse(raw_stack(engine), stack="day2")
         self.issuer = Issuer(ISSUER)
         self.port = free_port()
         self._stack = stack
         self._started = 0
-        self.pods: dict[int, StandInVllm] = {}  # ordinal -> its ready pod (published)
+        self.pods: dict[int, StandInEngine] = {}  # ordinal -> its ready pod (published)
         self.run = Run()
         self.service = model_host(self.cfg, self.cfg.models[MODEL])
         self.dns = stack.enter_context(FakeDns({}))
@@ -165,12 +173,14 @@ class Scenario:
             pod = self.pods.get(ordinal)
             self.dns.set(f"{MODEL}-{ordinal}.{self.service}", [pod.host] if pod else [])
 
-    def add_replica(self, ordinal: int) -> StandInVllm:
+    def add_replica(self, ordinal: int) -> StandInEngine:
         """Pod `chat-<ordinal>` starts (a new address), then its records appear (it is ready)."""
         name = f"{MODEL}-{ordinal}" + (f"#{self._started}" if self._started >= 3 else "")
-        replica = self._stack.enter_context(StandInVllm(name, f"127.0.0.{10 + self._started}", self.port,
-                                                        tokens=TOKENS, token_s=TOKEN_S,
-                                                        shutdown_timeout_s=SHUTDOWN_TIMEOUT_S))
+        served = tuple(served_model_names(self.cfg.models[MODEL]))
+        replica = self._stack.enter_context(StandInEngine(name, f"127.0.0.{10 + self._started}", self.port,
+                                                          kind=self.engine, served=served, tokens=TOKENS,
+                                                          token_s=TOKEN_S, shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+                                                          **SGLANG_TIMES))
         self._started += 1
         self.run.replicas[name] = replica
         self.pods[ordinal] = replica
@@ -268,7 +278,7 @@ def scale_down(s: Scenario) -> None:
         time.sleep(1.0)
 
 
-def _fault(moment: str, fault: Callable[[StandInVllm], None], s: Scenario) -> None:
+def _fault(moment: str, fault: Callable[[StandInEngine], None], s: Scenario) -> None:
     """Replica 1 turns bad half a second in (the moment named `moment`), under load for three more seconds."""
     with s.load():
         time.sleep(0.5)
@@ -278,19 +288,21 @@ def _fault(moment: str, fault: Callable[[StandInVllm], None], s: Scenario) -> No
 
 
 def saturated_health(s: Scenario) -> None:
-    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after three
-    check timeouts."""
-    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_health_s=3 * HC_S), s)
+    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after one and
+    a half check timeouts, and a new generation (the progress check too) waits as long in its queue: it fails its
+    checks, well inside any try idle timeout."""
+    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_s=1.5 * HC_S), s)
 
 
 def replica_500(s: Scenario) -> None:
     """One replica answers 500 to every generation while its /health passes."""
-    _fault("fail", StandInVllm.fail, s)
+    _fault("fail", StandInEngine.fail, s)
 
 
 def engine_hang(s: Scenario) -> None:
-    """One replica's engine core hangs: no token comes, /health still passes (vLLM's check_health)."""
-    _fault("hang", StandInVllm.hang, s)
+    """One replica's engine core hangs: no token comes (the progress check's neither), /health still passes (vLLM's
+    check_health)."""
+    _fault("hang", StandInEngine.hang, s)
 
 
 SCENARIOS: dict[str, Callable[[Scenario], None]] = {
@@ -303,9 +315,10 @@ SCENARIOS: dict[str, Callable[[Scenario], None]] = {
 REPLICAS = 3
 
 
-def scenario(name: str, workdir: Path) -> Run:
-    """Run scenario `name` on a gateway of its own (REPLICAS replicas); everything is stopped when it returns."""
+def scenario(name: str, workdir: Path, engine: str = "vllm") -> Run:
+    """Run scenario `name` on a gateway of its own (REPLICAS replicas of `engine`'s stand-in); everything is stopped
+    when it returns."""
     with ExitStack() as stack:
-        s = Scenario(stack, workdir, REPLICAS)
+        s = Scenario(stack, workdir, REPLICAS, engine)
         SCENARIOS[name](s)
         return s.run

@@ -6,9 +6,10 @@
 A backend answers every request with JSON naming itself (the path, the headers the gateway set, the body's
 size), or misbehaves the way an unhealthy replica does: 500 or 503, a connection reset (RST), a slow
 answer, a hang (accepts, never answers, health checks included), or a long generation streamed a chunk at a
-time. `behaviour` and `delay` can be changed while it serves. Health checks (`HEALTH_PATHS`) are counted
-apart from requests. With `accepts_host`, a request (health checks included) whose Host it refuses is reset and
-listed in `refused_hosts`, as a meshed replica's STRICT sidecar does (tests.support.istio_sidecar).
+time. `behaviour` and `delay` can be changed while it serves. Health checks (`HEALTH_PATHS`, and whatever the
+gateway's checker sends) are counted apart from requests. With `accepts_host`, a request (health checks included)
+whose Host it refuses is reset and listed in `refused_hosts`, as a meshed replica's STRICT sidecar does
+(tests.support.istio_sidecar).
 `EnvoyProcess` runs `.venv/bin/envoy` on a bootstrap built by components.k8s.gateway.envoy.config and rebound to local
 ports, waits for it to be ready (bounded) and reads its admin stats.
 """
@@ -36,7 +37,8 @@ import yaml
 from components.k8s.gateway.envoy.config import HEALTH_PATHS as ENGINE_HEALTH_PATHS
 from tests.support.processes import die_with_parent, free_port, stop_process
 
-__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "request", "free_port", "HEALTH_PATHS", "send_json"]
+__all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "ENVOY_CHECKER", "request", "free_port", "HEALTH_PATHS",
+           "send_json"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
@@ -44,7 +46,10 @@ LOG_FLUSH_MS = 50  # access logs reach the file within this (Envoy's default is 
 SLOW_DELAY_S = 3.0  # default delay: how long a SLOW backend waits before answering
 HANG_LIMIT_S = 60.0  # a HANG handler gives up after this (or when the backend stops): bounded
 STREAM_CHUNKS = 4  # a STREAM answer: this many chunks, `delay` apart
-HEALTH_PATHS = tuple(sorted(set(ENGINE_HEALTH_PATHS.values())))  # what the gateway health-checks
+HEALTH_PATHS = tuple(sorted(set(ENGINE_HEALTH_PATHS.values())))  # the engines' liveness paths
+# The user agent of Envoy's HTTP health checks (envoyproxy/envoy@v1.40.0 source/common/http/headers.h,
+# UserAgentValues.EnvoyHealthChecker): the gateway's progress checks are generations on the OpenAI paths.
+ENVOY_CHECKER = "Envoy/HC"
 
 
 class Behaviour(enum.Enum):
@@ -83,7 +88,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         behaviour = srv.behaviour
-        health = self.path in HEALTH_PATHS
+        health = self.path in HEALTH_PATHS or self.headers.get("user-agent") == ENVOY_CHECKER  # the gateway's checks
         with srv.lock:
             if health:
                 srv.health_hits += 1

@@ -167,10 +167,10 @@ def test_null_is_unset_and_a_bad_key_reads_as_its_default_so_later_checks_still_
 
 
 @pytest.mark.parametrize(("health", "timeout", "problems"), [
-    ({"intervalSeconds": 1}, 1.0, []),  # the default, 2 s, no longer than the interval
-    ({"intervalSeconds": 3}, 2.0, []),  # 2 x (2 + 3) = 10 s: the longest the pods' preStop contract allows
+    ({"intervalSeconds": 1}, 1.0, []),  # the default, 2.5 s, no longer than the interval
+    ({"intervalSeconds": 3, "timeoutSeconds": 2}, 2.0, []),  # 2 x (2 + 3) = 10 s: the longest the preStop allows
     ({"intervalSeconds": 4, "unhealthyThreshold": 3}, None, [
-        "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 18 s, above 10 s: a replica "
+        "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 19.5 s, above 10 s: a replica "
         "that stops answering would still get new requests after its pod's preStop wait "
         "(components.k8s.defaults.GATEWAY_DETECTION_SECONDS); lower one of them"]),
     ({"intervalSeconds": 2, "timeoutSeconds": 3}, None, ["gateway.healthCheck.timeoutSeconds: 3.0 is above the "

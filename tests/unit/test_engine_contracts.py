@@ -139,7 +139,8 @@ def test_the_engine_user_resolves_without_a_passwd_entry() -> None:
 @pytest.mark.parametrize("name", SHIPPED_STACKS)
 def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> None:
     """For every model: the gateway's cluster port is the container port the engine's OpenAI API listens on; the
-    gateway's health check path is the pod's liveness path (one table: envoy_config.HEALTH_PATHS); the
+    pod's liveness path is the engine's health path (one table: envoy_config.HEALTH_PATHS; the gateway's check is a
+    progress check: tests/unit/test_progress_checks.py); the
     ServiceMonitor scrapes the port that serves /metrics. Triton's frontend: --openai-port, /health/ready and
     /metrics on that port (r26.07 main.py, routers/observability.py); its options exist in main.py."""
     cfg = stack_config(name)
@@ -150,7 +151,7 @@ def test_api_health_and_metrics_are_one_contract_for_both_engines(name: str) -> 
         port = cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["endpoint"]["address"][
             "socket_address"]["port_value"]
         assert ports == {"http": port} and port == naming.MODEL_HTTP_PORT, model.name
-        health = cluster["health_checks"][0]["http_health_check"]["path"]
+        health = ec.HEALTH_PATHS[model.engine]
         assert c["livenessProbe"]["httpGet"] == {"path": health, "port": "http"}, model.name
         monitor = serving.service_monitor(cfg, model)["spec"]["endpoints"][0]
         assert (monitor["port"], monitor["path"]) == ("http", "/metrics"), model.name

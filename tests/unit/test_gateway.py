@@ -172,30 +172,27 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
                                       "consecutive_gateway_failure": 3, "enforcing_consecutive_gateway_failure": 100,
                                       "interval": "2s", "base_ejection_time": "30s", "max_ejection_percent": 67,
                                       "successful_active_health_check_uneject_host": False}
-    # checks every 2 s; replicas held unhealthy (and a new gateway's, before traffic) re-checked every second
-    assert c["health_checks"] == [{"timeout": "2s", "interval": "2s", "no_traffic_interval": "1s",
-                                   "no_traffic_healthy_interval": "2s", "unhealthy_interval": "1s",
-                                   "unhealthy_threshold": 2, "healthy_threshold": 2,
-                                   "http_health_check": {"path": "/health",
-                                                         "host": "deep-research.research.svc.cluster.local"}}]
-    triton = ec.model_cluster(cfg, cfg.models["assistant-fast"])
-    # Triton's OpenAI frontend (r26.07 python/openai/openai_frontend/frontend/fastapi/routers/observability.py)
-    assert triton["health_checks"][0]["http_health_check"] == {
-        "path": "/health/ready", "host": "assistant-fast.assistant.svc.cluster.local"}
+    # progress checks every 2.5 s (a 1-token completion: tests/unit/test_progress_checks.py); replicas held unhealthy
+    # (and a new gateway's, before traffic) re-checked every second
+    hc = c["health_checks"][0]
+    assert {k: v for k, v in hc.items() if k != "http_health_check"} == {
+        "timeout": "2.500s", "interval": "2.500s", "no_traffic_interval": "1s", "no_traffic_healthy_interval": "2.500s",
+        "unhealthy_interval": "1s", "unhealthy_threshold": 2, "healthy_threshold": 2}
+    assert hc["http_health_check"]["path"] == "/v1/completions"
 
 
 def test_the_gateway_stops_sending_to_a_departing_or_failing_replica_within_the_pods_prestop_contract() -> None:
     """components.k8s.defaults.GATEWAY_DETECTION_SECONDS: the model pods' preStop outwaits it. A record gone: CoreDNS
-    answers it for its TTL (5 s), then the next refresh (5 s) drops the host; a replica that stops answering: 2
-    checks of 2 s timeout, each at most 2 s after the previous one. Every shipped stack meets it, and a stack whose
-    checks would not is refused, naming the key."""
+    answers it for its TTL (5 s), then the next refresh (5 s) drops the host; a replica that stops producing: 2
+    progress checks of 2.5 s timeout, each at most 2.5 s after the previous one. Every shipped stack meets it, and a
+    stack whose checks would not is refused, naming the key."""
     assert replicas.dns_detection_seconds() == 10 <= GATEWAY_DETECTION_SECONDS
     for env in ("dev", "staging", "prod", "onprem"):
         hc = stack(env).gateway.health_check
-        assert hc.detection_seconds == 8.0 <= GATEWAY_DETECTION_SECONDS, env
+        assert hc.detection_seconds == 10.0 <= GATEWAY_DETECTION_SECONDS, env
     with pytest.raises(ConfigError) as err:
         stack_config("dev", gateway={**stack_raw("dev")["gateway"], "healthCheck": {"intervalSeconds": 5}})
-    assert "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 14 s, above 10 s" in str(
+    assert "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 15 s, above 10 s" in str(
         err.value)
 
 

@@ -10,12 +10,13 @@ A light module on purpose: no Pulumi, nothing of infra/.
 
 from __future__ import annotations
 
+import json
 import math
 import posixpath
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from components.k8s.settings import Model, NodePool
 
@@ -28,6 +29,9 @@ __all__ = [
     "EngineTarget",
     "EngineSite",
     "EngineTracing",
+    "ProgressCheck",
+    "PROGRESS_PROMPT",
+    "openai_progress_check",
     "Engine",
     "model_path",
     "drain_seconds",
@@ -129,13 +133,49 @@ class EngineTracing:
     sample_ratio: float  # requests that reach an engine without a trace context: share traced
 
 
+# What the gateway's progress checks ask an OpenAI-compatible engine to read or generate: one short word, one token
+# of text in the common tokenizers (a BOS token may come before it).
+PROGRESS_PROMPT = "hi"
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressCheck:
+    """The request the gateway's active health check sends a replica: it passes (200) only when the engine produces
+    (a token, an embedding, a score), so a replica whose engine is stuck while its /health passes fails it
+    (components.k8s.gateway.envoy.replicas.health_check; docs/gateway.md, "Requests on a replica that hangs")."""
+
+    method: Literal["GET", "POST"]
+    path: str
+    body: Mapping[str, Any] | None = None  # sent as JSON (content-type application/json); None: no body
+
+    def payload(self) -> bytes:
+        """The body's bytes: compact JSON with sorted keys (deterministic), or nothing."""
+        if self.body is None:
+            return b""
+        return json.dumps(self.body, sort_keys=True, separators=(",", ":")).encode()
+
+
+def openai_progress_check(model: Model) -> ProgressCheck:
+    """The smallest OpenAI request of the model's task that makes the engine produce, naming the model by its config
+    key (the first name vLLM serves and labels metrics with, and the name Triton's frontend answers through
+    components/k8s/triton_names.py): a 1-token completion (max_tokens 1, not streamed), a one-word embedding, or a
+    one-document rerank. docs/contracts.md, "Day 2: progress checks"."""
+    if model.task == "embed":
+        return ProgressCheck("POST", "/v1/embeddings", {"model": model.name, "input": PROGRESS_PROMPT})
+    if model.task == "rerank":
+        return ProgressCheck("POST", "/v1/rerank", {"model": model.name, "query": PROGRESS_PROMPT,
+                                                    "documents": [PROGRESS_PROMPT]})
+    return ProgressCheck("POST", "/v1/completions", {"model": model.name, "prompt": PROGRESS_PROMPT,
+                                                     "max_tokens": 1})
+
+
 @dataclass(frozen=True, eq=False)
 class Engine(ABC):
     """One serving engine: its facts as fields, what it builds as methods."""
 
     name: str  # models.X.engine; also the engine container's name
     title: str  # how people write it (dashboards, messages)
-    health_path: str  # liveness, and the gateway's active health check: fails when the engine is dead
+    health_path: str  # liveness (the kubelet's): fails when the engine is dead, stays cheap under load
     ready_path: str  # startup and readiness: answers once the model is loaded
     # The OpenAI API paths it serves per task (RE2 alternatives after the root): its keys are its tasks.
     openai_apis: Mapping[str, tuple[str, ...]]
@@ -192,6 +232,12 @@ class Engine(ABC):
     @abstractmethod
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """(PromQL, KEDA metricType, threshold) of the model's queue signal; `selector` picks its pods' series."""
+
+    def progress_check(self, model: Model) -> ProgressCheck:
+        """The gateway's active health check of a replica: a request that passes only when the engine produces, not
+        its /health (which a stuck engine may pass). By default the OpenAI request of the model's task
+        (openai_progress_check)."""
+        return openai_progress_check(model)
 
     def evaluated_args(self, model: Model) -> list[str]:
         """The part of its command that the fidelity gate's fingerprint records (infra.fidelity.evaluated_facts):

@@ -18,7 +18,15 @@ import math
 from dataclasses import dataclass
 
 from components.k8s import naming
-from components.k8s.engines.base import Engine, EngineSite, EngineTracing, Role, model_path, tokenizer_path
+from components.k8s.engines.base import (
+    Engine,
+    EngineSite,
+    EngineTracing,
+    ProgressCheck,
+    Role,
+    model_path,
+    tokenizer_path,
+)
 from components.k8s.engines.vllm import nccl_guard_script
 from components.k8s.settings import Model
 from telemetry.names import SGLANG
@@ -155,9 +163,19 @@ class Sglang(Engine):
         """/health without a generation: at 0.5.23 /health and /health_generate share one handler, which by default
         waits a second and then up to SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for the scheduler's next output
         (entrypoints/http_server.py health_generate; environ.py SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION, default
-        true). Off, /health answers at once (200 once started, 503 while starting or exiting): liveness and the
-        gateway's health check stay cheap, and /health_generate keeps the generating check for readiness."""
+        true). Off, /health answers at once (200 once started, 503 while starting or exiting): liveness stays cheap,
+        and /health_generate keeps the generating check for readiness and the gateway's progress check
+        (Sglang.progress_check)."""
         return [{"name": "SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION", "value": "false"}]
+
+    def progress_check(self, model: Model) -> ProgressCheck:
+        """Its own /health_generate (its readiness path): 200 once any output of the scheduler arrives after the
+        check began, polled each second after a first one-second wait; it also submits a 1-token generation
+        (input_ids [0], not counted in its metrics: log_metrics False) whose task it cancels once it answers, so an idle
+        replica proves itself and a busy one passes on its requests' progress without waiting for its own. A stuck
+        scheduler gives 503 only after SGLANG_HEALTH_CHECK_TIMEOUT (20 s): the gateway's check times out first
+        (sglang 0.5.23 srt/entrypoints/http_server.py health_generate; docs/contracts.md)."""
+        return ProgressCheck("GET", self.ready_path)
 
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Requests waiting in the scheduler's queue summed over replicas, AverageValue (a target per replica),

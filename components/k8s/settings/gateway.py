@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE
+from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_HEALTH_CHECK_SECONDS
 from components.k8s.settings.base import DNS_LABEL_PATTERN, NOT_A_DNS_LABEL, SecretRef, setting
 from components.k8s.settings.tenants import TokenBudget
 
@@ -152,11 +152,11 @@ class HealthCheck:
     intervalSeconds) must be at most components.k8s.defaults.GATEWAY_DETECTION_SECONDS (10), which the model pods'
     preStop outwaits."""
 
-    interval_seconds: float = setting(2.0, ge=0.01, le=5, doc="Seconds between the gateway's active health "
-                                                              "checks of each replica.")
-    timeout_seconds: float = setting(2.0, ge=0.01, derived=True, doc="Seconds a health check may take; at most "
-                                                                     "intervalSeconds (default: 2, or intervalSeconds "
-                                                                     "when that is shorter).")
+    interval_seconds: float = setting(DEFAULT_HEALTH_CHECK_SECONDS, ge=0.01, le=5,
+                                      doc="Seconds between the gateway's active health checks of each replica.")
+    timeout_seconds: float = setting(DEFAULT_HEALTH_CHECK_SECONDS, ge=0.01, derived=True,
+                                     doc="Seconds a health check may take; at most intervalSeconds (default: 2.5, or "
+                                         "intervalSeconds when that is shorter).")
     unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out of new "
                                                            "requests.")
     healthy_threshold: int = setting(2, ge=1, le=10, doc="Passed checks that bring it back.")

@@ -15,7 +15,8 @@ Two decisions, two speeds (docs/gateway.md, "Day 2"):
 - stop sending new requests: fast. A replica whose record is gone (a pod being deleted: rollout, scale-in, node
   drain; its endpoint leaves the ready addresses at once) is removed at the next DNS refresh even while it passes
   its checks (Cluster.ignore_health_on_host_removal); a replica that fails `unhealthyThreshold` checks is taken
-  out. Both within components.k8s.defaults.GATEWAY_DETECTION_SECONDS (`dns_detection_seconds`,
+  out. The checks are progress checks (`health_check`): a replica whose engine stops producing fails them, however
+  well its /health answers. Both within components.k8s.defaults.GATEWAY_DETECTION_SECONDS (`dns_detection_seconds`,
   HealthCheck.detection_seconds), which each model pod's preStop outwaits. Outlier detection takes out a replica
   that fails requests (`outlier_detection`).
 - kill work in flight: never on a check. A failed check or a removed record drains the replica's connections
@@ -88,14 +89,29 @@ def dns_detection_seconds() -> float:
 
 
 def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
-    """The model's active health check: the engine's health path, with Host = the model Service's name (Envoy's
-    default Host is the cluster's name, which the gateway's sidecar passes through in plaintext to the model's
-    STRICT sidecar: every check would fail). Healthy replicas are checked every interval, traffic or not (the
-    default no-traffic interval, 60 s, would leave a quiet model's failing replica in for a minute); replicas held
-    unhealthy (a new gateway's before their first passing checks, a starting or failing replica) every
-    RECHECK_SECONDS."""
+    """The model's active health check: a progress check, the engine's request that passes only when it produces
+    (Engine.progress_check: vLLM and Triton a 1-token completion, or the task's one-word embedding or rerank; SGLang
+    its /health_generate), not its /health, which a stuck engine core passes (vLLM's check_health reads an errored
+    flag). A POST carries its JSON body (HttpHealthCheck.send, hex) and content-type application/json (the engines'
+    OpenAI servers read a body as JSON by that header). Host = the model Service's name (Envoy's default Host is the
+    cluster's name, which the gateway's sidecar passes through in plaintext to the model's STRICT sidecar: every
+    check would fail). Healthy replicas are checked every interval, traffic or not (the default no-traffic
+    interval, 60 s, would leave a quiet model's failing replica in for a minute); replicas held unhealthy (a new
+    gateway's before their first passing checks, a starting, failing or hung replica) every RECHECK_SECONDS.
+
+    Failing it only steers: no new request goes to the replica until it passes healthyThreshold checks again (it
+    produces again); what it holds drains (module docstring). Every replica failing at once (all saturated past the
+    check's timeout, or all hung) leaves the model no healthy host: new requests get 503 (no panic)."""
     hc = cfg.gateway.health_check
     recheck = _seconds(min(RECHECK_SECONDS, hc.interval_seconds))
+    check = ENGINES[model.engine].progress_check(model)
+    http: dict[str, Any] = {"path": check.path, "host": model_host(cfg, model)}
+    if check.method != "GET":
+        http["method"] = check.method
+    if check.body is not None:
+        http["send"] = {"text": check.payload().hex()}
+        http["request_headers_to_add"] = [{"header": {"key": "content-type", "value": "application/json"},
+                                           "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
     return {
         "timeout": _seconds(hc.timeout_seconds),
         "interval": _seconds(hc.interval_seconds),
@@ -104,7 +120,7 @@ def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
         "unhealthy_interval": recheck,
         "unhealthy_threshold": hc.unhealthy_threshold,
         "healthy_threshold": hc.healthy_threshold,
-        "http_health_check": {"path": ENGINES[model.engine].health_path, "host": model_host(cfg, model)},
+        "http_health_check": http,
     }
 
 

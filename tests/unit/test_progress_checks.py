@@ -1,0 +1,110 @@
+"""The gateway's active health check is a progress check (issue 44 item 6): per engine, a request that passes only when
+the engine produces, rendered from the engine registry (components.k8s.engines: Engine.progress_check), while the
+kubelet's liveness probe stays on the engine's cheap /health. Upstream facts: docs/contracts.md, "Day 2: progress
+checks" (vllm 0.33.0 entrypoints/openai/completion/api_router.py, entrypoints/serve/engine/serving.py _check_model;
+triton-inference-server/server@r26.07 python/openai/openai_frontend/frontend/fastapi/routers/completions.py,
+engine/triton_engine.py; sglang 0.5.23 srt/entrypoints/http_server.py health_generate; Envoy v1.40.0
+api/envoy/config/core/v3/health_check.proto HttpHealthCheck.send, method, request_headers_to_add)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from components.k8s import serving
+from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
+from components.k8s.engines import ENGINES
+from components.k8s.gateway.envoy import replicas
+from components.k8s.gateway.envoy.base import model_host
+from infra.config import PlatformConfig
+from tests.support.stacks import stack_config, stack_raw
+
+JSON_HEADER = [{"header": {"key": "content-type", "value": "application/json"},
+                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+
+
+def _check(cfg: PlatformConfig, name: str) -> dict[str, Any]:
+    return replicas.health_check(cfg, cfg.models[name])
+
+
+def _body(http: dict[str, Any]) -> dict[str, Any]:
+    """The JSON the check sends: Envoy's `send.text` is the payload in hex."""
+    raw: dict[str, Any] = json.loads(bytes.fromhex(http["send"]["text"]))
+    return raw
+
+
+def _with_models(**models: dict[str, Any]) -> PlatformConfig:
+    raw = stack_raw("dev")
+    base = raw["models"]["chat"]
+    tenants = {k: {**t, "gpuQuota": 16} for k, t in raw["tenants"].items()}
+    return stack_config("dev", tenants=tenants,
+                        models={**raw["models"], **{k: {**base, **v} for k, v in models.items()}})
+
+
+@pytest.mark.parametrize(("stack", "model", "engine"), [
+    ("prod", "deep-research", "vllm"), ("prod", "assistant-fast", "triton"), ("staging", "llama-8b-trt", "triton"),
+    ("dev", "chat", "vllm")])
+def test_a_generating_model_on_vllm_or_triton_is_checked_with_a_one_token_completion(
+        stack: str, model: str, engine: str) -> None:
+    """POST /v1/completions {"model": <config key>, "prompt": "hi", "max_tokens": 1}, not streamed, JSON, to the
+    model Service's Host: 200 only once a token is generated. The config key is the first name vLLM serves
+    (--served-model-name) and a name Triton's frontend answers to (triton_names.py); a name it does not serve is
+    vLLM's 404 "The model ... does not exist" or Triton's 400 "Unknown model", a failing check."""
+    cfg = stack_config(stack)
+    m = cfg.models[model]
+    assert m.engine == engine
+    hc = _check(cfg, model)
+    assert hc["http_health_check"] == {
+        "path": "/v1/completions", "method": "POST", "host": model_host(cfg, m),
+        "send": {"text": _check(cfg, model)["http_health_check"]["send"]["text"]},
+        "request_headers_to_add": JSON_HEADER}
+    assert hc["http_health_check"]["send"]["text"] == (
+        '{"max_tokens":1,"model":"' + model + '","prompt":"hi"}').encode().hex()
+    assert _body(hc["http_health_check"]) == {"model": model, "prompt": "hi", "max_tokens": 1}
+    assert m.name in serving.served_model_names(m)[:1]
+    assert (hc["timeout"], hc["interval"], hc["unhealthy_threshold"]) == ("2.500s", "2.500s", 2)
+
+
+def test_an_embedding_or_rerank_model_is_checked_with_its_own_tasks_smallest_request() -> None:
+    """Pooling models generate no token: a one-word embedding (vLLM, Triton) or a one-document rerank (vLLM's
+    cross-encoders: /v1/rerank, query and documents)."""
+    cfg = _with_models(**{"emb-vllm": {"task": "embed", "model": "BAAI/bge-m3"},
+                          "emb-trt": {"engine": "triton", "task": "embed", "model": "BAAI/bge-m3",
+                                      "uri": "pvc://model-store/bge"}})
+    for name in ("emb-vllm", "emb-trt"):
+        http = _check(cfg, name)["http_health_check"]
+        assert (http["path"], http["method"], http["request_headers_to_add"]) == ("/v1/embeddings", "POST",
+                                                                                  JSON_HEADER), name
+        assert _body(http) == {"model": name, "input": "hi"}, name
+    prod = stack_config("prod")
+    http = _check(prod, "embed-rerank")["http_health_check"]
+    assert (http["path"], http["method"]) == ("/v1/rerank", "POST")
+    assert _body(http) == {"model": "embed-rerank", "query": "hi", "documents": ["hi"]}
+
+
+def test_an_sglang_model_is_checked_on_its_health_generate() -> None:
+    """SGLang's own progress check, GET /health_generate, no body: 200 once its scheduler produced anything after the
+    check began (its own 1-token generation when idle), at whole seconds from 1 s on; so the checks' timeout
+    (2.5 s) lets a replica whose output came within 2 s pass."""
+    cfg = stack_config("prod")
+    hc = _check(cfg, "assistant-tools")
+    assert hc["http_health_check"] == {"path": "/health_generate",
+                                       "host": "assistant-tools.assistant.svc.cluster.local"}
+    assert hc["timeout"] == "2.500s"
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
+def test_the_kubelets_liveness_stays_on_the_cheap_health_and_the_window_stays_ten_seconds(stack: str) -> None:
+    """Liveness is the engine's /health (a saturated replica must not be restarted); only the gateway's check
+    generates. unhealthyThreshold x (timeout + interval) = 2 x (2.5 + 2.5) = GATEWAY_DETECTION_SECONDS."""
+    cfg = stack_config(stack)
+    assert cfg.gateway.health_check.detection_seconds == GATEWAY_DETECTION_SECONDS == 10
+    for m in cfg.models.values():
+        obj = serving.workload(cfg, m)
+        spec = obj["spec"]
+        template = spec["template"] if obj["kind"] == "StatefulSet" else spec["leaderWorkerTemplate"]["leaderTemplate"]
+        [c] = [c for c in template["spec"]["containers"] if c["name"] == m.engine]
+        assert c["livenessProbe"]["httpGet"]["path"] == ENGINES[m.engine].health_path, m.name
+        assert c["livenessProbe"]["httpGet"]["path"] != _check(cfg, m.name)["http_health_check"]["path"], m.name
