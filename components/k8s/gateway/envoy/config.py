@@ -91,6 +91,7 @@ from typing import Any
 from components.k8s import naming
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy import failures
 from components.k8s.gateway.envoy.base import (
     _T,
     ADMIN_CLUSTER,
@@ -301,7 +302,7 @@ def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "name": "envoy.retry_host_predicates.previous_hosts",
             "typed_config": {"@type": _T + "extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
         }],
-        "host_selection_retry_max_attempts": 3,
+        "host_selection_retry_max_attempts": failures.LEAST_REQUEST_HOST_DRAWS,
     }
 
 

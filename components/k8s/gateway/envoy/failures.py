@@ -1,0 +1,162 @@
+"""What a replica's 500 says: the replica's fault (retried on another replica, counted toward its ejection) or the
+request's (answered at once, counted against no replica) (issue 44, item 8; docs/gateway.md, "Day 2").
+
+Envoy's router decides a retry, and outlier detection counts a failure, on the status of the try's response headers
+only (envoyproxy/envoy@v1.40.0 source/common/router/retry_state_impl.cc, `wouldRetryFromHeaders`;
+source/common/upstream/outlier_detection_impl.cc, `putHttpResponseCode`). An upstream HTTP filter (a cluster's
+HttpProtocolOptions.http_filters) sees each try's response before the router does, and the router retries on, and
+counts, the status that filter leaves. Here, a Lua upstream filter on each model's cluster (live:
+tests/artifacts/test_envoy_failures_live.py):
+
+- returns at once on any status but 500: a 200 is neither buffered nor changed;
+- on a 500, counts the request's 500s in its dynamic metadata (namespace FAULT_NAMESPACE, one per downstream request,
+  shared by its tries): the request's second 500, from another replica (the route's previous_hosts predicate), says
+  the request fails wherever it goes (a poison request: a prompt that breaks the engine's processing). It becomes
+  FAULT_STATUS: not retried again, not counted against the replica that answered it (Envoy counts a 4xx as a
+  success, which ends that replica's run of 5xx), and not retried by the client (OpenAI's SDKs retry 5xx, not 422);
+- on a request's first 500, reads the body only for an engine whose 500 bodies can say the request is at fault
+  (REQUEST_FAULT_MARKERS) and, when one does, answers FAULT_STATUS at once (no retry, not counted).
+
+What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Which 500 is the request's"):
+- vLLM 0.33.0: nothing of the request. Request faults are 4xx by its own taxonomy (VLLMClientError: 400/404/422;
+  ValueError, TypeError, OverflowError and template errors: 400); a 500 is a VLLMServerError (EngineDeadError:
+  "The server had an error while processing your request.", EngineGenerateError, GenerationError) or an exception of
+  unknown origin, all `{"error": {"message", "type": "InternalServerError", "param": null, "code": 500}}`
+  (vllm/entrypoints/serve/exception_handling/error_response.py, `create_error_response`);
+- SGLang 0.5.23: a multimodal input that the scheduler's entry rank cannot build is the request's own ("request-local
+  error") yet answers 500: `{"object": "error", "message": "Multimodal input processing failed on the TP entry rank:
+  ...", "type": "500", "param": null, "code": 500}` (python/sglang/srt/managers/scheduler.py,
+  `_MultimodalInputProcessingError`; tokenizer_manager.py raises HTTPException(500); entrypoints/openai/
+  serving_base.py, `handle_request`). Its other 500s (out of memory after retraction, an exception in the handler,
+  "Internal server error: ...") are the replica's or unknown;
+- Triton r26.07 OpenAI frontend: `{"detail": "<exception text>"}` for any ServerError or other exception, request
+  faults being ClientError: 400 (python/openai/openai_frontend/frontend/fastapi/routers/chat.py): nothing to read.
+
+So a 500 of unknown origin is retried once on another replica; the same request's second 500 ends it. A poison
+request costs two tries and counts one failure against one replica (before: gateway.retries.attempts + 1 tries, one
+failure against each replica tried).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from components.k8s.gateway.envoy.base import _T
+from components.k8s.settings import Model
+
+__all__ = [
+    "LEAST_REQUEST_CHOICES",
+    "LEAST_REQUEST_HOST_DRAWS",
+    "least_request_policy",
+    "FAULT_STATUS",
+    "FAULT_HEADER",
+    "FAULT_NAMESPACE",
+    "REQUEST_FAULT_MARKERS",
+    "FAULT_FILTER",
+    "fault_script",
+    "upstream_protocol_options",
+]
+
+# LEAST_REQUEST: the fewer requests in flight of LEAST_REQUEST_CHOICES replicas drawn at random (power of two
+# choices), not of all replicas (FULL_SCAN, before). A full scan is deterministic: a replica that fails fast holds
+# the fewest requests, so every try (first tries and retries alike) went to it until its ejection, and a retry's
+# re-draws while previous_hosts rejects it returned it again each time (the same scan), so the retry landed on the
+# replica that had just failed (envoyproxy/envoy@v1.40.0
+# source/extensions/load_balancing_policies/least_request/least_request_lb.cc, `unweightedHostPickFullScan`;
+# source/common/upstream/load_balancer_context_base / LoadBalancerBase: re-draws up to
+# host_selection_retry_max_attempts). With two random choices of n replicas a draw returns the failed one with
+# probability 1 - ((n-1)/n)^2 (3/4 at n = 2, 5/9 at 3): LEAST_REQUEST_HOST_DRAWS re-draws leave a retry on it
+# with probability 0.75^50 ~ 6e-7 at n = 2. A slow replica still gets fewer requests: of each pair, the one with
+# fewer in flight.
+LEAST_REQUEST_CHOICES = 2
+LEAST_REQUEST_HOST_DRAWS = 50
+# What the client gets for a 500 the request is at fault for: the engine's body, with this status (vLLM's own for a
+# request it cannot process, UnprocessableEntityError) and FAULT_HEADER saying why.
+FAULT_STATUS = 422
+FAULT_HEADER = "x-aifactory-fault"
+FAULT_FAILED_TWICE = "failed-on-two-replicas"
+FAULT_ENGINE_SAYS = "engine-says-request"
+# Which replica answered: set on each try's response by a header mutation (the upstream's address, known there) for
+# the Lua filter, which always removes it (no pod address reaches the client).
+REPLICA_HEADER = "x-aifactory-replica"
+FAULT_NAMESPACE = "aifactory.tries"  # dynamic metadata of the request, shared by its tries
+FIRST_FAILED_KEY = "first_500"  # the replica that answered the request's first 500
+FAULT_FILTER = "aifactory.request_fault"
+REPLICA_FILTER = "aifactory.replica_address"
+# Per engine: text in a 500's body that says the request itself is at fault (see the module docstring).
+REQUEST_FAULT_MARKERS: dict[str, tuple[str, ...]] = {
+    "vllm": (),
+    "sglang": ("Multimodal input processing failed on the TP entry rank: ",),
+    "triton": (),
+}
+
+
+def _lua_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def fault_script(engine: str) -> str:
+    """The upstream Lua filter's code for a model served by `engine` (see the module docstring)."""
+    markers = REQUEST_FAULT_MARKERS[engine]
+    # headers() is fetched again after body(): a handle taken before body() yields is no longer valid
+    body_check = "" if not markers else f"""  if why == nil then
+    local body = handle:body()
+    local text = body and body:getBytes(0, body:length()) or ""
+    for _, marker in ipairs({{{", ".join(_lua_string(m) for m in markers)}}}) do
+      if string.find(text, marker, 1, true) then why = "{FAULT_ENGINE_SAYS}" break end
+    end
+    headers = handle:headers()
+  end
+"""
+    return f"""function envoy_on_response(handle)
+  local headers = handle:headers()
+  if headers:get(":status") ~= "500" then
+    headers:remove("{REPLICA_HEADER}")
+    return
+  end
+  local replica = headers:get("{REPLICA_HEADER}") or ""
+  headers:remove("{REPLICA_HEADER}")
+  local metadata = handle:streamInfo():dynamicMetadata()
+  local seen = metadata:get("{FAULT_NAMESPACE}")
+  local first = seen and seen["{FIRST_FAILED_KEY}"]
+  local why = nil
+  if first == nil then
+    metadata:set("{FAULT_NAMESPACE}", "{FIRST_FAILED_KEY}", replica)
+  elseif first ~= replica then
+    why = "{FAULT_FAILED_TWICE}"
+  end
+{body_check}  if why ~= nil then
+    headers:replace(":status", "{FAULT_STATUS}")
+    headers:add("{FAULT_HEADER}", why)
+  end
+end
+"""
+
+
+def least_request_policy() -> dict[str, Any]:
+    """A model's balancing without session affinity (LEAST_REQUEST_CHOICES)."""
+    return {"policies": [{"typed_extension_config": {
+        "name": "envoy.load_balancing_policies.least_request",
+        "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
+                         "selection_method": "N_CHOICES", "choice_count": LEAST_REQUEST_CHOICES}}}]}
+
+
+def upstream_protocol_options(model: Model) -> dict[str, Any]:
+    """The model cluster's HttpProtocolOptions: HTTP/1.1 to the replicas (as without options), each try's response
+    through the request-fault filter, then the upstream codec (the chain's required last filter)."""
+    return {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
+        "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
+        "explicit_http_config": {"http_protocol_options": {}},
+        "http_filters": [
+            {"name": FAULT_FILTER, "typed_config": {
+                "@type": _T + "extensions.filters.http.lua.v3.Lua",
+                "default_source_code": {"inline_string": fault_script(model.engine)}}},
+            # responses pass the filters last to first: this one, then the Lua filter
+            {"name": REPLICA_FILTER, "typed_config": {
+                "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
+                "mutations": {"response_mutations": [{"append": {
+                    "header": {"key": REPLICA_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}},
+            {"name": "envoy.filters.http.upstream_codec", "typed_config": {
+                "@type": _T + "extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
+        ]}}
