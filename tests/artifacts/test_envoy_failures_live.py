@@ -19,7 +19,10 @@ import http.client
 import itertools
 import json
 import threading
+import time
+from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,6 +49,7 @@ SGLANG_MM_500 = {"object": "error", "message": "Multimodal input processing fail
                  "ValueError: image has 0 pixels", "type": "500", "param": None, "code": 500}
 ANSWERS = {"vllm": VLLM_500, "sglang": SGLANG_MM_500}
 MIN_SUCCESS = 0.999
+RETRY_LOAD_DELAY_S, RETRY_LOAD_CONCURRENCY, RETRY_LOAD_REQUESTS = 0.05, 8, 120
 EJECTED_WITHIN_S = 1.0  # scaled: a fast-failing replica at day2.RATE is out well within this
 
 
@@ -61,10 +65,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        with self.server.lock:
+            self.server.request_ids.append(self.headers.get("x-request-id", ""))
+        if self.server.failing:
+            self._send(500, json.dumps(self.server.answer).encode())
+            return
         if POISON.encode() in body:
             self.server.poisoned += 1
             self._send(500, json.dumps(self.server.answer).encode())
         else:
+            time.sleep(self.server.delay_s)
             self._send(200, json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode())
 
     def _send(self, status: int, body: bytes) -> None:
@@ -78,16 +88,20 @@ class _Handler(BaseHTTPRequestHandler):
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, answer: dict[str, Any]) -> None:
+    def __init__(self, answer: dict[str, Any], *, failing: bool, delay_s: float) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
-        self.answer, self.poisoned = answer, 0
+        self.answer, self.poisoned, self.failing, self.delay_s = answer, 0, failing, delay_s
+        self.lock = threading.Lock()
+        self.request_ids: list[str] = []
 
 
 class PoisonedReplica(ServedInThread):
-    """A replica that serves every request but a poison one, which it answers with its engine's 500."""
+    """A replica that serves every request (after `delay_s`) but a poison one, which it answers with its engine's 500
+    at once; a `failing` one answers every request so. It keeps each request's x-request-id (the same on every try
+    of a request)."""
 
-    def __init__(self, engine: str) -> None:
-        self._server = _Server(ANSWERS[engine])
+    def __init__(self, engine: str, *, failing: bool = False, delay_s: float = 0.0) -> None:
+        self._server = _Server(ANSWERS[engine], failing=failing, delay_s=delay_s)
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
                                         daemon=True)
 
@@ -98,6 +112,11 @@ class PoisonedReplica(ServedInThread):
     @property
     def poisoned(self) -> int:
         return int(self._server.poisoned)
+
+    @property
+    def request_ids(self) -> list[str]:
+        with self._server.lock:
+            return list(self._server.request_ids)
 
 
 def _stack() -> dict[str, Any]:
@@ -175,6 +194,36 @@ def test_a_500_whose_engine_says_the_request_is_at_fault_is_not_retried(gateway:
         "upstream_rq_total": 1, "upstream_rq_retry": 0, f"upstream_rq_{FAULT_STATUS}": 1,
         "outlier_detection.ejections_enforced_consecutive_5xx": 0}
     assert sum(r.poisoned for r in replicas["mm"]) == 1
+
+
+@pytest.mark.parametrize("policy", ["least_request", "maglev"])
+def test_a_retry_leaves_a_replica_that_fails_fast_and_holds_no_requests(policy: str, tmp_path: Path) -> None:
+    """Replica 0 answers 500 at once to everything; the two others take RETRY_LOAD_DELAY_S per request, so under
+    RETRY_LOAD_CONCURRENCY clients they hold requests in flight and it holds none. Ejection is kept out of the
+    picture (consecutive5xx far above the run's tries) to see the balancer alone: each 500 is retried, and the retry
+    must go to another replica. Before, LEAST_REQUEST's full scan returned the replica with the fewest requests in
+    flight, the failing one, on every re-draw the previous_hosts predicate asked for: the retries came back to it and
+    requests failed on all three tries."""
+    raw = _stack()
+    del raw["models"]["mm"]
+    raw["gateway"]["outlierDetection"]["consecutive5xx"] = 10_000
+    if policy == "least_request":
+        raw["models"][day2.MODEL]["sessionAffinity"] = {"enabled": False}
+    cfg = parse(raw, stack="failures")
+    issuer = Issuer(ISSUER)
+    sessions = _Sessions(issuer, 60)
+    with ExitStack() as stack:
+        replicas = [stack.enter_context(PoisonedReplica("vllm", failing=k == 0, delay_s=RETRY_LOAD_DELAY_S))
+                    for k in range(REPLICAS)]
+        envoy = start_gateway(stack, cfg, tmp_path, endpoints={day2.MODEL: [r.address for r in replicas]},
+                              jwks=[issuer.jwks])
+        with ThreadPoolExecutor(RETRY_LOAD_CONCURRENCY) as pool:
+            statuses = list(pool.map(lambda _: _ask(envoy, sessions, day2.MODEL, "hi")[0], range(RETRY_LOAD_REQUESTS)))
+        failed_ids = replicas[0].request_ids
+    came_back = len(failed_ids) - len(set(failed_ids))
+    print(f"{policy}: {statuses.count(200)} of {len(statuses)} served; the failing replica got {len(failed_ids)} "
+          f"tries, {came_back} of them retries that came back")
+    assert (statuses.count(200), came_back) == (len(statuses), 0), (policy, Counter(statuses), came_back)
 
 
 class _Sessions:
