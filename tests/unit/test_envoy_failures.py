@@ -69,9 +69,9 @@ def test_markers_cover_every_engine() -> None:
     assert set(failures.REQUEST_FAULT_MARKERS) == set(ENGINES)
 
 
-def test_least_request_models_draw_two_random_replicas_and_retry_draws_fifty_times() -> None:
-    """A model without session affinity: least request of 2 random choices, so a retry's re-draws can leave a
-    replica that fails fast (a full scan returned it on every draw); 50 re-draws while previous_hosts rejects."""
+def test_least_request_models_draw_four_random_replicas_and_retry_draws_200_times() -> None:
+    """A model without session affinity: least request of 4 random choices, so a retry's re-draws can leave a
+    replica that fails fast (a full scan returned it on every draw); 200 re-draws while previous_hosts rejects."""
     cfg = stack_config("prod")
     plain = {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is None}
     assert plain
@@ -80,7 +80,7 @@ def test_least_request_models_draw_two_random_replicas_and_retry_draws_fifty_tim
             assert c["load_balancing_policy"] == {"policies": [{"typed_extension_config": {
                 "name": "envoy.load_balancing_policies.least_request",
                 "typed_config": {"@type": T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                                 "selection_method": "N_CHOICES", "choice_count": 2}}}]}
+                                 "selection_method": "N_CHOICES", "choice_count": 4}}}]}
     draws = {r["route"]["cluster"]: r["route"]["retry_policy"]["host_selection_retry_max_attempts"]
              for r in ec.routes(cfg) if "route" in r and r["route"].get("cluster") in plain}
-    assert draws and set(draws.values()) == {50}
+    assert draws and set(draws.values()) == {200}

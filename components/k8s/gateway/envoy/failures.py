@@ -57,19 +57,19 @@ __all__ = [
     "upstream_protocol_options",
 ]
 
-# LEAST_REQUEST: the fewer requests in flight of LEAST_REQUEST_CHOICES replicas drawn at random (power of two
-# choices), not of all replicas (FULL_SCAN, before). A full scan is deterministic: a replica that fails fast holds
-# the fewest requests, so every try (first tries and retries alike) went to it until its ejection, and a retry's
-# re-draws while previous_hosts rejects it returned it again each time (the same scan), so the retry landed on the
-# replica that had just failed (envoyproxy/envoy@v1.40.0
-# source/extensions/load_balancing_policies/least_request/least_request_lb.cc, `unweightedHostPickFullScan`;
-# source/common/upstream/load_balancer_context_base / LoadBalancerBase: re-draws up to
-# host_selection_retry_max_attempts). With two random choices of n replicas a draw returns the failed one with
-# probability 1 - ((n-1)/n)^2 (3/4 at n = 2, 5/9 at 3): LEAST_REQUEST_HOST_DRAWS re-draws leave a retry on it
-# with probability 0.75^50 ~ 6e-7 at n = 2. A slow replica still gets fewer requests: of each pair, the one with
-# fewer in flight.
-LEAST_REQUEST_CHOICES = 2
-LEAST_REQUEST_HOST_DRAWS = 50
+# LEAST_REQUEST: the fewest requests in flight of LEAST_REQUEST_CHOICES replicas drawn at random (with replacement),
+# not of all replicas (FULL_SCAN, before). A full scan is deterministic: a replica that fails fast holds the fewest
+# requests, so every try went to it until its ejection, and each re-draw of a retry's replica while previous_hosts
+# rejected it returned it again (the same scan): the retry landed on the replica that had just failed
+# (envoyproxy/envoy@v1.40.0 source/extensions/load_balancing_policies/least_request/least_request_lb.cc,
+# `unweightedHostPickFullScan`, `unweightedHostPickNChoices`; RetryPolicy.host_selection_retry_max_attempts). With
+# c choices of n replicas a draw misses a given replica with probability ((n-1)/n)^c, so:
+# - a retry stays on the replica that failed after LEAST_REQUEST_HOST_DRAWS re-draws with probability
+#   (1 - ((n-1)/n)^c)^draws: (15/16)^200 ~ 2.5e-6 at n = 2, (65/81)^200 ~ 1e-19 at n = 3;
+# - a replica slower than the others (more in flight) is picked only when every choice is it: (1/n)^c, 1/81 of
+#   requests at n = 3 (two choices, Envoy's default: 1/9).
+LEAST_REQUEST_CHOICES = 4
+LEAST_REQUEST_HOST_DRAWS = 200
 # What the client gets for a 500 the request is at fault for: the engine's body, with this status (vLLM's own for a
 # request it cannot process, UnprocessableEntityError) and FAULT_HEADER saying why.
 FAULT_STATUS = 422

@@ -119,7 +119,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
     return {
         **cluster,
-        # Least request of two random choices (failures.least_request_policy); with session affinity: Maglev with
+        # Least request of four random choices (failures.least_request_policy); with session affinity: Maglev with
         # bounded load (envoy_affinity), hashing each replica by its address.
         "load_balancing_policy": affinity.load_balancing_policy(model)
         if model.session_affinity_balance_factor is not None else failures.least_request_policy(),
