@@ -18,10 +18,19 @@ def _model_clusters(cfg: Any) -> list[dict[str, Any]]:
     return [c for c in ec.bootstrap(cfg)["static_resources"]["clusters"] if c["name"] in cfg.models]
 
 
-def test_every_model_cluster_passes_each_try_through_the_request_fault_filter_then_the_codec() -> None:
-    """HTTP/1.1 to the replicas as before; each try's response goes through the upstream codec, the header mutation
-    that names the replica, then the Lua filter, before the router retries on it or counts it (Envoy runs upstream
-    filters' encode side last to first)."""
+SKIP_UNLESS_500 = {"matcher_list": {"matchers": [{
+    "predicate": {"not_matcher": {"single_predicate": {
+        "input": {"name": "status", "typed_config": {"@type": T + "type.matcher.v3.HttpResponseHeaderMatchInput",
+                                                     "header_name": ":status"}},
+        "value_match": {"exact": "500"}}}},
+    "on_match": {"action": {"name": "skip", "typed_config": {
+        "@type": T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}}}]}}
+
+
+def test_every_model_cluster_passes_each_500_through_the_replica_name_and_the_request_fault_filter() -> None:
+    """HTTP/1.1 to the replicas as before; a try's 500 goes through the upstream codec, the header mutation that names
+    the replica, then the Lua filter, before the router retries on it or counts it (Envoy runs upstream filters'
+    encode side last to first). Both are skipped for any other status: a 200 meets neither."""
     cfg = stack_config("prod")
     clusters = _model_clusters(cfg)
     assert {c["name"] for c in clusters} == set(cfg.models)
@@ -29,38 +38,39 @@ def test_every_model_cluster_passes_each_try_through_the_request_fault_filter_th
         options = c["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]
         assert options["explicit_http_config"] == {"http_protocol_options": {}}, c["name"]
         lua, replica, codec = options["http_filters"]
-        assert (lua["name"], lua["typed_config"]["@type"]) == ("aifactory.request_fault",
-                                                               T + "extensions.filters.http.lua.v3.Lua")
-        assert lua["typed_config"]["default_source_code"]["inline_string"] == \
-            failures.fault_script(cfg.models[c["name"]].engine)
+        assert lua == {"name": "aifactory.request_fault", "typed_config": {
+            "@type": T + "extensions.common.matching.v3.ExtensionWithMatcher",
+            "extension_config": {"name": "envoy.filters.http.lua", "typed_config": {
+                "@type": T + "extensions.filters.http.lua.v3.Lua",
+                "default_source_code": {"inline_string": failures.fault_script(cfg.models[c["name"]].engine)}}},
+            "xds_matcher": SKIP_UNLESS_500}}
         assert replica == {"name": "aifactory.replica_address", "typed_config": {
-            "@type": T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
-            "mutations": {"response_mutations": [{"append": {
-                "header": {"key": "x-aifactory-replica", "value": "%UPSTREAM_REMOTE_ADDRESS%"},
-                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}}
+            "@type": T + "extensions.common.matching.v3.ExtensionWithMatcher",
+            "extension_config": {"name": "envoy.filters.http.header_mutation", "typed_config": {
+                "@type": T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
+                "mutations": {"response_mutations": [{"append": {
+                    "header": {"key": "x-aifactory-replica", "value": "%UPSTREAM_REMOTE_ADDRESS%"},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}},
+            "xds_matcher": SKIP_UNLESS_500}}
         assert codec == {"name": "envoy.filters.http.upstream_codec", "typed_config": {
             "@type": T + "extensions.filters.http.upstream_codec.v3.UpstreamCodec"}}
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "triton"])
-def test_the_filter_checks_the_status_first_and_reads_a_body_only_where_the_engine_can_say_whose_fault(
-        engine: str) -> None:
-    """Any answer but a 500 loses the replica header and goes on untouched; only SGLang's 500 bodies can say the
-    request is at fault (its multimodal input error), so only its script reads a body, and only a 500's."""
+def test_the_filter_reads_a_body_only_where_the_engine_can_say_whose_fault(engine: str) -> None:
+    """Only SGLang's 500 bodies can say the request is at fault (its multimodal input error), so only its script
+    reads a body; every script drops the replica's name and ends a request failed by two replicas as 422."""
     script = failures.fault_script(engine)
-    lines = script.splitlines()
-    assert lines[:6] == [
+    assert script.splitlines()[:4] == [
         "function envoy_on_response(handle)",
         "  local headers = handle:headers()",
-        '  if headers:get(":status") ~= "500" then',
-        '    headers:remove("x-aifactory-replica")',
-        "    return",
-        "  end",
+        '  local replica = headers:get("x-aifactory-replica") or ""',
+        '  headers:remove("x-aifactory-replica")',
     ]
-    assert ('handle:body()' in script) is (engine == "sglang")
+    assert ("handle:body()" in script) is (engine == "sglang")
     assert ('"Multimodal input processing failed on the TP entry rank: "' in script) is (engine == "sglang")
     assert 'headers:replace(":status", "422")' in script
-    assert 'why = "failed-on-two-replicas"' in script
+    assert 'elseif first ~= replica then\n    why = "failed-on-two-replicas"' in script
 
 
 def test_markers_cover_every_engine() -> None:

@@ -5,17 +5,21 @@ Envoy's router decides a retry, and outlier detection counts a failure, on the s
 only (envoyproxy/envoy@v1.40.0 source/common/router/retry_state_impl.cc, `wouldRetryFromHeaders`;
 source/common/upstream/outlier_detection_impl.cc, `putHttpResponseCode`). An upstream HTTP filter (a cluster's
 HttpProtocolOptions.http_filters) sees each try's response before the router does, and the router retries on, and
-counts, the status that filter leaves. Here, a Lua upstream filter on each model's cluster (live:
-tests/artifacts/test_envoy_failures_live.py):
+counts, the status that filter leaves. Here, on each model's cluster (live:
+tests/artifacts/test_envoy_failures_live.py), a header mutation names the replica that answered (REPLICA_HEADER:
+the try's upstream address), then a Lua filter:
 
-- returns at once on any status but 500: a 200 is neither buffered nor changed;
-- on a 500, counts the request's 500s in its dynamic metadata (namespace FAULT_NAMESPACE, one per downstream request,
-  shared by its tries): the request's second 500, from another replica (the route's previous_hosts predicate), says
-  the request fails wherever it goes (a poison request: a prompt that breaks the engine's processing). It becomes
-  FAULT_STATUS: not retried again, not counted against the replica that answered it (Envoy counts a 4xx as a
-  success, which ends that replica's run of 5xx), and not retried by the client (OpenAI's SDKs retry 5xx, not 422);
-- on a request's first 500, reads the body only for an engine whose 500 bodies can say the request is at fault
-  (REQUEST_FAULT_MARKERS) and, when one does, answers FAULT_STATUS at once (no retry, not counted).
+- both run on a 500 only (each wrapped in a matcher on the response's :status that skips it otherwise): a 200 meets
+  neither, nor any Lua;
+- on a request's first 500, keeps that replica's address in the request's dynamic metadata (FAULT_NAMESPACE: the
+  downstream request's, shared by its tries) and leaves the 500 to the router: retried on another replica, counted
+  toward its ejection;
+- on a later 500 from another replica, decides the request fails wherever it goes (a poison request: a prompt that
+  breaks the engine's processing): FAULT_STATUS, not retried again, not counted against that replica (Envoy counts a
+  4xx as a success, which ends that replica's run of 5xx), not retried by the client (OpenAI's SDKs retry 5xx, not
+  422). A later 500 from the same replica (the retry came back to it) stays a 500;
+- otherwise reads the body, only for an engine whose 500 bodies can say the request is at fault
+  (REQUEST_FAULT_MARKERS), and when one says so answers FAULT_STATUS at once (no retry, not counted).
 
 What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Which 500 is the request's"):
 - vLLM 0.33.0: nothing of the request. Request faults are 4xx by its own taxonomy (VLLMClientError: 400/404/422;
@@ -32,9 +36,10 @@ What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Wh
 - Triton r26.07 OpenAI frontend: `{"detail": "<exception text>"}` for any ServerError or other exception, request
   faults being ClientError: 400 (python/openai/openai_frontend/frontend/fastapi/routers/chat.py): nothing to read.
 
-So a 500 of unknown origin is retried once on another replica; the same request's second 500 ends it. A poison
-request costs two tries and counts one failure against one replica (before: gateway.retries.attempts + 1 tries, one
-failure against each replica tried).
+So a 500 of unknown origin is retried on another replica; a second replica's 500 for the same request ends it. A
+poison request costs two tries and counts one failure against one replica (before: gateway.retries.attempts + 1
+tries, one failure against each replica tried). The retry must reach another replica for this to hold: see
+LEAST_REQUEST_CHOICES.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s.gateway.envoy.base import _T
+from components.k8s.gateway.envoy.budgets import _SKIP
 from components.k8s.settings import Model
 
 __all__ = [
@@ -50,6 +56,7 @@ __all__ = [
     "least_request_policy",
     "FAULT_STATUS",
     "FAULT_HEADER",
+    "REPLICA_HEADER",
     "FAULT_NAMESPACE",
     "REQUEST_FAULT_MARKERS",
     "FAULT_FILTER",
@@ -76,8 +83,8 @@ FAULT_STATUS = 422
 FAULT_HEADER = "x-aifactory-fault"
 FAULT_FAILED_TWICE = "failed-on-two-replicas"
 FAULT_ENGINE_SAYS = "engine-says-request"
-# Which replica answered: set on each try's response by a header mutation (the upstream's address, known there) for
-# the Lua filter, which always removes it (no pod address reaches the client).
+# Which replica answered a 500: set by a header mutation (the upstream's address, known there) for the Lua filter,
+# which removes it (no pod address reaches the client).
 REPLICA_HEADER = "x-aifactory-replica"
 FAULT_NAMESPACE = "aifactory.tries"  # dynamic metadata of the request, shared by its tries
 FIRST_FAILED_KEY = "first_500"  # the replica that answered the request's first 500
@@ -110,10 +117,6 @@ def fault_script(engine: str) -> str:
 """
     return f"""function envoy_on_response(handle)
   local headers = handle:headers()
-  if headers:get(":status") ~= "500" then
-    headers:remove("{REPLICA_HEADER}")
-    return
-  end
   local replica = headers:get("{REPLICA_HEADER}") or ""
   headers:remove("{REPLICA_HEADER}")
   local metadata = handle:streamInfo():dynamicMetadata()
@@ -141,22 +144,36 @@ def least_request_policy() -> dict[str, Any]:
                          "selection_method": "N_CHOICES", "choice_count": LEAST_REQUEST_CHOICES}}}]}
 
 
+def _on_500_only(name: str, extension: str, typed_config: dict[str, Any]) -> dict[str, Any]:
+    """Filter `extension` wrapped so that it is skipped for every response but a 500 (ExtensionWithMatcher on the
+    response's :status: envoyproxy/envoy@v1.40.0 api/envoy/extensions/common/matching/v3/extension_matcher.proto,
+    HttpResponseHeaderMatchInput): on any other answer neither it nor its Lua runs."""
+    not_500 = {"not_matcher": {"single_predicate": {
+        "input": {"name": "status", "typed_config": {"@type": _T + "type.matcher.v3.HttpResponseHeaderMatchInput",
+                                                     "header_name": ":status"}},
+        "value_match": {"exact": "500"}}}}
+    return {"name": name, "typed_config": {
+        "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
+        "extension_config": {"name": extension, "typed_config": typed_config},
+        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": not_500, "on_match": {"action": _SKIP}}]}}}}
+
+
 def upstream_protocol_options(model: Model) -> dict[str, Any]:
-    """The model cluster's HttpProtocolOptions: HTTP/1.1 to the replicas (as without options), each try's response
-    through the request-fault filter, then the upstream codec (the chain's required last filter)."""
+    """The model cluster's HttpProtocolOptions: HTTP/1.1 to the replicas (as without options), each try's 500 through
+    the replica's name and the request-fault filter, then the upstream codec (the chain's required last filter)."""
     return {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
         "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
         "explicit_http_config": {"http_protocol_options": {}},
         "http_filters": [
-            {"name": FAULT_FILTER, "typed_config": {
+            _on_500_only(FAULT_FILTER, "envoy.filters.http.lua", {
                 "@type": _T + "extensions.filters.http.lua.v3.Lua",
-                "default_source_code": {"inline_string": fault_script(model.engine)}}},
+                "default_source_code": {"inline_string": fault_script(model.engine)}}),
             # responses pass the filters last to first: this one, then the Lua filter
-            {"name": REPLICA_FILTER, "typed_config": {
+            _on_500_only(REPLICA_FILTER, "envoy.filters.http.header_mutation", {
                 "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",
                 "mutations": {"response_mutations": [{"append": {
                     "header": {"key": REPLICA_HEADER, "value": "%UPSTREAM_REMOTE_ADDRESS%"},
-                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}},
+                    "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}}]}}),
             {"name": "envoy.filters.http.upstream_codec", "typed_config": {
                 "@type": _T + "extensions.filters.http.upstream_codec.v3.UpstreamCodec"}},
         ]}}
