@@ -35,7 +35,7 @@ from components.k8s.gateway.envoy.affinity import SESSION_HEADER
 from components.k8s.gateway.envoy.failures import FAULT_HEADER, FAULT_STATUS, REPLICA_HEADER
 from infra.config import parse
 from tests.support.envoy import start_gateway
-from tests.support.fake_backends import EnvoyProcess
+from tests.support.fake_backends import EnvoyProcess, send_json
 from tests.support.processes import ServedInThread
 from tests.support.tokens import Issuer
 
@@ -78,11 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, json.dumps({"choices": [{"message": {"content": "ok"}}]}).encode())
 
     def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, status, body)
 
 
 class _Server(ThreadingHTTPServer):
