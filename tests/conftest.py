@@ -39,7 +39,8 @@ SLOW_TESTS = frozenset({
 # 2-core machine would starve the fast replicas of CPU (test_a_slow_replica_gets_little_traffic failed so under
 # `-n 2` on the development machine: the slow replica got 42 of 400 requests).
 ALONE_FILES = ("tests/artifacts/test_envoy_live.py", "tests/artifacts/test_envoy_input_live.py",
-               "tests/artifacts/test_envoy_variants_live.py", "tests/artifacts/test_day2_scenarios_live.py")
+               "tests/artifacts/test_envoy_variants_live.py", "tests/artifacts/test_day2_scenarios_live.py",
+               "tests/artifacts/test_envoy_failures_live.py")
 
 
 # The files that take longest, longest first (per-file sums of `pytest --junitxml` on the development machine). The

@@ -155,12 +155,12 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
         "name": "envoy.load_balancing_policies.maglev",
         "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.maglev.v3.Maglev",
                          "consistent_hashing_lb_config": {"hash_balance_factor": 125}}}}]}
-    # an embedding model: no sessions, least-request
+    # an embedding model: no sessions, least-request of four random choices (a retry can leave a failing replica)
     assert ec.model_cluster(cfg, cfg.models["embed-rerank"])["load_balancing_policy"] == {
         "policies": [{"typed_extension_config": {
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
-                                      "LeastRequest", "selection_method": "FULL_SCAN"}}}]}
+                                      "LeastRequest", "selection_method": "N_CHOICES", "choice_count": 4}}}]}
     # no panic mode: a replica failing its checks takes no request
     assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"}
     # no check resets tries any more: the stack's retry budget (gateway.retries.budgetPercent, default 20)
@@ -610,8 +610,8 @@ def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() 
         expected = hashed if model.task == "generate" and model.prefix_caching else None
         assert r["route"].get("hash_policy") == expected, r["name"]
         # a retry's replica: 20 Maglev draws with affinity (a session of 2 replicas stays on its failed one with
-        # probability 2^-20, not 1/8 as with Envoy's usual 3), least-request's 3 without
-        assert r["route"]["retry_policy"]["host_selection_retry_max_attempts"] == (20 if expected else 3), r["name"]
+        # probability 2^-20, not 1/8 as with Envoy's usual 3), least-request's 200 without (four random choices)
+        assert r["route"]["retry_policy"]["host_selection_retry_max_attempts"] == (20 if expected else 200), r["name"]
     assert {m.name for m in cfg.models.values() if m.session_affinity_balance_factor is not None} == {
         m.name for m in cfg.models.values() if m.engine != "triton" and m.task == "generate"}
     # the session header is taken from the body's prompt_cache_key, else the baggage's aifactory.session member,

@@ -47,10 +47,11 @@ stream (`"stream"` absent or false) takes the route's "/unstreamed" twin, whose 
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint steer new requests away from a replica that fails them (its requests in flight finish);
 outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
-until their next passing check (envoy_replicas.outlier_detection); no panic mode;
-LEAST_REQUEST with a full scan keeps traffic off slow replicas (Maglev with bounded load where a model has session
-affinity: components/k8s/gateway/envoy/affinity.py). The route's idle timeout is the model's
-`timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
+until their next passing check (envoy_replicas.outlier_detection); a 500 the request is at fault for (a second
+replica's, or its engine says so) ends the request as 422 (envoy_failures); no panic mode;
+LEAST_REQUEST of four random choices keeps traffic off slow replicas and lets a retry leave a failing one (Maglev
+with bounded load where a model has session affinity: components/k8s/gateway/envoy/affinity.py). The route's idle
+timeout is the model's `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
 
 Through the mesh: the gateway's Istio sidecar captures every connection to a model replica and, the model Service's
 port being HTTP (`appProtocol: http`), routes it by its Host alone: one `0.0.0.0:8000` listener whose virtual hosts
@@ -91,6 +92,7 @@ from typing import Any
 from components.k8s import naming
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy import failures
 from components.k8s.gateway.envoy.base import (
     _T,
     ADMIN_CLUSTER,
@@ -301,7 +303,7 @@ def _retry_policy(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "name": "envoy.retry_host_predicates.previous_hosts",
             "typed_config": {"@type": _T + "extensions.retry.host.previous_hosts.v3.PreviousHostsPredicate"},
         }],
-        "host_selection_retry_max_attempts": 3,
+        "host_selection_retry_max_attempts": failures.LEAST_REQUEST_HOST_DRAWS,
     }
 
 

@@ -43,8 +43,8 @@ from typing import Any
 from components.k8s import naming
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy import affinity as affinity
+from components.k8s.gateway.envoy import failures
 from components.k8s.gateway.envoy.base import (
-    _T,
     DEFAULT_DNS_REFRESH_SECONDS,
     DEFAULT_MIN_RETRY_CONCURRENCY,
     METADATA_NAMESPACE,
@@ -135,14 +135,10 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
             "filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
     return {
         **cluster,
-        # Full scan: the replica with the fewest requests in flight, ties broken at random; a slow replica
-        # holds its requests longer, so it is picked only when it has no more in flight than the others.
-        # With session affinity: Maglev with bounded load (envoy_affinity), hashing each replica by its address.
+        # Least request of four random choices (failures.least_request_policy); with session affinity: Maglev with
+        # bounded load (envoy_affinity), hashing each replica by its address.
         "load_balancing_policy": affinity.load_balancing_policy(model)
-        if model.session_affinity_balance_factor is not None else {"policies": [{"typed_extension_config": {
-            "name": "envoy.load_balancing_policies.least_request",
-            "typed_config": {"@type": _T + "extensions.load_balancing_policies.least_request.v3.LeastRequest",
-                             "selection_method": "FULL_SCAN"}}}]},
+        if model.session_affinity_balance_factor is not None else failures.least_request_policy(),
         # No panic mode (module docstring). Host health changes are applied at once: with the default 1 s merge
         # window a second ejection right after the first waits up to a second while the replica keeps taking (and
         # failing) requests.
@@ -162,6 +158,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         }]},
         "health_checks": [health_check(cfg, model)],
         "outlier_detection": outlier_detection(cfg),
+        "typed_extension_protocol_options": failures.upstream_protocol_options(model),  # which 500 is whose
     }
 
 
