@@ -100,6 +100,7 @@ class Live:
         self.engine.cut_after = None
         self.engine.resets_before_headers = 0
         self.engine.chunk_delay = 0.0
+        self.engine.headers_delay = 0.0
         with self.engine.lock:
             self.engine.bodies.clear()
 
@@ -179,6 +180,28 @@ def test_a_cut_stream_settles_what_was_generated(gw: Live) -> None:
     assert len(forwarded) > _sent(sent)
     assert gw.settles_to(len(forwarded) + 4 * 3) == len(forwarded) + 4 * 3
     assert len(gw.engine.bodies) == 1, "a stream cut after its first bytes is not retried"
+
+
+def test_a_client_gone_before_the_engine_answered_leaves_the_counters_as_if_it_never_came(gw: Live) -> None:
+    """The client goes while the engine has not answered (its headers delayed): no response ever started, so nothing
+    meters it on the response side. The metering filter also takes the request's headers, which reach it only after
+    admission answered (admission's BUFFERED body holds them), with the reservation in the metadata: its stream is
+    open from then, and Envoy closes it when the request ends (observability mode: after deferred_close_timeout,
+    envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto). The service sees the end
+    with no response and releases the whole reservation: a request that got no answer used nothing."""
+    gw.engine.headers_delay = SETTLE_BOUND_S
+    c = http.client.HTTPConnection("127.0.0.1", gw.envoy.listener_port, timeout=5)
+    c.request("POST", "/v1/chat/completions", body=json.dumps(_body(stream=True, max_tokens=30)).encode(),
+              headers={**gw.issuer.bearer("open"), "content-type": "application/json"})
+    deadline = time.monotonic() + SETTLE_BOUND_S
+    while not gw.engine.bodies and time.monotonic() < deadline:  # the request reached the engine: it was admitted
+        time.sleep(0.01)
+    reserved = gw.spent()
+    c.close()  # the client goes
+    assert reserved > 4 * 30, "admitted with its worst case reserved"
+    assert gw.settles_to(0) == 0
+    assert gw.settles_to(0, window_key("workload", "chat", "perHour", NOW)) == 0
+    assert gw.redis.client().keys("aifactory:budget:reservation:*") == []
 
 
 def test_a_try_reset_before_its_answer_is_retried_and_only_the_answered_try_is_settled(gw: Live) -> None:
@@ -294,6 +317,11 @@ def test_a_store_that_does_not_answer_admits_fail_open_tenants_and_refuses_fail_
     failures = gw.service.registry.get_sample_value("aifactory_token_budget_store_failures_total",
                                                     {"scope": "tenant", "name": "open", "outcome": "admitted"})
     assert failures and failures >= 1
+    # each reservation reached the store after the service gave up on it (the store ran it once thawed): the 503's
+    # is released in the background, the unreserved request's replaced by what it used (prompt + 4 x 10 generated)
+    closed = window_key("tenant", "closed", "perMinute", NOW)
+    assert gw.settles_to(0, closed) == 0
+    assert gw.settles_to(20 + 4 * 10) == 20 + 4 * 10
 
 
 def _last_log(envoy: EnvoyProcess, *, status: int) -> dict[str, Any]:

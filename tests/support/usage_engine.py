@@ -47,6 +47,8 @@ class _Handler(BaseHTTPRequestHandler):
         if reset:  # dies with the request taken and nothing answered (no headers, nothing generated)
             self._reset()
             return
+        if e.stop.wait(e.headers_delay):  # a queued or slow engine: nothing answered yet
+            return
         with e.lock:
             e.tokens_served += e.prompt_tokens + n  # what the engine spends on it (a cut stream: all the same)
         usage = {"prompt_tokens": e.prompt_tokens, "completion_tokens": n, "total_tokens": e.prompt_tokens + n}
@@ -109,12 +111,14 @@ class _Server(ThreadingHTTPServer):
 class UsageEngine(ServedInThread):
     """`prompt_tokens` it reports, `completion_tokens` it generates (at most the request's max_tokens), a chunk every
     `chunk_delay` seconds; `cut_after`: reset the connection before that chunk (None: never);
-    `resets_before_headers`: reset that many next requests before answering anything."""
+    `resets_before_headers`: reset that many next requests before answering anything; `headers_delay`: seconds before
+    each answer starts."""
 
     def __init__(self, *, prompt_tokens: int = 20, completion_tokens: int = 10, chunk_delay: float = 0.0) -> None:
         self.prompt_tokens, self.completion_tokens, self.chunk_delay = prompt_tokens, completion_tokens, chunk_delay
         self.cut_after: int | None = None
         self.resets_before_headers = 0  # the next this many requests: reset once their body is read, unanswered
+        self.headers_delay = 0.0  # seconds each request waits before its answer starts
         self.bodies: list[dict[str, Any]] = []
         self.keep_bodies = True  # False: keep none (a bench's many requests)
         self.tokens_served = 0  # prompt + completion tokens of every request it answered

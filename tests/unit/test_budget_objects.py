@@ -123,7 +123,9 @@ def test_admission_waits_for_the_service_and_metering_never_does() -> None:
     goes to a second filter in observability mode (envoyproxy/envoy@v1.40.0
     api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto: ExternalProcessor.request_attributes,
     observability_mode, metadata_options.forwarding_namespaces), which gets the reservation from admission's dynamic
-    metadata with the response headers."""
+    metadata with the request's body: the body passes the metering filter only once admission (BUFFERED, before it)
+    has answered, so every admitted request's metering stream opens before the engine is reached (the request's
+    headers would not do: with admission's header mode SKIP they pass on before its answer)."""
     admit, meter = (f["typed_config"] for f in budget_filters(_cfg({"perDay": 10})))
     assert admit["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "BUFFERED",
                                         "response_header_mode": "SKIP", "response_body_mode": "NONE",
@@ -132,7 +134,7 @@ def test_admission_waits_for_the_service_and_metering_never_does() -> None:
     assert admit["metadata_options"] == {"receiving_namespaces": {"untyped": ["aifactory.budget"]}}
     assert admit["request_attributes"] == ["xds.route_name", "request.path", "request.headers['x-aifactory-tenant']"]
     assert "allow_mode_override" not in admit
-    assert meter["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "NONE",
+    assert meter["processing_mode"] == {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
                                         "response_header_mode": "SEND", "response_body_mode": "STREAMED",
                                         "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"}
     assert (meter["observability_mode"], meter["failure_mode_allow"]) == (True, True)

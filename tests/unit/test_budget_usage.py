@@ -59,6 +59,8 @@ def test_a_cut_stream_is_settled_from_what_it_generated_and_an_error_from_nothin
     err.headers(400, "application/json")
     err.body(b'{"error": {}}', True)
     assert err.used(POLICY, 100) == 0
+    # no response at all (the client went before the engine's headers): nothing generated, nothing counted
+    assert ResponseMeter().used(POLICY, 100) == 0
 
 
 def test_a_routes_subject_names_the_workload_whose_budget_it_counts_against() -> None:

@@ -10,16 +10,21 @@ Per HTTP request, Envoy's ext_proc filters (components/k8s/gateway/envoy/budgets
   unchanged; else it reserves (components.k8s.gateway.budgets.store), answers 429 with Retry-After and a JSON error,
   or lets it on with max_tokens / stream_options set, the reservation in the request's dynamic metadata
   (`reservation`: keys, amounts, budgets, the body's size);
-- metering, in Envoy's observability mode (sent without waiting; the service answers nothing): the response headers
-  (with that metadata), then every response chunk: the service reads the status and the usage as they pass
+- metering, in Envoy's observability mode (sent without waiting; the service answers nothing): the request headers
+  (with that metadata: they reach the metering filter once admission has answered), then the response headers and
+  every response chunk: the service reads the status and the usage as they pass
   (components.k8s.gateway.budgets.usage) and settles the reservation at the body's end, or when the stream ends early
-  (client gone, engine cut: Envoy closes the stream). No response byte waits for the service, and either stream may
-  reach any replica: the reservation travels in the metadata. A request that ends before its response starts (the
-  client gone while it waited) opens no metering stream: it keeps its worst-case reservation until the window ends.
+  (client gone before or during the answer, engine cut: Envoy closes the stream). No response byte waits for the
+  service, and either stream may reach any replica: the reservation travels in the metadata. A request whose
+  response never started (the client gone while the engine had not answered) used nothing: its reservation is
+  released.
 
 The store's answer is awaited for at most `storeTimeoutSeconds`: past it (or when the store refuses connections) a
 budget with onStoreFailure: open admits the request unreserved (its response still settles what it used), one with
-closed answers 503.
+closed answers 503. Either way the reservation may still reach the store late; it carries the request's id, so the
+settlement (the fail-open request's, or the 503's release of nothing used, in the background) replaces it, or bars it
+if it has not landed yet (components.k8s.gateway.budgets.store). Settlements are retried while the store fails
+(settling is idempotent), in the background: no request waits for them.
 
 On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
 connection, to another replica, for its next request) and lets the streams in flight run for up to
@@ -59,7 +64,7 @@ from components.k8s.gateway.budgets.names import (
     ROUTE_ATTRIBUTE,
     TENANT_ATTRIBUTE,
 )
-from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, window_key
+from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, new_id, window_key
 from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
 from telemetry.names import BUDGET
 
@@ -67,6 +72,9 @@ __all__ = ["BudgetConfig", "Processor", "serve", "shutdown", "main", "ROUTE_ATTR
 
 log = logging.getLogger("aifactory.budgets")
 SHUTDOWN_GRACE_S = 600.0  # main()'s default; the Deployment passes its own (budget_objects.shutdown_grace_seconds)
+SETTLE_ATTEMPTS = 6  # 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s between them: a store back within about 3 s gets every settlement
+SETTLE_BACKOFF_S = 0.1
+STORE_ERRORS = (TimeoutError, redis.RedisError, OSError)
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
 
@@ -154,6 +162,8 @@ class _Stream:
         if self.reservation is None and req.HasField("metadata_context"):
             self._receive(req.metadata_context.filter_metadata.get(METADATA_NAMESPACE))
         kind = req.WhichOneof("request")
+        if kind == "request_body":  # the stream opens as the request goes upstream, its reservation made
+            return False
         if kind == "response_headers":
             h = _headers(req.response_headers)
             self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""))
@@ -171,14 +181,16 @@ class _Stream:
         self.budgets = [(c["scope"], c["name"], Policy.from_json(c["policy"])) for c in r["charges"]]
         charges = tuple(Charge(s, n, p.limits, int(c["amount"]))
                         for (s, n, p), c in zip(self.budgets, r["charges"], strict=True))
-        self.reservation = Reservation(tuple(r["keys"]), tuple(r["amounts"]), charges)
+        self.reservation = Reservation(r["id"], tuple(r["keys"]), tuple(r["amounts"]), charges,
+                                       unreserved=bool(r.get("unreserved")))
         self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=0, body=None)
         self.metering = True
 
     def reservation_metadata(self) -> str:
         assert self.reservation is not None and self.plan is not None
         policies = {(s, n): p for s, n, p in self.budgets}
-        return json.dumps({"keys": self.reservation.keys, "amounts": self.reservation.amounts,
+        return json.dumps({"id": self.reservation.id, "unreserved": self.reservation.unreserved,
+                           "keys": self.reservation.keys, "amounts": self.reservation.amounts,
                            "bodyBytes": self.plan.body_bytes,
                            "charges": [{"scope": c.scope, "name": c.name, "amount": c.amount,
                                         "policy": policies[(c.scope, c.name)].to_json()}
@@ -201,12 +213,12 @@ class _Stream:
         self.plan = plan(body, self.path, min(p.default_max_tokens for _, _, p in self.budgets))
         charges = [Charge(scope, name, p.limits, p.cost(p.prompt_estimate(self.plan.body_bytes), self.plan.max_tokens))
                    for scope, name, p in self.budgets]
-        started, now = time.monotonic(), self.p.clock()
+        started, now, rid = time.monotonic(), self.p.clock(), new_id()
         try:
             async with asyncio.timeout(self.p.config.store_timeout_seconds):
-                result = await self.p.store.reserve(charges, now)
-        except (TimeoutError, redis.RedisError, OSError) as e:
-            return self._store_failed(e, charges, now)
+                result = await self.p.store.reserve(charges, now, rid)
+        except STORE_ERRORS as e:
+            return self._store_failed(e, Store.unreserved(charges, now, rid))
         finally:
             self.p.check_seconds.observe(time.monotonic() - started)
         if isinstance(result, Refusal):
@@ -222,13 +234,16 @@ class _Stream:
         return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=_metadata(
             reservation=self.reservation_metadata(), **meta))
 
-    def _store_failed(self, e: BaseException, charges: list[Charge], now: float) -> pb.ProcessingResponse:
+    def _store_failed(self, e: BaseException, unknown: Reservation) -> pb.ProcessingResponse:
+        """The store did not answer: its reservation (`unknown`) may still land. A fail-closed refusal releases it
+        in the background; a fail-open admission carries it to its settlement, which replaces it by what was used."""
         closed = [(s, n) for s, n, p in self.budgets if p.on_store_failure == "closed"]
         outcome = "refused" if closed else "admitted"
         for scope, name, _ in self.budgets:
             self.p.store_failures.labels(scope, name, outcome).inc()
         log.warning("budget store failed (%s: %s): request %s", type(e).__name__, e, outcome)
         if closed:
+            self.p.background(self.p.settle(unknown, {(s, n): 0 for s, n, _ in self.budgets}))
             budget = SCOPE_PATHS[closed[0][0]].format(closed[0][1])
             return _error(503, 1, {"message": f"the token budget store did not answer within "
                                               f"{self.p.config.store_timeout_seconds:g} s, and {budget} refuses what "
@@ -237,7 +252,7 @@ class _Stream:
                           refused=f"store:{closed[0][0]}:{closed[0][1]}", reserved=0)
         # admitted unreserved: its response still settles what it used into the counters (the store answering by
         # then), so the requests after it see its spend
-        self.reservation = Store.unreserved(charges, now)
+        self.reservation = unknown
         return self._let_on(uncounted=True, reserved=0)
 
     def settle(self) -> None:
@@ -246,7 +261,7 @@ class _Stream:
             return
         self.settled = True
         used = {(scope, name): self.meter.used(p, self.plan.body_bytes) for scope, name, p in self.budgets}
-        self.p.background(self.p.store.settle(self.reservation, used, self.p.clock()))
+        self.p.background(self.p.settle(self.reservation, used))
 
 
 class Processor(pb_grpc.ExternalProcessorServicer):
@@ -271,6 +286,22 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._done)
+
+    async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int]) -> None:
+        """Settle in the background, retried while the store fails or does not answer (settling is idempotent: a try
+        whose answer was lost and applied counts once), SETTLE_ATTEMPTS tries at most, SETTLE_BACKOFF_S doubling
+        between them; past them the reservation stays counted until its window ends (over-counted, never under)."""
+        for attempt in range(SETTLE_ATTEMPTS):
+            try:
+                async with asyncio.timeout(self.config.store_timeout_seconds):
+                    await self.store.settle(reservation, used, self.clock())
+                return
+            except STORE_ERRORS as e:
+                error = e
+            if attempt + 1 < SETTLE_ATTEMPTS:
+                await asyncio.sleep(SETTLE_BACKOFF_S * 2 ** attempt)
+        log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until its window ends",
+                    reservation.id, SETTLE_ATTEMPTS, type(error).__name__, error)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)

@@ -13,7 +13,9 @@ vllm/entrypoints/openai/protocol.py StreamOptions; serving_chat.py sends it as t
 Settlement (what it used): the response's `usage` (prompt_tokens, completion_tokens); without one (a stream cut by
 the client or the engine), the prompt's estimate plus one output token per streamed chunk that carried generated
 content (vLLM sends one chunk per decoding step by default, `--stream-interval 1`); nothing for a response that is
-not 2xx (the engine refused the request, or the gateway answered it itself).
+not 2xx (the engine refused the request, or the gateway answered it itself), nor for a request whose response never
+started (the client went away, or every try failed, before the engine's headers: a streaming engine sends them before
+it generates anything, and an unstreamed answer cut before it arrives leaves nothing the meter can count).
 """
 
 from __future__ import annotations
@@ -156,11 +158,11 @@ class ResponseMeter:
 
     def used(self, policy: Policy, body_bytes: int) -> int:
         """Weighted tokens the request used against `policy`."""
-        if not 200 <= self.status < 300 and self.status != 0:
+        if not 200 <= self.status < 300:  # 0: no response started (the client went before the engine answered)
             return 0
         if self.prompt_tokens is not None:
             return policy.cost(self.prompt_tokens, self.completion_tokens or 0)
-        # no usage seen: a cut stream (or no answer yet): the prompt's estimate and what was generated
+        # no usage seen: a cut stream: the prompt's estimate and what was generated
         return policy.cost(policy.prompt_estimate(body_bytes), self.output_chunks)
 
 

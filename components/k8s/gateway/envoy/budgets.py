@@ -18,10 +18,13 @@ response byte ever waits for the service:
   `reservation`). A changed body (max_tokens, stream_options) reaches the engine whole: Envoy holds the headers of a
   BUFFERED body until the processor answers, and fixes their length (the live tests read the engine's copy).
 - metering, `aifactory.budgets_meter` (every request; observability_mode: Envoy sends and never waits, and ignores
-  any answer): the response headers (with the reservation's metadata: metadata_options.forwarding_namespaces, sent
-  with every message) and every response chunk. The service settles the reservation at the response's end, or when
-  Envoy closes the stream (the request ended early: client gone, engine cut; in observability mode Envoy keeps the
-  stream for up to deferred_close_timeout after the request ends).
+  any answer): the request headers (with the reservation's metadata: metadata_options.forwarding_namespaces, sent
+  with every message; they reach this filter only once admission has answered, so the metadata is there), then the
+  response headers and every response chunk. The stream opens as the request goes upstream, so its end is seen for
+  every admitted request: the service settles the reservation at the response's end, or when Envoy closes the stream
+  (the request ended early: client gone before or during the answer, engine cut; in observability mode Envoy keeps
+  the stream for up to deferred_close_timeout after the request ends). A request whose response never started used
+  nothing: its reservation is released.
 The store's own failures are the service's to handle, per budget, within BUDGET_STORE_TIMEOUT_S.
 
 Envoy v1.40 references: ExternalProcessor
@@ -29,7 +32,7 @@ https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/filters/http/ext_
 200 ms by default; failure_mode_allow; request_attributes; metadata_options;
 observability_mode: only STREAMED bodies, answers ignored; deferred_close_timeout, 5 s by default; request_attributes:
 attribute names or CEL expressions, sent with the first message of the request), ProcessingMode (SKIP request
-headers, BUFFERED request body, STREAMED response body), ExtensionWithMatcher
+headers, BUFFERED request body, STREAMED response body; metering: STREAMED request body too), ExtensionWithMatcher
 https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/extensions/common/matching/v3/extension_matcher.proto.
 """
 
@@ -132,7 +135,11 @@ def _meter(cfg: GatewayView) -> dict[str, Any]:
         "stat_prefix": METER_STATS,
         "failure_mode_allow": True,
         "observability_mode": True,
-        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "NONE",
+        # the request's body opens the stream as the request goes upstream: it passes this filter only once admission
+        # (before it, BUFFERED) has answered, so the reservation is in the metadata, and the stream's end is seen
+        # whatever happens to the request after (client gone before any answer: released). Not the request's
+        # headers: admission does not hold them (its header mode is SKIP), they reach this filter before its answer
+        "processing_mode": {"request_header_mode": "SKIP", "request_body_mode": "STREAMED",
                             "response_header_mode": "SEND", "response_body_mode": "STREAMED",
                             "request_trailer_mode": "SKIP", "response_trailer_mode": "SKIP"},
         "metadata_options": {"forwarding_namespaces": {"untyped": [BUDGET_METADATA_NAMESPACE]}},
