@@ -32,7 +32,7 @@ from components.k8s import serving
 from components.k8s.gateway.envoy.config import COLLECTOR_CLUSTER, SERVICE_NAME, bootstrap
 from infra.config import PlatformConfig, parse
 from tests.support.envoy import await_replicas, rebind
-from tests.support.fake_backends import EnvoyProcess, free_port, request
+from tests.support.fake_backends import EnvoyProcess, answered_gateway_check, free_port, request
 from tests.support.telemetry import Span
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
@@ -109,6 +109,10 @@ def _engine_handler(engine: _Engine) -> type[BaseHTTPRequestHandler]:
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
             pass
+
+        def do_POST(self) -> None:  # noqa: N802 - the gateway's progress checks (vLLM traces them: not read here)
+            if not answered_gateway_check(self):
+                self.send_error(404)
 
         def do_GET(self) -> None:  # noqa: N802
             body = b'{"ok": true}'

@@ -38,6 +38,7 @@ from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, SGLANG, TRITON, VLLM
 from tests.support.budget_service import BudgetService
 from tests.support.envoy import rebind
+from tests.support.fake_backends import answered_gateway_check
 from tests.support.processes import free_port, stop_process
 from tests.support.promql_uses import Use, uses
 from tests.support.stacks import stack_config
@@ -202,6 +203,10 @@ class _Ok(http.server.BaseHTTPRequestHandler):
         self.send_header("content-length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_POST(self) -> None:  # noqa: N802 - the gateway's progress checks
+        if not answered_gateway_check(self):
+            self.send_error(404)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
         pass

@@ -38,7 +38,7 @@ from components.k8s.gateway.envoy.config import HEALTH_PATHS as ENGINE_HEALTH_PA
 from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "ENVOY_CHECKER", "request", "free_port", "HEALTH_PATHS",
-           "send_json"]
+           "send_json", "answered_gateway_check"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
@@ -70,6 +70,19 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None
     handler.send_header("content-length", str(len(body)))
     handler.end_headers()
     handler.wfile.write(body)
+
+
+def answered_gateway_check(handler: BaseHTTPRequestHandler) -> bool:
+    """For a fake engine whose point is not its checks: answer the gateway's progress check (a generation from
+    ENVOY_CHECKER, components.k8s.engines ProgressCheck) as a healthy engine does, 200 with a one-token completion,
+    and say so; False for any other request, left to the fake."""
+    if handler.headers.get("user-agent") != ENVOY_CHECKER:
+        return False
+    length = int(handler.headers.get("content-length") or 0)
+    if length:
+        handler.rfile.read(length)
+    send_json(handler, 200, b'{"object": "text_completion", "choices": [{"index": 0, "text": "ok"}]}')
+    return True
 
 
 class _Handler(BaseHTTPRequestHandler):
