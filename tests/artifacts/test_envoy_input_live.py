@@ -40,7 +40,7 @@ HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.5, 0.5, 2  # fake replicas on a bu
 POOL_TIMEOUT_S = 8  # the `pool` model's timeoutSeconds: the route timeout a hung try would wait for
 POOL_REQUESTS = 60
 POOL_REPLICAS = 3
-SERIES_PER_MODEL_CLUSTER = 258  # a model cluster's series on /stats/prometheus (Envoy 1.40, the kit's cluster config)
+SERIES_PER_MODEL_CLUSTER = 260  # a model cluster's series on /stats/prometheus (Envoy 1.40, the kit's cluster config)
 
 _MODEL = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
 RAW = {
