@@ -62,6 +62,7 @@ from typing import Any
 from components.k8s.gateway.envoy.base import _T
 from components.k8s.gateway.envoy.budgets import _SKIP
 from components.k8s.settings import Model
+from telemetry.names import ENVOY
 
 __all__ = [
     "LEAST_REQUEST_CHOICES",
@@ -104,7 +105,7 @@ FAULT_STATUS = 422
 # available, which an SRE reads in the flags (UF, UH) and clients as a reason to back off; OpenAI's SDKs retry all
 # three alike (status >= 500, twice by default), and the gateway does not tell them not to (x-should-retry): when
 # the platform is at fault a later try may meet a replica that works.
-FAILED_TWICE_UPSTREAM_STATUS = 452
+FAILED_TWICE_UPSTREAM_STATUS = ENVOY.FAILED_TWICE_CODE  # 452, in the vocabulary: the gateway's alerts read it
 FAILED_TWICE_CLIENT_STATUS = 500
 FAULT_HEADER = "x-aifactory-fault"
 FAULT_FAILED_TWICE = "failed-on-two-replicas"
