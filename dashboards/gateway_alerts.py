@@ -181,13 +181,13 @@ def _unavailable_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     return out
 
 
-def failed_answers(cfg: ObservabilityConfig, clusters: str) -> str:
-    """Requests/s per cluster the gateway answered clients with a server error: the route cluster's 5xx, and its
-    FAILED_TWICE_CODE, which the router counts as a 4xx and the client gets as 500 (module docstring); `or` keeps
-    either side where the other has no series (their labels differ)."""
-    twice = series(cfg, ENVOY.RQ_CODE, f'{ENVOY.L_CODE}="{ENVOY.FAILED_TWICE_CODE}"', clusters)
-    return (f'sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{ENVOY.L_CODE_CLASS}="5", {clusters}}}\n'
-            f"  or rate({twice}[{RATE}]))")
+def failed_answers(cfg: ObservabilityConfig, *matchers: str) -> str:
+    """Requests/s per cluster (of those `matchers` select) the gateway answered clients with a server error: the
+    route cluster's 5xx, and its FAILED_TWICE_CODE, which the router counts as a 4xx and the client gets as 500
+    (module docstring); `or` keeps either side where the other has no series (their labels differ)."""
+    twice = series(cfg, ENVOY.RQ_CODE, f'{ENVOY.L_CODE}="{ENVOY.FAILED_TWICE_CODE}"', *matchers)
+    fivexx = ", ".join([f'{ENVOY.L_CODE_CLASS}="5"', *matchers])
+    return f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{fivexx}}}\n  or rate({twice}[{RATE}]))"
 
 
 def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
