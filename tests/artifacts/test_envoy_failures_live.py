@@ -275,7 +275,8 @@ def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
     """Replica 1 answers 500 at once to every generation while its /health passes, under load (day-2 scaled
     times). LEAST_REQUEST: it holds fewer requests than its peers, since it fails fast; Maglev with bounded load and
     keyed sessions: it keeps its share of the keys. Either way at least 99.9% of requests are served, and it
-    receives only the tries before its ejection (consecutive5xx, plus those already on their way)."""
+    receives only the tries before its ejection (consecutive5xx, plus those already on their way) or before its
+    failed progress checks take it out, whichever is first."""
     raw = day2.raw_stack()
     if policy == "least_request":
         raw["models"][day2.MODEL]["sessionAffinity"] = {"enabled": False}
@@ -290,7 +291,11 @@ def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
     received = failing.received_after(run.moments["fail"])
     print(f"{policy}: success {run.success():.4f} of {len(run.calls)}, failing replica received {received}")
     assert run.success() >= MIN_SUCCESS, (policy, run.success())
-    assert run.stats[f"cluster.{day2.MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"] == 1
+    # taken out by its consecutive 5xx (ejected), or first by its failed progress checks (the stand-in's engine
+    # fails the check's generation too): whichever comes first on a busy machine
+    ejected = run.stats[f"cluster.{day2.MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"]
+    checks_failed = run.stats[f"cluster.{day2.MODEL}.health_check.failure"]
+    assert ejected == 1 or (ejected == 0 and checks_failed >= 2), (policy, ejected, checks_failed)
     # the tries it got are those before its ejection (consecutive5xx, and the few already on their way while the
     # ejection reached the worker: more on a busy machine), all within the first moments; then none
     assert failing.received_after(run.moments["fail"] + EJECTED_WITHIN_S) == 0, (policy, received)
