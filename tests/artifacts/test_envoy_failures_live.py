@@ -32,7 +32,11 @@ from typing import Any
 import pytest
 
 import tests.support.day2 as day2
+from components.k8s.gateway.budgets.service import BudgetConfig
+from components.k8s.gateway.budgets.store import window_key
+from components.k8s.gateway.budgets.usage import ResponseMeter
 from components.k8s.gateway.envoy.affinity import SESSION_HEADER
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
 from components.k8s.gateway.envoy.failures import (
     FAILED_TWICE_CLIENT_STATUS,
     FAILED_TWICE_UPSTREAM_STATUS,
@@ -41,9 +45,11 @@ from components.k8s.gateway.envoy.failures import (
     REPLICA_HEADER,
 )
 from infra.config import parse
+from tests.support.budget_service import BudgetService
 from tests.support.envoy import start_gateway
-from tests.support.fake_backends import EnvoyProcess, send_json
+from tests.support.fake_backends import EnvoyProcess, free_port, send_json
 from tests.support.processes import ServedInThread
+from tests.support.redis_server import RedisServer
 from tests.support.standin_engines import CHECKER
 from tests.support.tokens import Issuer
 
@@ -72,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, b"{}")
 
     def do_POST(self) -> None:  # noqa: N802
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = self._body()
         if self.headers.get("user-agent") == CHECKER:  # the gateway's progress check: a generation that succeeds
             self._send(200, json.dumps({"choices": [{"text": "ok"}]}).encode())
             return
@@ -90,6 +96,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes) -> None:
         send_json(self, status, body)
+
+    def _body(self) -> bytes:
+        """The request's body, sized or chunked (a body the budget filter forwarded has no content-length)."""
+        if "content-length" in self.headers:
+            return self.rfile.read(int(self.headers["content-length"]))
+        parts = []
+        while size := int(self.rfile.readline().split(b";")[0], 16):
+            parts.append(self.rfile.read(size + 2)[:-2])  # each chunk ends with CRLF
+        self.rfile.readline()  # the empty trailer
+        return b"".join(parts)
 
 
 class _Server(ThreadingHTTPServer):
@@ -178,10 +194,7 @@ def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
 def _logged(envoy: EnvoyProcess, fault: str, n: int) -> list[tuple[Any, ...]]:
     """The last `n` access log lines of requests that ended with x-aifactory-fault `fault`: (status, fault,
     attempts, flags)."""
-    deadline = time.monotonic() + 5
-    while len(lines := envoy.access_log_lines(f'"fault":"{fault}"')) < n and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return [(e["status"], e["fault"], e["attempts"], e["flags"]) for e in map(json.loads, lines[-n:])]
+    return [(e["status"], e["fault"], e["attempts"], e["flags"]) for e in _logged_lines(envoy, fault, n)]
 
 
 def test_a_request_failed_by_two_replicas_is_a_500_to_the_client_not_retried_nor_counted(gateway: Any) -> None:
@@ -299,3 +312,57 @@ def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
     # the tries it got are those before its ejection (consecutive5xx, and the few already on their way while the
     # ejection reached the worker: more on a busy machine), all within the first moments; then none
     assert failing.received_after(run.moments["fail"] + EJECTED_WITHIN_S) == 0, (policy, received)
+
+
+def test_the_budget_meter_sees_the_clients_500_and_charges_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway's filter that answers 500 is last before the router: the token budget filters before it (their
+    response side runs after it) see the client's status, as the access log does. A poison request of a tenant with
+    a budget (the kit's budget service in process, a real Redis): admitted with a reservation, answered 500
+    (failed-on-two-replicas), and the meter reads status 500 and settles the reservation to nothing used
+    (components/k8s/gateway/budgets/usage.py: a non-2xx answer uses no tokens)."""
+    raw = _stack()
+    del raw["models"]["mm"]
+    raw["tenants"]["alpha"]["tokenBudget"] = {"perMinute": 100_000}
+    raw["gateway"]["budgetService"] = {"image": "registry.example/aifactory-budgets:test"}
+    cfg = parse(raw, stack="failures")
+    issuer = Issuer(ISSUER)
+    now = 1_800_000_030.0  # the service's clock: mid-minute, the request's window is known
+    seen: list[int] = []
+    metered = ResponseMeter.headers
+
+    def headers(meter: ResponseMeter, status: int, content_type: str) -> None:
+        seen.append(status)
+        metered(meter, status, content_type)
+
+    monkeypatch.setattr(ResponseMeter, "headers", headers)
+    with ExitStack() as stack:
+        (tmp_path / "redis").mkdir()
+        redis = stack.enter_context(RedisServer(tmp_path / "redis"))
+        replicas = [stack.enter_context(PoisonedReplica("vllm")) for _ in range(REPLICAS)]
+        port = free_port()
+        envoy = start_gateway(stack, cfg, tmp_path, jwks=[issuer.jwks],
+                              endpoints={day2.MODEL: [r.address for r in replicas],
+                                         BUDGETS_CLUSTER: [("127.0.0.1", port)]})
+        service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
+                                                    clock=lambda: now, port=port))  # after Envoy's fork
+        status, headers_, _ = _ask(envoy, issuer, day2.MODEL, POISON)
+        assert (status, headers_.get(FAULT_HEADER)) == (500, "failed-on-two-replicas")
+        key = window_key("tenant", "alpha", "perMinute", now)
+        deadline = time.monotonic() + 10
+        while True:
+            service.drain()
+            spent = int(redis.client().get(key) or 0)
+            if (seen and spent == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        [line] = _logged_lines(envoy, "failed-on-two-replicas", 1)
+    assert (seen, spent) == ([500], 0)
+    assert (line["status"], line["budget_reserved"] is not None) == (500, True)
+
+
+def _logged_lines(envoy: EnvoyProcess, fault: str, n: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 5
+    while len(lines := envoy.access_log_lines(f'"fault":"{fault}"')) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [json.loads(x) for x in lines[-n:]]
