@@ -9,6 +9,7 @@ from grafanalib.core import Dashboard
 
 from dashboards.config import ObservabilityConfig
 from dashboards.engines import ENGINE_RULES
+from dashboards.gateway_alerts import failed_answers
 from dashboards.panels import (
     Link,
     Q,
@@ -130,7 +131,7 @@ def _models() -> list:
     return [p for e in ENGINE_RULES.values() for p in e.compound_panels()]
 
 
-def _hops() -> list:
+def _hops(cfg: ObservabilityConfig) -> list:
     return [
         timeseries("Gateway upstream latency p95 (Envoy)",
                    "Time from the gateway to a model backend and back, per Envoy cluster.", "ms",
@@ -138,9 +139,11 @@ def _hops() -> list:
         timeseries("Mesh hop latency p95 (Istio)",
                    "Server-side request duration of each source -> destination hop in the mesh.", "ms",
                    Q(f'{R.ISTIO_QUANTILE}{{quantile="0.95"}}', "{{source_workload}} -> {{destination_workload}}")),
-        timeseries("Gateway 5xx ratio", "Share of upstream requests answered 5xx, per Envoy cluster.",
+        timeseries("Gateway 5xx ratio", "Share of requests answered 5xx, per Envoy cluster: the answers' 5xx and "
+                                        "the requests that failed on two replicas (452 at the cluster, 500 to the "
+                                        "client).",
                    "percentunit",
-                   Q(f'(sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS}{{envoy_response_code_class="5"}}) or '
+                   Q(f"({failed_answers(cfg)} or "
                      f"sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS}) * 0) / "
                      f"sum by (envoy_cluster_name) ({R.ENVOY_REQUESTS})", "{{envoy_cluster_name}}")),
         timeseries("Mesh 5xx ratio", "Share of requests answered 5xx, per destination workload.", "percentunit",
@@ -236,7 +239,7 @@ def build(cfg: ObservabilityConfig) -> Dashboard:
             ("Workflows, end to end", _workflows(cfg)),
             ("Where the time goes (critical path)", _critical_path()),
             ("Models", _models()),
-            ("Gateway and mesh hops", _hops()),
+            ("Gateway and mesh hops", _hops(cfg)),
             ("Variant routing (gateway)", _variants(cfg)),
             *([("Latency, cost and fidelity per variant", _trilemma(cfg))] if cfg.variants else []),
             ("Logs", [logs("Logs for request id",

@@ -12,7 +12,9 @@ clusters `<workload>__<variant>`), from the cluster stats the gateway's stats li
   the cluster entry's connection pool when its load balancer chooses none; the router then answers 503,
   source/common/router/router.cc `sendNoHealthyUpstreamResponse`). Neither retry nor ejection stats move then,
   which is why GatewayReplicasEjected and GatewayRetryRatioHigh stay silent. tests/artifacts/test_envoy_live.py
-  scrapes both moving on the real Envoy.
+  scrapes both moving on the real Envoy. A model whose replicas pass their checks but fail every request is not
+  unavailable in this sense (its last replica is never ejected, so a host stays healthy): its answers are 5xx (and
+  452: below) and GatewayServerErrorRatioHigh pages for it.
   * critical (pages): a gateway pod that sees no healthy replica of a model refuses its requests, for
     UNAVAILABLE_FOR: a rolling restart of the gateway or of a model with more than one replica keeps a replica
     healthy in every pod, and a gateway pod that has just started sees its replicas at its first checks (seconds).
@@ -35,7 +37,12 @@ clusters `<workload>__<variant>`), from the cluster stats the gateway's stats li
   `upstream_rq_xx` of the route's cluster, which counts the answer each request ended with, once per request: the
   final upstream status, or the router's own (503 "no healthy upstream" is charged there too: `chargeUpstreamCode`
   in `sendNoHealthyUpstreamResponse`; as are its 503 overflow and 504 timeout). A try that was retried is not
-  counted there (the real Envoy: tests/artifacts/test_envoy_live.py). A variant's own cluster also counts the 503s
+  counted there (the real Envoy: tests/artifacts/test_envoy_live.py). It also reads the route cluster's
+  `upstream_rq_452` (ENVOY.FAILED_TWICE_CODE): a request whose second try's replica also answered 500 ends there,
+  the router sees 452 (neither retried nor counted against that replica) and counts it as a 4xx, while the client
+  gets 500 (components/k8s/gateway/envoy/failures.py; live: tests/artifacts/test_envoy_failures_live.py). A model
+  whose every replica fails, and a burst of poison requests, both count as server errors: the access log's `fault`
+  tells them apart. A variant's own cluster also counts the 503s
   its gate answers for a try the aggregate then retries on the next variant: those are not the client's, so
   variants' clusters are left out.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
@@ -72,6 +79,7 @@ __all__ = [
     "MIN_REQUESTS_PER_SECOND",
     "ERROR_FOR",
     "client_clusters",
+    "failed_answers",
     "expected_down_records",
     "alerts",
 ]
@@ -173,10 +181,19 @@ def _unavailable_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     return out
 
 
+def failed_answers(cfg: ObservabilityConfig, *matchers: str) -> str:
+    """Requests/s per cluster (of those `matchers` select) the gateway answered clients with a server error: the
+    route cluster's 5xx, and its FAILED_TWICE_CODE, which the router counts as a 4xx and the client gets as 500
+    (module docstring); `or` keeps either side where the other has no series (their labels differ)."""
+    twice = series(cfg, ENVOY.RQ_CODE, f'{ENVOY.L_CODE}="{ENVOY.FAILED_TWICE_CODE}"', *matchers)
+    fivexx = ", ".join([f'{ENVOY.L_CODE_CLASS}="5"', *matchers])
+    return f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{fivexx}}}\n  or rate({twice}[{RATE}]))"
+
+
 def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
     clusters = _in(client_clusters(cfg))
     answered = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{clusters}}})"
-    failed = f'sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{ENVOY.L_CODE_CLASS}="5", {clusters}}})'
+    failed = failed_answers(cfg, clusters)
     return Alert(
         "GatewayServerErrorRatioHigh",
         _unless_expected(f"{failed} / {answered} > {ERROR_RATIO!r}\n"
@@ -186,8 +203,10 @@ def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
         description=f"For {ERROR_FOR} more than {ERROR_RATIO:.0%} of the gateway's answers to clients of cluster "
                     "{{ $labels.envoy_cluster_name }} (a model, or <workload>__<variant>: a workload's requests that "
                     "chose that variant first) were 5xx ({{ $value | humanizePercentage }} over 5 minutes, at least "
-                    f"{MIN_REQUESTS_PER_SECOND:g} requests/s): the replicas' own errors after retries, or the "
-                    "gateway's 503 (no healthy upstream, circuit breaker) and 504 (timeout).",
+                    f"{MIN_REQUESTS_PER_SECOND:g} requests/s): the replicas' own errors after retries, requests "
+                    "that failed on two replicas (500 to the client, x-aifactory-fault: failed-on-two-replicas in "
+                    "the access log), or the gateway's 503 (no healthy upstream, circuit breaker) and 504 "
+                    "(timeout).",
         runbook_url=runbook(cfg, "GatewayServerErrorRatioHigh"), for_=ERROR_FOR)
 
 

@@ -297,6 +297,11 @@ class ENVOY:
     # may send to; envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst)
     MEMBERSHIP_HEALTHY = "envoy_cluster_membership_healthy"
     L_CODE_CLASS = "envoy_response_code_class"  # RQ_XX: 2, 4, 5...
+    RQ_CODE = "envoy_cluster_upstream_rq"  # {envoy_response_code}: the route cluster's answers per status
+    L_CODE = "envoy_response_code"
+    # The status a model cluster's upstream filter leaves the router for a request two replicas failed (not retried,
+    # not counted against the replica; the client gets 500): components/k8s/gateway/envoy/failures.py
+    FAILED_TWICE_CODE = 452
     # Per route stat_prefix (vhost.<vhost>.route.<prefix>.*): the gateway's variant decisions are routes with
     # prefix <workload>__<variant>__<reason> (components/k8s/gateway/envoy/config.py)
     ROUTE_RQ_COMPLETED = "envoy_vhost_route_upstream_rq_completed"  # requests completed per route

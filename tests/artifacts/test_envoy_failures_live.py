@@ -4,9 +4,10 @@ components.k8s.gateway.envoy.failures, docs/gateway.md "Day 2").
 - Which 500 is the request's: three replicas per model that answer every request but a poison one, to which each
   answers 500 as the engine does (vLLM 0.33.0's body for a server error of unknown origin; SGLang 0.5.23's for a
   multimodal input its scheduler could not build: python/sglang/srt/managers/scheduler.py,
-  `_MultimodalInputProcessingError`). The request's second 500, or a first one whose engine says the request is at
-  fault, ends it with 422, not counted against the replica; before, a poison request was tried on
-  gateway.retries.attempts + 1 replicas, each try a failure toward that replica's ejection.
+  `_MultimodalInputProcessingError`). The request's second 500 ends it with 500 to the client (452 to the router),
+  a first one whose engine says the request is at fault with 422, neither retried nor counted against the replica;
+  before issue 44, a poison request was tried on gateway.retries.attempts + 1 replicas, each try a failure toward
+  that replica's ejection.
 - A replica answering 500 to every request while its /health passes, under both balancing policies of a model
   (LEAST_REQUEST; Maglev with bounded load, sessions keyed), three stand-in vLLM replicas and the day-2 scenarios'
   scaled times (tests.support.day2): the share of requests served and what the failing replica received after it
@@ -31,12 +32,25 @@ from typing import Any
 import pytest
 
 import tests.support.day2 as day2
+from components.k8s.gateway.budgets.service import BudgetConfig
+from components.k8s.gateway.budgets.store import window_key
+from components.k8s.gateway.budgets.usage import ResponseMeter
 from components.k8s.gateway.envoy.affinity import SESSION_HEADER
-from components.k8s.gateway.envoy.failures import FAULT_HEADER, FAULT_STATUS, REPLICA_HEADER
+from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
+from components.k8s.gateway.envoy.failures import (
+    FAILED_TWICE_CLIENT_STATUS,
+    FAILED_TWICE_UPSTREAM_STATUS,
+    FAULT_HEADER,
+    FAULT_STATUS,
+    REPLICA_HEADER,
+)
 from infra.config import parse
+from tests.support.budget_service import BudgetService
 from tests.support.envoy import start_gateway
-from tests.support.fake_backends import EnvoyProcess, send_json
+from tests.support.fake_backends import EnvoyProcess, free_port, send_json
 from tests.support.processes import ServedInThread
+from tests.support.redis_server import RedisServer
+from tests.support.standin_engines import CHECKER
 from tests.support.tokens import Issuer
 
 ISSUER = "https://issuer.failures/realms/aifactory"
@@ -64,7 +78,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, b"{}")
 
     def do_POST(self) -> None:  # noqa: N802
-        body = self.rfile.read(int(self.headers.get("content-length", 0)))
+        body = self._body()
+        if self.headers.get("user-agent") == CHECKER:  # the gateway's progress check: a generation that succeeds
+            self._send(200, json.dumps({"choices": [{"text": "ok"}]}).encode())
+            return
         with self.server.lock:
             self.server.request_ids.append(self.headers.get("x-request-id", ""))
         if self.server.failing:
@@ -80,6 +97,16 @@ class _Handler(BaseHTTPRequestHandler):
     def _send(self, status: int, body: bytes) -> None:
         send_json(self, status, body)
 
+    def _body(self) -> bytes:
+        """The request's body, sized or chunked (a body the budget filter forwarded has no content-length)."""
+        if "content-length" in self.headers:
+            return self.rfile.read(int(self.headers["content-length"]))
+        parts = []
+        while size := int(self.rfile.readline().split(b";")[0], 16):
+            parts.append(self.rfile.read(size + 2)[:-2])  # each chunk ends with CRLF
+        self.rfile.readline()  # the empty trailer
+        return b"".join(parts)
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
@@ -93,8 +120,9 @@ class _Server(ThreadingHTTPServer):
 
 class PoisonedReplica(ServedInThread):
     """A replica that serves every request (after `delay_s`) but a poison one, which it answers with its engine's 500
-    at once; a `failing` one answers every request so. It keeps each request's x-request-id (the same on every try
-    of a request)."""
+    at once; a `failing` one answers every request so. Either passes the gateway's progress checks (its engine
+    produces: what fails is the requests'). It keeps each request's x-request-id (the same on every try of a
+    request), the checks' left out."""
 
     def __init__(self, engine: str, *, failing: bool = False, delay_s: float = 0.0) -> None:
         self._server = _Server(ANSWERS[engine], failing=failing, delay_s=delay_s)
@@ -150,35 +178,51 @@ def _ask(envoy: EnvoyProcess, issuer: Issuer, model: str, content: str) -> tuple
 
 def _counts(envoy: EnvoyProcess, model: str) -> dict[str, int]:
     stats = envoy.stats()
-    return {k: stats.get(f"cluster.{model}.{k}", 0) for k in (
-        "upstream_rq_total", "upstream_rq_retry", f"upstream_rq_{FAULT_STATUS}",
-        "outlier_detection.ejections_enforced_consecutive_5xx")}
+    return {k.removeprefix("cluster.{model}."): stats.get(k.format(model=model), 0) for k in (
+        "cluster.{model}.upstream_rq_total", "cluster.{model}.upstream_rq_retry",
+        f"cluster.{{model}}.upstream_rq_{FAULT_STATUS}",
+        f"cluster.{{model}}.upstream_rq_{FAILED_TWICE_UPSTREAM_STATUS}",
+        "cluster.{model}.upstream_rq_4xx", "cluster.{model}.upstream_rq_5xx",
+        "cluster.{model}.outlier_detection.ejections_enforced_consecutive_5xx",
+        "http.gateway.downstream_rq_4xx", "http.gateway.downstream_rq_5xx")}
 
 
 def _delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in after}
 
 
-def test_a_poison_request_ends_at_its_second_500_counted_against_one_replica(gateway: Any) -> None:
+def _logged(envoy: EnvoyProcess, fault: str, n: int) -> list[tuple[Any, ...]]:
+    """The last `n` access log lines of requests that ended with x-aifactory-fault `fault`: (status, fault,
+    attempts, flags)."""
+    return [(e["status"], e["fault"], e["attempts"], e["flags"]) for e in _logged_lines(envoy, fault, n)]
+
+
+def test_a_request_failed_by_two_replicas_is_a_500_to_the_client_not_retried_nor_counted(gateway: Any) -> None:
     """Every replica answers a poison request 500 (vLLM's body: no word of whose fault). The first try's 500 is
-    retried on another replica; that replica's 500 ends the request with 422 and x-aifactory-fault, the engine's
-    body unchanged, and counts as no failure of that replica. Before: 3 tries (2 retries), 3 failures counted, the
-    client got 500 (and OpenAI's SDKs would send it twice more)."""
+    retried on another replica; that replica's 500 ends the request: the upstream filter leaves the router 452 (not
+    retried, not counted against that replica: no ejection), the gateway's own filter answers the client 500 with
+    x-aifactory-fault: failed-on-two-replicas and the engine's body. Where each status shows (Envoy 1.40): the route
+    cluster's upstream_rq_452 and upstream_rq_4xx (the router's, which the gateway's alerts read: the retried try's
+    500 is in neither, nor in upstream_rq_5xx), the downstream stats' 5xx, the access log's status 500 with the
+    fault. Before: the client got 422, a client error for what may be an outage."""
     envoy, replicas, issuer = gateway
     before = _counts(envoy, day2.MODEL)
     answers = [_ask(envoy, issuer, day2.MODEL, POISON) for _ in range(2)]
     assert [(status, headers.get(FAULT_HEADER)) for status, headers, _ in answers] == \
-        [(FAULT_STATUS, "failed-on-two-replicas")] * 2
+        [(FAILED_TWICE_CLIENT_STATUS, "failed-on-two-replicas")] * 2
     assert all(json.loads(body) == VLLM_500 for _, _, body in answers)
     assert _delta(_counts(envoy, day2.MODEL), before) == {
-        "upstream_rq_total": 4, "upstream_rq_retry": 2, f"upstream_rq_{FAULT_STATUS}": 2,
-        "outlier_detection.ejections_enforced_consecutive_5xx": 0}
+        "upstream_rq_total": 4, "upstream_rq_retry": 2, "upstream_rq_422": 0, "upstream_rq_452": 2,
+        "upstream_rq_4xx": 2, "upstream_rq_5xx": 0, "outlier_detection.ejections_enforced_consecutive_5xx": 0,
+        "http.gateway.downstream_rq_4xx": 0, "http.gateway.downstream_rq_5xx": 2}
     assert sum(r.poisoned for r in replicas[day2.MODEL]) == 4
+    assert _logged(envoy, "failed-on-two-replicas", 2) == [(500, "failed-on-two-replicas", 2, "-")] * 2
     # the model still serves; no answer names the replica (the header the filter reads is removed, and set on 500s
     # only)
     served = [_ask(envoy, issuer, day2.MODEL, "hi") for _ in range(6)]
     assert [status for status, _, _ in served] == [200] * 6
-    assert not any(REPLICA_HEADER in headers for _, headers, _ in [*served, *answers])
+    assert not any(REPLICA_HEADER in headers or FAULT_HEADER in headers for _, headers, _ in served)
+    assert not any(REPLICA_HEADER in headers for _, headers, _ in answers)
 
 
 def test_a_500_whose_engine_says_the_request_is_at_fault_is_not_retried(gateway: Any) -> None:
@@ -190,8 +234,10 @@ def test_a_500_whose_engine_says_the_request_is_at_fault_is_not_retried(gateway:
     assert (status, headers.get(FAULT_HEADER), json.loads(body)) == \
         (FAULT_STATUS, "engine-says-request", SGLANG_MM_500)
     assert _delta(_counts(envoy, "mm"), before) == {
-        "upstream_rq_total": 1, "upstream_rq_retry": 0, f"upstream_rq_{FAULT_STATUS}": 1,
-        "outlier_detection.ejections_enforced_consecutive_5xx": 0}
+        "upstream_rq_total": 1, "upstream_rq_retry": 0, "upstream_rq_422": 1, "upstream_rq_452": 0,
+        "upstream_rq_4xx": 1, "upstream_rq_5xx": 0, "outlier_detection.ejections_enforced_consecutive_5xx": 0,
+        "http.gateway.downstream_rq_4xx": 1, "http.gateway.downstream_rq_5xx": 0}
+    assert _logged(envoy, "engine-says-request", 1) == [(422, "engine-says-request", 1, "-")]
     assert sum(r.poisoned for r in replicas["mm"]) == 1
 
 
@@ -242,11 +288,12 @@ def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
     """Replica 1 answers 500 at once to every generation while its /health passes, under load (day-2 scaled
     times). LEAST_REQUEST: it holds fewer requests than its peers, since it fails fast; Maglev with bounded load and
     keyed sessions: it keeps its share of the keys. Either way at least 99.9% of requests are served, and it
-    receives only the tries before its ejection (consecutive5xx, plus those already on their way)."""
+    receives only the tries before its ejection (consecutive5xx, plus those already on their way) or before its
+    failed progress checks take it out, whichever is first."""
     raw = day2.raw_stack()
     if policy == "least_request":
         raw["models"][day2.MODEL]["sessionAffinity"] = {"enabled": False}
-    monkeypatch.setattr(day2, "raw_stack", lambda: raw)
+    monkeypatch.setattr(day2, "raw_stack", lambda engine="vllm": raw)
     with ExitStack() as stack:
         s = day2.Scenario(stack, tmp_path, day2.REPLICAS)
         if policy == "maglev":
@@ -257,7 +304,65 @@ def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
     received = failing.received_after(run.moments["fail"])
     print(f"{policy}: success {run.success():.4f} of {len(run.calls)}, failing replica received {received}")
     assert run.success() >= MIN_SUCCESS, (policy, run.success())
-    assert run.stats[f"cluster.{day2.MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"] == 1
+    # taken out by its consecutive 5xx (ejected), or first by its failed progress checks (the stand-in's engine
+    # fails the check's generation too): whichever comes first on a busy machine
+    ejected = run.stats[f"cluster.{day2.MODEL}.outlier_detection.ejections_enforced_consecutive_5xx"]
+    checks_failed = run.stats[f"cluster.{day2.MODEL}.health_check.failure"]
+    assert ejected == 1 or (ejected == 0 and checks_failed >= 2), (policy, ejected, checks_failed)
     # the tries it got are those before its ejection (consecutive5xx, and the few already on their way while the
     # ejection reached the worker: more on a busy machine), all within the first moments; then none
     assert failing.received_after(run.moments["fail"] + EJECTED_WITHIN_S) == 0, (policy, received)
+
+
+def test_the_budget_meter_sees_the_clients_500_and_charges_nothing(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gateway's filter that answers 500 is last before the router: the token budget filters before it (their
+    response side runs after it) see the client's status, as the access log does. A poison request of a tenant with
+    a budget (the kit's budget service in process, a real Redis): admitted with a reservation, answered 500
+    (failed-on-two-replicas), and the meter reads status 500 and settles the reservation to nothing used
+    (components/k8s/gateway/budgets/usage.py: a non-2xx answer uses no tokens)."""
+    raw = _stack()
+    del raw["models"]["mm"]
+    raw["tenants"]["alpha"]["tokenBudget"] = {"perMinute": 100_000}
+    raw["gateway"]["budgetService"] = {"image": "registry.example/aifactory-budgets:test"}
+    cfg = parse(raw, stack="failures")
+    issuer = Issuer(ISSUER)
+    now = 1_800_000_030.0  # the service's clock: mid-minute, the request's window is known
+    seen: list[int] = []
+    metered = ResponseMeter.headers
+
+    def headers(meter: ResponseMeter, status: int, content_type: str) -> None:
+        seen.append(status)
+        metered(meter, status, content_type)
+
+    monkeypatch.setattr(ResponseMeter, "headers", headers)
+    with ExitStack() as stack:
+        (tmp_path / "redis").mkdir()
+        redis = stack.enter_context(RedisServer(tmp_path / "redis"))
+        replicas = [stack.enter_context(PoisonedReplica("vllm")) for _ in range(REPLICAS)]
+        port = free_port()
+        envoy = start_gateway(stack, cfg, tmp_path, jwks=[issuer.jwks],
+                              endpoints={day2.MODEL: [r.address for r in replicas],
+                                         BUDGETS_CLUSTER: [("127.0.0.1", port)]})
+        service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
+                                                    clock=lambda: now, port=port))  # after Envoy's fork
+        status, headers_, _ = _ask(envoy, issuer, day2.MODEL, POISON)
+        assert (status, headers_.get(FAULT_HEADER)) == (500, "failed-on-two-replicas")
+        key = window_key("tenant", "alpha", "perMinute", now)
+        deadline = time.monotonic() + 10
+        while True:
+            service.drain()
+            spent = int(redis.client().get(key) or 0)
+            if (seen and spent == 0) or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        [line] = _logged_lines(envoy, "failed-on-two-replicas", 1)
+    assert (seen, spent) == ([500], 0)
+    assert (line["status"], line["budget_reserved"] is not None) == (500, True)
+
+
+def _logged_lines(envoy: EnvoyProcess, fault: str, n: int) -> list[dict[str, Any]]:
+    deadline = time.monotonic() + 5
+    while len(lines := envoy.access_log_lines(f'"fault":"{fault}"')) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [json.loads(x) for x in lines[-n:]]

@@ -460,11 +460,14 @@ def test_two_of_three_replicas_failing_with_500_are_retried_around_and_ejected(g
     another replica (retriable_status_codes), and consecutive 5xx eject it, enforced and not undone by its passing
     checks (components.k8s.gateway.envoy.replicas.outlier_detection; maxEjectionPercent 67 of 3 ready replicas lets
     both go). Before: never ejected, 34 of 2000 requests got the 500 (all three tries met the failing replicas).
-    A request that meets both failing replicas before their ejection ends as 422 (a second replica's 500:
-    components.k8s.gateway.envoy.failures)."""
+    A request that meets both failing replicas before their ejection ends as a 500 to the client (a second
+    replica's 500, not retried and not counted against it: components.k8s.gateway.envoy.failures); the route
+    cluster counts it as 452, never as a client's 422."""
     codes = _hammer(gateway, "two-500", POOL_REQUESTS)
     stats = gateway.envoy.stats()
-    assert set(codes) <= {200, 500, 422} and codes[200] >= 0.999 * POOL_REQUESTS, codes
+    assert set(codes) <= {200, 500} and codes[200] >= 0.999 * POOL_REQUESTS, codes
+    assert stats.get("cluster.two-500.upstream_rq_422", 0) == 0
+    assert stats.get("cluster.two-500.upstream_rq_452", 0) == codes[500]
     assert stats["cluster.two-500.outlier_detection.ejections_enforced_consecutive_5xx"] == 2
     assert stats["cluster.two-500.outlier_detection.ejections_active"] == 2
     bad_hits = sum(b.hits for b in gateway.backends["two-500"][1:])
@@ -477,16 +480,19 @@ def test_a_500_is_retried_on_another_replica_whatever_the_engine(gateway: Gatewa
     has not tried (previous_hosts): a replica whose engine is broken answers 500 to everything, and only another
     replica tells it from a request that fails everywhere. Both models have two replicas that answer 500 to every
     request; one of them stays (a model's last ready replica is never ejected: maxEjectionPercent 67 of 2). The
-    second replica's 500 says the request fails wherever it goes: it ends as 422 (x-aifactory-fault), not retried
-    again (components.k8s.gateway.envoy.failures). Before: Triton's 500 was tried once."""
+    second replica's 500 ends the request: not retried again nor counted against that replica (the router sees 452),
+    answered to the client as 500 (components.k8s.gateway.envoy.failures): a model whose every replica fails is a
+    server error, not the client's 422. Before issue 44: Triton's 500 was tried once."""
     assert gateway.cfg.gateway.retries.attempts >= 1  # else the case proves nothing
     requests = 3
     for model in ("tri-500", "vllm-500"):
         before = gateway.hits(model)
         codes = Counter(gateway.get("/v1/chat/completions", {"x-model": model, **JSON}, body=_chat(model))[0]
                         for _ in range(requests))
-        assert (model, codes, gateway.hits(model) - before) == (model, Counter({422: requests}), requests * 2)
-        assert gateway.envoy.stats()[f"cluster.{model}.upstream_rq_retry"] == requests
+        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}), requests * 2)
+        stats = gateway.envoy.stats()
+        assert (stats[f"cluster.{model}.upstream_rq_retry"], stats[f"cluster.{model}.upstream_rq_452"]) == \
+            (requests, requests)
         assert all(b.hits >= 1 for b in gateway.backends[model])
 
 

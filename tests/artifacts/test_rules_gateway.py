@@ -26,15 +26,20 @@ from dashboards.gateway_alerts import (
 from dashboards.rules import R, alerts, records
 from infra.monitoring import from_platform
 from infra.synth import load_stack
+from telemetry.names import ENVOY
 from tests.artifacts.test_alertmanager import amtool, shipped
 from tests.artifacts.test_rules import (
+    GATEWAY_PODS,
     Case,
+    _answers,
     _around,
     _down,
     _gateway_fired,
     _minutes,
+    _num,
     _promtool_test,
     _run_promtool_tests,
+    _sel,
 )
 from tests.support.stacks import prod_without_variants, stack_raw
 
@@ -80,6 +85,39 @@ def test_a_model_that_scales_to_zero_gets_no_ticket_idle_and_pages_after_waking_
     waking = Case("GatewayModelUnavailable", _down("deep-research", (60, 0)), _around(1, [fired]))
     idle = Case("GatewayModelUnavailable", _down("deep-research", (0, 0)), [(30, [])])
     _run_promtool_tests(cfg, tmp_path, ("1m", [_promtool_test(c, _annotations(cfg)) for c in (waking, idle)]))
+
+
+def _ended(cluster: str, code: int, per_minute: float) -> dict[str, str]:
+    """Both gateway pods end `per_minute` requests of `cluster` a minute with the route cluster's status `code` (a
+    4xx to the router): its per-code series and its class's."""
+    out = _answers(cluster, {"4": per_minute})
+    out.update({_sel(ENVOY.RQ_CODE, {**p, ENVOY.L_CLUSTER: cluster, ENVOY.L_CODE: str(code)}):
+                f"0+{_num(per_minute)}x30" for p in GATEWAY_PODS})
+    return out
+
+
+def test_requests_failed_on_two_replicas_are_server_errors_that_page(prod: ObservabilityConfig,
+                                                                     tmp_path: Path) -> None:
+    """Issue 44 item 8: a request whose second replica also answered 500 ends as 452 at the route cluster (the
+    router neither retries it nor counts it against that replica: a 4xx in upstream_rq_xx) and 500 to the client
+    (components/k8s/gateway/envoy/failures.py; live: tests/artifacts/test_envoy_failures_live.py).
+    GatewayServerErrorRatioHigh counts it as a server error:
+    - a model whose every replica fails (passing its checks): every answer 452, 100%: pages;
+    - a burst of poison requests while the replicas serve the rest: 6 of 66 a minute per pod, 9.1%: pages;
+    - a request the engine says is at fault (422, x-aifactory-fault: engine-says-request) is the client's: quiet.
+    Before, the 452s were 422s, counted by neither: an outage read as client errors, and nothing paged."""
+    outage = _gateway_fired(prod, "GatewayServerErrorRatioHigh", "critical", "deep-research", 1.0)
+    poison = _gateway_fired(prod, "GatewayServerErrorRatioHigh", "critical", "assistant-tools", 12 / 132)
+    quiet = [(1 + outage[2], [])]
+    cases = [
+        Case("GatewayServerErrorRatioHigh", _ended("deep-research", ENVOY.FAILED_TWICE_CODE, 60), _around(1, [outage])),
+        Case("GatewayServerErrorRatioHigh",
+             {**_answers("assistant-tools", {"2": 60}), **_ended("assistant-tools", ENVOY.FAILED_TWICE_CODE, 6)},
+             _around(1, [poison])),
+        Case("GatewayServerErrorRatioHigh",
+             {**_answers("assistant-tools", {"2": 60}), **_ended("assistant-tools", 422, 6)}, quiet),
+    ]
+    _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, _annotations(prod)) for c in cases]))
 
 
 def test_the_clients_clusters_are_models_without_variants_and_the_workloads_aggregates(

@@ -59,7 +59,9 @@ def test_every_model_cluster_passes_each_500_through_the_replica_name_and_the_re
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "triton"])
 def test_the_filter_reads_a_body_only_where_the_engine_can_say_whose_fault(engine: str) -> None:
     """Only SGLang's 500 bodies can say the request is at fault (its multimodal input error), so only its script
-    reads a body; every script drops the replica's name and ends a request failed by two replicas as 422."""
+    reads a body; every script drops the replica's name, ends a request failed by two replicas with the internal
+    452 (not retried, not counted; the gateway's own filter answers the client 500) and one its engine says is at
+    fault with 422."""
     script = failures.fault_script(engine)
     assert script.splitlines()[:4] == [
         "function envoy_on_response(handle)",
@@ -69,8 +71,39 @@ def test_the_filter_reads_a_body_only_where_the_engine_can_say_whose_fault(engin
     ]
     assert ("handle:body()" in script) is (engine == "sglang")
     assert ('"Multimodal input processing failed on the TP entry rank: "' in script) is (engine == "sglang")
-    assert 'headers:replace(":status", "422")' in script
-    assert 'elseif first ~= replica then\n    why = "failed-on-two-replicas"' in script
+    assert '  local status = "422"\n' in script
+    assert 'elseif first ~= replica then\n    why = "failed-on-two-replicas"\n    status = "452"\n' in script
+    assert 'headers:replace(":status", status)' in script
+    assert ('why = "engine-says-request"' in script) is (engine == "sglang")
+
+
+def test_the_gateway_answers_500_for_a_request_two_replicas_failed_and_meets_nothing_else() -> None:
+    """The gateway's own filter, last before the router (so that every filter before it, the access log and the
+    downstream stats see the client's status): a Lua filter that makes the internal 452 a 500, skipped unless the
+    answer is 452 with x-aifactory-fault: failed-on-two-replicas (no engine sends 452: failures' docstring)."""
+    cfg = stack_config("prod")
+    hcm = ec.gateway_listener(cfg)["filter_chains"][0]["filters"][0]["typed_config"]
+    *_, meter, last, router = hcm["http_filters"]
+    assert (meter["name"], router["name"]) == ("aifactory.budgets_meter", "envoy.filters.http.router")
+
+    def header_is(name: str, value: str) -> dict[str, Any]:
+        return {"single_predicate": {
+            "input": {"name": name.lstrip(":"), "typed_config": {
+                "@type": T + "type.matcher.v3.HttpResponseHeaderMatchInput", "header_name": name}},
+            "value_match": {"exact": value}}}
+
+    assert last == {"name": "aifactory.failed_on_two_replicas", "typed_config": {
+        "@type": T + "extensions.common.matching.v3.ExtensionWithMatcher",
+        "extension_config": {"name": "envoy.filters.http.lua", "typed_config": {
+            "@type": T + "extensions.filters.http.lua.v3.Lua",
+            "default_source_code": {"inline_string": 'function envoy_on_response(handle)\n'
+                                                     '  handle:headers():replace(":status", "500")\nend\n'}}},
+        "xds_matcher": {"matcher_list": {"matchers": [{
+            "predicate": {"not_matcher": {"and_matcher": {"predicate": [
+                header_is(":status", "452"), header_is("x-aifactory-fault", "failed-on-two-replicas")]}}},
+            "on_match": {"action": {"name": "skip", "typed_config": {
+                "@type": T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}}}]}}}}
+    assert (failures.FAILED_TWICE_UPSTREAM_STATUS, failures.FAILED_TWICE_CLIENT_STATUS) == (452, 500)
 
 
 def test_markers_cover_every_engine() -> None:

@@ -268,7 +268,7 @@ def test_filters_authenticate_then_buffer_then_route_on_the_body_then_authorise_
         "aifactory.session_baggage", "aifactory.session", "aifactory.session_key",
         "aifactory.session_key_header", "aifactory.body_limit", "envoy.filters.http.rbac",
         "envoy.filters.http.local_ratelimit", "aifactory.budgets", "aifactory.budgets_closed",
-        "aifactory.budgets_meter", "envoy.filters.http.router"]
+        "aifactory.budgets_meter", "aifactory.failed_on_two_replicas", "envoy.filters.http.router"]
     strip, jwt, _, _, _, body, *_ = _hcm(prod_without_variants())["http_filters"]
     assert strip["typed_config"]["mutations"] == {"request_mutations": [
         {"remove": "x-aifactory-tenant"}, {"remove_on_match": {"key_matcher": {"prefix": "x-envoy-"}}}]}

@@ -24,6 +24,7 @@ checks steer new requests, they never end the ones in flight). Requests pass, in
     local_ratelimit   one token bucket per calling tenant and priority (interactive | batch): 429 past it
     budgets (ext_proc) the caller's and the workload's token budgets: reserve, 429 past them, settle at the end
                       (components.k8s.gateway.envoy.budgets; only with budgets)
+    failed_on_two_replicas (lua) a request two replicas failed: 500 to the client (the router's 452; failures.py)
     router
 
 Routing, per API model ("workload"), first match wins (header > path > body):
@@ -47,8 +48,9 @@ stream (`"stream"` absent or false) takes the route's "/unstreamed" twin, whose 
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
 engine's health endpoint steer new requests away from a replica that fails them (its requests in flight finish);
 outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
-until their next passing check (envoy_replicas.outlier_detection); a 500 the request is at fault for (a second
-replica's, or its engine says so) ends the request as 422 (envoy_failures); no panic mode;
+until their next passing check (envoy_replicas.outlier_detection); a second replica's 500 ends the request as
+500, not retried nor counted against that replica, and a 500 its engine says the request is at fault for as 422
+(envoy_failures); no panic mode;
 LEAST_REQUEST of four random choices keeps traffic off slow replicas and lets a retry leave a failing one (Maglev
 with bounded load where a model has session affinity: components/k8s/gateway/envoy/affinity.py). The route's idle
 timeout is the model's `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
@@ -495,7 +497,7 @@ def http_filters(cfg: GatewayView) -> list[dict[str, Any]]:
         if issuer_tenants_restricted(cfg):
             out.append(issuer_tenants_filter(cfg))
     return [*out, callers, refusals, buffer, body_model, *(affinity.session_filters() if sessions else []),
-            body_limit, rbac, rate_limit_filter(cfg), *budget_filters(cfg)]
+            body_limit, rbac, rate_limit_filter(cfg), *budget_filters(cfg), failures.failed_twice_filter()]
 
 
 

@@ -14,12 +14,20 @@ the try's upstream address), then a Lua filter:
 - on a request's first 500, keeps that replica's address in the request's dynamic metadata (FAULT_NAMESPACE: the
   downstream request's, shared by its tries) and leaves the 500 to the router: retried on another replica, counted
   toward its ejection;
-- on a later 500 from another replica, decides the request fails wherever it goes (a poison request: a prompt that
-  breaks the engine's processing): FAULT_STATUS, not retried again, not counted against that replica (Envoy counts a
-  4xx as a success, which ends that replica's run of 5xx), not retried by the client (OpenAI's SDKs retry 5xx, not
-  422). A later 500 from the same replica (the retry came back to it) stays a 500;
+- on a later 500 from another replica, ends the request there: two replicas failed it, which says nothing of whose
+  fault (a poison request, a prompt that breaks the engine's processing, or the platform's: a bad rollout, a broken
+  node pool, where every replica fails). The router must neither retry it again nor count it against that replica,
+  and decides both on the status alone, so the filter leaves FAILED_TWICE_UPSTREAM_STATUS, a 4xx no engine sends
+  (Envoy counts a 4xx as a success, which ends that replica's run of 5xx), with FAULT_HEADER. The client must still
+  get a server error (it did not fail; an outage must not read as its fault): the gateway's own HTTP filter
+  (failed_twice_filter, last before the router, so that every filter before it, the access log and the downstream
+  stats see the client's status) answers it FAILED_TWICE_CLIENT_STATUS with the engine's body. The route cluster's
+  own stats (upstream_rq_xx, upstream_rq_<code>) are the router's and keep FAILED_TWICE_UPSTREAM_STATUS: the
+  gateway's alerts count that code as a server error (dashboards/gateway_alerts.py). A later 500 from the same
+  replica (the retry came back to it) stays a 500;
 - otherwise reads the body, only for an engine whose 500 bodies can say the request is at fault
-  (REQUEST_FAULT_MARKERS), and when one says so answers FAULT_STATUS at once (no retry, not counted).
+  (REQUEST_FAULT_MARKERS), and when one says so answers FAULT_STATUS at once (no retry, not counted): the client's
+  fault by the engine's own word.
 
 What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Which 500 is the request's"):
 - vLLM 0.33.0: nothing of the request. Request faults are 4xx by its own taxonomy (VLLMClientError: 400/404/422;
@@ -36,6 +44,11 @@ What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Wh
 - Triton r26.07 OpenAI frontend: `{"detail": "<exception text>"}` for any ServerError or other exception, request
   faults being ClientError: 400 (python/openai/openai_frontend/frontend/fastapi/routers/chat.py): nothing to read.
 
+The internal status: every pinned engine answers through FastAPI with codes of Python's http.HTTPStatus (vLLM,
+SGLang), Triton's StatusCode (200, 400, 401, 404, 500: python/openai/openai_frontend/utils/utils.py) or FastAPI's
+own (422 for a body that fails validation); 452 is no HTTPStatus member and unassigned in IANA's registry, and
+Envoy's router treats an unknown 4xx as any 4xx (retried only by `retriable-4xx`, 409, or a listed code).
+
 So a 500 of unknown origin is retried on another replica; a second replica's 500 for the same request ends it. A
 poison request costs two tries and counts one failure against one replica (before: gateway.retries.attempts + 1
 tries, one failure against each replica tried). The retry must reach another replica for this to hold: see
@@ -49,18 +62,24 @@ from typing import Any
 from components.k8s.gateway.envoy.base import _T
 from components.k8s.gateway.envoy.budgets import _SKIP
 from components.k8s.settings import Model
+from telemetry.names import ENVOY
 
 __all__ = [
     "LEAST_REQUEST_CHOICES",
     "LEAST_REQUEST_HOST_DRAWS",
     "least_request_policy",
     "FAULT_STATUS",
+    "FAILED_TWICE_UPSTREAM_STATUS",
+    "FAILED_TWICE_CLIENT_STATUS",
     "FAULT_HEADER",
+    "FAULT_FAILED_TWICE",
+    "FAULT_ENGINE_SAYS",
     "REPLICA_HEADER",
     "FAULT_NAMESPACE",
     "REQUEST_FAULT_MARKERS",
     "FAULT_FILTER",
     "fault_script",
+    "failed_twice_filter",
     "upstream_protocol_options",
 ]
 
@@ -77,9 +96,17 @@ __all__ = [
 #   requests at n = 3 (two choices, Envoy's default: 1/9).
 LEAST_REQUEST_CHOICES = 4
 LEAST_REQUEST_HOST_DRAWS = 200
-# What the client gets for a 500 the request is at fault for: the engine's body, with this status (vLLM's own for a
-# request it cannot process, UnprocessableEntityError) and FAULT_HEADER saying why.
+# What the client gets for a 500 the engine says the request is at fault for: the engine's body, with this status
+# (vLLM's own for a request it cannot process, UnprocessableEntityError) and FAULT_HEADER saying why.
 FAULT_STATUS = 422
+# A request failed by two replicas: what the router and the route cluster's stats see (not retried, not counted
+# against the replica; no engine sends it: see the module docstring), and what the client gets: 500, as the engine
+# answered (its body says 500 too). Not 502 or 503: those say the gateway could not reach a replica or none was
+# available, which an SRE reads in the flags (UF, UH) and clients as a reason to back off; OpenAI's SDKs retry all
+# three alike (status >= 500, twice by default), and the gateway does not tell them not to (x-should-retry): when
+# the platform is at fault a later try may meet a replica that works.
+FAILED_TWICE_UPSTREAM_STATUS = ENVOY.FAILED_TWICE_CODE  # 452, in the vocabulary: the gateway's alerts read it
+FAILED_TWICE_CLIENT_STATUS = 500
 FAULT_HEADER = "x-aifactory-fault"
 FAULT_FAILED_TWICE = "failed-on-two-replicas"
 FAULT_ENGINE_SAYS = "engine-says-request"
@@ -90,6 +117,7 @@ FAULT_NAMESPACE = "aifactory.tries"  # dynamic metadata of the request, shared b
 FIRST_FAILED_KEY = "first_500"  # the replica that answered the request's first 500
 FAULT_FILTER = "aifactory.request_fault"
 REPLICA_FILTER = "aifactory.replica_address"
+FAILED_TWICE_FILTER = "aifactory.failed_on_two_replicas"  # the gateway's own (HTTP connection manager) filter
 # Per engine: text in a 500's body that says the request itself is at fault (see the module docstring).
 REQUEST_FAULT_MARKERS: dict[str, tuple[str, ...]] = {
     "vllm": (),
@@ -123,13 +151,15 @@ def fault_script(engine: str) -> str:
   local seen = metadata:get("{FAULT_NAMESPACE}")
   local first = seen and seen["{FIRST_FAILED_KEY}"]
   local why = nil
+  local status = "{FAULT_STATUS}"
   if first == nil then
     metadata:set("{FAULT_NAMESPACE}", "{FIRST_FAILED_KEY}", replica)
   elseif first ~= replica then
     why = "{FAULT_FAILED_TWICE}"
+    status = "{FAILED_TWICE_UPSTREAM_STATUS}"
   end
 {body_check}  if why ~= nil then
-    headers:replace(":status", "{FAULT_STATUS}")
+    headers:replace(":status", status)
     headers:add("{FAULT_HEADER}", why)
   end
 end
@@ -144,18 +174,46 @@ def least_request_policy() -> dict[str, Any]:
                          "selection_method": "N_CHOICES", "choice_count": LEAST_REQUEST_CHOICES}}}]}
 
 
-def _on_500_only(name: str, extension: str, typed_config: dict[str, Any]) -> dict[str, Any]:
-    """Filter `extension` wrapped so that it is skipped for every response but a 500 (ExtensionWithMatcher on the
-    response's :status: envoyproxy/envoy@v1.40.0 api/envoy/extensions/common/matching/v3/extension_matcher.proto,
-    HttpResponseHeaderMatchInput): on any other answer neither it nor its Lua runs."""
-    not_500 = {"not_matcher": {"single_predicate": {
-        "input": {"name": "status", "typed_config": {"@type": _T + "type.matcher.v3.HttpResponseHeaderMatchInput",
-                                                     "header_name": ":status"}},
-        "value_match": {"exact": "500"}}}}
+def _response_header_is(header: str, value: str) -> dict[str, Any]:
+    return {"single_predicate": {
+        "input": {"name": header.lstrip(":"), "typed_config": {
+            "@type": _T + "type.matcher.v3.HttpResponseHeaderMatchInput", "header_name": header}},
+        "value_match": {"exact": value}}}
+
+
+def _skip_unless(name: str, extension: str, typed_config: dict[str, Any], *when: dict[str, Any]) -> dict[str, Any]:
+    """Filter `extension` wrapped so that it is skipped for every response but one that matches all of `when`
+    (ExtensionWithMatcher on the response's headers: envoyproxy/envoy@v1.40.0
+    api/envoy/extensions/common/matching/v3/extension_matcher.proto, HttpResponseHeaderMatchInput): on any other
+    answer neither it nor its Lua runs."""
+    match = when[0] if len(when) == 1 else {"and_matcher": {"predicate": list(when)}}
     return {"name": name, "typed_config": {
         "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
         "extension_config": {"name": extension, "typed_config": typed_config},
-        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": not_500, "on_match": {"action": _SKIP}}]}}}}
+        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": {"not_matcher": match},
+                                                       "on_match": {"action": _SKIP}}]}}}}
+
+
+def _on_500_only(name: str, extension: str, typed_config: dict[str, Any]) -> dict[str, Any]:
+    return _skip_unless(name, extension, typed_config, _response_header_is(":status", "500"))
+
+
+def _lua(code: str) -> dict[str, Any]:
+    return {"@type": _T + "extensions.filters.http.lua.v3.Lua", "default_source_code": {"inline_string": code}}
+
+
+def failed_twice_filter() -> dict[str, Any]:
+    """The gateway's HTTP filter (last before the router) that gives the client FAILED_TWICE_CLIENT_STATUS for a
+    request the model cluster's filter ended with FAILED_TWICE_UPSTREAM_STATUS; skipped for every other answer
+    (both the status and FAULT_HEADER must match): no Lua runs for them."""
+    return _skip_unless(
+        FAILED_TWICE_FILTER, "envoy.filters.http.lua",
+        _lua(f"""function envoy_on_response(handle)
+  handle:headers():replace(":status", "{FAILED_TWICE_CLIENT_STATUS}")
+end
+"""),
+        _response_header_is(":status", str(FAILED_TWICE_UPSTREAM_STATUS)),
+        _response_header_is(FAULT_HEADER, FAULT_FAILED_TWICE))
 
 
 def upstream_protocol_options(model: Model) -> dict[str, Any]:
@@ -165,9 +223,7 @@ def upstream_protocol_options(model: Model) -> dict[str, Any]:
         "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
         "explicit_http_config": {"http_protocol_options": {}},
         "http_filters": [
-            _on_500_only(FAULT_FILTER, "envoy.filters.http.lua", {
-                "@type": _T + "extensions.filters.http.lua.v3.Lua",
-                "default_source_code": {"inline_string": fault_script(model.engine)}}),
+            _on_500_only(FAULT_FILTER, "envoy.filters.http.lua", _lua(fault_script(model.engine))),
             # responses pass the filters last to first: this one, then the Lua filter
             _on_500_only(REPLICA_FILTER, "envoy.filters.http.header_mutation", {
                 "@type": _T + "extensions.filters.http.header_mutation.v3.HeaderMutation",

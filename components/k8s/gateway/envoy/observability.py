@@ -53,6 +53,9 @@ _ACCESS_LOG_FORMAT = {
     "status": "%RESPONSE_CODE%",
     "flags": "%RESPONSE_FLAGS%",
     "details": "%RESPONSE_CODE_DETAILS%",
+    # why a model's 500 ended the request (components.k8s.gateway.envoy.failures): failed-on-two-replicas (a 500,
+    # poison request or outage) or engine-says-request (a 422)
+    "fault": "%RESP(X-AIFACTORY-FAULT)%",
     "bytes_received": "%BYTES_RECEIVED%",
     "bytes_sent": "%BYTES_SENT%",
     "duration_ms": "%DURATION%",
