@@ -106,10 +106,11 @@ def test_the_gateway_answers_500_for_a_request_two_replicas_failed_and_meets_not
     assert (failures.FAILED_TWICE_UPSTREAM_STATUS, failures.FAILED_TWICE_CLIENT_STATUS) == (452, 500)
 
 
-def test_markers_cover_every_engine() -> None:
+def test_only_sglang_says_in_a_500_that_the_request_is_at_fault() -> None:
     from components.k8s.engines import ENGINES
 
-    assert set(failures.REQUEST_FAULT_MARKERS) == set(ENGINES)
+    assert {name: e.request_fault_markers for name, e in ENGINES.items()} == {
+        "vllm": (), "triton": (), "sglang": ("Multimodal input processing failed on the TP entry rank: ",)}
 
 
 def test_least_request_models_draw_four_random_replicas_and_retry_draws_200_times() -> None:
@@ -127,3 +128,16 @@ def test_least_request_models_draw_four_random_replicas_and_retry_draws_200_time
     draws = {r["route"]["cluster"]: r["route"]["retry_policy"]["host_selection_retry_max_attempts"]
              for r in ec.routes(cfg) if "route" in r and r["route"].get("cluster") in plain}
     assert draws and set(draws.values()) == {200}
+
+
+@pytest.mark.parametrize("status, retried", [(500, True), (422, False)])
+def test_openais_sdk_retries_the_clients_500_and_not_the_engines_422(status: int, retried: bool) -> None:
+    """What the gateway's statuses make OpenAI's Python SDK do (openai==2.54.0 openai/_base_client.py
+    `_should_retry`): it retries a 500 (a request two replicas failed: the client's own retries stay bounded by its
+    max_retries) and not a 422 (the engine said the request is at fault)."""
+    import httpx
+    from openai._base_client import SyncAPIClient
+
+    client = SyncAPIClient(version="test", base_url="http://127.0.0.1:1", _strict_response_validation=False)
+    response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions"))
+    assert client._should_retry(response) is retried

@@ -198,6 +198,10 @@ class Engine(ABC):
     retriable_status_codes: tuple[int, ...]
     # How long a startup or readiness check on ready_path may take to answer (the kubelet's timeoutSeconds).
     ready_timeout_seconds: int = 5
+    # Text in a 500's body by which the engine says the request itself is at fault: the gateway answers it 422 at
+    # once, neither retried nor counted against the replica (components.k8s.gateway.envoy.failures; docs/contracts.md,
+    # "Which 500 is the request's"). Empty: none of its 500s says so.
+    request_fault_markers: tuple[str, ...] = ()
 
     @property
     def tasks(self) -> tuple[str, ...]:

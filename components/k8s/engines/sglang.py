@@ -195,6 +195,9 @@ ENGINE = Sglang(
     # SGLANG_HEALTH_CHECK_TIMEOUT (20 s) for any output of the scheduler, running one token itself when idle:
     # its checks may take 21 s before the 503 that means a stuck scheduler.
     health_path="/health", ready_path="/health_generate", ready_timeout_seconds=SGLANG_READY_TIMEOUT_SECONDS,
+    # a multimodal input the scheduler's entry rank cannot build is the request's own fault, yet answers 500
+    # (srt/managers/scheduler.py _MultimodalInputProcessingError; tokenizer_manager.py raises HTTPException(500))
+    request_fault_markers=("Multimodal input processing failed on the TP entry rank: ",),
     # entrypoints/http_server.py: /v1/chat/completions, /v1/completions, /v1/models, /v1/models/{model};
     # /v1/embeddings (an embedding model, --is-embedding).
     openai_apis={

@@ -25,9 +25,9 @@ the try's upstream address), then a Lua filter:
   own stats (upstream_rq_xx, upstream_rq_<code>) are the router's and keep FAILED_TWICE_UPSTREAM_STATUS: the
   gateway's alerts count that code as a server error (dashboards/gateway_alerts.py). A later 500 from the same
   replica (the retry came back to it) stays a 500;
-- otherwise reads the body, only for an engine whose 500 bodies can say the request is at fault
-  (REQUEST_FAULT_MARKERS), and when one says so answers FAULT_STATUS at once (no retry, not counted): the client's
-  fault by the engine's own word.
+- otherwise reads the body, only for an engine whose 500 bodies can say the request is at fault (the engine
+  registry's request_fault_markers), and when one says so answers FAULT_STATUS at once (no retry, not counted):
+  the client's fault by the engine's own word.
 
 What each engine's 500 body says, at the pinned versions (docs/contracts.md, "Which 500 is the request's"):
 - vLLM 0.33.0: nothing of the request. Request faults are 4xx by its own taxonomy (VLLMClientError: 400/404/422;
@@ -59,6 +59,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy.base import _T
 from components.k8s.gateway.envoy.budgets import _SKIP
 from components.k8s.settings import Model
@@ -76,7 +77,6 @@ __all__ = [
     "FAULT_ENGINE_SAYS",
     "REPLICA_HEADER",
     "FAULT_NAMESPACE",
-    "REQUEST_FAULT_MARKERS",
     "FAULT_FILTER",
     "fault_script",
     "failed_twice_filter",
@@ -118,12 +118,6 @@ FIRST_FAILED_KEY = "first_500"  # the replica that answered the request's first 
 FAULT_FILTER = "aifactory.request_fault"
 REPLICA_FILTER = "aifactory.replica_address"
 FAILED_TWICE_FILTER = "aifactory.failed_on_two_replicas"  # the gateway's own (HTTP connection manager) filter
-# Per engine: text in a 500's body that says the request itself is at fault (see the module docstring).
-REQUEST_FAULT_MARKERS: dict[str, tuple[str, ...]] = {
-    "vllm": (),
-    "sglang": ("Multimodal input processing failed on the TP entry rank: ",),
-    "triton": (),
-}
 
 
 def _lua_string(text: str) -> str:
@@ -132,7 +126,7 @@ def _lua_string(text: str) -> str:
 
 def fault_script(engine: str) -> str:
     """The upstream Lua filter's code for a model served by `engine` (see the module docstring)."""
-    markers = REQUEST_FAULT_MARKERS[engine]
+    markers = ENGINES[engine].request_fault_markers
     # headers() is fetched again after body(): a handle taken before body() yields is no longer valid
     body_check = "" if not markers else f"""  if why == nil then
     local body = handle:body()
