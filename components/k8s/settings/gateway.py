@@ -137,10 +137,10 @@ class OutlierDetection:
     max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's ready replicas is "
                                                              "ejected at once, percent.")
     panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
-                                                                    "stay valid: models have no panic mode "
+                                                                    "stay valid: a model balances over all its "
+                                                                    "replicas only when none passes its checks "
                                                                     "(docs/gateway.md). Was: below this share of "
-                                                                    "healthy replicas Envoy balanced over all of "
-                                                                    "them, percent.")
+                                                                    "healthy replicas, percent.")
 
 
 @dataclass(frozen=True, slots=True)
