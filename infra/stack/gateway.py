@@ -20,7 +20,6 @@ from infra.stack.messages import got as _got
 from infra.stack.reader import (
     _given,
     _Reader,
-    _show,
 )
 from infra.stack.tenants import _token_budget
 

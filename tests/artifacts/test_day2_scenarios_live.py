@@ -1,11 +1,11 @@
 """Day 2 at the gateway (issue 44): rolling update, scale-down, a saturated /health, every replica saturated, a replica
-answering 500 and an engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of three stand-in vLLM replicas
-(tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's event
-loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check sends),
-under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it states).
-Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update and the
-scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports the
-same scenarios' figures (tests/bench/bench_day2.py).
+answering 500 and an engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of three stand-in vLLM
+replicas (tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's
+event loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check
+sends), under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it
+states). Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update
+and the scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports
+the same scenarios' figures (tests/bench/bench_day2.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import pytest
 from components.k8s.engines import ENGINES
 from infra.config import parse
 from tests.support.day2 import (
+    CHECK_INTERVAL_S,
+    CHECK_TIMEOUT_S,
     CLIENT_DRAIN_S,
     CONNECTION_S,
     CONSECUTIVE_FAILURES,
-    CHECK_INTERVAL_S,
-    CHECK_TIMEOUT_S,
     DETECTION_S,
     MODEL,
     PRESTOP_S,
@@ -133,8 +133,9 @@ def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_
     """Replica 1's engine core hangs: no token comes, /health still answers 200 (vLLM's check_health reads an errored
     flag). The gateway's progress checks (a 1-token completion) time out: one failed check takes it out of new
     requests within DETECTION_S (timeout + interval: GATEWAY_DETECTION_SECONDS, 10 s shipped), whatever the
-    traffic, and it stays out while it produces nothing (two replicas pass: no panic). Before, only streamed tries silent past the try idle
-    timeout (3 x the window, as 30 s shipped) found it, so requests kept reaching it until then.
+    traffic, and it stays out while it produces nothing (two replicas pass: no panic). Before, only streamed tries
+    silent past the try idle timeout (3 x the window, as 30 s shipped) found it, so requests kept reaching it until
+    then.
 
     After the window: no request reaches it, every one succeeds and none waits longer than the window plus one try.
     Not saved: a stream already under way on it is cut at the try idle timeout (its headers were sent: no retry),

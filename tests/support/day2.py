@@ -38,8 +38,8 @@ from tests.support.fake_dns import FakeDns, resolver
 from tests.support.standin_engines import StandInEngine
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
-__all__ = ["MODEL", "DNS_REFRESH_S", "SCALE", "CHECK_TIMEOUT_S", "CHECK_INTERVAL_S", "DETECTION_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S",
-           "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
+__all__ = ["MODEL", "DNS_REFRESH_S", "SCALE", "CHECK_TIMEOUT_S", "CHECK_INTERVAL_S", "DETECTION_S", "PRESTOP_S",
+           "TRY_IDLE_S", "CONNECTION_S", "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
 
 MODEL = "chat"
 ISSUER = "https://issuer.day2/realms/aifactory"
