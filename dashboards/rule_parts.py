@@ -144,8 +144,9 @@ class R:
     MODEL_TTFT_ABOVE_SLO = "model:time_to_first_token_above_slo:ratio_rate5m"
     MODEL_ITL_ABOVE_SLO = "model:inter_token_latency_above_slo:ratio_rate5m"
     MODEL_SLO_REQUESTS = "model:time_to_first_token_count:rate5m"
-    # Per model {model}: the gateway's progress checks/s to its replicas (every gateway pod's), over 5 minutes: each a
-    # 1-token generation that an engine may count as a request (components.k8s.engines: Engine.progress_check)
+    # Per model {model}: the gateway's passing progress checks/s of its replicas (every gateway pod's), over 5 minutes:
+    # each a 1-token generation the engine answered, so may count as a request (components.k8s.engines:
+    # Engine.progress_check); a check that timed out never became one
     MODEL_PROGRESS_CHECKS = "model:gateway_progress_checks:rate5m"
     # 1 while a gateway cluster has no replica by design {envoy_cluster_name}: every model behind it is on a
     # capacity-block pool outside the block's window (dashboards.gateway_alerts)

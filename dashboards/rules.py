@@ -349,12 +349,13 @@ def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
     minimum rate reads.
 
     The gateway's progress checks (one 1-token generation per check: gateway pods / interval per replica) are
-    observations of a histogram that `counts_progress_checks` (vLLM's time to first token): their rate, measured
-    at the gateway (its health check attempts to the model's cluster, MODEL_PROGRESS_CHECKS), is taken off the
-    requests/s and off the observations within the SLO, so checks alone never reach the minimum rate nor dilute the
-    share above the SLO. A check's first token is counted as within the SLO; one slower counts as a request above
-    it (the alert may fire sooner, never later), and a check a hung replica never answers is taken off all the
-    same (the share reads higher while a replica hangs)."""
+    observations of a histogram that `counts_progress_checks` (vLLM's time to first token): the rate of those the
+    engine answered, measured at the gateway (its passing health checks of the model's cluster, MODEL_PROGRESS_CHECKS;
+    a check that timed out on a hung or saturated replica never became an observation), is taken off the requests/s
+    and off the observations within the SLO, so checks alone never reach the minimum rate nor dilute the share above
+    the SLO, and a hung replica's failed checks never shrink the requests the share is of. A passing check's first
+    token is counted as within the SLO; one slower (a check queued behind a saturated replica's work) counts as a
+    request above it, like the users' requests queued with it (the alert may fire sooner, never later)."""
     out = []
     checked = set()
     for _, record, attr, field_, _, _ in MODEL_SLOS:
@@ -377,7 +378,7 @@ def _model_slo_records(cfg: ObservabilityConfig) -> list[Record]:
                 total = f'clamp_min({total} - {R.MODEL_PROGRESS_CHECKS}{{model="{m.name}"}}, 0)'
             out.append(Record(R.MODEL_SLO_REQUESTS, total, {"model": m.name}))
     return [*(Record(R.MODEL_PROGRESS_CHECKS,
-                     f"sum(rate({series(cfg, ENVOY.HEALTH_CHECK_ATTEMPT, _cluster(name))}[{RATE}])) or vector(0)",
+                     f"sum(rate({series(cfg, ENVOY.HEALTH_CHECK_SUCCESS, _cluster(name))}[{RATE}])) or vector(0)",
                      {"model": name}) for name in sorted(checked)), *out]
 
 

@@ -293,6 +293,8 @@ class ENVOY:
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
     # counter: active health checks sent to the cluster's hosts (a model's: its progress checks, one generation each)
     HEALTH_CHECK_ATTEMPT = "envoy_cluster_health_check_attempt"
+    # counter: active health checks that passed (a model's: progress checks the engine answered, so counted)
+    HEALTH_CHECK_SUCCESS = "envoy_cluster_health_check_success"
     # gauge: the cluster's hosts passing health checks and not ejected (a model's cluster: its replicas the gateway
     # may send to; envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst)
     MEMBERSHIP_HEALTHY = "envoy_cluster_membership_healthy"

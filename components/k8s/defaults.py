@@ -20,7 +20,9 @@ __all__ = [
     "TRY_IDLE_TTFT_WARN",
     "default_try_idle_seconds",
     "GATEWAY_DETECTION_SECONDS",
-    "DEFAULT_HEALTH_CHECK_SECONDS",
+    "DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS",
+    "DEFAULT_HEALTH_CHECK_INTERVAL_SECONDS",
+    "DEFAULT_HEALTH_CHECK_UNHEALTHY_THRESHOLD",
 ]
 
 IPAM_BLOCK_SIZE = 16  # RDMA-network addresses each InfiniBand node takes from infiniband.ipRange (nv-ipam block)
@@ -58,13 +60,15 @@ def default_try_idle_seconds(timeout_seconds: float, ttft_seconds: float) -> flo
 # sends it no new request (components.k8s.gateway.envoy.replicas: DNS refresh and health checks are sized to it); each
 # model pod's preStop hook waits longer than this before its engine gets SIGTERM (components.k8s.serving).
 GATEWAY_DETECTION_SECONDS = 10
-# The gateway's progress checks (gateway.healthCheck: components.k8s.gateway.envoy.replicas.health_check), interval
-# and timeout alike: a check is a generation, not a /health. SGLang's /health_generate answers no sooner than 1 s and
-# then on whole seconds (it polls once a second), so a replica whose scheduler produced within 2 s passes only with a
-# timeout above 2 s; vLLM's 1-token completion joins the running batch at the next engine step unless requests are
-# already waiting, where it waits its turn (a saturated replica: steered away, its work left to run). With the
-# default unhealthyThreshold 2 the window is 2 x (2.5 + 2.5) = GATEWAY_DETECTION_SECONDS; each gateway pod sends a
-# replica one check per interval (0.4/s).
-DEFAULT_HEALTH_CHECK_SECONDS = 2.5
+# The gateway's progress checks (gateway.healthCheck: components.k8s.gateway.envoy.replicas.health_check): a check is
+# a generation, not a /health, and on vLLM and Triton it waits in the engine's FCFS queue behind the work a saturated
+# replica holds. So its verdict must mean "no progress", not "one slow request": one check (unhealthyThreshold 1) that
+# got no token for DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS, longer than any sane queue, takes a replica out; the next
+# starts DEFAULT_HEALTH_CHECK_INTERVAL_SECONDS after the last one's answer, so the window is 1 x (8 + 2) =
+# GATEWAY_DETECTION_SECONDS. SGLang's /health_generate answers at 1 s or 2 s after any output: well inside 8 s. Each
+# gateway pod sends a replica one check per interval plus its answer (under 0.5/s).
+DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS = 8.0
+DEFAULT_HEALTH_CHECK_INTERVAL_SECONDS = 2.0
+DEFAULT_HEALTH_CHECK_UNHEALTHY_THRESHOLD = 1
 CAPACITY_BLOCK_DRAIN_MINUTES = 60  # default drain: EKS asks to scale to zero more than 30 min before the end
 DEFAULT_DRIVER_MIN_VERSION = "550.54.15"  # node-check: the oldest NVIDIA driver a GPU node may run

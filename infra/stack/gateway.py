@@ -20,7 +20,6 @@ from infra.stack.messages import got as _got
 from infra.stack.reader import (
     _given,
     _Reader,
-    _show,
 )
 from infra.stack.tenants import _token_budget
 
@@ -111,15 +110,15 @@ def _gateway_auth(r: _Reader, raw: Any) -> GatewayAuth:
 
 
 def _health_check(r: _Reader, hc: HealthCheck, raw: Any) -> HealthCheck:
-    """gateway.healthCheck; timeoutSeconds is at most intervalSeconds, and its default no longer than it."""
+    """gateway.healthCheck; timeoutSeconds, when unset, is its default or the longest that keeps the checks' window
+    within GATEWAY_DETECTION_SECONDS, whichever is shorter."""
     p = "gateway.healthCheck"
     given = _given(raw if isinstance(raw, dict) else None, "timeoutSeconds") and \
         not r.problems_at(f"{p}.timeoutSeconds")
-    if given and hc.timeout_seconds > hc.interval_seconds:
-        r.fail(f"{p}.timeoutSeconds", f"{_show(hc.timeout_seconds)} is above the maximum {hc.interval_seconds:g}")
-        given = False
-    hc = hc if given else dataclasses.replace(hc, timeout_seconds=min(HealthCheck().timeout_seconds,
-                                                                      hc.interval_seconds))
+    if not given:
+        fits = GATEWAY_DETECTION_SECONDS / hc.unhealthy_threshold - hc.interval_seconds
+        default = HealthCheck().timeout_seconds
+        hc = dataclasses.replace(hc, timeout_seconds=min(default, fits) if fits > 0 else default)
     if hc.detection_seconds > GATEWAY_DETECTION_SECONDS and not r.problems_at(p):
         r.fail(p, f"unhealthyThreshold x (timeoutSeconds + intervalSeconds) is {hc.detection_seconds:g} s, above "
                   f"{GATEWAY_DETECTION_SECONDS} s: a replica that stops answering would still get new requests "

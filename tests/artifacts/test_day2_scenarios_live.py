@@ -1,11 +1,11 @@
-"""Day 2 at the gateway (issue 44): rolling update, scale-down, a saturated /health, a replica answering 500 and an
-engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of three stand-in vLLM replicas
-(tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's event
-loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check sends),
-under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it states).
-Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update and the
-scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports the
-same scenarios' figures (tests/bench/bench_day2.py).
+"""Day 2 at the gateway (issue 44): rolling update, scale-down, a saturated /health, every replica saturated, a replica
+answering 500 and an engine hang, each on the real Envoy 1.40 with the kit's bootstrap in front of three stand-in vLLM
+replicas (tests.support.standin_engines: vLLM 0.33's SIGTERM with --shutdown-timeout, its /health on the API server's
+event loop, its check_health that reads an errored flag, its 1-token completion that the gateway's progress check
+sends), under a steady mix of streamed and non-streamed generations (tests.support.day2, times scaled down as it
+states). Each shows no cut stream and at least 99.9% success; the hang shows its detection window. The rolling update
+and the scale-down also run on SGLang's and Triton's stand-ins (their own SIGTERM and checks). `make bench` reports
+the same scenarios' figures (tests/bench/bench_day2.py).
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ import pytest
 from components.k8s.engines import ENGINES
 from infra.config import parse
 from tests.support.day2 import (
+    CHECK_INTERVAL_S,
+    CHECK_TIMEOUT_S,
     CLIENT_DRAIN_S,
     CONNECTION_S,
     CONSECUTIVE_FAILURES,
     DETECTION_S,
-    HC_S,
     MODEL,
     PRESTOP_S,
     SGLANG_TIMES,
@@ -87,9 +88,28 @@ def test_a_saturated_replicas_slow_health_steers_new_requests_and_kills_no_work(
     re-ran the work)."""
     run = scenario("saturated-health", tmp_path)
     assert run.cut == 0 and run.success() == 1.0, (run.cut, run.success())
-    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 2  # it was steered away
+    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 1  # it was steered away
+    assert run.stats.get(f"cluster.{MODEL}.lb_healthy_panic", 0) == 0  # the others passed: no panic
     assert run.stats.get(f"cluster.{MODEL}.upstream_rq_retry", 0) == 0
     assert run.stats.get(f"cluster.{MODEL}.upstream_cx_destroy_remote_with_active_rq", 0) == 0
+    assert all(r.aborted_requests == 0 for r in run.replicas.values())
+
+
+def test_every_replica_saturated_still_serves_every_request(tmp_path: Path) -> None:
+    """All three replicas saturated (KV cache full or max_num_seqs reached: when KEDA's num_requests_waiting trigger
+    fires), each queueing the progress check's 1-token completion behind its work for longer than the check's
+    timeout: every replica fails its checks, so none passes. The model's cluster then spreads new requests over all
+    of them (panic mode below 1% passing: components.k8s.gateway.envoy.replicas.PANIC_WHEN_NONE_PASSES;
+    envoyproxy/envoy@v1.40.0 source/extensions/load_balancing_policies/common/load_balancer_impl.cc,
+    `isHostSetInPanic`), and they serve it: no 503 no healthy upstream, no stream cut, at least 99.9% served (before,
+    with no panic mode, the model answered 503 to every request until a replica passed again, and flapped)."""
+    run = scenario("all-saturated", tmp_path)
+    assert [c.status for c in run.calls if c.status == 503] == []
+    assert run.cut == 0 and run.success() >= MIN_SUCCESS, (run.cut, run.success())
+    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 3, run.stats  # each replica failed its checks
+    assert run.stats[f"cluster.{MODEL}.lb_healthy_panic"] > 0, run.stats  # none passed: served in panic
+    assert all(r.received_after(run.moments["saturate"] + DETECTION_S + MARGIN_S) > 0 for r in run.replicas.values())
+    assert run.stats.get(f"cluster.{MODEL}.upstream_rq_retry", 0) == 0
     assert all(r.aborted_requests == 0 for r in run.replicas.values())
 
 
@@ -106,15 +126,16 @@ def test_a_replica_answering_500_while_its_health_passes_is_retried_around_and_e
     failing = run.replicas[f"{MODEL}-1"]
     # the tries it got after it failed: the few before it was out (each retried elsewhere), then none
     assert failing.received_after(run.moments["fail"]) <= 2 * CONSECUTIVE_FAILURES
-    assert failing.received_after(run.moments["fail"] + HC_S + MARGIN_S) == 0
+    assert failing.received_after(run.moments["fail"] + CHECK_INTERVAL_S + MARGIN_S) == 0
 
 
 def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_it(tmp_path: Path) -> None:
     """Replica 1's engine core hangs: no token comes, /health still answers 200 (vLLM's check_health reads an errored
-    flag). The gateway's progress checks (a 1-token completion) time out: 2 failed checks take it out of new
-    requests within DETECTION_S (2 x (timeout + interval): GATEWAY_DETECTION_SECONDS, 10 s shipped), whatever the
-    traffic, and it stays out while it produces nothing. Before, only streamed tries silent past the try idle
-    timeout (3 x the window, as 30 s shipped) found it, so requests kept reaching it until then.
+    flag). The gateway's progress checks (a 1-token completion) time out: one failed check takes it out of new
+    requests within DETECTION_S (timeout + interval: GATEWAY_DETECTION_SECONDS, 10 s shipped), whatever the
+    traffic, and it stays out while it produces nothing (two replicas pass: no panic). Before, only streamed tries
+    silent past the try idle timeout (3 x the window, as 30 s shipped) found it, so requests kept reaching it until
+    then.
 
     After the window: no request reaches it, every one succeeds and none waits longer than the window plus one try.
     Not saved: a stream already under way on it is cut at the try idle timeout (its headers were sent: no retry),
@@ -124,7 +145,8 @@ def test_an_engine_hang_is_detected_within_its_window_and_nothing_later_reaches_
     hang, window = run.moments["hang"], DETECTION_S + MARGIN_S
     hung = run.replicas[f"{MODEL}-1"]
     _no_request_after(run, f"{MODEL}-1", hang + window)
-    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 2
+    assert run.stats[f"cluster.{MODEL}.health_check.failure"] >= 1
+    assert run.stats.get(f"cluster.{MODEL}.lb_healthy_panic", 0) == 0
     assert hung.check_arrivals and all(r.check_arrivals for r in run.replicas.values())
     later = [c for c in run.calls if c.sent >= hang + window]
     assert later and run.success(since=hang + window) >= MIN_SUCCESS
@@ -215,7 +237,7 @@ def test_each_stand_in_fails_the_gateways_progress_check_when_its_engine_hangs_w
                        **SGLANG_TIMES) as replica:
         assert _ask(replica, check.method, check.path, check.payload()) == 200
         replica.hang()
-        assert _ask(replica, check.method, check.path, check.payload(), timeout=3 * HC_S) is None
+        assert _ask(replica, check.method, check.path, check.payload(), timeout=1.5 * CHECK_TIMEOUT_S) is None
         assert _ask(replica, "GET", ENGINES[engine].health_path) == 200
         replica.running.set()  # it produces again: the check passes again
         assert _ask(replica, check.method, check.path, check.payload()) == 200

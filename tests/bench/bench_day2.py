@@ -1,10 +1,12 @@
-"""Day 2 at the gateway: rolling update, scale-down, saturated /health, a replica answering 500, an engine hang.
+"""Day 2 at the gateway: rolling update, scale-down, saturated /health, every replica saturated, a replica answering
+500, an engine hang.
 
 Each scenario runs the real Envoy on the kit's bootstrap in front of three stand-in vLLM replicas (the rolling update
 and the scale-down also SGLang's and Triton's), under a steady mix of streamed and non-streamed generations
 (tests.support.day2: times scaled down as it states; the same scenarios are asserted by
 tests/artifacts/test_day2_scenarios_live.py). Reported per scenario: requests, success, cut streams
-(a stream that started and did not end), the slowest answer, retries, ejections and failed health checks; for the
+(a stream that started and did not end), the slowest answer, retries, ejections, failed health checks and requests
+balanced in panic (no replica passing its checks); for the
 hang, how long after it the hung replica got its last request (against the progress checks' window, DETECTION_S),
 and, for the requests sent after that window, their success and their slowest answer (bounded by the window plus
 one try); the requests it caught (streams under way cut at the try idle timeout, the others 504 at timeoutSeconds).
@@ -37,7 +39,8 @@ def run() -> list[tuple[str, str]]:
                       f"slowest {max(c.seconds for c in r.calls):5.2f} s  "
                       f"retries {r.stats.get(f'cluster.{MODEL}.upstream_rq_retry', 0)}  "
                       f"ejections {r.stats.get(f'cluster.{MODEL}.outlier_detection.ejections_enforced_total', 0)}  "
-                      f"failed checks {r.stats.get(f'cluster.{MODEL}.health_check.failure', 0)}")
+                      f"failed checks {r.stats.get(f'cluster.{MODEL}.health_check.failure', 0)}  "
+                      f"in panic {r.stats.get(f'cluster.{MODEL}.lb_healthy_panic', 0)}")
             if "hang" in r.moments:
                 hang = r.moments["hang"]
                 last = max((a for a in r.replicas[HUNG].arrivals if a >= hang), default=hang)

@@ -5,7 +5,8 @@ non-streamed generations. Used by tests/artifacts/test_day2_scenarios_live.py (a
 tests/bench/bench_day2.py (figures).
 
 Times are scaled down, each by what the tested system allows: the DNS refresh (5 s shipped) to DNS_REFRESH_S, the
-progress checks (2.5 s interval and timeout shipped) to HC_S, a replica's preStop wait (longer than
+progress checks (8 s timeout, 2 s interval, one failure shipped) to CHECK_TIMEOUT_S and CHECK_INTERVAL_S (SCALE of
+theirs), a replica's preStop wait (longer than
 components.k8s.defaults.GATEWAY_DETECTION_SECONDS shipped) to PRESTOP_S, the try idle timeout (30 s shipped, 3 x the
 checks' 10 s window) to TRY_IDLE_S (3 x theirs here), a client connection's lifetime and drain (60 s and 5 s shipped:
 components.k8s.gateway.envoy.config.CLIENT_CONNECTION_MAX_SECONDS, CLIENT_DRAIN_SECONDS) to CONNECTION_S and
@@ -37,14 +38,17 @@ from tests.support.fake_dns import FakeDns, resolver
 from tests.support.standin_engines import StandInEngine
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
-__all__ = ["MODEL", "DNS_REFRESH_S", "HC_S", "DETECTION_S", "PRESTOP_S", "TRY_IDLE_S", "CONNECTION_S",
-           "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
+__all__ = ["MODEL", "DNS_REFRESH_S", "SCALE", "CHECK_TIMEOUT_S", "CHECK_INTERVAL_S", "DETECTION_S", "PRESTOP_S",
+           "TRY_IDLE_S", "CONNECTION_S", "CLIENT_DRAIN_S", "Call", "Run", "Scenario", "scenario", "SCENARIOS"]
 
 MODEL = "chat"
 ISSUER = "https://issuer.day2/realms/aifactory"
 DNS_REFRESH_S = 0.2
-HC_S = 0.2  # check interval and timeout; unhealthyThreshold 2: a silent replica is out within 2 x (0.2 + 0.2) s
-DETECTION_S = 2 * (HC_S + HC_S)  # the checks' window (GATEWAY_DETECTION_SECONDS, 10 s shipped)
+SCALE = 0.08  # the checks' times and SGLang's own, scaled from those shipped
+# check timeout and interval (8 s and 2 s shipped: components.k8s.defaults); unhealthyThreshold 1: a silent replica is
+# out within 0.64 + 0.16 s
+CHECK_TIMEOUT_S, CHECK_INTERVAL_S = 8 * SCALE, 2 * SCALE
+DETECTION_S = 1 * (CHECK_TIMEOUT_S + CHECK_INTERVAL_S)  # the checks' window (GATEWAY_DETECTION_SECONDS, 10 s shipped)
 PRESTOP_S = 1.0  # > DNS_REFRESH_S and > the checks' detection (0.8 s), as the shipped preStop > 10 s
 TRY_IDLE_S = 2.4  # 3 x DETECTION_S, as shipped (30 s, 3 x 10 s)
 CONNECTION_S, CLIENT_DRAIN_S = 0.5, 0.2  # the gateway's max_connection_duration and drain_timeout, where it sets them
@@ -55,8 +59,11 @@ RATE = 80.0  # generations per second, half streamed
 READY_S = 10.0  # bounded waits for the gateway to see a replica come or go
 CONSECUTIVE_FAILURES = 3  # gateway.outlierDetection.consecutive5xx (default)
 # SGLang's /health_generate poll (1 s) and timeout (20 s), and its SIGTERM watchdog's poll (5 s), scaled as the checks
-# are (2.5 s shipped, HC_S here)
-SGLANG_TIMES = {"poll_s": 0.4 * HC_S, "check_timeout_s": 8 * HC_S, "watchdog_s": 2 * HC_S}
+# are
+SGLANG_TIMES = {"poll_s": 1 * SCALE, "check_timeout_s": 20 * SCALE, "watchdog_s": 5 * SCALE}
+# Every replica saturated: generations per second, fewer than RATE so that the load's threads (64) outnumber the
+# generations in flight when each waits its queue
+SATURATED_RATE = 40.0
 
 
 def raw_stack(engine: str = "vllm") -> dict[str, Any]:
@@ -69,8 +76,8 @@ def raw_stack(engine: str = "vllm") -> dict[str, Any]:
                            "tryIdleTimeoutSeconds": TRY_IDLE_S}},
         "gateway": {
             "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
-            "healthCheck": {"intervalSeconds": HC_S, "timeoutSeconds": HC_S, "unhealthyThreshold": 2,
-                            "healthyThreshold": 1},
+            "healthCheck": {"intervalSeconds": CHECK_INTERVAL_S, "timeoutSeconds": CHECK_TIMEOUT_S,
+                            "unhealthyThreshold": 1, "healthyThreshold": 1},
             "outlierDetection": {"intervalSeconds": 0.1},
         },
         "observability": {"prices": {"dgx-h100": 30.0}, "traceSampleRatio": 0.0},
@@ -287,11 +294,27 @@ def _fault(moment: str, fault: Callable[[StandInEngine], None], s: Scenario) -> 
         time.sleep(3.0)
 
 
+def _saturate(r: StandInEngine) -> None:
+    """From 2 generations in flight the replica's /health, on the busy event loop, answers after one and a half check
+    timeouts, and a new generation (the progress check too) waits as long in its queue: it fails its checks, well
+    inside any try idle timeout."""
+    r.saturate(busy_at=2, busy_s=1.5 * CHECK_TIMEOUT_S)
+
+
 def saturated_health(s: Scenario) -> None:
-    """One replica saturated: from 2 generations in flight its /health, on the busy event loop, answers after one and
-    a half check timeouts, and a new generation (the progress check too) waits as long in its queue: it fails its
-    checks, well inside any try idle timeout."""
-    _fault("saturate", lambda r: r.saturate(busy_at=2, busy_s=1.5 * HC_S), s)
+    """One replica saturated (_saturate)."""
+    _fault("saturate", _saturate, s)
+
+
+def all_saturated(s: Scenario) -> None:
+    """Every replica saturated (_saturate) half a second in, under SATURATED_RATE for three more seconds: each fails
+    its checks, so the model has no replica passing them."""
+    with s.load(SATURATED_RATE):
+        time.sleep(0.5)
+        s.run.moments["saturate"] = time.monotonic()
+        for replica in s.pods.values():
+            _saturate(replica)
+        time.sleep(3.0)
 
 
 def replica_500(s: Scenario) -> None:
@@ -309,6 +332,7 @@ SCENARIOS: dict[str, Callable[[Scenario], None]] = {
     "rolling-update": rolling_update,
     "scale-down": scale_down,
     "saturated-health": saturated_health,
+    "all-saturated": all_saturated,
     "replica-500": replica_500,
     "engine-hang": engine_hang,
 }

@@ -4,7 +4,7 @@ address of its own and the model port every replica shares (a headless Service's
 ports). Not an engine: no tokens are computed.
 
 Behaviour, each from the engine's source at the pinned version (docs/contracts.md, "Day 2: the gateway's side",
-"Day 2: progress checks", "Day 2: model pods"; docs/serving.md, "What each engine does on SIGTERM"):
+"Day 2: progress checks", "Day 2: model pods"; docs/serving.md, "Rollouts, scale-in and drains"):
 - a generation (POST /v1/chat/completions, /v1/completions) with a JSON body (content-type application/json, else
   422: FastAPI reads the body as JSON by that header) naming a served model (else vLLM's 404 "The model `x` does not
   exist": vllm-project/vllm@v0.33.0 vllm/entrypoints/serve/engine/serving.py _check_model; Triton's 400 "Unknown

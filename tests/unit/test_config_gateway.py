@@ -75,7 +75,7 @@ def test_auth_is_read() -> None:
 def test_defaults() -> None:
     """As documented: 2-6 replicas behind a LoadBalancer, 2 s connect timeout, 2 retries within a 20 % budget, ejection
     after 3 consecutive 5xx (2 s interval, 30 s base, at most 67 %, panic under 30 %), 4096/2048/4096 circuit
-    breakers, progress checks every 2.5 s (2.5 s timeout, 2 to eject and 2 to return), 10/60/30/300 s timeouts."""
+    breakers, progress checks 2 s apart (8 s timeout, 1 to eject and 2 to return), 10/60/30/300 s timeouts."""
     for g in (_gateway(None), _gateway({})):
         assert (g.namespace, g.min_replicas, g.max_replicas, g.service_type, g.connect_timeout_seconds) == (
             "aifactory-gateway", 2, 6, "LoadBalancer", 2.0)
@@ -87,7 +87,7 @@ def test_defaults() -> None:
         assert (cb.max_connections, cb.max_pending_requests, cb.max_requests) == (4096, 2048, 4096)
         hc = g.health_check
         assert (hc.interval_seconds, hc.timeout_seconds, hc.unhealthy_threshold, hc.healthy_threshold) == (
-            2.5, 2.5, 2, 2)
+            2.0, 8.0, 1, 2)
         assert (g.request_headers_timeout_seconds, g.request_timeout_seconds, g.stream_idle_timeout_seconds,
                 g.idle_timeout_seconds) == (10.0, 60.0, 30.0, 300.0)
 
@@ -111,8 +111,10 @@ def test_replica_bounds(gateway: dict[str, Any], bounds: tuple[int, int]) -> Non
     ({"serviceType": "ExternalName"},
      ["gateway.serviceType: 'ExternalName' is not allowed; choose one of: LoadBalancer, NodePort, ClusterIP"]),
     ({"replicas": 3}, [f"gateway.replicas: unknown key; allowed keys: {', '.join(KEYS)}"]),
-    ({"healthCheck": {"intervalSeconds": 2, "timeoutSeconds": 3}},
-     ["gateway.healthCheck.timeoutSeconds: 3.0 is above the maximum 2"]),
+    ({"healthCheck": {"intervalSeconds": 2, "timeoutSeconds": 9}},
+     ["gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 11 s, above 10 s: a replica "
+      "that stops answering would still get new requests after its pod's preStop wait "
+      "(components.k8s.defaults.GATEWAY_DETECTION_SECONDS); lower one of them"]),
     ({"retries": {"tries": 3}}, ["gateway.retries.tries: unknown key; allowed keys: attempts, budgetPercent"]),
     ({"outlierDetection": {"ejections": 3}},
      ["gateway.outlierDetection.ejections: unknown key; allowed keys: consecutive5xx, intervalSeconds, "

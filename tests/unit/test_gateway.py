@@ -161,8 +161,12 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
             "name": "envoy.load_balancing_policies.least_request",
             "typed_config": {"@type": "type.googleapis.com/envoy.extensions.load_balancing_policies.least_request.v3."
                                       "LeastRequest", "selection_method": "N_CHOICES", "choice_count": 4}}}]}
-    # no panic mode: a replica failing its checks takes no request
-    assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 0}, "update_merge_window": "0s"}
+    # panic only when no replica passes (below 1% of 100 or fewer): a saturated model queues instead of answering 503;
+    # a variant none of whose replicas passes sends its tries to its workload's next variant instead (no panic)
+    assert c["common_lb_config"] == {"healthy_panic_threshold": {"value": 1}, "update_merge_window": "0s"}
+    prod = stack_config("prod")
+    variant = next(m for m in prod.models.values() if m.variant is not None)
+    assert ec.model_cluster(prod, variant)["common_lb_config"]["healthy_panic_threshold"] == {"value": 0}
     # no check resets tries any more: the stack's retry budget (gateway.retries.budgetPercent, default 20)
     assert c["circuit_breakers"]["thresholds"] == [{
         "priority": "DEFAULT", "max_connections": 4096, "max_pending_requests": 2048, "max_requests": 4096,
@@ -172,27 +176,29 @@ def test_model_cluster_balancing_breakers_and_ejection() -> None:
                                       "consecutive_gateway_failure": 3, "enforcing_consecutive_gateway_failure": 100,
                                       "interval": "2s", "base_ejection_time": "30s", "max_ejection_percent": 67,
                                       "successful_active_health_check_uneject_host": False}
-    # progress checks every 2.5 s (a 1-token completion: tests/unit/test_progress_checks.py); replicas held unhealthy
-    # (and a new gateway's, before traffic) re-checked every second
+    # progress checks 2 s after the last one's answer (a 1-token completion: tests/unit/test_progress_checks.py), one
+    # that waits 8 s without a token takes the replica out; replicas held unhealthy (and a new gateway's, before
+    # traffic) re-checked every second
     hc = c["health_checks"][0]
     assert {k: v for k, v in hc.items() if k != "http_health_check"} == {
-        "timeout": "2.500s", "interval": "2.500s", "no_traffic_interval": "1s", "no_traffic_healthy_interval": "2.500s",
-        "unhealthy_interval": "1s", "unhealthy_threshold": 2, "healthy_threshold": 2}
+        "timeout": "8s", "interval": "2s", "no_traffic_interval": "1s", "no_traffic_healthy_interval": "2s",
+        "unhealthy_interval": "1s", "unhealthy_threshold": 1, "healthy_threshold": 2}
     assert hc["http_health_check"]["path"] == "/v1/completions"
 
 
 def test_the_gateway_stops_sending_to_a_departing_or_failing_replica_within_the_pods_prestop_contract() -> None:
     """components.k8s.defaults.GATEWAY_DETECTION_SECONDS: the model pods' preStop outwaits it. A record gone: CoreDNS
-    answers it for its TTL (5 s), then the next refresh (5 s) drops the host; a replica that stops producing: 2
-    progress checks of 2.5 s timeout, each at most 2.5 s after the previous one. Every shipped stack meets it, and a
+    answers it for its TTL (5 s), then the next refresh (5 s) drops the host; a replica that stops producing: 1
+    progress check of 8 s timeout, at most 2 s after the previous one. Every shipped stack meets it, and a
     stack whose checks would not is refused, naming the key."""
     assert replicas.dns_detection_seconds() == 10 <= GATEWAY_DETECTION_SECONDS
     for env in ("dev", "staging", "prod", "onprem"):
         hc = stack(env).gateway.health_check
         assert hc.detection_seconds == 10.0 <= GATEWAY_DETECTION_SECONDS, env
     with pytest.raises(ConfigError) as err:
-        stack_config("dev", gateway={**stack_raw("dev")["gateway"], "healthCheck": {"intervalSeconds": 5}})
-    assert "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 15 s, above 10 s" in str(
+        stack_config("dev", gateway={**stack_raw("dev")["gateway"], "healthCheck": {"intervalSeconds": 5,
+                                                                                     "timeoutSeconds": 8}})
+    assert "gateway.healthCheck: unhealthyThreshold x (timeoutSeconds + intervalSeconds) is 13 s, above 10 s" in str(
         err.value)
 
 

@@ -155,7 +155,7 @@ class OutlierDetectionArgs(TypedDict):
     max_ejection_percent: NotRequired[int]
     """Default: 67."""
     panic_threshold_percent: NotRequired[float]
-    """No longer applied (models have no panic mode: docs/gateway.md). Default: 30."""
+    """No longer applied (a model panics only when none of its replicas passes: docs/gateway.md). Default: 30."""
 
 
 class CircuitBreakersArgs(TypedDict):
@@ -173,11 +173,11 @@ class HealthCheckArgs(TypedDict):
     """Envoy's active health check of each replica."""
 
     interval_seconds: NotRequired[float]
-    """Default: 5."""
+    """Default: 2."""
     timeout_seconds: NotRequired[float]
-    """Default: 2."""
+    """Default: 8 (a progress check waits in a saturated engine's queue: docs/gateway.md, "Day 2")."""
     unhealthy_threshold: NotRequired[int]
-    """Default: 2."""
+    """Default: 1."""
     healthy_threshold: NotRequired[int]
     """Default: 2."""
 

@@ -7,7 +7,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from components.k8s.defaults import DEFAULT_GATEWAY_NAMESPACE, DEFAULT_HEALTH_CHECK_SECONDS
+from components.k8s.defaults import (
+    DEFAULT_GATEWAY_NAMESPACE,
+    DEFAULT_HEALTH_CHECK_INTERVAL_SECONDS,
+    DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS,
+    DEFAULT_HEALTH_CHECK_UNHEALTHY_THRESHOLD,
+)
 from components.k8s.settings.base import DNS_LABEL_PATTERN, NOT_A_DNS_LABEL, SecretRef, setting
 from components.k8s.settings.tenants import TokenBudget
 
@@ -132,10 +137,10 @@ class OutlierDetection:
     max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's ready replicas is "
                                                              "ejected at once, percent.")
     panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
-                                                                    "stay valid: models have no panic mode "
+                                                                    "stay valid: a model balances over all its "
+                                                                    "replicas only when none passes its checks "
                                                                     "(docs/gateway.md). Was: below this share of "
-                                                                    "healthy replicas Envoy balanced over all of "
-                                                                    "them, percent.")
+                                                                    "healthy replicas, percent.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +152,22 @@ class CircuitBreakers:
 
 @dataclass(frozen=True, slots=True)
 class HealthCheck:
-    """The gateway's active health checks of each replica. They only steer new requests: a replica that fails them
-    gets no new request, and its requests in flight run to their end. unhealthyThreshold x (timeoutSeconds +
-    intervalSeconds) must be at most components.k8s.defaults.GATEWAY_DETECTION_SECONDS (10), which the model pods'
-    preStop outwaits."""
+    """The gateway's active health checks of each replica: progress checks (a generation), which on vLLM and Triton
+    wait in the engine's queue. They only steer new requests: a replica that fails them gets no new request, and its
+    requests in flight run to their end. unhealthyThreshold x (timeoutSeconds + intervalSeconds) must be at most
+    components.k8s.defaults.GATEWAY_DETECTION_SECONDS (10), which the model pods' preStop outwaits. The defaults (one
+    check of 8 s, every 2 s) take out a replica that produced nothing for 8 s, not one whose queue is long
+    (docs/gateway.md, "Day 2")."""
 
-    interval_seconds: float = setting(DEFAULT_HEALTH_CHECK_SECONDS, ge=0.01, le=5,
-                                      doc="Seconds between the gateway's active health checks of each replica.")
-    timeout_seconds: float = setting(DEFAULT_HEALTH_CHECK_SECONDS, ge=0.01, derived=True,
-                                     doc="Seconds a health check may take; at most intervalSeconds (default: 2.5, or "
-                                         "intervalSeconds when that is shorter).")
-    unhealthy_threshold: int = setting(2, ge=1, le=10, doc="Failed checks that take a replica out of new "
-                                                           "requests.")
+    interval_seconds: float = setting(DEFAULT_HEALTH_CHECK_INTERVAL_SECONDS, ge=0.01, le=5,
+                                      doc="Seconds from a health check's answer (or timeout) to the next one.")
+    timeout_seconds: float = setting(DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS, ge=0.01, derived=True,
+                                     doc="Seconds a health check (a 1-token generation, which waits in a saturated "
+                                         "engine's queue) may take (default: 8, or the longest that keeps "
+                                         "unhealthyThreshold x (timeoutSeconds + intervalSeconds) within 10 s).")
+    unhealthy_threshold: int = setting(DEFAULT_HEALTH_CHECK_UNHEALTHY_THRESHOLD, ge=1, le=10,
+                                       doc="Failed checks in a row that take a replica out of new requests (an "
+                                           "error status takes it out at once).")
     healthy_threshold: int = setting(2, ge=1, le=10, doc="Passed checks that bring it back.")
 
     @property

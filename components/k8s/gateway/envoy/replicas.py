@@ -26,8 +26,13 @@ Two decisions, two speeds (docs/gateway.md, "Day 2"):
   the saturated peers. A try ends when the replica ends it (a reset, an error: retried elsewhere), when it is
   silent past the try idle timeout (streamed tries), or at the route timeout.
 
-Panic: never. A panic threshold would send tries to replicas failing their checks; a model whose health endpoint
-fails on every replica answers 503 (no healthy upstream) until one passes again.
+Panic: only when no replica passes. While at least one replica of the model passes its checks (and is not
+ejected), new requests go to those only; when none does (every replica saturated past the check's timeout, or all
+hung), Envoy spreads new requests over all of them (panic mode, PANIC_WHEN_NONE_PASSES) instead of answering 503 no
+healthy upstream: saturation sheds no work, it queues. The cost: a hung replica gets its share too while no replica
+passes (a model of one replica that hangs: its requests wait for their try idle or route timeout instead of a 503).
+A variant has no panic mode (NO_PANIC): with none of its replicas passing, its tries fail at once behind its gate and
+go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it.
 
 Sources (Envoy v1.40.0 API): Cluster.ignore_health_on_host_removal, CommonLbConfig.healthy_panic_threshold,
 OutlierDetection https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto,
@@ -58,6 +63,7 @@ from components.k8s.gateway.envoy.base import (
 from components.k8s.settings import Model
 
 __all__ = [
+    "PANIC_WHEN_NONE_PASSES",
     "NO_PANIC",
     "COREDNS_TTL_SECONDS",
     "RECHECK_SECONDS",
@@ -68,7 +74,14 @@ __all__ = [
     "model_cluster",
 ]
 
-NO_PANIC = {"healthy_panic_threshold": {"value": 0}}
+# Panic mode below 1% of the model's hosts passing: with up to 100 replicas, only when none passes. Envoy compares the
+# share of healthy (plus degraded) hosts, in percent, with the threshold and balances over every host below it, those
+# failing their checks and those ejected alike (envoyproxy/envoy@v1.40.0
+# source/extensions/load_balancing_policies/common/load_balancer_impl.cc, `LoadBalancerBase::isHostSetInPanic`; the
+# least-request and Maglev policies read the cluster's common_lb_config.healthy_panic_threshold: their config.cc).
+# 0 (before) answered 503 for every request while all replicas failed their checks: a saturated model's outage.
+PANIC_WHEN_NONE_PASSES = {"healthy_panic_threshold": {"value": 1}}
+NO_PANIC = {"healthy_panic_threshold": {"value": 0}}  # a variant's: its workload's next variant serves instead
 # How long CoreDNS may answer a record after its endpoint left the Service: the kubernetes plugin's default TTL
 # (coredns/coredns plugin/kubernetes/README.md, `ttl`: "default is 5 seconds"), which its cache honours.
 COREDNS_TTL_SECONDS = 5
@@ -100,8 +113,11 @@ def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
     gateway's before their first passing checks, a starting, failing or hung replica) every RECHECK_SECONDS.
 
     Failing it only steers: no new request goes to the replica until it passes healthyThreshold checks again (it
-    produces again); what it holds drains (module docstring). Every replica failing at once (all saturated past the
-    check's timeout, or all hung) leaves the model no healthy host: new requests get 503 (no panic)."""
+    produces again); what it holds drains (module docstring). Its verdict means "no progress", not "one slow request"
+    (defaults: unhealthyThreshold 1, timeout 8 s: components.k8s.defaults.DEFAULT_HEALTH_CHECK_TIMEOUT_SECONDS): the
+    check waits in a saturated vLLM or Triton engine's queue, and only a replica whose 1-token request waited longer
+    than any sane queue is steered away. Every replica failing at once (all saturated past it, or all hung): panic,
+    new requests spread over all of them (PANIC_WHEN_NONE_PASSES), none answered 503."""
     hc = cfg.gateway.health_check
     recheck = _seconds(min(RECHECK_SECONDS, hc.interval_seconds))
     check = ENGINES[model.engine].progress_check(model)
@@ -139,10 +155,11 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # bounded load (envoy_affinity), hashing each replica by its address.
         "load_balancing_policy": affinity.load_balancing_policy(model)
         if model.session_affinity_balance_factor is not None else failures.least_request_policy(),
-        # No panic mode (module docstring). Host health changes are applied at once: with the default 1 s merge
-        # window a second ejection right after the first waits up to a second while the replica keeps taking (and
-        # failing) requests.
-        "common_lb_config": {**NO_PANIC, "update_merge_window": "0s"},
+        # Panic only when no replica passes, never for a variant (module docstring). Host health changes are applied
+        # at once: with the default 1 s merge window a second ejection right after the first waits up to a second
+        # while the replica keeps taking (and failing) requests.
+        "common_lb_config": {**(PANIC_WHEN_NONE_PASSES if model.variant is None else NO_PANIC),
+                             "update_merge_window": "0s"},
         # a replica whose record is gone takes no new request, however well it answers its checks (a pod in its
         # preStop answers them)
         "ignore_health_on_host_removal": True,
