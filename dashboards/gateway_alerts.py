@@ -3,9 +3,11 @@ clusters `<workload>__<variant>`), from the cluster stats the gateway's stats li
 (telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept).
 
 - GatewayModelUnavailable: no replica of a model is healthy at the gateway. A model's cluster has one host per
-  ready replica, each healthy while its replica passes its health checks and is not ejected, with no panic mode
-  (components/k8s/gateway/envoy/replicas.py), so with none healthy Envoy answers each request itself: 503 "no
-  healthy upstream" (flag UH), no try made. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
+  ready replica, each healthy while its replica passes its health checks and is not ejected. When none passes, a
+  model's cluster is in panic (healthy_panic_threshold 1%: components/k8s/gateway/envoy/replicas.py) and still sends
+  each request to its replicas (a saturated model keeps serving); Envoy answers a request itself, 503 "no healthy
+  upstream" (flag UH), no try made, when the model has no ready replica at all (its Service publishes none), or for
+  a variant (no panic) when none passes. Two Envoy v1.40.0 stats say it: the gauge `membership_healthy` ("Current
   cluster healthy total (inclusive of both health checking and outlier detection)",
   envoyproxy/envoy@v1.40.0:docs/root/configuration/upstream/cluster_manager/cluster_stats.rst) is 0, and the counter
   `upstream_cx_none_healthy` counts each request that found no host (source/common/upstream/cluster_manager_impl.cc,
@@ -162,7 +164,7 @@ def _unavailable_alerts(cfg: ObservabilityConfig) -> list[Alert]:
                 "GatewayModelUnavailable", _unless_expected(_refusing(cfg, group)), "critical", summary=summary,
                 description=f"For {for_} the gateway has answered {{{{ $value }}}} requests/s to model "
                             "{{ $labels.envoy_cluster_name }} with 503 no healthy upstream (flag UH), from gateway "
-                            "pods that see none of its replicas passing its health checks (or all ejected): clients "
+                            "pods that see no ready replica of it (a variant: none passing its health checks): clients "
                             f"are refused.{why}",
                 runbook_url=runbook(cfg, "GatewayModelUnavailable"), for_=for_))
     quiet = names([m for m in cfg.models if m.min_replicas >= 1])
@@ -175,7 +177,8 @@ def _unavailable_alerts(cfg: ObservabilityConfig) -> list[Alert]:
             summary="Model {{ $labels.envoy_cluster_name }} has no healthy replica at the gateway",
             description=f"For {NO_REPLICA_FOR} no gateway pod has seen a replica of model "
                         "{{ $labels.envoy_cluster_name }} pass its health checks (or one not ejected), and none has "
-                        "refused a request to it: a model's next request gets 503 no healthy upstream; a variant's "
+                        "refused a request to it: a model's requests still go to its replicas (panic: saturated, or "
+                        "hung and answered by timeouts, which GatewayServerErrorRatioHigh counts); a variant's "
                         "requests go to its workload's next variant instead.",
             runbook_url=runbook(cfg, "GatewayModelUnavailable"), for_=NO_REPLICA_FOR))
     return out

@@ -46,11 +46,12 @@ bounded by a retry budget; a streamed generation resets the idle timer with ever
 run up to `timeoutSeconds`. A JSON body that does not ask to
 stream (`"stream"` absent or false) takes the route's "/unstreamed" twin, whose tries may stay silent for
 the whole `timeoutSeconds`: such an answer says nothing until it is complete. Active health checks on the
-engine's health endpoint steer new requests away from a replica that fails them (its requests in flight finish);
+engine's progress check (a 1-token generation) steer new requests away from a replica that fails them (its
+requests in flight finish);
 outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
 until their next passing check (envoy_replicas.outlier_detection); a second replica's 500 ends the request as
 500, not retried nor counted against that replica, and a 500 its engine says the request is at fault for as 422
-(envoy_failures); no panic mode;
+(envoy_failures); panic (every replica gets requests) only when none passes, never for a variant;
 LEAST_REQUEST of four random choices keeps traffic off slow replicas and lets a retry leave a failing one (Maglev
 with bounded load where a model has session affinity: components/k8s/gateway/envoy/affinity.py). The route's idle
 timeout is the model's `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
