@@ -36,6 +36,9 @@ LARGE_BODY = 7 * 1024 * 1024  # declared, never sent: under the largest limit, p
 MAX_TOKEN_LIFETIME_S = 3600
 REQUEST_TIMEOUT_S = 20.0  # the gateway's 408 for a body never sent: far beyond every read below
 ANSWER_WAIT_S = 5.0  # how long a test waits for an answer sent before the body (bounded; not a speed claim)
+# How long a test waits to see that no answer comes before the body: the gateway's refusals before a body come
+# within milliseconds here (the cases above), so a second of silence says it awaits the body.
+NO_ANSWER_WAIT_S = 1.0
 HC_INTERVAL_S, HC_TIMEOUT_S, HC_UNHEALTHY = 0.5, 0.5, 2  # fake replicas on a busy machine may answer late
 POOL_TIMEOUT_S = 8  # the `pool` model's timeoutSeconds: the route timeout a hung try would wait for
 POOL_REQUESTS = 60
@@ -99,13 +102,13 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
         yield Gateway(cfg, envoy, backends, issuer)
 
 
-def _answer_before_body(port: int, head: str) -> tuple[int | None, bytes]:
+def _answer_before_body(port: int, head: str, *, wait_s: float = ANSWER_WAIT_S) -> tuple[int | None, bytes]:
     """Send the request line and headers `head` (which declare a body), none of the body, and read the answer:
-    (status, body), or (None, b"") when none comes within ANSWER_WAIT_S."""
+    (status, body), or (None, b"") when none comes within `wait_s`."""
     with socket.create_connection(("127.0.0.1", port), timeout=0.2) as sock:
         sock.sendall(head.encode() + b"\r\n")
         data = b""
-        deadline = time.monotonic() + ANSWER_WAIT_S
+        deadline = time.monotonic() + wait_s
         while time.monotonic() < deadline:
             head_end = data.find(b"\r\n\r\n")
             if head_end >= 0:
@@ -243,7 +246,7 @@ def test_a_body_routed_request_past_every_models_limit_gets_413_before_its_body(
     assert status == 401
     # under it, the body is awaited (it could name a model that takes it): no answer before the body
     status, _ = _answer_before_body(gateway.port, _head("POST", "/v1/chat/completions", length=largest,
-                                                        authorization=gateway.auth()))
+                                                        authorization=gateway.auth()), wait_s=NO_ANSWER_WAIT_S)
     assert status is None
     assert {m: gateway.hits(m) for m in BACKENDS} == before
 
