@@ -141,17 +141,3 @@ def test_openais_sdk_retries_the_clients_500_and_not_the_engines_422(status: int
     client = SyncAPIClient(version="test", base_url="http://127.0.0.1:1", _strict_response_validation=False)
     response = httpx.Response(status, request=httpx.Request("POST", "http://127.0.0.1:1/v1/chat/completions"))
     assert client._should_retry(response) is retried
-
-
-def test_panic_when_no_replica_passes_except_for_variants_with_a_next_variant() -> None:
-    """prod: every model's cluster goes into panic when none of its replicas passes its checks (1%), so saturation
-    queues instead of answering 503; a variant does not (its tries go to the workload's next variant), except its
-    workload's last resort, the slowest variant, which every other decision tries last: assistant-steady after
-    assistant-fast, finance-8b after finance-8b-bf16 (second review round: with no panic there, a workload whose
-    variants were all saturated answered 503)."""
-    cfg = stack_config("prod")
-    panic = {c["name"]: c["common_lb_config"]["healthy_panic_threshold"]["value"] for c in _model_clusters(cfg)}
-    variants = {m.name for m in cfg.models.values() if m.variant is not None}
-    assert {n: v for n, v in panic.items() if n in variants} == {"assistant-fast": 0, "assistant-steady": 1,
-                                                                  "finance-8b": 1, "finance-8b-bf16": 0}
-    assert {v for n, v in panic.items() if n not in variants} == {1}

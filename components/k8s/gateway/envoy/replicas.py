@@ -32,9 +32,7 @@ hung), Envoy spreads new requests over all of them (panic mode, PANIC_WHEN_NONE_
 healthy upstream: saturation sheds no work, it queues. The cost: a hung replica gets its share too while no replica
 passes (a model of one replica that hangs: its requests wait for their try idle or route timeout instead of a 503).
 A variant has no panic mode (NO_PANIC): with none of its replicas passing, its tries fail at once behind its gate and
-go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it; except the
-workload's last resort (variants.last_resort: the slowest, tried last by every decision that chose another), which
-has no next variant: it keeps panic mode, so a workload whose variants are all saturated still serves.
+go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it.
 
 Sources (Envoy v1.40.0 API): Cluster.ignore_health_on_host_removal, CommonLbConfig.healthy_panic_threshold,
 OutlierDetection https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto,
@@ -50,7 +48,7 @@ from typing import Any
 from components.k8s import naming
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy import affinity as affinity
-from components.k8s.gateway.envoy import failures, variants
+from components.k8s.gateway.envoy import failures
 from components.k8s.gateway.envoy.base import (
     DEFAULT_DNS_REFRESH_SECONDS,
     DEFAULT_MIN_RETRY_CONCURRENCY,
@@ -157,12 +155,10 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # bounded load (envoy_affinity), hashing each replica by its address.
         "load_balancing_policy": affinity.load_balancing_policy(model)
         if model.session_affinity_balance_factor is not None else failures.least_request_policy(),
-        # Panic only when no replica passes, never for a variant but the workload's last resort (module docstring).
-        # Host health changes are applied at once: with the default 1 s merge window a second ejection right after
-        # the first waits up to a second
+        # Panic only when no replica passes, never for a variant (module docstring). Host health changes are applied
+        # at once: with the default 1 s merge window a second ejection right after the first waits up to a second
         # while the replica keeps taking (and failing) requests.
-        "common_lb_config": {**(PANIC_WHEN_NONE_PASSES if model.variant is None or variants.last_resort(cfg, model)
-                                else NO_PANIC),
+        "common_lb_config": {**(PANIC_WHEN_NONE_PASSES if model.variant is None else NO_PANIC),
                              "update_merge_window": "0s"},
         # a replica whose record is gone takes no new request, however well it answers its checks (a pod in its
         # preStop answers them)

@@ -222,17 +222,6 @@ def overflow_order(w: Workload, chosen: Model) -> list[Model]:
     return [chosen, *rest]
 
 
-def last_resort(cfg: GatewayView, model: Model) -> bool:
-    """Whether `model` is its workload's last resort: the variant that every decision choosing another tries last
-    (the slowest: overflow_order), after which no variant is left to overflow to. Its cluster keeps panic mode
-    (components.k8s.gateway.envoy.replicas): when none of its replicas passes its checks (all saturated), its tries
-    queue on them instead of failing with 503."""
-    for w in workloads(cfg):
-        if model in w.variants:
-            return sorted(w.variants, key=_latency_ms)[-1] is model
-    return False
-
-
 def overflow_retries(cfg: GatewayView, w: Workload) -> int:
     """The tries of one decision that may overflow at once: as many as the workload's variants take at once (the sum
     of their circuit breakers, variant.maxRequests or gateway.circuitBreakers.maxRequests), so that the variants'
