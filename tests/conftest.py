@@ -44,11 +44,10 @@ ALONE_FILES = ("tests/artifacts/test_envoy_live.py", "tests/artifacts/test_envoy
 
 
 # The files that take longest, longest first (per-file sums of `pytest --junitxml` on the development machine). The
-# suite runs them first, after the ALONE_FILES: `make test` hands files to the workers in collection order
-# (--no-loadscope-reorder), so the run ends on short files and no worker idles while another finishes a long one
-# (xdist's own order is by number of tests, which put a one-test 27 s promtool file and the eval files last).
-# Files not listed follow in their usual order; a stale entry costs balance, never a test
-# (tests/unit/test_conftest_order.py checks they exist).
+# suite runs them first: `make test` hands files to the workers in collection order (--no-loadscope-reorder), so
+# the run ends on short files and no worker idles while another finishes a long one (xdist's own order is by
+# number of tests, which put a one-test 27 s promtool file and the eval files last). Files not listed follow in
+# their usual order; a stale entry costs balance, never a test (tests/unit/test_conftest_order.py checks they exist).
 LONGEST_FIRST = (
     "tests/unit/test_cli.py",
     "tests/unit/test_fidelity_known_answers.py",
@@ -81,10 +80,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.nodeid.startswith(SLOW_DIRS) or item.nodeid.partition("[")[0] in SLOW_TESTS:
             item.add_marker(pytest.mark.slow)
-    # The ALONE_FILES first of all: at the start no other test is in flight, so each takes the run's lock at once
-    # and they run back to back; later, each would first wait for the other workers' tests in flight (as long as
-    # the longest of them) with every worker idle.
-    rank = {path: i for i, path in enumerate((*ALONE_FILES, *(p for p in LONGEST_FIRST if p not in ALONE_FILES)))}
+    rank = {path: i for i, path in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.nodeid.partition("::")[0], len(rank)))  # stable: a file stays whole
 
 
