@@ -39,8 +39,9 @@ from tests.support.day2 import (
     raw_stack,
     scenario,
 )
+from tests.support.fake_backends import ENVOY_CHECKER
 from tests.support.processes import free_port
-from tests.support.standin_engines import CHECKER, STANDIN_ENGINES, StandInEngine
+from tests.support.standin_engines import STANDIN_ENGINES, StandInEngine
 
 MIN_SUCCESS = 0.999
 MARGIN_S = 0.5  # scheduling on a busy 2-core machine: added to bounds taken from the configuration
@@ -215,7 +216,7 @@ def _ask(replica: StandInEngine, method: str, path: str, body: bytes = b"", time
     conn = http.client.HTTPConnection(replica.host, replica.port, timeout=timeout)
     try:
         conn.request(method, path, body=body or None, headers={
-            "user-agent": CHECKER, **({"content-type": "application/json"} if body else {})})
+            "user-agent": ENVOY_CHECKER, **({"content-type": "application/json"} if body else {})})
         return conn.getresponse().status
     except (OSError, http.client.HTTPException):
         return None

@@ -47,10 +47,9 @@ from components.k8s.gateway.envoy.failures import (
 from infra.config import parse
 from tests.support.budget_service import BudgetService
 from tests.support.envoy import start_gateway
-from tests.support.fake_backends import EnvoyProcess, free_port, send_json
+from tests.support.fake_backends import ENVOY_CHECKER, EnvoyProcess, free_port, send_json
 from tests.support.processes import ServedInThread
 from tests.support.redis_server import RedisServer
-from tests.support.standin_engines import CHECKER
 from tests.support.tokens import Issuer
 
 ISSUER = "https://issuer.failures/realms/aifactory"
@@ -79,7 +78,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:  # noqa: N802
         body = self._body()
-        if self.headers.get("user-agent") == CHECKER:  # the gateway's progress check: a generation that succeeds
+        if self.headers.get("user-agent") == ENVOY_CHECKER:  # the gateway's progress check: a generation that succeeds
             self._send(200, json.dumps({"choices": [{"text": "ok"}]}).encode())
             return
         with self.server.lock:

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tests.bench.affinity_model import DEFAULT_TIMING, Replica, Request, Session, StepRecord, TimingModel
-from tests.support.fake_backends import ENVOY_CHECKER, HEALTH_PATHS
+from tests.support.fake_backends import is_gateway_check
 
 __all__ = ["Clock", "LiveReplica", "run_sessions"]
 
@@ -139,7 +139,7 @@ class LiveReplica:
                 body = await reader.readexactly(int(headers.get("content-length", "0")))
                 if self.failed:
                     return
-                if path in HEALTH_PATHS or headers.get("user-agent") == ENVOY_CHECKER:  # the gateway's checks
+                if is_gateway_check(path, headers):
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     continue
                 b = json.loads(body)["bench"]

@@ -45,7 +45,7 @@ from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
 from telemetry import Telemetry
 from tests.support.envoy import await_replicas, rebind
-from tests.support.fake_backends import ENVOY_CHECKER, HEALTH_PATHS, EnvoyProcess, free_port, send_json
+from tests.support.fake_backends import EnvoyProcess, free_port, is_gateway_check, send_json
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 
 SEEDS = (15, 16, 17)  # default: three seeds
@@ -81,7 +81,7 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("content-length") or 0)
         if length:
             self.rfile.read(length)
-        if self.path in HEALTH_PATHS or self.headers.get("user-agent") == ENVOY_CHECKER:  # the gateway's checks
+        if is_gateway_check(self.path, self.headers):
             return self._send(200, b"")
         srv = self.server
         with srv.lock:

@@ -38,7 +38,7 @@ from components.k8s.gateway.envoy.config import HEALTH_PATHS as ENGINE_HEALTH_PA
 from tests.support.processes import die_with_parent, free_port, stop_process
 
 __all__ = ["Behaviour", "FakeBackend", "EnvoyProcess", "ENVOY", "ENVOY_CHECKER", "request", "free_port", "HEALTH_PATHS",
-           "send_json", "answered_gateway_check"]
+           "send_json", "is_gateway_check", "answered_gateway_check"]
 
 ENVOY = Path(sys.executable).with_name("envoy")
 START_TIMEOUT_S = 15.0
@@ -72,6 +72,12 @@ def send_json(handler: BaseHTTPRequestHandler, status: int, body: bytes) -> None
     handler.wfile.write(body)
 
 
+def is_gateway_check(path: str, headers: Any) -> bool:
+    """Whether a request is one of the gateway's checks: an engine's liveness path, or Envoy's active health check
+    (ENVOY_CHECKER: the progress checks are generations on the OpenAI paths)."""
+    return path in HEALTH_PATHS or headers.get("user-agent") == ENVOY_CHECKER
+
+
 def answered_gateway_check(handler: BaseHTTPRequestHandler) -> bool:
     """For a fake engine whose point is not its checks: answer the gateway's progress check (a generation from
     ENVOY_CHECKER, components.k8s.engines ProgressCheck) as a healthy engine does, 200 with a one-token completion,
@@ -101,7 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._reset()
             return
         behaviour = srv.behaviour
-        health = self.path in HEALTH_PATHS or self.headers.get("user-agent") == ENVOY_CHECKER  # the gateway's checks
+        health = is_gateway_check(self.path, self.headers)
         with srv.lock:
             if health:
                 srv.health_hits += 1

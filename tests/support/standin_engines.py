@@ -48,8 +48,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from components.k8s.engines import ENGINES
+from tests.support.fake_backends import ENVOY_CHECKER
 
-__all__ = ["StandInEngine", "STANDIN_ENGINES", "GENERATION_PATHS", "CHECKER"]
+__all__ = ["StandInEngine", "STANDIN_ENGINES", "GENERATION_PATHS"]
 
 STANDIN_ENGINES = ("vllm", "sglang", "triton")
 # What a body naming a model the engine does not serve gets (None: served all the same)
@@ -58,14 +59,13 @@ GENERATION_PATHS = ("/v1/chat/completions", "/v1/completions")
 HOLD_LIMIT_S = 60.0  # a hung generation gives up after this (or when the replica stops): bounded
 # The user agent of Envoy's health checks (envoyproxy/envoy@v1.40.0 source/common/http/headers.h
 # UserAgentValues.EnvoyHealthChecker): a stand-in serves them as any request and only counts them apart.
-CHECKER = "Envoy/HC"
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True
     server: _Server
-    _check = False  # the request is the gateway's check (user agent CHECKER)
+    _check = False  # the request is the gateway's check (user agent ENVOY_CHECKER)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence per-request logs
         pass
@@ -125,7 +125,7 @@ class _Handler(BaseHTTPRequestHandler):
             status, message = unknown
             self._json(status, {"error": {"message": message.format(body.get("model")), "code": status}})
             return
-        check = self._check = self.headers.get("user-agent") == CHECKER
+        check = self._check = self.headers.get("user-agent") == ENVOY_CHECKER
         with engine.lock:
             (engine.check_arrivals if check else engine.arrivals).append(time.monotonic())
             queued = engine.in_flight >= engine.busy_at
@@ -241,7 +241,7 @@ class StandInEngine:
         self.busy_at, self.busy_s = 10**9, 0.0  # never busy until `saturate`
         self.lock = threading.Lock()
         self.arrivals: list[float] = []  # monotonic time of each generation request it received (not a check)
-        self.check_arrivals: list[float] = []  # and of each of the gateway's progress checks (user agent CHECKER)
+        self.check_arrivals: list[float] = []  # and of each of the gateway's progress checks (user agent ENVOY_CHECKER)
         self.in_flight = self.completed = self.aborted_requests = self.health_checks = 0
         self.failing = False
         self.running = threading.Event()  # cleared while the engine core is stuck

@@ -13,7 +13,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.support.fake_backends import ENVOY_CHECKER, HEALTH_PATHS, send_json
+from tests.support.fake_backends import is_gateway_check, send_json
 from tests.support.processes import ServedInThread
 
 __all__ = ["UsageEngine"]
@@ -34,7 +34,7 @@ class _Handler(BaseHTTPRequestHandler):
         e = self.server.engine
         body = self.rfile.read(int(self.headers.get("content-length") or 0)) if "content-length" in self.headers \
             else self._chunked()
-        if self.path in HEALTH_PATHS or self.headers.get("user-agent") == ENVOY_CHECKER:  # the gateway's checks
+        if is_gateway_check(self.path, self.headers):
             send_json(self, 200, b"")
             return
         req = json.loads(body or b"{}")
