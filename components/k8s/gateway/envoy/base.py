@@ -21,6 +21,7 @@ __all__ = [
     "collector_host",
     "retriable_status_codes",
     "route_name",
+    "skipped_when",
 ]
 
 
@@ -219,3 +220,18 @@ def max_requests_of(gateway: GatewaySettings, model: Model) -> int:
     gateway.circuitBreakers.maxRequests. Past it, a variant's tries overflow to the next variant."""
     return model.variant.max_requests if model.variant and model.variant.max_requests else \
         gateway.circuit_breakers.max_requests
+
+
+# ExtensionWithMatcher's action that skips the wrapped filter for a stream
+# (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/common/matcher/action/v3/skip_action.proto)
+_SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
+
+
+def skipped_when(name: str, extension: str, typed_config: dict[str, Any], predicate: dict[str, Any]) -> dict[str, Any]:
+    """HTTP filter `extension` (its `typed_config`) named `name`, skipped for every stream that `predicate` matches
+    (ExtensionWithMatcher: envoyproxy/envoy@v1.40.0 api/envoy/extensions/common/matching/v3/extension_matcher.proto):
+    on those it does not run at all."""
+    return {"name": name, "typed_config": {
+        "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
+        "extension_config": {"name": extension, "typed_config": typed_config},
+        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": predicate, "on_match": {"action": _SKIP}}]}}}}

@@ -42,7 +42,7 @@ import json
 from typing import Any
 
 from components.k8s.gateway.budgets import names
-from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds
+from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds, skipped_when
 from components.k8s.settings import TokenBudget
 from telemetry.names import BUDGET
 
@@ -90,7 +90,6 @@ BUDGET_STORE_TIMEOUT_S = 0.5
 BUDGET_MESSAGE_TIMEOUT_S = 1.0
 BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
 ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
-_SKIP = {"name": "skip", "typed_config": {"@type": _T + "extensions.filters.common.matcher.action.v3.SkipFilter"}}
 
 
 def budgets_host(cfg: GatewayView) -> str:
@@ -154,10 +153,7 @@ def _tenants_predicate(tenants: list[str]) -> dict[str, Any]:
 
 
 def _matched(name: str, ext_proc: dict[str, Any], skip_when: dict[str, Any]) -> dict[str, Any]:
-    return {"name": name, "typed_config": {
-        "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
-        "extension_config": {"name": "envoy.filters.http.ext_proc", "typed_config": ext_proc},
-        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": skip_when, "on_match": {"action": _SKIP}}]}}}}
+    return skipped_when(name, "envoy.filters.http.ext_proc", ext_proc, skip_when)
 
 
 def budget_filters(cfg: GatewayView) -> list[dict[str, Any]]:

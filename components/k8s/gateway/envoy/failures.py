@@ -60,8 +60,7 @@ from __future__ import annotations
 from typing import Any
 
 from components.k8s.engines import ENGINES
-from components.k8s.gateway.envoy.base import _T
-from components.k8s.gateway.envoy.budgets import _SKIP
+from components.k8s.gateway.envoy.base import _T, skipped_when
 from components.k8s.settings import Model
 from telemetry.names import ENVOY
 
@@ -181,11 +180,7 @@ def _skip_unless(name: str, extension: str, typed_config: dict[str, Any], *when:
     api/envoy/extensions/common/matching/v3/extension_matcher.proto, HttpResponseHeaderMatchInput): on any other
     answer neither it nor its Lua runs."""
     match = when[0] if len(when) == 1 else {"and_matcher": {"predicate": list(when)}}
-    return {"name": name, "typed_config": {
-        "@type": _T + "extensions.common.matching.v3.ExtensionWithMatcher",
-        "extension_config": {"name": extension, "typed_config": typed_config},
-        "xds_matcher": {"matcher_list": {"matchers": [{"predicate": {"not_matcher": match},
-                                                       "on_match": {"action": _SKIP}}]}}}}
+    return skipped_when(name, extension, typed_config, {"not_matcher": match})
 
 
 def _on_500_only(name: str, extension: str, typed_config: dict[str, Any]) -> dict[str, Any]:
