@@ -130,12 +130,13 @@ def test_a_store_that_stops_answering_is_no_longer_waited_for_and_is_used_again_
         await p.drain()
         return _id(admitted)
     skipped = asyncio.run(go())
-    # the store holds the first reservation, the probe's, and those of the three requests that timed out whose
-    # command had left before (they ran once it thawed): never one of a request the breaker answered
+    # the store holds the first reservation, the probe's, and the first timed-out one's (sent on the open connection,
+    # run once the store thawed); the next two opened new connections, whose handshake (redis-py 8.1.0 sends CLIENT
+    # SETINFO and reads its answer before the first command: redis/redis-py@v8.1.0:redis/asyncio/connection.py
+    # on_connect) never got an answer, so their reservations were never sent; nor was any the breaker answered
     assert store.client().exists(record_key(skipped)) == 0
-    held = _records(store)
-    assert 2 <= held <= 5
-    assert int(store.client().get(window_key("tenant", "open", "perMinute", NOW))) == held * RESERVATION
+    assert _records(store) == 3
+    assert int(store.client().get(window_key("tenant", "open", "perMinute", NOW))) == 3 * RESERVATION
 
 
 def _counter(server: RedisServer) -> int:
