@@ -24,10 +24,17 @@ streams one chunk per token and reports usage (tests.support.usage_engine).
    test_a_slow_service_never_holds_a_streamed_answer pins that); what the check adds here is admission's one round
    trip and the CPU that Envoy's side stream and the service's metering take on the same host. Reported, no target:
    on a shared 2-core machine the numbers are mostly that CPU contention.
+4. Where the service's CPU goes: Envoy's ext_proc messages for one unstreamed request (as the real Envoy sends them:
+   admission's body with its attributes; metering's request body, response headers, response body and an empty
+   end-of-stream body, each with the reservation's metadata) replayed to the service process by a gRPC client,
+   REPLAYED requests, REPLAY_CONCURRENCY at once: the service's CPU per request for admission alone, for both, and
+   for both without the response headers message (what reading the status from response_attributes would save).
+   No Envoy in the loop, so less of the machine's noise than (2).
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import math
@@ -39,10 +46,18 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf import struct_pb2
+
+from components.k8s.gateway.budgets.names import METADATA_NAMESPACE, PATH_ATTRIBUTE, ROUTE_ATTRIBUTE, TENANT_ATTRIBUTE
 from components.k8s.gateway.budgets.store import window_key
 from components.k8s.gateway.envoy.budgets import (
     BUDGET_MESSAGE_TIMEOUT_S,
@@ -74,6 +89,8 @@ START_TIMEOUT_S = 15.0
 STREAM_CLIENTS = 16
 STREAM_TOKENS = 256
 STREAM_SECONDS = 3.0
+REPLAYED = 3000
+REPLAY_CONCURRENCY = 16
 
 
 def _raw(budget: int | None) -> dict[str, Any]:
@@ -356,7 +373,68 @@ def streamed(tmp: Path) -> list[tuple[str, str]]:
     return [*rows, (f"streamed p99 added, {STREAM_CLIENTS} clients", _spread(added, 1))]
 
 
+def _replay_messages(answer: pb.ProcessingResponse, headers: bool) -> list[pb.ProcessingRequest]:
+    """Metering's messages for one unstreamed answer, with the reservation admission answered."""
+    meta = base_pb2.Metadata(filter_metadata={
+        METADATA_NAMESPACE: answer.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value})
+    usage = {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+    body = json.dumps({"object": "chat.completion", "usage": usage, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "one two three"}, "finish_reason": "length"}]})
+    status = pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
+        base_pb2.HeaderValue(key=":status", raw_value=b"200"),
+        base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")]))
+    parts = [{"request_body": pb.HttpBody(body=json.dumps(_body(False)).encode(), end_of_stream=True)},
+             *([{"response_headers": status}] if headers else []),
+             {"response_body": pb.HttpBody(body=body.encode())},
+             {"response_body": pb.HttpBody(end_of_stream=True)}]
+    return [pb.ProcessingRequest(**part, metadata_context=meta, observability_mode=True) for part in parts]
+
+
+async def _replay(port: int, cpu: Callable[[], float], metering: bool, headers: bool) -> float:
+    """The service's CPU (ms) per replayed request."""
+    attrs = struct_pb2.Struct()
+    attrs.update({ROUTE_ATTRIBUTE: "chat", PATH_ATTRIBUTE: "/v1/chat/completions", TENANT_ATTRIBUTE: "agents"})
+    admission = pb.ProcessingRequest(request_body=pb.HttpBody(body=json.dumps(_body(False)).encode(),
+                                                              end_of_stream=True),
+                                     attributes={"envoy.filters.http.ext_proc": attrs})
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ExternalProcessorStub(channel)
+        slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
+
+        async def one() -> None:
+            async with slots:
+                call = stub.Process()
+                await call.write(admission)
+                answer = await call.read()
+                await call.done_writing()
+                if metering:
+                    meter = stub.Process()
+                    for message in _replay_messages(answer, headers):
+                        await meter.write(message)
+                    await meter.done_writing()
+                    async for _ in meter:  # the service ends the stream at the body's end
+                        pass
+        await asyncio.gather(*(one() for _ in range(200)))  # warm up
+        before = cpu()
+        await asyncio.gather(*(one() for _ in range(REPLAYED)))
+        return (cpu() - before) * 1000 / REPLAYED
+
+
+def cpu_breakdown(tmp: Path) -> list[tuple[str, str]]:
+    with ExitStack() as stack:
+        store = stack.enter_context(RedisServer(tmp))
+        service = _Service(service_config(parse(_raw(2_000_000_000), stack="bench-budgets")), store.url, tmp)
+        stack.callback(service.close)
+        admission, both, no_headers = (
+            asyncio.run(_replay(service.port, service.cpu_seconds, metering, headers))
+            for metering, headers in ((False, True), (True, True), (True, False)))
+    return [("service CPU, replayed", f"admission {admission:.2f} ms/request, with metering {both:.2f} ms "
+                                      f"(metering's stream, 4 messages and settlement: {both - admission:.2f} ms), "
+                                      f"without the response headers message {no_headers:.2f} ms ({REPLAYED} "
+                                      f"requests, {REPLAY_CONCURRENCY} at once)")]
+
+
 def run() -> list[tuple[str, str]]:
     with (tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b,
-          tempfile.TemporaryDirectory() as c):
-        return overspend(Path(a)) + latency(Path(b)) + streamed(Path(c))
+          tempfile.TemporaryDirectory() as c, tempfile.TemporaryDirectory() as d):
+        return overspend(Path(a)) + latency(Path(b)) + streamed(Path(c)) + cpu_breakdown(Path(d))
