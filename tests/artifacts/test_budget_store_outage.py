@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import prometheus_client as prom
@@ -30,6 +29,7 @@ from components.k8s.gateway.budgets.service import STORE_ERRORS, BudgetConfig, P
 from components.k8s.gateway.budgets.store import KEY_PREFIX, Charge, Reservation, Store, record_key, window_key
 from components.k8s.gateway.budgets.usage import Policy
 from telemetry.names import BUDGET
+from tests.artifacts.test_budget_store import server as server  # noqa: F401 (the module fixture)
 from tests.support.redis_server import RedisServer
 
 NOW = 1_800_000_030.5
@@ -41,12 +41,6 @@ BODY = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi
 RESERVATION = len(BODY) + 10  # one byte per prompt token, output weight 1
 DEMO = Charge("tenant", "demo", {"perMinute": 100_000}, 600)
 BOUND_S = 5.0
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    with RedisServer(tmp_path_factory.mktemp("redis")) as s:
-        yield s
 
 
 @pytest.fixture
