@@ -205,3 +205,28 @@ def test_settlements_still_pending_at_shutdown_are_dropped_after_the_drain_bound
     asyncio.run(go())
     assert _sample(registry, BUDGET.SETTLEMENTS_FAILED, reason=BUDGET.SETTLE_DROPPED) == 1
     assert _counter(store) == 600
+
+
+def test_a_stopped_store_opens_the_breaker_and_one_started_again_takes_reservations(store: RedisServer) -> None:
+    """The store's process gone (connections refused, each call fails at once) and started again, empty, on the same
+    address (a Valkey pod restarted): after three failed calls the breaker answers without trying; after the cool-down
+    a probe finds the new store, reserves, and closes the breaker."""
+    registry = prom.CollectorRegistry()
+
+    async def go() -> None:
+        p = Processor(CONFIG, Store(aredis.Redis.from_url(store.url)), registry, clock=lambda: NOW,
+                      breaker=Breaker(STORE_ERRORS, failures=3, cooldown_s=0.3))
+        store.stop()
+        try:
+            for _ in range(4):
+                assert _meta(await _admit(p, "open"))["uncounted"] is True
+            assert p.breaker.open and _sample(registry, BUDGET.STORE_SKIPPED) == 1
+        finally:
+            store.start()
+        deadline = time.monotonic() + BOUND_S
+        while _meta(await _admit(p, "open"))["reserved"] != RESERVATION:
+            assert time.monotonic() < deadline, "reservations did not resume"
+            await asyncio.sleep(0.02)
+        assert not p.breaker.open and _sample(registry, BUDGET.STORE_BREAKER_OPEN) == 0
+    asyncio.run(go())
+    assert _records(store) == 1  # the probe's: the new store holds nothing else
