@@ -24,7 +24,10 @@ budget with onStoreFailure: open admits the request unreserved (its response sti
 closed answers 503. Either way the reservation may still reach the store late; it carries the request's id, so the
 settlement (the fail-open request's, or the 503's release of nothing used, in the background) replaces it, or bars it
 if it has not landed yet (components.k8s.gateway.budgets.store). Settlements are retried while the store fails
-(settling is idempotent), in the background: no request waits for them.
+(settling is idempotent), in the background: no request waits for them. After a few store calls in a row failed, the
+store's breaker (components.k8s.gateway.budgets.breaker) opens: requests get their onStoreFailure answer without
+asking the store, settlements wait for it (a bounded number: past it the oldest is dropped, counted), and one call
+at a time probes it until it answers.
 
 On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
 connection, to another replica, for its next request) and lets the streams in flight run for up to
@@ -454,7 +457,7 @@ async def shutdown(server: grpc.aio.Server, processor: Processor, grace: float) 
     log.info("stopping: %d streams in flight, up to %g s for them to end", processor.streams, grace)
     await server.stop(grace)
     await processor.drain(SETTLE_DRAIN_SECONDS)
-    log.info("stopped: every reservation settled")
+    log.info("stopped")
 
 
 def main(argv: list[str] | None = None) -> None:
