@@ -17,6 +17,10 @@ the same value: panels and alerts take the max over replicas, never the sum.
   never reached it): fail-closed tenants get 500, fail-open ones are served uncounted.
 - TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
   stay at the worst case until the window ends (callers are refused early).
+- TokenBudgetSettlementsFailing (warning): settlements the service never wrote to the store in the last RATE (every
+  try failed, or dropped unwritten: too many pending while the store was down, or pending at shutdown): their
+  reservations stay counted until their windows end (callers refused early), a fail-open request's usage is lost. The
+  service exports both reasons from 0, so the first failure is an increase.
 - TokenBudgetStorePrimaryDown (critical): for STORE_FOR the store's primary (the Valkey StatefulSet's pod 0,
   BUDGET.STORE_PRIMARY_POD) has not been ready (kube-state-metrics' kube_pod_status_ready). The pinned chart has no
   Sentinel: nothing promotes a replica, every budget fails as its onStoreFailure says until pod 0 is back, and when
@@ -111,6 +115,15 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           f"{{{{ $value | humanizePercentage }}}} of its requests: {who}'s were admitted without "
                           "counting them (onStoreFailure: open); its budget is not enforced.",
               runbook_url=runbook(cfg, "TokenBudgetStoreFailing"), for_=STORE_FOR),
+        Alert("TokenBudgetSettlementsFailing",
+              f"sum by ({BUDGET.L_REASON}) (increase({BUDGET.SETTLEMENTS_FAILED}[{RATE}])) > 0", "warning",
+              summary="Token budget settlements are not written to the store ({{ $labels.reason }})",
+              description=f"{{{{ $value }}}} settlements were never written to the budget store in the last {RATE} "
+                          "(reason {{ $labels.reason }}: retries, every try failed; dropped, too many pending while "
+                          "the store was down, or still pending at shutdown): their reservations stay counted until "
+                          "their windows end, so callers are refused early, and fail-open requests' usage is not "
+                          "counted.",
+              runbook_url=runbook(cfg, "TokenBudgetSettlementsFailing")),
         Alert("TokenBudgetServiceUnreachable",
               _stream_failures(BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED), "critical",
               summary="The gateway cannot reach the token budget service",

@@ -333,6 +333,15 @@ class BUDGET:
     # are uncounted (onStoreFailure: open), refused ones got 503 (closed)
     STORE_FAILURES = "aifactory_token_budget_store_failures_total"
     CHECK_SECONDS = "aifactory_token_budget_check_seconds"  # histogram: time to reserve in the store
+    # counter: requests answered without asking the store, its breaker open (in STORE_FAILURES too, and in
+    # CHECK_SECONDS: their answer took no store time)
+    STORE_SKIPPED = "aifactory_token_budget_store_skipped_total"
+    STORE_BREAKER_OPEN = "aifactory_token_budget_store_breaker_open"  # gauge: 1 while the store's breaker is open
+    # counter {reason: retries | dropped}: settlements never written: every try failed, or dropped unwritten (too many
+    # pending while the store was down, or still pending at shutdown). The reservation stays counted until its window
+    # ends (callers refused early); a fail-open request's usage is not counted
+    SETTLEMENTS_FAILED = "aifactory_token_budget_settlements_failed_total"
+    SETTLE_RETRIES, SETTLE_DROPPED = "retries", "dropped"
     # the gateway's budget filters' ext_proc stat prefixes (components/k8s/gateway/envoy/budgets.py): admission for
     # fail-open callers, for fail-closed tenants, and metering
     ENVOY_ADMISSION = "budgets"
@@ -346,6 +355,7 @@ class BUDGET:
     L_NAME = "name"
     L_WINDOW = "window"
     L_OUTCOME = "outcome"
+    L_REASON = "reason"
 
 
 class KSM:

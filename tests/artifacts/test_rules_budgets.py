@@ -61,6 +61,16 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("TokenBudgetStoreFailing", {_sel(BUDGET.STORE_FAILURES, {
         **who, BUDGET.L_OUTCOME: "refused", "pod": REPLICAS[1]}): "0+0.5x30", **checks},
         [(_minutes(STORE_FOR) + 2, [])]))
+    # settlements never written, on one replica: two a minute given up after their retries from minute 1 (both
+    # reasons exported from 0 by the service); none dropped
+    settlements = {_sel(BUDGET.SETTLEMENTS_FAILED, {BUDGET.L_REASON: reason, "pod": REPLICAS[0],
+                                                    "job": "aifactory-budgets"}): values
+                   for reason, values in ((BUDGET.SETTLE_RETRIES, "0+2x30"), (BUDGET.SETTLE_DROPPED, "0x30"))}
+    out.append(Case("TokenBudgetSettlementsFailing", settlements, _around(1, [fired(
+        "TokenBudgetSettlementsFailing", "warning", {BUDGET.L_REASON: BUDGET.SETTLE_RETRIES}, 2.0, "0m")])))
+    out.append(Case("TokenBudgetSettlementsFailing", {
+        _sel(BUDGET.SETTLEMENTS_FAILED, {BUDGET.L_REASON: r, "pod": REPLICAS[0], "job": "aifactory-budgets"}): "3x30"
+        for r in (BUDGET.SETTLE_RETRIES, BUDGET.SETTLE_DROPPED)}, [(2, [])]))
     # Envoy's ext_proc stats of the gateway's budget filters (each gateway pod its own): 200 admission streams a
     # minute, half of them fail-closed tenants'; the fail-closed filter's all fail (the service is gone), or time out
     gateway = {"envoy_http_conn_manager_prefix": "gateway", "job": "aifactory-gateway", "pod": "gw-a"}
@@ -102,7 +112,7 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
     assert mine == {("TokenBudgetNearlySpent", "warning"), ("TokenBudgetExhausted", "warning"),
                     ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning"),
                     ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning"),
-                    ("TokenBudgetStorePrimaryDown", "critical")}
+                    ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
 
@@ -117,7 +127,8 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
                                                                    else [])
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
         ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
-         "TokenBudgetServiceUnreachable", "TokenBudgetStoreFailing", "TokenBudgetStorePrimaryDown"] if budgeted else [])
+         "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing", "TokenBudgetStoreFailing",
+         "TokenBudgetStorePrimaryDown"] if budgeted else [])
     doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
     assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
                                                                          *(["Token budgets"] if budgeted else [])]

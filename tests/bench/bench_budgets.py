@@ -24,10 +24,21 @@ streams one chunk per token and reports usage (tests.support.usage_engine).
    test_a_slow_service_never_holds_a_streamed_answer pins that); what the check adds here is admission's one round
    trip and the CPU that Envoy's side stream and the service's metering take on the same host. Reported, no target:
    on a shared 2-core machine the numbers are mostly that CPU contention.
+4. Store outage: OUTAGE_RATE requests/s with and without budgets while the store is frozen for OUTAGE_SECONDS: with
+   the service's breaker on the store, only the first requests (and one probe a second) wait its timeout; the rest
+   are admitted unreserved at once (fail-open). Reported: their latency, how many the breaker answered, settlements
+   never written.
+5. Where the service's CPU goes: Envoy's ext_proc messages for one unstreamed request (as the real Envoy sends them:
+   admission's body with its attributes; metering's request body, response headers, response body and an empty
+   end-of-stream body, each with the reservation's metadata) replayed to the service process by a gRPC client,
+   REPLAYED requests, REPLAY_CONCURRENCY at once: the service's CPU per request for admission alone, for both, and
+   for both without the response headers message (what reading the status from response_attributes would save).
+   No Envoy in the loop, so less of the machine's noise than (2).
 """
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import math
@@ -39,10 +50,18 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+import grpc
+from envoy.config.core.v3 import base_pb2
+from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
+from google.protobuf import struct_pb2
+
+from components.k8s.gateway.budgets.names import METADATA_NAMESPACE, PATH_ATTRIBUTE, ROUTE_ATTRIBUTE, TENANT_ATTRIBUTE
 from components.k8s.gateway.budgets.store import window_key
 from components.k8s.gateway.envoy.budgets import (
     BUDGET_MESSAGE_TIMEOUT_S,
@@ -74,6 +93,10 @@ START_TIMEOUT_S = 15.0
 STREAM_CLIENTS = 16
 STREAM_TOKENS = 256
 STREAM_SECONDS = 3.0
+REPLAYED = 3000
+OUTAGE_RATE = 200
+OUTAGE_SECONDS = 3.0
+REPLAY_CONCURRENCY = 16
 
 
 def _raw(budget: int | None) -> dict[str, Any]:
@@ -261,9 +284,9 @@ def overspend(tmp: Path) -> list[tuple[str, str]]:
 
 
 def _with_and_without(stack: ExitStack, tmp: Path, completion_tokens: int
-                      ) -> tuple[int, int, dict[str, str], _Service]:
+                      ) -> tuple[int, int, dict[str, str], _Service, RedisServer]:
     """A gateway with a budget too large to refuse anything and one from the same stack without budgets, to one
-    engine: their listener ports, a caller's headers and the budget service."""
+    engine: their listener ports, a caller's headers, the budget service and its store."""
     issuer = Issuer(IDP)
     budgeted, plain = parse(_raw(2_000_000_000), stack="bench-budgets"), parse(_raw(None), stack="bench-budgets")
     store = stack.enter_context(RedisServer(tmp))
@@ -276,7 +299,7 @@ def _with_and_without(stack: ExitStack, tmp: Path, completion_tokens: int
     without = start_gateway(stack, plain, Path(tempfile.mkdtemp(dir=tmp)), jwks=[issuer.jwks],
                             endpoints={"chat": [engine.address]})
     return with_check.listener_port, without.listener_port, {**issuer.bearer("agents"),
-                                                             "content-type": "application/json"}, service
+                                                             "content-type": "application/json"}, service, store
 
 
 def _pair(base: list[float], checked: list[float], digits: int) -> str:
@@ -294,7 +317,7 @@ def latency(tmp: Path) -> list[tuple[str, str]]:
     body = json.dumps({**_body(False), "max_tokens": 8}).encode()
     rows = []
     with ExitStack() as stack:
-        checked_port, base_port, headers, service = _with_and_without(stack, tmp, 8)
+        checked_port, base_port, headers, service, _ = _with_and_without(stack, tmp, 8)
 
         def runs(rate: int, label: str) -> list[tuple[str, str]]:
             added: list[float] = []
@@ -345,7 +368,7 @@ def streamed(tmp: Path) -> list[tuple[str, str]]:
     added: list[float] = []
     rows = []
     with ExitStack() as stack:
-        checked_port, base_port, headers, _ = _with_and_without(stack, tmp, STREAM_TOKENS)
+        checked_port, base_port, headers, _, _ = _with_and_without(stack, tmp, STREAM_TOKENS)
         for _ in range(RUNS):
             base = _last_byte_ms(base_port, headers, body, STREAM_SECONDS)
             checked = _last_byte_ms(checked_port, headers, body, STREAM_SECONDS)
@@ -356,7 +379,99 @@ def streamed(tmp: Path) -> list[tuple[str, str]]:
     return [*rows, (f"streamed p99 added, {STREAM_CLIENTS} clients", _spread(added, 1))]
 
 
+def outage(tmp: Path) -> list[tuple[str, str]]:
+    """OUTAGE_RATE requests/s with and without budgets while the store is frozen for OUTAGE_SECONDS (SIGSTOP: it
+    accepts connections and never answers): the first requests wait the store timeout, then the breaker answers."""
+    body = json.dumps({**_body(False), "max_tokens": 8}).encode()
+    with ExitStack() as stack:
+        checked_port, base_port, headers, service, store = _with_and_without(stack, tmp, 8)
+        measure(base_port, checked_port, OUTAGE_RATE, 1.0, headers, "POST", "/v1/chat/completions", body)  # warm up
+        before = service.metrics()
+        store.pause()
+        try:
+            base, checked = measure(base_port, checked_port, OUTAGE_RATE, OUTAGE_SECONDS, headers, "POST",
+                                    "/v1/chat/completions", body)
+        finally:
+            store.resume()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while service.metrics().get(METRICS.STORE_BREAKER_OPEN) and time.monotonic() < deadline:
+            time.sleep(0.1)  # a probe after the cool-down closes it; the waiting settlements are written then
+        time.sleep(1.0)
+        after = service.metrics()
+
+    def delta(name: str) -> int:
+        return int(_sum(after, name) - _sum(before, name))
+    failed, skipped = delta(METRICS.STORE_FAILURES), delta(METRICS.STORE_SKIPPED)
+    return [("store frozen", f"{OUTAGE_RATE} req/s for {OUTAGE_SECONDS:g} s: {_pair(base, checked, 1)}; "
+                             f"{failed} admitted unreserved, {skipped} of them by the open breaker without asking the "
+                             f"store, {failed - skipped} after its {BUDGET_STORE_TIMEOUT_S:g} s timeout; "
+                             f"settlements never written: {delta(METRICS.SETTLEMENTS_FAILED)}")]
+
+
+def _replay_messages(answer: pb.ProcessingResponse, headers: bool) -> list[pb.ProcessingRequest]:
+    """Metering's messages for one unstreamed answer, with the reservation admission answered."""
+    meta = base_pb2.Metadata(filter_metadata={
+        METADATA_NAMESPACE: answer.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value})
+    usage = {"prompt_tokens": 20, "completion_tokens": 8, "total_tokens": 28}
+    body = json.dumps({"object": "chat.completion", "usage": usage, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "one two three"}, "finish_reason": "length"}]})
+    status = pb.HttpHeaders(headers=base_pb2.HeaderMap(headers=[
+        base_pb2.HeaderValue(key=":status", raw_value=b"200"),
+        base_pb2.HeaderValue(key="content-type", raw_value=b"application/json")]))
+    parts = [{"request_body": pb.HttpBody(body=json.dumps(_body(False)).encode(), end_of_stream=True)},
+             *([{"response_headers": status}] if headers else []),
+             {"response_body": pb.HttpBody(body=body.encode())},
+             {"response_body": pb.HttpBody(end_of_stream=True)}]
+    return [pb.ProcessingRequest(**part, metadata_context=meta, observability_mode=True) for part in parts]
+
+
+async def _replay(port: int, cpu: Callable[[], float], metering: bool, headers: bool) -> float:
+    """The service's CPU (ms) per replayed request."""
+    attrs = struct_pb2.Struct()
+    attrs.update({ROUTE_ATTRIBUTE: "chat", PATH_ATTRIBUTE: "/v1/chat/completions", TENANT_ATTRIBUTE: "agents"})
+    admission = pb.ProcessingRequest(request_body=pb.HttpBody(body=json.dumps(_body(False)).encode(),
+                                                              end_of_stream=True),
+                                     attributes={"envoy.filters.http.ext_proc": attrs})
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = pb_grpc.ExternalProcessorStub(channel)
+        slots = asyncio.Semaphore(REPLAY_CONCURRENCY)
+
+        async def one() -> None:
+            async with slots:
+                call = stub.Process()
+                await call.write(admission)
+                answer = await call.read()
+                await call.done_writing()
+                if metering:
+                    meter = stub.Process()
+                    for message in _replay_messages(answer, headers):
+                        await meter.write(message)
+                    await meter.done_writing()
+                    async for _ in meter:  # the service ends the stream at the body's end
+                        pass
+        await asyncio.gather(*(one() for _ in range(200)))  # warm up
+        before = cpu()
+        await asyncio.gather(*(one() for _ in range(REPLAYED)))
+        return (cpu() - before) * 1000 / REPLAYED
+
+
+def cpu_breakdown(tmp: Path) -> list[tuple[str, str]]:
+    with ExitStack() as stack:
+        store = stack.enter_context(RedisServer(tmp))
+        service = _Service(service_config(parse(_raw(2_000_000_000), stack="bench-budgets")), store.url, tmp)
+        stack.callback(service.close)
+        admission, both, no_headers = (
+            asyncio.run(_replay(service.port, service.cpu_seconds, metering, headers))
+            for metering, headers in ((False, True), (True, True), (True, False)))
+    return [("service CPU, replayed", f"admission {admission:.2f} ms/request, with metering {both:.2f} ms "
+                                      f"(metering's stream, 4 messages and settlement: {both - admission:.2f} ms), "
+                                      f"without the response headers message {no_headers:.2f} ms ({REPLAYED} "
+                                      f"requests, {REPLAY_CONCURRENCY} at once)")]
+
+
 def run() -> list[tuple[str, str]]:
     with (tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b,
-          tempfile.TemporaryDirectory() as c):
-        return overspend(Path(a)) + latency(Path(b)) + streamed(Path(c))
+          tempfile.TemporaryDirectory() as c, tempfile.TemporaryDirectory() as d,
+          tempfile.TemporaryDirectory() as e):
+        return (overspend(Path(a)) + latency(Path(b)) + streamed(Path(c)) + outage(Path(d))
+                + cpu_breakdown(Path(e)))

@@ -1,6 +1,6 @@
 """A real Redis (Debian's redis-server) on 127.0.0.1 for the token budget tests and bench: no persistence, stopped
 with the test; `pause()` freezes it (SIGSTOP: a store that accepts connections and never answers), `resume()` thaws
-it."""
+it; `stop()` ends it (connections refused) and `start()` starts it again, empty, on the same port."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ class RedisServer:
         return redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=2)
 
     def __enter__(self) -> Self:
+        return self.start()
+
+    def start(self) -> Self:
         self._proc = subprocess.Popen(
             [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
              "--dir", str(self.workdir), "--protected-mode", "yes"],
@@ -60,7 +63,11 @@ class RedisServer:
         assert self._proc is not None
         os.kill(self._proc.pid, signal.SIGCONT)
 
-    def __exit__(self, *exc: object) -> None:
+    def stop(self) -> None:
         if self._proc is not None:
             self.resume()
             stop_process(self._proc)
+            self._proc = None
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

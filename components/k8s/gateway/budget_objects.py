@@ -17,6 +17,7 @@ import math
 from typing import Any
 
 from components.k8s import naming, security
+from components.k8s.gateway.budgets.names import SETTLE_DRAIN_SECONDS
 from components.k8s.gateway.envoy.base import DEFAULT_DNS_REFRESH_SECONDS, GatewayView
 from components.k8s.gateway.envoy.budgets import (
     BUDGETS_GRPC_PORT,
@@ -84,9 +85,10 @@ def store_values(cfg: GatewayView) -> dict[str, Any]:
 # connection to the pod (and re-resolves the Service's name every DEFAULT_DNS_REFRESH_SECONDS), so the pod keeps
 # serving, streams started meanwhile included, for PRESTOP_SECONDS before the process gets SIGTERM. Then it refuses
 # new streams (gRPC GOAWAY: Envoy's next request opens a connection to another replica) and lets those in flight
-# run to their end (shutdown_grace_seconds), settles them and writes the settlements (SETTLE_MARGIN_SECONDS).
+# run to their end (shutdown_grace_seconds), settles them and writes the settlements (SETTLE_MARGIN_SECONDS: the
+# service's bound on that, and a margin).
 PRESTOP_SECONDS = DEFAULT_DNS_REFRESH_SECONDS + PRESTOP_MARGIN_SECONDS
-SETTLE_MARGIN_SECONDS = 10
+SETTLE_MARGIN_SECONDS = SETTLE_DRAIN_SECONDS + 2
 
 
 def shutdown_grace_seconds(cfg: GatewayView) -> int:

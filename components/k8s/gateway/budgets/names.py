@@ -4,7 +4,7 @@ service's image copies this package alone; the bootstrap builders import this mo
 from __future__ import annotations
 
 __all__ = ["ROUTE_ATTRIBUTE", "PATH_ATTRIBUTE", "TENANT_ATTRIBUTE", "REQUEST_ATTRIBUTES", "TENANT_HEADER",
-           "METADATA_NAMESPACE", "GRPC_PORT", "METRICS_PORT"]
+           "METADATA_NAMESPACE", "GRPC_PORT", "METRICS_PORT", "SETTLE_DRAIN_SECONDS"]
 
 ROUTE_ATTRIBUTE = "xds.route_name"  # the ext_proc request attribute that names the route the request took
 TENANT_HEADER = "x-aifactory-tenant"  # set by the gateway from the token's tenant claim (clients' copies removed)
@@ -16,3 +16,7 @@ REQUEST_ATTRIBUTES = (ROUTE_ATTRIBUTE, PATH_ATTRIBUTE, TENANT_ATTRIBUTE)
 METADATA_NAMESPACE = "aifactory.budget"  # dynamic metadata the access log reads: the refusal, the reservation
 GRPC_PORT = 9000
 METRICS_PORT = 9090
+# on SIGTERM, once the streams have ended: how long the service still tries to write its pending settlements (the
+# store down: waiting for its breaker) before it drops them (counted); the pod's grace period adds a margin to it
+# (components/k8s/gateway/budget_objects.py SETTLE_MARGIN_SECONDS)
+SETTLE_DRAIN_SECONDS = 8

@@ -24,7 +24,10 @@ budget with onStoreFailure: open admits the request unreserved (its response sti
 closed answers 503. Either way the reservation may still reach the store late; it carries the request's id, so the
 settlement (the fail-open request's, or the 503's release of nothing used, in the background) replaces it, or bars it
 if it has not landed yet (components.k8s.gateway.budgets.store). Settlements are retried while the store fails
-(settling is idempotent), in the background: no request waits for them.
+(settling is idempotent), in the background: no request waits for them. After a few store calls in a row failed, the
+store's breaker (components.k8s.gateway.budgets.breaker) opens: requests get their onStoreFailure answer without
+asking the store, settlements wait for it (a bounded number: past it the oldest is dropped, counted), and one call
+at a time probes it until it answers.
 
 On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
 connection, to another replica, for its next request) and lets the streams in flight run for up to
@@ -56,12 +59,14 @@ from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
 from prometheus_client.core import GaugeMetricFamily
 
+from components.k8s.gateway.budgets.breaker import Breaker, BreakerOpen
 from components.k8s.gateway.budgets.names import (
     GRPC_PORT,
     METADATA_NAMESPACE,
     METRICS_PORT,
     PATH_ATTRIBUTE,
     ROUTE_ATTRIBUTE,
+    SETTLE_DRAIN_SECONDS,
     TENANT_ATTRIBUTE,
 )
 from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, new_id, window_key
@@ -72,8 +77,12 @@ __all__ = ["BudgetConfig", "Processor", "serve", "shutdown", "main", "ROUTE_ATTR
 
 log = logging.getLogger("aifactory.budgets")
 SHUTDOWN_GRACE_S = 600.0  # main()'s default; the Deployment passes its own (budget_objects.shutdown_grace_seconds)
-SETTLE_ATTEMPTS = 6  # 0.1 + 0.2 + 0.4 + 0.8 + 1.6 s between them: a store back within about 3 s gets every settlement
+SETTLE_ATTEMPTS = 6  # tries the store answered with an error or not at all (0.1, 0.2 ... 1.6 s apart)
 SETTLE_BACKOFF_S = 0.1
+# settlements not written yet (in flight, between tries, or waiting while the store's breaker is open): past this many
+# the oldest is dropped (counted). 500 requests/s for 20 s of store outage; a few MB of memory
+PENDING_SETTLEMENTS = 10_000
+SETTLE_CONCURRENCY = 32  # settlements in the store at once: a store back after an outage is not sent them all at once
 STORE_ERRORS = (TimeoutError, redis.RedisError, OSError)
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
@@ -215,8 +224,11 @@ class _Stream:
                    for scope, name, p in self.budgets]
         started, now, rid = time.monotonic(), self.p.clock(), new_id()
         try:
-            async with asyncio.timeout(self.p.config.store_timeout_seconds):
-                result = await self.p.store.reserve(charges, now, rid)
+            result = await self.p.breaker.call(lambda: self.p.store.reserve(charges, now, rid),
+                                               self.p.config.store_timeout_seconds)
+        except BreakerOpen as e:  # the store was not asked: nothing of this request's can land in it
+            self.p.store_skipped.inc()
+            return self._store_failed(e, Store.unreserved(charges, now, rid), sent=False)
         except STORE_ERRORS as e:
             return self._store_failed(e, Store.unreserved(charges, now, rid))
         finally:
@@ -234,20 +246,25 @@ class _Stream:
         return pb.ProcessingResponse(request_body=pb.BodyResponse(response=common), dynamic_metadata=_metadata(
             reservation=self.reservation_metadata(), **meta))
 
-    def _store_failed(self, e: BaseException, unknown: Reservation) -> pb.ProcessingResponse:
-        """The store did not answer: its reservation (`unknown`) may still land. A fail-closed refusal releases it
-        in the background; a fail-open admission carries it to its settlement, which replaces it by what was used."""
+    def _store_failed(self, e: BaseException, unknown: Reservation, *, sent: bool = True) -> pb.ProcessingResponse:
+        """The store did not answer: its reservation (`unknown`) may still land (`sent`: it was sent). A fail-closed
+        refusal releases it in the background; a fail-open admission carries it to its settlement, which replaces it
+        by what was used."""
         closed = [(s, n) for s, n, p in self.budgets if p.on_store_failure == "closed"]
         outcome = "refused" if closed else "admitted"
         for scope, name, _ in self.budgets:
             self.p.store_failures.labels(scope, name, outcome).inc()
-        log.warning("budget store failed (%s: %s): request %s", type(e).__name__, e, outcome)
+        if sent:  # the breaker's own answers are logged as it opens and closes
+            log.warning("budget store failed (%s: %s): request %s", type(e).__name__, e, outcome)
         if closed:
-            self.p.background(self.p.settle(unknown, {(s, n): 0 for s, n, _ in self.budgets}))
+            if sent:
+                self.p.background(self.p.settle(unknown, {(s, n): 0 for s, n, _ in self.budgets}))
             budget = SCOPE_PATHS[closed[0][0]].format(closed[0][1])
-            return _error(503, 1, {"message": f"the token budget store did not answer within "
-                                              f"{self.p.config.store_timeout_seconds:g} s, and {budget} refuses what "
-                                              "it cannot count (onStoreFailure: closed); retry shortly",
+            why = (f"did not answer within {self.p.config.store_timeout_seconds:g} s" if sent else
+                   f"is not answering (its last {self.p.breaker.failures} calls failed; it is tried again every "
+                   f"{self.p.breaker.cooldown_s:g} s)")
+            return _error(503, 1, {"message": f"the token budget store {why}, and {budget} refuses what it cannot "
+                                              "count (onStoreFailure: closed); retry shortly",
                                    "type": "token_budget_unavailable", "budget": budget},
                           refused=f"store:{closed[0][0]}:{closed[0][1]}", reserved=0)
         # admitted unreserved: its response still settles what it used into the counters (the store answering by
@@ -266,11 +283,14 @@ class _Stream:
 
 class Processor(pb_grpc.ExternalProcessorServicer):
     def __init__(self, config: BudgetConfig, store: Store, registry: prom.CollectorRegistry,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, breaker: Breaker | None = None,
+                 pending_settlements: int = PENDING_SETTLEMENTS) -> None:
         self.config = config
         self.store = store
         self.clock = clock  # Unix time: which windows a reservation falls in
-        self._tasks: set[asyncio.Task[Any]] = set()
+        self._tasks: dict[asyncio.Task[Any], None] = {}  # pending settlements, oldest first
+        self.pending_settlements = pending_settlements
+        self._settling: asyncio.Semaphore | None = None  # SETTLE_CONCURRENCY, made on the service's event loop
         self.streams = 0  # in flight
         labels = (BUDGET.L_SCOPE, BUDGET.L_NAME)
         self.refused = prom.Counter(BUDGET.REFUSED.removesuffix("_total"), "Requests refused with 429 by a token "
@@ -281,37 +301,85 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self.check_seconds = prom.Histogram(BUDGET.CHECK_SECONDS, "Time to reserve a request in the budget store",
                                             buckets=(.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1),
                                             registry=registry)
+        self.store_skipped = prom.Counter(BUDGET.STORE_SKIPPED.removesuffix("_total"), "Requests answered without "
+                                          "asking the budget store, its breaker open", registry=registry)
+        self.breaker_open = prom.Gauge(BUDGET.STORE_BREAKER_OPEN, "1 while the budget store's breaker is open",
+                                       registry=registry)
+        self.settlements_failed = prom.Counter(BUDGET.SETTLEMENTS_FAILED.removesuffix("_total"), "Settlements never "
+                                               "written to the budget store", (BUDGET.L_REASON,), registry=registry)
+        for reason in (BUDGET.SETTLE_RETRIES, BUDGET.SETTLE_DROPPED):  # both series from the start (0)
+            self.settlements_failed.labels(reason)
+        self.breaker = breaker or Breaker(STORE_ERRORS)
+        self.breaker.on_change = self._breaker_changed
+
+    def _breaker_changed(self, opened: bool) -> None:
+        self.breaker_open.set(int(opened))
+        if opened:
+            log.warning("budget store: %d calls in a row failed; requests get their budget's onStoreFailure answer "
+                        "without waiting for it, and it is probed every %g s", self.breaker.failures,
+                        self.breaker.cooldown_s)
+        else:
+            log.info("budget store answers again: reservations resume")
 
     def background(self, coro: Any) -> None:
+        """A settlement, written in the background; past `pending_settlements` not written yet, the oldest is
+        dropped (counted)."""
+        if len(self._tasks) >= self.pending_settlements:
+            oldest = next(iter(self._tasks))
+            del self._tasks[oldest]
+            if not oldest.done():  # (written, its done callback not run yet: not dropped)
+                oldest.cancel()
+                self.settlements_failed.labels(BUDGET.SETTLE_DROPPED).inc()
         task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
+        self._tasks[task] = None
         task.add_done_callback(self._done)
 
     async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int]) -> None:
         """Settle in the background, retried while the store fails or does not answer (settling is idempotent: a try
         whose answer was lost and applied counts once), SETTLE_ATTEMPTS tries at most, SETTLE_BACKOFF_S doubling
-        between them; past them the reservation stays counted until its window ends (over-counted, never under)."""
-        for attempt in range(SETTLE_ATTEMPTS):
-            try:
-                async with asyncio.timeout(self.config.store_timeout_seconds):
-                    await self.store.settle(reservation, used, self.clock())
-                return
-            except STORE_ERRORS as e:
-                error = e
-            if attempt + 1 < SETTLE_ATTEMPTS:
-                await asyncio.sleep(SETTLE_BACKOFF_S * 2 ** attempt)
+        between them. While the store's breaker is open it waits, trying nothing (or probing, one at a time), until
+        the store answers again or it is dropped (background, drain). One that is never written is counted
+        (SETTLEMENTS_FAILED): its reservation stays counted until its window ends (over-counted, never under)."""
+        if self._settling is None:
+            self._settling = asyncio.Semaphore(SETTLE_CONCURRENCY)
+        tries = 0
+        async with self._settling:
+            while True:
+                try:
+                    await self.breaker.call(lambda: self.store.settle(reservation, used, self.clock()),
+                                            self.config.store_timeout_seconds)
+                    return
+                except BreakerOpen:
+                    await self.breaker.wait()
+                    continue
+                except STORE_ERRORS as e:
+                    tries += 1
+                    if tries == SETTLE_ATTEMPTS:
+                        error = e
+                        break
+                await asyncio.sleep(SETTLE_BACKOFF_S * 2 ** (tries - 1))
+        self.settlements_failed.labels(BUDGET.SETTLE_RETRIES).inc()
         log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until its window ends",
                     reservation.id, SETTLE_ATTEMPTS, type(error).__name__, error)
 
     def _done(self, task: asyncio.Task[Any]) -> None:
-        self._tasks.discard(task)
+        self._tasks.pop(task, None)
         if not task.cancelled() and task.exception() is not None:
             log.warning("settlement failed: %s", task.exception())
 
-    async def drain(self) -> None:
-        """Wait for the settlements in flight (tests, shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait for the pending settlements (tests, shutdown); past `timeout` seconds, drop those left (counted)."""
+        try:
+            async with asyncio.timeout(timeout):
+                while self._tasks:
+                    await asyncio.wait(list(self._tasks))  # (not gather: cancelled at the bound, it cancels them)
+        except TimeoutError:
+            left = list(self._tasks)
+            log.warning("%d settlements still pending after %g s: dropped", len(left), timeout)
+            for task in left:
+                task.cancel()
+            self._tasks.clear()
+            self.settlements_failed.labels(BUDGET.SETTLE_DROPPED).inc(len(left))
 
     async def Process(self, request_iterator: AsyncIterator[pb.ProcessingRequest],  # noqa: N802 (the gRPC name)
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
@@ -385,11 +453,11 @@ async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_po
 
 async def shutdown(server: grpc.aio.Server, processor: Processor, grace: float) -> None:
     """Stop taking streams, let those in flight end within `grace` seconds (past it they are cancelled, and settle
-    what they metered), then write every settlement."""
+    what they metered), then write every settlement (for at most SETTLE_DRAIN_SECONDS: the store down)."""
     log.info("stopping: %d streams in flight, up to %g s for them to end", processor.streams, grace)
     await server.stop(grace)
-    await processor.drain()
-    log.info("stopped: every reservation settled")
+    await processor.drain(SETTLE_DRAIN_SECONDS)
+    log.info("stopped")
 
 
 def main(argv: list[str] | None = None) -> None:
