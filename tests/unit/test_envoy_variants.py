@@ -106,14 +106,15 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     boot = envoy_config.bootstrap(cfg)
     clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
     assert clusters["w__w-int4"]["cluster_type"]["typed_config"]["clusters"] == [
-        "w-int4__gate", "w-fp8__gate", "w-mid__gate"]
+        "w-int4__gate", "w-fp8__gate", "w-mid__gate", "w-fp8__last__gate", "w-int4__last__gate", "w-mid__last__gate"]
     gate = clusters["w-int4__gate"]
     assert gate["load_assignment"]["endpoints"][0]["lb_endpoints"][0] == {
         "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": "w-int4__gate"}}},
         "metadata": {"filter_metadata": {"aifactory": {"variant": "w-int4"}}}}
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
     assert sorted(listeners) == [
-        "gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
+        "gateway", "stats", "w-fp8__gate", "w-fp8__last__gate", "w-int4__gate", "w-int4__last__gate", "w-mid__gate",
+        "w-mid__last__gate"]
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
     [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
     retry = route["route"].pop("retry_policy")
@@ -153,15 +154,17 @@ def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
 
 def test_every_try_the_variants_can_take_may_overflow_at_once() -> None:
     """An aggregate cluster counts no requests of its own, so its retry budget is its min_retry_concurrency alone
-    (envoy_variants.overflow_retries): the sum of the workload's variants' breakers, on every decision's cluster."""
+    (envoy_variants.overflow_retries): the sum of the workload's variants' breakers and their last resorts', on every
+    decision's cluster."""
     raw = _three_variants()
     raw["models"]["w-int4"]["variant"]["maxRequests"] = 12
     raw["gateway"]["retries"] = {"budgetPercent": 30}
     boot = envoy_config.bootstrap(parse(raw, stack="t"))
     budgets = {c["name"]: c["circuit_breakers"]["thresholds"][0]["retry_budget"]
                for c in boot["static_resources"]["clusters"] if c["name"].startswith("w__")}
-    # 12 + 4096 + 4096 (w-mid, w-fp8: gateway.circuitBreakers.maxRequests' default)
-    assert budgets == {name: {"budget_percent": {"value": 30.0}, "min_retry_concurrency": 8204}
+    # 12 + 4096 + 4096 (w-mid, w-fp8: gateway.circuitBreakers.maxRequests' default), and each variant's last resort's
+    # breaker (gateway.circuitBreakers.maxRequests): 3 x 4096
+    assert budgets == {name: {"budget_percent": {"value": 30.0}, "min_retry_concurrency": 8204 + 3 * 4096}
                        for name in ("w__w-int4", "w__w-fp8")}
 
 

@@ -177,7 +177,8 @@ from components.k8s.gateway.envoy.variants import (
     at_least_regex,
     decision_route,
     decisions,
-    gate_listener,
+    direct_route,
+    gate_listeners,
     overflow_cluster,
     overflow_cluster_name,
     overflow_order,
@@ -430,11 +431,13 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
                                                 rewrite=r["name"] != route_name(name, "body")), w, d)
                     model_of[dr["name"]] = d.chosen
                     out_list.append(dr)
+    routed_variants = variant_models(cfg)
     for m in sorted(cfg.models.values(), key=lambda m: m.name):  # a model's own key in the body names it
         if m.name != m.workload:
             own = route_name(m.name, "key-body")
-            by_body.append(_route(cfg, own, {**_regex(_api_regex(m, "")), "dynamic_metadata": [_body_model(m.name)]},
-                                  m, rewrite=False))
+            r = _route(cfg, own, {**_regex(_api_regex(m, "")), "dynamic_metadata": [_body_model(m.name)]}, m,
+                       rewrite=False)
+            by_body.append(direct_route(r, m) if m in routed_variants else r)  # a variant: then its last resort
             model_of[own] = m
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
@@ -566,8 +569,8 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
            if variant_models(cfg) else {}),
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
-                          *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
-                            for m in variant_models(cfg))],
+                          *(gate for m in variant_models(cfg)
+                            for gate in gate_listeners(cfg, m, retry_policy=_retry_policy(cfg, m)))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg),
                          collector_cluster(cfg),
                          *jwks, admin_cluster(), *budget_clusters(cfg)],
