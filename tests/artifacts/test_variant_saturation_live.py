@@ -44,6 +44,8 @@ RAW = {
         # no budget sent: the default policy picks the cheapest, chat-cheap (the slowest): chat__chat-cheap
         "chat-cheap": {**_M, "workload": "chat", "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
         "chat-fast": {**_M, "workload": "chat", "slo": {"e2eSeconds": 0.5}, "variant": {"costPerRequest": 0.004}},
+        # no replica at all (a capacity block outside its window): its steps fail at once
+        "chat-gone": {**_M, "workload": "chat", "slo": {"e2eSeconds": 1}, "variant": {"costPerRequest": 0.002}},
     },
     "gateway": {
         "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
@@ -53,7 +55,7 @@ RAW = {
     },
     "observability": {"prices": {"dgx-h100": 30.0}},
 }
-REPLICAS = {"chat-cheap": 1, "chat-fast": 3}
+REPLICAS = {"chat-cheap": 1, "chat-fast": 3, "chat-gone": 0}
 DECISION = "chat__chat-cheap__default"  # the route stat_prefix of requests to `chat` without a budget
 
 
@@ -123,7 +125,7 @@ def test_every_replica_of_every_variant_saturated_still_serves_the_workload_and_
     before = _scrape(gateway.envoy)
     hits = sum(gateway.hits("chat-cheap") + gateway.hits("chat-fast"))
     try:
-        _misbehave(gateway, Behaviour.STALL, REPLICAS)
+        _misbehave(gateway, Behaviour.STALL, {"chat-cheap": 1, "chat-fast": 3})
         with ThreadPoolExecutor(2 * REQUESTS) as pool:
             asked = [pool.submit(gateway.ask, m) for m in ("chat", "chat-fast") for _ in range(REQUESTS)]
             deadline = time.monotonic() + 40 * HC_INTERVAL_S  # bounded
@@ -183,3 +185,15 @@ def test_a_variant_named_by_its_key_keeps_its_requests_on_its_one_passing_replic
     assert [n - h for n, h in zip(gateway.hits("chat-fast"), hits, strict=True)] == [0, 0, 4 * REQUESTS]
     assert _tries(after, "chat-fast__last") == _tries(before, "chat-fast__last")
     assert _route(after, "chat-fast__direct", "2") - _route(before, "chat-fast__direct", "2") == 4 * REQUESTS
+
+
+def test_a_variant_with_no_replica_named_by_its_key_is_answered_503_and_its_route_counts_it(gateway: Gateway) -> None:
+    """chat-gone has no replica: its own cluster and its last resort have no host, so the router answers each request
+    itself, 503 no healthy upstream, and charges it to the route's stats as a 5xx: what GatewayServerErrorRatioHigh
+    reads for `chat-gone__direct` (before, such a route had no stats of its own, and its variant's cluster also
+    counted its workload's overflow)."""
+    before = _scrape(gateway.envoy)
+    assert [gateway.ask("chat-gone")[0] for _ in range(REQUESTS)] == [503] * REQUESTS
+    after = _scrape(gateway.envoy)
+    assert _route(after, "chat-gone__direct", "5") - _route(before, "chat-gone__direct", "5") == REQUESTS
+    assert _route(after, "chat-gone__direct", "2") == _route(before, "chat-gone__direct", "2")
