@@ -179,6 +179,7 @@ from components.k8s.gateway.envoy.variants import (
     decisions,
     direct_route,
     gate_listeners,
+    gate_stats_excluded,
     overflow_cluster,
     overflow_cluster_name,
     overflow_order,
@@ -563,10 +564,10 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
-        # internal listeners (the variants' overflow gates); none without variants
+        # internal listeners (the variants' overflow gates), whose stats nothing reads; none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
-            "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
-           if variant_models(cfg) else {}),
+            "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}],
+            "stats_config": gate_stats_excluded()} if variant_models(cfg) else {}),
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
                           *(gate for m in variant_models(cfg)
