@@ -194,3 +194,21 @@ def test_a_variants_gate_retries_its_engines_statuses_and_a_decision_any_variant
     assert len(decision_routes) == 2 * 3 * 7
     assert {str(r["route"]["retry_policy"]["retriable_status_codes"]) for r in decision_routes} == {
         str(decision_codes)}
+
+
+def test_the_panic_threshold_is_applied_to_every_model_and_last_resort_never_to_a_variants_own_cluster() -> None:
+    """gateway.outlierDetection.panicThresholdPercent (default 1: panic only when no replica passes) is each model
+    cluster's and each variant's last resort's healthy_panic_threshold; a variant's own cluster keeps 0 (its tries
+    go to the next variant). Before, the key was accepted and not applied."""
+    def thresholds(raw: dict[str, object]) -> dict[str, float]:
+        boot = envoy_config.bootstrap(parse(raw, stack="t"))
+        return {c["name"]: c["common_lb_config"]["healthy_panic_threshold"]["value"]
+                for c in boot["static_resources"]["clusters"] if "common_lb_config" in c}
+
+    raw = _three_variants()
+    raw["models"]["solo"] = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
+                             "pool": "gpu"}
+    variants = {"w-int4": 0, "w-mid": 0, "w-fp8": 0}
+    assert thresholds(raw) == {**variants, "solo": 1, **{f"{v}__last": 1 for v in variants}}
+    raw["gateway"]["outlierDetection"] = {"panicThresholdPercent": 50}
+    assert thresholds(raw) == {**variants, "solo": 50, **{f"{v}__last": 50 for v in variants}}

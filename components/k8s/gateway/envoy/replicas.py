@@ -77,6 +77,7 @@ __all__ = [
     "outlier_detection",
     "model_cluster",
     "ONE_PASSING_TAKES_ALL",
+    "panic",
     "last_resort_name",
     "last_resort_cluster",
 ]
@@ -87,6 +88,7 @@ __all__ = [
 # source/extensions/load_balancing_policies/common/load_balancer_impl.cc, `LoadBalancerBase::isHostSetInPanic`; the
 # least-request and Maglev policies read the cluster's common_lb_config.healthy_panic_threshold: their config.cc).
 # 0 (before) answered 503 for every request while all replicas failed their checks: a saturated model's outage.
+# The default of gateway.outlierDetection.panicThresholdPercent (`panic`), which each model's cluster applies.
 PANIC_WHEN_NONE_PASSES = {"healthy_panic_threshold": {"value": 1}}
 NO_PANIC = {"healthy_panic_threshold": {"value": 0}}  # a variant's: its workload's next variant serves instead
 # A variant's cluster as the first member of an aggregate (components.k8s.gateway.envoy.variants.direct_cluster):
@@ -174,7 +176,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # Panic only when no replica passes, never for a variant (module docstring). Host health changes are applied
         # at once: with the default 1 s merge window a second ejection right after the first waits up to a second
         # while the replica keeps taking (and failing) requests.
-        "common_lb_config": {**(PANIC_WHEN_NONE_PASSES if model.variant is None else NO_PANIC),
+        "common_lb_config": {**(panic(cfg) if model.variant is None else NO_PANIC),
                              "update_merge_window": "0s"},
         # a replica whose record is gone takes no new request, however well it answers its checks (a pod in its
         # preStop answers them)
@@ -222,6 +224,11 @@ def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
     }
 
 
+def panic(cfg: GatewayView) -> dict[str, Any]:
+    """A model's panic threshold: gateway.outlierDetection.panicThresholdPercent (default 1: PANIC_WHEN_NONE_PASSES)."""
+    return {"healthy_panic_threshold": {"value": cfg.gateway.outlier_detection.panic_threshold_percent}}
+
+
 def last_resort_name(model: Model) -> str:
     return f"{model.name}{naming.LAST_RESORT_SUFFIX}"
 
@@ -242,5 +249,5 @@ def last_resort_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     thresholds = {**cluster["circuit_breakers"]["thresholds"][0],
                   "max_requests": cfg.gateway.circuit_breakers.max_requests}
     return {**cluster, "name": name, "load_assignment": {**load_assignment, "cluster_name": name},
-            "common_lb_config": {**PANIC_WHEN_NONE_PASSES, "update_merge_window": "0s"},
+            "common_lb_config": {**panic(cfg), "update_merge_window": "0s"},
             "circuit_breakers": {"thresholds": [thresholds]}}
