@@ -21,55 +21,33 @@ import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
 
 import pytest
 
 from infra.config import parse
 from telemetry.names import ENVOY
-from tests.artifacts.test_envoy_alert_stats_live import _scrape
+from tests.artifacts.test_envoy_alert_stats_live import _M, HC_INTERVAL_S, ISSUER, REQUESTS, _scrape
+from tests.artifacts.test_envoy_alert_stats_live import RAW as ALERT_RAW
+from tests.artifacts.test_envoy_alert_stats_live import Gateway as AlertStatsGateway
 from tests.support.envoy import await_replicas, start_gateway
-from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, request
-from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
+from tests.support.fake_backends import Behaviour, FakeBackend
+from tests.support.tokens import Issuer
 
-ISSUER = "https://issuer.test/realms/aifactory"
-HC_INTERVAL_S = 0.25
-REQUESTS = 6
-_M = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha", "pool": "gpu"}
-RAW = {
-    "target": {"provider": "existing", "kubeconfig": "/dev/null", "storageClass": "fast"},
-    "nodePools": {"gpu": {"instanceType": "dgx-h100"}},
-    "tenants": {"alpha": {"gpuQuota": 32, "rateLimit": {"requestsPerSecond": 10000, "burst": 20000}}},
-    "models": {
-        # no budget sent: the default policy picks the cheapest, chat-cheap (the slowest): chat__chat-cheap
-        "chat-cheap": {**_M, "workload": "chat", "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
-        "chat-fast": {**_M, "workload": "chat", "slo": {"e2eSeconds": 0.5}, "variant": {"costPerRequest": 0.004}},
-        # no replica at all (a capacity block outside its window): its steps fail at once
-        "chat-gone": {**_M, "workload": "chat", "slo": {"e2eSeconds": 1}, "variant": {"costPerRequest": 0.002}},
-    },
-    "gateway": {
-        "auth": {"issuers": [{"issuer": ISSUER, "jwksUri": f"{ISSUER}/certs", "audiences": [DEFAULT_AUDIENCE]}]},
-        "healthCheck": {"intervalSeconds": HC_INTERVAL_S, "timeoutSeconds": HC_INTERVAL_S, "unhealthyThreshold": 2,
-                        "healthyThreshold": 1},
-        "outlierDetection": {"intervalSeconds": 0.1},
-    },
-    "observability": {"prices": {"dgx-h100": 30.0}},
-}
+# the alert stats test's stack (checks every 0.25 s, 2 failures), with these models
+RAW = {**ALERT_RAW, "models": {
+    # no budget sent: the default policy picks the cheapest, chat-cheap (the slowest): chat__chat-cheap
+    "chat-cheap": {**_M, "workload": "chat", "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
+    "chat-fast": {**_M, "workload": "chat", "slo": {"e2eSeconds": 0.5}, "variant": {"costPerRequest": 0.004}},
+    # no replica at all (a capacity block outside its window): its steps fail at once
+    "chat-gone": {**_M, "workload": "chat", "slo": {"e2eSeconds": 1}, "variant": {"costPerRequest": 0.002}},
+}}
 REPLICAS = {"chat-cheap": 1, "chat-fast": 3, "chat-gone": 0}
 DECISION = "chat__chat-cheap__default"  # the route stat_prefix of requests to `chat` without a budget
 
 
-@dataclass
-class Gateway:
-    envoy: EnvoyProcess
-    backends: dict[str, list[FakeBackend]]
-    issuer: Issuer
-
-    def ask(self, model: str) -> tuple[int, bytes]:
-        """A chat completion whose body names `model` (the workload, or a variant's own key)."""
-        headers = {"authorization": self.issuer.bearer("alpha")["authorization"], "content-type": "application/json"}
-        body = json.dumps({"model": model, "messages": []}).encode()
-        return request(self.envoy.listener_port, "/v1/chat/completions", headers, body=body, timeout=20)
+class Gateway(AlertStatsGateway):
+    """`ask(model)`: a chat completion naming `model` (the workload, or a variant by its own key) in x-model and the
+    body; a variant's key is routed by the body (header routes match workloads only)."""
 
     def hits(self, model: str) -> list[int]:
         return [b.hits for b in self.backends[model]]
