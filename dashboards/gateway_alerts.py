@@ -24,8 +24,8 @@ clusters' stats are all kept).
   * warning (tickets): no gateway pod sees a healthy replica for NO_REPLICA_FOR and no request is being refused
     (nobody has asked yet), or the model is a variant: a variant's refusals are not the client's, the gateway
     retries them on the workload's next variant (components/k8s/gateway/envoy/variants.py), so the client gets an answer
-    from a pricier or slower variant; if every variant is down, the workload's aggregate cluster answers 5xx and
-    GatewayServerErrorRatioHigh pages.
+    from a pricier or slower variant; when every variant fails the try, the variants' last resorts serve it
+    (GatewayModelInPanic), and if they fail too the client gets 5xx and GatewayServerErrorRatioHigh pages.
   * Models that scale to zero (replicas.min 0) have no replica by design while idle: no warning; a request wakes
     them through the gateway's refusals (components/k8s/serving/objects.py `wake_query`) and they refuse until a
     replica has loaded, so they page only after SCALE_FROM_ZERO_FOR.

@@ -203,3 +203,16 @@ def test_the_gateways_pages_reach_the_pager_and_its_tickets_the_ticket_receivers
                      f"alertname={alert}", "envoy_cluster_name=deep-research", "model=deep-research")
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == ",".join(routes[severity]), (alert, severity)
+
+
+def test_a_variants_requests_count_its_last_resorts_tries(prod: ObservabilityConfig, tmp_path: Path) -> None:
+    """The variant panels' requests (and so spend) per variant count every try its replicas served: its own
+    cluster's and its last resort's (`<variant>__last`, after every variant of the workload failed the try)."""
+    pod = GATEWAY_PODS[0]
+    series = [{"series": _sel(ENVOY.RQ_TOTAL, {**pod, ENVOY.L_CLUSTER: c}), "values": f"0+{_num(n)}x10"}
+              for c, n in (("finance-8b-bf16", 60), ("finance-8b-bf16__last", 30), ("finance-8b-bf16__gate", 600))]
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": [{
+        "expr": f'{R.VARIANT_REQUESTS}{{variant="finance-8b-bf16"}}', "eval_time": "5m",
+        "exp_samples": [{"labels": f'{R.VARIANT_REQUESTS}{{variant="finance-8b-bf16", workload="finance-8b"}}',
+                         "value": 1.5}]}]}
+    _run_promtool_tests(prod, tmp_path, ("1m", [test]))

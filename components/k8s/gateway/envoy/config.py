@@ -51,7 +51,8 @@ requests in flight finish);
 outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
 until their next passing check (envoy_replicas.outlier_detection); a second replica's 500 ends the request as
 500, not retried nor counted against that replica, and a 500 its engine says the request is at fault for as 422
-(envoy_failures); panic (every replica gets requests) only when none passes, never for a variant;
+(envoy_failures); panic (every replica gets requests) only when none passes, never on a variant's own cluster
+(its last resort does: components.k8s.gateway.envoy.variants);
 LEAST_REQUEST of four random choices keeps traffic off slow replicas and lets a retry leave a failing one (Maglev
 with bounded load where a model has session affinity: components/k8s/gateway/envoy/affinity.py). The route's idle
 timeout is the model's `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
