@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from components.k8s.gateway.envoy import affinity as envoy_affinity
 from components.k8s.gateway.envoy import config as envoy_config
 from components.k8s.gateway.envoy.config import at_least_regex, decisions, overflow_order, workloads
+from components.k8s.gateway.envoy.variants import variant_models
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
-from tests.support.stacks import prod_without_variants
+from tests.support.stacks import prod_without_variants, stack_config
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
@@ -212,3 +213,32 @@ def test_the_panic_threshold_is_applied_to_every_model_and_last_resort_never_to_
     assert thresholds(raw) == {**variants, "solo": 1, **{f"{v}__last": 1 for v in variants}}
     raw["gateway"]["outlierDetection"] = {"panicThresholdPercent": 50}
     assert thresholds(raw) == {**variants, "solo": 50, **{f"{v}__last": 50 for v in variants}}
+
+
+def test_prods_variant_routes_reach_every_variant_then_every_last_resort() -> None:
+    """prod (issue 44, B1): the assistant's decision tries assistant-fast, assistant-steady, then each one's last
+    resort, with a retry per step (3: gateway.retries.attempts is 2); a request naming a variant by its key goes to
+    `<variant>__direct` (its cluster, then its last resort), under the route stat_prefix of the same name, keeping
+    its Host and retries; each last resort is its variant's replicas with no health checks and a model's breaker."""
+    cfg = stack_config("prod")
+    boot = envoy_config.bootstrap(cfg)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    members = {n: c["cluster_type"]["typed_config"]["clusters"] for n, c in clusters.items() if "__" in n
+               and "cluster_type" in c and c["cluster_type"]["name"] == "envoy.clusters.aggregate"}
+    assert members["assistant__assistant-fast"] == ["assistant-fast__gate", "assistant-steady__gate",
+                                                    "assistant-fast__last__gate", "assistant-steady__last__gate"]
+    assert members["assistant-fast__direct"] == ["assistant-fast", "assistant-fast__last"]
+    [vhost] = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"]["virtual_hosts"]
+    routes = {r["name"]: r for r in vhost["routes"]}
+    assert routes["assistant.assistant-fast.default"]["route"]["retry_policy"]["num_retries"] == 3
+    direct = routes["assistant-fast/key-body"]
+    assert (direct["stat_prefix"], direct["route"]["cluster"], direct["route"]["host_rewrite_literal"],
+            direct["route"]["retry_policy"]["num_retries"]) == (
+        "assistant-fast__direct", "assistant-fast__direct", "assistant-fast.assistant.svc.cluster.local", 2)
+    last = clusters["assistant-steady__last"]
+    assert "health_checks" not in last and "health_checks" in clusters["assistant-steady"]
+    assert last["load_assignment"]["endpoints"] == clusters["assistant-steady"]["load_assignment"]["endpoints"]
+    assert last["circuit_breakers"]["thresholds"][0]["max_requests"] == 4096
+    # one per variant an aggregate reaches (a variant the fidelity gate holds back has none)
+    assert {n for n in clusters if n.endswith("__last")} == {f"{m.name}__last" for m in variant_models(cfg)}
