@@ -1,6 +1,7 @@
 """The gateway's alerts, per Envoy cluster (one per model; a workload with variants routes through its aggregate
-clusters `<workload>__<variant>`), from the cluster stats the gateway's stats listener exports to Prometheus
-(telemetry.names.ENVOY, label envoy_cluster_name; the model clusters' stats are all kept).
+clusters `<workload>__<variant>`, a variant named by its key through `<variant>__direct`), from the cluster and route
+stats the gateway's stats listener exports to Prometheus (telemetry.names.ENVOY, label envoy_cluster_name; the model
+clusters' stats are all kept).
 
 - GatewayModelUnavailable: no replica of a model is healthy at the gateway. A model's cluster has one host per
   ready replica, each healthy while its replica passes its health checks and is not ejected. When none passes, a
@@ -23,8 +24,8 @@ clusters `<workload>__<variant>`), from the cluster stats the gateway's stats li
   * warning (tickets): no gateway pod sees a healthy replica for NO_REPLICA_FOR and no request is being refused
     (nobody has asked yet), or the model is a variant: a variant's refusals are not the client's, the gateway
     retries them on the workload's next variant (components/k8s/gateway/envoy/variants.py), so the client gets an answer
-    from a pricier or slower variant; if every variant is down, the workload's aggregate cluster answers 5xx and
-    GatewayServerErrorRatioHigh pages.
+    from a pricier or slower variant; when every variant fails the try, the variants' last resorts serve it
+    (GatewayModelInPanic), and if they fail too the client gets 5xx and GatewayServerErrorRatioHigh pages.
   * Models that scale to zero (replicas.min 0) have no replica by design while idle: no warning; a request wakes
     them through the gateway's refusals (components/k8s/serving/objects.py `wake_query`) and they refuse until a
     replica has loaded, so they page only after SCALE_FROM_ZERO_FOR.
@@ -34,19 +35,29 @@ clusters `<workload>__<variant>`), from the cluster stats the gateway's stats li
     (R.CLUSTER_EXPECTED_DOWN, from the stack config) and no gateway alert fires for them. An aggregate cluster is
     expected down when every variant behind it is.
 - GatewayServerErrorRatioHigh (critical): the 5xx the gateway answers clients, per cluster a route sends to (a model
-  without variants, or a workload's aggregate cluster), above ERROR_RATIO of its answers over 5 minutes for ERROR_FOR,
-  with at least MIN_REQUESTS_PER_SECOND answered (one failure among a few requests at night is not a page). It reads
-  `upstream_rq_xx` of the route's cluster, which counts the answer each request ended with, once per request: the
-  final upstream status, or the router's own (503 "no healthy upstream" is charged there too: `chargeUpstreamCode`
-  in `sendNoHealthyUpstreamResponse`; as are its 503 overflow and 504 timeout). A try that was retried is not
-  counted there (the real Envoy: tests/artifacts/test_envoy_live.py). It also reads the route cluster's
-  `upstream_rq_452` (ENVOY.FAILED_TWICE_CODE): a request whose second try's replica also answered 500 ends there,
-  the router sees 452 (neither retried nor counted against that replica) and counts it as a 4xx, while the client
-  gets 500 (components/k8s/gateway/envoy/failures.py; live: tests/artifacts/test_envoy_failures_live.py). A model
-  whose every replica fails, and a burst of poison requests, both count as server errors: the access log's `fault`
-  tells them apart. A variant's own cluster also counts the 503s
-  its gate answers for a try the aggregate then retries on the next variant: those are not the client's, so
-  variants' clusters are left out.
+  without variants, a workload's aggregate cluster, a variant's direct one), above ERROR_RATIO of its answers over 5
+  minutes for ERROR_FOR, with at least MIN_REQUESTS_PER_SECOND answered (one failure among a few requests at night is
+  not a page). For a model without variants it reads `upstream_rq_xx` of the model's cluster, which only its own
+  routes send to and which counts the answer each request ended with, once per request: the final upstream status,
+  or the router's own (503 "no healthy upstream" is charged there too: `chargeUpstreamCode` in
+  `sendNoHealthyUpstreamResponse`; as are its 503 overflow and 504 timeout). A try that was retried is not counted
+  there (the real Envoy: tests/artifacts/test_envoy_live.py). It also reads `upstream_rq_452`
+  (ENVOY.FAILED_TWICE_CODE): a request whose second try's replica also answered 500 ends there, the router sees 452
+  (neither retried nor counted against that replica) and counts it as a 4xx, while the client gets 500
+  (components/k8s/gateway/envoy/failures.py; live: tests/artifacts/test_envoy_failures_live.py). A model whose every
+  replica fails, and a burst of poison requests, both count as server errors: the access log's `fault` tells them
+  apart. Every route to a variant (a workload's decisions, `<workload>__<variant>__<reason>`; a variant named by its
+  key, `<variant>__direct`) has a stat_prefix, and the router charges the same answers to the route's stats
+  (`vhost.models.route.<prefix>.upstream_rq_*`: ENVOY.ROUTE_RQ_XX, ROUTE_RQ_CODE): those are read, each route by
+  the cluster it sends to (`client_route_clusters`), whatever decisions a stack renders. A variant's own cluster is
+  never read: it also counts the 503s its gate answers for a try the aggregate then retries on the next variant
+  (and its last resort's tries), which are not the client's.
+- GatewayModelInPanic (warning): for PANIC_FOR the gateway has balanced a model's requests over replicas that do not
+  pass their progress checks (all saturated past the check's timeout, or hung): a model's cluster counts each such
+  request in `lb_healthy_panic` (its panic mode below 1% passing: components/k8s/gateway/envoy/replicas.py); a
+  workload with variants serves them through a variant's last resort (`<variant>__last`, which has no checks: its
+  `upstream_rq_total` moves only for the tries every variant's own cluster failed). Its requests still queue and are
+  served (no 503), slower; a hung replica takes its share until its try idle or route timeout.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
   every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejection lasts
   its time (30 s, then longer) whatever the replica's checks say (components/k8s/gateway/envoy/replicas.py), and a
@@ -80,7 +91,9 @@ __all__ = [
     "ERROR_RATIO",
     "MIN_REQUESTS_PER_SECOND",
     "ERROR_FOR",
+    "PANIC_FOR",
     "client_clusters",
+    "client_route_clusters",
     "failed_answers",
     "expected_down_records",
     "alerts",
@@ -95,16 +108,35 @@ CAPACITY_BLOCK_WARMUP_MINUTES = 30  # after a block starts: its nodes join and i
 ERROR_RATIO = 0.05  # share of a cluster's answers that are 5xx
 MIN_REQUESTS_PER_SECOND = 0.1  # 30 answers in 5 minutes: below it, a cluster's 5xx ratio is too noisy to page on
 ERROR_FOR = "5m"
+PANIC_FOR = "10m"  # longer than a burst that saturates every replica for a few checks
 CLUSTER = ENVOY.L_CLUSTER
 
 
 def client_clusters(cfg: ObservabilityConfig) -> list[str]:
-    """The clusters the gateway's routes send to, whose answers are the clients': each model without variants
-    (components/k8s/gateway/envoy/config.py `_route`) and each workload's aggregate cluster `<workload>__<variant>`
-    (components/k8s/gateway/envoy/variants.py `overflow_cluster_name`), sorted."""
+    """The clusters whose own answers are the clients': each model without variants, which only its own routes send
+    to (components/k8s/gateway/envoy/config.py `_route`), sorted. The routes to variants are read from their route
+    stats (`client_route_clusters`)."""
     variants = {v.model for v in cfg.variants}
-    return sorted([m.name for m in cfg.models if m.name not in variants]
-                  + [f"{v.workload}__{v.model}" for v in cfg.variants])
+    return sorted(m.name for m in cfg.models if m.name not in variants)
+
+
+# A variant route's stat_prefix (components/k8s/gateway/envoy/variants.py): a decision `<workload>__<variant>__<reason>`
+# sends to the aggregate `<workload>__<variant>`, a route naming a variant by its key `<variant>__direct` to the
+# aggregate of that name. Names are DNS labels (no "_"), so two "__" say which.
+_ROUTE_CLUSTER = "(.+__.+)__.+|(.+)"
+VHOST = "models"  # the gateway's virtual host (components/k8s/gateway/envoy/config.py `gateway_listener`)
+# a variant's last resort cluster (components/k8s/gateway/envoy/variants.py): `<variant>__last`
+LAST_RESORT_SUFFIX = "__last"
+DIRECT_SUFFIX = "__direct"  # a variant named by its key: its direct aggregate, and its routes' stat_prefix
+
+
+def client_route_clusters(cfg: ObservabilityConfig, metric: str, *matchers: str) -> str:
+    """Requests/s of a route stat (ENVOY.ROUTE_RQ_XX or ROUTE_RQ_CODE) of the gateway's routes, each labelled with
+    the cluster its route sends to (envoy_cluster_name). Only the routes to variants have a stat_prefix, so every
+    series is one of theirs."""
+    vhost = f'{ENVOY.L_VHOST}="{VHOST}"'
+    rate = f"rate({series(cfg, metric, vhost, *matchers)}[{RATE}])"
+    return f'label_replace({rate}, "{CLUSTER}", "$1$2", "{ENVOY.L_ROUTE}", "{_ROUTE_CLUSTER}")'
 
 
 def _window_open(window: tuple[int, int]) -> str:
@@ -114,14 +146,16 @@ def _window_open(window: tuple[int, int]) -> str:
 
 
 def expected_down_records(cfg: ObservabilityConfig) -> list[Record]:
-    """R.CLUSTER_EXPECTED_DOWN for each client cluster and model cluster whose every model is on a capacity-block
-    pool: 1 outside each block's window (and its warm-up), no sample inside one."""
+    """R.CLUSTER_EXPECTED_DOWN for each client cluster (a workload's aggregates, a variant's direct one) and model
+    cluster whose every model is on a capacity-block pool: 1 outside each block's window (and its warm-up), no sample
+    inside one."""
     variants_of: dict[str, list[str]] = {}
     for v in cfg.variants:
         variants_of.setdefault(v.workload, []).append(v.model)
     models = {m.name: m for m in cfg.models}
     behind = {m.name: [m.name] for m in cfg.models}
     behind.update({f"{v.workload}__{v.model}": variants_of[v.workload] for v in cfg.variants})
+    behind.update({f"{v.model}{DIRECT_SUFFIX}": [v.model] for v in cfg.variants if v.model != v.workload})
     out = []
     for cluster, names in sorted(behind.items()):
         windows = [cfg.pool(models[n].pool).window for n in names]
@@ -193,10 +227,19 @@ def failed_answers(cfg: ObservabilityConfig, *matchers: str) -> str:
     return f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{fivexx}}}\n  or rate({twice}[{RATE}]))"
 
 
+def _routes_failed(cfg: ObservabilityConfig) -> str:
+    """As `failed_answers`, from the variant routes' stats, by the cluster each route sends to."""
+    fivexx = client_route_clusters(cfg, ENVOY.ROUTE_RQ_XX, f'{ENVOY.L_CODE_CLASS}="5"')
+    twice = client_route_clusters(cfg, ENVOY.ROUTE_RQ_CODE, f'{ENVOY.L_CODE}="{ENVOY.FAILED_TWICE_CODE}"')
+    return f"sum by ({CLUSTER}) ({fivexx}\n  or {twice})"
+
+
 def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
     clusters = _in(client_clusters(cfg))
-    answered = f"sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{clusters}}})"
-    failed = failed_answers(cfg, clusters)
+    # the models' clusters and the variant routes' clusters: disjoint names, so `or` is their union
+    answered = (f"(sum by ({CLUSTER}) ({R.ENVOY_REQUESTS}{{{clusters}}})\n"
+                f" or sum by ({CLUSTER}) ({client_route_clusters(cfg, ENVOY.ROUTE_RQ_XX)}))")
+    failed = f"({failed_answers(cfg, clusters)}\n or {_routes_failed(cfg)})"
     return Alert(
         "GatewayServerErrorRatioHigh",
         _unless_expected(f"{failed} / {answered} > {ERROR_RATIO!r}\n"
@@ -204,13 +247,30 @@ def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
         summary="Gateway answers {{ $value | humanizePercentage }} of requests to {{ $labels.envoy_cluster_name }} "
                 "with 5xx",
         description=f"For {ERROR_FOR} more than {ERROR_RATIO:.0%} of the gateway's answers to clients of cluster "
-                    "{{ $labels.envoy_cluster_name }} (a model, or <workload>__<variant>: a workload's requests that "
-                    "chose that variant first) were 5xx ({{ $value | humanizePercentage }} over 5 minutes, at least "
+                    "{{ $labels.envoy_cluster_name }} (a model; <workload>__<variant>: a workload's requests that "
+                    "chose that variant first; <variant>__direct: requests that named the variant) were "
+                    "5xx ({{ $value | humanizePercentage }} over 5 minutes, at least "
                     f"{MIN_REQUESTS_PER_SECOND:g} requests/s): the replicas' own errors after retries, requests "
                     "that failed on two replicas (500 to the client, x-aifactory-fault: failed-on-two-replicas in "
                     "the access log), or the gateway's 503 (no healthy upstream, circuit breaker) and 504 "
                     "(timeout).",
         runbook_url=runbook(cfg, "GatewayServerErrorRatioHigh"), for_=ERROR_FOR)
+
+
+def _panic_alert(cfg: ObservabilityConfig) -> Alert:
+    """GatewayModelInPanic (module docstring): the models' panic counter, and the variants' last resorts' tries."""
+    panic = f"sum by ({CLUSTER}) (rate({series(cfg, ENVOY.LB_HEALTHY_PANIC, _in(client_clusters(cfg)))}[{RATE}]))"
+    last_resorts = f'{CLUSTER}=~".+{LAST_RESORT_SUFFIX}"'
+    last = f"sum by ({CLUSTER}) (rate({series(cfg, ENVOY.RQ_TOTAL, last_resorts)}[{RATE}]))"
+    return Alert(
+        "GatewayModelInPanic", _unless_expected(f"(({panic} > 0)\nor ({last} > 0))"), "warning",
+        summary="Gateway sends requests of {{ $labels.envoy_cluster_name }} to replicas failing their checks (panic)",
+        description=f"For {PANIC_FOR} the gateway has sent {{{{ $value }}}} requests/s of "
+                    "{{ $labels.envoy_cluster_name }} (a model; <variant>__last: a variant's last resort, after "
+                    "every variant of its workload failed the try) to replicas none of which passes its progress "
+                    "check: every replica is saturated past the check's timeout, or hung. Requests queue and are "
+                    "served late (none refused); a hung replica's share waits for its try idle or route timeout.",
+        runbook_url=runbook(cfg, "GatewayModelInPanic"), for_=PANIC_FOR)
 
 
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
@@ -219,6 +279,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
     return [
         *_unavailable_alerts(cfg),
         _error_ratio_alert(cfg),
+        _panic_alert(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",
               summary="Gateway cluster {{ $labels.envoy_cluster_name }} keeps ejecting replicas",

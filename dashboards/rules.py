@@ -414,14 +414,19 @@ def _mesh_records(cfg: ObservabilityConfig) -> list[Record]:
         Record(R.ENVOY_RETRIES, rate(ENVOY.RQ_RETRY, ENVOY.L_CLUSTER)),
         Record(R.ROUTE_DECISIONS, _by_decision(rate(ENVOY.ROUTE_RQ_COMPLETED, ENVOY.L_ROUTE, _DECISION_ROUTE))),
         Record(R.ROUTE_OVERFLOW, _by_decision(rate(ENVOY.ROUTE_RQ_RETRY, ENVOY.L_ROUTE, _DECISION_ROUTE))),
-        # every try a variant's cluster (named after its model) served, overflow from another variant included
-        *(Record(R.VARIANT_REQUESTS, f"sum(rate({series(cfg, ENVOY.RQ_TOTAL, _cluster(v.model))}[{RATE}]))",
+        # every try a variant's replicas served: its cluster's (named after its model), overflow from another variant
+        # included, and its last resort's (`<model>__last`: after every variant's own try failed)
+        *(Record(R.VARIANT_REQUESTS, f"sum(rate({series(cfg, ENVOY.RQ_TOTAL, _variant_clusters(v.model))}[{RATE}]))",
                  {"workload": v.workload, "variant": v.model}) for v in cfg.variants),
     ]
 
 
 def _cluster(name: str) -> str:
     return f'{ENVOY.L_CLUSTER}="{name}"'
+
+
+def _variant_clusters(model: str) -> str:
+    return f'{ENVOY.L_CLUSTER}=~"{model}|{model}__last"'
 
 
 # The gateway's variant decision routes: stat_prefix <workload>__<variant>__<reason> (DNS labels, no "_")

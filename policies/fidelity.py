@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pulumi_policy import Severity
 
-from components.k8s.naming import FIDELITY_CONFIG_MAP, FIDELITY_KEY, variant_of_member
+from components.k8s.naming import DIRECT_SUFFIX, FIDELITY_CONFIG_MAP, FIDELITY_KEY, variant_of_member
 from policies.base import MANDATORY, stack_policy
 from policies.preflight import Finding, Res, from_policy_resources
 
@@ -46,10 +46,11 @@ def routed_variants(resources: Sequence[Res]) -> dict[str, tuple[Res, dict[str, 
         routed: dict[str, list[str]] = {}
         for c in (doc.get("static_resources") or {}).get("clusters") or []:
             ct = c.get("cluster_type") or {}
-            if ct.get("name") == AGGREGATE:
+            # a workload's aggregates (each variant's gate and its last resort's); not a variant's own-key routes
+            if ct.get("name") == AGGREGATE and not c["name"].endswith(DIRECT_SUFFIX):
                 for member in (ct.get("typed_config") or {}).get("clusters") or []:
                     routed.setdefault(variant_of_member(member), []).append(c["name"])
-        out[r.label] = (r, {k: sorted(v) for k, v in routed.items()})
+        out[r.label] = (r, {k: sorted(set(v)) for k, v in routed.items()})
     return out
 
 

@@ -307,6 +307,14 @@ class ENVOY:
     # Per route stat_prefix (vhost.<vhost>.route.<prefix>.*): the gateway's variant decisions are routes with
     # prefix <workload>__<variant>__<reason> (components/k8s/gateway/envoy/config.py)
     ROUTE_RQ_COMPLETED = "envoy_vhost_route_upstream_rq_completed"  # requests completed per route
+    # a route's answers to clients by status class {envoy_response_code_class}, and by status {envoy_response_code}
+    # (the gateway's routes that name a variant, or a workload with variants: the variants' clusters also count the
+    # tries that overflowed)
+    ROUTE_RQ_XX = "envoy_vhost_route_upstream_rq_xx"
+    ROUTE_RQ_CODE = "envoy_vhost_route_upstream_rq"
+    # counter: requests a cluster's load balancer balanced over every host because too few passed their health checks
+    # (panic mode; envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/cluster_stats.rst)
+    LB_HEALTHY_PANIC = "envoy_cluster_lb_healthy_panic"
     ROUTE_RQ_RETRY = "envoy_vhost_route_upstream_rq_retry"  # retries: on a variant route, tries sent to the next one
     L_ROUTE = "envoy_route"
     L_VHOST = "envoy_virtual_host"

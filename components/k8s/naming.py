@@ -32,6 +32,8 @@ __all__ = [
     "ISTIO_NAMESPACE",
     "SYSTEM_NAMESPACE",
     "GATE_SUFFIX",
+    "LAST_RESORT_SUFFIX",
+    "DIRECT_SUFFIX",
     "variant_of_member",
     "FIDELITY_CONFIG_MAP",
     "FIDELITY_KEY",
@@ -75,6 +77,12 @@ SYSTEM_NAMESPACE = "aifactory-system"  # cluster add-ons the kit runs (EFA plugi
 # and the cluster `<variant>__gate` (components/k8s/gateway/envoy/config.py); the policy pack reads routes back
 # through it.
 GATE_SUFFIX = "__gate"
+# ... and, after every variant's own try, each variant's last resort: the cluster `<variant>__last`, its replicas with
+# panic mode and no health checks (components/k8s/gateway/envoy/variants.py), behind its own gate.
+LAST_RESORT_SUFFIX = "__last"
+# A variant named by its own key goes to the aggregate cluster `<variant>__direct` (its cluster, then its last resort):
+# the client's choice of variant, not its workload's routing.
+DIRECT_SUFFIX = "__direct"
 # The fidelity gate's ConfigMap (gateway namespace) and its key: which variants passed their workload's evaluation.
 FIDELITY_CONFIG_MAP = "aifactory-fidelity"
 FIDELITY_KEY = "gate.json"
@@ -88,8 +96,9 @@ DASHBOARD_FOLDER_ANNOTATION = "grafana_folder"
 
 
 def variant_of_member(cluster: str) -> str:
-    """The variant an aggregate cluster's member reaches: its gate's (`<variant>__gate`) or its own name."""
-    return cluster.removesuffix(GATE_SUFFIX)
+    """The variant an aggregate cluster's member reaches: its gate's (`<variant>__gate`, `<variant>__last__gate`),
+    its last resort's (`<variant>__last`) or its own name."""
+    return cluster.removesuffix(GATE_SUFFIX).removesuffix(LAST_RESORT_SUFFIX)
 
 
 def common_labels(name: str, component: str) -> dict[str, str]:

@@ -6,8 +6,9 @@ Prometheus stores them (telemetry.names.ENVOY):
   balances them over the replicas failing their checks (panic mode when none passes:
   components.k8s.gateway.envoy.replicas.PANIC_WHEN_NONE_PASSES), each counted in `lb_healthy_panic` and answered by
   a replica, none in `upstream_cx_none_healthy`;
-- a variant with no healthy replica: the same on the variant's own cluster, while its workload's aggregate cluster
-  (what the client's route sends to) counts the answers the next variant gave: 2xx; with every variant down, 5xx;
+- a variant with no healthy replica: the same on the variant's own cluster, while the stats of the client's route
+  (its stat_prefix: what GatewayServerErrorRatioHigh reads) count the answers the next variant gave: 2xx; with every
+  variant failing, 5xx;
 - a try that is retried is not an answer: the route's cluster counts each request's final status once.
 
 Fake replicas on 127.0.0.1 (tests/support/fake_backends.py): HANG answers nothing, health checks included; STALL
@@ -152,16 +153,28 @@ def test_a_model_whose_replicas_all_fail_their_checks_sends_them_its_requests_in
     assert {c: n - _answers(before, "solo")[c] for c, n in _answers(after, "solo").items()} == {"2": REQUESTS, "5": 0}
 
 
-def test_a_variant_without_replicas_overflows_and_its_workloads_answers_stay_2xx_until_every_variant_is_down(
+def _route_answers(scraped: dict[tuple[str, frozenset[tuple[str, str]]], float], route: str) -> dict[str, float]:
+    """What the route with stat_prefix `route` answered clients, by class."""
+    return {c: scraped.get((ENVOY.ROUTE_RQ_XX, frozenset({ENVOY.L_ROUTE: route, ENVOY.L_VHOST: "models",
+                                                         ENVOY.L_CODE_CLASS: c}.items())), 0.0) for c in ("2", "5")}
+
+
+def test_a_variant_without_replicas_overflows_and_its_workloads_answers_stay_2xx_until_every_variant_fails(
         gateway: Gateway) -> None:
-    aggregate = "chat__chat-cheap"
+    """With every variant failing (each answering 500: after the variants, their last resorts answer it too), the
+    client gets 5xx; with every variant saturated instead, it is served (tests/artifacts/
+    test_variant_saturation_live.py)."""
+    route = "chat__chat-cheap__default"  # no budget: the cheapest first
     before = _scrape(gateway.envoy)
     try:
         _fail_checks(gateway, "chat-cheap")
         assert [gateway.ask("chat")[0] for _ in range(REQUESTS)] == [200] * REQUESTS  # chat-fast served them
         overflowing = _scrape(gateway.envoy)
-        _fail_checks(gateway, "chat-fast")
-        assert [gateway.ask("chat")[0] for _ in range(REQUESTS)] == [503] * REQUESTS
+        for m in ("chat-cheap", "chat-fast"):
+            for b in gateway.backends[m]:
+                b.behaviour = Behaviour.ERROR  # passes its checks, answers every request 500
+        await_replicas(gateway.envoy, {m: REPLICAS[m] for m in ("chat-cheap", "chat-fast")})
+        assert [gateway.ask("chat")[0] for _ in range(REQUESTS)] == [500] * REQUESTS
         down = _scrape(gateway.envoy)
     finally:
         _recover(gateway, "chat-cheap", "chat-fast")
@@ -170,10 +183,10 @@ def test_a_variant_without_replicas_overflows_and_its_workloads_answers_stay_2xx
     assert _value(overflowing, ENVOY.NO_HEALTHY, "chat-cheap") - _value(before, ENVOY.NO_HEALTHY, "chat-cheap") \
         == REQUESTS
     assert _answers(overflowing, "chat-cheap")["5"] - _answers(before, "chat-cheap")["5"] == REQUESTS
-    # what the clients got, on the cluster their route sends to
-    assert {c: n - _answers(before, aggregate)[c] for c, n in _answers(overflowing, aggregate).items()} == \
+    # what the clients got, on their route's stats
+    assert {c: n - _route_answers(before, route)[c] for c, n in _route_answers(overflowing, route).items()} == \
         {"2": REQUESTS, "5": 0}
-    assert {c: n - _answers(overflowing, aggregate)[c] for c, n in _answers(down, aggregate).items()} == \
+    assert {c: n - _route_answers(overflowing, route)[c] for c, n in _route_answers(down, route).items()} == \
         {"2": 0, "5": REQUESTS}
 
 

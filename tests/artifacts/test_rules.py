@@ -376,7 +376,7 @@ def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("GatewayRetryRatioHigh", {
         **{_sel(ENVOY.RQ_XX, {**p, **overflowing, "envoy_response_code_class": "2"}): "0+60x30" for p in pods},
         **{_sel(ENVOY.RQ_RETRY, {**p, **overflowing}): "0+60x30" for p in pods}}, [(12, [])]))
-    return out + _unavailable_cases(cfg) + _server_error_cases(cfg)
+    return out + _unavailable_cases(cfg) + _server_error_cases(cfg) + _panic_cases(cfg)
 
 
 GATEWAY_PODS = [{"namespace": "aifactory-gateway", "pod": f"gateway-{i}", "job": "gateway"} for i in range(2)]
@@ -428,22 +428,60 @@ def _answers(cluster: str, per_minute: dict[str, float]) -> dict[str, str]:
             for p in GATEWAY_PODS for c, n in per_minute.items()}
 
 
+def _route_answers(route: str, per_minute: dict[str, float]) -> dict[str, str]:
+    """Both gateway pods answer clients of the route with stat_prefix `route` with these responses a minute, by class
+    (its route stats: vhost.models.route.<route>.upstream_rq_<class>xx)."""
+    return {_sel(ENVOY.ROUTE_RQ_XX, {**p, ENVOY.L_ROUTE: route, ENVOY.L_VHOST: "models", ENVOY.L_CODE_CLASS: c}):
+            f"0+{_num(n)}x30" for p in GATEWAY_PODS for c, n in per_minute.items()}
+
+
 def _server_error_cases(cfg: ObservabilityConfig) -> list[Case]:
-    """GatewayServerErrorRatioHigh on the prod stack: the workload finance-8b's aggregate cluster for requests that
-    chose finance-8b first; the variant's own cluster; the capacity block's model."""
-    fired = _gateway_fired(cfg, "GatewayServerErrorRatioHigh", "critical", "finance-8b__finance-8b", 12 / 132)
+    """GatewayServerErrorRatioHigh on the prod stack (issue 44, M1): what each route answered clients. A workload's
+    decision route (finance-8b's requests that chose finance-8b-bf16 without a budget) and a route naming a variant by
+    its key (assistant-steady's) are read from their route stats, by the cluster each sends to; the variant's own
+    cluster (which counts its gate's 503s that the aggregate retried) is not read; a capacity-block variant outside its
+    window is expected down. Before, the alert read aggregate cluster names (two never rendered) and missed the
+    routes that name a variant."""
+    decision = "finance-8b__finance-8b-bf16__default"
+    fired = _gateway_fired(cfg, "GatewayServerErrorRatioHigh", "critical", "finance-8b__finance-8b-bf16", 12 / 132)
+    direct = _gateway_fired(cfg, "GatewayServerErrorRatioHigh", "critical", "assistant-steady__direct", 12 / 132)
     quiet = [(1 + fired[2], [])]
+    twice = {_sel(ENVOY.ROUTE_RQ_CODE, {**p, ENVOY.L_ROUTE: "assistant-steady__direct", ENVOY.L_VHOST: "models",
+                                        ENVOY.L_CODE: str(ENVOY.FAILED_TWICE_CODE)}): "0+6x30" for p in GATEWAY_PODS}
     return [
         # per pod 60 answers 2xx and 6 5xx a minute: 9.1% of 2.2 requests/s
-        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 60, "5": 6}), _around(1, [fired])),
+        Case("GatewayServerErrorRatioHigh", _route_answers(decision, {"2": 60, "5": 6}), _around(1, [fired])),
+        # a variant named by its key: its route's own answers
+        Case("GatewayServerErrorRatioHigh", _route_answers("assistant-steady__direct", {"2": 60, "5": 6}),
+             _around(1, [direct])),
+        # ... and its requests that failed on two replicas: 452 to the router (a 4xx), 500 to the client
+        Case("GatewayServerErrorRatioHigh", {**_route_answers("assistant-steady__direct", {"2": 60, "4": 6}), **twice},
+             _around(1, [direct])),
         # 2 5xx a minute: 3.2%, under 5%
-        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 60, "5": 2}), quiet),
+        Case("GatewayServerErrorRatioHigh", _route_answers(decision, {"2": 60, "5": 2}), quiet),
         # at night: one 5xx a minute per pod out of two answers, 50% of 0.067 requests/s: under the minimum rate
-        Case("GatewayServerErrorRatioHigh", _answers("finance-8b__finance-8b", {"2": 1, "5": 1}), quiet),
-        # the variant's own cluster counts its gate's 503s, which the aggregate retried on finance-8b-bf16
-        Case("GatewayServerErrorRatioHigh", _answers("finance-8b", {"5": 60}), quiet),
-        # every answer 5xx, from a model whose capacity block is outside its window: expected, no page
-        Case("GatewayServerErrorRatioHigh", _answers("assistant-fast", {"5": 60}), quiet),
+        Case("GatewayServerErrorRatioHigh", _route_answers(decision, {"2": 1, "5": 1}), quiet),
+        # the variant's own cluster counts its gate's 503s, which the aggregate retried on the next variant
+        Case("GatewayServerErrorRatioHigh", _answers("finance-8b-bf16", {"5": 60}), quiet),
+        # every answer 5xx, from a variant whose capacity block is outside its window: expected, no page
+        Case("GatewayServerErrorRatioHigh", _route_answers("assistant-fast__direct", {"5": 60}), quiet),
+    ]
+
+
+def _panic_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """GatewayModelInPanic on the prod stack (issue 44, M2): deep-research's cluster balancing 1 + 0.5 requests/s
+    over replicas none of which passes its checks (lb_healthy_panic), and assistant-steady's last resort serving
+    0.5 requests/s per pod (every variant of assistant failed the try); silent while the counters stand still."""
+    model = _gateway_fired(cfg, "GatewayModelInPanic", "warning", "deep-research", 1.5)
+    last = _gateway_fired(cfg, "GatewayModelInPanic", "warning", "assistant-steady__last", 1.0)
+    panic = [_sel(ENVOY.LB_HEALTHY_PANIC, {**p, ENVOY.L_CLUSTER: "deep-research"}) for p in GATEWAY_PODS]
+    tries = [_sel(ENVOY.RQ_TOTAL, {**p, ENVOY.L_CLUSTER: "assistant-steady__last"}) for p in GATEWAY_PODS]
+    return [
+        Case("GatewayModelInPanic", {panic[0]: "0+60x30", panic[1]: "0+30x30"}, _around(1, [model])),
+        Case("GatewayModelInPanic", {t: "0+30x30" for t in tries}, _around(1, [last])),
+        # normal: the counters exist and do not move (one panic a while ago)
+        Case("GatewayModelInPanic", {panic[0]: "0 1x29", panic[1]: "0x30", **{t: "5x30" for t in tries}},
+             [(1 + model[2], [])]),
     ]
 
 

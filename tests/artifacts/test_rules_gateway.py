@@ -120,26 +120,48 @@ def test_requests_failed_on_two_replicas_are_server_errors_that_page(prod: Obser
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, _annotations(prod)) for c in cases]))
 
 
-def test_the_clients_clusters_are_models_without_variants_and_the_workloads_aggregates(
+def test_the_clients_answers_are_the_models_clusters_and_every_variant_routes_stats(
         prod: ObservabilityConfig) -> None:
-    """What GatewayServerErrorRatioHigh reads: the clusters the gateway's routes send to
-    (components/k8s/gateway/envoy/config.py `_route`, components/k8s/gateway/envoy/variants.py `decision_route`),
-    never a variant's
-    own cluster, which counts the 503s of tries its workload's aggregate retried on the next variant."""
-    assert client_clusters(prod) == ["assistant-batch", "assistant-tools", "assistant__assistant-fast",
-                                     "assistant__assistant-steady", "deep-research", "embed-rerank",
-                                     "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"]
+    """What GatewayServerErrorRatioHigh reads (issue 44, M1): the clusters of models without variants, which only
+    their own routes send to (components/k8s/gateway/envoy/config.py `_route`), and the route stats of every route
+    with a stat_prefix: the variant routes (components/k8s/gateway/envoy/variants.py `decision_route`,
+    `direct_route`), each by the cluster it sends to. No variant's own cluster, which counts the 503s of tries its
+    workload's aggregate retried on the next variant, and no aggregate cluster by name (two of prod's were never
+    rendered: assistant__assistant-steady, finance-8b__finance-8b)."""
+    assert client_clusters(prod) == ["assistant-batch", "assistant-tools", "deep-research", "embed-rerank"]
+    [ratio] = [a for a in alerts(prod) if a.alert == "GatewayServerErrorRatioHigh"]
+    assert "__" not in ratio.expr.replace('"(.+__.+)__.+|(.+)"', "")
+    assert ratio.expr.count(ENVOY.ROUTE_RQ_XX) == 3 and ratio.expr.count(f"{ENVOY.ROUTE_RQ_CODE}{{") == 1
+
+
+def test_each_variant_route_counts_for_the_cluster_it_sends_to(prod: ObservabilityConfig, tmp_path: Path) -> None:
+    """The routes' stat prefixes as prod renders them, relabelled by the real Prometheus (promtool) to the cluster
+    each route sends to: a decision `<workload>__<variant>__<reason>` to its aggregate `<workload>__<variant>`, a
+    route naming a variant `<variant>__direct` to the aggregate of that name; the decisions of one aggregate add up."""
+    from dashboards.gateway_alerts import client_route_clusters
+    routes = {"assistant__assistant-fast__default": 3, "finance-8b__finance-8b-bf16__fits-budget": 1,
+              "finance-8b__finance-8b-bf16__rescued": 2, "assistant-fast__direct": 4}
+    series = [{"series": _sel(ENVOY.ROUTE_RQ_XX, {**p, ENVOY.L_ROUTE: r, ENVOY.L_VHOST: "models",
+                                                 ENVOY.L_CODE_CLASS: "2"}), "values": f"0+{_num(n * 60)}x10"}
+              for p in GATEWAY_PODS[:1] for r, n in routes.items()]
+    expr = f"sum by ({ENVOY.L_CLUSTER}) ({client_route_clusters(prod, ENVOY.ROUTE_RQ_XX)})"
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": [{"expr": expr, "eval_time": "5m",
+            "exp_samples": [{"labels": f'{{{ENVOY.L_CLUSTER}="{c}"}}', "value": v} for c, v in (
+                ("assistant-fast__direct", 4), ("assistant__assistant-fast", 3), ("finance-8b__finance-8b-bf16", 3))]}]}
+    _run_promtool_tests(prod, tmp_path, ("1m", [test]))
 
 
 def test_an_aggregate_is_expected_down_only_when_every_variant_behind_it_is(prod: ObservabilityConfig) -> None:
     """finance-8b's variants both on l40s (on demand): nothing expected down. With l40s a capacity block, each
     variant's cluster and both of the workload's aggregates are, in the hours outside the block's window."""
-    assert [r.labels for r in expected_down_records(prod)] == [{"envoy_cluster_name": "assistant-fast"}]
+    assert [r.labels for r in expected_down_records(prod)] == [{"envoy_cluster_name": "assistant-fast"},
+                                                                {"envoy_cluster_name": "assistant-fast__direct"}]
     blocked = dataclasses.replace(prod, pools=tuple(dataclasses.replace(p, window=(3600, 7200))
                                                     if p.name == "l40s" else p for p in prod.pools))
     got = {r.labels["envoy_cluster_name"]: r.expr for r in expected_down_records(blocked)}
     assert set(got) == {"assistant-fast", "assistant-tools", "embed-rerank", "finance-8b", "finance-8b-bf16",
-                        "finance-8b__finance-8b", "finance-8b__finance-8b-bf16"}
+                        "finance-8b__finance-8b", "finance-8b__finance-8b-bf16", "assistant-fast__direct",
+                        "finance-8b-bf16__direct"}
     warm = 3600 + CAPACITY_BLOCK_WARMUP_MINUTES * 60
     assert got["finance-8b__finance-8b"] == (
         f"vector(1) unless on () ((vector(time()) >= {warm} and vector(time()) < 7200))")
@@ -181,3 +203,16 @@ def test_the_gateways_pages_reach_the_pager_and_its_tickets_the_ticket_receivers
                      f"alertname={alert}", "envoy_cluster_name=deep-research", "model=deep-research")
         assert res.returncode == 0, res.stderr
         assert res.stdout.strip() == ",".join(routes[severity]), (alert, severity)
+
+
+def test_a_variants_requests_count_its_last_resorts_tries(prod: ObservabilityConfig, tmp_path: Path) -> None:
+    """The variant panels' requests (and so spend) per variant count every try its replicas served: its own
+    cluster's and its last resort's (`<variant>__last`, after every variant of the workload failed the try)."""
+    pod = GATEWAY_PODS[0]
+    series = [{"series": _sel(ENVOY.RQ_TOTAL, {**pod, ENVOY.L_CLUSTER: c}), "values": f"0+{_num(n)}x10"}
+              for c, n in (("finance-8b-bf16", 60), ("finance-8b-bf16__last", 30), ("finance-8b-bf16__gate", 600))]
+    test = {"interval": "1m", "input_series": series, "promql_expr_test": [{
+        "expr": f'{R.VARIANT_REQUESTS}{{variant="finance-8b-bf16"}}', "eval_time": "5m",
+        "exp_samples": [{"labels": f'{R.VARIANT_REQUESTS}{{variant="finance-8b-bf16", workload="finance-8b"}}',
+                         "value": 1.5}]}]}
+    _run_promtool_tests(prod, tmp_path, ("1m", [test]))

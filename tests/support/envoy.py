@@ -19,6 +19,7 @@ from components.k8s.gateway.envoy.budgets import (
     BUDGETS_METER_FILTER,
 )
 from components.k8s.gateway.envoy.config import GatewayView, bootstrap
+from components.k8s.naming import LAST_RESORT_SUFFIX
 from tests.support.fake_backends import EnvoyProcess
 from tests.support.processes import free_port
 
@@ -103,6 +104,10 @@ def rebind(config: Mapping[str, Any], *, listener_port: int, stats_port: int, ad
     clusters = [c for c in out["static_resources"]["clusters"] if c.get("type") != "LOGICAL_DNS"]
     out["static_resources"]["clusters"] = clusters
     dns = [c for c in clusters if c.get("cluster_type", {}).get("name") == DNS_CLUSTER_TYPE]
+    # a variant's last resort resolves the variant's Service: the same replicas, unless the test gives its own
+    endpoints = {**{c["name"]: endpoints[m] for c in dns
+                    if (m := c["name"].removesuffix(LAST_RESORT_SUFFIX)) != c["name"] and m in endpoints},
+                 **endpoints}
     missing = sorted({c["name"] for c in dns} - set(endpoints))
     if missing:
         raise ValueError(f"rebind: no endpoints for cluster(s) {', '.join(missing)}")

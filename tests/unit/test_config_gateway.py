@@ -1,7 +1,7 @@
 """The gateway's settings (aifactory:gateway): every key is read into the settings, absent ones take their
 documented defaults (the `# default:` of each field in infra/config.py; docs/gateway.md, "Requests on a replica
-that hangs", for maxEjectionPercent 67 and panicThresholdPercent 30), and the replica bounds are checked with the
-key path.
+that hangs", for maxEjectionPercent 67; "When every replica is saturated" for panicThresholdPercent 1), and the
+replica bounds are checked with the key path.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def test_defaults() -> None:
         assert (g.retries.attempts, g.retries.budget_percent) == (2, 20.0)
         od = g.outlier_detection
         assert (od.consecutive_5xx, od.interval_seconds, od.base_ejection_seconds, od.max_ejection_percent,
-                od.panic_threshold_percent) == (3, 2.0, 30.0, 67, 30.0)
+                od.panic_threshold_percent) == (3, 2.0, 30.0, 67, 1.0)
         cb = g.circuit_breakers
         assert (cb.max_connections, cb.max_pending_requests, cb.max_requests) == (4096, 2048, 4096)
         hc = g.health_check

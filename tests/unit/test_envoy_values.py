@@ -13,6 +13,7 @@ from typing import Any
 
 from components.k8s.gateway.envoy import affinity as affinity
 from components.k8s.gateway.envoy import config as ec
+from components.k8s.gateway.envoy.variants import variant_models
 from tests.support.stacks import stack_config, stack_raw
 
 # stacks/Pulumi.prod.yaml, `aifactory:tenants` (rateLimit as written; `search` has none, so it gets the
@@ -105,7 +106,9 @@ def test_outlier_detection_and_breakers_are_the_stack_gateway_settings() -> None
                              "maxEjectionPercent": 35},
         "circuitBreakers": {"maxConnections": 1000, "maxPendingRequests": 500, "maxRequests": 900}})
     clusters = _clusters(ec.bootstrap(cfg))
-    assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == PROD_MODELS
+    # and on each variant's last resort (components.k8s.gateway.envoy.replicas.last_resort_cluster)
+    assert sorted(n for n, c in clusters.items() if "outlier_detection" in c) == sorted(
+        [*PROD_MODELS, *(f"{m.name}__last" for m in variant_models(cfg))])
     for name in PROD_MODELS:
         c = clusters[name]
         # every 5xx and gateway failure counts toward ejection, and a passing health check does not end it (a

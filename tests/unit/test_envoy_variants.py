@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 from components.k8s.gateway.envoy import affinity as envoy_affinity
 from components.k8s.gateway.envoy import config as envoy_config
 from components.k8s.gateway.envoy.config import at_least_regex, decisions, overflow_order, workloads
+from components.k8s.gateway.envoy.variants import variant_models
 from infra.config import ConfigError, parse
 from telemetry.instrument import BUDGET_BAGGAGE_KEY
 from tests.artifacts.test_envoy_variants_live import RAW
-from tests.support.stacks import prod_without_variants
+from tests.support.stacks import prod_without_variants, stack_config
 
 
 @given(n=st.integers(min_value=0, max_value=10**7), x=st.integers(min_value=0, max_value=10**8),
@@ -106,14 +107,15 @@ def test_each_variant_is_reached_through_its_overflow_gate() -> None:
     boot = envoy_config.bootstrap(cfg)
     clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
     assert clusters["w__w-int4"]["cluster_type"]["typed_config"]["clusters"] == [
-        "w-int4__gate", "w-fp8__gate", "w-mid__gate"]
+        "w-int4__gate", "w-fp8__gate", "w-mid__gate", "w-fp8__last__gate", "w-int4__last__gate", "w-mid__last__gate"]
     gate = clusters["w-int4__gate"]
     assert gate["load_assignment"]["endpoints"][0]["lb_endpoints"][0] == {
         "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": "w-int4__gate"}}},
         "metadata": {"filter_metadata": {"aifactory": {"variant": "w-int4"}}}}
     listeners = {lst["name"]: lst for lst in boot["static_resources"]["listeners"]}
     assert sorted(listeners) == [
-        "gateway", "stats", "w-fp8__gate", "w-int4__gate", "w-mid__gate"]
+        "gateway", "stats", "w-fp8__gate", "w-fp8__last__gate", "w-int4__gate", "w-int4__last__gate", "w-mid__gate",
+        "w-mid__last__gate"]
     hcm = listeners["w-int4__gate"]["filter_chains"][0]["filters"][0]["typed_config"]
     [route] = hcm["route_config"]["virtual_hosts"][0]["routes"]
     retry = route["route"].pop("retry_policy")
@@ -153,15 +155,17 @@ def test_a_variants_max_requests_is_its_clusters_breaker() -> None:
 
 def test_every_try_the_variants_can_take_may_overflow_at_once() -> None:
     """An aggregate cluster counts no requests of its own, so its retry budget is its min_retry_concurrency alone
-    (envoy_variants.overflow_retries): the sum of the workload's variants' breakers, on every decision's cluster."""
+    (envoy_variants.overflow_retries): the sum of the workload's variants' breakers and their last resorts', on every
+    decision's cluster."""
     raw = _three_variants()
     raw["models"]["w-int4"]["variant"]["maxRequests"] = 12
     raw["gateway"]["retries"] = {"budgetPercent": 30}
     boot = envoy_config.bootstrap(parse(raw, stack="t"))
     budgets = {c["name"]: c["circuit_breakers"]["thresholds"][0]["retry_budget"]
                for c in boot["static_resources"]["clusters"] if c["name"].startswith("w__")}
-    # 12 + 4096 + 4096 (w-mid, w-fp8: gateway.circuitBreakers.maxRequests' default)
-    assert budgets == {name: {"budget_percent": {"value": 30.0}, "min_retry_concurrency": 8204}
+    # 12 + 4096 + 4096 (w-mid, w-fp8: gateway.circuitBreakers.maxRequests' default), and each variant's last resort's
+    # breaker (gateway.circuitBreakers.maxRequests): 3 x 4096
+    assert budgets == {name: {"budget_percent": {"value": 30.0}, "min_retry_concurrency": 8204 + 3 * 4096}
                        for name in ("w__w-int4", "w__w-fp8")}
 
 
@@ -191,3 +195,50 @@ def test_a_variants_gate_retries_its_engines_statuses_and_a_decision_any_variant
     assert len(decision_routes) == 2 * 3 * 7
     assert {str(r["route"]["retry_policy"]["retriable_status_codes"]) for r in decision_routes} == {
         str(decision_codes)}
+
+
+def test_the_panic_threshold_is_applied_to_every_model_and_last_resort_never_to_a_variants_own_cluster() -> None:
+    """gateway.outlierDetection.panicThresholdPercent (default 1: panic only when no replica passes) is each model
+    cluster's and each variant's last resort's healthy_panic_threshold; a variant's own cluster keeps 0 (its tries
+    go to the next variant). Before, the key was accepted and not applied."""
+    def thresholds(raw: dict[str, object]) -> dict[str, float]:
+        boot = envoy_config.bootstrap(parse(raw, stack="t"))
+        return {c["name"]: c["common_lb_config"]["healthy_panic_threshold"]["value"]
+                for c in boot["static_resources"]["clusters"] if "common_lb_config" in c}
+
+    raw = _three_variants()
+    raw["models"]["solo"] = {"engine": "vllm", "model": "org/model", "toolCallParser": "none", "tenant": "alpha",
+                             "pool": "gpu"}
+    variants = {"w-int4": 0, "w-mid": 0, "w-fp8": 0}
+    assert thresholds(raw) == {**variants, "solo": 1, **{f"{v}__last": 1 for v in variants}}
+    raw["gateway"]["outlierDetection"] = {"panicThresholdPercent": 50}
+    assert thresholds(raw) == {**variants, "solo": 50, **{f"{v}__last": 50 for v in variants}}
+
+
+def test_prods_variant_routes_reach_every_variant_then_every_last_resort() -> None:
+    """prod (issue 44, B1): the assistant's decision tries assistant-fast, assistant-steady, then each one's last
+    resort, with a retry per step (3: gateway.retries.attempts is 2); a request naming a variant by its key goes to
+    `<variant>__direct` (its cluster, then its last resort), under the route stat_prefix of the same name, keeping
+    its Host and retries; each last resort is its variant's replicas with no health checks and a model's breaker."""
+    cfg = stack_config("prod")
+    boot = envoy_config.bootstrap(cfg)
+    clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
+    members = {n: c["cluster_type"]["typed_config"]["clusters"] for n, c in clusters.items() if "__" in n
+               and "cluster_type" in c and c["cluster_type"]["name"] == "envoy.clusters.aggregate"}
+    assert members["assistant__assistant-fast"] == ["assistant-fast__gate", "assistant-steady__gate",
+                                                    "assistant-fast__last__gate", "assistant-steady__last__gate"]
+    assert members["assistant-fast__direct"] == ["assistant-fast", "assistant-fast__last"]
+    [vhost] = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
+        "route_config"]["virtual_hosts"]
+    routes = {r["name"]: r for r in vhost["routes"]}
+    assert routes["assistant.assistant-fast.default"]["route"]["retry_policy"]["num_retries"] == 3
+    direct = routes["assistant-fast/key-body"]
+    assert (direct["stat_prefix"], direct["route"]["cluster"], direct["route"]["host_rewrite_literal"],
+            direct["route"]["retry_policy"]["num_retries"]) == (
+        "assistant-fast__direct", "assistant-fast__direct", "assistant-fast.assistant.svc.cluster.local", 2)
+    last = clusters["assistant-steady__last"]
+    assert "health_checks" not in last and "health_checks" in clusters["assistant-steady"]
+    assert last["load_assignment"]["endpoints"] == clusters["assistant-steady"]["load_assignment"]["endpoints"]
+    assert last["circuit_breakers"]["thresholds"][0]["max_requests"] == 4096
+    # one per variant an aggregate reaches (a variant the fidelity gate holds back has none)
+    assert {n for n in clusters if n.endswith("__last")} == {f"{m.name}__last" for m in variant_models(cfg)}

@@ -391,7 +391,7 @@ def test_gateway_defaults_are_documented_values() -> None:
     assert (gw_cfg.auth.tenant_claim, gw_cfg.request_headers_timeout_seconds, gw_cfg.request_timeout_seconds,
             gw_cfg.stream_idle_timeout_seconds, gw_cfg.idle_timeout_seconds) == ("tenant", 10.0, 60.0, 30.0, 300.0)
     assert (gw_cfg.outlier_detection.max_ejection_percent, gw_cfg.outlier_detection.panic_threshold_percent) == (
-        67, 30.0)
+        67, 1.0)
     assert (model.max_request_bytes, model.try_idle_timeout_seconds) == (8 * 1024 * 1024, 30.0)
     assert cfg.models["llama-8b-trt"].try_idle_timeout_seconds == 30.0  # min(timeoutSeconds 30, 30)
     assert (tenant.rate_limit.batch_requests_per_second, tenant.rate_limit.batch_burst) == (100, 200)

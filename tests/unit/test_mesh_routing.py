@@ -18,6 +18,7 @@ from components.k8s import mesh, serving
 from components.k8s.gateway import component as gw
 from components.k8s.gateway.envoy import config as ec
 from components.k8s.gateway.envoy.replicas import replicas_host
+from components.k8s.naming import DIRECT_SUFFIX, variant_of_member
 from infra.config import PlatformConfig, parse
 from tests.artifacts.test_envoy_mesh_live import RAW as VARIANTS_RAW
 from tests.support.istio_sidecar import routes_to_service, service_domains
@@ -45,8 +46,8 @@ def _model_address(cfg: PlatformConfig, clusters: dict[str, dict[str, Any]], mod
     """The Service of `model` whose pods its cluster reaches: the cluster resolves the model Service's absolute name
     (its ready replicas; for a multi-node model the leaders it selects: components.k8s.gateway.envoy.replicas); the
     Host the gateway's sidecar routes by is the same name without the trailing dot."""
-    m = cfg.models[model]
-    assert _address(clusters[m.name]) == replicas_host(cfg, m) == f"{ec.model_host(cfg, m)}."
+    m = cfg.models[variant_of_member(model)]  # a variant's last resort resolves the same name
+    assert _address(clusters[model]) == replicas_host(cfg, m) == f"{ec.model_host(cfg, m)}."
     return ec.model_host(cfg, m)
 
 
@@ -72,12 +73,19 @@ def test_every_try_to_a_model_carries_its_services_name(stack: str, cfg: Platfor
             assert _gateway_sidecar_routes(cfg, target, host), route["name"]
             checked.add(target)
             continue
+        members = clusters[target]["cluster_type"]["typed_config"]["clusters"]
+        if target.endswith(DIRECT_SUFFIX):  # a variant named by its key: its cluster, then its last resort
+            host = route["route"]["host_rewrite_literal"]
+            assert {_model_address(cfg, clusters, m) for m in members} == {host}, route["name"]
+            assert _gateway_sidecar_routes(cfg, members[0], host), route["name"]
+            continue
         # a variant decision: an aggregate cluster over the variants' gates; each gate sets its variant's Host
         assert "host_rewrite_literal" not in route["route"], route["name"]
-        for gate in clusters[target]["cluster_type"]["typed_config"]["clusters"]:
+        for gate in members:
             (gate_route,) = _routes(listeners[gate])
-            variant = gate_route["route"]["cluster"]
-            assert gate_route["route"]["host_rewrite_literal"] == _model_address(cfg, clusters, variant), gate
+            assert gate_route["route"]["host_rewrite_literal"] == _model_address(
+                cfg, clusters, gate_route["route"]["cluster"]), gate
+            variant = variant_of_member(gate)
             assert _gateway_sidecar_routes(cfg, variant, gate_route["route"]["host_rewrite_literal"]), gate
             checked.add(variant)
     assert checked == set(cfg.models)  # every model is reached, and only this way

@@ -136,11 +136,16 @@ class OutlierDetection:
                                                              "health check does not end it.")
     max_ejection_percent: int = setting(67, ge=1, le=100, doc="At most this share of a model's ready replicas is "
                                                              "ejected at once, percent.")
-    panic_threshold_percent: float = setting(30.0, ge=0, le=100, doc="No longer applied, kept so existing stacks "
-                                                                    "stay valid: a model balances over all its "
-                                                                    "replicas only when none passes its checks "
-                                                                    "(docs/gateway.md). Was: below this share of "
-                                                                    "healthy replicas, percent.")
+    panic_threshold_percent: float = setting(1.0, ge=0, le=100, doc="A model balances over all its replicas, "
+                                                                   "those failing their checks too (panic), when "
+                                                                   "fewer than this share pass them, percent. 1: "
+                                                                   "only when none of up to 100 passes, so a "
+                                                                   "saturated model queues instead of answering "
+                                                                   "503; 0: never (503 while none passes); higher "
+                                                                   "values also send part of the load to failing "
+                                                                   "replicas while others pass. A variant's own "
+                                                                   "cluster never panics: its last resort does "
+                                                                   "(docs/gateway.md, Day 2).")
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,8 @@ requests in flight finish);
 outlier detection ejects replicas after consecutive failed tries (5xx included), for their ejection time, not
 until their next passing check (envoy_replicas.outlier_detection); a second replica's 500 ends the request as
 500, not retried nor counted against that replica, and a 500 its engine says the request is at fault for as 422
-(envoy_failures); panic (every replica gets requests) only when none passes, never for a variant;
+(envoy_failures); panic (every replica gets requests) only when none passes, never on a variant's own cluster
+(its last resort does: components.k8s.gateway.envoy.variants);
 LEAST_REQUEST of four random choices keeps traffic off slow replicas and lets a retry leave a failing one (Maglev
 with bounded load where a model has session affinity: components/k8s/gateway/envoy/affinity.py). The route's idle
 timeout is the model's `timeoutSeconds`, so a long request is not cut by the connection manager's `stream_idle_timeout`.
@@ -177,7 +178,9 @@ from components.k8s.gateway.envoy.variants import (
     at_least_regex,
     decision_route,
     decisions,
-    gate_listener,
+    direct_route,
+    gate_listeners,
+    gate_stats_excluded,
     overflow_cluster,
     overflow_cluster_name,
     overflow_order,
@@ -430,11 +433,13 @@ def routes(cfg: GatewayView) -> list[dict[str, Any]]:
                                                 rewrite=r["name"] != route_name(name, "body")), w, d)
                     model_of[dr["name"]] = d.chosen
                     out_list.append(dr)
+    routed_variants = variant_models(cfg)
     for m in sorted(cfg.models.values(), key=lambda m: m.name):  # a model's own key in the body names it
         if m.name != m.workload:
             own = route_name(m.name, "key-body")
-            by_body.append(_route(cfg, own, {**_regex(_api_regex(m, "")), "dynamic_metadata": [_body_model(m.name)]},
-                                  m, rewrite=False))
+            r = _route(cfg, own, {**_regex(_api_regex(m, "")), "dynamic_metadata": [_body_model(m.name)]}, m,
+                       rewrite=False)
+            by_body.append(direct_route(r, m) if m in routed_variants else r)  # a variant: then its last resort
             model_of[own] = m
     for r in by_path + by_body:
         if not r["match"].get("headers", True):
@@ -560,14 +565,14 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         "layered_runtime": {"layers": [
             {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
             {"name": "admin", "admin_layer": {}}]},
-        # internal listeners (the variants' overflow gates); none without variants
+        # internal listeners (the variants' overflow gates), whose stats nothing reads; none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {
-            "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}]}
-           if variant_models(cfg) else {}),
+            "@type": _T + "extensions.bootstrap.internal_listener.v3.InternalListener"}}],
+            "stats_config": gate_stats_excluded()} if variant_models(cfg) else {}),
         "static_resources": {
             "listeners": [gateway_listener(cfg), stats_listener(),
-                          *(gate_listener(cfg, m, retry_policy=_retry_policy(cfg, m))
-                            for m in variant_models(cfg))],
+                          *(gate for m in variant_models(cfg)
+                            for gate in gate_listeners(cfg, m, retry_policy=_retry_policy(cfg, m)))],
             "clusters": [*(model_cluster(cfg, m) for m in models), *variant_clusters(cfg),
                          collector_cluster(cfg),
                          *jwks, admin_cluster(), *budget_clusters(cfg)],

@@ -32,7 +32,11 @@ hung), Envoy spreads new requests over all of them (panic mode, PANIC_WHEN_NONE_
 healthy upstream: saturation sheds no work, it queues. The cost: a hung replica gets its share too while no replica
 passes (a model of one replica that hangs: its requests wait for their try idle or route timeout instead of a 503).
 A variant has no panic mode (NO_PANIC): with none of its replicas passing, its tries fail at once behind its gate and
-go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it.
+go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it. Its panic is a
+cluster of its own, its last resort (`last_resort_cluster`): the same replicas, no health checks, tried only after
+every variant's own try failed, so a workload whose variants are all saturated queues on them instead of answering
+503. A request that names the variant itself reaches the variant's cluster, then its last resort, through an
+aggregate cluster whose first member takes all of its load while one replica passes (ONE_PASSING_TAKES_ALL).
 
 Sources (Envoy v1.40.0 API): Cluster.ignore_health_on_host_removal, CommonLbConfig.healthy_panic_threshold,
 OutlierDetection https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto,
@@ -72,6 +76,10 @@ __all__ = [
     "dns_detection_seconds",
     "outlier_detection",
     "model_cluster",
+    "ONE_PASSING_TAKES_ALL",
+    "panic",
+    "last_resort_name",
+    "last_resort_cluster",
 ]
 
 # Panic mode below 1% of the model's hosts passing: with up to 100 replicas, only when none passes. Envoy compares the
@@ -80,8 +88,17 @@ __all__ = [
 # source/extensions/load_balancing_policies/common/load_balancer_impl.cc, `LoadBalancerBase::isHostSetInPanic`; the
 # least-request and Maglev policies read the cluster's common_lb_config.healthy_panic_threshold: their config.cc).
 # 0 (before) answered 503 for every request while all replicas failed their checks: a saturated model's outage.
+# The default of gateway.outlierDetection.panicThresholdPercent (`panic`), which each model's cluster applies.
 PANIC_WHEN_NONE_PASSES = {"healthy_panic_threshold": {"value": 1}}
 NO_PANIC = {"healthy_panic_threshold": {"value": 0}}  # a variant's: its workload's next variant serves instead
+# A variant's cluster as the first member of an aggregate (components.k8s.gateway.envoy.variants.direct_cluster):
+# the aggregate gives each member a share of its load from the member's share of passing hosts times its
+# overprovisioning factor, in percent (envoyproxy/envoy@v1.40.0 source/extensions/clusters/aggregate/cluster.cc,
+# `linearizePrioritySet` keeps each member's factor; priority load: load_balancer_impl.cc,
+# `LoadBalancerBase::recalculatePerPriorityState`). Envoy's default 140 sends 53% of the load on to the next member
+# while one of three replicas passes; 100,000 keeps all of it on the variant while one of up to 1,000 replicas passes.
+# Alone (one priority) a cluster's factor changes nothing.
+ONE_PASSING_TAKES_ALL = {"overprovisioning_factor": 100_000}
 # How long CoreDNS may answer a record after its endpoint left the Service: the kubernetes plugin's default TTL
 # (coredns/coredns plugin/kubernetes/README.md, `ttl`: "default is 5 seconds"), which its cache honours.
 COREDNS_TTL_SECONDS = 5
@@ -149,6 +166,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["metadata"] = {
             "filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
+        cluster["load_assignment"]["policy"] = ONE_PASSING_TAKES_ALL
     return {
         **cluster,
         # Least request of four random choices (failures.least_request_policy); with session affinity: Maglev with
@@ -158,7 +176,7 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
         # Panic only when no replica passes, never for a variant (module docstring). Host health changes are applied
         # at once: with the default 1 s merge window a second ejection right after the first waits up to a second
         # while the replica keeps taking (and failing) requests.
-        "common_lb_config": {**(PANIC_WHEN_NONE_PASSES if model.variant is None else NO_PANIC),
+        "common_lb_config": {**(panic(cfg) if model.variant is None else NO_PANIC),
                              "update_merge_window": "0s"},
         # a replica whose record is gone takes no new request, however well it answers its checks (a pod in its
         # preStop answers them)
@@ -204,3 +222,32 @@ def outlier_detection(cfg: GatewayView) -> dict[str, Any]:
         "max_ejection_percent": od.max_ejection_percent,
         "successful_active_health_check_uneject_host": False,
     }
+
+
+def panic(cfg: GatewayView) -> dict[str, Any]:
+    """A model's panic threshold: gateway.outlierDetection.panicThresholdPercent (default 1: PANIC_WHEN_NONE_PASSES)."""
+    return {"healthy_panic_threshold": {"value": cfg.gateway.outlier_detection.panic_threshold_percent}}
+
+
+def last_resort_name(model: Model) -> str:
+    return f"{model.name}{naming.LAST_RESORT_SUFFIX}"
+
+
+def last_resort_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """A variant's last resort: its replicas (the same Service name) as a model without variants reaches them when none
+    passes its checks, for the tries that every variant's own cluster failed (components.k8s.gateway.envoy.variants).
+
+    No health checks: a second checker would double the progress checks each replica answers, and what it would find
+    is already known when a try gets here (the variant had no passing replica, or its breaker was full): without
+    checks every ready replica is a host, as in panic, and least request keeps a replica that holds its requests
+    (saturated or hung) from getting more than its share. Outlier detection stays (ejection takes at most
+    maxEjectionPercent of the replicas), with panic below 1% not ejected, as a model's. Its breaker is a model's
+    (gateway.circuitBreakers.maxRequests): here requests queue at the engines, as they would without variants."""
+    name = last_resort_name(model)
+    cluster = {k: v for k, v in model_cluster(cfg, model).items() if k != "health_checks"}
+    load_assignment = {k: v for k, v in cluster["load_assignment"].items() if k != "policy"}
+    thresholds = {**cluster["circuit_breakers"]["thresholds"][0],
+                  "max_requests": cfg.gateway.circuit_breakers.max_requests}
+    return {**cluster, "name": name, "load_assignment": {**load_assignment, "cluster_name": name},
+            "common_lb_config": {**panic(cfg), "update_merge_window": "0s"},
+            "circuit_breakers": {"thresholds": [thresholds]}}

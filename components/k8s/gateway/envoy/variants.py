@@ -38,6 +38,24 @@ The variant's cluster keeps its health checks, outlier detection, LB and breaker
 pick the replica; with session affinity the gate retries a failed try once on another replica of the variant,
 `gate_listener`); the gate clusters are not health-checked (Envoy's health checker cannot reach internal
 listeners), so a variant that is down costs each request one fast-failing try before the next variant serves it.
+
+Last resort: a variant's cluster keeps no panic mode (components.k8s.gateway.envoy.replicas.NO_PANIC), so that a
+variant whose replicas all fail their checks (saturated or hung) answers its try at once and the next variant serves
+it. When every variant does, the request is not answered 503: each aggregate ends with every variant's last resort,
+fastest first (`overflow_steps`): `<variant>__last`, the variant's replicas with panic mode and no health checks
+(replicas.last_resort_cluster), behind its own gate `<variant>__last__gate`. A try gets there only after every
+variant's own try failed, so a hung cheap variant beside a healthy fast one still overflows to the fast one within the
+checks' window; only when none passes do the requests queue at the replicas, as a model's without variants do. The
+decision's route allows a try per step (`decision_num_retries`). Why not panic on one variant's own cluster: the
+variant a decision tries first would then hold its requests while no replica of it passes, instead of overflowing
+(the slowest variant is also the cheapest, which requests without a budget try first).
+
+A request that names a variant by its own key (the body's `"model": "<variant>"`, route `<variant>/key-body`) is
+the client's choice of variant: it does not overflow to another one. Its route sends to the aggregate cluster
+`<variant>__direct` (`direct_cluster`): the variant's own cluster, then its last resort, no gates (the route sets the
+Host; the variant's breaker refusing a try answers 503, as a model's does). The variant's cluster takes all of the
+aggregate's load while one of its replicas passes (replicas.ONE_PASSING_TAKES_ALL) and none when none does: then the
+last resort serves.
 Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
 Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
 
@@ -48,7 +66,9 @@ The decision is visible: requests reach the model with, and clients get back, `x
 envoy_vhost_route_upstream_rq_completed{envoy_route=...}), whose upstream_rq_retry counts tries sent on to the
 next variant; each variant's cluster counts the tries it served (upstream_rq_total, overflow included; a try its
 breaker refused counts in upstream_rq_active_overflow instead); the aggregate clusters are
-`<workload>__<chosen variant>`; the access log has the route and the upstream cluster (the gate).
+`<workload>__<chosen variant>`; the access log has the route and the upstream cluster (the gate). A route that names
+a variant by its key has stat_prefix `<variant>__direct` (`direct_route`). The answers every route gave clients are
+its route stats (dashboards/gateway_alerts.py reads them); the variants' clusters also count tries that overflowed.
 """
 
 from __future__ import annotations
@@ -79,6 +99,7 @@ from components.k8s.gateway.envoy.base import (
     model_host,
     retriable_status_codes,
 )
+from components.k8s.gateway.envoy.replicas import last_resort_cluster, last_resort_name
 from components.k8s.settings import Model
 
 __all__ = [
@@ -90,7 +111,9 @@ __all__ = [
     "threshold_ms",
     "overflow_cluster_name",
     "overflow_order",
+    "overflow_steps",
     "overflow_retries",
+    "decision_num_retries",
     "overflow_cluster",
     "variant_clusters",
     "variant_models",
@@ -99,7 +122,13 @@ __all__ = [
     "GATE_RETRIES",
     "gate_retry_policy",
     "gate_listener",
+    "gate_listeners",
+    "gate_stats_excluded",
     "decision_route",
+    "DIRECT_SUFFIX",
+    "direct_cluster_name",
+    "direct_cluster",
+    "direct_route",
 ]
 
 
@@ -216,10 +245,28 @@ def overflow_cluster_name(workload: str, chosen: Model) -> str:
     return f"{workload}__{chosen.name}"
 
 
+def _by_latency(variants: Sequence[Model]) -> list[Model]:
+    """Fastest first (ties: cheaper first: variants come cheapest first)."""
+    return sorted(variants, key=_latency_ms)
+
+
 def overflow_order(w: Workload, chosen: Model) -> list[Model]:
     """`chosen`, then the workload's other variants fastest first (ties: cheaper first)."""
-    rest = sorted((v for v in w.variants if v is not chosen), key=lambda m: _latency_ms(m))
-    return [chosen, *rest]
+    return [chosen, *_by_latency([v for v in w.variants if v is not chosen])]
+
+
+def overflow_steps(w: Workload, chosen: Model) -> list[str]:
+    """The aggregate cluster's members, in order: each variant's gate (`overflow_order`), then each variant's last
+    resort's gate, fastest first (module docstring)."""
+    return [*(gate_name(m) for m in overflow_order(w, chosen)),
+            *(gate_name(m, last_resort=True) for m in _by_latency(w.variants))]
+
+
+def decision_num_retries(attempts: int, w: Workload, chosen: Model) -> int:
+    """A decision route's retries: gateway.retries.attempts, and at least one try per step of its aggregate, so that
+    a request every variant failed reaches the last resorts (with previous_priorities each retry goes to the next
+    step; a step whose variant has no replica fails at once)."""
+    return max(attempts, len(overflow_steps(w, chosen)) - 1)
 
 
 def overflow_retries(cfg: GatewayView, w: Workload) -> int:
@@ -233,36 +280,60 @@ def overflow_retries(cfg: GatewayView, w: Workload) -> int:
     counted on the cluster of the host that serves it, a gate's. So the percentage never adds to the floor, and
     with a floor of 16, 16 of 48 requests overflowing at once were served and 32 got 503 (flag UO), at
     budget_percent 20 and 100 alike (live: tests/artifacts/test_envoy_variants_block_live.py). A variant with no
-    healthy replica, such as one on a capacity block outside its window, makes every request an overflow."""
-    return sum(max_requests_of(cfg.gateway, m) for m in w.variants)
+    healthy replica, such as one on a capacity block outside its window, makes every request an overflow. The last
+    resorts' breakers (gateway.circuitBreakers.maxRequests each) add theirs: every try there is a retry."""
+    return sum(max_requests_of(cfg.gateway, m) + cfg.gateway.circuit_breakers.max_requests for m in w.variants)
 
 
 def overflow_cluster(cfg: GatewayView, w: Workload, chosen: Model) -> dict[str, Any]:
-    """An aggregate cluster over the variants' gates in overflow order (each variant keeps its own LB, health
-    checks and breakers); its retry budget lets every try the variants can take overflow (`overflow_retries`)."""
+    """An aggregate cluster over the variants' gates in overflow order, then their last resorts' (each variant keeps
+    its own LB, health checks and breakers); its retry budget lets every try the variants can take overflow
+    (`overflow_retries`)."""
+    return _aggregate(cfg, overflow_cluster_name(w.name, chosen), overflow_steps(w, chosen), overflow_retries(cfg, w))
+
+
+def _aggregate(cfg: GatewayView, name: str, members: list[str], retries: int) -> dict[str, Any]:
     return {
-        "name": overflow_cluster_name(w.name, chosen),
+        "name": name,
         "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
         "lb_policy": "CLUSTER_PROVIDED",
         "cluster_type": {"name": "envoy.clusters.aggregate", "typed_config": {
-            "@type": _T + "extensions.clusters.aggregate.v3.ClusterConfig",
-            "clusters": [gate_name(m) for m in overflow_order(w, chosen)]}},
+            "@type": _T + "extensions.clusters.aggregate.v3.ClusterConfig", "clusters": members}},
         # the router checks the retry budget on the route's cluster: this one
         "circuit_breakers": {"thresholds": [{
             "priority": "DEFAULT",
             "retry_budget": {"budget_percent": {"value": cfg.gateway.retries.budget_percent},
-                             "min_retry_concurrency": overflow_retries(cfg, w)}}]},
+                             "min_retry_concurrency": retries}}]},
     }
 
 
+DIRECT_SUFFIX = naming.DIRECT_SUFFIX
+
+
+def direct_cluster_name(model: Model) -> str:
+    """The aggregate cluster of the routes that name the variant by its key, and their stat_prefix."""
+    return f"{model.name}{DIRECT_SUFFIX}"
+
+
+def direct_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
+    """The variant's own cluster, then its last resort (module docstring); its retry budget is the tries both take."""
+    return _aggregate(cfg, direct_cluster_name(model), [model.name, last_resort_name(model)],
+                      max_requests_of(cfg.gateway, model) + cfg.gateway.circuit_breakers.max_requests)
+
+
 def variant_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
-    """One aggregate cluster per variant a decision can choose, then every variant's gate cluster, sorted by name."""
+    """One aggregate cluster per variant a decision can choose, then every variant's direct aggregate (when it has a
+    key of its own), last resort and gate clusters, sorted by name."""
     out = {}
     for w in workloads(cfg):
         for d in decisions(cfg, w):
             c = overflow_cluster(cfg, w, d.chosen)
             out[c["name"]] = c
-    return [out[k] for k in sorted(out)] + [gate_cluster(cfg, m) for m in variant_models(cfg)]
+    models = variant_models(cfg)
+    return [out[k] for k in sorted(out)] + [
+        *(direct_cluster(cfg, m) for m in models if m.name != m.workload),
+        *(last_resort_cluster(cfg, m) for m in models),
+        *(gate_cluster(cfg, m, last_resort=last) for m in models for last in (False, True))]
 
 
 def variant_models(cfg: GatewayView) -> list[Model]:
@@ -272,26 +343,27 @@ def variant_models(cfg: GatewayView) -> list[Model]:
 GATE_SUFFIX = naming.GATE_SUFFIX
 
 
-def gate_name(model: Model) -> str:
-    """The variant's overflow gate: an internal listener and the cluster that reaches it."""
-    return f"{model.name}{GATE_SUFFIX}"
+def gate_name(model: Model, *, last_resort: bool = False) -> str:
+    """The variant's overflow gate (or its last resort's): an internal listener and the cluster that reaches it."""
+    return f"{last_resort_name(model) if last_resort else model.name}{GATE_SUFFIX}"
 
 
 # The gate's own limits are not the variant's: its breaker must never be what refuses a request.
 GATE_MAX = 1_000_000
 
 
-def gate_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
+def gate_cluster(cfg: GatewayView, model: Model, *, last_resort: bool = False) -> dict[str, Any]:
     """The variant as the aggregate clusters see it: its gate listener, in process (no socket). Not health-checked:
     Envoy's health checker runs on the main thread, which reaches no internal listener (Envoy 1.40 counts every
     such check as health_check.network_failure, logging "connect to previously closed peer"); a try on a variant
     that is down fails at once behind the gate (503) and is retried on the next variant."""
+    name = gate_name(model, last_resort=last_resort)
     return {
-        "name": gate_name(model),
+        "name": name,
         "type": "STATIC",
         "connect_timeout": _seconds(cfg.gateway.connect_timeout_seconds),
-        "load_assignment": {"cluster_name": gate_name(model), "endpoints": [{"lb_endpoints": [{
-            "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": gate_name(model)}}},
+        "load_assignment": {"cluster_name": name, "endpoints": [{"lb_endpoints": [{
+            "endpoint": {"address": {"envoy_internal_address": {"server_listener_name": name}}},
             # the response's x-aifactory-variant (%UPSTREAM_METADATA%): the variant behind this gate
             "metadata": {"filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}}]}]},
         "transport_socket": {"name": "envoy.transport_sockets.internal_upstream", "typed_config": {
@@ -317,7 +389,8 @@ def gate_retry_policy(retry_policy: dict[str, Any]) -> dict[str, Any]:
     return affinity_retry_policy({**out, "num_retries": GATE_RETRIES})
 
 
-def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any]) -> dict[str, Any]:
+def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any], last_resort: bool = False
+                  ) -> dict[str, Any]:
     """The variant's overflow gate: an internal listener whose router sends everything to the variant's cluster
     and answers a try the cluster's circuit breaker refuses with a plain 503 (suppress_envoy_headers drops
     x-envoy-overloaded, which would forbid the retry), so the decision's route retries it on the next variant.
@@ -333,18 +406,37 @@ def gate_listener(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any
     another replica of the variant (the model route's `retry_policy`: its retry_on and previous_hosts, whose next
     Maglev pick for the key is another replica); the variant's breaker refusing a try is never retried here
     (Envoy does not retry its own overflow) and still goes straight back as the plain 503 that overflows it. The
-    router keeps the body (up to the model's maxRequestBytes) to send it again."""
-    route: dict[str, Any] = {"cluster": model.name, "timeout": "0s", "host_rewrite_literal": model_host(cfg, model)}
+    router keeps the body (up to the model's maxRequestBytes) to send it again. The last resort's gate is the same
+    to the variant's last resort cluster."""
+    name = gate_name(model, last_resort=last_resort)
+    route: dict[str, Any] = {"cluster": last_resort_name(model) if last_resort else model.name, "timeout": "0s",
+                             "host_rewrite_literal": model_host(cfg, model)}
     gate_route: dict[str, Any] = {"match": {"prefix": "/"}, "route": route}
     if model.session_affinity_balance_factor is not None:
         route["hash_policy"] = hash_policy()
         route["retry_policy"] = gate_retry_policy(retry_policy)
         gate_route["request_body_buffer_limit"] = model.max_request_bytes
-    route_config = {"name": gate_name(model), "virtual_hosts": [{"name": gate_name(model), "domains": ["*"],
-                    "routes": [gate_route]}]}
-    hcm = _hcm(f"gate_{model.name}", route_config, [], stream_idle_timeout="0s")
+    route_config = {"name": name, "virtual_hosts": [{"name": name, "domains": ["*"], "routes": [gate_route]}]}
+    hcm = _hcm(f"gate_{name.removesuffix(GATE_SUFFIX)}", route_config, [], stream_idle_timeout="0s")
     hcm["typed_config"]["http_filters"][-1]["typed_config"]["suppress_envoy_headers"] = True
-    return {"name": gate_name(model), "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}
+    return {"name": name, "internal_listener": {}, "filter_chains": [{"filters": [hcm]}]}
+
+
+def gate_stats_excluded() -> dict[str, Any]:
+    """The bootstrap's stats_config with the gates' stats left out: their clusters' (`cluster.<gate>.*`), their
+    internal listeners' (`listener.envoy_internal_<gate>.*`) and their connection managers' (`http.gate_<...>.*`),
+    about 300 series per gate per gateway pod that nothing reads (the clients' answers are the routes' stats; each
+    variant's try, its own cluster's). Envoy matches the full stat name before extracting tags
+    (envoyproxy/envoy@v1.40.0 api/envoy/config/metrics/v3/stats.proto, StatsConfig.stats_matcher)."""
+    return {"stats_matcher": {"exclusion_list": {"patterns": [
+        {"safe_regex": {"regex": f"cluster\\.[^.]+{GATE_SUFFIX}\\..+"}},  # RE2 on the whole name
+        {"prefix": "listener.envoy_internal_"},
+        {"prefix": "http.gate_"}]}}}
+
+
+def gate_listeners(cfg: GatewayView, model: Model, *, retry_policy: dict[str, Any]) -> list[dict[str, Any]]:
+    """The variant's gate and its last resort's."""
+    return [gate_listener(cfg, model, retry_policy=retry_policy, last_resort=last) for last in (False, True)]
 
 
 def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str, Any]:
@@ -358,6 +450,8 @@ def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str,
     # engine may answer where another would not (variants of different engines: the chosen one's alone would miss
     # the others')
     out["route"]["retry_policy"]["retriable_status_codes"] = retriable_status_codes(w.variants)
+    out["route"]["retry_policy"]["num_retries"] = decision_num_retries(out["route"]["retry_policy"]["num_retries"],
+                                                                       w, d.chosen)
     out["route"]["retry_policy"]["retry_priority"] = {
         "name": "envoy.retry_priorities.previous_priorities",
         "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
@@ -371,4 +465,12 @@ def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str,
         # the serving host's metadata (model_cluster): %UPSTREAM_CLUSTER% names the aggregate cluster here
         {"header": {"key": VARIANT_HEADER, "value": f"%UPSTREAM_METADATA({METADATA_NAMESPACE}:{VARIANT_KEY})%"},
          "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+    return out
+
+
+def direct_route(route: dict[str, Any], model: Model) -> dict[str, Any]:
+    """A route that names the variant by its key, turned to its direct aggregate (module docstring): the route keeps
+    its Host, retries (on other replicas of the variant) and timeouts; its route stats are the variant's answers."""
+    out = copy.deepcopy(route)
+    out["route"]["cluster"] = out["stat_prefix"] = direct_cluster_name(model)
     return out
