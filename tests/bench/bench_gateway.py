@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import statistics
 import tempfile
 import threading
@@ -35,6 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +45,7 @@ from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
 from tests.support.envoy import FLUSH_INTERVAL_KEY, await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
+from tests.support.loadgen import Target, cpu_seconds, paced, pin
 from tests.support.otlp_sink import TraceSink
 from tests.support.stacks import stack_raw
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -50,8 +53,11 @@ from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 RATES = (500, 2000)
 SECONDS = 3.0  # per overhead measurement
 RUNS = 5  # overhead measurements per rate (the spread)
-CONNECTIONS = 4
-WARMUP_REQUESTS = 200
+CONNECTIONS = 4  # keep-alive connections per target (h2load clients, one request in flight each)
+RUN_WARMUP_S = 0.5  # the first requests of each run, not counted (connections opening)
+WARMUP_RATE, WARMUP_SECONDS = 1000, 0.5  # per request shape, before its runs
+GATEWAY_WORKERS = 2  # the gateway's --concurrency
+PINNED_MIN_CPUS = 4  # with fewer CPUs nothing is pinned (cpu_layout)
 MODEL = "chat"  # the dev stack's model
 
 FAILURE_RATE = 300  # req/s, as in the issue's measurements
@@ -63,6 +69,15 @@ TRY_IDLE_S = 1.0
 SCALED = {"healthCheck": {"intervalSeconds": 0.5, "timeoutSeconds": 0.25, "unhealthyThreshold": 2,
                           "healthyThreshold": 2}}
 ISSUER = "https://issuer.bench/realms/aifactory"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The CPUs of the overhead part's processes (None: wherever the kernel puts them)."""
+
+    gateway: frozenset[int] | None
+    backend: frozenset[int] | None
+    generators: frozenset[int] | None
 
 
 def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
@@ -107,48 +122,32 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str, headers: 
 # --- overhead ------------------------------------------------------------------------------------------
 
 
+def cpu_layout() -> tuple[Layout, int]:
+    """Where the overhead part's processes run, and the gateway's worker count (Envoy's --concurrency).
+
+    With PINNED_MIN_CPUS or more CPUs: the gateway's two workers on two CPUs of their own, the backend Envoy on a third
+    and both h2loads on the rest, so neither the load generator nor the backend takes CPU from the gateway and the
+    direct call shares none with it. With fewer (the shared 2-core machine) nothing is pinned: one CPU each would
+    leave the gateway a single worker and put the generators, the backend and the other sessions' work on the other
+    core, which measures the machine's queueing rather than the gateway (tried: no steadier than unpinned)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < PINNED_MIN_CPUS:
+        return Layout(None, None, None), GATEWAY_WORKERS
+    return (Layout(frozenset(cpus[:GATEWAY_WORKERS]), frozenset(cpus[GATEWAY_WORKERS:GATEWAY_WORKERS + 1]),
+                   frozenset(cpus[GATEWAY_WORKERS + 1:])), GATEWAY_WORKERS)
+
+
 def measure(direct_port: int, gateway_port: int, rate: int, seconds: float, headers: dict[str, str],
-            method: str = "GET", path: str = "/v1/models", body: bytes | None = None
-            ) -> tuple[list[float], list[float]]:
-    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, interleaved in alternating
-    order over CONNECTIONS pairs of keep-alive connections (so background noise hits both alike)."""
-    total = int(rate * seconds)
-    start = time.perf_counter() + 0.05
-    out: dict[int, list[float]] = {direct_port: [], gateway_port: []}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def worker(k: int) -> None:
-        conns = {p: http.client.HTTPConnection("127.0.0.1", p, timeout=5) for p in out}
-        mine: dict[int, list[float]] = {p: [] for p in out}
-        try:
-            for i in range(k, total, CONNECTIONS):
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                for port in (direct_port, gateway_port) if i % 2 else (gateway_port, direct_port):
-                    t0 = time.perf_counter()
-                    status = _request(conns[port], method, path, headers, body)
-                    mine[port].append((time.perf_counter() - t0) * 1000)
-                    if status != 200:
-                        raise RuntimeError(f"port {port}: status {status}")
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            errors.append(str(exc))
-        finally:
-            for c in conns.values():
-                c.close()
-            with lock:
-                for p, values in mine.items():
-                    out[p] += values
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(CONNECTIONS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} connection(s) failed: {errors[0]}")
-    return out[direct_port], out[gateway_port]
+            method: str = "GET", path: str = "/v1/models", body: bytes | None = None,
+            generator_cpus: frozenset[int] | None = None) -> tuple[list[float], list[float]]:
+    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, CONNECTIONS keep-alive connections
+    per target, both at once (tests.support.loadgen: h2load; a request with a body is a POST over HTTP/2)."""
+    if (method == "POST") != (body is not None):
+        raise ValueError(f"method {method}: the load generator sends GETs without a body and POSTs with one")
+    direct, via = paced([Target(direct_port, generator_cpus), Target(gateway_port, generator_cpus)], rate=rate,
+                        seconds=seconds, clients=CONNECTIONS, warmup_s=RUN_WARMUP_S, path=path, headers=headers,
+                        body=body)
+    return direct, via
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -161,19 +160,24 @@ def _spread(values: list[float]) -> str:
 
 def variants(issuer: Issuer) -> dict[str, tuple[dict[str, str], str, str, bytes | None]]:
     """The two request shapes (headers, method, path, body), both authenticated: a GET that names its model in a
-    header, and a chat completion whose JSON body names it (json_to_metadata reads the body)."""
+    header (HTTP/1.1), and a chat completion whose JSON body names it (json_to_metadata reads the body; HTTP/2, the
+    only protocol h2load paces a body on)."""
     auth = {"authorization": f"Bearer {issuer.token(tenant='demo')}"}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     return {
         "x-model header, GET": ({**auth, "x-model": MODEL}, "GET", "/v1/models", None),
-        "body model, POST": ({**auth, "content-type": "application/json"}, "POST", "/v1/chat/completions",
-                             json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()),
+        "body model, POST (h2)": ({**auth, "content-type": "application/json"}, "POST", "/v1/chat/completions",
+                                  json.dumps(chat).encode()),
     }
 
 
 @contextmanager
-def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int]) -> Iterator[tuple[int, EnvoyProcess]]:
-    """The backend Envoy and the dev stack's gateway in front of it, whose spans go to `collector` (a receiver
-    that listens, as the Collector does in a cluster): (the backend's port, the gateway)."""
+def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int], layout: Layout | None = None,
+                   workers: int = GATEWAY_WORKERS) -> Iterator[tuple[int, EnvoyProcess]]:
+    """The backend Envoy and the dev stack's gateway in front of it (`workers` workers), whose spans go to `collector`
+    (a receiver that listens, as the Collector does in a cluster), each pinned as `layout` says: (the backend's port,
+    the gateway)."""
+    layout = layout or Layout(None, None, None)
     cfg = parse(_raw(issuer), stack="dev")
     b_port, b_admin, g_port, g_admin = free_port(), free_port(), free_port(), free_port()
     (tmp / "backend").mkdir()
@@ -182,10 +186,14 @@ def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int]) -> Ite
                          endpoints={MODEL: [("127.0.0.1", b_port)], COLLECTOR_CLUSTER: [collector]},
                          jwks=[issuer.jwks])
     for layer in gateway_cfg.get("layered_runtime", {}).get("layers", []):  # the shipped export batching: Envoy's
-        layer.get("static_layer", {}).pop(FLUSH_INTERVAL_KEY, None)  # 5 s timer or 5 spans, not the tests' 100 ms
+        layer.get("static_layer", {}).pop(FLUSH_INTERVAL_KEY, None)  # 5 s timer, not the tests' 100 ms
     with EnvoyProcess(backend_bootstrap(b_port, b_admin), tmp / "backend", admin_port=b_admin,
-                      listener_port=b_port), \
-            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2) as gw:
+                      listener_port=b_port) as backend, \
+            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port,
+                         concurrency=workers) as gw:
+        for process, cpus in ((backend, layout.backend), (gw, layout.gateway)):
+            if cpus is not None:
+                pin(process.pid, cpus)
         await_replicas(gw, {MODEL: 1})
         yield b_port, gw
 
@@ -196,19 +204,29 @@ def _ms(values: list[float]) -> str:
 
 def overhead(tmp: Path, sink: TraceSink) -> list[tuple[str, str]]:
     """Per request shape and rate: the direct call's and the gateway's p50 and p99 side by side (medians over RUNS
-    runs) and what the gateway adds (median, min and max over the runs)."""
+    runs), what the gateway adds (median, min and max over the runs), and the gateway's CPU time per request."""
     issuer = Issuer(ISSUER)
-    rows = []
+    layout, workers = cpu_layout()
+    rows = [("  (load)", f"h2load, {CONNECTIONS} keep-alive connections per target, direct and gateway at once; "
+                         + (f"not pinned (fewer than {PINNED_MIN_CPUS} CPUs), gateway --concurrency {workers}"
+                            if layout.gateway is None else
+                            f"gateway on CPUs {sorted(layout.gateway)} (--concurrency {workers}), backend on "
+                            f"{sorted(layout.backend or ())}, h2load on {sorted(layout.generators or ())}"))]
     spans_before = sink.spans
-    with overhead_setup(tmp, issuer, sink.address) as (b_port, gw):
+    with overhead_setup(tmp, issuer, sink.address, layout, workers) as (b_port, gw):
         for label, (headers, method, path, body) in variants(issuer).items():
-            measure(b_port, gw.listener_port, 1000, WARMUP_REQUESTS / 1000, headers, method, path, body)
+            measure(b_port, gw.listener_port, WARMUP_RATE, WARMUP_SECONDS, headers, method, path, body,
+                    layout.generators)
             for rate in RATES:
                 seen: dict[str, list[float]] = {"direct p50": [], "direct p99": [], "gateway p50": [],
                                                 "gateway p99": []}
                 added: dict[str, list[float]] = {"p50": [], "p99": []}
+                cpu_us: list[float] = []
                 for _ in range(RUNS):
-                    direct, via = measure(b_port, gw.listener_port, rate, SECONDS, headers, method, path, body)
+                    cpu_before = cpu_seconds(gw.pid)
+                    direct, via = measure(b_port, gw.listener_port, rate, SECONDS, headers, method, path, body,
+                                          layout.generators)
+                    cpu_us.append(1e6 * (cpu_seconds(gw.pid) - cpu_before) / (rate * (SECONDS + RUN_WARMUP_S)))
                     for q, name in ((0.5, "p50"), (0.99, "p99")):
                         seen[f"direct {name}"].append(percentile(direct, q))
                         seen[f"gateway {name}"].append(percentile(via, q))
@@ -219,8 +237,13 @@ def overhead(tmp: Path, sink: TraceSink) -> list[tuple[str, str]]:
                 for name, values in added.items():
                     rows.append((f"auth on, {label}, {rate} req/s, added {name}",
                                  f"{_spread(values)}  over {RUNS} runs"))
+                rows.append((f"auth on, {label}, {rate} req/s, gateway CPU",
+                             f"{statistics.median(cpu_us):5.0f} us per request (min {min(cpu_us):.0f}, max "
+                             f"{max(cpu_us):.0f}), all its threads"))
         failed = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_cx_connect_fail", 0)
-    rows.append(("  (tracing)", f"{sink.spans - spans_before} spans reached the local OTLP receiver; the gateway's "
+        exports = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_rq_total", 0)
+    spans = sink.spans - spans_before
+    rows.append(("  (tracing)", f"{spans} spans reached the local OTLP receiver in {exports} exports; the gateway's "
                                 f"connect failures to it: {failed}"))
     return rows
 
