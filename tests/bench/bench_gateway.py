@@ -17,16 +17,23 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    (direct_response), so the difference between "client -> backend" and "client -> gateway -> backend"
    is the gateway. Its tracer exports every request's span to a local OTLP/gRPC receiver that listens
    (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports to the Collector: an exporter
-   aimed at a closed port would spend CPU on failed connects that a deployed gateway does not. Direct and gateway
-   requests are paced at the same rate and interleaved, so machine noise hits both alike; each row prints both
-   side by side (medians over RUNS runs), then what the gateway adds (median, min and max over the runs). Target:
-   p99 added under 1 ms at 500 req/s (issue 44: the per-replica hops, gone since, had taken it from +1.5 to +2.0 ms).
+   aimed at a closed port would spend CPU on failed connects that a deployed gateway does not. The load generator is
+   h2load (tests.support.loadgen; Debian's nghttp2-client, which `make tools` installs), compiled and event-driven,
+   not Python threads whose own jitter was in every figure: one h2load per target, both at once, at the same rate
+   over CONNECTIONS keep-alive connections each, so noise on the machine hits both alike. The GET goes over HTTP/1.1;
+   the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's docstring). With PINNED_MIN_CPUS or more
+   CPUs the gateway, the backend and the generators run on CPUs of their own (cpu_layout); on fewer nothing is
+   pinned. Each row prints both sides' p50 and p99 (medians over RUNS runs), then what the gateway adds (median, min
+   and max over the runs), then the gateway's CPU time per request (all its threads: the cost of its filters,
+   steadier than a tail on a busy machine). Target: p99 added under 1 ms at 500 req/s (issue 44: the per-replica
+   hops, gone since, had taken it from +1.5 to +2.0 ms). Figures and what the remaining cost is: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -140,13 +147,14 @@ def cpu_layout() -> tuple[Layout, int]:
 def measure(direct_port: int, gateway_port: int, rate: int, seconds: float, headers: dict[str, str],
             method: str = "GET", path: str = "/v1/models", body: bytes | None = None,
             generator_cpus: frozenset[int] | None = None) -> tuple[list[float], list[float]]:
-    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, CONNECTIONS keep-alive connections
-    per target, both at once (tests.support.loadgen: h2load; a request with a body is a POST over HTTP/2)."""
+    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, over CONNECTIONS keep-alive
+    connections per target (fewer where `rate` is no multiple of it: each paces at the same rate), both at once
+    (tests.support.loadgen: h2load; a request with a body is a POST over HTTP/2)."""
     if (method == "POST") != (body is not None):
         raise ValueError(f"method {method}: the load generator sends GETs without a body and POSTs with one")
     direct, via = paced([Target(direct_port, generator_cpus), Target(gateway_port, generator_cpus)], rate=rate,
-                        seconds=seconds, clients=CONNECTIONS, warmup_s=RUN_WARMUP_S, path=path, headers=headers,
-                        body=body)
+                        seconds=seconds, clients=math.gcd(rate, CONNECTIONS), warmup_s=RUN_WARMUP_S, path=path,
+                        headers=headers, body=body)
     return direct, via
 
 
