@@ -1,9 +1,9 @@
 """The gateway bench's load generator (tests.support.loadgen) paces what it sends, against a real Envoy.
 
 h2load (Debian bookworm's nghttp2-client 1.52.0) paces each client at `--rps` over HTTP/1.1 without a body and over
-HTTP/2 with one, but not over HTTP/1.1 with a body: its HTTP/1.1 session starts the next request as soon as one with
-`-d` ends (nghttp2/nghttp2 v1.52.0 src/h2load_http1_session.cc, `on_write`). The last test pins that fact: if a later
-h2load paces HTTP/1.1 bodies, the bench's POST can go back to HTTP/1.1.
+HTTP/2 with one, but not over HTTP/1.1 with a body: there it sends the next request as soon as one with `-d` ends
+(observed; its documentation, nghttp2/nghttp2 v1.52.0 doc/h2load.1.rst, does not say so). The last test pins that
+fact: if a later h2load paces HTTP/1.1 bodies, the bench's POST can go back to HTTP/1.1.
 """
 
 from __future__ import annotations
