@@ -29,7 +29,7 @@ WAIT_S = 15.0  # Envoy's tracer flushes every 5 s (runtime tracing.opentelemetry
 # SPANS_PER_EXPORT buffered spans
 
 
-def test_every_gateway_request_exports_one_span_to_a_listening_receiver_in_batches(tmp_path: Path) -> None:
+def test_every_gateway_request_exports_one_span_to_a_listening_receiver(tmp_path: Path) -> None:
     issuer = Issuer(ISSUER)
     with TraceSink() as sink, overhead_setup(tmp_path, issuer, sink.address) as (_backend, gw):
         conn = http.client.HTTPConnection("127.0.0.1", gw.listener_port, timeout=5)
