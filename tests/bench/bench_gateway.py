@@ -12,21 +12,23 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    applies); one more case sends non-streamed chat completions, whose tries may last timeoutSeconds, so
    a request caught by the hang waits that long. Then a batch flood: one tenant's batch traffic at 3x its
    bucket next to its interactive traffic.
-2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate
-   limit, retries, access log, tracing) in front of a second Envoy that answers every request itself
-   (direct_response), so the difference between "client -> backend" and "client -> gateway -> backend"
-   is the gateway. Its tracer exports every request's span to a local OTLP/gRPC receiver that listens
-   (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports to the Collector: an exporter
-   aimed at a closed port would spend CPU on failed connects that a deployed gateway does not. The load generator is
-   h2load (tests.support.loadgen; Debian's nghttp2-client, which `make tools` installs), compiled and event-driven,
-   not Python threads whose own jitter was in every figure: one h2load per target, both at once, at the same rate
-   over CONNECTIONS keep-alive connections each, so noise on the machine hits both alike. The GET goes over HTTP/1.1;
-   the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's docstring). With PINNED_MIN_CPUS or more
-   CPUs the gateway, the backend and the generators run on CPUs of their own (cpu_layout); on fewer nothing is
-   pinned. Each row prints both sides' p50 and p99 (medians over RUNS runs), then what the gateway adds (median, min
-   and max over the runs), then the gateway's CPU time per request (all its threads: the cost of its filters,
-   steadier than a tail on a busy machine). Target: p99 added under 1 ms at 500 req/s (issue 44: the per-replica
-   hops, gone since, had taken it from +1.5 to +2.0 ms). Figures and what the remaining cost is: docs/benchmarks.md.
+2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate limit, retries,
+   access log, tracing) in front of a second Envoy that answers every request itself (direct_response), so the
+   difference between "client -> backend" and "client -> gateway -> backend" is the gateway; beside it a bare Envoy
+   hop (router only, hop_bootstrap) in front of the same backend, so each run also shows what any proxy hop costs on
+   this machine and what the gateway's filters add to it. Its tracer exports every request's span to a local
+   OTLP/gRPC receiver that listens (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports
+   to the Collector: an exporter aimed at a closed port would spend CPU on failed connects that a deployed gateway
+   does not. The load generator is h2load (tests.support.loadgen; Debian's nghttp2-client, which `make tools`
+   installs), compiled and event-driven, not Python threads whose own jitter was in every figure: one h2load per
+   target, all at once, at the same rate over CONNECTIONS keep-alive connections each, so noise on the machine hits
+   both alike. The GET goes over HTTP/1.1; the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's
+   docstring). With PINNED_MIN_CPUS or more CPUs the gateway, the backend and the generators run on CPUs of their own
+   (cpu_layout); on fewer nothing is pinned. Each row prints the three p50s and p99s (medians over RUNS runs), then
+   what the gateway and the bare hop add (median, min and max over the runs), then the CPU time per request of each
+   (all its threads: the cost of its work, steadier than a tail on a busy machine). Target: p99 added under 1 ms at
+   500 req/s (issue 44: the per-replica hops, gone since, had taken it from +1.5 to +2.0 ms). Figures and what the
+   remaining cost is: docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -87,25 +89,41 @@ class Layout:
     generators: frozenset[int] | None
 
 
-def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
-    """An Envoy that answers 200 with a small JSON body to every request."""
+def _envoy(name: str, port: int, admin_port: int, action: dict[str, Any],
+           clusters: list[dict[str, Any]]) -> dict[str, Any]:
+    """An Envoy on 127.0.0.1:`port` whose one route does `action` for every request, with no filter but the router."""
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
                  "HttpConnectionManager",
-        "stat_prefix": "backend",
+        "stat_prefix": name,
         "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{
-            "match": {"prefix": "/"},
-            "direct_response": {"status": 200, "body": {"inline_string": '{"object":"list","data":[]}'}}}]}]},
+            "match": {"prefix": "/"}, **action}]}]},
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
     }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {"listeners": [{
-            "name": "backend", "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+            "name": name, "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
             "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
-                                            "typed_config": hcm}]}]}]},
+                                            "typed_config": hcm}]}]}],
+            "clusters": clusters},
     }
+
+
+def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
+    """An Envoy that answers 200 with a small JSON body to every request."""
+    return _envoy("backend", port, admin_port, {
+        "direct_response": {"status": 200, "body": {"inline_string": '{"object":"list","data":[]}'}}}, [])
+
+
+def hop_bootstrap(port: int, admin_port: int, backend_port: int) -> dict[str, Any]:
+    """An Envoy with no filter but the router in front of the backend, over HTTP/1.1 as the gateway's model cluster:
+    what a proxy hop costs by itself, measured beside the gateway."""
+    cluster = {"name": "backend", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
+        "cluster_name": "backend", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+            "address": "127.0.0.1", "port_value": backend_port}}}}]}]}}
+    return _envoy("hop", port, admin_port, {"route": {"cluster": "backend"}}, [cluster])
 
 
 def _raw(issuer: Issuer) -> dict[str, Any]:
@@ -210,44 +228,66 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values):6.3f}"
 
 
+@contextmanager
+def _hop(tmp: Path, backend_port: int, cpus: frozenset[int] | None, workers: int) -> Iterator[EnvoyProcess]:
+    port, admin = free_port(), free_port()
+    (tmp / "hop").mkdir()
+    with EnvoyProcess(hop_bootstrap(port, admin, backend_port), tmp / "hop", admin_port=admin, listener_port=port,
+                      concurrency=workers) as hop:
+        if cpus is not None:
+            pin(hop.pid, cpus)
+        yield hop
+
+
+def _cpu_us(before: float, pid: int, rate: int) -> float:
+    return 1e6 * (cpu_seconds(pid) - before) / (rate * (SECONDS + RUN_WARMUP_S))
+
+
 def overhead(tmp: Path, sink: TraceSink) -> list[tuple[str, str]]:
-    """Per request shape and rate: the direct call's and the gateway's p50 and p99 side by side (medians over RUNS
-    runs), what the gateway adds (median, min and max over the runs), and the gateway's CPU time per request."""
+    """Per request shape and rate: the direct call's, a bare Envoy hop's and the gateway's p50 and p99 side by side
+    (medians over RUNS runs), what the gateway and the bare hop add (median, min and max over the runs), and the CPU
+    time per request of each."""
     issuer = Issuer(ISSUER)
     layout, workers = cpu_layout()
-    rows = [("  (load)", f"h2load, {CONNECTIONS} keep-alive connections per target, direct and gateway at once; "
-                         + (f"not pinned (fewer than {PINNED_MIN_CPUS} CPUs), gateway --concurrency {workers}"
+    rows = [("  (load)", f"h2load, {CONNECTIONS} keep-alive connections per target, the three targets at once; "
+                         + (f"not pinned (fewer than {PINNED_MIN_CPUS} CPUs), gateway and hop --concurrency {workers}"
                             if layout.gateway is None else
-                            f"gateway on CPUs {sorted(layout.gateway)} (--concurrency {workers}), backend on "
+                            f"gateway and hop on CPUs {sorted(layout.gateway)} (--concurrency {workers}), backend on "
                             f"{sorted(layout.backend or ())}, h2load on {sorted(layout.generators or ())}"))]
     spans_before = sink.spans
-    with overhead_setup(tmp, issuer, sink.address, layout, workers) as (b_port, gw):
-        for label, (headers, method, path, body) in variants(issuer).items():
-            measure(b_port, gw.listener_port, WARMUP_RATE, WARMUP_SECONDS, headers, method, path, body,
-                    layout.generators)
+    with overhead_setup(tmp, issuer, sink.address, layout, workers) as (b_port, gw), \
+            _hop(tmp, b_port, layout.gateway, workers) as hop:
+        targets = [Target(p, layout.generators) for p in (b_port, hop.listener_port, gw.listener_port)]
+        for label, (headers, _method, path, body) in variants(issuer).items():
+            paced(targets, rate=WARMUP_RATE, seconds=WARMUP_SECONDS, clients=CONNECTIONS, path=path,
+                  headers=headers, body=body)
             for rate in RATES:
-                seen: dict[str, list[float]] = {"direct p50": [], "direct p99": [], "gateway p50": [],
-                                                "gateway p99": []}
-                added: dict[str, list[float]] = {"p50": [], "p99": []}
-                cpu_us: list[float] = []
+                seen: dict[str, list[float]] = {f"{t} {q}": [] for t in ("direct", "hop", "gateway")
+                                                for q in ("p50", "p99")}
+                added: dict[str, list[float]] = {f"{t} {q}": [] for t in ("gateway", "hop") for q in ("p50", "p99")}
+                cpu_us: dict[str, list[float]] = {"gateway": [], "hop": []}
                 for _ in range(RUNS):
-                    cpu_before = cpu_seconds(gw.pid)
-                    direct, via = measure(b_port, gw.listener_port, rate, SECONDS, headers, method, path, body,
-                                          layout.generators)
-                    cpu_us.append(1e6 * (cpu_seconds(gw.pid) - cpu_before) / (rate * (SECONDS + RUN_WARMUP_S)))
+                    before = {"gateway": cpu_seconds(gw.pid), "hop": cpu_seconds(hop.pid)}
+                    direct, hopped, via = paced(targets, rate=rate, seconds=SECONDS, clients=CONNECTIONS,
+                                                warmup_s=RUN_WARMUP_S, path=path, headers=headers, body=body)
+                    cpu_us["gateway"].append(_cpu_us(before["gateway"], gw.pid, rate))
+                    cpu_us["hop"].append(_cpu_us(before["hop"], hop.pid, rate))
                     for q, name in ((0.5, "p50"), (0.99, "p99")):
-                        seen[f"direct {name}"].append(percentile(direct, q))
-                        seen[f"gateway {name}"].append(percentile(via, q))
-                        added[name].append(percentile(via, q) - percentile(direct, q))
-                rows.append((f"auth on, {label}, {rate} req/s",
-                             f"direct p50 {_ms(seen['direct p50'])} p99 {_ms(seen['direct p99'])} ms | gateway p50 "
-                             f"{_ms(seen['gateway p50'])} p99 {_ms(seen['gateway p99'])} ms  (medians of {RUNS} runs)"))
-                for name, values in added.items():
-                    rows.append((f"auth on, {label}, {rate} req/s, added {name}",
-                                 f"{_spread(values)}  over {RUNS} runs"))
-                rows.append((f"auth on, {label}, {rate} req/s, gateway CPU",
-                             f"{statistics.median(cpu_us):5.0f} us per request (min {min(cpu_us):.0f}, max "
-                             f"{max(cpu_us):.0f}), all its threads"))
+                        for side, values in (("direct", direct), ("hop", hopped), ("gateway", via)):
+                            seen[f"{side} {name}"].append(percentile(values, q))
+                        added[f"gateway {name}"].append(percentile(via, q) - percentile(direct, q))
+                        added[f"hop {name}"].append(percentile(hopped, q) - percentile(direct, q))
+                row = f"auth on, {label}, {rate} req/s"
+                rows.append((row, " | ".join(f"{side} p50 {_ms(seen[f'{side} p50'])} p99 {_ms(seen[f'{side} p99'])}"
+                                             for side in ("direct", "hop", "gateway"))
+                             + f" ms  (medians of {RUNS} runs)"))
+                for name in ("p50", "p99"):
+                    rows.append((f"{row}, added {name}", f"gateway {_spread(added[f'gateway {name}'])}; "
+                                                         f"bare hop {_spread(added[f'hop {name}'])}"))
+                rows.append((f"{row}, CPU per request",
+                             "; ".join(f"{side} {statistics.median(v):4.0f} us (min {min(v):.0f}, max {max(v):.0f})"
+                                       for side, v in (("gateway", cpu_us["gateway"]), ("bare hop", cpu_us["hop"])))
+                             + ", all threads"))
         failed = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_cx_connect_fail", 0)
         exports = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_rq_total", 0)
     spans = sink.spans - spans_before
