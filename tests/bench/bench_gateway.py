@@ -16,13 +16,13 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    access log, tracing) in front of a second Envoy that answers every request itself (direct_response), so the
    difference between "client -> backend" and "client -> gateway -> backend" is the gateway; beside it a bare Envoy
    hop (router only, hop_bootstrap) in front of the same backend, so each run also shows what any proxy hop costs on
-   this machine and what the gateway's filters add to it. Its tracer exports every request's span to a local
+   this machine and what the gateway's filters add to it. The gateway's tracer exports every request's span to a local
    OTLP/gRPC receiver that listens (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports
    to the Collector: an exporter aimed at a closed port would spend CPU on failed connects that a deployed gateway
    does not. The load generator is h2load (tests.support.loadgen; Debian's nghttp2-client, which `make tools`
    installs), compiled and event-driven, not Python threads whose own jitter was in every figure: one h2load per
    target, all at once, at the same rate over CONNECTIONS keep-alive connections each, so noise on the machine hits
-   both alike. The GET goes over HTTP/1.1; the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's
+   all alike. The GET goes over HTTP/1.1; the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's
    docstring). With PINNED_MIN_CPUS or more CPUs the gateway, the backend and the generators run on CPUs of their own
    (cpu_layout); on fewer nothing is pinned. Each row prints the three p50s and p99s (medians over RUNS runs), then
    what the gateway and the bare hop add (median, min and max over the runs), then the CPU time per request of each
@@ -150,11 +150,12 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str, headers: 
 def cpu_layout() -> tuple[Layout, int]:
     """Where the overhead part's processes run, and the gateway's worker count (Envoy's --concurrency).
 
-    With PINNED_MIN_CPUS or more CPUs: the gateway's two workers on two CPUs of their own, the backend Envoy on a third
-    and both h2loads on the rest, so neither the load generator nor the backend takes CPU from the gateway and the
-    direct call shares none with it. With fewer (the shared 2-core machine) nothing is pinned: one CPU each would
-    leave the gateway a single worker and put the generators, the backend and the other sessions' work on the other
-    core, which measures the machine's queueing rather than the gateway (tried: no steadier than unpinned)."""
+    With PINNED_MIN_CPUS or more CPUs: the gateway's two workers on two CPUs of their own (the bare hop shares
+    them), the backend Envoy on a third and the h2loads on the rest, so neither the load generator nor the backend
+    takes CPU from the gateway and the direct call shares none with it. With fewer (the shared 2-core machine) nothing
+    is pinned: one CPU each would leave the gateway a single worker and put the generators, the backend and the other
+    sessions' work on the other core, which measures the machine's queueing rather than the gateway (tried: no
+    steadier than unpinned)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < PINNED_MIN_CPUS:
         return Layout(None, None, None), GATEWAY_WORKERS
