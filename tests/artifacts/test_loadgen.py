@@ -8,6 +8,7 @@ fact: if a later h2load paces HTTP/1.1 bodies, the bench's POST can go back to H
 
 from __future__ import annotations
 
+import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -17,18 +18,23 @@ import pytest
 
 from tests.bench.bench_gateway import backend_bootstrap
 from tests.support.fake_backends import EnvoyProcess, free_port
-from tests.support.loadgen import H2LOAD, Target, paced
+from tests.support.loadgen import H2LOAD, Target, cpu_seconds, paced, pin
 
 RATE, SECONDS, WARMUP_S = 200, 0.5, 0.25
 BODY = b'{"model": "chat"}'
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+def envoy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EnvoyProcess]:
     port, admin = free_port(), free_port()
     with EnvoyProcess(backend_bootstrap(port, admin), tmp_path_factory.mktemp("backend"), admin_port=admin,
-                      listener_port=port):
-        yield port
+                      listener_port=port, concurrency=2) as process:
+        yield process
+
+
+@pytest.fixture(scope="module")
+def backend(envoy: EnvoyProcess) -> int:
+    return envoy.listener_port
 
 
 @pytest.mark.parametrize("body", [None, BODY], ids=["GET over HTTP/1.1", "POST over HTTP/2"])
@@ -59,3 +65,15 @@ def test_h2load_does_not_pace_an_http1_request_with_a_body(backend: int, tmp_pat
                     f"http://127.0.0.1:{backend}/v1/chat/completions"], check=True, capture_output=True, timeout=30)
     # paced, 100 requests at 2 x 50/s would take about 1 s
     assert time.monotonic() - started < 0.5
+
+
+def test_pin_puts_every_thread_of_a_process_on_the_cpus_given_and_its_cpu_time_grows_with_work(
+        envoy: EnvoyProcess) -> None:
+    cpu = min(os.sched_getaffinity(0))
+    before = cpu_seconds(envoy.pid)
+    pin(envoy.pid, {cpu})
+    tasks = os.listdir(f"/proc/{envoy.pid}/task")
+    assert len(tasks) > 2  # the main thread and its workers at least
+    assert {frozenset(os.sched_getaffinity(int(t))) for t in tasks} == {frozenset({cpu})}
+    paced([Target(envoy.listener_port)], rate=RATE, seconds=SECONDS, warmup_s=0)
+    assert cpu_seconds(envoy.pid) > before

@@ -66,7 +66,7 @@ CONNECTIONS = 4  # keep-alive connections per target (h2load clients, one reques
 RUN_WARMUP_S = 0.5  # the first requests of each run, not counted (connections opening)
 WARMUP_RATE, WARMUP_SECONDS = 1000, 0.5  # per request shape, before its runs
 GATEWAY_WORKERS = 2  # the gateway's --concurrency
-PINNED_MIN_CPUS = 4  # with fewer CPUs nothing is pinned (cpu_layout)
+PINNED_MIN_CPUS = 2 * GATEWAY_WORKERS + 2  # with fewer CPUs nothing is pinned (cpu_layout)
 MODEL = "chat"  # the dev stack's model
 
 FAILURE_RATE = 300  # req/s, as in the issue's measurements
@@ -85,6 +85,7 @@ class Layout:
     """The CPUs of the overhead part's processes (None: wherever the kernel puts them)."""
 
     gateway: frozenset[int] | None
+    hop: frozenset[int] | None
     backend: frozenset[int] | None
     generators: frozenset[int] | None
 
@@ -150,17 +151,18 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str, headers: 
 def cpu_layout() -> tuple[Layout, int]:
     """Where the overhead part's processes run, and the gateway's worker count (Envoy's --concurrency).
 
-    With PINNED_MIN_CPUS or more CPUs: the gateway's two workers on two CPUs of their own (the bare hop shares
-    them), the backend Envoy on a third and the h2loads on the rest, so neither the load generator nor the backend
-    takes CPU from the gateway and the direct call shares none with it. With fewer (the shared 2-core machine) nothing
-    is pinned: one CPU each would leave the gateway a single worker and put the generators, the backend and the other
-    sessions' work on the other core, which measures the machine's queueing rather than the gateway (tried: no
-    steadier than unpinned)."""
+    With PINNED_MIN_CPUS or more CPUs: the gateway's workers on CPUs of their own, the bare hop's on as many others,
+    the backend Envoy on one more and the h2loads on the rest, so no other process of the bench takes CPU from the
+    gateway and the direct call shares none with it. With fewer (the shared 2-core machine) nothing is pinned: one CPU
+    each would leave the gateway a single worker and put the generators, the backend and the other sessions' work on
+    the other core, which measures the machine's queueing rather than the gateway (tried: no steadier than
+    unpinned)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < PINNED_MIN_CPUS:
-        return Layout(None, None, None), GATEWAY_WORKERS
-    return (Layout(frozenset(cpus[:GATEWAY_WORKERS]), frozenset(cpus[GATEWAY_WORKERS:GATEWAY_WORKERS + 1]),
-                   frozenset(cpus[GATEWAY_WORKERS + 1:])), GATEWAY_WORKERS)
+        return Layout(None, None, None, None), GATEWAY_WORKERS
+    w = GATEWAY_WORKERS
+    return Layout(gateway=frozenset(cpus[:w]), hop=frozenset(cpus[w:2 * w]), backend=frozenset(cpus[2 * w:2 * w + 1]),
+                  generators=frozenset(cpus[2 * w + 1:])), w
 
 
 def measure(direct_port: int, gateway_port: int, rate: int, seconds: float, headers: dict[str, str],
@@ -204,7 +206,7 @@ def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int], layout
     """The backend Envoy and the dev stack's gateway in front of it (`workers` workers), whose spans go to `collector`
     (a receiver that listens, as the Collector does in a cluster), each pinned as `layout` says: (the backend's port,
     the gateway)."""
-    layout = layout or Layout(None, None, None)
+    layout = layout or Layout(None, None, None, None)
     cfg = parse(_raw(issuer), stack="dev")
     b_port, b_admin, g_port, g_admin = free_port(), free_port(), free_port(), free_port()
     (tmp / "backend").mkdir()
@@ -253,11 +255,12 @@ def overhead(tmp: Path, sink: TraceSink) -> list[tuple[str, str]]:
     rows = [("  (load)", f"h2load, {CONNECTIONS} keep-alive connections per target, the three targets at once; "
                          + (f"not pinned (fewer than {PINNED_MIN_CPUS} CPUs), gateway and hop --concurrency {workers}"
                             if layout.gateway is None else
-                            f"gateway and hop on CPUs {sorted(layout.gateway)} (--concurrency {workers}), backend on "
-                            f"{sorted(layout.backend or ())}, h2load on {sorted(layout.generators or ())}"))]
+                            f"gateway on CPUs {sorted(layout.gateway)}, hop on {sorted(layout.hop or ())} "
+                            f"(--concurrency {workers} each), backend on {sorted(layout.backend or ())}, h2load on "
+                            f"{sorted(layout.generators or ())}"))]
     spans_before = sink.spans
     with overhead_setup(tmp, issuer, sink.address, layout, workers) as (b_port, gw), \
-            _hop(tmp, b_port, layout.gateway, workers) as hop:
+            _hop(tmp, b_port, layout.hop, workers) as hop:
         targets = [Target(p, layout.generators) for p in (b_port, hop.listener_port, gw.listener_port)]
         for label, (headers, _method, path, body) in variants(issuer).items():
             paced(targets, rate=WARMUP_RATE, seconds=WARMUP_SECONDS, clients=CONNECTIONS, path=path,
