@@ -43,8 +43,10 @@ policy: synth ## the policy pack over build/$(STACK)/state.json, each violation 
 	$(BIN)/aifactory policy check build/$(STACK)/state.json
 
 # The real tools the tests and benches run, from Debian's packages: prometheus (promtool, prometheus),
-# prometheus-alertmanager (amtool), redis-server (the token budget store). One apt-get for whichever are missing.
-TOOLS := promtool:prometheus prometheus:prometheus amtool:prometheus-alertmanager redis-server:redis-server
+# prometheus-alertmanager (amtool), redis-server (the token budget store), nghttp2-client (h2load: the gateway
+# overhead bench's load generator, tests/support/loadgen.py). One apt-get for whichever are missing.
+TOOLS := promtool:prometheus prometheus:prometheus amtool:prometheus-alertmanager redis-server:redis-server \
+	h2load:nghttp2-client
 tools:
 	@missing=$$(for t in $(TOOLS); do command -v $${t%%:*} >/dev/null || echo $${t##*:}; done | sort -u); \
 	[ -z "$$missing" ] || { $(SUDO) apt-get update -q && \

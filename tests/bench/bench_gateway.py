@@ -12,21 +12,31 @@ Two parts, both on 127.0.0.1 with the real Envoy and the kit's generated config:
    applies); one more case sends non-streamed chat completions, whose tries may last timeoutSeconds, so
    a request caught by the hang waits that long. Then a batch flood: one tenant's batch traffic at 3x its
    bucket next to its interactive traffic.
-2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate
-   limit, retries, access log, tracing) in front of a second Envoy that answers every request itself
-   (direct_response), so the difference between "client -> backend" and "client -> gateway -> backend"
-   is the gateway. Its tracer exports every request's span to a local OTLP/gRPC receiver that listens
-   (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports to the Collector: an exporter
-   aimed at a closed port would spend CPU on failed connects that a deployed gateway does not. Direct and gateway
-   requests are paced at the same rate and interleaved, so machine noise hits both alike; each row prints both
-   side by side (medians over RUNS runs), then what the gateway adds (median, min and max over the runs). Target:
-   p99 added under 1 ms at 500 req/s (issue 44: the per-replica hops, gone since, had taken it from +1.5 to +2.0 ms).
+2. Overhead: the dev stack's generated config (JWT authentication with a local JWKS, routing, rate limit, retries,
+   access log, tracing) in front of a second Envoy that answers every request itself (direct_response), so the
+   difference between "client -> backend" and "client -> gateway -> backend" is the gateway; beside it a bare Envoy
+   hop (router only, hop_bootstrap) in front of the same backend, so each run also shows what any proxy hop costs on
+   this machine and what the gateway's filters add to it. The gateway's tracer exports every request's span to a local
+   OTLP/gRPC receiver that listens (tests.support.otlp_sink, in a process of its own), as a deployed gateway exports
+   to the Collector: an exporter aimed at a closed port would spend CPU on failed connects that a deployed gateway
+   does not. The load generator is h2load (tests.support.loadgen; Debian's nghttp2-client, which `make tools`
+   installs), compiled and event-driven, not Python threads whose own jitter was in every figure: one h2load per
+   target, all at once, at the same rate over CONNECTIONS keep-alive connections each, so noise on the machine hits
+   all alike. The GET goes over HTTP/1.1; the POST over HTTP/2, the only protocol h2load paces a body on (loadgen's
+   docstring). With PINNED_MIN_CPUS or more CPUs the gateway, the backend and the generators run on CPUs of their own
+   (cpu_layout); on fewer nothing is pinned. Each row prints the three p50s and p99s (medians over RUNS runs), then
+   what the gateway and the bare hop add (median, min and max over the runs), then the CPU time per request of each
+   (all its threads: the cost of its work, steadier than a tail on a busy machine). Target: p99 added under 1 ms at
+   500 req/s (issue 44: the per-replica hops, gone since, had taken it from +1.5 to +2.0 ms). Figures and what the
+   remaining cost is: docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import math
+import os
 import statistics
 import tempfile
 import threading
@@ -35,6 +45,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +54,7 @@ from components.k8s.gateway.envoy.config import bootstrap
 from infra.config import parse
 from tests.support.envoy import FLUSH_INTERVAL_KEY, await_replicas, rebind
 from tests.support.fake_backends import Behaviour, EnvoyProcess, FakeBackend, free_port
+from tests.support.loadgen import Target, cpu_seconds, paced, pin
 from tests.support.otlp_sink import TraceSink
 from tests.support.stacks import stack_raw
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
@@ -50,8 +62,11 @@ from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
 RATES = (500, 2000)
 SECONDS = 3.0  # per overhead measurement
 RUNS = 5  # overhead measurements per rate (the spread)
-CONNECTIONS = 4
-WARMUP_REQUESTS = 200
+CONNECTIONS = 4  # keep-alive connections per target (h2load clients, one request in flight each)
+RUN_WARMUP_S = 0.5  # the first requests of each run, not counted (connections opening)
+WARMUP_RATE, WARMUP_SECONDS = 1000, 0.5  # per request shape, before its runs
+GATEWAY_WORKERS = 2  # the gateway's --concurrency
+PINNED_MIN_CPUS = 2 * GATEWAY_WORKERS + 2  # with fewer CPUs nothing is pinned (cpu_layout)
 MODEL = "chat"  # the dev stack's model
 
 FAILURE_RATE = 300  # req/s, as in the issue's measurements
@@ -65,25 +80,51 @@ SCALED = {"healthCheck": {"intervalSeconds": 0.5, "timeoutSeconds": 0.25, "unhea
 ISSUER = "https://issuer.bench/realms/aifactory"
 
 
-def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
-    """An Envoy that answers 200 with a small JSON body to every request."""
+@dataclass(frozen=True)
+class Layout:
+    """The CPUs of the overhead part's processes (None: wherever the kernel puts them)."""
+
+    gateway: frozenset[int] | None
+    hop: frozenset[int] | None
+    backend: frozenset[int] | None
+    generators: frozenset[int] | None
+
+
+def _envoy(name: str, port: int, admin_port: int, action: dict[str, Any],
+           clusters: list[dict[str, Any]]) -> dict[str, Any]:
+    """An Envoy on 127.0.0.1:`port` whose one route does `action` for every request, with no filter but the router."""
     hcm = {
         "@type": "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3."
                  "HttpConnectionManager",
-        "stat_prefix": "backend",
+        "stat_prefix": name,
         "route_config": {"virtual_hosts": [{"name": "all", "domains": ["*"], "routes": [{
-            "match": {"prefix": "/"},
-            "direct_response": {"status": 200, "body": {"inline_string": '{"object":"list","data":[]}'}}}]}]},
+            "match": {"prefix": "/"}, **action}]}]},
         "http_filters": [{"name": "envoy.filters.http.router", "typed_config": {
             "@type": "type.googleapis.com/envoy.extensions.filters.http.router.v3.Router"}}],
     }
     return {
         "admin": {"address": {"socket_address": {"address": "127.0.0.1", "port_value": admin_port}}},
         "static_resources": {"listeners": [{
-            "name": "backend", "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
+            "name": name, "address": {"socket_address": {"address": "127.0.0.1", "port_value": port}},
             "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
-                                            "typed_config": hcm}]}]}]},
+                                            "typed_config": hcm}]}]}],
+            "clusters": clusters},
     }
+
+
+def backend_bootstrap(port: int, admin_port: int) -> dict[str, Any]:
+    """An Envoy that answers 200 with a small JSON body to every request."""
+    return _envoy("backend", port, admin_port, {
+        "direct_response": {"status": 200, "body": {"inline_string": '{"object":"list","data":[]}'}}}, [])
+
+
+def hop_bootstrap(port: int, admin_port: int, backend_port: int) -> dict[str, Any]:
+    """An Envoy with no filter but the router in front of the backend, over HTTP/1.1 as the gateway's model cluster:
+    what a proxy hop costs by itself, measured beside the gateway."""
+    cluster = {"name": "backend", "type": "STATIC", "connect_timeout": "1s", "load_assignment": {
+        "cluster_name": "backend", "endpoints": [{"lb_endpoints": [{"endpoint": {"address": {"socket_address": {
+            "address": "127.0.0.1", "port_value": backend_port}}}}]}]}}
+    return _envoy("hop", port, admin_port, {"route": {"cluster": "backend"}}, [cluster])
 
 
 def _raw(issuer: Issuer) -> dict[str, Any]:
@@ -107,48 +148,35 @@ def _request(conn: http.client.HTTPConnection, method: str, path: str, headers: 
 # --- overhead ------------------------------------------------------------------------------------------
 
 
+def cpu_layout() -> tuple[Layout, int]:
+    """Where the overhead part's processes run, and the gateway's worker count (Envoy's --concurrency).
+
+    With PINNED_MIN_CPUS or more CPUs: the gateway's workers on CPUs of their own, the bare hop's on as many others,
+    the backend Envoy on one more and the h2loads on the rest, so no other process of the bench takes CPU from the
+    gateway and the direct call shares none with it. With fewer (the shared 2-core machine) nothing is pinned: one CPU
+    each would leave the gateway a single worker and put the generators, the backend and the other sessions' work on
+    the other core, which measures the machine's queueing rather than the gateway (tried: no steadier than
+    unpinned)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < PINNED_MIN_CPUS:
+        return Layout(None, None, None, None), GATEWAY_WORKERS
+    w = GATEWAY_WORKERS
+    return Layout(gateway=frozenset(cpus[:w]), hop=frozenset(cpus[w:2 * w]), backend=frozenset(cpus[2 * w:2 * w + 1]),
+                  generators=frozenset(cpus[2 * w + 1:])), w
+
+
 def measure(direct_port: int, gateway_port: int, rate: int, seconds: float, headers: dict[str, str],
-            method: str = "GET", path: str = "/v1/models", body: bytes | None = None
-            ) -> tuple[list[float], list[float]]:
-    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, interleaved in alternating
-    order over CONNECTIONS pairs of keep-alive connections (so background noise hits both alike)."""
-    total = int(rate * seconds)
-    start = time.perf_counter() + 0.05
-    out: dict[int, list[float]] = {direct_port: [], gateway_port: []}
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def worker(k: int) -> None:
-        conns = {p: http.client.HTTPConnection("127.0.0.1", p, timeout=5) for p in out}
-        mine: dict[int, list[float]] = {p: [] for p in out}
-        try:
-            for i in range(k, total, CONNECTIONS):
-                delay = start + i / rate - time.perf_counter()
-                if delay > 0:
-                    time.sleep(delay)
-                for port in (direct_port, gateway_port) if i % 2 else (gateway_port, direct_port):
-                    t0 = time.perf_counter()
-                    status = _request(conns[port], method, path, headers, body)
-                    mine[port].append((time.perf_counter() - t0) * 1000)
-                    if status != 200:
-                        raise RuntimeError(f"port {port}: status {status}")
-        except Exception as exc:  # noqa: BLE001 - reported by the caller
-            errors.append(str(exc))
-        finally:
-            for c in conns.values():
-                c.close()
-            with lock:
-                for p, values in mine.items():
-                    out[p] += values
-
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(CONNECTIONS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(f"{len(errors)} connection(s) failed: {errors[0]}")
-    return out[direct_port], out[gateway_port]
+            method: str = "GET", path: str = "/v1/models", body: bytes | None = None,
+            generator_cpus: frozenset[int] | None = None) -> tuple[list[float], list[float]]:
+    """Latencies (ms) of direct and via-gateway requests, `rate` per second each, over CONNECTIONS keep-alive
+    connections per target (fewer where `rate` is no multiple of it: each paces at the same rate), both at once
+    (tests.support.loadgen: h2load; a request with a body is a POST over HTTP/2)."""
+    if (method == "POST") != (body is not None):
+        raise ValueError(f"method {method}: the load generator sends GETs without a body and POSTs with one")
+    direct, via = paced([Target(direct_port, generator_cpus), Target(gateway_port, generator_cpus)], rate=rate,
+                        seconds=seconds, clients=math.gcd(rate, CONNECTIONS), warmup_s=RUN_WARMUP_S, path=path,
+                        headers=headers, body=body)
+    return direct, via
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -161,19 +189,24 @@ def _spread(values: list[float]) -> str:
 
 def variants(issuer: Issuer) -> dict[str, tuple[dict[str, str], str, str, bytes | None]]:
     """The two request shapes (headers, method, path, body), both authenticated: a GET that names its model in a
-    header, and a chat completion whose JSON body names it (json_to_metadata reads the body)."""
+    header (HTTP/1.1), and a chat completion whose JSON body names it (json_to_metadata reads the body; HTTP/2, the
+    only protocol h2load paces a body on)."""
     auth = {"authorization": f"Bearer {issuer.token(tenant='demo')}"}
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     return {
         "x-model header, GET": ({**auth, "x-model": MODEL}, "GET", "/v1/models", None),
-        "body model, POST": ({**auth, "content-type": "application/json"}, "POST", "/v1/chat/completions",
-                             json.dumps({"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}).encode()),
+        "body model, POST (h2)": ({**auth, "content-type": "application/json"}, "POST", "/v1/chat/completions",
+                                  json.dumps(chat).encode()),
     }
 
 
 @contextmanager
-def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int]) -> Iterator[tuple[int, EnvoyProcess]]:
-    """The backend Envoy and the dev stack's gateway in front of it, whose spans go to `collector` (a receiver
-    that listens, as the Collector does in a cluster): (the backend's port, the gateway)."""
+def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int], layout: Layout | None = None,
+                   workers: int = GATEWAY_WORKERS) -> Iterator[tuple[int, EnvoyProcess]]:
+    """The backend Envoy and the dev stack's gateway in front of it (`workers` workers), whose spans go to `collector`
+    (a receiver that listens, as the Collector does in a cluster), each pinned as `layout` says: (the backend's port,
+    the gateway)."""
+    layout = layout or Layout(None, None, None, None)
     cfg = parse(_raw(issuer), stack="dev")
     b_port, b_admin, g_port, g_admin = free_port(), free_port(), free_port(), free_port()
     (tmp / "backend").mkdir()
@@ -182,10 +215,14 @@ def overhead_setup(tmp: Path, issuer: Issuer, collector: tuple[str, int]) -> Ite
                          endpoints={MODEL: [("127.0.0.1", b_port)], COLLECTOR_CLUSTER: [collector]},
                          jwks=[issuer.jwks])
     for layer in gateway_cfg.get("layered_runtime", {}).get("layers", []):  # the shipped export batching: Envoy's
-        layer.get("static_layer", {}).pop(FLUSH_INTERVAL_KEY, None)  # 5 s timer or 5 spans, not the tests' 100 ms
+        layer.get("static_layer", {}).pop(FLUSH_INTERVAL_KEY, None)  # 5 s timer, not the tests' 100 ms
     with EnvoyProcess(backend_bootstrap(b_port, b_admin), tmp / "backend", admin_port=b_admin,
-                      listener_port=b_port), \
-            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port, concurrency=2) as gw:
+                      listener_port=b_port) as backend, \
+            EnvoyProcess(gateway_cfg, tmp / "gateway", admin_port=g_admin, listener_port=g_port,
+                         concurrency=workers) as gw:
+        for process, cpus in ((backend, layout.backend), (gw, layout.gateway)):
+            if cpus is not None:
+                pin(process.pid, cpus)
         await_replicas(gw, {MODEL: 1})
         yield b_port, gw
 
@@ -194,33 +231,71 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.median(values):6.3f}"
 
 
+@contextmanager
+def _hop(tmp: Path, backend_port: int, cpus: frozenset[int] | None, workers: int) -> Iterator[EnvoyProcess]:
+    port, admin = free_port(), free_port()
+    (tmp / "hop").mkdir()
+    with EnvoyProcess(hop_bootstrap(port, admin, backend_port), tmp / "hop", admin_port=admin, listener_port=port,
+                      concurrency=workers) as hop:
+        if cpus is not None:
+            pin(hop.pid, cpus)
+        yield hop
+
+
+def _cpu_us(before: float, pid: int, rate: int) -> float:
+    return 1e6 * (cpu_seconds(pid) - before) / (rate * (SECONDS + RUN_WARMUP_S))
+
+
 def overhead(tmp: Path, sink: TraceSink) -> list[tuple[str, str]]:
-    """Per request shape and rate: the direct call's and the gateway's p50 and p99 side by side (medians over RUNS
-    runs) and what the gateway adds (median, min and max over the runs)."""
+    """Per request shape and rate: the direct call's, a bare Envoy hop's and the gateway's p50 and p99 side by side
+    (medians over RUNS runs), what the gateway and the bare hop add (median, min and max over the runs), and the CPU
+    time per request of each."""
     issuer = Issuer(ISSUER)
-    rows = []
+    layout, workers = cpu_layout()
+    rows = [("  (load)", f"h2load, {CONNECTIONS} keep-alive connections per target, the three targets at once; "
+                         + (f"not pinned (fewer than {PINNED_MIN_CPUS} CPUs), gateway and hop --concurrency {workers}"
+                            if layout.gateway is None else
+                            f"gateway on CPUs {sorted(layout.gateway)}, hop on {sorted(layout.hop or ())} "
+                            f"(--concurrency {workers} each), backend on {sorted(layout.backend or ())}, h2load on "
+                            f"{sorted(layout.generators or ())}"))]
     spans_before = sink.spans
-    with overhead_setup(tmp, issuer, sink.address) as (b_port, gw):
-        for label, (headers, method, path, body) in variants(issuer).items():
-            measure(b_port, gw.listener_port, 1000, WARMUP_REQUESTS / 1000, headers, method, path, body)
+    with overhead_setup(tmp, issuer, sink.address, layout, workers) as (b_port, gw), \
+            _hop(tmp, b_port, layout.hop, workers) as hop:
+        targets = [Target(p, layout.generators) for p in (b_port, hop.listener_port, gw.listener_port)]
+        for label, (headers, _method, path, body) in variants(issuer).items():
+            paced(targets, rate=WARMUP_RATE, seconds=WARMUP_SECONDS, clients=CONNECTIONS, path=path,
+                  headers=headers, body=body)
             for rate in RATES:
-                seen: dict[str, list[float]] = {"direct p50": [], "direct p99": [], "gateway p50": [],
-                                                "gateway p99": []}
-                added: dict[str, list[float]] = {"p50": [], "p99": []}
+                seen: dict[str, list[float]] = {f"{t} {q}": [] for t in ("direct", "hop", "gateway")
+                                                for q in ("p50", "p99")}
+                added: dict[str, list[float]] = {f"{t} {q}": [] for t in ("gateway", "hop") for q in ("p50", "p99")}
+                cpu_us: dict[str, list[float]] = {"gateway": [], "hop": []}
                 for _ in range(RUNS):
-                    direct, via = measure(b_port, gw.listener_port, rate, SECONDS, headers, method, path, body)
+                    before = {"gateway": cpu_seconds(gw.pid), "hop": cpu_seconds(hop.pid)}
+                    direct, hopped, via = paced(targets, rate=rate, seconds=SECONDS, clients=CONNECTIONS,
+                                                warmup_s=RUN_WARMUP_S, path=path, headers=headers, body=body)
+                    cpu_us["gateway"].append(_cpu_us(before["gateway"], gw.pid, rate))
+                    cpu_us["hop"].append(_cpu_us(before["hop"], hop.pid, rate))
                     for q, name in ((0.5, "p50"), (0.99, "p99")):
-                        seen[f"direct {name}"].append(percentile(direct, q))
-                        seen[f"gateway {name}"].append(percentile(via, q))
-                        added[name].append(percentile(via, q) - percentile(direct, q))
-                rows.append((f"auth on, {label}, {rate} req/s",
-                             f"direct p50 {_ms(seen['direct p50'])} p99 {_ms(seen['direct p99'])} ms | gateway p50 "
-                             f"{_ms(seen['gateway p50'])} p99 {_ms(seen['gateway p99'])} ms  (medians of {RUNS} runs)"))
-                for name, values in added.items():
-                    rows.append((f"auth on, {label}, {rate} req/s, added {name}",
-                                 f"{_spread(values)}  over {RUNS} runs"))
+                        for side, values in (("direct", direct), ("hop", hopped), ("gateway", via)):
+                            seen[f"{side} {name}"].append(percentile(values, q))
+                        added[f"gateway {name}"].append(percentile(via, q) - percentile(direct, q))
+                        added[f"hop {name}"].append(percentile(hopped, q) - percentile(direct, q))
+                row = f"auth on, {label}, {rate} req/s"
+                rows.append((row, " | ".join(f"{side} p50 {_ms(seen[f'{side} p50'])} p99 {_ms(seen[f'{side} p99'])}"
+                                             for side in ("direct", "hop", "gateway"))
+                             + f" ms  (medians of {RUNS} runs)"))
+                for name in ("p50", "p99"):
+                    rows.append((f"{row}, added {name}", f"gateway {_spread(added[f'gateway {name}'])}; "
+                                                         f"bare hop {_spread(added[f'hop {name}'])}"))
+                rows.append((f"{row}, CPU per request",
+                             "; ".join(f"{side} {statistics.median(v):4.0f} us (min {min(v):.0f}, max {max(v):.0f})"
+                                       for side, v in (("gateway", cpu_us["gateway"]), ("bare hop", cpu_us["hop"])))
+                             + ", all threads"))
         failed = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_cx_connect_fail", 0)
-    rows.append(("  (tracing)", f"{sink.spans - spans_before} spans reached the local OTLP receiver; the gateway's "
+        exports = gw.stats().get(f"cluster.{COLLECTOR_CLUSTER}.upstream_rq_total", 0)
+    spans = sink.spans - spans_before
+    rows.append(("  (tracing)", f"{spans} spans reached the local OTLP receiver in {exports} exports; the gateway's "
                                 f"connect failures to it: {failed}"))
     return rows
 

@@ -313,6 +313,13 @@ class EnvoyProcess:
             stop_process(self._proc, timeout=5)
         self._proc = None
 
+    @property
+    def pid(self) -> int:
+        """The running Envoy's process id (pinning it, reading its CPU time)."""
+        if self._proc is None:
+            raise RuntimeError("envoy is not running")
+        return self._proc.pid
+
     def access_log_lines(self, needle: str, *, timeout: float = 5.0) -> list[str]:
         """Access log lines containing `needle`, waiting (bounded) for Envoy to flush them."""
         deadline = time.monotonic() + timeout

@@ -161,6 +161,7 @@ from components.k8s.gateway.envoy.observability import (
     collector_cluster,
     stats_listener,
     tracing,
+    tracing_runtime,
 )
 from components.k8s.gateway.envoy.refusals import (
     REFUSAL_ROUTE_PREFIX,
@@ -561,9 +562,11 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
         # Envoy refuses /runtime_modify (503). Overrides live in the process: a restarted pod has the config's.
         # the static layer: RE2's program-size ceiling for the session-key check (components.k8s.gateway.envoy.affinity,
         # MAX_SESSION_KEY_CHARS; Envoy refuses a regex past 100 by default: envoyproxy/envoy@v1.40.0
-        # source/common/common/regex.cc, re2.max_program_size.error_level)
+        # source/common/common/regex.cc, re2.max_program_size.error_level) and the tracer's spans per export
+        # (observability.SPANS_PER_EXPORT)
         "layered_runtime": {"layers": [
-            {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE}},
+            {"name": "static", "static_layer": {"re2.max_program_size.error_level": affinity.RE2_PROGRAM_SIZE,
+                                                **tracing_runtime()}},
             {"name": "admin", "admin_layer": {}}]},
         # internal listeners (the variants' overflow gates), whose stats nothing reads; none without variants
         **({"bootstrap_extensions": [{"name": "envoy.bootstrap.internal_listener", "typed_config": {

@@ -29,6 +29,8 @@ from components.k8s.gateway.envoy.base import (
 
 __all__ = [
     "GATEWAY_TRACE_PERCENT",
+    "SPANS_PER_EXPORT",
+    "tracing_runtime",
     "access_log",
     "tracing",
     "stats_listener",
@@ -96,6 +98,25 @@ GATEWAY_TRACE_PERCENT = 100.0
 # (envoyproxy/envoy@v1.40.0:source/extensions/tracers/opentelemetry/tracer.cc Tracer::startSpan,
 # samplers/always_on/). Pinned live by tests/artifacts/test_engine_traces.py.
 GATEWAY_SAMPLER = "envoy.tracers.opentelemetry.samplers.always_on"
+
+
+# Spans per export: each worker's OpenTelemetry tracer buffers finished spans and sends them to the Collector in one
+# gRPC call once it holds this many, or when its flush timer fires (runtime tracing.opentelemetry.flush_interval_ms,
+# 5 s), whichever comes first (envoyproxy/envoy@v1.40.0:source/extensions/tracers/opentelemetry/tracer.cc,
+# Tracer::sendSpan, flushSpans). Envoy's default, 5, makes one export call per 5 requests on each worker, in the worker
+# that finishes the fifth: measured with `make bench` (bench_gateway, docs/benchmarks.md), the gateway spent 280 µs of
+# CPU per authenticated GET, 70 µs of them on those calls; with 256 the calls cost a few µs per request. At low traffic
+# nothing changes (the timer sends what is buffered every 5 s). A span of the gateway's is about 540 bytes on the wire
+# (measured: 512 spans, 277,644 bytes to the Collector), so an export of 256 is about 140 KB, far below the 4 MiB that
+# the Collector's OTLP gRPC receiver takes unless max_recv_msg_size_mib says otherwise (grpc/grpc-go server.go,
+# defaultServerMaxReceiveMessageSize).
+SPANS_PER_EXPORT = 256
+MIN_FLUSH_SPANS_KEY = "tracing.opentelemetry.min_flush_spans"
+
+
+def tracing_runtime() -> dict[str, int]:
+    """What the tracer reads from the bootstrap's static runtime layer: SPANS_PER_EXPORT."""
+    return {MIN_FLUSH_SPANS_KEY: SPANS_PER_EXPORT}
 
 
 def tracing(cfg: GatewayView) -> dict[str, Any]:
