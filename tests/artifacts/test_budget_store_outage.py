@@ -231,3 +231,35 @@ def test_a_stopped_store_opens_the_breaker_and_one_started_again_takes_reservati
         assert not p.breaker.open and _sample(registry, BUDGET.STORE_BREAKER_OPEN) == 0
     asyncio.run(go())
     assert _records(store) == 1  # the probe's: the new store holds nothing else
+
+
+def test_one_tenants_broken_key_fails_its_requests_alone_and_a_store_out_of_memory_opens_the_breaker(
+        store: RedisServer) -> None:
+    """An error reply one key earns (WRONGTYPE: the tenant's window counter is a hash) is the store answering: that
+    tenant's requests get their onStoreFailure answer, and the breaker stays closed for everyone else however many come
+    in a row. An error reply that says the store cannot serve (OOM: maxmemory reached under noeviction) counts toward
+    the breaker like a timeout does (service.answered_by_store; redis-py 8.1.0 redis/_parsers/base.py
+    EXCEPTION_CLASSES)."""
+    registry = prom.CollectorRegistry()
+    client = store.client()
+
+    async def go() -> None:
+        p = Processor(CONFIG, Store(aredis.Redis.from_url(store.url)), registry, clock=lambda: NOW)
+        assert p.breaker.failures == 5
+        client.hset(window_key("tenant", "open", "perMinute", NOW), "not", "a counter")
+        for _ in range(2 * p.breaker.failures):
+            assert _meta(await _admit(p, "open"))["uncounted"] is True
+        assert not p.breaker.open and _sample(registry, BUDGET.STORE_BREAKER_OPEN) == 0
+        assert _meta(await _admit(p, "closed"))["reserved"] == RESERVATION
+        client.config_set("maxmemory-policy", "noeviction")
+        client.config_set("maxmemory", "1")
+        try:
+            for _ in range(p.breaker.failures):
+                assert (await _admit(p, "closed")).immediate_response.status.code == 503
+            assert p.breaker.open and _sample(registry, BUDGET.STORE_BREAKER_OPEN) == 1
+        finally:
+            client.config_set("maxmemory", "0")
+
+    asyncio.run(go())
+    assert _sample(registry, BUDGET.STORE_FAILURES, scope="tenant", name="open", outcome="admitted") == 10
+    assert _sample(registry, BUDGET.STORE_FAILURES, scope="tenant", name="closed", outcome="refused") == 5

@@ -6,6 +6,10 @@ gets its budget's onStoreFailure answer without waiting for the store's timeout,
 connection to a store that does not answer. Once `cooldown_s` has passed, the next call is a probe (one at a time;
 the others still fail at once): an answer closes the breaker, a failure opens it for another cool-down.
 
+What counts as a failure is the store's, not one request's: an error reply that only one key or one call earns (a
+key of the wrong type, a script error) proves the store answered, so it counts as an answer (`answered`), and one
+tenant's bad key cannot open the breaker for every tenant on the replica.
+
 Why consecutive failures, not a share over a window: a store that is down fails every call, so the breaker opens
 within `failures` calls, at one request a second as at 500; a store that answers, however busy, has only isolated
 slow answers (bench_budgets' store answer time: p99 about 10 ms, the slowest few up to 250 ms, all under the 0.5 s
@@ -35,8 +39,10 @@ class BreakerOpen(Exception):
 class Breaker:
     def __init__(self, errors: tuple[type[BaseException], ...], *, failures: int = DEFAULT_FAILURES,
                  cooldown_s: float = DEFAULT_COOLDOWN_S, clock: Callable[[], float] = time.monotonic,
-                 on_change: Callable[[bool], None] | None = None) -> None:
+                 on_change: Callable[[bool], None] | None = None,
+                 answered: Callable[[BaseException], bool] = lambda _: False) -> None:
         self.errors, self.failures, self.cooldown_s, self.clock = errors, failures, cooldown_s, clock
+        self.answered = answered  # an error of `errors` that is the store's answer to this call only
         self.on_change = on_change  # called with True as it opens, False as it closes
         self.consecutive = 0  # failed calls in a row while closed
         self.opened_at: float | None = None  # None: closed
@@ -53,8 +59,11 @@ class Breaker:
         try:
             async with asyncio.timeout(timeout):
                 result = await call()
-        except self.errors:
-            self._failed(probe)
+        except self.errors as e:
+            if self.answered(e):
+                self._succeeded()
+            else:
+                self._failed(probe)
             raise
         except BaseException:  # cancelled (the caller went away): the store's health is unknown
             if probe:

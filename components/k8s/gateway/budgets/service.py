@@ -84,6 +84,18 @@ SETTLE_BACKOFF_S = 0.1
 PENDING_SETTLEMENTS = 10_000
 SETTLE_CONCURRENCY = 32  # settlements in the store at once: a store back after an outage is not sent them all at once
 STORE_ERRORS = (TimeoutError, redis.RedisError, OSError)
+# Error replies that say the store itself cannot serve (out of memory, a read-only replica, its primary lost, no
+# permission, a script blocking it): redis-py 8.1.0 redis/_parsers/base.py `EXCEPTION_CLASSES` maps OOM, READONLY,
+# MASTERDOWN and NOPERM to these classes; BUSY has no class of its own (a ResponseError whose text starts with it).
+STORE_WIDE_REPLIES = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
+                      redis.exceptions.MasterDownError, redis.exceptions.NoPermissionError)
+
+
+def answered_by_store(e: BaseException) -> bool:
+    """Whether a store error is the store's answer to this call alone (WRONGTYPE on one tenant's key, a script's
+    error): the store is up, so it does not count toward its breaker (breaker.Breaker `answered`)."""
+    return (isinstance(e, redis.exceptions.ResponseError) and not isinstance(e, STORE_WIDE_REPLIES)
+            and not str(e).startswith("BUSY"))
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
 
@@ -309,7 +321,7 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                                                "written to the budget store", (BUDGET.L_REASON,), registry=registry)
         for reason in (BUDGET.SETTLE_RETRIES, BUDGET.SETTLE_DROPPED):  # both series from the start (0)
             self.settlements_failed.labels(reason)
-        self.breaker = breaker or Breaker(STORE_ERRORS)
+        self.breaker = breaker or Breaker(STORE_ERRORS, answered=answered_by_store)
         self.breaker.on_change = self._breaker_changed
 
     def _breaker_changed(self, opened: bool) -> None:
