@@ -14,7 +14,8 @@ streams one chunk per token and reports usage (tests.support.usage_engine).
    timeout must stay above. The same load through a count-at-the-end scheme (what Envoy AI Gateway, LiteLLM and Kong
    do: admit while the counter is under the budget, add a request's usage when it ends), same store and engine.
 2. Added latency: RATE requests/s of unstreamed chat completions to a gateway with the budget check and to one built
-   from the same stack without budgets, interleaved (bench_gateway.measure), RUNS runs; then the same at LOW_RATE
+   from the same stack without budgets, both paced at once by h2load as POSTs over HTTP/2 (bench_gateway.measure),
+   RUNS runs; then the same at LOW_RATE
    (the check's own cost, without queueing). Target: p99 added under 2 ms at RATE. Breakdown: the service's CPU per
    request (admission and metering, from /proc), the store's answer time as the service sees it.
 3. Streamed answers: STREAM_CLIENTS concurrent clients, each streaming STREAM_TOKENS chunks as fast as the engine
