@@ -210,8 +210,9 @@ def test_a_variant_with_no_replica_named_by_its_key_is_answered_503_and_its_rout
 
 def test_the_gates_export_no_series_and_the_last_resorts_do(gateway: Gateway) -> None:
     """Nothing reads a gate's stats (its cluster, internal listener and connection manager: about 300 series per gate
-    per gateway pod), so the bootstrap's stats_matcher leaves them out (variants.gate_stats_excluded); a last resort's
-    cluster keeps its series (GatewayModelInPanic reads its upstream_rq_total), as the variants' and the routes' do."""
+    per gateway pod), so the bootstrap's stats_matcher leaves them out (variants.gate_stats_excluded); a last
+    resort's cluster keeps its series (GatewayWorkloadOnLastResorts reads its upstream_rq_total), as the variants'
+    and the routes' do."""
     scraped = _scrape(gateway.envoy)
     labels = {v for _, ls in scraped for _, v in ls}
     assert not {v for v in labels if "gate" in v and v != "gateway"}, sorted(v for v in labels if "gate" in v)

@@ -231,8 +231,13 @@ def last_resort_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     is already known when a try gets here (the variant had no passing replica, or its breaker was full): without
     checks every ready replica is a host, as in panic, and least request keeps a replica that holds its requests
     (saturated or hung) from getting more than its share. Outlier detection stays (ejection takes at most
-    maxEjectionPercent of the replicas), with panic below 1% not ejected, as a model's. Its breaker is a model's
-    (gateway.circuitBreakers.maxRequests): here requests queue at the engines, as they would without variants."""
+    maxEjectionPercent of the replicas), with panic below 1% not ejected, as a model's. That panic is not a no-op:
+    Envoy ejects a host only while the ejected share stays within maxEjectionPercent (always_eject_one_host off:
+    envoyproxy/envoy@v1.40.0 source/common/upstream/outlier_detection_impl.cc, `DetectorImpl::ejectHost`), so at the
+    defaults (67%) a third of the replicas stay in and it never panics, but with maxEjectionPercent 100 every replica
+    may be ejected, and panic then sends the tries to them rather than answering 503 no healthy upstream. Its breaker
+    is a model's (gateway.circuitBreakers.maxRequests): here requests queue at the engines, as they would without
+    variants."""
     name = last_resort_name(model)
     cluster = {k: v for k, v in model_cluster(cfg, model).items() if k != "health_checks"}
     thresholds = {**cluster["circuit_breakers"]["thresholds"][0],
