@@ -133,8 +133,9 @@ def test_every_replica_of_every_variant_saturated_still_serves_the_workload_and_
 
 def test_a_hung_cheap_variant_beside_a_healthy_fast_one_still_overflows_to_the_fast_one(gateway: Gateway) -> None:
     """The case that reverted panic on the slowest variant (81aa45b): chat-cheap, the cheapest and slowest, which
-    requests without a budget try first, hangs. Once its check has failed (the window), every request is served by
-    chat-fast at once: none waits on the hung replica, none reaches a last resort."""
+    requests without a budget try first, hangs. Once its check has failed (the window), every new request is served
+    by chat-fast at once: none waits on the hung replica, none reaches a last resort. (Requests already on it when it
+    hung wait for their try idle or route timeout: variants.py, docs/gateway.md.)"""
     before = _scrape(gateway.envoy)
     cheap, fast = sum(gateway.hits("chat-cheap")), sum(gateway.hits("chat-fast"))
     try:
