@@ -25,7 +25,7 @@ clusters' stats are all kept).
     (nobody has asked yet), or the model is a variant: a variant's refusals are not the client's, the gateway
     retries them on the workload's next variant (components/k8s/gateway/envoy/variants.py), so the client gets an answer
     from a pricier or slower variant; when every variant fails the try, the variants' last resorts serve it
-    (GatewayModelInPanic), and if they fail too the client gets 5xx and GatewayServerErrorRatioHigh pages.
+    (GatewayWorkloadOnLastResorts), and if they fail too the client gets 5xx and GatewayServerErrorRatioHigh pages.
   * Models that scale to zero (replicas.min 0) have no replica by design while idle: no warning; a request wakes
     them through the gateway's refusals (components/k8s/serving/objects.py `wake_query`) and they refuse until a
     replica has loaded, so they page only after SCALE_FROM_ZERO_FOR.
@@ -54,10 +54,17 @@ clusters' stats are all kept).
   (and its last resort's tries), which are not the client's.
 - GatewayModelInPanic (warning): for PANIC_FOR the gateway has balanced a model's requests over replicas that do not
   pass their progress checks (all saturated past the check's timeout, or hung): a model's cluster counts each such
-  request in `lb_healthy_panic` (its panic mode below 1% passing: components/k8s/gateway/envoy/replicas.py); a
-  workload with variants serves them through a variant's last resort (`<variant>__last`, which has no checks: its
-  `upstream_rq_total` moves only for the tries every variant's own cluster failed). Its requests still queue and are
-  served (no 503), slower; a hung replica takes its share until its try idle or route timeout.
+  request in `lb_healthy_panic` (its panic mode below 1% passing: components/k8s/gateway/envoy/replicas.py). Its
+  requests still queue and are served (no 503), slower; a hung replica takes its share until its try idle or route
+  timeout. Models without variants only: a variant's own cluster never panics, and its last resort
+  (`<variant>__last`) has no checks, so its hosts are unhealthy only when ejected, at most maxEjectionPercent of
+  them (67%: it never panics then; its panic with maxEjectionPercent 100 is ejections, GatewayReplicasEjected's).
+- GatewayWorkloadOnLastResorts (warning): for LAST_RESORT_FOR more than LAST_RESORT_SHARE of a workload's tries (its
+  variants' and their last resorts' `upstream_rq_total`: R.VARIANT_REQUESTS) went to its variants' last resorts,
+  with at least MIN_REQUESTS_PER_SECOND tries/s there; labelled `workload`. A try reaches a last resort only after
+  every variant's own try failed (components/k8s/gateway/envoy/variants.py): every variant saturated (no replica
+  passing, or its breaker full) or failing. A trickle also gets there (a poison request that every variant answered
+  500): a small share beside the workload's other tries, or under the minimum rate alone, so it does not fire.
 - GatewayReplicasEjected: outlier detection has ejected a replica of a model (consecutive gateway failures) in
   every 10-minute window for 10 minutes, in at least one gateway pod (each pod ejects on its own). An ejection lasts
   its time (30 s, then longer) whatever the replica's checks say (components/k8s/gateway/envoy/replicas.py), and a
@@ -92,6 +99,8 @@ __all__ = [
     "MIN_REQUESTS_PER_SECOND",
     "ERROR_FOR",
     "PANIC_FOR",
+    "LAST_RESORT_SHARE",
+    "LAST_RESORT_FOR",
     "client_clusters",
     "client_route_clusters",
     "failed_answers",
@@ -109,6 +118,13 @@ ERROR_RATIO = 0.05  # share of a cluster's answers that are 5xx
 MIN_REQUESTS_PER_SECOND = 0.1  # 30 answers in 5 minutes: below it, a cluster's 5xx ratio is too noisy to page on
 ERROR_FOR = "5m"
 PANIC_FOR = "10m"  # longer than a burst that saturates every replica for a few checks
+# A workload's tries on its variants' last resorts, share of all its variants' tries: each got there after every
+# variant failed it. Sporadic failures (poison requests every variant answered 500, a replica failing until its
+# ejection) stay far below it beside the workload's other requests; every variant saturated sends nearly all of the
+# workload's tries there. The same share as ERROR_RATIO: above it, failing on every variant is not noise.
+LAST_RESORT_SHARE = 0.05
+LAST_RESORT_FOR = PANIC_FOR
+WORKLOAD = "workload"  # the label of a workload's series (as dashboards.rules' variant records)
 CLUSTER = ENVOY.L_CLUSTER
 
 
@@ -258,19 +274,50 @@ def _error_ratio_alert(cfg: ObservabilityConfig) -> Alert:
 
 
 def _panic_alert(cfg: ObservabilityConfig) -> Alert:
-    """GatewayModelInPanic (module docstring): the models' panic counter, and the variants' last resorts' tries."""
+    """GatewayModelInPanic (module docstring): the models' panic counter."""
     panic = f"sum by ({CLUSTER}) (rate({series(cfg, ENVOY.LB_HEALTHY_PANIC, _in(client_clusters(cfg)))}[{RATE}]))"
-    last_resorts = f'{CLUSTER}=~".+{LAST_RESORT_SUFFIX}"'
-    last = f"sum by ({CLUSTER}) (rate({series(cfg, ENVOY.RQ_TOTAL, last_resorts)}[{RATE}]))"
     return Alert(
-        "GatewayModelInPanic", _unless_expected(f"(({panic} > 0)\nor ({last} > 0))"), "warning",
-        summary="Gateway sends requests of {{ $labels.envoy_cluster_name }} to replicas failing their checks (panic)",
-        description=f"For {PANIC_FOR} the gateway has sent {{{{ $value }}}} requests/s of "
-                    "{{ $labels.envoy_cluster_name }} (a model; <variant>__last: a variant's last resort, after "
-                    "every variant of its workload failed the try) to replicas none of which passes its progress "
-                    "check: every replica is saturated past the check's timeout, or hung. Requests queue and are "
-                    "served late (none refused); a hung replica's share waits for its try idle or route timeout.",
+        "GatewayModelInPanic", _unless_expected(f"{panic} > 0"), "warning",
+        summary="Gateway sends requests of model {{ $labels.envoy_cluster_name }} to replicas failing their checks "
+                "(panic)",
+        description=f"For {PANIC_FOR} the gateway has sent {{{{ $value }}}} requests/s of model "
+                    "{{ $labels.envoy_cluster_name }} to replicas none of which passes its progress check (its "
+                    "cluster's panic mode): every replica is saturated past the check's timeout, or hung. Requests "
+                    "queue and are served late (none refused); a hung replica's share waits for its try idle or "
+                    "route timeout.",
         runbook_url=runbook(cfg, "GatewayModelInPanic"), for_=PANIC_FOR)
+
+
+def _last_resort_tries(cfg: ObservabilityConfig) -> str:
+    """Tries/s on each workload's variants' last resorts, labelled with the workload."""
+    by_workload: dict[str, list[str]] = {}
+    for v in cfg.variants:
+        by_workload.setdefault(v.workload, []).append(f"{v.model}{LAST_RESORT_SUFFIX}")
+    return "\n or ".join(
+        f'label_replace(sum(rate({series(cfg, ENVOY.RQ_TOTAL, _in(sorted(names)))}[{RATE}])), '
+        f'"{WORKLOAD}", "{w}", "", "")' for w, names in sorted(by_workload.items()))
+
+
+def _last_resort_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    """GatewayWorkloadOnLastResorts (module docstring); none without variants."""
+    if not cfg.variants:
+        return []
+    last = _last_resort_tries(cfg)
+    tries = f"sum by ({WORKLOAD}) ({R.VARIANT_REQUESTS})"
+    return [Alert(
+        "GatewayWorkloadOnLastResorts",
+        f"({last})\n/ on ({WORKLOAD}) {tries} > {LAST_RESORT_SHARE!r}\n"
+        f"and on ({WORKLOAD}) ({last}) >= {MIN_REQUESTS_PER_SECOND!r}", "warning",
+        summary="Workload {{ $labels.workload }} is served from its variants' last resorts "
+                "({{ $value | humanizePercentage }} of its tries)",
+        description=f"For {LAST_RESORT_FOR} more than {LAST_RESORT_SHARE:.0%} of the tries of workload "
+                    "{{ $labels.workload }} (its variants' and their last resorts', at least "
+                    f"{MIN_REQUESTS_PER_SECOND:g} tries/s on the last resorts) went to its variants' last resorts "
+                    "({{ $value | humanizePercentage }} over 5 minutes): a try gets there only after every variant "
+                    "failed it, so every variant is saturated (no replica passing its progress check, or its "
+                    "breaker full) or failing. Requests queue at the replicas and are served late, hung replicas "
+                    "included.",
+        runbook_url=runbook(cfg, "GatewayWorkloadOnLastResorts"), for_=LAST_RESORT_FOR)]
 
 
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
@@ -280,6 +327,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
         *_unavailable_alerts(cfg),
         _error_ratio_alert(cfg),
         _panic_alert(cfg),
+        *_last_resort_alerts(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",
               summary="Gateway cluster {{ $labels.envoy_cluster_name }} keeps ejecting replicas",

@@ -376,7 +376,7 @@ def _gateway_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("GatewayRetryRatioHigh", {
         **{_sel(ENVOY.RQ_XX, {**p, **overflowing, "envoy_response_code_class": "2"}): "0+60x30" for p in pods},
         **{_sel(ENVOY.RQ_RETRY, {**p, **overflowing}): "0+60x30" for p in pods}}, [(12, [])]))
-    return out + _unavailable_cases(cfg) + _server_error_cases(cfg) + _panic_cases(cfg)
+    return out + _unavailable_cases(cfg) + _server_error_cases(cfg) + _panic_cases(cfg) + _last_resort_cases(cfg)
 
 
 GATEWAY_PODS = [{"namespace": "aifactory-gateway", "pod": f"gateway-{i}", "job": "gateway"} for i in range(2)]
@@ -470,18 +470,45 @@ def _server_error_cases(cfg: ObservabilityConfig) -> list[Case]:
 
 def _panic_cases(cfg: ObservabilityConfig) -> list[Case]:
     """GatewayModelInPanic on the prod stack (issue 44, M2): deep-research's cluster balancing 1 + 0.5 requests/s
-    over replicas none of which passes its checks (lb_healthy_panic), and assistant-steady's last resort serving
-    0.5 requests/s per pod (every variant of assistant failed the try); silent while the counters stand still."""
+    over replicas none of which passes its checks (lb_healthy_panic); silent while the counter stands still. A
+    variant's last resort serving (assistant-steady__last) is not a model in panic (issue 44 m1: it has no checks to
+    fail): GatewayWorkloadOnLastResorts says it (`_last_resort_cases`)."""
     model = _gateway_fired(cfg, "GatewayModelInPanic", "warning", "deep-research", 1.5)
-    last = _gateway_fired(cfg, "GatewayModelInPanic", "warning", "assistant-steady__last", 1.0)
     panic = [_sel(ENVOY.LB_HEALTHY_PANIC, {**p, ENVOY.L_CLUSTER: "deep-research"}) for p in GATEWAY_PODS]
     tries = [_sel(ENVOY.RQ_TOTAL, {**p, ENVOY.L_CLUSTER: "assistant-steady__last"}) for p in GATEWAY_PODS]
     return [
         Case("GatewayModelInPanic", {panic[0]: "0+60x30", panic[1]: "0+30x30"}, _around(1, [model])),
-        Case("GatewayModelInPanic", {t: "0+30x30" for t in tries}, _around(1, [last])),
-        # normal: the counters exist and do not move (one panic a while ago)
-        Case("GatewayModelInPanic", {panic[0]: "0 1x29", panic[1]: "0x30", **{t: "5x30" for t in tries}},
-             [(1 + model[2], [])]),
+        # normal: the counter exists and does not move (one panic a while ago)
+        Case("GatewayModelInPanic", {panic[0]: "0 1x29", panic[1]: "0x30"}, [(1 + model[2], [])]),
+        # a last resort serving is another alert's
+        Case("GatewayModelInPanic", {t: "0+30x30" for t in tries}, [(1 + model[2], [])]),
+    ]
+
+
+def _tries_per_minute(per_minute: dict[str, float]) -> dict[str, str]:
+    """Both gateway pods send these tries a minute to each cluster (upstream_rq_total)."""
+    return {_sel(ENVOY.RQ_TOTAL, {**p, ENVOY.L_CLUSTER: c}): f"0+{_num(n)}x30"
+            for p in GATEWAY_PODS for c, n in per_minute.items()}
+
+
+def _last_resort_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """GatewayWorkloadOnLastResorts on the prod stack (issue 44, m1): the assistant's variants (assistant-fast,
+    assistant-steady) saturated: per pod 6 tries a minute still reach assistant-steady's own cluster (one replica
+    passing now and then) and 54 its last resort; 90% of the workload's tries for 10 minutes: a ticket, labelled with
+    the workload. Silent on a trickle: 10 poison requests a minute that every variant answered 500 (each 2 tries on
+    the variants, 2 on their last resorts) beside 600 served by assistant-fast, 3.1% (0.67 tries/s on the last
+    resorts); and at night one such request a minute alone (2 of 4 tries, but 0.067 tries/s on the last resorts:
+    under the minimum rate)."""
+    fired = ({"workload": "assistant", "alertname": "GatewayWorkloadOnLastResorts", "severity": "warning"}, 0.9,
+             _for(cfg)[("GatewayWorkloadOnLastResorts", "warning")])
+    quiet = [(1 + fired[2], [])]
+    poison = {"assistant-fast": 1, "assistant-steady": 1, "assistant-fast__last": 1, "assistant-steady__last": 1}
+    return [
+        Case("GatewayWorkloadOnLastResorts", _tries_per_minute({"assistant-steady": 6, "assistant-steady__last": 54}),
+             _around(1, [fired])),
+        Case("GatewayWorkloadOnLastResorts",
+             _tries_per_minute({**{c: 10 * n for c, n in poison.items()}, "assistant-fast": 610}), quiet),
+        Case("GatewayWorkloadOnLastResorts", _tries_per_minute(poison), quiet),
     ]
 
 

@@ -5,10 +5,10 @@ every request and check until released, as an engine saturated past the check's 
 A variant's own cluster has no panic mode, so that a variant whose replicas all fail their checks answers its try at
 once and the next variant serves it; each aggregate ends with every variant's last resort (`<variant>__last`: its
 replicas, panic, no checks), and a route that names a variant by its key goes to `<variant>__direct` (the variant's
-cluster, then its last resort): components/k8s/gateway/envoy/variants.py. Envoy v1.40.0 sources: the aggregate
-cluster (source/extensions/clusters/aggregate/cluster.cc, each member's priorities and overprovisioning factor in
-order), priority load and panic (source/extensions/load_balancing_policies/common/load_balancer_impl.cc), route
-stat_prefix (api/envoy/config/route/v3/route_components.proto, Route.stat_prefix): docs/contracts.md, "Day 2:
+gate, then its last resort's): components/k8s/gateway/envoy/variants.py. SLOW answers late and passes its checks.
+Envoy v1.40.0 sources: the aggregate cluster (source/extensions/clusters/aggregate/cluster.cc, each member's
+priorities in order), priority load and panic (source/extensions/load_balancing_policies/common/load_balancer_impl.cc),
+route stat_prefix (api/envoy/config/route/v3/route_components.proto, Route.stat_prefix): docs/contracts.md, "Day 2:
 variants that survive saturation".
 
 Check timings scaled as the other live tests do (0.25 s timeout and interval, 2 failures), a module-scoped Envoy.
@@ -37,11 +37,15 @@ from tests.support.tokens import Issuer
 RAW = {**ALERT_RAW, "models": {
     # no budget sent: the default policy picks the cheapest, chat-cheap (the slowest): chat__chat-cheap
     "chat-cheap": {**_M, "workload": "chat", "slo": {"e2eSeconds": 2}, "variant": {"costPerRequest": 0.001}},
-    "chat-fast": {**_M, "workload": "chat", "slo": {"e2eSeconds": 0.5}, "variant": {"costPerRequest": 0.004}},
+    # its breaker (variant.maxRequests) lets BREAKER tries in at once: past it, tries overflow
+    "chat-fast": {**_M, "workload": "chat", "slo": {"e2eSeconds": 0.5},
+                  "variant": {"costPerRequest": 0.004, "maxRequests": 2}},
     # no replica at all (a capacity block outside its window): its steps fail at once
     "chat-gone": {**_M, "workload": "chat", "slo": {"e2eSeconds": 1}, "variant": {"costPerRequest": 0.002}},
 }}
 REPLICAS = {"chat-cheap": 1, "chat-fast": 3, "chat-gone": 0}
+BREAKER = 2  # chat-fast's variant.maxRequests
+SLOW_S = 1.5  # a SLOW replica answers a request this late (its checks at once): long enough to hold the breaker full
 DECISION = "chat__chat-cheap__default"  # the route stat_prefix of requests to `chat` without a budget
 
 
@@ -57,7 +61,8 @@ class Gateway(AlertStatsGateway):
 def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     issuer = Issuer(ISSUER)
     with ExitStack() as stack:
-        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}")) for i in range(n)] for m, n in REPLICAS.items()}
+        backends = {m: [stack.enter_context(FakeBackend(f"{m}-{i}", delay=SLOW_S)) for i in range(n)]
+                    for m, n in REPLICAS.items()}
         envoy = start_gateway(stack, parse(RAW, stack="saturation"), tmp_path_factory.mktemp("envoy"),
                               jwks=[issuer.jwks], endpoints={m: [b.address for b in bs] for m, bs in backends.items()})
         yield Gateway(envoy, backends, issuer)
@@ -128,8 +133,9 @@ def test_every_replica_of_every_variant_saturated_still_serves_the_workload_and_
 
 def test_a_hung_cheap_variant_beside_a_healthy_fast_one_still_overflows_to_the_fast_one(gateway: Gateway) -> None:
     """The case that reverted panic on the slowest variant (81aa45b): chat-cheap, the cheapest and slowest, which
-    requests without a budget try first, hangs. Once its check has failed (the window), every request is served by
-    chat-fast at once: none waits on the hung replica, none reaches a last resort."""
+    requests without a budget try first, hangs. Once its check has failed (the window), every new request is served
+    by chat-fast at once: none waits on the hung replica, none reaches a last resort. (Requests already on it when it
+    hung wait for their try idle or route timeout: variants.py, docs/gateway.md.)"""
     before = _scrape(gateway.envoy)
     cheap, fast = sum(gateway.hits("chat-cheap")), sum(gateway.hits("chat-fast"))
     try:
@@ -148,10 +154,11 @@ def test_a_hung_cheap_variant_beside_a_healthy_fast_one_still_overflows_to_the_f
 
 
 def test_a_variant_named_by_its_key_keeps_its_requests_on_its_one_passing_replica(gateway: Gateway) -> None:
-    """Two of chat-fast's three replicas hang; requests naming chat-fast go to the one that passes, all of them: its
-    direct aggregate sends a member's share of passing hosts times its overprovisioning factor to it, and chat-fast's
-    factor (replicas.ONE_PASSING_TAKES_ALL) keeps 1 of 3 at 100% (Envoy's default 140 would send 53% on to the last
-    resort, whose hosts include the hung replicas)."""
+    """Two of chat-fast's three replicas hang; requests naming chat-fast go to the one that passes, all of them: the
+    first member of its direct aggregate is its gate (one host, never checked: all of the aggregate's load), behind
+    which chat-fast's own cluster picks among its passing replicas only. None reaches the last resort, whose hosts
+    include the hung replicas. (Before the gate, the variant's cluster was the aggregate's first member, which takes a
+    share of the load from its share of passing replicas: 1 of 3 sent 53% on at Envoy's default overprovisioning.)"""
     before = _scrape(gateway.envoy)
     hits = gateway.hits("chat-fast")
     try:
@@ -163,6 +170,31 @@ def test_a_variant_named_by_its_key_keeps_its_requests_on_its_one_passing_replic
     assert [n - h for n, h in zip(gateway.hits("chat-fast"), hits, strict=True)] == [0, 0, 4 * REQUESTS]
     assert _tries(after, "chat-fast__last") == _tries(before, "chat-fast__last")
     assert _route(after, "chat-fast__direct", "2") - _route(before, "chat-fast__direct", "2") == 4 * REQUESTS
+
+
+def test_a_variant_named_by_its_key_past_its_breaker_is_served_by_its_last_resort(gateway: Gateway) -> None:
+    """chat-fast's replicas all pass their checks and answer slowly (SLOW_S); 3 * BREAKER requests naming chat-fast by
+    its key arrive at once. Its breaker (variant.maxRequests) lets BREAKER tries in; each other try it refuses comes
+    back from the variant's gate as a plain 503, which the route retries on the next member of `chat-fast__direct`,
+    the last resort: every request is answered 200 by a chat-fast replica. Before (issue 44, m2), the direct
+    aggregate's first member was the variant's own cluster: a try its breaker refused carried x-envoy-overloaded,
+    which Envoy never retries (envoyproxy/envoy@v1.40.0 source/common/router/retry_policy_impl.cc,
+    `RetryPolicyImpl::wouldRetryFromHeaders`), and the client got 503 (4 of the 6)."""
+    before = _scrape(gateway.envoy)
+    for b in gateway.backends["chat-fast"]:
+        b.behaviour = Behaviour.SLOW
+    try:
+        with ThreadPoolExecutor(3 * BREAKER) as pool:
+            answers = list(pool.map(lambda _: gateway.ask("chat-fast"), range(3 * BREAKER)))
+        after = _scrape(gateway.envoy)
+    finally:
+        _recover(gateway)
+    assert [status for status, _ in answers] == [200] * (3 * BREAKER), answers
+    assert {json.loads(body)["backend"].rsplit("-", 1)[0] for _, body in answers} == {"chat-fast"}
+    assert _tries(after, "chat-fast") - _tries(before, "chat-fast") == BREAKER
+    assert _tries(after, "chat-fast__last") - _tries(before, "chat-fast__last") == 2 * BREAKER
+    assert _route(after, "chat-fast__direct", "2") - _route(before, "chat-fast__direct", "2") == 3 * BREAKER
+    assert _route(after, "chat-fast__direct", "5") == _route(before, "chat-fast__direct", "5")
 
 
 def test_a_variant_with_no_replica_named_by_its_key_is_answered_503_and_its_route_counts_it(gateway: Gateway) -> None:
@@ -179,8 +211,9 @@ def test_a_variant_with_no_replica_named_by_its_key_is_answered_503_and_its_rout
 
 def test_the_gates_export_no_series_and_the_last_resorts_do(gateway: Gateway) -> None:
     """Nothing reads a gate's stats (its cluster, internal listener and connection manager: about 300 series per gate
-    per gateway pod), so the bootstrap's stats_matcher leaves them out (variants.gate_stats_excluded); a last resort's
-    cluster keeps its series (GatewayModelInPanic reads its upstream_rq_total), as the variants' and the routes' do."""
+    per gateway pod), so the bootstrap's stats_matcher leaves them out (variants.gate_stats_excluded); a last
+    resort's cluster keeps its series (GatewayWorkloadOnLastResorts reads its upstream_rq_total), as the variants'
+    and the routes' do."""
     scraped = _scrape(gateway.envoy)
     labels = {v for _, ls in scraped for _, v in ls}
     assert not {v for v in labels if "gate" in v and v != "gateway"}, sorted(v for v in labels if "gate" in v)

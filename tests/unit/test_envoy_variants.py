@@ -218,8 +218,10 @@ def test_the_panic_threshold_is_applied_to_every_model_and_last_resort_never_to_
 def test_prods_variant_routes_reach_every_variant_then_every_last_resort() -> None:
     """prod (issue 44, B1): the assistant's decision tries assistant-fast, assistant-steady, then each one's last
     resort, with a retry per step (3: gateway.retries.attempts is 2); a request naming a variant by its key goes to
-    `<variant>__direct` (its cluster, then its last resort), under the route stat_prefix of the same name, keeping
-    its Host and retries; each last resort is its variant's replicas with no health checks and a model's breaker."""
+    `<variant>__direct` (its gate, then its last resort's: issue 44 m2, a try its breaker refuses is retried on the
+    last resort), under the route stat_prefix of the same name, retried on the next step (previous_priorities),
+    the gates setting the Host; each last resort is its variant's replicas with no health checks and a model's
+    breaker."""
     cfg = stack_config("prod")
     boot = envoy_config.bootstrap(cfg)
     clusters = {c["name"]: c for c in boot["static_resources"]["clusters"]}
@@ -227,15 +229,16 @@ def test_prods_variant_routes_reach_every_variant_then_every_last_resort() -> No
                and "cluster_type" in c and c["cluster_type"]["name"] == "envoy.clusters.aggregate"}
     assert members["assistant__assistant-fast"] == ["assistant-fast__gate", "assistant-steady__gate",
                                                     "assistant-fast__last__gate", "assistant-steady__last__gate"]
-    assert members["assistant-fast__direct"] == ["assistant-fast", "assistant-fast__last"]
+    assert members["assistant-fast__direct"] == ["assistant-fast__gate", "assistant-fast__last__gate"]
     [vhost] = boot["static_resources"]["listeners"][0]["filter_chains"][0]["filters"][0]["typed_config"][
         "route_config"]["virtual_hosts"]
     routes = {r["name"]: r for r in vhost["routes"]}
     assert routes["assistant.assistant-fast.default"]["route"]["retry_policy"]["num_retries"] == 3
     direct = routes["assistant-fast/key-body"]
-    assert (direct["stat_prefix"], direct["route"]["cluster"], direct["route"]["host_rewrite_literal"],
-            direct["route"]["retry_policy"]["num_retries"]) == (
-        "assistant-fast__direct", "assistant-fast__direct", "assistant-fast.assistant.svc.cluster.local", 2)
+    assert (direct["stat_prefix"], direct["route"]["cluster"], "host_rewrite_literal" in direct["route"],
+            direct["route"]["retry_policy"]["num_retries"],
+            direct["route"]["retry_policy"]["retry_priority"]["name"]) == (
+        "assistant-fast__direct", "assistant-fast__direct", False, 2, "envoy.retry_priorities.previous_priorities")
     last = clusters["assistant-steady__last"]
     assert "health_checks" not in last and "health_checks" in clusters["assistant-steady"]
     assert last["load_assignment"]["endpoints"] == clusters["assistant-steady"]["load_assignment"]["endpoints"]

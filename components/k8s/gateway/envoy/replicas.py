@@ -35,8 +35,8 @@ A variant has no panic mode (NO_PANIC): with none of its replicas passing, its t
 go to its workload's next variant (components.k8s.gateway.envoy.variants), which beats queueing on it. Its panic is a
 cluster of its own, its last resort (`last_resort_cluster`): the same replicas, no health checks, tried only after
 every variant's own try failed, so a workload whose variants are all saturated queues on them instead of answering
-503. A request that names the variant itself reaches the variant's cluster, then its last resort, through an
-aggregate cluster whose first member takes all of its load while one replica passes (ONE_PASSING_TAKES_ALL).
+503. A request that names the variant itself reaches the variant's cluster, then its last resort, each through its
+gate, as a workload's requests do.
 
 Sources (Envoy v1.40.0 API): Cluster.ignore_health_on_host_removal, CommonLbConfig.healthy_panic_threshold,
 OutlierDetection https://www.envoyproxy.io/docs/envoy/v1.40.0/api-v3/config/cluster/v3/cluster.proto,
@@ -76,7 +76,6 @@ __all__ = [
     "dns_detection_seconds",
     "outlier_detection",
     "model_cluster",
-    "ONE_PASSING_TAKES_ALL",
     "panic",
     "last_resort_name",
     "last_resort_cluster",
@@ -91,14 +90,6 @@ __all__ = [
 # The default of gateway.outlierDetection.panicThresholdPercent (`panic`), which each model's cluster applies.
 PANIC_WHEN_NONE_PASSES = {"healthy_panic_threshold": {"value": 1}}
 NO_PANIC = {"healthy_panic_threshold": {"value": 0}}  # a variant's: its workload's next variant serves instead
-# A variant's cluster as the first member of an aggregate (components.k8s.gateway.envoy.variants.direct_cluster):
-# the aggregate gives each member a share of its load from the member's share of passing hosts times its
-# overprovisioning factor, in percent (envoyproxy/envoy@v1.40.0 source/extensions/clusters/aggregate/cluster.cc,
-# `linearizePrioritySet` keeps each member's factor; priority load: load_balancer_impl.cc,
-# `LoadBalancerBase::recalculatePerPriorityState`). Envoy's default 140 sends 53% of the load on to the next member
-# while one of three replicas passes; 100,000 keeps all of it on the variant while one of up to 1,000 replicas passes.
-# Alone (one priority) a cluster's factor changes nothing.
-ONE_PASSING_TAKES_ALL = {"overprovisioning_factor": 100_000}
 # How long CoreDNS may answer a record after its endpoint left the Service: the kubernetes plugin's default TTL
 # (coredns/coredns plugin/kubernetes/README.md, `ttl`: "default is 5 seconds"), which its cache honours.
 COREDNS_TTL_SECONDS = 5
@@ -166,7 +157,6 @@ def model_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     if model.variant is not None:  # every replica says which variant it is (the response's x-aifactory-variant)
         cluster["load_assignment"]["endpoints"][0]["lb_endpoints"][0]["metadata"] = {
             "filter_metadata": {METADATA_NAMESPACE: {VARIANT_KEY: model.name}}}
-        cluster["load_assignment"]["policy"] = ONE_PASSING_TAKES_ALL
     return {
         **cluster,
         # Least request of four random choices (failures.least_request_policy); with session affinity: Maglev with
@@ -241,13 +231,17 @@ def last_resort_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
     is already known when a try gets here (the variant had no passing replica, or its breaker was full): without
     checks every ready replica is a host, as in panic, and least request keeps a replica that holds its requests
     (saturated or hung) from getting more than its share. Outlier detection stays (ejection takes at most
-    maxEjectionPercent of the replicas), with panic below 1% not ejected, as a model's. Its breaker is a model's
-    (gateway.circuitBreakers.maxRequests): here requests queue at the engines, as they would without variants."""
+    maxEjectionPercent of the replicas), with panic below 1% not ejected, as a model's. That panic is not a no-op:
+    Envoy ejects a host only while the ejected share stays within maxEjectionPercent (always_eject_one_host off:
+    envoyproxy/envoy@v1.40.0 source/common/upstream/outlier_detection_impl.cc, `DetectorImpl::ejectHost`), so at the
+    defaults (67%) a third of the replicas stay in and it never panics, but with maxEjectionPercent 100 every replica
+    may be ejected, and panic then sends the tries to them rather than answering 503 no healthy upstream. Its breaker
+    is a model's (gateway.circuitBreakers.maxRequests): here requests queue at the engines, as they would without
+    variants."""
     name = last_resort_name(model)
     cluster = {k: v for k, v in model_cluster(cfg, model).items() if k != "health_checks"}
-    load_assignment = {k: v for k, v in cluster["load_assignment"].items() if k != "policy"}
     thresholds = {**cluster["circuit_breakers"]["thresholds"][0],
                   "max_requests": cfg.gateway.circuit_breakers.max_requests}
-    return {**cluster, "name": name, "load_assignment": {**load_assignment, "cluster_name": name},
+    return {**cluster, "name": name, "load_assignment": {**cluster["load_assignment"], "cluster_name": name},
             "common_lb_config": {**panic(cfg), "update_merge_window": "0s"},
             "circuit_breakers": {"thresholds": [thresholds]}}

@@ -44,18 +44,34 @@ variant whose replicas all fail their checks (saturated or hung) answers its try
 it. When every variant does, the request is not answered 503: each aggregate ends with every variant's last resort,
 fastest first (`overflow_steps`): `<variant>__last`, the variant's replicas with panic mode and no health checks
 (replicas.last_resort_cluster), behind its own gate `<variant>__last__gate`. A try gets there only after every
-variant's own try failed, so a hung cheap variant beside a healthy fast one still overflows to the fast one within the
-checks' window; only when none passes do the requests queue at the replicas, as a model's without variants do. The
-decision's route allows a try per step (`decision_num_retries`). Why not panic on one variant's own cluster: the
-variant a decision tries first would then hold its requests while no replica of it passes, instead of overflowing
+variant's own try failed; only when none passes do the requests queue at the replicas, as a model's without variants
+do. The decision's route allows a try per step (`decision_num_retries`). Why not panic on one variant's own cluster:
+the variant a decision tries first would then hold its requests while no replica of it passes, instead of overflowing
 (the slowest variant is also the cheapest, which requests without a budget try first).
+
+A hung variant (its engine stops answering) and the requests already on it: nothing cuts a try on it but the
+decision route's per-try idle timeout (a streamed request: the variant's tryIdleTimeoutSeconds; an unstreamed one:
+its timeoutSeconds, config._unstreamed) or the route's timeout (timeoutSeconds, all tries together); the gate has
+none. So those requests wait it out: a try cut by its idle timeout is retried on the next variant, and where the try
+idle timeout is not below the route's (prod's assistant variants: both 30 s) the route's ends the request first, 504,
+not retried. Only new requests overflow at once, once the progress checks have taken the variant's replicas out
+(unhealthyThreshold times the check's timeout plus its interval: components.k8s.defaults.GATEWAY_DETECTION_SECONDS,
+10 s). A shorter try idle timeout would cut them sooner, and also every legitimate long generation that is not
+streamed (it sends nothing until the whole answer is ready), which would then be retried on another variant and
+generated again: not done.
 
 A request that names a variant by its own key (the body's `"model": "<variant>"`, route `<variant>/key-body`) is
 the client's choice of variant: it does not overflow to another one. Its route sends to the aggregate cluster
-`<variant>__direct` (`direct_cluster`): the variant's own cluster, then its last resort, no gates (the route sets the
-Host; the variant's breaker refusing a try answers 503, as a model's does). The variant's cluster takes all of the
-aggregate's load while one of its replicas passes (replicas.ONE_PASSING_TAKES_ALL) and none when none does: then the
-last resort serves.
+`<variant>__direct` (`direct_cluster`): the variant's gate, then its last resort's (`direct_steps`), retried on the
+next step as a decision's route is. The gate is one host that is never checked, so it takes all of the aggregate's
+load, and behind it the variant's cluster picks among its passing replicas only: while one passes, all of the
+requests go to it; while none does, the variant's try fails at once and the last resort serves. A try the variant's
+breaker (variant.maxRequests) refuses comes back from the gate as a plain 503 and the last resort serves it too
+(before the gate, the variant's own cluster was the first member: Envoy never retries its own overflow, and the
+client got 503). The cost, as for a decision: each pass through a gate is a stream of its own, so a retry after a
+replica's 500 goes to the last resort, whose pick knows nothing of the replica that failed (with session affinity the
+gate first retries once on another replica), and a request's second 500 is recognised (components.k8s.gateway.envoy.
+failures) only within one pass.
 Internal listeners: https://www.envoyproxy.io/docs/envoy/v1.40.0/configuration/other_features/internal_listener
 Aggregate cluster: https://www.envoyproxy.io/docs/envoy/v1.40.0/intro/arch_overview/upstream/aggregate_cluster
 
@@ -127,6 +143,7 @@ __all__ = [
     "decision_route",
     "DIRECT_SUFFIX",
     "direct_cluster_name",
+    "direct_steps",
     "direct_cluster",
     "direct_route",
 ]
@@ -266,7 +283,23 @@ def decision_num_retries(attempts: int, w: Workload, chosen: Model) -> int:
     """A decision route's retries: gateway.retries.attempts, and at least one try per step of its aggregate, so that
     a request every variant failed reaches the last resorts (with previous_priorities each retry goes to the next
     step; a step whose variant has no replica fails at once)."""
-    return max(attempts, len(overflow_steps(w, chosen)) - 1)
+    return _num_retries(attempts, overflow_steps(w, chosen))
+
+
+def _num_retries(attempts: int, steps: Sequence[str]) -> int:
+    return max(attempts, len(steps) - 1)
+
+
+def _retry_per_step(route: dict[str, Any], steps: Sequence[str]) -> None:
+    """A route to an aggregate over `steps` (gates) retries a failed try on the next step (previous_priorities: each
+    step is a priority of the aggregate), with at least a retry per step (`_num_retries`)."""
+    policy = route["route"]["retry_policy"]
+    policy["num_retries"] = _num_retries(policy["num_retries"], steps)
+    policy["retry_priority"] = {
+        "name": "envoy.retry_priorities.previous_priorities",
+        "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
+                         "update_frequency": 1}}
+    del route["route"]["host_rewrite_literal"]  # the gate of the step that serves the try sets it
 
 
 def overflow_retries(cfg: GatewayView, w: Workload) -> int:
@@ -315,9 +348,14 @@ def direct_cluster_name(model: Model) -> str:
     return f"{model.name}{DIRECT_SUFFIX}"
 
 
+def direct_steps(model: Model) -> list[str]:
+    """The direct aggregate's members, in order: the variant's gate, then its last resort's (module docstring)."""
+    return [gate_name(model), gate_name(model, last_resort=True)]
+
+
 def direct_cluster(cfg: GatewayView, model: Model) -> dict[str, Any]:
-    """The variant's own cluster, then its last resort (module docstring); its retry budget is the tries both take."""
-    return _aggregate(cfg, direct_cluster_name(model), [model.name, last_resort_name(model)],
+    """The variant's gate, then its last resort's (module docstring); its retry budget is the tries both take."""
+    return _aggregate(cfg, direct_cluster_name(model), direct_steps(model),
                       max_requests_of(cfg.gateway, model) + cfg.gateway.circuit_breakers.max_requests)
 
 
@@ -445,17 +483,11 @@ def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str,
     out["name"] = route["name"].replace(w.name, d.name, 1)
     out["match"]["headers"] = [*route["match"].get("headers", []), *d.headers]
     out["route"]["cluster"] = overflow_cluster_name(w.name, d.chosen)
-    del out["route"]["host_rewrite_literal"]  # the gate of the variant that serves the try sets it
     # a failed try goes to the next variant (the next priority of the aggregate cluster), on a status any variant's
     # engine may answer where another would not (variants of different engines: the chosen one's alone would miss
     # the others')
     out["route"]["retry_policy"]["retriable_status_codes"] = retriable_status_codes(w.variants)
-    out["route"]["retry_policy"]["num_retries"] = decision_num_retries(out["route"]["retry_policy"]["num_retries"],
-                                                                       w, d.chosen)
-    out["route"]["retry_policy"]["retry_priority"] = {
-        "name": "envoy.retry_priorities.previous_priorities",
-        "typed_config": {"@type": _T + "extensions.retry.priority.previous_priorities.v3.PreviousPrioritiesConfig",
-                         "update_frequency": 1}}
+    _retry_per_step(out, overflow_steps(w, d.chosen))
     out["stat_prefix"] = f"{w.name}__{d.chosen.name}__{d.reason}"
     decision = f"{d.chosen.name}; reason={d.reason}"
     out["request_headers_to_add"] = [{"header": {"key": ROUTE_DECISION_HEADER, "value": decision},
@@ -470,7 +502,10 @@ def decision_route(route: dict[str, Any], w: Workload, d: Decision) -> dict[str,
 
 def direct_route(route: dict[str, Any], model: Model) -> dict[str, Any]:
     """A route that names the variant by its key, turned to its direct aggregate (module docstring): the route keeps
-    its Host, retries (on other replicas of the variant) and timeouts; its route stats are the variant's answers."""
+    its retry conditions and timeouts, retries a failed try on the next step (`_retry_per_step`: the variant's gate,
+    then its last resort's, then the variant's again), and its gates set the Host; its route stats are the variant's
+    answers."""
     out = copy.deepcopy(route)
     out["route"]["cluster"] = out["stat_prefix"] = direct_cluster_name(model)
+    _retry_per_step(out, direct_steps(model))
     return out
