@@ -14,6 +14,13 @@ Upstream facts (docs/contracts.md, "Day 2: model pods"):
 - Kubernetes' preStop `sleep` action: PodLifecycleSleepAction beta (on) in 1.30, GA in 1.34
   (kubernetes/kubernetes@v1.34.0 pkg/features/kube_features.go).
 - KEDA's cron scaler: timezone, start, end, desiredReplicas (keda.sh/docs/2.18/scalers/cron).
+- A worker's preStop is an exec hook: its time counts within the grace period, SIGTERM follows its end
+  (kubernetes/website content/en/docs/concepts/containers/container-lifecycle-hooks.md); the command is passed as
+  written (kubernetes/kubernetes@v1.34.0 pkg/kubelet/lifecycle/handlers.go), with the container's environment, where
+  LWS puts LWS_LEADER_ADDRESS (kubernetes-sigs/lws@v0.9.0 pkg/utils/pod/pod_utils.go AddLWSVariables).
+- The leader's engine port: Ray's GCS (vLLM: multi-node-serving.sh `ray start --head`, then the engine as the
+  container's main process), rank 0's torch.distributed store (sglang 0.5.23 srt/distributed/bootstrap.py
+  _resolve_dist_init_method; srt/entrypoints/engine.py, node_rank >= 1: stopped by rank 0's ShutdownReq).
 """
 
 from __future__ import annotations
@@ -27,12 +34,15 @@ import pulumi
 import pytest
 
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
-from components.k8s.engines import engine_named
+from components.k8s.engines import ENGINES, engine_named
 from components.k8s.serving import model_objects, scaled_object, serving_spec, workload
 from components.k8s.serving.lifecycle import (
     ENGINE_EXIT_SECONDS,
+    LEADER_POLL_SECONDS,
     PRESTOP_MARGIN_SECONDS,
     block_window,
+    container_lifecycle,
+    leader_wait_script,
     rollout_of,
 )
 from components.k8s.serving.objects import scale_in_seconds
@@ -63,15 +73,19 @@ def _pods(stack: str) -> list[tuple[str, str, dict[str, Any]]]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_model_pod_stops_getting_work_before_sigterm(stack: str) -> None:
     """Every serving pod (a StatefulSet's, an LWS leader) sleeps in preStop past the gateway's detection: 15 s >
-    GATEWAY_DETECTION_SECONDS (10). The sleep action needs nothing in the engine image."""
+    GATEWAY_DETECTION_SECONDS (10). The sleep action needs nothing in the engine image. A worker waits for its
+    leader's engine port to close, at most the leader's whole termination."""
     cfg = stack_config(stack)
     for name, role, template in _pods(stack):
-        container = template["spec"]["containers"][0]
-        sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
-        if role == "worker":  # outlives its leader's whole termination
+        prestop = template["spec"]["containers"][0]["lifecycle"]["preStop"]
+        if role == "worker":
             leader = _templates(workload(cfg, cfg.models[name]))["leader"]
-            assert sleep == leader["spec"]["terminationGracePeriodSeconds"], name
+            port = ENGINES[cfg.models[name].engine].leader_engine_port
+            assert prestop == {"exec": {"command": [
+                "python3", "-c", leader_wait_script(), str(port),
+                str(leader["spec"]["terminationGracePeriodSeconds"]), str(LEADER_POLL_SECONDS)]}}, name
         else:
+            sleep = prestop["sleep"]["seconds"]
             assert sleep == PRESTOP == 15 and sleep > GATEWAY_DETECTION_SECONDS, (name, role)
 
 
@@ -92,13 +106,45 @@ def test_grace_period_covers_the_prestop_the_route_timeout_and_the_exit(stack: s
 def test_prod_grace_periods_exactly() -> None:
     """prod: deep-research's 900 s requests (an LWS of 2 nodes): leader 15 + 900 + 30 = 945 s, worker preStop 945 s
     and grace 975 s; assistant-batch's 600 s: 645 s; the 30 s chat models: 75 s."""
-    cfg = stack_config("prod")
     graces = {(name, role): t["spec"]["terminationGracePeriodSeconds"] for name, role, t in _pods("prod")}
     assert graces[("deep-research", "leader")] == 945 and graces[("deep-research", "worker")] == 975
     assert graces[("assistant-batch", "single")] == 645
     assert graces[("assistant-steady", "single")] == graces[("assistant-fast", "single")] == 75
+
+
+def test_a_workers_prestop_ends_when_its_leaders_engine_has_exited() -> None:
+    """prod's deep-research worker (vLLM over Ray, an LWS of 2 nodes): its preStop polls Ray's GCS on the leader
+    (6379, one of the ports outside the sidecar's capture) every 2 s and ends when it closes, at the latest after the
+    leader's 945 s; its grace stays 975 s. Before, it slept the whole 945 s whether or not a request was in flight,
+    so every scale-down, rollout or drain of the group held both nodes for ~16 minutes."""
+    cfg = stack_config("prod")
     worker = _templates(workload(cfg, cfg.models["deep-research"]))["worker"]
-    assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 945}}}
+    assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"exec": {"command": [
+        "python3", "-c", leader_wait_script(), "6379", "945", "2"]}}}
+    assert worker["spec"]["terminationGracePeriodSeconds"] == 975
+    excluded = worker["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundPorts"].split(",")
+    assert "6379" in excluded
+
+
+def test_an_sglang_worker_waits_for_rank_0s_store() -> None:
+    """The same group on SGLang: its worker polls rank 0's torch.distributed store (--dist-init-addr :20000)."""
+    cfg = stack_config("prod")
+    model = dataclasses.replace(cfg.models["deep-research"], engine="sglang")
+    assert container_lifecycle(model, "worker") == {"preStop": {"exec": {"command": [
+        "python3", "-c", leader_wait_script(), "20000", "945", "2"]}}}
+    assert container_lifecycle(model, "leader") == {"preStop": {"sleep": {"seconds": 15}}}
+
+
+def test_every_multi_node_engine_names_a_leader_port_its_workers_reach_directly() -> None:
+    """The port a worker polls is one the pods keep out of the sidecar's outbound capture (under Istio a connection
+    to any captured port is accepted by the worker's own sidecar, and would prove nothing); engines without
+    multi-node replicas have none."""
+    for engine in ENGINES.values():
+        if engine.multi_node:
+            assert engine.leader_engine_port in engine.multi_node_ports(), engine.name
+        else:
+            assert engine.leader_engine_port is None, engine.name
+    assert {n: e.leader_engine_port for n, e in ENGINES.items()} == {"vllm": 6379, "triton": None, "sglang": 20000}
 
 
 def _command(stack: str, name: str, role: str = "single") -> list[str]:

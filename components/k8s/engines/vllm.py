@@ -341,4 +341,8 @@ ENGINE = Vllm(
     # terminate_if_errored); another replica serves them. Also EngineGenerateError's (a VLLMServerError, 500), which
     # may be the request's own: a retry costs it a try per attempt, never an ejection.
     retriable_status_codes=(500,),
+    # Ray's GCS on the leader: the leader's container runs `ray start --head` (its daemons, the GCS among them, left
+    # running in the container) and then execs the engine as the container's main process; when the engine exits
+    # the container ends and the kernel kills every process left in its PID namespace, the GCS with them.
+    leader_engine_port=RAY_GCS_PORT,
 )
