@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pulumi
@@ -43,11 +45,12 @@ from components.k8s.serving.lifecycle import (
     block_window,
     container_lifecycle,
     leader_wait_script,
+    next_cron_start,
     rollout_of,
 )
 from components.k8s.serving.objects import scale_in_seconds
 from infra.config import parse
-from infra.preflight import rollouts
+from infra.preflight import ended_block_findings, preflight_command, rollouts
 from tests.support.stacks import SHIPPED_STACKS, stack_config, stack_raw
 
 PRESTOP = GATEWAY_DETECTION_SECONDS + PRESTOP_MARGIN_SECONDS
@@ -342,3 +345,62 @@ def test_no_trigger_of_a_block_model_outlives_its_window(stack: str) -> None:
         for t in so["spec"]["triggers"]:
             if t["type"] != "cron":
                 assert t["metadata"]["query"].endswith(f" and on() (vector(time()) < {int(end.timestamp())})"), t
+
+
+def _utc(*when: int) -> datetime.datetime:
+    return datetime.datetime(*when, tzinfo=datetime.UTC)
+
+
+BLOCK_OVER = ("the capacity block of pool h100-block ended at 2026-12-15T11:30:00Z, but KEDA's cron trigger has no "
+              "year (start '30 11 1 12 *', end '23 10 15 12 *', Etc/UTC): {when} it asks for 2 replica(s) of "
+              "assistant-fast on a pool with no nodes, whose pods wait Pending and hold the tenant's GPU quota")
+BLOCK_FIX = ("Remove the block from the stack (nodePools.h100-block, and move or remove its models), or give "
+             "nodePools.h100-block.capacity a renewed block's reservationId, startTime and endTime; then `pulumi up`.")
+
+
+def test_preflight_says_when_a_capacity_block_is_over_before_its_cron_comes_back() -> None:
+    """KEDA's cron has no year, so prod's h100-block window (1-15 December 2026) comes back every December while the
+    queue trigger's gate and the pool's schedule hold 2026's times: from the block's end on, preflight names the
+    block model's ScaledObject, when KEDA asks for its replicas again (or since when, inside a later year's window),
+    and the fix. Judged at a given time: synth's output never depends on the date."""
+    cfg = stack_config("prod")
+
+    def found(now: datetime.datetime) -> list[tuple[str, str, str, str]]:
+        return [(f.rule, f.resource, f.message, f.fix) for f in ended_block_findings(cfg, now=now)]
+
+    assert found(_utc(2026, 12, 2)) == found(_utc(2026, 12, 15, 11, 29, 59)) == []
+    flagged = ("capacity-block-over", "ScaledObject/assistant/assistant-fast")
+    assert found(_utc(2026, 12, 15, 11, 30)) == found(_utc(2027, 12, 1, 11, 29)) == [
+        (*flagged, BLOCK_OVER.format(when="on 2027-12-01T11:30:00Z"), BLOCK_FIX)]
+    assert found(_utc(2027, 12, 5)) == [(*flagged, BLOCK_OVER.format(when="since 2027-12-01T11:30:00Z"), BLOCK_FIX)]
+    assert found(_utc(2027, 12, 15, 10, 23)) == [(*flagged, BLOCK_OVER.format(when="on 2028-12-01T11:30:00Z"),
+                                                  BLOCK_FIX)]
+    for stack in ("dev", "staging", "onprem"):  # no capacity block: nothing, whenever
+        assert ended_block_findings(stack_config(stack), now=_utc(2030, 1, 1)) == [], stack
+
+
+def test_a_block_starting_on_29_february_comes_back_in_leap_years_only() -> None:
+    pool = stack_config("prod").node_pools["h100-block"]
+    leap = dataclasses.replace(pool, capacity=dataclasses.replace(pool.capacity, start_time="2028-02-29T00:00:00Z",
+                                                                  end_time="2028-03-02T00:00:00Z"))
+    assert next_cron_start(leap, _utc(2028, 3, 2)) == _utc(2032, 2, 29)
+    assert next_cron_start(pool, _utc(2026, 12, 1, 11, 30)) == _utc(2027, 12, 1, 11, 30)
+
+
+def test_the_preflight_command_reports_a_block_that_is_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """`aifactory preflight prod` judged on 2026-12-20: exit 1, the finding in the text and in the JSON report's
+    `capacity-block-over` rule; on 2026-12-02 (the block under way) the rule has nothing to say."""
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 3, "deployment": {"resources": [
+        {"urn": "urn:pulumi:prod::aifactory::pulumi:pulumi:Stack::s", "type": "pulumi:pulumi:Stack"}]}}))
+    report = tmp_path / "pf.json"
+    assert preflight_command("prod", state=state, json_out=report, now=_utc(2026, 12, 20)) == 1
+    text = capsys.readouterr().out
+    assert text.startswith("preflight prod: 12 rules over 0 resources: 1 finding(s)\n\ncapacity-block-over (1)\n"
+                           "  ScaledObject/assistant/assistant-fast\n")
+    doc = json.loads(report.read_text())
+    assert doc["rules"][-1] == "capacity-block-over" and doc["summary"]["capacity-block-over"] == 1
+    assert [f["message"] for f in doc["findings"]] == [BLOCK_OVER.format(when="on 2027-12-01T11:30:00Z")]
+    assert preflight_command("prod", state=state, json_out=report, now=_utc(2026, 12, 2)) == 0
+    assert json.loads(report.read_text())["summary"]["capacity-block-over"] == 0

@@ -55,6 +55,8 @@ __all__ = [
     "sidecar_annotations",
     "block_window",
     "cron_window",
+    "block_over",
+    "next_cron_start",
     "Rollout",
     "rollout_of",
 ]
@@ -149,13 +151,39 @@ def _cron(when: datetime.datetime) -> str:
 
 def cron_window(model: Model, pool: NodePool, *, scale_in_seconds: int) -> tuple[str, str] | None:
     """KEDA cron `start` and `end` (minute hour day month weekday, UTC) of a block model: from the block's start
-    until block_end. Cron repeats yearly: a window of a later year needs the block's new times, which the stack file
-    carries anyway."""
+    until block_end. KEDA's cron has no year field (keda.sh/docs/2.18/scalers/cron: Minute Hour Dom Month Dow), so
+    the window comes back every year; once the block is over, `aifactory preflight` says so (block_over,
+    next_cron_start) until the stack removes the block or gives it a renewed block's times."""
     window = block_window(pool)
     end = block_end(pool, scale_in_seconds=scale_in_seconds)
     if window is None or end is None:
         return None
     return _cron(window[0]), _cron(end)
+
+
+def block_over(pool: NodePool) -> datetime.datetime | None:
+    """When a capacity block is over (its endTime), or None: not a block with times. A date to compare with the clock
+    (`aifactory preflight`), never with anything synth writes."""
+    cap = pool.capacity
+    return None if block_window(pool) is None or cap.end_time is None else _utc(cap.end_time)
+
+
+def next_cron_start(pool: NodePool, after: datetime.datetime) -> datetime.datetime | None:
+    """When the block model's cron trigger (cron_window: minute hour day month, every year) next starts after
+    `after`: the block's start date in a later year (a 29 February start fires only in leap years). None: not a
+    block."""
+    window = block_window(pool)
+    if window is None:
+        return None
+    start = window[0]
+    for year in range(after.year, after.year + 9):  # a leap year comes within 8
+        try:
+            when = start.replace(year=year)
+        except ValueError:  # 29 February of a common year
+            continue
+        if when > after:
+            return when
+    raise AssertionError(f"no year after {after} has {start:%d %B}")  # pragma: no cover - a leap year always comes
 
 
 def block_end(pool: NodePool, *, scale_in_seconds: int) -> datetime.datetime | None:
