@@ -389,14 +389,18 @@ def test_a_block_starting_on_29_february_comes_back_in_leap_years_only() -> None
 
 def test_the_preflight_command_reports_a_block_that_is_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]
                                                             ) -> None:
-    """`aifactory preflight prod` judged on 2026-12-20: exit 1, the finding in the text and in the JSON report's
-    `capacity-block-over` rule; on 2026-12-02 (the block under way) the rule has nothing to say."""
+    """`aifactory preflight prod` judged on 2026-12-20: exit 1, the finding in the text (as docs/serving.md shows it)
+    and in the JSON report's `capacity-block-over` rule; on 2026-12-02 (the block under way) the rule has nothing to
+    say."""
     state = tmp_path / "state.json"
     state.write_text(json.dumps({"version": 3, "deployment": {"resources": [
         {"urn": "urn:pulumi:prod::aifactory::pulumi:pulumi:Stack::s", "type": "pulumi:pulumi:Stack"}]}}))
     report = tmp_path / "pf.json"
     assert preflight_command("prod", state=state, json_out=report, now=_utc(2026, 12, 20)) == 1
     text = capsys.readouterr().out
+    doc_block = (Path(__file__).parents[2] / "docs" / "serving.md").read_text().split(
+        "\n```\ncapacity-block-over (1)\n", 1)[1].split("```", 1)[0]
+    assert f"capacity-block-over (1)\n{doc_block}" in text  # docs/serving.md shows it as it is
     assert text.startswith("preflight prod: 12 rules over 0 resources: 1 finding(s)\n\ncapacity-block-over (1)\n"
                            "  ScaledObject/assistant/assistant-fast\n")
     doc = json.loads(report.read_text())
