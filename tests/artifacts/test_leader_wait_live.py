@@ -11,6 +11,11 @@ PORT BOUND POLL`) against a stand-in leader port on 127.0.0.1, with its bound an
 LWS sets LWS_LEADER_ADDRESS in every container of the group (kubernetes-sigs/lws@v0.9.0 pkg/utils/pod/pod_utils.go
 AddLWSVariables); an exec hook runs with the container's environment (containerd internal/cri/server/
 container_execsync.go execInternal). Every wait here is bounded; no fixed sleep.
+
+Once the wait ends, the kubelet sends SIGTERM to the container's main process, the init of its PID namespace, which
+gets it only if it handles it (man7.org pid_namespaces(7)): the vLLM worker's shell exits on it
+(engines.vllm.WORKER_EXIT_ON_SIGTERM), where multi-node-serving.sh's bash alone would not. Run as PID 1 of a new PID
+namespace (`unshare`, which needs root: skipped without it).
 """
 
 from __future__ import annotations
@@ -22,9 +27,11 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from components.k8s.engines.vllm import WORKER_EXIT_ON_SIGTERM
 from components.k8s.serving import workload
 from tests.support.stacks import stack_config
 
@@ -132,3 +139,62 @@ def test_without_the_leaders_address_it_waits_the_whole_bound(rendered: list[str
     out = _finish(_start(rendered, leader.port, 1, None), timeout=1 + 10)
     assert time.monotonic() - started >= 1 and leader.polls == 0
     assert out == "aifactory leader-wait: LWS_LEADER_ADDRESS is not set: waiting the whole bound (1 s)\n"
+
+
+SIGTERM_CAUGHT = 1 << 14  # /proc/<pid>/status SigCgt: bit (signal - 1), SIGTERM is 15
+
+
+def _as_namespace_init(script: str) -> tuple[subprocess.Popen[bytes], int]:
+    """`bash -c script` as PID 1 of a new PID namespace, and its PID as seen from here, once it runs."""
+    outer = subprocess.Popen(["unshare", "--fork", "--pid", "--kill-child", "/bin/bash", "-c", script],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    children = Path(f"/proc/{outer.pid}/task/{outer.pid}/children")
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        found = children.read_text().split() if children.exists() else []
+        if found:
+            return outer, int(found[0])
+        time.sleep(0.02)
+    outer.kill()
+    raise AssertionError("the namespace's init never started")
+
+
+def _caught(pid: int) -> int:
+    line = next(ln for ln in Path(f"/proc/{pid}/status").read_text().splitlines() if ln.startswith("SigCgt:"))
+    return int(line.split()[1], 16)
+
+
+@pytest.fixture(scope="module")
+def worker_command() -> str:
+    cfg = stack_config("prod")
+    template = workload(cfg, cfg.models["deep-research"])["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+    command = template["spec"]["containers"][0]["command"]
+    assert command[:2] == ["/bin/bash", "-c"] and command[2].endswith(WORKER_EXIT_ON_SIGTERM)
+    if subprocess.run(["unshare", "--fork", "--pid", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --pid needs root here")
+    return command[2]
+
+
+def test_the_vllm_worker_exits_on_the_sigterm_that_follows_its_prestop(worker_command: str, tmp_path: Path) -> None:
+    """The rendered worker command, its multi-node-serving.sh replaced by a stand-in that never ends (a worker whose
+    leader is gone keeps retrying to join it): as its namespace's init it exits on SIGTERM. The script alone, as the
+    init (what `bash -c '<script> ...'` came to before), does not: the kernel drops the signal."""
+    loop = tmp_path / "multi-node-serving.sh"
+    loop.write_text("while true; do sleep 1; done\n")
+    for wrapped, exits in ((f"bash {loop}{WORKER_EXIT_ON_SIGTERM}", True), (f"exec bash {loop}", False)):
+        outer, init = _as_namespace_init(wrapped)
+        try:
+            deadline = time.monotonic() + 10  # the shell sets its trap right after starting the script
+            while exits and not _caught(init) & SIGTERM_CAUGHT and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert bool(_caught(init) & SIGTERM_CAUGHT) == exits, wrapped
+            os.kill(init, 15)
+            if exits:
+                assert outer.wait(timeout=10) == 0, wrapped
+            else:
+                with pytest.raises(subprocess.TimeoutExpired):  # still there: only SIGKILL ends it
+                    outer.wait(timeout=1)
+        finally:
+            if outer.poll() is None:
+                os.kill(init, 9)
+                outer.wait(timeout=10)

@@ -119,12 +119,16 @@ def test_a_workers_prestop_ends_when_its_leaders_engine_has_exited() -> None:
     """prod's deep-research worker (vLLM over Ray, an LWS of 2 nodes): its preStop polls Ray's GCS on the leader
     (6379, one of the ports outside the sidecar's capture) every 2 s and ends when it closes, at the latest after the
     leader's 945 s; its grace stays 975 s. Before, it slept the whole 945 s whether or not a request was in flight,
-    so every scale-down, rollout or drain of the group held both nodes for ~16 minutes."""
+    so every scale-down, rollout or drain of the group held both nodes for ~16 minutes; and the worker's container,
+    whose init ignored SIGTERM, then lived to its grace period's SIGKILL."""
     cfg = stack_config("prod")
     worker = _templates(workload(cfg, cfg.models["deep-research"]))["worker"]
     assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"exec": {"command": [
         "python3", "-c", leader_wait_script(), "6379", "945", "2"]}}}
     assert worker["spec"]["terminationGracePeriodSeconds"] == 975
+    # and the SIGTERM that follows ends it (its bash, the container's init, handles it: tests/artifacts/
+    # test_leader_wait_live.py runs it as a namespace's init)
+    assert worker["spec"]["containers"][0]["command"][2].endswith(" & trap 'exit 0' TERM; wait $!")
     excluded = worker["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundPorts"].split(",")
     assert "6379" in excluded
 
