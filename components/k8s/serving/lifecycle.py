@@ -87,8 +87,8 @@ CRON_TIMEZONE = "Etc/UTC"  # a capacity block's window is UTC (nodePools.X.capac
 def prestop_seconds(model: Model, role: Role = "single") -> int:
     """How long the pod's preStop may last before its engine gets SIGTERM. The serving pod (single, leader): it sleeps
     past the gateway's detection. A multi-node replica's worker: at most the leader's whole termination, so the ranks
-    the leader's drain needs stay up (vLLM's workers are Ray nodes that stop on SIGTERM; SGLang's non-zero ranks wait
-    for rank 0, but the kubelet kills them at their own grace period); it ends as soon as the leader's engine has
+    the leader's drain needs stay up (a vLLM worker's container exits on SIGTERM: engines.vllm.WORKER_EXIT_ON_SIGTERM;
+    SGLang's non-zero ranks ignore it and end when rank 0 stops them); it ends as soon as the leader's engine has
     exited (container_lifecycle)."""
     if role == "worker":
         return termination_grace_seconds(model, "leader")
