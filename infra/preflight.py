@@ -11,21 +11,35 @@ Exit codes: 0 no findings, 1 findings, 2 config or usage error.
 
 from __future__ import annotations
 
+import datetime
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from components.k8s.serving.lifecycle import Rollout, block_window, rollout_of
+from components.k8s.serving.lifecycle import (
+    Rollout,
+    block_end,
+    block_over,
+    block_window,
+    next_cron_start,
+    rollout_of,
+)
+from components.k8s.serving.objects import block_cron, scale_in_seconds
 from components.k8s.serving.pod import pod_start_seconds
+from components.k8s.serving.views import model_namespace
 from components.vocabulary import POOL_LABEL
 from infra.config import PlatformConfig
 from policies import preflight as rules
 
-__all__ = ["REPORT_FILE", "config_pools", "run_rules", "rollouts", "report", "format_text", "format_rollouts",
-           "preflight_command"]
+__all__ = ["REPORT_FILE", "BLOCK_OVER_RULE", "RULES", "config_pools", "run_rules", "ended_block_findings", "rollouts",
+           "report", "format_text", "format_rollouts", "preflight_command"]
 
 REPORT_FILE = "preflight-report.json"
+# The one rule that reads the clock, so only `aifactory preflight` runs it: synth's preflight report (and the policy
+# pack) stay the same bytes for the same stack, whatever the date.
+BLOCK_OVER_RULE = "capacity-block-over"
+RULES = (*rules.RULES, BLOCK_OVER_RULE)  # what `aifactory preflight` runs, in its report's order
 
 
 NODE_PATCH = "kubernetes:core/v1:NodePatch"
@@ -77,6 +91,35 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))
 
 
+def ended_block_findings(cfg: PlatformConfig, *, now: datetime.datetime) -> list[rules.Finding]:
+    """Each block model whose capacity block is over at `now`: its ScaledObject's cron trigger has no year and
+    comes back on the block's start date of every later year (components.k8s.serving.lifecycle.next_cron_start),
+    when KEDA scales the model up on a pool that has no nodes then: its pods wait Pending, holding the tenant's GPU
+    quota, and kube-prometheus-stack's KubePodNotReady fires (docs/serving.md, "Capacity-block models outside the
+    window"). The finding names the cron's next window, or the one under way at `now`."""
+    out = []
+    for model in sorted(cfg.models.values(), key=lambda m: m.name):
+        pool = cfg.pool_of(model)
+        over, cron, window = block_over(pool), block_cron(cfg, model), block_window(pool)
+        end = block_end(pool, scale_in_seconds=scale_in_seconds(model))
+        if over is None or cron is None or window is None or end is None or now < over:
+            continue
+        again = next_cron_start(pool, now - (end - window[0]))  # the first window that has not ended by `now`
+        assert again is not None
+        meta = cron["metadata"]
+        out.append(rules.Finding(
+            BLOCK_OVER_RULE, f"ScaledObject/{model_namespace(cfg, model)}/{model.name}",
+            f"the capacity block of pool {pool.name} ended at {over:%Y-%m-%dT%H:%M:%SZ}, but KEDA's cron trigger has "
+            f"no year (start {meta['start']!r}, end {meta['end']!r}, {meta['timezone']}): "
+            f"{'since' if again <= now else 'on'} {again:%Y-%m-%dT%H:%M:%SZ} it asks for {meta['desiredReplicas']} "
+            f"replica(s) of {model.name} on a pool with no nodes, whose pods wait Pending and hold the tenant's GPU "
+            "quota",
+            f"Remove the block from the stack (nodePools.{pool.name}, and move or remove its models), or give "
+            f"nodePools.{pool.name}.capacity a renewed block's reservationId, startTime and endTime; then `pulumi "
+            "up`."))
+    return out
+
+
 def rollouts(cfg: PlatformConfig) -> dict[str, Rollout]:
     """What a rolling update does to each model of the stack, by name (components.k8s.serving.lifecycle.rollout_of:
     replicas.min 2 or more keeps serving, 1 is an outage until the new pod is ready, unless another variant of its
@@ -88,9 +131,10 @@ def rollouts(cfg: PlatformConfig) -> dict[str, Rollout]:
 
 
 def report(findings: Sequence[rules.Finding], *, stack: str, resources: int,
-           rollout: Mapping[str, Rollout] | None = None) -> dict[str, Any]:
-    counts = {rule: sum(f.rule == rule for f in findings) for rule in rules.RULES}
-    out = {"stack": stack, "resources": resources, "rules": list(rules.RULES), "summary": counts,
+           rollout: Mapping[str, Rollout] | None = None, names: Sequence[str] = rules.RULES) -> dict[str, Any]:
+    """The JSON report over the rules `names` (synth's: the state's rules; `aifactory preflight`'s: RULES)."""
+    counts = {rule: sum(f.rule == rule for f in findings) for rule in names}
+    out = {"stack": stack, "resources": resources, "rules": list(names), "summary": counts,
            "findings": [f.as_dict() for f in findings]}
     if rollout is not None:
         out["rollouts"] = {name: {"kind": r.kind, "detail": r.detail} for name, r in rollout.items()}
@@ -98,8 +142,8 @@ def report(findings: Sequence[rules.Finding], *, stack: str, resources: int,
 
 
 def format_text(findings: Sequence[rules.Finding], *, stack: str, resources: int) -> str:
-    lines = [f"preflight {stack}: {len(rules.RULES)} rules over {resources} resources: {len(findings)} finding(s)"]
-    for rule in rules.RULES:
+    lines = [f"preflight {stack}: {len(RULES)} rules over {resources} resources: {len(findings)} finding(s)"]
+    for rule in RULES:
         group = [f for f in findings if f.rule == rule]
         if group:
             lines.append(f"\n{rule} ({len(group)})")
@@ -139,10 +183,11 @@ def _current_gate(cfg: PlatformConfig, stacks_dir: Path | None) -> dict[str, Any
 
 
 def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path | None = None,
-                      json_out: Path | None = None) -> int:
+                      json_out: Path | None = None, now: datetime.datetime | None = None) -> int:
     """`aifactory preflight`: 0 clean, 1 findings, 2 unusable state (config errors raise ConfigError).
 
-    `json_out`: also write the report as JSON there (`-`: stdout, and the text goes to stderr)."""
+    `json_out`: also write the report as JSON there (`-`: stdout, and the text goes to stderr). `now`: the time the
+    capacity blocks are judged at (default: the clock's, UTC)."""
     from infra.outputs import write_json
     from policies.runner import PolicyInputError
 
@@ -152,10 +197,11 @@ def preflight_command(stack: str, *, state: Path | None = None, stacks_dir: Path
         print(f"aifactory: preflight: {err}", file=sys.stderr, flush=True)
         return 2
     resources = rules.from_entries(entries)
-    findings = run_rules(resources, cfg, gate=_current_gate(cfg, stacks_dir))
+    findings = [*run_rules(resources, cfg, gate=_current_gate(cfg, stacks_dir)),
+                *ended_block_findings(cfg, now=now or datetime.datetime.now(datetime.UTC))]
     human = sys.stderr if json_out is not None and str(json_out) == "-" else sys.stdout
     rollout = rollouts(cfg)
     human.write(format_text(findings, stack=stack, resources=len(resources)) + format_rollouts(rollout))
     if json_out is not None:
-        write_json(json_out, report(findings, stack=stack, resources=len(resources), rollout=rollout))
+        write_json(json_out, report(findings, stack=stack, resources=len(resources), rollout=rollout, names=RULES))
     return 1 if findings else 0

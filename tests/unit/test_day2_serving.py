@@ -14,30 +14,43 @@ Upstream facts (docs/contracts.md, "Day 2: model pods"):
 - Kubernetes' preStop `sleep` action: PodLifecycleSleepAction beta (on) in 1.30, GA in 1.34
   (kubernetes/kubernetes@v1.34.0 pkg/features/kube_features.go).
 - KEDA's cron scaler: timezone, start, end, desiredReplicas (keda.sh/docs/2.18/scalers/cron).
+- A worker's preStop is an exec hook: its time counts within the grace period, SIGTERM follows its end
+  (kubernetes/website content/en/docs/concepts/containers/container-lifecycle-hooks.md); the command is passed as
+  written (kubernetes/kubernetes@v1.34.0 pkg/kubelet/lifecycle/handlers.go), with the container's environment, where
+  LWS puts LWS_LEADER_ADDRESS (kubernetes-sigs/lws@v0.9.0 pkg/utils/pod/pod_utils.go AddLWSVariables).
+- The leader's engine port: Ray's GCS (vLLM: multi-node-serving.sh `ray start --head`, then the engine as the
+  container's main process), rank 0's torch.distributed store (sglang 0.5.23 srt/distributed/bootstrap.py
+  _resolve_dist_init_method; srt/entrypoints/engine.py, node_rank >= 1: stopped by rank 0's ShutdownReq).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime
+import json
 import math
+from pathlib import Path
 from typing import Any
 
 import pulumi
 import pytest
 
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
-from components.k8s.engines import engine_named
+from components.k8s.engines import ENGINES, engine_named
 from components.k8s.serving import model_objects, scaled_object, serving_spec, workload
 from components.k8s.serving.lifecycle import (
     ENGINE_EXIT_SECONDS,
+    LEADER_POLL_SECONDS,
     PRESTOP_MARGIN_SECONDS,
     block_window,
+    container_lifecycle,
+    leader_wait_script,
+    next_cron_start,
     rollout_of,
 )
 from components.k8s.serving.objects import scale_in_seconds
 from infra.config import parse
-from infra.preflight import rollouts
+from infra.preflight import ended_block_findings, preflight_command, rollouts
 from tests.support.stacks import SHIPPED_STACKS, stack_config, stack_raw
 
 PRESTOP = GATEWAY_DETECTION_SECONDS + PRESTOP_MARGIN_SECONDS
@@ -63,15 +76,19 @@ def _pods(stack: str) -> list[tuple[str, str, dict[str, Any]]]:
 @pytest.mark.parametrize("stack", SHIPPED_STACKS)
 def test_every_model_pod_stops_getting_work_before_sigterm(stack: str) -> None:
     """Every serving pod (a StatefulSet's, an LWS leader) sleeps in preStop past the gateway's detection: 15 s >
-    GATEWAY_DETECTION_SECONDS (10). The sleep action needs nothing in the engine image."""
+    GATEWAY_DETECTION_SECONDS (10). The sleep action needs nothing in the engine image. A worker waits for its
+    leader's engine port to close, at most the leader's whole termination."""
     cfg = stack_config(stack)
     for name, role, template in _pods(stack):
-        container = template["spec"]["containers"][0]
-        sleep = container["lifecycle"]["preStop"]["sleep"]["seconds"]
-        if role == "worker":  # outlives its leader's whole termination
+        prestop = template["spec"]["containers"][0]["lifecycle"]["preStop"]
+        if role == "worker":
             leader = _templates(workload(cfg, cfg.models[name]))["leader"]
-            assert sleep == leader["spec"]["terminationGracePeriodSeconds"], name
+            port = ENGINES[cfg.models[name].engine].leader_engine_port
+            assert prestop == {"exec": {"command": [
+                "python3", "-c", leader_wait_script(), str(port),
+                str(leader["spec"]["terminationGracePeriodSeconds"]), str(LEADER_POLL_SECONDS)]}}, name
         else:
+            sleep = prestop["sleep"]["seconds"]
             assert sleep == PRESTOP == 15 and sleep > GATEWAY_DETECTION_SECONDS, (name, role)
 
 
@@ -92,13 +109,49 @@ def test_grace_period_covers_the_prestop_the_route_timeout_and_the_exit(stack: s
 def test_prod_grace_periods_exactly() -> None:
     """prod: deep-research's 900 s requests (an LWS of 2 nodes): leader 15 + 900 + 30 = 945 s, worker preStop 945 s
     and grace 975 s; assistant-batch's 600 s: 645 s; the 30 s chat models: 75 s."""
-    cfg = stack_config("prod")
     graces = {(name, role): t["spec"]["terminationGracePeriodSeconds"] for name, role, t in _pods("prod")}
     assert graces[("deep-research", "leader")] == 945 and graces[("deep-research", "worker")] == 975
     assert graces[("assistant-batch", "single")] == 645
     assert graces[("assistant-steady", "single")] == graces[("assistant-fast", "single")] == 75
+
+
+def test_a_workers_prestop_ends_when_its_leaders_engine_has_exited() -> None:
+    """prod's deep-research worker (vLLM over Ray, an LWS of 2 nodes): its preStop polls Ray's GCS on the leader
+    (6379, one of the ports outside the sidecar's capture) every 2 s and ends when it closes, at the latest after the
+    leader's 945 s; its grace stays 975 s. Before, it slept the whole 945 s whether or not a request was in flight,
+    so every scale-down, rollout or drain of the group held both nodes for ~16 minutes; and the worker's container,
+    whose init ignored SIGTERM, then lived to its grace period's SIGKILL."""
+    cfg = stack_config("prod")
     worker = _templates(workload(cfg, cfg.models["deep-research"]))["worker"]
-    assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 945}}}
+    assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"exec": {"command": [
+        "python3", "-c", leader_wait_script(), "6379", "945", "2"]}}}
+    assert worker["spec"]["terminationGracePeriodSeconds"] == 975
+    # and the SIGTERM that follows ends it (its bash, the container's init, handles it: tests/artifacts/
+    # test_leader_wait_live.py runs it as a namespace's init)
+    assert worker["spec"]["containers"][0]["command"][2].endswith(" & trap 'exit 0' TERM; wait $!")
+    excluded = worker["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeOutboundPorts"].split(",")
+    assert "6379" in excluded
+
+
+def test_an_sglang_worker_waits_for_rank_0s_store() -> None:
+    """The same group on SGLang: its worker polls rank 0's torch.distributed store (--dist-init-addr :20000)."""
+    cfg = stack_config("prod")
+    model = dataclasses.replace(cfg.models["deep-research"], engine="sglang")
+    assert container_lifecycle(model, "worker") == {"preStop": {"exec": {"command": [
+        "python3", "-c", leader_wait_script(), "20000", "945", "2"]}}}
+    assert container_lifecycle(model, "leader") == {"preStop": {"sleep": {"seconds": 15}}}
+
+
+def test_every_multi_node_engine_names_a_leader_port_its_workers_reach_directly() -> None:
+    """The port a worker polls is one the pods keep out of the sidecar's outbound capture (under Istio a connection
+    to any captured port is accepted by the worker's own sidecar, and would prove nothing); engines without
+    multi-node replicas have none."""
+    for engine in ENGINES.values():
+        if engine.multi_node:
+            assert engine.leader_engine_port in engine.multi_node_ports(), engine.name
+        else:
+            assert engine.leader_engine_port is None, engine.name
+    assert {n: e.leader_engine_port for n, e in ENGINES.items()} == {"vllm": 6379, "triton": None, "sglang": 20000}
 
 
 def _command(stack: str, name: str, role: str = "single") -> list[str]:
@@ -296,3 +349,66 @@ def test_no_trigger_of_a_block_model_outlives_its_window(stack: str) -> None:
         for t in so["spec"]["triggers"]:
             if t["type"] != "cron":
                 assert t["metadata"]["query"].endswith(f" and on() (vector(time()) < {int(end.timestamp())})"), t
+
+
+def _utc(*when: int) -> datetime.datetime:
+    return datetime.datetime(*when, tzinfo=datetime.UTC)
+
+
+BLOCK_OVER = ("the capacity block of pool h100-block ended at 2026-12-15T11:30:00Z, but KEDA's cron trigger has no "
+              "year (start '30 11 1 12 *', end '23 10 15 12 *', Etc/UTC): {when} it asks for 2 replica(s) of "
+              "assistant-fast on a pool with no nodes, whose pods wait Pending and hold the tenant's GPU quota")
+BLOCK_FIX = ("Remove the block from the stack (nodePools.h100-block, and move or remove its models), or give "
+             "nodePools.h100-block.capacity a renewed block's reservationId, startTime and endTime; then `pulumi up`.")
+
+
+def test_preflight_says_when_a_capacity_block_is_over_before_its_cron_comes_back() -> None:
+    """KEDA's cron has no year, so prod's h100-block window (1-15 December 2026) comes back every December while the
+    queue trigger's gate and the pool's schedule hold 2026's times: from the block's end on, preflight names the
+    block model's ScaledObject, when KEDA asks for its replicas again (or since when, inside a later year's window),
+    and the fix. Judged at a given time: synth's output never depends on the date."""
+    cfg = stack_config("prod")
+
+    def found(now: datetime.datetime) -> list[tuple[str, str, str, str]]:
+        return [(f.rule, f.resource, f.message, f.fix) for f in ended_block_findings(cfg, now=now)]
+
+    assert found(_utc(2026, 12, 2)) == found(_utc(2026, 12, 15, 11, 29, 59)) == []
+    flagged = ("capacity-block-over", "ScaledObject/assistant/assistant-fast")
+    assert found(_utc(2026, 12, 15, 11, 30)) == found(_utc(2027, 12, 1, 11, 29)) == [
+        (*flagged, BLOCK_OVER.format(when="on 2027-12-01T11:30:00Z"), BLOCK_FIX)]
+    assert found(_utc(2027, 12, 5)) == [(*flagged, BLOCK_OVER.format(when="since 2027-12-01T11:30:00Z"), BLOCK_FIX)]
+    assert found(_utc(2027, 12, 15, 10, 23)) == [(*flagged, BLOCK_OVER.format(when="on 2028-12-01T11:30:00Z"),
+                                                  BLOCK_FIX)]
+    for stack in ("dev", "staging", "onprem"):  # no capacity block: nothing, whenever
+        assert ended_block_findings(stack_config(stack), now=_utc(2030, 1, 1)) == [], stack
+
+
+def test_a_block_starting_on_29_february_comes_back_in_leap_years_only() -> None:
+    pool = stack_config("prod").node_pools["h100-block"]
+    leap = dataclasses.replace(pool, capacity=dataclasses.replace(pool.capacity, start_time="2028-02-29T00:00:00Z",
+                                                                  end_time="2028-03-02T00:00:00Z"))
+    assert next_cron_start(leap, _utc(2028, 3, 2)) == _utc(2032, 2, 29)
+    assert next_cron_start(pool, _utc(2026, 12, 1, 11, 30)) == _utc(2027, 12, 1, 11, 30)
+
+
+def test_the_preflight_command_reports_a_block_that_is_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]
+                                                            ) -> None:
+    """`aifactory preflight prod` judged on 2026-12-20: exit 1, the finding in the text (as docs/serving.md shows it)
+    and in the JSON report's `capacity-block-over` rule; on 2026-12-02 (the block under way) the rule has nothing to
+    say."""
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps({"version": 3, "deployment": {"resources": [
+        {"urn": "urn:pulumi:prod::aifactory::pulumi:pulumi:Stack::s", "type": "pulumi:pulumi:Stack"}]}}))
+    report = tmp_path / "pf.json"
+    assert preflight_command("prod", state=state, json_out=report, now=_utc(2026, 12, 20)) == 1
+    text = capsys.readouterr().out
+    doc_block = (Path(__file__).parents[2] / "docs" / "serving.md").read_text().split(
+        "\n```\ncapacity-block-over (1)\n", 1)[1].split("```", 1)[0]
+    assert f"capacity-block-over (1)\n{doc_block}" in text  # docs/serving.md shows it as it is
+    assert text.startswith("preflight prod: 12 rules over 0 resources: 1 finding(s)\n\ncapacity-block-over (1)\n"
+                           "  ScaledObject/assistant/assistant-fast\n")
+    doc = json.loads(report.read_text())
+    assert doc["rules"][-1] == "capacity-block-over" and doc["summary"]["capacity-block-over"] == 1
+    assert [f["message"] for f in doc["findings"]] == [BLOCK_OVER.format(when="on 2027-12-01T11:30:00Z")]
+    assert preflight_command("prod", state=state, json_out=report, now=_utc(2026, 12, 2)) == 0
+    assert json.loads(report.read_text())["summary"]["capacity-block-over"] == 0

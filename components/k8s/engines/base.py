@@ -202,6 +202,10 @@ class Engine(ABC):
     # once, neither retried nor counted against the replica (components.k8s.gateway.envoy.failures; docs/contracts.md,
     # "Which 500 is the request's"). Empty: none of its 500s says so.
     request_fault_markers: tuple[str, ...] = ()
+    # A multi-node replica's leader port that its workers reach directly (one of multi_node_ports, outside the
+    # sidecar's outbound capture) and that stays open exactly as long as the leader's engine runs: a worker's preStop
+    # waits for it to close (components.k8s.serving.lifecycle). None: the engine has no multi-node replicas.
+    leader_engine_port: int | None = None
 
     @property
     def tasks(self) -> tuple[str, ...]:

@@ -215,4 +215,8 @@ ENGINE = Sglang(
     # (srt/utils/watchdog.py SubprocessWatchdog sends SIGQUIT; managers/tokenizer_manager.py
     # running_phase_sigquit_handler -> kill_process_tree): its requests in flight are reset, which the gateway retries.
     retriable_status_codes=(),
+    # rank 0's torch.distributed TCP store, served by the leader's rank-0 scheduler for as long as it runs; the
+    # leader stops every rank (the other nodes' too) with its ShutdownReq broadcast after its drain
+    # (srt/entrypoints/engine.py, the node_rank >= 1 branch)
+    leader_engine_port=SGLANG_DIST_INIT_PORT,
 )

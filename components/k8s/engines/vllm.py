@@ -38,6 +38,7 @@ __all__ = [
     "NO_TOOL_CALL_PARSER",
     "MULTI_NODE_SCRIPT",
     "RAY_GCS_PORT",
+    "WORKER_EXIT_ON_SIGTERM",
     "RAY_NODE_PORTS",
     "RAY_HEAD_PORTS",
     "RAY_WORKER_PORTS",
@@ -124,6 +125,16 @@ RAY_WORKER_PORTS = (6400, 6463)  # --min/--max-worker-port: 64 Ray worker proces
 # vLLM's own sockets (torch.distributed init, its ZeroMQ message queues) take ports from get_open_port(),
 # which counts up from VLLM_PORT when it is set (vllm/envs.py VLLM_PORT; vllm/utils get_open_port).
 VLLM_PORT_RANGE = (6500, 6515)
+
+
+# A worker's container ends on SIGTERM. Its main process (PID 1 of the container's PID namespace) would otherwise be
+# multi-node-serving.sh's bash, and the kernel delivers a signal sent from outside the namespace to its init only
+# when the init has a handler for it (man7.org pid_namespaces(7), "The namespace init process"): bash sets none for
+# SIGTERM, so the worker would live on to its grace period's SIGKILL, its script retrying to join a leader that is
+# gone (`ray start --block` exits 1 once its raylet loses the GCS). So the script runs in the background under a
+# shell that exits on SIGTERM; the kernel then kills what is left in the container. The worker's preStop holds the
+# SIGTERM back until its leader's engine has exited (components.k8s.serving.lifecycle).
+WORKER_EXIT_ON_SIGTERM = " & trap 'exit 0' TERM; wait $!"
 
 
 def served_model_names(model: Model) -> list[str]:
@@ -265,8 +276,9 @@ class Vllm(Engine):
             if fabric_name in ("efa", "infiniband"):
                 serve = ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
             return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
-        return ["/bin/bash", "-c", shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
-                                               *_ray_timeout(model), *ray_start_flags(head=False)])]
+        worker = shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
+                             *_ray_timeout(model), *ray_start_flags(head=False)])
+        return ["/bin/bash", "-c", f"{worker}{WORKER_EXIT_ON_SIGTERM}"]
 
     def evaluated_args(self, model: Model) -> list[str]:
         """Its flags without `vllm serve <path>`: what the gate has recorded for vLLM since it began."""
@@ -341,4 +353,8 @@ ENGINE = Vllm(
     # terminate_if_errored); another replica serves them. Also EngineGenerateError's (a VLLMServerError, 500), which
     # may be the request's own: a retry costs it a try per attempt, never an ejection.
     retriable_status_codes=(500,),
+    # Ray's GCS on the leader: the leader's container runs `ray start --head` (its daemons, the GCS among them, left
+    # running in the container) and then execs the engine as the container's main process; when the engine exits
+    # the container ends and the kernel kills every process left in its PID namespace, the GCS with them.
+    leader_engine_port=RAY_GCS_PORT,
 )

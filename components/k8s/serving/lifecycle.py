@@ -8,25 +8,42 @@ period that covers both, the capacity block's scale to zero, and what a rolling 
       -> SIGTERM: the engine drains its requests in flight, at most the model's route timeout (drain_seconds)
       -> the engine exits; the kubelet kills what is left at terminationGracePeriodSeconds
 
-The preStop is Kubernetes' own `sleep` action (no shell or binary needed in the engine image): beta and on by
-default since 1.30, GA in 1.34 (kubernetes/kubernetes@v1.34.0 pkg/features/kube_features.go PodLifecycleSleepAction),
-so every version the kit supports (1.31 and later) runs it.
+The serving pod's preStop is Kubernetes' own `sleep` action (no shell or binary needed in the engine image): beta
+and on by default since 1.30, GA in 1.34 (kubernetes/kubernetes@v1.34.0 pkg/features/kube_features.go
+PodLifecycleSleepAction), so every version the kit supports (1.31 and later) runs it.
+
+A multi-node replica's worker must outlive its leader's drain, but no longer: its preStop is an `exec` of
+leader_wait.py (`python3 -c`), which polls the leader's engine port (Engine.leader_engine_port) and ends when it
+closes, at the latest after the leader's whole termination. `sleep` could only wait that whole time, whether the
+leader had requests in flight or not. An exec needs python3 in the image, which every engine with multi-node
+replicas runs on (vLLM's and SGLang's servers are Python; their leaders already run the NCCL guard with it). Its
+time counts within the pod's grace period like a sleep's: the grace period's countdown begins before the preStop,
+the kubelet sends SIGTERM when the hook ends and kills the container at the grace period whatever the hook does
+(kubernetes/website content/en/docs/concepts/containers/container-lifecycle-hooks.md, "PreStop"; kubernetes/api
+core/v1 Lifecycle.preStop). It runs in the container's namespaces with the container's environment (containerd
+internal/cri/server/container_execsync.go execInternal: the container's process spec, its arguments replaced), so
+it ends with the container if the worker's engine exits first; the kubelet passes its command as written, without
+expanding `$(VAR)` (kubernetes/kubernetes@v1.34.0 pkg/kubelet/lifecycle/handlers.go Run).
 """
 
 from __future__ import annotations
 
 import datetime
+import importlib.resources
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
+from components.k8s.engines import engine_named
 from components.k8s.engines.base import Role, drain_seconds
 from components.k8s.settings import Model, NodePool
 
 __all__ = [
     "PRESTOP_MARGIN_SECONDS",
     "ENGINE_EXIT_SECONDS",
+    "LEADER_POLL_SECONDS",
+    "leader_wait_script",
     "PROXY_CONFIG_ANNOTATION",
     "block_end",
     "proxy_drain_annotations",
@@ -38,6 +55,8 @@ __all__ = [
     "sidecar_annotations",
     "block_window",
     "cron_window",
+    "block_over",
+    "next_cron_start",
     "Rollout",
     "rollout_of",
 ]
@@ -59,14 +78,18 @@ ENGINE_EXIT_SECONDS = 30
 # once (its preStop `pilot-agent request POST drain` disables the timed drain: pkg/envoy/agent.go DrainNow), so the
 # setting only matters on older or mixed nodes.
 PROXY_CONFIG_ANNOTATION = "proxy.istio.io/config"
+# How often a multi-node replica's worker asks whether its leader's engine still runs (leader_wait.py): the group
+# ends at most this long (plus a connect's timeout) after the leader's engine has exited.
+LEADER_POLL_SECONDS = 2
 CRON_TIMEZONE = "Etc/UTC"  # a capacity block's window is UTC (nodePools.X.capacity.startTime, endTime)
 
 
 def prestop_seconds(model: Model, role: Role = "single") -> int:
-    """How long the pod's preStop sleeps before its engine gets SIGTERM. The serving pod (single, leader): past the
-    gateway's detection. A multi-node replica's worker: the leader's whole termination, so the ranks the leader's
-    drain needs stay up (vLLM's workers are Ray nodes that stop on SIGTERM; SGLang's non-zero ranks wait for rank
-    0, but the kubelet kills them at their own grace period)."""
+    """How long the pod's preStop may last before its engine gets SIGTERM. The serving pod (single, leader): it sleeps
+    past the gateway's detection. A multi-node replica's worker: at most the leader's whole termination, so the ranks
+    the leader's drain needs stay up (a vLLM worker's container exits on SIGTERM: engines.vllm.WORKER_EXIT_ON_SIGTERM;
+    SGLang's non-zero ranks ignore it and end when rank 0 stops them); it ends as soon as the leader's engine has
+    exited (container_lifecycle)."""
     if role == "worker":
         return termination_grace_seconds(model, "leader")
     return GATEWAY_DETECTION_SECONDS + PRESTOP_MARGIN_SECONDS
@@ -81,8 +104,22 @@ def termination_grace_seconds(model: Model, role: Role = "single") -> int:
     return prestop_seconds(model, role) + drain_seconds(model) + ENGINE_EXIT_SECONDS
 
 
+def leader_wait_script() -> str:
+    """The text of leader_wait.py, run by a worker's python3 as its preStop."""
+    return importlib.resources.files("components.k8s.serving").joinpath("leader_wait.py").read_text()
+
+
 def container_lifecycle(model: Model, role: Role = "single") -> dict[str, Any]:
-    return {"preStop": {"sleep": {"seconds": prestop_seconds(model, role)}}}
+    """The engine container's preStop: the serving pod sleeps prestop_seconds; a worker polls its leader's engine port
+    every LEADER_POLL_SECONDS until it closes, for at most prestop_seconds (leader_wait.py)."""
+    if role != "worker":
+        return {"preStop": {"sleep": {"seconds": prestop_seconds(model, role)}}}
+    port = engine_named(model.engine).leader_engine_port
+    if port is None:
+        raise ValueError(f"engine {model.engine!r} of model {model.name!r} has no leader_engine_port: it cannot run "
+                         "multi-node replicas")
+    return {"preStop": {"exec": {"command": ["python3", "-c", leader_wait_script(), str(port),
+                                             str(prestop_seconds(model, role)), str(LEADER_POLL_SECONDS)]}}}
 
 
 def proxy_drain_annotations(grace_seconds: int) -> dict[str, str]:
@@ -114,13 +151,39 @@ def _cron(when: datetime.datetime) -> str:
 
 def cron_window(model: Model, pool: NodePool, *, scale_in_seconds: int) -> tuple[str, str] | None:
     """KEDA cron `start` and `end` (minute hour day month weekday, UTC) of a block model: from the block's start
-    until block_end. Cron repeats yearly: a window of a later year needs the block's new times, which the stack file
-    carries anyway."""
+    until block_end. KEDA's cron has no year field (keda.sh/docs/2.18/scalers/cron: Minute Hour Dom Month Dow), so
+    the window comes back every year; once the block is over, `aifactory preflight` says so (block_over,
+    next_cron_start) until the stack removes the block or gives it a renewed block's times."""
     window = block_window(pool)
     end = block_end(pool, scale_in_seconds=scale_in_seconds)
     if window is None or end is None:
         return None
     return _cron(window[0]), _cron(end)
+
+
+def block_over(pool: NodePool) -> datetime.datetime | None:
+    """When a capacity block is over (its endTime), or None: not a block with times. A date to compare with the clock
+    (`aifactory preflight`), never with anything synth writes."""
+    cap = pool.capacity
+    return None if block_window(pool) is None or cap.end_time is None else _utc(cap.end_time)
+
+
+def next_cron_start(pool: NodePool, after: datetime.datetime) -> datetime.datetime | None:
+    """When the block model's cron trigger (cron_window: minute hour day month, every year) next starts after
+    `after`: the block's start date in a later year (a 29 February start fires only in leap years). None: not a
+    block."""
+    window = block_window(pool)
+    if window is None:
+        return None
+    start = window[0]
+    for year in range(after.year, after.year + 9):  # a leap year comes within 8
+        try:
+            when = start.replace(year=year)
+        except ValueError:  # 29 February of a common year
+            continue
+        if when > after:
+            return when
+    raise AssertionError(f"no year after {after} has {start:%d %B}")  # pragma: no cover - a leap year always comes
 
 
 def block_end(pool: NodePool, *, scale_in_seconds: int) -> datetime.datetime | None:

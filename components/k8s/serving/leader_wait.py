@@ -1,0 +1,71 @@
+"""preStop of a multi-node replica's worker: wait until its leader's engine has exited, at most a bound (sent as
+`python3 -c`, so it uses only the standard library; components.k8s.serving.lifecycle renders it).
+
+    python3 -c "<this file's text>" PORT BOUND_SECONDS POLL_SECONDS
+
+The leader is `$LWS_LEADER_ADDRESS` (the LWS controller sets it in every container of the group; the kubelet does
+not expand `$(VAR)` in an exec hook's command, so it is read here). PORT is the leader's engine port that the worker
+reaches directly, outside the mesh's sidecar (Engine.leader_engine_port): it stays open exactly as long as the
+leader's engine runs. Every POLL_SECONDS the script opens a TCP connection to it and closes it at once:
+- refused: the leader's engine has exited (the port is closed while the pod still has its address): done at once;
+- any other failure (the name no longer resolves once the leader pod is gone, a connect that times out, an
+  unreachable address): done when the next poll fails too, so one lost packet or DNS answer does not end the wait;
+- otherwise the leader is still draining: poll again, until BOUND_SECONDS have passed (the leader's whole
+  termination: it cannot live longer).
+Without LWS_LEADER_ADDRESS it cannot tell, and waits the whole bound. It always exits 0: a preStop's outcome does
+not matter to the kubelet, only when it ends.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import sys
+import time
+
+LEADER_ENV = "LWS_LEADER_ADDRESS"
+PREFIX = "aifactory leader-wait:"
+
+
+def probe(host: str, port: int, timeout: float) -> str:
+    """'open', 'refused' or 'failed' (any other error) for one TCP connection to host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except OSError as err:
+        return "refused" if err.errno == errno.ECONNREFUSED else "failed"
+
+
+def wait(host: str, port: int, bound: float, every: float) -> str:
+    """Poll host:port until its engine is gone or `bound` seconds have passed; the reason it stopped."""
+    deadline = time.monotonic() + bound
+    failed = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return f"the leader's port {port} is still open after {bound:g} s, the bound: done"
+        state = probe(host, port, max(0.1, min(every, left)))
+        if state == "refused":
+            return f"{host}:{port} refuses connections: the leader's engine has exited"
+        failed = failed + 1 if state == "failed" else 0
+        if failed >= 2:
+            return f"{host}:{port} did not answer two polls in a row: the leader is gone"
+        time.sleep(max(0.0, min(every, deadline - time.monotonic())))
+
+
+def main(argv: list[str]) -> int:
+    port, bound, every = int(argv[1]), float(argv[2]), float(argv[3])
+    host = os.environ.get(LEADER_ENV, "")
+    if host:
+        print(f"{PREFIX} {wait(host, port, bound, every)}", flush=True)
+    else:
+        print(f"{PREFIX} {LEADER_ENV} is not set: waiting the whole bound ({bound:g} s)", flush=True)
+        time.sleep(bound)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
