@@ -8,8 +8,10 @@ and the scale-down also run on SGLang's and Triton's stand-ins (their own SIGTER
 the same scenarios' figures (tests/bench/bench_day2.py).
 
 Each scenario runs on a gateway, a DNS and replicas of its own and spends its time waiting on real time (a preStop, a
-check's window, a phase under load: some 0.2 s of CPU a second), so CONCURRENTLY of them run at once (the module's
-`scenarios`) and each test reads its own run. They are `alone` (tests/conftest.py): no other test runs beside them.
+check's window, a phase under load: about 0.3 s of CPU a second, Envoy's included), so CONCURRENTLY of them run at
+once, each in a process of its own (the module's `scenarios`), and each test reads its scenario's run. The tests
+that read one are `alone` (tests/conftest.py): no other test runs beside the scenarios; the stand-ins' own checks,
+last, run beside other tests.
 """
 
 from __future__ import annotations
