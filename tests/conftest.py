@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -103,7 +103,7 @@ class _RunLock:
 
     def __init__(self, root: Path) -> None:
         self._path, self._turnstile = root / ".alone.lock", root / ".turnstile.lock"
-        self._handle: Any = None
+        self._handle: IO[str] | None = None
         self.mode: int | None = None
 
     def take(self, mode: int) -> None:
@@ -111,8 +111,12 @@ class _RunLock:
             return
         self.release()
         handle = self._path.open("a")
-        with _locked(self._turnstile):
-            fcntl.flock(handle, mode)
+        try:
+            with _locked(self._turnstile):
+                fcntl.flock(handle, mode)
+        except BaseException:  # interrupted while waiting: nothing held
+            handle.close()
+            raise
         self._handle, self.mode = handle, mode
 
     def release(self) -> None:
