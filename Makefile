@@ -61,7 +61,7 @@ promtool amtool redis: tools
 # not compiled again in each (a worker's collection: 20 s CPU without the cache, 12 s with it).
 # One worker more than the cores: the suite's live tests spend much of their time waiting on real time (a check's
 # interval, a scrape, a fake model's reply), which a third worker fills on 2 cores (one clone, one run after the other:
-# 375 s with 2 workers, 298 s with 3; CONTRIBUTING.md). The ALONE_FILES still run with no other test beside them.
+# 375 s with 2 workers, 298 s with 3; CONTRIBUTING.md). Tests marked `alone` still run with no other test beside them.
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: setup tools ## the whole suite (unit, artifacts with real tools, node suite replays), in parallel
 	PYTHONDONTWRITEBYTECODE= $(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

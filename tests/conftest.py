@@ -1,8 +1,9 @@
-"""Shared fixtures (each shipped stack is synthesized once per test run and reused read-only) and the `slow` mark.
+"""Shared fixtures (each shipped stack is synthesized once per test run and reused read-only), the `slow` mark and
+the `alone` one's lock.
 
 Under pytest-xdist (`make test` runs `-n`), the workers share one synth per stack: the first worker that needs a
 stack synthesizes it under a file lock in the run's common temporary directory, the others wait for it and read
-the same directory.
+the same directory. A test marked `alone` runs with no other worker's test beside it (`_RunLock`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 
@@ -34,15 +35,6 @@ SLOW_TESTS = frozenset({
 })
 
 
-# Files whose assertions depend on relative speed (which replica Envoy picks while another is slow, a hung
-# replica's timeouts): under pytest-xdist their tests run alone, never beside another worker's test, which on a
-# 2-core machine would starve the fast replicas of CPU (test_a_slow_replica_gets_little_traffic failed so under
-# `-n 2` on the development machine: the slow replica got 42 of 400 requests).
-ALONE_FILES = ("tests/artifacts/test_envoy_live.py", "tests/artifacts/test_envoy_input_live.py",
-               "tests/artifacts/test_envoy_variants_live.py", "tests/artifacts/test_day2_scenarios_live.py",
-               "tests/artifacts/test_envoy_failures_live.py")
-
-
 # The files that take longest, longest first (per-file sums of `pytest --junitxml` on the development machine). The
 # suite runs them first: `make test` hands files to the workers in collection order (--no-loadscope-reorder), so
 # the run ends on short files and no worker idles while another finishes a long one (xdist's own order is by
@@ -56,19 +48,18 @@ LONGEST_FIRST = (
     "tests/unit/test_telemetry_frameworks.py",
     "tests/artifacts/test_rules.py",
     "tests/artifacts/test_envoy_affinity_live.py",
-    "tests/artifacts/test_day2_scenarios_live.py",
     "tests/unit/test_readme.py",
     "tests/unit/test_synth.py",
-    "tests/artifacts/test_envoy_live.py",
     "tests/artifacts/test_verify_live.py",
     "tests/artifacts/test_k8s_schemas.py",
     "tests/unit/test_aws_cluster.py",
     "tests/unit/test_aws_input_rules.py",
     "tests/unit/test_bringup.py",
+    "tests/artifacts/test_day2_scenarios_live.py",
     "tests/unit/test_fidelity_job.py",
     "tests/artifacts/test_envoy_issuer_tenants_live.py",
+    "tests/artifacts/test_envoy_live.py",
     "tests/unit/test_config_schema.py",
-    "tests/artifacts/test_envoy_input_live.py",
     "tests/unit/test_gateway.py",
     "tests/artifacts/test_envoy_variants_live.py",
     "tests/unit/test_config.py",
@@ -92,41 +83,83 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     gc.freeze()
 
 
-@contextmanager
-def _run_lock(tmp_path_factory: pytest.TempPathFactory, mode: int) -> Iterator[None]:
-    """The run's lock in `mode` (shared or exclusive) across xdist workers. A turnstile taken before either keeps the
-    other workers from starving a waiting exclusive holder."""
-    root = tmp_path_factory.getbasetemp().parent
-    with (root / ".alone.lock").open("a") as run_lock:
-        with _locked(root / ".turnstile.lock"):
-            fcntl.flock(run_lock, mode)
+# `alone` (pyproject.toml's markers): a test whose assertions depend on relative speed or on a real-time window
+# (which replica Envoy picks while another is slow, a check's timeout against a busy replica, a hang's detection
+# window). Under pytest-xdist it runs with no other test beside it, which on a 2-core machine would starve the
+# replicas it times of CPU (test_a_slow_replica_gets_little_traffic failed so under `-n 2` on the development
+# machine: the slow replica got 42 of 400 requests; two day-2 scenarios failed once beside other tests). Every other
+# test runs beside the others.
+ALONE = "alone"
+
+
+def _alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker(ALONE) is not None
+
+
+class _RunLock:
+    """This xdist worker's hold on the run's lock, a file the workers share: shared while one of its tests runs,
+    exclusive while an `alone` test runs. A turnstile taken before either keeps the other workers from starving a
+    waiting exclusive holder: once one waits, no test starts until it has had its turn."""
+
+    def __init__(self, root: Path) -> None:
+        self._path, self._turnstile = root / ".alone.lock", root / ".turnstile.lock"
+        self._handle: IO[str] | None = None
+        self.mode: int | None = None
+
+    def take(self, mode: int) -> None:
+        if self.mode == mode:
+            return
+        self.release()
+        handle = self._path.open("a")
         try:
-            yield
-        finally:
-            fcntl.flock(run_lock, fcntl.LOCK_UN)
+            with _locked(self._turnstile):
+                fcntl.flock(handle, mode)
+        except BaseException:  # interrupted while waiting: nothing held
+            handle.close()
+            raise
+        self._handle, self.mode = handle, mode
+
+    def release(self) -> None:
+        if self._handle is not None:
+            fcntl.flock(self._handle, fcntl.LOCK_UN)
+            self._handle.close()
+        self._handle = self.mode = None
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _alone_when_timed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under xdist, an ALONE_FILES module holds the run's lock exclusively from its first fixture to its last test,
-    and every other test holds it shared while it runs (`_beside_others`). Whole modules, not single tests: the
-    exclusive holder waits for the other workers' tests in flight once per file (as long as the longest of them),
-    where taking it per test waited so for each of some 70 tests."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or not request.node.nodeid.startswith(ALONE_FILES):
-        yield
-        return
-    with _run_lock(tmp_path_factory, fcntl.LOCK_EX):
-        yield
+_RUN_LOCK = pytest.StashKey[_RunLock]()
 
 
-@pytest.fixture(autouse=True)
-def _beside_others(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Under xdist, every test of the other files holds the run's lock shared (see `_alone_when_timed`)."""
-    if os.environ.get("PYTEST_XDIST_WORKER") is None or request.node.nodeid.startswith(ALONE_FILES):
-        yield
-        return
-    with _run_lock(tmp_path_factory, fcntl.LOCK_SH):
-        yield
+def _run_lock(config: pytest.Config) -> _RunLock | None:
+    """The worker's `_RunLock` (None outside xdist), on a file in the run's directory: the parent of the workers'
+    own base temporary directories (`.../pytest-N/popen-gw0`: xdist passes each worker its --basetemp)."""
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return None
+    if _RUN_LOCK not in config.stash:
+        config.stash[_RUN_LOCK] = _RunLock(Path(config.option.basetemp).parent)
+    return config.stash[_RUN_LOCK]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Under xdist, the run's lock is taken before the test's fixtures are set up (its module's fixtures too: a
+    backfilled Prometheus does not start beside an `alone` test), exclusively for an `alone` test."""
+    lock = _run_lock(item.config)
+    if lock is not None:
+        lock.take(fcntl.LOCK_EX if _alone(item) else fcntl.LOCK_SH)
+    return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """The lock is let go after the test's teardown (its module's fixtures' too, when it is the module's last), but
+    kept from one `alone` test to the next (xdist names the worker's next test): a run of them waits once for the
+    other workers' tests in flight, not once per test."""
+    try:
+        return (yield)
+    finally:
+        lock = _run_lock(item.config)
+        if lock is not None and not (_alone(item) and _alone(nextitem)):
+            lock.release()
 
 
 @contextmanager

@@ -240,6 +240,7 @@ def test_a_500_whose_engine_says_the_request_is_at_fault_is_not_retried(gateway:
     assert sum(r.poisoned for r in replicas["mm"]) == 1
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("policy", ["least_request", "maglev"])
 def test_a_retry_leaves_a_replica_that_fails_fast_and_holds_no_requests(policy: str, tmp_path: Path) -> None:
     """Replica 0 answers 500 at once to everything; the two others take RETRY_LOAD_DELAY_S per request, so under
@@ -285,6 +286,7 @@ class _Sessions:
         return {**self.issuer.bearer(tenant), SESSION_HEADER: f"session-{next(self._keys)}"}
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("policy", ["least_request", "maglev"])
 def test_a_replica_answering_500_fast_gets_only_its_tries_before_ejection(
         policy: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -296,54 +296,6 @@ def test_client_sent_x_envoy_headers_never_reach_a_model_or_steer_the_gateway(ga
         "x-envoy-expected-rq-timeout-ms", "x-envoy-original-host", "x-envoy-original-path"]
 
 
-# --- 13: a replica that fails its checks with requests in flight -------------------------------------------------
-
-
-def _await_healthy(envoy: EnvoyProcess, cluster: str, n: int) -> None:
-    """Until `cluster` has `n` healthy hosts (bounded)."""
-    deadline = time.monotonic() + 10 * HC_INTERVAL_S
-    while envoy.stats().get(f"cluster.{cluster}.membership_healthy", 0) < n:
-        assert time.monotonic() < deadline, f"{cluster}: Envoy never saw {n} healthy hosts"
-        time.sleep(HC_INTERVAL_S / 2)
-
-
-def test_failing_checks_steer_new_requests_away_and_leave_the_ones_in_flight_to_finish(gateway: Gateway) -> None:
-    """Checks steer, they never kill (issue 44 item 5): one replica of three answers neither its checks nor its
-    requests for a while (a saturated engine whose /health runs on the same event loop: vllm-project/vllm#38157),
-    then answers them all. Requests sent once its checks have failed never reach it; the non-streamed requests it
-    already held are not reset and re-run on the others, they finish with its answers. Before (a hop per replica
-    whose failed checks closed its connections), every one of them was reset and retried on the peers."""
-    replicas = gateway.backends["pool"]
-    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
-    body = json.dumps({"model": "pool", "messages": []}).encode()
-    _await_healthy(gateway.envoy, "pool", POOL_REPLICAS)
-    assert Counter(request(gateway.port, "/v1/chat/completions", auth, body=body)[0] for _ in range(6)) == {200: 6}
-    before = gateway.envoy.stats()
-    replicas[1].behaviour = Behaviour.STALL
-
-    def one(_: int) -> int:
-        return request(gateway.port, "/v1/chat/completions", auth, body=body, timeout=2 * POOL_TIMEOUT_S)[0]
-
-    with ThreadPoolExecutor(POOL_REQUESTS) as pool:
-        held = [pool.submit(one, i) for i in range(POOL_REQUESTS)]
-        deadline = time.monotonic() + 20 * HC_INTERVAL_S
-        while gateway.envoy.stats().get("cluster.pool.membership_healthy", 0) > POOL_REPLICAS - 1:
-            assert time.monotonic() < deadline, "pool: the stalled replica was never taken out"
-            time.sleep(HC_INTERVAL_S / 4)
-        on_it = replicas[1].hits
-        later = Counter(pool.map(one, range(POOL_REQUESTS)))
-        assert replicas[1].hits == on_it  # nothing new reached it once out
-        replicas[1].behaviour = Behaviour.OK  # it answers again: what it held is answered
-        replicas[1].release_held()
-        statuses = Counter(f.result() for f in held)
-    stats = gateway.envoy.stats()
-    assert later == {200: POOL_REQUESTS} and statuses == {200: POOL_REQUESTS}
-    # none of its requests was reset by the failed checks and re-run elsewhere
-    assert stats.get("cluster.pool.upstream_cx_destroy_remote_with_active_rq", 0) == before.get(
-        "cluster.pool.upstream_cx_destroy_remote_with_active_rq", 0)
-    assert stats.get("cluster.pool.upstream_rq_retry", 0) == before.get("cluster.pool.upstream_rq_retry", 0)
-
-
 # What Envoy 1.40 offers to end a try in flight (docs/gateway.md, "Requests on a replica that hangs"), on the kit's own
 # bootstrap with one change. It does not ship.
 
@@ -402,6 +354,58 @@ def test_a_local_reply_from_an_upstream_filter_reaches_the_client_unretried(
     assert after.get("cluster.pool.upstream_rq_retry", 0) == before.get("cluster.pool.upstream_rq_retry", 0)
 
 
+# --- 13: a replica that fails its checks with requests in flight -------------------------------------------------
+# The tests marked `alone` (tests/conftest.py) read the replicas' checks (HC_TIMEOUT_S): on a machine busy with other
+# tests a fake replica that answers late fails them, and a healthy one is taken out.
+
+
+def _await_healthy(envoy: EnvoyProcess, cluster: str, n: int) -> None:
+    """Until `cluster` has `n` healthy hosts (bounded)."""
+    deadline = time.monotonic() + 10 * HC_INTERVAL_S
+    while envoy.stats().get(f"cluster.{cluster}.membership_healthy", 0) < n:
+        assert time.monotonic() < deadline, f"{cluster}: Envoy never saw {n} healthy hosts"
+        time.sleep(HC_INTERVAL_S / 2)
+
+
+@pytest.mark.alone
+def test_failing_checks_steer_new_requests_away_and_leave_the_ones_in_flight_to_finish(gateway: Gateway) -> None:
+    """Checks steer, they never kill (issue 44 item 5): one replica of three answers neither its checks nor its
+    requests for a while (a saturated engine whose /health runs on the same event loop: vllm-project/vllm#38157),
+    then answers them all. Requests sent once its checks have failed never reach it; the non-streamed requests it
+    already held are not reset and re-run on the others, they finish with its answers. Before (a hop per replica
+    whose failed checks closed its connections), every one of them was reset and retried on the peers."""
+    replicas = gateway.backends["pool"]
+    auth = {"authorization": gateway.auth(), "content-type": "application/json", "x-model": "pool"}
+    body = json.dumps({"model": "pool", "messages": []}).encode()
+    _await_healthy(gateway.envoy, "pool", POOL_REPLICAS)
+    assert Counter(request(gateway.port, "/v1/chat/completions", auth, body=body)[0] for _ in range(6)) == {200: 6}
+    before = gateway.envoy.stats()
+    replicas[1].behaviour = Behaviour.STALL
+
+    def one(_: int) -> int:
+        return request(gateway.port, "/v1/chat/completions", auth, body=body, timeout=2 * POOL_TIMEOUT_S)[0]
+
+    with ThreadPoolExecutor(POOL_REQUESTS) as pool:
+        held = [pool.submit(one, i) for i in range(POOL_REQUESTS)]
+        deadline = time.monotonic() + 20 * HC_INTERVAL_S
+        while gateway.envoy.stats().get("cluster.pool.membership_healthy", 0) > POOL_REPLICAS - 1:
+            assert time.monotonic() < deadline, "pool: the stalled replica was never taken out"
+            time.sleep(HC_INTERVAL_S / 4)
+        on_it = replicas[1].hits
+        later = Counter(pool.map(one, range(POOL_REQUESTS)))
+        assert replicas[1].hits == on_it  # nothing new reached it once out
+        replicas[1].behaviour = Behaviour.OK  # it answers again: what it held is answered
+        replicas[1].release_held()
+        statuses = Counter(f.result() for f in held)
+    stats = gateway.envoy.stats()
+    assert later == {200: POOL_REQUESTS} and statuses == {200: POOL_REQUESTS}
+    # none of its requests was reset by the failed checks and re-run elsewhere
+    assert stats.get("cluster.pool.upstream_cx_destroy_remote_with_active_rq", 0) == before.get(
+        "cluster.pool.upstream_cx_destroy_remote_with_active_rq", 0)
+    assert stats.get("cluster.pool.upstream_rq_retry", 0) == before.get("cluster.pool.upstream_rq_retry", 0)
+
+
+@pytest.mark.alone
 def test_a_replica_answering_503_is_retried_around_and_ejected_while_it_passes_its_checks(
         gateway: Gateway, tmp_path: Path) -> None:
     """A replica that answers 503 is retried around (previous_hosts) and, after consecutive gateway failures,
@@ -431,6 +435,7 @@ def test_a_replica_answering_503_is_retried_around_and_ejected_while_it_passes_i
     assert stats.get("cluster.pool.health_check.failure", 0) == 0
 
 
+@pytest.mark.alone
 def test_a_model_whose_replicas_all_fail_their_checks_still_sends_them_its_requests_and_recovers(
         gateway: Gateway) -> None:
     """`spare` may run 4 replicas (replicas.max) and runs 2: every request is served by those two. When both fail

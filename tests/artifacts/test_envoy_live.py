@@ -410,6 +410,29 @@ def test_an_operator_can_lift_the_tenant_limits_at_runtime_without_a_redeploy(ga
 
 
 # --- failing, hung and slow replicas -----------------------------------------------------------------------
+# The tests marked `alone` (tests/conftest.py) count tries, pick replicas by relative speed or race a chunk against the
+# try idle timer: on a machine busy with other tests a fake replica that answers late is a slow or failing one.
+
+
+def test_a_500_is_retried_on_another_replica_whatever_the_engine(gateway: Gateway) -> None:
+    """Triton's and vLLM's 500s alike are retried (retriable_status_codes [500, 502, 503]) on a replica the request
+    has not tried (previous_hosts): a replica whose engine is broken answers 500 to everything, and only another
+    replica tells it from a request that fails everywhere. Both models have two replicas that answer 500 to every
+    request; one of them stays (a model's last ready replica is never ejected: maxEjectionPercent 67 of 2). The
+    second replica's 500 ends the request: not retried again nor counted against that replica (the router sees 452),
+    answered to the client as 500 (components.k8s.gateway.envoy.failures): a model whose every replica fails is a
+    server error, not the client's 422. Before issue 44: Triton's 500 was tried once."""
+    assert gateway.cfg.gateway.retries.attempts >= 1  # else the case proves nothing
+    requests = 3
+    for model in ("tri-500", "vllm-500"):
+        before = gateway.hits(model)
+        codes = Counter(gateway.get("/v1/chat/completions", {"x-model": model, **JSON}, body=_chat(model))[0]
+                        for _ in range(requests))
+        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}), requests * 2)
+        stats = gateway.envoy.stats()
+        assert (stats[f"cluster.{model}.upstream_rq_retry"], stats[f"cluster.{model}.upstream_rq_452"]) == \
+            (requests, requests)
+        assert all(b.hits >= 1 for b in gateway.backends[model])
 
 
 def _hammer(gateway: Gateway, model: str, n: int) -> Counter[int]:
@@ -435,6 +458,7 @@ def _hammer(gateway: Gateway, model: str, n: int) -> Counter[int]:
         return sum(pool.map(worker, [n // CLIENTS] * CLIENTS), Counter())
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("model", ["flaky-503", "flaky-reset"])
 def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str) -> None:
     bad = BACKENDS[model].index(next(b for b in BACKENDS[model] if b is not Behaviour.OK))
@@ -455,6 +479,7 @@ def test_bad_replica_is_retried_around_and_ejected(gateway: Gateway, model: str)
     assert good_hits == codes[200]  # the healthy replicas served every success
 
 
+@pytest.mark.alone
 def test_two_of_three_replicas_failing_with_500_are_retried_around_and_ejected(gateway: Gateway) -> None:
     """A replica answering 500 to every request while its /health passes (issue 44 item 8): each 500 is retried on
     another replica (retriable_status_codes), and consecutive 5xx eject it, enforced and not undone by its passing
@@ -475,27 +500,7 @@ def test_two_of_three_replicas_failing_with_500_are_retried_around_and_ejected(g
     assert gateway.backends["two-500"][0].hits == codes[200]
 
 
-def test_a_500_is_retried_on_another_replica_whatever_the_engine(gateway: Gateway) -> None:
-    """Triton's and vLLM's 500s alike are retried (retriable_status_codes [500, 502, 503]) on a replica the request
-    has not tried (previous_hosts): a replica whose engine is broken answers 500 to everything, and only another
-    replica tells it from a request that fails everywhere. Both models have two replicas that answer 500 to every
-    request; one of them stays (a model's last ready replica is never ejected: maxEjectionPercent 67 of 2). The
-    second replica's 500 ends the request: not retried again nor counted against that replica (the router sees 452),
-    answered to the client as 500 (components.k8s.gateway.envoy.failures): a model whose every replica fails is a
-    server error, not the client's 422. Before issue 44: Triton's 500 was tried once."""
-    assert gateway.cfg.gateway.retries.attempts >= 1  # else the case proves nothing
-    requests = 3
-    for model in ("tri-500", "vllm-500"):
-        before = gateway.hits(model)
-        codes = Counter(gateway.get("/v1/chat/completions", {"x-model": model, **JSON}, body=_chat(model))[0]
-                        for _ in range(requests))
-        assert (model, codes, gateway.hits(model) - before) == (model, Counter({500: requests}), requests * 2)
-        stats = gateway.envoy.stats()
-        assert (stats[f"cluster.{model}.upstream_rq_retry"], stats[f"cluster.{model}.upstream_rq_452"]) == \
-            (requests, requests)
-        assert all(b.hits >= 1 for b in gateway.backends[model])
-
-
+@pytest.mark.alone
 def test_a_hung_replica_costs_one_try_idle_timeout_then_is_taken_out(gateway: Gateway) -> None:
     replicas = gateway.backends["hung"]
     assert _hammer(gateway, "hung", 200)[200] == 200
@@ -529,12 +534,22 @@ def _paced(gateway: Gateway, model: str, rate: float, n: int) -> Counter[int]:
         return Counter(pool.map(one, range(n)))
 
 
+@pytest.mark.alone
 def test_a_slow_replica_gets_little_traffic(gateway: Gateway) -> None:
     assert _paced(gateway, "lagging", 200, 400) == Counter({200: 400})
     fast, slow = sum(b.hits for b in gateway.backends["lagging"][:2]), gateway.backends["lagging"][2].hits
     # least requests in flight of four replicas drawn at random: the slow one holds each request 0.2 s, so it is
     # picked only when all four draws are it (1/81) or the fast ones are as busy. Two choices (Envoy's default): 1/9.
     assert slow < 0.05 * (fast + slow), (fast, slow)
+
+
+@pytest.mark.alone
+def test_a_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(gateway: Gateway) -> None:
+    """Chunks 0.2 s apart for 1 s: each one resets the 0.3 s per-try idle timer."""
+    status, raw = request(gateway.port, "/v1/chat/completions", {**JSON, **gateway.auth()}, body=_chat("long-stream"))
+    assert status == 200
+    assert raw.count(b"data: {}") == 4 and b'"backend": "long-stream-0"' in raw
+    assert gateway.envoy.stats().get("cluster.long-stream.upstream_rq_per_try_idle_timeout", 0) == 0
 
 
 def test_slow_backend_times_out_with_504(gateway: Gateway) -> None:
@@ -550,14 +565,6 @@ def test_a_request_longer_than_the_stream_idle_timeout_completes_within_its_mode
     assert (status, body["backend"]) == (200, "long-0")
     status, body = gateway.get("/v1/completions", JSON, body=_chat("long"))  # routed by the body
     assert (status, body["backend"]) == (200, "long-0")
-
-
-def test_a_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(gateway: Gateway) -> None:
-    """Chunks 0.2 s apart for 1 s: each one resets the 0.3 s per-try idle timer."""
-    status, raw = request(gateway.port, "/v1/chat/completions", {**JSON, **gateway.auth()}, body=_chat("long-stream"))
-    assert status == 200
-    assert raw.count(b"data: {}") == 4 and b'"backend": "long-stream-0"' in raw
-    assert gateway.envoy.stats().get("cluster.long-stream.upstream_rq_per_try_idle_timeout", 0) == 0
 
 
 def test_a_non_streamed_generation_longer_than_the_try_idle_timeout_is_not_cut(gateway: Gateway) -> None:
