@@ -487,10 +487,14 @@ def test_two_of_three_replicas_failing_with_500_are_retried_around_and_ejected(g
     both go). Before: never ejected, 34 of 2000 requests got the 500 (all three tries met the failing replicas).
     A request that meets both failing replicas before their ejection ends as a 500 to the client (a second
     replica's 500, not retried and not counted against it: components.k8s.gateway.envoy.failures); the route
-    cluster counts it as 452, never as a client's 422."""
+    cluster counts it as 452, never as a client's 422. So each client 500 spends one of the 500s a failing replica
+    answers before its ejection (its first try's; the retry's is the 452) and there are at most consecutive_5xx of
+    those per failing replica: at most 2 x consecutive_5xx of the 2000 (6: 99.7%). How many of the first few
+    tries happen to meet both failing replicas is chance (0 to 3 seen here), so the bound is the mechanism's, not
+    a share."""
     codes = _hammer(gateway, "two-500", POOL_REQUESTS)
     stats = gateway.envoy.stats()
-    assert set(codes) <= {200, 500} and codes[200] >= 0.999 * POOL_REQUESTS, codes
+    assert set(codes) <= {200, 500} and codes[500] <= 2 * gateway.cfg.gateway.outlier_detection.consecutive_5xx, codes
     assert stats.get("cluster.two-500.upstream_rq_422", 0) == 0
     assert stats.get("cluster.two-500.upstream_rq_452", 0) == codes[500]
     assert stats["cluster.two-500.outlier_detection.ejections_enforced_consecutive_5xx"] == 2

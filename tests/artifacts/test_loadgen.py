@@ -61,10 +61,11 @@ def test_a_rate_that_is_no_multiple_of_the_clients_is_refused(backend: int) -> N
 def test_h2load_does_not_pace_an_http1_request_with_a_body(backend: int, tmp_path: Path) -> None:
     (tmp_path / "body").write_bytes(BODY)
     started = time.monotonic()
-    subprocess.run([H2LOAD, "--h1", "-c", "2", "--rps", "50", "-n", "100", "-d", str(tmp_path / "body"),
+    subprocess.run([H2LOAD, "--h1", "-c", "2", "--rps", "10", "-n", "100", "-d", str(tmp_path / "body"),
                     f"http://127.0.0.1:{backend}/v1/chat/completions"], check=True, capture_output=True, timeout=30)
-    # paced, 100 requests at 2 x 50/s would take about 1 s
-    assert time.monotonic() - started < 0.5
+    # paced, 100 requests at 2 x 10/s would take about 5 s; unpaced they take well under a second, even on a busy
+    # machine
+    assert time.monotonic() - started < 2.5
 
 
 def test_pin_puts_every_thread_of_a_process_on_the_cpus_given_and_its_cpu_time_grows_with_work(
