@@ -263,3 +263,21 @@ def test_one_tenants_broken_key_fails_its_requests_alone_and_a_store_out_of_memo
     asyncio.run(go())
     assert _sample(registry, BUDGET.STORE_FAILURES, scope="tenant", name="open", outcome="admitted") == 10
     assert _sample(registry, BUDGET.STORE_FAILURES, scope="tenant", name="closed", outcome="refused") == 5
+
+
+@pytest.mark.parametrize(("reply", "answered"), [
+    ("WRONGTYPE Operation against a key holding the wrong kind of value", True),
+    ("ERR value is not an integer or out of range", True),
+    ("OOM command not allowed when used memory > 'maxmemory'.", False),
+    ("READONLY You can't write against a read only replica.", False),
+    ("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.", False),
+    ("NOPERM this user has no permissions to run the 'evalsha' command", False),
+    ("BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSCRIPT.", False),
+    ("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.", False),
+])
+def test_which_error_replies_are_the_stores_failure(reply: str, answered: bool) -> None:
+    """Each reply as redis-py 8.1.0's own parser turns it into an exception (redis/_parsers/base.py `parse_error`):
+    only one that a single key or call earns is an answer; the store-wide ones (MISCONF: a failed save stops every
+    write, e.g. the store's volume full) count toward the breaker."""
+    from redis._parsers.base import BaseParser
+    assert service.answered_by_store(BaseParser.parse_error(reply)) is answered

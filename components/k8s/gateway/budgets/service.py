@@ -86,16 +86,18 @@ SETTLE_CONCURRENCY = 32  # settlements in the store at once: a store back after 
 STORE_ERRORS = (TimeoutError, redis.RedisError, OSError)
 # Error replies that say the store itself cannot serve (out of memory, a read-only replica, its primary lost, no
 # permission, a script blocking it): redis-py 8.1.0 redis/_parsers/base.py `EXCEPTION_CLASSES` maps OOM, READONLY,
-# MASTERDOWN and NOPERM to these classes; BUSY has no class of its own (a ResponseError whose text starts with it).
+# MASTERDOWN and NOPERM to these classes; BUSY (a script holds the server) and MISCONF (writes refused since a save
+# failed, e.g. a full volume) have no class of their own: a ResponseError whose text starts with the code.
 STORE_WIDE_REPLIES = (redis.exceptions.OutOfMemoryError, redis.exceptions.ReadOnlyError,
                       redis.exceptions.MasterDownError, redis.exceptions.NoPermissionError)
+STORE_WIDE_CODES = ("BUSY", "MISCONF")
 
 
 def answered_by_store(e: BaseException) -> bool:
     """Whether a store error is the store's answer to this call alone (WRONGTYPE on one tenant's key, a script's
     error): the store is up, so it does not count toward its breaker (breaker.Breaker `answered`)."""
     return (isinstance(e, redis.exceptions.ResponseError) and not isinstance(e, STORE_WIDE_REPLIES)
-            and not str(e).startswith("BUSY"))
+            and not str(e).startswith(STORE_WIDE_CODES))
 SCOPE_PATHS = {"tenant": "tenants.{}.tokenBudget", "workload": "gateway.routing.{}.tokenBudget"}
 
 
