@@ -142,7 +142,8 @@ def test_the_wait_lasts_the_bound_while_the_leader_still_drains(rendered: list[s
 def test_the_wait_ends_after_two_failed_tries_once_the_leaders_name_is_gone(rendered: list[str]) -> None:
     """The leader pod deleted: its name leaves the LWS's headless Service (RFC 6761 `.invalid` never resolves)."""
     out = _finish(_start(rendered, 6379, 60, "deep-research-lws-0.invalid"), timeout=30)
-    assert out == "aifactory leader-wait: deep-research-lws-0.invalid did not resolve on two tries: the leader is gone\n"
+    assert out == ("aifactory leader-wait: deep-research-lws-0.invalid did not resolve on two tries: the leader is "
+                   "gone\n")
 
 
 # Loaded by the script's interpreter at start-up (`site` imports sitecustomize from PYTHONPATH): the name
@@ -231,7 +232,8 @@ def _caught(pid: int) -> int:
 def _sigterm_ends(script: str, *, handler_within: float, env: dict[str, str] | None = None,
                   init_runs: str | None = None) -> bool:
     """Whether SIGTERM sent from outside ends `script` run as a namespace's init, once the init has a SIGTERM handler
-    (polled for up to `handler_within` s). `init_runs`: the init's command line must then hold it (an exec: the same PID runs it)."""
+    (polled for up to `handler_within` s). `init_runs`: the init's command line must then hold it (an exec: the
+    same PID runs it)."""
     outer, init = _as_namespace_init(script, env)
     try:
         deadline = time.monotonic() + handler_within

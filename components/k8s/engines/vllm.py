@@ -128,7 +128,8 @@ VLLM_PORT_RANGE = (6500, 6515)
 
 
 # A multi-node container ends on SIGTERM while multi-node-serving.sh runs: the worker's for its whole life, the
-# leader's while its group forms (the script starts `ray start --head` and polls for the workers up to ray_init_timeout).
+# leader's while its group forms (the script starts `ray start --head`, then polls for the workers up to
+# ray_init_timeout).
 # The container's main process (PID 1 of its PID namespace) would otherwise be the script's bash (or, for the
 # leader, a `bash -c 'script && exec ...'`: a list is not exec'd, so bash stays), and the kernel delivers a signal
 # sent from outside the namespace to its init only when the init has a handler for it (man7.org pid_namespaces(7),
