@@ -74,6 +74,8 @@ class Pool:
     # When the pool has nodes by design, as UTC epoch seconds [start, stop): a capacity block's start and the time
     # its pool scales to zero (endTime - drainMinutes). Default: None, always (an on-demand or reserved pool).
     window: tuple[int, int] | None = None
+    # A capacity block's endTime (UTC epoch seconds): after it the block is over for good. None: not a block.
+    block_end: int | None = None
 
     @property
     def gpu_price_per_hour(self) -> float:
@@ -93,6 +95,7 @@ class ServedModel:
     target_queue_depth: int
     target_queue_seconds: float
     min_replicas: int = 1  # replicas.min; 0: the model scales to zero when idle, and wakes on the gateway's refusals
+    namespace: str = ""  # its tenant's namespace, where its ScaledObject lives
 
 
 @dataclass(frozen=True, slots=True)

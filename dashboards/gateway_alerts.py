@@ -77,6 +77,10 @@ clusters' stats are all kept).
   overflow to the next variant, by design (every request of a variant with no replica, such as one on a capacity
   block outside its window, overflows); a variant's replicas failing show on its own model cluster, where its gate
   retries them, and overflow on the variant panels.
+- CapacityBlockOver (warning): one per model on a capacity block, once the block's endTime has passed
+  (`time() > endTime`, no data needed): its ScaledObject's KEDA cron trigger has no year, so the block's window comes
+  back on its start date of every later year and asks for replicas on a pool with no nodes. The same finding and
+  fix as `aifactory preflight`'s capacity-block-over (infra/preflight.py), for a stack nobody runs preflight on.
 """
 
 from __future__ import annotations
@@ -105,6 +109,8 @@ __all__ = [
     "client_route_clusters",
     "failed_answers",
     "expected_down_records",
+    "block_over_fix",
+    "block_over_alerts",
     "alerts",
 ]
 
@@ -178,6 +184,32 @@ def expected_down_records(cfg: ObservabilityConfig) -> list[Record]:
         if all(w is not None for w in windows):
             open_ = " or ".join(_window_open(w) for w in sorted({w for w in windows if w is not None}))
             out.append(Record(R.CLUSTER_EXPECTED_DOWN, f"vector(1) unless on () ({open_})", {CLUSTER: cluster}))
+    return out
+
+
+def block_over_fix(pool: str) -> str:
+    """What to do once a capacity block is over (preflight's capacity-block-over and the CapacityBlockOver alert)."""
+    return (f"Remove the block from the stack (nodePools.{pool}, and move or remove its models), or give "
+            f"nodePools.{pool}.capacity a renewed block's reservationId, startTime and endTime; then `pulumi up`.")
+
+
+def block_over_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    """CapacityBlockOver for each model on a capacity block: fires from the block's endTime on, for good."""
+    pools = {p.name: p for p in cfg.pools}
+    out = []
+    for m in cfg.models:
+        end = pools[m.pool].block_end
+        if end is None:
+            continue
+        scaled_object = f"ScaledObject/{m.namespace}/{m.name}"
+        out.append(Alert(
+            "CapacityBlockOver", f"vector(time()) > {end}", "warning",
+            summary=f"The capacity block of pool {m.pool} is over; {scaled_object} still scales on its cron",
+            description=f"The capacity block of pool {m.pool} ended (endTime, {end} in UTC epoch seconds), but "
+                        f"KEDA's cron trigger of {scaled_object} has no year: on the block's start date of every "
+                        f"later year it asks for replicas of {m.name} on a pool with no nodes, whose pods wait "
+                        f"Pending and hold the tenant's GPU quota. {block_over_fix(m.pool)}",
+            runbook_url=runbook(cfg, "CapacityBlockOver"), labels={"model": m.name, "pool": m.pool}))
     return out
 
 
@@ -328,6 +360,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
         _error_ratio_alert(cfg),
         _panic_alert(cfg),
         *_last_resort_alerts(cfg),
+        *block_over_alerts(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",
               summary="Gateway cluster {{ $labels.envoy_cluster_name }} keeps ejecting replicas",

@@ -25,13 +25,14 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
     """The observability view of one stack: only GPU pools are priced (GPU cost), every model served."""
     obs = cfg.observability
     pools = tuple(
-        Pool(p.name, p.instance_type, p.instance.gpu_count, cfg.price_per_hour(p.instance_type), _window(p.capacity))
+        Pool(p.name, p.instance_type, p.instance.gpu_count, cfg.price_per_hour(p.instance_type), _window(p.capacity),
+             _epoch(p.capacity.end_time) if _window(p.capacity) is not None and p.capacity.end_time else None)
         for p in sorted(cfg.gpu_pools, key=lambda p: p.name)
     )
     models = tuple(
         ServedModel(m.name, m.engine, m.tenant, m.pool, m.slo.ttft_seconds, m.slo.inter_token_seconds,
                     m.slo.e2e_seconds, m.replicas.target_queue_depth, m.replicas.target_queue_time_ms / 1000,
-                    m.replicas.min)
+                    m.replicas.min, cfg.tenants[m.tenant].namespace)
         for m in sorted(cfg.models.values(), key=lambda m: m.name)
     )
     named = tuple(
@@ -61,11 +62,11 @@ def _window(capacity: Capacity) -> tuple[int, int] | None:
     scheduled actions of components/aws/node_pool.py); any other pool always."""
     if capacity.type != "capacity-block" or capacity.start_time is None or capacity.end_time is None:
         return None
+    return _epoch(capacity.start_time), _epoch(capacity.end_time) - capacity.drain_minutes * 60
 
-    def epoch(utc: str) -> int:
-        return int(datetime.datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
 
-    return epoch(capacity.start_time), epoch(capacity.end_time) - capacity.drain_minutes * 60
+def _epoch(utc: str) -> int:
+    return int(datetime.datetime.strptime(utc, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=datetime.UTC).timestamp())
 
 
 def _variant_costs(cfg: PlatformConfig) -> tuple[VariantCost, ...]:

@@ -29,6 +29,7 @@ from components.k8s.serving.objects import block_cron, scale_in_seconds
 from components.k8s.serving.pod import pod_start_seconds
 from components.k8s.serving.views import model_namespace
 from components.vocabulary import POOL_LABEL
+from dashboards.gateway_alerts import block_over_fix
 from infra.config import PlatformConfig
 from policies import preflight as rules
 
@@ -114,9 +115,7 @@ def ended_block_findings(cfg: PlatformConfig, *, now: datetime.datetime) -> list
             f"{'since' if again <= now else 'on'} {again:%Y-%m-%dT%H:%M:%SZ} it asks for {meta['desiredReplicas']} "
             f"replica(s) of {model.name} on a pool with no nodes, whose pods wait Pending and hold the tenant's GPU "
             "quota",
-            f"Remove the block from the stack (nodePools.{pool.name}, and move or remove its models), or give "
-            f"nodePools.{pool.name}.capacity a renewed block's reservationId, startTime and endTime; then `pulumi "
-            "up`."))
+            block_over_fix(pool.name)))
     return out
 
 

@@ -638,8 +638,11 @@ def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(pro
     long_cases, short_burns = _long_window_cases(prod)
     cases = (_burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
              + _model_slo_cases(prod) + budget_cases(prod))
-    assert _pairs(cases) == {(a.alert, a.severity) for a in alerts(prod)}
-    assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in alerts(prod)}
+    # CapacityBlockOver fires from a date (prod's block's endTime), not on data: tests/artifacts/
+    # test_rules_gateway.py::test_a_model_on_an_ended_capacity_block_gets_a_ticket_from_its_end_on
+    on_data = [a for a in alerts(prod) if a.alert != "CapacityBlockOver"]
+    assert _pairs(cases) == {(a.alert, a.severity) for a in on_data}
+    assert {c.alert for c in cases if not any(fired for _, fired in c.checks)} == {a.alert for a in on_data}
     annotations = {(a.alert, a.severity, a.labels.get("objective") or a.labels.get("signal")):
                    a.to_dict()["annotations"] for a in alerts(prod)}
     long_tests = [{**_promtool_test(c, annotations), "promql_expr_test": [burn]}  # the 5m window alone would page

@@ -9,6 +9,7 @@ The shipped stacks' cases (outside a block's window, an overflowing variant) are
 from __future__ import annotations
 
 import dataclasses
+import datetime
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from dashboards.gateway_alerts import (
     CAPACITY_BLOCK_WARMUP_MINUTES,
     SCALE_FROM_ZERO_FOR,
     UNAVAILABLE_FOR,
+    block_over_alerts,
     client_clusters,
     expected_down_records,
 )
@@ -216,3 +218,30 @@ def test_a_variants_requests_count_its_last_resorts_tries(prod: ObservabilityCon
         "exp_samples": [{"labels": f'{R.VARIANT_REQUESTS}{{variant="finance-8b-bf16", workload="finance-8b"}}',
                          "value": 1.5}]}]}
     _run_promtool_tests(prod, tmp_path, ("1m", [test]))
+
+
+def test_a_model_on_an_ended_capacity_block_gets_a_ticket_from_its_end_on(prod: ObservabilityConfig,
+                                                                          tmp_path: Path) -> None:
+    """Issue 44 m2: once a capacity block's endTime has passed, KEDA's cron trigger (no year) would scale its model
+    up again on the block's start date of every later year: CapacityBlockOver (warning) names the ScaledObject and the
+    fix, as `aifactory preflight`'s capacity-block-over does. prod's block (h100-block, assistant-fast) ends at its
+    endTime; here it ends two hours after the epoch, so promtool reaches it: nothing at 1h59m, firing from 2h01m."""
+    [rule] = block_over_alerts(prod)
+    end = int(datetime.datetime(2026, 12, 15, 11, 30, tzinfo=datetime.UTC).timestamp())  # its endTime, as written
+    assert rule.expr == f"vector(time()) > {end}" and rule.labels == {"model": "assistant-fast", "pool": "h100-block"}
+    cfg = dataclasses.replace(prod, pools=tuple(dataclasses.replace(p, window=(0, 3600), block_end=7200)
+                                                if p.block_end else p for p in prod.pools))
+    [alert] = block_over_alerts(cfg)
+    annotations = alert.to_dict()["annotations"]
+    assert annotations["description"] == (
+        "The capacity block of pool h100-block ended (endTime, 7200 in UTC epoch seconds), but KEDA's cron trigger "
+        "of ScaledObject/assistant/assistant-fast has no year: on the block's start date of every later year it asks "
+        "for replicas of assistant-fast on a pool with no nodes, whose pods wait Pending and hold the tenant's GPU "
+        "quota. Remove the block from the stack (nodePools.h100-block, and move or remove its models), or give "
+        "nodePools.h100-block.capacity a renewed block's reservationId, startTime and endTime; then `pulumi up`.")
+    fired = {"exp_labels": {"alertname": "CapacityBlockOver", "severity": "warning", "model": "assistant-fast",
+                            "pool": "h100-block"}, "exp_annotations": annotations}
+    test = {"interval": "1m", "input_series": [], "alert_rule_test": [
+        {"alertname": "CapacityBlockOver", "eval_time": "119m", "exp_alerts": []},
+        {"alertname": "CapacityBlockOver", "eval_time": "121m", "exp_alerts": [fired]}]}
+    _run_promtool_tests(cfg, tmp_path, ("1m", [test]))

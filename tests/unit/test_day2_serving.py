@@ -29,6 +29,7 @@ import dataclasses
 import datetime
 import json
 import math
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +38,13 @@ import pytest
 
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.engines import ENGINES, engine_named
+from components.k8s.engines.sglang import SGLANG_LAUNCH, multi_node_args, sglang_args
+from components.k8s.engines.vllm import MULTI_NODE_SCRIPT
 from components.k8s.serving import model_objects, scaled_object, serving_spec, workload
 from components.k8s.serving.lifecycle import (
     ENGINE_EXIT_SECONDS,
     LEADER_POLL_SECONDS,
+    LEADER_WAIT_LOG,
     PRESTOP_MARGIN_SECONDS,
     block_window,
     container_lifecycle,
@@ -86,7 +90,8 @@ def test_every_model_pod_stops_getting_work_before_sigterm(stack: str) -> None:
             port = ENGINES[cfg.models[name].engine].leader_engine_port
             assert prestop == {"exec": {"command": [
                 "python3", "-c", leader_wait_script(), str(port),
-                str(leader["spec"]["terminationGracePeriodSeconds"]), str(LEADER_POLL_SECONDS)]}}, name
+                str(leader["spec"]["terminationGracePeriodSeconds"]), str(LEADER_POLL_SECONDS),
+                LEADER_WAIT_LOG]}}, name
         else:
             sleep = prestop["sleep"]["seconds"]
             assert sleep == PRESTOP == 15 and sleep > GATEWAY_DETECTION_SECONDS, (name, role)
@@ -124,7 +129,7 @@ def test_a_workers_prestop_ends_when_its_leaders_engine_has_exited() -> None:
     cfg = stack_config("prod")
     worker = _templates(workload(cfg, cfg.models["deep-research"]))["worker"]
     assert worker["spec"]["containers"][0]["lifecycle"] == {"preStop": {"exec": {"command": [
-        "python3", "-c", leader_wait_script(), "6379", "945", "2"]}}}
+        "python3", "-c", leader_wait_script(), "6379", "945", "2", "/proc/1/fd/1"]}}}
     assert worker["spec"]["terminationGracePeriodSeconds"] == 975
     # and the SIGTERM that follows ends it (its bash, the container's init, handles it: tests/artifacts/
     # test_leader_wait_live.py runs it as a namespace's init)
@@ -138,8 +143,40 @@ def test_an_sglang_worker_waits_for_rank_0s_store() -> None:
     cfg = stack_config("prod")
     model = dataclasses.replace(cfg.models["deep-research"], engine="sglang")
     assert container_lifecycle(model, "worker") == {"preStop": {"exec": {"command": [
-        "python3", "-c", leader_wait_script(), "20000", "945", "2"]}}}
+        "python3", "-c", leader_wait_script(), "20000", "945", "2", "/proc/1/fd/1"]}}}
     assert container_lifecycle(model, "leader") == {"preStop": {"sleep": {"seconds": 15}}}
+
+
+def test_an_sglang_worker_exits_on_the_sigterm_that_follows_its_prestop() -> None:
+    """A non-zero SGLang rank waits for rank 0 to stop it and does not end on SIGTERM: as its container's init it
+    lived to the grace period's SIGKILL (975 s on prod) whenever rank 0 had died abruptly. It now runs under a shell
+    that exits on SIGTERM (tests/artifacts/test_leader_wait_live.py runs that shell as a namespace's init); the
+    leader's rank 0 stays the container's main process."""
+    cfg = stack_config("prod")
+    model = dataclasses.replace(cfg.models["deep-research"], engine="sglang")
+    objects = _templates(workload(cfg, model))
+    worker = objects["worker"]["spec"]["containers"][0]["command"]
+    assert worker == ["/bin/bash", "-c", shlex.join([*SGLANG_LAUNCH, *sglang_args(model), *multi_node_args(model)])
+                      + " & trap 'exit 0' TERM; wait $!"]
+    assert "--node-rank '$(LWS_WORKER_INDEX)'" in worker[2]  # the kubelet expands $(VAR) in a command's strings
+    leader = objects["leader"]["spec"]["containers"][0]["command"]
+    assert leader[:2] == ["python3", "-c"] and leader[4:6] == ["--", *SGLANG_LAUNCH[:1]]
+
+
+def test_a_forming_vllm_leader_exits_on_sigterm_then_execs_its_engine() -> None:
+    """prod's deep-research leader: multi-node-serving.sh (`ray start --head`, then polling for its workers up to
+    ray_init_timeout, 900 s) runs in the background under a shell that exits on SIGTERM, so a group deleted while it
+    forms frees its GPUs at once; only once the script succeeded does the shell exec the NCCL guard around `vllm
+    serve`, which then handles SIGTERM as the container's main process. Before, `script && exec ...` kept bash, with
+    no SIGTERM handler, as the init for the whole formation (up to the 945 s grace)."""
+    cfg = stack_config("prod")
+    leader = _templates(workload(cfg, cfg.models["deep-research"]))["leader"]["spec"]["containers"][0]["command"]
+    assert leader[:2] == ["/bin/bash", "-c"]
+    start, serve = leader[2].split(" && exec ")
+    assert start.startswith(f"{MULTI_NODE_SCRIPT} leader '--ray_cluster_size=$(LWS_GROUP_SIZE)' "
+                            "--ray_init_timeout=900 --ray_port=6379 ")
+    assert start.endswith(" --include-dashboard=false & trap 'exit 0' TERM; wait $!")
+    assert shlex.split(serve)[:2] == ["python3", "-c"] and shlex.split(serve)[3:7] == ["efa", "--", "vllm", "serve"]
 
 
 def test_every_multi_node_engine_names_a_leader_port_its_workers_reach_directly() -> None:

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import dataclasses
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -118,7 +119,8 @@ def test_an_sglang_replica_larger_than_a_node_is_a_leaderworkerset_of_launch_ser
     leader, worker = (templates[t]["spec"]["containers"][0] for t in ("leaderTemplate", "workerTemplate"))
     assert leader["command"][:2] == ["python3", "-c"] and leader["command"][3:] == ["efa", "--", *serve]
     assert "NCCL INFO Using network" in leader["command"][2]  # the guard's text
-    assert worker["command"] == serve
+    assert worker["command"] == ["/bin/bash", "-c", f"{shlex.join(serve)} & trap 'exit 0' TERM; wait $!"]  # exits on
+    # SIGTERM (tests/unit/test_day2_serving.py::test_an_sglang_worker_exits_on_the_sigterm_that_follows_its_prestop)
     assert "ports" not in worker and "readinessProbe" not in worker and leader["ports"][0]["containerPort"] == 8000
     for t in ("leaderTemplate", "workerTemplate"):
         c = templates[t]["spec"]["containers"][0]
@@ -163,7 +165,7 @@ def test_every_sglang_option_the_kit_passes_exists_at_its_images_version() -> No
     for m in models:
         args = sglang_args(m)
         if m is base:  # a multi-node pod's placement flags too
-            args = engine.command(dataclasses.replace(base, gpus_per_replica=16), role="worker")[3:]
+            args = engine.command(dataclasses.replace(base, gpus_per_replica=16), role="leader")[3:]
         options = [a for a in args if a.startswith("--")]
         assert set(options) <= set(CLI["sglang"]["0.5.23"]), set(options) - set(CLI["sglang"]["0.5.23"])
         for opt, choices in CLI["sglang_choices"].items():

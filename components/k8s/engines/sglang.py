@@ -15,6 +15,7 @@ here shows the image installs it (docs/contracts.md, "SGLang").
 from __future__ import annotations
 
 import math
+import shlex
 from dataclasses import dataclass
 
 from components.k8s import naming
@@ -27,7 +28,7 @@ from components.k8s.engines.base import (
     model_path,
     tokenizer_path,
 )
-from components.k8s.engines.vllm import nccl_guard_script
+from components.k8s.engines.vllm import EXIT_ON_SIGTERM, nccl_guard_script
 from components.k8s.settings import Model
 from telemetry.names import SGLANG
 
@@ -155,7 +156,12 @@ class Sglang(Engine):
         if role == "single":
             return serve
         serve += multi_node_args(model)
-        if role == "leader" and fabric_name in ("efa", "infiniband"):
+        if role == "worker":  # a non-zero rank ignores SIGTERM, waiting for rank 0 to stop it (entrypoints/engine.py,
+            # the node_rank >= 1 branch): as its container's init it would then live to the grace period's SIGKILL
+            # once rank 0 died abruptly. Under a shell that exits on SIGTERM (engines.vllm.EXIT_ON_SIGTERM) the
+            # SIGTERM that follows its preStop (the leader's engine gone) ends the pod at once.
+            return ["/bin/bash", "-c", f"{shlex.join(serve)}{EXIT_ON_SIGTERM}"]
+        if fabric_name in ("efa", "infiniband"):
             return ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
         return serve
 

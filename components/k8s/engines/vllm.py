@@ -38,7 +38,7 @@ __all__ = [
     "NO_TOOL_CALL_PARSER",
     "MULTI_NODE_SCRIPT",
     "RAY_GCS_PORT",
-    "WORKER_EXIT_ON_SIGTERM",
+    "EXIT_ON_SIGTERM",
     "RAY_NODE_PORTS",
     "RAY_HEAD_PORTS",
     "RAY_WORKER_PORTS",
@@ -127,14 +127,22 @@ RAY_WORKER_PORTS = (6400, 6463)  # --min/--max-worker-port: 64 Ray worker proces
 VLLM_PORT_RANGE = (6500, 6515)
 
 
-# A worker's container ends on SIGTERM. Its main process (PID 1 of the container's PID namespace) would otherwise be
-# multi-node-serving.sh's bash, and the kernel delivers a signal sent from outside the namespace to its init only
-# when the init has a handler for it (man7.org pid_namespaces(7), "The namespace init process"): bash sets none for
-# SIGTERM, so the worker would live on to its grace period's SIGKILL, its script retrying to join a leader that is
-# gone (`ray start --block` exits 1 once its raylet loses the GCS). So the script runs in the background under a
-# shell that exits on SIGTERM; the kernel then kills what is left in the container. The worker's preStop holds the
-# SIGTERM back until its leader's engine has exited (components.k8s.serving.lifecycle).
-WORKER_EXIT_ON_SIGTERM = " & trap 'exit 0' TERM; wait $!"
+# A multi-node container ends on SIGTERM while multi-node-serving.sh runs: the worker's for its whole life, the
+# leader's while its group forms (the script starts `ray start --head`, then polls for the workers up to
+# ray_init_timeout).
+# The container's main process (PID 1 of its PID namespace) would otherwise be the script's bash (or, for the
+# leader, a `bash -c 'script && exec ...'`: a list is not exec'd, so bash stays), and the kernel delivers a signal
+# sent from outside the namespace to its init only when the init has a handler for it (man7.org pid_namespaces(7),
+# "The namespace init process"): bash sets none for SIGTERM, so the pod would live on to its grace period's SIGKILL,
+# a worker's script retrying to join a leader that is gone (`ray start --block` exits 1 once its raylet loses the
+# GCS), a forming leader holding its GPUs and its Ray head. So the script runs in the background under a shell that
+# exits on SIGTERM; the kernel then kills what is left in the container. The leader `exec`s its engine only once the
+# script succeeded (`wait` gives its status): from then on the engine, or the NCCL guard, is PID 1 and handles
+# SIGTERM itself (components/k8s/nccl_guard.py passes it on to `vllm serve`; vllm serve's API server raises on it
+# while it initializes and drains on it once serving: vllm/entrypoints/openai/api_server.py setup_server,
+# launchers/launcher.py serve_http). The worker's preStop holds its SIGTERM back until its leader's engine has
+# exited (components.k8s.serving.lifecycle).
+EXIT_ON_SIGTERM = " & trap 'exit 0' TERM; wait $!"
 
 
 def served_model_names(model: Model) -> list[str]:
@@ -275,10 +283,10 @@ class Vllm(Engine):
                      *ray_start_flags(head=True)]
             if fabric_name in ("efa", "infiniband"):
                 serve = ["python3", "-c", nccl_guard_script(), fabric_name, "--", *serve]
-            return ["/bin/bash", "-c", f"{shlex.join(start)} && exec {shlex.join(serve)}"]
+            return ["/bin/bash", "-c", f"{shlex.join(start)}{EXIT_ON_SIGTERM} && exec {shlex.join(serve)}"]
         worker = shlex.join([MULTI_NODE_SCRIPT, "worker", "--ray_address=$(LWS_LEADER_ADDRESS)",
                              *_ray_timeout(model), *ray_start_flags(head=False)])
-        return ["/bin/bash", "-c", f"{worker}{WORKER_EXIT_ON_SIGTERM}"]
+        return ["/bin/bash", "-c", f"{worker}{EXIT_ON_SIGTERM}"]
 
     def evaluated_args(self, model: Model) -> list[str]:
         """Its flags without `vllm serve <path>`: what the gate has recorded for vLLM since it began."""

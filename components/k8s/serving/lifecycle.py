@@ -43,6 +43,7 @@ __all__ = [
     "PRESTOP_MARGIN_SECONDS",
     "ENGINE_EXIT_SECONDS",
     "LEADER_POLL_SECONDS",
+    "LEADER_WAIT_LOG",
     "leader_wait_script",
     "PROXY_CONFIG_ANNOTATION",
     "block_end",
@@ -81,15 +82,18 @@ PROXY_CONFIG_ANNOTATION = "proxy.istio.io/config"
 # How often a multi-node replica's worker asks whether its leader's engine still runs (leader_wait.py): the group
 # ends at most this long (plus a connect's timeout) after the leader's engine has exited.
 LEADER_POLL_SECONDS = 2
+# Where leader_wait.py writes why it ended: the standard output of the container's main process, i.e. the
+# container's log. The kubelet keeps an exec hook's output only when the hook fails (kubernetes/kubernetes@v1.34.0
+# pkg/kubelet/lifecycle/handlers.go Run: the output is used only in the error it returns).
+LEADER_WAIT_LOG = "/proc/1/fd/1"
 CRON_TIMEZONE = "Etc/UTC"  # a capacity block's window is UTC (nodePools.X.capacity.startTime, endTime)
 
 
 def prestop_seconds(model: Model, role: Role = "single") -> int:
     """How long the pod's preStop may last before its engine gets SIGTERM. The serving pod (single, leader): it sleeps
     past the gateway's detection. A multi-node replica's worker: at most the leader's whole termination, so the ranks
-    the leader's drain needs stay up (a vLLM worker's container exits on SIGTERM: engines.vllm.WORKER_EXIT_ON_SIGTERM;
-    SGLang's non-zero ranks ignore it and end when rank 0 stops them); it ends as soon as the leader's engine has
-    exited (container_lifecycle)."""
+    the leader's drain needs stay up (then the worker's container exits on SIGTERM, vLLM's and SGLang's alike:
+    engines.vllm.EXIT_ON_SIGTERM); it ends as soon as the leader's engine has exited (container_lifecycle)."""
     if role == "worker":
         return termination_grace_seconds(model, "leader")
     return GATEWAY_DETECTION_SECONDS + PRESTOP_MARGIN_SECONDS
@@ -111,7 +115,8 @@ def leader_wait_script() -> str:
 
 def container_lifecycle(model: Model, role: Role = "single") -> dict[str, Any]:
     """The engine container's preStop: the serving pod sleeps prestop_seconds; a worker polls its leader's engine port
-    every LEADER_POLL_SECONDS until it closes, for at most prestop_seconds (leader_wait.py)."""
+    every LEADER_POLL_SECONDS until it closes, for at most prestop_seconds, and says why it ended in the container's
+    log, LEADER_WAIT_LOG (leader_wait.py)."""
     if role != "worker":
         return {"preStop": {"sleep": {"seconds": prestop_seconds(model, role)}}}
     port = engine_named(model.engine).leader_engine_port
@@ -119,7 +124,8 @@ def container_lifecycle(model: Model, role: Role = "single") -> dict[str, Any]:
         raise ValueError(f"engine {model.engine!r} of model {model.name!r} has no leader_engine_port: it cannot run "
                          "multi-node replicas")
     return {"preStop": {"exec": {"command": ["python3", "-c", leader_wait_script(), str(port),
-                                             str(prestop_seconds(model, role)), str(LEADER_POLL_SECONDS)]}}}
+                                             str(prestop_seconds(model, role)), str(LEADER_POLL_SECONDS),
+                                             LEADER_WAIT_LOG]}}}
 
 
 def proxy_drain_annotations(grace_seconds: int) -> dict[str, str]:
