@@ -51,10 +51,24 @@ def main(argv: list[str]) -> int:
     if fabric not in EXPECTED or sep != "--" or not command:
         print(f"usage: nccl_guard {{{','.join(EXPECTED)}}} -- COMMAND...", file=sys.stderr)
         return 2
+    # Handlers first, then the engine: a SIGTERM that comes while the engine starts is passed on once it has a pid,
+    # never lost (as the container's PID 1 the guard has no default action: pid_namespaces(7)) nor left to kill the
+    # guard alone while its engine runs on.
+    pending: list[int] = []
+    child: subprocess.Popen[str] | None = None
+
+    def forward(sig: int, _frame: object) -> None:
+        if child is None:
+            pending.append(sig)
+        else:
+            child.send_signal(sig)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
     child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1,
                              errors="replace")
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    for pending_sig in pending:
+        child.send_signal(pending_sig)
     seen: set[str] = set()
     verdict = None
     assert child.stdout is not None

@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -482,3 +483,23 @@ def test_the_old_prod_config_of_a_pre_quantized_checkpoint_is_refused_with_the_f
             "(FP8 in its name) but quantization 'fp8' quantizes on load, and vLLM refuses a --quantization that "
             "contradicts the checkpoint: set quantization: {method: fp8, checkpoint: pre-quantized}") in problems(
         {**raw, "models": {**raw["models"], "deep-research": old}}, "prod")
+
+
+def test_a_sigterm_while_the_guard_starts_its_engine_reaches_the_engine() -> None:
+    """The guard's SIGTERM handler is in place before its engine starts: a SIGTERM that arrives while Popen is still
+    starting the engine (here: sent from inside Popen) is passed on to the engine once it exists, so the guard ends
+    with its engine (exit 128 + 15 as the guard reports the engine's -15), instead of dying of the signal itself
+    while the engine runs on."""
+    script = (
+        "import os, signal, subprocess, sys\n"
+        "import components.k8s.nccl_guard as g\n"
+        "real = subprocess.Popen\n"
+        "class Popen(real):\n"
+        "    def __init__(self, *a, **k):\n"
+        "        os.kill(os.getpid(), signal.SIGTERM)\n"
+        "        super().__init__(*a, **k)\n"
+        "g.subprocess.Popen = Popen\n"
+        "sys.exit(g.main(['infiniband', '--', sys.executable, '-c', 'import time; time.sleep(20)']))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=15,
+                          cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == (-signal.SIGTERM) % 256, done
