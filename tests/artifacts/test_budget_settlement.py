@@ -86,3 +86,22 @@ def test_a_settlement_charges_the_usage_the_reservation_of_an_answer_without_it_
     assert registry.get_sample_value(BUDGET.SETTLED_WITHOUT_USAGE, {BUDGET.L_WORKLOAD: "chat"}) == (
         without_usage or None)
     assert registry.get_sample_value(BUDGET.REQUESTS, {BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: "finance"}) == 1
+
+
+def test_a_reservation_from_the_previous_release_still_settles(server: RedisServer) -> None:  # noqa: F811
+    """Mid-rollout, admission on a replica of the previous release writes no maxTokens nor workload into the
+    reservation: the metering replica settles it all the same (an answer without usage at its prompt's estimate, as
+    that release did), never failing the stream."""
+    server.resume()
+    server.client().flushall()
+
+    async def go() -> None:
+        p = Processor(CONFIG, Store(aredis.Redis.from_url(server.url)), prom.CollectorRegistry(), clock=lambda: NOW)
+        admitted = await _admit(p, "finance")
+        fields = admitted.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value.fields
+        old = json.loads(fields["reservation"].string_value)
+        del old["maxTokens"], old["workload"]
+        fields["reservation"].string_value = json.dumps(old)
+        await _meter(p, admitted, JSON, [b'{"choices": []}'], True)
+    asyncio.run(go())
+    assert int(server.client().get(window_key("tenant", "finance", "perMinute", NOW))) == len(BODY)

@@ -212,8 +212,9 @@ class _Stream:
                         for (s, n, p), c in zip(self.budgets, r["charges"], strict=True))
         self.reservation = Reservation(r["id"], tuple(r["keys"]), tuple(r["amounts"]), charges,
                                        unreserved=bool(r.get("unreserved")))
-        self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=int(r["maxTokens"]), body=None)
-        self.workload = r["workload"]
+        # (a replica of the previous release, mid-rollout, sends neither maxTokens nor workload)
+        self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=int(r.get("maxTokens", 0)), body=None)
+        self.workload = str(r.get("workload", ""))
         self.metering = True
 
     def reservation_metadata(self) -> str:
