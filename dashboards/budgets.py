@@ -4,11 +4,20 @@ counters the gateway's budget service exports (telemetry.names.BUDGET).
 The gauges are read from the shared store at scrape time by every replica of the service, so each replica reports
 the same value: panels and alerts take the max over replicas, never the sum.
 
-- TokenBudgetNearlySpent (warning): a budget's window has been at least NEARLY_SPENT of its limit at some point in
-  every minute for NEARLY_SPENT_FOR (a day's or an hour's budget once it gets there; a minute's budget only when its
-  callers keep reaching it).
-- TokenBudgetExhausted (warning): the budget refused requests (429) in the last RATE: its callers are being turned
-  away until the window ends.
+- TokenBudgetNearlySpent (warning): an hour's or a day's window has been at least NEARLY_SPENT of its limit at some
+  point in every minute for NEARLY_SPENT_FOR: time is left to act before its callers get 429. A minute's window is
+  left out: it starts afresh within the minute, so a tenant that runs at its per-minute cap would hold the warning
+  open all day; its callers being refused is TokenBudgetExhausted's to say.
+- TokenBudgetExhausted (warning): for EXHAUSTED_FOR, more than EXHAUSTED_RATIO of the requests counted against the
+  budget were refused (429) by one of its windows (over RATE): its callers are being refused a meaningful share,
+  not a request now and then. 1%: the ratio the store and stream alerts page at, and a tenant that touches its cap
+  now and then (a burst refused, then a window's room again) stays under it once averaged over RATE; EXHAUSTED_FOR
+  (twice RATE): one refused burst raises the ratio for RATE at most, so it never holds that long.
+- TokenBudgetUsageUnreported (warning): for USAGE_UNREPORTED_FOR, a workload's 2xx answers ended without `usage`
+  in every RATE (BUDGET.SETTLED_WITHOUT_USAGE): each is settled at its reservation (its max_tokens, over-counted),
+  so its callers reach 429 early. Triton's OpenAI frontend reports usage only when the model outputs
+  num_input_tokens and num_output_tokens (triton-inference-server/server@r26.07
+  python/openai/openai_frontend/engine/utils/triton.py). A single one (an answer past the parsed size) does not fire.
 - TokenBudgetStoreFailing: for STORE_FOR, more than STORE_FAILURE_RATIO of the service's reservations could not reach
   the store in time: critical where a fail-closed budget refused requests (503), warning where fail-open budgets
   admitted them uncounted. A ratio, so one slow answer in a busy hour does not page.
@@ -39,11 +48,16 @@ from dashboards.panels import Q, timeseries
 from dashboards.rule_parts import RATE, Alert, runbook
 from telemetry.names import BUDGET, KSM
 
-__all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "STORE_FOR", "STORE_FAILURE_RATIO", "ROW", "panels", "alerts",
+__all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "EXHAUSTED_RATIO", "EXHAUSTED_FOR", "USAGE_UNREPORTED_FOR",
+           "NEARLY_SPENT_WINDOWS", "STORE_FOR", "STORE_FAILURE_RATIO", "ROW", "panels", "alerts",
            "ext_proc_metric"]
 
 NEARLY_SPENT = 0.8
 NEARLY_SPENT_FOR = "5m"
+NEARLY_SPENT_WINDOWS = ("perHour", "perDay")  # a minute's window starts afresh before anyone could act on it
+EXHAUSTED_RATIO = 0.01
+EXHAUSTED_FOR = "10m"
+USAGE_UNREPORTED_FOR = "10m"
 STORE_FOR = "2m"
 STORE_FAILURE_RATIO = 0.01
 ROW = "Token budgets"
@@ -86,23 +100,37 @@ def _stream_failures(*prefixes: str) -> str:
 
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
     who = "{{ $labels.scope }} {{ $labels.name }}"
+    windows = f'{BUDGET.L_WINDOW}=~"{"|".join(NEARLY_SPENT_WINDOWS)}"'
     failures = f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (rate({BUDGET.STORE_FAILURES}{{outcome=\"%s\"}}" \
                f"[{RATE}])) / on() group_left() sum(rate({BUDGET.CHECK_SECONDS}_count[{RATE}])) " \
                f"> {STORE_FAILURE_RATIO}"
     return [
         Alert("TokenBudgetNearlySpent",
-              f"max by ({BY}) (max_over_time({BUDGET.SPENT}[1m])) / max by ({BY}) ({BUDGET.LIMIT}) >= {NEARLY_SPENT}",
+              f"max by ({BY}) (max_over_time({BUDGET.SPENT}{{{windows}}}[1m])) / max by ({BY}) ({BUDGET.LIMIT}) "
+              f">= {NEARLY_SPENT}",
               "warning", summary=f"Token budget of {who} is {{{{ $value | humanizePercentage }}}} used "
                                  "({{ $labels.window }})",
               description=f"For {NEARLY_SPENT_FOR} the {{{{ $labels.window }}}} window of {who}'s token budget has "
                           f"reached at least {NEARLY_SPENT:.0%} of its limit: past it, its callers get 429 until the "
                           "window ends.",
               runbook_url=runbook(cfg, "TokenBudgetNearlySpent"), for_=NEARLY_SPENT_FOR),
-        Alert("TokenBudgetExhausted", f"sum by ({BY}) (increase({BUDGET.REFUSED}[{RATE}])) > 0", "warning",
-              summary=f"Token budget of {who} refuses requests ({{{{ $labels.window }}}})",
-              description=f"{{{{ $value }}}} requests of {who} got 429 in the last {RATE}: their "
-                          "reservations do not fit the {{ $labels.window }} window's budget.",
-              runbook_url=runbook(cfg, "TokenBudgetExhausted")),
+        Alert("TokenBudgetExhausted",
+              f"sum by ({BY}) (rate({BUDGET.REFUSED}[{RATE}])) / on ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) group_left() "
+              f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (rate({BUDGET.REQUESTS}[{RATE}])) > {EXHAUSTED_RATIO}",
+              "warning", summary=f"Token budget of {who} refuses {{{{ $value | humanizePercentage }}}} of its "
+                                 "requests ({{ $labels.window }})",
+              description=f"For {EXHAUSTED_FOR} more than {EXHAUSTED_RATIO:.0%} of {who}'s requests got 429 "
+                          f"({{{{ $value | humanizePercentage }}}} over the last {RATE}): their reservations do not "
+                          "fit the {{ $labels.window }} window's budget.",
+              runbook_url=runbook(cfg, "TokenBudgetExhausted"), for_=EXHAUSTED_FOR),
+        Alert("TokenBudgetUsageUnreported",
+              f"sum by ({BUDGET.L_WORKLOAD}) (increase({BUDGET.SETTLED_WITHOUT_USAGE}[{RATE}])) > 0", "warning",
+              summary="Workload {{ $labels.workload }} answers without usage: budgets charge its max_tokens",
+              description=f"For {USAGE_UNREPORTED_FOR} workload {{{{ $labels.workload }}}} has answered requests "
+                          f"that count against a token budget without `usage` ({{{{ $value }}}} in the last {RATE}): "
+                          "each is charged its whole reservation (max_tokens x outputWeight), so its callers reach "
+                          "429 early.",
+              runbook_url=runbook(cfg, "TokenBudgetUsageUnreported"), for_=USAGE_UNREPORTED_FOR),
         Alert("TokenBudgetStoreFailing", failures % "refused", "critical",
               summary=f"Token budget store unreachable: {who}'s requests are refused (fail-closed)",
               description=f"For {STORE_FOR} the budget service could not reserve in the store in time for "

@@ -337,6 +337,12 @@ class BUDGET:
     REMAINING = "aifactory_token_budget_remaining_tokens"  # gauge: the window's limit minus SPENT (at least 0)
     LIMIT = "aifactory_token_budget_limit_tokens"  # gauge: the window's limit
     REFUSED = "aifactory_token_budget_refused_total"  # counter: requests refused with 429 {scope, name, window}
+    # counter {scope, name}: requests counted against the budget (admitted, refused, or answered without the store):
+    # REFUSED's denominator
+    REQUESTS = "aifactory_token_budget_requests_total"
+    # counter {workload: the routed workload}: 2xx answers that ended without `usage`, settled at their reservation
+    # (the engine did not say what it generated: over-counted rather than under)
+    SETTLED_WITHOUT_USAGE = "aifactory_token_budget_settled_without_usage_total"
     # counter {scope, name, outcome: admitted | refused}: requests the store could not answer in time; admitted ones
     # are uncounted (onStoreFailure: open), refused ones got 503 (closed)
     STORE_FAILURES = "aifactory_token_budget_store_failures_total"
@@ -362,6 +368,7 @@ class BUDGET:
     L_SCOPE = "scope"
     L_NAME = "name"
     L_WINDOW = "window"
+    L_WORKLOAD = "workload"
     L_OUTCOME = "outcome"
     L_REASON = "reason"
 

@@ -14,15 +14,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import prometheus_client as prom
 import pytest
+import redis
 import redis.asyncio as aredis
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
 from google.protobuf import struct_pb2
 
 import components.k8s.gateway.budgets.service as service
+from components.k8s.gateway.budget_objects import STORE_MAXMEMORY_MIB, store_config
 from components.k8s.gateway.budgets.breaker import Breaker
 from components.k8s.gateway.budgets.names import METADATA_NAMESPACE, PATH_ATTRIBUTE, ROUTE_ATTRIBUTE, TENANT_ATTRIBUTE
 from components.k8s.gateway.budgets.service import STORE_ERRORS, BudgetConfig, Processor
@@ -281,3 +284,23 @@ def test_which_error_replies_are_the_stores_failure(reply: str, answered: bool) 
     write, e.g. the store's volume full) count toward the breaker."""
     from redis._parsers.base import BaseParser
     assert service.answered_by_store(BaseParser.parse_error(reply)) is answered
+
+
+def test_the_store_config_the_chart_is_given_bounds_memory_and_refuses_writes_past_it(tmp_path: Path) -> None:
+    """The chart's valkeyConfig (budget_objects.store_config) as a config file of Debian's redis-server: maxmemory
+    768 MiB and noeviction in force. Its bound lowered to 1 byte, a reservation gets the OOM reply (counted by the
+    service's store breaker as the store's failure, the test above) and the keys already there stay."""
+    with RedisServer(tmp_path, store_config()) as s:
+        c = s.client()
+        assert c.config_get("maxmemory") == {"maxmemory": str(STORE_MAXMEMORY_MIB * 2**20)}
+        assert c.config_get("maxmemory-policy") == {"maxmemory-policy": "noeviction"}
+        first = asyncio.run(Store(aredis.Redis.from_url(s.url)).reserve([DEMO], NOW, "r1"))
+        assert isinstance(first, Reservation)
+        c.config_set("maxmemory", "1")
+
+        async def past_the_bound() -> None:
+            with pytest.raises(redis.exceptions.OutOfMemoryError):
+                await Store(aredis.Redis.from_url(s.url)).reserve([DEMO], NOW, "r2")
+        asyncio.run(past_the_bound())
+        assert int(c.get(window_key("tenant", "demo", "perMinute", NOW))) == 600
+        assert c.exists(record_key("r1")) == 1

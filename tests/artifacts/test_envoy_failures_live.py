@@ -336,9 +336,9 @@ def test_the_budget_meter_sees_the_clients_500_and_charges_nothing(tmp_path: Pat
     seen: list[int] = []
     metered = ResponseMeter.headers
 
-    def headers(meter: ResponseMeter, status: int, content_type: str) -> None:
+    def headers(meter: ResponseMeter, status: int, content_type: str, end: bool = False) -> None:
         seen.append(status)
-        metered(meter, status, content_type)
+        metered(meter, status, content_type, end)
 
     monkeypatch.setattr(ResponseMeter, "headers", headers)
     with ExitStack() as stack:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import dashboards
-from dashboards.budgets import NEARLY_SPENT_FOR, STORE_FOR, ext_proc_metric
+from dashboards.budgets import EXHAUSTED_FOR, NEARLY_SPENT_FOR, STORE_FOR, USAGE_UNREPORTED_FOR, ext_proc_metric
 from dashboards.config import ObservabilityConfig
 from dashboards.rules import alerts, groups
 from infra.monitoring import from_platform
@@ -41,12 +41,32 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
                     _around(0, [fired("TokenBudgetNearlySpent", "warning", finance, 0.85, NEARLY_SPENT_FOR)])))
     out.append(Case("TokenBudgetNearlySpent", {**_gauges(BUDGET.SPENT, finance, "790x30"), **limit},
                     [(_minutes(NEARLY_SPENT_FOR) + 1, [])]))
-    # two refusals a minute on one replica: from minute 1 (a counter from 0: increase is exactly 2 then)
-    refused = {_sel(BUDGET.REFUSED, {**finance, "pod": REPLICAS[0]}): "0+2x30"}
-    out.append(Case("TokenBudgetExhausted", refused,
-                    _around(1, [fired("TokenBudgetExhausted", "warning", finance, 2.0, "0m")])))
-    out.append(Case("TokenBudgetExhausted", {_sel(BUDGET.REFUSED, {**finance, "pod": REPLICAS[0]}): "5x30"},
-                    [(2, [])]))
+    # a minute's window at 85% in every minute (a tenant that runs at its per-minute cap): no warning; its refusals
+    # are TokenBudgetExhausted's to count
+    per_minute = {**finance, BUDGET.L_WINDOW: "perMinute"}
+    out.append(Case("TokenBudgetNearlySpent", {**_gauges(BUDGET.SPENT, per_minute, "850x30"),
+                                               **_gauges(BUDGET.LIMIT, per_minute, "1000x30")},
+                    [(_minutes(NEARLY_SPENT_FOR) + 1, []), (20, [])]))
+    # 100 requests a minute counted against finance's budget, over both replicas; 5 of them refused by its day's
+    # window on one replica (5%, past 1%) from minute 1: fires once EXHAUSTED_FOR has passed
+    requests = {_sel(BUDGET.REQUESTS, {BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: "finance", "pod": pod,
+                                       "job": "aifactory-budgets"}): "0+50x40" for pod in REPLICAS}
+
+    def refused(values: str) -> dict[str, str]:
+        return {**requests, _sel(BUDGET.REFUSED, {**finance, "pod": REPLICAS[0], "job": "aifactory-budgets"}): values}
+    out.append(Case("TokenBudgetExhausted", refused("0+5x40"),
+                    _around(1, [fired("TokenBudgetExhausted", "warning", finance, 0.05, EXHAUSTED_FOR)])))
+    # one 429 (minute 3); a tenant that touches its cap now and then (a burst of 30 refused in minute 6 and again in
+    # minute 25: 6% of the requests over RATE, for RATE at most); one that is refused 0.5% of the time: all silent
+    for values in ("0x2 1x37", "0x5 30x18 60x15", "0+0.5x40"):
+        out.append(Case("TokenBudgetExhausted", refused(values), [(t, []) for t in (4, 7, 11, 16, 26, 31, 38)]))
+    # a workload whose answers come without usage: two a minute from minute 1, fires once USAGE_UNREPORTED_FOR has
+    # passed (10 in the last RATE); one such answer (minute 3) does not
+    chat = {BUDGET.L_WORKLOAD: "chat"}
+    unreported = _sel(BUDGET.SETTLED_WITHOUT_USAGE, {**chat, "pod": REPLICAS[1], "job": "aifactory-budgets"})
+    out.append(Case("TokenBudgetUsageUnreported", {unreported: "0+2x30"}, _around(
+        1, [fired("TokenBudgetUsageUnreported", "warning", chat, 10.0, USAGE_UNREPORTED_FOR)])))
+    out.append(Case("TokenBudgetUsageUnreported", {unreported: "0x2 1x27"}, [(t, []) for t in (4, 9, 14)]))
     who = {BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: "finance"}
     # 100 reservations a minute over both replicas (their check histogram's count)
     checks = {_sel(f"{BUDGET.CHECK_SECONDS}_count", {"pod": pod, "job": "aifactory-budgets"}): "0+50x30"
@@ -112,7 +132,8 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
     assert mine == {("TokenBudgetNearlySpent", "warning"), ("TokenBudgetExhausted", "warning"),
                     ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning"),
                     ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning"),
-                    ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning")}
+                    ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning"),
+                    ("TokenBudgetUsageUnreported", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
 
@@ -128,7 +149,7 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
         ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
          "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing", "TokenBudgetStoreFailing",
-         "TokenBudgetStorePrimaryDown"] if budgeted else [])
+         "TokenBudgetStorePrimaryDown", "TokenBudgetUsageUnreported"] if budgeted else [])
     doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
     assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
                                                                          *(["Token budgets"] if budgeted else [])]

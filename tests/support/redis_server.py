@@ -1,6 +1,7 @@
 """A real Redis (Debian's redis-server) on 127.0.0.1 for the token budget tests and bench: no persistence, stopped
 with the test; `pause()` freezes it (SIGSTOP: a store that accepts connections and never answers), `resume()` thaws
-it; `stop()` ends it (connections refused) and `start()` starts it again, empty, on the same port."""
+it; `stop()` ends it (connections refused) and `start()` starts it again, empty, on the same port. `config`: config
+file lines it reads first (the options above override theirs)."""
 
 from __future__ import annotations
 
@@ -23,8 +24,9 @@ START_TIMEOUT_S = 10.0
 
 
 class RedisServer:
-    def __init__(self, workdir: Path) -> None:
+    def __init__(self, workdir: Path, config: str = "") -> None:
         self.workdir = workdir
+        self.config = config
         self.port = free_port()
         self._proc: subprocess.Popen[bytes] | None = None
 
@@ -39,9 +41,11 @@ class RedisServer:
         return self.start()
 
     def start(self) -> Self:
+        conf = self.workdir / "redis.conf"
+        conf.write_text(self.config)
         self._proc = subprocess.Popen(
-            [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir), "--protected-mode", "yes"],
+            [REDIS_SERVER, str(conf), "--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly",
+             "no", "--dir", str(self.workdir), "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL,
             preexec_fn=die_with_parent)
         deadline = time.monotonic() + START_TIMEOUT_S

@@ -74,13 +74,26 @@ def test_the_store_keeps_an_append_only_file_on_a_volume() -> None:
     sc = cache_storage_class_name(cfg)
     assert sc  # the stack's class for volumes: the store's claims are not left to a default the cluster may lack
     standalone = store_values(_spec(cfg))
-    assert standalone["valkeyConfig"] == "appendonly yes\nappendfsync everysec\n"
+    assert standalone["valkeyConfig"] == ("appendonly yes\nappendfsync everysec\nmaxmemory 768mb\n"
+                                          "maxmemory-policy noeviction\n")
     assert standalone["dataStorage"] == {"enabled": True, "requestedSize": "8Gi", "className": sc}
     assert "replica" not in standalone
     replicated = store_values(_spec(_cfg({"perDay": 10}, storeReplicas=2, storeVolumeGiB=20)))
     assert replicated["replica"] == {"enabled": True, "replicas": 2,
                                      "persistence": {"size": "20Gi", "storageClass": sc}}
     assert replicated["fullnameOverride"] == STORE_RELEASE
+
+
+def test_the_stores_memory_is_bounded_below_its_pods_limit_and_never_evicts() -> None:
+    """maxmemory (Valkey's "mb": MiB) a quarter below the container's memory limit, for what it does not bound (the
+    append-only file's rewrite fork, replica output buffers), and noeviction: a window's counter or a reservation's
+    record is never evicted, writes past the bound are refused."""
+    values = store_values(_spec(_cfg({"perDay": 10})))
+    assert values["resources"]["limits"]["memory"] == "1Gi"
+    lines = values["valkeyConfig"].splitlines()
+    assert lines[2:] == ["maxmemory 768mb", "maxmemory-policy noeviction"]
+    bound = int(lines[2].removeprefix("maxmemory ").removesuffix("mb")) * 2**20
+    assert 2**30 - bound == 256 * 2**20  # the limit, 1Gi, less the bound: the headroom
 
 
 def test_fail_closed_tenants_get_a_filter_of_their_own() -> None:

@@ -46,7 +46,7 @@ def test_a_stream_is_settled_from_its_usage_chunk_split_across_reads() -> None:
     for i in range(0, len(raw), 7):  # chunk boundaries inside events
         m.body(raw[i:i + 7], i + 7 >= len(raw))
     assert (m.output_chunks, m.prompt_tokens, m.completion_tokens) == (2, 9, 2)
-    assert m.used(POLICY, 1000) == 9 + 4 * 2
+    assert m.used(POLICY, 1000, 50) == 9 + 4 * 2
 
 
 def test_a_cut_stream_is_settled_from_what_it_generated_and_an_error_from_nothing() -> None:
@@ -54,13 +54,37 @@ def test_a_cut_stream_is_settled_from_what_it_generated_and_an_error_from_nothin
     m.headers(200, "text/event-stream")
     m.body(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\ndata: {"choices": [{"delta": {"role": "x"}}]}\n\n',
            False)
-    assert m.used(POLICY, 100) == 50 + 4 * 1  # the prompt's estimate (100 bytes / 2) and one generated chunk
+    assert m.used(POLICY, 100, 50) == 50 + 4 * 1  # the prompt's estimate (100 bytes / 2) and one generated chunk
     err = ResponseMeter()
     err.headers(400, "application/json")
     err.body(b'{"error": {}}', True)
-    assert err.used(POLICY, 100) == 0
+    assert err.used(POLICY, 100, 50) == 0
     # no response at all (the client went before the engine's headers): nothing generated, nothing counted
-    assert ResponseMeter().used(POLICY, 100) == 0
+    assert ResponseMeter().used(POLICY, 100, 50) == 0
+
+
+def test_an_answer_that_ended_without_usage_is_charged_its_reservation_and_a_cut_one_what_it_generated() -> None:
+    """A complete 2xx without `usage` (Triton's OpenAI frontend sends none when the model does not output its token
+    counts: triton-inference-server/server@r26.07 python/openai/openai_frontend/engine/utils/triton.py) is charged
+    the prompt's estimate plus max_tokens x outputWeight, streamed or not; one cut before its end, what it generated."""
+    whole = ResponseMeter()
+    whole.headers(200, "application/json")
+    whole.body(b'{"choices": [{"message": {"content": "a long answer"}}]', False)
+    assert not whole.without_usage and whole.used(POLICY, 100, 50) == 50  # cut: the prompt alone (no chunk counted)
+    whole.body(b'}', True)
+    assert whole.without_usage and whole.used(POLICY, 100, 50) == 50 + 4 * 50
+    stream = ResponseMeter()
+    stream.headers(200, "text/event-stream")
+    stream.body(b'data: {"choices": [{"delta": {"content": "a"}}]}\n\n', False)
+    assert not stream.without_usage and stream.used(POLICY, 100, 50) == 50 + 4 * 1
+    stream.body(b'data: [DONE]\n\n', True)
+    assert stream.without_usage and stream.used(POLICY, 100, 50) == 50 + 4 * 50
+    empty = ResponseMeter()  # headers that end the answer: nothing said what it used
+    empty.headers(200, "application/json", end=True)
+    assert empty.without_usage and empty.used(POLICY, 100, 50) == 250
+    refused = ResponseMeter()
+    refused.headers(429, "application/json", end=True)
+    assert not refused.without_usage and refused.used(POLICY, 100, 50) == 0
 
 
 def test_a_routes_subject_names_the_workload_whose_budget_it_counts_against() -> None:

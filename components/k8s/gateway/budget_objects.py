@@ -31,7 +31,8 @@ from components.k8s.serving import MONITORING_API_VERSION
 from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, proxy_drain_annotations
 from telemetry.names import BUDGET
 
-__all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_url",
+__all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_config",
+           "STORE_MEMORY_LIMIT_MIB", "STORE_MAXMEMORY_MIB", "store_url",
            "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds"]
 
 STORE_RELEASE = BUDGET.STORE_RELEASE  # the Helm release; the chart names its Service and pods after it
@@ -61,15 +62,34 @@ def store_url(cfg: GatewayView) -> str:
     return f"redis://{STORE_HOST}.{cfg.gateway.namespace}.svc.cluster.local:{STORE_PORT}/0"
 
 
+# Each Valkey pod's memory limit, and the dataset's bound below it (maxmemory, MiB: Valkey's "mb" is 1024 x 1024
+# bytes). The 256 MiB between them are for what maxmemory does not bound: the pages the append-only file's rewrite
+# (a fork) copies as writes go on, the replicas' output buffers (not counted against maxmemory: valkey-io/valkey
+# valkey.conf, MEMORY MANAGEMENT), client buffers and the allocator's fragmentation. With noeviction, a write past
+# maxmemory is refused (an OOM error reply) and nothing is evicted: the budget service's store breaker counts those
+# replies as the store's failure (service.STORE_WIDE_REPLIES), and each budget answers as its onStoreFailure says.
+STORE_MEMORY_LIMIT_MIB = 1024
+STORE_MAXMEMORY_MIB = 768
+
+
+def store_config() -> str:
+    """valkey.conf lines for every store pod: an append-only file fsynced every second, a memory bound that refuses
+    writes past it rather than evicting a window's counter or a reservation's record."""
+    return (f"appendonly yes\nappendfsync everysec\nmaxmemory {STORE_MAXMEMORY_MIB}mb\n"
+            "maxmemory-policy noeviction\n")
+
+
 def store_values(cfg: GatewayView) -> dict[str, Any]:
-    """The Valkey chart's values (valkey-io/valkey-helm valkey-0.11.0 valkey/values.yaml): an append-only file on a
-    persistent volume for every pod, fsynced every second; with storeReplicas, a primary and that many replicas."""
+    """The Valkey chart's values (valkey-io/valkey-helm valkey-0.11.0 valkey/values.yaml): store_config() as
+    `valkeyConfig` (the chart's ConfigMap <release>-config, mounted at /usr/local/etc/valkey/valkey.conf, which its
+    init script appends to the generated config: templates/configmap.yaml, statefulset.yaml, init_config.yaml), a
+    persistent volume for every pod; with storeReplicas, a primary and that many replicas."""
     b = cfg.gateway.budget_service
     volume: dict[str, Any] = {"size": f"{b.store_volume_gib}Gi"}
     out: dict[str, Any] = {
         "fullnameOverride": STORE_RELEASE,
-        "valkeyConfig": "appendonly yes\nappendfsync everysec\n",
-        "resources": security.resources("250m", "256Mi", memory_limit="1Gi"),
+        "valkeyConfig": store_config(),
+        "resources": security.resources("250m", "256Mi", memory_limit=f"{STORE_MEMORY_LIMIT_MIB // 1024}Gi"),
     }
     if b.store_replicas:
         out["replica"] = {"enabled": True, "replicas": b.store_replicas,

@@ -121,12 +121,16 @@ class BudgetConfig:
                    workloads={n: Policy.from_json(p) for n, p in d["workloads"].items()},
                    models=dict(d["models"]), store_timeout_seconds=float(d["storeTimeoutSeconds"]))
 
+    def workload_of(self, route: str) -> str:
+        """The workload a route serves: its subject, <workload>[.batch | .<variant>.<reason>...], or a model's own key
+        (route_name)."""
+        subject = route.split("/", 1)[0].split(".", 1)[0]
+        return self.models.get(subject, subject)
+
     def budgets_of(self, tenant: str, route: str) -> list[tuple[str, str, Policy]]:
         """(scope, name, policy) of every budget a request of `tenant` on route `route` counts against."""
         out = [("tenant", tenant, self.tenants[tenant])] if tenant in self.tenants else []
-        # a route's subject: <workload>[.batch | .<variant>.<reason>...] or a model's own key (route_name)
-        subject = route.split("/", 1)[0].split(".", 1)[0]
-        workload = self.models.get(subject, subject)
+        workload = self.workload_of(route)
         if workload in self.workloads:
             out.append(("workload", workload, self.workloads[workload]))
         return out
@@ -174,6 +178,7 @@ class _Stream:
         self.p = processor
         self.budgets: list[tuple[str, str, Policy]] = []
         self.path = ""
+        self.workload = ""  # the routed workload (its answers' usage is counted by it)
         self.plan: Plan | None = None
         self.reservation: Reservation | None = None
         self.meter = ResponseMeter()
@@ -189,7 +194,8 @@ class _Stream:
             return False
         if kind == "response_headers":
             h = _headers(req.response_headers)
-            self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""))
+            self.meter.headers(int(h.get(":status", "0") or 0), h.get("content-type", ""),
+                               req.response_headers.end_of_stream)
             return req.response_headers.end_of_stream
         if kind == "response_body":
             self.meter.body(req.response_body.body, req.response_body.end_of_stream)
@@ -206,7 +212,9 @@ class _Stream:
                         for (s, n, p), c in zip(self.budgets, r["charges"], strict=True))
         self.reservation = Reservation(r["id"], tuple(r["keys"]), tuple(r["amounts"]), charges,
                                        unreserved=bool(r.get("unreserved")))
-        self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=0, body=None)
+        # (a replica of the previous release, mid-rollout, sends neither maxTokens nor workload)
+        self.plan = Plan(body_bytes=int(r["bodyBytes"]), max_tokens=int(r.get("maxTokens", 0)), body=None)
+        self.workload = str(r.get("workload", ""))
         self.metering = True
 
     def reservation_metadata(self) -> str:
@@ -214,7 +222,8 @@ class _Stream:
         policies = {(s, n): p for s, n, p in self.budgets}
         return json.dumps({"id": self.reservation.id, "unreserved": self.reservation.unreserved,
                            "keys": self.reservation.keys, "amounts": self.reservation.amounts,
-                           "bodyBytes": self.plan.body_bytes,
+                           "bodyBytes": self.plan.body_bytes, "maxTokens": self.plan.max_tokens,
+                           "workload": self.workload,
                            "charges": [{"scope": c.scope, "name": c.name, "amount": c.amount,
                                         "policy": policies[(c.scope, c.name)].to_json()}
                                        for c in self.reservation.charges]}, separators=(",", ":"))
@@ -229,9 +238,13 @@ class _Stream:
         """The request's one message: its whole body, with the attributes that say whose it is and where it goes."""
         attrs = {k: v.string_value for a in req.attributes.values() for k, v in a.fields.items()}
         self.path = attrs.get(PATH_ATTRIBUTE, "")
-        self.budgets = self.p.config.budgets_of(attrs.get(TENANT_ATTRIBUTE, ""), attrs.get(ROUTE_ATTRIBUTE, ""))
+        route = attrs.get(ROUTE_ATTRIBUTE, "")
+        self.budgets = self.p.config.budgets_of(attrs.get(TENANT_ATTRIBUTE, ""), route)
         if not self.budgets:  # nothing counts it: on unchanged
             return pb.ProcessingResponse(request_body=pb.BodyResponse())
+        self.workload = self.p.config.workload_of(route)
+        for scope, name, _ in self.budgets:
+            self.p.requests.labels(scope, name).inc()
         body = req.request_body.body
         self.plan = plan(body, self.path, min(p.default_max_tokens for _, _, p in self.budgets))
         charges = [Charge(scope, name, p.limits, p.cost(p.prompt_estimate(self.plan.body_bytes), self.plan.max_tokens))
@@ -291,7 +304,10 @@ class _Stream:
         if self.settled or self.reservation is None or self.plan is None:
             return
         self.settled = True
-        used = {(scope, name): self.meter.used(p, self.plan.body_bytes) for scope, name, p in self.budgets}
+        used = {(scope, name): self.meter.used(p, self.plan.body_bytes, self.plan.max_tokens)
+                for scope, name, p in self.budgets}
+        if self.meter.without_usage:
+            self.p.settled_without_usage.labels(self.workload).inc()
         self.p.background(self.p.settle(self.reservation, used))
 
 
@@ -307,6 +323,12 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         self._settling: asyncio.Semaphore | None = None  # SETTLE_CONCURRENCY, made on the service's event loop
         self.streams = 0  # in flight
         labels = (BUDGET.L_SCOPE, BUDGET.L_NAME)
+        self.requests = prom.Counter(BUDGET.REQUESTS.removesuffix("_total"), "Requests counted against a token "
+                                     "budget (admitted, refused, or answered without the store)", labels,
+                                     registry=registry)
+        self.settled_without_usage = prom.Counter(
+            BUDGET.SETTLED_WITHOUT_USAGE.removesuffix("_total"), "2xx answers that ended without usage, settled at "
+            "their reservation", (BUDGET.L_WORKLOAD,), registry=registry)
         self.refused = prom.Counter(BUDGET.REFUSED.removesuffix("_total"), "Requests refused with 429 by a token "
                                     "budget", (*labels, BUDGET.L_WINDOW), registry=registry)
         self.store_failures = prom.Counter(BUDGET.STORE_FAILURES.removesuffix("_total"), "Requests the budget "

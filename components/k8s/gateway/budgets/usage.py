@@ -10,12 +10,17 @@ the engine ends its stream with a chunk holding `usage` (vllm-project/vllm@v0.33
 vllm/entrypoints/openai/protocol.py StreamOptions; serving_chat.py sends it as the last data chunk before
 `data: [DONE]`).
 
-Settlement (what it used): the response's `usage` (prompt_tokens, completion_tokens); without one (a stream cut by
-the client or the engine), the prompt's estimate plus one output token per streamed chunk that carried generated
-content (vLLM sends one chunk per decoding step by default, `--stream-interval 1`); nothing for a response that is
-not 2xx (the engine refused the request, or the gateway answered it itself), nor for a request whose response never
-started (the client went away, or every try failed, before the engine's headers: a streaming engine sends them before
-it generates anything, and an unstreamed answer cut before it arrives leaves nothing the meter can count).
+Settlement (what it used): the response's `usage` (prompt_tokens, completion_tokens). A 2xx whose body ended without
+one is charged its reservation (the prompt's estimate plus max_tokens x outputWeight): the engine answered in full
+but did not say what it generated (triton-inference-server/server@r26.07 python/openai/openai_frontend/engine/utils/
+triton.py returns usage only when the model outputs num_input_tokens and num_output_tokens, so a TensorRT-LLM
+repository without them never reports it), and the budget over-counts rather than under-counts; the service counts
+those settlements (telemetry.names.BUDGET.SETTLED_WITHOUT_USAGE). A 2xx cut before its end (the client or the engine
+ended the stream) is charged the prompt's estimate plus one output token per streamed chunk that carried generated
+content (vLLM sends one chunk per decoding step by default, `--stream-interval 1`; an unstreamed answer cut before
+its end leaves no chunk to count). Nothing is charged for a response that is not 2xx (the engine refused the
+request, or the gateway answered it itself), nor for a request whose response never started (the client went away,
+or every try failed, before the engine's headers: a streaming engine sends them before it generates anything).
 """
 
 from __future__ import annotations
@@ -117,15 +122,18 @@ class ResponseMeter:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     output_chunks: int = 0
+    ended: bool = False  # the response's end was seen (its last body chunk, or headers that end it)
     _pending: bytes = b""
     _body: bytearray = field(default_factory=bytearray)
     _too_large: bool = False
 
-    def headers(self, status: int, content_type: str) -> None:
+    def headers(self, status: int, content_type: str, end: bool = False) -> None:
         self.status = status
         self.streamed = content_type.split(";", 1)[0].strip().lower() == "text/event-stream"
+        self.ended = end
 
     def body(self, chunk: bytes, end: bool) -> None:
+        self.ended = end
         if self.streamed:
             lines = (self._pending + chunk).split(b"\n")
             self._pending = b"" if end else lines.pop()
@@ -156,13 +164,20 @@ class ResponseMeter:
             self.prompt_tokens = usage["prompt_tokens"]
             self.completion_tokens = int(usage.get("completion_tokens") or 0)
 
-    def used(self, policy: Policy, body_bytes: int) -> int:
-        """Weighted tokens the request used against `policy`."""
+    @property
+    def without_usage(self) -> bool:
+        """A 2xx answered in full that did not say what it used: settled at its reservation."""
+        return 200 <= self.status < 300 and self.ended and self.prompt_tokens is None
+
+    def used(self, policy: Policy, body_bytes: int, max_tokens: int) -> int:
+        """Weighted tokens the request used against `policy` (`body_bytes`, `max_tokens`: what it reserved)."""
         if not 200 <= self.status < 300:  # 0: no response started (the client went before the engine answered)
             return 0
         if self.prompt_tokens is not None:
             return policy.cost(self.prompt_tokens, self.completion_tokens or 0)
-        # no usage seen: a cut stream: the prompt's estimate and what was generated
+        if self.ended:  # answered in full, usage unsaid: its reservation (over-counted rather than under)
+            return policy.cost(policy.prompt_estimate(body_bytes), max_tokens)
+        # cut: the prompt's estimate and what was generated
         return policy.cost(policy.prompt_estimate(body_bytes), self.output_chunks)
 
 
