@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pulumi_policy import Policy
 
-from policies import aws_security, fabric, fidelity, isolation, preflight
+from policies import aws_security, fabric, fidelity, isolation, preflight, scrape
 
 __all__ = ["PACK_NAME", "PACK_DESCRIPTION", "POLICIES", "by_name"]
 
@@ -12,7 +12,7 @@ PACK_NAME = "aifactory"
 PACK_DESCRIPTION = ("Tenant isolation, data-plane fabric correctness, AWS security and admission/await preflight "
                     "for aifactory GPU clusters.")
 POLICIES: list[Policy] = [*isolation.POLICIES, *fabric.POLICIES, *aws_security.POLICIES, *preflight.POLICIES,
-                         *fidelity.POLICIES]
+                         *fidelity.POLICIES, *scrape.POLICIES]
 
 
 def by_name() -> dict[str, Policy]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from components.k8s.settings import Model
 from infra.verify.endpoints import Endpoints, Unreachable, reason_of, shorten, unresolved_cause
 from infra.verify.report import Hop, Progress, progress_line
+from infra.verify.sampling import kept_trace_id
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -122,7 +123,8 @@ def request_hops(endpoints: Endpoints, model: Model, token: str | None, *, timeo
     not resolve (`unresolved`: why), and both rows say so."""
     say = progress or (lambda _msg: None)
     auth = {"authorization": f"Bearer {token}"} if token else {}
-    trace_id, request_id = secrets.token_hex(16), str(uuid.uuid4())
+    # a trace id the Collector's probabilistic_sampler keeps (infra.verify.sampling): a missing trace is a broken hop
+    trace_id, request_id = kept_trace_id(), str(uuid.uuid4())
     sent = Sent(model, trace_id, request_id, answered=False)
     hops: list[Hop] = []
     for stream in (False, True):

@@ -88,7 +88,8 @@ def trace_check(endpoints: Endpoints, sent: Sent, *, timeout: float) -> Check:
         if ans.status == 404 or not traces:
             return Hop("trace", model.name, False, f"no trace {sent.trace_id} in Jaeger ({ans.status})",
                        "the gateway's spans do not reach Jaeger: the gateway's otel_collector cluster cannot reach "
-                       "the Collector, or the Collector's otlp/jaeger exporter fails (TelemetryExportFailing)")
+                       "the Collector, or the Collector's otlp/jaeger exporter fails (TelemetryExportFailing); not "
+                       "the Collector's probabilistic_sampler, which keeps verify's trace id at any ratio")
         trace = traces[0]
         services = {pid: p.get("serviceName", "") for pid, p in (trace.get("processes") or {}).items()}
         spans = trace.get("spans") or []

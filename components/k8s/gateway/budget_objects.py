@@ -27,6 +27,7 @@ from components.k8s.gateway.envoy.budgets import (
     service_config,
 )
 from components.k8s.gateway.names import CONFIG_HASH_ANNOTATION, _selector
+from components.k8s.mesh import MESH_SCRAPE_TLS
 from components.k8s.serving import MONITORING_API_VERSION
 from components.k8s.serving.lifecycle import PRESTOP_MARGIN_SECONDS, proxy_drain_annotations
 from telemetry.names import BUDGET
@@ -204,7 +205,9 @@ def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
         "budgets-servicemonitor": {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor",
                                    "metadata": _meta(cfg), "spec": {
                                        "selector": {"matchLabels": _labels()},
-                                       "endpoints": [{"port": "metrics", "interval": "15s"}]}},
+                                       # the pod is in the mesh (STRICT mTLS, 9090 captured): Prometheus
+                                       # presents its workload certificate, as for every meshed scrape
+                                       "endpoints": [{"port": "metrics", "interval": "15s", **MESH_SCRAPE_TLS}]}},
         # the gateway reaches the service; the service, Prometheus aside, reaches only the store
         "networkpolicy-allow-gateway-to-budgets": _netpol(cfg, "allow-gateway-to-budgets", _selector(), egress=[
             {"to": [{"podSelector": {"matchLabels": _pods()}}], "ports": _port(BUDGETS_GRPC_PORT)}]),
