@@ -27,6 +27,7 @@ handles SIGTERM as the new init; the SGLang worker's shell exits on it too. Run 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import socket
@@ -243,15 +244,17 @@ def _sigterm_ends(script: str, *, handler_within: float, env: dict[str, str] | N
                 time.sleep(0.02)
         while not _caught(init) & SIGTERM_CAUGHT and time.monotonic() < deadline:
             time.sleep(0.02)
+        caught = _caught(init) & SIGTERM_CAUGHT  # read before the signal: a handled one may end the init at once
         os.kill(init, 15)
         try:
-            outer.wait(timeout=10 if _caught(init) & SIGTERM_CAUGHT else 1)
+            outer.wait(timeout=10 if caught else 1)
         except subprocess.TimeoutExpired:  # still there: only SIGKILL ends it
             return False
         return True
     finally:
         if outer.poll() is None:
-            os.kill(init, 9)
+            with contextlib.suppress(ProcessLookupError):  # gone between the poll and the kill
+                os.kill(init, 9)
             outer.wait(timeout=10)
 
 
