@@ -131,7 +131,11 @@ def _captured(pods: _Pods, port: Any) -> bool:
         return True  # a port no container declares: the sidecar's default, capture
     if number in SIDECAR_OWN_NUMBERS or str(number) in _ports(pods.annotations.get(EXCLUDE_INBOUND)):
         return False
-    include = _ports(pods.annotations.get(INCLUDE_INBOUND)) or {"*"}
+    if INCLUDE_INBOUND not in pods.annotations:
+        return True  # Istio's default: every port
+    # present: only the ports it lists; an empty list turns inbound capture off (istio/istio@1.28.3
+    # manifests/charts/istio-control/istio-discovery/files/injection-template.yaml; Istio's annotation reference)
+    include = _ports(pods.annotations.get(INCLUDE_INBOUND))
     return "*" in include or str(number) in include
 
 

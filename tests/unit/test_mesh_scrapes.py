@@ -100,6 +100,11 @@ def test_policy_the_mesh_scrape_tls_an_uninjected_namespace_or_an_excluded_port_
     assert found(POLICY, _ns("ns", injected=True), *excluded, _sm({"port": "metrics"})) == []
     elsewhere = _app({"traffic.sidecar.istio.io/includeInboundPorts": "8000"})
     assert found(POLICY, _ns("ns", injected=True), *elsewhere, _sm({"port": "metrics"})) == []
+    # an empty list is no capture at all (Prometheus's own pods opt out so), not Istio's default of every port
+    nothing = _app({"traffic.sidecar.istio.io/includeInboundPorts": ""})
+    assert found(POLICY, _ns("ns", injected=True), *nothing, _sm({"port": "metrics"})) == []
+    every = _app({"traffic.sidecar.istio.io/includeInboundPorts": "*"})
+    assert found(POLICY, _ns("ns", injected=True), *every, _sm({"port": "metrics"})) == [PLAIN]
 
 
 def test_policy_https_without_the_certificate_files_is_still_a_violation() -> None:
