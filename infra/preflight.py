@@ -87,6 +87,7 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
         *rules.endpoint_findings(resources, deployer_in_vpc=deployer_in_vpc),
         *rules.schedule_findings(resources, pools),
         *rules.drain_findings(resources),
+        *rules.lb_target_findings(resources, pools if eks else []),
         *fidelity_findings(resources, gate),
     ]
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))

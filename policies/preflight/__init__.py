@@ -26,8 +26,9 @@ Upstream facts the rules encode (each constant below names its source):
 
 Modules: `resources` reads the state (Res, Finding, quantities, creation order); `pods` derives what admission
 sees of each pod template (LimitRange defaults, the injected sidecar); one module per rule: `quota`,
-`pod_security`, `storage`, `ordering` (CRDs and release bring-up), `awaits`, `endpoint`, `schedule`, `drain`; `policy`
-names the rules and makes the state-only ones policies. This package re-exports their public names.
+`pod_security`, `storage`, `ordering` (CRDs and release bring-up), `awaits`, `endpoint`, `schedule`, `drain`,
+`lb_targets`; `policy` names the rules and makes the state-only ones policies. This package re-exports their public
+names.
 """
 
 from policies.preflight.awaits import (
@@ -37,6 +38,7 @@ from policies.preflight.awaits import (
 )
 from policies.preflight.drain import drain_findings
 from policies.preflight.endpoint import endpoint_findings
+from policies.preflight.lb_targets import lb_target_findings
 from policies.preflight.ordering import DEFAULT_HELM_TIMEOUT_SECONDS, crd_order_findings, release_order_findings
 from policies.preflight.pod_security import pod_security_findings, pss_violations
 from policies.preflight.pods import (
@@ -85,6 +87,7 @@ __all__ = [
     "release_order_findings",
     "drain_findings",
     "endpoint_findings",
+    "lb_target_findings",
     "node_group_pools",
     "system_reserve",
     "allocatable",

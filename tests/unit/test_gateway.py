@@ -6,6 +6,8 @@ import hashlib
 
 import pytest
 
+from components.aws.cluster import SYSTEM_POOL, system_pool_spec
+from components.aws.nodes import node_labels
 from components.k8s import otel_config
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.gateway import component as gw
@@ -446,10 +448,25 @@ def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> Non
     assert svc["spec"]["type"] == "LoadBalancer"
     # no AWS Load Balancer Controller is installed: `external` (and its scheme/target-type keys) would stay pending
     assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-                                              "service.beta.kubernetes.io/aws-load-balancer-internal": "true"}
+                                              "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+                                              "service.beta.kubernetes.io/aws-load-balancer-target-node-labels":
+                                                  "aifactory.io/pool=system"}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP",
                                      "appProtocol": "http"}]
     assert "annotations" not in gw.service(stack("onprem"))["metadata"]
+
+
+@pytest.mark.parametrize("name", ["prod", "dev", "staging"])
+def test_every_aws_stacks_nlb_targets_only_the_system_pools_nodes(name: str) -> None:
+    """The in-tree controller registers as targets only the nodes carrying every `key=value` of
+    aws-load-balancer-target-node-labels, on create and on every node-set update
+    (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes,
+    findInstancesForELB; pkg/providers/v1/aws.go, UpdateLoadBalancer). The label is the one the kit sets on the
+    system pool's node group, so a GPU node the autoscaler removes carries no client connection."""
+    ann = gw.service(stack(name))["metadata"]["annotations"]
+    key, value = ann["service.beta.kubernetes.io/aws-load-balancer-target-node-labels"].split("=")
+    assert (key, value) == ("aifactory.io/pool", SYSTEM_POOL)
+    assert node_labels(system_pool_spec({}))[key] == value
 
 
 def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_tls() -> None:

@@ -553,6 +553,36 @@ def test_daemonset_whose_selector_matches_no_pool_and_eks_node_group_taints() ->
                               "{'feature': 'x'} does not match its labels)")]
 
 
+def test_an_eks_load_balancer_that_would_target_gpu_nodes_or_no_nodes_is_found() -> None:
+    """The in-tree controller targets the nodes carrying every `key=value` of target-node-labels (a bare key: any
+    value), every node without it (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go
+    filterTargetNodes, getKeyValuePropertiesFromAnnotation)."""
+    system = entry("aws:eks/nodeGroup:NodeGroup", "system-ng", {"instanceTypes": ["m7i.2xlarge"],
+                                                               "labels": {POOL_LABEL: "system"}})
+    gpu = entry("aws:eks/nodeGroup:NodeGroup", "gpu-ng", {"instanceTypes": ["p5.48xlarge"],
+                                                         "labels": {POOL_LABEL: "h100"}})
+    key = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
+
+    def lb(name: str, **ann: str) -> dict[str, Any]:
+        return k8s("kubernetes:core/v1:Service", name, "gw", {"type": "LoadBalancer"}, meta={"annotations": ann})
+
+    services = [lb("system-only", **{key: f"{POOL_LABEL}=system"}), lb("every-node"),
+                lb("any-pool", **{key: f" {POOL_LABEL}= "}), lb("none", **{key: f"{POOL_LABEL}=sys"}),
+                k8s("kubernetes:core/v1:Service", "internal", "gw", {"type": "ClusterIP"})]
+    resources = pf.from_entries([system, gpu, *services])
+    fix = f"Set {key} to labels only the system node group carries."
+    assert [(f.rule, f.resource, f.message, f.fix) for f in
+            pf.lb_target_findings(resources, pf.node_group_pools(resources))] == [
+        ("nlb-targets-stable-nodes", "Service/gw/every-node", "its NLB targets GPU node group(s) gpu-ng: a connection "
+         "through a node the autoscaler removes or an upgrade replaces ends, though its pod is healthy", fix),
+        ("nlb-targets-stable-nodes", "Service/gw/any-pool", "its NLB targets GPU node group(s) gpu-ng: a connection "
+         "through a node the autoscaler removes or an upgrade replaces ends, though its pod is healthy", fix),
+        ("nlb-targets-stable-nodes", "Service/gw/none",
+         "its NLB has no targets: no node group carries {'aifactory.io/pool': 'sys'}",
+         f"Set {key} to labels of the system node group.")]
+    assert pf.lb_target_findings(resources, []) == []
+
+
 # --------------------------------------------------------------------------------------------
 # the same rules as mandatory policies of the pack
 
@@ -636,6 +666,12 @@ def test_shipped_stacks_are_clean(stack: str) -> None:
     result = run_program(stack, read_stack_config(stack_file(stack)))
     resources = pf.from_entries(state_export(result)["deployment"]["resources"])
     assert [(f.rule, f.resource, f.message) for f in run_rules(resources, result.config)] == []
+    # an AWS stack's gateway NLB targets its system node group only (nlb-targets-stable-nodes passed above)
+    pools = pf.node_group_pools(resources)
+    gw = next(r for r in resources if r.kind == "Service" and r.name == "aifactory-gateway")
+    wanted = pf.lb_targets.target_node_labels(gw.props["metadata"].get("annotations") or {})
+    assert [p.labels[POOL_LABEL] for p in pools if all(p.labels.get(k) == v for k, v in wanted.items())] == (
+        ["system"] if result.config.is_aws else [])
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -647,7 +683,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     state.write_text(json.dumps(clean))
     assert main(["preflight", "onprem", "--state", str(state)]) == 0
     assert capsys.readouterr().out == (
-        "preflight onprem: 12 rules over 2 resources: 0 finding(s)\n"
+        "preflight onprem: 13 rules over 2 resources: 0 finding(s)\n"
         "\nrollouts (what a rolling update does to each model)\n"
         "  classifier: rolling: one replica at a time: 1 of its at least 2 replicas keep serving while one is "
         "replaced\n"

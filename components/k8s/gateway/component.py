@@ -11,7 +11,7 @@ the Collector leave through the sidecar with the gateway's mesh identity (what t
 AuthorizationPolicies admit), while client traffic from the load balancer reaches Envoy directly
 (the listener port is excluded from inbound capture). On AWS a LoadBalancer Service is an internal
 NLB, made by the in-tree service controller (the kit installs no AWS Load Balancer Controller), with
-the nodes as targets. Prometheus scrapes the stats port through a headless metrics Service, over
+the system pool's nodes as targets. Prometheus scrapes the stats port through a headless metrics Service, over
 mTLS, so the load balancer carries client traffic only.
 
 Modules: gateway_args (GatewayArgs), gateway_spec (validation and defaults), gateway_names (object names, labels,
@@ -152,10 +152,16 @@ DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new rep
 METRICS_SERVICE = f"{naming.GATEWAY_APP}-metrics"
 METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metrics Service only
 CONFIG_DIR = "/etc/envoy"
-# The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer.
+# The pool whose nodes are the NLB's targets: the system pool (components.aws.cluster.SYSTEM_POOL), few nodes the
+# cluster autoscaler and KEDA never scale for models, so a GPU node leaving cuts no client connection through it.
+AWS_LB_TARGET_POOL = "system"
+# The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer whose
+# targets are the nodes carrying every label listed (kubernetes/cloud-provider-aws@v1.35.2:
+# pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes; re-applied on every node-set update).
 AWS_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
     "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
+    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels": f"{naming.LABEL_POOL}={AWS_LB_TARGET_POOL}",
 }
 
 
