@@ -12,7 +12,7 @@ import pytest
 
 import dashboards
 from dashboards.budgets import (
-    CLUSTER_OVERFLOW,
+    CLUSTER_OVERFLOWS,
     EXHAUSTED_FOR,
     NEARLY_SPENT_FOR,
     STORE_FOR,
@@ -121,10 +121,11 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
     # the gateway's own breakers on the service's cluster refuse two streams a minute (one gateway pod) from minute 1:
     # fires at once (the filters' stream stats would blame the service too); the models' clusters overflowing, or a
     # count that has stopped rising, page no one here
-    def overflow(cluster: str, values: str) -> dict[str, str]:
-        return {_sel(CLUSTER_OVERFLOW, {**gateway, "envoy_cluster_name": cluster}): values}
-    out.append(Case("TokenBudgetServiceOverflowing", overflow("aifactory_budgets", "0+2x30"), _around(
-        1, [fired("TokenBudgetServiceOverflowing", "critical", {}, 2.0, "0m")])))
+    def overflow(cluster: str, values: str, metric: str = CLUSTER_OVERFLOWS[0]) -> dict[str, str]:
+        return {_sel(metric, {**gateway, "envoy_cluster_name": cluster}): values}
+    for metric in CLUSTER_OVERFLOWS:  # each breaker's counter alone (the requests', the pending requests')
+        out.append(Case("TokenBudgetServiceOverflowing", overflow("aifactory_budgets", "0+2x30", metric), _around(
+            1, [fired("TokenBudgetServiceOverflowing", "critical", {}, 2.0, "0m")])))
     out.append(Case("TokenBudgetServiceOverflowing", {**overflow("chat", "0+2x30"),
                                                       **overflow("aifactory_budgets", "3x30")}, [(2, []), (10, [])]))
     # the store's primary (kube-state-metrics' readiness of the Valkey StatefulSet's pod 0): not ready from minute 0,
