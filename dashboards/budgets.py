@@ -24,6 +24,15 @@ the same value: panels and alerts take the max over replicas, never the sum.
 - TokenBudgetServiceUnreachable (critical): for STORE_FOR, more than STORE_FAILURE_RATIO of the gateway's admission
   streams to the service failed or timed out (Envoy's own ext_proc stats: the service's counters cannot count what
   never reached it): fail-closed tenants get 500, fail-open ones are served uncounted.
+- TokenBudgetServiceOverflowing (critical): the gateway's breakers on the service's cluster (aifactory_budgets)
+  refused streams in the last RATE: Envoy counts a stream refused by max_requests in upstream_rq_active_overflow
+  (since 1.38 not in upstream_rq_pending_overflow any more; the live test saw it on 1.40), one refused by
+  max_pending_requests in upstream_rq_pending_overflow (envoyproxy/envoy@v1.40.0
+  docs/root/configuration/upstream/cluster_manager/cluster_stats.rst), which its Prometheus endpoint names
+  envoy_cluster_upstream_rq_{active,pending}_overflow{envoy_cluster_name}: the alert sums both. Each refused stream
+  is an admission failed (open: uncounted; closed: 500) or a meter stream lost (its reservation never settled), and
+  counts in TokenBudgetServiceUnreachable or TokenBudgetMeteringFailing too: this one says the service is not to
+  blame.
 - TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
   stay at the worst case until the window ends (callers are refused early).
 - TokenBudgetSettlementsFailing (warning): settlements the service never wrote to the store in the last RATE (every
@@ -61,6 +70,8 @@ USAGE_UNREPORTED_FOR = "10m"
 STORE_FOR = "2m"
 STORE_FAILURE_RATIO = 0.01
 ROW = "Token budgets"
+CLUSTER_OVERFLOWS = ("envoy_cluster_upstream_rq_active_overflow", "envoy_cluster_upstream_rq_pending_overflow")
+BUDGETS_CLUSTER = "aifactory_budgets"  # components.k8s.gateway.envoy.budgets.BUDGETS_CLUSTER
 BY = f"{BUDGET.L_SCOPE}, {BUDGET.L_NAME}, {BUDGET.L_WINDOW}"
 LEGEND = "{{scope}} {{name}} {{window}}"
 
@@ -169,6 +180,16 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "Sentinel): the StatefulSet brings pod 0 back on its volume; if the volume is lost, fail "
                           "over by hand (runbook).",
               runbook_url=runbook(cfg, "TokenBudgetStorePrimaryDown"), for_=STORE_FOR),
+        Alert("TokenBudgetServiceOverflowing",
+              " + ".join(f"(sum(increase({m}{{envoy_cluster_name=\"{BUDGETS_CLUSTER}\"}}[{RATE}])) or vector(0))"
+                         for m in CLUSTER_OVERFLOWS) + " > 0",
+              "critical", summary="The gateway's breakers refuse streams to the token budget service",
+              description=f"{{{{ $value }}}} streams to the budget service were refused by the gateway's own circuit "
+                          f"breakers (cluster {BUDGETS_CLUSTER}) in the last {RATE}: admissions failed (fail-closed "
+                          "tenants got 500, fail-open ones were served uncounted) or metering streams were lost "
+                          "(their reservations stay charged their worst case until the window ends). The service "
+                          "is not at fault: more requests are in flight than the breakers were sized for.",
+              runbook_url=runbook(cfg, "TokenBudgetServiceOverflowing")),
         Alert("TokenBudgetMeteringFailing", _stream_failures(BUDGET.ENVOY_METER), "warning",
               summary="The gateway cannot meter responses to the token budget service",
               description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's metering streams "

@@ -5,8 +5,10 @@ incrementing anything, settle gives back the difference, and a window's counter 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import prometheus_client as prom
 import pytest
@@ -262,3 +264,43 @@ def test_a_settlement_that_times_out_is_retried_and_counts_once(url: str, server
     _run(go())
     assert _counters(server) == (250, 250)
     assert server.client().exists(record_key("slow")) == 0
+
+
+def _release_script(port: int, age: int) -> str:
+    """The runbook's manual release of reservations nobody will settle (dashboards/RUNBOOKS.md,
+    TokenBudgetServiceUnreachable), as the Valkey pod runs it: Debian's redis-cli for valkey-cli."""
+    text = (Path(__file__).parents[2] / "dashboards" / "RUNBOOKS.md").read_text()
+    section = text.split("## TokenBudgetServiceUnreachable\n", 1)[1].split("\n## ", 1)[0]
+    block = section.split("```\n", 2)[1]
+    script = block.split("sh -c '", 1)[1].rsplit("'", 1)[0]
+    return script.replace("age=<seconds>", f"age={age}").replace("valkey-cli", f"redis-cli -p {port}")
+
+
+def test_the_runbooks_release_gives_back_only_old_unsettled_reservations(url: str, server: RedisServer) -> None:
+    """A service pod killed hard leaves its meter streams' reservations recorded and never settled: the runbook's
+    release gives back those older than `age` (OBJECT IDLETIME of the record), and leaves a recent one, a settled
+    one's tombstone and the other counters alone."""
+    charge = [Charge("tenant", "demo", {"perMinute": 1000, "perDay": 10_000}, 300)]
+    minute, day = window_key("tenant", "demo", "perMinute", NOW), window_key("tenant", "demo", "perDay", NOW)
+
+    async def reserve(rid: str) -> Reservation | Refusal:
+        return await (await _store(url)).reserve(charge, NOW, rid)
+
+    async def unreserved(rid: str) -> bool:
+        store = await _store(url)
+        return await store.settle(Store.unreserved(charge, NOW, rid), {("tenant", "demo"): 50}, NOW)
+
+    assert isinstance(_run(reserve("orphan")), Reservation)
+    assert _run(unreserved("late"))  # a tombstone, and 50 used
+    c = server.client()
+    deadline = time.monotonic() + 10
+    while int(c.object("idletime", record_key("orphan"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert isinstance(_run(reserve("recent")), Reservation)
+    assert [int(c.get(minute)), int(c.get(day))] == [650, 650]
+    done = subprocess.run(["sh", "-c", _release_script(server.port, 1)], capture_output=True, text=True, timeout=20)
+    assert done.returncode == 0, done.stderr
+    assert [int(c.get(minute)), int(c.get(day))] == [350, 350]
+    assert not c.exists(record_key("orphan"))
+    assert c.hgetall(record_key("recent")) == {minute.encode(): b"300", day.encode(): b"300"}
+    assert c.hgetall(record_key("late")) == {b"settled": b"1"}

@@ -72,6 +72,7 @@ class Live:
     service: BudgetService
     issuer: Issuer
     gone: EnvoyProcess | None = None  # a gateway whose budget service's address refuses connections
+    capped: EnvoyProcess | None = None  # a gateway whose breakers on the service's cluster allow CAPPED streams
 
     def post(self, tenant: str, body: dict[str, Any], *, timeout: float = 10.0) -> tuple[int, dict[str, str], bytes]:
         c = http.client.HTTPConnection("127.0.0.1", self.envoy.listener_port, timeout=timeout)
@@ -105,6 +106,16 @@ class Live:
             self.engine.bodies.clear()
 
 
+CAPPED = 1
+
+
+def _capped(config: dict[str, Any]) -> None:
+    """The service's cluster with breakers of CAPPED streams (Envoy's 1,024 default, scaled down to a test's load)."""
+    [cluster] = [c for c in config["static_resources"]["clusters"] if c["name"] == BUDGETS_CLUSTER]
+    cluster["circuit_breakers"] = {"thresholds": [{"priority": "DEFAULT", "max_connections": CAPPED,
+                                                   "max_pending_requests": CAPPED, "max_requests": CAPPED}]}
+
+
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     cfg = parse(RAW, stack="budgets")
@@ -114,13 +125,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
         engine = stack.enter_context(UsageEngine(prompt_tokens=20, completion_tokens=10))
         port = free_port()
         # both gateways before the service: no fork while its gRPC threads run (tests.support.budget_service)
-        envoy, gone = (start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
-                                     endpoints={"chat": [engine.address], "solo": [engine.address],
-                                                BUDGETS_CLUSTER: [("127.0.0.1", p)]})
-                       for p in (port, free_port()))
+        envoy, gone, capped = (start_gateway(stack, cfg, tmp_path_factory.mktemp("envoy"), jwks=[issuer.jwks],
+                                             endpoints={"chat": [engine.address], "solo": [engine.address],
+                                                        BUDGETS_CLUSTER: [("127.0.0.1", p)]}, adjust=adjust)
+                               for p, adjust in ((port, None), (free_port(), None), (port, _capped)))
         service = stack.enter_context(BudgetService(BudgetConfig.load_text(service_config(cfg)), redis.url,
                                                     clock=lambda: NOW, port=port))
-        yield Live(envoy, engine, redis, service, issuer, gone)
+        yield Live(envoy, engine, redis, service, issuer, gone, capped)
 
 
 @pytest.fixture
@@ -355,3 +366,36 @@ def test_a_service_that_is_gone_lets_fail_open_tenants_through_and_refuses_fail_
         assert samples[ext_proc_metric(prefix, "streams_started")] >= 1
         assert samples[ext_proc_metric(prefix, "streams_failed")] >= 1, prefix
         assert ext_proc_metric(prefix, "message_timeouts") in samples
+
+
+@pytest.mark.parametrize("capped", [False, True])
+def test_requests_held_in_flight_overflow_a_small_cap_on_the_service_cluster_and_not_the_kits(gw: Live,
+                                                                                             capped: bool) -> None:
+    """Three requests held upstream at once (the engine answers after 1 s) each hold a meter stream for their whole
+    response, after a short admission stream (envoy/budgets.py, `budget_streams`). On a cluster capped at one stream
+    the others' streams overflow the max_requests breaker: Envoy 1.40 counts them in upstream_rq_active_overflow (not
+    upstream_rq_pending_overflow: envoyproxy/envoy@v1.40.0 docs/root/configuration/upstream/cluster_manager/
+    cluster_stats.rst; both are what TokenBudgetServiceOverflowing reads) and the fail-open requests go on
+    uncounted. The kit's breakers (two streams per request the
+    models allow) let all three through admission and metering: each settles its usage."""
+    envoy = gw.capped if capped else gw.envoy
+    assert envoy is not None
+    held = Live(envoy, gw.engine, gw.redis, gw.service, gw.issuer)
+    overflow = f"cluster.{BUDGETS_CLUSTER}.upstream_rq_active_overflow"
+    before = envoy.stats().get(overflow, 0)
+    gw.engine.headers_delay = 1.0
+    start = threading.Barrier(3)
+
+    def call(_: int) -> int:
+        start.wait(timeout=10)
+        return held.post("open", _body(max_tokens=8))[0]
+
+    with ThreadPoolExecutor(3) as pool:
+        assert list(pool.map(call, range(3))) == [200] * 3
+    overflowed = envoy.stats().get(overflow, 0) - before
+    if capped:
+        assert overflowed >= 1
+        assert gw.settles_to(3 * (20 + 4 * 8)) < 3 * (20 + 4 * 8), "the overflowed requests went uncounted"
+    else:
+        assert overflowed == 0
+        assert gw.settles_to(3 * (20 + 4 * 8)) == 3 * (20 + 4 * 8)

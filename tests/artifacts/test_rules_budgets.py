@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 import dashboards
-from dashboards.budgets import EXHAUSTED_FOR, NEARLY_SPENT_FOR, STORE_FOR, USAGE_UNREPORTED_FOR, ext_proc_metric
+from dashboards.budgets import (
+    CLUSTER_OVERFLOWS,
+    EXHAUSTED_FOR,
+    NEARLY_SPENT_FOR,
+    STORE_FOR,
+    USAGE_UNREPORTED_FOR,
+    ext_proc_metric,
+)
 from dashboards.config import ObservabilityConfig
 from dashboards.rules import alerts, groups
 from infra.monitoring import from_platform
@@ -111,6 +118,16 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
         _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_started"), gateway): "0+200x30",
         _sel(ext_proc_metric(BUDGET.ENVOY_ADMISSION, "streams_failed"), gateway): "0+1x30"},
         [(_minutes(STORE_FOR) + 2, [])]))
+    # the gateway's own breakers on the service's cluster refuse two streams a minute (one gateway pod) from minute 1:
+    # fires at once (the filters' stream stats would blame the service too); the models' clusters overflowing, or a
+    # count that has stopped rising, page no one here
+    def overflow(cluster: str, values: str, metric: str = CLUSTER_OVERFLOWS[0]) -> dict[str, str]:
+        return {_sel(metric, {**gateway, "envoy_cluster_name": cluster}): values}
+    for metric in CLUSTER_OVERFLOWS:  # each breaker's counter alone (the requests', the pending requests')
+        out.append(Case("TokenBudgetServiceOverflowing", overflow("aifactory_budgets", "0+2x30", metric), _around(
+            1, [fired("TokenBudgetServiceOverflowing", "critical", {}, 2.0, "0m")])))
+    out.append(Case("TokenBudgetServiceOverflowing", {**overflow("chat", "0+2x30"),
+                                                      **overflow("aifactory_budgets", "3x30")}, [(2, []), (10, [])]))
     # the store's primary (kube-state-metrics' readiness of the Valkey StatefulSet's pod 0): not ready from minute 0,
     # fires once STORE_FOR has passed; a ready one (and a replica that is not) pages no one
     ksm = {"namespace": "aifactory-gateway", "job": "kube-state-metrics", "uid": "u0"}
@@ -132,6 +149,7 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
     assert mine == {("TokenBudgetNearlySpent", "warning"), ("TokenBudgetExhausted", "warning"),
                     ("TokenBudgetStoreFailing", "critical"), ("TokenBudgetStoreFailing", "warning"),
                     ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning"),
+                    ("TokenBudgetServiceOverflowing", "critical"),
                     ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning"),
                     ("TokenBudgetUsageUnreported", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
@@ -148,8 +166,8 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
                                                                    else [])
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
         ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
-         "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing", "TokenBudgetStoreFailing",
-         "TokenBudgetStorePrimaryDown", "TokenBudgetUsageUnreported"] if budgeted else [])
+         "TokenBudgetServiceOverflowing", "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing",
+         "TokenBudgetStoreFailing", "TokenBudgetStorePrimaryDown", "TokenBudgetUsageUnreported"] if budgeted else [])
     doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
     assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
                                                                          *(["Token budgets"] if budgeted else [])]

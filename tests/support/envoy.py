@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -34,13 +34,17 @@ READY_TIMEOUT_S = 30.0  # bounded wait for every replica's first passing checks
 
 def start_gateway(stack: ExitStack, cfg: GatewayView, workdir: Path, *,
                   endpoints: Mapping[str, Sequence[tuple[str, int]]], jwks: Sequence[str],
-                  down: Sequence[str] = ()) -> EnvoyProcess:
+                  down: Sequence[str] = (),
+                  adjust: Callable[[dict[str, Any]], None] | None = None) -> EnvoyProcess:
     """The real Envoy on the kit's bootstrap for `cfg`, rebound to 127.0.0.1 ports with `endpoints` per cluster and
     an OTLP Collector address nothing listens on (spans are dropped), entered into `stack` (stopped with it), once
-    every model's replicas are healthy (but the models in `down`, whose replicas are meant to fail their checks)."""
+    every model's replicas are healthy (but the models in `down`, whose replicas are meant to fail their checks).
+    `adjust` changes the rebound bootstrap in place first (a test's deliberate departure from the kit's)."""
     admin, listener, stats = free_port(), free_port(), free_port()
     config = rebind(bootstrap(cfg), listener_port=listener, stats_port=stats, admin_port=admin,
                     endpoints={**endpoints, "otel_collector": [("127.0.0.1", free_port())]}, jwks=list(jwks))
+    if adjust is not None:
+        adjust(config)
     envoy = stack.enter_context(EnvoyProcess(config, workdir, admin_port=admin, listener_port=listener))
     await_replicas(envoy, {m: len(endpoints[m]) for m in cfg.models if m in endpoints and m not in down})
     return envoy

@@ -8,7 +8,7 @@ from typing import Any
 
 from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_url, store_values
 from components.k8s.gateway.component import gateway_objects
-from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters, service_config
+from components.k8s.gateway.envoy.budgets import budget_clusters, budget_filters, budget_streams, service_config
 from components.k8s.gateway.spec import GatewaySpec, gateway_spec
 from components.k8s.storage import cache_storage_class_name
 from infra.component_args import gateway_args
@@ -154,3 +154,22 @@ def test_admission_waits_for_the_service_and_metering_never_does() -> None:
     # each filter's stats apart (http.<prefix>.ext_proc.<stat_prefix>.*): the alerts read them
     assert (admit["stat_prefix"], meter["stat_prefix"]) == ("budgets", "budgets_meter")
     assert meter["metadata_options"] == {"forwarding_namespaces": {"untyped": ["aifactory.budget"]}}
+
+
+def test_the_service_cluster_holds_two_streams_per_request_the_models_can_have_in_flight() -> None:
+    """Envoy's default breakers (1,024 requests per cluster, envoyproxy/envoy@v1.40.0
+    api/envoy/config/cluster/v3/circuit_breaker.proto) would overflow before the model's 4,096: the cluster takes a
+    meter stream and an admission stream for each (envoy/budgets.py, `budget_streams`)."""
+    cfg = _cfg({"perMinute": 1000})
+    [cluster] = budget_clusters(cfg)
+    assert cluster["circuit_breakers"] == {"thresholds": [{
+        "priority": "DEFAULT", "max_connections": 8192, "max_pending_requests": 8192, "max_requests": 8192}]}
+    assert cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"][
+        "explicit_http_config"] == {"http2_protocol_options": {"max_concurrent_streams": 8192}}
+    raw = stack_raw("dev")
+    raw["tenants"]["demo"]["tokenBudget"] = {"perMinute": 1000}
+    raw.setdefault("gateway", {})["budgetService"] = {"image": IMAGE}
+    raw["gateway"]["circuitBreakers"] = {"maxRequests": 100}
+    raw["models"]["other"] = {**raw["models"]["chat"]}
+    raw["tenants"]["demo"]["gpuQuota"] = 4
+    assert budget_streams(parse(raw, stack="dev")) == 2 * (100 + 100)

@@ -42,7 +42,15 @@ import json
 from typing import Any
 
 from components.k8s.gateway.budgets import names
-from components.k8s.gateway.envoy.base import _T, TENANT_HEADER, GatewayView, _dns_cluster, _seconds, skipped_when
+from components.k8s.gateway.envoy.base import (
+    _T,
+    TENANT_HEADER,
+    GatewayView,
+    _dns_cluster,
+    _seconds,
+    max_requests_of,
+    skipped_when,
+)
 from components.k8s.settings import TokenBudget
 from telemetry.names import BUDGET
 
@@ -62,6 +70,7 @@ __all__ = [
     "budgets_host",
     "budget_filters",
     "budget_clusters",
+    "budget_streams",
     "service_config",
 ]
 
@@ -170,15 +179,39 @@ def budget_filters(cfg: GatewayView) -> list[dict[str, Any]]:
                      {"not_matcher": _tenants_predicate(closed)}), meter]
 
 
+def budget_streams(cfg: GatewayView) -> int:
+    """The streams one gateway replica can hold open to the budget service at once: two per request it can have
+    upstream (its meter stream, for the whole response, and, briefly, the next request's admission stream).
+
+    What bounds requests in flight is the model clusters' breakers: each model's max_requests (a variant's own), plus
+    a variant's last resort's (gateway.circuitBreakers.maxRequests, components.k8s.gateway.envoy.replicas). Not the
+    gateway's downstream connection cap (DEFAULT_MAX_DOWNSTREAM_CONNECTIONS): it counts connections, and one HTTP/2
+    connection carries any number of requests."""
+    gw = cfg.gateway
+    upstream = sum(max_requests_of(gw, m) + (gw.circuit_breakers.max_requests if m.variant is not None else 0)
+                   for m in cfg.models.values())
+    return 2 * upstream
+
+
 def budget_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
-    """The budget service's cluster (gRPC: HTTP/2); none without budgets."""
+    """The budget service's cluster (gRPC: HTTP/2); none without budgets.
+
+    Its breakers are sized to `budget_streams`: without them Envoy's defaults (1,024 connections, pending requests
+    and requests per cluster and priority: envoyproxy/envoy@v1.40.0 api/envoy/config/cluster/v3/circuit_breaker.proto)
+    cap the streams below the models', and past them admission fails (open: uncounted; closed: 500) and meter streams
+    are refused (their reservations never settled). Every ext_proc stream is one HTTP/2 stream; a connection carries
+    up to max_concurrent_streams of them (set to the same number, and bounded too by what the service announces), and
+    max_connections lets the pool open more where the service announces fewer."""
     if not any_budget(cfg):
         return []
+    streams = budget_streams(cfg)
     return [{**_dns_cluster(BUDGETS_CLUSTER, budgets_host(cfg), BUDGETS_GRPC_PORT,
                             connect_timeout=cfg.gateway.connect_timeout_seconds),
+             "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": streams,
+                                                  "max_pending_requests": streams, "max_requests": streams}]},
              "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                  "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
-                 "explicit_http_config": {"http2_protocol_options": {}}}}}]
+                 "explicit_http_config": {"http2_protocol_options": {"max_concurrent_streams": streams}}}}}]
 
 
 def _policy(b: TokenBudget) -> dict[str, Any]:
