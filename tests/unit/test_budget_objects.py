@@ -163,7 +163,8 @@ def test_the_service_cluster_holds_two_streams_per_request_the_models_can_have_i
     cfg = _cfg({"perMinute": 1000})
     [cluster] = budget_clusters(cfg)
     assert cluster["circuit_breakers"] == {"thresholds": [{
-        "priority": "DEFAULT", "max_connections": 8192, "max_pending_requests": 8192, "max_requests": 8192}]}
+        "priority": "DEFAULT", "max_connections": 8192, "max_pending_requests": 8192, "max_requests": 8192,
+        "track_remaining": True}]}
     assert cluster["typed_extension_protocol_options"]["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"][
         "explicit_http_config"] == {"http2_protocol_options": {"max_concurrent_streams": 8192}}
     raw = stack_raw("dev")

@@ -450,7 +450,11 @@ def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> Non
     assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
                                               "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
                                               "service.beta.kubernetes.io/aws-load-balancer-target-node-labels":
-                                                  "aifactory.io/pool=system"}
+                                                  "aifactory.io/pool=system",
+                                              # every zone's address reaches every target: kubernetes/cloud-provider-
+                                              # aws@v1.35.2 pkg/providers/v1/aws_loadbalancer.go reconcileLBAttributes
+                                              "service.beta.kubernetes.io/"
+                                              "aws-load-balancer-cross-zone-load-balancing-enabled": "true"}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP",
                                      "appProtocol": "http"}]
     assert "annotations" not in gw.service(stack("onprem"))["metadata"]

@@ -152,8 +152,9 @@ DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new rep
 METRICS_SERVICE = f"{naming.GATEWAY_APP}-metrics"
 METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metrics Service only
 CONFIG_DIR = "/etc/envoy"
-# The pool whose nodes are the NLB's targets: the system pool (components.aws.cluster.SYSTEM_POOL), few nodes the
-# cluster autoscaler and KEDA never scale for models, so a GPU node leaving cuts no client connection through it.
+# The pool whose nodes are the NLB's targets: the system pool (components.aws.cluster.SYSTEM_POOL), which KEDA never
+# scales for models, so a GPU node leaving cuts no client connection through it (the cluster autoscaler still
+# removes system nodes it finds unneeded: docs/gateway.md says what remains).
 AWS_LB_TARGET_POOL = "system"
 # The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer whose
 # targets are the nodes carrying every label listed (kubernetes/cloud-provider-aws@v1.35.2:
@@ -162,6 +163,9 @@ AWS_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
     "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
     "service.beta.kubernetes.io/aws-load-balancer-target-node-labels": f"{naming.LABEL_POOL}={AWS_LB_TARGET_POOL}",
+    # Off by default (reconcileLBAttributes): with a few system nodes as the only targets, a zone of the NLB may have
+    # none (staging's pool may shrink to 2 nodes over 3 subnets) and that zone's address would answer nothing.
+    "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",
 }
 
 

@@ -199,16 +199,19 @@ def budget_clusters(cfg: GatewayView) -> list[dict[str, Any]]:
     Its breakers are sized to `budget_streams`: without them Envoy's defaults (1,024 connections, pending requests
     and requests per cluster and priority: envoyproxy/envoy@v1.40.0 api/envoy/config/cluster/v3/circuit_breaker.proto)
     cap the streams below the models', and past them admission fails (open: uncounted; closed: 500) and meter streams
-    are refused (their reservations never settled). Every ext_proc stream is one HTTP/2 stream; a connection carries
-    up to max_concurrent_streams of them (set to the same number, and bounded too by what the service announces), and
-    max_connections lets the pool open more where the service announces fewer."""
+    are refused (their reservations never settled). Every ext_proc stream is one HTTP/2 stream. max_connections lets
+    the pool open more connections should the service announce a per-connection stream limit (grpcio's aio server
+    announces none); max_concurrent_streams is the same number, below Envoy's default of 2^31 - 1, so one connection
+    never carries more than the cluster may. track_remaining exports the remaining-capacity gauges the runbook reads
+    (circuit_breakers.default.remaining_rq)."""
     if not any_budget(cfg):
         return []
     streams = budget_streams(cfg)
     return [{**_dns_cluster(BUDGETS_CLUSTER, budgets_host(cfg), BUDGETS_GRPC_PORT,
                             connect_timeout=cfg.gateway.connect_timeout_seconds),
              "circuit_breakers": {"thresholds": [{"priority": "DEFAULT", "max_connections": streams,
-                                                  "max_pending_requests": streams, "max_requests": streams}]},
+                                                  "max_pending_requests": streams, "max_requests": streams,
+                                                  "track_remaining": True}]},
              "typed_extension_protocol_options": {"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": {
                  "@type": _T + "extensions.upstreams.http.v3.HttpProtocolOptions",
                  "explicit_http_config": {"http2_protocol_options": {"max_concurrent_streams": streams}}}}}]
