@@ -43,6 +43,15 @@ the same value: panels and alerts take the max over replicas, never the sum.
   BUDGET.STORE_PRIMARY_POD) has not been ready (kube-state-metrics' kube_pod_status_ready). The pinned chart has no
   Sentinel: nothing promotes a replica, every budget fails as its onStoreFailure says until pod 0 is back, and when
   its volume is lost a person fails over (docs/gateway.md, "Token budgets", Failure; dashboards/RUNBOOKS.md).
+- TokenBudgetStoreMemoryHigh (warning): for STORE_MEMORY_FOR a store pod's dataset has been above STORE_MEMORY_HIGH of
+  its maxmemory (the chart's redis_exporter sidecar, STORE_METRICS_JOB: redis_memory_used_bytes, Valkey's INFO
+  used_memory, over redis_memory_max_bytes, its maxmemory; oliver006/redis_exporter@v1.79.0 exporter/exporter.go).
+  Past maxmemory the store refuses writes (noeviction) and TokenBudgetStoreFailing follows; a pod that reports no
+  maxmemory (0: unbounded) is left out rather than divided by.
+- TokenBudgetStoreWritesFailing (critical): for STORE_FOR a store pod's last write to its append-only file failed
+  (redis_aof_last_write_status, Valkey's INFO aof_last_write_status, which the exporter reads ok as 1 and err as 0:
+  exporter/metrics.go): Valkey then refuses writes until one succeeds, and says why where the service's breaker
+  cannot (a full or failing volume).
 
 Envoy's stats (each budget filter's ExternalProcessor.stat_prefix, components/k8s/gateway/envoy/budgets.py):
 http.<listener prefix>.ext_proc.<stat_prefix>.streams_started / streams_failed / message_timeouts
@@ -59,7 +68,7 @@ from telemetry.names import BUDGET, KSM
 
 __all__ = ["NEARLY_SPENT", "NEARLY_SPENT_FOR", "EXHAUSTED_RATIO", "EXHAUSTED_FOR", "USAGE_UNREPORTED_FOR",
            "NEARLY_SPENT_WINDOWS", "STORE_FOR", "STORE_FAILURE_RATIO", "ROW", "panels", "alerts",
-           "ext_proc_metric"]
+           "ext_proc_metric", "STORE_MEMORY_HIGH", "STORE_MEMORY_FOR", "STORE_METRICS_JOB"]
 
 NEARLY_SPENT = 0.8
 NEARLY_SPENT_FOR = "5m"
@@ -69,6 +78,11 @@ EXHAUSTED_FOR = "10m"
 USAGE_UNREPORTED_FOR = "10m"
 STORE_FOR = "2m"
 STORE_FAILURE_RATIO = 0.01
+STORE_MEMORY_HIGH = 0.8
+STORE_MEMORY_FOR = "10m"
+# Prometheus Operator names a ServiceMonitor's job after the Service: the chart's metrics Service
+# (components.k8s.gateway.budget_objects.STORE_METRICS_SERVICE)
+STORE_METRICS_JOB = f"{BUDGET.STORE_RELEASE}-metrics"
 ROW = "Token budgets"
 CLUSTER_OVERFLOWS = ("envoy_cluster_upstream_rq_active_overflow", "envoy_cluster_upstream_rq_pending_overflow")
 BUDGETS_CLUSTER = "aifactory_budgets"  # components.k8s.gateway.envoy.budgets.BUDGETS_CLUSTER
@@ -112,6 +126,7 @@ def _stream_failures(*prefixes: str) -> str:
 def alerts(cfg: ObservabilityConfig) -> list[Alert]:
     who = "{{ $labels.scope }} {{ $labels.name }}"
     windows = f'{BUDGET.L_WINDOW}=~"{"|".join(NEARLY_SPENT_WINDOWS)}"'
+    store = f'job="{STORE_METRICS_JOB}"'
     failures = f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (rate({BUDGET.STORE_FAILURES}{{outcome=\"%s\"}}" \
                f"[{RATE}])) / on() group_left() sum(rate({BUDGET.CHECK_SECONDS}_count[{RATE}])) " \
                f"> {STORE_FAILURE_RATIO}"
@@ -180,6 +195,24 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "Sentinel): the StatefulSet brings pod 0 back on its volume; if the volume is lost, fail "
                           "over by hand (runbook).",
               runbook_url=runbook(cfg, "TokenBudgetStorePrimaryDown"), for_=STORE_FOR),
+        Alert("TokenBudgetStoreMemoryHigh",
+              f"max by (namespace, pod) (redis_memory_used_bytes{{{store}}}) / max by (namespace, pod) "
+              f"(redis_memory_max_bytes{{{store}}} > 0) > {STORE_MEMORY_HIGH}", "warning",
+              summary="Token budget store {{ $labels.namespace }}/{{ $labels.pod }} is "
+                      "{{ $value | humanizePercentage }} full",
+              description=f"For {STORE_MEMORY_FOR} the budget store's pod {{{{ $labels.pod }}}} has used more than "
+                          f"{STORE_MEMORY_HIGH:.0%} of its maxmemory ({{{{ $value | humanizePercentage }}}}): past "
+                          "it, Valkey refuses writes (noeviction), reservations fail and every budget fails as its "
+                          "onStoreFailure says.",
+              runbook_url=runbook(cfg, "TokenBudgetStoreMemoryHigh"), for_=STORE_MEMORY_FOR),
+        Alert("TokenBudgetStoreWritesFailing",
+              f"min by (namespace, pod) (redis_aof_last_write_status{{{store}}}) == 0", "critical",
+              summary="Token budget store {{ $labels.namespace }}/{{ $labels.pod }} cannot write its append-only "
+                      "file",
+              description=f"For {STORE_FOR} the budget store's pod {{{{ $labels.pod }}}} has reported its last "
+                          "append-only file write failed: Valkey refuses writes until one succeeds, so reservations "
+                          "fail and every budget fails as its onStoreFailure says.",
+              runbook_url=runbook(cfg, "TokenBudgetStoreWritesFailing"), for_=STORE_FOR),
         Alert("TokenBudgetServiceOverflowing",
               " + ".join(f"(sum(increase({m}{{envoy_cluster_name=\"{BUDGETS_CLUSTER}\"}}[{RATE}])) or vector(0))"
                          for m in CLUSTER_OVERFLOWS) + " > 0",

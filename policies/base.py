@@ -103,6 +103,7 @@ ALLOWED_REGISTRIES = Setting(
         "docker.io/lmsysorg",  # SGLang (components.k8s.engines.sglang)
         "docker.io/vllm",
         "ghcr.io/open-telemetry",
+        "ghcr.io/oliver006/redis_exporter",  # the budget store's exporter (components.k8s.gateway.budget_objects)
         "nvcr.io/nvidia",
         "public.ecr.aws",
         "quay.io/prometheus",

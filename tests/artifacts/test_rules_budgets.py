@@ -16,6 +16,8 @@ from dashboards.budgets import (
     EXHAUSTED_FOR,
     NEARLY_SPENT_FOR,
     STORE_FOR,
+    STORE_MEMORY_FOR,
+    STORE_METRICS_JOB,
     USAGE_UNREPORTED_FOR,
     ext_proc_metric,
 )
@@ -139,6 +141,34 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("TokenBudgetStorePrimaryDown", {**ready(BUDGET.STORE_PRIMARY_POD, "1x30"),
                                                     **ready(f"{BUDGET.STORE_RELEASE}-1", "0x30")},
                     [(_minutes(STORE_FOR) + 1, [])]))
+    # the store's exporter (oliver006/redis_exporter@v1.79.0: redis_memory_used_bytes, redis_memory_max_bytes,
+    # redis_aof_last_write_status): 700 of 768 MiB used on the primary (91%) from minute 0, fires once
+    # STORE_MEMORY_FOR has passed; the replica at 600 MiB (78%), and a pod reporting maxmemory 0 (unbounded) at any
+    # use, page no one
+    mib = 2**20
+    primary = {"namespace": "aifactory-gateway", "pod": BUDGET.STORE_PRIMARY_POD}
+    replica = {**primary, "pod": f"{BUDGET.STORE_RELEASE}-1"}
+
+    def store(name: str, pod: Labels, values: str) -> dict[str, str]:
+        return {_sel(name, {**pod, "job": STORE_METRICS_JOB, "instance": f"{pod['pod']}:9121"}): values}
+
+    memory = {**store("redis_memory_used_bytes", primary, f"{700 * mib}x30"),
+              **store("redis_memory_max_bytes", primary, f"{768 * mib}x30"),
+              **store("redis_memory_used_bytes", replica, f"{600 * mib}x30"),
+              **store("redis_memory_max_bytes", replica, f"{768 * mib}x30")}
+    out.append(Case("TokenBudgetStoreMemoryHigh", memory, _around(
+        0, [fired("TokenBudgetStoreMemoryHigh", "warning", primary, 700 / 768, STORE_MEMORY_FOR)])))
+    out.append(Case("TokenBudgetStoreMemoryHigh", {**store("redis_memory_used_bytes", primary, f"{700 * mib}x30"),
+                                                   **store("redis_memory_max_bytes", primary, "0x30")},
+                    [(_minutes(STORE_MEMORY_FOR) + 1, [])]))
+    # the primary's last append-only write failed (0) from minute 1, the replica's did not (1): fires once STORE_FOR
+    # has passed; a failure that clears within it pages no one
+    aof = {**store("redis_aof_last_write_status", primary, "1 0x30"),
+           **store("redis_aof_last_write_status", replica, "1x30")}
+    out.append(Case("TokenBudgetStoreWritesFailing", aof, _around(
+        1, [fired("TokenBudgetStoreWritesFailing", "critical", primary, 0.0, STORE_FOR)])))
+    out.append(Case("TokenBudgetStoreWritesFailing", store("redis_aof_last_write_status", primary, "1 0 1x30"),
+                    [(t, []) for t in (2, 3, 4, 10)]))
     return out
 
 
@@ -151,7 +181,8 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
                     ("TokenBudgetServiceUnreachable", "critical"), ("TokenBudgetMeteringFailing", "warning"),
                     ("TokenBudgetServiceOverflowing", "critical"),
                     ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning"),
-                    ("TokenBudgetUsageUnreported", "warning")}
+                    ("TokenBudgetUsageUnreported", "warning"), ("TokenBudgetStoreMemoryHigh", "warning"),
+                    ("TokenBudgetStoreWritesFailing", "critical")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
 
@@ -167,7 +198,8 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
         ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
          "TokenBudgetServiceOverflowing", "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing",
-         "TokenBudgetStoreFailing", "TokenBudgetStorePrimaryDown", "TokenBudgetUsageUnreported"] if budgeted else [])
+         "TokenBudgetStoreFailing", "TokenBudgetStoreMemoryHigh", "TokenBudgetStorePrimaryDown",
+         "TokenBudgetStoreWritesFailing", "TokenBudgetUsageUnreported"] if budgeted else [])
     doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))
     assert [p["title"] for p in doc["panels"] if p["type"] == "row"] == ["Spend", "Unit costs",
                                                                          *(["Token budgets"] if budgeted else [])]

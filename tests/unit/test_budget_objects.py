@@ -64,7 +64,9 @@ def test_only_the_gateway_reaches_the_service_and_only_the_service_reaches_the_s
     store = objs["authorizationpolicy-allow-budget-store"]["spec"]["rules"]
     assert [r["from"][0]["source"]["principals"] for r in store] == [
         ["cluster.local/ns/aifactory-gateway/sa/aifactory-budgets"],
-        ["cluster.local/ns/aifactory-gateway/sa/aifactory-budgets-valkey"]]
+        ["cluster.local/ns/aifactory-gateway/sa/aifactory-budgets-valkey"],
+        ["cluster.local/ns/monitoring/sa/prometheus"]]
+    assert [r["to"][0]["operation"]["ports"] for r in store] == [["6379"], ["6379"], ["9121"]]
 
 
 def test_the_store_keeps_an_append_only_file_on_a_volume() -> None:
@@ -94,6 +96,42 @@ def test_the_stores_memory_is_bounded_below_its_pods_limit_and_never_evicts() ->
     assert lines[2:] == ["maxmemory 768mb", "maxmemory-policy noeviction"]
     bound = int(lines[2].removeprefix("maxmemory ").removesuffix("mb")) * 2**20
     assert 2**30 - bound == 256 * 2**20  # the limit, 1Gi, less the bound: the headroom
+
+
+def test_the_stores_exporter_is_scraped_through_the_mesh() -> None:
+    """The chart's exporter sidecar (valkey-io/valkey-helm@valkey-0.11.0 valkey/values.yaml `metrics.*`: image
+    ghcr.io/oliver006/redis_exporter:v1.79.0, port 9121; templates/metrics-svc.yaml: Service <release>-metrics, port
+    "metrics", labelled with the selector labels and app.kubernetes.io/component: metrics). The chart's own
+    ServiceMonitor (templates/servicemonitor.yaml) has no scheme or tlsConfig: it stays off, and the kit's scrapes
+    the Service's port with the mesh's certificate, as Prometheus may reach 9121 of the store pods and nothing else."""
+    cfg = _cfg({"perDay": 10})
+    assert store_values(_spec(cfg))["metrics"] == {
+        "enabled": True,
+        "exporter": {"port": 9121,
+                     "image": {"registry": "ghcr.io", "repository": "oliver006/redis_exporter", "tag": "v1.79.0"},
+                     "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                                   "limits": {"cpu": "50m", "memory": "128Mi"}},
+                     "securityContext": {"allowPrivilegeEscalation": False, "privileged": False,
+                                         "readOnlyRootFilesystem": True, "runAsNonRoot": True,
+                                         "capabilities": {"drop": ["ALL"]},
+                                         "seccompProfile": {"type": "RuntimeDefault"}}},
+        "service": {"enabled": True, "ports": {"http": 9121}, "appProtocol": "http"},
+        "serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": False}}
+    objs = budget_objects(cfg)
+    assert objs["budget-store-servicemonitor"] == {
+        "apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+        "metadata": {"name": "aifactory-budgets-valkey-metrics", "namespace": "aifactory-gateway",
+                     "labels": objs["budgets-service"]["metadata"]["labels"]},
+        "spec": {"selector": {"matchLabels": {"app.kubernetes.io/name": "valkey",
+                                              "app.kubernetes.io/instance": "aifactory-budgets-valkey",
+                                              "app.kubernetes.io/component": "metrics"}},
+                 "endpoints": [{"port": "metrics", "interval": "15s", "scheme": "https", "tlsConfig": {
+                     "caFile": "/etc/prom-certs/root-cert.pem", "certFile": "/etc/prom-certs/cert-chain.pem",
+                     "keyFile": "/etc/prom-certs/key.pem", "insecureSkipVerify": True}}]}}
+    ingress = objs["networkpolicy-allow-budget-store"]["spec"]["ingress"]
+    assert ingress[1] == {"from": [{"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": "monitoring"}}}], "ports": [{"protocol": "TCP", "port": 9121}]}
+    assert len(ingress) == 2
 
 
 def test_fail_closed_tenants_get_a_filter_of_their_own() -> None:

@@ -34,7 +34,8 @@ from telemetry.names import BUDGET
 
 __all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store_values", "store_config",
            "STORE_MEMORY_LIMIT_MIB", "STORE_MAXMEMORY_MIB", "store_url",
-           "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds"]
+           "PRESTOP_SECONDS", "shutdown_grace_seconds", "termination_grace_seconds", "STORE_METRICS_PORT",
+           "STORE_EXPORTER_IMAGE", "STORE_METRICS_SERVICE"]
 
 STORE_RELEASE = BUDGET.STORE_RELEASE  # the Helm release; the chart names its Service and pods after it
 STORE_PORT = 6379
@@ -80,17 +81,39 @@ def store_config() -> str:
             "maxmemory-policy noeviction\n")
 
 
+# The chart's metrics exporter (valkey-io/valkey-helm valkey-0.11.0 valkey/values.yaml `metrics.*`): a redis_exporter
+# sidecar in every store pod, reading its own Valkey over localhost:6379 (the exporter's default address), listening
+# on 9121, behind the chart's Service <release>-metrics (templates/metrics-svc.yaml, port "metrics"). The chart's
+# ServiceMonitor (templates/servicemonitor.yaml) renders no scheme or tlsConfig, so it cannot scrape through the
+# store pods' STRICT sidecars: it stays off and the kit renders its own, with MESH_SCRAPE_TLS. The image is the
+# chart's default, pinned as the chart pins it.
+STORE_METRICS_PORT = 9121
+STORE_EXPORTER_IMAGE = {"registry": "ghcr.io", "repository": "oliver006/redis_exporter", "tag": "v1.79.0"}
+STORE_METRICS_SERVICE = f"{STORE_RELEASE}-metrics"
+
+
+def _store_metrics_values() -> dict[str, Any]:
+    return {"enabled": True,
+            "exporter": {"port": STORE_METRICS_PORT, "image": dict(STORE_EXPORTER_IMAGE),
+                         "resources": security.resources("50m", "64Mi", memory_limit="128Mi"),
+                         "securityContext": security.container_security_context()},
+            "service": {"enabled": True, "ports": {"http": STORE_METRICS_PORT}, "appProtocol": "http"},
+            "serviceMonitor": {"enabled": False}, "podMonitor": {"enabled": False}}
+
+
 def store_values(cfg: GatewayView) -> dict[str, Any]:
     """The Valkey chart's values (valkey-io/valkey-helm valkey-0.11.0 valkey/values.yaml): store_config() as
     `valkeyConfig` (the chart's ConfigMap <release>-config, mounted at /usr/local/etc/valkey/valkey.conf, which its
     init script appends to the generated config: templates/configmap.yaml, statefulset.yaml, init_config.yaml), a
-    persistent volume for every pod; with storeReplicas, a primary and that many replicas."""
+    persistent volume for every pod; with storeReplicas, a primary and that many replicas; the metrics exporter
+    (_store_metrics_values), scraped by the kit's own ServiceMonitor."""
     b = cfg.gateway.budget_service
     volume: dict[str, Any] = {"size": f"{b.store_volume_gib}Gi"}
     out: dict[str, Any] = {
         "fullnameOverride": STORE_RELEASE,
         "valkeyConfig": store_config(),
         "resources": security.resources("250m", "256Mi", memory_limit=f"{STORE_MEMORY_LIMIT_MIB // 1024}Gi"),
+        "metrics": _store_metrics_values(),
     }
     if b.store_replicas:
         out["replica"] = {"enabled": True, "replicas": b.store_replicas,
@@ -208,6 +231,14 @@ def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
                                        # the pod is in the mesh (STRICT mTLS, 9090 captured): Prometheus
                                        # presents its workload certificate, as for every meshed scrape
                                        "endpoints": [{"port": "metrics", "interval": "15s", **MESH_SCRAPE_TLS}]}},
+        # the chart's metrics Service (its labels: the chart's selector labels and component "metrics"); the store
+        # pods are meshed like the service's
+        "budget-store-servicemonitor": {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor",
+                                        "metadata": _meta(cfg, STORE_METRICS_SERVICE), "spec": {
+                                            "selector": {"matchLabels": {**_store_pods(),
+                                                                         "app.kubernetes.io/component": "metrics"}},
+                                            "endpoints": [{"port": "metrics", "interval": "15s",
+                                                           **MESH_SCRAPE_TLS}]}},
         # the gateway reaches the service; the service, Prometheus aside, reaches only the store
         "networkpolicy-allow-gateway-to-budgets": _netpol(cfg, "allow-gateway-to-budgets", _selector(), egress=[
             {"to": [{"podSelector": {"matchLabels": _pods()}}], "ports": _port(BUDGETS_GRPC_PORT)}]),
@@ -217,11 +248,13 @@ def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
             egress=[{"to": [{"podSelector": {"matchLabels": _store_pods()}}], "ports": _port(STORE_PORT)}]),
         "networkpolicy-allow-budget-store": _netpol(cfg, "allow-budget-store", _store_pods(), ingress=[
             {"from": [{"podSelector": {"matchLabels": _pods()}}, {"podSelector": {"matchLabels": _store_pods()}}],
-             "ports": _port(STORE_PORT)}],
+             "ports": _port(STORE_PORT)},
+            {"from": [monitoring], "ports": _port(STORE_METRICS_PORT)}],
             egress=[{"to": [{"podSelector": {"matchLabels": _store_pods()}}], "ports": _port(STORE_PORT)}]),
         "authorizationpolicy-allow-budgets": _authz(cfg, "allow-budgets", _pods(), [
             _from(cfg, naming.GATEWAY_SERVICE_ACCOUNT, BUDGETS_GRPC_PORT),
             _from(cfg, naming.PROMETHEUS_SERVICE_ACCOUNT, BUDGETS_METRICS_PORT, cfg.observability.namespace)]),
         "authorizationpolicy-allow-budget-store": _authz(cfg, "allow-budget-store", _store_pods(), [
-            _from(cfg, BUDGETS_SERVICE, STORE_PORT), _from(cfg, STORE_RELEASE, STORE_PORT)]),
+            _from(cfg, BUDGETS_SERVICE, STORE_PORT), _from(cfg, STORE_RELEASE, STORE_PORT),
+            _from(cfg, naming.PROMETHEUS_SERVICE_ACCOUNT, STORE_METRICS_PORT, cfg.observability.namespace)]),
     }
