@@ -12,6 +12,8 @@ from typing import Any
 from policies.base import is_seq
 
 __all__ = [
+    "expression_matches",
+    "selector_matches",
     "HELM_RELEASE",
     "NAMESPACE",
     "SERVICE",
@@ -294,3 +296,31 @@ def registry_allowed(image: Image, allowed: Sequence[str]) -> bool:
     source = image.source
     return any(fnmatch.fnmatchcase(source, pattern) or fnmatch.fnmatchcase(source, f"{pattern}/*")
                for pattern in allowed)
+
+
+def expression_matches(expr: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """One label-selector requirement (In, NotIn, Exists, DoesNotExist; Gt and Lt of node affinity) against labels."""
+    key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or ()]
+    if op == "In":
+        return key in labels and str(labels[key]) in values
+    if op == "NotIn":
+        return key not in labels or str(labels[key]) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    if op in ("Gt", "Lt") and key in labels and values:
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except ValueError:
+            return False
+        return have > want if op == "Gt" else have < want
+    return False
+
+
+def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
+    """A label selector's matchLabels and matchExpressions against labels."""
+    match = selector.get("matchLabels")
+    if isinstance(match, Mapping) and any(labels.get(k) != v for k, v in match.items()):
+        return False
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or ())

@@ -21,13 +21,12 @@ from pulumi_policy import Severity
 
 from policies import kube
 from policies.base import MANDATORY, is_seq, stack_policy
+from policies.preflight.pods import ISTIO_INJECT_POD_LABEL, ISTIO_INJECTION_LABEL
 
 __all__ = ["POLICIES", "MeshScrape", "mesh_scrapes", "plain_mesh_scrapes", "injected_namespaces"]
 
 MONITORING_GROUP = "monitoring.coreos.com"
-INJECTION_LABEL = "istio-injection"  # the namespace label the kit sets (components.k8s.mesh)
 REVISION_LABEL = "istio.io/rev"
-INJECT_POD_LABEL = "sidecar.istio.io/inject"
 INCLUDE_INBOUND = "traffic.sidecar.istio.io/includeInboundPorts"
 EXCLUDE_INBOUND = "traffic.sidecar.istio.io/excludeInboundPorts"
 # The sidecar's own Prometheus port: declared by the injected istio-proxy container and never redirected into it
@@ -56,26 +55,14 @@ def _labels(props: Mapping[str, Any], *path: str) -> Mapping[str, Any]:
     return value if isinstance(value, Mapping) else {}
 
 
-def _matches(selector: Mapping[str, Any], labels: Mapping[str, Any]) -> bool:
-    """matchLabels and matchExpressions (In, NotIn, Exists, DoesNotExist) of a label selector."""
-    if any(labels.get(k) != v for k, v in _labels(selector, "matchLabels").items()):
-        return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and labels.get(key) in values) or \
-                (op == "Exists" and key not in labels) or (op == "DoesNotExist" and key in labels):
-            return False
-    return True
-
-
 def injected_namespaces(resources: Sequence[Any]) -> set[str]:
     """Namespaces the stack creates with sidecar injection on (istio-injection=enabled, or a revision label)."""
     out = set()
     for r in resources:
         if r.resource_type == kube.NAMESPACE:
             labels = _labels(r.props, "metadata", "labels")
-            if labels.get(INJECTION_LABEL) == "enabled" or (REVISION_LABEL in labels
-                                                            and labels.get(INJECTION_LABEL) != "disabled"):
+            if labels.get(ISTIO_INJECTION_LABEL) == "enabled" or (REVISION_LABEL in labels
+                                                            and labels.get(ISTIO_INJECTION_LABEL) != "disabled"):
                 out.add(kube.name_of(r.props))
     return out
 
@@ -124,7 +111,8 @@ def _ports(value: Any) -> set[str]:
 
 def _captured(pods: _Pods, port: Any) -> bool:
     """Whether the pods' sidecar redirects inbound traffic to `port` (name or number) into itself."""
-    if str(pods.labels.get(INJECT_POD_LABEL, pods.annotations.get(INJECT_POD_LABEL, ""))).lower() == "false":
+    opt_out = pods.labels.get(ISTIO_INJECT_POD_LABEL, pods.annotations.get(ISTIO_INJECT_POD_LABEL, ""))
+    if str(opt_out).lower() == "false":
         return False
     number = _number(pods, port)
     if number is None:
@@ -144,7 +132,7 @@ def _service_ports(resources: Sequence[Any], pods: list[_Pods], namespace: str, 
     """Per (Service, selected pods) pair the endpoint reaches: whether the port is captured."""
     for r in resources:
         if r.resource_type != kube.SERVICE or kube.namespace_of(r.props) != namespace or \
-                not _matches(selector, _labels(r.props, "metadata", "labels")):
+                not kube.selector_matches(selector, _labels(r.props, "metadata", "labels")):
             continue
         for sp in kube._get(r.props, "spec", "ports") or []:
             if sp.get("name") != port and not (isinstance(port, int) and sp.get("port") == port):
@@ -175,7 +163,7 @@ def mesh_scrapes(resources: Sequence[Any]) -> list[MeshScrape]:
                 if kind == "ServiceMonitor":
                     reached = list(_service_ports(resources, pods, ns, selector, port)) or [True]
                 else:
-                    selected = [p for p in pods if p.namespace == ns and _matches(selector, p.labels)]
+                    selected = [p for p in pods if p.namespace == ns and kube.selector_matches(selector, p.labels)]
                     reached = [_captured(p, port) for p in selected] or \
                         [str(port) not in SIDECAR_OWN_PORTS and port not in SIDECAR_OWN_NUMBERS]
                 if any(reached):

@@ -10,6 +10,7 @@ from fractions import Fraction
 from typing import Any
 
 from components import catalog
+from policies import kube
 from policies.preflight.pods import effective_pod, mesh_of, namespace_limit_ranges, pod_templates
 from policies.preflight.resources import (
     GPU,
@@ -119,25 +120,6 @@ def _tolerates(tolerations: Sequence[Mapping[str, Any]], taint: tuple[str, str, 
     return False
 
 
-def _expr_matches(expr: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, op, values = str(expr.get("key")), expr.get("operator"), [str(v) for v in expr.get("values") or ()]
-    if op == "In":
-        return key in labels and labels[key] in values
-    if op == "NotIn":
-        return key not in labels or labels[key] not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except ValueError:
-            return False
-        return have > want if op == "Gt" else have < want
-    return False
-
-
 def _label_problems(spec: Mapping[str, Any], pool: Pool) -> list[str]:
     out = []
     selector = spec.get("nodeSelector") or {}
@@ -146,7 +128,7 @@ def _label_problems(spec: Mapping[str, Any], pool: Pool) -> list[str]:
         out.append(f"nodeSelector {wrong} does not match its labels")
     terms = get_path(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
                  "nodeSelectorTerms", default=()) or ()
-    if terms and not any(all(_expr_matches(e, pool.labels) for e in (t.get("matchExpressions") or ()))
+    if terms and not any(all(kube.expression_matches(e, pool.labels) for e in (t.get("matchExpressions") or ()))
                          for t in terms if isinstance(t, Mapping)):
         out.append("no required node affinity term matches its labels")
     return out
