@@ -13,9 +13,16 @@ from typing import Any
 import yaml
 
 __all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "LOKI_INDEX_TABLE_PREFIX", "AUTOSCALED_TAG",
-           "AUTOSCALER_CHART", "MAX_GRACEFUL_TERMINATION_FLAG", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS", "dump_yaml"]
+           "AUTOSCALER_CHART", "MAX_GRACEFUL_TERMINATION_FLAG", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS",
+           "SYSTEM_POOL", "LB_TARGET_NODE_LABELS", "dump_yaml"]
 
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
+# The AWS stacks' pool for the platform's own pods (components.aws.cluster), whose nodes are the gateway NLB's only
+# targets (components.k8s.gateway.component; preflight's nlb-targets-stable-nodes, policies.preflight.lb_targets).
+SYSTEM_POOL = "system"
+# The AWS cloud provider's Service annotation naming the labels of the nodes a load balancer targets
+# (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes).
+LB_TARGET_NODE_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
 GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
 # Namespaces of Kubernetes itself and of the kit's platform (default names): no tenant may take one (stack
 # config), and the policy pack treats workloads in them as the platform's, not a tenant's.

@@ -28,6 +28,7 @@ from typing import Any
 
 from components import catalog
 from components.aws.nodes import AMI_TYPE_CPU, AMI_TYPE_GPU
+from components.vocabulary import SYSTEM_POOL
 from infra.config import PlatformConfig
 from infra.outputs import EXIT_FAILURE, EXIT_OK, UsageError, write_json
 
@@ -79,7 +80,6 @@ REQUIRED_ACTIONS = (
 AMI_PARAMETER = "/aws/service/eks/optimized-ami/{version}/amazon-linux-2023/x86_64/{variant}/recommended/image_id"
 _AMI_VARIANT = {AMI_TYPE_GPU: "nvidia", AMI_TYPE_CPU: "standard"}
 _DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnauthorizedAccess")
-SYSTEM_POOL = "system"
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from components.aws.addons import addon_versions, unpinned_warning
 from components.aws.kms import log_group_key
 from components.aws.nodes import AMI_TYPE_CPU, NodeGroupSpec, node_group
 from components.validation import Problems, check_shape
+from components.vocabulary import SYSTEM_POOL
 
 __all__ = [
     "TYPE",
@@ -67,7 +68,6 @@ DEFAULT_CONTROL_PLANE_LOG_RETENTION_DAYS = 90
 # support; EXTENDED keeps it there and bills extended support. EKS's own default is EXTENDED for new clusters.
 SUPPORT_TYPES = ("STANDARD", "EXTENDED")
 DEFAULT_SUPPORT_TYPE = "STANDARD"
-SYSTEM_POOL = "system"
 API_ACCESS = ("public-and-private", "private")
 
 

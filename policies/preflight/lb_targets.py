@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from components.vocabulary import LB_TARGET_NODE_LABELS
 from policies.preflight.resources import GPU, MIG_PREFIX, Finding, Res
 from policies.preflight.schedule import Pool
 
@@ -22,7 +23,7 @@ __all__ = [
     "lb_target_findings",
 ]
 
-TARGET_NODE_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
+TARGET_NODE_LABELS = LB_TARGET_NODE_LABELS
 RULE = "nlb-targets-stable-nodes"
 
 

@@ -89,6 +89,7 @@ from components.k8s.mesh import MESH_SCRAPE_TLS, engine_traffic_objects
 from components.k8s.namespaces import create_namespace, namespace_labels
 from components.k8s.serving import MONITORING_API_VERSION, register_object
 from components.k8s.serving.lifecycle import proxy_drain_annotations
+from components.vocabulary import LB_TARGET_NODE_LABELS, SYSTEM_POOL
 
 __all__ = [
     "TYPE",
@@ -155,14 +156,14 @@ CONFIG_DIR = "/etc/envoy"
 # The pool whose nodes are the NLB's targets: the system pool (components.aws.cluster.SYSTEM_POOL), which KEDA never
 # scales for models, so a GPU node leaving cuts no client connection through it (the cluster autoscaler still
 # removes system nodes it finds unneeded: docs/gateway.md says what remains).
-AWS_LB_TARGET_POOL = "system"
+AWS_LB_TARGET_POOL = SYSTEM_POOL
 # The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer whose
 # targets are the nodes carrying every label listed (kubernetes/cloud-provider-aws@v1.35.2:
 # pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes; re-applied on every node-set update).
 AWS_LB_ANNOTATIONS = {
     "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
     "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-    "service.beta.kubernetes.io/aws-load-balancer-target-node-labels": f"{naming.LABEL_POOL}={AWS_LB_TARGET_POOL}",
+    LB_TARGET_NODE_LABELS: f"{naming.LABEL_POOL}={AWS_LB_TARGET_POOL}",
     # Off by default (reconcileLBAttributes): with a few system nodes as the only targets, a zone of the NLB may have
     # none (staging's pool may shrink to 2 nodes over 3 subnets) and that zone's address would answer nothing.
     "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",
