@@ -356,6 +356,11 @@ class BUDGET:
     # ends (callers refused early); a fail-open request's usage is not counted
     SETTLEMENTS_FAILED = "aifactory_token_budget_settlements_failed_total"
     SETTLE_RETRIES, SETTLE_DROPPED = "retries", "dropped"
+    # counters: reservations the sweep released, their deadline passed and nobody settled them (their metering stream
+    # lost: a service pod killed hard), {scope, name}; and the weighted tokens it gave back, {scope, name, window}.
+    # Each replica counts what it released (sum them); every budget's series exported from 0
+    SWEPT = "aifactory_token_budget_swept_reservations_total"
+    SWEPT_TOKENS = "aifactory_token_budget_swept_tokens_total"
     # the gateway's budget filters' ext_proc stat prefixes (components/k8s/gateway/envoy/budgets.py): admission for
     # fail-open callers, for fail-closed tenants, and metering
     ENVOY_ADMISSION = "budgets"

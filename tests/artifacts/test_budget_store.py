@@ -174,12 +174,12 @@ def test_a_settlement_applied_twice_counts_once(url: str, server: RedisServer) -
 def test_a_settlement_of_an_unknown_id_changes_nothing(url: str, server: RedisServer) -> None:
     server.client().set(MINUTE, 300)
 
-    async def go() -> bool:
+    async def go() -> int:
         store = await _store(url)
         r = await store.reserve([DEMO], NOW, "known")
         assert isinstance(r, Reservation)
         return await store.settle(Reservation("unknown", r.keys, r.amounts, r.charges), {("tenant", "demo"): 5}, NOW)
-    assert _run(go()) is False
+    assert _run(go()) == 0
     assert _counters(server) == (900, 600)  # the known reservation, untouched
     assert server.client().exists(record_key("unknown")) == 0
 
