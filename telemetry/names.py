@@ -370,6 +370,14 @@ class BUDGET:
     # (valkey-io/valkey-helm valkey-0.11.0 valkey/templates/init_config.yaml, service.yaml: no Sentinel, no promotion)
     STORE_RELEASE = "aifactory-budgets-valkey"
     STORE_PRIMARY_POD = f"{STORE_RELEASE}-0"
+    # The primary's pod in either shape the chart renders (a PromQL regex, anchored): with storeReplicas, the
+    # StatefulSet's pod 0; without (storeReplicas: 0, the default), the chart renders a Deployment of one pod instead
+    # (templates/deploy_valkey.yaml, `replica.enabled` false), named <release>-<pod-template-hash>-<5 characters>, both
+    # drawn from Kubernetes' alphabet without vowels (kubernetes/kubernetes@v1.34.0 pkg/controller/deployment/sync.go:
+    # the ReplicaSet <deployment>-<hash>, its pods <replicaset>-<suffix>; staging/src/k8s.io/apimachinery/pkg/util/
+    # rand/rand.go `alphanums`, SafeEncodeString). Neither matches a replica (<release>-1, -2 ...).
+    K8S_NAME_CHARS = "[bcdfghjklmnpqrstvwxz2456789]"
+    STORE_PRIMARY_PODS = f"{STORE_RELEASE}-(0|{K8S_NAME_CHARS}+-{K8S_NAME_CHARS}{{5}})"
     L_SCOPE = "scope"
     L_NAME = "name"
     L_WINDOW = "window"
