@@ -34,11 +34,11 @@ the same value: panels and alerts take the max over replicas, never the sum.
   counts in TokenBudgetServiceUnreachable or TokenBudgetMeteringFailing too: this one says the service is not to
   blame.
 - TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
-  stay at the worst case until the window ends (callers are refused early).
+  stay at the worst case until their deadline, when the sweep gives them back (callers are refused early).
 - TokenBudgetSettlementsFailing (warning): settlements the service never wrote to the store in the last RATE (every
   try failed, or dropped unwritten: too many pending while the store was down, or pending at shutdown): their
-  reservations stay counted until their windows end (callers refused early), a fail-open request's usage is lost. The
-  service exports both reasons from 0, so the first failure is an increase.
+  reservations stay counted until the sweep gives them back (callers refused early), a fail-open request's usage is
+  lost. The service exports both reasons from 0, so the first failure is an increase.
 - TokenBudgetStorePrimaryDown (critical): for STORE_FOR the store's primary has not been ready (kube-state-metrics'
   kube_pod_status_ready): with storeReplicas the Valkey StatefulSet's pod 0, without them the pod of the Deployment
   the chart renders instead (BUDGET.STORE_PRIMARY_PODS matches either, never a replica; during a Deployment's rollout
@@ -181,8 +181,8 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{{{{ $value }}}} settlements were never written to the budget store in the last {RATE} "
                           "(reason {{ $labels.reason }}: retries, every try failed; dropped, too many pending while "
                           "the store was down, or still pending at shutdown): their reservations stay counted until "
-                          "their windows end, so callers are refused early, and fail-open requests' usage is not "
-                          "counted.",
+                          "their deadline, when the sweep gives them back, so callers are refused early, and "
+                          "fail-open requests' usage is not counted.",
               runbook_url=runbook(cfg, "TokenBudgetSettlementsFailing")),
         Alert("TokenBudgetServiceUnreachable",
               _stream_failures(BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED), "critical",
@@ -236,13 +236,14 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{{{{ $value }}}} streams to the budget service were refused by the gateway's own circuit "
                           f"breakers (cluster {BUDGETS_CLUSTER}) in the last {RATE}: admissions failed (fail-closed "
                           "tenants got 500, fail-open ones were served uncounted) or metering streams were lost "
-                          "(their reservations stay charged their worst case until the window ends). The service "
+                          "(their reservations stay charged their worst case until the sweep gives them back). The "
+                          "service "
                           "is not at fault: more requests are in flight than the breakers were sized for.",
               runbook_url=runbook(cfg, "TokenBudgetServiceOverflowing")),
         Alert("TokenBudgetMeteringFailing", _stream_failures(BUDGET.ENVOY_METER), "warning",
               summary="The gateway cannot meter responses to the token budget service",
               description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's metering streams "
                           "to the budget service failed: those requests keep their worst-case reservation until "
-                          "the window ends, so their callers are refused early.",
+                          "their deadline (the sweep then gives it back), so their callers are refused early.",
               runbook_url=runbook(cfg, "TokenBudgetMeteringFailing"), for_=STORE_FOR),
     ]

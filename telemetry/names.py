@@ -352,8 +352,8 @@ class BUDGET:
     STORE_SKIPPED = "aifactory_token_budget_store_skipped_total"
     STORE_BREAKER_OPEN = "aifactory_token_budget_store_breaker_open"  # gauge: 1 while the store's breaker is open
     # counter {reason: retries | dropped}: settlements never written: every try failed, or dropped unwritten (too many
-    # pending while the store was down, or still pending at shutdown). The reservation stays counted until its window
-    # ends (callers refused early); a fail-open request's usage is not counted
+    # pending while the store was down, or still pending at shutdown). The reservation stays counted until its deadline,
+    # when the sweep gives it back (callers refused early); a fail-open request's usage is not counted
     SETTLEMENTS_FAILED = "aifactory_token_budget_settlements_failed_total"
     SETTLE_RETRIES, SETTLE_DROPPED = "retries", "dropped"
     # counters: reservations the sweep released, their deadline passed and nobody settled them (their metering stream

@@ -422,7 +422,7 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         whose answer was lost and applied counts once), SETTLE_ATTEMPTS tries at most, SETTLE_BACKOFF_S doubling
         between them. While the store's breaker is open it waits, trying nothing (or probing, one at a time), until
         the store answers again or it is dropped (background, drain). One that is never written is counted
-        (SETTLEMENTS_FAILED): its reservation stays counted until its window ends (over-counted, never under)."""
+        (SETTLEMENTS_FAILED): its reservation stays counted until its deadline, when the sweep gives it back."""
         if self._settling is None:
             self._settling = asyncio.Semaphore(SETTLE_CONCURRENCY)
         tries = 0
@@ -445,7 +445,8 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                         break
                 await asyncio.sleep(SETTLE_BACKOFF_S * 2 ** (tries - 1))
         self.settlements_failed.labels(BUDGET.SETTLE_RETRIES).inc()
-        log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until its window ends",
+        log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until the sweep gives it "
+                    "back past its deadline",
                     reservation.id, SETTLE_ATTEMPTS, type(error).__name__, error)
 
     async def sweep(self) -> int:
