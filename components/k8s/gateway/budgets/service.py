@@ -453,7 +453,8 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         """One sweep turn: release the reservations past their deadline that nobody settled, SWEEP_BATCH per store
         call, SWEEP_BATCHES calls at most; stops at the first batch that was not full, or as the store fails (the
         breaker counts it) or its breaker is open. Returns how many it released."""
-        released = 0
+        released: dict[tuple[str, str], int] = {}  # reservations per budget
+        count = 0
         for _ in range(SWEEP_BATCHES):
             try:
                 batch = await self.breaker.call(lambda: self.store.sweep(self.clock(), SWEEP_BATCH),
@@ -464,16 +465,18 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                 log.warning("sweep failed (%s: %s): tried again in the next turn", type(e).__name__, e)
                 break
             for given in batch.released:
-                for scope, name in dict.fromkeys(parse_window_key(k)[:2] for k in given):
-                    self.swept.labels(scope, name).inc()
+                for budget in dict.fromkeys(parse_window_key(k)[:2] for k in given):
+                    self.swept.labels(*budget).inc()
+                    released[budget] = released.get(budget, 0) + 1
                 for key, tokens in given.items():
                     self.swept_tokens.labels(*parse_window_key(key)).inc(tokens)
-                log.warning("released a reservation nobody settled by its deadline (its metering stream lost): %s",
-                            ", ".join(f"{k} {v}" for k, v in given.items()))
-            released += len(batch.released)
+            count += len(batch.released)
             if batch.due < SWEEP_BATCH:
                 break
-        return released
+        if released:
+            log.warning("released reservations nobody settled by their deadline (their metering streams lost): %s",
+                        ", ".join(f"{s}:{n} {count}" for (s, n), count in sorted(released.items())))
+        return count
 
     def start_sweeping(self) -> None:
         """Sweep every `sweep_interval_seconds` (jittered by half of it either way) until stop_sweeping()."""
