@@ -567,7 +567,11 @@ async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_po
     """Start the service on `listen` (host:port; port 0: the kernel picks), return it with its processor and port."""
     registry = registry or prom.CollectorRegistry()
     timeout = config.store_timeout_seconds
-    client = aredis.Redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+    # no socket timeout of the client's own: every call of the service's is bounded by its breaker (Breaker.call's
+    # timeout, the same store timeout), and redis-py 8.1.0 would wrap each command's send in asyncio.wait_for (a
+    # task per command) and its read in a timeout of its own (redis/asyncio/connection.py send_packed_command,
+    # read_response); a cancelled command drops its connection all the same (read_response)
+    client = aredis.Redis.from_url(redis_url, socket_timeout=None, socket_connect_timeout=timeout,
                                    retry_on_timeout=False)
     processor = Processor(config, Store(client), registry, clock)
     if metrics_port is not None:
