@@ -475,7 +475,7 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                 break
         if released:
             log.warning("released reservations nobody settled by their deadline (their metering streams lost): %s",
-                        ", ".join(f"{s}:{n} {count}" for (s, n), count in sorted(released.items())))
+                        ", ".join(f"{scope}:{name} {n}" for (scope, name), n in sorted(released.items())))
         return count
 
     def start_sweeping(self) -> None:
