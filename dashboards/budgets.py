@@ -34,15 +34,21 @@ the same value: panels and alerts take the max over replicas, never the sum.
   counts in TokenBudgetServiceUnreachable or TokenBudgetMeteringFailing too: this one says the service is not to
   blame.
 - TokenBudgetMeteringFailing (warning): the same for the metering streams: responses go on, but their reservations
-  stay at the worst case until the window ends (callers are refused early).
+  stay at the worst case until their deadline, when the sweep gives them back (callers are refused early).
 - TokenBudgetSettlementsFailing (warning): settlements the service never wrote to the store in the last RATE (every
   try failed, or dropped unwritten: too many pending while the store was down, or pending at shutdown): their
-  reservations stay counted until their windows end (callers refused early), a fail-open request's usage is lost. The
-  service exports both reasons from 0, so the first failure is an increase.
-- TokenBudgetStorePrimaryDown (critical): for STORE_FOR the store's primary (the Valkey StatefulSet's pod 0,
-  BUDGET.STORE_PRIMARY_POD) has not been ready (kube-state-metrics' kube_pod_status_ready). The pinned chart has no
-  Sentinel: nothing promotes a replica, every budget fails as its onStoreFailure says until pod 0 is back, and when
-  its volume is lost a person fails over (docs/gateway.md, "Token budgets", Failure; dashboards/RUNBOOKS.md).
+  reservations stay counted until the sweep gives them back (callers refused early), a fail-open request's usage is
+  lost. The service exports both reasons from 0, so the first failure is an increase.
+- TokenBudgetStorePrimaryDown (critical): for STORE_FOR the store's primary has not been ready (kube-state-metrics'
+  kube_pod_status_ready): with storeReplicas the Valkey StatefulSet's pod 0, without them the pod of the Deployment
+  the chart renders instead (BUDGET.STORE_PRIMARY_PODS matches either, never a replica; during a Deployment's rollout
+  one ready pod of the two is enough). The pinned chart has no Sentinel: nothing promotes a replica, every budget fails
+  as its onStoreFailure says until the primary is back, and when its volume is lost a person fails over
+  (docs/gateway.md, "Token budgets", Failure; dashboards/RUNBOOKS.md).
+- TokenBudgetReservationsSwept (warning): the service's sweep released reservations in the last RATE
+  (BUDGET.SWEPT, summed over replicas: each counts what it released), per budget: their deadline passed and nobody
+  settled them, so the gateway's metering streams are being lost (a service pod killed hard, or metering failing).
+  No `for`: a pod lost once sweeps its reservations within a minute or so, and that is worth a look.
 - TokenBudgetStoreMemoryHigh (warning): for STORE_MEMORY_FOR a store pod's dataset has been above STORE_MEMORY_HIGH of
   its maxmemory (the chart's redis_exporter sidecar, STORE_METRICS_JOB: redis_memory_used_bytes, Valkey's INFO
   used_memory, over redis_memory_max_bytes, its maxmemory; oliver006/redis_exporter@v1.79.0 exporter/exporter.go).
@@ -175,8 +181,8 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{{{{ $value }}}} settlements were never written to the budget store in the last {RATE} "
                           "(reason {{ $labels.reason }}: retries, every try failed; dropped, too many pending while "
                           "the store was down, or still pending at shutdown): their reservations stay counted until "
-                          "their windows end, so callers are refused early, and fail-open requests' usage is not "
-                          "counted.",
+                          "their deadline, when the sweep gives them back, so callers are refused early, and "
+                          "fail-open requests' usage is not counted.",
               runbook_url=runbook(cfg, "TokenBudgetSettlementsFailing")),
         Alert("TokenBudgetServiceUnreachable",
               _stream_failures(BUDGET.ENVOY_ADMISSION, BUDGET.ENVOY_ADMISSION_CLOSED), "critical",
@@ -186,15 +192,25 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "500, fail-open tenants' are served without counting them.",
               runbook_url=runbook(cfg, "TokenBudgetServiceUnreachable"), for_=STORE_FOR),
         Alert("TokenBudgetStorePrimaryDown",
-              f"max by (namespace) ({KSM.POD_READY}{{pod=\"{BUDGET.STORE_PRIMARY_POD}\", condition=\"true\"}}) == 0",
-              "critical", summary="The token budget store's primary {{ $labels.namespace }}/"
-                                  f"{BUDGET.STORE_PRIMARY_POD} is not ready",
-              description=f"For {STORE_FOR} the budget store's primary (Valkey pod {BUDGET.STORE_PRIMARY_POD}) has "
-                          "not been ready: no reservation can be made, so fail-open budgets serve requests uncounted "
-                          "and fail-closed ones answer 503. Nothing promotes a replica (the Valkey chart has no "
-                          "Sentinel): the StatefulSet brings pod 0 back on its volume; if the volume is lost, fail "
+              f"max by (namespace) ({KSM.POD_READY}{{pod=~\"{BUDGET.STORE_PRIMARY_PODS}\", condition=\"true\"}}) "
+              "== 0",
+              "critical", summary="The token budget store's primary in {{ $labels.namespace }} is not ready",
+              description=f"For {STORE_FOR} the budget store's primary (Valkey pod {BUDGET.STORE_PRIMARY_POD}, or "
+                          f"without store replicas the pod of the Deployment {BUDGET.STORE_RELEASE}) has not been "
+                          "ready: no reservation can be made, so fail-open budgets serve requests uncounted and "
+                          "fail-closed ones answer 503. Nothing promotes a replica (the Valkey chart has no "
+                          "Sentinel): Kubernetes brings the primary back on its volume; if the volume is lost, fail "
                           "over by hand (runbook).",
               runbook_url=runbook(cfg, "TokenBudgetStorePrimaryDown"), for_=STORE_FOR),
+        Alert("TokenBudgetReservationsSwept",
+              f"sum by ({BUDGET.L_SCOPE}, {BUDGET.L_NAME}) (increase({BUDGET.SWEPT}[{RATE}])) > 0", "warning",
+              summary=f"Reservations of {who} were released unsettled: metering streams are being lost",
+              description=f"{{{{ $value }}}} reservations of {who}'s token budget were released by the budget "
+                          f"service's sweep in the last {RATE}: their deadline (the longest request of their route "
+                          "and a margin) passed and nobody settled them, so their metering streams were lost (a "
+                          "service pod killed hard, or the gateway's metering failing). Their whole reservation was "
+                          "given back; what those requests used is not counted.",
+              runbook_url=runbook(cfg, "TokenBudgetReservationsSwept")),
         Alert("TokenBudgetStoreMemoryHigh",
               f"max by (namespace, pod) (redis_memory_used_bytes{{{store}}}) / max by (namespace, pod) "
               f"(redis_memory_max_bytes{{{store}}} > 0) > {STORE_MEMORY_HIGH}", "warning",
@@ -220,13 +236,14 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
               description=f"{{{{ $value }}}} streams to the budget service were refused by the gateway's own circuit "
                           f"breakers (cluster {BUDGETS_CLUSTER}) in the last {RATE}: admissions failed (fail-closed "
                           "tenants got 500, fail-open ones were served uncounted) or metering streams were lost "
-                          "(their reservations stay charged their worst case until the window ends). The service "
+                          "(their reservations stay charged their worst case until the sweep gives them back). The "
+                          "service "
                           "is not at fault: more requests are in flight than the breakers were sized for.",
               runbook_url=runbook(cfg, "TokenBudgetServiceOverflowing")),
         Alert("TokenBudgetMeteringFailing", _stream_failures(BUDGET.ENVOY_METER), "warning",
               summary="The gateway cannot meter responses to the token budget service",
               description=f"For {STORE_FOR} {{{{ $value | humanizePercentage }}}} of the gateway's metering streams "
                           "to the budget service failed: those requests keep their worst-case reservation until "
-                          "the window ends, so their callers are refused early.",
+                          "their deadline (the sweep then gives it back), so their callers are refused early.",
               runbook_url=runbook(cfg, "TokenBudgetMeteringFailing"), for_=STORE_FOR),
     ]

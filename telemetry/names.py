@@ -352,10 +352,15 @@ class BUDGET:
     STORE_SKIPPED = "aifactory_token_budget_store_skipped_total"
     STORE_BREAKER_OPEN = "aifactory_token_budget_store_breaker_open"  # gauge: 1 while the store's breaker is open
     # counter {reason: retries | dropped}: settlements never written: every try failed, or dropped unwritten (too many
-    # pending while the store was down, or still pending at shutdown). The reservation stays counted until its window
-    # ends (callers refused early); a fail-open request's usage is not counted
+    # pending while the store was down, or still pending at shutdown). The reservation stays counted until its deadline,
+    # when the sweep gives it back (callers refused early); a fail-open request's usage is not counted
     SETTLEMENTS_FAILED = "aifactory_token_budget_settlements_failed_total"
     SETTLE_RETRIES, SETTLE_DROPPED = "retries", "dropped"
+    # counters: reservations the sweep released, their deadline passed and nobody settled them (their metering stream
+    # lost: a service pod killed hard), {scope, name}; and the weighted tokens it gave back, {scope, name, window}.
+    # Each replica counts what it released (sum them); every budget's series exported from 0
+    SWEPT = "aifactory_token_budget_swept_reservations_total"
+    SWEPT_TOKENS = "aifactory_token_budget_swept_tokens_total"
     # the gateway's budget filters' ext_proc stat prefixes (components/k8s/gateway/envoy/budgets.py): admission for
     # fail-open callers, for fail-closed tenants, and metering
     ENVOY_ADMISSION = "budgets"
@@ -365,6 +370,14 @@ class BUDGET:
     # (valkey-io/valkey-helm valkey-0.11.0 valkey/templates/init_config.yaml, service.yaml: no Sentinel, no promotion)
     STORE_RELEASE = "aifactory-budgets-valkey"
     STORE_PRIMARY_POD = f"{STORE_RELEASE}-0"
+    # The primary's pod in either shape the chart renders (a PromQL regex, anchored): with storeReplicas, the
+    # StatefulSet's pod 0; without (storeReplicas: 0, the default), the chart renders a Deployment of one pod instead
+    # (templates/deploy_valkey.yaml, `replica.enabled` false), named <release>-<pod-template-hash>-<5 characters>, both
+    # drawn from Kubernetes' alphabet without vowels (kubernetes/kubernetes@v1.34.0 pkg/controller/deployment/sync.go:
+    # the ReplicaSet <deployment>-<hash>, its pods <replicaset>-<suffix>; staging/src/k8s.io/apimachinery/pkg/util/
+    # rand/rand.go `alphanums`, SafeEncodeString). Neither matches a replica (<release>-1, -2 ...).
+    K8S_NAME_CHARS = "[bcdfghjklmnpqrstvwxz2456789]"
+    STORE_PRIMARY_PODS = f"{STORE_RELEASE}-(0|{K8S_NAME_CHARS}+-{K8S_NAME_CHARS}{{5}})"
     L_SCOPE = "scope"
     L_NAME = "name"
     L_WINDOW = "window"

@@ -1,5 +1,6 @@
 """The token budget service as a real process behind the real Envoy 1.40, with a real Redis (Debian's redis-server)
-and a stand-in engine that streams as vLLM does: what a rollout (SIGTERM) does to the streams in flight.
+and a stand-in engine that streams as vLLM does: what a rollout (SIGTERM) does to the streams in flight, and what
+the next replica's sweep does after a pod killed hard (SIGKILL) mid-stream.
 
 Envoy facts (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto): one gRPC
 stream per HTTP request, open as long as the request; without failure_mode_allow a failed stream fails the request
@@ -62,10 +63,10 @@ class Live:
     config: Path
     port: int
 
-    def service(self, stack: ExitStack) -> subprocess.Popen[bytes]:
+    def service(self, stack: ExitStack, config: Path | None = None) -> subprocess.Popen[bytes]:
         """The service as the Deployment runs it (python -m components.k8s.gateway.budgets), once it listens."""
         proc = subprocess.Popen(
-            [sys.executable, "-m", "components.k8s.gateway.budgets", "--config", str(self.config),
+            [sys.executable, "-m", "components.k8s.gateway.budgets", "--config", str(config or self.config),
              "--listen", f"127.0.0.1:{self.port}", "--redis-url", self.redis.url,
              "--metrics-port", str(free_port()), "--shutdown-grace-seconds", str(BOUND_S)],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
@@ -128,3 +129,36 @@ def test_sigterm_lets_a_fail_closed_stream_finish_and_settles_it(live: Live) -> 
         assert json.loads(events[-2].removeprefix(b"data: "))["usage"]["completion_tokens"] == 10
         assert service.wait(timeout=BOUND_S) == 0, service.communicate()[0]
         assert live.spent("closed") == 20 + 10  # usage, outputWeight 1: settled before the process exited
+
+
+def test_a_pod_killed_mid_stream_leaves_its_reservation_to_the_next_replicas_sweep(live: Live) -> None:
+    """SIGKILL (an OOM kill, a lost node) reaches the service while it meters a stream: the answer still streams to
+    the client (metering is observability-only), but nobody settles the reservation, which stays charged its worst
+    case. The replica started next gives it all back once its deadline has passed (here the config's longest request
+    of the route is 1 s, no margin, a sweep every 0.2 s), and leaves the record a `swept` tombstone."""
+    live.redis.client().flushall()
+    live.engine.chunk_delay = 0.1
+    doc = json.loads(live.config.read_text())
+    doc.update(requestSeconds={"chat": 1.0}, sweepMarginSeconds=0, sweepIntervalSeconds=0.2)
+    config = live.config.with_name("budgets-sweep.json")
+    config.write_text(json.dumps(doc))
+    body = {"model": "chat", "stream": True, "max_tokens": 10, "messages": [{"role": "user", "content": "hello"}]}
+    with ExitStack() as stack:
+        killed = live.service(stack, config)
+        conn, resp = live.open_stream("open", body)
+        stack.callback(conn.close)
+        assert resp.status == 200
+        assert resp.readline().startswith(b"data: ")
+        killed.kill()
+        killed.wait(timeout=BOUND_S)
+        conn.close()
+        c = live.redis.client()
+        [record] = c.keys("aifactory:budget:reservation:*")
+        [reserved] = c.hgetall(record).values()  # the day's counter: the prompt's estimate and max_tokens
+        assert live.spent("open") == int(reserved) > 10  # nobody settles it
+        live.service(stack, config)
+        deadline = time.monotonic() + BOUND_S
+        while live.spent("open") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert live.spent("open") == 0
+        assert c.hgetall(record) == {b"swept": b"1"}

@@ -174,12 +174,12 @@ def test_a_settlement_applied_twice_counts_once(url: str, server: RedisServer) -
 def test_a_settlement_of_an_unknown_id_changes_nothing(url: str, server: RedisServer) -> None:
     server.client().set(MINUTE, 300)
 
-    async def go() -> bool:
+    async def go() -> int:
         store = await _store(url)
         r = await store.reserve([DEMO], NOW, "known")
         assert isinstance(r, Reservation)
         return await store.settle(Reservation("unknown", r.keys, r.amounts, r.charges), {("tenant", "demo"): 5}, NOW)
-    assert _run(go()) is False
+    assert _run(go()) == 0
     assert _counters(server) == (900, 600)  # the known reservation, untouched
     assert server.client().exists(record_key("unknown")) == 0
 
@@ -279,7 +279,7 @@ def _release_script(port: int, age: int) -> str:
 def test_the_runbooks_release_gives_back_only_old_unsettled_reservations(url: str, server: RedisServer) -> None:
     """A service pod killed hard leaves its meter streams' reservations recorded and never settled: the runbook's
     release gives back those older than `age` (OBJECT IDLETIME of the record), and leaves a recent one, a settled
-    one's tombstone and the other counters alone."""
+    one's tombstone, a swept one's (the sweep gave it back already) and the other counters alone."""
     charge = [Charge("tenant", "demo", {"perMinute": 1000, "perDay": 10_000}, 300)]
     minute, day = window_key("tenant", "demo", "perMinute", NOW), window_key("tenant", "demo", "perDay", NOW)
 
@@ -290,8 +290,14 @@ def test_the_runbooks_release_gives_back_only_old_unsettled_reservations(url: st
         store = await _store(url)
         return await store.settle(Store.unreserved(charge, NOW, rid), {("tenant", "demo"): 50}, NOW)
 
+    async def swept(rid: str) -> None:
+        st = await _store(url)
+        assert isinstance(await st.reserve(charge, NOW, rid, deadline=NOW), Reservation)
+        assert len((await st.sweep(NOW + 1, 10)).released) == 1
+
     assert isinstance(_run(reserve("orphan")), Reservation)
     assert _run(unreserved("late"))  # a tombstone, and 50 used
+    _run(swept("swept"))  # the sweep gave it back: a tombstone
     c = server.client()
     deadline = time.monotonic() + 10
     while int(c.object("idletime", record_key("orphan"))) < 2 and time.monotonic() < deadline:
@@ -304,3 +310,4 @@ def test_the_runbooks_release_gives_back_only_old_unsettled_reservations(url: st
     assert not c.exists(record_key("orphan"))
     assert c.hgetall(record_key("recent")) == {minute.encode(): b"300", day.encode(): b"300"}
     assert c.hgetall(record_key("late")) == {b"settled": b"1"}
+    assert c.hgetall(record_key("swept")) == {b"swept": b"1"}

@@ -141,6 +141,25 @@ def budget_cases(cfg: ObservabilityConfig) -> list[Case]:
     out.append(Case("TokenBudgetStorePrimaryDown", {**ready(BUDGET.STORE_PRIMARY_POD, "1x30"),
                                                     **ready(f"{BUDGET.STORE_RELEASE}-1", "0x30")},
                     [(_minutes(STORE_FOR) + 1, [])]))
+    # storeReplicas 0: the chart's Deployment of one pod (<release>-<pod-template-hash>-<suffix>) not ready from
+    # minute 0 fires the same way; mid-rollout (the old pod ready, the new one not yet) and the budget service's own
+    # pods (aifactory-budgets-<hash>-<suffix>) page no one
+    deployment_pod = f"{BUDGET.STORE_RELEASE}-5d8f7c9b4-x2k9p"
+    out.append(Case("TokenBudgetStorePrimaryDown", ready(deployment_pod, "0x30"), _around(
+        0, [fired("TokenBudgetStorePrimaryDown", "critical", {"namespace": "aifactory-gateway"}, 0.0, STORE_FOR)])))
+    out.append(Case("TokenBudgetStorePrimaryDown", {**ready(deployment_pod, "1x30"),
+                                                    **ready(f"{BUDGET.STORE_RELEASE}-6b7d9f5c8-q4zt7", "0x30"),
+                                                    **ready("aifactory-budgets-6f9c4d7b8-bx2nm", "0x30")},
+                    [(_minutes(STORE_FOR) + 1, [])]))
+    # the sweep released 2 + 1 of finance's reservations a minute on two service replicas from minute 1: fires at
+    # once; a count that stopped rising (a pod lost an hour ago) pages no one
+    tenant = {BUDGET.L_SCOPE: "tenant", BUDGET.L_NAME: "finance"}
+    swept = {_sel(BUDGET.SWEPT, {**tenant, "pod": pod, "job": "aifactory-budgets"}): values
+             for pod, values in zip(REPLICAS, ("0+2x30", "0+1x30"), strict=True)}
+    out.append(Case("TokenBudgetReservationsSwept", swept, _around(1, [fired(
+        "TokenBudgetReservationsSwept", "warning", tenant, 3.0, "0m")])))
+    out.append(Case("TokenBudgetReservationsSwept", {
+        _sel(BUDGET.SWEPT, {**tenant, "pod": REPLICAS[0], "job": "aifactory-budgets"}): "4x30"}, [(2, []), (10, [])]))
     # the store's exporter (oliver006/redis_exporter@v1.79.0: redis_memory_used_bytes, redis_memory_max_bytes,
     # redis_aof_last_write_status): 700 of 768 MiB used on the primary (91%) from minute 0, fires once
     # STORE_MEMORY_FOR has passed; the replica at 600 MiB (78%), and a pod reporting maxmemory 0 (unbounded) at any
@@ -182,7 +201,7 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
                     ("TokenBudgetServiceOverflowing", "critical"),
                     ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning"),
                     ("TokenBudgetUsageUnreported", "warning"), ("TokenBudgetStoreMemoryHigh", "warning"),
-                    ("TokenBudgetStoreWritesFailing", "critical")}
+                    ("TokenBudgetStoreWritesFailing", "critical"), ("TokenBudgetReservationsSwept", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
 
@@ -197,7 +216,8 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
                                                                    else [])
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
         ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
-         "TokenBudgetServiceOverflowing", "TokenBudgetServiceUnreachable", "TokenBudgetSettlementsFailing",
+         "TokenBudgetReservationsSwept", "TokenBudgetServiceOverflowing", "TokenBudgetServiceUnreachable",
+         "TokenBudgetSettlementsFailing",
          "TokenBudgetStoreFailing", "TokenBudgetStoreMemoryHigh", "TokenBudgetStorePrimaryDown",
          "TokenBudgetStoreWritesFailing", "TokenBudgetUsageUnreported"] if budgeted else [])
     doc = json.loads(dashboards.dashboard_json(dashboards.build(cfg)["gpu-cost"]))

@@ -50,7 +50,11 @@ def test_the_service_reads_its_budgets_and_reaches_the_store() -> None:
     assert json.loads(objs["budgets-configmap"]["data"]["budgets.json"]) == json.loads(service_config(cfg)) == {
         "tenants": {"demo": {"limits": {"perMinute": 1000}, "outputWeight": 2.0, "defaultMaxTokens": 4096,
                              "promptBytesPerToken": 1.0, "onStoreFailure": "open"}},
-        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.5}
+        "workloads": {}, "models": {"chat": "chat"}, "storeTimeoutSeconds": 0.5,
+        # a reservation's deadline: the workload's longest route timeout (its model's timeoutSeconds, 60 s by default)
+        # plus 16 s: admission's answer (1), the metering stream's deferred close (5), the settlement's drain (8), the
+        # replicas' clocks apart (2)
+        "requestSeconds": {"chat": 60.0}, "sweepMarginSeconds": 16, "sweepIntervalSeconds": 10.0}
     # the service's pods are not the gateway's: the gateway Service must not select them
     assert objs["budgets-deployment"]["spec"]["selector"]["matchLabels"] == {
         "app.kubernetes.io/name": "aifactory-budgets"}

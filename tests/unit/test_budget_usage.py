@@ -92,7 +92,8 @@ def test_a_routes_subject_names_the_workload_whose_budget_it_counts_against() ->
               "onStoreFailure": "open"}
     cfg = BudgetConfig.load_text(json.dumps({"tenants": {"t": policy}, "workloads": {"plan": policy},
                                              "models": {"plan-int4": "plan", "other": "other"},
-                                             "storeTimeoutSeconds": 0.1}))
+                                             "storeTimeoutSeconds": 0.1, "requestSeconds": {},
+                                             "sweepMarginSeconds": 16, "sweepIntervalSeconds": 10}))
     scopes = {r: [(s, n) for s, n, _ in cfg.budgets_of("t", r)] for r in (
         "plan/body", "plan.batch/path", "plan.plan-int4.fits-budget.baggage/unstreamed", "plan-int4/key-body",
         "other/body", "")}

@@ -29,8 +29,17 @@ store's breaker (components.k8s.gateway.budgets.breaker) opens: requests get the
 asking the store, settlements wait for it (a bounded number: past it the oldest is dropped, counted), and one call
 at a time probes it until it answers.
 
-On SIGTERM (a rollout, an eviction) the service stops taking new streams (gRPC's GOAWAY: Envoy opens a new
-connection, to another replica, for its next request) and lets the streams in flight run for up to
+A reservation nobody settles (its metering stream lost with a service pod killed hard, or admission's answer lost
+after the store reserved) is released by the sweep: reserve records the reservation's deadline (the longest request
+its workload's routes allow, plus the config's `sweepMarginSeconds`), and every replica runs one sweep turn every
+`sweepIntervalSeconds` (jittered) in the background: at most SWEEP_BATCHES batches of SWEEP_BATCH reservations past
+their deadline, each batch one atomic script (components.k8s.gateway.budgets.store), so replicas sweeping at once
+release each reservation once. Its calls go through the store's breaker like any other: a failure counts toward
+opening it (a store that fails a sweep is as down as one that fails a reservation), and while it is open the turn
+is skipped. A turn never holds a request: it runs beside them, and its script is bounded by the batch.
+
+On SIGTERM (a rollout, an eviction) the service stops sweeping and stops taking new streams (gRPC's GOAWAY: Envoy
+opens a new connection, to another replica, for its next request) and lets the streams in flight run for up to
 `--shutdown-grace-seconds` (the longest request the gateway allows), so a fail-closed tenant's stream is not cut;
 every stream's reservation is settled, and every settlement written, before the process exits.
 """
@@ -41,10 +50,11 @@ import argparse
 import asyncio
 import json
 import logging
+import random
 import signal
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -67,9 +77,18 @@ from components.k8s.gateway.budgets.names import (
     PATH_ATTRIBUTE,
     ROUTE_ATTRIBUTE,
     SETTLE_DRAIN_SECONDS,
+    SWEEP_INTERVAL_SECONDS,
     TENANT_ATTRIBUTE,
 )
-from components.k8s.gateway.budgets.store import Charge, Refusal, Reservation, Store, new_id, window_key
+from components.k8s.gateway.budgets.store import (
+    Charge,
+    Refusal,
+    Reservation,
+    Store,
+    new_id,
+    parse_window_key,
+    window_key,
+)
 from components.k8s.gateway.budgets.usage import Plan, Policy, ResponseMeter, plan
 from telemetry.names import BUDGET
 
@@ -83,6 +102,10 @@ SETTLE_BACKOFF_S = 0.1
 # the oldest is dropped (counted). 500 requests/s for 20 s of store outage; a few MB of memory
 PENDING_SETTLEMENTS = 10_000
 SETTLE_CONCURRENCY = 32  # settlements in the store at once: a store back after an outage is not sent them all at once
+# The sweep: reservations per script (a batch holds the store for well under a millisecond: a few commands per
+# counter), and batches per turn at most (the rest waits for the next turn, or another replica's)
+SWEEP_BATCH = 100
+SWEEP_BATCHES = 10
 STORE_ERRORS = (TimeoutError, redis.RedisError, OSError)
 # Error replies that say the store itself cannot serve (out of memory, a read-only replica, its primary lost, no
 # permission, a script blocking it): redis-py 8.1.0 redis/_parsers/base.py `EXCEPTION_CLASSES` maps OOM, READONLY,
@@ -109,6 +132,11 @@ class BudgetConfig:
     workloads: Mapping[str, Policy]
     models: Mapping[str, str]  # model key -> its workload (a key-body route's subject is the model's key)
     store_timeout_seconds: float
+    # workload -> the longest request its routes allow (s); a workload not in it: the longest of all (SHUTDOWN_GRACE_S
+    # when none is known)
+    request_seconds: Mapping[str, float] = field(default_factory=dict)
+    sweep_margin_seconds: float = 0.0  # added to a request's longest time: its reservation's deadline
+    sweep_interval_seconds: float = SWEEP_INTERVAL_SECONDS  # mean time between two sweep turns of one replica
 
     @classmethod
     def load(cls, path: str | Path) -> BudgetConfig:
@@ -119,7 +147,15 @@ class BudgetConfig:
         d = json.loads(text)
         return cls(tenants={n: Policy.from_json(p) for n, p in d["tenants"].items()},
                    workloads={n: Policy.from_json(p) for n, p in d["workloads"].items()},
-                   models=dict(d["models"]), store_timeout_seconds=float(d["storeTimeoutSeconds"]))
+                   models=dict(d["models"]), store_timeout_seconds=float(d["storeTimeoutSeconds"]),
+                   request_seconds={w: float(t) for w, t in d["requestSeconds"].items()},
+                   sweep_margin_seconds=float(d["sweepMarginSeconds"]),
+                   sweep_interval_seconds=float(d["sweepIntervalSeconds"]))
+
+    def lifetime(self, workload: str) -> float:
+        """Seconds from a reservation to its deadline: the longest request of its workload, and the margin."""
+        longest = self.request_seconds.get(workload, max(self.request_seconds.values(), default=SHUTDOWN_GRACE_S))
+        return longest + self.sweep_margin_seconds
 
     def workload_of(self, route: str) -> str:
         """The workload a route serves: its subject, <workload>[.batch | .<variant>.<reason>...], or a model's own key
@@ -251,7 +287,8 @@ class _Stream:
                    for scope, name, p in self.budgets]
         started, now, rid = time.monotonic(), self.p.clock(), new_id()
         try:
-            result = await self.p.breaker.call(lambda: self.p.store.reserve(charges, now, rid),
+            deadline = now + self.p.config.lifetime(self.workload)
+            result = await self.p.breaker.call(lambda: self.p.store.reserve(charges, now, rid, deadline=deadline),
                                                self.p.config.store_timeout_seconds)
         except BreakerOpen as e:  # the store was not asked: nothing of this request's can land in it
             self.p.store_skipped.inc()
@@ -345,6 +382,16 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                                                "written to the budget store", (BUDGET.L_REASON,), registry=registry)
         for reason in (BUDGET.SETTLE_RETRIES, BUDGET.SETTLE_DROPPED):  # both series from the start (0)
             self.settlements_failed.labels(reason)
+        self.swept = prom.Counter(BUDGET.SWEPT.removesuffix("_total"), "Reservations the sweep released: their "
+                                  "deadline passed and nobody settled them", labels, registry=registry)
+        self.swept_tokens = prom.Counter(BUDGET.SWEPT_TOKENS.removesuffix("_total"), "Weighted tokens the sweep "
+                                         "gave back", (*labels, BUDGET.L_WINDOW), registry=registry)
+        for scope, budgets in (("tenant", config.tenants), ("workload", config.workloads)):  # every series from 0
+            for name, policy in budgets.items():
+                self.swept.labels(scope, name)
+                for window in policy.limits:
+                    self.swept_tokens.labels(scope, name, window)
+        self._sweeper: asyncio.Task[None] | None = None
         self.breaker = breaker or Breaker(STORE_ERRORS, answered=answered_by_store)
         self.breaker.on_change = self._breaker_changed
 
@@ -375,15 +422,18 @@ class Processor(pb_grpc.ExternalProcessorServicer):
         whose answer was lost and applied counts once), SETTLE_ATTEMPTS tries at most, SETTLE_BACKOFF_S doubling
         between them. While the store's breaker is open it waits, trying nothing (or probing, one at a time), until
         the store answers again or it is dropped (background, drain). One that is never written is counted
-        (SETTLEMENTS_FAILED): its reservation stays counted until its window ends (over-counted, never under)."""
+        (SETTLEMENTS_FAILED): its reservation stays counted until its deadline, when the sweep gives it back."""
         if self._settling is None:
             self._settling = asyncio.Semaphore(SETTLE_CONCURRENCY)
         tries = 0
         async with self._settling:
             while True:
                 try:
-                    await self.breaker.call(lambda: self.store.settle(reservation, used, self.clock()),
-                                            self.config.store_timeout_seconds)
+                    applied = await self.breaker.call(lambda: self.store.settle(reservation, used, self.clock()),
+                                                      self.config.store_timeout_seconds)
+                    if applied == 2:
+                        log.warning("reservation %s was settled after the sweep released it: what it used is "
+                                    "counted now", reservation.id)
                     return
                 except BreakerOpen:
                     await self.breaker.wait()
@@ -395,8 +445,52 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                         break
                 await asyncio.sleep(SETTLE_BACKOFF_S * 2 ** (tries - 1))
         self.settlements_failed.labels(BUDGET.SETTLE_RETRIES).inc()
-        log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until its window ends",
+        log.warning("settlement of reservation %s failed %d times (%s: %s): it stays counted until the sweep gives it "
+                    "back past its deadline",
                     reservation.id, SETTLE_ATTEMPTS, type(error).__name__, error)
+
+    async def sweep(self) -> int:
+        """One sweep turn: release the reservations past their deadline that nobody settled, SWEEP_BATCH per store
+        call, SWEEP_BATCHES calls at most; stops at the first batch that was not full, or as the store fails (the
+        breaker counts it) or its breaker is open. Returns how many it released."""
+        released: dict[tuple[str, str], int] = {}  # reservations per budget
+        count = 0
+        for _ in range(SWEEP_BATCHES):
+            try:
+                batch = await self.breaker.call(lambda: self.store.sweep(self.clock(), SWEEP_BATCH),
+                                                self.config.store_timeout_seconds)
+            except BreakerOpen:
+                break
+            except STORE_ERRORS as e:
+                log.warning("sweep failed (%s: %s): tried again in the next turn", type(e).__name__, e)
+                break
+            for given in batch.released:
+                for budget in dict.fromkeys(parse_window_key(k)[:2] for k in given):
+                    self.swept.labels(*budget).inc()
+                    released[budget] = released.get(budget, 0) + 1
+                for key, tokens in given.items():
+                    self.swept_tokens.labels(*parse_window_key(key)).inc(tokens)
+            count += len(batch.released)
+            if batch.due < SWEEP_BATCH:
+                break
+        if released:
+            log.warning("released reservations nobody settled by their deadline (their metering streams lost): %s",
+                        ", ".join(f"{scope}:{name} {n}" for (scope, name), n in sorted(released.items())))
+        return count
+
+    def start_sweeping(self) -> None:
+        """Sweep every `sweep_interval_seconds` (jittered by half of it either way) until stop_sweeping()."""
+        async def turns() -> None:
+            while True:
+                await asyncio.sleep(self.config.sweep_interval_seconds * random.uniform(0.5, 1.5))
+                await self.sweep()
+        self._sweeper = asyncio.ensure_future(turns())
+
+    async def stop_sweeping(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+            self._sweeper = None
 
     def _done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.pop(task, None)
@@ -473,7 +567,11 @@ async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_po
     """Start the service on `listen` (host:port; port 0: the kernel picks), return it with its processor and port."""
     registry = registry or prom.CollectorRegistry()
     timeout = config.store_timeout_seconds
-    client = aredis.Redis.from_url(redis_url, socket_timeout=timeout, socket_connect_timeout=timeout,
+    # no socket timeout of the client's own: every call of the service's is bounded by its breaker (Breaker.call's
+    # timeout, the same store timeout), and redis-py 8.1.0 would wrap each command's send in asyncio.wait_for (a
+    # task per command) and its read in a timeout of its own (redis/asyncio/connection.py send_packed_command,
+    # read_response); a cancelled command drops its connection all the same (read_response)
+    client = aredis.Redis.from_url(redis_url, socket_timeout=None, socket_connect_timeout=timeout,
                                    retry_on_timeout=False)
     processor = Processor(config, Store(client), registry, clock)
     if metrics_port is not None:
@@ -484,13 +582,16 @@ async def serve(config: BudgetConfig, *, listen: str, redis_url: str, metrics_po
     pb_grpc.add_ExternalProcessorServicer_to_server(processor, server)
     port = server.add_insecure_port(listen)
     await server.start()
+    processor.start_sweeping()
     return server, processor, port
 
 
 async def shutdown(server: grpc.aio.Server, processor: Processor, grace: float) -> None:
     """Stop taking streams, let those in flight end within `grace` seconds (past it they are cancelled, and settle
-    what they metered), then write every settlement (for at most SETTLE_DRAIN_SECONDS: the store down)."""
+    what they metered), then write every settlement (for at most SETTLE_DRAIN_SECONDS: the store down). The sweep
+    stops first (the other replicas go on sweeping)."""
     log.info("stopping: %d streams in flight, up to %g s for them to end", processor.streams, grace)
+    await processor.stop_sweeping()
     await server.stop(grace)
     await processor.drain(SETTLE_DRAIN_SECONDS)
     log.info("stopped")

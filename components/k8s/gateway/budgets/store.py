@@ -15,9 +15,21 @@ admitted unreserved, or refused fail-closed) it settles with `unreserved`: a res
 by what the request used (0 for a refused one), one that has not landed yet is barred (the record becomes a tombstone,
 so the late reservation finds it and takes nothing), and what the request used is added either way.
 
+Reservations that nobody settles (their metering stream lost with a service pod killed hard, or admission's answer
+lost after the store reserved) are released by the sweep: reserve records, in its script, the reservation's deadline
+(the latest time its request can still be running and its settlement still be on its way: the service passes it) in
+one sorted set of ids by deadline; settle removes the id. The sweep script takes a batch of ids past their deadline
+from the set and, for each whose record is still a reservation, gives back what it took of every counter that still
+exists and makes the record a `swept` tombstone (kept as long as the record would have been). One script per batch,
+so any number of service replicas sweeping at once release each reservation once. A settlement that arrives after
+the sweep (its request was running after all, or its settlement waited for the store) finds the tombstone: what the
+request used is added (the reservation was given back already), once; the record then becomes `settled`.
+
 Keys: `aifactory:budget:<scope>:<name>:<window>:<window start, Unix seconds>`; a window starts at a multiple of its
 length since the epoch (a day is the UTC calendar day) and its key expires one window after its end. A reservation's
-record: `aifactory:budget:reservation:<id>`.
+record: `aifactory:budget:reservation:<id>`; the deadlines: `aifactory:budget:deadlines` (no expiry: every id leaves
+it when settled or swept). The sweep reads and writes the keys its records name (a counter's key is a field of the
+record), which a standalone Redis/Valkey allows (the store is one primary, not a cluster).
 """
 
 from __future__ import annotations
@@ -28,18 +40,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["KEY_PREFIX", "WINDOW_SECONDS", "Charge", "Refusal", "Reservation", "Store", "window_key", "record_key",
-           "new_id", "retry_after_seconds"]
+__all__ = ["KEY_PREFIX", "WINDOW_SECONDS", "DEADLINES_KEY", "Charge", "Refusal", "Reservation", "Swept", "Store",
+           "window_key", "parse_window_key", "record_key", "new_id", "retry_after_seconds"]
 
 KEY_PREFIX = "aifactory:budget"
 WINDOW_SECONDS = {"perMinute": 60, "perHour": 3600, "perDay": 86400}  # the settings' BUDGET_WINDOWS
+DEADLINES_KEY = f"{KEY_PREFIX}:deadlines"  # reservation ids by deadline (Unix seconds): what the sweep looks at
+RECORD_PREFIX = f"{KEY_PREFIX}:reservation:"
 
-# KEYS: the counters, then the reservation's record; ARGV: per counter its limit, amount and TTL (seconds), then the
-# record's TTL. Returns 0 when every counter took its amount (or the id was seen before: a repeated reservation, or
-# one its settlement barred), else the 1-based index of the first counter it would overfill (nothing was incremented).
+# KEYS: the counters, then the reservation's record and the deadlines; ARGV: per counter its limit, amount and TTL
+# (seconds), then the record's TTL, the reservation's deadline and its id. Returns 0 when every counter took its
+# amount (or the id was seen before: a repeated reservation, or one its settlement or the sweep barred), else the
+# 1-based index of the first counter it would overfill (nothing was incremented).
 RESERVE_LUA = """
-local n = #KEYS - 1
-local record = KEYS[#KEYS]
+local n = #KEYS - 2
+local record = KEYS[n + 1]
 if redis.call('EXISTS', record) == 1 then
   return 0
 end
@@ -55,23 +70,26 @@ for i = 1, n do
   redis.call('HSET', record, KEYS[i], ARGV[3 * i - 1])
 end
 redis.call('EXPIRE', record, ARGV[3 * n + 1])
+redis.call('ZADD', KEYS[n + 2], ARGV[3 * n + 2], ARGV[3 * n + 3])
 return 0
 """
-# KEYS: the counters, then the reservation's record; ARGV: per counter what the request used, then per counter its
-# TTL (seconds; <= 0 once its window's counter would have expired), then `unreserved` (1: the service never saw the
-# reservation's answer) and the record's TTL. A recorded reservation: each counter moves by used - reserved, the record
-# is deleted. None recorded: nothing, unless `unreserved`: then what was used is added and the record becomes a
-# tombstone (a reservation arriving late takes nothing). A tombstone: nothing (settled already). Returns 1 when it
-# applied, 0 when not. A counter that expired with its window is left gone (INCRBY would make a new one without
-# expiry); one that is missing while its window runs (the store restarted empty) is created with its expiry by what a
-# request used on top.
+# KEYS: the counters, then the reservation's record and the deadlines; ARGV: per counter what the request used, then
+# per counter its TTL (seconds; <= 0 once its window's counter would have expired), then `unreserved` (1: the service
+# never saw the reservation's answer), the record's TTL and the id. A recorded reservation: each counter moves by
+# used - reserved, the record is deleted. A `swept` tombstone (the sweep gave the reservation back): what was used is
+# added, and the record becomes a `settled` tombstone. None recorded: nothing, unless `unreserved`: then what was used
+# is added and the record becomes a tombstone (a reservation arriving late takes nothing). A `settled` tombstone:
+# nothing (settled already). Returns 1 when it applied, 2 when it applied after the sweep, 0 when not. A counter that
+# expired with its window is left gone (INCRBY would make a new one without expiry); one that is missing while its
+# window runs (the store restarted empty) is created with its expiry by what a request used on top.
 SETTLE_LUA = """
-local n = #KEYS - 1
-local record = KEYS[#KEYS]
+local n = #KEYS - 2
+local record = KEYS[n + 1]
 local unreserved = ARGV[2 * n + 1] == '1'
 if redis.call('HEXISTS', record, 'settled') == 1 then
   return 0
 end
+local swept = redis.call('HEXISTS', record, 'swept') == 1
 local held = redis.call('EXISTS', record) == 1
 if not held and not unreserved then
   return 0
@@ -88,11 +106,48 @@ for i = 1, n do
   end
 end
 redis.call('DEL', record)
-if unreserved then
+if unreserved or swept then
   redis.call('HSET', record, 'settled', 1)
   redis.call('EXPIRE', record, ARGV[2 * n + 2])
 end
+redis.call('ZREM', KEYS[n + 2], ARGV[2 * n + 3])
+if swept then
+  return 2
+end
 return 1
+"""
+# KEYS: the deadlines; ARGV: now (Unix seconds), the batch's size, the records' key prefix. Takes up to a batch of the
+# ids whose deadline has passed out of the deadlines; each whose record is still a reservation (not settled, not swept,
+# not expired with its windows) gives back what it took of every counter that still exists, and its record becomes a
+# `swept` tombstone with the record's remaining TTL. Returns the number of ids taken, then per reservation released a
+# list of its counters' keys, each followed by what it gave back there (0: the counter had expired).
+SWEEP_LUA = """
+local ids = redis.call('ZRANGE', KEYS[1], '-inf', ARGV[1], 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[2]))
+local out = {#ids}
+for _, id in ipairs(ids) do
+  redis.call('ZREM', KEYS[1], id)
+  local record = ARGV[3] .. id
+  if redis.call('EXISTS', record) == 1 and redis.call('HEXISTS', record, 'settled') == 0
+      and redis.call('HEXISTS', record, 'swept') == 0 then
+    local fields = redis.call('HGETALL', record)
+    local given = {}
+    for i = 1, #fields, 2 do
+      local back = 0
+      if redis.call('EXISTS', fields[i]) == 1 then
+        back = tonumber(fields[i + 1])
+        redis.call('DECRBY', fields[i], back)
+      end
+      given[#given + 1] = fields[i]
+      given[#given + 1] = back
+    end
+    local ttl = redis.call('PTTL', record)
+    redis.call('DEL', record)
+    redis.call('HSET', record, 'swept', 1)
+    redis.call('PEXPIRE', record, math.max(ttl, 1))
+    out[#out + 1] = given
+  end
+end
+return out
 """
 
 
@@ -142,8 +197,17 @@ def new_id() -> str:
     return secrets.token_hex(12)
 
 
+@dataclass(frozen=True)
+class Swept:
+    """One sweep batch: how many ids past their deadline it took, and per reservation it released what it gave back
+    of each counter (the counter's key -> weighted tokens; 0 where the counter had expired)."""
+
+    due: int
+    released: tuple[Mapping[str, int], ...]
+
+
 def record_key(reservation_id: str) -> str:
-    return f"{KEY_PREFIX}:reservation:{reservation_id}"
+    return f"{RECORD_PREFIX}{reservation_id}"
 
 
 def window_start(window: str, now: float) -> int:
@@ -153,6 +217,13 @@ def window_start(window: str, now: float) -> int:
 
 def window_key(scope: str, name: str, window: str, now: float) -> str:
     return f"{KEY_PREFIX}:{scope}:{name}:{window}:{window_start(window, now)}"
+
+
+def parse_window_key(key: str) -> tuple[str, str, str]:
+    """(scope, name, window) of a window's counter key (window_key)."""
+    scope, rest = key.removeprefix(f"{KEY_PREFIX}:").split(":", 1)
+    name, window, _ = rest.rsplit(":", 2)
+    return scope, name, window
 
 
 def _ttl(key: str, now: float) -> int:
@@ -184,17 +255,22 @@ class Store:
         self.redis = redis
         self._reserve = redis.register_script(RESERVE_LUA)
         self._settle = redis.register_script(SETTLE_LUA)
+        self._sweep = redis.register_script(SWEEP_LUA)
 
-    async def reserve(self, charges: Sequence[Charge], now: float, reservation_id: str) -> Reservation | Refusal:
-        """Every charge's amount in every window of its budget, atomically, recorded under `reservation_id`; or the
-        first window it does not fit. Repeating it with the same id reserves nothing more."""
+    async def reserve(self, charges: Sequence[Charge], now: float, reservation_id: str, *,
+                      deadline: float = math.inf) -> Reservation | Refusal:
+        """Every charge's amount in every window of its budget, atomically, recorded under `reservation_id` with its
+        `deadline` (Unix seconds: the sweep releases it past that, unless settled; inf: never); or the first window
+        it does not fit. Repeating it with the same id reserves nothing more."""
         slots = _slots(charges)
         keys = [window_key(c.scope, c.name, w, now) for c, w, _ in slots]
         argv: list[int] = []
         for (c, _, limit), key in zip(slots, keys, strict=True):
             argv += [limit, c.amount, _ttl(key, now)]
-        failed = int(await self._reserve(keys=[*keys, record_key(reservation_id)],
-                                          args=[*argv, _record_ttl(keys, now)])) if slots else 0
+        failed = int(await self._reserve(
+            keys=[*keys, record_key(reservation_id), DEADLINES_KEY],
+            args=[*argv, _record_ttl(keys, now), "+inf" if deadline == math.inf else repr(deadline),
+                  reservation_id])) if slots else 0
         if failed:
             c, w, limit = slots[failed - 1]
             return Refusal(c.scope, c.name, w, limit, c.amount, retry_after_seconds(w, now))
@@ -208,16 +284,24 @@ class Store:
         return Reservation(reservation_id, tuple(window_key(c.scope, c.name, w, now) for c, w, _ in _slots(zero)),
                            tuple(0 for _ in _slots(zero)), zero, unreserved=True)
 
-    async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int], now: float) -> bool:
-        """Replace the reservation by what the request used (`used`: (scope, name) -> weighted tokens), once: True when
-        it applied, False when the store held no such reservation (settled already, expired, or never made)."""
+    async def settle(self, reservation: Reservation, used: Mapping[tuple[str, str], int], now: float) -> int:
+        """Replace the reservation by what the request used (`used`: (scope, name) -> weighted tokens), once: 1 when
+        it applied, 2 when it applied after the sweep had released the reservation (what was used is added), 0 when
+        the store held no such reservation (settled already, expired, or never made)."""
         if not reservation.keys:
-            return False
+            return 0
         per_key = [used[(c.scope, c.name)] for c in reservation.charges for _ in c.limits]
         ttls = [_ttl(k, now) for k in reservation.keys]
-        return bool(await self._settle(keys=[*reservation.keys, record_key(reservation.id)],
-                                       args=[*per_key, *ttls, int(reservation.unreserved),
-                                             _record_ttl(reservation.keys, now)]))
+        return int(await self._settle(keys=[*reservation.keys, record_key(reservation.id), DEADLINES_KEY],
+                                      args=[*per_key, *ttls, int(reservation.unreserved),
+                                            _record_ttl(reservation.keys, now), reservation.id]))
+
+    async def sweep(self, now: float, batch: int) -> Swept:
+        """Release up to `batch` reservations whose deadline is before `now` and that nobody settled, atomically
+        (SWEEP_LUA): any number of sweepers at once release each one once."""
+        due, *released = await self._sweep(keys=[DEADLINES_KEY], args=[repr(now), batch, RECORD_PREFIX])
+        return Swept(int(due), tuple({k.decode(): int(v) for k, v in zip(r[::2], r[1::2], strict=True)}
+                                     for r in released))
 
     async def spent(self, scope: str, name: str, windows: Sequence[str], now: float) -> dict[str, int]:
         """Weighted tokens reserved or settled so far in the current `windows` of one budget."""

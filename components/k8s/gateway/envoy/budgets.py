@@ -64,6 +64,10 @@ __all__ = [
     "BUDGETS_METRICS_PORT",
     "BUDGET_STORE_TIMEOUT_S",
     "BUDGET_MESSAGE_TIMEOUT_S",
+    "BUDGET_DEFERRED_CLOSE_S",
+    "SWEEP_MARGIN_S",
+    "SWEEP_INTERVAL_S",
+    "request_seconds",
     "BUDGET_METADATA_NAMESPACE",
     "ROUTE_ATTRIBUTE",
     "any_budget",
@@ -97,6 +101,19 @@ BUDGETS_METRICS_PORT = names.METRICS_PORT  # the service's Prometheus metrics
 # waits for it: metering is observability-only.
 BUDGET_STORE_TIMEOUT_S = 0.5
 BUDGET_MESSAGE_TIMEOUT_S = 1.0
+# How long the metering filter keeps its stream after the request ends (observability mode): Envoy's default for
+# deferred_close_timeout, which the kit does not set (ext_proc.proto above).
+BUDGET_DEFERRED_CLOSE_S = 5
+# A reservation's deadline (the sweep releases it past that, unless settled): the longest route timeout of the
+# request's workload (RouteAction.timeout, a model's timeoutSeconds: the router's timer starts once the whole request
+# has passed the filters, and bounds every try and the whole response, streamed or not: envoyproxy/envoy@v1.40.0
+# api/envoy/config/route/v3/route_components.proto), plus this margin, every step after the reservation that the
+# route timeout does not cover: admission's answer reaching Envoy (BUDGET_MESSAGE_TIMEOUT_S: the router's timer starts
+# after it), the metering stream closed after the request (BUDGET_DEFERRED_CLOSE_S), the settlement written
+# (names.SETTLE_DRAIN_SECONDS: the service's own bound on its pending settlements, above its retries' 6.1 s), and the
+# service pods' clocks apart (2 s; NTP keeps them within milliseconds).
+SWEEP_MARGIN_S = int(BUDGET_MESSAGE_TIMEOUT_S) + BUDGET_DEFERRED_CLOSE_S + names.SETTLE_DRAIN_SECONDS + 2
+SWEEP_INTERVAL_S = names.SWEEP_INTERVAL_SECONDS
 BUDGET_METADATA_NAMESPACE = names.METADATA_NAMESPACE
 ROUTE_ATTRIBUTE = names.ROUTE_ATTRIBUTE
 
@@ -228,6 +245,17 @@ def service_config(cfg: GatewayView) -> str:
     doc = {"tenants": {n: _policy(t.token_budget) for n, t in sorted(cfg.tenants.items()) if t.token_budget},
            "workloads": {w: _policy(b) for w, b in sorted(cfg.gateway.token_budgets.items())},
            "models": {m.name: m.workload for m in sorted(cfg.models.values(), key=lambda m: m.name)},
-           "storeTimeoutSeconds": BUDGET_STORE_TIMEOUT_S}
+           "storeTimeoutSeconds": BUDGET_STORE_TIMEOUT_S,
+           "requestSeconds": request_seconds(cfg), "sweepMarginSeconds": SWEEP_MARGIN_S,
+           "sweepIntervalSeconds": SWEEP_INTERVAL_S}
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def request_seconds(cfg: GatewayView) -> dict[str, float]:
+    """Per workload, the longest request a route to it allows: the longest timeoutSeconds of its models (its
+    variants, its batch model). A reservation's deadline is its reservation's time plus this plus SWEEP_MARGIN_S."""
+    out: dict[str, float] = {}
+    for m in cfg.models.values():
+        out[m.workload] = max(out.get(m.workload, 0.0), float(m.timeout_seconds))
+    return dict(sorted(out.items()))
 
