@@ -77,6 +77,20 @@ clusters' stats are all kept).
   overflow to the next variant, by design (every request of a variant with no replica, such as one on a capacity
   block outside its window, overflows); a variant's replicas failing show on its own model cluster, where its gate
   retries them, and overflow on the variant panels.
+- GatewayOverloaded: a gateway pod's Envoy sheds load before any breaker trips: its overload manager
+  (components/k8s/gateway/envoy/config.py `overload_manager`) watches the heap against a budget of 75% of the
+  container's memory limit. Stats from envoyproxy/envoy@v1.40.0 source/server/overload_manager_impl.cc (ENVOY
+  RESET_STREAMS_SCALE, HEAP_PRESSURE), no tags: one series per gateway pod, labelled by Prometheus with its namespace
+  and pod.
+  * warning (tickets): for OVERLOAD_FOR the reset action has been scaled (its scale_percent above 0: the heap above
+    RESET_STREAMS_FROM of the budget): Envoy resets the streams that buffer the most, each a failed request.
+  * critical (pages): the pod refuses every request. From STOP_ACCEPTING_AT of the budget every listener but the admin
+    interface's answers each new request 503 "envoy overloaded", the stats listener's /stats/prometheus and /ready
+    included (source/common/http/conn_manager_impl.cc, `decodeHeaders`; live: tests/artifacts/
+    test_gateway_overload.py), so the action's own gauge is never scraped while it acts. What Prometheus sees is the
+    pod's stats going stale after its heap pressure was last seen in the reset band (at least RESET_STREAMS_FROM
+    within OVERLOAD_LOOKBACK), while the pod exists and is not ready (kube-state-metrics; the kubelet's /ready
+    probe is refused): for OVERLOAD_REFUSING_FOR. A pod deleted, or restarted and scraped again, does not fire.
 - CapacityBlockOver (warning): one per model on a capacity block, once the block's endTime has passed
   (`time() > endTime`, no data needed): its ScaledObject's KEDA cron trigger has no year, so the block's window comes
   back on its start date of every later year and asks for replicas on a pool with no nodes. The same finding and
@@ -90,7 +104,7 @@ from collections.abc import Sequence
 from dashboards.config import ObservabilityConfig, ServedModel
 from dashboards.promql import regex_any, series
 from dashboards.rule_parts import RATE, Alert, R, Record, runbook
-from telemetry.names import ENVOY
+from telemetry.names import ENVOY, KSM
 
 __all__ = [
     "RETRY_RATIO",
@@ -105,6 +119,9 @@ __all__ = [
     "PANIC_FOR",
     "LAST_RESORT_SHARE",
     "LAST_RESORT_FOR",
+    "OVERLOAD_FOR",
+    "OVERLOAD_REFUSING_FOR",
+    "OVERLOAD_LOOKBACK",
     "client_clusters",
     "client_route_clusters",
     "failed_answers",
@@ -130,6 +147,10 @@ PANIC_FOR = "10m"  # longer than a burst that saturates every replica for a few 
 # workload's tries there. The same share as ERROR_RATIO: above it, failing on every variant is not noise.
 LAST_RESORT_SHARE = 0.05
 LAST_RESORT_FOR = PANIC_FOR
+OVERLOAD_FOR = "5m"  # streams reset this long: more than a burst of large uploads
+OVERLOAD_REFUSING_FOR = "2m"  # a pod refusing everything: its readiness fails within 10 s, a restart takes seconds
+OVERLOAD_LOOKBACK = "1h"  # how far back the heap pressure of a pod whose stats went silent is looked for
+GATEWAY_POD = ("namespace", "pod")  # the labels Prometheus gives a gateway pod's series (its scrape target's)
 WORKLOAD = "workload"  # the label of a workload's series (as dashboards.rules' variant records)
 CLUSTER = ENVOY.L_CLUSTER
 
@@ -320,6 +341,37 @@ def _panic_alert(cfg: ObservabilityConfig) -> Alert:
         runbook_url=runbook(cfg, "GatewayModelInPanic"), for_=PANIC_FOR)
 
 
+def _overload_alerts(cfg: ObservabilityConfig) -> list[Alert]:
+    """GatewayOverloaded (module docstring): the reset action scaled (warning), the pod refusing (critical)."""
+    pod = ", ".join(GATEWAY_POD)
+    pressure = series(cfg, ENVOY.HEAP_PRESSURE)
+    band = ENVOY.RESET_STREAMS_FROM * 100
+    not_ready = series(cfg, KSM.POD_READY, 'condition="true"')
+    refusing = (f"max by ({pod}) (last_over_time({pressure}[{OVERLOAD_LOOKBACK}])) >= {band:g}\n"
+                f"unless on ({pod}) {pressure}\n"
+                f"and on ({pod}) {not_ready} == 0")
+    budget = "its overload manager's heap budget"
+    return [
+        Alert("GatewayOverloaded", f"max by ({pod}) ({series(cfg, ENVOY.RESET_STREAMS_SCALE)}) > 0", "warning",
+              summary="Gateway pod {{ $labels.pod }} resets streams: its heap is past "
+                      f"{ENVOY.RESET_STREAMS_FROM:.0%} of its budget",
+              description=f"For {OVERLOAD_FOR} the heap of gateway pod {{{{ $labels.pod }}}} has been above "
+                          f"{ENVOY.RESET_STREAMS_FROM:.0%} of {budget}: Envoy's overload manager resets the streams "
+                          "that buffer the most (each a failed request), its reset action scaled at "
+                          f"{{{{ $value }}}}% (100% at {ENVOY.STOP_ACCEPTING_AT:.0%} of the budget, where the pod "
+                          "stops accepting requests).",
+              runbook_url=runbook(cfg, "GatewayOverloaded"), for_=OVERLOAD_FOR),
+        Alert("GatewayOverloaded", refusing, "critical",
+              summary="Gateway pod {{ $labels.pod }} refuses every request: Envoy is overloaded",
+              description=f"For {OVERLOAD_REFUSING_FOR} gateway pod {{{{ $labels.pod }}}} has not been ready and its "
+                          "stats have not answered, after its heap was last seen at {{ $value }}% of "
+                          f"{budget}: past {ENVOY.STOP_ACCEPTING_AT:.0%} Envoy answers every new request 503 "
+                          "\"envoy overloaded\", the scrape and the readiness probe included. Clients on its "
+                          "connections get 503s; new connections go to the other gateway pods.",
+              runbook_url=runbook(cfg, "GatewayOverloaded"), for_=OVERLOAD_REFUSING_FOR),
+    ]
+
+
 def _last_resort_tries(cfg: ObservabilityConfig) -> str:
     """Tries/s on each workload's variants' last resorts, labelled with the workload."""
     by_workload: dict[str, list[str]] = {}
@@ -360,6 +412,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
         _error_ratio_alert(cfg),
         _panic_alert(cfg),
         *_last_resort_alerts(cfg),
+        *_overload_alerts(cfg),
         *block_over_alerts(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",

@@ -92,7 +92,8 @@ class PlatformConfig:
     cluster: ClusterSettings | None = setting(None, doc="provider aws: the EKS cluster.")
     network: NetworkSettings | None = setting(None, doc="provider aws: the VPC.")
     node_pools: Mapping[str, NodePool] = setting(pattern=DNS_LABEL.pattern, doc="Node pools by name; at least one "
-                                                                                "with GPUs.")
+                                                 "with GPUs. provider aws: not `system`, the kit's own system node "
+                                                 "group (cluster.systemPool).")
     infiniband: InfinibandSettings | None = setting(None, doc="provider existing: the InfiniBand fabric of the "
                                                               "pools with fabric infiniband.")
     tenants: Mapping[str, Tenant] = setting(default_factory=dict, pattern=DNS_LABEL.pattern,

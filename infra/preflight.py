@@ -88,6 +88,7 @@ def run_rules(resources: Sequence[rules.Res], cfg: PlatformConfig, *,
         *rules.schedule_findings(resources, pools),
         *rules.drain_findings(resources),
         *rules.lb_target_findings(resources, pools if eks else []),
+        *rules.sidecar_findings(resources, kubernetes_version=None if eks else cfg.kubernetes_version),
         *fidelity_findings(resources, gate),
     ]
     return sorted(findings, key=lambda f: (rules.RULES.index(f.rule), f.resource, f.message))

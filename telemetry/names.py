@@ -324,6 +324,19 @@ class ENVOY:
     L_HCM_PREFIX = "envoy_http_conn_manager_prefix"
     GATEWAY_HCM_PREFIX = "gateway"  # the gateway listener's stat_prefix (components/k8s/gateway/envoy/config.py)
     STATS_HCM_PREFIX = "stats"
+    # The overload manager (components/k8s/gateway/envoy/config.py `overload_manager`): per action
+    # `overload.<action>.active` (1 while saturated) and `.scale_percent` (0-100), per resource monitor
+    # `overload.<monitor>.pressure` (percent of its budget, above 100 past it), gauges without tags, one series per
+    # gateway pod (envoyproxy/envoy@v1.40.0 source/server/overload_manager_impl.cc; the real Envoy's names:
+    # tests/artifacts/test_gateway_overload.py).
+    RESET_STREAMS_SCALE = "envoy_overload_envoy_overload_actions_reset_high_memory_stream_scale_percent"
+    STOP_ACCEPTING_ACTIVE = "envoy_overload_envoy_overload_actions_stop_accepting_requests_active"
+    HEAP_PRESSURE = "envoy_overload_envoy_resource_monitors_fixed_heap_pressure"
+    # The shares of the heap budget at which the gateway starts resetting the streams that buffer most (the reset
+    # action scales from 0 here to 100 at STOP_ACCEPTING_AT) and stops accepting requests, every listener's but the
+    # admin interface's: its /stats/prometheus and /ready too.
+    RESET_STREAMS_FROM = 0.85
+    STOP_ACCEPTING_AT = 0.95
 
 
 class BUDGET:

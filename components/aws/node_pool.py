@@ -41,6 +41,7 @@ from components.nodes import (
     TaintArgs,
 )
 from components.validation import Problems, check_shape
+from components.vocabulary import POOL_LABEL, SYSTEM_POOL
 
 __all__ = [
     "TYPE",
@@ -91,7 +92,7 @@ class GpuNodePoolArgs(TypedDict):
     instance_type: str
     """An instance type of the catalog (components.catalog), e.g. p5.48xlarge."""
     pool_name: NotRequired[str]
-    """Value of the aifactory.io/pool node label. Default: the component's name."""
+    """Value of the aifactory.io/pool node label, not `system` (GpuCluster's own). Default: the component's name."""
     kubernetes_version: NotRequired[str]
     """Kubelet version. Default: the cluster's version."""
     min_size: NotRequired[int]
@@ -213,9 +214,15 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     hugepages = args.get("hugepages_mib", DEFAULT_EFA_HUGEPAGES_MIB if fabric == "efa" else 0)
     if hugepages < 0 or hugepages % 2:
         problems.add("hugepagesMib", f"{hugepages} must be a non-negative multiple of 2 (2 MiB pages)")
+    pool = args.get("pool_name", name)
+    if pool == SYSTEM_POOL:
+        default = "" if "pool_name" in args else " (by default the component's name)"
+        problems.add("poolName", f"{pool!r}{default} is the {POOL_LABEL} value of GpuCluster's own system node "
+                                 "group, whose nodes are the only targets of the gateway's load balancer; set "
+                                 "another poolName")
     problems.raise_any()
     spec = NodeGroupSpec(
-        pool=args.get("pool_name", name),
+        pool=pool,
         instance_type=itype,
         ami_type=AMI_TYPE_GPU if inst.has_gpu else AMI_TYPE_CPU,
         min_size=lo, max_size=hi, desired_size=want,

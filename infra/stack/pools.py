@@ -25,7 +25,7 @@ from components.k8s.settings import (
     Taint,
 )
 from components.nodes import DEFAULT_CPU_ROOT_VOLUME_GIB, DEFAULT_EFA_HUGEPAGES_MIB, DEFAULT_GPU_ROOT_VOLUME_GIB
-from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL
+from components.vocabulary import GPU_TAINT_KEY, POOL_LABEL, SYSTEM_POOL
 from infra.stack.cluster import Target, _sizes
 from infra.stack.common import (
     MIN_CAPACITY_BLOCK_DRAIN_MINUTES,
@@ -51,6 +51,11 @@ def _in(namespace: str, domains: tuple[str, ...]) -> bool:
 
 def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) -> NodePool | None:
     path = f"nodePools.{name}"
+    if name == SYSTEM_POOL and target is not None and target.is_aws:
+        r.fail(path, f"{name!r} is reserved on AWS for the kit's own system node group (cluster.systemPool): its "
+                     f"nodes carry {POOL_LABEL}={SYSTEM_POOL} and are the only targets of the gateway's load "
+                     "balancer; rename the pool (and the models' `pool` that name it), or size the system nodes "
+                     "with cluster.systemPool")
     v = r.fields(NodePool, d, path)
     itype = v.pop("instance_type")
     if itype is not None and (problem := _known_type(itype)) is not None:

@@ -27,8 +27,8 @@ Upstream facts the rules encode (each constant below names its source):
 Modules: `resources` reads the state (Res, Finding, quantities, creation order); `pods` derives what admission
 sees of each pod template (LimitRange defaults, the injected sidecar); one module per rule: `quota`,
 `pod_security`, `storage`, `ordering` (CRDs and release bring-up), `awaits`, `endpoint`, `schedule`, `drain`,
-`lb_targets`; `policy` names the rules and makes the state-only ones policies. This package re-exports their public
-names.
+`lb_targets`, `sidecars`; `policy` names the rules and makes the state-only ones policies. This package re-exports
+their public names.
 """
 
 from policies.preflight.awaits import (
@@ -60,6 +60,7 @@ from policies.preflight.schedule import (
     schedule_findings,
     system_reserve,
 )
+from policies.preflight.sidecars import sidecar_findings
 from policies.preflight.storage import claims, storage_findings
 from policies.preflight.volumes import volume_fit_findings
 
@@ -88,6 +89,7 @@ __all__ = [
     "drain_findings",
     "endpoint_findings",
     "lb_target_findings",
+    "sidecar_findings",
     "node_group_pools",
     "system_reserve",
     "allocatable",

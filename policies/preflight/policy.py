@@ -25,7 +25,7 @@ __all__ = [
 
 RULES = ("quota-admission", "pod-security-admission", "storage-class", "volume-fits-class",
          "crd-before-custom-resource", "await-timeout", "release-bring-up-order", "api-endpoint-reachable",
-         "schedulable", "scale-down-drains", "nlb-targets-stable-nodes", "fidelity-gate")
+         "schedulable", "scale-down-drains", "nlb-targets-stable-nodes", "fidelity-gate", "native-sidecars")
 
 
 def _stack_check(rule: Any) -> Any:

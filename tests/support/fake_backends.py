@@ -111,6 +111,7 @@ class _Handler(BaseHTTPRequestHandler):
         with srv.lock:
             if health:
                 srv.health_hits += 1
+                srv.check_headers = {k.lower(): v for k, v in self.headers.items()}
             else:
                 srv.hits += 1
         length = int(self.headers.get("content-length") or 0)
@@ -190,6 +191,7 @@ class _Server(ThreadingHTTPServer):
         self.accepts_host = accepts_host
         self.refused_hosts: list[str | None] = []
         self.hits = self.health_hits = 0
+        self.check_headers: dict[str, str] = {}  # the last gateway check's, names lower-cased
         self.lock = threading.Lock()
         self.release = threading.Event()  # set on stop: slow handlers return at once
         self.held = threading.Event()  # set by release_held: stalled handlers answer
@@ -221,6 +223,13 @@ class FakeBackend:
     def health_hits(self) -> int:
         assert self._server is not None
         return self._server.health_hits
+
+    @property
+    def check_headers(self) -> dict[str, str]:
+        """The headers of the last gateway check it received (names lower-cased)."""
+        assert self._server is not None
+        with self._server.lock:
+            return dict(self._server.check_headers)
 
     @property
     def refused_hosts(self) -> list[str | None]:

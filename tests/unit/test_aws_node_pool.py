@@ -268,3 +268,17 @@ def test_string_zone_is_not_split_into_letters_through_the_component() -> None:
 
     with pytest.raises(pulumi.InputPropertiesError, match=r"availabilityZones: expected a list of strings"):
         register(build)
+
+
+@pytest.mark.parametrize(("name", "extra", "reason"), [
+    ("gpu", {"pool_name": "system"}, "'system' is"),
+    ("system", {}, "'system' (by default the component's name) is"),
+])
+def test_a_pool_labelled_like_the_clusters_system_node_group_is_refused(name: str, extra: dict, reason: str) -> None:
+    """GpuCluster's own node group carries aifactory.io/pool=system (components.vocabulary.SYSTEM_POOL), the label the
+    gateway's load balancer targets; a GPU pool with that label would join its targets."""
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        pool_spec(name, pool_args("p5.48xlarge", **extra))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [(
+        "poolName", f"{reason} the aifactory.io/pool value of GpuCluster's own system node group, whose nodes are the "
+                    "only targets of the gateway's load balancer; set another poolName")]

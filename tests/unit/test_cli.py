@@ -522,7 +522,7 @@ def test_preflight_json_takes_out_like_every_other_command(tmp_path: Path) -> No
     assert res.returncode == 0, res.stderr
     # dev's Kubernetes version has no default add-on versions in the kit yet: the cluster warns first (#29 item 5)
     said = [line for line in res.stderr.splitlines() if not line.startswith("cluster.addonVersions: ")]
-    assert json.loads(res.stdout)["findings"] == [] and said[0].startswith("preflight dev: 13 rules over ")
+    assert json.loads(res.stdout)["findings"] == [] and said[0].startswith("preflight dev: 14 rules over ")
     res = run("preflight", "dev", "--json", str(tmp_path / "pf.json"))
     assert res.returncode == 0 and res.stdout.startswith("preflight dev: ")
     assert json.loads((tmp_path / "pf.json").read_text())["stack"] == "dev"

@@ -330,6 +330,36 @@ def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None
     assert values["aws:region"] == "us-east-1"
 
 
+
+# --- the system pool's name (issue 44, leftovers) ----------------------------------------------------------------
+
+SYSTEM_RESERVED = ("nodePools.system: 'system' is reserved on AWS for the kit's own system node group "
+                   "(cluster.systemPool): its nodes carry aifactory.io/pool=system and are the only targets of the "
+                   "gateway's load balancer; rename the pool (and the models' `pool` that name it), or size the system "
+                   "nodes with cluster.systemPool")
+
+
+def test_an_aws_gpu_pool_named_system_is_refused() -> None:
+    """Its nodes would carry the system pool's label: the gateway's NLB would target GPU nodes that KEDA and capacity
+    blocks empty, and GpuNodePool's resources would be named after the system node group's. One problem: the model
+    on it is not also told its pool is missing."""
+    raw = with_("nodePools", {"system": BASE["nodePools"]["gpu-a"]}, with_("models.m1.pool", "system"))
+    assert problems(raw) == [SYSTEM_RESERVED]
+
+
+def test_an_aws_cpu_pool_named_system_is_refused_too() -> None:
+    """Any user pool: a CPU pool of the stack's own would share the label as well."""
+    assert problems(with_("nodePools.system", {"instanceType": "m7i.xlarge"})) == [SYSTEM_RESERVED]
+
+
+def test_an_existing_cluster_may_name_a_pool_system() -> None:
+    """On an existing cluster the kit adds no system node group and targets no node by the pool label: the name is
+    the administrators' to give."""
+    raw = stack_raw("onprem")
+    raw["nodePools"]["system"] = raw["nodePools"].pop("a100-mig")
+    raw["models"]["classifier"]["pool"] = "system"
+    assert parse(raw, stack="onprem").models["classifier"].pool == "system"
+
 # --- issue 19: reserved namespaces by every path, capacity -------------------------------------------------
 
 

@@ -442,7 +442,7 @@ def test_the_preflight_command_reports_a_block_that_is_over(tmp_path: Path, caps
     doc_block = (Path(__file__).parents[2] / "docs" / "serving.md").read_text().split(
         "\n```\ncapacity-block-over (1)\n", 1)[1].split("```", 1)[0]
     assert f"capacity-block-over (1)\n{doc_block}" in text  # docs/serving.md shows it as it is
-    assert text.startswith("preflight prod: 13 rules over 0 resources: 1 finding(s)\n\ncapacity-block-over (1)\n"
+    assert text.startswith("preflight prod: 14 rules over 0 resources: 1 finding(s)\n\ncapacity-block-over (1)\n"
                            "  ScaledObject/assistant/assistant-fast\n")
     doc = json.loads(report.read_text())
     assert doc["rules"][-1] == "capacity-block-over" and doc["summary"]["capacity-block-over"] == 1

@@ -683,7 +683,7 @@ def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     state.write_text(json.dumps(clean))
     assert main(["preflight", "onprem", "--state", str(state)]) == 0
     assert capsys.readouterr().out == (
-        "preflight onprem: 13 rules over 2 resources: 0 finding(s)\n"
+        "preflight onprem: 14 rules over 2 resources: 0 finding(s)\n"
         "\nrollouts (what a rolling update does to each model)\n"
         "  classifier: rolling: one replica at a time: 1 of its at least 2 replicas keep serving while one is "
         "replaced\n"

@@ -21,8 +21,10 @@ from components.k8s.gateway.envoy.base import model_host
 from infra.config import PlatformConfig
 from tests.support.stacks import stack_config, stack_raw
 
-JSON_HEADER = [{"header": {"key": "content-type", "value": "application/json"},
-                "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+UNSAMPLED = {"header": {"key": "traceparent", "value": "00-6169666163746f72792d636865636b21-656e766f792d6863-00"},
+             "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+JSON_HEADERS = [{"header": {"key": "content-type", "value": "application/json"},
+                 "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}, UNSAMPLED]
 
 
 def _check(cfg: PlatformConfig, name: str) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def test_a_generating_model_on_vllm_or_triton_is_checked_with_a_one_token_comple
     assert hc["http_health_check"] == {
         "path": "/v1/completions", "method": "POST", "host": model_host(cfg, m),
         "send": {"text": _check(cfg, model)["http_health_check"]["send"]["text"]},
-        "request_headers_to_add": JSON_HEADER}
+        "request_headers_to_add": JSON_HEADERS}
     assert hc["http_health_check"]["send"]["text"] == (
         '{"max_tokens":1,"model":"' + model + '","prompt":"hi"}').encode().hex()
     assert _body(hc["http_health_check"]) == {"model": model, "prompt": "hi", "max_tokens": 1}
@@ -77,7 +79,7 @@ def test_an_embedding_or_rerank_model_is_checked_with_its_own_tasks_smallest_req
     for name in ("emb-vllm", "emb-trt"):
         http = _check(cfg, name)["http_health_check"]
         assert (http["path"], http["method"], http["request_headers_to_add"]) == ("/v1/embeddings", "POST",
-                                                                                  JSON_HEADER), name
+                                                                                  JSON_HEADERS), name
         assert _body(http) == {"model": name, "input": "hi"}, name
     prod = stack_config("prod")
     http = _check(prod, "embed-rerank")["http_health_check"]
@@ -92,8 +94,28 @@ def test_an_sglang_model_is_checked_on_its_health_generate() -> None:
     cfg = stack_config("prod")
     hc = _check(cfg, "assistant-tools")
     assert hc["http_health_check"] == {"path": "/health_generate",
-                                       "host": "assistant-tools.assistant.svc.cluster.local"}
+                                       "host": "assistant-tools.assistant.svc.cluster.local",
+                                       "request_headers_to_add": [UNSAMPLED]}
     assert hc["timeout"] == "8s"
+
+
+@pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
+def test_every_progress_check_says_not_sampled_so_no_tracer_records_it(stack: str) -> None:
+    """Each model's check, whatever its engine and task, carries one W3C traceparent whose flags are 00 (not sampled)
+    and whose ids are valid (non-zero hex of the right lengths: an invalid one is no parent to the W3C propagator, and
+    vLLM would sample the check as a root). Its parent-based tracers drop it:
+    docs/contracts.md, "Progress checks are not traced" (envoyproxy/envoy#35721 for the pinned Istio's sidecars;
+    vllm 0.33.0 vllm/tracing/otel.py with the SDK's ParentBased sampler; live:
+    tests/artifacts/test_progress_checks_untraced.py)."""
+    cfg = stack_config(stack)
+    for name in cfg.models:
+        added = _check(cfg, name)["http_health_check"]["request_headers_to_add"]
+        [traceparent] = [h["header"]["value"] for h in added if h["header"]["key"] == "traceparent"]
+        version, trace_id, parent_id, flags = traceparent.split("-")
+        assert (version, flags) == ("00", "00"), name
+        assert (len(trace_id), len(parent_id)) == (32, 16), name
+        assert int(trace_id, 16) and int(parent_id, 16), name
+        assert (bytes.fromhex(trace_id), bytes.fromhex(parent_id)) == (b"aifactory-check!", b"envoy-hc"), name
 
 
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])

@@ -192,6 +192,7 @@ from components.k8s.gateway.envoy.variants import (
 )
 from components.k8s.settings import Model
 from components.vocabulary import dump_yaml
+from telemetry.names import ENVOY
 
 __all__ = [
     "GatewayView",
@@ -591,13 +592,16 @@ def bootstrap(cfg: GatewayView) -> dict[str, Any]:
                  "typed_config": {"@type": _T + "extensions.resource_monitors.fixed_heap.v3.FixedHeapConfig",
                                   "max_heap_size_bytes": MAX_HEAP_BYTES}}],
             # config/overload/v3: from 85% of the heap budget the streams buffering most are reset (scaled),
-            # at 95% new requests are refused with 503; the gateway stays up for everyone else's streams
+            # at 95% new requests are refused with 503; the gateway stays up for everyone else's streams.
+            # GatewayOverloaded (dashboards/gateway_alerts.py) reads the action's and the heap's gauges.
             "actions": [
                 {"name": "envoy.overload_actions.reset_high_memory_stream",
                  "triggers": [{"name": "envoy.resource_monitors.fixed_heap",
-                               "scaled": {"scaling_threshold": 0.85, "saturation_threshold": 0.95}}]},
+                               "scaled": {"scaling_threshold": ENVOY.RESET_STREAMS_FROM,
+                                          "saturation_threshold": ENVOY.STOP_ACCEPTING_AT}}]},
                 {"name": "envoy.overload_actions.stop_accepting_requests",
-                 "triggers": [{"name": "envoy.resource_monitors.fixed_heap", "threshold": {"value": 0.95}}]}],
+                 "triggers": [{"name": "envoy.resource_monitors.fixed_heap",
+                               "threshold": {"value": ENVOY.STOP_ACCEPTING_AT}}]}],
             "buffer_factory_config": {"minimum_account_to_track_power_of_two": TRACKED_STREAM_BUFFER_POWER_OF_TWO},
         },
     }

@@ -71,6 +71,7 @@ __all__ = [
     "NO_PANIC",
     "COREDNS_TTL_SECONDS",
     "RECHECK_SECONDS",
+    "PROGRESS_CHECK_TRACEPARENT",
     "replicas_host",
     "health_check",
     "dns_detection_seconds",
@@ -96,6 +97,13 @@ COREDNS_TTL_SECONDS = 5
 # How often the cluster checks a replica it holds unhealthy (starting, or failing): one that passes its checks takes
 # requests within about this, not a whole interval later (HealthCheck.unhealthy_interval).
 RECHECK_SECONDS = 1.0
+# Every progress check carries this W3C traceparent, flags 00 ("not sampled"), so no tracer on its way records it
+# (docs/observability.md, "Progress checks in traces"): the sidecars' Envoy (the pinned Istio's follows an incoming
+# flag: envoyproxy/envoy#35721) and vLLM (the OTel SDK's parentbased_traceidratio drops a child of a remote parent not
+# sampled). A fixed, valid context, recognisable where it is logged: the trace id spells `aifactory-check!` and the
+# parent span id `envoy-hc` in ASCII. An invalid one (a zero id) is no parent to the W3C propagator: vLLM would sample
+# the check as a root.
+PROGRESS_CHECK_TRACEPARENT = "00-6169666163746f72792d636865636b21-656e766f792d6863-00"
 
 
 def replicas_host(cfg: GatewayView, model: Model) -> str:
@@ -114,11 +122,13 @@ def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
     (Engine.progress_check: vLLM and Triton a 1-token completion, or the task's one-word embedding or rerank; SGLang
     its /health_generate), not its /health, which a stuck engine core passes (vLLM's check_health reads an errored
     flag). A POST carries its JSON body (HttpHealthCheck.send, hex) and content-type application/json (the engines'
-    OpenAI servers read a body as JSON by that header). Host = the model Service's name (Envoy's default Host is the
-    cluster's name, which the gateway's sidecar passes through in plaintext to the model's STRICT sidecar: every
-    check would fail). Healthy replicas are checked every interval, traffic or not (the default no-traffic
-    interval, 60 s, would leave a quiet model's failing replica in for a minute); replicas held unhealthy (a new
-    gateway's before their first passing checks, a starting, failing or hung replica) every RECHECK_SECONDS.
+    OpenAI servers read a body as JSON by that header). Every check carries PROGRESS_CHECK_TRACEPARENT, not sampled:
+    no span of it reaches the Collector, so traces and spanmetrics count users' requests only. Host = the model
+    Service's name (Envoy's default Host is the cluster's name, which the gateway's sidecar passes through in
+    plaintext to the model's STRICT sidecar: every check would fail). Healthy replicas are checked every interval,
+    traffic or not (the default no-traffic interval, 60 s, would leave a quiet model's failing replica in for a
+    minute); replicas held unhealthy (a new gateway's before their first passing checks, a starting, failing or hung
+    replica) every RECHECK_SECONDS.
 
     Failing it only steers: no new request goes to the replica until it passes healthyThreshold checks again (it
     produces again); what it holds drains (module docstring). Its verdict means "no progress", not "one slow request"
@@ -132,10 +142,12 @@ def health_check(cfg: GatewayView, model: Model) -> dict[str, Any]:
     http: dict[str, Any] = {"path": check.path, "host": model_host(cfg, model)}
     if check.method != "GET":
         http["method"] = check.method
+    headers = {"traceparent": PROGRESS_CHECK_TRACEPARENT}
     if check.body is not None:
         http["send"] = {"text": check.payload().hex()}
-        http["request_headers_to_add"] = [{"header": {"key": "content-type", "value": "application/json"},
-                                           "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}]
+        headers["content-type"] = "application/json"
+    http["request_headers_to_add"] = [{"header": {"key": k, "value": v}, "append_action": "OVERWRITE_IF_EXISTS_OR_ADD"}
+                                      for k, v in sorted(headers.items())]
     return {
         "timeout": _seconds(hc.timeout_seconds),
         "interval": _seconds(hc.interval_seconds),
