@@ -113,7 +113,8 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
     prometheus-alertmanager 0.25). kube-prometheus-stack's `equal: [namespace, alertname]` let model a's critical
     GatewayModelUnavailable silence model b's warning (neither carries a namespace, and Alertmanager takes a label
     missing from both alerts as equal: prometheus/alertmanager@v0.25.0 inhibit/inhibit.go hasEqual); one workflow's
-    fast burn silenced another's slow burn. A model's gateway outage pages once: its GatewayModelUnavailable silences
+    fast burn silenced another's slow burn; one gateway pod's critical GatewayOverloaded (refusing every request)
+    silenced another pod's warning (streams reset), both in the gateway's namespace. A model's gateway outage pages once: its GatewayModelUnavailable silences
     its own GatewayServerErrorRatioHigh (the same 503s), not another model's."""
     config, _ = shipped(synthesized("prod"), tmp_path)
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -124,6 +125,7 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
                              f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent)
     unavailable, ratio, burn = "GatewayModelUnavailable", "GatewayServerErrorRatioHigh", "WorkflowLatencyBudgetBurn"
+    overloaded = "GatewayOverloaded"
     sent = {  # name -> labels
         "a down": {"alertname": unavailable, "severity": "critical", "envoy_cluster_name": "a"},
         "a no replica": {"alertname": unavailable, "severity": "warning", "envoy_cluster_name": "a"},
@@ -133,9 +135,13 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
         "x fast burn": {"alertname": burn, "severity": "critical", "workflow": "x", "tenant": "t", "slo": "latency"},
         "x slow burn": {"alertname": burn, "severity": "warning", "workflow": "x", "tenant": "t", "slo": "latency"},
         "y slow burn": {"alertname": burn, "severity": "warning", "workflow": "y", "tenant": "t", "slo": "latency"},
+        "gw-1 refusing": {"alertname": overloaded, "severity": "critical", "namespace": "gw", "pod": "gw-1"},
+        "gw-1 resets": {"alertname": overloaded, "severity": "warning", "namespace": "gw", "pod": "gw-1"},
+        "gw-2 resets": {"alertname": overloaded, "severity": "warning", "namespace": "gw", "pod": "gw-2"},
     }
     want = {"a down": False, "a no replica": True, "b no replica": False, "a 5xx": True, "c 5xx": False,
-            "x fast burn": False, "x slow burn": True, "y slow burn": False}
+            "x fast burn": False, "x slow burn": True, "y slow burn": False,
+            "gw-1 refusing": False, "gw-1 resets": True, "gw-2 resets": False}
     try:
         deadline = time.monotonic() + 20
         while True:

@@ -43,8 +43,9 @@ WATCHDOG_GROUP_INTERVAL = "1m"
 # none of the kit's aggregated alerts carries a namespace. Each label is one the kit's alerts with a critical and a
 # warning rule of one name fire with (dashboards/rules.py, dashboards/gateway_alerts.py): a gateway cluster
 # (GatewayModelUnavailable), a workflow and tenant (WorkflowLatencyBudgetBurn, WorkflowErrorBudgetBurn), a GPU
-# (GpuXidError: DCGM's UUID), and a model.
-SUBJECT_LABELS = ("namespace", "alertname", ENVOY.L_CLUSTER, "model", "workflow", "tenant", "UUID")
+# (GpuXidError: DCGM's UUID), a model, and a pod (GatewayOverloaded: one gateway pod refusing every request must not
+# silence another gateway pod's reset streams).
+SUBJECT_LABELS = ("namespace", "alertname", ENVOY.L_CLUSTER, "model", "workflow", "tenant", "UUID", "pod")
 
 
 def _inhibit_rules() -> list[dict[str, Any]]:
