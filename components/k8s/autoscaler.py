@@ -37,9 +37,9 @@ from components.vocabulary import (
 if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
 
-__all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
-           "IRSA_ANNOTATION", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS", "MAX_GRACEFUL_TERMINATION_FLAG",
-           "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
+__all__ = ["TYPE", "ClusterAutoscalerArgs", "check_region", "check_autoscaler_args", "RELEASE_NAME",
+           "SERVICE_ACCOUNT", "IRSA_ANNOTATION", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS",
+           "MAX_GRACEFUL_TERMINATION_FLAG", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
 
 TYPE = "aifactory:k8s:ClusterAutoscaler"  # the type token of the kit's existing stacks (part of every child's URN)
 RELEASE_NAME = "cluster-autoscaler"
@@ -77,12 +77,17 @@ class ClusterAutoscalerArgs(TypedDict):
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")  # us-east-1, ap-southeast-2, us-gov-west-1
 
 
+def check_region(problems: Problems, region: str) -> None:
+    """`region` must look like an AWS region (the controllers on EKS are told theirs)."""
+    if not _REGION.match(region):
+        problems.add("region", f"{region!r} is not an AWS region such as us-east-1")
+
+
 def check_autoscaler_args(name: str, args: ClusterAutoscalerArgs) -> None:
     """Raise pulumi.InputPropertiesError with property paths for bad `args`."""
     check_shape("ClusterAutoscaler", name, args, ClusterAutoscalerArgs)
     problems = Problems("ClusterAutoscaler", name)
-    if not _REGION.match(args["region"]):
-        problems.add("region", f"{args['region']!r} is not an AWS region such as us-east-1")
+    check_region(problems, args["region"])
     if not args["cluster_name"]:
         problems.add("clusterName", "must not be empty")
     grace = args.get("max_graceful_termination_seconds", DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS)
