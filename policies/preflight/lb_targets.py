@@ -89,10 +89,13 @@ def lb_target_findings(resources: Sequence[Res], pools: Sequence[Pool]) -> list[
             continue
         target = target_type(r.props)
         if target != "ip":
-            who = "the in-tree controller's" if target is None else "the AWS Load Balancer Controller's"
+            cls = get_path(r.props, "spec", "loadBalancerClass")
+            who = ("the AWS Load Balancer Controller's with node (instance) targets" if target == "instance" else
+                   f"class {cls}'s, not the AWS Load Balancer Controller's" if cls is not None else
+                   "the in-tree controller's, with node targets")
             out.append(Finding(RULE, r.label,
-                               f"its NLB is {who} with node targets: a connection through a node that an upgrade "
-                               "replaces or the autoscaler removes ends, though its pod is healthy",
+                               f"its NLB is {who}: a connection through a node that an upgrade replaces or the "
+                               "autoscaler removes ends, though its pod is healthy",
                                fix_targets, r.urn))
             continue
         attrs = target_group_attributes(get_path(r.props, "metadata", "annotations") or {})

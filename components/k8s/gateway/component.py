@@ -155,6 +155,7 @@ __all__ = [
     "service_url",
     "destination_rule",
     "OBJECT_NEEDS",
+    "replace_on_changes",
     "gateway_objects",
     "Gateway",
 ]
@@ -376,6 +377,14 @@ def service_account(cfg: GatewayView) -> dict[str, Any]:
 OBJECT_NEEDS: Mapping[str, tuple[str, ...]] = {"deployment": ("serviceaccount", "configmap")}
 
 
+def replace_on_changes(cfg: GatewayView) -> dict[str, list[str]]:
+    """The properties whose change replaces an object, by child-resource suffix. Behind an NLB, the Service's
+    loadBalancerClass: it may not change once set (the API server refuses the update: kubernetes/kubernetes
+    pkg/apis/core/validation/validation.go validateLoadBalancerClassField, unset to set included), so a Service
+    the in-tree controller made is replaced (deleted first: it keeps its name), and its NLB with it."""
+    return {"service": ["spec.loadBalancerClass"]} if nlb_targets(cfg) else {}
+
+
 def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
     envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
@@ -422,11 +431,8 @@ class Gateway(pulumi.ComponentResource):
         for suffix, obj in gateway_objects(cfg).items():
             needs = [made[n] for n in OBJECT_NEEDS.get(suffix, ())]
             opts_ = in_ns.merge(pulumi.ResourceOptions(depends_on=needs)) if needs else in_ns
-            if suffix == "service" and nlb_targets(cfg):
-                # a Service's loadBalancerClass may not change once set (the API server refuses the update): a
-                # Service made by the in-tree controller is replaced, deleted first (it keeps its name), and with it
-                # its NLB
-                opts_ = opts_.merge(pulumi.ResourceOptions(replace_on_changes=["spec.loadBalancerClass"]))
+            if suffix in (replaced := replace_on_changes(cfg)):
+                opts_ = opts_.merge(pulumi.ResourceOptions(replace_on_changes=replaced[suffix]))
             if obj["kind"] == "NetworkPolicy":
                 made[suffix] = k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"],
                                                                spec=obj["spec"], opts=opts_)
