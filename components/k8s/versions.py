@@ -83,7 +83,7 @@ CLUSTER_AUTOSCALER = HelmChart(AUTOSCALER_CHART, "https://kubernetes.github.io/a
 # The gateway's NLB with pod (ip) targets (components.k8s.load_balancer). Chart 3.5.0 deploys controller v3.5.0 (its
 # Chart.yaml appVersion; aws/eks-charts stable/aws-load-balancer-controller, built from kubernetes-sigs/
 # aws-load-balancer-controller@v3.5.0 helm/): the newest release, and v2.5.0+ supports every Kubernetes from 1.22
-# (docs/deploy/installation.md, "Supported Kubernetes versions"), the stacks' 1.35 included.
+# (the supported versions listed in its docs/deploy/installation.md), the stacks' 1.35 included.
 AWS_LOAD_BALANCER_CONTROLLER = HelmChart("aws-load-balancer-controller", EKS_CHARTS_REPO, "3.5.0")
 
 ISTIO_VERSION = "1.28.3"  # base and istiod move together: one version for the whole control plane
