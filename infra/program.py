@@ -23,8 +23,8 @@ from components.aws.node_pool import CapacityArgs, GpuNodePool, GpuNodePoolArgs
 from components.k8s.autoscaler import ClusterAutoscaler
 from components.k8s.fidelity import FidelityGate
 from components.k8s.gateway import Gateway
-from components.k8s.load_balancer import AwsLoadBalancerController
 from components.k8s.gpu_stack import mig_node_labels
+from components.k8s.load_balancer import AwsLoadBalancerController
 from components.k8s.observability import LOKI_SERVICE_ACCOUNT, LokiBucket, retention_days
 from components.k8s.platform import Platform
 from components.k8s.serving import (

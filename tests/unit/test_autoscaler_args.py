@@ -32,7 +32,8 @@ def test_prods_pod_grace_periods_and_the_longest_is_the_autoscalers_eviction_gra
     """Worked out by hand from prod's stack file: a model pod sleeps 10 + 5 s in its preStop, drains for its
     timeoutSeconds and has 30 s to exit (deep-research: 900 s; its workers wait out the leader's 945 s, then 30 s);
     the gateway's preStop is 180 + 60 + 5 + 900 + 10 s (the first 180 s: its NLB's deregistration window) and its
-    grace 10 s more; the budget service sleeps 5 + 5 s, drains 900 s and settles in 10 s. The gateway's 1165 s is what a cluster-autoscaler scale-down must give an evicted pod
+    grace 10 s more; the budget service sleeps 5 + 5 s, drains 900 s and settles in 10 s. The gateway's 1165 s is
+    what a cluster-autoscaler scale-down must give an evicted pod
     (kubernetes/autoscaler@cluster-autoscaler-1.34.1 core/scaledown/actuation/drain.go evictPod caps the pod's own
     grace at --max-graceful-termination-sec, default 600)."""
     assert pod_grace_seconds(stack_config("prod")) == {

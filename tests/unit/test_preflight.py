@@ -570,7 +570,8 @@ def test_an_eks_load_balancer_with_node_targets_or_a_short_deregistration_delay_
         return k8s("kubernetes:core/v1:Service", name, "gw", {"type": "LoadBalancer", "selector": {"app": "gw"},
                                                               **(spec or {})}, meta={"annotations": ann})
 
-    delay = {attrs: "deregistration_delay.timeout_seconds=1200,deregistration_delay.connection_termination.enabled=false"}
+    delay = {attrs: "deregistration_delay.timeout_seconds=1200,"
+                    "deregistration_delay.connection_termination.enabled=false"}
     services = [lb("pods", {"loadBalancerClass": cls}, **{target: "ip"}, **delay),
                 lb("legacy-pods", **{lb_type: "nlb-ip"}, **delay),
                 lb("external-pods", **{lb_type: "external", target: "ip"}, **delay),

@@ -12,8 +12,8 @@ AuthorizationPolicies admit), while client traffic from the load balancer reache
 (the listener port is excluded from inbound capture). On AWS a LoadBalancer Service is an internal
 NLB made by the AWS Load Balancer Controller (components.k8s.load_balancer), with the gateway's pods as targets
 (`ip`): a node leaving cuts no connection, and a terminating pod keeps serving until the NLB has stopped sending it
-new connections and its last request has ended (drain_seconds). Prometheus scrapes the stats port through a headless metrics Service, over
-mTLS, so the load balancer carries client traffic only.
+new connections and its last request has ended (drain_seconds). Prometheus scrapes the stats port through a
+headless metrics Service, over mTLS, so the load balancer carries client traffic only.
 
 Modules: gateway_args (GatewayArgs), gateway_spec (validation and defaults), gateway_names (object names, labels,
 the Service's address), gateway_network (NetworkPolicies, AuthorizationPolicies, the in-mesh DestinationRule:
