@@ -19,6 +19,7 @@ cluster autoscaler it is not in the component package: the IRSA role needs the G
 """
 
 # No `from __future__ import annotations`: TypedDict reads its keys from evaluated annotations.
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 import pulumi
@@ -182,7 +183,11 @@ class AwsLoadBalancerController(pulumi.ComponentResource):
     """What a Service of the controller's class waits for (its webhooks and finalizer need the controller)."""
 
     def __init__(self, name: str, args: AwsLoadBalancerControllerArgs, opts: pulumi.ResourceOptions | None = None, *,
-                 cluster: "WorkloadIdentity", system_namespace: k8s.core.v1.Namespace) -> None:
+                 cluster: "WorkloadIdentity", system_namespace: k8s.core.v1.Namespace,
+                 after: Sequence[pulumi.Resource] = ()) -> None:
+        """`after`: what the release waits for besides its namespace and the cluster, as the platform's releases do
+        (on EKS: the system nodes, the add-ons, node egress). `pulumi destroy` removes it before them, and after the
+        gateway's Service: deleting that NLB is the controller's work, through the NAT to the AWS APIs."""
         super().__init__(self.pulumi_type, name, None, opts)
         check_controller_args(name, args)
         cluster_name, region = args["cluster_name"], args["region"]
@@ -194,5 +199,6 @@ class AwsLoadBalancerController(pulumi.ComponentResource):
         self.release = versions.release(
             f"{name}-release", versions.AWS_LOAD_BALANCER_CONTROLLER, release_name=RELEASE_NAME,
             namespace=naming.SYSTEM_NAMESPACE, values=values,
-            opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, cast(pulumi.Resource, cluster)]))
+            opts=pulumi.ResourceOptions(parent=self, depends_on=[system_namespace, cast(pulumi.Resource, cluster),
+                                                                 *after]))
         self.register_outputs({"roleArn": role_arn})

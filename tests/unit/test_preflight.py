@@ -694,8 +694,8 @@ def test_shipped_stacks_are_clean(stack: str) -> None:
     [component] = [e for e in state_export(result)["deployment"]["resources"] if e["type"] == "aifactory:k8s:Gateway"]
     controller = [d for d in component["dependencies"] if d.endswith("Release::aws-load-balancer-controller-release")]
     assert len(controller) == (1 if result.config.is_aws else 0)
-    assert pf.namespace_labels(resources)["aifactory-gateway"].get("elbv2.k8s.aws/pod-readiness-gate-inject") == (
-        "enabled" if result.config.is_aws else None)
+    gate = pf.resources.namespace_labels(resources)["aifactory-gateway"].get("elbv2.k8s.aws/pod-readiness-gate-inject")
+    assert gate == ("enabled" if result.config.is_aws else None)
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
