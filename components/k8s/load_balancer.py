@@ -26,8 +26,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.k8s import naming, security, versions
-from components.k8s.autoscaler import IRSA_ANNOTATION, check_region
-from components.validation import Problems, check_shape
+from components.k8s.autoscaler import IRSA_ANNOTATION, cluster_problems
 from components.vocabulary import POOL_LABEL, READINESS_GATE_INJECT, SYSTEM_POOL
 
 if TYPE_CHECKING:
@@ -144,12 +143,7 @@ class AwsLoadBalancerControllerArgs(TypedDict):
 
 def check_controller_args(name: str, args: AwsLoadBalancerControllerArgs) -> None:
     """Raise pulumi.InputPropertiesError with property paths for bad `args`."""
-    check_shape("AwsLoadBalancerController", name, args, AwsLoadBalancerControllerArgs)
-    problems = Problems("AwsLoadBalancerController", name)
-    check_region(problems, args["region"])
-    if not args["cluster_name"]:
-        problems.add("clusterName", "must not be empty")
-    problems.raise_any()
+    cluster_problems("AwsLoadBalancerController", name, args, AwsLoadBalancerControllerArgs).raise_any()
 
 
 def controller_values(*, cluster_name: str, region: str, vpc_id: str, role_arn: str) -> dict[str, Any]:
