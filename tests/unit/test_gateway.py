@@ -487,6 +487,27 @@ def test_every_aws_stacks_target_group_keeps_a_gateway_pod_draining_for_its_whol
         gw.deployment(stack("onprem"), "{}")["spec"]["template"]["metadata"]["labels"]
 
 
+def test_the_nlbs_health_check_reaches_envoy_past_the_istio_sidecar() -> None:
+    """Without health-check annotations the controller checks each ip target over TCP on the traffic port
+    (kubernetes-sigs/aws-load-balancer-controller@v3.5.0: docs/guide/service/annotations.md healthcheck-protocol,
+    healthcheck-port), the port each pod is registered with: the named targetPort's container port (the target
+    group's own port is then a placeholder 1: pkg/service/model_build_target_group.go buildTargetGroupPort). That is
+    Envoy's listener, which the sidecar does not capture, and which the gateway's NetworkPolicy opens to any source
+    (the NLB's own addresses: client IP preservation is off for ip targets unless set)."""
+    cfg = stack_config("prod")
+    svc = gw.service(cfg)
+    assert svc["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    assert not [k for k in svc["metadata"]["annotations"] if "healthcheck" in k]
+    assert "externalTrafficPolicy" not in svc["spec"]  # Cluster: TCP on the traffic port
+    template = gw.deployment(cfg, "{}")["spec"]["template"]
+    target_port = svc["spec"]["ports"][0]["targetPort"]
+    [port] = [p for p in template["spec"]["containers"][0]["ports"] if p["name"] == target_port]
+    assert port["containerPort"] == 8080
+    assert template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080"
+    [clients] = [p for p in gw.network_policies(cfg) if p["metadata"]["name"] == "allow-clients"]
+    assert clients["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
+
+
 def test_a_model_timeout_longer_than_an_nlb_can_drain_is_refused_with_its_path() -> None:
     """The deregistration delay is at most 3600 s; the gateway pod's grace adds 265 s to the longest timeout."""
     raw = stack_raw("prod")
