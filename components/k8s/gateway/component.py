@@ -170,7 +170,10 @@ METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metr
 CONFIG_DIR = "/etc/envoy"
 # The AWS Load Balancer Controller's Service annotations (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:
 # docs/guide/service/annotations.md; the Service's loadBalancerClass, NLB_CLASS, hands it to that controller, and the
-# in-tree one ignores a Service with a class). The target group's attributes are the gateway's own (service()).
+# in-tree one ignores a Service with a class. Not `aws-load-balancer-type: external`, the other way to hand it over:
+# docs/guide/service/nlb.md warns never to add that to an existing Service, and the class cannot be added to one
+# either, but its refusal makes the kit replace the Service: replace_on_changes). The target group's attributes are
+# the gateway's own (service()).
 AWS_LB_ANNOTATIONS = {
     # the NLB reaches each gateway pod's IP directly: no node, no kube-proxy on the way
     NLB_TARGET_TYPE: "ip",
