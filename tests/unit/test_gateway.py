@@ -483,8 +483,35 @@ def test_every_aws_stacks_target_group_keeps_a_gateway_pod_draining_for_its_whol
     assert pod["spec"]["terminationGracePeriodSeconds"] == grace
     # the controller's webhook gives the pod its readiness gate: a rollout waits for a healthy target
     assert pod["metadata"]["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] == "enabled"
-    assert "elbv2.k8s.aws/pod-readiness-gate-inject" not in \
-        gw.deployment(stack("onprem"), "{}")["spec"]["template"]["metadata"]["labels"]
+    onprem = gw.deployment(stack("onprem"), "{}")
+    assert "elbv2.k8s.aws/pod-readiness-gate-inject" not in onprem["spec"]["template"]["metadata"]["labels"]
+    assert "annotations" not in onprem["metadata"]
+
+
+def test_behind_an_nlb_the_gateway_pods_are_created_after_their_service() -> None:
+    """The controller's webhook gives a pod its readiness gate only if the pod is created after its Service's target
+    group binding (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:docs/deploy/pod_readiness_gate.md): the
+    Deployment waits for the Service (and so for the NLB the controller makes), on a first install and when the
+    in-tree controller's Service is replaced. Elsewhere the order is as before."""
+    order = list(gw.gateway_objects(stack_config("prod")))
+    needs = gw.object_needs(stack_config("prod"))
+    assert needs["deployment"] == ("serviceaccount", "configmap", "service")
+    applied = gw.apply_order(order, needs)
+    assert applied.index("service") < applied.index("deployment") and sorted(applied) == sorted(order)
+    onprem = list(gw.gateway_objects(stack_config("onprem")))
+    assert gw.object_needs(stack_config("onprem")) == {"deployment": ("serviceaccount", "configmap")}
+    assert gw.apply_order(onprem, gw.object_needs(stack_config("onprem"))) == onprem
+
+
+def test_pulumi_waits_for_a_rollout_whose_pods_each_become_a_healthy_target() -> None:
+    """With readiness gates a rolling update (maxSurge 1, maxUnavailable 0) replaces one pod at a time, each ready
+    only once the NLB has registered it and found it healthy, which "can take a few minutes"
+    (docs.aws.amazon.com/elasticloadbalancing/latest/network/target-group-register-targets.html). pulumi-kubernetes
+    would give the whole Deployment its default 600 s (pulumi/pulumi-kubernetes@v4.32.0 provider/pkg/await/
+    deployment.go): prod's 12 replicas get 12 x (60 s to start + 300 s to become a healthy target)."""
+    cfg = stack_config("prod")
+    assert cfg.gateway.max_replicas == 12
+    assert gw.deployment(cfg, "{}")["metadata"]["annotations"] == {"pulumi.com/timeoutSeconds": "4320"}
 
 
 def test_the_nlbs_health_check_reaches_envoy_past_the_istio_sidecar() -> None:
@@ -619,10 +646,12 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     assert children["gateway-metrics-service"].inputs["metadata"]["name"] == "aifactory-gateway-metrics"
     ns = children["gateway-ns"].inputs["metadata"]
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"
+    assert ns["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] == "enabled"  # dev is an AWS stack
     assert children["gateway-serviceaccount"].inputs["metadata"]["name"] == "aifactory-gateway"
-    # the pods name the account and mount envoy.yaml (why: tests/unit/test_dependencies.py); the rest: the namespace
+    # the pods name the account and mount envoy.yaml (why: tests/unit/test_dependencies.py), and behind the NLB come
+    # after their Service (their readiness gates); the rest: the namespace
     assert sorted(children["gateway-deployment"].dependencies) == sorted(
-        children[n].urn for n in ("gateway-ns", "gateway-serviceaccount", "gateway-configmap"))
+        children[n].urn for n in ("gateway-ns", "gateway-serviceaccount", "gateway-configmap", "gateway-service"))
     assert children["gateway-service"].dependencies == [children["gateway-ns"].urn]
 
 

@@ -691,9 +691,13 @@ def test_shipped_stacks_are_clean(stack: str) -> None:
     # passed above), and the gateway waits for the controller (its pod webhook, its Service finalizer)
     gw = next(r for r in resources if r.kind == "Service" and r.name == "aifactory-gateway")
     assert pf.lb_targets.target_type(gw.props) == ("ip" if result.config.is_aws else None)
-    [component] = [e for e in state_export(result)["deployment"]["resources"] if e["type"] == "aifactory:k8s:Gateway"]
+    entries = state_export(result)["deployment"]["resources"]
+    [component] = [e for e in entries if e["type"] == "aifactory:k8s:Gateway"]
     controller = [d for d in component["dependencies"] if d.endswith("Release::aws-load-balancer-controller-release")]
     assert len(controller) == (1 if result.config.is_aws else 0)
+    # its pods after its Service (their readiness gates need the Service's target group binding)
+    [envoy] = [e for e in entries if e["urn"].endswith("Deployment::gateway-deployment")]
+    assert any(d.endswith("Service::gateway-service") for d in envoy["dependencies"]) == result.config.is_aws
     gate = pf.resources.namespace_labels(resources)["aifactory-gateway"].get("elbv2.k8s.aws/pod-readiness-gate-inject")
     assert gate == ("enabled" if result.config.is_aws else None)
 

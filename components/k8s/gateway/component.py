@@ -88,7 +88,7 @@ from components.k8s.gateway.spec import (
 )
 from components.k8s.mesh import MESH_SCRAPE_TLS, engine_traffic_objects
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.serving import MONITORING_API_VERSION, register_object
+from components.k8s.serving import AWAIT_TIMEOUT_ANNOTATION, MONITORING_API_VERSION, register_object
 from components.k8s.serving.lifecycle import proxy_drain_annotations
 from components.validation import Problems
 from components.vocabulary import (
@@ -133,6 +133,9 @@ __all__ = [
     "AWS_LB_ANNOTATIONS",
     "NLB_DEREGISTRATION_WINDOW_SECONDS",
     "NLB_MAX_DEREGISTRATION_DELAY_SECONDS",
+    "NLB_REGISTRATION_SECONDS",
+    "GATEWAY_POD_START_SECONDS",
+    "rollout_await_seconds",
     "nlb_targets",
     "drain_seconds",
     "deregistration_delay_seconds",
@@ -155,6 +158,8 @@ __all__ = [
     "service_url",
     "destination_rule",
     "OBJECT_NEEDS",
+    "object_needs",
+    "apply_order",
     "replace_on_changes",
     "gateway_objects",
     "Gateway",
@@ -183,12 +188,18 @@ AWS_LB_ANNOTATIONS = {
     # zone's address would answer nothing.
     "service.beta.kubernetes.io/aws-load-balancer-attributes": "load_balancing.cross_zone.enabled=true",
 }
-# After the controller deregisters a target, the NLB goes on opening new connections to it for about two minutes,
-# whatever the deregistration delay (measured and reported upstream: kubernetes-sigs/aws-load-balancer-controller
-# #2366, aws/containers-roadmap#470; the target group documentation promises no bound). The gateway pod keeps
-# accepting them for this long (its preStop), then drains them: two minutes, and a minute for the controller to see
-# the endpoint go and call DeregisterTargets (rate limits, retries).
+# After the controller deregisters a target, the NLB goes on opening new connections to it for a while: "a few
+# minutes" for the load balancer to stop routing to it (docs.aws.amazon.com/elasticloadbalancing/latest/network/
+# target-group-register-targets.html), about two minutes whatever the deregistration delay as measured upstream
+# (kubernetes-sigs/aws-load-balancer-controller#2366, aws/containers-roadmap#470). The gateway pod keeps accepting
+# them for this long (its preStop), then drains them: two minutes, and a minute for the controller to see the
+# endpoint go and call DeregisterTargets (rate limits, retries).
 NLB_DEREGISTRATION_WINDOW_SECONDS = 180
+# A new target's registration and first health checks: "a few minutes" (the same page). With readiness gates a
+# rolling update waits that long for each new pod, one at a time (maxSurge 1, maxUnavailable 0), and a new Envoy pod
+# starts (a small image, its first DNS answers and health checks) within GATEWAY_POD_START_SECONDS before that.
+NLB_REGISTRATION_SECONDS = 300
+GATEWAY_POD_START_SECONDS = 60
 # The target group attribute's range (0-3600 s: the same annotations.md, target-group-attributes).
 NLB_MAX_DEREGISTRATION_DELAY_SECONDS = 3600
 
@@ -257,9 +268,17 @@ def check_deregistration_delay(name: str, cfg: GatewayView) -> None:
     problems.raise_any()
 
 
+def rollout_await_seconds(cfg: GatewayView) -> int:
+    """How long `pulumi up` waits for a rollout behind an NLB: each of up to maxReplicas pods, one at a time, starts
+    and becomes a healthy target. (pulumi-kubernetes' default for a Deployment is 600 s: pulumi/pulumi-kubernetes
+    @v4.32.0 provider/pkg/await/deployment.go DefaultDeploymentTimeoutMins.)"""
+    return cfg.gateway.max_replicas * (GATEWAY_POD_START_SECONDS + NLB_REGISTRATION_SECONDS)
+
+
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
     """Rolled when the config changes: the pod template carries the config's hash. A pod being replaced or
-    evicted serves its requests in flight to their end before Envoy stops (drain_seconds)."""
+    evicted serves its requests in flight to their end before Envoy stops (drain_seconds). Behind an NLB a new pod is
+    ready once it is a healthy target (its readiness gate), so `pulumi up` waits rollout_await_seconds."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
     drain = drain_seconds(cfg)
     grace = termination_grace_seconds(cfg)
@@ -283,7 +302,10 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
         # default since 1.30 (kubernetes/enhancements#3960)
         "lifecycle": {"preStop": {"sleep": {"seconds": drain}}},
     }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
+    meta = _meta(cfg)
+    if nlb_targets(cfg):
+        meta["annotations"] = {AWAIT_TIMEOUT_ANNOTATION: str(rollout_await_seconds(cfg))}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
         "selector": {"matchLabels": _selector()},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "template": {
@@ -380,6 +402,31 @@ def service_account(cfg: GatewayView) -> dict[str, Any]:
 OBJECT_NEEDS: Mapping[str, tuple[str, ...]] = {"deployment": ("serviceaccount", "configmap")}
 
 
+def object_needs(cfg: GatewayView) -> Mapping[str, tuple[str, ...]]:
+    """OBJECT_NEEDS, and behind an NLB the Deployment after the Service too: the controller's webhook gives a pod its
+    readiness gate only when the pod is created after its Service's target group binding exists
+    (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:docs/deploy/pod_readiness_gate.md), and pulumi-kubernetes
+    finishes a LoadBalancer Service once the controller has made its NLB."""
+    if not nlb_targets(cfg):
+        return OBJECT_NEEDS
+    return {**OBJECT_NEEDS, "deployment": (*OBJECT_NEEDS["deployment"], "service")}
+
+
+def apply_order(suffixes: Sequence[str], needs: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """`suffixes` in their order, except that each comes after what it needs."""
+    out: list[str] = []
+
+    def visit(suffix: str) -> None:
+        if suffix not in out:
+            for need in needs.get(suffix, ()):
+                visit(need)
+            out.append(suffix)
+
+    for suffix in suffixes:
+        visit(suffix)
+    return out
+
+
 def replace_on_changes(cfg: GatewayView) -> dict[str, list[str]]:
     """The properties whose change replaces an object, by child-resource suffix. Behind an NLB, the Service's
     loadBalancerClass: it may not change once set (the API server refuses the update: kubernetes/kubernetes
@@ -431,8 +478,10 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         made: dict[str, pulumi.Resource] = {}
-        for suffix, obj in gateway_objects(cfg).items():
-            needs = [made[n] for n in OBJECT_NEEDS.get(suffix, ())]
+        objects, needs_of = gateway_objects(cfg), object_needs(cfg)
+        for suffix in apply_order(list(objects), needs_of):
+            obj = objects[suffix]
+            needs = [made[n] for n in needs_of.get(suffix, ())]
             opts_ = in_ns.merge(pulumi.ResourceOptions(depends_on=needs)) if needs else in_ns
             if suffix in (replaced := replace_on_changes(cfg)):
                 opts_ = opts_.merge(pulumi.ResourceOptions(replace_on_changes=replaced[suffix]))
