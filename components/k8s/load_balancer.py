@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
 
 __all__ = ["TYPE", "AwsLoadBalancerControllerArgs", "check_controller_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
-           "REPLICAS", "CLUSTER_TAG", "POLICY_SOURCE", "controller_policy", "controller_actions",
+           "REPLICAS", "CLUSTER_TAG", "controller_policy", "controller_actions",
            "controller_values", "AwsLoadBalancerController"]
 
 TYPE = "aifactory:k8s:AwsLoadBalancerController"
@@ -43,7 +43,6 @@ REPLICAS = 2  # one keeps reconciling (and answering the pod webhook) while the 
 # The controller tags every load balancer, target group and security group it creates with the cluster's name under
 # this key, and the policy lets it change or delete only what carries the tag.
 CLUSTER_TAG = "elbv2.k8s.aws/cluster"
-POLICY_SOURCE = "kubernetes-sigs/aws-load-balancer-controller@v3.5.0:docs/install/iam_policy.json"
 
 _ELB = "elasticloadbalancing"
 _TAGGED_ELB = (f"arn:aws:{_ELB}:*:*:targetgroup/*/*", f"arn:aws:{_ELB}:*:*:loadbalancer/net/*/*",
@@ -62,7 +61,8 @@ def _tag(request: bool | None = None, resource: bool | None = None) -> dict[str,
     return {"Null": null}
 
 
-# The statements of POLICY_SOURCE, in its order: (Sid, actions, resources, condition). Read-only calls on any resource;
+# The statements of the controller's documented policy (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:
+# docs/install/iam_policy.json), in its order: (Sid, actions, resources, condition). Read-only calls on any resource;
 # writes to what the controller made (the cluster tag), except the calls that cannot be scoped by tag upstream either
 # (listeners and rules, registering targets, security group ingress on the nodes' groups).
 _STATEMENTS: tuple[tuple[str, tuple[str, ...], str | tuple[str, ...], dict[str, Any] | None], ...] = (
@@ -114,7 +114,7 @@ _STATEMENTS: tuple[tuple[str, tuple[str, ...], str | tuple[str, ...], dict[str, 
 
 
 def controller_policy() -> dict[str, Any]:
-    """The controller's IAM policy: the statements of its documented policy (POLICY_SOURCE), no more."""
+    """The controller's IAM policy: the statements of its documented policy (_STATEMENTS), no more."""
     out = []
     for sid, actions, resources, condition in _STATEMENTS:
         st: dict[str, Any] = {"Sid": sid, "Effect": "Allow", "Action": list(actions),
