@@ -14,15 +14,24 @@ import yaml
 
 __all__ = ["POOL_LABEL", "GPU_TAINT_KEY", "SYSTEM_NAMESPACES", "LOKI_INDEX_TABLE_PREFIX", "AUTOSCALED_TAG",
            "AUTOSCALER_CHART", "MAX_GRACEFUL_TERMINATION_FLAG", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS",
-           "SYSTEM_POOL", "LB_TARGET_NODE_LABELS", "dump_yaml"]
+           "SYSTEM_POOL", "NLB_CLASS", "NLB_TARGET_TYPE", "NLB_TARGET_GROUP_ATTRIBUTES", "DEREGISTRATION_DELAY",
+           "READINESS_GATE_INJECT", "dump_yaml"]
 
 POOL_LABEL = "aifactory.io/pool"  # every node of a pool carries it (AWS: set by the kit; on-prem: by admins)
-# The AWS stacks' pool for the platform's own pods (components.aws.cluster), whose nodes are the gateway NLB's only
-# targets (components.k8s.gateway.component; preflight's nlb-targets-stable-nodes, policies.preflight.lb_targets).
+# The AWS stacks' pool for the platform's own pods (components.aws.cluster), where the AWS Load Balancer Controller
+# runs (components.k8s.load_balancer).
 SYSTEM_POOL = "system"
-# The AWS cloud provider's Service annotation naming the labels of the nodes a load balancer targets
-# (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes).
-LB_TARGET_NODE_LABELS = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
+# What the AWS Load Balancer Controller reads (kubernetes-sigs/aws-load-balancer-controller@v3.5.0,
+# docs/guide/service/nlb.md, annotations.md, docs/deploy/pod_readiness_gate.md): the loadBalancerClass it reconciles,
+# the Service annotations of its NLB's target type and target group attributes, the attribute of the deregistration
+# delay, and the namespace (and, through the kit's webhook selector, pod) label that makes it inject readiness gates.
+# The gateway sets them (components.k8s.gateway.component), the controller's values name the label
+# (components.k8s.load_balancer), preflight's nlb-targets-stable-nodes reads them (policies.preflight.lb_targets).
+NLB_CLASS = "service.k8s.aws/nlb"
+NLB_TARGET_TYPE = "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
+NLB_TARGET_GROUP_ATTRIBUTES = "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"
+DEREGISTRATION_DELAY = "deregistration_delay.timeout_seconds"
+READINESS_GATE_INJECT = "elbv2.k8s.aws/pod-readiness-gate-inject"
 GPU_TAINT_KEY = "nvidia.com/gpu"  # the taint that keeps pods without a GPU toleration off GPU nodes
 # Namespaces of Kubernetes itself and of the kit's platform (default names): no tenant may take one (stack
 # config), and the policy pack treats workloads in them as the platform's, not a tenant's.

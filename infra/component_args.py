@@ -10,6 +10,8 @@ import dataclasses
 import typing
 from typing import Any
 
+import pulumi
+
 from components.k8s.autoscaler import ClusterAutoscalerArgs
 from components.k8s.engines import ENGINES
 from components.k8s.fabric import FabricArgs, FabricInfinibandArgs
@@ -26,6 +28,7 @@ from components.k8s.gateway import termination_grace_seconds as gateway_grace_se
 from components.k8s.gateway.budget_objects import termination_grace_seconds as budget_grace_seconds
 from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.gpu_stack import GpuPoolArgs, GpuStackArgs
+from components.k8s.load_balancer import AwsLoadBalancerControllerArgs
 from components.k8s.mesh import MeshArgs
 from components.k8s.observability import AlertingArgs, AlertReceiverArgs, ObservabilityArgs
 from components.k8s.platform import PlatformArgs
@@ -39,8 +42,8 @@ from infra.config import PlatformConfig
 from infra.stack import declared
 
 __all__ = ["same_names", "shared", "tenancy_args", "gateway_args", "model_deployment_args", "gpu_stack_args",
-           "mesh_args", "fabric_args", "pod_grace_seconds", "cluster_autoscaler_args", "observability_args",
-           "platform_args"]
+           "mesh_args", "fabric_args", "pod_grace_seconds", "cluster_autoscaler_args",
+           "load_balancer_controller_args", "observability_args", "platform_args"]
 
 WEIGHT_DOWNLOAD_SCHEMES = ("hf://", "s3://")  # model URIs whose server fetches weights over HTTPS at start-up
 # (besides a tokenizer its engine downloads from the Hub: Engine.tokenizer_from_hub)
@@ -273,6 +276,12 @@ def cluster_autoscaler_args(cfg: PlatformConfig) -> ClusterAutoscalerArgs:
     return {"cluster_name": cfg.cluster.name, "region": cfg.target.region,
             "max_graceful_termination_seconds": max(DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS,
                                                     *pod_grace_seconds(cfg).values())}
+
+
+def load_balancer_controller_args(cfg: PlatformConfig, vpc_id: pulumi.Input[str]) -> AwsLoadBalancerControllerArgs:
+    """AWS stacks only: the EKS cluster's name, region and VPC (components.k8s.load_balancer)."""
+    assert cfg.cluster is not None and cfg.target.region is not None
+    return {"cluster_name": cfg.cluster.name, "region": cfg.target.region, "vpc_id": vpc_id}
 
 
 def _receiver(r: AlertReceiver) -> AlertReceiverArgs:

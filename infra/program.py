@@ -24,6 +24,7 @@ from components.k8s.autoscaler import ClusterAutoscaler
 from components.k8s.fidelity import FidelityGate
 from components.k8s.gateway import Gateway
 from components.k8s.gpu_stack import mig_node_labels
+from components.k8s.load_balancer import AwsLoadBalancerController
 from components.k8s.observability import LOKI_SERVICE_ACCOUNT, LokiBucket, retention_days
 from components.k8s.platform import Platform
 from components.k8s.serving import (
@@ -38,7 +39,13 @@ from components.k8s.settings import Model, NodePool
 from components.k8s.storage import ModelCacheStorage
 from dashboards.deploy import Monitoring
 from infra import fidelity
-from infra.component_args import cluster_autoscaler_args, gateway_args, model_deployment_args, platform_args
+from infra.component_args import (
+    cluster_autoscaler_args,
+    gateway_args,
+    load_balancer_controller_args,
+    model_deployment_args,
+    platform_args,
+)
 from infra.config import PlatformConfig
 from infra.monitoring import from_platform
 from infra.stack.checks import capacity_block_only_workloads, try_idle_warnings
@@ -213,10 +220,16 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # --- platform: GPU stack, fabric, mesh, tenancy, observability backends -----------------
     platform = Platform("platform", platform_args(cfg), after=after,
                         loki_bucket=loki_bucket(cfg, on_aws) if on_aws is not None else None, opts=on_cluster)
+    # The gateway's NLB (pod targets) is the AWS Load Balancer Controller's: the gateway waits for it (its pod webhook
+    # and the Service's finalizer need it), and `pulumi destroy` removes the gateway's Service (and so its NLB) first.
+    load_balancer: list[pulumi.Resource] = []
     if on_aws is not None:
+        on_both = pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider]))
         ClusterAutoscaler("cluster-autoscaler", cluster_autoscaler_args(cfg), cluster=on_aws.cluster,
-                          system_namespace=platform.system_namespace,
-                          opts=pulumi.ResourceOptions.merge(on_aws.opts, pulumi.ResourceOptions(providers=[provider])))
+                          system_namespace=platform.system_namespace, opts=on_both)
+        load_balancer.append(AwsLoadBalancerController(
+            "aws-load-balancer-controller", load_balancer_controller_args(cfg, on_aws.network.vpc_id),
+            cluster=on_aws.cluster, system_namespace=platform.system_namespace, after=after, opts=on_both).release)
 
     # --- serving and gateway ----------------------------------------------------------------
     controllers = ServingControllers("serving", cfg=cfg, opts=on_cluster.merge(
@@ -241,7 +254,7 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
     # config changes only once the models' workloads are ready (awaited).
     gateway = Gateway("gateway", gateway_args(fidelity.routable(cfg, gate)), after=after, opts=on_cluster.merge(
         pulumi.ResourceOptions(depends_on=[platform.mesh.istiod, platform.observability.prometheus_stack,
-                                           *(m.objects["Service"] for m in models),
+                                           *load_balancer, *(m.objects["Service"] for m in models),
                                            *(m.objects[k] for m in models for k in sorted(WORKLOAD_KINDS)
                                              if k in m.objects)])))
     if cfg.gateway.fidelity:

@@ -21,6 +21,7 @@ role needs the GpuCluster object, which a package input cannot carry.
 
 # No `from __future__ import annotations`: TypedDict reads its keys from evaluated annotations.
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NotRequired, TypedDict, cast
 
 import pulumi
@@ -37,9 +38,9 @@ from components.vocabulary import (
 if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
 
-__all__ = ["TYPE", "ClusterAutoscalerArgs", "check_autoscaler_args", "RELEASE_NAME", "SERVICE_ACCOUNT",
-           "IRSA_ANNOTATION", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS", "MAX_GRACEFUL_TERMINATION_FLAG",
-           "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
+__all__ = ["TYPE", "ClusterAutoscalerArgs", "cluster_problems", "check_autoscaler_args", "RELEASE_NAME",
+           "SERVICE_ACCOUNT", "IRSA_ANNOTATION", "DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS",
+           "MAX_GRACEFUL_TERMINATION_FLAG", "autoscaler_policy", "autoscaler_values", "ClusterAutoscaler"]
 
 TYPE = "aifactory:k8s:ClusterAutoscaler"  # the type token of the kit's existing stacks (part of every child's URN)
 RELEASE_NAME = "cluster-autoscaler"
@@ -77,14 +78,22 @@ class ClusterAutoscalerArgs(TypedDict):
 _REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")  # us-east-1, ap-southeast-2, us-gov-west-1
 
 
-def check_autoscaler_args(name: str, args: ClusterAutoscalerArgs) -> None:
-    """Raise pulumi.InputPropertiesError with property paths for bad `args`."""
-    check_shape("ClusterAutoscaler", name, args, ClusterAutoscalerArgs)
-    problems = Problems("ClusterAutoscaler", name)
+def cluster_problems(component: str, name: str, args: Mapping[str, Any], args_type: type) -> Problems:
+    """The checks of an EKS controller's args (the autoscaler's, the AWS Load Balancer Controller's): their shape
+    (raised at once), then a region that looks like an AWS region and a cluster name; the caller adds its own
+    problems and raises them."""
+    check_shape(component, name, args, args_type)
+    problems = Problems(component, name)
     if not _REGION.match(args["region"]):
         problems.add("region", f"{args['region']!r} is not an AWS region such as us-east-1")
     if not args["cluster_name"]:
         problems.add("clusterName", "must not be empty")
+    return problems
+
+
+def check_autoscaler_args(name: str, args: ClusterAutoscalerArgs) -> None:
+    """Raise pulumi.InputPropertiesError with property paths for bad `args`."""
+    problems = cluster_problems("ClusterAutoscaler", name, args, ClusterAutoscalerArgs)
     grace = args.get("max_graceful_termination_seconds", DEFAULT_MAX_GRACEFUL_TERMINATION_SECONDS)
     if grace < 1:
         problems.add("maxGracefulTerminationSeconds", f"{grace} is not a number of seconds of at least 1 (the pods' "

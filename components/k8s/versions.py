@@ -31,6 +31,7 @@ __all__ = [
     "DOCA_DRIVER_VERSION",
     "EFA_DEVICE_PLUGIN",
     "CLUSTER_AUTOSCALER",
+    "AWS_LOAD_BALANCER_CONTROLLER",
     "ISTIO_VERSION",
     "ISTIO_BASE",
     "ISTIOD",
@@ -68,6 +69,7 @@ class HelmChart:
 NVIDIA_REPO = "https://helm.ngc.nvidia.com/nvidia"
 ISTIO_REPO = "https://istio-release.storage.googleapis.com/charts"
 GRAFANA_REPO = "https://grafana.github.io/helm-charts"
+EKS_CHARTS_REPO = "https://aws.github.io/eks-charts"
 
 GPU_OPERATOR = HelmChart("gpu-operator", NVIDIA_REPO, "v25.10.1", SLOW_RELEASE_TIMEOUT_SECONDS)
 NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1", SLOW_RELEASE_TIMEOUT_SECONDS)
@@ -75,9 +77,14 @@ NETWORK_OPERATOR = HelmChart("network-operator", NVIDIA_REPO, "26.1.1", SLOW_REL
 NETWORK_OPERATOR_IMAGE_REPOSITORY = "nvcr.io/nvidia/mellanox"
 NETWORK_OPERATOR_IMAGE_TAG = f"network-operator-v{NETWORK_OPERATOR.version}"
 DOCA_DRIVER_VERSION = "doca3.3.0-26.01-1.0.0.0-4"  # network-operator 26.1.1 hack/release.yaml Mofed.version
-EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26",
+EFA_DEVICE_PLUGIN = HelmChart("aws-efa-k8s-device-plugin", EKS_CHARTS_REPO, "v0.5.26",
                               SLOW_RELEASE_TIMEOUT_SECONDS)
 CLUSTER_AUTOSCALER = HelmChart(AUTOSCALER_CHART, "https://kubernetes.github.io/autoscaler", "9.52.1")
+# The gateway's NLB with pod (ip) targets (components.k8s.load_balancer). Chart 3.5.0 deploys controller v3.5.0 (its
+# Chart.yaml appVersion; aws/eks-charts stable/aws-load-balancer-controller, built from kubernetes-sigs/
+# aws-load-balancer-controller@v3.5.0 helm/): the newest release, and v2.5.0+ supports every Kubernetes from 1.22
+# (the supported versions listed in its docs/deploy/installation.md), the stacks' 1.35 included.
+AWS_LOAD_BALANCER_CONTROLLER = HelmChart("aws-load-balancer-controller", EKS_CHARTS_REPO, "3.5.0")
 
 ISTIO_VERSION = "1.28.3"  # base and istiod move together: one version for the whole control plane
 ISTIO_BASE = HelmChart("base", ISTIO_REPO, ISTIO_VERSION)
@@ -106,8 +113,8 @@ METRICS_SERVER = HelmChart("metrics-server", "https://kubernetes-sigs.github.io/
 VALKEY = HelmChart("valkey", "https://valkey.io/valkey-helm/", "0.11.0")
 
 ALL_CHARTS: tuple[HelmChart, ...] = (
-    GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, ISTIO_BASE, ISTIOD, ISTIO_CNI,
-    KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA, METRICS_SERVER, VALKEY,
+    GPU_OPERATOR, NETWORK_OPERATOR, EFA_DEVICE_PLUGIN, CLUSTER_AUTOSCALER, AWS_LOAD_BALANCER_CONTROLLER, ISTIO_BASE,
+    ISTIOD, ISTIO_CNI, KUBE_PROMETHEUS_STACK, OTEL_COLLECTOR, JAEGER, LOKI, ALLOY, LWS, KEDA, METRICS_SERVER, VALKEY,
 )
 
 

@@ -142,14 +142,17 @@ def test_the_gateway_waits_for_the_model_services_and_workloads_it_routes_to(
     gateway's pods get their sidecar from istiod and its ServiceMonitor needs the Prometheus operator's CRD. Its
     objects are created after the component, which waits for these and for every model's StatefulSet or
     LeaderWorkerSet (pulumi-kubernetes awaits a StatefulSet's ready replicas), so a new gateway config is not
-    applied before the workloads it routes to are ready."""
+    applied before the workloads it routes to are ready. On AWS it waits for the AWS Load Balancer Controller too:
+    its pod webhook gives the gateway's pods their readiness gates (failing closed) and its finalizer on the
+    gateway's Service deletes the NLB, so `pulumi destroy` removes the gateway before the controller."""
     res = _state(synthesized, stack)
     names = _by_name(res)
     services = {r["urn"] for r in _model_objects(res) if r["type"] == "kubernetes:core/v1:Service"}
     workloads = {r["urn"] for r in _model_objects(res)
                  if r["type"].rsplit(":", 1)[1] in ("StatefulSet", "LeaderWorkerSet")}
     assert len(services) >= 3 and len(workloads) == len(services)
-    assert set(names["gateway"]["dependencies"]) == services | workloads | {
+    controller = {_release(res, "aws-load-balancer-controller")} if stack != "onprem" else set()
+    assert set(names["gateway"]["dependencies"]) == services | workloads | controller | {
         _release(res, "istiod"), _release(res, "kube-prometheus-stack")}
 
 
@@ -168,8 +171,11 @@ def test_the_gateway_deployment_waits_for_its_service_account_and_config_map_the
     names = _by_name(res)
     children = {_name(r): r for r in res if r.get("custom") and r.get("parent") == names["gateway"]["urn"]}
     ns = names["gateway-ns"]["urn"]
+    # behind an AWS NLB its pods also come after the Service, whose target group binding their readiness gates need
+    # (components.k8s.gateway.component.object_needs)
+    behind_nlb = {names["gateway-service"]["urn"]} if stack != "onprem" else set()
     assert set(children["gateway-deployment"]["dependencies"]) == {
-        ns, names["gateway-serviceaccount"]["urn"], names["gateway-configmap"]["urn"]}
+        ns, names["gateway-serviceaccount"]["urn"], names["gateway-configmap"]["urn"], *behind_nlb}
     others = {n: r["dependencies"] for n, r in children.items()
               if n not in ("gateway-deployment", "gateway-ns", "gateway-budget-store")}
     assert len(others) >= 15 and {n: [ns] for n in others} == others

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import hashlib
+import math
 
+import pulumi
 import pytest
 
-from components.aws.cluster import SYSTEM_POOL, system_pool_spec
-from components.aws.nodes import node_labels
 from components.k8s import otel_config
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.gateway import component as gw
@@ -443,34 +443,109 @@ def test_rebind_makes_static_loopback_clusters_and_leaves_the_input_alone() -> N
 # --- Kubernetes objects -------------------------------------------------------------------------
 
 
-def test_aws_load_balancer_is_an_internal_nlb_of_the_in_tree_controller() -> None:
-    svc = gw.service(prod_without_variants())
+def test_aws_load_balancer_is_an_internal_nlb_of_the_aws_load_balancer_controller_with_pod_targets() -> None:
+    """The controller takes a Service of its class, service.k8s.aws/nlb (kubernetes-sigs/aws-load-balancer-controller
+    @v3.5.0: pkg/service/service_utils.go IsServiceSupported; docs/guide/service/nlb.md), and reads its NLB's target
+    type, scheme and load balancer / target group attributes from these annotations (docs/guide/service/
+    annotations.md). Before, the in-tree controller's NLB targeted the system pool's nodes, and a node leaving cut
+    every connection through it."""
+    cfg = stack_config("prod")
+    svc = gw.service(cfg)
     assert svc["spec"]["type"] == "LoadBalancer"
-    # no AWS Load Balancer Controller is installed: `external` (and its scheme/target-type keys) would stay pending
-    assert svc["metadata"]["annotations"] == {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-                                              "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-                                              "service.beta.kubernetes.io/aws-load-balancer-target-node-labels":
-                                                  "aifactory.io/pool=system",
-                                              # every zone's address reaches every target: kubernetes/cloud-provider-
-                                              # aws@v1.35.2 pkg/providers/v1/aws_loadbalancer.go reconcileLBAttributes
-                                              "service.beta.kubernetes.io/"
-                                              "aws-load-balancer-cross-zone-load-balancing-enabled": "true"}
+    assert svc["spec"]["loadBalancerClass"] == "service.k8s.aws/nlb"
+    assert svc["metadata"]["annotations"] == {
+        "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type": "ip",
+        "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+        "service.beta.kubernetes.io/aws-load-balancer-attributes": "load_balancing.cross_zone.enabled=true",
+        "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes":
+            "deregistration_delay.timeout_seconds=1165,deregistration_delay.connection_termination.enabled=false"}
     assert svc["spec"]["ports"] == [{"name": "http", "port": 80, "targetPort": "http", "protocol": "TCP",
                                      "appProtocol": "http"}]
-    assert "annotations" not in gw.service(stack("onprem"))["metadata"]
+    # the class may not change once set: the in-tree controller's Service (and NLB) is replaced, not updated
+    assert gw.replace_on_changes(cfg) == {"service": ["spec.loadBalancerClass"]}
+    onprem = gw.service(stack("onprem"))
+    assert "annotations" not in onprem["metadata"] and "loadBalancerClass" not in onprem["spec"]
+    assert gw.replace_on_changes(stack("onprem")) == {}
 
 
-@pytest.mark.parametrize("name", ["prod", "dev", "staging"])
-def test_every_aws_stacks_nlb_targets_only_the_system_pools_nodes(name: str) -> None:
-    """The in-tree controller registers as targets only the nodes carrying every `key=value` of
-    aws-load-balancer-target-node-labels, on create and on every node-set update
-    (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes,
-    findInstancesForELB; pkg/providers/v1/aws.go, UpdateLoadBalancer). The label is the one the kit sets on the
-    system pool's node group, so a GPU node the autoscaler removes carries no client connection."""
-    ann = gw.service(stack(name))["metadata"]["annotations"]
-    key, value = ann["service.beta.kubernetes.io/aws-load-balancer-target-node-labels"].split("=")
-    assert (key, value) == ("aifactory.io/pool", SYSTEM_POOL)
-    assert node_labels(system_pool_spec({}))[key] == value
+@pytest.mark.parametrize(("name", "grace"), [("prod", 1165), ("dev", 325), ("staging", 325)])
+def test_every_aws_stacks_target_group_keeps_a_gateway_pod_draining_for_its_whole_grace(name: str,
+                                                                                       grace: int) -> None:
+    """The deregistration delay (0-3600 s: annotations.md, target-group-attributes) is the pod's grace: the
+    controller deregisters a pod once its termination has begun, so its target stays draining while the pod may
+    serve, and connection termination is off, so the delay's end resets nothing."""
+    cfg = stack_config(name)
+    pod = gw.deployment(cfg, "{}")["spec"]["template"]
+    attrs = dict(a.split("=") for a in gw.service(cfg)["metadata"]["annotations"][
+        "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"].split(","))
+    assert attrs == {"deregistration_delay.timeout_seconds": str(grace),
+                     "deregistration_delay.connection_termination.enabled": "false"}
+    assert pod["spec"]["terminationGracePeriodSeconds"] == grace
+    # the controller's webhook gives the pod its readiness gate: a rollout waits for a healthy target
+    assert pod["metadata"]["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] == "enabled"
+    onprem = gw.deployment(stack("onprem"), "{}")
+    assert "elbv2.k8s.aws/pod-readiness-gate-inject" not in onprem["spec"]["template"]["metadata"]["labels"]
+    assert "annotations" not in onprem["metadata"]
+
+
+def test_behind_an_nlb_the_gateway_pods_are_created_after_their_service() -> None:
+    """The controller's webhook gives a pod its readiness gate only if the pod is created after its Service's target
+    group binding (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:docs/deploy/pod_readiness_gate.md): the
+    Deployment waits for the Service (and so for the NLB the controller makes), on a first install and when the
+    in-tree controller's Service is replaced. Elsewhere the order is as before."""
+    order = list(gw.gateway_objects(stack_config("prod")))
+    needs = gw.object_needs(stack_config("prod"))
+    assert needs["deployment"] == ("serviceaccount", "configmap", "service")
+    applied = gw.apply_order(order, needs)
+    assert applied.index("service") < applied.index("deployment") and sorted(applied) == sorted(order)
+    onprem = list(gw.gateway_objects(stack_config("onprem")))
+    assert gw.object_needs(stack_config("onprem")) == {"deployment": ("serviceaccount", "configmap")}
+    assert gw.apply_order(onprem, gw.object_needs(stack_config("onprem"))) == onprem
+
+
+def test_pulumi_waits_for_a_rollout_whose_pods_each_become_a_healthy_target() -> None:
+    """With readiness gates a rolling update (maxSurge 1, maxUnavailable 0) replaces one pod at a time, each ready
+    only once the NLB has registered it and found it healthy, which "can take a few minutes"
+    (docs.aws.amazon.com/elasticloadbalancing/latest/network/target-group-register-targets.html). pulumi-kubernetes
+    would give the whole Deployment its default 600 s (pulumi/pulumi-kubernetes@v4.32.0 provider/pkg/await/
+    deployment.go): prod's 12 replicas get 12 x (60 s to start + 300 s to become a healthy target)."""
+    cfg = stack_config("prod")
+    assert cfg.gateway.max_replicas == 12
+    assert gw.deployment(cfg, "{}")["metadata"]["annotations"] == {"pulumi.com/timeoutSeconds": "4320"}
+
+
+def test_the_nlbs_health_check_reaches_envoy_past_the_istio_sidecar() -> None:
+    """Without health-check annotations the controller checks each ip target over TCP on the traffic port
+    (kubernetes-sigs/aws-load-balancer-controller@v3.5.0: docs/guide/service/annotations.md healthcheck-protocol,
+    healthcheck-port), the port each pod is registered with: the named targetPort's container port (the target
+    group's own port is then a placeholder 1: pkg/service/model_build_target_group.go buildTargetGroupPort). That is
+    Envoy's listener, which the sidecar does not capture, and which the gateway's NetworkPolicy opens to any source
+    (the NLB's own addresses: client IP preservation is off for ip targets unless set)."""
+    cfg = stack_config("prod")
+    svc = gw.service(cfg)
+    assert svc["metadata"]["annotations"]["service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"] == "ip"
+    assert not [k for k in svc["metadata"]["annotations"] if "healthcheck" in k]
+    assert "externalTrafficPolicy" not in svc["spec"]  # Cluster: TCP on the traffic port
+    template = gw.deployment(cfg, "{}")["spec"]["template"]
+    target_port = svc["spec"]["ports"][0]["targetPort"]
+    [port] = [p for p in template["spec"]["containers"][0]["ports"] if p["name"] == target_port]
+    assert port["containerPort"] == 8080
+    assert template["metadata"]["annotations"]["traffic.sidecar.istio.io/excludeInboundPorts"] == "8080"
+    [clients] = [p for p in gw.network_policies(cfg) if p["metadata"]["name"] == "allow-clients"]
+    assert clients["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": 8080}]}]
+
+
+def test_a_model_timeout_longer_than_an_nlb_can_drain_is_refused_with_its_path() -> None:
+    """The deregistration delay is at most 3600 s; the gateway pod's grace adds 265 s to the longest timeout."""
+    raw = stack_raw("prod")
+    raw["models"]["deep-research"]["timeoutSeconds"] = 3400
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        gw.check_deregistration_delay("gateway", gw.gateway_spec("gateway", gateway_args(parse(raw, stack="prod"))))
+    assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [(
+        "models.deep-research.timeoutSeconds", "3400 s is longer than an AWS NLB can drain: the gateway pod's grace "
+        "would pass the target group's deregistration delay limit of 3600 s; at most 3335 s")]
+    raw["models"]["deep-research"]["timeoutSeconds"] = 3335
+    gw.check_deregistration_delay("gateway", gw.gateway_spec("gateway", gateway_args(parse(raw, stack="prod"))))
 
 
 def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_tls() -> None:
@@ -571,10 +646,12 @@ def test_gateway_component_creates_an_injected_namespace_and_its_objects() -> No
     assert children["gateway-metrics-service"].inputs["metadata"]["name"] == "aifactory-gateway-metrics"
     ns = children["gateway-ns"].inputs["metadata"]
     assert ns["name"] == "aifactory-gateway" and ns["labels"]["istio-injection"] == "enabled"
+    assert ns["labels"]["elbv2.k8s.aws/pod-readiness-gate-inject"] == "enabled"  # dev is an AWS stack
     assert children["gateway-serviceaccount"].inputs["metadata"]["name"] == "aifactory-gateway"
-    # the pods name the account and mount envoy.yaml (why: tests/unit/test_dependencies.py); the rest: the namespace
+    # the pods name the account and mount envoy.yaml (why: tests/unit/test_dependencies.py), and behind the NLB come
+    # after their Service (their readiness gates); the rest: the namespace
     assert sorted(children["gateway-deployment"].dependencies) == sorted(
-        children[n].urn for n in ("gateway-ns", "gateway-serviceaccount", "gateway-configmap"))
+        children[n].urn for n in ("gateway-ns", "gateway-serviceaccount", "gateway-configmap", "gateway-service"))
     assert children["gateway-service"].dependencies == [children["gateway-ns"].urn]
 
 
@@ -615,9 +692,14 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     template = gw.deployment(cfg, "{}")["spec"]["template"]
     spec = template["spec"]
     [envoy] = spec["containers"]
-    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 975}}}
-    assert spec["terminationGracePeriodSeconds"] == 985
-    assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "985s"}'
+    # behind the NLB (ip targets) Envoy first accepts new connections for the 180 s the NLB may still send them
+    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 180 + 975}}}
+    assert spec["terminationGracePeriodSeconds"] == 1165
+    assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "1165s"}'
+    # without an NLB (onprem: the site's load balancer) no such window
+    onprem = gw.deployment(stack_config("onprem"), "{}")["spec"]["template"]["spec"]
+    onprem_longest = math.ceil(max(m.timeout_seconds for m in stack_config("onprem").models.values()))
+    assert onprem["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 75 + onprem_longest}}}
     hcm = _hcm(cfg)
     assert hcm["common_http_protocol_options"]["max_connection_duration"] == "60s"
     assert hcm["drain_timeout"] == "5s"

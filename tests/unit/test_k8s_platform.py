@@ -40,6 +40,7 @@ def test_every_chart_is_pinned_to_an_official_repository() -> None:
         ("network-operator", "https://helm.ngc.nvidia.com/nvidia", "26.1.1"),
         ("aws-efa-k8s-device-plugin", "https://aws.github.io/eks-charts", "v0.5.26"),
         ("cluster-autoscaler", "https://kubernetes.github.io/autoscaler", "9.52.1"),
+        ("aws-load-balancer-controller", "https://aws.github.io/eks-charts", "3.5.0"),
         ("base", "https://istio-release.storage.googleapis.com/charts", "1.28.3"),
         ("istiod", "https://istio-release.storage.googleapis.com/charts", "1.28.3"),
         ("cni", "https://istio-release.storage.googleapis.com/charts", "1.28.3"),

@@ -553,34 +553,55 @@ def test_daemonset_whose_selector_matches_no_pool_and_eks_node_group_taints() ->
                               "{'feature': 'x'} does not match its labels)")]
 
 
-def test_an_eks_load_balancer_that_would_target_gpu_nodes_or_no_nodes_is_found() -> None:
-    """The in-tree controller targets the nodes carrying every `key=value` of target-node-labels (a bare key: any
-    value), every node without it (kubernetes/cloud-provider-aws@v1.35.2: pkg/providers/v1/aws_loadbalancer.go
-    filterTargetNodes, getKeyValuePropertiesFromAnnotation)."""
+def test_an_eks_load_balancer_with_node_targets_or_a_short_deregistration_delay_is_found() -> None:
+    """Only the AWS Load Balancer Controller registers pods: it takes a Service of its class, or without a class one
+    whose aws-load-balancer-type is `external` with a target type, or `nlb-ip`; its target type is `instance` unless
+    set (kubernetes-sigs/aws-load-balancer-controller@v3.5.0 pkg/service/service_utils.go IsServiceSupported;
+    docs/guide/service/nlb.md, annotations.md). A target group's deregistration delay is 300 s unless set, and must
+    cover the grace of the pods the Service selects. Before, the rule read the in-tree controller's
+    target-node-labels and passed a node-targeted NLB whose nodes were the system pool's."""
     system = entry("aws:eks/nodeGroup:NodeGroup", "system-ng", {"instanceTypes": ["m7i.2xlarge"],
                                                                "labels": {POOL_LABEL: "system"}})
-    gpu = entry("aws:eks/nodeGroup:NodeGroup", "gpu-ng", {"instanceTypes": ["p5.48xlarge"],
-                                                         "labels": {POOL_LABEL: "h100"}})
-    key = "service.beta.kubernetes.io/aws-load-balancer-target-node-labels"
+    cls, target = "service.k8s.aws/nlb", "service.beta.kubernetes.io/aws-load-balancer-nlb-target-type"
+    lb_type = "service.beta.kubernetes.io/aws-load-balancer-type"
+    attrs = "service.beta.kubernetes.io/aws-load-balancer-target-group-attributes"
 
-    def lb(name: str, **ann: str) -> dict[str, Any]:
-        return k8s("kubernetes:core/v1:Service", name, "gw", {"type": "LoadBalancer"}, meta={"annotations": ann})
+    def lb(name: str, spec: dict[str, Any] | None = None, **ann: str) -> dict[str, Any]:
+        return k8s("kubernetes:core/v1:Service", name, "gw", {"type": "LoadBalancer", "selector": {"app": "gw"},
+                                                              **(spec or {})}, meta={"annotations": ann})
 
-    services = [lb("system-only", **{key: f"{POOL_LABEL}=system"}), lb("every-node"),
-                lb("any-pool", **{key: f" {POOL_LABEL}= "}), lb("none", **{key: f"{POOL_LABEL}=sys"}),
+    delay = {attrs: "deregistration_delay.timeout_seconds=1200,"
+                    "deregistration_delay.connection_termination.enabled=false"}
+    services = [lb("pods", {"loadBalancerClass": cls}, **{target: "ip"}, **delay),
+                lb("legacy-pods", **{lb_type: "nlb-ip"}, **delay),
+                lb("external-pods", **{lb_type: "external", target: "ip"}, **delay),
+                lb("in-tree", **{lb_type: "nlb"}),
+                lb("class-instance", {"loadBalancerClass": cls}),
+                lb("other-class", {"loadBalancerClass": "example.com/lb"}, **{target: "ip"}),
+                lb("default-delay", {"loadBalancerClass": cls}, **{target: "ip"}),
+                lb("short-delay", {"loadBalancerClass": cls}, **{target: "ip", attrs:
+                                                                 "deregistration_delay.timeout_seconds=60"}),
                 k8s("kubernetes:core/v1:Service", "internal", "gw", {"type": "ClusterIP"})]
-    resources = pf.from_entries([system, gpu, *services])
-    fix = f"Set {key} to labels only the system node group carries."
+    gw = deployment("gw", "gw", pod(container(), terminationGracePeriodSeconds=1165))
+    resources = pf.from_entries([system, gw, *services])
+    nodes = ("its NLB is {}: a connection through a node that an upgrade replaces or the autoscaler removes ends, "
+             "though its pod is healthy")
+    fix = (f"Set spec.loadBalancerClass: {cls} and {target}: ip (the AWS Load Balancer Controller, with the pods as "
+           "targets).")
+    short = ("its target group's deregistration_delay.timeout_seconds is {} s, shorter than the 1165 s grace of "
+             "Deployment/gw/gw's pods: the NLB drops their connections while they still serve them")
+    fix_delay = f"Set deregistration_delay.timeout_seconds=1165 in {attrs}."
     assert [(f.rule, f.resource, f.message, f.fix) for f in
             pf.lb_target_findings(resources, pf.node_group_pools(resources))] == [
-        ("nlb-targets-stable-nodes", "Service/gw/every-node", "its NLB targets GPU node group(s) gpu-ng: a connection "
-         "through a node the autoscaler removes or an upgrade replaces ends, though its pod is healthy", fix),
-        ("nlb-targets-stable-nodes", "Service/gw/any-pool", "its NLB targets GPU node group(s) gpu-ng: a connection "
-         "through a node the autoscaler removes or an upgrade replaces ends, though its pod is healthy", fix),
-        ("nlb-targets-stable-nodes", "Service/gw/none",
-         "its NLB has no targets: no node group carries {'aifactory.io/pool': 'sys'}",
-         f"Set {key} to labels of the system node group.")]
-    assert pf.lb_target_findings(resources, []) == []
+        ("nlb-targets-stable-nodes", "Service/gw/in-tree", nodes.format("the in-tree controller's, with node targets"),
+         fix),
+        ("nlb-targets-stable-nodes", "Service/gw/class-instance",
+         nodes.format("the AWS Load Balancer Controller's with node (instance) targets"), fix),
+        ("nlb-targets-stable-nodes", "Service/gw/other-class",
+         nodes.format("class example.com/lb's, not the AWS Load Balancer Controller's"), fix),
+        ("nlb-targets-stable-nodes", "Service/gw/default-delay", short.format(300), fix_delay),
+        ("nlb-targets-stable-nodes", "Service/gw/short-delay", short.format(60), fix_delay)]
+    assert pf.lb_target_findings(resources, []) == []  # not EKS: the site's load balancer
 
 
 # --------------------------------------------------------------------------------------------
@@ -666,12 +687,19 @@ def test_shipped_stacks_are_clean(stack: str) -> None:
     result = run_program(stack, read_stack_config(stack_file(stack)))
     resources = pf.from_entries(state_export(result)["deployment"]["resources"])
     assert [(f.rule, f.resource, f.message) for f in run_rules(resources, result.config)] == []
-    # an AWS stack's gateway NLB targets its system node group only (nlb-targets-stable-nodes passed above)
-    pools = pf.node_group_pools(resources)
+    # an AWS stack's gateway NLB is the AWS Load Balancer Controller's, with pod targets (nlb-targets-stable-nodes
+    # passed above), and the gateway waits for the controller (its pod webhook, its Service finalizer)
     gw = next(r for r in resources if r.kind == "Service" and r.name == "aifactory-gateway")
-    wanted = pf.lb_targets.target_node_labels(gw.props["metadata"].get("annotations") or {})
-    assert [p.labels[POOL_LABEL] for p in pools if all(p.labels.get(k) == v for k, v in wanted.items())] == (
-        ["system"] if result.config.is_aws else [])
+    assert pf.lb_targets.target_type(gw.props) == ("ip" if result.config.is_aws else None)
+    entries = state_export(result)["deployment"]["resources"]
+    [component] = [e for e in entries if e["type"] == "aifactory:k8s:Gateway"]
+    controller = [d for d in component["dependencies"] if d.endswith("Release::aws-load-balancer-controller-release")]
+    assert len(controller) == (1 if result.config.is_aws else 0)
+    # its pods after its Service (their readiness gates need the Service's target group binding)
+    [envoy] = [e for e in entries if e["urn"].endswith("Deployment::gateway-deployment")]
+    assert any(d.endswith("Service::gateway-service") for d in envoy["dependencies"]) == result.config.is_aws
+    gate = pf.resources.namespace_labels(resources)["aifactory-gateway"].get("elbv2.k8s.aws/pod-readiness-gate-inject")
+    assert gate == ("enabled" if result.config.is_aws else None)
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

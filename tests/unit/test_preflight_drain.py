@@ -34,7 +34,7 @@ def _findings(entries: list[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 def test_prods_autoscaler_lets_every_pod_drain(prod_entries: list[dict[str, Any]]) -> None:
-    assert _autoscaler(prod_entries)["inputs"]["values"]["extraArgs"]["max-graceful-termination-sec"] == 985
+    assert _autoscaler(prod_entries)["inputs"]["values"]["extraArgs"]["max-graceful-termination-sec"] == 1165
     assert _findings(prod_entries) == []
 
 
@@ -54,4 +54,4 @@ def test_the_autoscalers_default_would_cut_prods_long_drains(prod_entries: list[
         ("LeaderWorkerSet/research/deep-research-lws (spec.leaderWorkerTemplate.leaderTemplate)", 945),
         ("LeaderWorkerSet/research/deep-research-lws (spec.leaderWorkerTemplate.workerTemplate)", 975),
         ("Deployment/aifactory-gateway/aifactory-budgets", 920),
-        ("Deployment/aifactory-gateway/aifactory-gateway", 985)]]
+        ("Deployment/aifactory-gateway/aifactory-gateway", 1165)]]

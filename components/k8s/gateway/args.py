@@ -232,7 +232,8 @@ class GatewayArgs(TypedDict):
     trace_sample_ratio: NotRequired[float]
     """Share of requests the gateway traces. Default: 1.0."""
     aws_internal_load_balancer: NotRequired[bool]
-    """A LoadBalancer Service becomes an internal AWS NLB (in-tree service controller). Default: false."""
+    """A LoadBalancer Service becomes an internal AWS NLB of the AWS Load Balancer Controller (which must run in the
+    cluster: components.k8s.load_balancer), with the gateway's pods as targets. Default: false."""
     service_type: NotRequired[str]
     """LoadBalancer, NodePort or ClusterIP. Default: LoadBalancer."""
     min_replicas: NotRequired[int]

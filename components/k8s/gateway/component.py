@@ -10,9 +10,10 @@ The gateway's pods join the mesh for their outbound calls only: requests to mode
 the Collector leave through the sidecar with the gateway's mesh identity (what the tenants'
 AuthorizationPolicies admit), while client traffic from the load balancer reaches Envoy directly
 (the listener port is excluded from inbound capture). On AWS a LoadBalancer Service is an internal
-NLB, made by the in-tree service controller (the kit installs no AWS Load Balancer Controller), with
-the system pool's nodes as targets. Prometheus scrapes the stats port through a headless metrics Service, over
-mTLS, so the load balancer carries client traffic only.
+NLB made by the AWS Load Balancer Controller (components.k8s.load_balancer), with the gateway's pods as targets
+(`ip`): a node leaving cuts no connection, and a terminating pod keeps serving until the NLB has stopped sending it
+new connections and its last request has ended (drain_seconds). Prometheus scrapes the stats port through a
+headless metrics Service, over mTLS, so the load balancer carries client traffic only.
 
 Modules: gateway_args (GatewayArgs), gateway_spec (validation and defaults), gateway_names (object names, labels,
 the Service's address), gateway_network (NetworkPolicies, AuthorizationPolicies, the in-mesh DestinationRule:
@@ -87,9 +88,16 @@ from components.k8s.gateway.spec import (
 )
 from components.k8s.mesh import MESH_SCRAPE_TLS, engine_traffic_objects
 from components.k8s.namespaces import create_namespace, namespace_labels
-from components.k8s.serving import MONITORING_API_VERSION, register_object
+from components.k8s.serving import AWAIT_TIMEOUT_ANNOTATION, MONITORING_API_VERSION, register_object
 from components.k8s.serving.lifecycle import proxy_drain_annotations
-from components.vocabulary import LB_TARGET_NODE_LABELS, SYSTEM_POOL
+from components.validation import Problems
+from components.vocabulary import (
+    DEREGISTRATION_DELAY,
+    NLB_CLASS,
+    NLB_TARGET_GROUP_ATTRIBUTES,
+    NLB_TARGET_TYPE,
+    READINESS_GATE_INJECT,
+)
 
 __all__ = [
     "TYPE",
@@ -123,6 +131,15 @@ __all__ = [
     "SERVICE_PORT",
     "METRICS_SERVICE",
     "AWS_LB_ANNOTATIONS",
+    "NLB_DEREGISTRATION_WINDOW_SECONDS",
+    "NLB_MAX_DEREGISTRATION_DELAY_SECONDS",
+    "NLB_REGISTRATION_SECONDS",
+    "GATEWAY_POD_START_SECONDS",
+    "rollout_await_seconds",
+    "nlb_targets",
+    "drain_seconds",
+    "deregistration_delay_seconds",
+    "check_deregistration_delay",
     "gateway_labels",
     "config_map",
     "termination_grace_seconds",
@@ -141,6 +158,9 @@ __all__ = [
     "service_url",
     "destination_rule",
     "OBJECT_NEEDS",
+    "object_needs",
+    "apply_order",
+    "replace_on_changes",
     "gateway_objects",
     "Gateway",
 ]
@@ -153,21 +173,35 @@ DEFAULT_CPU_TARGET_PERCENT = 60  # HPA target: headroom for bursts while new rep
 METRICS_SERVICE = f"{naming.GATEWAY_APP}-metrics"
 METRICS_COMPONENT = "gateway-metrics"  # app.kubernetes.io/component of the metrics Service only
 CONFIG_DIR = "/etc/envoy"
-# The pool whose nodes are the NLB's targets: the system pool (components.aws.cluster.SYSTEM_POOL), which KEDA never
-# scales for models, so a GPU node leaving cuts no client connection through it (the cluster autoscaler still
-# removes system nodes it finds unneeded: docs/gateway.md says what remains).
-AWS_LB_TARGET_POOL = SYSTEM_POOL
-# The in-tree service controller's annotations (AWS cloud provider): an internal Network Load Balancer whose
-# targets are the nodes carrying every label listed (kubernetes/cloud-provider-aws@v1.35.2:
-# pkg/providers/v1/aws_loadbalancer.go, filterTargetNodes; re-applied on every node-set update).
+# The AWS Load Balancer Controller's Service annotations (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:
+# docs/guide/service/annotations.md; the Service's loadBalancerClass, NLB_CLASS, hands it to that controller, and the
+# in-tree one ignores a Service with a class. Not `aws-load-balancer-type: external`, the other way to hand it over:
+# docs/guide/service/nlb.md warns never to add that to an existing Service, and the class cannot be added to one
+# either, but its refusal makes the kit replace the Service: replace_on_changes). The target group's attributes are
+# the gateway's own (service()).
 AWS_LB_ANNOTATIONS = {
-    "service.beta.kubernetes.io/aws-load-balancer-type": "nlb",
-    "service.beta.kubernetes.io/aws-load-balancer-internal": "true",
-    LB_TARGET_NODE_LABELS: f"{naming.LABEL_POOL}={AWS_LB_TARGET_POOL}",
-    # Off by default (reconcileLBAttributes): with a few system nodes as the only targets, a zone of the NLB may have
-    # none (staging's pool may shrink to 2 nodes over 3 subnets) and that zone's address would answer nothing.
-    "service.beta.kubernetes.io/aws-load-balancer-cross-zone-load-balancing-enabled": "true",
+    # the NLB reaches each gateway pod's IP directly: no node, no kube-proxy on the way
+    NLB_TARGET_TYPE: "ip",
+    # the controller's default too, but the annotation is what keeps an existing NLB's scheme from changing
+    "service.beta.kubernetes.io/aws-load-balancer-scheme": "internal",
+    # Off by default: with few gateway pods (the HPA's minimum is 2), a zone of the NLB may hold none, and that
+    # zone's address would answer nothing.
+    "service.beta.kubernetes.io/aws-load-balancer-attributes": "load_balancing.cross_zone.enabled=true",
 }
+# After the controller deregisters a target, the NLB goes on opening new connections to it for a while: "a few
+# minutes" for the load balancer to stop routing to it (docs.aws.amazon.com/elasticloadbalancing/latest/network/
+# target-group-register-targets.html), about two minutes whatever the deregistration delay as measured upstream
+# (kubernetes-sigs/aws-load-balancer-controller#2366, aws/containers-roadmap#470). The gateway pod keeps accepting
+# them for this long (its preStop), then drains them: two minutes, and a minute for the controller to see the
+# endpoint go and call DeregisterTargets (rate limits, retries).
+NLB_DEREGISTRATION_WINDOW_SECONDS = 180
+# A new target's registration and first health checks: "a few minutes" (the same page). With readiness gates a
+# rolling update waits that long for each new pod, one at a time (maxSurge 1, maxUnavailable 0), and a new Envoy pod
+# starts (a small image, its first DNS answers and health checks) within GATEWAY_POD_START_SECONDS before that.
+NLB_REGISTRATION_SECONDS = 300
+GATEWAY_POD_START_SECONDS = 60
+# The target group attribute's range (0-3600 s: the same annotations.md, target-group-attributes).
+NLB_MAX_DEREGISTRATION_DELAY_SECONDS = 3600
 
 
 def config_map(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
@@ -180,17 +214,28 @@ def config_map(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
 DRAIN_MARGIN_SECONDS = 10
 
 
+def nlb_targets(cfg: GatewayView) -> bool:
+    """Whether the gateway's pods are an NLB's targets (an AWS stack's LoadBalancer Service)."""
+    return cfg.is_aws and cfg.gateway.service_type == "LoadBalancer"
+
+
+def _longest_request_seconds(cfg: GatewayView) -> int:
+    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
+
+
 def drain_seconds(cfg: GatewayView) -> int:
     """How long a terminating gateway pod keeps serving. Envoy exits on SIGTERM without draining (its --drain-time-s
     applies to hot restarts and /drain_listeners:
     envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the pod's preStop sleeps
-    first: the endpoint leaves the Service at once (no new connections); a client's keep-alive connection takes
-    its last new request within CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS (max_connection_duration, then
-    the connection manager's drain: `Connection: close`), and that request may last the longest any route allows
-    (a model's timeoutSeconds). So nothing a client sent is still in flight, and no client connection open, when
-    Envoy gets SIGTERM."""
-    longest = math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
-    return CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + longest + DRAIN_MARGIN_SECONDS
+    first, with Envoy still accepting connections: the endpoint leaves the Service at once; behind an NLB (ip
+    targets) new connections may still arrive for NLB_DEREGISTRATION_WINDOW_SECONDS. A client's connection takes its
+    last new request within CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS of opening (max_connection_duration,
+    then the connection manager's drain: `Connection: close`), and that request may last the longest any route
+    allows (a model's timeoutSeconds). So nothing a client sent is still in flight, and no client connection open,
+    when Envoy gets SIGTERM."""
+    window = NLB_DEREGISTRATION_WINDOW_SECONDS if nlb_targets(cfg) else 0
+    return (window + CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + _longest_request_seconds(cfg)
+            + DRAIN_MARGIN_SECONDS)
 
 
 def termination_grace_seconds(cfg: GatewayView) -> int:
@@ -198,9 +243,42 @@ def termination_grace_seconds(cfg: GatewayView) -> int:
     return drain_seconds(cfg) + DRAIN_MARGIN_SECONDS
 
 
+def deregistration_delay_seconds(cfg: GatewayView) -> int:
+    """The NLB target group's deregistration delay: the pod's whole grace period. The controller deregisters a pod
+    only once its termination has begun, so the target stays draining (its connections forwarded) for as long as
+    the pod may still serve one, and a shorter delay would let the NLB drop a connection the pod still serves. A
+    draining target with no connection left is removed at once (the delay is an upper bound), so a long one costs
+    nothing once the pod is done."""
+    return termination_grace_seconds(cfg)
+
+
+def check_deregistration_delay(name: str, cfg: GatewayView) -> None:
+    """Behind an NLB, the pod's grace (the deregistration delay) must fit the attribute's range: raise
+    pulumi.InputPropertiesError naming each model whose timeoutSeconds is too long."""
+    if not nlb_targets(cfg) or deregistration_delay_seconds(cfg) <= NLB_MAX_DEREGISTRATION_DELAY_SECONDS:
+        return
+    most = NLB_MAX_DEREGISTRATION_DELAY_SECONDS - (deregistration_delay_seconds(cfg) - _longest_request_seconds(cfg))
+    problems = Problems("Gateway", name)
+    for key, m in cfg.models.items():
+        if m.timeout_seconds > most:
+            problems.add(f"models.{key}.timeoutSeconds",
+                         f"{m.timeout_seconds:g} s is longer than an AWS NLB can drain: the gateway pod's grace would "
+                         f"pass the target group's deregistration delay limit of "
+                         f"{NLB_MAX_DEREGISTRATION_DELAY_SECONDS} s; at most {most} s")
+    problems.raise_any()
+
+
+def rollout_await_seconds(cfg: GatewayView) -> int:
+    """How long `pulumi up` waits for a rollout behind an NLB: each of up to maxReplicas pods, one at a time, starts
+    and becomes a healthy target. (pulumi-kubernetes' default for a Deployment is 600 s: pulumi/pulumi-kubernetes
+    @v4.32.0 provider/pkg/await/deployment.go DefaultDeploymentTimeoutMins.)"""
+    return cfg.gateway.max_replicas * (GATEWAY_POD_START_SECONDS + NLB_REGISTRATION_SECONDS)
+
+
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
     """Rolled when the config changes: the pod template carries the config's hash. A pod being replaced or
-    evicted serves its requests in flight to their end before Envoy stops (drain_seconds)."""
+    evicted serves its requests in flight to their end before Envoy stops (drain_seconds). Behind an NLB a new pod is
+    ready once it is a healthy target (its readiness gate), so `pulumi up` waits rollout_await_seconds."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
     drain = drain_seconds(cfg)
     grace = termination_grace_seconds(cfg)
@@ -224,11 +302,16 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
         # default since 1.30 (kubernetes/enhancements#3960)
         "lifecycle": {"preStop": {"sleep": {"seconds": drain}}},
     }
-    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _meta(cfg), "spec": {
+    meta = _meta(cfg)
+    if nlb_targets(cfg):
+        meta["annotations"] = {AWAIT_TIMEOUT_ANNOTATION: str(rollout_await_seconds(cfg))}
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": meta, "spec": {
         "selector": {"matchLabels": _selector()},
         "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
         "template": {
-            "metadata": {"labels": gateway_labels(), "annotations": {
+            # behind an NLB the controller's webhook gives each new pod a readiness gate: ready once a healthy target
+            "metadata": {"labels": {**gateway_labels(), **({READINESS_GATE_INJECT: "enabled"} if nlb_targets(cfg)
+                                                           else {})}, "annotations": {
                 CONFIG_HASH_ANNOTATION: config_hash,
                 "traffic.sidecar.istio.io/excludeInboundPorts": str(naming.ENVOY_LISTENER_PORT),
                 # its outbound sidecar carries the requests to the models until the pod ends
@@ -249,11 +332,17 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
 
 
 def service(cfg: GatewayView) -> dict[str, Any]:
+    """On AWS an internal NLB of the AWS Load Balancer Controller with the pods as targets, each kept draining for
+    the pod's grace (deregistration_delay_seconds) and never cut when the delay ends (connection termination off)."""
     meta = _meta(cfg)
-    if cfg.is_aws and cfg.gateway.service_type == "LoadBalancer":
-        meta["annotations"] = dict(AWS_LB_ANNOTATIONS)
+    spec: dict[str, Any] = {"type": cfg.gateway.service_type}
+    if nlb_targets(cfg):
+        meta["annotations"] = {**AWS_LB_ANNOTATIONS, NLB_TARGET_GROUP_ATTRIBUTES: (
+            f"{DEREGISTRATION_DELAY}={deregistration_delay_seconds(cfg)},"
+            "deregistration_delay.connection_termination.enabled=false")}
+        spec["loadBalancerClass"] = NLB_CLASS
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
-        "type": cfg.gateway.service_type,
+        **spec,
         "selector": _selector(),
         "ports": [{"name": "http", "port": SERVICE_PORT, "targetPort": "http", "protocol": "TCP",
                    "appProtocol": "http"}],
@@ -313,6 +402,39 @@ def service_account(cfg: GatewayView) -> dict[str, Any]:
 OBJECT_NEEDS: Mapping[str, tuple[str, ...]] = {"deployment": ("serviceaccount", "configmap")}
 
 
+def object_needs(cfg: GatewayView) -> Mapping[str, tuple[str, ...]]:
+    """OBJECT_NEEDS, and behind an NLB the Deployment after the Service too: the controller's webhook gives a pod its
+    readiness gate only when the pod is created after its Service's target group binding exists
+    (kubernetes-sigs/aws-load-balancer-controller@v3.5.0:docs/deploy/pod_readiness_gate.md), and pulumi-kubernetes
+    finishes a LoadBalancer Service once the controller has made its NLB."""
+    if not nlb_targets(cfg):
+        return OBJECT_NEEDS
+    return {**OBJECT_NEEDS, "deployment": (*OBJECT_NEEDS["deployment"], "service")}
+
+
+def apply_order(suffixes: Sequence[str], needs: Mapping[str, tuple[str, ...]]) -> list[str]:
+    """`suffixes` in their order, except that each comes after what it needs."""
+    out: list[str] = []
+
+    def visit(suffix: str) -> None:
+        if suffix not in out:
+            for need in needs.get(suffix, ()):
+                visit(need)
+            out.append(suffix)
+
+    for suffix in suffixes:
+        visit(suffix)
+    return out
+
+
+def replace_on_changes(cfg: GatewayView) -> dict[str, list[str]]:
+    """The properties whose change replaces an object, by child-resource suffix. Behind an NLB, the Service's
+    loadBalancerClass: it may not change once set (the API server refuses the update: kubernetes/kubernetes
+    pkg/apis/core/validation/validation.go validateLoadBalancerClassField, unset to set included), so a Service
+    the in-tree controller made is replaced (deleted first: it keeps its name), and its NLB with it."""
+    return {"service": ["spec.loadBalancerClass"]} if nlb_targets(cfg) else {}
+
+
 def gateway_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
     """Every object in the gateway namespace by child-resource suffix, in apply order."""
     envoy_yaml = render(cfg)  # once: a large fleet's bootstrap is the slowest thing synth renders
@@ -347,16 +469,22 @@ class Gateway(pulumi.ComponentResource):
         namespace, as the platform's releases do (on EKS: the system nodes, the add-ons, the storage class)."""
         super().__init__(self.pulumi_type, name, None, opts)
         cfg = gateway_spec(name, args)
+        check_deregistration_delay(name, cfg)
         namespace = create_namespace(
             f"{name}-ns", cfg.gateway.namespace,
-            labels=namespace_labels(pod_security="restricted", kubernetes_version=cfg.kubernetes_version,
-                                    injection=True),
+            labels={**namespace_labels(pod_security="restricted", kubernetes_version=cfg.kubernetes_version,
+                                       injection=True),
+                    **({READINESS_GATE_INJECT: "enabled"} if nlb_targets(cfg) else {})},
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         made: dict[str, pulumi.Resource] = {}
-        for suffix, obj in gateway_objects(cfg).items():
-            needs = [made[n] for n in OBJECT_NEEDS.get(suffix, ())]
+        objects, needs_of = gateway_objects(cfg), object_needs(cfg)
+        for suffix in apply_order(list(objects), needs_of):
+            obj = objects[suffix]
+            needs = [made[n] for n in needs_of.get(suffix, ())]
             opts_ = in_ns.merge(pulumi.ResourceOptions(depends_on=needs)) if needs else in_ns
+            if suffix in (replaced := replace_on_changes(cfg)):
+                opts_ = opts_.merge(pulumi.ResourceOptions(replace_on_changes=replaced[suffix]))
             if obj["kind"] == "NetworkPolicy":
                 made[suffix] = k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"],
                                                                spec=obj["spec"], opts=opts_)

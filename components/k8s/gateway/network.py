@@ -71,7 +71,7 @@ def network_policies(cfg: GatewayView) -> list[dict[str, Any]]:
     model_servers = {"podSelector": {"matchLabels": {naming.LABEL_COMPONENT: "model-server"}}}
     out = [
         _netpol(cfg, "default-deny", ingress=[], egress=[]),
-        # clients reach the listener through the load balancer (node ports, client or node source addresses)
+        # clients reach the listener through the load balancer (on AWS the NLB's own addresses, health checks too)
         _netpol(cfg, "allow-clients", pods=gateway_pods, ingress=[{"ports": _tcp(naming.ENVOY_LISTENER_PORT)}]),
         _netpol(cfg, "allow-monitoring", pods=gateway_pods, ingress=[{
             "from": [_ns_selector(cfg.observability.namespace)],

@@ -265,8 +265,8 @@ OPENAI_APIS: dict[str, dict[str, tuple[str, ...]]] = {name: dict(e.openai_apis) 
 HEALTH_PATHS = {name: e.health_path for name, e in ENGINES.items()}
 
 # TCP keepalive on the clients' connections. An AWS NLB forgets a flow that carries no packet for its TCP idle timeout
-# (350 s by default; the in-tree cloud provider that makes the gateway's NLB cannot set the listener's
-# tcp.idle_timeout.seconds), and a later packet on it gets a reset: an unstreamed request to a model whose
+# (350 s by default; the kit leaves the NLB listener's tcp.idle_timeout.seconds at its default), and a later packet
+# on it gets a reset: an unstreamed request to a model whose
 # timeoutSeconds is longer (prod's batch and research models: 600 and 900 s) would be cut there. A keepalive probe is
 # a packet on the flow (docs.aws.amazon.com/elasticloadbalancing/latest/network/network-load-balancers.html,
 # "Connection idle timeout"): probes after 60 s idle, then every 30 s, keep it. Set on the listening socket before
