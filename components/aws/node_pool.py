@@ -218,8 +218,8 @@ def pool_spec(name: str, args: GpuNodePoolArgs) -> NodeGroupSpec:
     if pool == SYSTEM_POOL:
         default = "" if "pool_name" in args else " (by default the component's name)"
         problems.add("poolName", f"{pool!r}{default} is the {POOL_LABEL} value of GpuCluster's own system node "
-                                 "group, whose nodes are the only targets of the gateway's load balancer; set "
-                                 "another poolName")
+                                 "group, which the kit's own controllers select (the AWS Load Balancer "
+                                 "Controller's pods); set another poolName")
     problems.raise_any()
     spec = NodeGroupSpec(
         pool=pool,

@@ -53,8 +53,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     path = f"nodePools.{name}"
     if name == SYSTEM_POOL and target is not None and target.is_aws:
         r.fail(path, f"{name!r} is reserved on AWS for the kit's own system node group (cluster.systemPool): its "
-                     f"nodes carry {POOL_LABEL}={SYSTEM_POOL} and are the only targets of the gateway's load "
-                     "balancer; rename the pool (and the models' `pool` that name it), or size the system nodes "
+                     f"nodes carry {POOL_LABEL}={SYSTEM_POOL}, which the kit's own controllers select (the AWS Load "
+                     "Balancer Controller's pods); rename the pool (and the models' `pool` that name it), or size the system nodes "
                      "with cluster.systemPool")
     v = r.fields(NodePool, d, path)
     itype = v.pop("instance_type")

@@ -276,9 +276,10 @@ def test_string_zone_is_not_split_into_letters_through_the_component() -> None:
 ])
 def test_a_pool_labelled_like_the_clusters_system_node_group_is_refused(name: str, extra: dict, reason: str) -> None:
     """GpuCluster's own node group carries aifactory.io/pool=system (components.vocabulary.SYSTEM_POOL), the label the
-    gateway's load balancer targets; a GPU pool with that label would join its targets."""
+    kit's own controllers select (the AWS Load Balancer Controller's pods); a GPU pool with that label would take them
+    onto nodes that scale to zero."""
     with pytest.raises(pulumi.InputPropertiesError) as err:
         pool_spec(name, pool_args("p5.48xlarge", **extra))
     assert [(e["property_path"], e["reason"]) for e in err.value.errors] == [(
-        "poolName", f"{reason} the aifactory.io/pool value of GpuCluster's own system node group, whose nodes are the "
-                    "only targets of the gateway's load balancer; set another poolName")]
+        "poolName", f"{reason} the aifactory.io/pool value of GpuCluster's own system node group, which the kit's "
+                    "own controllers select (the AWS Load Balancer Controller's pods); set another poolName")]

@@ -334,15 +334,15 @@ def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None
 # --- the system pool's name (issue 44, leftovers) ----------------------------------------------------------------
 
 SYSTEM_RESERVED = ("nodePools.system: 'system' is reserved on AWS for the kit's own system node group "
-                   "(cluster.systemPool): its nodes carry aifactory.io/pool=system and are the only targets of the "
-                   "gateway's load balancer; rename the pool (and the models' `pool` that name it), or size the system "
+                   "(cluster.systemPool): its nodes carry aifactory.io/pool=system, which the kit's own controllers "
+                   "select (the AWS Load Balancer Controller's pods); rename the pool (and the models' `pool` that name it), or size the system "
                    "nodes with cluster.systemPool")
 
 
 def test_an_aws_gpu_pool_named_system_is_refused() -> None:
-    """Its nodes would carry the system pool's label: the gateway's NLB would target GPU nodes that KEDA and capacity
-    blocks empty, and GpuNodePool's resources would be named after the system node group's. One problem: the model
-    on it is not also told its pool is missing."""
+    """Its nodes would carry the system pool's label: the kit's own controllers (the AWS Load Balancer Controller)
+    would be scheduled on GPU nodes that KEDA and capacity blocks empty, and GpuNodePool's resources would be named
+    after the system node group's. One problem: the model on it is not also told its pool is missing."""
     raw = with_("nodePools", {"system": BASE["nodePools"]["gpu-a"]}, with_("models.m1.pool", "system"))
     assert problems(raw) == [SYSTEM_RESERVED]
 
