@@ -70,11 +70,12 @@ TRITON_TOOL_CALL_PARSER_FAMILIES = (
 
 
 def triton_tool_call_parser(model: Model) -> str | None:
-    """The frontend's `--tool-call-parser` for a chat model (every Triton model: the engine serves task generate only):
-    models.X.toolCallParser, else its family's (TRITON_TOOL_CALL_PARSER_FAMILIES); None for toolCallParser none and
-    for a family the frontend has no parser of. Without the flag the frontend answers a chat request with `tools` 400 "having tools in
-    the request requires --tool-call-parser to be set", or with tool_choice "auto" '"auto" tool choice requires
-    --tool-call-parser to be set' (engine/triton_engine.py _verify_chat_tool_call_settings)."""
+    """The frontend's `--tool-call-parser` for a chat model (every Triton model: the engine serves task generate
+    only): models.X.toolCallParser, else its family's (TRITON_TOOL_CALL_PARSER_FAMILIES); None for toolCallParser
+    none and for a family the frontend has no parser of. Without the flag the frontend answers a chat request with
+    `tools` 400 "having tools in the request requires --tool-call-parser to be set", or with tool_choice "auto"
+    '"auto" tool choice requires --tool-call-parser to be set' (engine/triton_engine.py
+    _verify_chat_tool_call_settings)."""
     if model.tool_call_parser == NO_TOOL_CALL_PARSER:
         return None
     if model.tool_call_parser is not None:
@@ -203,10 +204,10 @@ ENGINE = Triton(
     # embeds only through Triton's vLLM backend (engine/triton_engine.py _determine_request_converter: any other
     # backend, and the kit passes no --backend, gets utils/triton.py _create_trtllm_embedding_request, which raises
     # ClientError "TRT-LLM backend and Python backend do not support embedding requests", a 400 on every replica;
-    # README.md "Embedding Models" uses the 26.07-vllm-python-py3 image), and DEFAULT_TRITON_IMAGE is the TensorRT-LLM
-    # one. Its completions and chat send TensorRT-LLM's generation tensors (text_input, max_tokens, ...:
-    # _create_trtllm_generate_request) to a repository model of any backend, so the model must be a decoder whose
-    # repository takes them (docs/serving.md, "What Triton can serve").
+    # the embedding example of python/openai/README.md runs the 26.07-vllm-python-py3 image), and
+    # DEFAULT_TRITON_IMAGE is the TensorRT-LLM one. Its completions and chat send TensorRT-LLM's generation tensors
+    # (text_input, max_tokens, ...: _create_trtllm_generate_request) to a repository model of any other backend, so
+    # the model must be a decoder whose repository takes them (docs/serving.md, "What Triton can serve").
     openai_apis={
         "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models", "v1/models/[^/]+"),
     },
