@@ -213,12 +213,13 @@ def _variant(r: _Reader, d: dict[str, Any], path: str) -> Variant | None:
 
 
 def _task(r: _Reader, path: str, engine: str | None, task: str) -> Literal["generate", "embed", "rerank"]:
-    """models.X.task; each engine serves the tasks envoy_config.OPENAI_APIS lists for it."""
+    """models.X.task; each engine serves the tasks envoy_config.OPENAI_APIS lists for it, and the message names the
+    engines that serve the task asked for (Triton: generate only, see components/k8s/engines/triton.py)."""
     served = tuple(OPENAI_APIS[engine]) if engine in OPENAI_APIS else MODEL_TASKS
     if task not in served:
-        rerankers = " or ".join(repr(n) for n, e in ENGINES.items() if "rerank" in e.tasks)
-        r.fail(f"{path}.task", f"{task!r} is not served by engine {engine!r}; its tasks: {', '.join(served)} "
-                               f"(a reranker needs engine {rerankers})")
+        others = " or ".join(repr(n) for n, e in ENGINES.items() if task in e.tasks)
+        r.fail(f"{path}.task", f"{task!r} is not served by engine {engine!r}; its tasks: {', '.join(served)}"
+                               + (f" (task {task!r} needs engine {others})" if others else ""))
         return "generate"
     return "embed" if task == "embed" else "rerank" if task == "rerank" else "generate"
 

@@ -78,7 +78,9 @@ def test_each_engines_facts() -> None:
     vllm, triton = ENGINES["vllm"], ENGINES["triton"]
     assert (vllm.health_path, vllm.ready_path, triton.health_path, triton.ready_path) == \
         ("/health", "/v1/models", "/health/ready", "/health/ready")
-    assert (vllm.tasks, triton.tasks) == (("generate", "embed", "rerank"), ("generate", "embed"))
+    # Triton's frontend embeds only through Triton's vLLM backend, which the TensorRT-LLM image has not
+    # (r26.07 engine/utils/triton.py _create_trtllm_embedding_request): task generate only
+    assert (vllm.tasks, triton.tasks) == (("generate", "embed", "rerank"), ("generate",))
     assert all(set(e.tasks) <= set(MODEL_TASKS) for e in ENGINES.values())
     assert (vllm.metric_prefix, triton.metric_prefix) == ("vllm:", "nv_")
     assert vllm.capabilities == frozenset(CAPABILITIES)
@@ -93,7 +95,7 @@ def test_each_engines_facts() -> None:
 def test_the_gateway_tables_are_the_registrys() -> None:
     assert ec.HEALTH_PATHS == {"vllm": "/health", "triton": "/health/ready", "sglang": "/health"}
     assert ec.OPENAI_APIS == {n: dict(e.openai_apis) for n, e in ENGINES.items()}
-    assert ec.OPENAI_APIS["triton"]["embed"] == ("v1/embeddings", "v1/models", "v1/models/[^/]+")
+    assert list(ec.OPENAI_APIS["triton"]) == ["generate"]
 
 
 @dataclasses.dataclass(frozen=True, eq=False)

@@ -9,15 +9,18 @@ api/envoy/config/core/v3/health_check.proto HttpHealthCheck.send, method, reques
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from components.k8s import serving
 from components.k8s.defaults import GATEWAY_DETECTION_SECONDS
 from components.k8s.engines import ENGINES
 from components.k8s.gateway.envoy import replicas
 from components.k8s.gateway.envoy.base import model_host
+from infra.cli import main
 from infra.config import PlatformConfig
 from tests.support.stacks import stack_config, stack_raw
 
@@ -37,12 +40,17 @@ def _body(http: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
-def _with_models(**models: dict[str, Any]) -> PlatformConfig:
+def _raw_with_models(**models: dict[str, Any]) -> dict[str, Any]:
+    """dev's config with more models like its `chat` (each overriding some keys), and room for them in its quota."""
     raw = stack_raw("dev")
     base = raw["models"]["chat"]
-    tenants = {k: {**t, "gpuQuota": 16} for k, t in raw["tenants"].items()}
-    return stack_config("dev", tenants=tenants,
-                        models={**raw["models"], **{k: {**base, **v} for k, v in models.items()}})
+    return {**raw, "tenants": {k: {**t, "gpuQuota": 16} for k, t in raw["tenants"].items()},
+            "models": {**raw["models"], **{k: {**base, **v} for k, v in models.items()}}}
+
+
+def _with_models(**models: dict[str, Any]) -> PlatformConfig:
+    raw = _raw_with_models(**models)
+    return stack_config("dev", tenants=raw["tenants"], models=raw["models"])
 
 
 @pytest.mark.parametrize(("stack", "model", "engine"), [
@@ -71,20 +79,62 @@ def test_a_generating_model_on_vllm_or_triton_is_checked_with_a_one_token_comple
 
 
 def test_an_embedding_or_rerank_model_is_checked_with_its_own_tasks_smallest_request() -> None:
-    """Pooling models generate no token: a one-word embedding (vLLM, Triton) or a one-document rerank (vLLM's
+    """Pooling models generate no token: a one-word embedding (vLLM) or a one-document rerank (vLLM's
     cross-encoders: /v1/rerank, query and documents)."""
-    cfg = _with_models(**{"emb-vllm": {"task": "embed", "model": "BAAI/bge-m3"},
-                          "emb-trt": {"engine": "triton", "task": "embed", "model": "BAAI/bge-m3",
-                                      "uri": "pvc://model-store/bge"}})
-    for name in ("emb-vllm", "emb-trt"):
-        http = _check(cfg, name)["http_health_check"]
-        assert (http["path"], http["method"], http["request_headers_to_add"]) == ("/v1/embeddings", "POST",
-                                                                                  JSON_HEADERS), name
-        assert _body(http) == {"model": name, "input": "hi"}, name
+    cfg = _with_models(**{"emb-vllm": {"task": "embed", "model": "BAAI/bge-m3"}})
+    http = _check(cfg, "emb-vllm")["http_health_check"]
+    assert (http["path"], http["method"], http["request_headers_to_add"]) == ("/v1/embeddings", "POST", JSON_HEADERS)
+    assert _body(http) == {"model": "emb-vllm", "input": "hi"}
     prod = stack_config("prod")
     http = _check(prod, "embed-rerank")["http_health_check"]
     assert (http["path"], http["method"]) == ("/v1/rerank", "POST")
     assert _body(http) == {"model": "embed-rerank", "query": "hi", "documents": ["hi"]}
+
+
+def test_onprems_classifier_is_a_decoder_that_its_one_token_check_can_pass() -> None:
+    """onprem's `classifier` was DistilBERT (an encoder, no generation head) on Triton with task generate: Triton's
+    OpenAI frontend sends any repository model but a vLLM-backend one TensorRT-LLM's generation tensors (text_input,
+    max_tokens, ...) and answers the check an error on every replica, forever (triton-inference-server/server@r26.07:
+    python/openai/openai_frontend/engine/triton_engine.py _determine_request_converter, engine/utils/triton.py
+    _create_trtllm_generate_request). It is now a small instruct decoder on the same MIG slice, whose TensorRT-LLM
+    repository takes them: the same 1-token completion, sent to the frontend that the kit starts over that
+    repository, with the tokenizer from the claim and the model id among the names it answers to."""
+    cfg = stack_config("onprem")
+    m = cfg.models["classifier"]
+    assert (m.engine, m.task, m.model, m.mig_profile) == ("triton", "generate", "Qwen/Qwen2.5-1.5B-Instruct",
+                                                          "1g.10gb")
+    http = _check(cfg, "classifier")["http_health_check"]
+    assert (http["path"], http["method"], http["request_headers_to_add"]) == ("/v1/completions", "POST",
+                                                                              JSON_HEADERS)
+    assert _body(http) == {"model": "classifier", "prompt": "hi", "max_tokens": 1}
+    obj = serving.workload(cfg, m)
+    [c] = [c for c in obj["spec"]["template"]["spec"]["containers"] if c["name"] == "triton"]
+    assert (obj["kind"], c["image"]) == ("StatefulSet", "nvcr.io/nvidia/tritonserver:26.07-trtllm-python-py3")
+    assert c["command"][:2] == ["python3", "-c"]
+    assert c["command"][3:] == [
+        '["classifier","Qwen/Qwen2.5-1.5B-Instruct"]', "--", "/opt/tritonserver/python/openai/openai_frontend/main.py",
+        "--model-repository=/models/model-store/classifier-trt",
+        "--tokenizer=/models/model-store/classifier-tokenizer", "--host=0.0.0.0", "--openai-port=8000",
+        "--default-max-tokens=4096"]
+    assert c["resources"]["limits"]["nvidia.com/mig-1g.10gb"] == "1"
+
+
+def test_validate_refuses_an_embedding_model_on_triton(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Triton's OpenAI frontend embeds only through Triton's vLLM backend; for any other backend (the kit's image is
+    TensorRT-LLM's and it passes no --backend) every /v1/embeddings is ClientError 400 "TRT-LLM backend and Python
+    backend do not support embedding requests" (triton-inference-server/server@r26.07:
+    python/openai/openai_frontend/engine/utils/triton.py _create_trtllm_embedding_request; the embedding example of
+    python/openai/README.md runs the vllm-python-py3 image), so its progress check could never pass: validate says
+    so, with the engines that serve the task."""
+    raw = _raw_with_models(**{"emb-trt": {"engine": "triton", "task": "embed", "model": "BAAI/bge-m3",
+                                          "uri": "pvc://model-store/bge"}})
+    (tmp_path / "Pulumi.s.yaml").write_text(yaml.safe_dump({"config": {f"aifactory:{k}": v for k, v in raw.items()}}))
+    assert main(["validate", "s", "--stacks-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [line for line in err.splitlines() if line.startswith("  - ")] == [
+        "  - models.emb-trt.task: 'embed' is not served by engine 'triton'; its tasks: generate (task 'embed' needs "
+        "engine 'vllm' or 'sglang')"]
 
 
 def test_an_sglang_model_is_checked_on_its_health_generate() -> None:

@@ -58,7 +58,7 @@ def tool_flags(command: list[str]) -> list[str]:
 
 def test_every_shipped_triton_chat_model_takes_tool_calls_with_its_familys_parser() -> None:
     """prod's default `assistant` route (Llama 3.3 70B) and staging's Llama 3.1 8B get llama3; the onprem classifier
-    (distilbert, a family the frontend has no parser of) gets none."""
+    (Qwen2.5, a family the frontend has no parser of) gets none."""
     got = {(name, m.name): tool_flags(triton_command(m)) for name in SHIPPED_STACKS
            for m in stack_config(name).models.values() if m.engine == "triton"}
     assert got == {
@@ -77,7 +77,6 @@ def test_every_shipped_triton_chat_model_takes_tool_calls_with_its_familys_parse
     ("mistralai/Mistral-7B-Instruct-v0.3", "mistral"),
     ("Qwen/Qwen2.5-7B-Instruct", None),  # vLLM's hermes: the frontend has no such parser
     ("Qwen/Qwen3-Coder-30B-A3B-Instruct", None),
-    ("distilbert-base-uncased", None),
 ])
 def test_the_parser_follows_the_model_family(model_id: str, parser: str | None) -> None:
     model = parsed(model=model_id).models["m"]
@@ -101,9 +100,6 @@ def test_the_user_names_the_parser_or_none() -> None:
         [f"{FLAG}=llama3"]
     assert tool_flags(triton_command(parsed(model="meta-llama/Llama-3.1-8B-Instruct", toolCallParser="none")
                                      .models["m"])) == []
-    # an embedding model gets no parser (tool calls are chat completions')
-    assert tool_flags(triton_command(parsed(model="meta-llama/Llama-3.1-8B-Instruct", task="embed").models["m"])) \
-        == []
 
 
 def test_a_parser_the_frontend_does_not_register_or_cannot_use_is_refused() -> None:
@@ -113,9 +109,6 @@ def test_a_parser_the_frontend_does_not_register_or_cannot_use_is_refused() -> N
     assert problems(model="meta-llama/Llama-3.1-8B-Instruct", toolCallParser="llama3_json") == [
         "models.m.toolCallParser: 'llama3_json' is not a tool call parser of Triton's OpenAI frontend (26.07); "
         "choose one of: llama3, mistral, or none (no tool calls)"]
-    assert problems(model="org/e", task="embed", toolCallParser="llama3") == [
-        "models.m.toolCallParser: 'llama3' is not read for task 'embed' (tool calls are chat completions'); "
-        "remove it"]
 
 
 def test_validate_names_the_key_the_value_and_the_frontends_parsers(

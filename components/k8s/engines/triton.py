@@ -70,12 +70,13 @@ TRITON_TOOL_CALL_PARSER_FAMILIES = (
 
 
 def triton_tool_call_parser(model: Model) -> str | None:
-    """The frontend's `--tool-call-parser` for a chat model: models.X.toolCallParser, else its family's
-    (TRITON_TOOL_CALL_PARSER_FAMILIES); None for an embedding model, for toolCallParser none and for a family the
-    frontend has no parser of. Without the flag the frontend answers a chat request with `tools` 400 "having tools in
-    the request requires --tool-call-parser to be set", or with tool_choice "auto" '"auto" tool choice requires
-    --tool-call-parser to be set' (engine/triton_engine.py _verify_chat_tool_call_settings)."""
-    if model.task != "generate" or model.tool_call_parser == NO_TOOL_CALL_PARSER:
+    """The frontend's `--tool-call-parser` for a chat model (every Triton model: the engine serves task generate
+    only): models.X.toolCallParser, else its family's (TRITON_TOOL_CALL_PARSER_FAMILIES); None for toolCallParser
+    none and for a family the frontend has no parser of. Without the flag the frontend answers a chat request with
+    `tools` 400 "having tools in the request requires --tool-call-parser to be set", or with tool_choice "auto"
+    '"auto" tool choice requires --tool-call-parser to be set' (engine/triton_engine.py
+    _verify_chat_tool_call_settings)."""
+    if model.tool_call_parser == NO_TOOL_CALL_PARSER:
         return None
     if model.tool_call_parser is not None:
         return model.tool_call_parser
@@ -140,7 +141,7 @@ class Triton(Engine):
     def scaling_query(self, selector: str, model: Model) -> tuple[str, str, str]:
         """Average queue time per request over 1 minute in ms, Value (a latency, not a sum), of the repository
         model that queues most (Triton's `model` label names repository models: a TensorRT-LLM ensemble's
-        tensorrt_llm, or a single classifier; the bottleneck decides, whatever it is called)."""
+        tensorrt_llm, or a BLS model; the bottleneck decides, whatever it is called)."""
         by = f"sum by ({TRITON.L_MODEL})"
         query = (f"max({by} (rate({TRITON.QUEUE_DURATION_US}{{{selector}}}[1m])) / 1000 / "
                  f"clamp_min({by} (rate({TRITON.REQUEST_SUCCESS}{{{selector}}}[1m])), 1e-9))")
@@ -181,14 +182,11 @@ def _repository_tokenizer_problems(model: Model) -> list[tuple[str, str]]:
 
 
 def _tool_call_problems(model: Model) -> list[tuple[str, str]]:
-    """toolCallParser: one of the frontend's parsers, or none, and only for a chat model. A chat model of a family
-    the frontend has no parser of is served without tool calls (there is no parser to choose)."""
+    """toolCallParser: one of the frontend's parsers, or none. A chat model of a family the frontend has no parser
+    of is served without tool calls (there is no parser to choose)."""
     given = model.tool_call_parser
     if given in (None, NO_TOOL_CALL_PARSER):
         return []
-    if model.task != "generate":
-        return [("toolCallParser", f"{given!r} is not read for task {model.task!r} (tool calls are chat "
-                                   "completions'); remove it")]
     if given not in TRITON_TOOL_CALL_PARSERS:
         allowed = f"{', '.join(sorted(TRITON_TOOL_CALL_PARSERS))}, or {NO_TOOL_CALL_PARSER} (no tool calls)"
         return [("toolCallParser", f"{given!r} is not a tool call parser of Triton's OpenAI frontend (26.07); "
@@ -202,10 +200,16 @@ ENGINE = Triton(
     # ready), not KServe's /v2/health/*; it has no other health path, so liveness and readiness share it.
     health_path="/health/ready", ready_path="/health/ready",
     # server r26.07 python/openai/openai_frontend/frontend/fastapi/routers/: /v1/chat/completions, /v1/completions,
-    # /v1/embeddings, /v1/models, /v1/models/{model_name}; no score/rerank API.
+    # /v1/embeddings, /v1/models, /v1/models/{model_name}; no score/rerank API. Task generate only: the frontend
+    # embeds only through Triton's vLLM backend (engine/triton_engine.py _determine_request_converter: any other
+    # backend, and the kit passes no --backend, gets utils/triton.py _create_trtllm_embedding_request, which raises
+    # ClientError "TRT-LLM backend and Python backend do not support embedding requests", a 400 on every replica;
+    # the embedding example of python/openai/README.md runs the 26.07-vllm-python-py3 image), and
+    # DEFAULT_TRITON_IMAGE is the TensorRT-LLM one. Its completions and chat send TensorRT-LLM's generation tensors
+    # (text_input, max_tokens, ...: _create_trtllm_generate_request) to a repository model of any other backend, so
+    # the model must be a decoder whose repository takes them (docs/serving.md, "What Triton can serve").
     openai_apis={
         "generate": ("v1/chat/completions", "v1/completions", "v1/embeddings", "v1/models", "v1/models/[^/]+"),
-        "embed": ("v1/embeddings", "v1/models", "v1/models/[^/]+"),
     },
     metric_prefix="nv_",
     quantization_methods={"none": None, **{k: v for k, v in TRTLLM_QFORMAT.items() if k != "none"}},
