@@ -54,8 +54,8 @@ def _node_pool(r: _Reader, name: str, d: dict[str, Any], target: Target | None) 
     if name == SYSTEM_POOL and target is not None and target.is_aws:
         r.fail(path, f"{name!r} is reserved on AWS for the kit's own system node group (cluster.systemPool): its "
                      f"nodes carry {POOL_LABEL}={SYSTEM_POOL}, which the kit's own controllers select (the AWS Load "
-                     "Balancer Controller's pods); rename the pool (and the models' `pool` that name it), or size the system nodes "
-                     "with cluster.systemPool")
+                     "Balancer Controller's pods); rename the pool (and the models' `pool` that name it), or size the "
+                     "system nodes with cluster.systemPool")
     v = r.fields(NodePool, d, path)
     itype = v.pop("instance_type")
     if itype is not None and (problem := _known_type(itype)) is not None:

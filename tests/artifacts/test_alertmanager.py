@@ -114,8 +114,9 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
     GatewayModelUnavailable silence model b's warning (neither carries a namespace, and Alertmanager takes a label
     missing from both alerts as equal: prometheus/alertmanager@v0.25.0 inhibit/inhibit.go hasEqual); one workflow's
     fast burn silenced another's slow burn; one gateway pod's critical GatewayOverloaded (refusing every request)
-    silenced another pod's warning (streams reset), both in the gateway's namespace. A model's gateway outage pages once: its GatewayModelUnavailable silences
-    its own GatewayServerErrorRatioHigh (the same 503s), not another model's."""
+    silenced another pod's warning (streams reset), both in the gateway's namespace. A model's gateway outage pages
+    once: its GatewayModelUnavailable silences its own GatewayServerErrorRatioHigh (the same 503s), not another
+    model's."""
     config, _ = shipped(synthesized("prod"), tmp_path)
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     assert binary, "run `make test`: it installs Debian's prometheus-alertmanager"

@@ -110,8 +110,12 @@ RULES: dict[str, Rule] = {
     "placement-group-name": Rule("placement group name", 255, "EC2 API CreatePlacementGroup GroupName"),
 }
 
-# An ARN in a policy or an attachment (internal/verify/validate.go ValidARN: arn:partition:service:region:account:res)
+# An attachment's policy ARN (internal/verify/validate.go ValidARN: arn:partition:service:region:account:res)
 ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9-]+:[a-z0-9-]*:(\d{12}|aws)?:.+$")
+# An ARN in a policy's Resource: the same shape, and IAM takes the wildcards `*` and `?` within any segment (IAM user
+# guide, "IAM JSON policy elements: Resource"); the provider checks the document is JSON, not its ARNs
+# (aws_iam_role_policy `policy`: verify.ValidIAMPolicyJSON).
+POLICY_ARN = re.compile(r"^arn:aws[a-z-]*:[a-z0-9*?-]+:[a-z0-9*?-]*:(\d{12}|aws|[*?]+)?:.+$")
 
 
 def _resources(state: dict[str, Any]) -> list[dict[str, Any]]:
@@ -217,8 +221,8 @@ def violations(state: dict[str, Any]) -> list[str]:
         if r["type"] == "aws:iam/rolePolicy:RolePolicy":
             policy = _json(r["inputs"]["policy"])
             inline[r["inputs"]["role"]] = inline.get(r["inputs"]["role"], 0) + _compact(policy)
-            found += [f"{r['urn']}: policy Resource {a!r} is not an ARN (internal/verify/validate.go ValidARN)"
-                      for a in _arns(policy) if not ARN.match(a)]
+            found += [f"{r['urn']}: policy Resource {a!r} is not an ARN (IAM user guide, IAM JSON policy elements: "
+                      "Resource)" for a in _arns(policy) if not POLICY_ARN.match(a)]
         if r["type"] == "aws:iam/rolePolicyAttachment:RolePolicyAttachment" and \
                 not ARN.match(r["inputs"]["policyArn"]):
             found.append(f"{r['urn']}: policyArn {r['inputs']['policyArn']!r} is not an ARN")

@@ -54,3 +54,18 @@ def test_an_apostrophe_in_a_rule_description_is_reported_with_its_path_and_sourc
                    "ingress": [{"description": "EFA: all traffic within the pool's fabric"}]}}]}}
     (found,) = violations(state)
     assert "ingress[0].description" in found and "validSecurityGroupRuleDescription" in found
+
+
+def test_a_policy_resource_may_hold_wildcards_in_any_segment_but_must_be_an_arn() -> None:
+    """The AWS Load Balancer Controller's documented policy names `arn:aws:ec2:*:*:security-group/*` (IAM takes `*`
+    and `?` within any ARN segment: IAM user guide, "IAM JSON policy elements: Resource"); a Resource that is no ARN
+    at all is still reported, with its source."""
+    policy = {"Statement": [{"Effect": "Allow", "Action": "ec2:CreateTags",
+                             "Resource": ["arn:aws:ec2:*:*:security-group/*", "arn:aws:iam::123456789012:role/a?",
+                                          "security-group/*"]}]}
+    state = {"deployment": {"resources": [{
+        "urn": "urn:pulumi:prod::aifactory::aws:iam/rolePolicy:RolePolicy::lbc", "custom": True,
+        "type": "aws:iam/rolePolicy:RolePolicy", "inputs": {"role": "lbc", "policy": json.dumps(policy)}}]}}
+    assert violations(state) == [
+        "urn:pulumi:prod::aifactory::aws:iam/rolePolicy:RolePolicy::lbc: policy Resource 'security-group/*' is not an "
+        "ARN (IAM user guide, IAM JSON policy elements: Resource)"]

@@ -335,8 +335,8 @@ def test_stack_file_values_travel_as_the_cli_passes_them(tmp_path: Path) -> None
 
 SYSTEM_RESERVED = ("nodePools.system: 'system' is reserved on AWS for the kit's own system node group "
                    "(cluster.systemPool): its nodes carry aifactory.io/pool=system, which the kit's own controllers "
-                   "select (the AWS Load Balancer Controller's pods); rename the pool (and the models' `pool` that name it), or size the system "
-                   "nodes with cluster.systemPool")
+                   "select (the AWS Load Balancer Controller's pods); rename the pool (and the models' `pool` that "
+                   "name it), or size the system nodes with cluster.systemPool")
 
 
 def test_an_aws_gpu_pool_named_system_is_refused() -> None:
