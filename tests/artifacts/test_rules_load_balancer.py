@@ -6,12 +6,16 @@ controller-runtime v0.24.1 in the controller v3.5.0), never from telemetry/names
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
+import pulumi
 import pytest
 
 import dashboards
-from dashboards.config import ObservabilityConfig
+from components.k8s.gateway import component as gw
+from dashboards.config import LoadBalancerController, ObservabilityConfig
+from dashboards.deploy import check_config
 from dashboards.load_balancer_alerts import CONTROLLER_DOWN_FOR, GATE_FALSE_FOR, RECONCILE_ERRORS_FOR
 from dashboards.rules import alerts, groups
 from infra.monitoring import from_platform
@@ -26,6 +30,7 @@ from tests.artifacts.test_rules import (
     _sel,
 )
 from tests.support import exporter_facts as facts
+from tests.support.stacks import stack_config
 
 JOB = "aws-load-balancer-controller"  # the chart's ServiceMonitor: jobLabel app.kubernetes.io/instance, the release
 REPLICAS = ("aws-load-balancer-controller-5b8f7c9d4-kx2vq", "aws-load-balancer-controller-5b8f7c9d4-p7tzm")
@@ -149,9 +154,53 @@ def test_each_alert_reads_the_controllers_job_and_the_gateways_pods(prod: Observ
         "AwsLoadBalancerControllerReconcileErrors": ("warning", "10m"),
         "GatewayPodNotInLoadBalancer": ("warning", "10m")}
     assert by_name["AwsLoadBalancerControllerDown"].expr == 'absent(up{job="aws-load-balancer-controller"} == 1)'
+    # the upstream names (exporter_facts), not telemetry/names.py's
+    selector = f'{{job="{JOB}", controller=~"{"|".join(facts.LBC_CONTROLLERS)}"}}'
+    assert facts.RECONCILE_ERRORS.name + selector in by_name["AwsLoadBalancerControllerReconcileErrors"].expr
     assert by_name["AwsLoadBalancerControllerReconcileErrors"].expr == (
         'sum by (controller) (rate(controller_runtime_reconcile_errors_total{job="aws-load-balancer-controller", '
         'controller=~"service|targetGroupBinding"}[5m])) > 0')
     description = by_name["AwsLoadBalancerControllerDown"].description
     for what in ("no new gateway pod can be created", "never deregistered", "Service reaches its NLB"):
         assert what in description
+
+
+RUNBOOKS = Path(__file__).resolve().parents[2] / "dashboards" / "RUNBOOKS.md"
+
+
+def _runbook(alert: str) -> str:
+    text = RUNBOOKS.read_text()
+    start = text.index(f"\n## {alert}\n")
+    end = text.find("\n## ", start + 1)
+    return " ".join(text[start:end if end != -1 else None].split())
+
+
+def test_every_alert_of_every_shipped_stack_has_a_runbook_section() -> None:
+    """runbook_url points at `#<alert in lowercase>`: a section of that name must exist."""
+    names = {a.alert for s in ("dev", "staging", "prod", "onprem") for a in alerts(from_platform(load_stack(s)))}
+    assert set(LOAD_BALANCER_ALERTS) <= names
+    assert sorted(n for n in names if f"\n## {n}\n" not in RUNBOOKS.read_text()) == []
+
+
+def test_the_overload_runbook_says_how_fast_a_readiness_blip_takes_a_pod_out_of_the_nlb() -> None:
+    """The gateway's readiness probe (components/k8s/gateway/component.py `deployment`) sets how many failed /ready
+    probes make the pod not ready; the controller then deregisters it (kubernetes-sigs/aws-load-balancer-controller
+    @v3.5.0 pkg/backend/endpoint_resolver.go: an endpoint not ready whose containers are not ready is no target) and
+    registers it again once ready, a new target's health checks taking minutes. The runbook states the probe's own
+    numbers: they are read from the rendered Deployment, so a change to the probe fails here until the text follows."""
+    probe = gw.deployment(stack_config("prod"), "{}")["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]
+    period, failures = probe["periodSeconds"], probe["failureThreshold"]
+    text = _runbook("GatewayOverloaded")
+    assert (f"probes Envoy's `/ready` every {period} seconds, and {failures} failed probes in a row "
+            f"({period * failures} seconds at most) make the pod not ready") in text
+    assert "the AWS Load Balancer Controller then deregisters its target" in text
+    assert "`GatewayPodNotInLoadBalancer`" in text
+
+
+def test_a_hand_built_config_with_a_gateway_namespace_that_is_no_namespace_is_refused_with_its_path(
+        prod: ObservabilityConfig) -> None:
+    bad = dataclasses.replace(prod, load_balancer_controller=LoadBalancerController("Gateway_NS"))
+    with pytest.raises(pulumi.InputPropertiesError) as err:
+        check_config("monitoring", bad)
+    assert err.value.errors == [{"property_path": "config.loadBalancerController.gatewayNamespace",
+                                 "reason": "'Gateway_NS' is not a namespace (a DNS label)"}]
