@@ -25,6 +25,7 @@ __all__ = [
     "Pool",
     "ServedModel",
     "VariantCost",
+    "LoadBalancerController",
     "Objective",
     "ObservabilityConfig",
     "config_problems",
@@ -109,6 +110,14 @@ class VariantCost:
 
 
 @dataclass(frozen=True, slots=True)
+class LoadBalancerController:
+    """The AWS Load Balancer Controller a stack installs (AWS): it registers the gateway's pods as its NLB's targets
+    and its webhook gives each new one a readiness gate (components.k8s.load_balancer)."""
+
+    gateway_namespace: str  # where the gateway's pods (its targets) run
+
+
+@dataclass(frozen=True, slots=True)
 class Objective:
     """A workflow SLO. `workflow` None is the default objective for every workflow not named."""
 
@@ -139,6 +148,8 @@ class ObservabilityConfig:
     variants: tuple[VariantCost, ...] = ()  # default: none (no workload has variants)
     # default: False (no tenant or workload has a token budget: no budget service, so no token budget row or alerts)
     token_budgets: bool = False
+    # default: None (no AWS Load Balancer Controller, as on an existing cluster: no load balancer alerts)
+    load_balancer_controller: LoadBalancerController | None = None
 
     @property
     def named_workflows(self) -> tuple[str, ...]:
@@ -185,6 +196,9 @@ def config_problems(cfg: ObservabilityConfig) -> list[tuple[str, str]]:
          f"{cfg.idle_gpu_utilization_percent} is not a percentage (0 to 100)")
     need(0 < cfg.kv_cache_saturation <= 1, "kvCacheSaturation", f"{cfg.kv_cache_saturation} is not in (0, 1]")
     need(cfg.queue_alert_factor > 0, "queueAlertFactor", f"{cfg.queue_alert_factor} is not above 0")
+    lbc = cfg.load_balancer_controller
+    need(lbc is None or bool(_DNS_LABEL.match(lbc.gateway_namespace)), "loadBalancerController.gatewayNamespace",
+         f"{lbc.gateway_namespace if lbc else ''!r} is not a namespace (a DNS label)")
     for i, v in enumerate(cfg.variants):
         need(v.cost_per_request >= 0, f"variants[{i}].costPerRequest", f"{v.cost_per_request} is below 0")
     return out

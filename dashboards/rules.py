@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dashboards import budgets, gateway_alerts
+from dashboards import budgets, gateway_alerts, load_balancer_alerts
 from dashboards.config import Objective, ObservabilityConfig
 from dashboards.engines import ENGINE_RULES, SloHistogram, rules_of
 from dashboards.promql import bucket_at_or_below, by_node, le, regex_any, series
@@ -635,6 +635,8 @@ def groups(cfg: ObservabilityConfig) -> list[Group]:
         Group("aifactory-pipeline-alerts", tuple(_pipeline_alerts(cfg))),
         Group("aifactory-gateway-alerts", tuple(gateway_alerts.alerts(cfg))),
         *([Group("aifactory-token-budget-alerts", tuple(budgets.alerts(cfg)))] if cfg.token_budgets else []),
+        *([Group("aifactory-load-balancer-alerts", tuple(load_balancer_alerts.alerts(cfg)))]
+          if cfg.load_balancer_controller else []),
     ]
 
 

@@ -9,6 +9,7 @@ from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.settings import Capacity
 from dashboards.config import (
     DEFAULT_RUNBOOK_URL,
+    LoadBalancerController,
     Objective,
     ObservabilityConfig,
     Pool,
@@ -54,6 +55,8 @@ def from_platform(cfg: PlatformConfig, *, selectors: Selectors | None = None) ->
         runbook_url=obs.runbook_url or DEFAULT_RUNBOOK_URL,
         variants=_variant_costs(cfg),
         token_budgets=any_budget(cfg),
+        # AWS stacks install the controller (infra/program.py), whatever the gateway's Service type
+        load_balancer_controller=LoadBalancerController(cfg.gateway.namespace) if cfg.is_aws else None,
     )
 
 

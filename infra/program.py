@@ -229,7 +229,8 @@ def program(cfg: PlatformConfig, *, now: str | None = None, stacks_dir: Path | N
                           system_namespace=platform.system_namespace, opts=on_both)
         load_balancer.append(AwsLoadBalancerController(
             "aws-load-balancer-controller", load_balancer_controller_args(cfg, on_aws.network.vpc_id),
-            cluster=on_aws.cluster, system_namespace=platform.system_namespace, after=after, opts=on_both).release)
+            cluster=on_aws.cluster, system_namespace=platform.system_namespace,
+            after=[*after, platform.observability.prometheus_stack], opts=on_both).release)
 
     # --- serving and gateway ----------------------------------------------------------------
     controllers = ServingControllers("serving", cfg=cfg, opts=on_cluster.merge(

@@ -53,6 +53,7 @@ __all__ = [
     "ENVOY",
     "BUDGET",
     "KSM",
+    "LBC",
     "SPANMETRICS",
 ]
 
@@ -410,6 +411,34 @@ class KSM:
     POD_PHASE = "kube_pod_status_phase"  # gauge {namespace, pod, uid, phase}: 1 for the pod's current phase
     POD_READY = "kube_pod_status_ready"  # gauge {namespace, pod, uid, condition: true | false | unknown}
     DEPLOY_REPLICAS = "kube_deployment_status_replicas_available"
+    # gauge {namespace, pod, uid, container}: 1 while the container passes its readiness probe. The pod's Ready
+    # condition (POD_READY) also needs its readiness gates: every container ready and the pod not Ready is a gate
+    # still false (kube-state-metrics v2.18.0, the version kube-prometheus-stack 82.4.0 deploys, exports no series
+    # for readiness gates: docs/metrics/workload/pod-metrics.md)
+    CONTAINER_READY = "kube_pod_container_status_ready"
+    POD_DELETED = "kube_pod_deletion_timestamp"  # gauge {namespace, pod, uid}: exported only once the pod is deleted
+
+
+class LBC:
+    """The AWS Load Balancer Controller (components.k8s.load_balancer; kubernetes-sigs/aws-load-balancer-controller
+    v3.5.0), scraped through its chart's ServiceMonitor (plain HTTP on its metrics-server port, 8080: the system
+    namespace has no sidecars). The chart's ServiceMonitor takes the job from the Service's app.kubernetes.io/instance
+    label, the release's name (aws/eks-charts aws-load-balancer-controller 3.5.0 templates/servicemonitor.yaml
+    `jobLabel`)."""
+
+    RELEASE = "aws-load-balancer-controller"
+    JOB = RELEASE
+    # controller-runtime v0.24.1 (the controller's go.mod) counts each Reconcile that returned an error, {controller}
+    # (pkg/internal/controller/metrics/metrics.go). The controller returns its real failures (AWS API errors,
+    # permissions, throttling after retries) and turns "requeue" results into no error (pkg/runtime/reconcile.go
+    # HandleReconcileError), so waiting for a target's health is not counted.
+    RECONCILE_ERRORS = "controller_runtime_reconcile_errors_total"
+    RECONCILES = "controller_runtime_reconcile_total"  # {controller, result}
+    L_CONTROLLER = "controller"
+    # the controllers that make the gateway's NLB and register its pods: the names they register under
+    # (controllers/service/service_controller.go, controllers/elbv2/targetgroupbinding_controller.go `controllerName`)
+    SERVICE_CONTROLLER = "service"
+    TARGET_GROUP_BINDING_CONTROLLER = "targetGroupBinding"
 
 
 class PIPELINE:

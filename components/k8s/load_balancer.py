@@ -13,6 +13,13 @@ new LoadBalancer Service of the cluster the controller's class, is off: the gate
 webhook fails closed for the pods it selects (the gateway's, by READINESS_GATE_INJECT), so no gateway pod starts
 without its readiness gate.
 
+Prometheus scrapes it through the chart's ServiceMonitor (`serviceMonitor.enabled`): the metrics Service on port
+8080, plain HTTP (the system namespace has no sidecars, so the mesh's scrape TLS does not apply), job
+telemetry.names.LBC.JOB. The release therefore waits for the Prometheus operator's CRD (the program passes
+kube-prometheus-stack in `after`): the chart renders the ServiceMonitor whenever it is enabled. The rules that read it
+are dashboards/load_balancer_alerts.py's: the controller down, its reconcile errors, and gateway pods whose readiness
+gate stays false.
+
 AwsLoadBalancerController takes its own `args` (the cluster's name, region and VPC) and the cluster
 (components.identity.WorkloadIdentity: on EKS the GpuCluster); infra.component_args maps PlatformConfig. Like the
 cluster autoscaler it is not in the component package: the IRSA role needs the GpuCluster object.
@@ -28,6 +35,7 @@ import pulumi_kubernetes as k8s
 from components.k8s import naming, security, versions
 from components.k8s.autoscaler import IRSA_ANNOTATION, cluster_problems
 from components.vocabulary import POOL_LABEL, READINESS_GATE_INJECT, SYSTEM_POOL
+from telemetry.names import LBC
 
 if TYPE_CHECKING:
     from components.identity import WorkloadIdentity
@@ -37,7 +45,7 @@ __all__ = ["TYPE", "AwsLoadBalancerControllerArgs", "check_controller_args", "RE
            "controller_values", "AwsLoadBalancerController"]
 
 TYPE = "aifactory:k8s:AwsLoadBalancerController"
-RELEASE_NAME = "aws-load-balancer-controller"
+RELEASE_NAME = LBC.RELEASE  # the ServiceMonitor's job is named after it
 SERVICE_ACCOUNT = "aws-load-balancer-controller"
 REPLICAS = 2  # one keeps reconciling (and answering the pod webhook) while the other is rescheduled
 # The controller tags every load balancer, target group and security group it creates with the cluster's name under
@@ -163,6 +171,9 @@ def controller_values(*, cluster_name: str, region: str, vpc_id: str, role_arn: 
         # (the controller's documentation recommends Fail with an object selector: docs/deploy/pod_readiness_gate.md)
         "podMutatorWebhookConfig": {"failurePolicy": "Fail"},
         "objectSelector": {"matchLabels": {READINESS_GATE_INJECT: "enabled"}},
+        # its metrics Service and ServiceMonitor (templates/service.yaml, servicemonitor.yaml: port metrics-server,
+        # scraped every minute, the chart's interval); Prometheus selects every ServiceMonitor of the cluster
+        "serviceMonitor": {"enabled": True},
         "resources": security.resources("100m", "256Mi", cpu_limit="500m", memory_limit="512Mi"),
         "podSecurityContext": security.pod_security_context(),
         "securityContext": security.container_security_context(),
@@ -180,7 +191,8 @@ class AwsLoadBalancerController(pulumi.ComponentResource):
                  cluster: "WorkloadIdentity", system_namespace: k8s.core.v1.Namespace,
                  after: Sequence[pulumi.Resource] = ()) -> None:
         """`after`: what the release waits for besides its namespace and the cluster, as the platform's releases do
-        (on EKS: the system nodes, the add-ons, node egress). `pulumi destroy` removes it before them, and after the
+        (on EKS: the system nodes, the add-ons, node egress), and the Prometheus operator's release (the chart's
+        ServiceMonitor needs its CRD). `pulumi destroy` removes it before them, and after the
         gateway's Service: deleting that NLB is the controller's work, through the NAT to the AWS APIs."""
         super().__init__(self.pulumi_type, name, None, opts)
         check_controller_args(name, args)

@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY", "POD_PHASE",
-           "POD_PHASES", "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
+           "POD_PHASES", "POD_READY", "CONTAINER_READY", "POD_DELETED", "RECONCILE_ERRORS", "LBC_CONTROLLERS",
+           "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
            "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE"]
 
 
@@ -47,6 +48,25 @@ NODE_CAPACITY = ExporterMetric("kube_node_status_capacity", "gauge", ("node", "r
 POD_PHASE = ExporterMetric("kube_pod_status_phase", "gauge", ("namespace", "pod", "uid", "phase"),
                            "kubernetes/kube-state-metrics docs/metrics/workload/pod-metrics.md")
 POD_PHASES = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
+# kube-state-metrics v2.18.0 (kube-prometheus-stack 82.4.0's kube-state-metrics chart 7.1.0, appVersion 2.18.0):
+# docs/metrics/workload/pod-metrics.md and internal/store/pod.go. kube_pod_status_ready: one series per condition
+# status (true, false, unknown), 1 for the pod's Ready condition's; kube_pod_container_status_ready: 1 while the
+# container passes its readiness probe; kube_pod_deletion_timestamp: exported only once the pod has a deletion
+# timestamp. No series carries a readiness gate's condition.
+POD_READY = ExporterMetric("kube_pod_status_ready", "gauge", ("namespace", "pod", "uid", "condition"),
+                           "kubernetes/kube-state-metrics@v2.18.0 internal/store/pod.go")
+CONTAINER_READY = ExporterMetric("kube_pod_container_status_ready", "gauge", ("namespace", "pod", "uid", "container"),
+                                 "kubernetes/kube-state-metrics@v2.18.0 internal/store/pod.go")
+POD_DELETED = ExporterMetric("kube_pod_deletion_timestamp", "gauge", ("namespace", "pod", "uid"),
+                             "kubernetes/kube-state-metrics@v2.18.0 internal/store/pod.go")
+# The AWS Load Balancer Controller v3.5.0 (go.mod: controller-runtime v0.24.1) serves controller-runtime's metrics
+# registry on :8080 (pkg/config/runtime_config.go defaultMetricsAddr); each controller counts the reconciles that
+# returned an error under the name it was built with (Named(controllerName): controllers/service/
+# service_controller.go "service", controllers/elbv2/targetgroupbinding_controller.go "targetGroupBinding").
+RECONCILE_ERRORS = ExporterMetric("controller_runtime_reconcile_errors_total", "counter", ("controller",),
+                                  "kubernetes-sigs/controller-runtime@v0.24.1 pkg/internal/controller/metrics/"
+                                  "metrics.go")
+LBC_CONTROLLERS = ("service", "targetGroupBinding")
 
 # TensorRT-LLM's Triton backend, triton_backend/inflight_batcher_llm/src/custom_metrics_reporter/
 # custom_metrics_reporter.cc (NVIDIA/TensorRT-LLM, read at a stored main-branch version; the token counts came

@@ -156,6 +156,23 @@ def test_the_gateway_waits_for_the_model_services_and_workloads_it_routes_to(
         _release(res, "istiod"), _release(res, "kube-prometheus-stack")}
 
 
+def test_the_load_balancer_controller_is_scraped_plain_after_the_prometheus_operator(
+        synthesized: Callable[[str], Path]) -> None:
+    """The controller's chart renders its ServiceMonitor whenever serviceMonitor.enabled is set, CRD or not (eks-charts
+    aws-load-balancer-controller 3.5.0 templates/servicemonitor.yaml), so its release waits for kube-prometheus-stack,
+    which brings the CRD. Its namespace has no sidecar injection (no istio-injection or istio.io/rev label): the
+    chart's plain-HTTP scrape reaches the controller, as policies/scrape.py's mesh-scrapes-use-mtls requires only of
+    injected namespaces."""
+    res = _state(synthesized, "prod")
+    controller = next(r for r in res if r["urn"] == _release(res, "aws-load-balancer-controller"))
+    assert _release(res, "kube-prometheus-stack") in controller["dependencies"]
+    assert controller["inputs"]["values"]["serviceMonitor"] == {"enabled": True}
+    namespace = controller["inputs"]["namespace"]
+    [labels] = [r["inputs"]["metadata"]["labels"] for r in res if r["type"] == "kubernetes:core/v1:Namespace"
+                and r["inputs"]["metadata"]["name"] == namespace]
+    assert namespace == "aifactory-system" and not {"istio-injection", "istio.io/rev"} & set(labels)
+
+
 @pytest.mark.parametrize("stack", ["dev", "prod", "onprem"])
 def test_the_gateway_deployment_waits_for_its_service_account_and_config_map_the_rest_for_their_namespace(
         synthesized: Callable[[str], Path], stack: str) -> None:

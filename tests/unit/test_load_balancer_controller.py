@@ -10,12 +10,14 @@ import pytest
 
 from components.aws.iam import wildcard_statements
 from components.k8s.load_balancer import (
+    RELEASE_NAME,
     check_controller_args,
     controller_actions,
     controller_policy,
     controller_values,
 )
 from infra.component_args import load_balancer_controller_args
+from telemetry.names import LBC
 from tests.support.stacks import stack_config
 
 ACTIONS = Path(__file__).resolve().parents[1] / "fixtures" / "aws_load_balancer_controller" / "iam_actions.txt"
@@ -77,10 +79,29 @@ def test_chart_values() -> None:
                            "annotations": {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/lbc"}},
         "enableServiceMutatorWebhook": False,
         "podMutatorWebhookConfig": {"failurePolicy": "Fail"},
-        "objectSelector": {"matchLabels": {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}}}
+        "objectSelector": {"matchLabels": {"elbv2.k8s.aws/pod-readiness-gate-inject": "enabled"}},
+        "serviceMonitor": {"enabled": True}}
     assert values["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"},
                                    "limits": {"cpu": "500m", "memory": "512Mi"}}
     assert values["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_prometheus_scrapes_the_controller_as_the_job_its_alerts_read() -> None:
+    """`helm template` of eks-charts aws-load-balancer-controller 3.5.0 with these values (release
+    aws-load-balancer-controller, namespace aifactory-system, the monitoring.coreos.com/v1 API present) renders the
+    metrics Service aws-load-balancer-controller (port metrics-server 8080 -> the container's metrics-server port,
+    8080: the controller's default --metrics-bind-addr, kubernetes-sigs/aws-load-balancer-controller@v3.5.0
+    pkg/config/runtime_config.go) and a ServiceMonitor selecting it, plain HTTP every minute, with `jobLabel:
+    app.kubernetes.io/instance`: the job is the release's name (templates/service.yaml, servicemonitor.yaml; the
+    webhook's Service is labelled prometheus.io/service-monitor=false and left out). The kit's Prometheus selects
+    every ServiceMonitor (components.k8s.observability); aifactory-system has no sidecar injection, so the plain
+    scrape reaches the pod (tests/unit/test_dependencies.py::test_the_load_balancer_controller_is_scraped_plain_
+    after_the_prometheus_operator)."""
+    values = controller_values(cluster_name="aifactory-prod", region="us-east-1", vpc_id="vpc-1",
+                               role_arn="arn:aws:iam::1:role/lbc")
+    assert values["serviceMonitor"] == {"enabled": True}
+    assert "metricsBindAddr" not in values and "fullnameOverride" not in values and "nameOverride" not in values
+    assert RELEASE_NAME == LBC.JOB == "aws-load-balancer-controller"
 
 
 def test_aws_stacks_map_to_their_cluster_region_and_vpc() -> None:
