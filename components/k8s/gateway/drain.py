@@ -86,7 +86,7 @@ while left=$(( bound_us - $(now) )); (( left > 0 )); do
   pause_until $(( next < bound_us ? next : bound_us ))
 done
 if [[ -z $last ]]; then
-  say "admin unreachable: Envoy's admin at 127.0.0.1:$port did not answer; waited to the bound, $bound s"
+  say "admin unreachable: Envoy's admin at 127.0.0.1:$port did not answer, requests in flight unknown: bound reached"
 else
   say "bound reached: $last requests still in flight on $stat"
 fi
