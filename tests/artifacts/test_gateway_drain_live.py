@@ -37,7 +37,7 @@ ACCEPT_S, CLOSE_S = 0.3, 0.3  # the fixed phases (prod: 180 and 65 s)
 POLL_S = 0.1  # prod: 1 s
 IO_S = 0.3  # one admin exchange at most (prod: 2 s)
 SLOW_S = 1.5  # the request held in flight
-SLACK_S = 1.0  # a busy 2-core machine's scheduling, bash's start and Envoy's answers
+SLACK_S = 2.0  # a busy 2-core machine's scheduling, bash's start and Envoy's answers
 # the client listener's connection manager's stat_prefix in the kit's own bootstrap
 [_KIT_HCM] = kit_bootstrap(stack_config("prod"))["static_resources"]["listeners"][0]["filter_chains"][0]["filters"]
 STAT_PREFIX = _KIT_HCM["typed_config"]["stat_prefix"]

@@ -52,17 +52,17 @@ ADMIN_TIMEOUT_SECONDS = 2  # one admin exchange (connect, request, answer) at mo
 DRAIN_WAIT_SCRIPT = r"""
 port=$1 stat=$2 accept=$3 close=$4 bound=$5 poll=$6 io=$7 log=$8
 t0=${EPOCHREALTIME/[.,]/}
-us() { local s=$1 f=""; [[ $s == *.* ]] && f=${s#*.}; f=${f}000000; echo $(( 10#${s%%.*} * 1000000 + 10#${f:0:6} )); }
-sec() { printf '%d.%06d' $(( $1 / 1000000 )) $(( $1 % 1000000 )); }
-now() { local t=${EPOCHREALTIME/[.,]/}; echo $(( 10#$t - 10#$t0 )); }
-pause_until() { local left=$(( $1 - $(now) )); (( left > 0 )) && sleep "$(sec "$left")"; }
+us() { local s=$1 f=""; [[ $s == *.* ]] && f=${s#*.}; f=${f}000000; us=$(( 10#${s%%.*} * 1000000 + 10#${f:0:6} )); }
+sec() { printf -v sec '%d.%06d' $(( $1 / 1000000 )) $(( $1 % 1000000 )); }
+now() { local t=${EPOCHREALTIME/[.,]/}; now=$(( 10#$t - 10#$t0 )); }
+pause_until() { now; if (( $1 > now )); then sec $(( $1 - now )); sleep "$sec"; fi; }
 say() {
-  local e; e=$(now); e=$(printf '%d.%d' $(( e / 1000000 )) $(( e % 1000000 / 100000 )))
-  local line="PREFIX $1 after $e s"
+  local line; now; printf -v line '%s %s after %d.%d s' "PREFIX" "$1" $(( now / 1000000 )) $(( now % 1000000 / 100000 ))
   { echo "$line" >"$log"; } 2>/dev/null || echo "$line"
 }
 active() {
-  timeout "$(sec "$1")" bash -c '
+  sec "$1"
+  timeout "$sec" bash -c '
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
     printf "GET /stats?filter=%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" "$2" >&3
     while IFS= read -r line <&3; do
@@ -71,10 +71,11 @@ active() {
     done
     exit 1' active "$port" "$stat" 2>/dev/null
 }
-bound_us=$(us "$bound") io_us=$(us "$io") poll_us=$(us "$poll")
-pause_until $(( $(us "$accept") + $(us "$close") ))
+us "$bound"; bound_us=$us; us "$io"; io_us=$us; us "$poll"; poll_us=$us
+us "$accept"; fixed=$us; us "$close"; pause_until $(( fixed + us ))
 last=""
-while left=$(( bound_us - $(now) )); (( left > 0 )); do
+while now; (( now < bound_us )); do
+  left=$(( bound_us - now ))
   n=$(active $(( left < io_us ? left : io_us )))
   if [[ $n =~ ^[0-9]+$ ]]; then
     if (( n == 0 )); then say "drained: no request in flight on $stat"; exit 0; fi
@@ -82,7 +83,7 @@ while left=$(( bound_us - $(now) )); (( left > 0 )); do
   else
     last=""
   fi
-  next=$(( $(now) + poll_us ))
+  now; next=$(( now + poll_us ))
   pause_until $(( next < bound_us ? next : bound_us ))
 done
 if [[ -z $last ]]; then
