@@ -10,12 +10,18 @@ termination"; docs/contracts.md, "Day 2: the gateway pod's drain").
 - the admin refusing connections (Envoy gone) or accepting and never answering (wedged): it ends at its bound, not
   before, and says why.
 
+And what a client's keep-alive pool meets at the end of a connection's life (docs/gateway.md, "Calling the gateway:
+keep-alive pools"), with the kit's max_connection_duration and drain_timeout scaled to 1 s each: a request sent on
+an idle connection during its drain is answered with `connection: close`; one sent after the drain, during Envoy's
+delayed close (1 s, its default), is reset unanswered.
+
 Before this the preStop was the kubelet's fixed sleep of drain_seconds (prod 1155 s), busy or idle. Every run is
 bounded; no fixed sleep.
 """
 
 from __future__ import annotations
 
+import http.client
 import socket
 import subprocess
 import threading
@@ -68,10 +74,10 @@ def hook(rendered: list[str], *, admin_port: int, bound_s: float, log: Path | st
     return list(command)
 
 
-def bootstrap(admin_port: int, listener_port: int, replica: tuple[str, int]) -> dict[str, Any]:
+def bootstrap(admin_port: int, listener_port: int, replica: tuple[str, int], **hcm_options: Any) -> dict[str, Any]:
     hcm = {"name": "envoy.filters.network.http_connection_manager", "typed_config": {
         "@type": _T + "extensions.filters.network.http_connection_manager.v3.HttpConnectionManager",
-        "stat_prefix": STAT_PREFIX,
+        "stat_prefix": STAT_PREFIX, **hcm_options,
         "route_config": {"virtual_hosts": [{"name": "models", "domains": ["*"], "routes": [
             {"match": {"prefix": "/"}, "route": {"cluster": "replica", "timeout": "10s"}}]}]},
         "http_filters": [{"name": "envoy.filters.http.router",
@@ -169,3 +175,53 @@ def test_a_gateway_pods_hook_with_no_admin_answer_waits_to_its_bound_and_says_wh
     assert bound <= took < bound + SLACK_S, took
     assert out == (f"aifactory gateway-drain: admin unreachable: Envoy's admin at 127.0.0.1:{port} did not answer, "
                    "requests in flight unknown: bound reached after 1.5 s\n")
+
+
+CONNECTION_S = DRAIN_S = 1.0  # max_connection_duration and drain_timeout (shipped: 60 and 5 s)
+
+
+def _post_at(port: int, at: float, results: dict[float, str]) -> None:
+    """Open a keep-alive connection, GET once, leave it idle, POST on it `at` seconds after opening: the answer's
+    status and Connection header, or what happened instead."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    opened = time.monotonic()
+    try:
+        conn.request("GET", "/")
+        first = conn.getresponse()
+        first.read()
+        assert first.status == 200 and not first.will_close
+        time.sleep(max(0.0, at - (time.monotonic() - opened)))
+        conn.request("POST", "/", body=b"hi")
+        answer = conn.getresponse()
+        answer.read()
+        results[at] = f"{answer.status} connection: {answer.getheader('connection')}"
+    except ConnectionResetError:
+        results[at] = "reset"
+    except http.client.RemoteDisconnected:
+        results[at] = "closed unanswered"
+    finally:
+        conn.close()
+
+
+def test_an_idle_client_connection_is_drained_at_its_maximum_age_then_closed_and_a_late_request_is_lost(
+        tmp_path: Path) -> None:
+    """envoyproxy/envoy@v1.40.0 source/common/http/conn_manager_impl.cc: onConnectionDurationTimeout starts the
+    drain (HTTP/1.1: answers say `connection: close`), onDrainTimeout closes the connection with the listener's
+    delayed close (1 s by default): a request written then gets no answer. So a pool that reuses a connection idle
+    for longer than the drain (5 s shipped) may lose a POST there; httpx's 5 s keepalive_expiry never does."""
+    with ExitStack() as stack:
+        replica = stack.enter_context(FakeBackend("fast", Behaviour.OK))
+        admin, listener = free_port(), free_port()
+        stack.enter_context(EnvoyProcess(
+            bootstrap(admin, listener, replica.address, drain_timeout=f"{DRAIN_S:g}s",
+                      common_http_protocol_options={"max_connection_duration": f"{CONNECTION_S:g}s"}),
+            tmp_path, admin_port=admin, listener_port=listener))
+        results: dict[float, str] = {}
+        in_drain, after_drain = CONNECTION_S + DRAIN_S / 2, CONNECTION_S + DRAIN_S + 0.5
+        callers = [threading.Thread(target=_post_at, args=(listener, at, results)) for at in (in_drain, after_drain)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(timeout=10)
+    assert results[in_drain] == "200 connection: close", results
+    assert results[after_drain] in ("reset", "closed unanswered"), results
