@@ -26,6 +26,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
@@ -225,3 +226,31 @@ def test_an_idle_client_connection_is_drained_at_its_maximum_age_then_closed_and
             caller.join(timeout=10)
     assert results[in_drain] == "200 connection: close", results
     assert results[after_drain] in ("reset", "closed unanswered"), results
+
+
+@pytest.mark.parametrize(("query", "connection"), [("graceful&inboundonly", None), ("graceful", "close")])
+def test_drain_listeners_inboundonly_leaves_the_kits_listener_undrained(
+        tmp_path: Path, query: str, connection: str | None) -> None:
+    """Why the hook does not call Envoy's `POST /drain_listeners?graceful&inboundonly`: the kit's listeners leave
+    traffic_direction unset, and an inbound-only drain drains only INBOUND ones (envoyproxy/envoy@v1.40.0
+    source/server/drain_manager_impl.cc drainClose; source/server/admin/listeners_handler.cc), so answers on the
+    client listener go on without `connection: close`; only a drain of every listener (which then stops them all,
+    the stats listener included, after --drain-time-s) reaches it. Envoy runs with the Deployment's drain options."""
+    [envoy] = gw.deployment(stack_config("prod"), "{}")["spec"]["template"]["spec"]["containers"]
+    at = envoy["args"].index("--drain-time-s")
+    drain_options = envoy["args"][at:at + 4]
+    assert drain_options == ["--drain-time-s", "20", "--drain-strategy", "immediate"]
+    with ExitStack() as stack:
+        replica = stack.enter_context(FakeBackend("fast", Behaviour.OK))
+        admin, listener = free_port(), free_port()
+        stack.enter_context(EnvoyProcess(bootstrap(admin, listener, replica.address), tmp_path, admin_port=admin,
+                                         listener_port=listener, args=drain_options))
+        conn = http.client.HTTPConnection("127.0.0.1", listener, timeout=5)
+        stack.callback(conn.close)
+        drained = urllib.request.urlopen(urllib.request.Request(  # noqa: S310 - loopback admin
+            f"http://127.0.0.1:{admin}/drain_listeners?{query}", method="POST"), timeout=5)
+        assert drained.status == 200
+        conn.request("GET", "/")
+        answer = conn.getresponse()
+        answer.read()
+        assert answer.status == 200 and answer.getheader("connection") == connection

@@ -141,3 +141,34 @@ def test_the_drain_figures_in_the_docs_are_what_prod_renders(prod_synth: dict[st
                    f"| at most {accept} + {close} + {longest:g} + 10 = {bound} s |", f"| {grace} s | the pod's grace",
                    f"the pod's grace ({grace} s on prod", f"(prod: {accept} + {int(bound) - int(accept)} = {bound} s"):
         assert figure in gateway_page, figure
+
+
+def test_the_client_pool_defaults_the_gateway_page_gives_are_the_clients_own() -> None:
+    """docs/gateway.md, "Calling the gateway: keep-alive pools": a pool that keeps idle connections longer than the
+    gateway's 5 s drain may reuse one in Envoy's delayed close and lose a POST. The defaults it names, read from the
+    installed clients: httpx's keepalive_expiry (and the openai SDK's limits) 5 s, aiohttp's TCPConnector 15 s,
+    requests' adapter no retries; urllib3 keeps no idle limit at all."""
+    import asyncio
+
+    import aiohttp
+    import httpx
+    import requests.adapters
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    from components.k8s.gateway.envoy.config import CLIENT_DRAIN_SECONDS
+
+    async def aiohttp_keepalive() -> float:
+        connector = aiohttp.TCPConnector()
+        try:
+            return float(connector._keepalive_timeout)  # type: ignore[attr-defined]
+        finally:
+            await connector.close()
+
+    assert httpx.Limits().keepalive_expiry == DEFAULT_CONNECTION_LIMITS.keepalive_expiry == CLIENT_DRAIN_SECONDS
+    assert asyncio.run(aiohttp_keepalive()) == 15.0
+    assert requests.adapters.DEFAULT_RETRIES == 0
+    page = " ".join((ROOT / "docs" / "gateway.md").read_text().split())
+    for claim in (f"httpx's default `keepalive_expiry` is {CLIENT_DRAIN_SECONDS} s",
+                  "aiohttp 3.14.5 keeps idle connections 15 s", "urllib3 2.8.0 (requests 2.34.2) has no idle limit",
+                  "requests retries none by default"):
+        assert claim in page, claim
