@@ -49,7 +49,7 @@ DRAIN_LOG = "/proc/1/fd/1"  # the container's log: Envoy's (PID 1's) standard ou
 POLL_SECONDS = 1  # between two reads of the gauge
 ADMIN_TIMEOUT_SECONDS = 2  # one admin exchange (connect, request, answer) at most
 
-DRAIN_WAIT_SCRIPT = r"""
+DRAIN_WAIT_SCRIPT = r"""# the gateway pod's drain: components/k8s/gateway/drain.py in the aifactory kit
 port=$1 stat=$2 accept=$3 close=$4 bound=$5 poll=$6 io=$7 log=$8
 t0=${EPOCHREALTIME/[.,]/}
 us() { local s=$1 f=""; [[ $s == *.* ]] && f=${s#*.}; f=${f}000000; us=$(( 10#${s%%.*} * 1000000 + 10#${f:0:6} )); }
