@@ -7,8 +7,8 @@ termination"; docs/contracts.md, "Day 2: the gateway pod's drain").
 - idle: the hook ends right after its two fixed phases (accept, then the connections' close), not at its bound;
 - one request in flight: it ends only once that request has been answered (Envoy's gauge
   http.gateway.downstream_rq_active back to 0: envoyproxy/envoy@v1.40.0 source/common/http/conn_manager_config.h);
-- the admin refusing connections (Envoy gone) or accepting and never answering (wedged): it ends at its bound, not
-  before, and says why.
+- the admin refusing connections (Envoy gone), accepting and never answering (wedged), or answering without the
+  gauge: it ends at its bound, not before, and says why.
 
 And what a client's keep-alive pool meets at the end of a connection's life (docs/gateway.md, "Calling the gateway:
 keep-alive pools"), with the kit's max_connection_duration and drain_timeout scaled to 1 s each: a request sent on
@@ -64,11 +64,12 @@ def rendered() -> list[str]:
     return list(command)
 
 
-def hook(rendered: list[str], *, admin_port: int, bound_s: float, log: Path | str) -> list[str]:
+def hook(rendered: list[str], *, admin_port: int, bound_s: float, log: Path | str,
+         stat_prefix: str = STAT_PREFIX) -> list[str]:
     """The same script with short timings, built by the function that builds the Deployment's."""
     from components.k8s.gateway.drain import prestop
 
-    command = prestop(stat_prefix=STAT_PREFIX, accept_seconds=ACCEPT_S, close_seconds=CLOSE_S,
+    command = prestop(stat_prefix=stat_prefix, accept_seconds=ACCEPT_S, close_seconds=CLOSE_S,
                       bound_seconds=bound_s, admin_port=admin_port, poll_seconds=POLL_S,
                       admin_timeout_seconds=IO_S, log=str(log))["exec"]["command"]
     assert command[:4] == rendered[:4]  # bash -c <the same text> gateway-drain
@@ -177,6 +178,18 @@ def test_a_gateway_pods_hook_with_no_admin_answer_waits_to_its_bound_and_says_wh
     assert out == (f"aifactory gateway-drain: admin unreachable: Envoy's admin at 127.0.0.1:{port} did not answer, "
                    "requests in flight unknown: bound reached after 1.5 s\n")
 
+
+
+def test_a_gateway_pods_hook_whose_gauge_the_admin_lacks_waits_to_its_bound_and_says_so(
+        rendered: list[str], envoy: tuple[EnvoyProcess, FakeBackend]) -> None:
+    """An admin that answers without the gauge (a stats matcher dropping it, another stat_prefix) is no answer
+    either: never taken for 0."""
+    proc, _ = envoy
+    took, out = run(hook(rendered, admin_port=proc.admin_port, bound_s=1.0, log="/nonexistent/aifactory-drain.log",
+                         stat_prefix="absent"), timeout=11)
+    assert 1.0 <= took < 1.0 + SLACK_S, took
+    assert out == ("aifactory gateway-drain: bound reached: Envoy's admin answered without "
+                   "http.absent.downstream_rq_active, requests in flight unknown after 1.0 s\n")
 
 CONNECTION_S = DRAIN_S = 1.0  # max_connection_duration and drain_timeout (shipped: 60 and 5 s)
 

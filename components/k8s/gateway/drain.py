@@ -17,7 +17,8 @@ is the container's PID 1):
    `downstream_cx_active`: it also counts connections that hold no request (the kubelet's TCP liveness probe, the
    NLB's TCP health checks), which SIGTERM cuts at no cost, so it would only make the wait longer.
    Each admin exchange is a bash /dev/tcp connection inside coreutils' `timeout IO`: an admin that refuses or does
-   not answer (Envoy wedged) is unknown, never 0, so the wait goes on to the bound; it never hangs past it.
+   not answer (Envoy wedged), or answers without the gauge (a stats matcher that drops it), is unknown, never 0, so
+   the wait goes on to the bound; it never hangs past it.
 4. At BOUND seconds from the hook's start (the pod's drain_seconds: the two phases, the longest request a route
    allows, a margin) it ends whatever the gauge says.
 
@@ -65,21 +66,25 @@ active() {
   timeout "$sec" bash -c '
     exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
     printf "GET /stats?filter=%s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n" "$2" >&3
+    answered=1
     while IFS= read -r line <&3; do
+      answered=3
       line=${line%[[:cntrl:]]}
       if [[ $line == "$2: "* ]]; then echo "${line#"$2: "}"; exit 0; fi
     done
-    exit 1' active "$port" "$stat" 2>/dev/null
+    exit $answered' active "$port" "$stat" 2>/dev/null
 }
 us "$bound"; bound_us=$us; us "$io"; io_us=$us; us "$poll"; poll_us=$us
 us "$accept"; fixed=$us; us "$close"; pause_until $(( fixed + us ))
 last=""
 while now; (( now < bound_us )); do
   left=$(( bound_us - now ))
-  n=$(active $(( left < io_us ? left : io_us )))
-  if [[ $n =~ ^[0-9]+$ ]]; then
+  n=$(active $(( left < io_us ? left : io_us ))); rc=$?
+  if (( rc == 0 )) && [[ $n =~ ^[0-9]+$ ]]; then
     if (( n == 0 )); then say "drained: no request in flight on $stat"; exit 0; fi
     last=$n
+  elif (( rc == 3 )); then
+    last=missing
   else
     last=""
   fi
@@ -88,6 +93,8 @@ while now; (( now < bound_us )); do
 done
 if [[ -z $last ]]; then
   say "admin unreachable: Envoy's admin at 127.0.0.1:$port did not answer, requests in flight unknown: bound reached"
+elif [[ $last == missing ]]; then
+  say "bound reached: Envoy's admin answered without $stat, requests in flight unknown"
 else
   say "bound reached: $last requests still in flight on $stat"
 fi
