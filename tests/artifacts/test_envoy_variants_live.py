@@ -215,6 +215,22 @@ def test_decisions_are_counted_per_route_stat_prefix(gateway: Gateway) -> None:
     assert gateway.envoy.stats()[key] - before.get(key, 0) == 3
 
 
+def test_the_gateway_pods_drain_hook_reads_its_gauge_through_the_kits_stats_matcher(gateway: Gateway) -> None:
+    """The bootstrap leaves the gates' stats out (`stats_config`, `http.gate_` among them): the preStop's gauge,
+    http.gateway.downstream_rq_active, must stay readable, or the hook would wait every pod's whole bound. The
+    hook as the kit renders it (components.k8s.gateway.drain), its timings short, ends drained on this gateway."""
+    import subprocess
+
+    from components.k8s.gateway.drain import prestop
+    from components.k8s.gateway.envoy.config import GATEWAY_STAT_PREFIX
+
+    command = prestop(stat_prefix=GATEWAY_STAT_PREFIX, accept_seconds=0.1, close_seconds=0.1, bound_seconds=5,
+                      poll_seconds=0.1, admin_port=gateway.envoy.admin_port, log="/nonexistent/drain.log")
+    done = subprocess.run(command["exec"]["command"], capture_output=True, text=True, timeout=15)
+    assert "http.gateway.downstream_rq_active" in gateway.envoy.stats()
+    assert done.stdout.startswith("aifactory gateway-drain: drained: no request in flight"), done.stdout
+
+
 # --- a variant whose circuit breaker is tripped ---------------------------------------------------------------
 # One request in flight to busy-cheap (its variant.maxRequests 1; busy-fast keeps gateway.circuitBreakers'
 # default): while busy-cheap holds one (its backend answers after HOLD_S), Envoy's breaker refuses a second try.

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
@@ -278,8 +278,10 @@ class EnvoyProcess:
     """`envoy -c <config>` on 127.0.0.1; stdout (access logs) and stderr go to files in `workdir`."""
 
     def __init__(self, config: Mapping[str, Any], workdir: Path, *, admin_port: int, listener_port: int,
-                 concurrency: int = 1) -> None:
+                 concurrency: int = 1, args: Sequence[str] = ()) -> None:
+        """`args`: more command-line options (e.g. the Deployment's --drain-strategy)."""
         self.config, self.workdir = config, workdir
+        self.args = list(args)
         self.admin_port, self.listener_port = admin_port, listener_port
         self.concurrency = concurrency
         self._proc: subprocess.Popen[bytes] | None = None
@@ -292,7 +294,8 @@ class EnvoyProcess:
         with self.access_log.open("wb") as out, self.error_log.open("wb") as err:
             self._proc = subprocess.Popen(
                 [str(ENVOY), "-c", str(cfg), "--use-dynamic-base-id", "--concurrency", str(self.concurrency),
-                 "-l", "warning", "--disable-hot-restart", "--file-flush-interval-msec", str(LOG_FLUSH_MS)],
+                 "-l", "warning", "--disable-hot-restart", "--file-flush-interval-msec", str(LOG_FLUSH_MS),
+                 *self.args],
                 stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         try:
             self._wait_ready()

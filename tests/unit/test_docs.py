@@ -102,3 +102,73 @@ def test_the_policies_page_counts_the_packs_policies() -> None:
     from policies.pack import POLICIES
     text = (ROOT / "docs" / "policies.md").read_text()
     assert f"a CrossGuard policy pack with {len(POLICIES)} policies" in text
+
+
+@pytest.fixture(scope="module")
+def prod_synth() -> dict[str, dict]:
+    """prod as `aifactory synth prod` renders it: each registered resource's inputs by name."""
+    from infra.synth import read_stack_config, run_program, stack_file
+
+    return {r.name: r.inputs for r in run_program("prod", read_stack_config(stack_file("prod"))).resources}
+
+
+def test_the_drain_figures_in_the_docs_are_what_prod_renders(prod_synth: dict[str, dict]) -> None:
+    """Review round 8: docs/deploying.md still said 985 s where prod renders the gateway's 1165 s grace and
+    cluster-autoscaler's --max-graceful-termination-sec 1165. Each figure the pages give for prod's drains is read
+    here from what synth renders: the gateway Deployment's grace and preStop (accept, close, bound:
+    components.k8s.gateway.drain), deep-research's LeaderWorkerSet graces, the autoscaler release's flag."""
+    from infra.component_args import cluster_autoscaler_args
+    from tests.support.stacks import stack_config
+
+    gateway = prod_synth["gateway-deployment"]["spec"]["template"]["spec"]
+    grace = gateway["terminationGracePeriodSeconds"]
+    *_, accept, close, bound, _poll, _io, _log = gateway["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
+    lws = prod_synth["model-deep-research-leaderworkerset"]["spec"]["leaderWorkerTemplate"]
+    leader, worker = (lws[t]["spec"]["terminationGracePeriodSeconds"] for t in ("leaderTemplate", "workerTemplate"))
+    flag = prod_synth["cluster-autoscaler-release"]["values"]["extraArgs"]["max-graceful-termination-sec"]
+    staging_flag = cluster_autoscaler_args(stack_config("staging"))["max_graceful_termination_seconds"]
+    longest = max(m.timeout_seconds for m in stack_config("prod").models.values())
+    idle = int(accept) + int(close)
+    deploying = " ".join((ROOT / "docs" / "deploying.md").read_text().split())
+    for figure in (f"prod's longest is the gateway's {grace} s (deep-research's pods: {leader} and {worker} s)",
+                   f"never below 600 s (prod {flag}, staging {staging_flag})",
+                   f"leaves {accept} + {close} = {idle} s after its eviction",
+                   f"(prod: {bound} s, grace {grace} s)", f"up to {longest:g} s",
+                   f"workers ({leader} and {worker} s)"):
+        assert figure in deploying, figure
+    gateway_page = " ".join((ROOT / "docs" / "gateway.md").read_text().split())
+    for figure in (f"| {accept} + {close} = {idle} s |", f"is gone about {idle} s after",
+                   f"| at most {accept} + {close} + {longest:g} + 10 = {bound} s |", f"| {grace} s | the pod's grace",
+                   f"the pod's grace ({grace} s on prod", f"(prod: {accept} + {int(bound) - int(accept)} = {bound} s"):
+        assert figure in gateway_page, figure
+
+
+def test_the_client_pool_defaults_the_gateway_page_gives_are_the_clients_own() -> None:
+    """docs/gateway.md, "Calling the gateway: keep-alive pools": a pool that keeps idle connections longer than the
+    gateway's 5 s drain may reuse one in Envoy's delayed close and lose a POST. The defaults it names, read from the
+    installed clients: httpx's keepalive_expiry (and the openai SDK's limits) 5 s, aiohttp's TCPConnector 15 s,
+    requests' adapter no retries; urllib3 keeps no idle limit at all."""
+    import asyncio
+
+    import aiohttp
+    import httpx
+    import requests.adapters
+    from openai._constants import DEFAULT_CONNECTION_LIMITS
+
+    from components.k8s.gateway.envoy.config import CLIENT_DRAIN_SECONDS
+
+    async def aiohttp_keepalive() -> float:
+        connector = aiohttp.TCPConnector()
+        try:
+            return float(connector._keepalive_timeout)  # type: ignore[attr-defined]
+        finally:
+            await connector.close()
+
+    assert httpx.Limits().keepalive_expiry == DEFAULT_CONNECTION_LIMITS.keepalive_expiry == CLIENT_DRAIN_SECONDS
+    assert asyncio.run(aiohttp_keepalive()) == 15.0
+    assert requests.adapters.DEFAULT_RETRIES == 0
+    page = " ".join((ROOT / "docs" / "gateway.md").read_text().split())
+    for claim in (f"httpx's default `keepalive_expiry` is {CLIENT_DRAIN_SECONDS} s",
+                  "aiohttp 3.14.5 keeps idle connections 15 s", "urllib3 2.8.0 (requests 2.34.2) has no idle limit",
+                  "requests retries none by default"):
+        assert claim in page, claim

@@ -681,7 +681,7 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     """Envoy exits on SIGTERM at once (--drain-time-s is for hot restarts and /drain_listeners:
     envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst; the end-to-end review cut a
     request in flight that way on the real binary), so every rollout, scale-down and node drain cut requests. The pod
-    now sleeps before SIGTERM, out of the Service's endpoints meanwhile, and the kubelet waits for that: a client's
+    now waits before SIGTERM, out of the Service's endpoints meanwhile, and the kubelet waits for that: a client's
     keep-alive connection is told to close within 60 s (max_connection_duration) plus the 5 s drain_timeout, and the
     last request it carried may last the longest a route allows (prod: deep-research's 900 s), plus 10 s. Its
     outbound Istio sidecar drains as long as the pod may live (a classic sidecar otherwise aborts 5 s after
@@ -693,16 +693,51 @@ def test_a_terminating_gateway_pod_serves_its_requests_in_flight_to_their_end() 
     spec = template["spec"]
     [envoy] = spec["containers"]
     # behind the NLB (ip targets) Envoy first accepts new connections for the 180 s the NLB may still send them
-    assert envoy["lifecycle"] == {"preStop": {"sleep": {"seconds": 180 + 975}}}
+    assert gw.drain_seconds(cfg) == 180 + 975
     assert spec["terminationGracePeriodSeconds"] == 1165
     assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "1165s"}'
-    # without an NLB (onprem: the site's load balancer) no such window
-    onprem = gw.deployment(stack_config("onprem"), "{}")["spec"]["template"]["spec"]
-    onprem_longest = math.ceil(max(m.timeout_seconds for m in stack_config("onprem").models.values()))
-    assert onprem["containers"][0]["lifecycle"] == {"preStop": {"sleep": {"seconds": 75 + onprem_longest}}}
     hcm = _hcm(cfg)
+    assert hcm["stat_prefix"] == "gateway"
     assert hcm["common_http_protocol_options"]["max_connection_duration"] == "60s"
     assert hcm["drain_timeout"] == "5s"
+
+
+def test_the_gateway_pods_prestop_ends_when_its_last_request_does_within_the_same_bound() -> None:
+    """Round 8: the preStop was a fixed kubelet sleep of drain_seconds (prod 1155 s), busy or idle, so a prod system
+    node holding a gateway pod outlasted an EKS managed node group update's 15 minutes whatever the traffic. Now it is
+    bash (the image envoyproxy/envoy:v1.40.0 is Ubuntu: envoyproxy/envoy@v1.40.0 ci/Dockerfile-envoy, stage `envoy`)
+    running components.k8s.gateway.drain's script with the stack's numbers: accept for the NLB window (180 s; without
+    an NLB the 10 s endpoints take to leave), wait 60 + 5 s for every client connection to close or drain, then read
+    Envoy's admin on 127.0.0.1:9901 (where the bootstrap binds it) for the gateway listener's
+    http.gateway.downstream_rq_active every second until 0, at most drain_seconds (the grace is unchanged, and
+    with it the NLB's deregistration delay). What the script does: tests/artifacts/test_gateway_drain_live.py."""
+    from components.k8s.gateway.drain import DRAIN_WAIT_SCRIPT
+
+    cfg = stack_config("prod")
+    [envoy] = gw.deployment(cfg, "{}")["spec"]["template"]["spec"]["containers"]
+    assert envoy["lifecycle"] == {"preStop": {"exec": {"command": [
+        "bash", "-c", DRAIN_WAIT_SCRIPT, "gateway-drain", "9901", "http.gateway.downstream_rq_active",
+        "180", "65", "1155", "1", "2", "/proc/1/fd/1"]}}}
+    assert ec.bootstrap(cfg)["admin"]["address"] == {"socket_address": {"address": "127.0.0.1", "port_value": 9901}}
+    onprem = stack_config("onprem")
+    onprem_longest = math.ceil(max(m.timeout_seconds for m in onprem.models.values()))
+    [onprem_envoy] = gw.deployment(onprem, "{}")["spec"]["template"]["spec"]["containers"]
+    assert onprem_envoy["lifecycle"]["preStop"]["exec"]["command"][6:10] == ["10", "65", str(75 + onprem_longest), "1"]
+    assert gw.termination_grace_seconds(onprem) == 75 + onprem_longest + 10
+
+
+def test_the_drain_hooks_timings_are_checked() -> None:
+    """A bound shorter than the fixed phases could never see them through; a zero poll would spin."""
+    from components.k8s.gateway.drain import prestop
+
+    with pytest.raises(ValueError, match=r"^bound_seconds: 60 is shorter than accept_seconds \+ close_seconds "
+                                         r"\(10 \+ 65\): the bound must cover both fixed phases$"):
+        prestop(stat_prefix="gateway", accept_seconds=10, close_seconds=65, bound_seconds=60)
+    with pytest.raises(ValueError, match=r"^poll_seconds: 0 is not a positive number of seconds$"):
+        prestop(stat_prefix="gateway", accept_seconds=10, close_seconds=65, bound_seconds=100, poll_seconds=0)
+    assert prestop(stat_prefix="gw", accept_seconds=0.25, close_seconds=0.5, bound_seconds=3,
+                   poll_seconds=0.1)["exec"]["command"][4:] == [
+        "9901", "http.gw.downstream_rq_active", "0.25", "0.5", "3", "0.1", "2", "/proc/1/fd/1"]
 
 
 def test_every_route_to_a_chat_model_hashes_the_session_key_and_no_other_does() -> None:

@@ -53,12 +53,14 @@ from components.k8s.gateway.args import (
     TokenBudgetArgs,
 )
 from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_values
+from components.k8s.gateway.drain import prestop
 from components.k8s.gateway.envoy.base import model_host
 from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.gateway.envoy.config import (
     CLIENT_CONNECTION_MAX_SECONDS,
     CLIENT_DRAIN_SECONDS,
     GATEWAY_MEMORY_LIMIT_GIB,
+    GATEWAY_STAT_PREFIX,
     GatewayView,
     render,
 )
@@ -137,7 +139,9 @@ __all__ = [
     "GATEWAY_POD_START_SECONDS",
     "rollout_await_seconds",
     "nlb_targets",
+    "accept_seconds",
     "drain_seconds",
+    "prestop_hook",
     "deregistration_delay_seconds",
     "check_deregistration_delay",
     "gateway_labels",
@@ -212,6 +216,9 @@ def config_map(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
 # Seconds between the pod's termination starting and SIGTERM reaching Envoy beyond the longest request, and left
 # after it for Envoy to exit before the kubelet kills it.
 DRAIN_MARGIN_SECONDS = 10
+# Without an NLB the pod's endpoint leaves kube-proxy's rules and the in-mesh callers' sidecars within seconds of its
+# termination starting: the gateway keeps accepting connections that long (the margin's seconds).
+ENDPOINTS_LEAVE_SECONDS = DRAIN_MARGIN_SECONDS
 
 
 def nlb_targets(cfg: GatewayView) -> bool:
@@ -223,23 +230,40 @@ def _longest_request_seconds(cfg: GatewayView) -> int:
     return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
 
 
+def accept_seconds(cfg: GatewayView) -> int:
+    """How long a terminating gateway pod may still be sent new connections: behind an NLB (ip targets)
+    NLB_DEREGISTRATION_WINDOW_SECONDS, else ENDPOINTS_LEAVE_SECONDS."""
+    return NLB_DEREGISTRATION_WINDOW_SECONDS if nlb_targets(cfg) else ENDPOINTS_LEAVE_SECONDS
+
+
 def drain_seconds(cfg: GatewayView) -> int:
-    """How long a terminating gateway pod keeps serving. Envoy exits on SIGTERM without draining (its --drain-time-s
-    applies to hot restarts and /drain_listeners:
-    envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the pod's preStop sleeps
-    first, with Envoy still accepting connections: the endpoint leaves the Service at once; behind an NLB (ip
-    targets) new connections may still arrive for NLB_DEREGISTRATION_WINDOW_SECONDS. A client's connection takes its
-    last new request within CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS of opening (max_connection_duration,
-    then the connection manager's drain: `Connection: close`), and that request may last the longest any route
-    allows (a model's timeoutSeconds). So nothing a client sent is still in flight, and no client connection open,
-    when Envoy gets SIGTERM."""
+    """The longest a terminating gateway pod keeps serving: its preStop's bound. Envoy exits on SIGTERM without
+    draining (its --drain-time-s applies to hot restarts and /drain_listeners:
+    envoyproxy/envoy@v1.40.0:docs/root/intro/arch_overview/operations/draining.rst), so the preStop waits first, with
+    Envoy still accepting connections: the endpoint leaves the Service at once; behind an NLB (ip targets) new
+    connections may still arrive for NLB_DEREGISTRATION_WINDOW_SECONDS. A client's connection takes its last new
+    request within CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS of opening (max_connection_duration, then the
+    connection manager's drain: `Connection: close`), and that request may last the longest any route allows (a
+    model's timeoutSeconds). So nothing a client sent is still in flight, and no client connection open, when Envoy
+    gets SIGTERM. The preStop (prestop_hook) ends as soon as no request is in flight after the fixed phases: an idle
+    pod's takes accept_seconds + 65 s, only a request still running holds it, up to this bound."""
     window = NLB_DEREGISTRATION_WINDOW_SECONDS if nlb_targets(cfg) else 0
     return (window + CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + _longest_request_seconds(cfg)
             + DRAIN_MARGIN_SECONDS)
 
 
+def prestop_hook(cfg: GatewayView) -> dict[str, Any]:
+    """The Envoy container's preStop (components.k8s.gateway.drain): accept for accept_seconds, wait
+    CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS for every client connection to close or drain, then read the
+    gateway listener's requests in flight every second until none is left, at most drain_seconds in all."""
+    return prestop(stat_prefix=GATEWAY_STAT_PREFIX, accept_seconds=accept_seconds(cfg),
+                   close_seconds=CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS,
+                   bound_seconds=drain_seconds(cfg))
+
+
 def termination_grace_seconds(cfg: GatewayView) -> int:
-    """The gateway pod's terminationGracePeriodSeconds: its preStop (drain_seconds) and a margin for Envoy's exit."""
+    """The gateway pod's terminationGracePeriodSeconds: its preStop's bound (drain_seconds) and a margin for Envoy's
+    exit."""
     return drain_seconds(cfg) + DRAIN_MARGIN_SECONDS
 
 
@@ -277,10 +301,10 @@ def rollout_await_seconds(cfg: GatewayView) -> int:
 
 def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
     """Rolled when the config changes: the pod template carries the config's hash. A pod being replaced or
-    evicted serves its requests in flight to their end before Envoy stops (drain_seconds). Behind an NLB a new pod is
-    ready once it is a healthy target (its readiness gate), so `pulumi up` waits rollout_await_seconds."""
+    evicted serves its requests in flight to their end before Envoy stops (prestop_hook, at most drain_seconds).
+    Behind an NLB a new pod is ready once it is a healthy target (its readiness gate), so `pulumi up` waits
+    rollout_await_seconds."""
     config_hash = hashlib.sha256(envoy_yaml.encode()).hexdigest()
-    drain = drain_seconds(cfg)
     grace = termination_grace_seconds(cfg)
     container = {
         "name": "envoy",
@@ -298,9 +322,8 @@ def deployment(cfg: GatewayView, envoy_yaml: str) -> dict[str, Any]:
                                         memory_limit=f"{GATEWAY_MEMORY_LIMIT_GIB}Gi"),
         "volumeMounts": [{"name": "config", "mountPath": CONFIG_DIR, "readOnly": True}],
         "securityContext": security.container_security_context(),
-        # the kubelet's own sleep (no shell in the image needed): Kubernetes' PodLifecycleSleepAction, on by
-        # default since 1.30 (kubernetes/enhancements#3960)
-        "lifecycle": {"preStop": {"sleep": {"seconds": drain}}},
+        # ends when the pod's last request does (bash in the image: components.k8s.gateway.drain)
+        "lifecycle": {"preStop": prestop_hook(cfg)},
     }
     meta = _meta(cfg)
     if nlb_targets(cfg):

@@ -277,8 +277,8 @@ CLIENT_KEEPALIVE_IDLE_S, CLIENT_KEEPALIVE_INTERVAL_S, CLIENT_KEEPALIVE_PROBES = 
 
 
 # A client's connection lives at most this long: then its next response says `Connection: close` (HTTP/1.1; HTTP/2
-# gets GOAWAY), a request in flight on it runs to its end, and an idle one is closed at once. A terminating gateway
-# pod is out of its Service's endpoints from its first second, but clients' keep-alive connections (idle_timeout
+# gets GOAWAY), a request in flight on it runs to its end, and an idle one drains too (5 s) before it closes. A
+# terminating gateway pod is out of its Service's endpoints from its first second, but clients' keep-alive connections (idle_timeout
 # 300 s) would keep bringing it new requests through its whole preStop and be cut by SIGTERM; this makes them
 # reconnect, to the other pods, within a minute (components.k8s.gateway.component.drain_seconds).
 # A connection busy when its time is up is draining: a request that starts on it within CLIENT_DRAIN_SECONDS (the
@@ -288,6 +288,9 @@ CLIENT_KEEPALIVE_IDLE_S, CLIENT_KEEPALIVE_INTERVAL_S, CLIENT_KEEPALIVE_PROBES = 
 # api/envoy/extensions/filters/network/http_connection_manager/v3/http_connection_manager.proto (drain_timeout).
 CLIENT_CONNECTION_MAX_SECONDS = 60
 CLIENT_DRAIN_SECONDS = 5
+# The client listener's connection manager: its stats are http.gateway.* (the gateway pod's preStop reads
+# http.gateway.downstream_rq_active: components.k8s.gateway.drain).
+GATEWAY_STAT_PREFIX = "gateway"
 
 
 def client_keepalive() -> list[dict[str, Any]]:
@@ -526,7 +529,7 @@ def gateway_listener(cfg: GatewayView) -> dict[str, Any]:
                              "routes": routes(cfg) if gw.auth.issuers else _no_issuer_routes()}
     if cfg.tenants:
         vhost["virtual_clusters"] = _virtual_clusters(cfg)
-    hcm = _hcm("gateway", {"name": "models", "virtual_hosts": [vhost]}, http_filters(cfg),
+    hcm = _hcm(GATEWAY_STAT_PREFIX, {"name": "models", "virtual_hosts": [vhost]}, http_filters(cfg),
                generate_request_id=True,
                use_remote_address=True,
                # slow clients: headers, then the whole request, must arrive in time (408); idle streams and
