@@ -280,8 +280,8 @@ CLIENT_KEEPALIVE_IDLE_S, CLIENT_KEEPALIVE_INTERVAL_S, CLIENT_KEEPALIVE_PROBES = 
 # gets GOAWAY), a request in flight on it runs to its end, and an idle one drains too (5 s) before it closes. A
 # terminating gateway pod is out of its Service's endpoints from its first second, but clients' keep-alive
 # connections (idle_timeout 300 s) would keep bringing it new requests through its whole preStop and be cut by
-# SIGTERM; this makes them reconnect, to the other pods, within a minute (components.k8s.gateway.component
-# .drain_seconds).
+# SIGTERM; this makes them reconnect, to the other pods, within a minute (drain_seconds in
+# components/k8s/gateway/component.py).
 # A connection busy when its time is up is draining: a request that starts on it within CLIENT_DRAIN_SECONDS (the
 # connection manager's drain_timeout, Envoy's default, stated) is still served, with `Connection: close`; then it
 # closes once no request is left on it.
