@@ -116,7 +116,8 @@ def test_the_drain_figures_in_the_docs_are_what_prod_renders(prod_synth: dict[st
     """Review round 8: docs/deploying.md still said 985 s where prod renders the gateway's 1165 s grace and
     cluster-autoscaler's --max-graceful-termination-sec 1165. Each figure the pages give for prod's drains is read
     here from what synth renders: the gateway Deployment's grace and preStop (accept, close, bound:
-    components.k8s.gateway.drain), deep-research's LeaderWorkerSet graces, the autoscaler release's flag."""
+    components.k8s.gateway.drain), deep-research's LeaderWorkerSet graces, the budget service's grace, preStop and
+    shutdown grace (round 9), the autoscaler release's flag."""
     from infra.component_args import cluster_autoscaler_args
     from tests.support.stacks import stack_config
 
@@ -125,6 +126,10 @@ def test_the_drain_figures_in_the_docs_are_what_prod_renders(prod_synth: dict[st
     *_, accept, close, bound, _poll, _io, _log = gateway["containers"][0]["lifecycle"]["preStop"]["exec"]["command"]
     lws = prod_synth["model-deep-research-leaderworkerset"]["spec"]["leaderWorkerTemplate"]
     leader, worker = (lws[t]["spec"]["terminationGracePeriodSeconds"] for t in ("leaderTemplate", "workerTemplate"))
+    budgets = prod_synth["gateway-budgets-deployment"]["spec"]["template"]["spec"]
+    budgets_grace, [budgets_c] = budgets["terminationGracePeriodSeconds"], budgets["containers"]
+    budgets_prestop = budgets_c["lifecycle"]["preStop"]["sleep"]["seconds"]
+    budgets_shutdown = budgets_c["args"][budgets_c["args"].index("--shutdown-grace-seconds") + 1]
     flag = prod_synth["cluster-autoscaler-release"]["values"]["extraArgs"]["max-graceful-termination-sec"]
     staging_flag = cluster_autoscaler_args(stack_config("staging"))["max_graceful_termination_seconds"]
     longest = max(m.timeout_seconds for m in stack_config("prod").models.values())
@@ -134,7 +139,9 @@ def test_the_drain_figures_in_the_docs_are_what_prod_renders(prod_synth: dict[st
                    f"never below 600 s (prod {flag}, staging {staging_flag})",
                    f"leaves {accept} + {close} = {idle} s after its eviction",
                    f"(prod: {bound} s, grace {grace} s)", f"up to {longest:g} s",
-                   f"workers ({leader} and {worker} s)"):
+                   f"workers ({leader} and {worker} s)",
+                   f"(grace {budgets_grace} s on prod: a {budgets_prestop} s preStop, then up to "
+                   f"`--shutdown-grace-seconds` {budgets_shutdown} for those streams)"):
         assert figure in deploying, figure
     gateway_page = " ".join((ROOT / "docs" / "gateway.md").read_text().split())
     for figure in (f"| {accept} + {close} = {idle} s |", f"is gone about {idle} s after",
