@@ -18,15 +18,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import prometheus_client as prom
 import pytest
+import redis.asyncio as aredis
 
+from components.k8s.gateway.budgets.service import BudgetConfig, Processor
+from components.k8s.gateway.budgets.store import Store
+from components.k8s.gateway.envoy.budgets import service_config
 from dashboards.config import ObservabilityConfig
 from dashboards.gateway_alerts import DRAIN_CUT_LEAD_SECONDS, alerts
 from infra.monitoring import from_platform
 from infra.synth import load_stack
+from telemetry.names import BUDGET
 from tests.artifacts.test_gateway_overload import dropped_by_stats_matcher
 from tests.artifacts.test_rules import GATEWAY_PODS, Case, Labels, _around, _promtool_test, _run_promtool_tests, _sel
 from tests.support import exporter_facts as facts
+from tests.support.stacks import stack_config
 
 ALERT = "GatewayDrainCutsRequests"
 # Deleted at minute 2 (120 s after promtool's epoch) with a grace of 700 s: killed at 820 s. Less than 120 s are left
@@ -82,3 +89,14 @@ def test_a_terminating_gateway_pod_with_requests_in_flight_warns_before_its_dead
 def test_no_stats_matcher_drops_the_requests_in_flight(stack: str) -> None:
     """The gauge the alert (and the preStop) reads is kept by every shipped stack's bootstrap."""
     assert dropped_by_stats_matcher(stack, ["http.gateway.downstream_rq_active"]) == []
+
+
+def test_the_budget_service_exports_no_requests_in_flight() -> None:
+    """Why the alert leaves the budget service's pods out (dashboards/RUNBOOKS.md, GatewayDrainCutsRequests): of the
+    metric families its processor registers, the only gauge is its store breaker's; it counts its streams in flight
+    (`Processor.streams`) but only logs them when it stops. The windows' gauges (SpendCollector) are budgets' spend."""
+    registry = prom.CollectorRegistry()
+    config = BudgetConfig.load_text(service_config(stack_config("prod")))
+    Processor(config, Store(aredis.Redis.from_url("redis://127.0.0.1:1/0")), registry)
+    gauges = sorted(f.name for f in registry.collect() if f.type == "gauge")
+    assert gauges == [BUDGET.STORE_BREAKER_OPEN]
