@@ -91,6 +91,24 @@ clusters' stats are all kept).
     pod's stats going stale after its heap pressure was last seen in the reset band (at least RESET_STREAMS_FROM
     within OVERLOAD_LOOKBACK), while the pod exists and is not ready (kube-state-metrics; the kubelet's /ready
     probe is refused): for OVERLOAD_REFUSING_FOR. A pod deleted, or restarted and scraped again, does not fire.
+- GatewayDrainCutsRequests (warning): a terminating gateway pod still has requests in flight on the gateway listener
+  when less than DRAIN_CUT_LEAD_SECONDS are left before the kubelet kills it: its preStop
+  (components/k8s/gateway/drain.py) is waiting on them and reaches its bound first, then Envoy gets SIGTERM and
+  exits, cutting them (the hook exits 0: the kubelet records no FailedPreStopHook). The deadline is the pod's
+  `metadata.deletionTimestamp`, which kube-state-metrics v2.18.0 exports as KSM.POD_DELETED (Unix seconds, only
+  once set: internal/store/pod.go `kube_pod_deletion_timestamp`): on a graceful delete the API server sets it to the
+  time of the request plus the grace period (staging/src/k8s.io/apiserver/pkg/registry/rest/delete.go
+  `BeforeDelete`), the pod's terminationGracePeriodSeconds unless the delete or eviction asks for less
+  (pkg/registry/core/pod/strategy.go `CheckGracefulDelete`; kubernetes/kubernetes@v1.34.0). The kubelet runs the
+  preStop from about then, for at most its bound (drain_seconds, DRAIN_MARGIN_SECONDS less than the grace), so
+  Envoy gets SIGTERM about that margin before the deadline. The requests are ENVOY.DOWNSTREAM_RQ_ACTIVE of the
+  gateway listener's connection manager (ENVOY.L_HCM_PREFIX = ENVOY.GATEWAY_HCM_PREFIX), the gauge the hook reads,
+  one series per gateway pod as Prometheus labels its scrape (namespace, pod); a stack with variants renders a stats
+  matcher, which keeps it (only the gates' stats are left out). Joined on (namespace, pod), so only a pod whose own
+  stats say so fires, whatever other pods of the cluster are terminating. Its value: the requests in flight. It
+  stops when they end, or when the pod is killed (its stats go stale). Not covered: a pod whose admin or stats do
+  not answer (the hook's "admin unreachable"), and the budget service's metering streams (it exports no in-flight
+  gauge: components/k8s/gateway/budgets/service.py); dashboards/RUNBOOKS.md says how to see those.
 - CapacityBlockOver (warning): one per model on a capacity block, once the block's endTime has passed
   (`time() > endTime`, no data needed): its ScaledObject's KEDA cron trigger has no year, so the block's window comes
   back on its start date of every later year and asks for replicas on a pool with no nodes. The same finding and
@@ -122,6 +140,7 @@ __all__ = [
     "OVERLOAD_FOR",
     "OVERLOAD_REFUSING_FOR",
     "OVERLOAD_LOOKBACK",
+    "DRAIN_CUT_LEAD_SECONDS",
     "client_clusters",
     "client_route_clusters",
     "failed_answers",
@@ -150,6 +169,13 @@ LAST_RESORT_FOR = PANIC_FOR
 OVERLOAD_FOR = "5m"  # streams reset this long: more than a burst of large uploads
 OVERLOAD_REFUSING_FOR = "2m"  # a pod refusing everything: its readiness fails within 10 s, a restart takes seconds
 OVERLOAD_LOOKBACK = "1h"  # how far back the heap pressure of a pod whose stats went silent is looked for
+# A terminating gateway pod's requests in flight are reported this long before its deadline: SIGTERM comes
+# DRAIN_MARGIN_SECONDS (10 s) before it, the gauge is scraped every 15 s (the gateway's ServiceMonitor), the rules run
+# every 30 s (kube-prometheus-stack leaves the Prometheus evaluationInterval to prometheus-operator's default:
+# pkg/apis/monitoring/v1/prometheus_types.go) and Alertmanager waits 30 s (group_wait: components/k8s/observability/
+# alerting.py) before it notifies: 85 s, and the receiver's delivery. Longer would also report requests that end on
+# their own (each ends within its route's timeout, which the drain covers).
+DRAIN_CUT_LEAD_SECONDS = 120
 GATEWAY_POD = ("namespace", "pod")  # the labels Prometheus gives a gateway pod's series (its scrape target's)
 WORKLOAD = "workload"  # the label of a workload's series (as dashboards.rules' variant records)
 CLUSTER = ENVOY.L_CLUSTER
@@ -372,6 +398,25 @@ def _overload_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     ]
 
 
+def _drain_cut_alert(cfg: ObservabilityConfig) -> Alert:
+    """GatewayDrainCutsRequests (module docstring): a terminating gateway pod with requests in flight near its
+    deadline."""
+    pod = ", ".join(GATEWAY_POD)
+    gateway = f'{ENVOY.L_HCM_PREFIX}="{ENVOY.GATEWAY_HCM_PREFIX}"'
+    in_flight = f"max by ({pod}) ({series(cfg, ENVOY.DOWNSTREAM_RQ_ACTIVE, gateway)}) > 0"
+    deadline = f"max by ({pod}) ({series(cfg, KSM.POD_DELETED)})"
+    return Alert(
+        "GatewayDrainCutsRequests",
+        f"{in_flight}\nand on ({pod}) ({deadline} - time() < {DRAIN_CUT_LEAD_SECONDS})", "warning",
+        summary="Terminating gateway pod {{ $labels.pod }} will cut {{ $value }} requests in flight",
+        description="Gateway pod {{ $labels.pod }} is terminating and still has {{ $value }} requests in flight on "
+                    f"the gateway listener less than {DRAIN_CUT_LEAD_SECONDS} s before the kubelet kills it (its "
+                    "deletionTimestamp): its drain waits on them until its bound, then Envoy gets SIGTERM and "
+                    "exits, and those clients' streams are cut. A rollout, scale-in or node drain ends requests "
+                    "that run longer than the drain allows.",
+        runbook_url=runbook(cfg, "GatewayDrainCutsRequests"))
+
+
 def _last_resort_tries(cfg: ObservabilityConfig) -> str:
     """Tries/s on each workload's variants' last resorts, labelled with the workload."""
     by_workload: dict[str, list[str]] = {}
@@ -413,6 +458,7 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
         _panic_alert(cfg),
         *_last_resort_alerts(cfg),
         *_overload_alerts(cfg),
+        _drain_cut_alert(cfg),
         *block_over_alerts(cfg),
         Alert("GatewayReplicasEjected",
               f"max by ({CLUSTER}) (increase({series(cfg, ENVOY.EJECTIONS_ENFORCED)}[{FOR}])) > 0", "warning",

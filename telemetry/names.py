@@ -290,6 +290,10 @@ class ENVOY:
     EJECTIONS = "envoy_cluster_outlier_detection_ejections_active"
     EJECTIONS_ENFORCED = "envoy_cluster_outlier_detection_ejections_enforced_total"  # counter
     DOWNSTREAM_RQ_TIME = "envoy_http_downstream_rq_time"  # histogram, ms
+    # gauge {envoy_http_conn_manager_prefix}: requests in flight on a connection manager (`http.<stat_prefix>.
+    # downstream_rq_active`, envoyproxy/envoy@v1.40.0 source/common/http/conn_manager_config.h), what the gateway
+    # pod's preStop waits on (components/k8s/gateway/drain.py)
+    DOWNSTREAM_RQ_ACTIVE = "envoy_http_downstream_rq_active"
     RATELIMITED = "envoy_http_local_rate_limit_rate_limited"
     NO_HEALTHY = "envoy_cluster_upstream_cx_none_healthy"  # counter: requests with no healthy upstream host
     # counter: active health checks sent to the cluster's hosts (a model's: its progress checks, one generation each)

@@ -36,6 +36,7 @@ from infra.config import PlatformConfig
 from infra.monitoring import from_platform
 from infra.synth import load_stack, shipped_stacks
 from telemetry.names import DCGM, SGLANG, TRITON, VLLM
+from tests.support import exporter_facts as facts
 from tests.support.budget_service import BudgetService
 from tests.support.envoy import rebind
 from tests.support.fake_backends import answered_gateway_check
@@ -368,3 +369,16 @@ def test_downstream_latency_is_recorded_per_connection_manager(envoy_scrape: Scr
     reads them."""
     series = envoy_scrape.values["envoy_http_downstream_rq_time"]
     assert {dict(s).get("envoy_http_conn_manager_prefix") for s in series} == {"gateway", "stats", "admin"}
+
+
+def test_requests_in_flight_are_a_gauge_per_connection_manager(envoy_scrape: Scrape) -> None:
+    """GatewayDrainCutsRequests reads the gateway listener's requests in flight: the real Envoy's stats listener (what
+    Prometheus scrapes, on a stack with variants, so through its stats matcher) exports `http.<stat_prefix>.
+    downstream_rq_active` as the gauge envoy_http_downstream_rq_active, one series per connection manager, the stat
+    prefix in envoy_http_conn_manager_prefix and no other label (envoyproxy/envoy@v1.40.0
+    source/common/http/conn_manager_config.h; tests.support.exporter_facts.ENVOY_RQ_ACTIVE)."""
+    name = facts.ENVOY_RQ_ACTIVE.name
+    assert envoy_scrape.types[name] == facts.ENVOY_RQ_ACTIVE.type == "gauge"
+    assert envoy_scrape.labels[name] == frozenset(facts.ENVOY_RQ_ACTIVE.labels)
+    prefixes = {dict(s)[facts.ENVOY_RQ_ACTIVE.labels[0]] for s in envoy_scrape.values[name]}
+    assert prefixes == {"gateway", "stats", "admin"}

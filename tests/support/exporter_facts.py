@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["ExporterMetric", "NVLINK_BANDWIDTH_TOTAL", "NVLINK_BYTES_PER_UNIT", "NODE_CAPACITY", "POD_PHASE",
-           "POD_PHASES", "POD_READY", "CONTAINER_READY", "POD_DELETED", "RECONCILE_ERRORS", "LBC_CONTROLLERS",
-           "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
+           "POD_PHASES", "POD_READY", "CONTAINER_READY", "POD_DELETED", "ENVOY_RQ_ACTIVE", "RECONCILE_ERRORS",
+           "LBC_CONTROLLERS", "TRTLLM_OUTPUT_TOKENS", "TRTLLM_INPUT_TOKENS", "TRTLLM_TOKEN_BUCKETS",
            "TRTLLM_OUTPUT_TOKENS_TYPE", "TRTLLM_INPUT_TOKENS_TYPE"]
 
 
@@ -59,6 +59,12 @@ CONTAINER_READY = ExporterMetric("kube_pod_container_status_ready", "gauge", ("n
                                  "kubernetes/kube-state-metrics@v2.18.0 internal/store/pod.go")
 POD_DELETED = ExporterMetric("kube_pod_deletion_timestamp", "gauge", ("namespace", "pod", "uid"),
                              "kubernetes/kube-state-metrics@v2.18.0 internal/store/pod.go")
+# Envoy v1.40.0: every HTTP connection manager keeps the gauge `http.<stat_prefix>.downstream_rq_active` (requests in
+# flight: source/common/http/conn_manager_config.h ALL_HTTP_CONN_MAN_STATS); its Prometheus output moves the stat
+# prefix into a tag (source/common/config/well_known_names.cc, HTTP_CONN_MANAGER_PREFIX: the real Envoy's scrape in
+# tests/artifacts/test_upstream_metric_names.py), and Prometheus adds the scraped pod's namespace, pod and job.
+ENVOY_RQ_ACTIVE = ExporterMetric("envoy_http_downstream_rq_active", "gauge", ("envoy_http_conn_manager_prefix",),
+                                 "envoyproxy/envoy@v1.40.0 source/common/http/conn_manager_config.h")
 # The AWS Load Balancer Controller v3.5.0 (go.mod: controller-runtime v0.24.1) serves controller-runtime's metrics
 # registry on :8080 (pkg/config/runtime_config.go defaultMetricsAddr); each controller counts the reconciles that
 # returned an error under the name it was built with (Named(controllerName): controllers/service/
