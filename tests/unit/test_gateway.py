@@ -549,12 +549,17 @@ def test_a_model_timeout_longer_than_an_nlb_can_drain_is_refused_with_its_path()
 
 
 def test_prometheus_scrapes_the_stats_port_through_a_headless_service_over_mesh_tls() -> None:
+    """The Service publishes not-ready addresses so that a terminating gateway pod stays a scrape target for its whole
+    drain (review round 10: without it the Endpoints controller drops the pod at its deletion, and
+    GatewayDrainCutsRequests, which reads the pod's requests in flight, could never fire): kubernetes/kubernetes@v1.34.0
+    staging/src/k8s.io/endpointslice/util/controller_utils.go ShouldPodBeInEndpoints."""
     cfg = prod_without_variants()
     svc, monitor = gw.metrics_service(cfg), gw.service_monitor(cfg)
     assert svc["metadata"] == {"name": "aifactory-gateway-metrics", "namespace": "aifactory-gateway", "labels": {
         "app.kubernetes.io/name": "aifactory-gateway", "app.kubernetes.io/component": "gateway-metrics",
         "app.kubernetes.io/managed-by": "aifactory"}}
-    assert svc["spec"] == {"clusterIP": "None", "selector": {"app.kubernetes.io/name": "aifactory-gateway"},
+    assert svc["spec"] == {"clusterIP": "None", "publishNotReadyAddresses": True,
+                           "selector": {"app.kubernetes.io/name": "aifactory-gateway"},
                            "ports": [{"name": "stats", "port": 9902, "targetPort": "stats", "protocol": "TCP",
                                       "appProtocol": "http"}]}
     assert (monitor["apiVersion"], monitor["kind"], monitor["metadata"]["name"]) == (

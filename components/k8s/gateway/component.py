@@ -373,11 +373,19 @@ def service(cfg: GatewayView) -> dict[str, Any]:
 
 
 def metrics_service(cfg: GatewayView) -> dict[str, Any]:
-    """Headless, the stats port only: what the ServiceMonitor scrapes, one target per pod."""
+    """Headless, the stats port only: what the ServiceMonitor scrapes, one target per pod. It publishes not-ready
+    addresses: the Endpoints controller leaves a pod with a deletionTimestamp out of a Service's endpoints unless the
+    Service sets publishNotReadyAddresses (kubernetes/kubernetes@v1.34.0
+    staging/src/k8s.io/endpointslice/util/controller_utils.go ShouldPodBeInEndpoints, called with it as
+    includeTerminating by pkg/controller/endpoint/endpoints_controller.go), and prometheus-operator's ServiceMonitors
+    discover targets from Endpoints unless told otherwise. A terminating gateway pod drains for up to its grace, and
+    its requests in flight are what GatewayDrainCutsRequests reads: it stays a target until it is gone. Nothing but
+    the scrape uses this Service."""
     meta = _meta(cfg, METRICS_SERVICE)
     meta["labels"] = naming.common_labels(naming.GATEWAY_APP, METRICS_COMPONENT)
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
         "clusterIP": "None",
+        "publishNotReadyAddresses": True,
         "selector": _selector(),
         "ports": [{"name": "stats", "port": naming.ENVOY_STATS_PORT, "targetPort": "stats", "protocol": "TCP",
                    "appProtocol": "http"}],
