@@ -116,7 +116,7 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
     fast burn silenced another's slow burn; one gateway pod's critical GatewayOverloaded (refusing every request)
     silenced another pod's warning (streams reset), both in the gateway's namespace. A model's gateway outage pages
     once: its GatewayModelUnavailable silences its own GatewayServerErrorRatioHigh (the same 503s), not another
-    model's."""
+    model's. GatewayDrainCutsRequests is grouped per pod (components/k8s/observability/alerting.py PER_POD_ALERTS)."""
     config, _ = shipped(synthesized("prod"), tmp_path)
     binary = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
     assert binary, "run `make test`: it installs Debian's prometheus-alertmanager"
@@ -126,7 +126,7 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
                              f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=die_with_parent)
     unavailable, ratio, burn = "GatewayModelUnavailable", "GatewayServerErrorRatioHigh", "WorkflowLatencyBudgetBurn"
-    overloaded = "GatewayOverloaded"
+    overloaded, cuts = "GatewayOverloaded", "GatewayDrainCutsRequests"
     sent = {  # name -> labels
         "a down": {"alertname": unavailable, "severity": "critical", "envoy_cluster_name": "a"},
         "a no replica": {"alertname": unavailable, "severity": "warning", "envoy_cluster_name": "a"},
@@ -139,10 +139,12 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
         "gw-1 refusing": {"alertname": overloaded, "severity": "critical", "namespace": "gw", "pod": "gw-1"},
         "gw-1 resets": {"alertname": overloaded, "severity": "warning", "namespace": "gw", "pod": "gw-1"},
         "gw-2 resets": {"alertname": overloaded, "severity": "warning", "namespace": "gw", "pod": "gw-2"},
+        "gw-1 cuts": {"alertname": cuts, "severity": "warning", "namespace": "gw", "pod": "gw-1"},
+        "gw-2 cuts": {"alertname": cuts, "severity": "warning", "namespace": "gw", "pod": "gw-2"},
     }
     want = {"a down": False, "a no replica": True, "b no replica": False, "a 5xx": True, "c 5xx": False,
             "x fast burn": False, "x slow burn": True, "y slow burn": False,
-            "gw-1 refusing": False, "gw-1 resets": True, "gw-2 resets": False}
+            "gw-1 refusing": False, "gw-1 resets": True, "gw-2 resets": False, "gw-1 cuts": False, "gw-2 cuts": False}
     try:
         deadline = time.monotonic() + 20
         while True:
@@ -162,5 +164,16 @@ def test_the_real_alertmanager_inhibits_a_warning_only_by_the_same_things_critic
                 break
             time.sleep(0.1)
         assert got == want
+        # Groups: GatewayDrainCutsRequests is notified one group per pod (a second pod's alert would otherwise wait
+        # for the first one's next group_interval, 5 minutes, after its cut); GatewayOverloaded by namespace and name
+        # (its critical through the critical route, its two warnings together through the warning route).
+        groups = _alertmanager_api(url, "/api/v2/alerts/groups")
+        by_name: dict[str, list[tuple[str, ...]]] = {}
+        for g in groups:
+            if g["receiver"]["name"] == "platform-slack" and g["labels"].get("alertname") in (cuts, overloaded):
+                by_name.setdefault(g["labels"]["alertname"], []).append(
+                    tuple(sorted(a["labels"]["pod"] for a in g["alerts"])))
+        assert {k: sorted(v) for k, v in by_name.items()} == {cuts: [("gw-1",), ("gw-2",)],
+                                                             overloaded: [("gw-1",), ("gw-1", "gw-2")]}
     finally:
         stop_process(proc)

@@ -18,6 +18,7 @@ __all__ = [
     "ALERT_TEMPLATES_GLOB",
     "WATCHDOG_GROUP_INTERVAL",
     "SUBJECT_LABELS",
+    "PER_POD_ALERTS",
     "watchdog_route",
     "alertmanager_config",
     "alert_templates",
@@ -46,6 +47,20 @@ WATCHDOG_GROUP_INTERVAL = "1m"
 # (GpuXidError: DCGM's UUID), a model, and a pod (GatewayOverloaded: one gateway pod refusing every request must not
 # silence another gateway pod's reset streams).
 SUBJECT_LABELS = ("namespace", "alertname", ENVOY.L_CLUSTER, "model", "workflow", "tenant", "UUID", "pod")
+
+
+# Alerts notified one group per pod, not per namespace and name: GatewayDrainCutsRequests (dashboards/gateway_alerts.py,
+# warning) comes at most 2 minutes before its pod's cut, and a second pod of the same namespace joining the first one's
+# open group would be notified only at the group's next group_interval tick (5 minutes: alertmanager docs,
+# configuration, <route>), after its own cut. Each is a child route of its severity's routes (it inherits the
+# receiver; the parent's `continue` still sends it to the severity's other receivers).
+PER_POD_ALERTS: dict[str, tuple[str, ...]] = {"warning": ("GatewayDrainCutsRequests",)}
+
+
+def _per_pod_routes(severity: str) -> list[dict[str, Any]]:
+    names = PER_POD_ALERTS.get(severity, ())
+    return [{"matchers": [f'alertname = "{name}"'], "group_by": ["namespace", "alertname", "pod"]}
+            for name in names]
 
 
 def _inhibit_rules() -> list[dict[str, Any]]:
@@ -123,6 +138,8 @@ def alertmanager_config(cfg: BackendsView) -> dict[str, Any]:
     for severity, names in alerting.routes.items():
         for i, name in enumerate(names):
             route: dict[str, Any] = {"receiver": name, "matchers": [f'severity = "{severity}"']}
+            if children := _per_pod_routes(severity):
+                route["routes"] = children
             if i < len(names) - 1:
                 route["continue"] = True
             routes.append(route)
