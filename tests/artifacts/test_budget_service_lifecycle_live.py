@@ -37,7 +37,6 @@ from tests.support.fake_backends import EnvoyProcess, free_port
 from tests.support.processes import die_with_parent, stop_process
 from tests.support.redis_server import RedisServer
 from tests.support.tokens import DEFAULT_AUDIENCE, Issuer
-from telemetry.names import BUDGET
 from tests.support.usage_engine import UsageEngine
 
 IDP = "https://idp.budgets.test"
@@ -99,11 +98,12 @@ class Live:
 
 
 def streams_in_flight(metrics_port: int) -> dict[str, float]:
-    """The service's own scrape: its streams in flight by kind."""
+    """The service's own scrape: its streams in flight by kind (the names written out, as the alert's promtool test
+    writes them: tests/artifacts/test_gateway_drain_alert.py)."""
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=BOUND_S) as r:
         text = r.read().decode()
-    return {s.labels[BUDGET.L_STREAM]: s.value for f in text_string_to_metric_families(text)
-            if f.name == BUDGET.STREAMS_IN_FLIGHT for s in f.samples}
+    return {s.labels["stream"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "aifactory_token_budget_streams_in_flight" for s in f.samples}
 
 
 def wait_for_streams(metrics_port: int, expected: dict[str, float]) -> None:

@@ -188,6 +188,10 @@ def test_a_terminating_service_pod_stays_scraped_while_it_drains() -> None:
                            "ports": [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP",
                                       "appProtocol": "http"}]}
     assert monitor["spec"]["selector"] == {"matchLabels": svc["metadata"]["labels"]}
+    # its job label stays the service's name (ServiceMonitorSpec.JobLabel: the value of that label of the Service;
+    # prometheus-operator/prometheus-operator pkg/apis/monitoring/v1/servicemonitor_types.go)
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    assert svc["metadata"]["labels"]["app.kubernetes.io/name"] == "aifactory-budgets"
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
     grpc = objs["budgets-service"]["spec"]
     assert "publishNotReadyAddresses" not in grpc

@@ -250,6 +250,10 @@ def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
         "budgets-servicemonitor": {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor",
                                    "metadata": _meta(cfg), "spec": {
                                        "selector": {"matchLabels": _metrics_labels()},
+                                       # the job stays the service's name, not its metrics Service's
+                                       # (prometheus-operator/prometheus-operator pkg/apis/monitoring/v1/
+                                       # servicemonitor_types.go, ServiceMonitorSpec.JobLabel)
+                                       "jobLabel": "app.kubernetes.io/name",
                                        # the pod is in the mesh (STRICT mTLS, 9090 captured): Prometheus
                                        # presents its workload certificate, as for every meshed scrape
                                        "endpoints": [{"port": "metrics", "interval": "15s", **MESH_SCRAPE_TLS}]}},
