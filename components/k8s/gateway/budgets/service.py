@@ -41,7 +41,9 @@ is skipped. A turn never holds a request: it runs beside them, and its script is
 On SIGTERM (a rollout, an eviction) the service stops sweeping and stops taking new streams (gRPC's GOAWAY: Envoy
 opens a new connection, to another replica, for its next request) and lets the streams in flight run for up to
 `--shutdown-grace-seconds` (the longest request the gateway allows), so a fail-closed tenant's stream is not cut;
-every stream's reservation is settled, and every settlement written, before the process exits.
+every stream's reservation is settled, and every settlement written, before the process exits. The streams open, by
+kind, are the gauge BUDGET.STREAMS_IN_FLIGHT (Envoy holds admission's open until its request ends too):
+TokenBudgetDrainCutsStreams (dashboards/budgets.py) reads a terminating pod's metering ones.
 """
 
 from __future__ import annotations
