@@ -49,6 +49,17 @@ the same value: panels and alerts take the max over replicas, never the sum.
   (BUDGET.SWEPT, summed over replicas: each counts what it released), per budget: their deadline passed and nobody
   settled them, so the gateway's metering streams are being lost (a service pod killed hard, or metering failing).
   No `for`: a pod lost once sweeps its reservations within a minute or so, and that is worth a look.
+- TokenBudgetDrainCutsStreams (warning): a terminating service pod (a rollout, a scale-in, a node drain) still holds
+  metering streams (BUDGET.STREAMS_IN_FLIGHT, stream="metering", the pod's own gauge) less than
+  DRAIN_CUT_LEAD_SECONDS before its deletion deadline, joined to KSM.POD_DELETED on (namespace, pod) as
+  GatewayDrainCutsRequests is (dashboards.gateway_alerts.near_deletion). Its SIGTERM comes after the preStop; it
+  then lets its streams run for --shutdown-grace-seconds and cancels those left, about SETTLE_MARGIN_SECONDS before
+  the deadline: each is settled at what it metered so far (the prompt's estimate and the chunks seen), the rest of
+  its answer, which Envoy goes on streaming to the client, goes uncounted; a pod killed before it writes them (a
+  shortened grace) loses them, and the sweep gives those reservations back at their deadline. The service's metrics
+  Service publishes not-ready addresses, so the pod is scraped until it is gone. A sibling of
+  GatewayDrainCutsRequests rather than a part of it: another pod, another consequence (the client is not cut, its
+  budget is under-counted), another runbook.
 - TokenBudgetStoreMemoryHigh (warning): for STORE_MEMORY_FOR a store pod's dataset has been above STORE_MEMORY_HIGH of
   its maxmemory (the chart's redis_exporter sidecar, STORE_METRICS_JOB: redis_memory_used_bytes, Valkey's INFO
   used_memory, over redis_memory_max_bytes, its maxmemory; oliver006/redis_exporter@v1.79.0 exporter/exporter.go).
@@ -68,6 +79,7 @@ Envoy's Prometheus endpoint names envoy_http_ext_proc_<stat_prefix>_<stat>{envoy
 from __future__ import annotations
 
 from dashboards.config import ObservabilityConfig
+from dashboards.gateway_alerts import DRAIN_CUT_LEAD_SECONDS, near_deletion
 from dashboards.panels import Q, timeseries
 from dashboards.rule_parts import RATE, Alert, runbook
 from telemetry.names import BUDGET, KSM
@@ -211,6 +223,17 @@ def alerts(cfg: ObservabilityConfig) -> list[Alert]:
                           "service pod killed hard, or the gateway's metering failing). Their whole reservation was "
                           "given back; what those requests used is not counted.",
               runbook_url=runbook(cfg, "TokenBudgetReservationsSwept")),
+        Alert("TokenBudgetDrainCutsStreams",
+              near_deletion(cfg, f'{BUDGET.STREAMS_IN_FLIGHT}{{{BUDGET.L_STREAM}="{BUDGET.METERING}"}}'), "warning",
+              summary="Terminating token budget service pod {{ $labels.pod }} will cut {{ $value }} metering "
+                      "streams",
+              description="Token budget service pod {{ $labels.pod }} is terminating and still meters {{ $value }} "
+                          f"answers less than {DRAIN_CUT_LEAD_SECONDS} s before the kubelet kills it (its "
+                          "deletionTimestamp): past its --shutdown-grace-seconds it cuts them and settles what it "
+                          "metered so far, so the rest of those answers (still streamed to their clients) is not "
+                          "counted against their budgets; killed before that, their reservations are released "
+                          "unsettled by the sweep. Requests run longer than the service's drain allows.",
+              runbook_url=runbook(cfg, "TokenBudgetDrainCutsStreams")),
         Alert("TokenBudgetStoreMemoryHigh",
               f"max by (namespace, pod) (redis_memory_used_bytes{{{store}}}) / max by (namespace, pod) "
               f"(redis_memory_max_bytes{{{store}}} > 0) > {STORE_MEMORY_HIGH}", "warning",

@@ -107,8 +107,8 @@ clusters' stats are all kept).
   matcher, which keeps it (only the gates' stats are left out). Joined on (namespace, pod), so only a pod whose own
   stats say so fires, whatever other pods of the cluster are terminating. Its value: the requests in flight. It
   stops when they end, or when the pod is killed (its stats go stale). Not covered: a pod whose admin or stats do
-  not answer (the hook's "admin unreachable"), and the budget service's metering streams (it exports no in-flight
-  gauge: components/k8s/gateway/budgets/service.py); dashboards/RUNBOOKS.md says how to see those.
+  not answer (the hook's "admin unreachable"; dashboards/RUNBOOKS.md says how to see it). The budget service's
+  pods are its sibling's, TokenBudgetDrainCutsStreams (dashboards/budgets.py), which shares near_deletion.
 - CapacityBlockOver (warning): one per model on a capacity block, once the block's endTime has passed
   (`time() > endTime`, no data needed): its ScaledObject's KEDA cron trigger has no year, so the block's window comes
   back on its start date of every later year and asks for replicas on a pool with no nodes. The same finding and
@@ -398,16 +398,21 @@ def _overload_alerts(cfg: ObservabilityConfig) -> list[Alert]:
     ]
 
 
+def near_deletion(cfg: ObservabilityConfig, in_flight: str) -> str:
+    """The pods whose `in_flight` series (labelled as Prometheus labels a pod's scrape, GATEWAY_POD) are above 0 less
+    than DRAIN_CUT_LEAD_SECONDS before their deletion deadline (KSM.POD_DELETED), the value: the most in flight."""
+    pod = ", ".join(GATEWAY_POD)
+    deadline = f"max by ({pod}) ({series(cfg, KSM.POD_DELETED)})"
+    return (f"max by ({pod}) ({in_flight}) > 0\n"
+            f"and on ({pod}) ({deadline} - time() < {DRAIN_CUT_LEAD_SECONDS})")
+
+
 def _drain_cut_alert(cfg: ObservabilityConfig) -> Alert:
     """GatewayDrainCutsRequests (module docstring): a terminating gateway pod with requests in flight near its
     deadline."""
-    pod = ", ".join(GATEWAY_POD)
     gateway = f'{ENVOY.L_HCM_PREFIX}="{ENVOY.GATEWAY_HCM_PREFIX}"'
-    in_flight = f"max by ({pod}) ({series(cfg, ENVOY.DOWNSTREAM_RQ_ACTIVE, gateway)}) > 0"
-    deadline = f"max by ({pod}) ({series(cfg, KSM.POD_DELETED)})"
     return Alert(
-        "GatewayDrainCutsRequests",
-        f"{in_flight}\nand on ({pod}) ({deadline} - time() < {DRAIN_CUT_LEAD_SECONDS})", "warning",
+        "GatewayDrainCutsRequests", near_deletion(cfg, series(cfg, ENVOY.DOWNSTREAM_RQ_ACTIVE, gateway)), "warning",
         summary="Terminating gateway pod {{ $labels.pod }} will cut {{ $value }} requests in flight",
         description="Gateway pod {{ $labels.pod }} is terminating and still has {{ $value }} requests in flight on "
                     f"the gateway listener less than {DRAIN_CUT_LEAD_SECONDS} s before the kubelet kills it (its "

@@ -369,6 +369,11 @@ class BUDGET:
     # CHECK_SECONDS: their answer took no store time)
     STORE_SKIPPED = "aifactory_token_budget_store_skipped_total"
     STORE_BREAKER_OPEN = "aifactory_token_budget_store_breaker_open"  # gauge: 1 while the store's breaker is open
+    # gauge {stream: admission | metering}: the ext_proc streams this replica holds open now (per pod: sum them). A
+    # metering stream lasts as long as its request's answer; one cut at shutdown loses its settlement
+    STREAMS_IN_FLIGHT = "aifactory_token_budget_streams_in_flight"
+    L_STREAM = "stream"
+    ADMISSION, METERING = "admission", "metering"
     # counter {reason: retries | dropped}: settlements never written: every try failed, or dropped unwritten (too many
     # pending while the store was down, or still pending at shutdown). The reservation stays counted until its deadline,
     # when the sweep gives it back (callers refused early); a fail-open request's usage is not counted

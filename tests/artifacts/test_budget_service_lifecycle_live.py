@@ -15,9 +15,11 @@ import json
 import os
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from components.k8s.gateway.budgets.store import window_key
 from components.k8s.gateway.envoy.budgets import BUDGETS_CLUSTER, service_config
@@ -63,12 +66,13 @@ class Live:
     config: Path
     port: int
 
-    def service(self, stack: ExitStack, config: Path | None = None) -> subprocess.Popen[bytes]:
+    def service(self, stack: ExitStack, config: Path | None = None,
+                metrics_port: int | None = None) -> subprocess.Popen[bytes]:
         """The service as the Deployment runs it (python -m components.k8s.gateway.budgets), once it listens."""
         proc = subprocess.Popen(
             [sys.executable, "-m", "components.k8s.gateway.budgets", "--config", str(config or self.config),
              "--listen", f"127.0.0.1:{self.port}", "--redis-url", self.redis.url,
-             "--metrics-port", str(free_port()), "--shutdown-grace-seconds", str(BOUND_S)],
+             "--metrics-port", str(metrics_port or free_port()), "--shutdown-grace-seconds", str(BOUND_S)],
             cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         stack.callback(stop_process, proc)
@@ -91,6 +95,22 @@ class Live:
 
     def spent(self, tenant: str) -> int:
         return int(self.redis.client().get(window_key("tenant", tenant, "perDay", time.time())) or 0)
+
+
+def streams_in_flight(metrics_port: int) -> dict[str, float]:
+    """The service's own scrape: its streams in flight by kind (the names written out, as the alert's promtool test
+    writes them: tests/artifacts/test_gateway_drain_alert.py)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=BOUND_S) as r:
+        text = r.read().decode()
+    return {s.labels["stream"]: s.value for f in text_string_to_metric_families(text)
+            if f.name == "aifactory_token_budget_streams_in_flight" for s in f.samples}
+
+
+def wait_for_streams(metrics_port: int, expected: dict[str, float]) -> None:
+    deadline = time.monotonic() + BOUND_S
+    while (seen := streams_in_flight(metrics_port)) != expected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert seen == expected
 
 
 @pytest.fixture(scope="module")
@@ -162,3 +182,33 @@ def test_a_pod_killed_mid_stream_leaves_its_reservation_to_the_next_replicas_swe
             time.sleep(0.1)
         assert live.spent("open") == 0
         assert c.hgetall(record) == {b"swept": b"1"}
+
+
+def test_the_streams_in_flight_gauge_follows_every_stream_to_its_end(live: Live) -> None:
+    """What TokenBudgetDrainCutsStreams reads: two answers streaming read 2 metering streams in flight, and 2
+    admission streams (Envoy holds a request's ext_proc stream open until the request ends, admission answered or
+    not). One client resets its connection mid-answer: Envoy closes that request's admission stream at once, and its
+    metering stream (observability mode) only after its deferred_close_timeout, 5 s by default, which the kit does
+    not set (envoyproxy/envoy@v1.40.0 api/envoy/extensions/filters/http/ext_proc/v3/ext_proc.proto). The other reads
+    its answer to the end (the service ends that metering stream at the body's end). Each kind then reads 0."""
+    live.redis.client().flushall()
+    live.engine.chunk_delay = 0.3  # 10 chunks over about 3 seconds
+    body = {"model": "chat", "stream": True, "max_tokens": 10, "messages": [{"role": "user", "content": "hello"}]}
+    metrics = free_port()
+    with ExitStack() as stack:
+        live.service(stack, metrics_port=metrics)
+        wait_for_streams(metrics, {"admission": 0, "metering": 0})
+        opened = [live.open_stream(tenant, body) for tenant in ("open", "closed")]
+        for conn, resp in opened:
+            stack.callback(conn.close)
+            assert resp.status == 200
+            assert resp.readline().startswith(b"data: ")
+        wait_for_streams(metrics, {"admission": 2, "metering": 2})
+        (reset, _), (_, finished) = opened
+        assert reset.sock is not None
+        reset.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # RST, not FIN
+        reset.close()
+        wait_for_streams(metrics, {"admission": 1, "metering": 2})
+        assert finished.read().rstrip().endswith(b"data: [DONE]")
+        wait_for_streams(metrics, {"admission": 0, "metering": 1})  # the reset one's, until Envoy's deferred close
+        wait_for_streams(metrics, {"admission": 0, "metering": 0})

@@ -14,14 +14,16 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
+import grpc
 import prometheus_client as prom
 import pytest
 import redis.asyncio as aredis
 from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as pb
+from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as pb_grpc
 
 from components.k8s.gateway.budgets.names import METADATA_NAMESPACE
-from components.k8s.gateway.budgets.service import BudgetConfig, Processor
+from components.k8s.gateway.budgets.service import BudgetConfig, Processor, serve, shutdown
 from components.k8s.gateway.budgets.store import Store, window_key
 from components.k8s.gateway.budgets.usage import Policy
 from telemetry.names import BUDGET
@@ -33,6 +35,7 @@ CONFIG = BudgetConfig(tenants={"finance": Policy({"perMinute": 100_000}, output_
                       models={}, store_timeout_seconds=0.5)
 RESERVATION = len(BODY) + 4 * 10  # one byte per prompt token; max_tokens 10 at output weight 4
 JSON, SSE = "application/json", "text/event-stream"
+BOUND_S = 10.0
 
 
 def _sse(*events: object) -> bytes:
@@ -105,3 +108,44 @@ def test_a_reservation_from_the_previous_release_still_settles(server: RedisServ
         await _meter(p, admitted, JSON, [b'{"choices": []}'], True)
     asyncio.run(go())
     assert int(server.client().get(window_key("tenant", "finance", "perMinute", NOW))) == len(BODY)
+
+
+def test_a_metering_stream_cut_at_shutdown_leaves_the_streams_gauge_and_settles_what_it_metered(
+        server: RedisServer) -> None:  # noqa: F811
+    """The service's shutdown path, through real gRPC (grpc/grpc@v1.85.3 src/python/grpcio/grpc/aio/_server.py:
+    server.stop(grace) cancels the RPCs still running past `grace`): a metering stream held open past the grace reads
+    1 in the streams gauge, then 0 once it is cut, and its settlement (written before the process would exit) charges
+    the prompt's estimate and the one chunk it saw."""
+    server.resume()
+    server.client().flushall()
+    registry = prom.CollectorRegistry()
+
+    def metering() -> float | None:
+        return registry.get_sample_value(BUDGET.STREAMS_IN_FLIGHT, {BUDGET.L_STREAM: BUDGET.METERING})
+
+    async def go() -> None:
+        grpc_server, p, port = await serve(CONFIG, listen="127.0.0.1:0", redis_url=server.url, registry=registry,
+                                           clock=lambda: NOW)
+        admitted = await _admit(p, "finance")
+        meta = admitted.dynamic_metadata.fields[METADATA_NAMESPACE].struct_value
+        headers = base_pb2.HeaderMap(headers=[base_pb2.HeaderValue(key=k, raw_value=v.encode())
+                                              for k, v in ((":status", "200"), ("content-type", SSE))])
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = pb_grpc.ExternalProcessorStub(channel).Process()
+            for req in (pb.ProcessingRequest(observability_mode=True, request_headers=pb.HttpHeaders(),
+                                             metadata_context=base_pb2.Metadata(
+                                                 filter_metadata={METADATA_NAMESPACE: meta})),
+                        pb.ProcessingRequest(observability_mode=True,
+                                             response_headers=pb.HttpHeaders(headers=headers)),
+                        pb.ProcessingRequest(observability_mode=True,
+                                             response_body=pb.HttpBody(body=_sse(TEXT)))):
+                await call.write(req)
+            async with asyncio.timeout(BOUND_S):
+                while metering() != 1:
+                    await asyncio.sleep(0.01)
+            await shutdown(grpc_server, p, 0.1)
+            assert metering() == 0
+            assert registry.get_sample_value(BUDGET.STREAMS_IN_FLIGHT, {BUDGET.L_STREAM: BUDGET.ADMISSION}) == 0
+            call.cancel()
+    asyncio.run(go())
+    assert int(server.client().get(window_key("tenant", "finance", "perMinute", NOW))) == len(BODY) + 4 * 1

@@ -1,7 +1,8 @@
-"""GatewayDrainCutsRequests under the real promtool, on the prod rules: a terminating gateway pod with requests in
-flight near its deadline fires just as less than DRAIN_CUT_LEAD_SECONDS are left (`drain_cut_cases`, also run by
-tests/artifacts/test_rules.py's test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires), and the
-look-alikes stay silent.
+"""GatewayDrainCutsRequests and TokenBudgetDrainCutsStreams under the real promtool, on the prod rules: a terminating
+gateway pod with requests in flight, or a terminating budget service pod with metering streams in flight, near its
+deadline fires just as less than DRAIN_CUT_LEAD_SECONDS are left (`drain_cut_cases`, `budget_drain_cut_cases`, also
+run by tests/artifacts/test_rules.py's test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires), and
+the look-alikes stay silent.
 
 The series are written from what the exporters emit (tests.support.exporter_facts), never from telemetry/names.py:
 kube-state-metrics v2.18.0's `kube_pod_deletion_timestamp` {namespace, pod, uid}, exported only once the pod has a
@@ -18,22 +19,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import prometheus_client as prom
 import pytest
-import redis.asyncio as aredis
 
-from components.k8s.gateway.budgets.service import BudgetConfig, Processor
-from components.k8s.gateway.budgets.store import Store
-from components.k8s.gateway.envoy.budgets import service_config
+from dashboards.budgets import alerts as budget_alerts
 from dashboards.config import ObservabilityConfig
 from dashboards.gateway_alerts import DRAIN_CUT_LEAD_SECONDS, alerts
 from infra.monitoring import from_platform
 from infra.synth import load_stack
-from telemetry.names import BUDGET
 from tests.artifacts.test_gateway_overload import dropped_by_stats_matcher
 from tests.artifacts.test_rules import GATEWAY_PODS, Case, Labels, _around, _promtool_test, _run_promtool_tests, _sel
 from tests.support import exporter_facts as facts
-from tests.support.stacks import stack_config
 
 ALERT = "GatewayDrainCutsRequests"
 # Deleted at minute 2 (120 s after promtool's epoch) with a grace of 700 s: killed at 820 s. Less than 120 s are left
@@ -79,24 +74,55 @@ def drain_cut_cases(cfg: ObservabilityConfig) -> list[Case]:
     ]
 
 
+BUDGET_ALERT = "TokenBudgetDrainCutsStreams"
+# the budget service's own gauge, as its process exports it (tests/artifacts/test_budget_service_lifecycle_live.py::
+# test_the_streams_in_flight_gauge_follows_every_stream_to_its_end), labelled as Prometheus labels its scrape
+STREAMS_IN_FLIGHT = "aifactory_token_budget_streams_in_flight"
+BUDGET_PODS = [{"namespace": "aifactory-gateway", "pod": f"aifactory-budgets-6f9c-{i}", "job": "aifactory-budgets"}
+               for i in "ab"]
+
+
+def _streams(pod: Labels, kind: str, values: str) -> dict[str, str]:
+    return {_sel(STREAMS_IN_FLIGHT, {**pod, "stream": kind}): values}
+
+
+def budget_drain_cut_cases(cfg: ObservabilityConfig) -> list[Case]:
+    """Budget service pod a deleted at minute 2, killed at DEADLINE, 2 metering streams in flight (and their 2
+    admission streams: Envoy holds both open for the request); pod b running with 4. Fires for pod a with 2 from
+    FIRES_AT, not the minute before, and stops once its streams have ended. Silent: admission streams alone, a pod
+    not terminating, a pod far from its deadline, a pod of the same name terminating in another namespace."""
+    assert [a.for_ for a in alerts(cfg) + budget_alerts(cfg) if a.alert == BUDGET_ALERT] == ["0m"]
+    pod_a, pod_b = BUDGET_PODS
+    running = (_streams(pod_b, "metering", "4x30") | _streams(pod_b, "admission", "4x30")
+               | _streams(pod_a, "admission", "2x30"))
+    fired = {"namespace": pod_a["namespace"], "pod": pod_a["pod"], "alertname": BUDGET_ALERT, "severity": "warning"}
+    quiet = [(FIRES_AT, []), (FIRES_AT + 1, [])]
+    return [
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", "2x30") | _deleted(pod_a) | running,
+             _around(FIRES_AT, [(fired, 2, 0)])),
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", f"2x{FIRES_AT} 0x20") | _deleted(pod_a) | running,
+             [(FIRES_AT, [(fired, 2)]), (FIRES_AT + 1, [])]),
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", "0x30") | _deleted(pod_a) | running, quiet),
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", "2x30") | running, quiet),
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", "2x30") | _deleted(pod_a, DEADLINE + 600) | running, quiet),
+        Case(BUDGET_ALERT, _streams(pod_a, "metering", "2x30") | _deleted(pod_a, namespace=OTHER_NAMESPACE)
+             | running, quiet),
+    ]
+
+
 def test_a_terminating_gateway_pod_with_requests_in_flight_warns_before_its_deadline(tmp_path: Path) -> None:
     prod = from_platform(load_stack("prod"))
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in drain_cut_cases(prod)]))
 
 
+def test_a_terminating_budget_service_pod_with_metering_streams_warns_before_its_deadline(tmp_path: Path) -> None:
+    prod = from_platform(load_stack("prod"))
+    annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in budget_alerts(prod)}
+    _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in budget_drain_cut_cases(prod)]))
+
+
 @pytest.mark.parametrize("stack", ["dev", "staging", "prod", "onprem"])
 def test_no_stats_matcher_drops_the_requests_in_flight(stack: str) -> None:
     """The gauge the alert (and the preStop) reads is kept by every shipped stack's bootstrap."""
     assert dropped_by_stats_matcher(stack, ["http.gateway.downstream_rq_active"]) == []
-
-
-def test_the_budget_service_exports_no_requests_in_flight() -> None:
-    """Why the alert leaves the budget service's pods out (dashboards/RUNBOOKS.md, GatewayDrainCutsRequests): of the
-    metric families its processor registers, the only gauge is its store breaker's; it counts its streams in flight
-    (`Processor.streams`) but only logs them when it stops. The windows' gauges (SpendCollector) are budgets' spend."""
-    registry = prom.CollectorRegistry()
-    config = BudgetConfig.load_text(service_config(stack_config("prod")))
-    Processor(config, Store(aredis.Redis.from_url("redis://127.0.0.1:1/0")), registry)
-    gauges = sorted(f.name for f in registry.collect() if f.type == "gauge")
-    assert gauges == [BUDGET.STORE_BREAKER_OPEN]

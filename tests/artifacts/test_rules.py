@@ -633,7 +633,8 @@ def _run_promtool_tests(cfg: ObservabilityConfig, tmp_path: Path, *tests_by_inte
 
 def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(prod: ObservabilityConfig,
                                                                              tmp_path: Path) -> None:
-    from tests.artifacts.test_gateway_drain_alert import drain_cut_cases  # they import this module's helpers
+    # they import this module's helpers
+    from tests.artifacts.test_gateway_drain_alert import budget_drain_cut_cases, drain_cut_cases
     from tests.artifacts.test_gateway_overload import overload_cases
     from tests.artifacts.test_rules_budgets import budget_cases
     from tests.artifacts.test_rules_load_balancer import load_balancer_cases
@@ -641,7 +642,7 @@ def test_promtool_test_rules_every_alert_just_before_and_just_after_it_fires(pro
     long_cases, short_burns = _long_window_cases(prod)
     cases = (_burn_cases(prod) + long_cases + _gpu_cases(prod) + _pipeline_cases(prod) + _gateway_cases(prod)
              + _model_slo_cases(prod) + budget_cases(prod) + overload_cases(prod) + load_balancer_cases(prod)
-             + drain_cut_cases(prod))
+             + drain_cut_cases(prod) + budget_drain_cut_cases(prod))
     # CapacityBlockOver fires from a date (prod's block's endTime), not on data: tests/artifacts/
     # test_rules_gateway.py::test_a_model_on_an_ended_capacity_block_gets_a_ticket_from_its_end_on
     on_data = [a for a in alerts(prod) if a.alert != "CapacityBlockOver"]

@@ -201,7 +201,9 @@ def test_every_budget_alert_just_before_and_just_after_it_fires(prod: Observabil
                     ("TokenBudgetServiceOverflowing", "critical"),
                     ("TokenBudgetStorePrimaryDown", "critical"), ("TokenBudgetSettlementsFailing", "warning"),
                     ("TokenBudgetUsageUnreported", "warning"), ("TokenBudgetStoreMemoryHigh", "warning"),
-                    ("TokenBudgetStoreWritesFailing", "critical"), ("TokenBudgetReservationsSwept", "warning")}
+                    ("TokenBudgetStoreWritesFailing", "critical"), ("TokenBudgetReservationsSwept", "warning"),
+                    # its cases are GatewayDrainCutsRequests' sibling's: tests/artifacts/test_gateway_drain_alert.py
+                    ("TokenBudgetDrainCutsStreams", "warning")}
     annotations = {(a.alert, a.severity, None): a.to_dict()["annotations"] for a in alerts(prod)}
     _run_promtool_tests(prod, tmp_path, ("1m", [_promtool_test(c, annotations) for c in cases]))
 
@@ -215,7 +217,7 @@ def test_the_budget_alerts_and_the_cost_dashboards_row_exist_only_with_a_budget(
     assert [g.name for g in groups(cfg) if "budget" in g.name] == (["aifactory-token-budget-alerts"] if budgeted
                                                                    else [])
     assert sorted({a.alert for a in alerts(cfg) if "Budget" in a.alert and "Workflow" not in a.alert}) == (
-        ["TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
+        ["TokenBudgetDrainCutsStreams", "TokenBudgetExhausted", "TokenBudgetMeteringFailing", "TokenBudgetNearlySpent",
          "TokenBudgetReservationsSwept", "TokenBudgetServiceOverflowing", "TokenBudgetServiceUnreachable",
          "TokenBudgetSettlementsFailing",
          "TokenBudgetStoreFailing", "TokenBudgetStoreMemoryHigh", "TokenBudgetStorePrimaryDown",

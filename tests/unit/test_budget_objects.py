@@ -172,6 +172,33 @@ def test_a_terminating_service_pod_serves_its_streams_to_their_end() -> None:
     assert template["metadata"]["annotations"]["proxy.istio.io/config"] == '{"terminationDrainDuration": "80s"}'
 
 
+def test_a_terminating_service_pod_stays_scraped_while_it_drains() -> None:
+    """The ServiceMonitor scrapes a headless metrics Service that publishes not-ready addresses: the Endpoints
+    controller leaves a pod with a deletionTimestamp out of a Service's endpoints unless it does
+    (kubernetes/kubernetes@v1.34.0 staging/src/k8s.io/endpointslice/util/controller_utils.go ShouldPodBeInEndpoints),
+    and TokenBudgetDrainCutsStreams reads a terminating pod's streams in flight. The gRPC Service keeps the default
+    (a terminating pod takes no new streams through it) and no metrics port, so each pod is scraped once."""
+    objs = budget_objects(_cfg({"perDay": 10}))
+    svc, monitor = objs["budgets-metrics-service"], objs["budgets-servicemonitor"]
+    assert svc["metadata"] == {"name": "aifactory-budgets-metrics", "namespace": "aifactory-gateway", "labels": {
+        "app.kubernetes.io/name": "aifactory-budgets", "app.kubernetes.io/component": "token-budgets-metrics",
+        "app.kubernetes.io/managed-by": "aifactory"}}
+    assert svc["spec"] == {"clusterIP": "None", "publishNotReadyAddresses": True,
+                           "selector": {"app.kubernetes.io/name": "aifactory-budgets"},
+                           "ports": [{"name": "metrics", "port": 9090, "targetPort": "metrics", "protocol": "TCP",
+                                      "appProtocol": "http"}]}
+    assert monitor["spec"]["selector"] == {"matchLabels": svc["metadata"]["labels"]}
+    # its job label stays the service's name (ServiceMonitorSpec.JobLabel: the value of that label of the Service;
+    # prometheus-operator/prometheus-operator pkg/apis/monitoring/v1/servicemonitor_types.go)
+    assert monitor["spec"]["jobLabel"] == "app.kubernetes.io/name"
+    assert svc["metadata"]["labels"]["app.kubernetes.io/name"] == "aifactory-budgets"
+    assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
+    grpc = objs["budgets-service"]["spec"]
+    assert "publishNotReadyAddresses" not in grpc
+    assert [p["name"] for p in grpc["ports"]] == ["grpc"]
+    assert objs["budgets-service"]["metadata"]["labels"]["app.kubernetes.io/component"] == "token-budgets"
+
+
 def test_admission_waits_for_the_service_and_metering_never_does() -> None:
     """Admission (the 429 decision) is synchronous on the request side only, one message per request: the body, with
     the route, path and tenant as attributes (CEL expressions, sent with the request's first message); the response

@@ -394,7 +394,8 @@ def test_alertmanager_routes_by_severity_to_receivers_reading_secrets_from_files
         {"receiver": "oncall-pagerduty", "matchers": ['severity = "critical"'], "continue": True},
         {"receiver": "platform-slack", "matchers": ['severity = "critical"']},
         {"receiver": "platform-slack", "matchers": ['severity = "warning"'], "routes": [
-            {"matchers": ['alertname = "GatewayDrainCutsRequests"'], "group_by": ["namespace", "alertname", "pod"]}]},
+            {"matchers": [f'alertname = "{name}"'], "group_by": ["namespace", "alertname", "pod"]}
+            for name in ("GatewayDrainCutsRequests", "TokenBudgetDrainCutsStreams")]},
         {"receiver": "platform-email", "matchers": ['severity = "info"']}]
     receivers = {r["name"]: r for r in config["receivers"]}
     assert receivers["oncall-pagerduty"]["pagerduty_configs"][0]["routing_key_file"] == \

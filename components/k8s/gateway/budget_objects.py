@@ -2,8 +2,9 @@
 Valkey chart, components.k8s.versions.VALKEY): only when a tenant or workload declares a budget.
 
     ConfigMap aifactory-budgets (budgets.json) -> ServiceAccount -> Deployment (the kit's image, gRPC 9000,
-    metrics 9090) -> Service -> PodDisruptionBudget -> ServiceMonitor -> NetworkPolicies and AuthorizationPolicies:
-    the gateway to the service, the service to Valkey, Valkey to its replicas, Prometheus to the service's metrics
+    metrics 9090) -> Service (gRPC) -> metrics Service (headless) -> PodDisruptionBudget -> ServiceMonitor ->
+    NetworkPolicies and AuthorizationPolicies: the gateway to the service, the service to Valkey, Valkey to its
+    replicas, Prometheus to the service's metrics
 
 The gateway namespace denies everything (components.k8s.gateway.network); each flow here is allowed by port and by
 workload, in the NetworkPolicies and, since the namespace is in the mesh, in the AuthorizationPolicies (by the
@@ -40,6 +41,8 @@ __all__ = ["STORE_RELEASE", "STORE_PORT", "STORE_HOST", "budget_objects", "store
 STORE_RELEASE = BUDGET.STORE_RELEASE  # the Helm release; the chart names its Service and pods after it
 STORE_PORT = 6379
 CONFIG_DIR = "/etc/aifactory-budgets"
+METRICS_SERVICE = f"{BUDGETS_SERVICE}-metrics"  # headless, scraped by the ServiceMonitor
+METRICS_COMPONENT = "token-budgets-metrics"
 STORE_HOST = f"{STORE_RELEASE}"  # the chart's read-write Service (the primary), in the gateway namespace
 
 
@@ -204,6 +207,26 @@ def _from(cfg: GatewayView, account: str, port: int, namespace: str | None = Non
             "to": [{"operation": {"ports": [str(port)]}}]}
 
 
+def _metrics_labels() -> dict[str, str]:
+    return naming.common_labels(BUDGETS_SERVICE, METRICS_COMPONENT)
+
+
+def _metrics_service(cfg: GatewayView) -> dict[str, Any]:
+    """Headless, the metrics port only: what the ServiceMonitor scrapes, one target per pod. It publishes not-ready
+    addresses, as the gateway's metrics Service does (components.k8s.gateway.component.metrics_service: without it
+    the Endpoints controller leaves a pod with a deletionTimestamp out), so a terminating service pod stays a target
+    while it drains its metering streams, which TokenBudgetDrainCutsStreams reads. The client Service (gRPC) keeps
+    the default: a terminating pod takes no new streams through it."""
+    meta = _meta(cfg, METRICS_SERVICE)
+    meta["labels"] = _metrics_labels()
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": _pods(),
+        "ports": [{"name": "metrics", "port": BUDGETS_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP",
+                   "appProtocol": "http"}]}}
+
+
 def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
     """Every object of the budget service by child-resource suffix, in apply order; none without budgets."""
     if not any_budget(cfg):
@@ -219,15 +242,18 @@ def budget_objects(cfg: GatewayView) -> dict[str, dict[str, Any]]:
         "budgets-service": {"apiVersion": "v1", "kind": "Service", "metadata": _meta(cfg), "spec": {
             "selector": _pods(),
             "ports": [{"name": "grpc", "port": BUDGETS_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
-                       "appProtocol": "grpc"},
-                      {"name": "metrics", "port": BUDGETS_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP",
-                       "appProtocol": "http"}]}},
+                       "appProtocol": "grpc"}]}},
+        "budgets-metrics-service": _metrics_service(cfg),
         "budgets-poddisruptionbudget": {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
                                         "metadata": _meta(cfg),
                                         "spec": {"maxUnavailable": 1, "selector": {"matchLabels": _pods()}}},
         "budgets-servicemonitor": {"apiVersion": MONITORING_API_VERSION, "kind": "ServiceMonitor",
                                    "metadata": _meta(cfg), "spec": {
-                                       "selector": {"matchLabels": _labels()},
+                                       "selector": {"matchLabels": _metrics_labels()},
+                                       # the job stays the service's name, not its metrics Service's
+                                       # (prometheus-operator/prometheus-operator pkg/apis/monitoring/v1/
+                                       # servicemonitor_types.go, ServiceMonitorSpec.JobLabel)
+                                       "jobLabel": "app.kubernetes.io/name",
                                        # the pod is in the mesh (STRICT mTLS, 9090 captured): Prometheus
                                        # presents its workload certificate, as for every meshed scrape
                                        "endpoints": [{"port": "metrics", "interval": "15s", **MESH_SCRAPE_TLS}]}},

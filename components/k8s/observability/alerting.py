@@ -50,11 +50,12 @@ SUBJECT_LABELS = ("namespace", "alertname", ENVOY.L_CLUSTER, "model", "workflow"
 
 
 # Alerts notified one group per pod, not per namespace and name: GatewayDrainCutsRequests (dashboards/gateway_alerts.py,
-# warning) comes at most 2 minutes before its pod's cut, and a second pod of the same namespace joining the first one's
+# warning) and its sibling TokenBudgetDrainCutsStreams (dashboards/budgets.py) come at most 2 minutes before their
+# pod's cut, and a second pod of the same namespace joining the first one's
 # open group would be notified only at the group's next group_interval tick (5 minutes: alertmanager docs,
 # configuration, <route>), after its own cut. Each is a child route of its severity's routes (it inherits the
 # receiver; the parent's `continue` still sends it to the severity's other receivers).
-PER_POD_ALERTS: dict[str, tuple[str, ...]] = {"warning": ("GatewayDrainCutsRequests",)}
+PER_POD_ALERTS: dict[str, tuple[str, ...]] = {"warning": ("GatewayDrainCutsRequests", "TokenBudgetDrainCutsStreams")}
 
 
 def _per_pod_routes(severity: str) -> list[dict[str, Any]]:

@@ -41,7 +41,9 @@ is skipped. A turn never holds a request: it runs beside them, and its script is
 On SIGTERM (a rollout, an eviction) the service stops sweeping and stops taking new streams (gRPC's GOAWAY: Envoy
 opens a new connection, to another replica, for its next request) and lets the streams in flight run for up to
 `--shutdown-grace-seconds` (the longest request the gateway allows), so a fail-closed tenant's stream is not cut;
-every stream's reservation is settled, and every settlement written, before the process exits.
+every stream's reservation is settled, and every settlement written, before the process exits. The streams open, by
+kind, are the gauge BUDGET.STREAMS_IN_FLIGHT (Envoy holds admission's open until its request ends too):
+TokenBudgetDrainCutsStreams (dashboards/budgets.py) reads a terminating pod's metering ones.
 """
 
 from __future__ import annotations
@@ -378,6 +380,10 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                                           "asking the budget store, its breaker open", registry=registry)
         self.breaker_open = prom.Gauge(BUDGET.STORE_BREAKER_OPEN, "1 while the budget store's breaker is open",
                                        registry=registry)
+        self.in_flight = prom.Gauge(BUDGET.STREAMS_IN_FLIGHT, "ext_proc streams open on this replica, by kind",
+                                    (BUDGET.L_STREAM,), registry=registry)
+        for kind in (BUDGET.ADMISSION, BUDGET.METERING):  # both series from the start (0)
+            self.in_flight.labels(kind)
         self.settlements_failed = prom.Counter(BUDGET.SETTLEMENTS_FAILED.removesuffix("_total"), "Settlements never "
                                                "written to the budget store", (BUDGET.L_REASON,), registry=registry)
         for reason in (BUDGET.SETTLE_RETRIES, BUDGET.SETTLE_DROPPED):  # both series from the start (0)
@@ -515,16 +521,22 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                       context: grpc.aio.ServicerContext) -> AsyncIterator[pb.ProcessingResponse]:
         stream = _Stream(self)
         self.streams += 1
+        counted: prom.Gauge | None = None  # the stream's kind's series, once its first message says which
         try:
             async for req in request_iterator:
+                if counted is None:
+                    counted = self.in_flight.labels(BUDGET.METERING if req.observability_mode else BUDGET.ADMISSION)
+                    counted.inc()
                 if not req.observability_mode:
                     yield await stream.handle(req)
                 elif stream.observe(req) or not stream.metering:
                     # the response ended (settle), or the request holds no reservation (no budget counts it, or one
                     # refused it): end the stream, Envoy needs nothing more of it
                     break
-        finally:
+        finally:  # every end: the last message, Envoy closing or resetting the stream, the RPC cancelled at shutdown
             self.streams -= 1
+            if counted is not None:
+                counted.dec()
             # the metering stream settles (at the response's end, or as it ends early: client gone, engine cut);
             # admission's reservation travels to it in the request's metadata
             if stream.metering:
