@@ -11,7 +11,8 @@ block's, whose schedule owns its size) and DaemonSet or Job pods are not its con
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from components.vocabulary import (
     AUTOSCALED_TAG,
@@ -26,10 +27,16 @@ from policies.preflight.resources import NODE_GROUP, Finding, Res, chart_of, get
 
 __all__ = [
     "DEFAULT_POD_GRACE_SECONDS",
+    "grace_seconds",
     "drain_findings",
 ]
 
 DEFAULT_POD_GRACE_SECONDS = 30  # a pod spec's terminationGracePeriodSeconds when unset (core/v1 PodSpec)
+
+
+def grace_seconds(spec: Mapping[str, Any]) -> int:
+    """A pod spec's terminationGracePeriodSeconds, or the API's default when unset."""
+    return int(spec.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS))
 
 
 def _unscaled_pools(resources: Sequence[Res]) -> set[str]:
@@ -51,7 +58,7 @@ def drain_findings(resources: Sequence[Res]) -> list[Finding]:
         for t in pod_templates(resources):
             if t.res.kind in ("DaemonSet", "Job") or (t.spec.get("nodeSelector") or {}).get(POOL_LABEL) in unscaled:
                 continue
-            grace = int(t.spec.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS))
+            grace = grace_seconds(t.spec)
             if grace > limit:
                 out.append(Finding(
                     "scale-down-drains", t.label,

@@ -24,7 +24,7 @@ from typing import Any
 
 from components.vocabulary import DEREGISTRATION_DELAY, NLB_CLASS, NLB_TARGET_GROUP_ATTRIBUTES, NLB_TARGET_TYPE
 from policies import kube
-from policies.preflight.drain import DEFAULT_POD_GRACE_SECONDS
+from policies.preflight.drain import grace_seconds
 from policies.preflight.pods import pod_templates
 from policies.preflight.resources import Finding, Res, get_path
 from policies.preflight.schedule import Pool
@@ -71,7 +71,7 @@ def _longest_grace(resources: Sequence[Res], service: Res) -> tuple[int, str] | 
     selector = get_path(service.props, "spec", "selector") or {}
     if not selector:
         return None
-    graces = [(int(t.spec.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS)), t.res.label)
+    graces = [(grace_seconds(t.spec), t.res.label)
               for t in pod_templates(resources) if t.namespace == service.namespace
               and kube.selector_matches({"matchLabels": selector}, t.meta.get("labels") or {})]
     return max(graces, default=None)

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from policies import kube
+from policies.preflight.drain import grace_seconds
 from policies.preflight.pods import ISTIO_CHART, pod_templates, sidecar_injected
 from policies.preflight.resources import EKS_CLUSTER, NODE_GROUP, Finding, Res, chart_of, get_path, namespace_labels
 
@@ -50,7 +51,6 @@ NATIVE_SIDECAR_ANNOTATION = "sidecar.istio.io/nativeSidecar"  # "true" / "false"
 PROXY_CONFIG_ANNOTATION = "proxy.istio.io/config"  # the pod's ProxyConfig overrides (YAML or JSON)
 NATIVE_SIDECAR_MIN_MINOR = 33  # DetectNativeSidecar's minVersion: native sidecars are stable from Kubernetes 1.33
 DEFAULT_TERMINATION_DRAIN_SECONDS = 5.0  # ProxyConfig.terminationDrainDuration's default
-DEFAULT_POD_GRACE_SECONDS = 30  # a pod spec's terminationGracePeriodSeconds when unset (core/v1 PodSpec)
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s|ms)")
 _UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
 _FIX = (f"Run every node at Kubernetes 1.{NATIVE_SIDECAR_MIN_MINOR} or later (kubernetesVersion), and leave istiod's "
@@ -141,7 +141,7 @@ def sidecar_findings(resources: Sequence[Res], *, kubernetes_version: str | None
                 "connections fail and the pod never starts",
                 f"{_FIX}; or give the init containers a network of their own (runAsUser 1337, or the "
                 "traffic.sidecar.istio.io/excludeOutbound* annotations).", t.res.urn))
-        grace = float(t.spec.get("terminationGracePeriodSeconds", DEFAULT_POD_GRACE_SECONDS))
+        grace = grace_seconds(t.spec)
         drain = _drain_seconds(annotations, mesh_drain)
         if drain < grace:
             out.append(Finding(
