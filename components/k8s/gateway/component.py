@@ -509,12 +509,12 @@ class Gateway(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self))
         in_ns = pulumi.ResourceOptions(parent=self, depends_on=[namespace])
         made: dict[str, pulumi.Resource] = {}
-        objects, needs_of = gateway_objects(cfg), object_needs(cfg)
+        objects, needs_of, replaced = gateway_objects(cfg), object_needs(cfg), replace_on_changes(cfg)
         for suffix in apply_order(list(objects), needs_of):
             obj = objects[suffix]
             needs = [made[n] for n in needs_of.get(suffix, ())]
             opts_ = in_ns.merge(pulumi.ResourceOptions(depends_on=needs)) if needs else in_ns
-            if suffix in (replaced := replace_on_changes(cfg)):
+            if suffix in replaced:
                 opts_ = opts_.merge(pulumi.ResourceOptions(replace_on_changes=replaced[suffix]))
             if obj["kind"] == "NetworkPolicy":
                 made[suffix] = k8s.networking.v1.NetworkPolicy(f"{name}-{suffix}", metadata=obj["metadata"],

@@ -471,11 +471,12 @@ class Processor(pb_grpc.ExternalProcessorServicer):
                 log.warning("sweep failed (%s: %s): tried again in the next turn", type(e).__name__, e)
                 break
             for given in batch.released:
-                for budget in dict.fromkeys(parse_window_key(k)[:2] for k in given):
+                windows = {key: parse_window_key(key) for key in given}
+                for budget in dict.fromkeys(w[:2] for w in windows.values()):
                     self.swept.labels(*budget).inc()
                     released[budget] = released.get(budget, 0) + 1
                 for key, tokens in given.items():
-                    self.swept_tokens.labels(*parse_window_key(key)).inc(tokens)
+                    self.swept_tokens.labels(*windows[key]).inc(tokens)
             count += len(batch.released)
             if batch.due < SWEEP_BATCH:
                 break
