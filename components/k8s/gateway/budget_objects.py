@@ -14,12 +14,11 @@ callers' service accounts).
 from __future__ import annotations
 
 import hashlib
-import math
 from typing import Any
 
 from components.k8s import naming, security
 from components.k8s.gateway.budgets.names import SETTLE_DRAIN_SECONDS
-from components.k8s.gateway.envoy.base import DEFAULT_DNS_REFRESH_SECONDS, GatewayView
+from components.k8s.gateway.envoy.base import DEFAULT_DNS_REFRESH_SECONDS, GatewayView, longest_request_seconds
 from components.k8s.gateway.envoy.budgets import (
     BUDGETS_GRPC_PORT,
     BUDGETS_METRICS_PORT,
@@ -141,7 +140,7 @@ SETTLE_MARGIN_SECONDS = SETTLE_DRAIN_SECONDS + 2
 def shutdown_grace_seconds(cfg: GatewayView) -> int:
     """How long the service lets its streams in flight run after SIGTERM: an ext_proc stream lives as long as its
     request, so the longest request any route allows (a model's timeoutSeconds)."""
-    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
+    return longest_request_seconds(cfg)
 
 
 def termination_grace_seconds(cfg: GatewayView) -> int:

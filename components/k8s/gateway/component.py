@@ -27,7 +27,6 @@ team can run it without the kit's stack config; infra.component_args maps Platfo
 # No `from __future__ import annotations`: the package analyzer reads Gateway's argument types from evaluated
 # annotations.
 import hashlib
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -54,7 +53,7 @@ from components.k8s.gateway.args import (
 )
 from components.k8s.gateway.budget_objects import STORE_RELEASE, budget_objects, store_values
 from components.k8s.gateway.drain import prestop
-from components.k8s.gateway.envoy.base import model_host
+from components.k8s.gateway.envoy.base import longest_request_seconds, model_host
 from components.k8s.gateway.envoy.budgets import any_budget
 from components.k8s.gateway.envoy.config import (
     CLIENT_CONNECTION_MAX_SECONDS,
@@ -226,10 +225,6 @@ def nlb_targets(cfg: GatewayView) -> bool:
     return cfg.is_aws and cfg.gateway.service_type == "LoadBalancer"
 
 
-def _longest_request_seconds(cfg: GatewayView) -> int:
-    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
-
-
 def accept_seconds(cfg: GatewayView) -> int:
     """How long a terminating gateway pod may still be sent new connections: behind an NLB (ip targets)
     NLB_DEREGISTRATION_WINDOW_SECONDS, else ENDPOINTS_LEAVE_SECONDS."""
@@ -248,7 +243,7 @@ def drain_seconds(cfg: GatewayView) -> int:
     gets SIGTERM. The preStop (prestop_hook) ends as soon as no request is in flight after the fixed phases: an idle
     pod's takes accept_seconds + 65 s, only a request still running holds it, up to this bound."""
     window = NLB_DEREGISTRATION_WINDOW_SECONDS if nlb_targets(cfg) else 0
-    return (window + CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + _longest_request_seconds(cfg)
+    return (window + CLIENT_CONNECTION_MAX_SECONDS + CLIENT_DRAIN_SECONDS + longest_request_seconds(cfg)
             + DRAIN_MARGIN_SECONDS)
 
 
@@ -281,7 +276,7 @@ def check_deregistration_delay(name: str, cfg: GatewayView) -> None:
     pulumi.InputPropertiesError naming each model whose timeoutSeconds is too long."""
     if not nlb_targets(cfg) or deregistration_delay_seconds(cfg) <= NLB_MAX_DEREGISTRATION_DELAY_SECONDS:
         return
-    most = NLB_MAX_DEREGISTRATION_DELAY_SECONDS - (deregistration_delay_seconds(cfg) - _longest_request_seconds(cfg))
+    most = NLB_MAX_DEREGISTRATION_DELAY_SECONDS - (deregistration_delay_seconds(cfg) - longest_request_seconds(cfg))
     problems = Problems("Gateway", name)
     for key, m in cfg.models.items():
         if m.timeout_seconds > most:

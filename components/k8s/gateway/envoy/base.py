@@ -6,6 +6,7 @@ components.k8s.gateway.envoy.variants; who may call and how often: components.k8
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
@@ -19,6 +20,7 @@ __all__ = [
     "ObservabilityView",
     "model_host",
     "collector_host",
+    "longest_request_seconds",
     "retriable_status_codes",
     "route_name",
     "skipped_when",
@@ -166,6 +168,12 @@ def retriable_status_codes(models: Iterable[Model]) -> list[int]:
 def route_name(subject: str, *parts: str) -> str:
     """A route's name: its subject, then how it matches and which twin it is (see ROUTE_NAME_SEPARATOR)."""
     return ROUTE_NAME_SEPARATOR.join((subject, *parts))
+
+
+def longest_request_seconds(cfg: GatewayView) -> int:
+    """The longest request any of the gateway's routes allows (a model's timeoutSeconds), in whole seconds up: what
+    a gateway pod's drain and the budget service's shutdown grace must outlast."""
+    return math.ceil(max((m.timeout_seconds for m in cfg.models.values()), default=0))
 
 
 def collector_host(cfg: GatewayView) -> str:
